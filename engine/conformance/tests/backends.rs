@@ -1,0 +1,66 @@
+//! The conformance suite on every backend.
+
+mod memory {
+    ankusa_engine_conformance::conformance_suite!(ankusa_engine_conformance::backends::memory);
+
+    use ankusa_engine::{Batch, Cf, Durability, EngineError, Kv, Read};
+
+    /// A failed commit applies nothing and poisons the handle: later writes are
+    /// refused, reads still answer. (The durable backends cannot be made to fail
+    /// a commit on demand; they share the same `Poison` flag.)
+    #[test]
+    fn failed_commit_poisons() {
+        let kv = ankusa_engine::memory::MemoryKv::new();
+        let mut w = Batch::new();
+        w.put(Cf::Meta, "a", "1");
+        kv.write(w.clone(), Durability::Sync).unwrap();
+        kv.inject_write_failure();
+        let mut w2 = Batch::new();
+        w2.put(Cf::Meta, "b", "2");
+        assert!(matches!(kv.write(w2.clone(), Durability::Sync), Err(EngineError::Backend { op: "write", .. })));
+        assert!(matches!(kv.write(w2, Durability::Sync), Err(EngineError::Poisoned { backend: "memory" })));
+        assert_eq!(kv.get(Cf::Meta, b"b").unwrap(), None);
+        assert_eq!(kv.get(Cf::Meta, b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    }
+
+    /// A counter holding a value that is not 8 bytes fails the batch that adds
+    /// to it, and the batch's other ops are rolled back.
+    #[test]
+    fn corrupt_counter_rolls_back_batch() {
+        let kv = ankusa_engine::memory::MemoryKv::new();
+        let mut w = Batch::new();
+        w.put(Cf::Index, "ctr", "not a counter");
+        kv.write(w, Durability::Sync).unwrap();
+        let mut w = Batch::new();
+        w.put(Cf::Hooks, "x", "1").counter_add("ctr", 1);
+        assert!(matches!(kv.write(w, Durability::Sync), Err(EngineError::Corrupt { .. })));
+        assert_eq!(kv.get(Cf::Hooks, b"x").unwrap(), None);
+        assert!(matches!(kv.counter(b"ctr"), Err(EngineError::Corrupt { .. })));
+    }
+}
+
+mod rocksdb {
+    ankusa_engine_conformance::conformance_suite!(ankusa_engine_conformance::backends::rocksdb, durable);
+
+    /// A second handle on a directory that is open is refused with RocksDB's
+    /// lock error, not a panic.
+    #[test]
+    fn second_open_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _kv = ankusa_engine_rocksdb::RocksKv::open(dir.path()).unwrap();
+        let err = ankusa_engine_rocksdb::RocksKv::open(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("rocksdb: open failed"), "{err}");
+    }
+}
+
+mod fjall {
+    ankusa_engine_conformance::conformance_suite!(ankusa_engine_conformance::backends::fjall, durable);
+
+    #[test]
+    fn second_open_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let _kv = ankusa_engine_fjall::FjallKv::open(dir.path()).unwrap();
+        let err = ankusa_engine_fjall::FjallKv::open(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("fjall: open failed"), "{err}");
+    }
+}

@@ -1,0 +1,220 @@
+//! The fjall backend of the Ankusa storage engine: pure Rust, no C++ to build.
+//!
+//! - One fjall keyspace per [`Cf`], in a single-writer transactional database.
+//! - [`Kv::write`] runs the whole [`Batch`] as one write transaction (fjall
+//!   commits a transaction as one atomic journal batch across keyspaces).
+//!   [`Durability::Sync`] commits with `PersistMode::SyncAll` (journal fsynced);
+//!   [`Durability::Buffered`] with `PersistMode::Buffer` (journal flushed to the
+//!   OS, which a process crash does not lose).
+//! - fjall has no merge operator, so a counter add reads the counter inside the
+//!   write transaction and writes the sum. Write transactions are serialized by
+//!   fjall's single-writer lock, so adds from concurrent writers never lose an
+//!   update, and callers still never read a counter to change it.
+//! - fjall has no range tombstone: a range delete removes each key of the range
+//!   inside the same transaction (bounded by what the range holds).
+//! - A failed commit or persist poisons the handle; fjall poisons its own
+//!   database too (pinned to 3.1.13, which returns those errors: fjall #304/#308).
+#![deny(missing_docs, clippy::unwrap_used)]
+
+use std::path::Path;
+
+use ankusa_engine::{
+    Batch, Bytes, COUNTER_CF, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Op,
+    OpCounters, OpStats, Poison, Read, decode_counter, encode_counter,
+};
+use fjall::{
+    Iter, KeyspaceCreateOptions, PersistMode, Readable, SingleWriterTxDatabase, SingleWriterTxKeyspace,
+    Snapshot,
+};
+
+const BACKEND: &str = "fjall";
+
+fn backend_err(op: &'static str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::Backend {
+        backend: BACKEND,
+        op,
+        message: e.to_string(),
+    }
+}
+
+/// A fjall store.
+pub struct FjallKv {
+    db: SingleWriterTxDatabase,
+    keyspaces: Vec<SingleWriterTxKeyspace>,
+    counters: OpCounters,
+    poison: Poison,
+}
+
+impl std::fmt::Debug for FjallKv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FjallKv").finish_non_exhaustive()
+    }
+}
+
+impl FjallKv {
+    /// Opens the store at `path`, creating it and every keyspace if missing.
+    ///
+    /// # Errors
+    /// [`EngineError::Backend`] with fjall's message (a lock held by another
+    /// process, a corrupt journal, permissions).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
+        let db = SingleWriterTxDatabase::builder(path.as_ref())
+            .open()
+            .map_err(|e| backend_err("open", e))?;
+        let keyspaces = Cf::ALL
+            .iter()
+            .map(|cf| db.keyspace(cf.name(), KeyspaceCreateOptions::default))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| backend_err("open", e))?;
+        Ok(FjallKv {
+            db,
+            keyspaces,
+            counters: OpCounters::default(),
+            poison: Poison::default(),
+        })
+    }
+
+    fn ks(&self, cf: Cf) -> &SingleWriterTxKeyspace {
+        &self.keyspaces[cf.index()]
+    }
+}
+
+fn range_iter(read: &impl Readable, ks: &SingleWriterTxKeyspace, range: &KeyRange) -> Iter {
+    read.range(ks.inner(), range.start.as_slice()..range.end.as_slice())
+}
+
+fn collect(iter: Iter, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    let mut out = Vec::new();
+    let mut push = |guard: fjall::Guard| -> Result<bool, EngineError> {
+        let (k, v) = guard.into_inner().map_err(|e| backend_err("scan", e))?;
+        out.push((Bytes::copy_from_slice(&k), Bytes::copy_from_slice(&v)));
+        Ok(out.len() < limit)
+    };
+    match dir {
+        Direction::Forward => {
+            for g in iter {
+                if !push(g)? {
+                    break;
+                }
+            }
+        }
+        Direction::Reverse => {
+            for g in iter.rev() {
+                if !push(g)? {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn snapshot_get(snap: &Snapshot, kv: &FjallKv, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
+    kv.counters.get();
+    if key.is_empty() {
+        return Ok(None); // fjall asserts on empty keys; none is ever stored
+    }
+    let v = snap.get(kv.ks(cf).inner(), key).map_err(|e| backend_err("get", e))?;
+    Ok(v.map(|v| Bytes::copy_from_slice(&v)))
+}
+
+fn snapshot_scan(
+    snap: &Snapshot,
+    kv: &FjallKv,
+    cf: Cf,
+    range: &KeyRange,
+    dir: Direction,
+    limit: usize,
+) -> Result<Vec<KeyValue>, EngineError> {
+    let out = if range.is_empty() || limit == 0 {
+        Vec::new()
+    } else {
+        collect(range_iter(snap, kv.ks(cf), range), dir, limit)?
+    };
+    kv.counters.scan(out.len());
+    Ok(out)
+}
+
+impl Read for FjallKv {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
+        snapshot_get(&self.db.read_tx(), self, cf, key)
+    }
+    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+        snapshot_scan(&self.db.read_tx(), self, cf, range, dir, limit)
+    }
+}
+
+/// A point-in-time view of a [`FjallKv`] (a fjall snapshot).
+pub struct FjallSnapshot<'a> {
+    kv: &'a FjallKv,
+    snap: Snapshot,
+}
+
+impl Read for FjallSnapshot<'_> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
+        snapshot_get(&self.snap, self.kv, cf, key)
+    }
+    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+        snapshot_scan(&self.snap, self.kv, cf, range, dir, limit)
+    }
+}
+
+impl Kv for FjallKv {
+    type Snapshot<'a> = FjallSnapshot<'a>;
+
+    fn snapshot(&self) -> FjallSnapshot<'_> {
+        FjallSnapshot {
+            kv: self,
+            snap: self.db.read_tx(),
+        }
+    }
+
+    fn write(&self, batch: Batch, durability: Durability) -> Result<(), EngineError> {
+        self.poison.check(BACKEND)?;
+        batch.validate()?;
+        let size = batch.size_bytes();
+        let mode = match durability {
+            Durability::Sync => PersistMode::SyncAll,
+            Durability::Buffered => PersistMode::Buffer,
+        };
+        let mut tx = self.db.write_tx().durability(Some(mode));
+        for op in batch.into_ops() {
+            match op {
+                Op::Put { cf, key, value } => tx.insert(self.ks(cf), key, value),
+                Op::Delete { cf, key } => tx.remove(self.ks(cf), key),
+                Op::DeleteRange { cf, range } => {
+                    let ks = self.ks(cf);
+                    let mut doomed = Vec::new();
+                    for g in range_iter(&tx, ks, &range) {
+                        doomed.push(g.key().map_err(|e| backend_err("write", e))?);
+                    }
+                    for k in doomed {
+                        tx.remove(ks, k);
+                    }
+                }
+                Op::CounterAdd { key, delta } => {
+                    let ks = self.ks(COUNTER_CF);
+                    let old = match tx.get(ks.inner(), &key).map_err(|e| backend_err("write", e))? {
+                        Some(v) => decode_counter(&key, &v)?,
+                        None => 0,
+                    };
+                    tx.insert(ks, key, encode_counter(old.wrapping_add(delta)));
+                }
+            }
+        }
+        if let Err(e) = tx.commit() {
+            self.poison.set();
+            return Err(backend_err("write", e));
+        }
+        self.counters.batch(size);
+        Ok(())
+    }
+
+    fn stats(&self) -> OpStats {
+        self.counters.read()
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+}

@@ -1,0 +1,211 @@
+//! The RocksDB backend of the Ankusa storage engine: production default.
+//!
+//! - One RocksDB column family per [`Cf`], all created when the store is opened.
+//! - The WAL is always on. [`Durability::Sync`] writes with `sync = true` (the
+//!   WAL is fsynced before `write` returns); [`Durability::Buffered`] writes the
+//!   WAL to the OS without fsync, which a process crash does not lose.
+//! - Counters are a merge operator (`ankusa_counter_add`) on the counter column
+//!   family: an add is a blind merge of an 8-byte big-endian `i64` delta.
+//! - Every scan sets both `iterate_lower_bound` and `iterate_upper_bound`, so a
+//!   seek over a queue family stops at the bound instead of walking tombstones.
+//! - A failed write poisons the handle ([`ankusa_engine::Poison`]).
+#![deny(missing_docs, clippy::unwrap_used)]
+
+use std::path::Path;
+
+use ankusa_engine::{
+    Batch, Bytes, COUNTER_CF, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Op,
+    OpCounters, OpStats, Poison, Read,
+};
+use rocksdb::{
+    ColumnFamily, ColumnFamilyDescriptor, DB, DBRawIteratorWithThreadMode, MergeOperands, Options,
+    ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions,
+};
+
+const BACKEND: &str = "rocksdb";
+const COUNTER_MERGE: &str = "ankusa_counter_add";
+
+/// A RocksDB store.
+pub struct RocksKv {
+    db: DB,
+    counters: OpCounters,
+    poison: Poison,
+}
+
+impl std::fmt::Debug for RocksKv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksKv").field("path", &self.db.path()).finish()
+    }
+}
+
+fn backend_err(op: &'static str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::Backend {
+        backend: BACKEND,
+        op,
+        message: e.to_string(),
+    }
+}
+
+/// Sums 8-byte big-endian `i64` operands onto the existing value. Returns `None`
+/// (RocksDB then reports corruption) for an operand or value of another width.
+fn counter_merge(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) -> Option<Vec<u8>> {
+    let mut sum: i64 = match existing {
+        Some(v) => i64::from_be_bytes(v.try_into().ok()?),
+        None => 0,
+    };
+    for op in operands {
+        sum = sum.wrapping_add(i64::from_be_bytes(op.try_into().ok()?));
+    }
+    Some(sum.to_be_bytes().to_vec())
+}
+
+impl RocksKv {
+    /// Opens the store at `path`, creating it and every column family if missing.
+    ///
+    /// # Errors
+    /// [`EngineError::Backend`] with RocksDB's message (a lock held by another
+    /// process, a corrupt manifest, permissions).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        let cfs = Cf::ALL.iter().map(|cf| {
+            let mut opts = Options::default();
+            if *cf == COUNTER_CF {
+                opts.set_merge_operator_associative(COUNTER_MERGE, counter_merge);
+            }
+            ColumnFamilyDescriptor::new(cf.name(), opts)
+        });
+        let db = DB::open_cf_descriptors(&db_opts, path.as_ref(), cfs).map_err(|e| backend_err("open", e))?;
+        for cf in Cf::ALL {
+            if db.cf_handle(cf.name()).is_none() {
+                return Err(backend_err("open", format!("column family {} missing after open", cf.name())));
+            }
+        }
+        Ok(RocksKv {
+            db,
+            counters: OpCounters::default(),
+            poison: Poison::default(),
+        })
+    }
+
+    fn cf(&self, cf: Cf) -> &ColumnFamily {
+        // Every column family is checked to exist in `open`.
+        #[allow(clippy::expect_used)]
+        self.db.cf_handle(cf.name()).expect("column family created at open")
+    }
+
+    fn native_batch(&self, batch: Batch) -> WriteBatch {
+        let mut wb = WriteBatch::default();
+        for op in batch.into_ops() {
+            match op {
+                Op::Put { cf, key, value } => wb.put_cf(self.cf(cf), key, value),
+                Op::Delete { cf, key } => wb.delete_cf(self.cf(cf), key),
+                Op::DeleteRange { cf, range } => wb.delete_range_cf(self.cf(cf), range.start, range.end),
+                Op::CounterAdd { key, delta } => wb.merge_cf(self.cf(COUNTER_CF), key, delta.to_be_bytes()),
+            }
+        }
+        wb
+    }
+}
+
+fn bounded(range: &KeyRange) -> ReadOptions {
+    let mut ro = ReadOptions::default();
+    ro.set_iterate_lower_bound(range.start.clone());
+    ro.set_iterate_upper_bound(range.end.clone());
+    ro
+}
+
+fn drain(mut it: DBRawIteratorWithThreadMode<'_, DB>, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    let mut out = Vec::new();
+    match dir {
+        Direction::Forward => it.seek_to_first(),
+        Direction::Reverse => it.seek_to_last(),
+    }
+    while out.len() < limit {
+        let Some((k, v)) = it.item() else { break };
+        out.push((Bytes::copy_from_slice(k), Bytes::copy_from_slice(v)));
+        match dir {
+            Direction::Forward => it.next(),
+            Direction::Reverse => it.prev(),
+        }
+    }
+    it.status().map_err(|e| backend_err("scan", e))?;
+    Ok(out)
+}
+
+impl Read for RocksKv {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
+        self.counters.get();
+        let v = self.db.get_pinned_cf(self.cf(cf), key).map_err(|e| backend_err("get", e))?;
+        Ok(v.map(|v| Bytes::copy_from_slice(&v)))
+    }
+
+    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+        if range.is_empty() || limit == 0 {
+            self.counters.scan(0);
+            return Ok(Vec::new());
+        }
+        let out = drain(self.db.raw_iterator_cf_opt(self.cf(cf), bounded(range)), dir, limit)?;
+        self.counters.scan(out.len());
+        Ok(out)
+    }
+}
+
+/// A point-in-time view of a [`RocksKv`] (a RocksDB snapshot).
+pub struct RocksSnapshot<'a> {
+    kv: &'a RocksKv,
+    snap: SnapshotWithThreadMode<'a, DB>,
+}
+
+impl Read for RocksSnapshot<'_> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
+        self.kv.counters.get();
+        let v = self.snap.get_cf(self.kv.cf(cf), key).map_err(|e| backend_err("get", e))?;
+        Ok(v.map(Bytes::from))
+    }
+
+    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+        if range.is_empty() || limit == 0 {
+            self.kv.counters.scan(0);
+            return Ok(Vec::new());
+        }
+        let out = drain(self.snap.raw_iterator_cf_opt(self.kv.cf(cf), bounded(range)), dir, limit)?;
+        self.kv.counters.scan(out.len());
+        Ok(out)
+    }
+}
+
+impl Kv for RocksKv {
+    type Snapshot<'a> = RocksSnapshot<'a>;
+
+    fn snapshot(&self) -> RocksSnapshot<'_> {
+        RocksSnapshot {
+            kv: self,
+            snap: self.db.snapshot(),
+        }
+    }
+
+    fn write(&self, batch: Batch, durability: Durability) -> Result<(), EngineError> {
+        self.poison.check(BACKEND)?;
+        batch.validate()?;
+        let size = batch.size_bytes();
+        let wb = self.native_batch(batch);
+        let mut wo = WriteOptions::default();
+        wo.set_sync(durability == Durability::Sync);
+        if let Err(e) = self.db.write_opt(wb, &wo) {
+            self.poison.set();
+            return Err(backend_err("write", e));
+        }
+        self.counters.batch(size);
+        Ok(())
+    }
+
+    fn stats(&self) -> OpStats {
+        self.counters.read()
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+}

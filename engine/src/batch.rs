@@ -1,0 +1,188 @@
+//! [`Batch`]: a plain value listing the ops of one atomic write.
+
+use crate::{Cf, EngineError, KeyRange};
+
+/// The longest key any backend stores (fjall's limit, 2^16 - 1 bytes).
+pub const MAX_KEY_BYTES: usize = u16::MAX as usize;
+
+/// The longest value any backend stores (fjall's limit, 2^32 - 1 bytes).
+pub const MAX_VALUE_BYTES: u64 = u32::MAX as u64;
+
+/// One operation of a [`Batch`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Sets `key` to `value` in `cf`.
+    Put {
+        /// Column family.
+        cf: Cf,
+        /// Key bytes.
+        key: Vec<u8>,
+        /// Value bytes.
+        value: Vec<u8>,
+    },
+    /// Removes `key` from `cf` (nothing happens when it is absent).
+    Delete {
+        /// Column family.
+        cf: Cf,
+        /// Key bytes.
+        key: Vec<u8>,
+    },
+    /// Removes every key of `cf` in `range` (`[start, end)`).
+    DeleteRange {
+        /// Column family.
+        cf: Cf,
+        /// The keys to remove.
+        range: KeyRange,
+    },
+    /// Adds `delta` to the counter under `key` in [`crate::COUNTER_CF`]: blind
+    /// and commutative, the writer never reads the counter.
+    CounterAdd {
+        /// Counter key.
+        key: Vec<u8>,
+        /// Signed amount to add.
+        delta: i64,
+    },
+}
+
+impl Op {
+    /// Bytes this op writes: key + value for a put, the key for a delete, both
+    /// bounds for a range delete, key + 8 for a counter add.
+    pub fn size_bytes(&self) -> u64 {
+        (match self {
+            Op::Put { key, value, .. } => key.len() + value.len(),
+            Op::Delete { key, .. } => key.len(),
+            Op::DeleteRange { range, .. } => range.start.len() + range.end.len(),
+            Op::CounterAdd { key, .. } => key.len() + 8,
+        }) as u64
+    }
+}
+
+/// The ops of one atomic write, in the order they apply.
+///
+/// A plain value (STYLE.md, parity's `DBTransaction`): the pure batch builders
+/// of `lanes` and `queue` return one, tests compare them with `assert_eq!`, and
+/// each backend turns it into its native batch in one small function.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Batch {
+    ops: Vec<Op>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Batch::default()
+    }
+
+    /// Appends a put of `value` under `key` in `cf`.
+    pub fn put(&mut self, cf: Cf, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> &mut Self {
+        self.ops.push(Op::Put {
+            cf,
+            key: key.into(),
+            value: value.into(),
+        });
+        self
+    }
+
+    /// Appends a delete of `key` in `cf`.
+    pub fn delete(&mut self, cf: Cf, key: impl Into<Vec<u8>>) -> &mut Self {
+        self.ops.push(Op::Delete { cf, key: key.into() });
+        self
+    }
+
+    /// Appends a delete of every key of `cf` in `range`.
+    pub fn delete_range(&mut self, cf: Cf, range: KeyRange) -> &mut Self {
+        self.ops.push(Op::DeleteRange { cf, range });
+        self
+    }
+
+    /// Appends a blind add of `delta` to the counter under `key`. A zero delta
+    /// is dropped: it would change nothing and cost a write.
+    pub fn counter_add(&mut self, key: impl Into<Vec<u8>>, delta: i64) -> &mut Self {
+        if delta != 0 {
+            self.ops.push(Op::CounterAdd { key: key.into(), delta });
+        }
+        self
+    }
+
+    /// Appends every op of `other`, after this batch's own.
+    pub fn extend(&mut self, other: Batch) -> &mut Self {
+        self.ops.extend(other.ops);
+        self
+    }
+
+    /// The ops, in order.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// Takes the ops out, in order.
+    pub fn into_ops(self) -> Vec<Op> {
+        self.ops
+    }
+
+    /// Number of ops.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// True when the batch holds no op.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Sum of [`Op::size_bytes`] over the ops: what `bytes_written` counts.
+    pub fn size_bytes(&self) -> u64 {
+        self.ops.iter().map(Op::size_bytes).sum()
+    }
+
+    /// Checks what every backend refuses before writing anything: an empty key,
+    /// a key over [`MAX_KEY_BYTES`], a value over [`MAX_VALUE_BYTES`], a range
+    /// delete with `start > end`. (An empty range, `start == end`, deletes
+    /// nothing.) The limits are the narrowest backend's (fjall's), so a batch
+    /// that one backend takes, every backend takes.
+    ///
+    /// # Errors
+    /// [`EngineError::InvalidBatch`] naming the op.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let bad = |i: usize, what: String| Err(EngineError::InvalidBatch(format!("op {i}: {what}")));
+        let check_key = |i: usize, key: &[u8]| {
+            if key.is_empty() {
+                return bad(i, "empty key".into());
+            }
+            if key.len() > MAX_KEY_BYTES {
+                return bad(i, format!("key of {} bytes, over the {MAX_KEY_BYTES}-byte limit", key.len()));
+            }
+            Ok(())
+        };
+        for (i, op) in self.ops.iter().enumerate() {
+            match op {
+                Op::Put { key, value, .. } => {
+                    check_key(i, key)?;
+                    if value.len() as u64 > MAX_VALUE_BYTES {
+                        return bad(i, format!("value of {} bytes, over the limit", value.len()));
+                    }
+                }
+                Op::Delete { key, .. } | Op::CounterAdd { key, .. } => check_key(i, key)?,
+                Op::DeleteRange { cf, range } if range.start > range.end => {
+                    return bad(
+                        i,
+                        format!(
+                            "range delete in {} from {} to {}: start is above end",
+                            cf.name(),
+                            crate::hex(&range.start),
+                            crate::hex(&range.end)
+                        ),
+                    );
+                }
+                Op::DeleteRange { .. } => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl From<Vec<Op>> for Batch {
+    fn from(ops: Vec<Op>) -> Self {
+        Batch { ops }
+    }
+}
