@@ -1,0 +1,269 @@
+//! Keys and values of the `meta` column family (DESIGN sections 3 and 8): the
+//! store format, the node id, the seq high-water mark, and the two registries.
+//!
+//! | key | value |
+//! | --- | --- |
+//! | [`FORMAT_KEY`] `format` | store format, `u32` ([`STORE_FORMAT`] for a store this binary writes) |
+//! | [`NODE_ID_KEY`] `node_id` | the node id, 16 bytes, fixed when the store is created |
+//! | [`SEQ_HIGH_WATER_KEY`] `seq_high_water` | the highest seq assigned, `u64` (written in the Writer's batch) |
+//! | `tenant/name/` name | the tenant's ordinal, `u32` |
+//! | `tenant/ord/` ord:32 | the tenant's name, UTF-8 |
+//! | `source/name/` name | the source's number ([`SourceId`]), `u32` |
+//! | `source/id/` id:32 | the source's name (its id in the configuration), UTF-8 |
+//!
+//! Meta keys are readable text prefixes (a dump shows what they are); the
+//! ordinals and source numbers in them are big endian like every other key, so
+//! the `.../ord/` and `.../id/` ranges list in number order. Meta is small and
+//! read by point gets and whole-registry scans at boot; it has no sentinels.
+
+use ankusa_engine::KeyRange;
+
+use crate::codec::value_len;
+use crate::error::{KeyError, ValueError};
+use crate::ids::{Seq, SourceId, TenantOrd};
+
+/// The store format this binary writes (DESIGN section 8: format 2 adds ADR
+/// 0004's kind 2/3 due values and ?O/?H/?P).
+pub const STORE_FORMAT: u32 = 2;
+
+/// Key of the store format stamp; the value is a `u32` ([`encode_format`]).
+pub const FORMAT_KEY: &[u8] = b"format";
+/// Key of the node id; the value is the id's 16 bytes ([`decode_node_id`]).
+pub const NODE_ID_KEY: &[u8] = b"node_id";
+/// Key of the seq high-water mark; the value is a `u64` ([`encode_seq_high_water`]).
+pub const SEQ_HIGH_WATER_KEY: &[u8] = b"seq_high_water";
+
+const TENANT_BY_NAME: &[u8] = b"tenant/name/";
+const TENANT_BY_ORD: &[u8] = b"tenant/ord/";
+const SOURCE_BY_NAME: &[u8] = b"source/name/";
+const SOURCE_BY_ID: &[u8] = b"source/id/";
+
+fn join(prefix: &[u8], tail: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(prefix.len() + tail.len());
+    key.extend_from_slice(prefix);
+    key.extend_from_slice(tail);
+    key
+}
+
+/// Key of the tenant registry's name -> ordinal entry: `tenant/name/` + name.
+pub fn tenant_by_name_key(name: &str) -> Vec<u8> {
+    join(TENANT_BY_NAME, name.as_bytes())
+}
+
+/// Key of the tenant registry's ordinal -> name entry: `tenant/ord/` + ord:32.
+///
+/// # Panics
+/// On a reserved ordinal (0 or `u32::MAX`): the registry holds tenants only.
+pub fn tenant_by_ord_key(tenant: TenantOrd) -> Vec<u8> {
+    assert!(
+        tenant.is_tenant(),
+        "tenant registry key built with reserved ordinal {}",
+        tenant.0
+    );
+    join(TENANT_BY_ORD, &tenant.0.to_be_bytes())
+}
+
+/// Key of the source registry's name -> number entry: `source/name/` + name
+/// (the source's id as the configuration spells it).
+pub fn source_by_name_key(name: &str) -> Vec<u8> {
+    join(SOURCE_BY_NAME, name.as_bytes())
+}
+
+/// Key of the source registry's number -> name entry: `source/id/` + id:32.
+pub fn source_by_id_key(source: SourceId) -> Vec<u8> {
+    join(SOURCE_BY_ID, &source.0.to_be_bytes())
+}
+
+/// Every tenant registry entry by name, in name byte order.
+pub fn tenant_names_range() -> KeyRange {
+    KeyRange::prefix(TENANT_BY_NAME)
+}
+
+/// Every tenant registry entry by ordinal, in ordinal order.
+pub fn tenant_ords_range() -> KeyRange {
+    KeyRange::new(
+        join(TENANT_BY_ORD, &TenantOrd::FIRST.0.to_be_bytes()),
+        join(TENANT_BY_ORD, &TenantOrd::RESERVED.to_be_bytes()),
+    )
+}
+
+/// Every source registry entry by name, in name byte order.
+pub fn source_names_range() -> KeyRange {
+    KeyRange::prefix(SOURCE_BY_NAME)
+}
+
+/// Every source registry entry by number, in number order.
+pub fn source_ids_range() -> KeyRange {
+    KeyRange::prefix(SOURCE_BY_ID)
+}
+
+/// A decoded key of cf `meta`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MetaKey {
+    /// [`FORMAT_KEY`].
+    Format,
+    /// [`NODE_ID_KEY`].
+    NodeId,
+    /// [`SEQ_HIGH_WATER_KEY`].
+    SeqHighWater,
+    /// The tenant registry's entry for this name.
+    TenantByName(String),
+    /// The tenant registry's entry for this ordinal.
+    TenantByOrd(TenantOrd),
+    /// The source registry's entry for this name.
+    SourceByName(String),
+    /// The source registry's entry for this number.
+    SourceById(SourceId),
+}
+
+impl MetaKey {
+    /// The key bytes.
+    ///
+    /// # Panics
+    /// As [`tenant_by_ord_key`].
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            MetaKey::Format => FORMAT_KEY.to_vec(),
+            MetaKey::NodeId => NODE_ID_KEY.to_vec(),
+            MetaKey::SeqHighWater => SEQ_HIGH_WATER_KEY.to_vec(),
+            MetaKey::TenantByName(name) => tenant_by_name_key(name),
+            MetaKey::TenantByOrd(tenant) => tenant_by_ord_key(*tenant),
+            MetaKey::SourceByName(name) => source_by_name_key(name),
+            MetaKey::SourceById(source) => source_by_id_key(*source),
+        }
+    }
+
+    /// Decodes a key of cf `meta`.
+    ///
+    /// # Errors
+    /// [`KeyError::WrongPrefix`] for a key of no kind, [`KeyError::NotUtf8`] for
+    /// a name that is not UTF-8, [`KeyError::WrongLength`] for a number that is
+    /// not 4 bytes, [`KeyError::ReservedOrdinal`].
+    pub fn decode(key: &[u8]) -> Result<MetaKey, KeyError> {
+        if key == FORMAT_KEY {
+            return Ok(MetaKey::Format);
+        }
+        if key == NODE_ID_KEY {
+            return Ok(MetaKey::NodeId);
+        }
+        if key == SEQ_HIGH_WATER_KEY {
+            return Ok(MetaKey::SeqHighWater);
+        }
+        if let Some(name) = key.strip_prefix(TENANT_BY_NAME) {
+            return name_of(name, "tenant by name").map(MetaKey::TenantByName);
+        }
+        if let Some(ord) = key.strip_prefix(TENANT_BY_ORD) {
+            let ord = u32::from_be_bytes(number(ord, "tenant by ordinal")?);
+            return TenantOrd::checked(ord)
+                .map(MetaKey::TenantByOrd)
+                .map_err(|_| KeyError::ReservedOrdinal {
+                    what: "tenant by ordinal",
+                    ord,
+                });
+        }
+        if let Some(name) = key.strip_prefix(SOURCE_BY_NAME) {
+            return name_of(name, "source by name").map(MetaKey::SourceByName);
+        }
+        if let Some(id) = key.strip_prefix(SOURCE_BY_ID) {
+            return Ok(MetaKey::SourceById(SourceId(u32::from_be_bytes(number(
+                id,
+                "source by id",
+            )?))));
+        }
+        Err(KeyError::WrongPrefix { what: "meta" })
+    }
+}
+
+fn name_of(bytes: &[u8], what: &'static str) -> Result<String, KeyError> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| KeyError::NotUtf8 { what })
+}
+
+fn number(bytes: &[u8], what: &'static str) -> Result<[u8; 4], KeyError> {
+    bytes.try_into().map_err(|_| KeyError::WrongLength {
+        what,
+        expected: 4,
+        found: bytes.len(),
+    })
+}
+
+/// The value under [`FORMAT_KEY`]: `format:32`.
+pub fn encode_format(format: u32) -> [u8; 4] {
+    format.to_be_bytes()
+}
+
+/// Decodes the value under [`FORMAT_KEY`].
+///
+/// # Errors
+/// [`ValueError::WrongLength`].
+pub fn decode_format(value: &[u8]) -> Result<u32, ValueError> {
+    Ok(u32::from_be_bytes(value_len(value, "store format")?))
+}
+
+/// Decodes the value under [`NODE_ID_KEY`].
+///
+/// # Errors
+/// [`ValueError::WrongLength`].
+pub fn decode_node_id(value: &[u8]) -> Result<[u8; 16], ValueError> {
+    value_len(value, "node id")
+}
+
+/// The value under [`SEQ_HIGH_WATER_KEY`]: `seq:64`.
+pub fn encode_seq_high_water(seq: Seq) -> [u8; 8] {
+    seq.0.to_be_bytes()
+}
+
+/// Decodes the value under [`SEQ_HIGH_WATER_KEY`].
+///
+/// # Errors
+/// [`ValueError::WrongLength`].
+pub fn decode_seq_high_water(value: &[u8]) -> Result<Seq, ValueError> {
+    Ok(Seq(u64::from_be_bytes(value_len(value, "seq high-water")?)))
+}
+
+/// The value of a tenant-by-name entry: `ord:32`.
+pub fn encode_tenant_ord(tenant: TenantOrd) -> [u8; 4] {
+    tenant.0.to_be_bytes()
+}
+
+/// Decodes the value of a tenant-by-name entry.
+///
+/// # Errors
+/// [`ValueError::WrongLength`]; [`ValueError::InvalidField`] for a reserved
+/// ordinal.
+pub fn decode_tenant_ord(value: &[u8]) -> Result<TenantOrd, ValueError> {
+    let ord = u32::from_be_bytes(value_len(value, "tenant by name")?);
+    TenantOrd::checked(ord).map_err(|_| ValueError::InvalidField {
+        what: "tenant by name",
+        field: "ord",
+        reason: format!("{ord} is a reserved ordinal"),
+    })
+}
+
+/// The value of a source-by-name entry: `id:32`.
+pub fn encode_source_id(source: SourceId) -> [u8; 4] {
+    source.0.to_be_bytes()
+}
+
+/// Decodes the value of a source-by-name entry.
+///
+/// # Errors
+/// [`ValueError::WrongLength`].
+pub fn decode_source_id(value: &[u8]) -> Result<SourceId, ValueError> {
+    Ok(SourceId(u32::from_be_bytes(value_len(
+        value,
+        "source by name",
+    )?)))
+}
+
+/// The value of a tenant-by-ordinal or source-by-id entry: the name's UTF-8
+/// bytes (encode with `name.as_bytes()`).
+///
+/// # Errors
+/// [`ValueError::InvalidField`] when it is not UTF-8.
+pub fn decode_name(value: &[u8]) -> Result<String, ValueError> {
+    String::from_utf8(value.to_vec()).map_err(|e| ValueError::InvalidField {
+        what: "registry entry",
+        field: "name",
+        reason: e.to_string(),
+    })
+}

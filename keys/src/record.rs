@@ -1,0 +1,464 @@
+//! The versioned values: the envelope (cf `hooks`) and the delivery row (cf
+//! `deliveries`), DESIGN section 3 ("versioned, additive fields").
+//!
+//! # Encoding
+//! `version:8`, then fields, each `tag:8, len:32, bytes[len]` (big endian) in
+//! ascending tag order, then the end tag `0:8`. The end tag makes a value cut
+//! short at a field boundary as detectable as one cut inside a field. A decoder:
+//! - refuses a version byte it does not know ([`ValueError::UnknownVersion`]);
+//!   the version changes only for an incompatible layout;
+//! - skips a tag it does not know, so a later binary can add a field without a
+//!   version change and an earlier one still reads the value;
+//! - refuses a value that ends before its end tag ([`ValueError::Truncated`]),
+//!   bytes after the end tag ([`ValueError::TrailingBytes`]), a required field
+//!   that is missing, a single-valued field given twice, and a field whose
+//!   bytes are not what it holds ([`ValueError::InvalidField`]).
+//!
+//! Optional fields are written only when present; an absent tag decodes as
+//! `None`. Encoding is deterministic: `encode(decode(v)) == v` for every value
+//! this crate wrote.
+//!
+//! Envelope tags (version [`ENVELOPE_VERSION`]): 1 source (`u32`), 2
+//! received_at_ms (`u64`), 3 method (UTF-8), 4 path (UTF-8), 5 query (UTF-8,
+//! optional), 6 header (repeated, in order: `name_len:32, name, value`), 7 body,
+//! 8 dedupe key (optional), 9 idempotency key (16 bytes). Required: 1, 2, 3, 4,
+//! 7, 9.
+//!
+//! Delivery row tags (version [`DELIVERY_ROW_VERSION`]): 1 state (`u8`), 2 size
+//! (`u32`), 3 attempts (`u32`), 4 first_attempt_at_ms (`u64`, optional), 5
+//! last_error (UTF-8, optional), 6 lane (16 bytes, optional; ADR 0004 section
+//! 2), 7 ordering_key (at most [`ORDERING_KEY_MAX_BYTES`], optional). Required:
+//! 1, 2, 3.
+
+use crate::codec::Take;
+use crate::error::ValueError;
+use crate::ids::{LaneId, SourceId};
+
+/// The version byte of envelopes this binary writes and reads.
+pub const ENVELOPE_VERSION: u8 = 1;
+/// The version byte of delivery rows this binary writes and reads.
+pub const DELIVERY_ROW_VERSION: u8 = 1;
+/// The longest ordering key a delivery row holds (the SQS group id limit; a
+/// longer key is hashed at ingest, ADR 0004 section 2).
+pub const ORDERING_KEY_MAX_BYTES: usize = 128;
+
+/// The tag that ends a versioned value (no length, no bytes).
+const END: u8 = 0;
+
+/// Appends one field: `tag:8, len:32, bytes`.
+///
+/// # Panics
+/// When `bytes` is 4 GiB or more (no hook is).
+fn put_field(out: &mut Vec<u8>, tag: u8, bytes: &[u8]) {
+    assert!(
+        u32::try_from(bytes.len()).is_ok(),
+        "field {tag} of {} bytes does not fit a u32 length",
+        bytes.len()
+    );
+    out.push(tag);
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Checks the version byte and returns a reader over the fields.
+fn open<'a>(value: &'a [u8], what: &'static str, version: u8) -> Result<Fields<'a>, ValueError> {
+    match value.split_first() {
+        Some((&v, rest)) if v == version => Ok(Fields {
+            t: Take::new(rest, what),
+            what,
+            done: false,
+        }),
+        found => Err(ValueError::UnknownVersion {
+            what,
+            found: found.map(|(v, _)| *v),
+            supported: version,
+        }),
+    }
+}
+
+/// The fields of a versioned value, in the order written, up to the end tag.
+struct Fields<'a> {
+    t: Take<'a>,
+    what: &'static str,
+    done: bool,
+}
+
+impl<'a> Fields<'a> {
+    fn field(&mut self) -> Result<Option<(u8, &'a [u8])>, ValueError> {
+        let tag = self.t.u8()?;
+        if tag == END {
+            if !self.t.is_empty() {
+                return Err(ValueError::TrailingBytes { what: self.what });
+            }
+            return Ok(None);
+        }
+        let len = self.t.u32()? as usize;
+        Ok(Some((tag, self.t.bytes(len)?)))
+    }
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Result<(u8, &'a [u8]), ValueError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let field = self.field();
+        // After the end tag or a broken field there is nothing more to read.
+        self.done = !matches!(field, Ok(Some(_)));
+        field.transpose()
+    }
+}
+
+/// Stores `v` in a single-valued field's slot.
+fn set<T>(
+    slot: &mut Option<T>,
+    v: T,
+    what: &'static str,
+    field: &'static str,
+) -> Result<(), ValueError> {
+    if slot.replace(v).is_some() {
+        return Err(ValueError::DuplicateField { what, field });
+    }
+    Ok(())
+}
+
+fn required<T>(slot: Option<T>, what: &'static str, field: &'static str) -> Result<T, ValueError> {
+    slot.ok_or(ValueError::MissingField { what, field })
+}
+
+fn fixed<const N: usize>(
+    bytes: &[u8],
+    what: &'static str,
+    field: &'static str,
+) -> Result<[u8; N], ValueError> {
+    bytes.try_into().map_err(|_| ValueError::InvalidField {
+        what,
+        field,
+        reason: format!("{} bytes, expected {N}", bytes.len()),
+    })
+}
+
+fn text(bytes: &[u8], what: &'static str, field: &'static str) -> Result<String, ValueError> {
+    String::from_utf8(bytes.to_vec()).map_err(|e| ValueError::InvalidField {
+        what,
+        field,
+        reason: e.to_string(),
+    })
+}
+
+// ---- envelope -----------------------------------------------------------
+
+const ENV_SOURCE: u8 = 1;
+const ENV_RECEIVED_AT: u8 = 2;
+const ENV_METHOD: u8 = 3;
+const ENV_PATH: u8 = 4;
+const ENV_QUERY: u8 = 5;
+const ENV_HEADER: u8 = 6;
+const ENV_BODY: u8 = 7;
+const ENV_DEDUPE_KEY: u8 = 8;
+const ENV_IDEMPOTENCY_KEY: u8 = 9;
+
+/// A stored hook (cf `hooks`, key `ord:32, seq:64`): what the provider sent,
+/// after verification and the source's `store_headers` policy.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Envelope {
+    /// The source it came in on.
+    pub source: SourceId,
+    /// When it was received, unix milliseconds.
+    pub received_at_ms: u64,
+    /// The HTTP method, e.g. `POST`.
+    pub method: String,
+    /// The request path.
+    pub path: String,
+    /// The query string without `?`; `None` when the URI had none.
+    pub query: Option<String>,
+    /// The stored headers, in the order received: `(name, value)` as bytes.
+    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The body's bytes.
+    pub body: Vec<u8>,
+    /// The dedupe key resolved at ingest, if the source dedupes and one was found.
+    pub dedupe_key: Option<Vec<u8>>,
+    /// The idempotency key: a UUIDv7's 16 bytes given at ingest, carried by
+    /// every redelivery and replay of the hook.
+    pub idempotency_key: [u8; 16],
+}
+
+impl Envelope {
+    /// The versioned encoding (see the module docs).
+    ///
+    /// # Panics
+    /// When a field is 4 GiB or more.
+    pub fn encode(&self) -> Vec<u8> {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(n, v)| 9 + n.len() + v.len())
+            .sum();
+        let mut out = Vec::with_capacity(
+            80 + self.method.len() + self.path.len() + headers + self.body.len(),
+        );
+        out.push(ENVELOPE_VERSION);
+        put_field(&mut out, ENV_SOURCE, &self.source.0.to_be_bytes());
+        put_field(
+            &mut out,
+            ENV_RECEIVED_AT,
+            &self.received_at_ms.to_be_bytes(),
+        );
+        put_field(&mut out, ENV_METHOD, self.method.as_bytes());
+        put_field(&mut out, ENV_PATH, self.path.as_bytes());
+        if let Some(q) = &self.query {
+            put_field(&mut out, ENV_QUERY, q.as_bytes());
+        }
+        for (name, value) in &self.headers {
+            let mut h = Vec::with_capacity(4 + name.len() + value.len());
+            assert!(u32::try_from(name.len()).is_ok(), "header name of 4 GiB");
+            h.extend_from_slice(&(name.len() as u32).to_be_bytes());
+            h.extend_from_slice(name);
+            h.extend_from_slice(value);
+            put_field(&mut out, ENV_HEADER, &h);
+        }
+        put_field(&mut out, ENV_BODY, &self.body);
+        if let Some(k) = &self.dedupe_key {
+            put_field(&mut out, ENV_DEDUPE_KEY, k);
+        }
+        put_field(&mut out, ENV_IDEMPOTENCY_KEY, &self.idempotency_key);
+        out.push(END);
+        out
+    }
+
+    /// Decodes a stored envelope.
+    ///
+    /// # Errors
+    /// [`ValueError::UnknownVersion`], [`ValueError::Truncated`],
+    /// [`ValueError::TrailingBytes`], [`ValueError::MissingField`], [`ValueError::DuplicateField`],
+    /// [`ValueError::InvalidField`].
+    pub fn decode(value: &[u8]) -> Result<Envelope, ValueError> {
+        const WHAT: &str = "envelope";
+        let (mut source, mut received_at_ms, mut method, mut path, mut query) =
+            (None, None, None, None, None);
+        let (mut body, mut dedupe_key, mut idempotency_key) = (None, None, None);
+        let mut headers = Vec::new();
+        for field in open(value, WHAT, ENVELOPE_VERSION)? {
+            let (tag, bytes) = field?;
+            match tag {
+                ENV_SOURCE => set(
+                    &mut source,
+                    SourceId(u32::from_be_bytes(fixed(bytes, WHAT, "source")?)),
+                    WHAT,
+                    "source",
+                )?,
+                ENV_RECEIVED_AT => set(
+                    &mut received_at_ms,
+                    u64::from_be_bytes(fixed(bytes, WHAT, "received_at_ms")?),
+                    WHAT,
+                    "received_at_ms",
+                )?,
+                ENV_METHOD => set(&mut method, text(bytes, WHAT, "method")?, WHAT, "method")?,
+                ENV_PATH => set(&mut path, text(bytes, WHAT, "path")?, WHAT, "path")?,
+                ENV_QUERY => set(&mut query, text(bytes, WHAT, "query")?, WHAT, "query")?,
+                ENV_HEADER => {
+                    let mut t = Take::new(bytes, WHAT);
+                    let name_len = t.u32()? as usize;
+                    let name = t.bytes(name_len)?.to_vec();
+                    headers.push((name, t.rest().to_vec()));
+                }
+                ENV_BODY => set(&mut body, bytes.to_vec(), WHAT, "body")?,
+                ENV_DEDUPE_KEY => set(&mut dedupe_key, bytes.to_vec(), WHAT, "dedupe_key")?,
+                ENV_IDEMPOTENCY_KEY => set(
+                    &mut idempotency_key,
+                    fixed(bytes, WHAT, "idempotency_key")?,
+                    WHAT,
+                    "idempotency_key",
+                )?,
+                _ => {} // a field of a later binary
+            }
+        }
+        Ok(Envelope {
+            source: required(source, WHAT, "source")?,
+            received_at_ms: required(received_at_ms, WHAT, "received_at_ms")?,
+            method: required(method, WHAT, "method")?,
+            path: required(path, WHAT, "path")?,
+            query,
+            headers,
+            body: required(body, WHAT, "body")?,
+            dedupe_key,
+            idempotency_key: required(idempotency_key, WHAT, "idempotency_key")?,
+        })
+    }
+}
+
+// ---- delivery row -------------------------------------------------------
+
+const ROW_STATE: u8 = 1;
+const ROW_SIZE: u8 = 2;
+const ROW_ATTEMPTS: u8 = 3;
+const ROW_FIRST_ATTEMPT_AT: u8 = 4;
+const ROW_LAST_ERROR: u8 = 5;
+const ROW_LANE: u8 = 6;
+const ROW_ORDERING_KEY: u8 = 7;
+
+/// Where a delivery row is (DESIGN section 4, invariant 1: exactly one of ?D,
+/// ?F, ?O or ?X holds it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum RowState {
+    /// In ?D: waiting for an attempt (a lane head too, with kind 2 or 3).
+    Due = 0,
+    /// In ?F: claimed, its attempt running.
+    InFlight = 1,
+    /// In ?O: a lane member waiting its turn (ADR 0004 section 3).
+    Member = 2,
+    /// In ?X: a dead letter.
+    Dead = 3,
+}
+
+impl RowState {
+    /// Every state, by byte.
+    pub const ALL: [RowState; 4] = [
+        RowState::Due,
+        RowState::InFlight,
+        RowState::Member,
+        RowState::Dead,
+    ];
+
+    /// The state byte (0..=3).
+    pub const fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// The state whose byte is `byte`, or `None` outside 0..=3.
+    pub fn from_u8(byte: u8) -> Option<RowState> {
+        RowState::ALL.into_iter().find(|s| s.as_u8() == byte)
+    }
+}
+
+/// A delivery row (cf `deliveries`, key `ord:32, seq:64, sink:16`): the state of
+/// one hook's delivery to one sink.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DeliveryRow {
+    /// Where the row is.
+    pub state: RowState,
+    /// The row's size in bytes, as counted against the tenant's queue bounds.
+    pub size: u32,
+    /// Attempts made (a breaker park does not count).
+    pub attempts: u32,
+    /// When the first attempt was claimed, unix milliseconds; `None` before.
+    pub first_attempt_at_ms: Option<u64>,
+    /// The last attempt's error, for operators.
+    pub last_error: Option<String>,
+    /// The row's ordering lane, fixed at ingest (ADR 0004 section 2).
+    pub lane: Option<LaneId>,
+    /// The row's ordering key, at most [`ORDERING_KEY_MAX_BYTES`].
+    pub ordering_key: Option<Vec<u8>>,
+}
+
+impl DeliveryRow {
+    /// The versioned encoding (see the module docs).
+    ///
+    /// # Panics
+    /// When `ordering_key` is longer than [`ORDERING_KEY_MAX_BYTES`] (the edge
+    /// hashes longer keys: a longer one here is a broken invariant).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        out.push(DELIVERY_ROW_VERSION);
+        put_field(&mut out, ROW_STATE, &[self.state.as_u8()]);
+        put_field(&mut out, ROW_SIZE, &self.size.to_be_bytes());
+        put_field(&mut out, ROW_ATTEMPTS, &self.attempts.to_be_bytes());
+        if let Some(at) = self.first_attempt_at_ms {
+            put_field(&mut out, ROW_FIRST_ATTEMPT_AT, &at.to_be_bytes());
+        }
+        if let Some(e) = &self.last_error {
+            put_field(&mut out, ROW_LAST_ERROR, e.as_bytes());
+        }
+        if let Some(lane) = &self.lane {
+            put_field(&mut out, ROW_LANE, &lane.0);
+        }
+        if let Some(k) = &self.ordering_key {
+            assert!(
+                k.len() <= ORDERING_KEY_MAX_BYTES,
+                "ordering key of {} bytes (at most {ORDERING_KEY_MAX_BYTES})",
+                k.len()
+            );
+            put_field(&mut out, ROW_ORDERING_KEY, k);
+        }
+        out.push(END);
+        out
+    }
+
+    /// Decodes a stored delivery row.
+    ///
+    /// # Errors
+    /// [`ValueError::UnknownVersion`], [`ValueError::Truncated`],
+    /// [`ValueError::TrailingBytes`], [`ValueError::MissingField`], [`ValueError::DuplicateField`],
+    /// [`ValueError::InvalidField`] (including an unknown state and an ordering
+    /// key over [`ORDERING_KEY_MAX_BYTES`]).
+    pub fn decode(value: &[u8]) -> Result<DeliveryRow, ValueError> {
+        const WHAT: &str = "delivery row";
+        let (mut state, mut size, mut attempts, mut first_attempt_at_ms) = (None, None, None, None);
+        let (mut last_error, mut lane, mut ordering_key) = (None, None, None);
+        for field in open(value, WHAT, DELIVERY_ROW_VERSION)? {
+            let (tag, bytes) = field?;
+            match tag {
+                ROW_STATE => {
+                    let [b] = fixed::<1>(bytes, WHAT, "state")?;
+                    let s = RowState::from_u8(b).ok_or_else(|| ValueError::InvalidField {
+                        what: WHAT,
+                        field: "state",
+                        reason: format!("{b} is not a row state (0..=3)"),
+                    })?;
+                    set(&mut state, s, WHAT, "state")?;
+                }
+                ROW_SIZE => set(
+                    &mut size,
+                    u32::from_be_bytes(fixed(bytes, WHAT, "size")?),
+                    WHAT,
+                    "size",
+                )?,
+                ROW_ATTEMPTS => set(
+                    &mut attempts,
+                    u32::from_be_bytes(fixed(bytes, WHAT, "attempts")?),
+                    WHAT,
+                    "attempts",
+                )?,
+                ROW_FIRST_ATTEMPT_AT => set(
+                    &mut first_attempt_at_ms,
+                    u64::from_be_bytes(fixed(bytes, WHAT, "first_attempt_at_ms")?),
+                    WHAT,
+                    "first_attempt_at_ms",
+                )?,
+                ROW_LAST_ERROR => set(
+                    &mut last_error,
+                    text(bytes, WHAT, "last_error")?,
+                    WHAT,
+                    "last_error",
+                )?,
+                ROW_LANE => set(&mut lane, LaneId(fixed(bytes, WHAT, "lane")?), WHAT, "lane")?,
+                ROW_ORDERING_KEY => {
+                    if bytes.len() > ORDERING_KEY_MAX_BYTES {
+                        return Err(ValueError::InvalidField {
+                            what: WHAT,
+                            field: "ordering_key",
+                            reason: format!(
+                                "{} bytes, at most {ORDERING_KEY_MAX_BYTES}",
+                                bytes.len()
+                            ),
+                        });
+                    }
+                    set(&mut ordering_key, bytes.to_vec(), WHAT, "ordering_key")?;
+                }
+                _ => {} // a field of a later binary
+            }
+        }
+        Ok(DeliveryRow {
+            state: required(state, WHAT, "state")?,
+            size: required(size, WHAT, "size")?,
+            attempts: required(attempts, WHAT, "attempts")?,
+            first_attempt_at_ms,
+            last_error,
+            lane,
+            ordering_key,
+        })
+    }
+}

@@ -1,0 +1,131 @@
+//! Keys and values of cf `meta`.
+
+use ankusa_keys::meta::*;
+use ankusa_keys::*;
+use proptest::prelude::*;
+
+use crate::strategies::*;
+
+fn meta_key() -> impl Strategy<Value = MetaKey> {
+    prop_oneof![
+        Just(MetaKey::Format),
+        Just(MetaKey::NodeId),
+        Just(MetaKey::SeqHighWater),
+        ".{0,20}".prop_map(MetaKey::TenantByName),
+        tenant().prop_map(MetaKey::TenantByOrd),
+        ".{0,20}".prop_map(MetaKey::SourceByName),
+        source().prop_map(MetaKey::SourceById),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn meta_keys_round_trip(k in meta_key()) {
+        prop_assert_eq!(MetaKey::decode(&k.encode()), Ok(k));
+    }
+
+    #[test]
+    fn registry_ranges_hold_exactly_their_entries(k in meta_key()) {
+        let key = k.encode();
+        let ranges = [
+            (tenant_names_range(), matches!(k, MetaKey::TenantByName(_))),
+            (tenant_ords_range(), matches!(k, MetaKey::TenantByOrd(_))),
+            (source_names_range(), matches!(k, MetaKey::SourceByName(_))),
+            (source_ids_range(), matches!(k, MetaKey::SourceById(_))),
+        ];
+        for (range, holds) in ranges {
+            prop_assert_eq!(range.contains(&key), holds, "{:?} in {:?}", k, range);
+        }
+    }
+
+    #[test]
+    fn registry_ordinals_sort_in_number_order(a in tenant(), b in tenant(), x in source(), y in source()) {
+        prop_assert_eq!(tenant_by_ord_key(a).cmp(&tenant_by_ord_key(b)), a.cmp(&b));
+        prop_assert_eq!(source_by_id_key(x).cmp(&source_by_id_key(y)), x.cmp(&y));
+    }
+
+    #[test]
+    fn meta_values_round_trip(format in any::<u32>(), node in any::<[u8; 16]>(), seq in seq(), t in tenant(), s in source(), name in ".{0,20}") {
+        prop_assert_eq!(decode_format(&encode_format(format)), Ok(format));
+        prop_assert_eq!(decode_node_id(&node), Ok(node));
+        prop_assert_eq!(decode_seq_high_water(&encode_seq_high_water(seq)), Ok(seq));
+        prop_assert_eq!(decode_tenant_ord(&encode_tenant_ord(t)), Ok(t));
+        prop_assert_eq!(decode_source_id(&encode_source_id(s)), Ok(s));
+        prop_assert_eq!(decode_name(name.as_bytes()), Ok(name));
+    }
+}
+
+#[test]
+fn the_fixed_meta_keys_and_the_format() {
+    assert_eq!(STORE_FORMAT, 2);
+    assert_eq!(encode_format(STORE_FORMAT), [0, 0, 0, 2]);
+    assert_eq!(MetaKey::decode(FORMAT_KEY), Ok(MetaKey::Format));
+    assert_eq!(MetaKey::decode(NODE_ID_KEY), Ok(MetaKey::NodeId));
+    assert_eq!(
+        MetaKey::decode(SEQ_HIGH_WATER_KEY),
+        Ok(MetaKey::SeqHighWater)
+    );
+    assert_eq!(tenant_by_name_key("acme"), b"tenant/name/acme");
+    assert_eq!(
+        tenant_by_ord_key(TenantOrd(0x0102_0304)),
+        b"tenant/ord/\x01\x02\x03\x04"
+    );
+}
+
+#[test]
+fn bad_meta_keys_and_values_are_refused() {
+    assert_eq!(
+        MetaKey::decode(b"formats"),
+        Err(KeyError::WrongPrefix { what: "meta" })
+    );
+    assert_eq!(
+        MetaKey::decode(b""),
+        Err(KeyError::WrongPrefix { what: "meta" })
+    );
+    assert_eq!(
+        MetaKey::decode(b"tenant/ord/\0\0\0\0"),
+        Err(KeyError::ReservedOrdinal {
+            what: "tenant by ordinal",
+            ord: 0
+        })
+    );
+    assert_eq!(
+        MetaKey::decode(b"tenant/ord/\xff\xff\xff\xff"),
+        Err(KeyError::ReservedOrdinal {
+            what: "tenant by ordinal",
+            ord: u32::MAX
+        })
+    );
+    assert_eq!(
+        MetaKey::decode(b"source/id/\0\0\x01"),
+        Err(KeyError::WrongLength {
+            what: "source by id",
+            expected: 4,
+            found: 3
+        })
+    );
+    assert_eq!(
+        MetaKey::decode(b"tenant/name/\xff"),
+        Err(KeyError::NotUtf8 {
+            what: "tenant by name"
+        })
+    );
+    assert_eq!(
+        decode_format(&[0, 2]),
+        Err(ValueError::WrongLength {
+            what: "store format",
+            expected: 4,
+            found: 2
+        })
+    );
+    assert!(matches!(
+        decode_tenant_ord(&[0; 4]),
+        Err(ValueError::InvalidField { .. })
+    ));
+    assert!(matches!(
+        decode_name(&[0xff]),
+        Err(ValueError::InvalidField { .. })
+    ));
+    assert!(decode_node_id(&[0; 15]).is_err());
+    assert!(decode_seq_high_water(&[0; 9]).is_err());
+}
