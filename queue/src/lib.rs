@@ -1,0 +1,170 @@
+//! Delivery rows (DESIGN section 4): the pure batch builder of every row
+//! transition, and the checker of the store's invariants.
+//!
+//! # What it owns
+//! Every write of cf `hooks`, `deliveries`, `archive` and of the index families
+//! ?D, ?F, ?A, ?X, ?Q, ?K (the lane families ?O, ?H, ?P through
+//! [`ankusa_lanes`]), and the counters 1..=12 (DESIGN section 3), which every
+//! builder moves in the same batch for the tenant and the node aggregate
+//! ([`ankusa_lanes::count`]).
+//!
+//! # Shape
+//! Each builder is pure: it reads what it needs through an
+//! [`ankusa_engine::Read`] (a snapshot, or the live engine where the read closes
+//! a race), takes `now_ms` (unix milliseconds), and returns a [`Batch`] (or
+//! appends to one, for the Writer's group commit). No clock, no I/O of its own,
+//! no tokio. Each builder's doc states its precondition and the invariant it
+//! keeps, and `debug_assert!`s the precondition where that is cheap.
+//!
+//! # Invariants (DESIGN section 4), checked by [`check_invariants`]
+//! 1. Every row of `deliveries` is in exactly one place: ?D, ?F, ?O or ?X, and
+//!    its state field says which.
+//! 2. Every ?O has an ?H or a ?P for its lane; every ?H names exactly one row in
+//!    ?D or ?F; a lane has at most one row in ?D or ?F.
+//! 3. Every counter equals the count (or byte sum) of its keys, per tenant, and
+//!    the aggregate equals the sum over tenants.
+//! 4. A tenant with a ?D row has an ?A marker.
+//! 5. A delivery row's envelope exists in `hooks`.
+//!
+//! # Errors
+//! Operating errors (the engine failed, a stored value does not decode, a row is
+//! not where the caller said, a revive of a row not in the DLQ) are
+//! [`QueueError`]s. A broken invariant found inside a builder is an assertion.
+#![deny(missing_docs, clippy::unwrap_used)]
+
+use std::fmt;
+
+use ankusa_engine::{Batch, EngineError};
+use ankusa_keys::{KeyError, Seq, SinkIx, TenantOrd, ValueError};
+
+pub use ankusa_lanes as lanes;
+pub use ankusa_lanes::{LaneAssignment, RowId, count, mutation};
+
+mod admin;
+mod check;
+mod ingest;
+mod transitions;
+
+pub use admin::{
+    dead_letter_source, init_store, purge_tenant, retention, sweep_markers, sweep_markers_recheck,
+};
+pub use check::{Violation, check_invariants};
+pub use ingest::{Hook, NewRow, hook_size, new_ops, quarantine, release};
+pub use transitions::{
+    claim, dead_letter, delivered, orphan, park, recover_inflight, retry, revive,
+};
+
+/// Where a row is taken from by [`dead_letter`] and [`orphan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// From ?D, where it is due at `due_ms` (the ?D key's due field).
+    Due {
+        /// The due time in the row's ?D key, unix milliseconds.
+        due_ms: u64,
+    },
+    /// From ?F (claimed).
+    InFlight,
+    /// From ?O (a lane member; only for a deleted source).
+    Member,
+}
+
+/// Where a bounded, resumable builder stopped: pass it back to continue. Opaque.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Cursor {
+    phase: u8,
+    key: Vec<u8>,
+}
+
+/// What a bounded builder built: one batch, and where to continue.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Page {
+    /// The batch to commit.
+    pub batch: Batch,
+    /// `None` when the work is done; otherwise pass it to the next call (after
+    /// committing `batch`).
+    pub next: Option<Cursor>,
+    /// Entries this call moved, deleted or dead-lettered.
+    pub moved: usize,
+}
+
+/// Operating errors of the queue builders.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The engine failed a read.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A key read back does not decode as its family.
+    #[error("corrupt key: {0}")]
+    Key(#[from] KeyError),
+    /// A value read back does not have its layout.
+    #[error("corrupt value: {0}")]
+    Value(#[from] ValueError),
+    /// A revive of a row that is not in the DLQ (DESIGN section 10: a second
+    /// revive is refused, not reported as a success).
+    #[error("row {row} is not in the DLQ")]
+    NotInDlq {
+        /// The row.
+        row: RowId,
+    },
+    /// A transition of a row that is not where the transition takes it from
+    /// (a claim of a row no longer in ?D, an outcome of a row no longer in ?F).
+    #[error("row {row} is not {expected}")]
+    NotInState {
+        /// The row.
+        row: RowId,
+        /// Where it was expected: `due`, `in flight`, `a lane member`.
+        expected: &'static str,
+    },
+    /// An index entry whose delivery row is gone.
+    #[error("row {row} has no delivery row")]
+    MissingRow {
+        /// The row.
+        row: RowId,
+    },
+    /// A release of a hook that is not quarantined.
+    #[error("hook {tenant}/{seq} is not quarantined")]
+    NotQuarantined {
+        /// The tenant.
+        tenant: TenantOrd,
+        /// The hook.
+        seq: Seq,
+    },
+    /// A hook whose envelope is gone where one is needed.
+    #[error("hook {tenant}/{seq} has no envelope")]
+    MissingEnvelope {
+        /// The tenant.
+        tenant: TenantOrd,
+        /// The hook.
+        seq: Seq,
+    },
+}
+
+impl From<ankusa_lanes::LaneError> for QueueError {
+    fn from(e: ankusa_lanes::LaneError) -> Self {
+        use ankusa_lanes::LaneError as L;
+        match e {
+            L::Engine(e) => QueueError::Engine(e),
+            L::Key(e) => QueueError::Key(e),
+            L::Value(e) => QueueError::Value(e),
+            L::MissingRow { row } => QueueError::MissingRow { row },
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Due { due_ms } => write!(f, "due at {due_ms}"),
+            Origin::InFlight => f.write_str("in flight"),
+            Origin::Member => f.write_str("a lane member"),
+        }
+    }
+}
+
+/// `(tenant, seq, sink)` as a [`RowId`].
+pub fn row_id(tenant: TenantOrd, seq: Seq, sink: SinkIx) -> RowId {
+    RowId::new(tenant, seq, sink)
+}
+
+#[cfg(test)]
+mod tests;
