@@ -30,7 +30,7 @@ use std::fmt;
 use ankusa_engine::{Batch, Cf, Direction, EngineError, Read};
 use ankusa_keys::{
     CounterField, DeliveryRow, DueKind, DueValue, EMPTY_VALUE, Family, KeyError, LaneHeadValue,
-    LaneId, LaneMemberKey, LaneMemberValue, LaneMarkerKey, RowState, Seq, SinkIx, SourceId,
+    LaneId, LaneMarkerKey, LaneMemberKey, LaneMemberValue, RowState, Seq, SinkIx, SourceId,
     TenantOrd, ValueError, active_key, counter_key, delivery_key, due_key, lane_head_key,
     lane_marker_key, lane_member_key, lane_members_range, tenant_range,
 };
@@ -186,7 +186,11 @@ pub fn assign(sink: SinkIx, source: SourceId, key: Option<&[u8]>) -> LaneAssignm
 /// When `tenant` is not a real tenant (the aggregate is moved only through its
 /// tenants).
 pub fn count(batch: &mut Batch, tenant: TenantOrd, field: CounterField, delta: i64) {
-    assert!(tenant.is_tenant(), "counter add for reserved ordinal {}", tenant.0);
+    assert!(
+        tenant.is_tenant(),
+        "counter add for reserved ordinal {}",
+        tenant.0
+    );
     batch.counter_add(counter_key(tenant, field), delta);
     batch.counter_add(counter_key(TenantOrd::NODE, field), delta);
 }
@@ -203,7 +207,11 @@ pub fn first_member(
     tenant: TenantOrd,
     lane: LaneId,
 ) -> Result<Option<Member>, LaneError> {
-    let Some((k, v)) = read.first(Cf::Index, &lane_members_range(tenant, lane), Direction::Forward)?
+    let Some((k, v)) = read.first(
+        Cf::Index,
+        &lane_members_range(tenant, lane),
+        Direction::Forward,
+    )?
     else {
         return Ok(None);
     };
@@ -273,7 +281,10 @@ pub fn promote(
     now_ms: u64,
 ) -> Result<(), LaneError> {
     debug_assert!(
-        head(read, member.key.tenant, member.key.lane).ok().flatten().is_none(),
+        head(read, member.key.tenant, member.key.lane)
+            .ok()
+            .flatten()
+            .is_none(),
         "promote of {:?} into a busy lane",
         member.key
     );
@@ -296,8 +307,16 @@ fn promote_inner(
         .get(Cf::Deliveries, &dkey)?
         .ok_or(LaneError::MissingRow { row: row_id })?;
     let mut row = DeliveryRow::decode(&raw)?;
-    debug_assert_eq!(row.state, RowState::Member, "promote of {row_id}, not a member");
-    debug_assert_eq!(row.lane, Some(k.lane), "promote of {row_id} into another lane");
+    debug_assert_eq!(
+        row.state,
+        RowState::Member,
+        "promote of {row_id}, not a member"
+    );
+    debug_assert_eq!(
+        row.lane,
+        Some(k.lane),
+        "promote of {row_id} into another lane"
+    );
     row.state = RowState::Due;
     batch.delete(Cf::Index, lane_member_key(k.tenant, k.lane, k.seq, k.sink));
     batch.put(Cf::Deliveries, dkey, row.encode());
@@ -305,7 +324,11 @@ fn promote_inner(
         batch.put(
             Cf::Index,
             lane_head_key(k.tenant, k.lane),
-            LaneHeadValue { seq: k.seq, sink: k.sink }.encode(),
+            LaneHeadValue {
+                seq: k.seq,
+                sink: k.sink,
+            }
+            .encode(),
         );
     } else if replaces_head {
         batch.delete(Cf::Index, lane_head_key(k.tenant, k.lane));
@@ -313,7 +336,11 @@ fn promote_inner(
     batch.put(
         Cf::Index,
         due_key(k.tenant, now_ms, k.seq, k.sink),
-        DueValue { size: member.size, kind: DueKind::HeadFirst }.encode(),
+        DueValue {
+            size: member.size,
+            kind: DueKind::HeadFirst,
+        }
+        .encode(),
     );
     batch.put(Cf::Index, active_key(k.tenant), EMPTY_VALUE);
     if !mutation::active(Mutation::PromoteKeepsMarker) {

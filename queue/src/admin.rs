@@ -1,10 +1,46 @@
 //! Housekeeping and admin builders (DESIGN section 4): sweep_markers,
 //! purge_tenant, dead_letter_source, retention, init_store.
 
-use ankusa_engine::{Batch, Read};
-use ankusa_keys::{SourceId, TenantOrd};
+use std::collections::HashMap;
 
-use crate::{Cursor, Page, QueueError};
+use ankusa_engine::{Batch, Cf, Direction, KeyRange, Read};
+use ankusa_keys::{
+    ArchiveKey, CounterField, DueKey, EMPTY_VALUE, Envelope, Family, LaneMemberKey, SENTINEL_VALUE,
+    STORE_FORMAT, Seq, SourceId, TenantOrd, active_key, archive_time_range, counter_key,
+    deliveries_of_hook_range, hook_key, quarantined_key, sentinels, tenant_range, tenant_ranges,
+};
+use ankusa_lanes::{LANE_FAMILIES, RowId};
+
+use crate::transitions::dead_into;
+use crate::{Cursor, Origin, Page, QueueError};
+
+/// True when `tenant` has a ?D or a ?P (one seek each).
+fn has_due_or_marker(read: &impl Read, tenant: TenantOrd) -> Result<bool, QueueError> {
+    for family in [Family::Due, Family::LaneMarker] {
+        if read
+            .first(Cf::Index, &tenant_range(family, tenant), Direction::Forward)?
+            .is_some()
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The key just above `key`: where a forward scan resumes.
+fn after(key: &[u8]) -> Vec<u8> {
+    let mut next = key.to_vec();
+    next.push(0);
+    next
+}
+
+/// `range` starting at the cursor's key, when it has one.
+fn resume(mut range: KeyRange, key: &[u8]) -> KeyRange {
+    if !key.is_empty() && key > range.start.as_slice() {
+        range.start = key.to_vec();
+    }
+    range
+}
 
 /// Stale active-marker sweep (DESIGN section 4; ADR 4.6): deletes `tenant`'s ?A
 /// when it has no ?D and no ?P (one seek each); otherwise an empty batch.
@@ -16,8 +52,11 @@ use crate::{Cursor, Page, QueueError};
 /// # Errors
 /// Engine errors.
 pub fn sweep_markers(read: &impl Read, tenant: TenantOrd) -> Result<Batch, QueueError> {
-    let _ = (read, tenant);
-    unimplemented!()
+    let mut batch = Batch::new();
+    if !has_due_or_marker(read, tenant)? {
+        batch.delete(Cf::Index, active_key(tenant));
+    }
+    Ok(batch)
 }
 
 /// The second half of [`sweep_markers`]: puts `tenant`'s ?A back when it now
@@ -26,8 +65,11 @@ pub fn sweep_markers(read: &impl Read, tenant: TenantOrd) -> Result<Batch, Queue
 /// # Errors
 /// Engine errors.
 pub fn sweep_markers_recheck(read: &impl Read, tenant: TenantOrd) -> Result<Batch, QueueError> {
-    let _ = (read, tenant);
-    unimplemented!()
+    let mut batch = Batch::new();
+    if has_due_or_marker(read, tenant)? {
+        batch.put(Cf::Index, active_key(tenant), EMPTY_VALUE);
+    }
+    Ok(batch)
 }
 
 /// Tenant purge (DESIGN section 4; ADR 4.9): range-deletes every range of
@@ -41,8 +83,25 @@ pub fn sweep_markers_recheck(read: &impl Read, tenant: TenantOrd) -> Result<Batc
 /// # Errors
 /// Engine errors, a corrupt counter.
 pub fn purge_tenant(read: &impl Read, tenant: TenantOrd) -> Result<Batch, QueueError> {
-    let _ = (read, tenant);
-    unimplemented!()
+    assert!(tenant.is_tenant(), "purge of reserved ordinal {}", tenant.0);
+    let mut batch = Batch::new();
+    for field in CounterField::ALL {
+        let value = read.counter(&counter_key(tenant, field))?;
+        batch.counter_add(counter_key(TenantOrd::NODE, field), -value);
+    }
+    let lane_ranges: Vec<KeyRange> = LANE_FAMILIES
+        .into_iter()
+        .map(|f| tenant_range(f, tenant))
+        .collect();
+    for (cf, range) in tenant_ranges(tenant) {
+        // The lane families are lanes' to write (ADR 4.9).
+        if cf == Cf::Index && lane_ranges.contains(&range) {
+            continue;
+        }
+        batch.delete_range(cf, range);
+    }
+    ankusa_lanes::purge_ops(&mut batch, tenant);
+    Ok(batch)
 }
 
 /// Deleted source (DESIGN section 4; ADR 4.9): dead-letters `source`'s rows of
@@ -66,8 +125,71 @@ pub fn dead_letter_source(
     limit: usize,
     now_ms: u64,
 ) -> Result<Page, QueueError> {
-    let _ = (read, tenant, source, reason, cursor, limit, now_ms);
-    unimplemented!()
+    const MEMBERS: u8 = 0;
+    const DUE: u8 = 1;
+    let (phase, start) = match cursor {
+        Some(c) => (c.phase, c.key.as_slice()),
+        None => (MEMBERS, &[][..]),
+    };
+    let mut page = Page::default();
+    if phase > DUE || limit == 0 {
+        // Nothing examined: continue where the caller was.
+        page.next = (phase <= DUE).then(|| Cursor {
+            phase,
+            key: start.to_vec(),
+        });
+        return Ok(page);
+    }
+    let family = if phase == MEMBERS {
+        Family::LaneMember
+    } else {
+        Family::Due
+    };
+    let range = resume(tenant_range(family, tenant), start);
+    let entries = read.scan(Cf::Index, &range, Direction::Forward, limit)?;
+    let mut sources: HashMap<Seq, Option<SourceId>> = HashMap::new();
+    for (k, _) in &entries {
+        let (id, from) = if phase == MEMBERS {
+            let mk = LaneMemberKey::decode(k)?;
+            (RowId::new(mk.tenant, mk.seq, mk.sink), Origin::Member)
+        } else {
+            let dk = DueKey::decode(k)?;
+            (
+                RowId::new(dk.tenant, dk.seq, dk.sink),
+                Origin::Due { due_ms: dk.due_ms },
+            )
+        };
+        let src = match sources.get(&id.seq) {
+            Some(s) => *s,
+            None => {
+                let s = match read.get(Cf::Hooks, &hook_key(tenant, id.seq))? {
+                    Some(raw) => Some(Envelope::decode(&raw)?.source),
+                    None => None,
+                };
+                sources.insert(id.seq, s);
+                s
+            }
+        };
+        if src == Some(source) {
+            dead_into(read, &mut page.batch, id, from, reason, now_ms, false)?;
+            page.moved += 1;
+        }
+    }
+    page.next = match entries.last() {
+        // A full page: there may be more of this phase.
+        Some((last, _)) if entries.len() == limit => Some(Cursor {
+            phase,
+            key: after(last),
+        }),
+        // This phase is done. The ?D phase starts in the next call, after the
+        // members' batch commits, so a head's release reads none of them.
+        _ if phase == MEMBERS => Some(Cursor {
+            phase: DUE,
+            key: Vec::new(),
+        }),
+        _ => None,
+    };
+    Ok(page)
 }
 
 /// Retention (DESIGN section 4): deletes the envelope and the archive entry of
@@ -86,12 +208,60 @@ pub fn retention(
     cursor: Option<&Cursor>,
     limit: usize,
 ) -> Result<Page, QueueError> {
-    let _ = (read, tenant, cutoff_ms, cursor, limit);
-    unimplemented!()
+    if limit == 0 {
+        return Ok(Page {
+            next: Some(cursor.cloned().unwrap_or(Cursor {
+                phase: 0,
+                key: Vec::new(),
+            })),
+            ..Page::default()
+        });
+    }
+    let range = resume(
+        archive_time_range(tenant, 0, cutoff_ms),
+        cursor.map_or(&[][..], |c| c.key.as_slice()),
+    );
+    let entries = read.scan(Cf::Archive, &range, Direction::Forward, limit)?;
+    let mut page = Page::default();
+    for (k, _) in &entries {
+        let ak = ArchiveKey::decode(k)?;
+        let has_row = read
+            .first(
+                Cf::Deliveries,
+                &deliveries_of_hook_range(tenant, ak.seq),
+                Direction::Forward,
+            )?
+            .is_some();
+        let quarantined = read
+            .get(Cf::Index, &quarantined_key(tenant, ak.seq))?
+            .is_some();
+        if !has_row && !quarantined {
+            page.batch.delete(Cf::Hooks, hook_key(tenant, ak.seq));
+            page.batch.delete(Cf::Archive, k.to_vec());
+            page.moved += 1;
+        }
+    }
+    page.next = match entries.last() {
+        Some((last, _)) if entries.len() == limit => Some(Cursor {
+            phase: 0,
+            key: after(last),
+        }),
+        _ => None,
+    };
+    Ok(page)
 }
 
 /// A new store (DESIGN sections 3 and 8): every sentinel
 /// (`ankusa_keys::sentinels`) and the format stamp (`ankusa_keys::STORE_FORMAT`).
 pub fn init_store() -> Batch {
-    unimplemented!()
+    let mut batch = Batch::new();
+    for (cf, key) in sentinels() {
+        batch.put(cf, key, SENTINEL_VALUE);
+    }
+    batch.put(
+        Cf::Meta,
+        ankusa_keys::FORMAT_KEY,
+        ankusa_keys::meta::encode_format(STORE_FORMAT),
+    );
+    batch
 }

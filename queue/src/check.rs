@@ -1,10 +1,20 @@
 //! The invariant checker (DESIGN section 4): run by the model tests after every
 //! step and by `ankusa store check` on a real store.
 
-use ankusa_engine::{Cf, Read};
-use ankusa_keys::{CounterField, DueKind, LaneId, RowState, TenantOrd};
+use std::collections::{BTreeMap, BTreeSet};
+
+use ankusa_engine::{Cf, Direction, Read, scan_pages};
+use ankusa_keys::{
+    ActiveKey, CounterField, CounterKey, DeadLetterKey, DeadLetterValue, DedupeKey, DedupeValue,
+    DeliveryKey, DeliveryRow, DueKey, DueKind, DueValue, Family, HookKey, InFlightKey,
+    InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey,
+    LaneMemberValue, QuarantinedKey, QuarantinedValue, RowState, TenantOrd, decode_counter_value,
+    decode_empty_value, deliveries_range, family_range, hooks_range, is_sentinel,
+};
 
 use crate::{QueueError, RowId};
+
+const PAGE: usize = 1024;
 
 /// One broken invariant, with what was found. The number in each variant's doc
 /// is the invariant's (DESIGN section 4).
@@ -139,6 +149,400 @@ pub enum Violation {
 /// Engine errors. (A value that does not decode is a [`Violation`], not an
 /// error.)
 pub fn check_invariants(read: &impl Read) -> Result<Vec<Violation>, QueueError> {
-    let _ = read;
-    unimplemented!()
+    let mut c = Checker::default();
+    for family in Family::ALL {
+        for kv in scan_pages(
+            read,
+            Cf::Index,
+            family_range(family),
+            Direction::Forward,
+            PAGE,
+        ) {
+            let (k, v) = kv?;
+            if is_sentinel(Cf::Index, &k) {
+                continue;
+            }
+            if let Err(error) = c.index_entry(family, &k, &v) {
+                c.out.push(Violation::Undecodable {
+                    cf: Cf::Index,
+                    key: k.to_vec(),
+                    error,
+                });
+            }
+        }
+    }
+    for kv in scan_pages(read, Cf::Hooks, hooks_range(), Direction::Forward, PAGE) {
+        let (k, _) = kv?;
+        match HookKey::decode(&k) {
+            Ok(h) => {
+                c.hooks.insert((h.tenant, h.seq.0));
+            }
+            Err(e) => c.undecodable(Cf::Hooks, &k, e.to_string()),
+        }
+    }
+    let mut rows: BTreeMap<RowId, DeliveryRow> = BTreeMap::new();
+    for kv in scan_pages(
+        read,
+        Cf::Deliveries,
+        deliveries_range(),
+        Direction::Forward,
+        PAGE,
+    ) {
+        let (k, v) = kv?;
+        let decoded = DeliveryKey::decode(&k)
+            .map_err(|e| e.to_string())
+            .and_then(|dk| Ok((dk, DeliveryRow::decode(&v).map_err(|e| e.to_string())?)));
+        match decoded {
+            Ok((dk, row)) => {
+                rows.insert(RowId::new(dk.tenant, dk.seq, dk.sink), row);
+            }
+            Err(e) => c.undecodable(Cf::Deliveries, &k, e),
+        }
+    }
+    c.rows(&rows);
+    c.lanes(&rows);
+    c.counters();
+    c.active();
+    Ok(c.out)
+}
+
+/// Per-tenant tallies of what the keys add up to (invariant 3).
+#[derive(Default)]
+struct Tally {
+    counts: BTreeMap<CounterField, i64>,
+    has_due: bool,
+    has_active: bool,
+}
+
+impl Tally {
+    fn add(&mut self, field: CounterField, delta: i64) {
+        *self.counts.entry(field).or_default() += delta;
+    }
+}
+
+/// A place an index entry puts a row in, with what the entry says.
+#[derive(Clone, Copy)]
+struct Placed {
+    place: RowState,
+    kind: Option<DueKind>,
+    lane: Option<LaneId>,
+}
+
+#[derive(Default)]
+struct Checker {
+    out: Vec<Violation>,
+    tallies: BTreeMap<TenantOrd, Tally>,
+    places: BTreeMap<RowId, Vec<Placed>>,
+    heads: BTreeMap<(TenantOrd, LaneId), RowId>,
+    markers: BTreeSet<(TenantOrd, LaneId)>,
+    members: Vec<(RowId, LaneId)>,
+    counters: BTreeMap<(TenantOrd, CounterField), i64>,
+    hooks: BTreeSet<(TenantOrd, u64)>,
+}
+
+/// The counter fields whose value is a function of the keys (the `_total`
+/// fields are monotonic and are checked only in the aggregate).
+const KEYED_FIELDS: [CounterField; 9] = [
+    CounterField::Pending,
+    CounterField::Bytes,
+    CounterField::InFlight,
+    CounterField::Dead,
+    CounterField::DeadBytes,
+    CounterField::Quarantined,
+    CounterField::Lanes,
+    CounterField::LanesBlocked,
+    CounterField::LaneMembers,
+];
+
+fn s<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+impl Checker {
+    fn undecodable(&mut self, cf: Cf, key: &[u8], error: String) {
+        self.out.push(Violation::Undecodable {
+            cf,
+            key: key.to_vec(),
+            error,
+        });
+    }
+
+    fn tally(&mut self, tenant: TenantOrd) -> &mut Tally {
+        self.tallies.entry(tenant).or_default()
+    }
+
+    fn place(&mut self, row: RowId, placed: Placed) {
+        self.places.entry(row).or_default().push(placed);
+    }
+
+    /// Records one index entry; a decode failure is returned as text.
+    fn index_entry(&mut self, family: Family, k: &[u8], v: &[u8]) -> Result<(), String> {
+        use CounterField as F;
+        match family {
+            Family::Due => {
+                let key = DueKey::decode(k).map_err(s)?;
+                let val = DueValue::decode(v).map_err(s)?;
+                let t = self.tally(key.tenant);
+                t.add(F::Pending, 1);
+                t.add(F::Bytes, i64::from(val.size));
+                if val.kind == DueKind::HeadRetry {
+                    t.add(F::LanesBlocked, 1);
+                }
+                t.has_due = true;
+                let row = RowId::new(key.tenant, key.seq, key.sink);
+                self.place(
+                    row,
+                    Placed {
+                        place: RowState::Due,
+                        kind: Some(val.kind),
+                        lane: None,
+                    },
+                );
+            }
+            Family::InFlight => {
+                let key = InFlightKey::decode(k).map_err(s)?;
+                let val = InFlightValue::decode(v).map_err(s)?;
+                let t = self.tally(key.tenant);
+                t.add(F::Pending, 1);
+                t.add(F::Bytes, i64::from(val.size));
+                t.add(F::InFlight, 1);
+                let row = RowId::new(key.tenant, key.seq, key.sink);
+                self.place(
+                    row,
+                    Placed {
+                        place: RowState::InFlight,
+                        kind: Some(val.kind),
+                        lane: None,
+                    },
+                );
+            }
+            Family::Active => {
+                let key = ActiveKey::decode(k).map_err(s)?;
+                decode_empty_value(v).map_err(s)?;
+                self.tally(key.tenant).has_active = true;
+            }
+            Family::LaneMember => {
+                let key = LaneMemberKey::decode(k).map_err(s)?;
+                let val = LaneMemberValue::decode(v).map_err(s)?;
+                let t = self.tally(key.tenant);
+                t.add(F::Pending, 1);
+                t.add(F::Bytes, i64::from(val.size));
+                t.add(F::LaneMembers, 1);
+                let row = RowId::new(key.tenant, key.seq, key.sink);
+                self.place(
+                    row,
+                    Placed {
+                        place: RowState::Member,
+                        kind: None,
+                        lane: Some(key.lane),
+                    },
+                );
+                self.members.push((row, key.lane));
+            }
+            Family::LaneHead => {
+                let key = LaneHeadKey::decode(k).map_err(s)?;
+                let val = LaneHeadValue::decode(v).map_err(s)?;
+                self.tally(key.tenant).add(F::Lanes, 1);
+                self.heads.insert(
+                    (key.tenant, key.lane),
+                    RowId::new(key.tenant, val.seq, val.sink),
+                );
+            }
+            Family::LaneMarker => {
+                let key = LaneMarkerKey::decode(k).map_err(s)?;
+                decode_empty_value(v).map_err(s)?;
+                self.markers.insert((key.tenant, key.lane));
+            }
+            Family::DeadLetter => {
+                let key = DeadLetterKey::decode(k).map_err(s)?;
+                DeadLetterValue::decode(v).map_err(s)?;
+                self.tally(key.tenant).add(F::Dead, 1);
+                let row = RowId::new(key.tenant, key.seq, key.sink);
+                self.place(
+                    row,
+                    Placed {
+                        place: RowState::Dead,
+                        kind: None,
+                        lane: None,
+                    },
+                );
+            }
+            Family::Quarantined => {
+                let key = QuarantinedKey::decode(k).map_err(s)?;
+                QuarantinedValue::decode(v).map_err(s)?;
+                self.tally(key.tenant).add(F::Quarantined, 1);
+            }
+            Family::Dedupe => {
+                DedupeKey::decode(k).map_err(s)?;
+                DedupeValue::decode(v).map_err(s)?;
+            }
+            Family::Counter => {
+                let key = CounterKey::decode(k).map_err(s)?;
+                let val = decode_counter_value(v).map_err(s)?;
+                self.counters.insert((key.tenant, key.field), val);
+            }
+        }
+        Ok(())
+    }
+
+    /// Invariants 1 and 5, and the kind of each ?D/?F entry against its row.
+    fn rows(&mut self, rows: &BTreeMap<RowId, DeliveryRow>) {
+        for (&id, row) in rows {
+            if !self.hooks.contains(&(id.tenant, id.seq.0)) {
+                self.out.push(Violation::EnvelopeMissing { row: id });
+            }
+            let placed = self.places.get(&id).cloned().unwrap_or_default();
+            match placed.as_slice() {
+                [] => self.out.push(Violation::RowUnplaced {
+                    row: id,
+                    state: row.state,
+                }),
+                [one] if one.place != row.state => self.out.push(Violation::StateMismatch {
+                    row: id,
+                    state: row.state,
+                    place: one.place,
+                }),
+                [_] => {}
+                many => self.out.push(Violation::RowInManyPlaces {
+                    row: id,
+                    places: many.iter().map(|p| p.place).collect(),
+                }),
+            }
+            for p in &placed {
+                if let Some(kind) = p.kind
+                    && kind.is_head() != row.lane.is_some()
+                {
+                    self.out.push(Violation::KindMismatch {
+                        row: id,
+                        kind,
+                        laned: row.lane.is_some(),
+                    });
+                }
+                if let Some(lane) = p.lane
+                    && row.lane != Some(lane)
+                {
+                    self.out.push(Violation::MemberLaneMismatch {
+                        row: id,
+                        lane,
+                        row_lane: row.lane,
+                    });
+                }
+                if p.place == RowState::Dead {
+                    self.tally(id.tenant)
+                        .add(CounterField::DeadBytes, i64::from(row.size));
+                }
+            }
+        }
+        for (id, placed) in &self.places {
+            if !rows.contains_key(id) {
+                for p in placed {
+                    self.out.push(Violation::IndexWithoutRow {
+                        row: *id,
+                        place: p.place,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Invariant 2.
+    fn lanes(&mut self, rows: &BTreeMap<RowId, DeliveryRow>) {
+        for &(row, lane) in &self.members {
+            let key = (row.tenant, lane);
+            if !self.heads.contains_key(&key) && !self.markers.contains(&key) {
+                self.out.push(Violation::MemberStranded { row, lane });
+            }
+        }
+        // The laned rows in ?D or ?F, per lane.
+        let mut live: BTreeMap<(TenantOrd, LaneId), Vec<RowId>> = BTreeMap::new();
+        for (id, placed) in &self.places {
+            let Some(lane) = rows.get(id).and_then(|r| r.lane) else {
+                continue;
+            };
+            for p in placed {
+                if matches!(p.place, RowState::Due | RowState::InFlight) {
+                    live.entry((id.tenant, lane)).or_default().push(*id);
+                }
+            }
+        }
+        for (&(tenant, lane), &head) in &self.heads {
+            let is_live = live
+                .get(&(tenant, lane))
+                .is_some_and(|rs| rs.contains(&head));
+            if !is_live {
+                self.out.push(Violation::HeadNotLive { tenant, lane, head });
+            }
+        }
+        for ((tenant, lane), rs) in live {
+            if rs.len() > 1 {
+                self.out.push(Violation::LaneManyLive {
+                    tenant,
+                    lane,
+                    rows: rs.clone(),
+                });
+            }
+            for row in rs {
+                if self.heads.get(&(tenant, lane)) != Some(&row) {
+                    self.out.push(Violation::LiveRowNotHead { row, lane });
+                }
+            }
+        }
+    }
+
+    /// Invariant 3.
+    fn counters(&mut self) {
+        let mut tenants: BTreeSet<TenantOrd> = self.tallies.keys().copied().collect();
+        tenants.extend(
+            self.counters
+                .keys()
+                .map(|(t, _)| *t)
+                .filter(|t| t.is_tenant()),
+        );
+        for &tenant in &tenants {
+            for field in KEYED_FIELDS {
+                let expected = self
+                    .tallies
+                    .get(&tenant)
+                    .and_then(|t| t.counts.get(&field).copied())
+                    .unwrap_or(0);
+                let stored = self.counters.get(&(tenant, field)).copied().unwrap_or(0);
+                if stored != expected {
+                    self.out.push(Violation::CounterMismatch {
+                        tenant,
+                        field,
+                        stored,
+                        expected,
+                    });
+                }
+            }
+        }
+        for field in CounterField::ALL {
+            let expected: i64 = tenants
+                .iter()
+                .map(|&t| self.counters.get(&(t, field)).copied().unwrap_or(0))
+                .sum();
+            let stored = self
+                .counters
+                .get(&(TenantOrd::NODE, field))
+                .copied()
+                .unwrap_or(0);
+            if stored != expected {
+                self.out.push(Violation::CounterMismatch {
+                    tenant: TenantOrd::NODE,
+                    field,
+                    stored,
+                    expected,
+                });
+            }
+        }
+    }
+
+    /// Invariant 4.
+    fn active(&mut self) {
+        for (&tenant, t) in &self.tallies {
+            if t.has_due && !t.has_active {
+                self.out.push(Violation::DueWithoutActive { tenant });
+            }
+        }
+    }
 }

@@ -2,9 +2,13 @@
 //! release: the Writer's builders. Blind puts only: nothing here reads shared
 //! state, so a batch of many hooks (group commit) is a concatenation.
 
-use ankusa_engine::{Batch, Read};
-use ankusa_keys::{Envelope, Seq, SinkIx, TenantOrd};
-use ankusa_lanes::LaneAssignment;
+use ankusa_engine::{Batch, Cf, Read};
+use ankusa_keys::{
+    CounterField, DedupeValue, DeliveryRow, DueKind, DueValue, EMPTY_VALUE, Envelope,
+    QuarantinedValue, RowState, Seq, SinkIx, TenantOrd, active_key, archive_key, dedupe_key,
+    delivery_key, due_key, hook_key, quarantined_key,
+};
+use ankusa_lanes::{LaneAssignment, RowId, count};
 
 use crate::QueueError;
 
@@ -35,8 +39,88 @@ pub struct NewRow {
 /// the length of its stored envelope, saturated at `u32::MAX`. Every row of the
 /// hook has this size.
 pub fn hook_size(envelope: &Envelope) -> u32 {
-    let _ = envelope;
-    unimplemented!()
+    size_of_encoded(envelope.encode().len())
+}
+
+fn size_of_encoded(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+/// The envelope, its archive entry and its dedupe record.
+fn hook_ops(batch: &mut Batch, hook: &Hook<'_>, encoded: Vec<u8>) {
+    let env = hook.envelope;
+    batch.put(Cf::Hooks, hook_key(hook.tenant, hook.seq), encoded);
+    batch.put(
+        Cf::Archive,
+        archive_key(hook.tenant, env.received_at_ms, hook.seq),
+        EMPTY_VALUE,
+    );
+    if let Some(dk) = &env.dedupe_key {
+        batch.put(
+            Cf::Index,
+            dedupe_key(hook.tenant, env.source, dk),
+            DedupeValue {
+                seq: hook.seq,
+                expires_at_ms: hook.dedupe_expires_at_ms,
+            }
+            .encode(),
+        );
+    }
+}
+
+/// The rows of hook `seq` (each `size` bytes): the row part of [`new_ops`].
+pub(crate) fn rows_ops(
+    batch: &mut Batch,
+    tenant: TenantOrd,
+    seq: Seq,
+    size: u32,
+    rows: &[NewRow],
+    now_ms: u64,
+) {
+    debug_assert!(
+        rows.iter()
+            .enumerate()
+            .all(|(i, r)| rows[..i].iter().all(|o| o.sink != r.sink)),
+        "hook {tenant}/{seq} has two rows for one sink"
+    );
+    for r in rows {
+        let id = RowId::new(tenant, seq, r.sink);
+        let row = DeliveryRow {
+            state: if r.lane.is_some() {
+                RowState::Member
+            } else {
+                RowState::Due
+            },
+            size,
+            attempts: 0,
+            first_attempt_at_ms: None,
+            last_error: None,
+            lane: r.lane.as_ref().map(|a| a.lane),
+            ordering_key: r.lane.as_ref().and_then(|a| a.ordering_key.clone()),
+        };
+        batch.put(
+            Cf::Deliveries,
+            delivery_key(tenant, seq, r.sink),
+            row.encode(),
+        );
+        match &r.lane {
+            None => {
+                batch.put(
+                    Cf::Index,
+                    due_key(tenant, now_ms, seq, r.sink),
+                    DueValue {
+                        size,
+                        kind: DueKind::First,
+                    }
+                    .encode(),
+                );
+                batch.put(Cf::Index, active_key(tenant), EMPTY_VALUE);
+            }
+            Some(a) => ankusa_lanes::member_put(batch, id, a.lane, size),
+        }
+        count(batch, tenant, CounterField::Pending, 1);
+        count(batch, tenant, CounterField::Bytes, i64::from(size));
+    }
 }
 
 /// Ingest (DESIGN section 4; ADR 4.1): appends the envelope (cf `hooks`), the
@@ -49,8 +133,10 @@ pub fn hook_size(envelope: &Envelope) -> u32 {
 /// it), `rows` has distinct sinks. Keeps every invariant: each row is in exactly
 /// one place, each member has its ?P, each ?D has its ?A.
 pub fn new_ops(batch: &mut Batch, hook: &Hook<'_>, rows: &[NewRow], now_ms: u64) {
-    let _ = (batch, hook, rows, now_ms);
-    unimplemented!()
+    let encoded = hook.envelope.encode();
+    let size = size_of_encoded(encoded.len());
+    hook_ops(batch, hook, encoded);
+    rows_ops(batch, hook.tenant, hook.seq, size, rows, now_ms);
 }
 
 /// Quarantine (DESIGN section 4): appends the envelope, the archive entry, the
@@ -59,8 +145,16 @@ pub fn new_ops(batch: &mut Batch, hook: &Hook<'_>, rows: &[NewRow], now_ms: u64)
 ///
 /// Blind puts. Precondition: `hook.seq` is new.
 pub fn quarantine(batch: &mut Batch, hook: &Hook<'_>, reason: &str) {
-    let _ = (batch, hook, reason);
-    unimplemented!()
+    hook_ops(batch, hook, hook.envelope.encode());
+    batch.put(
+        Cf::Index,
+        quarantined_key(hook.tenant, hook.seq),
+        QuarantinedValue {
+            reason: reason.to_owned(),
+        }
+        .encode(),
+    );
+    count(batch, hook.tenant, CounterField::Quarantined, 1);
 }
 
 /// Quarantine release (DESIGN section 4): deletes ?Q of hook `seq`,
@@ -77,6 +171,25 @@ pub fn release(
     rows: &[NewRow],
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
-    let _ = (read, tenant, seq, rows, now_ms);
-    unimplemented!()
+    let qkey = quarantined_key(tenant, seq);
+    if read.get(Cf::Index, &qkey)?.is_none() {
+        return Err(QueueError::NotQuarantined { tenant, seq });
+    }
+    let stored = read
+        .get(Cf::Hooks, &hook_key(tenant, seq))?
+        .ok_or(QueueError::MissingEnvelope { tenant, seq })?;
+    // The size is the stored envelope's, as new_ops counts it.
+    Envelope::decode(&stored)?;
+    let mut batch = Batch::new();
+    batch.delete(Cf::Index, qkey);
+    count(&mut batch, tenant, CounterField::Quarantined, -1);
+    rows_ops(
+        &mut batch,
+        tenant,
+        seq,
+        size_of_encoded(stored.len()),
+        rows,
+        now_ms,
+    );
+    Ok(batch)
 }

@@ -1,10 +1,43 @@
 //! The pipeline's and the replayer's row transitions (DESIGN section 4): claim,
 //! retry, park, delivered, dead-letter, orphan, revive, recover_inflight.
 
-use ankusa_engine::{Batch, Read};
-use ankusa_keys::DueKey;
+use ankusa_engine::{Batch, Cf, Direction, Read};
+use ankusa_keys::{
+    CounterField, DeadLetterValue, DeliveryRow, DueKey, DueKind, DueValue, EMPTY_VALUE, Family,
+    InFlightKey, InFlightValue, LaneMemberValue, RowState, active_key, dead_letter_key,
+    delivery_key, due_key, family_range, in_flight_key, lane_member_key,
+};
+use ankusa_lanes::mutation::{self, Mutation};
+use ankusa_lanes::{Member, count};
 
-use crate::{Origin, Page, QueueError, RowId};
+use crate::{Cursor, Origin, Page, QueueError, RowId};
+
+/// The delivery row of `id`, decoded.
+pub(crate) fn read_row(read: &impl Read, id: RowId) -> Result<DeliveryRow, QueueError> {
+    let raw = read
+        .get(Cf::Deliveries, &delivery_key(id.tenant, id.seq, id.sink))?
+        .ok_or(QueueError::MissingRow { row: id })?;
+    Ok(DeliveryRow::decode(&raw)?)
+}
+
+fn put_row(batch: &mut Batch, id: RowId, row: &DeliveryRow) {
+    batch.put(
+        Cf::Deliveries,
+        delivery_key(id.tenant, id.seq, id.sink),
+        row.encode(),
+    );
+}
+
+/// The ?F value of `id`, or [`QueueError::NotInState`].
+fn read_in_flight(read: &impl Read, id: RowId) -> Result<InFlightValue, QueueError> {
+    let raw = read
+        .get(Cf::Index, &in_flight_key(id.tenant, id.seq, id.sink))?
+        .ok_or(QueueError::NotInState {
+            row: id,
+            expected: "in flight",
+        })?;
+    Ok(InFlightValue::decode(&raw)?)
+}
 
 /// Claim (DESIGN section 4): ?D → ?F. Deletes the ?D key `due`, puts ?F (size
 /// and kind of the ?D value, claimed at `now_ms`), rewrites the row to state
@@ -18,8 +51,87 @@ use crate::{Origin, Page, QueueError, RowId};
 /// [`QueueError::NotInState`] when `due` is not in ?D; [`QueueError::MissingRow`];
 /// engine and decode errors.
 pub fn claim(read: &impl Read, due: DueKey, now_ms: u64) -> Result<Batch, QueueError> {
-    let _ = (read, due, now_ms);
-    unimplemented!()
+    let id = RowId::new(due.tenant, due.seq, due.sink);
+    let raw = read
+        .get(Cf::Index, &due.encode())?
+        .ok_or(QueueError::NotInState {
+            row: id,
+            expected: "due",
+        })?;
+    let dv = DueValue::decode(&raw)?;
+    let mut row = read_row(read, id)?;
+    debug_assert_eq!(row.state, RowState::Due, "claim of {id}: row state");
+    debug_assert_eq!(
+        dv.kind.is_head(),
+        row.lane.is_some(),
+        "claim of {id}: kind vs lane"
+    );
+    row.state = RowState::InFlight;
+    row.first_attempt_at_ms.get_or_insert(now_ms);
+    let mut batch = Batch::new();
+    batch.delete(Cf::Index, due.encode());
+    batch.put(
+        Cf::Index,
+        in_flight_key(id.tenant, id.seq, id.sink),
+        InFlightValue {
+            size: dv.size,
+            kind: dv.kind,
+            claimed_at_ms: now_ms,
+        }
+        .encode(),
+    );
+    put_row(&mut batch, id, &row);
+    count(&mut batch, id.tenant, CounterField::InFlight, 1);
+    if dv.kind == DueKind::HeadRetry && !mutation::active(Mutation::ClaimForgetsBlockedCounter) {
+        ankusa_lanes::unblock_head(&mut batch, id.tenant);
+    }
+    Ok(batch)
+}
+
+/// ?F -> ?D due at `due_ms` with the retry kind; `attempt` is the error of an
+/// attempt that ran (a retry), `None` for a park.
+fn reschedule(
+    read: &impl Read,
+    id: RowId,
+    due_ms: u64,
+    attempt: Option<&str>,
+    now_ms: u64,
+) -> Result<Batch, QueueError> {
+    debug_assert!(due_ms >= now_ms, "{id} rescheduled into the past");
+    let fv = read_in_flight(read, id)?;
+    let mut row = read_row(read, id)?;
+    debug_assert_eq!(
+        row.state,
+        RowState::InFlight,
+        "reschedule of {id}: row state"
+    );
+    let kind = fv.kind.as_retry();
+    let mut batch = Batch::new();
+    batch.delete(Cf::Index, in_flight_key(id.tenant, id.seq, id.sink));
+    batch.put(
+        Cf::Index,
+        due_key(id.tenant, due_ms, id.seq, id.sink),
+        DueValue {
+            size: fv.size,
+            kind,
+        }
+        .encode(),
+    );
+    batch.put(Cf::Index, active_key(id.tenant), EMPTY_VALUE);
+    row.state = RowState::Due;
+    if let Some(error) = attempt {
+        row.attempts = row.attempts.saturating_add(1);
+        row.last_error = Some(error.to_owned());
+    }
+    put_row(&mut batch, id, &row);
+    count(&mut batch, id.tenant, CounterField::InFlight, -1);
+    if attempt.is_some() {
+        count(&mut batch, id.tenant, CounterField::RetriesTotal, 1);
+    }
+    if kind == DueKind::HeadRetry {
+        ankusa_lanes::block_head(&mut batch, id.tenant);
+    }
+    Ok(batch)
 }
 
 /// Retry (DESIGN section 4): ?F → ?D due at `due_ms`, kind 1 (kind 3 for a lane
@@ -38,8 +150,7 @@ pub fn retry(
     error: &str,
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
-    let _ = (read, row, due_ms, error, now_ms);
-    unimplemented!()
+    reschedule(read, row, due_ms, Some(error), now_ms)
 }
 
 /// Breaker park (DESIGN section 4): as [`retry`] but the attempt never ran: no
@@ -51,8 +162,7 @@ pub fn retry(
 /// # Errors
 /// As [`retry`].
 pub fn park(read: &impl Read, row: RowId, due_ms: u64, now_ms: u64) -> Result<Batch, QueueError> {
-    let _ = (read, row, due_ms, now_ms);
-    unimplemented!()
+    reschedule(read, row, due_ms, None, now_ms)
 }
 
 /// Delivered (DESIGN section 4): deletes ?F and the row; pending −1, bytes
@@ -66,8 +176,128 @@ pub fn park(read: &impl Read, row: RowId, due_ms: u64, now_ms: u64) -> Result<Ba
 /// [`QueueError::NotInState`] when `row` is not in ?F; [`QueueError::MissingRow`];
 /// engine and decode errors.
 pub fn delivered(read: &impl Read, row: RowId, now_ms: u64) -> Result<Batch, QueueError> {
-    let _ = (read, row, now_ms);
-    unimplemented!()
+    let id = row;
+    let fv = read_in_flight(read, id)?;
+    let row = read_row(read, id)?;
+    debug_assert_eq!(row.state, RowState::InFlight, "delivered {id}: row state");
+    let mut batch = Batch::new();
+    batch.delete(Cf::Index, in_flight_key(id.tenant, id.seq, id.sink));
+    batch.delete(Cf::Deliveries, delivery_key(id.tenant, id.seq, id.sink));
+    count(&mut batch, id.tenant, CounterField::Pending, -1);
+    count(
+        &mut batch,
+        id.tenant,
+        CounterField::Bytes,
+        -i64::from(fv.size),
+    );
+    count(&mut batch, id.tenant, CounterField::InFlight, -1);
+    count(&mut batch, id.tenant, CounterField::DeliveredTotal, 1);
+    if let Some(lane) = row.lane {
+        ankusa_lanes::release_ops(read, &mut batch, id, lane, now_ms)?;
+    }
+    Ok(batch)
+}
+
+/// Appends the dead-letter of `id` from `from` to `batch` (see [`dead_letter`]);
+/// `tolerant` rewrites an undecodable or missing row from its index entry
+/// ([`orphan`]).
+pub(crate) fn dead_into(
+    read: &impl Read,
+    batch: &mut Batch,
+    id: RowId,
+    from: Origin,
+    reason: &str,
+    now_ms: u64,
+    tolerant: bool,
+) -> Result<(), QueueError> {
+    let decoded = read_row(read, id);
+    let stored = match decoded {
+        Ok(row) => Some(row),
+        Err(QueueError::Value(_) | QueueError::MissingRow { .. }) if tolerant => None,
+        Err(e) => return Err(e),
+    };
+    let not_in = |expected| QueueError::NotInState { row: id, expected };
+    // Leave the place the row is in; learn its index size and kind.
+    let (size, kind) = match from {
+        Origin::Due { due_ms } => {
+            let key = due_key(id.tenant, due_ms, id.seq, id.sink);
+            let raw = read.get(Cf::Index, &key)?.ok_or_else(|| not_in("due"))?;
+            let dv = DueValue::decode(&raw)?;
+            batch.delete(Cf::Index, key);
+            if dv.kind == DueKind::HeadRetry {
+                ankusa_lanes::unblock_head(batch, id.tenant);
+            }
+            (dv.size, Some(dv.kind))
+        }
+        Origin::InFlight => {
+            let fv = read_in_flight(read, id)?;
+            batch.delete(Cf::Index, in_flight_key(id.tenant, id.seq, id.sink));
+            count(batch, id.tenant, CounterField::InFlight, -1);
+            (fv.size, Some(fv.kind))
+        }
+        Origin::Member => {
+            let lane = stored
+                .as_ref()
+                .and_then(|r| r.lane)
+                .ok_or_else(|| not_in("a lane member"))?;
+            let key = lane_member_key(id.tenant, lane, id.seq, id.sink);
+            let raw = read
+                .get(Cf::Index, &key)?
+                .ok_or_else(|| not_in("a lane member"))?;
+            let key = ankusa_keys::LaneMemberKey::decode(&key)?;
+            let size = LaneMemberValue::decode(&raw)?.size;
+            ankusa_lanes::remove_member(batch, &Member { key, size });
+            (size, None)
+        }
+    };
+    let mut row = stored.clone().unwrap_or(DeliveryRow {
+        state: RowState::Dead,
+        size,
+        attempts: 0,
+        first_attempt_at_ms: None,
+        last_error: None,
+        lane: None,
+        ordering_key: None,
+    });
+    debug_assert!(
+        stored.is_none()
+            || matches!(
+                (from, row.state),
+                (Origin::Due { .. }, RowState::Due)
+                    | (Origin::InFlight, RowState::InFlight)
+                    | (Origin::Member, RowState::Member)
+            ),
+        "dead-letter of {id} from {from}: row state {:?}",
+        row.state
+    );
+    row.state = RowState::Dead;
+    batch.put(
+        Cf::Index,
+        dead_letter_key(id.tenant, id.seq, id.sink),
+        DeadLetterValue {
+            dead_at_ms: now_ms,
+            reason: reason.to_owned(),
+        }
+        .encode(),
+    );
+    put_row(batch, id, &row);
+    count(batch, id.tenant, CounterField::Pending, -1);
+    count(batch, id.tenant, CounterField::Bytes, -i64::from(size));
+    count(batch, id.tenant, CounterField::Dead, 1);
+    count(
+        batch,
+        id.tenant,
+        CounterField::DeadBytes,
+        i64::from(row.size),
+    );
+    count(batch, id.tenant, CounterField::DeadLetteredTotal, 1);
+    let is_head = kind.is_some_and(DueKind::is_head);
+    if let (true, Some(lane)) = (is_head, row.lane)
+        && !mutation::active(Mutation::DeadLetterSkipsRelease)
+    {
+        ankusa_lanes::release_ops(read, batch, id, lane, now_ms)?;
+    }
+    Ok(())
 }
 
 /// Dead-letter (DESIGN section 4): the row leaves `from` (?F; or ?D / ?O for a
@@ -89,8 +319,9 @@ pub fn dead_letter(
     reason: &str,
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
-    let _ = (read, row, from, reason, now_ms);
-    unimplemented!()
+    let mut batch = Batch::new();
+    dead_into(read, &mut batch, row, from, reason, now_ms, false)?;
+    Ok(batch)
 }
 
 /// Orphan (DESIGN section 4): a row whose envelope or source is gone (or whose
@@ -110,8 +341,9 @@ pub fn orphan(
     reason: &str,
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
-    let _ = (read, row, from, reason, now_ms);
-    unimplemented!()
+    let mut batch = Batch::new();
+    dead_into(read, &mut batch, row, from, reason, now_ms, true)?;
+    Ok(batch)
 }
 
 /// DLQ revive (DESIGN section 4; ADR 4.8): deletes ?X; dead −1, dead_bytes
@@ -127,8 +359,55 @@ pub fn orphan(
 /// [`QueueError::NotInDlq`] when `row` is not in ?X (DESIGN section 10);
 /// [`QueueError::MissingRow`]; engine and decode errors.
 pub fn revive(read: &impl Read, row: RowId, now_ms: u64) -> Result<Batch, QueueError> {
-    let _ = (read, row, now_ms);
-    unimplemented!()
+    let id = row;
+    let xkey = dead_letter_key(id.tenant, id.seq, id.sink);
+    if read.get(Cf::Index, &xkey)?.is_none() {
+        return Err(QueueError::NotInDlq { row: id });
+    }
+    let mut row = read_row(read, id)?;
+    debug_assert_eq!(row.state, RowState::Dead, "revive of {id}: row state");
+    let mut batch = Batch::new();
+    batch.delete(Cf::Index, xkey);
+    count(&mut batch, id.tenant, CounterField::Dead, -1);
+    count(
+        &mut batch,
+        id.tenant,
+        CounterField::DeadBytes,
+        -i64::from(row.size),
+    );
+    count(&mut batch, id.tenant, CounterField::Pending, 1);
+    count(
+        &mut batch,
+        id.tenant,
+        CounterField::Bytes,
+        i64::from(row.size),
+    );
+    row.attempts = 0;
+    row.first_attempt_at_ms = None;
+    let lane = row
+        .lane
+        .filter(|_| !mutation::active(Mutation::ReviveIgnoresLane));
+    match lane {
+        Some(lane) => {
+            row.state = RowState::Member;
+            ankusa_lanes::member_put(&mut batch, id, lane, row.size);
+        }
+        None => {
+            row.state = RowState::Due;
+            batch.put(
+                Cf::Index,
+                due_key(id.tenant, now_ms, id.seq, id.sink),
+                DueValue {
+                    size: row.size,
+                    kind: DueKind::First,
+                }
+                .encode(),
+            );
+            batch.put(Cf::Index, active_key(id.tenant), EMPTY_VALUE);
+        }
+    }
+    put_row(&mut batch, id, &row);
+    Ok(batch)
 }
 
 /// Startup recovery (DESIGN section 4; ADR 4.7): up to `limit` ?F rows (all
@@ -143,6 +422,40 @@ pub fn revive(read: &impl Read, row: RowId, now_ms: u64) -> Result<Batch, QueueE
 /// # Errors
 /// [`QueueError::MissingRow`]; engine and decode errors.
 pub fn recover_inflight(read: &impl Read, limit: usize, now_ms: u64) -> Result<Page, QueueError> {
-    let _ = (read, limit, now_ms);
-    unimplemented!()
+    let entries = read.scan(
+        Cf::Index,
+        &family_range(Family::InFlight),
+        Direction::Forward,
+        limit,
+    )?;
+    let mut page = Page::default();
+    for (k, v) in &entries {
+        let fk = InFlightKey::decode(k)?;
+        let fv = InFlightValue::decode(v)?;
+        let id = RowId::new(fk.tenant, fk.seq, fk.sink);
+        let mut row = read_row(read, id)?;
+        let batch = &mut page.batch;
+        batch.delete(Cf::Index, k.to_vec());
+        batch.put(
+            Cf::Index,
+            due_key(id.tenant, now_ms, id.seq, id.sink),
+            DueValue {
+                size: fv.size,
+                kind: fv.kind.as_first(),
+            }
+            .encode(),
+        );
+        batch.put(Cf::Index, active_key(id.tenant), EMPTY_VALUE);
+        row.state = RowState::Due;
+        put_row(batch, id, &row);
+        count(batch, id.tenant, CounterField::InFlight, -1);
+        page.moved += 1;
+    }
+    if limit > 0 && entries.len() == limit {
+        page.next = Some(Cursor {
+            phase: 0,
+            key: Vec::new(),
+        });
+    }
+    Ok(page)
 }
