@@ -1,0 +1,10 @@
+//! The model tests of `queue` and `lanes` (issue 3), in one test binary so the
+//! RocksDB and fjall backends are linked once.
+
+mod equivalence;
+mod machine;
+mod model;
+mod mutations;
+mod regressions;
+mod steps;
+mod view;

@@ -1,0 +1,201 @@
+//! The steps of the state machine and their strategy.
+//!
+//! The key space is small on purpose (2 tenants x 3 keys x 2 sinks, 2 sources)
+//! so lanes collide. A step that acts on a row names it by `pick`, an index
+//! taken modulo the rows the *store* holds in the right place when the step
+//! runs (its precondition: with no such row the step is skipped), so a shrunk
+//! sequence still means something.
+//!
+//! `Debug` is short and valid Rust (`use Step::*; use Why::*;` in scope), so a
+//! shrunk case pastes straight into a regression test.
+
+use std::fmt;
+
+use proptest::prelude::*;
+
+/// A hook to ingest: tenant (1..=2), source (1..=2), ordering key (0 = none:
+/// the keyless lane, 1..=2 a key), per sink whether its row is laned, and a size.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Hook {
+    pub t: u8,
+    pub src: u8,
+    pub key: u8,
+    /// Bit 0: sink 0 gets a row; bit 1: sink 1 gets a row; bit 2: sink 0 is
+    /// ordered; bit 3: sink 1 is ordered. At least one of bits 0-1 is set.
+    pub sinks: u8,
+    pub size: u32,
+}
+
+impl fmt::Debug for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "h({}, {}, {}, 0b{:04b}, {})", self.t, self.src, self.key, self.sinks, self.size)
+    }
+}
+
+/// `h(t, src, key, sinks, size)`: a [`Hook`], short.
+pub const fn h(t: u8, src: u8, key: u8, sinks: u8, size: u32) -> Hook {
+    Hook { t, src, key, sinks, size }
+}
+
+/// Why a claimed row is dead-lettered (every path ADR 0004 4.4 lists).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    Policy,
+    Horizon,
+    Permanent,
+    SinkGone,
+}
+
+/// A writer that commits between two steps of the pipeline's lane work.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Race {
+    /// A hook with the tenant, source and key of the lane the pipeline is
+    /// working on (both sinks, both ordered), of this size.
+    Lane(u32),
+    /// Any hook.
+    Hook(Hook),
+}
+
+impl fmt::Debug for Race {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Race::Lane(size) => write!(f, "Race::Lane({size})"),
+            Race::Hook(hk) => write!(f, "Race::Hook({hk:?})"),
+        }
+    }
+}
+
+/// Where a racing writer's commit lands relative to a lane sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum At {
+    /// After the sweep read the lane and before its batch commits.
+    BeforeBatch,
+    /// After the sweep's batch commits and before its recheck reads.
+    BeforeRecheck,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The Writer commits a hook.
+    Ingest(Hook),
+    /// The pipeline claims a due row (?D due by now -> ?F).
+    Claim(u8),
+    /// A claimed row's attempt failed: due again `delay` ms from now.
+    Retry(u8, u16),
+    /// A breaker park of a claimed row.
+    Park(u8, u16),
+    /// A claimed row was delivered. With a hook, a writer commits it between
+    /// the release's read of the next member and the release's write (ADR 4.5).
+    Delivered(u8, Option<Race>),
+    /// A claimed row is dead-lettered.
+    Dead(u8, Why),
+    /// A claimed row whose envelope/source is gone: dead-lettered as an orphan.
+    Orphan(u8),
+    /// The replayer revives a dead letter.
+    Revive(u8),
+    /// Process restart: `recover_inflight`.
+    Restart,
+    /// The pipeline's lane sweep of a tenant (up to `limit` markers), with an
+    /// optional racing writer.
+    SweepLanes(u8, u8, Option<(At, Race)>),
+    /// The stale ?A sweep of a tenant.
+    SweepMarkers(u8),
+    /// Admin: purge a tenant.
+    Purge(u8),
+    /// Admin: a source was deleted; dead-letter its rows.
+    DeadSource(u8, u8),
+    /// Time passes.
+    Advance(u16),
+}
+
+impl fmt::Debug for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use Step::*;
+        match self {
+            Ingest(hk) => write!(f, "Ingest({hk:?})"),
+            Claim(p) => write!(f, "Claim({p})"),
+            Retry(p, d) => write!(f, "Retry({p}, {d})"),
+            Park(p, d) => write!(f, "Park({p}, {d})"),
+            Delivered(p, None) => write!(f, "Delivered({p}, None)"),
+            Delivered(p, Some(hk)) => write!(f, "Delivered({p}, Some({hk:?}))"),
+            Dead(p, w) => write!(f, "Dead({p}, {w:?})"),
+            Orphan(p) => write!(f, "Orphan({p})"),
+            Revive(p) => write!(f, "Revive({p})"),
+            Restart => write!(f, "Restart"),
+            SweepLanes(t, l, None) => write!(f, "SweepLanes({t}, {l}, None)"),
+            SweepLanes(t, l, Some((at, hk))) => write!(f, "SweepLanes({t}, {l}, Some(({at:?}, {hk:?})))"),
+            SweepMarkers(t) => write!(f, "SweepMarkers({t})"),
+            Purge(t) => write!(f, "Purge({t})"),
+            DeadSource(t, s) => write!(f, "DeadSource({t}, {s})"),
+            Advance(ms) => write!(f, "Advance({ms})"),
+        }
+    }
+}
+
+pub fn hook() -> impl Strategy<Value = Hook> {
+    (
+        1..=2u8,
+        prop_oneof![4 => Just(1u8), 1 => Just(2u8)],
+        0..=2u8,
+        // Mostly both sinks, mostly ordered, so lanes fill up.
+        prop_oneof![
+            6 => Just(0b1111u8),
+            2 => Just(0b1011u8),
+            2 => Just(0b0111u8),
+            1 => Just(0b0011u8),
+            1 => Just(0b1010u8),
+            1 => Just(0b0101u8),
+            1 => Just(0b0001u8),
+        ],
+        prop_oneof![Just(10u32), Just(100u32), 1..2000u32],
+    )
+        .prop_map(|(t, src, key, sinks, size)| Hook { t, src, key, sinks, size })
+}
+
+fn why() -> impl Strategy<Value = Why> {
+    prop_oneof![Just(Why::Policy), Just(Why::Horizon), Just(Why::Permanent), Just(Why::SinkGone)]
+}
+
+fn delay() -> impl Strategy<Value = u16> {
+    prop_oneof![Just(0u16), Just(100u16), Just(1000u16), 1..5000u16]
+}
+
+fn race() -> impl Strategy<Value = Race> {
+    prop_oneof![
+        3 => prop_oneof![Just(10u32), 1..2000u32].prop_map(Race::Lane),
+        1 => hook().prop_map(Race::Hook),
+    ]
+}
+
+pub fn step() -> impl Strategy<Value = Step> {
+    use Step::*;
+    let tenant = || 1..=2u8;
+    prop_oneof![
+        20 => hook().prop_map(Ingest),
+        14 => any::<u8>().prop_map(Claim),
+        5 => (any::<u8>(), delay()).prop_map(|(p, d)| Retry(p, d)),
+        2 => (any::<u8>(), delay()).prop_map(|(p, d)| Park(p, d)),
+        12 => (any::<u8>(), prop::option::weighted(0.3, race())).prop_map(|(p, hk)| Delivered(p, hk)),
+        3 => (any::<u8>(), why()).prop_map(|(p, w)| Dead(p, w)),
+        1 => any::<u8>().prop_map(Orphan),
+        3 => any::<u8>().prop_map(Revive),
+        2 => Just(Restart),
+        5 => (
+            tenant(),
+            1..=4u8,
+            prop::option::weighted(
+                0.4,
+                (prop_oneof![Just(At::BeforeBatch), Just(At::BeforeRecheck)], race())
+            )
+        )
+            .prop_map(|(t, l, r)| SweepLanes(t, l, r)),
+        2 => tenant().prop_map(SweepMarkers),
+        1 => tenant().prop_map(Purge),
+        1 => (tenant(), 1..=2u8).prop_map(|(t, s)| DeadSource(t, s)),
+        4 => prop_oneof![Just(100u16), Just(1000u16), 1..6000u16].prop_map(Advance),
+    ]
+}
+
+pub fn steps(max: usize) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(step(), 1..=max)
+}
