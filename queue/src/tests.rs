@@ -1,1 +1,1468 @@
+//! Unit tests of the queue builders on the memory engine: for each transition
+//! the exact counter deltas and index keys after commit, and a clean
+//! [`check_invariants`].
 
+use std::collections::BTreeMap;
+
+use ankusa_engine::memory::MemoryKv;
+use ankusa_engine::{Batch, Cf, Direction, Durability, Kv, Read};
+use ankusa_keys::{
+    CounterField, DeadLetterValue, DeliveryRow, DueKey, DueKind, DueValue, Envelope, Family,
+    InFlightValue, LaneId, RowState, Seq, SinkIx, SourceId, TenantOrd, active_key, archive_key,
+    counter_key, dead_letter_key, dedupe_key, delivery_key, due_key, hook_key, in_flight_key,
+    lane_head_key, lane_marker_key, lane_member_key, quarantined_key, sentinels, tenant_range,
+};
+use ankusa_lanes::{LaneAssignment, assign};
+
+use super::*;
+
+const T1: TenantOrd = TenantOrd(1);
+const T2: TenantOrd = TenantOrd(2);
+const SRC: SourceId = SourceId(10);
+const NOW: u64 = 1_000_000;
+const S0: SinkIx = SinkIx(0);
+const S1: SinkIx = SinkIx(1);
+
+use CounterField as F;
+
+fn store() -> MemoryKv {
+    let kv = MemoryKv::new();
+    commit(&kv, init_store());
+    kv
+}
+
+fn commit(kv: &MemoryKv, batch: Batch) {
+    kv.write(batch, Durability::Sync).expect("commit");
+}
+
+fn envelope(source: SourceId, body: &str, dedupe: Option<&str>) -> Envelope {
+    Envelope {
+        source,
+        received_at_ms: NOW - 10,
+        method: "POST".into(),
+        path: "/hooks/x".into(),
+        query: None,
+        headers: vec![(b"x-entity-id".to_vec(), b"cust_1".to_vec())],
+        body: body.as_bytes().to_vec(),
+        dedupe_key: dedupe.map(|d| d.as_bytes().to_vec()),
+        idempotency_key: [7; 16],
+    }
+}
+
+fn laned(sink: SinkIx, key: &str) -> NewRow {
+    NewRow {
+        sink,
+        lane: Some(assign(sink, SRC, Some(key.as_bytes()))),
+    }
+}
+
+fn plain(sink: SinkIx) -> NewRow {
+    NewRow { sink, lane: None }
+}
+
+fn lane_of(sink: SinkIx, key: &str) -> LaneId {
+    ankusa_lanes::lane_id(sink, SRC, Some(key.as_bytes()))
+}
+
+/// Ingests hook `seq` of `tenant` from `source` with `rows`; returns its size.
+fn ingest_from(
+    kv: &MemoryKv,
+    tenant: TenantOrd,
+    seq: u64,
+    source: SourceId,
+    rows: &[NewRow],
+) -> u32 {
+    let env = envelope(source, &format!("body {seq}"), None);
+    let mut b = Batch::new();
+    new_ops(
+        &mut b,
+        &Hook {
+            tenant,
+            seq: Seq(seq),
+            envelope: &env,
+            dedupe_expires_at_ms: NOW,
+        },
+        rows,
+        NOW,
+    );
+    commit(kv, b);
+    hook_size(&env)
+}
+
+fn ingest(kv: &MemoryKv, tenant: TenantOrd, seq: u64, rows: &[NewRow]) -> u32 {
+    ingest_from(kv, tenant, seq, SRC, rows)
+}
+
+fn counters(kv: &MemoryKv, tenant: TenantOrd) -> BTreeMap<CounterField, i64> {
+    CounterField::ALL
+        .into_iter()
+        .map(|f| (f, kv.counter(&counter_key(tenant, f)).expect("counter")))
+        .filter(|(_, v)| *v != 0)
+        .collect()
+}
+
+/// `after - before`, only the fields that moved.
+fn delta(
+    before: &BTreeMap<CounterField, i64>,
+    after: &BTreeMap<CounterField, i64>,
+) -> BTreeMap<CounterField, i64> {
+    CounterField::ALL
+        .into_iter()
+        .map(|f| {
+            (
+                f,
+                after.get(&f).copied().unwrap_or(0) - before.get(&f).copied().unwrap_or(0),
+            )
+        })
+        .filter(|(_, d)| *d != 0)
+        .collect()
+}
+
+fn map(pairs: &[(CounterField, i64)]) -> BTreeMap<CounterField, i64> {
+    pairs.iter().copied().collect()
+}
+
+/// Commits `batch` and returns the counter deltas of `tenant`, checking that
+/// the aggregate moved by the same amounts (one tenant touched).
+fn commit_delta(kv: &MemoryKv, tenant: TenantOrd, batch: Batch) -> BTreeMap<CounterField, i64> {
+    let (b, bn) = (counters(kv, tenant), counters(kv, TenantOrd::NODE));
+    commit(kv, batch);
+    let d = delta(&b, &counters(kv, tenant));
+    assert_eq!(
+        d,
+        delta(&bn, &counters(kv, TenantOrd::NODE)),
+        "aggregate moved differently"
+    );
+    d
+}
+
+fn keys(kv: &MemoryKv, family: Family, tenant: TenantOrd) -> Vec<Vec<u8>> {
+    kv.scan(
+        Cf::Index,
+        &tenant_range(family, tenant),
+        Direction::Forward,
+        1000,
+    )
+    .expect("scan")
+    .into_iter()
+    .map(|(k, _)| k.to_vec())
+    .collect()
+}
+
+fn row(kv: &MemoryKv, id: RowId) -> Option<DeliveryRow> {
+    kv.get(Cf::Deliveries, &delivery_key(id.tenant, id.seq, id.sink))
+        .expect("get")
+        .map(|raw| DeliveryRow::decode(&raw).expect("decode"))
+}
+
+fn due_value(kv: &MemoryKv, tenant: TenantOrd, due_ms: u64, id: RowId) -> Option<DueValue> {
+    kv.get(Cf::Index, &due_key(tenant, due_ms, id.seq, id.sink))
+        .expect("get")
+        .map(|v| DueValue::decode(&v).expect("decode"))
+}
+
+fn head_of(kv: &MemoryKv, tenant: TenantOrd, lane: LaneId) -> Option<RowId> {
+    ankusa_lanes::head(kv, tenant, lane).expect("head")
+}
+
+fn clean(kv: &MemoryKv) {
+    let v = check_invariants(&kv.snapshot()).expect("check");
+    assert!(v.is_empty(), "violations: {v:#?}");
+}
+
+fn dk(tenant: TenantOrd, due_ms: u64, seq: u64, sink: SinkIx) -> DueKey {
+    DueKey {
+        tenant,
+        due_ms,
+        seq: Seq(seq),
+        sink,
+    }
+}
+
+fn id(tenant: TenantOrd, seq: u64, sink: SinkIx) -> RowId {
+    RowId::new(tenant, Seq(seq), sink)
+}
+
+/// Runs the lane sweep of `tenant` and commits it.
+fn sweep(kv: &MemoryKv, tenant: TenantOrd, now: u64) -> usize {
+    let out = ankusa_lanes::sweep(kv, tenant, 64, now).expect("sweep");
+    commit(kv, out.batch);
+    commit(
+        kv,
+        ankusa_lanes::sweep_recheck(kv, tenant, &out.recheck).expect("recheck"),
+    );
+    out.promoted
+}
+
+// ---- init, ingest -----------------------------------------------------------
+
+#[test]
+fn init_store_writes_sentinels_and_the_format() {
+    let kv = store();
+    for (cf, key) in sentinels() {
+        assert!(
+            kv.get(cf, &key).expect("get").is_some(),
+            "sentinel {cf:?} missing"
+        );
+    }
+    let raw = kv
+        .get(Cf::Meta, ankusa_keys::FORMAT_KEY)
+        .expect("get")
+        .expect("format");
+    assert_eq!(ankusa_keys::meta::decode_format(&raw).expect("decode"), 2);
+    clean(&kv);
+}
+
+#[test]
+fn ingest_of_unordered_sinks_puts_rows_due_now_with_the_active_marker() {
+    let kv = store();
+    let env = envelope(SRC, "hello", Some("evt_1"));
+    let size = hook_size(&env);
+    assert_eq!(size as usize, env.encode().len());
+    let mut b = Batch::new();
+    new_ops(
+        &mut b,
+        &Hook {
+            tenant: T1,
+            seq: Seq(1),
+            envelope: &env,
+            dedupe_expires_at_ms: NOW + 5,
+        },
+        &[plain(S0), plain(S1)],
+        NOW,
+    );
+    let d = commit_delta(&kv, T1, b);
+    assert_eq!(d, map(&[(F::Pending, 2), (F::Bytes, 2 * i64::from(size))]));
+    assert_eq!(
+        keys(&kv, Family::Due, T1),
+        vec![
+            due_key(T1, NOW, Seq(1), S0).to_vec(),
+            due_key(T1, NOW, Seq(1), S1).to_vec()
+        ]
+    );
+    assert_eq!(
+        due_value(&kv, T1, NOW, id(T1, 1, S0)),
+        Some(DueValue {
+            size,
+            kind: DueKind::First
+        })
+    );
+    assert_eq!(keys(&kv, Family::Active, T1), vec![active_key(T1).to_vec()]);
+    assert!(keys(&kv, Family::LaneMember, T1).is_empty());
+    let r = row(&kv, id(T1, 1, S1)).expect("row");
+    assert_eq!(
+        (r.state, r.size, r.attempts, r.lane),
+        (RowState::Due, size, 0, None)
+    );
+    assert_eq!(
+        Envelope::decode(
+            &kv.get(Cf::Hooks, &hook_key(T1, Seq(1)))
+                .expect("get")
+                .expect("env")
+        )
+        .expect("decode"),
+        env
+    );
+    assert!(
+        kv.get(Cf::Archive, &archive_key(T1, NOW - 10, Seq(1)))
+            .expect("get")
+            .is_some()
+    );
+    let dd = kv
+        .get(Cf::Index, &dedupe_key(T1, SRC, b"evt_1"))
+        .expect("get")
+        .expect("dedupe");
+    assert_eq!(
+        ankusa_keys::DedupeValue::decode(&dd).expect("decode"),
+        ankusa_keys::DedupeValue {
+            seq: Seq(1),
+            expires_at_ms: NOW + 5
+        }
+    );
+    clean(&kv);
+}
+
+#[test]
+fn ingest_of_an_ordered_sink_makes_a_member_with_its_marker_and_no_due_row() {
+    let kv = store();
+    let env = envelope(SRC, "x", None);
+    let mut b = Batch::new();
+    new_ops(
+        &mut b,
+        &Hook {
+            tenant: T1,
+            seq: Seq(1),
+            envelope: &env,
+            dedupe_expires_at_ms: NOW,
+        },
+        &[laned(S0, "cust_1"), plain(S1)],
+        NOW,
+    );
+    let size = i64::from(hook_size(&env));
+    let d = commit_delta(&kv, T1, b);
+    assert_eq!(
+        d,
+        map(&[(F::Pending, 2), (F::Bytes, 2 * size), (F::LaneMembers, 1)])
+    );
+    let lane = lane_of(S0, "cust_1");
+    assert_eq!(
+        keys(&kv, Family::LaneMember, T1),
+        vec![lane_member_key(T1, lane, Seq(1), S0).to_vec()]
+    );
+    assert_eq!(
+        keys(&kv, Family::LaneMarker, T1),
+        vec![lane_marker_key(T1, lane).to_vec()]
+    );
+    assert_eq!(
+        keys(&kv, Family::Due, T1),
+        vec![due_key(T1, NOW, Seq(1), S1).to_vec()]
+    );
+    assert!(keys(&kv, Family::LaneHead, T1).is_empty());
+    let r = row(&kv, id(T1, 1, S0)).expect("row");
+    assert_eq!(r.state, RowState::Member);
+    assert_eq!(r.lane, Some(lane));
+    assert_eq!(r.ordering_key, Some(b"cust_1".to_vec()));
+    clean(&kv);
+}
+
+// ---- claim, retry, park, delivered --------------------------------------------
+
+#[test]
+fn claim_moves_due_to_in_flight_and_stamps_the_first_attempt() {
+    let kv = store();
+    let size = ingest(&kv, T1, 1, &[plain(S0)]);
+    let d = commit_delta(
+        &kv,
+        T1,
+        claim(&kv, dk(T1, NOW, 1, S0), NOW + 3).expect("claim"),
+    );
+    assert_eq!(d, map(&[(F::InFlight, 1)]));
+    assert!(keys(&kv, Family::Due, T1).is_empty());
+    let fv = kv
+        .get(Cf::Index, &in_flight_key(T1, Seq(1), S0))
+        .expect("get")
+        .expect("?F");
+    assert_eq!(
+        InFlightValue::decode(&fv).expect("decode"),
+        InFlightValue {
+            size,
+            kind: DueKind::First,
+            claimed_at_ms: NOW + 3
+        }
+    );
+    let r = row(&kv, id(T1, 1, S0)).expect("row");
+    assert_eq!(
+        (r.state, r.first_attempt_at_ms),
+        (RowState::InFlight, Some(NOW + 3))
+    );
+    clean(&kv);
+    // A second claim of the same ?D key is refused.
+    let err = claim(&kv, dk(T1, NOW, 1, S0), NOW + 4).expect_err("not due");
+    assert!(matches!(
+        err,
+        QueueError::NotInState {
+            expected: "due",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn retry_counts_an_attempt_and_keeps_the_first_attempt_time() {
+    let kv = store();
+    let size = ingest(&kv, T1, 1, &[plain(S0)]);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    let d = commit_delta(
+        &kv,
+        T1,
+        retry(&kv, id(T1, 1, S0), NOW + 500, "503", NOW + 1).expect("retry"),
+    );
+    assert_eq!(d, map(&[(F::InFlight, -1), (F::RetriesTotal, 1)]));
+    assert_eq!(
+        due_value(&kv, T1, NOW + 500, id(T1, 1, S0)),
+        Some(DueValue {
+            size,
+            kind: DueKind::Retry
+        })
+    );
+    assert!(keys(&kv, Family::InFlight, T1).is_empty());
+    let r = row(&kv, id(T1, 1, S0)).expect("row");
+    assert_eq!(
+        (r.state, r.attempts, r.first_attempt_at_ms),
+        (RowState::Due, 1, Some(NOW))
+    );
+    assert_eq!(r.last_error.as_deref(), Some("503"));
+    clean(&kv);
+    // The second claim keeps first_attempt_at.
+    commit(
+        &kv,
+        claim(&kv, dk(T1, NOW + 500, 1, S0), NOW + 600).expect("claim"),
+    );
+    assert_eq!(
+        row(&kv, id(T1, 1, S0)).expect("row").first_attempt_at_ms,
+        Some(NOW)
+    );
+    let err = retry(&kv, id(T1, 2, S0), NOW + 700, "x", NOW + 600).expect_err("no row");
+    assert!(matches!(
+        err,
+        QueueError::NotInState {
+            expected: "in flight",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn kind_2_and_3_claim_retry_and_park_move_lanes_blocked() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    let size = ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    assert_eq!(sweep(&kv, T1, NOW), 1);
+    let head = id(T1, 1, S0);
+    assert_eq!(
+        due_value(&kv, T1, NOW, head),
+        Some(DueValue {
+            size,
+            kind: DueKind::HeadFirst
+        })
+    );
+
+    // Claim of kind 2: in_flight +1 only.
+    let d = commit_delta(&kv, T1, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    assert_eq!(d, map(&[(F::InFlight, 1)]));
+    // Retry of the head: kind 3, lanes_blocked +1.
+    let d = commit_delta(
+        &kv,
+        T1,
+        retry(&kv, head, NOW + 10, "boom", NOW).expect("retry"),
+    );
+    assert_eq!(
+        d,
+        map(&[
+            (F::InFlight, -1),
+            (F::RetriesTotal, 1),
+            (F::LanesBlocked, 1)
+        ])
+    );
+    assert_eq!(
+        due_value(&kv, T1, NOW + 10, head),
+        Some(DueValue {
+            size,
+            kind: DueKind::HeadRetry
+        })
+    );
+    assert_eq!(head_of(&kv, T1, lane), Some(head));
+    clean(&kv);
+    // Claim of kind 3: lanes_blocked −1.
+    let d = commit_delta(
+        &kv,
+        T1,
+        claim(&kv, dk(T1, NOW + 10, 1, S0), NOW + 10).expect("claim"),
+    );
+    assert_eq!(d, map(&[(F::InFlight, 1), (F::LanesBlocked, -1)]));
+    let fv = kv
+        .get(Cf::Index, &in_flight_key(T1, Seq(1), S0))
+        .expect("get")
+        .expect("?F");
+    assert_eq!(
+        InFlightValue::decode(&fv).expect("decode").kind,
+        DueKind::HeadRetry
+    );
+    clean(&kv);
+    // Park of the head: kind 3, lanes_blocked +1, no attempt, no retry counted.
+    let d = commit_delta(&kv, T1, park(&kv, head, NOW + 20, NOW + 11).expect("park"));
+    assert_eq!(d, map(&[(F::InFlight, -1), (F::LanesBlocked, 1)]));
+    assert_eq!(
+        due_value(&kv, T1, NOW + 20, head),
+        Some(DueValue {
+            size,
+            kind: DueKind::HeadRetry
+        })
+    );
+    let r = row(&kv, head).expect("row");
+    assert_eq!((r.attempts, r.last_error.as_deref()), (1, Some("boom")));
+    assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), Some(&1));
+    clean(&kv);
+}
+
+#[test]
+fn park_of_an_unordered_row_counts_nothing_but_in_flight() {
+    let kv = store();
+    let size = ingest(&kv, T1, 1, &[plain(S0)]);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    let d = commit_delta(
+        &kv,
+        T1,
+        park(&kv, id(T1, 1, S0), NOW + 9, NOW).expect("park"),
+    );
+    assert_eq!(d, map(&[(F::InFlight, -1)]));
+    assert_eq!(
+        due_value(&kv, T1, NOW + 9, id(T1, 1, S0)),
+        Some(DueValue {
+            size,
+            kind: DueKind::Retry
+        })
+    );
+    assert_eq!(row(&kv, id(T1, 1, S0)).expect("row").attempts, 0);
+    clean(&kv);
+}
+
+#[test]
+fn delivered_deletes_the_row_and_keeps_the_envelope() {
+    let kv = store();
+    let size = i64::from(ingest(&kv, T1, 1, &[plain(S0), plain(S1)]));
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    let d = commit_delta(
+        &kv,
+        T1,
+        delivered(&kv, id(T1, 1, S0), NOW + 1).expect("delivered"),
+    );
+    assert_eq!(
+        d,
+        map(&[
+            (F::Pending, -1),
+            (F::Bytes, -size),
+            (F::InFlight, -1),
+            (F::DeliveredTotal, 1)
+        ])
+    );
+    assert_eq!(row(&kv, id(T1, 1, S0)), None);
+    assert!(keys(&kv, Family::InFlight, T1).is_empty());
+    assert!(
+        kv.get(Cf::Hooks, &hook_key(T1, Seq(1)))
+            .expect("get")
+            .is_some()
+    );
+    assert_eq!(
+        counters(&kv, T1),
+        map(&[(F::Pending, 1), (F::Bytes, size), (F::DeliveredTotal, 1)])
+    );
+    clean(&kv);
+    let err = delivered(&kv, id(T1, 1, S0), NOW + 2).expect_err("gone");
+    assert!(matches!(err, QueueError::NotInState { .. }));
+}
+
+#[test]
+fn delivered_head_hands_the_lane_to_the_next_member_in_seq_order() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    let size = i64::from(ingest(&kv, T1, 1, &[laned(S0, "k")]));
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    ingest(&kv, T1, 3, &[laned(S0, "k")]);
+    assert_eq!(sweep(&kv, T1, NOW), 1);
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 1, S0)));
+    assert_eq!(counters(&kv, T1).get(&F::LaneMembers), Some(&2));
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    clean(&kv);
+
+    let d = commit_delta(
+        &kv,
+        T1,
+        delivered(&kv, id(T1, 1, S0), NOW + 5).expect("delivered"),
+    );
+    assert_eq!(
+        d,
+        map(&[
+            (F::Pending, -1),
+            (F::Bytes, -size),
+            (F::InFlight, -1),
+            (F::DeliveredTotal, 1),
+            (F::LaneMembers, -1)
+        ])
+    );
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
+    assert_eq!(
+        due_value(&kv, T1, NOW + 5, id(T1, 2, S0)).map(|v| v.kind),
+        Some(DueKind::HeadFirst)
+    );
+    assert_eq!(
+        keys(&kv, Family::LaneMember, T1),
+        vec![lane_member_key(T1, lane, Seq(3), S0).to_vec()]
+    );
+    assert_eq!(row(&kv, id(T1, 2, S0)).expect("row").state, RowState::Due);
+    assert_eq!(counters(&kv, T1).get(&F::Lanes), Some(&1));
+    clean(&kv);
+
+    // Drain: 2 then 3, then the lane is free.
+    for (seq, at) in [(2, NOW + 5), (3, NOW + 6)] {
+        commit(&kv, claim(&kv, dk(T1, at, seq, S0), at).expect("claim"));
+        commit(
+            &kv,
+            delivered(&kv, id(T1, seq, S0), at + 1).expect("delivered"),
+        );
+        clean(&kv);
+    }
+    assert_eq!(head_of(&kv, T1, lane), None);
+    assert_eq!(counters(&kv, T1), map(&[(F::DeliveredTotal, 3)]));
+    assert!(keys(&kv, Family::LaneHead, T1).is_empty());
+}
+
+// ---- dead letter, orphan, revive --------------------------------------------------
+
+#[test]
+fn a_dead_head_releases_its_lane_to_the_next_member() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    let size = i64::from(ingest(&kv, T1, 1, &[laned(S0, "k")]));
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    let b = dead_letter(
+        &kv,
+        id(T1, 1, S0),
+        Origin::InFlight,
+        "permanent: 400",
+        NOW + 7,
+    )
+    .expect("dead");
+    let d = commit_delta(&kv, T1, b);
+    assert_eq!(
+        d,
+        map(&[
+            (F::Pending, -1),
+            (F::Bytes, -size),
+            (F::InFlight, -1),
+            (F::Dead, 1),
+            (F::DeadBytes, size),
+            (F::DeadLetteredTotal, 1),
+            (F::LaneMembers, -1),
+        ])
+    );
+    let x = kv
+        .get(Cf::Index, &dead_letter_key(T1, Seq(1), S0))
+        .expect("get")
+        .expect("?X");
+    assert_eq!(
+        DeadLetterValue::decode(&x).expect("decode"),
+        DeadLetterValue {
+            dead_at_ms: NOW + 7,
+            reason: "permanent: 400".into()
+        }
+    );
+    assert_eq!(row(&kv, id(T1, 1, S0)).expect("row").state, RowState::Dead);
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
+    assert_eq!(
+        due_value(&kv, T1, NOW + 7, id(T1, 2, S0)).map(|v| v.kind),
+        Some(DueKind::HeadFirst)
+    );
+    clean(&kv);
+}
+
+#[test]
+fn dead_letter_of_a_blocked_head_from_due_unblocks_and_frees_the_lane() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(
+        &kv,
+        retry(&kv, id(T1, 1, S0), NOW + 50, "x", NOW).expect("retry"),
+    );
+    let b = dead_letter(
+        &kv,
+        id(T1, 1, S0),
+        Origin::Due { due_ms: NOW + 50 },
+        "source gone",
+        NOW + 1,
+    )
+    .expect("dead");
+    let d = commit_delta(&kv, T1, b);
+    assert_eq!(d.get(&F::LanesBlocked), Some(&-1));
+    assert_eq!(d.get(&F::Lanes), Some(&-1));
+    assert_eq!(d.get(&F::InFlight), None);
+    assert_eq!(head_of(&kv, T1, lane), None);
+    assert!(keys(&kv, Family::Due, T1).is_empty());
+    clean(&kv);
+    // Wrong origin is refused.
+    let err = dead_letter(&kv, id(T1, 1, S0), Origin::InFlight, "x", NOW).expect_err("not in ?F");
+    assert!(matches!(err, QueueError::NotInState { .. }));
+}
+
+#[test]
+fn revive_puts_an_unordered_row_back_due_now_and_refuses_a_second_revive() {
+    let kv = store();
+    let size = i64::from(ingest(&kv, T1, 1, &[plain(S0)]));
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(
+        &kv,
+        retry(&kv, id(T1, 1, S0), NOW + 1, "x", NOW).expect("retry"),
+    );
+    commit(
+        &kv,
+        claim(&kv, dk(T1, NOW + 1, 1, S0), NOW + 1).expect("claim"),
+    );
+    commit(
+        &kv,
+        dead_letter(&kv, id(T1, 1, S0), Origin::InFlight, "horizon", NOW + 2).expect("dead"),
+    );
+    let d = commit_delta(
+        &kv,
+        T1,
+        revive(&kv, id(T1, 1, S0), NOW + 100).expect("revive"),
+    );
+    assert_eq!(
+        d,
+        map(&[
+            (F::Dead, -1),
+            (F::DeadBytes, -size),
+            (F::Pending, 1),
+            (F::Bytes, size)
+        ])
+    );
+    assert_eq!(
+        due_value(&kv, T1, NOW + 100, id(T1, 1, S0)),
+        Some(DueValue {
+            size: size as u32,
+            kind: DueKind::First
+        })
+    );
+    let r = row(&kv, id(T1, 1, S0)).expect("row");
+    assert_eq!(
+        (r.state, r.attempts, r.first_attempt_at_ms),
+        (RowState::Due, 0, None)
+    );
+    assert!(keys(&kv, Family::DeadLetter, T1).is_empty());
+    clean(&kv);
+    let err = revive(&kv, id(T1, 1, S0), NOW + 101).expect_err("not in DLQ");
+    assert!(matches!(err, QueueError::NotInDlq { row } if row == id(T1, 1, S0)));
+    assert_eq!(err.to_string(), "row 1/1/0 is not in the DLQ");
+}
+
+#[test]
+fn revive_of_a_laned_row_lands_after_the_current_head() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    ingest(&kv, T1, 3, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(
+        &kv,
+        dead_letter(&kv, id(T1, 1, S0), Origin::InFlight, "poison", NOW).expect("dead"),
+    );
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
+
+    let size = i64::from(row(&kv, id(T1, 1, S0)).expect("row").size);
+    let d = commit_delta(
+        &kv,
+        T1,
+        revive(&kv, id(T1, 1, S0), NOW + 1).expect("revive"),
+    );
+    assert_eq!(
+        d,
+        map(&[
+            (F::Dead, -1),
+            (F::DeadBytes, -size),
+            (F::Pending, 1),
+            (F::Bytes, size),
+            (F::LaneMembers, 1)
+        ])
+    );
+    // A member, not a second row in ?D beside the head.
+    assert_eq!(
+        row(&kv, id(T1, 1, S0)).expect("row").state,
+        RowState::Member
+    );
+    assert_eq!(keys(&kv, Family::Due, T1).len(), 1);
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
+    assert_eq!(
+        keys(&kv, Family::LaneMarker, T1),
+        vec![lane_marker_key(T1, lane).to_vec()]
+    );
+    clean(&kv);
+    // The sweep sees the head and only drops the marker.
+    assert_eq!(sweep(&kv, T1, NOW + 1), 0);
+    clean(&kv);
+    // Head 2 delivered: the revived 1 (lowest seq) goes before 3.
+    commit(&kv, claim(&kv, dk(T1, NOW, 2, S0), NOW + 2).expect("claim"));
+    commit(
+        &kv,
+        delivered(&kv, id(T1, 2, S0), NOW + 3).expect("delivered"),
+    );
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 1, S0)));
+    assert_eq!(
+        keys(&kv, Family::LaneMember, T1),
+        vec![lane_member_key(T1, lane, Seq(3), S0).to_vec()]
+    );
+    clean(&kv);
+}
+
+#[test]
+fn orphan_dead_letters_a_row_whose_envelope_is_gone_and_releases_its_lane() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    let mut b = Batch::new();
+    b.delete(Cf::Hooks, hook_key(T1, Seq(1)));
+    commit(&kv, b);
+    let b = orphan(
+        &kv,
+        id(T1, 1, S0),
+        Origin::Due { due_ms: NOW },
+        "envelope missing",
+        NOW + 1,
+    )
+    .expect("orphan");
+    let d = commit_delta(&kv, T1, b);
+    assert_eq!(d.get(&F::Dead), Some(&1));
+    assert_eq!(d.get(&F::DeadLetteredTotal), Some(&1));
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
+    // The DLQ entry of a hook without envelope stays visible as invariant 5.
+    let v = check_invariants(&kv.snapshot()).expect("check");
+    assert_eq!(v, vec![Violation::EnvelopeMissing { row: id(T1, 1, S0) }]);
+}
+
+#[test]
+fn orphan_of_an_undecodable_row_rewrites_it_from_its_index_entry() {
+    let kv = store();
+    let size = ingest(&kv, T1, 1, &[plain(S0)]);
+    let mut b = Batch::new();
+    b.put(Cf::Deliveries, delivery_key(T1, Seq(1), S0), vec![99u8]);
+    commit(&kv, b);
+    assert!(dead_letter(&kv, id(T1, 1, S0), Origin::Due { due_ms: NOW }, "x", NOW).is_err());
+    commit(
+        &kv,
+        orphan(
+            &kv,
+            id(T1, 1, S0),
+            Origin::Due { due_ms: NOW },
+            "row undecodable",
+            NOW,
+        )
+        .expect("orphan"),
+    );
+    let r = row(&kv, id(T1, 1, S0)).expect("row");
+    assert_eq!((r.state, r.size), (RowState::Dead, size));
+    clean(&kv);
+}
+
+// ---- recovery, markers -----------------------------------------------------------
+
+#[test]
+fn recover_inflight_returns_claims_as_first_attempts_in_pages() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    ingest(&kv, T1, 1, &[laned(S0, "k"), plain(S1)]);
+    ingest(&kv, T2, 2, &[plain(S0)]);
+    sweep(&kv, T1, NOW);
+    // The head retries once (kind 3), then is claimed again.
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(
+        &kv,
+        retry(&kv, id(T1, 1, S0), NOW + 1, "x", NOW).expect("retry"),
+    );
+    commit(
+        &kv,
+        claim(&kv, dk(T1, NOW + 1, 1, S0), NOW + 1).expect("claim"),
+    );
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S1), NOW).expect("claim"));
+    commit(&kv, claim(&kv, dk(T2, NOW, 2, S0), NOW).expect("claim"));
+    // Tenant 1 loses its ?A to prove recovery puts it back.
+    let mut b = Batch::new();
+    b.delete(Cf::Index, active_key(T1));
+    commit(&kv, b);
+
+    let p = recover_inflight(&kv, 2, NOW + 9).expect("recover");
+    assert_eq!(p.moved, 2);
+    assert!(p.next.is_some());
+    let d = commit_delta(&kv, T1, p.batch);
+    assert_eq!(d, map(&[(F::InFlight, -2)]));
+    let p = recover_inflight(&kv, 2, NOW + 9).expect("recover");
+    assert_eq!((p.moved, p.next.is_none()), (1, true));
+    commit(&kv, p.batch);
+    assert_eq!(recover_inflight(&kv, 2, NOW + 9).expect("recover").moved, 0);
+
+    assert_eq!(
+        due_value(&kv, T1, NOW + 9, id(T1, 1, S0)).map(|v| v.kind),
+        Some(DueKind::HeadFirst)
+    );
+    assert_eq!(
+        due_value(&kv, T1, NOW + 9, id(T1, 1, S1)).map(|v| v.kind),
+        Some(DueKind::First)
+    );
+    assert_eq!(
+        due_value(&kv, T2, NOW + 9, id(T2, 2, S0)).map(|v| v.kind),
+        Some(DueKind::First)
+    );
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 1, S0)));
+    let r = row(&kv, id(T1, 1, S0)).expect("row");
+    assert_eq!(
+        (r.state, r.attempts, r.first_attempt_at_ms),
+        (RowState::Due, 1, Some(NOW))
+    );
+    assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), None);
+    assert_eq!(counters(&kv, TenantOrd::NODE).get(&F::InFlight), None);
+    clean(&kv);
+}
+
+#[test]
+fn sweep_markers_keeps_active_while_due_or_lane_work_exists() {
+    let kv = store();
+    ingest(&kv, T1, 1, &[plain(S0)]);
+    // ?D present: nothing to do.
+    assert!(sweep_markers(&kv, T1).expect("sweep").is_empty());
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    // Only ?F: the marker goes.
+    let b = sweep_markers(&kv, T1).expect("sweep");
+    assert_eq!(
+        b.ops(),
+        &[ankusa_engine::Op::Delete {
+            cf: Cf::Index,
+            key: active_key(T1).to_vec()
+        }]
+    );
+    commit(&kv, b);
+    assert!(keys(&kv, Family::Active, T1).is_empty());
+    assert!(sweep_markers_recheck(&kv, T1).expect("recheck").is_empty());
+    clean(&kv);
+    // A ?P alone keeps it (a member waiting for its promote).
+    ingest(&kv, T1, 2, &[laned(S1, "k")]);
+    assert!(sweep_markers(&kv, T1).expect("sweep").is_empty());
+    // A writer's ?D racing a delete: the recheck puts ?A back.
+    let mut b = Batch::new();
+    b.delete(Cf::Index, active_key(T1));
+    commit(&kv, b);
+    commit(&kv, sweep_markers_recheck(&kv, T1).expect("recheck"));
+    assert_eq!(keys(&kv, Family::Active, T1), vec![active_key(T1).to_vec()]);
+    clean(&kv);
+}
+
+// ---- quarantine -------------------------------------------------------------------
+
+#[test]
+fn quarantine_holds_the_hook_and_release_builds_its_rows() {
+    let kv = store();
+    let env = envelope(SRC, "q", Some("evt_q"));
+    let size = i64::from(hook_size(&env));
+    let mut b = Batch::new();
+    quarantine(
+        &mut b,
+        &Hook {
+            tenant: T1,
+            seq: Seq(4),
+            envelope: &env,
+            dedupe_expires_at_ms: NOW,
+        },
+        "schema",
+    );
+    let d = commit_delta(&kv, T1, b);
+    assert_eq!(d, map(&[(F::Quarantined, 1)]));
+    assert!(
+        kv.get(Cf::Index, &quarantined_key(T1, Seq(4)))
+            .expect("get")
+            .is_some()
+    );
+    assert!(
+        kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_q"))
+            .expect("get")
+            .is_some()
+    );
+    assert!(row(&kv, id(T1, 4, S0)).is_none());
+    clean(&kv);
+
+    let b = release(&kv, T1, Seq(4), &[plain(S0), laned(S1, "k")], NOW + 1).expect("release");
+    let d = commit_delta(&kv, T1, b);
+    assert_eq!(
+        d,
+        map(&[
+            (F::Quarantined, -1),
+            (F::Pending, 2),
+            (F::Bytes, 2 * size),
+            (F::LaneMembers, 1)
+        ])
+    );
+    assert_eq!(
+        due_value(&kv, T1, NOW + 1, id(T1, 4, S0)).map(|v| v.size as i64),
+        Some(size)
+    );
+    assert_eq!(
+        row(&kv, id(T1, 4, S1)).expect("row").state,
+        RowState::Member
+    );
+    clean(&kv);
+    let err = release(&kv, T1, Seq(4), &[plain(S0)], NOW).expect_err("released");
+    assert!(matches!(
+        err,
+        QueueError::NotQuarantined {
+            tenant: T1,
+            seq: Seq(4)
+        }
+    ));
+}
+
+// ---- purge, deleted source, retention -------------------------------------------------
+
+#[test]
+fn purge_tenant_removes_every_family_and_counter_and_fixes_the_aggregate() {
+    let kv = store();
+    // Tenant 1: a busy lane with a blocked head and members, an unordered row, a
+    // dead row, a quarantined hook, a dedupe record.
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    ingest(&kv, T1, 2, &[laned(S0, "k"), plain(S1)]);
+    ingest(&kv, T1, 3, &[laned(S0, "j")]);
+    sweep(&kv, T1, NOW);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(
+        &kv,
+        retry(&kv, id(T1, 1, S0), NOW + 5, "x", NOW).expect("retry"),
+    );
+    commit(&kv, claim(&kv, dk(T1, NOW, 2, S1), NOW).expect("claim"));
+    commit(
+        &kv,
+        dead_letter(&kv, id(T1, 2, S1), Origin::InFlight, "x", NOW).expect("dead"),
+    );
+    let env = envelope(SRC, "q", Some("evt"));
+    let mut b = Batch::new();
+    quarantine(
+        &mut b,
+        &Hook {
+            tenant: T1,
+            seq: Seq(9),
+            envelope: &env,
+            dedupe_expires_at_ms: NOW,
+        },
+        "r",
+    );
+    commit(&kv, b);
+    // Tenant 2: one unordered row.
+    ingest(&kv, T2, 5, &[plain(S0)]);
+    clean(&kv);
+    let c1 = counters(&kv, T1);
+    assert_eq!(c1.get(&F::Lanes), Some(&2));
+    assert_eq!(c1.get(&F::LanesBlocked), Some(&1));
+    assert_eq!(c1.get(&F::LaneMembers), Some(&1));
+
+    commit(&kv, purge_tenant(&kv, T1).expect("purge"));
+    for family in Family::ALL {
+        assert!(
+            keys(&kv, family, T1).is_empty(),
+            "{family:?} of tenant 1 survived"
+        );
+    }
+    for (cf, range) in ankusa_keys::tenant_ranges(T1) {
+        assert!(
+            kv.scan(cf, &range, Direction::Forward, 1)
+                .expect("scan")
+                .is_empty(),
+            "{cf:?}"
+        );
+    }
+    assert!(counters(&kv, T1).is_empty());
+    assert_eq!(counters(&kv, TenantOrd::NODE), counters(&kv, T2));
+    assert_eq!(keys(&kv, Family::Due, T2).len(), 1);
+    // Sentinels survive.
+    for (cf, key) in sentinels() {
+        assert!(kv.get(cf, &key).expect("get").is_some());
+    }
+    clean(&kv);
+}
+
+#[test]
+fn dead_letter_source_dead_letters_members_then_heads_lane_by_lane() {
+    let kv = store();
+    let gone = SourceId(66);
+    let lane = ankusa_lanes::lane_id(S0, gone, Some(b"k"));
+    let row_of = |sink| NewRow {
+        sink,
+        lane: Some(LaneAssignment {
+            lane,
+            ordering_key: Some(b"k".to_vec()),
+        }),
+    };
+    ingest_from(&kv, T1, 1, gone, &[row_of(S0), plain(S1)]);
+    ingest_from(&kv, T1, 2, gone, &[row_of(S0)]);
+    ingest_from(&kv, T1, 3, gone, &[row_of(S0)]);
+    ingest(&kv, T1, 4, &[laned(S0, "k"), plain(S1)]); // another source: untouched
+    sweep(&kv, T1, NOW);
+    // The gone source's head is blocked (kind 3).
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(
+        &kv,
+        retry(&kv, id(T1, 1, S0), NOW + 5, "x", NOW).expect("retry"),
+    );
+    clean(&kv);
+
+    let mut cursor = None;
+    let mut calls = 0;
+    let mut moved = 0;
+    loop {
+        let p = dead_letter_source(&kv, T1, gone, "source deleted", cursor.as_ref(), 1, NOW + 9)
+            .expect("dls");
+        moved += p.moved;
+        commit(&kv, p.batch);
+        clean(&kv);
+        calls += 1;
+        match p.next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+        assert!(calls < 20, "no progress");
+    }
+    assert_eq!(moved, 4);
+    for (seq, sink) in [(1, S0), (1, S1), (2, S0), (3, S0)] {
+        assert_eq!(
+            row(&kv, id(T1, seq, sink)).expect("row").state,
+            RowState::Dead,
+            "{seq}/{sink}"
+        );
+    }
+    assert_eq!(head_of(&kv, T1, lane), None);
+    let c = counters(&kv, T1);
+    assert_eq!(c.get(&F::Dead), Some(&4));
+    assert_eq!(c.get(&F::LanesBlocked), None);
+    // Source 10's rows: its lane is busy and its unordered row due.
+    assert_eq!(head_of(&kv, T1, lane_of(S0, "k")), Some(id(T1, 4, S0)));
+    assert_eq!(row(&kv, id(T1, 4, S1)).expect("row").state, RowState::Due);
+    assert_eq!(c.get(&F::Pending), Some(&2));
+    assert_eq!(c.get(&F::Lanes), Some(&1));
+}
+
+#[test]
+fn retention_deletes_only_unreferenced_envelopes_before_the_cutoff() {
+    let kv = store();
+    ingest(&kv, T1, 1, &[plain(S0)]); // delivered below
+    ingest(&kv, T1, 2, &[plain(S0)]); // still pending
+    let env = envelope(SRC, "q", None);
+    let mut b = Batch::new();
+    quarantine(
+        &mut b,
+        &Hook {
+            tenant: T1,
+            seq: Seq(3),
+            envelope: &env,
+            dedupe_expires_at_ms: NOW,
+        },
+        "r",
+    );
+    commit(&kv, b);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(&kv, delivered(&kv, id(T1, 1, S0), NOW).expect("delivered"));
+
+    // Nothing is older than a cutoff at receive time.
+    let p = retention(&kv, T1, NOW - 10, None, 10).expect("retention");
+    assert_eq!(
+        (p.moved, p.batch.is_empty(), p.next.is_none()),
+        (0, true, true)
+    );
+
+    let mut cursor = None;
+    let mut moved = 0;
+    loop {
+        let p = retention(&kv, T1, NOW, cursor.as_ref(), 1).expect("retention");
+        moved += p.moved;
+        commit(&kv, p.batch);
+        match p.next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(moved, 1);
+    assert!(
+        kv.get(Cf::Hooks, &hook_key(T1, Seq(1)))
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        kv.get(Cf::Archive, &archive_key(T1, NOW - 10, Seq(1)))
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        kv.get(Cf::Hooks, &hook_key(T1, Seq(2)))
+            .expect("get")
+            .is_some()
+    );
+    assert!(
+        kv.get(Cf::Hooks, &hook_key(T1, Seq(3)))
+            .expect("get")
+            .is_some()
+    );
+    clean(&kv);
+}
+
+// ---- the checker -------------------------------------------------------------------
+
+#[test]
+fn check_invariants_reports_every_planted_inconsistency() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    ingest(&kv, T1, 1, &[plain(S0)]);
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    ingest(&kv, T1, 3, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    clean(&kv);
+
+    let mut bad = Batch::new();
+    // 4: ?D without ?A.
+    bad.delete(Cf::Index, active_key(T1));
+    // 2: the lane's member loses its marker... and the head: ?H names nothing live.
+    bad.put(
+        Cf::Index,
+        lane_head_key(T1, lane),
+        ankusa_keys::LaneHeadValue {
+            seq: Seq(77),
+            sink: S0,
+        }
+        .encode(),
+    );
+    // 1: row 1/1/0 also in ?X.
+    bad.put(
+        Cf::Index,
+        dead_letter_key(T1, Seq(1), S0),
+        DeadLetterValue {
+            dead_at_ms: 1,
+            reason: String::new(),
+        }
+        .encode(),
+    );
+    // 3: a counter off by 5 (tenant and therefore not the aggregate).
+    bad.counter_add(counter_key(T1, F::Pending).to_vec(), 5);
+    // 5: a row without envelope, in no place.
+    bad.put(
+        Cf::Deliveries,
+        delivery_key(T1, Seq(50), S0),
+        DeliveryRow {
+            state: RowState::Due,
+            size: 1,
+            attempts: 0,
+            first_attempt_at_ms: None,
+            last_error: None,
+            lane: None,
+            ordering_key: None,
+        }
+        .encode(),
+    );
+    // Undecodable: a ?P with a value.
+    bad.put(
+        Cf::Index,
+        lane_marker_key(T1, ankusa_lanes::lane_id(S1, SRC, None)),
+        vec![1],
+    );
+    commit(&kv, bad);
+
+    let v = check_invariants(&kv.snapshot()).expect("check");
+    let expect = [
+        Violation::DueWithoutActive { tenant: T1 },
+        Violation::HeadNotLive {
+            tenant: T1,
+            lane,
+            head: id(T1, 77, S0),
+        },
+        Violation::LiveRowNotHead {
+            row: id(T1, 2, S0),
+            lane,
+        },
+        Violation::RowInManyPlaces {
+            row: id(T1, 1, S0),
+            places: vec![RowState::Due, RowState::Dead],
+        },
+        Violation::RowUnplaced {
+            row: id(T1, 50, S0),
+            state: RowState::Due,
+        },
+        Violation::EnvelopeMissing {
+            row: id(T1, 50, S0),
+        },
+        Violation::CounterMismatch {
+            tenant: T1,
+            field: F::Pending,
+            stored: 8,
+            expected: 3,
+        },
+        Violation::CounterMismatch {
+            tenant: T1,
+            field: F::Dead,
+            stored: 0,
+            expected: 1,
+        },
+        Violation::CounterMismatch {
+            tenant: T1,
+            field: F::DeadBytes,
+            stored: 0,
+            expected: i64::from(row(&kv, id(T1, 1, S0)).expect("row").size),
+        },
+        Violation::CounterMismatch {
+            tenant: TenantOrd::NODE,
+            field: F::Pending,
+            stored: 3,
+            expected: 8,
+        },
+    ];
+    for e in &expect {
+        assert!(v.contains(e), "missing {e:?} in {v:#?}");
+    }
+    assert!(
+        v.iter()
+            .any(|x| matches!(x, Violation::Undecodable { cf: Cf::Index, .. })),
+        "no undecodable marker in {v:#?}"
+    );
+    // Member 3 still has ?H (a wrong one), so it is not stranded; nothing else.
+    assert_eq!(v.len(), expect.len() + 1, "{v:#?}");
+}
+
+#[test]
+fn check_invariants_finds_a_stranded_member_and_two_live_rows_in_a_lane() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    // Member 2 put straight into ?D beside the head, and the marker of the lane
+    // gone while a (fake) third member waits.
+    let mut bad = Batch::new();
+    bad.delete(Cf::Index, lane_member_key(T1, lane, Seq(2), S0));
+    bad.put(
+        Cf::Index,
+        due_key(T1, NOW, Seq(2), S0),
+        DueValue {
+            size: 1,
+            kind: DueKind::First,
+        }
+        .encode(),
+    );
+    bad.delete(Cf::Index, lane_head_key(T1, lane));
+    commit(&kv, bad);
+    let v = check_invariants(&kv.snapshot()).expect("check");
+    assert!(
+        v.contains(&Violation::LaneManyLive {
+            tenant: T1,
+            lane,
+            rows: vec![id(T1, 1, S0), id(T1, 2, S0)]
+        }),
+        "{v:#?}"
+    );
+    assert!(
+        v.contains(&Violation::KindMismatch {
+            row: id(T1, 2, S0),
+            kind: DueKind::First,
+            laned: true
+        }),
+        "{v:#?}"
+    );
+    assert!(
+        v.contains(&Violation::StateMismatch {
+            row: id(T1, 2, S0),
+            state: RowState::Member,
+            place: RowState::Due
+        }),
+        "{v:#?}"
+    );
+    assert!(
+        v.contains(&Violation::LiveRowNotHead {
+            row: id(T1, 1, S0),
+            lane
+        }),
+        "{v:#?}"
+    );
+
+    // A member with neither ?H nor ?P.
+    let kv = store();
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    let mut bad = Batch::new();
+    bad.delete(Cf::Index, lane_marker_key(T1, lane));
+    commit(&kv, bad);
+    let v = check_invariants(&kv.snapshot()).expect("check");
+    assert_eq!(
+        v,
+        vec![Violation::MemberStranded {
+            row: id(T1, 1, S0),
+            lane
+        }]
+    );
+}
+
+// ---- mutations ---------------------------------------------------------------------
+
+#[cfg(feature = "mutations")]
+mod mutations {
+    use super::*;
+    use ankusa_lanes::mutation::{self, Mutation};
+
+    /// A lane of three hooks driven through promote, claim, retry, claim,
+    /// dead-letter, revive, delivered and a sweep; returns the violations of
+    /// the first step after which there are any (empty: none ever).
+    fn drive(m: Mutation) -> Vec<Violation> {
+        let _g = mutation::scoped(m);
+        let kv = store();
+        type Step = Box<dyn Fn(&MemoryKv)>;
+        let steps: Vec<Step> = vec![
+            Box::new(|kv| {
+                let _ = ingest(kv, T1, 1, &[laned(S0, "k")]);
+            }),
+            Box::new(|kv| {
+                let _ = ingest(kv, T1, 2, &[laned(S0, "k")]);
+            }),
+            Box::new(|kv| {
+                let _ = ingest(kv, T1, 3, &[laned(S0, "k")]);
+            }),
+            Box::new(|kv| {
+                let _ = sweep(kv, T1, NOW);
+            }),
+            Box::new(|kv| commit(kv, claim(kv, dk(T1, NOW, 1, S0), NOW).expect("claim"))),
+            Box::new(|kv| {
+                commit(
+                    kv,
+                    retry(kv, id(T1, 1, S0), NOW + 1, "x", NOW).expect("retry"),
+                )
+            }),
+            Box::new(|kv| {
+                commit(
+                    kv,
+                    claim(kv, dk(T1, NOW + 1, 1, S0), NOW + 1).expect("claim"),
+                )
+            }),
+            Box::new(|kv| {
+                let b =
+                    dead_letter(kv, id(T1, 1, S0), Origin::InFlight, "x", NOW + 2).expect("dead");
+                commit(kv, b)
+            }),
+            Box::new(|kv| commit(kv, revive(kv, id(T1, 1, S0), NOW + 3).expect("revive"))),
+            Box::new(|kv| {
+                commit(
+                    kv,
+                    claim(kv, dk(T1, NOW + 2, 2, S0), NOW + 3).expect("claim"),
+                )
+            }),
+            Box::new(|kv| {
+                commit(
+                    kv,
+                    delivered(kv, id(T1, 2, S0), NOW + 4).expect("delivered"),
+                )
+            }),
+            Box::new(|kv| {
+                let _ = sweep(kv, T1, NOW + 5);
+            }),
+        ];
+        for step in steps {
+            step(&kv);
+            let v = check_invariants(&kv.snapshot()).expect("check");
+            if !v.is_empty() {
+                return v;
+            }
+        }
+        // The run ends drained but for the revived row 1 (now the head) and 3.
+        assert_eq!(head_of(&kv, T1, lane_of(S0, "k")), Some(id(T1, 1, S0)));
+        Vec::new()
+    }
+
+    #[test]
+    fn no_mutation_and_the_benign_control_stay_clean() {
+        assert_eq!(drive(Mutation::None), vec![]);
+        assert_eq!(drive(Mutation::PromoteKeepsMarker), vec![]);
+    }
+
+    #[test]
+    fn every_harmful_mutation_breaks_an_invariant_a_model_checks() {
+        for m in Mutation::ALL {
+            if m.is_benign() || m == Mutation::SweepSkipsRecheck {
+                continue;
+            }
+            let v = drive(m);
+            assert!(!v.is_empty(), "{m:?} went unnoticed");
+        }
+    }
+}
