@@ -5,7 +5,7 @@
 //! With the cargo feature `mutations` off (the default) [`active`] is a `const
 //! fn` that returns `false`: every check folds away and no thread-local exists.
 //! With it on, each thread has its own current [`Mutation`] ([`Mutation::None`]
-//! until [`set`] or [`scoped`] changes it), so parallel tests do not see each
+//! until `set` or `scoped` changes it), so parallel tests do not see each
 //! other's mutation.
 //!
 //! Each variant documents which invariant of DESIGN section 4 (or which

@@ -325,6 +325,50 @@ fn ingest_of_an_ordered_sink_makes_a_member_with_its_marker_and_no_due_row() {
     clean(&kv);
 }
 
+#[test]
+fn keyless_rows_share_the_sinks_keyless_lane_and_run_in_seq_order() {
+    let kv = store();
+    let keyless = || NewRow {
+        sink: S0,
+        lane: Some(assign(S0, SRC, None)),
+    };
+    let empty = NewRow {
+        sink: S0,
+        lane: Some(assign(S0, SRC, Some(b""))),
+    };
+    assert_eq!(keyless(), empty);
+    let lane = ankusa_lanes::lane_id(S0, SRC, None);
+    // Two hooks in one batch, as the Writer's group commit builds them.
+    let (e1, e2) = (envelope(SRC, "a", None), envelope(SRC, "b", None));
+    let mut b = Batch::new();
+    for (seq, env) in [(1, &e1), (2, &e2)] {
+        new_ops(
+            &mut b,
+            &Hook {
+                tenant: T1,
+                seq: Seq(seq),
+                envelope: env,
+                dedupe_expires_at_ms: NOW,
+            },
+            &[keyless()],
+            NOW,
+        );
+    }
+    let d = commit_delta(&kv, T1, b);
+    assert_eq!(d.get(&F::LaneMembers), Some(&2));
+    assert_eq!(row(&kv, id(T1, 1, S0)).expect("row").ordering_key, None);
+    assert_eq!(row(&kv, id(T1, 2, S0)).expect("row").lane, Some(lane));
+    assert_eq!(sweep(&kv, T1, NOW), 1);
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 1, S0)));
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(
+        &kv,
+        delivered(&kv, id(T1, 1, S0), NOW + 1).expect("delivered"),
+    );
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
+    clean(&kv);
+}
+
 // ---- claim, retry, park, delivered --------------------------------------------
 
 #[test]
