@@ -26,6 +26,23 @@
 //! 4. A tenant with a ?D row has an ?A marker.
 //! 5. A delivery row's envelope exists in `hooks`.
 //!
+//! # Decisions where DESIGN and ADR 0004 are silent
+//! - A row's size ([`hook_size`]) is the length of its stored envelope.
+//! - A breaker [`park`] counts neither an attempt nor retries_total (the attempt
+//!   never ran); it still moves a head to kind 3 and lanes_blocked +1.
+//! - [`revive`] restarts the row: attempts 0 and no first_attempt_at, so the
+//!   retry horizon starts again at its next claim; last_error is kept.
+//! - lanes_blocked counts the kind 3 rows in ?D (a claimed kind 3 row is not
+//!   blocked), which is what [`check_invariants`] compares it with.
+//! - [`purge_tenant`] subtracts every field from the aggregate, the `_total`
+//!   ones too, so the aggregate stays the sum over tenants.
+//! - [`sweep_markers`] has a recheck ([`sweep_markers_recheck`]) like the lane
+//!   sweep's: a Writer's ?D + ?A committed between its read and its delete
+//!   would otherwise leave a ?D without ?A (invariant 4).
+//! - [`dead_letter_source`] leaves rows in ?F to the pipeline (their attempt
+//!   ends SourceGone) and dead-letters members before heads, so a head's
+//!   release never promotes a member of the deleted source.
+//!
 //! # Errors
 //! Operating errors (the engine failed, a stored value does not decode, a row is
 //! not where the caller said, a revive of a row not in the DLQ) are
