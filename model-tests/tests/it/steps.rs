@@ -171,27 +171,27 @@ pub fn step() -> impl Strategy<Value = Step> {
     use Step::*;
     let tenant = || 1..=2u8;
     prop_oneof![
-        20 => hook().prop_map(Ingest),
+        14 => hook().prop_map(Ingest),
         14 => any::<u8>().prop_map(Claim),
         5 => (any::<u8>(), delay()).prop_map(|(p, d)| Retry(p, d)),
         2 => (any::<u8>(), delay()).prop_map(|(p, d)| Park(p, d)),
-        12 => (any::<u8>(), prop::option::weighted(0.3, race())).prop_map(|(p, hk)| Delivered(p, hk)),
+        14 => (any::<u8>(), prop::option::weighted(0.3, race())).prop_map(|(p, hk)| Delivered(p, hk)),
         3 => (any::<u8>(), why()).prop_map(|(p, w)| Dead(p, w)),
         1 => any::<u8>().prop_map(Orphan),
         3 => any::<u8>().prop_map(Revive),
         2 => Just(Restart),
-        5 => (
+        6 => (
             tenant(),
             1..=4u8,
             prop::option::weighted(
-                0.4,
+                0.5,
                 (prop_oneof![Just(At::BeforeBatch), Just(At::BeforeRecheck)], race())
             )
         )
             .prop_map(|(t, l, r)| SweepLanes(t, l, r)),
         2 => tenant().prop_map(SweepMarkers),
         1 => tenant().prop_map(Purge),
-        1 => (tenant(), 1..=2u8).prop_map(|(t, s)| DeadSource(t, s)),
+        2 => (tenant(), 1..=2u8).prop_map(|(t, s)| DeadSource(t, s)),
         4 => prop_oneof![Just(100u16), Just(1000u16), 1..6000u16].prop_map(Advance),
     ]
 }
