@@ -1,0 +1,117 @@
+//! The delivery context: what the pipeline knows about one attempt besides the
+//! envelope (DESIGN section 6, ADR 0004 section 6).
+
+use std::borrow::Cow;
+
+use ankusa_keys::{Seq, SinkIx};
+
+use crate::meta;
+
+/// One delivery attempt of one hook to one sink, as the pipeline sees it.
+///
+/// Built by the pipeline from the delivery row, the envelope and the
+/// configuration; sinks only read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliveryCtx {
+    /// The tenant's name (not its ordinal).
+    pub tenant: String,
+    /// The source's name as configured (the `{source}` of `/hooks/{source}`).
+    pub source: String,
+    /// The sink's name in the source's sink list, for logs and the file sink's
+    /// lines; its kind is [`crate::Sink::kind`].
+    pub sink_name: String,
+    /// The sink's index in its source's sink list (part of the delivery row's
+    /// key).
+    pub sink: SinkIx,
+    /// The hook's seq (commit order; the row's key with `sink`).
+    pub seq: Seq,
+    /// This attempt's number, 1 for the first attempt: the row's attempts so
+    /// far plus one. A redelivery after a restart (recover_inflight) is again a
+    /// first attempt.
+    pub attempt: u32,
+    /// The hook's idempotency key, in UUID text form (lower-case, hyphenated,
+    /// 36 characters); the same on every redelivery and replay of the hook.
+    pub idempotency_key: String,
+    /// The ordering key for an ordered sink (ADR 0004 section 6): the row's key
+    /// as resolved at ingest (bytes as received, at most 128 of them), or
+    /// `"<tenant>/<source>"` for the keyless lane. `None` when the row is not
+    /// laned.
+    pub ordering_key: Option<Vec<u8>>,
+    /// The lane id in hex (32 characters), for logs; `None` when not laned.
+    pub lane_hex: Option<String>,
+    /// Whether the row is laned (the sink entry had `ordered: true` when the
+    /// hook was ingested). Delivery follows the row, not the current config.
+    pub ordered: bool,
+    /// When the hook was received, unix milliseconds (the envelope's).
+    pub received_at_ms: u64,
+    /// The content type the provider sent (the stored `content-type` header),
+    /// if any; adapters that carry one pass it unchanged.
+    pub content_type: Option<String>,
+}
+
+impl DeliveryCtx {
+    /// The ordering key to send, when this delivery is ordered: `Some` only
+    /// when [`DeliveryCtx::ordered`] and a key is present.
+    pub fn ordering_key(&self) -> Option<&[u8]> {
+        if self.ordered {
+            self.ordering_key.as_deref()
+        } else {
+            None
+        }
+    }
+
+    /// The ordering key as text for media whose attributes are strings: the
+    /// key itself when it is UTF-8, otherwise lossily decoded (U+FFFD per
+    /// invalid sequence). `None` when not ordered.
+    pub fn ordering_key_text(&self) -> Option<Cow<'_, str>> {
+        self.ordering_key().map(String::from_utf8_lossy)
+    }
+
+    /// The metadata of DESIGN section 6 as `(attribute name, value)` pairs, for
+    /// media with string attributes (message attributes, broker headers):
+    /// message version, idempotency key, tenant, source, received_at (unix
+    /// milliseconds, decimal) and, when ordered, the ordering key.
+    pub fn attributes(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            (meta::MESSAGE_VERSION_ATTR, meta::MESSAGE_VERSION.to_owned()),
+            (meta::IDEMPOTENCY_KEY_ATTR, self.idempotency_key.clone()),
+            (meta::TENANT_ATTR, self.tenant.clone()),
+            (meta::SOURCE_ATTR, self.source.clone()),
+            (meta::RECEIVED_AT_ATTR, self.received_at_ms.to_string()),
+        ];
+        if let Some(key) = self.ordering_key_text() {
+            out.push((meta::ORDERING_KEY_ATTR, key.into_owned()));
+        }
+        out
+    }
+}
+
+/// The UUID text form (`8-4-4-4-12` lower-case hex) of 16 idempotency key bytes,
+/// as [`DeliveryCtx::idempotency_key`] holds it.
+pub fn uuid_text(bytes: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    s
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_text_form() {
+        let b = [
+            0x01, 0x93, 0x2c, 0x4e, 0x5f, 0x60, 0x7a, 0xbc, 0x8d, 0xef, 0x01, 0x23, 0x45, 0x67,
+            0x89, 0xab,
+        ];
+        assert_eq!(uuid_text(&b), "01932c4e-5f60-7abc-8def-0123456789ab");
+    }
+}

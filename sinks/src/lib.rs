@@ -1,0 +1,70 @@
+//! Sinks: where a hook goes after it is committed (DESIGN section 6, ADR 0004
+//! section 6).
+//!
+//! This crate owns the [`Sink`] trait the pipeline calls, the [`DeliveryCtx`]
+//! it passes, the [`Outcome`] every adapter maps its client's answer to, the
+//! metadata names every adapter sends ([`meta`]), and the adapters themselves,
+//! one directory each behind a cargo feature (STYLE.md, Vector's sinks).
+//!
+//! What every adapter keeps:
+//! - the body goes out byte-identical to what the provider sent (the stored
+//!   envelope's `body`), never re-encoded;
+//! - the metadata of [`meta`] travels as the medium's headers or attributes,
+//!   and in ordered mode the ordering key too (ADR 0004 section 6);
+//! - every answer maps to exactly one [`Outcome`]: nothing is "dropped"
+//!   (STYLE.md, Vector issue #12145). Throttling, timeouts and connection
+//!   failures retry; a rejected message is permanent; a deleted destination
+//!   is [`Outcome::SinkGone`].
+//!
+//! A sink holds no store handle and no lock across an await: it is given the
+//! envelope and the context, and answers.
+#![deny(missing_docs, clippy::unwrap_used)]
+
+mod ctx;
+mod error;
+pub mod meta;
+mod outcome;
+
+use async_trait::async_trait;
+
+pub use ankusa_keys::{Envelope, SinkIx};
+pub use ctx::{DeliveryCtx, uuid_text};
+pub use error::SinkError;
+pub use outcome::Outcome;
+
+/// A sink's options as written in its source's sink entry, after core removed
+/// the options it reads itself (`ordered`, `ordering_key`; DESIGN section 7).
+///
+/// The config crate hands each adapter this neutral map (YAML converts to it
+/// one to one); each adapter's `from_options` validates it and names the
+/// option in every [`SinkError`].
+pub type Options = serde_json::Map<String, serde_json::Value>;
+
+/// One destination of a source's hooks (DESIGN section 6).
+///
+/// The pipeline calls [`Sink::deliver`] at most `sink_concurrency` times at
+/// once per sink and tenant, and one at a time per ordering lane (a lane's next
+/// hook only after the previous one returned [`Outcome::Ok`]). After it has
+/// collected a batch of outcomes, and before it commits them, it calls
+/// [`Sink::flush`] once on every sink that delivered in the batch: a sink that
+/// buffers (the file sink's fsync) makes those deliveries durable there. An
+/// `Err` from `flush` means the batch's `Ok` outcomes of that sink are not
+/// durable: the pipeline turns them into retries.
+#[async_trait]
+pub trait Sink: Send + Sync {
+    /// Delivers one hook. Never panics on anything the hook contains; maps
+    /// every error of its client to an [`Outcome`].
+    async fn deliver(&self, hook: &Envelope, ctx: &DeliveryCtx) -> Outcome;
+
+    /// Makes every delivery that returned [`Outcome::Ok`] since the last flush
+    /// durable at the destination. The default does nothing: a sink whose
+    /// `deliver` only answers `Ok` once the destination has acknowledged (HTTP,
+    /// brokers with confirms) has nothing to flush.
+    async fn flush(&self) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    /// The adapter's kind, as in the configuration and as the `sink` label of
+    /// metrics (`"http"`, `"file"`, ...): never a tenant, key or URL.
+    fn kind(&self) -> &'static str;
+}

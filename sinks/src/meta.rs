@@ -1,0 +1,38 @@
+//! The metadata names every adapter sends beside the body (DESIGN section 6,
+//! ADR 0004 section 6).
+//!
+//! Attribute names (`*_ATTR`) are for media with message attributes or broker
+//! headers (SQS, Pub/Sub, RabbitMQ, NATS, Redis, Kafka headers); header names
+//! (`*_HEADER`) are the HTTP sink's. `ankusa_message_version` stays `"1"` while
+//! metadata only grows (the ordering key was additive).
+
+/// The value of the message version attribute and header.
+pub const MESSAGE_VERSION: &str = "1";
+
+/// Attribute: the metadata layout's version, [`MESSAGE_VERSION`].
+pub const MESSAGE_VERSION_ATTR: &str = "ankusa_message_version";
+/// Attribute: the hook's idempotency key (UUID text).
+pub const IDEMPOTENCY_KEY_ATTR: &str = "ankusa_idempotency_key";
+/// Attribute: the tenant's name.
+pub const TENANT_ATTR: &str = "ankusa_tenant";
+/// Attribute: the source's name.
+pub const SOURCE_ATTR: &str = "ankusa_source";
+/// Attribute: when the hook was received, unix milliseconds in decimal.
+pub const RECEIVED_AT_ATTR: &str = "ankusa_received_at";
+/// Attribute: the ordering key, in ordered mode only.
+pub const ORDERING_KEY_ATTR: &str = "ankusa_ordering_key";
+
+/// HTTP header: [`MESSAGE_VERSION`].
+pub const MESSAGE_VERSION_HEADER: &str = "x-ankusa-message-version";
+/// HTTP header: the idempotency key (UUID text).
+pub const IDEMPOTENCY_KEY_HEADER: &str = "x-ankusa-idempotency-key";
+/// HTTP header: the tenant's name.
+pub const TENANT_HEADER: &str = "x-ankusa-tenant";
+/// HTTP header: the source's name.
+pub const SOURCE_HEADER: &str = "x-ankusa-source";
+/// HTTP header: when the hook was received, unix milliseconds in decimal.
+pub const RECEIVED_AT_HEADER: &str = "x-ankusa-received-at";
+/// HTTP header: this attempt's number, 1 for the first.
+pub const ATTEMPT_HEADER: &str = "x-ankusa-attempt";
+/// HTTP header: the ordering key, in ordered mode only (ADR 0004 section 6).
+pub const ORDERING_KEY_HEADER: &str = "x-ankusa-ordering-key";
