@@ -61,6 +61,8 @@ mod admin;
 mod check;
 mod ingest;
 mod transitions;
+#[cfg(feature = "writer")]
+pub mod writer;
 
 pub use admin::{
     dead_letter_source, init_store, purge_tenant, retention, sweep_markers, sweep_markers_recheck,
