@@ -60,6 +60,7 @@ pub use ankusa_lanes::{LaneAssignment, RowId, count, mutation};
 mod admin;
 mod check;
 mod ingest;
+mod registry;
 mod transitions;
 #[cfg(feature = "writer")]
 pub mod writer;
@@ -68,6 +69,7 @@ pub use admin::{
     dead_letter_source, init_store, purge_tenant, retention, sweep_markers, sweep_markers_recheck,
 };
 pub use check::{Violation, check_invariants};
+pub use registry::{Registry, register};
 pub use ingest::{Hook, NewRow, hook_size, new_ops, quarantine, release};
 pub use transitions::{
     claim, dead_letter, delivered, orphan, park, recover_inflight, retry, revive,
@@ -147,6 +149,12 @@ pub enum QueueError {
         tenant: TenantOrd,
         /// The hook.
         seq: Seq,
+    },
+    /// No number is left for a new tenant or source.
+    #[error("the {what} registry is full")]
+    RegistryFull {
+        /// `tenant` or `source`.
+        what: &'static str,
     },
     /// A hook whose envelope is gone where one is needed.
     #[error("hook {tenant}/{seq} has no envelope")]
