@@ -1,0 +1,165 @@
+//! The one error type of this layer: a file that cannot be read, YAML that
+//! does not parse into the schema (with line and column), or a configuration
+//! that parses but is invalid (every problem found, each naming where it is and
+//! which option).
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Why a configuration was refused. An invalid file never starts the node
+/// (DESIGN section 7).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The YAML is malformed, or does not fit the schema: a syntax error, a
+    /// value of the wrong type, a missing required field, or an unknown
+    /// option (`deny_unknown_fields`). The message is the parser's, which
+    /// names the path (`sources[0].dedupe: unknown field ...`) and the
+    /// position.
+    #[error("invalid config: {message}")]
+    Yaml {
+        /// The parser's message, with its path and position.
+        message: String,
+        /// 1-based line of the mistake, when the parser knows it.
+        line: Option<usize>,
+        /// 1-based column of the mistake, when the parser knows it.
+        column: Option<usize>,
+    },
+    /// The YAML parses but the configuration is invalid. Every problem found
+    /// is listed, in file order.
+    #[error("{}", ProblemList(problems))]
+    Invalid {
+        /// What is wrong, at least one.
+        problems: Vec<Problem>,
+    },
+}
+
+impl ConfigError {
+    /// The problems of an [`ConfigError::Invalid`]; empty for the other kinds.
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            ConfigError::Invalid { problems } => problems,
+            _ => &[],
+        }
+    }
+
+    pub(crate) fn from_yaml(err: &serde_yaml_ng::Error) -> ConfigError {
+        let location = err.location();
+        ConfigError::Yaml {
+            message: err.to_string(),
+            line: location.as_ref().map(serde_yaml_ng::Location::line),
+            column: location.as_ref().map(serde_yaml_ng::Location::column),
+        }
+    }
+}
+
+struct ProblemList<'a>(&'a [Problem]);
+
+impl fmt::Display for ProblemList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            [one] => write!(f, "{one}"),
+            many => {
+                write!(f, "{} problems in the config:", many.len())?;
+                for p in many {
+                    write!(f, "\n  - {p}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One thing wrong with a configuration: where, which option, and why.
+///
+/// Displays as `source "stripe", sink "orders" (sqs): option "ordered":
+/// requires a FIFO queue (queue_url must end in .fifo)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The part of the file it is in.
+    pub scope: Scope,
+    /// The option, as written in the file; nested options are dotted
+    /// (`verification.secrets`, `store_headers.headers.x-entity-id`).
+    pub option: String,
+    /// What is wrong, and what would be right.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: option \"{}\": {}",
+            self.scope, self.option, self.message
+        )
+    }
+}
+
+/// Where in the file a [`Problem`] is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// A top-level section (`node`, `listeners`, `store_headers`, `dispatch`,
+    /// `retry`, `breaker`, `tenants`, `sources`).
+    Section(&'static str),
+    /// A tenant entry.
+    Tenant {
+        /// The tenant's name.
+        tenant: String,
+    },
+    /// A source entry (its own options).
+    Source {
+        /// The source's name.
+        source_name: String,
+    },
+    /// A sink entry of a source.
+    Sink {
+        /// The source's name.
+        source_name: String,
+        /// The sink's name (given, or the default `<type>-<index>`).
+        sink: String,
+        /// The sink's type as written (`sqs`, `http`, ...).
+        kind: String,
+    },
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Section(name) => f.write_str(name),
+            Scope::Tenant { tenant } => write!(f, "tenant \"{tenant}\""),
+            Scope::Source { source_name } => write!(f, "source \"{source_name}\""),
+            Scope::Sink {
+                source_name,
+                sink,
+                kind,
+            } => write!(f, "source \"{source_name}\", sink \"{sink}\" ({kind})"),
+        }
+    }
+}
+
+/// Collects problems in file order while a configuration is validated.
+#[derive(Default)]
+pub(crate) struct Problems(pub(crate) Vec<Problem>);
+
+impl Problems {
+    pub(crate) fn push(
+        &mut self,
+        scope: &Scope,
+        option: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        self.0.push(Problem {
+            scope: scope.clone(),
+            option: option.into(),
+            message: message.into(),
+        });
+    }
+}

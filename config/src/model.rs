@@ -1,0 +1,610 @@
+//! The typed model: what every other crate reads. Built only by validation
+//! (`crate::Config::from_yaml`), so every value here has passed the checks of
+//! DESIGN section 7 and ADR 0004 sections 1-2; defaults are filled in.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::secret::Secret;
+
+/// A whole, valid configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// This node: its name, its store.
+    pub node: Node,
+    /// The two HTTP listeners.
+    pub listeners: Listeners,
+    /// The instance's store_headers policy (a source may replace it).
+    pub store_headers: HeaderPolicy,
+    /// The pipeline's batch and concurrency limits.
+    pub dispatch: Dispatch,
+    /// Retry backoff and horizon.
+    pub retry: Retry,
+    /// The breaker per (tenant, sink).
+    pub breaker: Breaker,
+    /// The tenants, in file order (at least one).
+    pub tenants: Vec<Tenant>,
+    /// The sources, in file order.
+    pub sources: Vec<Source>,
+}
+
+impl Config {
+    /// The source named `name`.
+    pub fn source(&self, name: &str) -> Option<&Source> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+
+    /// The tenant named `name`.
+    pub fn tenant(&self, name: &str) -> Option<&Tenant> {
+        self.tenants.iter().find(|t| t.name == name)
+    }
+}
+
+/// `node`: this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// The node's name, in logs and metrics. Default `ankusa`.
+    pub name: String,
+    /// Where the store lives. Default `./data` (relative to the working
+    /// directory).
+    pub data_dir: PathBuf,
+    /// The storage engine. Default RocksDB.
+    pub store: StoreBackend,
+    /// The node's bound on pending deliveries, all tenants together (the edge
+    /// answers 503 + Retry-After above it). Default 1,000,000.
+    pub max_pending: u64,
+    /// The node's bound on the bytes of pending deliveries. Default 1 GiB.
+    pub max_pending_bytes: u64,
+}
+
+/// The storage engine of `node.store` (DESIGN section 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreBackend {
+    /// `rocksdb`: production default.
+    RocksDb,
+    /// `fjall`: the pure-Rust alternative.
+    Fjall,
+    /// `memory`: nothing survives a restart; tests and demos only.
+    Memory,
+}
+
+impl StoreBackend {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreBackend::RocksDb => "rocksdb",
+            StoreBackend::Fjall => "fjall",
+            StoreBackend::Memory => "memory",
+        }
+    }
+}
+
+/// `listeners`: the ingest and admin HTTP listeners.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listeners {
+    /// Where providers POST hooks. Default `127.0.0.1:8080`.
+    pub ingest: SocketAddr,
+    /// The admin API and `/metrics`. Default `127.0.0.1:8081`.
+    pub admin: SocketAddr,
+    /// The admin API's bearer token. Optional only while `admin` is a
+    /// loopback address.
+    pub admin_token: Option<Secret>,
+    /// The largest body the edge accepts (413 above). Default 1 MiB.
+    pub body_limit_bytes: u64,
+}
+
+/// What the store keeps of one request header (DESIGN section 3: the stored
+/// envelope's headers are "after the store_headers policy").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderAction {
+    /// Store the value as received.
+    Keep,
+    /// Do not store the header.
+    Drop,
+    /// Store a hash of the value instead of the value.
+    Hash,
+}
+
+impl HeaderAction {
+    /// The name as written in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeaderAction::Keep => "keep",
+            HeaderAction::Drop => "drop",
+            HeaderAction::Hash => "hash",
+        }
+    }
+}
+
+/// A store_headers policy: an action per header name, and a default action for
+/// every other header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderPolicy {
+    /// The action of a header not in `headers`. Default keep.
+    pub default: HeaderAction,
+    /// Actions by header name, lowercased.
+    pub headers: BTreeMap<String, HeaderAction>,
+}
+
+impl HeaderPolicy {
+    /// The action for `name` (matched case-insensitively).
+    pub fn action(&self, name: &str) -> HeaderAction {
+        self.headers
+            .get(&name.to_ascii_lowercase())
+            .copied()
+            .unwrap_or(self.default)
+    }
+}
+
+impl Default for HeaderPolicy {
+    /// Keep every header.
+    fn default() -> HeaderPolicy {
+        HeaderPolicy {
+            default: HeaderAction::Keep,
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+/// `dispatch`: the pipeline's limits (DESIGN section 5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dispatch {
+    /// Due rows claimed per tenant visit, and the lane promotion budget per
+    /// visit (ADR 0004 section 1). Default 64.
+    pub batch: u32,
+    /// Sink calls at once per sink and tenant. Default 8.
+    pub sink_concurrency: u32,
+    /// The admission window: claimed (in-flight) deliveries the node holds at
+    /// once, all tenants together. Default 1024.
+    pub admission_window: u32,
+    /// The admission window in bytes of claimed deliveries. Default 64 MiB.
+    pub admission_window_bytes: u64,
+    /// How long the pipeline buffers outcomes before it flushes them as one
+    /// batch. Default 5 ms.
+    pub flush_interval_ms: u64,
+}
+
+/// `retry`: exponential backoff with full jitter (DESIGN section 5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retry {
+    /// The first backoff. Default 1 s.
+    pub base_ms: u64,
+    /// The largest backoff. Default 10 min.
+    pub max_ms: u64,
+    /// A delivery dead-letters this long after its first attempt. Default
+    /// 24 h.
+    pub max_elapsed_ms: u64,
+}
+
+impl Retry {
+    /// `max_elapsed_ms` as a duration.
+    pub fn max_elapsed(&self) -> Duration {
+        Duration::from_millis(self.max_elapsed_ms)
+    }
+}
+
+/// `breaker`: one per (tenant, sink) (DESIGN section 5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Breaker {
+    /// Consecutive failures that open it. Default 5.
+    pub failures: u32,
+    /// How long it stays open before it half-opens. Default 30 s.
+    pub open_ms: u64,
+}
+
+/// A tenant and its queue bounds (the edge answers 429 + Retry-After above
+/// them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tenant {
+    /// The name (in a TenantPath URL, the admin API, the store registry).
+    pub name: String,
+    /// Pending deliveries (lane members included). Default 100,000.
+    pub max_pending: u64,
+    /// Bytes of pending deliveries. Default 256 MiB.
+    pub max_pending_bytes: u64,
+}
+
+/// Which tenant a source's hooks belong to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TenantBinding {
+    /// Every hook goes to this tenant.
+    Fixed(String),
+    /// TenantPath: the tenant is the last segment of `{path}/{tenant}`; a
+    /// tenant that is not configured is refused by the edge.
+    Path,
+}
+
+/// A source: a route, its verification, dedupe, header policy and sinks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Source {
+    /// Unique name.
+    pub name: String,
+    /// Unique route. Default `/hooks/{name}`; a TenantPath source also
+    /// answers `{path}/{tenant}`.
+    pub path: String,
+    /// The tenant its hooks belong to.
+    pub tenant: TenantBinding,
+    /// Signature verification.
+    pub verification: Verification,
+    /// Dedupe of provider retries, if any.
+    pub dedupe: Option<Dedupe>,
+    /// The effective store_headers policy: the source's override if it has
+    /// one, else the instance's.
+    pub store_headers: HeaderPolicy,
+    /// Whether `store_headers` is the source's own override.
+    pub store_headers_overridden: bool,
+    /// The sinks, in file order; a sink's index is its position (the
+    /// `sink:16` of the store's keys).
+    pub sinks: Vec<SinkEntry>,
+}
+
+impl Source {
+    /// Whether any sink of the source is ordered (the edge resolves ordering
+    /// keys only for such a source).
+    pub fn has_ordered_sink(&self) -> bool {
+        self.sinks.iter().any(|s| s.order.is_ordered())
+    }
+
+    /// The sink named `name`.
+    pub fn sink(&self, name: &str) -> Option<&SinkEntry> {
+        self.sinks.iter().find(|s| s.name == name)
+    }
+}
+
+/// HMAC digest of the generic `hmac` scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HmacAlgorithm {
+    /// `sha1` (legacy providers only).
+    Sha1,
+    /// `sha256`, the default.
+    Sha256,
+    /// `sha512`.
+    Sha512,
+}
+
+/// How the generic `hmac` scheme's signature is written in its header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SignatureEncoding {
+    /// Lowercase or uppercase hex, the default.
+    Hex,
+    /// Standard base64.
+    Base64,
+}
+
+/// A source's signature verification. Every verifying scheme has at least
+/// one secret; any secret that matches accepts the hook (rotation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verification {
+    /// No verification.
+    None,
+    /// GitHub: `X-Hub-Signature-256: sha256=hex(HMAC-SHA256(secret, body))`.
+    Github {
+        /// The secrets.
+        secrets: Vec<Secret>,
+    },
+    /// Stripe: `Stripe-Signature: t=..,v1=..`, timestamp within the tolerance.
+    Stripe {
+        /// The secrets.
+        secrets: Vec<Secret>,
+        /// Allowed clock difference, both directions. Default 300,000.
+        tolerance_ms: u64,
+    },
+    /// Shopify: `X-Shopify-Hmac-Sha256: base64(HMAC-SHA256(secret, body))`.
+    Shopify {
+        /// The secrets.
+        secrets: Vec<Secret>,
+    },
+    /// Slack: `X-Slack-Signature: v0=..` over `v0:<ts>:<body>`.
+    Slack {
+        /// The secrets.
+        secrets: Vec<Secret>,
+        /// Allowed clock difference, both directions. Default 300,000.
+        tolerance_ms: u64,
+    },
+    /// Standard Webhooks / Svix: `webhook-id`, `webhook-timestamp`,
+    /// `webhook-signature` (or the `svix-` names); `whsec_` secrets.
+    StandardWebhooks {
+        /// The secrets.
+        secrets: Vec<Secret>,
+        /// Allowed clock difference, both directions. Default 300,000.
+        tolerance_ms: u64,
+    },
+    /// A generic HMAC of the body in one header.
+    Hmac {
+        /// The header that carries the signature, lowercased.
+        header: String,
+        /// The digest. Default sha256.
+        algorithm: HmacAlgorithm,
+        /// How the digest is written. Default hex.
+        encoding: SignatureEncoding,
+        /// Text before the digest in the header (`sha256=`). Default empty.
+        prefix: String,
+        /// The secrets.
+        secrets: Vec<Secret>,
+    },
+}
+
+impl Verification {
+    /// The scheme's name as written in the file.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Verification::None => "none",
+            Verification::Github { .. } => "github",
+            Verification::Stripe { .. } => "stripe",
+            Verification::Shopify { .. } => "shopify",
+            Verification::Slack { .. } => "slack",
+            Verification::StandardWebhooks { .. } => "standard_webhooks",
+            Verification::Hmac { .. } => "hmac",
+        }
+    }
+
+    /// The secrets (empty for [`Verification::None`]).
+    pub fn secrets(&self) -> &[Secret] {
+        match self {
+            Verification::None => &[],
+            Verification::Github { secrets }
+            | Verification::Stripe { secrets, .. }
+            | Verification::Shopify { secrets }
+            | Verification::Slack { secrets, .. }
+            | Verification::StandardWebhooks { secrets, .. }
+            | Verification::Hmac { secrets, .. } => secrets,
+        }
+    }
+
+    /// The timestamp tolerance of a scheme that signs a timestamp.
+    pub fn tolerance_ms(&self) -> Option<u64> {
+        match self {
+            Verification::Stripe { tolerance_ms, .. }
+            | Verification::Slack { tolerance_ms, .. }
+            | Verification::StandardWebhooks { tolerance_ms, .. } => Some(*tolerance_ms),
+            _ => None,
+        }
+    }
+}
+
+/// A dot path into a JSON body (`data.object.customer`), normalized to
+/// segments. It walks object members only (DESIGN section 10): a segment
+/// `0` is the member named "0", never an array index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsonPath {
+    /// The path as written.
+    pub dotted: String,
+    /// Its segments, none empty.
+    pub segments: Vec<String>,
+}
+
+/// Where a key comes from: a request header, or a string at a JSON path of
+/// the body. Used by dedupe and by ordering keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    /// `{header: NAME}`: the first value of the header, matched
+    /// case-insensitively (the name is stored lowercased).
+    Header(String),
+    /// `{json: a.b.c}`: the string at that path.
+    Json(JsonPath),
+}
+
+/// `dedupe`: drop provider retries of a hook already accepted (scoped per
+/// source, DESIGN section 10).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dedupe {
+    /// Where the dedupe key comes from.
+    pub key: KeySource,
+    /// How long a key is remembered. Default 72 h (Stripe retries for up to
+    /// three days).
+    pub ttl_ms: u64,
+}
+
+/// What a key function is given: the request as received.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyInput<'a> {
+    /// The source's name.
+    pub source: &'a str,
+    /// The hook's tenant.
+    pub tenant: &'a str,
+    /// Every request header in received order (names lowercased), values as
+    /// received.
+    pub headers: &'a [(&'a str, &'a [u8])],
+    /// The body as received.
+    pub body: &'a [u8],
+}
+
+/// The signature of an ordering key function: `None` is "no key" (the
+/// keyless lane).
+pub type KeyFnInner =
+    dyn Fn(&KeyInput<'_>) -> Option<Vec<u8>> + Send + Sync + std::panic::RefUnwindSafe;
+
+/// An ordering key given as a Rust function through the library API (the
+/// ADR's `{mod, fun, args}` form; YAML cannot express it). The edge calls it
+/// under `catch_unwind`: a panic is "no key" (ADR 0004 section 2). It is on
+/// the ack path: keep it pure and fast.
+#[derive(Clone)]
+pub struct KeyFn(pub Arc<KeyFnInner>);
+
+impl KeyFn {
+    /// Wraps a function.
+    pub fn new(
+        f: impl Fn(&KeyInput<'_>) -> Option<Vec<u8>> + Send + Sync + std::panic::RefUnwindSafe + 'static,
+    ) -> KeyFn {
+        KeyFn(Arc::new(f))
+    }
+
+    /// Calls it. The caller owns the `catch_unwind`.
+    pub fn call(&self, input: &KeyInput<'_>) -> Option<Vec<u8>> {
+        (self.0)(input)
+    }
+}
+
+impl fmt::Debug for KeyFn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyFn(..)")
+    }
+}
+
+impl PartialEq for KeyFn {
+    /// The same function object.
+    fn eq(&self, other: &KeyFn) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// The ordering key of an ordered sink (ADR 0004 section 1).
+#[derive(Clone, Debug, PartialEq)]
+pub enum OrderingKey {
+    /// `{header: NAME}` (the header must survive the source's store_headers
+    /// policy: ADR 0004 section 2).
+    Header(String),
+    /// `{json: a.b.c}`.
+    Json(JsonPath),
+    /// A Rust function (library API only).
+    Func(KeyFn),
+}
+
+/// Whether a sink entry is ordered, and by what key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Order {
+    /// `ordered: false` (the default): deliveries run concurrently.
+    Unordered,
+    /// `ordered: true`: one lane per key (ADR 0004).
+    Ordered {
+        /// The key; `None` (no `ordering_key`) sends every hook to the
+        /// sink's one keyless lane, so the sink is delivered strictly in
+        /// commit order per tenant.
+        key: Option<OrderingKey>,
+    },
+}
+
+impl Order {
+    /// `ordered: true`.
+    pub fn is_ordered(&self) -> bool {
+        matches!(self, Order::Ordered { .. })
+    }
+
+    /// The ordering key, if ordered with one.
+    pub fn key(&self) -> Option<&OrderingKey> {
+        match self {
+            Order::Ordered { key } => key.as_ref(),
+            Order::Unordered => None,
+        }
+    }
+}
+
+/// The `type` of a sink entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SinkKind {
+    /// `http`
+    Http,
+    /// `file`
+    File,
+    /// `sqs`
+    Sqs,
+    /// `pubsub` (Google Pub/Sub)
+    Pubsub,
+    /// `kafka`
+    Kafka,
+    /// `rabbitmq`
+    Rabbitmq,
+    /// `nats`
+    Nats,
+    /// `redis`
+    Redis,
+}
+
+impl SinkKind {
+    /// Every kind, in the order of the docs.
+    pub const ALL: [SinkKind; 8] = [
+        SinkKind::Http,
+        SinkKind::File,
+        SinkKind::Sqs,
+        SinkKind::Pubsub,
+        SinkKind::Kafka,
+        SinkKind::Rabbitmq,
+        SinkKind::Nats,
+        SinkKind::Redis,
+    ];
+
+    /// The name as written in the file (and the `kind()` of the adapter).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SinkKind::Http => "http",
+            SinkKind::File => "file",
+            SinkKind::Sqs => "sqs",
+            SinkKind::Pubsub => "pubsub",
+            SinkKind::Kafka => "kafka",
+            SinkKind::Rabbitmq => "rabbitmq",
+            SinkKind::Nats => "nats",
+            SinkKind::Redis => "redis",
+        }
+    }
+
+    /// The kind named `name`.
+    pub fn parse(name: &str) -> Option<SinkKind> {
+        SinkKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+/// The options of an `http` sink, checked here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpSink {
+    /// Where hooks are POSTed: an `http://` or `https://` URL with a host.
+    pub url: String,
+    /// Timeout of one request. Default 10,000.
+    pub timeout_ms: u64,
+    /// Extra request headers, by lowercased name; a value written `env:NAME`
+    /// is resolved at load.
+    pub headers: BTreeMap<String, Secret>,
+}
+
+/// The options of a `file` sink, checked here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileSink {
+    /// The NDJSON file hooks are appended to.
+    pub path: PathBuf,
+}
+
+/// The options checked here, for the kinds this crate knows the shape of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TypedOptions {
+    /// `http`.
+    Http(HttpSink),
+    /// `file`.
+    File(FileSink),
+    /// Every other kind: its sink crate validates [`SinkEntry::options`].
+    Unchecked,
+}
+
+/// One entry of a source's `sinks`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SinkEntry {
+    /// Unique within the source. Default `<type>-<index>` (`http-0`).
+    pub name: String,
+    /// The type.
+    pub kind: SinkKind,
+    /// Its position in the source's list: the store's `sink:16`.
+    pub index: u16,
+    /// Ordered or not, and by what key.
+    pub order: Order,
+    /// The sink's own options: the entry without the keys core reads
+    /// (`type`, `name`, `ordered`, and `ordering_key` except a Pub/Sub legacy
+    /// key, which stays: ADR 0004 section 1). Every string written `env:NAME`
+    /// has been replaced by the variable's value.
+    pub options: serde_yaml_ng::Mapping,
+    /// The options checked here (http, file).
+    pub typed: TypedOptions,
+}
+
+impl SinkEntry {
+    /// [`SinkEntry::options`] as the JSON map the sinks crate builds adapters
+    /// from (`ankusa_sinks::Options`). Keys are strings (checked at load);
+    /// a YAML tag is dropped (its value is kept); a non-finite float is null.
+    pub fn options_json(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.options
+            .iter()
+            .map(|(k, v)| (crate::sink::key_text(k), crate::sink::yaml_to_json(v)))
+            .collect()
+    }
+}

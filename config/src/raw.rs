@@ -1,0 +1,198 @@
+//! The file as written: serde structs with `deny_unknown_fields`, every
+//! optional field an `Option` so validation fills the defaults in one place
+//! ([`crate::defaults`]). Sink entries stay `Mapping`s: their keys beyond the
+//! core ones belong to the sink.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, IntoDeserializer, MapAccess, Visitor};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawConfig {
+    pub node: RawNode,
+    pub listeners: RawListeners,
+    pub store_headers: RawHeaderPolicy,
+    pub dispatch: RawDispatch,
+    pub retry: RawRetry,
+    pub breaker: RawBreaker,
+    pub tenants: Option<Vec<RawTenant>>,
+    pub sources: Vec<RawSource>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawNode {
+    pub name: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub store: Option<RawStore>,
+    pub max_pending: Option<u64>,
+    pub max_pending_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RawStore {
+    Rocksdb,
+    Fjall,
+    Memory,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawListeners {
+    pub ingest: Option<String>,
+    pub admin: Option<String>,
+    pub admin_token: Option<String>,
+    pub body_limit_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RawAction {
+    Keep,
+    Drop,
+    Hash,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawHeaderPolicy {
+    pub default: Option<RawAction>,
+    pub headers: BTreeMap<String, RawAction>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawDispatch {
+    pub batch: Option<u32>,
+    pub sink_concurrency: Option<u32>,
+    pub admission_window: Option<u32>,
+    pub admission_window_bytes: Option<u64>,
+    pub flush_interval_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawRetry {
+    pub base_ms: Option<u64>,
+    pub max_ms: Option<u64>,
+    pub max_elapsed_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawBreaker {
+    pub failures: Option<u32>,
+    pub open_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTenant {
+    pub name: String,
+    pub max_pending: Option<u64>,
+    pub max_pending_bytes: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSource {
+    pub name: String,
+    pub path: Option<String>,
+    pub tenant: Option<String>,
+    pub tenant_path: Option<bool>,
+    #[serde(default, deserialize_with = "verification")]
+    pub verification: Option<RawVerification>,
+    pub dedupe: Option<RawDedupe>,
+    pub store_headers: Option<RawHeaderPolicy>,
+    #[serde(default)]
+    pub sinks: Vec<serde_yaml_ng::Mapping>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum RawScheme {
+    None,
+    Github,
+    Stripe,
+    Shopify,
+    Slack,
+    StandardWebhooks,
+    Hmac,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RawAlgorithm {
+    Sha1,
+    Sha256,
+    Sha512,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RawEncoding {
+    Hex,
+    Base64,
+}
+
+/// `verification: github` (a scheme name alone) or
+/// `verification: {type: github, secrets: [...]}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawVerification {
+    #[serde(rename = "type")]
+    pub kind: RawScheme,
+    pub secrets: Option<Vec<String>>,
+    pub tolerance_ms: Option<u64>,
+    pub header: Option<String>,
+    pub algorithm: Option<RawAlgorithm>,
+    pub encoding: Option<RawEncoding>,
+    pub prefix: Option<String>,
+}
+
+/// Accepts the scheme name alone or the full map; the map goes through the
+/// derived impl on the same deserializer, so its errors keep their position.
+pub(crate) fn verification<'de, D: de::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<RawVerification>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<RawVerification>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a scheme name (none, github, stripe, shopify, slack, standard_webhooks, hmac) or a map with `type`")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            let kind = RawScheme::deserialize(s.into_deserializer())?;
+            Ok(Some(RawVerification {
+                kind,
+                secrets: None,
+                tolerance_ms: None,
+                header: None,
+                algorithm: None,
+                encoding: None,
+                prefix: None,
+            }))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            RawVerification::deserialize(MapAccessDeserializer::new(map)).map(Some)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDedupe {
+    pub header: Option<String>,
+    pub json: Option<String>,
+    pub ttl_ms: Option<u64>,
+}

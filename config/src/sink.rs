@@ -1,0 +1,518 @@
+//! One sink entry: the core keys (`type`, `name`, `ordered`, `ordering_key`)
+//! and the rejections of ADR 0004 sections 1-2, the sink's own options (with
+//! `env:` resolved), and the typed options of `http` and `file`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::defaults as d;
+use crate::error::{Problems, Scope};
+use crate::model::{
+    FileSink, HeaderAction, HeaderPolicy, HttpSink, Order, OrderingKey, SinkEntry, SinkKind,
+    TypedOptions,
+};
+use crate::secret::{self, EnvLookup, Secret, SecretOrigin};
+use crate::validate::{check_header_name, check_name, json_path};
+
+/// What a sink entry needs to know of its source.
+pub(crate) struct SourceCtx<'a> {
+    pub source_name: &'a str,
+    /// The effective store_headers policy.
+    pub store_headers: &'a HeaderPolicy,
+    /// Whether that policy is the source's own override.
+    pub overridden: bool,
+    pub env: EnvLookup<'a>,
+}
+
+pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
+    Scope::Sink {
+        source_name: source_name.to_owned(),
+        sink: sink.to_owned(),
+        kind: kind.to_owned(),
+    }
+}
+
+const CORE_KEYS: [&str; 4] = ["type", "name", "ordered", "ordering_key"];
+const KEY_FORMS: &str = "{header: NAME} or {json: a.b.c}";
+
+/// Builds entry `index` of a source's `sinks`; `None` when it is too broken
+/// to have a type (the problems say why).
+pub(crate) fn entry(
+    ctx: &SourceCtx<'_>,
+    index: u16,
+    raw: &Mapping,
+    p: &mut Problems,
+) -> Option<SinkEntry> {
+    let type_text = match raw.get("type") {
+        Some(Value::String(t)) => Some(t.as_str()),
+        _ => None,
+    };
+    let kind = type_text.and_then(SinkKind::parse);
+    let kind_text = type_text.unwrap_or("?");
+    let given_name = raw.get("name");
+    let name = match given_name {
+        Some(Value::String(n)) => n.clone(),
+        _ => format!("{}-{index}", kind.map_or("sink", SinkKind::as_str)),
+    };
+    let scope = scope_of(ctx.source_name, &name, kind_text);
+
+    match (raw.get("type"), kind) {
+        (None, _) => p.push(&scope, "type", format!("required: one of {}", kinds_list())),
+        (Some(_), None) => p.push(
+            &scope,
+            "type",
+            format!(
+                "unknown sink type {}: one of {}",
+                show(raw.get("type")),
+                kinds_list()
+            ),
+        ),
+        (Some(_), Some(_)) => {}
+    }
+    match given_name {
+        None => {}
+        Some(Value::String(n)) => {
+            if let Err(m) = check_name(n) {
+                p.push(&scope, "name", m);
+            }
+        }
+        Some(other) => p.push(
+            &scope,
+            "name",
+            format!("must be a string, found {}", show(Some(other))),
+        ),
+    }
+    for k in raw.keys() {
+        if !matches!(k, Value::String(_)) {
+            p.push(&scope, key_text(k), "option names must be strings");
+        }
+    }
+    let kind = kind?;
+
+    let order = order(ctx, kind, raw, &scope, p);
+    let keep_legacy_key = kind == SinkKind::Pubsub && !order.is_ordered();
+
+    // The sink's own options: the entry less the keys core reads, `env:`
+    // resolved everywhere.
+    let mut options = Mapping::new();
+    for (k, v) in raw {
+        let key = key_text(k);
+        let core = CORE_KEYS.contains(&key.as_str()) && !(keep_legacy_key && key == "ordering_key");
+        if core {
+            continue;
+        }
+        match resolve_env(v, ctx.env) {
+            Ok(v) => {
+                options.insert(k.clone(), v);
+            }
+            Err(m) => p.push(&scope, key, m),
+        }
+    }
+
+    if kind == SinkKind::Sqs && order.is_ordered() {
+        let fifo =
+            matches!(options.get("queue_url"), Some(Value::String(u)) if u.ends_with(".fifo"));
+        if !fifo {
+            let found = match options.get("queue_url") {
+                None if raw.get("queue_url").is_some() => String::new(), // unresolved env: already reported
+                None => ", and queue_url is missing".to_owned(),
+                Some(Value::String(u)) => format!("; queue_url is \"{u}\""),
+                Some(other) => format!("; queue_url is {}", show(Some(other))),
+            };
+            p.push(
+                &scope,
+                "ordered",
+                format!("requires a FIFO queue (queue_url must end in .fifo){found}"),
+            );
+        }
+    }
+
+    let typed = match kind {
+        SinkKind::Http => http(raw, &options, &scope, p).map(TypedOptions::Http),
+        SinkKind::File => file(&options, &scope, p).map(TypedOptions::File),
+        _ => Some(TypedOptions::Unchecked),
+    }
+    .unwrap_or(TypedOptions::Unchecked);
+
+    Some(SinkEntry {
+        name,
+        kind,
+        index,
+        order,
+        options,
+        typed,
+    })
+}
+
+/// `ordered` and `ordering_key` (ADR 0004 section 1), and the store_headers
+/// rule of section 2.
+fn order(
+    ctx: &SourceCtx<'_>,
+    kind: SinkKind,
+    raw: &Mapping,
+    scope: &Scope,
+    p: &mut Problems,
+) -> Order {
+    let ordered = match raw.get("ordered") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            p.push(
+                scope,
+                "ordered",
+                format!("must be true or false, found {}", show(Some(other))),
+            );
+            false
+        }
+    };
+    let key = raw.get("ordering_key");
+    if !ordered {
+        match key {
+            None => {}
+            // The legacy Pub/Sub form (ADR 0004 section 1): a string, kept in
+            // the sink's options and passed to the sink.
+            Some(Value::String(_)) if kind == SinkKind::Pubsub => {}
+            Some(_) if kind == SinkKind::Pubsub => p.push(
+                scope,
+                "ordering_key",
+                format!(
+                    "a {KEY_FORMS} key requires ordered: true; without it a pubsub ordering_key is the legacy form, a plain string passed to the sink"
+                ),
+            ),
+            Some(_) => p.push(
+                scope,
+                "ordering_key",
+                "requires ordered: true (only a pubsub sink takes an ordering_key without it)",
+            ),
+        }
+        return Order::Unordered;
+    }
+    let Some(key) = key else {
+        // No key: every hook goes to the sink's keyless lane (ADR 0004
+        // section 2).
+        return Order::Ordered { key: None };
+    };
+    match ordering_key(key) {
+        Err(m) => {
+            p.push(scope, "ordering_key", m);
+            Order::Ordered { key: None }
+        }
+        Ok(OrderingKey::Header(h)) => {
+            let action = ctx.store_headers.action(&h);
+            if action != HeaderAction::Keep {
+                let whose = if ctx.overridden {
+                    "the source's store_headers override"
+                } else {
+                    "the instance store_headers policy"
+                };
+                let verb = if action == HeaderAction::Drop {
+                    "drops"
+                } else {
+                    "hashes"
+                };
+                p.push(
+                    scope,
+                    "ordering_key",
+                    format!(
+                        "header \"{h}\" is not kept by the store: {whose} {verb} it, so a replay could not resolve the same key (ADR 0004 section 2); set store_headers headers.{h}: keep"
+                    ),
+                );
+            }
+            Order::Ordered {
+                key: Some(OrderingKey::Header(h)),
+            }
+        }
+        Ok(k) => Order::Ordered { key: Some(k) },
+    }
+}
+
+/// The ordering key of an ordered sink: `{header: NAME}` or `{json: a.b.c}`.
+fn ordering_key(v: &Value) -> Result<OrderingKey, String> {
+    match v {
+        Value::String(s) => Err(format!(
+            "\"{s}\" is a plain string; an ordered sink takes {KEY_FORMS} (YAML cannot express a function key)"
+        )),
+        Value::Mapping(m) if m.len() == 1 => {
+            let (k, val) = m
+                .iter()
+                .next()
+                .ok_or_else(|| format!("must be {KEY_FORMS}"))?;
+            let Value::String(text) = val else {
+                return Err(format!(
+                    "the {} of {KEY_FORMS} must be a string, found {}",
+                    key_text(k),
+                    show(Some(val))
+                ));
+            };
+            match k.as_str() {
+                Some("header") => {
+                    check_header_name(text)?;
+                    Ok(OrderingKey::Header(text.to_ascii_lowercase()))
+                }
+                Some("json") => json_path(text).map(OrderingKey::Json),
+                _ => Err(format!(
+                    "must be {KEY_FORMS}, found key \"{}\"",
+                    key_text(k)
+                )),
+            }
+        }
+        other => Err(format!("must be {KEY_FORMS}, found {}", show(Some(other)))),
+    }
+}
+
+const HTTP_OPTIONS: [&str; 3] = ["url", "timeout_ms", "headers"];
+/// Headers the http sink sets itself: a configured value would forge the
+/// relay's metadata or break the framing.
+const RESERVED_HEADERS: [&str; 4] = ["content-length", "host", "transfer-encoding", "connection"];
+
+fn http(raw: &Mapping, options: &Mapping, scope: &Scope, p: &mut Problems) -> Option<HttpSink> {
+    unknown_options(options, &HTTP_OPTIONS, "http", scope, p);
+    let url = match options.get("url") {
+        None if raw.get("url").is_some() => None, // an unresolved env:, already reported
+        None => {
+            p.push(
+                scope,
+                "url",
+                "required: the http(s) URL hooks are POSTed to",
+            );
+            None
+        }
+        Some(Value::String(u)) => match check_url(u) {
+            Ok(()) => Some(u.clone()),
+            Err(m) => {
+                p.push(scope, "url", m);
+                None
+            }
+        },
+        Some(other) => {
+            p.push(
+                scope,
+                "url",
+                format!("must be a string, found {}", show(Some(other))),
+            );
+            None
+        }
+    };
+    let timeout_ms = match options.get("timeout_ms") {
+        None => d::HTTP_TIMEOUT_MS,
+        Some(v) => match v.as_u64() {
+            Some(0) | None => {
+                p.push(
+                    scope,
+                    "timeout_ms",
+                    format!(
+                        "must be a whole number of milliseconds above 0, found {}",
+                        show(Some(v))
+                    ),
+                );
+                d::HTTP_TIMEOUT_MS
+            }
+            Some(n) => n,
+        },
+    };
+    let mut headers = BTreeMap::new();
+    match options.get("headers") {
+        None => {}
+        Some(Value::Mapping(m)) => {
+            let raw_headers = raw.get("headers").and_then(Value::as_mapping);
+            for (k, v) in m {
+                let name = key_text(k);
+                let option = format!("headers.{name}");
+                let lower = name.to_ascii_lowercase();
+                if let Err(msg) = check_header_name(&name) {
+                    p.push(scope, option, msg);
+                    continue;
+                }
+                if lower.starts_with("x-ankusa-") || RESERVED_HEADERS.contains(&lower.as_str()) {
+                    p.push(
+                        scope,
+                        option,
+                        format!("\"{lower}\" is set by the http sink itself"),
+                    );
+                    continue;
+                }
+                let Value::String(value) = v else {
+                    p.push(
+                        scope,
+                        option,
+                        format!("must be a string, found {}", show(Some(v))),
+                    );
+                    continue;
+                };
+                // The origin is read from the entry as written (`options`
+                // has the resolved value).
+                let origin = match raw_headers.and_then(|h| h.get(k)).and_then(Value::as_str) {
+                    Some(w) if w.starts_with("env:") => {
+                        SecretOrigin::Env(w["env:".len()..].to_owned())
+                    }
+                    _ => SecretOrigin::Literal,
+                };
+                if headers
+                    .insert(lower.clone(), Secret::new(value.clone(), origin))
+                    .is_some()
+                {
+                    p.push(
+                        scope,
+                        option,
+                        format!("header \"{lower}\" is listed twice (names are case-insensitive)"),
+                    );
+                }
+            }
+        }
+        Some(other) => p.push(
+            scope,
+            "headers",
+            format!(
+                "must be a map of header name to value, found {}",
+                show(Some(other))
+            ),
+        ),
+    }
+    Some(HttpSink {
+        url: url?,
+        timeout_ms,
+        headers,
+    })
+}
+
+fn file(options: &Mapping, scope: &Scope, p: &mut Problems) -> Option<FileSink> {
+    unknown_options(options, &["path"], "file", scope, p);
+    match options.get("path") {
+        None => {
+            p.push(
+                scope,
+                "path",
+                "required: the NDJSON file hooks are appended to",
+            );
+            None
+        }
+        Some(Value::String(s)) if !s.is_empty() => Some(FileSink {
+            path: PathBuf::from(s),
+        }),
+        Some(other) => {
+            p.push(
+                scope,
+                "path",
+                format!("must be a non-empty string, found {}", show(Some(other))),
+            );
+            None
+        }
+    }
+}
+
+fn unknown_options(options: &Mapping, known: &[&str], kind: &str, scope: &Scope, p: &mut Problems) {
+    for k in options.keys() {
+        let key = key_text(k);
+        if !known.contains(&key.as_str()) {
+            p.push(
+                scope,
+                key,
+                format!(
+                    "unknown option of a {kind} sink (its options: {}; every sink: type, name, ordered, ordering_key)",
+                    known.join(", ")
+                ),
+            );
+        }
+    }
+}
+
+/// An `http://` or `https://` URL with a host, no whitespace. The sink's
+/// client parses it fully when the sink is built.
+fn check_url(u: &str) -> Result<(), String> {
+    let rest = u
+        .strip_prefix("https://")
+        .or_else(|| u.strip_prefix("http://"))
+        .ok_or_else(|| format!("\"{u}\" is not an http:// or https:// URL"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if host.is_empty() || host.starts_with(':') {
+        return Err(format!("\"{u}\" has no host"));
+    }
+    if u.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("\"{u}\" contains whitespace"));
+    }
+    Ok(())
+}
+
+/// Resolves every string `env:NAME` in a value, nested ones included.
+fn resolve_env(v: &Value, env: EnvLookup<'_>) -> Result<Value, String> {
+    Ok(match v {
+        Value::String(s) if s.starts_with("env:") => {
+            Value::String(secret::resolve(s, env)?.expose().to_owned())
+        }
+        Value::Sequence(seq) => Value::Sequence(
+            seq.iter()
+                .map(|x| resolve_env(x, env))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Mapping(m) => {
+            let mut out = Mapping::new();
+            for (k, x) in m {
+                out.insert(k.clone(), resolve_env(x, env)?);
+            }
+            Value::Mapping(out)
+        }
+        Value::Tagged(t) => {
+            let mut t = (**t).clone();
+            t.value = resolve_env(&t.value, env)?;
+            Value::Tagged(Box::new(t))
+        }
+        other => other.clone(),
+    })
+}
+
+fn kinds_list() -> String {
+    SinkKind::ALL.map(SinkKind::as_str).join(", ")
+}
+
+/// A value, short, for a message.
+fn show(v: Option<&Value>) -> String {
+    match v {
+        None => "nothing".to_owned(),
+        Some(Value::String(s)) => format!("\"{s}\""),
+        Some(Value::Mapping(_)) => "a map".to_owned(),
+        Some(Value::Sequence(_)) => "a list".to_owned(),
+        Some(Value::Null) => "null".to_owned(),
+        Some(other) => serde_yaml_ng::to_string(other)
+            .map_or_else(|_| "a value".to_owned(), |s| s.trim_end().to_owned()),
+    }
+}
+
+/// A mapping key as text (keys of a sink's own options are strings, checked at
+/// load; a nested non-string key is written as YAML).
+pub(crate) fn key_text(k: &Value) -> String {
+    match k {
+        Value::String(s) => s.clone(),
+        other => serde_yaml_ng::to_string(other)
+            .map_or_else(|_| "?".to_owned(), |s| s.trim_end().to_owned()),
+    }
+}
+
+/// YAML → JSON for [`SinkEntry::options_json`].
+pub(crate) fn yaml_to_json(v: &Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        Value::Null => J::Null,
+        Value::Bool(b) => J::Bool(*b),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                J::from(i)
+            } else if let Some(u) = n.as_u64() {
+                J::from(u)
+            } else {
+                n.as_f64()
+                    .and_then(serde_json::Number::from_f64)
+                    .map_or(J::Null, J::Number)
+            }
+        }
+        Value::String(s) => J::String(s.clone()),
+        Value::Sequence(seq) => J::Array(seq.iter().map(yaml_to_json).collect()),
+        Value::Mapping(m) => J::Object(
+            m.iter()
+                .map(|(k, x)| (key_text(k), yaml_to_json(x)))
+                .collect(),
+        ),
+        Value::Tagged(t) => yaml_to_json(&t.value),
+    }
+}

@@ -1,0 +1,735 @@
+//! Raw file → typed model: defaults, checks, env secrets. Every problem is
+//! collected (in file order) before the load fails, so one run shows them all.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::defaults as d;
+use crate::error::{ConfigError, Problems, Scope};
+use crate::model::{
+    Breaker, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy, HmacAlgorithm, JsonPath,
+    KeySource, Listeners, Node, Retry, SignatureEncoding, Source, StoreBackend, Tenant,
+    TenantBinding, Verification,
+};
+use crate::raw::{
+    RawAction, RawAlgorithm, RawConfig, RawDedupe, RawEncoding, RawHeaderPolicy, RawScheme,
+    RawSource, RawStore, RawVerification,
+};
+use crate::secret::{self, EnvLookup, Secret};
+use crate::sink;
+
+pub(crate) fn config(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+    let mut p = Problems::default();
+
+    let node = node(&raw, &mut p);
+    let listeners = listeners(&raw, env, &mut p);
+    let store_headers = header_policy(
+        &raw.store_headers,
+        &Scope::Section("store_headers"),
+        "",
+        &mut p,
+    );
+    let dispatch = dispatch(&raw, &mut p);
+    let retry = retry(&raw, &mut p);
+    let breaker = breaker(&raw, &mut p);
+    let tenants = tenants(&raw, &mut p);
+    let sources = sources(&raw.sources, &tenants, &store_headers, env, &mut p);
+
+    if !p.0.is_empty() {
+        return Err(ConfigError::Invalid { problems: p.0 });
+    }
+    Ok(Config {
+        node,
+        listeners,
+        store_headers,
+        dispatch,
+        retry,
+        breaker,
+        tenants,
+        sources,
+    })
+}
+
+fn node(raw: &RawConfig, p: &mut Problems) -> Node {
+    let scope = Scope::Section("node");
+    let n = &raw.node;
+    let name = n.name.clone().unwrap_or_else(|| d::NODE_NAME.to_owned());
+    if let Err(m) = check_name(&name) {
+        p.push(&scope, "name", m);
+    }
+    let data_dir = n
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(d::DATA_DIR));
+    if data_dir.as_os_str().is_empty() {
+        p.push(&scope, "data_dir", "must not be empty");
+    }
+    let store = match n.store {
+        None | Some(RawStore::Rocksdb) => StoreBackend::RocksDb,
+        Some(RawStore::Fjall) => StoreBackend::Fjall,
+        Some(RawStore::Memory) => StoreBackend::Memory,
+    };
+    let max_pending = positive(n.max_pending, d::NODE_MAX_PENDING, &scope, "max_pending", p);
+    let max_pending_bytes = positive(
+        n.max_pending_bytes,
+        d::NODE_MAX_PENDING_BYTES,
+        &scope,
+        "max_pending_bytes",
+        p,
+    );
+    Node {
+        name,
+        data_dir,
+        store,
+        max_pending,
+        max_pending_bytes,
+    }
+}
+
+fn listeners(raw: &RawConfig, env: EnvLookup<'_>, p: &mut Problems) -> Listeners {
+    let scope = Scope::Section("listeners");
+    let l = &raw.listeners;
+    let addr = |text: Option<&String>,
+                default: &str,
+                option: &str,
+                p: &mut Problems|
+     -> SocketAddr {
+        let text = text.map_or(default, String::as_str);
+        match text.parse::<SocketAddr>() {
+            Ok(a) => a,
+            Err(_) => {
+                p.push(
+                    &scope,
+                    option,
+                    format!("\"{text}\" is not a listener address: write IP:port, e.g. 127.0.0.1:8080 or [::1]:8080"),
+                );
+                // Only reached when the load fails; the value is never used.
+                SocketAddr::from(([127, 0, 0, 1], 0))
+            }
+        }
+    };
+    let ingest = addr(l.ingest.as_ref(), d::INGEST_ADDR, "ingest", p);
+    let admin = addr(l.admin.as_ref(), d::ADMIN_ADDR, "admin", p);
+    if ingest == admin && ingest.port() != 0 {
+        p.push(
+            &scope,
+            "admin",
+            format!("is the same address as ingest ({ingest})"),
+        );
+    }
+    let admin_token = match &l.admin_token {
+        None => {
+            if !admin.ip().is_loopback() {
+                p.push(
+                    &scope,
+                    "admin_token",
+                    format!("required when the admin listener is not on a loopback address (admin is {admin})"),
+                );
+            }
+            None
+        }
+        Some(raw) => match secret::resolve(raw, env) {
+            Ok(s) => Some(s),
+            Err(m) => {
+                p.push(&scope, "admin_token", m);
+                None
+            }
+        },
+    };
+    let body_limit_bytes = positive(
+        l.body_limit_bytes,
+        d::BODY_LIMIT_BYTES,
+        &scope,
+        "body_limit_bytes",
+        p,
+    );
+    Listeners {
+        ingest,
+        admin,
+        admin_token,
+        body_limit_bytes,
+    }
+}
+
+/// `prefix` is the option path of the policy inside its scope (`""` for the
+/// instance section, `"store_headers."` inside a source).
+fn header_policy(
+    raw: &RawHeaderPolicy,
+    scope: &Scope,
+    prefix: &str,
+    p: &mut Problems,
+) -> HeaderPolicy {
+    let mut headers = BTreeMap::new();
+    for (name, action) in &raw.headers {
+        let lower = name.to_ascii_lowercase();
+        if let Err(m) = check_header_name(name) {
+            p.push(scope, format!("{prefix}headers.{name}"), m);
+        } else if headers.insert(lower.clone(), action_of(*action)).is_some() {
+            p.push(
+                scope,
+                format!("{prefix}headers.{name}"),
+                format!("header \"{lower}\" is listed twice (names are case-insensitive)"),
+            );
+        }
+    }
+    HeaderPolicy {
+        default: raw.default.map_or(HeaderAction::Keep, action_of),
+        headers,
+    }
+}
+
+fn action_of(a: RawAction) -> HeaderAction {
+    match a {
+        RawAction::Keep => HeaderAction::Keep,
+        RawAction::Drop => HeaderAction::Drop,
+        RawAction::Hash => HeaderAction::Hash,
+    }
+}
+
+fn dispatch(raw: &RawConfig, p: &mut Problems) -> Dispatch {
+    let scope = Scope::Section("dispatch");
+    let r = &raw.dispatch;
+    let batch = positive(r.batch, d::BATCH, &scope, "batch", p);
+    let sink_concurrency = positive(
+        r.sink_concurrency,
+        d::SINK_CONCURRENCY,
+        &scope,
+        "sink_concurrency",
+        p,
+    );
+    let admission_window = positive(
+        r.admission_window,
+        d::ADMISSION_WINDOW,
+        &scope,
+        "admission_window",
+        p,
+    );
+    let admission_window_bytes = positive(
+        r.admission_window_bytes,
+        d::ADMISSION_WINDOW_BYTES,
+        &scope,
+        "admission_window_bytes",
+        p,
+    );
+    Dispatch {
+        batch,
+        sink_concurrency,
+        admission_window,
+        admission_window_bytes,
+        flush_interval_ms: r.flush_interval_ms.unwrap_or(d::FLUSH_INTERVAL_MS),
+    }
+}
+
+fn retry(raw: &RawConfig, p: &mut Problems) -> Retry {
+    let scope = Scope::Section("retry");
+    let r = &raw.retry;
+    let base_ms = positive(r.base_ms, d::RETRY_BASE_MS, &scope, "base_ms", p);
+    let max_ms = positive(r.max_ms, d::RETRY_MAX_MS, &scope, "max_ms", p);
+    let max_elapsed_ms = positive(
+        r.max_elapsed_ms,
+        d::RETRY_MAX_ELAPSED_MS,
+        &scope,
+        "max_elapsed_ms",
+        p,
+    );
+    if base_ms > max_ms {
+        p.push(
+            &scope,
+            "base_ms",
+            format!("{base_ms} is greater than max_ms ({max_ms}): the first backoff cannot exceed the largest"),
+        );
+    }
+    Retry {
+        base_ms,
+        max_ms,
+        max_elapsed_ms,
+    }
+}
+
+fn breaker(raw: &RawConfig, p: &mut Problems) -> Breaker {
+    let scope = Scope::Section("breaker");
+    Breaker {
+        failures: positive(
+            raw.breaker.failures,
+            d::BREAKER_FAILURES,
+            &scope,
+            "failures",
+            p,
+        ),
+        open_ms: positive(
+            raw.breaker.open_ms,
+            d::BREAKER_OPEN_MS,
+            &scope,
+            "open_ms",
+            p,
+        ),
+    }
+}
+
+fn tenants(raw: &RawConfig, p: &mut Problems) -> Vec<Tenant> {
+    let Some(list) = &raw.tenants else {
+        return vec![Tenant {
+            name: d::TENANT.to_owned(),
+            max_pending: d::TENANT_MAX_PENDING,
+            max_pending_bytes: d::TENANT_MAX_PENDING_BYTES,
+        }];
+    };
+    if list.is_empty() {
+        p.push(
+            &Scope::Section("tenants"),
+            "tenants",
+            "at least one tenant is required",
+        );
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(list.len());
+    for t in list {
+        let scope = Scope::Tenant {
+            tenant: t.name.clone(),
+        };
+        if let Err(m) = check_name(&t.name) {
+            p.push(&scope, "name", m);
+        } else if !seen.insert(t.name.clone()) {
+            p.push(&scope, "name", "duplicate tenant name");
+        }
+        out.push(Tenant {
+            name: t.name.clone(),
+            max_pending: positive(
+                t.max_pending,
+                d::TENANT_MAX_PENDING,
+                &scope,
+                "max_pending",
+                p,
+            ),
+            max_pending_bytes: positive(
+                t.max_pending_bytes,
+                d::TENANT_MAX_PENDING_BYTES,
+                &scope,
+                "max_pending_bytes",
+                p,
+            ),
+        });
+    }
+    out
+}
+
+fn sources(
+    raw: &[RawSource],
+    tenants: &[Tenant],
+    instance_headers: &HeaderPolicy,
+    env: EnvLookup<'_>,
+    p: &mut Problems,
+) -> Vec<Source> {
+    let mut names = HashSet::new();
+    let mut paths: HashMap<String, String> = HashMap::new();
+    let mut out = Vec::with_capacity(raw.len());
+    for rs in raw {
+        let scope = Scope::Source {
+            source_name: rs.name.clone(),
+        };
+        if let Err(m) = check_name(&rs.name) {
+            p.push(&scope, "name", m);
+        } else if !names.insert(rs.name.clone()) {
+            p.push(&scope, "name", "duplicate source name");
+        }
+
+        let path = rs
+            .path
+            .clone()
+            .unwrap_or_else(|| format!("/hooks/{}", rs.name));
+        if let Err(m) = check_path(&path) {
+            p.push(&scope, "path", m);
+        } else if let Some(other) = paths.get(&path) {
+            p.push(
+                &scope,
+                "path",
+                format!("\"{path}\" is already the path of source \"{other}\""),
+            );
+        } else {
+            paths.insert(path.clone(), rs.name.clone());
+        }
+
+        let tenant = match (&rs.tenant, rs.tenant_path.unwrap_or(false)) {
+            (Some(_), true) => {
+                p.push(
+                    &scope,
+                    "tenant_path",
+                    "tenant_path: true takes the tenant from the URL; remove tenant, or set tenant_path: false",
+                );
+                TenantBinding::Path
+            }
+            (None, true) => TenantBinding::Path,
+            (Some(t), false) => {
+                if !tenants.iter().any(|x| &x.name == t) {
+                    p.push(
+                        &scope,
+                        "tenant",
+                        format!("unknown tenant \"{t}\" (not in tenants)"),
+                    );
+                }
+                TenantBinding::Fixed(t.clone())
+            }
+            (None, false) => {
+                if !tenants.iter().any(|x| x.name == d::TENANT) {
+                    p.push(
+                        &scope,
+                        "tenant",
+                        format!(
+                            "required: name a tenant, or set tenant_path: true (there is no tenant \"{}\" to default to)",
+                            d::TENANT
+                        ),
+                    );
+                }
+                TenantBinding::Fixed(d::TENANT.to_owned())
+            }
+        };
+
+        let verification = verification(rs.verification.as_ref(), &scope, env, p);
+        let dedupe = rs.dedupe.as_ref().and_then(|r| dedupe(r, &scope, p));
+        let (store_headers, overridden) = match &rs.store_headers {
+            Some(o) => (header_policy(o, &scope, "store_headers.", p), true),
+            None => (instance_headers.clone(), false),
+        };
+
+        if rs.sinks.is_empty() {
+            p.push(&scope, "sinks", "at least one sink is required");
+        }
+        if rs.sinks.len() > usize::from(u16::MAX) + 1 {
+            p.push(&scope, "sinks", "at most 65536 sinks per source");
+        }
+        let ctx = sink::SourceCtx {
+            source_name: &rs.name,
+            store_headers: &store_headers,
+            overridden,
+            env,
+        };
+        let mut sink_names = HashSet::new();
+        let mut sinks = Vec::with_capacity(rs.sinks.len());
+        for (index, entry) in rs.sinks.iter().enumerate() {
+            let index = u16::try_from(index).unwrap_or(u16::MAX);
+            if let Some(s) = sink::entry(&ctx, index, entry, p) {
+                if !sink_names.insert(s.name.clone()) {
+                    p.push(
+                        &sink::scope_of(&rs.name, &s.name, s.kind.as_str()),
+                        "name",
+                        "duplicate sink name in this source",
+                    );
+                }
+                sinks.push(s);
+            }
+        }
+
+        out.push(Source {
+            name: rs.name.clone(),
+            path,
+            tenant,
+            verification,
+            dedupe,
+            store_headers,
+            store_headers_overridden: overridden,
+            sinks,
+        });
+    }
+
+    // A TenantPath source at P also answers P/{tenant}: a source whose path is
+    // P plus one segment would share its routes.
+    for tp in out.iter().filter(|s| s.tenant == TenantBinding::Path) {
+        let prefix = format!("{}/", tp.path);
+        for s in &out {
+            if let Some(rest) = s.path.strip_prefix(&prefix)
+                && !rest.contains('/')
+            {
+                p.push(
+                    &Scope::Source {
+                        source_name: s.name.clone(),
+                    },
+                    "path",
+                    format!(
+                        "\"{}\" overlaps the route {}{{tenant}} of TenantPath source \"{}\"",
+                        s.path, prefix, tp.name
+                    ),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn verification(
+    raw: Option<&RawVerification>,
+    scope: &Scope,
+    env: EnvLookup<'_>,
+    p: &mut Problems,
+) -> Verification {
+    let Some(r) = raw else {
+        return Verification::None;
+    };
+    let kind = r.kind;
+    let name = scheme_name(kind);
+    // Options a scheme does not read are refused: a stray option is a
+    // misunderstanding (a tolerance on GitHub, which signs no timestamp).
+    let takes_tolerance = matches!(
+        kind,
+        RawScheme::Stripe | RawScheme::Slack | RawScheme::StandardWebhooks
+    );
+    let not_for = |option: &str, p: &mut Problems| {
+        p.push(
+            scope,
+            format!("verification.{option}"),
+            format!("is not an option of {name} verification"),
+        );
+    };
+    if r.tolerance_ms.is_some() && !takes_tolerance {
+        not_for("tolerance_ms", p);
+    }
+    if kind != RawScheme::Hmac {
+        for (set, option) in [
+            (r.header.is_some(), "header"),
+            (r.algorithm.is_some(), "algorithm"),
+            (r.encoding.is_some(), "encoding"),
+            (r.prefix.is_some(), "prefix"),
+        ] {
+            if set {
+                not_for(option, p);
+            }
+        }
+    }
+    if kind == RawScheme::None {
+        if r.secrets.is_some() {
+            not_for("secrets", p);
+        }
+        return Verification::None;
+    }
+
+    let mut secrets = Vec::new();
+    match &r.secrets {
+        None => p.push(
+            scope,
+            "verification.secrets",
+            format!("required for {name} verification (a list of one or more secrets)"),
+        ),
+        Some(list) if list.is_empty() => p.push(
+            scope,
+            "verification.secrets",
+            format!("is empty: {name} verification needs at least one secret"),
+        ),
+        Some(list) => {
+            for (i, raw) in list.iter().enumerate() {
+                match secret::resolve(raw, env) {
+                    Ok(s) => secrets.push(s),
+                    Err(m) => p.push(scope, format!("verification.secrets[{i}]"), m),
+                }
+            }
+        }
+    }
+    let tolerance_ms = positive(
+        r.tolerance_ms,
+        d::TOLERANCE_MS,
+        scope,
+        "verification.tolerance_ms",
+        p,
+    );
+    build_verification(kind, secrets, tolerance_ms, r, scope, p)
+}
+
+fn build_verification(
+    kind: RawScheme,
+    secrets: Vec<Secret>,
+    tolerance_ms: u64,
+    r: &RawVerification,
+    scope: &Scope,
+    p: &mut Problems,
+) -> Verification {
+    match kind {
+        RawScheme::None => Verification::None,
+        RawScheme::Github => Verification::Github { secrets },
+        RawScheme::Stripe => Verification::Stripe {
+            secrets,
+            tolerance_ms,
+        },
+        RawScheme::Shopify => Verification::Shopify { secrets },
+        RawScheme::Slack => Verification::Slack {
+            secrets,
+            tolerance_ms,
+        },
+        RawScheme::StandardWebhooks => Verification::StandardWebhooks {
+            secrets,
+            tolerance_ms,
+        },
+        RawScheme::Hmac => {
+            let header = match &r.header {
+                None => {
+                    p.push(
+                        scope,
+                        "verification.header",
+                        "required for hmac verification (the header that carries the signature)",
+                    );
+                    String::new()
+                }
+                Some(h) => {
+                    if let Err(m) = check_header_name(h) {
+                        p.push(scope, "verification.header", m);
+                    }
+                    h.to_ascii_lowercase()
+                }
+            };
+            Verification::Hmac {
+                header,
+                algorithm: match r.algorithm {
+                    None | Some(RawAlgorithm::Sha256) => HmacAlgorithm::Sha256,
+                    Some(RawAlgorithm::Sha1) => HmacAlgorithm::Sha1,
+                    Some(RawAlgorithm::Sha512) => HmacAlgorithm::Sha512,
+                },
+                encoding: match r.encoding {
+                    None | Some(RawEncoding::Hex) => SignatureEncoding::Hex,
+                    Some(RawEncoding::Base64) => SignatureEncoding::Base64,
+                },
+                prefix: r.prefix.clone().unwrap_or_default(),
+                secrets,
+            }
+        }
+    }
+}
+
+fn scheme_name(kind: RawScheme) -> &'static str {
+    match kind {
+        RawScheme::None => "none",
+        RawScheme::Github => "github",
+        RawScheme::Stripe => "stripe",
+        RawScheme::Shopify => "shopify",
+        RawScheme::Slack => "slack",
+        RawScheme::StandardWebhooks => "standard_webhooks",
+        RawScheme::Hmac => "hmac",
+    }
+}
+
+fn dedupe(r: &RawDedupe, scope: &Scope, p: &mut Problems) -> Option<Dedupe> {
+    let ttl_ms = positive(r.ttl_ms, d::DEDUPE_TTL_MS, scope, "dedupe.ttl_ms", p);
+    let key = match (&r.header, &r.json) {
+        (Some(_), Some(_)) => {
+            p.push(scope, "dedupe", "give one of header or json, not both");
+            return None;
+        }
+        (None, None) => {
+            p.push(
+                scope,
+                "dedupe",
+                "give the key: {header: NAME} or {json: a.b.c}",
+            );
+            return None;
+        }
+        (Some(h), None) => match check_header_name(h) {
+            Ok(()) => KeySource::Header(h.to_ascii_lowercase()),
+            Err(m) => {
+                p.push(scope, "dedupe.header", m);
+                return None;
+            }
+        },
+        (None, Some(j)) => match json_path(j) {
+            Ok(path) => KeySource::Json(path),
+            Err(m) => {
+                p.push(scope, "dedupe.json", m);
+                return None;
+            }
+        },
+    };
+    Some(Dedupe { key, ttl_ms })
+}
+
+// ---- shared checks ---------------------------------------------------------
+
+/// `value`, or `default` when omitted; 0 is refused (none of these limits
+/// means anything at zero).
+pub(crate) fn positive<T: Copy + PartialEq + Default + std::fmt::Display>(
+    value: Option<T>,
+    default: T,
+    scope: &Scope,
+    option: &str,
+    p: &mut Problems,
+) -> T {
+    match value {
+        None => default,
+        Some(v) if v == T::default() => {
+            p.push(scope, option, "must be greater than 0");
+            default
+        }
+        Some(v) => v,
+    }
+}
+
+/// Tenant, source and sink names: 1-64 of `A-Z a-z 0-9 _ -`, starting with a
+/// letter or digit (they appear in URLs, the admin API and logs).
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "\"{name}\" is not a valid name: 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter or digit"
+        ))
+    }
+}
+
+/// An HTTP header name (an RFC 9110 token).
+pub(crate) fn check_header_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("\"{name}\" is not a valid HTTP header name"))
+    }
+}
+
+/// A dot path: non-empty segments separated by dots.
+pub(crate) fn json_path(dotted: &str) -> Result<JsonPath, String> {
+    let segments: Vec<String> = dotted.split('.').map(str::to_owned).collect();
+    if dotted.is_empty() || segments.iter().any(String::is_empty) {
+        return Err(format!(
+            "\"{dotted}\" is not a JSON dot path: write member names separated by dots, e.g. data.object.customer"
+        ));
+    }
+    Ok(JsonPath {
+        dotted: dotted.to_owned(),
+        segments,
+    })
+}
+
+fn check_path(path: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("\"{path}\" is not a valid route: {why}"));
+    if !path.starts_with('/') {
+        return bad("it must start with /");
+    }
+    if path.len() > 256 {
+        return bad("longer than 256 bytes");
+    }
+    let rest = &path[1..];
+    if rest.is_empty() {
+        return bad("it needs at least one segment");
+    }
+    for seg in rest.split('/') {
+        if seg.is_empty() {
+            return bad("empty segment (// or a trailing /)");
+        }
+        if seg == "." || seg == ".." {
+            return bad("a . or .. segment");
+        }
+        if !seg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b))
+        {
+            return bad(
+                "only letters, digits and -._~!$&'()*+,;=:@ in a segment (no spaces, ?, #, %)",
+            );
+        }
+    }
+    Ok(())
+}
