@@ -1,0 +1,60 @@
+//! The edge's deciding core: what the ingest path checks and resolves for one
+//! request before anything is stored (DESIGN sections 5 and 10, ADR 0004
+//! section 2).
+//!
+//! # What it owns
+//! - [`verify`]: provider signature verification (GitHub, Stripe, Shopify,
+//!   Slack, Standard Webhooks / Svix, Twilio, a generic HMAC header), several
+//!   secrets per source, timestamp tolerance in both directions. Any error is a
+//!   401 and nothing is stored.
+//! - [`dedupe`]: the dedupe key of a hook (`{header}` or `{json}`), hashed over
+//!   [`dedupe::DEDUPE_KEY_MAX_BYTES`].
+//! - [`ordering`]: the ordering key of a laned sink, resolved at ingest; `None`
+//!   is the sink's keyless lane.
+//! - [`slack`]: the `url_verification` handshake the edge answers itself.
+//! - [`KeySpec`] and [`ParsedBody`]: where a key comes from, and the one lazy
+//!   JSON decode that dedupe and every ordering key of a hook share.
+//!
+//! # Invariants it keeps
+//! - The body is only read: nothing here re-serialises it, so the stored bytes
+//!   are the received bytes (Shopify's `\/`, integers above 2^53, key order,
+//!   whitespace).
+//! - Header names match ASCII case-insensitively; a header that appears more
+//!   than once counts by its first value; header values are used as the bytes
+//!   received, never re-encoded (DESIGN section 10).
+//! - No input makes these functions panic.
+//!
+//! # Purity
+//! No clock, no I/O, no tokio or hyper: plain functions over the header list
+//! (`&[(name, value)]` as bytes), the body bytes and `now_ms`. The hyper server
+//! that calls them lives beside them in this crate, later.
+#![deny(missing_docs, clippy::unwrap_used)]
+
+mod body;
+pub mod dedupe;
+mod hex;
+mod keyspec;
+pub mod ordering;
+pub mod slack;
+pub mod verify;
+
+pub use body::{JSON_KEY_MAX_BYTES, ParsedBody};
+pub use keyspec::{KeySpec, KeySpecError};
+pub use verify::{
+    DEFAULT_TOLERANCE_S, HmacAlgorithm, HmacHeader, Secret, SecretError, SignatureEncoding,
+    Verified, Verifier, VerifyError,
+};
+
+/// One request header as received: `(name, value)`, both raw bytes. The list is
+/// in the order the headers arrived.
+pub type Header<'a> = (&'a [u8], &'a [u8]);
+
+/// The value of the first header called `name` (ASCII case-insensitive), as
+/// received; `None` when there is none. Later headers of the same name are
+/// ignored (DESIGN section 10).
+pub fn first_header<'a>(headers: &[Header<'a>], name: &str) -> Option<&'a [u8]> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+        .map(|(_, v)| *v)
+}
