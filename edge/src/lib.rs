@@ -41,7 +41,7 @@ pub mod verify;
 pub use body::{JSON_KEY_MAX_BYTES, ParsedBody};
 pub use keyspec::{KeySpec, KeySpecError};
 pub use verify::{
-    DEFAULT_TOLERANCE_S, HmacAlgorithm, HmacHeader, Secret, SecretError, SignatureEncoding,
+    DEFAULT_TOLERANCE_MS, HmacAlgorithm, HmacHeader, Secret, SecretError, SignatureEncoding,
     Verified, Verifier, VerifyError,
 };
 

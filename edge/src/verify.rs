@@ -23,7 +23,7 @@
 //!   not secret.
 //! - Timestamped schemes (Stripe, Slack, Standard Webhooks) check the
 //!   signature first and then the timestamp against the tolerance in both
-//!   directions (DESIGN section 10, default [`DEFAULT_TOLERANCE_S`]); so
+//!   directions (DESIGN section 10, default [`DEFAULT_TOLERANCE_MS`]); so
 //!   [`VerifyError::StaleTimestamp`] means "genuine but too old (a replay) or
 //!   from a skewed clock", which is what an operator needs to tell apart
 //!   from a wrong secret.
@@ -52,8 +52,9 @@ const BASE64: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
-/// The default timestamp tolerance, both directions: 300 s (DESIGN section 10).
-pub const DEFAULT_TOLERANCE_S: u64 = 300;
+/// The default timestamp tolerance, both directions: 300 s (DESIGN section 10),
+/// in milliseconds like every duration of the config.
+pub const DEFAULT_TOLERANCE_MS: u64 = 300_000;
 
 /// A signing secret (or the raw HMAC key a `whsec_` secret decodes to). Its
 /// `Debug` output does not show the bytes.
@@ -153,8 +154,8 @@ pub enum Verifier {
     Stripe {
         /// The endpoint secrets (`whsec_...`, used as is).
         secrets: Vec<Secret>,
-        /// Allowed distance of `t` from now, both directions, in seconds.
-        tolerance_s: u64,
+        /// Allowed distance of `t` from now, both directions, in milliseconds.
+        tolerance_ms: u64,
     },
     /// Shopify: `X-Shopify-Hmac-Sha256: <base64 HMAC-SHA256(secret, body)>`.
     Shopify {
@@ -166,8 +167,8 @@ pub enum Verifier {
     Slack {
         /// The app's signing secrets.
         secrets: Vec<Secret>,
-        /// Allowed distance of `ts` from now, both directions, in seconds.
-        tolerance_s: u64,
+        /// Allowed distance of `ts` from now, both directions, in milliseconds.
+        tolerance_ms: u64,
     },
     /// Standard Webhooks and Svix: `webhook-id`, `webhook-timestamp`,
     /// `webhook-signature` (each falling back to its `svix-` name), the
@@ -178,8 +179,8 @@ pub enum Verifier {
         /// [`Secret::standard_webhooks`].
         keys: Vec<Secret>,
         /// Allowed distance of the timestamp from now, both directions, in
-        /// seconds.
-        tolerance_s: u64,
+        /// milliseconds.
+        tolerance_ms: u64,
     },
     /// Twilio: `X-Twilio-Signature: <base64 HMAC-SHA1(token, url + params)>`,
     /// where params are the form-encoded body's name/value pairs, decoded,
@@ -227,13 +228,13 @@ pub enum VerifyError {
     #[error("no signature matches")]
     BadSignature,
     /// The signature matches but its timestamp is too far from now.
-    #[error("signature timestamp is {skew_s} s from now (tolerance {tolerance_s} s)")]
+    #[error("signature timestamp is {skew_s} s from now (tolerance {tolerance_ms} ms)")]
     StaleTimestamp {
         /// now − timestamp, in seconds: positive for an old signature,
         /// negative for one from the future.
         skew_s: i64,
-        /// The tolerance it exceeded.
-        tolerance_s: u64,
+        /// The tolerance it exceeded, in milliseconds.
+        tolerance_ms: u64,
     },
 }
 
@@ -281,14 +282,14 @@ impl Verifier {
             ),
             Verifier::Stripe {
                 secrets,
-                tolerance_s,
-            } => stripe(headers, body, now_ms, secrets, *tolerance_s),
+                tolerance_ms,
+            } => stripe(headers, body, now_ms, secrets, *tolerance_ms),
             Verifier::Slack {
                 secrets,
-                tolerance_s,
-            } => slack(headers, body, now_ms, secrets, *tolerance_s),
-            Verifier::StandardWebhooks { keys, tolerance_s } => {
-                standard_webhooks(headers, body, now_ms, keys, *tolerance_s)
+                tolerance_ms,
+            } => slack(headers, body, now_ms, secrets, *tolerance_ms),
+            Verifier::StandardWebhooks { keys, tolerance_ms } => {
+                standard_webhooks(headers, body, now_ms, keys, *tolerance_ms)
             }
             Verifier::Twilio { tokens, url } => twilio(headers, body, tokens, url),
         }
@@ -329,7 +330,7 @@ fn stripe(
     body: &[u8],
     now_ms: u64,
     secrets: &[Secret],
-    tolerance_s: u64,
+    tolerance_ms: u64,
 ) -> Result<Verified, VerifyError> {
     const NAME: &str = "Stripe-Signature";
     let value = required(headers, NAME)?;
@@ -355,7 +356,7 @@ fn stripe(
     }
     let ix = matching_secret(HmacAlgorithm::Sha256, secrets, &[t, b".", body], &v1)
         .ok_or(VerifyError::BadSignature)?;
-    fresh(ts, now_ms, tolerance_s)?;
+    fresh(ts, now_ms, tolerance_ms)?;
     Ok(Verified {
         secret_ix: Some(ix),
         timestamp_s: Some(ts),
@@ -367,7 +368,7 @@ fn slack(
     body: &[u8],
     now_ms: u64,
     secrets: &[Secret],
-    tolerance_s: u64,
+    tolerance_ms: u64,
 ) -> Result<Verified, VerifyError> {
     const SIG: &str = "X-Slack-Signature";
     const TS: &str = "X-Slack-Request-Timestamp";
@@ -385,7 +386,7 @@ fn slack(
         &[tag],
     )
     .ok_or(VerifyError::BadSignature)?;
-    fresh(ts, now_ms, tolerance_s)?;
+    fresh(ts, now_ms, tolerance_ms)?;
     Ok(Verified {
         secret_ix: Some(ix),
         timestamp_s: Some(ts),
@@ -397,7 +398,7 @@ fn standard_webhooks(
     body: &[u8],
     now_ms: u64,
     keys: &[Secret],
-    tolerance_s: u64,
+    tolerance_ms: u64,
 ) -> Result<Verified, VerifyError> {
     let (id_name, id) = webhook_header(headers, "id")?;
     let (ts_name, t) = webhook_header(headers, "timestamp")?;
@@ -417,7 +418,7 @@ fn standard_webhooks(
     }
     let ix = matching_secret(HmacAlgorithm::Sha256, keys, &[id, b".", t, b".", body], &v1)
         .ok_or(VerifyError::BadSignature)?;
-    fresh(ts, now_ms, tolerance_s)?;
+    fresh(ts, now_ms, tolerance_ms)?;
     Ok(Verified {
         secret_ix: Some(ix),
         timestamp_s: Some(ts),
@@ -508,15 +509,16 @@ fn parse_timestamp(text: &[u8]) -> Option<i64> {
     std::str::from_utf8(text).ok()?.parse().ok()
 }
 
-/// `ts` within `tolerance_s` of now, either side (the boundary is accepted).
-fn fresh(ts: i64, now_ms: u64, tolerance_s: u64) -> Result<(), VerifyError> {
+/// `ts` (whole seconds) within `tolerance_ms` of now, either side, comparing
+/// whole seconds: `now_s = floor(now_ms / 1000)` and the boundary is accepted.
+fn fresh(ts: i64, now_ms: u64, tolerance_ms: u64) -> Result<(), VerifyError> {
     let now_s = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
     // ts >= 0 (digits only) and now_s >= 0, so this cannot overflow.
     let skew_s = now_s - ts;
-    if skew_s.unsigned_abs() > tolerance_s {
+    if skew_s.unsigned_abs().saturating_mul(1000) > tolerance_ms {
         return Err(VerifyError::StaleTimestamp {
             skew_s,
-            tolerance_s,
+            tolerance_ms,
         });
     }
     Ok(())
@@ -598,20 +600,20 @@ mod tests {
         assert_eq!(parse_timestamp(b"-1"), None);
         assert_eq!(parse_timestamp(b""), None);
         assert_eq!(parse_timestamp(b"99999999999999999999"), None);
-        assert_eq!(fresh(1000, 1_300_000, 300), Ok(()));
-        assert_eq!(fresh(1000, 700_000, 300), Ok(()));
+        assert_eq!(fresh(1000, 1_300_000, 300_000), Ok(()));
+        assert_eq!(fresh(1000, 700_000, 300_000), Ok(()));
         assert_eq!(
-            fresh(1000, 1_301_000, 300),
+            fresh(1000, 1_301_000, 300_000),
             Err(VerifyError::StaleTimestamp {
                 skew_s: 301,
-                tolerance_s: 300
+                tolerance_ms: 300_000
             })
         );
         assert_eq!(
-            fresh(i64::MAX, 0, 300),
+            fresh(i64::MAX, 0, 300_000),
             Err(VerifyError::StaleTimestamp {
                 skew_s: -i64::MAX,
-                tolerance_s: 300
+                tolerance_ms: 300_000
             })
         );
     }

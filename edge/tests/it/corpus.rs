@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use ankusa_edge::{DEFAULT_TOLERANCE_S, Header, Secret, Verifier};
+use ankusa_edge::{DEFAULT_TOLERANCE_MS, Header, Secret, Verifier};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -108,21 +108,21 @@ impl Hook {
         } else if scheme == "stripe-v1" {
             Verifier::Stripe {
                 secrets: s,
-                tolerance_s: DEFAULT_TOLERANCE_S,
+                tolerance_ms: DEFAULT_TOLERANCE_MS,
             }
         } else if scheme.starts_with("shopify") {
             Verifier::Shopify { secrets: s }
         } else if scheme == "slack-v0" {
             Verifier::Slack {
                 secrets: s,
-                tolerance_s: DEFAULT_TOLERANCE_S,
+                tolerance_ms: DEFAULT_TOLERANCE_MS,
             }
         } else if scheme.starts_with("standard-webhooks") {
             Verifier::StandardWebhooks {
                 keys: vec![
                     Secret::standard_webhooks(secret).unwrap_or_else(|e| panic!("{secret}: {e}")),
                 ],
-                tolerance_s: DEFAULT_TOLERANCE_S,
+                tolerance_ms: DEFAULT_TOLERANCE_MS,
             }
         } else if scheme.starts_with("twilio") {
             Verifier::Twilio {

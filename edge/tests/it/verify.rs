@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use ankusa_edge::{
-    DEFAULT_TOLERANCE_S, HmacAlgorithm, HmacHeader, Secret, SecretError, SignatureEncoding,
+    DEFAULT_TOLERANCE_MS, HmacAlgorithm, HmacHeader, Secret, SecretError, SignatureEncoding,
     Verified, Verifier, VerifyError,
 };
 
@@ -163,7 +163,7 @@ fn stale_timestamps_fail_in_both_directions_and_the_boundary_passes() {
             verify(at + 301_000),
             Err(VerifyError::StaleTimestamp {
                 skew_s: 301,
-                tolerance_s: 300
+                tolerance_ms: 300_000
             }),
             "{file}: old"
         );
@@ -171,7 +171,7 @@ fn stale_timestamps_fail_in_both_directions_and_the_boundary_passes() {
             verify(at - 301_000),
             Err(VerifyError::StaleTimestamp {
                 skew_s: -301,
-                tolerance_s: 300
+                tolerance_ms: 300_000
             }),
             "{file}: future"
         );
@@ -197,12 +197,12 @@ fn stale_timestamps_fail_in_both_directions_and_the_boundary_passes() {
     let v = hook.verifier().expect("signed");
     assert!(matches!(
         v.verify(&hook.headers(), &hook.body, 1_795_000_000_000),
-        Err(VerifyError::StaleTimestamp { skew_s, tolerance_s: 300 }) if skew_s == 1_795_000_000 - 1_721_948_651
+        Err(VerifyError::StaleTimestamp { skew_s, tolerance_ms: 300_000 }) if skew_s == 1_795_000_000 - 1_721_948_651
     ));
     // A custom tolerance.
     let v = Verifier::Stripe {
         secrets: vec![Secret::new(secret("STRIPE_SECRET"))],
-        tolerance_s: 10,
+        tolerance_ms: 10_000,
     };
     assert!(
         v.verify(&hook.headers(), &hook.body, hook.now_ms() + 10_000)
@@ -212,7 +212,7 @@ fn stale_timestamps_fail_in_both_directions_and_the_boundary_passes() {
         v.verify(&hook.headers(), &hook.body, hook.now_ms() + 11_000),
         Err(VerifyError::StaleTimestamp {
             skew_s: 11,
-            tolerance_s: 10
+            tolerance_ms: 10_000
         })
     );
 }
@@ -224,7 +224,7 @@ fn stripe_rotation_any_v1_and_any_secret_may_match_and_v0_is_ignored() {
     assert_eq!(sig.matches("v1=").count(), 2, "{sig}");
     let stripe = |secrets: &[&str]| Verifier::Stripe {
         secrets: secrets.iter().map(|s| Secret::new(*s)).collect(),
-        tolerance_s: DEFAULT_TOLERANCE_S,
+        tolerance_ms: DEFAULT_TOLERANCE_MS,
     };
     let new = secret("STRIPE_SECRET");
     let old = secret("STRIPE_SECRET_OLD");
@@ -365,7 +365,7 @@ fn standard_webhooks_several_signatures_and_svix_names() {
             Secret::standard_webhooks("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA").expect("valid"),
             Secret::standard_webhooks(&secret("STDWH_SECRET")).expect("valid"),
         ],
-        tolerance_s: DEFAULT_TOLERANCE_S,
+        tolerance_ms: DEFAULT_TOLERANCE_MS,
     };
     assert_eq!(
         v2.verify(&hook.headers(), &hook.body, at)
