@@ -1,0 +1,581 @@
+//! The dispatch pipeline (DESIGN section 5): the one task that moves pending
+//! rows. It decides *when* to call the pure builders of `queue` and `lanes`;
+//! what they write is theirs.
+//!
+//! One pass of the loop:
+//! 1. Flush: every sink call that has finished since the last pass becomes one
+//!    row transition (delivered, retry, dead-letter, orphan), built against the
+//!    live engine at flush time (ADR 0004 4.5: the release's read of the next
+//!    member and its write happen in one step, with no other lane work between)
+//!    and committed together as one `Buffered` batch, after the sinks that
+//!    buffer ([`ankusa_sinks::Sink::flush`]) made their part durable.
+//! 2. Visit every tenant with an `?A` marker in turn (fair share): sweep its
+//!    lanes while the node's lane_members > 0 (ADR 4.6), claim its due rows up
+//!    to `batch`, the admission window and `sink_concurrency` per (tenant,
+//!    sink), park them instead when that sink's breaker is open, and start the
+//!    sink calls; a tenant with nothing due gets its stale `?A` swept.
+//! 3. Wait for a finished call, a wake-up from the edge, or the idle tick.
+//!
+//! Sink calls run as their own tasks and hold no store handle and no lock: a
+//! slow sink delays nobody but its own lane. A lane has one row in ?D/?F at a
+//! time (its head), so "one call per lane" needs no bookkeeping here.
+//!
+//! Durability: claims and outcomes are written [`Durability::Buffered`]: the
+//! WAL write happens before the call returns, so a process crash (SIGKILL)
+//! loses none; a machine crash can lose the last ones, which only sends again
+//! deliveries already made, in lane order (at-least-once).
+#![deny(missing_docs, clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ankusa_engine::{Batch, Cf, Direction, Durability, EngineError, Kv, Read};
+use ankusa_keys::{
+    CounterField, DeliveryRow, DueKey, Envelope, Family, SinkIx, SourceId, TenantOrd, counter_key, delivery_key,
+    due_range_until, family_range, hook_key,
+};
+use ankusa_queue::{Origin, QueueError, RowId};
+use ankusa_sinks::{DeliveryCtx, Outcome, Sink};
+use rand::Rng;
+use tokio::sync::{Notify, mpsc, watch};
+use tracing::{debug, info, warn};
+
+/// Retry schedule (DESIGN section 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// First backoff cap, milliseconds.
+    pub base_ms: u64,
+    /// Largest backoff cap, milliseconds.
+    pub max_ms: u64,
+    /// Dead-letter once this long has passed since the first attempt, ms.
+    pub max_elapsed_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            base_ms: 1_000,
+            max_ms: 300_000,
+            max_elapsed_ms: 24 * 3600 * 1000,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before attempt `attempts + 1`, after `attempts` failed ones
+    /// (>= 1): full jitter, uniform in `[0, min(max_ms, base_ms * 2^(attempts-1))]`;
+    /// at least `after` when the sink said how long (Retry-After).
+    pub fn delay_ms(&self, attempts: u32, after: Option<Duration>, rng: &mut impl Rng) -> u64 {
+        let exp = attempts.saturating_sub(1).min(40);
+        let cap = self.base_ms.saturating_mul(1u64 << exp).min(self.max_ms);
+        let jitter = rng.random_range(0..=cap);
+        let floor = after.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        jitter.max(floor)
+    }
+}
+
+/// Circuit breaker per (tenant, sink) (DESIGN section 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerPolicy {
+    /// Consecutive failed attempts that open the breaker.
+    pub failures: u32,
+    /// How long it stays open before one trial call (half-open), ms.
+    pub open_ms: u64,
+}
+
+impl Default for BreakerPolicy {
+    fn default() -> Self {
+        BreakerPolicy {
+            failures: 10,
+            open_ms: 30_000,
+        }
+    }
+}
+
+/// How much the pipeline does at once (DESIGN section 5, `dispatch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DispatchConfig {
+    /// Most rows claimed per tenant visit; also the lane sweep's budget.
+    pub batch: usize,
+    /// Most calls in flight per (tenant, sink).
+    pub sink_concurrency: usize,
+    /// Most calls in flight on the node (the admission window).
+    pub window: usize,
+    /// Longest sleep when there is nothing to do, ms.
+    pub idle_ms: u64,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            batch: 64,
+            sink_concurrency: 8,
+            window: 1024,
+            idle_ms: 25,
+        }
+    }
+}
+
+/// Where a source's sink entry delivers.
+#[derive(Clone)]
+pub struct Route {
+    /// The adapter.
+    pub sink: Arc<dyn Sink>,
+    /// The entry's name, for logs and `DeliveryCtx::sink_name`.
+    pub sink_name: String,
+    /// The source's configured name.
+    pub source_name: String,
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Route")
+            .field("sink", &self.sink.kind())
+            .field("sink_name", &self.sink_name)
+            .field("source_name", &self.source_name)
+            .finish()
+    }
+}
+
+/// The routing table: (source id, sink index) -> route, and the tenants' names.
+#[derive(Clone, Debug, Default)]
+pub struct Routes {
+    /// Sink entries by (source, index in the source's list).
+    pub sinks: HashMap<(SourceId, SinkIx), Route>,
+    /// Tenant names by ordinal.
+    pub tenants: BTreeMap<TenantOrd, String>,
+}
+
+impl Routes {
+    fn source_known(&self, source: SourceId) -> bool {
+        self.sinks.keys().any(|(s, _)| *s == source)
+    }
+}
+
+/// Counters the pipeline keeps for `/metrics` (ADR 0004 section 7 gauges come
+/// from the store's counters instead).
+#[derive(Debug, Default)]
+pub struct PipelineStats {
+    /// Attempts that ended Ok.
+    pub delivered: AtomicU64,
+    /// Attempts that ended in a retry.
+    pub retried: AtomicU64,
+    /// Rows dead-lettered (any reason).
+    pub dead_lettered: AtomicU64,
+    /// Rows parked by an open breaker.
+    pub parked: AtomicU64,
+    /// Calls in flight now.
+    pub in_flight: AtomicU64,
+}
+
+/// Errors that stop the pipeline: the store failed (the handle is poisoned, the
+/// node takes its crash path).
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    /// A commit or read failed.
+    #[error("store: {0}")]
+    Store(#[from] EngineError),
+    /// A builder found the store inconsistent where it cannot carry on.
+    #[error("queue: {0}")]
+    Queue(#[from] QueueError),
+}
+
+/// Control of a running pipeline.
+#[derive(Clone, Debug)]
+pub struct PipelineHandle {
+    wake: Arc<Notify>,
+    shutdown: Arc<watch::Sender<bool>>,
+    /// Live counters.
+    pub stats: Arc<PipelineStats>,
+}
+
+impl PipelineHandle {
+    /// Tells the pipeline new work may be due (the edge calls it after a commit).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+    /// Stops claiming; the pipeline finishes the calls in flight, flushes their
+    /// outcomes and returns.
+    pub fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+        self.wake.notify_one();
+    }
+}
+
+type BreakerKey = (TenantOrd, SourceId, SinkIx);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Breaker {
+    failures: u32,
+    open_until_ms: u64,
+}
+
+struct Done {
+    row: RowId,
+    key: BreakerKey,
+    outcome: Outcome,
+    attempts_before: u32,
+}
+
+/// The pipeline task. Build with [`Pipeline::new`], run with [`Pipeline::run`].
+pub struct Pipeline<K: Kv> {
+    kv: Arc<K>,
+    routes: Arc<Routes>,
+    dispatch: DispatchConfig,
+    retry: RetryPolicy,
+    breaker: BreakerPolicy,
+    clock: Arc<dyn Fn() -> u64 + Send + Sync>,
+    wake: Arc<Notify>,
+    shutdown: watch::Receiver<bool>,
+    stats: Arc<PipelineStats>,
+    in_flight: HashMap<BreakerKey, usize>,
+    in_flight_total: usize,
+    breakers: HashMap<BreakerKey, Breaker>,
+    done_tx: mpsc::UnboundedSender<Done>,
+    done_rx: mpsc::UnboundedReceiver<Done>,
+}
+
+impl<K: Kv> Pipeline<K> {
+    /// A pipeline over `kv` delivering by `routes`; `clock` gives unix ms.
+    pub fn new(
+        kv: Arc<K>,
+        routes: Routes,
+        dispatch: DispatchConfig,
+        retry: RetryPolicy,
+        breaker: BreakerPolicy,
+        clock: impl Fn() -> u64 + Send + Sync + 'static,
+    ) -> (Pipeline<K>, PipelineHandle) {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (shutdown_tx, shutdown) = watch::channel(false);
+        let wake = Arc::new(Notify::new());
+        let stats = Arc::new(PipelineStats::default());
+        let handle = PipelineHandle {
+            wake: Arc::clone(&wake),
+            shutdown: Arc::new(shutdown_tx),
+            stats: Arc::clone(&stats),
+        };
+        (
+            Pipeline {
+                kv,
+                routes: Arc::new(routes),
+                dispatch,
+                retry,
+                breaker,
+                clock: Arc::new(clock),
+                wake,
+                shutdown,
+                stats,
+                in_flight: HashMap::new(),
+                in_flight_total: 0,
+                breakers: HashMap::new(),
+                done_tx,
+                done_rx,
+            },
+            handle,
+        )
+    }
+
+    fn now(&self) -> u64 {
+        (self.clock)()
+    }
+
+    fn write(&self, batch: Batch) -> Result<(), PipelineError> {
+        if !batch.is_empty() {
+            self.kv.write(batch, Durability::Buffered)?;
+        }
+        Ok(())
+    }
+
+    /// Runs: recovers claimed rows of a previous run (ADR 4.7), then loops until
+    /// shutdown with nothing in flight.
+    ///
+    /// # Errors
+    /// A store failure ([`PipelineError`]); the caller exits the process.
+    pub async fn run(mut self) -> Result<(), PipelineError> {
+        self.recover()?;
+        loop {
+            let stopping = *self.shutdown.borrow();
+            let mut done = Vec::new();
+            while let Ok(d) = self.done_rx.try_recv() {
+                done.push(d);
+            }
+            if !done.is_empty() {
+                self.flush(done).await?;
+            }
+            if stopping {
+                if self.in_flight_total == 0 {
+                    info!("pipeline stopped: nothing in flight");
+                    return Ok(());
+                }
+            } else {
+                self.pass()?;
+            }
+            let idle = Duration::from_millis(self.dispatch.idle_ms.max(1));
+            tokio::select! {
+                Some(d) = self.done_rx.recv() => {
+                    // Put it back through the normal path on the next pass.
+                    self.flush(vec![d]).await?;
+                }
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(idle) => {}
+            }
+        }
+    }
+
+    /// recover_inflight at start: every ?F back to ?D as a first attempt.
+    fn recover(&self) -> Result<(), PipelineError> {
+        let mut moved = 0;
+        loop {
+            let page = ankusa_queue::recover_inflight(&*self.kv, self.dispatch.batch.max(1), self.now())?;
+            moved += page.moved;
+            let more = page.next.is_some();
+            self.write(page.batch)?;
+            if !more {
+                break;
+            }
+        }
+        if moved > 0 {
+            info!(rows = moved, "recovered rows claimed by the previous run");
+        }
+        Ok(())
+    }
+
+    /// One visit of every active tenant.
+    fn pass(&mut self) -> Result<(), PipelineError> {
+        let active = self.kv.scan(Cf::Index, &family_range(Family::Active), Direction::Forward, 4096)?;
+        for (k, _) in active {
+            let tenant = ankusa_keys::ActiveKey::decode(&k).map_err(QueueError::from)?.tenant;
+            self.visit(tenant)?;
+        }
+        Ok(())
+    }
+
+    fn visit(&mut self, tenant: TenantOrd) -> Result<(), PipelineError> {
+        let now = self.now();
+        // ADR 4.6: lane sweep while the node has lane members; one read when not.
+        if self.kv.counter(&counter_key(TenantOrd::NODE, CounterField::LaneMembers))? > 0 {
+            let out = ankusa_lanes::sweep(&*self.kv, tenant, self.dispatch.batch, now).map_err(QueueError::from)?;
+            self.write(out.batch)?;
+            if !out.recheck.is_empty() {
+                let again = ankusa_lanes::sweep_recheck(&*self.kv, tenant, &out.recheck).map_err(QueueError::from)?;
+                self.write(again)?;
+            }
+        }
+        let due = self.kv.scan(Cf::Index, &due_range_until(tenant, now), Direction::Forward, self.dispatch.batch)?;
+        if due.is_empty() {
+            let b = ankusa_queue::sweep_markers(&*self.kv, tenant)?;
+            if !b.is_empty() {
+                self.write(b)?;
+                let again = ankusa_queue::sweep_markers_recheck(&*self.kv, tenant)?;
+                self.write(again)?;
+            }
+            return Ok(());
+        }
+        let mut claims = Batch::new();
+        let mut starts = Vec::new();
+        let mut parks = Vec::new();
+        let mut dead = Batch::new();
+        for (k, _) in due {
+            if self.in_flight_total + starts.len() >= self.dispatch.window {
+                break;
+            }
+            let dk = DueKey::decode(&k).map_err(QueueError::from)?;
+            let row_id = RowId::new(tenant, dk.seq, dk.sink);
+            let Some(envelope) = self.kv.get(Cf::Hooks, &hook_key(tenant, dk.seq))? else {
+                warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
+                dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope missing", now)?);
+                continue;
+            };
+            let envelope = match Envelope::decode(&envelope) {
+                Ok(e) => e,
+                Err(e) => {
+                    warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
+                    dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", now)?);
+                    continue;
+                }
+            };
+            let key = (tenant, envelope.source, dk.sink);
+            let Some(route) = self.routes.sinks.get(&(envelope.source, dk.sink)).cloned() else {
+                let reason = if self.routes.source_known(envelope.source) { "sink gone: not configured" } else { "source gone: not configured" };
+                warn!(%row_id, reason, "dead-lettering a row nobody can deliver");
+                dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, now)?);
+                continue;
+            };
+            let busy = self.in_flight.get(&key).copied().unwrap_or(0)
+                + starts.iter().filter(|s: &&Start| s.key == key).count();
+            if busy >= self.dispatch.sink_concurrency {
+                continue;
+            }
+            let Some(row) = self.kv.get(Cf::Deliveries, &delivery_key(tenant, dk.seq, dk.sink))? else {
+                continue; // claim below would fail the same way; the checker reports it
+            };
+            let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
+            claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
+            let breaker = self.breakers.get(&key).copied().unwrap_or_default();
+            if breaker.open_until_ms > now {
+                parks.push((row_id, breaker.open_until_ms));
+                continue;
+            }
+            starts.push(Start { row_id, key, route, envelope, row });
+        }
+        self.write(dead)?;
+        self.write(claims)?;
+        if !parks.is_empty() {
+            let mut b = Batch::new();
+            for (row_id, until) in &parks {
+                b.extend(ankusa_queue::park(&*self.kv, *row_id, *until, now)?);
+            }
+            self.write(b)?;
+            self.stats.parked.fetch_add(parks.len() as u64, Ordering::Relaxed);
+        }
+        for s in starts {
+            self.start(s);
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, s: Start) {
+        let tenant_name = self.routes.tenants.get(&s.row_id.tenant).cloned().unwrap_or_else(|| s.row_id.tenant.to_string());
+        let content_type = s
+            .envelope
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(b"content-type"))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+        let ordered = s.row.lane.is_some();
+        let ordering_key = if ordered {
+            Some(s.row.ordering_key.clone().unwrap_or_else(|| format!("{}/{}", tenant_name, s.route.source_name).into_bytes()))
+        } else {
+            None
+        };
+        let ctx = DeliveryCtx {
+            tenant: tenant_name,
+            source: s.route.source_name.clone(),
+            sink_name: s.route.sink_name.clone(),
+            sink: s.row_id.sink,
+            seq: s.row_id.seq,
+            attempt: s.row.attempts + 1,
+            idempotency_key: ankusa_sinks::uuid_text(&s.envelope.idempotency_key),
+            ordering_key,
+            lane_hex: s.row.lane.map(|l| l.to_hex()),
+            ordered,
+            received_at_ms: s.envelope.received_at_ms,
+            content_type,
+        };
+        *self.in_flight.entry(s.key).or_default() += 1;
+        self.in_flight_total += 1;
+        self.stats.in_flight.store(self.in_flight_total as u64, Ordering::Relaxed);
+        let tx = self.done_tx.clone();
+        let attempts_before = s.row.attempts;
+        tokio::spawn(async move {
+            let outcome = s.route.sink.deliver(&s.envelope, &ctx).await;
+            let _ = tx.send(Done { row: s.row_id, key: s.key, outcome, attempts_before });
+        });
+    }
+
+    /// Turns finished calls into row transitions, one batch (ADR 4.5: built
+    /// now, from the live engine).
+    async fn flush(&mut self, done: Vec<Done>) -> Result<(), PipelineError> {
+        // Sinks that buffer make their part durable before any row is deleted.
+        let mut flushed: HashSet<(SourceId, SinkIx)> = HashSet::new();
+        for d in &done {
+            if matches!(d.outcome, Outcome::Ok) && flushed.insert((d.key.1, d.key.2))
+                && let Some(route) = self.routes.sinks.get(&(d.key.1, d.key.2))
+                && let Err(e) = route.sink.flush().await
+            {
+                warn!(sink = %route.sink_name, error = %e, "sink flush failed; its deliveries will be retried");
+            }
+        }
+        let now = self.now();
+        let mut batch = Batch::new();
+        let mut rng = rand::rng();
+        for d in done {
+            let slot = self.in_flight.entry(d.key).or_default();
+            *slot = slot.saturating_sub(1);
+            self.in_flight_total = self.in_flight_total.saturating_sub(1);
+            let built = self.outcome_batch(&d, now, &mut rng);
+            match built {
+                Ok(b) => {
+                    batch.extend(b);
+                }
+                Err(QueueError::NotInState { row, expected }) => {
+                    // Purged or dead-lettered by an admin while the call ran.
+                    debug!(%row, expected, "outcome of a row that has moved on: dropped");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.stats.in_flight.store(self.in_flight_total as u64, Ordering::Relaxed);
+        self.write(batch)
+    }
+
+    fn outcome_batch(&mut self, d: &Done, now: u64, rng: &mut impl Rng) -> Result<Batch, QueueError> {
+        let breaker = self.breakers.entry(d.key).or_default();
+        match &d.outcome {
+            Outcome::Ok => {
+                breaker.failures = 0;
+                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                debug!(row = %d.row, "delivered");
+                ankusa_queue::delivered(&*self.kv, d.row, now)
+            }
+            Outcome::Retry { reason, after } => {
+                breaker.failures += 1;
+                if breaker.failures >= self.breaker.failures {
+                    breaker.open_until_ms = now + self.breaker.open_ms;
+                    warn!(row = %d.row, failures = breaker.failures, "breaker open for this sink");
+                }
+                let row = self.kv.get(Cf::Deliveries, &delivery_key(d.row.tenant, d.row.seq, d.row.sink))?;
+                let first = row
+                    .as_deref()
+                    .map(DeliveryRow::decode)
+                    .transpose()?
+                    .and_then(|r| r.first_attempt_at_ms)
+                    .unwrap_or(now);
+                let attempts = d.attempts_before + 1;
+                let delay = self.retry.delay_ms(attempts, *after, rng);
+                if now.saturating_add(delay).saturating_sub(first) > self.retry.max_elapsed_ms {
+                    self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                    warn!(row = %d.row, %reason, "retry horizon passed: dead-lettered");
+                    return ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, &format!("retry horizon passed: {reason}"), now);
+                }
+                self.stats.retried.fetch_add(1, Ordering::Relaxed);
+                warn!(row = %d.row, attempt = attempts, delay_ms = delay, %reason, "delivery failed; will retry");
+                ankusa_queue::retry(&*self.kv, d.row, now + delay, reason, now)
+            }
+            Outcome::Permanent { reason } => {
+                breaker.failures = 0;
+                self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                warn!(row = %d.row, %reason, "permanent failure: dead-lettered");
+                ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, &format!("permanent: {reason}"), now)
+            }
+            Outcome::SinkGone { reason } => {
+                self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                warn!(row = %d.row, %reason, "sink gone: dead-lettered");
+                ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, &format!("sink gone: {reason}"), now)
+            }
+            Outcome::SourceGone { reason } => {
+                self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                warn!(row = %d.row, %reason, "source gone: dead-lettered as an orphan");
+                ankusa_queue::orphan(&*self.kv, d.row, Origin::InFlight, &format!("source gone: {reason}"), now)
+            }
+        }
+    }
+}
+
+struct Start {
+    row_id: RowId,
+    key: BreakerKey,
+    route: Route,
+    envelope: Envelope,
+    row: DeliveryRow,
+}
+
+/// Reads a tenant counter field, for metrics and tests.
+///
+/// # Errors
+/// Engine errors.
+pub fn counter(read: &impl Read, tenant: TenantOrd, field: CounterField) -> Result<i64, EngineError> {
+    read.counter(&counter_key(tenant, field))
+}
