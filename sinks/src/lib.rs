@@ -68,3 +68,8 @@ pub trait Sink: Send + Sync {
     /// metrics (`"http"`, `"file"`, ...): never a tenant, key or URL.
     fn kind(&self) -> &'static str;
 }
+
+#[cfg(feature = "file")]
+pub mod file;
+#[cfg(feature = "http")]
+pub mod http;

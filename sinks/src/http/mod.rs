@@ -1,0 +1,54 @@
+//! The HTTP sink (cargo feature `http`, default on): POSTs each hook to one URL
+//! (DESIGN section 6, ADR 0004 section 6; issue 4).
+//!
+//! # What goes out
+//! - `POST <url>` with the stored body byte for byte and the provider's
+//!   original content type ([`crate::DeliveryCtx::content_type`], else the
+//!   envelope's stored `content-type` header; none if neither).
+//! - Metadata headers ([`crate::meta`]): `x-ankusa-message-version: 1`,
+//!   `x-ankusa-idempotency-key`, `x-ankusa-tenant`, `x-ankusa-source`,
+//!   `x-ankusa-received-at` (unix ms), `x-ankusa-attempt` (1 for the first),
+//!   and, only for a laned row, `x-ankusa-ordering-key`. A value that is not a
+//!   legal header value (a control byte, e.g. a `{json}` key holding a
+//!   newline) is sent as `sha256:<hex of its bytes>`, the same stable form
+//!   DESIGN section 10 gives the SQS group id.
+//! - The configured extra headers ([`HttpSinkConfig::headers`]).
+//!
+//! # Outcomes
+//! | answer | outcome |
+//! | --- | --- |
+//! | 2xx | [`Outcome::Ok`](crate::Outcome::Ok) |
+//! | 408, 425, 429, 5xx | `Retry`, `after` from Retry-After (delay-seconds or an HTTP date) |
+//! | connection refused/reset, DNS, TLS, timeout (`timeout_ms`) | `Retry`, no `after` |
+//! | 410 Gone | `SinkGone` |
+//! | any other 4xx | `Permanent`, reason `HTTP <status>: <body excerpt>` |
+//! | 1xx/3xx (redirects are not followed: a POST turned into a GET would lose the hook) | `Permanent` |
+//!
+//! In ordered mode the pipeline calls the sink one hook at a time per lane, so
+//! a lane's hooks reach the endpoint in order; the endpoint sees the key in
+//! `x-ankusa-ordering-key`.
+//!
+//! # TLS: rustls with ring, not reqwest's default aws-lc-rs
+//! reqwest 0.13's default TLS is rustls with the aws-lc-rs crypto provider,
+//! which builds aws-lc-sys: a cmake + C build of AWS-LC, minutes on the two
+//! cores this project builds on, and a cmake requirement on every machine. The
+//! sink instead enables reqwest's `rustls-no-provider` feature (rustls with the
+//! platform certificate verifier, no provider chosen) and rustls's `ring`
+//! feature, and installs ring's provider as the process default before it
+//! builds a client ([`HttpSink::new`]). ring is a small C/asm build that needs
+//! only a C compiler. If the process already has a default provider (installed
+//! by the binary or another library), that one is used. No native-tls: no
+//! OpenSSL to link (BUILD-NOTES: all TLS is rustls).
+//!
+//! # Connections
+//! One [`reqwest::Client`] per sink, so each sink has its own connection pool
+//! (keep-alive) and one sink's slow endpoint cannot starve another's pool.
+//! `timeout_ms` bounds the whole request (connect, send, and reading the
+//! answer); the body of an answer is read up to 64 KiB so the connection can go
+//! back to the pool.
+
+mod config;
+mod sink;
+
+pub use config::{DEFAULT_TIMEOUT_MS, HttpSinkConfig};
+pub use sink::{HttpSink, classify, retry_after};

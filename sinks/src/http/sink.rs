@@ -1,0 +1,256 @@
+//! The HTTP sink's delivery: request building and the answer's [`Outcome`].
+
+use std::error::Error as _;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use sha2::{Digest, Sha256};
+
+use super::config::HttpSinkConfig;
+use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError, meta};
+
+/// How much of an answer's body is read so its connection can be reused.
+const DRAIN_MAX_BYTES: usize = 64 * 1024;
+/// How much of a rejection's body goes into the outcome's reason.
+const EXCERPT_MAX_CHARS: usize = 200;
+
+/// POSTs each hook to one URL (module docs: [`crate::http`]).
+#[derive(Debug)]
+pub struct HttpSink {
+    /// One client per sink: its own connection pool.
+    client: reqwest::Client,
+    url: reqwest::Url,
+    /// The configured extra headers, validated.
+    headers: HeaderMap,
+    timeout_ms: u64,
+}
+
+impl HttpSink {
+    /// Validates `config` and builds the sink's client. Installs ring as the
+    /// process's rustls crypto provider if none is installed yet (module docs).
+    pub fn new(config: &HttpSinkConfig) -> Result<HttpSink, SinkError> {
+        config.validate()?;
+        let url = config.parsed_url()?;
+        let mut headers = HeaderMap::new();
+        for (n, v) in config.parsed_headers()? {
+            headers.append(n, v);
+        }
+        // Err means a provider is already installed; reqwest then uses that one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let timeout = Duration::from_millis(config.timeout_ms);
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("ankusa/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| SinkError::Setup(format!("HTTP client: {e}")))?;
+        Ok(HttpSink {
+            client,
+            url,
+            headers,
+            timeout_ms: config.timeout_ms,
+        })
+    }
+
+    /// The headers of one delivery: extra headers, content type, metadata.
+    fn request_headers(&self, hook: &Envelope, ctx: &DeliveryCtx) -> HeaderMap {
+        let mut h = self.headers.clone();
+        let content_type = ctx.content_type.as_deref().map(str::as_bytes).or_else(|| {
+            hook.headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(b"content-type"))
+                .map(|(_, v)| v.as_slice())
+        });
+        if let Some(ct) = content_type.and_then(|v| HeaderValue::from_bytes(v).ok()) {
+            h.insert(CONTENT_TYPE, ct);
+        }
+        let mut put = |name: &'static str, value: &[u8]| {
+            h.insert(HeaderName::from_static(name), header_value(value));
+        };
+        put(
+            meta::MESSAGE_VERSION_HEADER,
+            meta::MESSAGE_VERSION.as_bytes(),
+        );
+        put(meta::IDEMPOTENCY_KEY_HEADER, ctx.idempotency_key.as_bytes());
+        put(meta::TENANT_HEADER, ctx.tenant.as_bytes());
+        put(meta::SOURCE_HEADER, ctx.source.as_bytes());
+        put(
+            meta::RECEIVED_AT_HEADER,
+            ctx.received_at_ms.to_string().as_bytes(),
+        );
+        put(meta::ATTEMPT_HEADER, ctx.attempt.to_string().as_bytes());
+        if let Some(key) = ctx.ordering_key() {
+            put(meta::ORDERING_KEY_HEADER, key);
+        }
+        h
+    }
+}
+
+#[async_trait]
+impl Sink for HttpSink {
+    async fn deliver(&self, hook: &Envelope, ctx: &DeliveryCtx) -> Outcome {
+        let request = self
+            .client
+            .post(self.url.clone())
+            .headers(self.request_headers(hook, ctx))
+            .body(hook.body.clone());
+        let mut response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => return self.request_error(&e),
+        };
+        let status = response.status();
+        let retry_after = response.headers().get(RETRY_AFTER).cloned();
+        let location = response.headers().get(reqwest::header::LOCATION).cloned();
+        // Read (part of) the answer: an excerpt for a rejection's reason, and
+        // a drained body lets the connection go back to the pool. A failure
+        // while reading changes nothing: the status has been given.
+        let mut body = Vec::new();
+        while body.len() < DRAIN_MAX_BYTES {
+            match response.chunk().await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let mut outcome = classify(
+            status,
+            retry_after.as_ref().map(HeaderValue::as_bytes),
+            &body,
+            SystemTime::now(),
+        );
+        if let (Outcome::Permanent { reason }, Some(loc)) = (&mut outcome, location)
+            && status.is_redirection()
+        {
+            reason.push_str(&format!(
+                " (redirect to {} not followed)",
+                String::from_utf8_lossy(loc.as_bytes())
+            ));
+        }
+        outcome
+    }
+
+    fn kind(&self) -> &'static str {
+        "http"
+    }
+}
+
+impl HttpSink {
+    fn request_error(&self, e: &reqwest::Error) -> Outcome {
+        let reason = if e.is_timeout() {
+            format!("timed out after {} ms", self.timeout_ms)
+        } else if e.is_connect() {
+            format!("connection failed: {}", chain(e))
+        } else {
+            format!("request failed: {}", chain(e))
+        };
+        Outcome::retry(reason)
+    }
+}
+
+/// The outcome of an answer (table in the [`crate::http`] docs), from its
+/// status, its Retry-After header and (part of) its body; `now` dates an
+/// HTTP-date Retry-After.
+pub fn classify(
+    status: StatusCode,
+    retry_after_header: Option<&[u8]>,
+    body: &[u8],
+    now: SystemTime,
+) -> Outcome {
+    let what = match status.canonical_reason() {
+        Some(r) => format!("HTTP {} {r}", status.as_u16()),
+        None => format!("HTTP {}", status.as_u16()),
+    };
+    let with_excerpt = |what: String| {
+        let e = excerpt(body);
+        if e.is_empty() {
+            what
+        } else {
+            format!("{what}: {e}")
+        }
+    };
+    match status.as_u16() {
+        200..=299 => Outcome::Ok,
+        408 | 425 | 429 | 500..=599 => Outcome::Retry {
+            reason: with_excerpt(what),
+            after: retry_after_header.and_then(|v| retry_after(v, now)),
+        },
+        410 => Outcome::SinkGone {
+            reason: with_excerpt(what),
+        },
+        400..=499 => Outcome::permanent(with_excerpt(what)),
+        _ => Outcome::permanent(what),
+    }
+}
+
+/// A Retry-After value (RFC 9110 section 10.2.3): delay-seconds, or an
+/// HTTP date, as the time from `now` until then (zero for a date in the past).
+/// `None` for anything else.
+pub fn retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
+    let s = std::str::from_utf8(value).ok()?.trim();
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for a u64: far in the future, capped.
+        return Some(Duration::from_secs(s.parse().unwrap_or(u64::MAX)));
+    }
+    let at = httpdate::parse_http_date(s).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// The start of a body as one line of text for a reason: lossy UTF-8, control
+/// characters as spaces, whitespace collapsed, at most 200 characters.
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(4 * EXCERPT_MAX_CHARS)]);
+    let mut out = String::new();
+    for word in text.split(|c: char| c.is_whitespace() || c.is_control()) {
+        if word.is_empty() {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    if let Some((i, _)) = out.char_indices().nth(EXCERPT_MAX_CHARS) {
+        out.truncate(i);
+        out.push('…');
+    }
+    out
+}
+
+/// `value` as a header value, or `sha256:<hex>` of it when it holds a byte no
+/// header value may (module docs).
+fn header_value(value: &[u8]) -> HeaderValue {
+    HeaderValue::from_bytes(value).unwrap_or_else(|_| {
+        let digest = Sha256::digest(value);
+        let mut s = String::with_capacity(7 + 64);
+        s.push_str("sha256:");
+        for b in digest.iter() {
+            s.push_str(&format!("{b:02x}"));
+        }
+        HeaderValue::from_str(&s).unwrap_or_else(|_| HeaderValue::from_static("sha256:"))
+    })
+}
+
+/// The causes of a reqwest error, `: `-joined (reqwest's own message is terse
+/// and holds the URL, which may carry a secret in its query: left out).
+fn chain(e: &reqwest::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if parts.last() != Some(&text) {
+            parts.push(text);
+        }
+        next = cause.source();
+    }
+    if parts.is_empty() {
+        // No cause: reqwest's own words, without the URL.
+        let text = e.to_string();
+        return match text.find(" for url (") {
+            Some(i) => text[..i].to_owned(),
+            None => text,
+        };
+    }
+    parts.join(": ")
+}

@@ -1,0 +1,508 @@
+//! The HTTP sink against a real local server.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use ankusa_sinks::http::{HttpSink, HttpSinkConfig, classify, retry_after};
+use ankusa_sinks::{Options, Outcome, Sink, SinkError};
+use hyper::StatusCode;
+use serde_json::json;
+
+use crate::server::{Recorded, Reply, Server};
+use crate::{SHOPIFY_BODY, SHOPIFY_SHA256, ctx, hook, ordered_ctx, sha256_hex};
+
+fn sink(url: String) -> HttpSink {
+    HttpSink::new(&HttpSinkConfig::new(url)).expect("sink")
+}
+
+async fn ok_server() -> Server {
+    Server::start(|_| Reply::status(200)).await
+}
+
+/// The one request the server got.
+fn only(server: &Server) -> Recorded {
+    let mut r = server.requests();
+    assert_eq!(r.len(), 1, "requests: {r:?}");
+    r.remove(0)
+}
+
+#[tokio::test]
+async fn shopify_body_arrives_byte_identical() {
+    let server = ok_server().await;
+    let s = sink(server.url("/in"));
+    assert_eq!(s.deliver(&hook(SHOPIFY_BODY), &ctx()).await, Outcome::Ok);
+    let r = only(&server);
+    assert_eq!(r.method, "POST");
+    assert_eq!(r.path, "/in");
+    assert_eq!(sha256_hex(&r.body), SHOPIFY_SHA256);
+    assert_eq!(r.body, SHOPIFY_BODY);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.header("content-length"), Some("6698"));
+    let text = String::from_utf8(r.body).expect("utf-8");
+    assert_eq!(text.matches("\\/").count(), 22);
+    assert!(text.contains("\"id\":820982911946154508"));
+}
+
+#[tokio::test]
+async fn big_integers_and_exact_bytes_survive() {
+    let body = br#"{"id":9007199254740993,"amount":123456789012345678901234567890,"f":1.10,"u":"caf\u00e9 \ud83d\ude00","s":"a\/b"}"#;
+    let server = ok_server().await;
+    let s = sink(server.url("/"));
+    let mut h = hook(body);
+    h.headers[0].1 = b"application/json; charset=utf-8".to_vec();
+    let mut c = ctx();
+    c.content_type = Some("application/json; charset=utf-8".into());
+    assert_eq!(s.deliver(&h, &c).await, Outcome::Ok);
+    let r = only(&server);
+    assert_eq!(r.body, body.to_vec());
+    assert_eq!(sha256_hex(&r.body), sha256_hex(body));
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/json; charset=utf-8")
+    );
+}
+
+#[tokio::test]
+async fn content_type_falls_back_to_the_stored_header_and_else_is_absent() {
+    let server = ok_server().await;
+    let s = sink(server.url("/"));
+    let mut c = ctx();
+    c.content_type = None;
+    let mut h = hook(b"a=1&b=2");
+    h.headers = vec![(
+        b"content-TYPE".to_vec(),
+        b"application/x-www-form-urlencoded".to_vec(),
+    )];
+    assert_eq!(s.deliver(&h, &c).await, Outcome::Ok);
+    h.headers.clear();
+    assert_eq!(s.deliver(&h, &c).await, Outcome::Ok);
+    let r = server.requests();
+    assert_eq!(r.len(), 2);
+    assert_eq!(
+        r[0].header("content-type"),
+        Some("application/x-www-form-urlencoded")
+    );
+    assert_eq!(r[1].header("content-type"), None);
+    assert_eq!(r[1].body, b"a=1&b=2");
+}
+
+#[tokio::test]
+async fn metadata_headers_have_the_right_values() {
+    let server = ok_server().await;
+    let mut config = HttpSinkConfig::new(server.url("/"));
+    config.headers = vec![
+        ("Authorization".into(), "Bearer t0ken".into()),
+        ("x-team".into(), "payments".into()),
+    ];
+    let s = HttpSink::new(&config).expect("sink");
+    let mut c = ctx();
+    c.attempt = 3;
+    assert_eq!(s.deliver(&hook(b"{}"), &c).await, Outcome::Ok);
+    let r = only(&server);
+    assert_eq!(r.header("x-ankusa-message-version"), Some("1"));
+    assert_eq!(
+        r.header("x-ankusa-idempotency-key"),
+        Some("01932c4e-5f60-7abc-8def-0123456789ab")
+    );
+    assert_eq!(r.header("x-ankusa-tenant"), Some("acme"));
+    assert_eq!(r.header("x-ankusa-source"), Some("shopify"));
+    assert_eq!(r.header("x-ankusa-received-at"), Some("1764500000123"));
+    assert_eq!(r.header("x-ankusa-attempt"), Some("3"));
+    assert_eq!(r.header("authorization"), Some("Bearer t0ken"));
+    assert_eq!(r.header("x-team"), Some("payments"));
+    assert_eq!(r.header("x-ankusa-ordering-key"), None, "unordered");
+    assert!(
+        r.header("user-agent")
+            .is_some_and(|ua| ua.starts_with("ankusa/"))
+    );
+}
+
+#[tokio::test]
+async fn ordering_key_header_only_when_ordered() {
+    let server = ok_server().await;
+    let s = sink(server.url("/"));
+    // A key on a row that is not laned is not sent.
+    let mut unordered = ordered_ctx(b"cus_123");
+    unordered.ordered = false;
+    assert_eq!(s.deliver(&hook(b"1"), &unordered).await, Outcome::Ok);
+    assert_eq!(
+        s.deliver(&hook(b"2"), &ordered_ctx(b"cus_123")).await,
+        Outcome::Ok
+    );
+    // The keyless lane's key.
+    assert_eq!(
+        s.deliver(&hook(b"3"), &ordered_ctx(b"acme/shopify")).await,
+        Outcome::Ok
+    );
+    let r = server.requests();
+    assert_eq!(r.len(), 3);
+    assert!(r[0].all("x-ankusa-ordering-key").is_empty());
+    assert_eq!(r[1].header("x-ankusa-ordering-key"), Some("cus_123"));
+    assert_eq!(r[2].header("x-ankusa-ordering-key"), Some("acme/shopify"));
+}
+
+#[tokio::test]
+async fn ordering_key_bytes_are_sent_as_received_or_hashed() {
+    let server = ok_server().await;
+    let s = sink(server.url("/"));
+    // Non-UTF-8 bytes are legal header bytes (obs-text): sent unchanged.
+    let raw = b"caf\xe9-\xff";
+    assert_eq!(s.deliver(&hook(b"1"), &ordered_ctx(raw)).await, Outcome::Ok);
+    // A newline (a `{json}` key may hold one) is not: sent as sha256:<hex>.
+    let nl = b"line1\nline2";
+    assert_eq!(s.deliver(&hook(b"2"), &ordered_ctx(nl)).await, Outcome::Ok);
+    let r = server.requests();
+    assert_eq!(r[0].all("x-ankusa-ordering-key"), vec![raw.as_slice()]);
+    assert_eq!(
+        r[1].header("x-ankusa-ordering-key"),
+        Some(format!("sha256:{}", sha256_hex(nl)).as_str())
+    );
+}
+
+/// Answers `/status/<code>` with that code; extra headers for some.
+async fn status_server(retry_at: SystemTime) -> Server {
+    let date = httpdate_fmt(retry_at);
+    Server::start(move |r| {
+        let code: u16 = r
+            .path
+            .trim_start_matches("/status/")
+            .parse()
+            .expect("status path");
+        let reply = Reply::status(code);
+        match code {
+            429 => reply.header("retry-after", "7").body("slow down"),
+            503 => reply.header("retry-after", &date).body("maintenance"),
+            400 => reply.body("{\"error\":\"missing field\n  `amount`\"}"),
+            404 => reply.body("no such hook endpoint"),
+            301 => reply.header("location", "https://elsewhere.example/in"),
+            _ => reply,
+        }
+    })
+    .await
+}
+
+fn httpdate_fmt(t: SystemTime) -> String {
+    // RFC 9110 IMF-fixdate, formatted by hand so the test does not use the
+    // parser it checks.
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after epoch")
+        .as_secs();
+    let days = secs / 86_400;
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
+    let mon = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][(mo - 1) as usize];
+    format!("{wd}, {d:02} {mon} {y} {h:02}:{m:02}:{s:02} GMT")
+}
+
+#[tokio::test]
+async fn each_status_maps_to_its_outcome() {
+    let retry_at = SystemTime::now() + Duration::from_secs(120);
+    let server = status_server(retry_at).await;
+    let deliver = |code: u16| {
+        let s = sink(server.url(&format!("/status/{code}")));
+        async move { s.deliver(&hook(b"{}"), &ctx()).await }
+    };
+
+    assert_eq!(deliver(200).await, Outcome::Ok);
+    assert_eq!(deliver(204).await, Outcome::Ok);
+    assert_eq!(
+        deliver(408).await,
+        Outcome::Retry {
+            reason: "HTTP 408 Request Timeout".into(),
+            after: None
+        }
+    );
+    assert_eq!(
+        deliver(429).await,
+        Outcome::Retry {
+            reason: "HTTP 429 Too Many Requests: slow down".into(),
+            after: Some(Duration::from_secs(7))
+        }
+    );
+    match deliver(503).await {
+        Outcome::Retry { reason, after } => {
+            assert_eq!(reason, "HTTP 503 Service Unavailable: maintenance");
+            let after = after.expect("HTTP-date Retry-After");
+            // The date has whole seconds and a little time has passed.
+            assert!(
+                after >= Duration::from_secs(115) && after <= Duration::from_secs(120),
+                "after = {after:?}"
+            );
+        }
+        other => panic!("503: {other:?}"),
+    }
+    assert_eq!(
+        deliver(410).await,
+        Outcome::SinkGone {
+            reason: "HTTP 410 Gone".into()
+        }
+    );
+    assert_eq!(
+        deliver(400).await,
+        Outcome::Permanent {
+            reason: "HTTP 400 Bad Request: {\"error\":\"missing field `amount`\"}".into()
+        }
+    );
+    assert_eq!(
+        deliver(404).await,
+        Outcome::Permanent {
+            reason: "HTTP 404 Not Found: no such hook endpoint".into()
+        }
+    );
+    assert_eq!(
+        deliver(301).await,
+        Outcome::Permanent {
+            reason:
+                "HTTP 301 Moved Permanently (redirect to https://elsewhere.example/in not followed)"
+                    .into()
+        }
+    );
+    assert!(matches!(
+        deliver(500).await,
+        Outcome::Retry { after: None, .. }
+    ));
+    assert!(matches!(
+        deliver(425).await,
+        Outcome::Retry { after: None, .. }
+    ));
+    // One request per delivery: nothing retried or redirected inside the sink.
+    let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        paths,
+        [200, 204, 408, 429, 503, 410, 400, 404, 301, 500, 425]
+            .map(|c| format!("/status/{c}"))
+            .to_vec()
+    );
+}
+
+#[tokio::test]
+async fn connection_refused_is_retry() {
+    // A port that was just free and has no listener now.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    let s = sink(format!("http://{addr}/"));
+    match s.deliver(&hook(b"{}"), &ctx()).await {
+        Outcome::Retry { reason, after } => {
+            assert_eq!(after, None);
+            assert!(reason.starts_with("connection failed: "), "{reason}");
+            assert!(reason.to_lowercase().contains("refused"), "{reason}");
+            assert!(!reason.contains(&addr.to_string()), "no URL: {reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_held_request_past_timeout_is_retry() {
+    let server = Server::start(|_| Reply::status(200).delay(Duration::from_secs(5))).await;
+    let mut config = HttpSinkConfig::new(server.url("/slow"));
+    config.timeout_ms = 150;
+    let s = HttpSink::new(&config).expect("sink");
+    let started = Instant::now();
+    let outcome = s.deliver(&hook(b"{}"), &ctx()).await;
+    let took = started.elapsed();
+    assert_eq!(
+        outcome,
+        Outcome::Retry {
+            reason: "timed out after 150 ms".into(),
+            after: None
+        }
+    );
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    // The request did reach the server: the timeout covers the answer too.
+    assert_eq!(only(&server).path, "/slow");
+}
+
+#[tokio::test]
+async fn connections_are_pooled_per_sink() {
+    let server = ok_server().await;
+    let s = sink(server.url("/"));
+    for i in 0..3u8 {
+        assert_eq!(s.deliver(&hook(&[b'0' + i]), &ctx()).await, Outcome::Ok);
+    }
+    let r = server.requests();
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0].peer, r[1].peer, "second request on a new connection");
+    assert_eq!(r[1].peer, r[2].peer, "third request on a new connection");
+    assert_eq!(s.kind(), "http");
+}
+
+#[test]
+fn classify_table() {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    let c = |code: u16| classify(StatusCode::from_u16(code).expect("code"), None, b"", now);
+    for code in [200, 201, 202, 204, 299] {
+        assert_eq!(c(code), Outcome::Ok, "{code}");
+    }
+    for code in [408, 425, 429, 500, 502, 503, 504, 599] {
+        assert!(
+            matches!(c(code), Outcome::Retry { after: None, .. }),
+            "{code}"
+        );
+    }
+    assert!(matches!(c(410), Outcome::SinkGone { .. }));
+    for code in [400, 401, 403, 404, 405, 409, 413, 415, 422, 451, 499] {
+        assert!(matches!(c(code), Outcome::Permanent { .. }), "{code}");
+    }
+    for code in [100, 302, 304, 307, 308] {
+        assert!(matches!(c(code), Outcome::Permanent { .. }), "{code}");
+    }
+    // A long body is cut to 200 characters and marked.
+    let long = "x".repeat(1000);
+    match classify(StatusCode::BAD_REQUEST, None, long.as_bytes(), now) {
+        Outcome::Permanent { reason } => {
+            assert_eq!(
+                reason,
+                format!("HTTP 400 Bad Request: {}…", "x".repeat(200))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Retry-After on a status that does not retry is ignored.
+    assert_eq!(classify(StatusCode::OK, Some(b"5"), b"", now), Outcome::Ok);
+}
+
+#[test]
+fn retry_after_forms() {
+    let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").expect("date");
+    assert_eq!(retry_after(b"120", now), Some(Duration::from_secs(120)));
+    assert_eq!(retry_after(b" 0 ", now), Some(Duration::ZERO));
+    assert_eq!(
+        retry_after(b"Sun, 06 Nov 1994 08:50:07 GMT", now),
+        Some(Duration::from_secs(30))
+    );
+    // The obsolete RFC 850 and asctime forms are HTTP dates too.
+    assert_eq!(
+        retry_after(b"Sunday, 06-Nov-94 08:49:47 GMT", now),
+        Some(Duration::from_secs(10))
+    );
+    assert_eq!(
+        retry_after(b"Sun Nov  6 08:49:57 1994", now),
+        Some(Duration::from_secs(20))
+    );
+    // A date in the past: no wait.
+    assert_eq!(
+        retry_after(b"Sat, 05 Nov 1994 08:49:37 GMT", now),
+        Some(Duration::ZERO)
+    );
+    assert_eq!(retry_after(b"-5", now), None);
+    assert_eq!(retry_after(b"1.5", now), None);
+    assert_eq!(retry_after(b"soon", now), None);
+    assert_eq!(retry_after(b"", now), None);
+    assert_eq!(retry_after(b"\xff", now), None);
+}
+
+fn options(v: serde_json::Value) -> Options {
+    v.as_object().expect("object").clone()
+}
+
+fn invalid_option(e: SinkError) -> String {
+    match e {
+        SinkError::InvalidOption { option, .. } => option,
+        other => panic!("not InvalidOption: {other:?}"),
+    }
+}
+
+#[test]
+fn config_from_options() {
+    let c = HttpSinkConfig::from_options(&options(json!({
+        "url": "https://hooks.example.com/in?k=1",
+        "timeout_ms": 2500,
+        "headers": {"Authorization": "Bearer x"}
+    })))
+    .expect("valid");
+    assert_eq!(
+        c,
+        HttpSinkConfig {
+            url: "https://hooks.example.com/in?k=1".into(),
+            timeout_ms: 2500,
+            headers: vec![("Authorization".into(), "Bearer x".into())],
+        }
+    );
+    let d = HttpSinkConfig::from_options(&options(json!({"url": "http://127.0.0.1:9/"})))
+        .expect("valid");
+    assert_eq!(d.timeout_ms, 10_000);
+    assert!(d.headers.is_empty());
+}
+
+#[test]
+fn config_errors_name_the_option() {
+    let err = |v| HttpSinkConfig::from_options(&options(v)).expect_err("invalid");
+    assert_eq!(invalid_option(err(json!({"url": "not a url"}))), "url");
+    assert_eq!(invalid_option(err(json!({"url": "ftp://h/x"}))), "url");
+    assert_eq!(invalid_option(err(json!({"url": 5}))), "url");
+    assert_eq!(
+        invalid_option(err(json!({"url": "http://h/", "timeout_ms": 0}))),
+        "timeout_ms"
+    );
+    assert_eq!(
+        invalid_option(err(json!({"url": "http://h/", "timeout_ms": -1}))),
+        "timeout_ms"
+    );
+    assert_eq!(
+        invalid_option(err(json!({"url": "http://h/", "timeout_ms": "1s"}))),
+        "timeout_ms"
+    );
+    assert_eq!(
+        invalid_option(err(
+            json!({"url": "http://h/", "headers": {"X-Ankusa-Tenant": "x"}})
+        )),
+        "headers.X-Ankusa-Tenant"
+    );
+    assert_eq!(
+        invalid_option(err(
+            json!({"url": "http://h/", "headers": {"content-type": "text/plain"}})
+        )),
+        "headers.content-type"
+    );
+    assert_eq!(
+        invalid_option(err(
+            json!({"url": "http://h/", "headers": {"bad name": "x"}})
+        )),
+        "headers.bad name"
+    );
+    assert_eq!(
+        invalid_option(err(json!({"url": "http://h/", "headers": {"x-a": "a\nb"}}))),
+        "headers.x-a"
+    );
+    assert_eq!(
+        invalid_option(err(json!({"url": "http://h/", "headers": ["x"]}))),
+        "headers"
+    );
+    assert!(matches!(
+        err(json!({"timeout_ms": 5})),
+        SinkError::MissingOption { option: "url" }
+    ));
+    match err(json!({"url": "http://h/", "timout_ms": 5})) {
+        SinkError::UnknownOption { option } => assert_eq!(option, "timout_ms"),
+        other => panic!("{other:?}"),
+    }
+    // The message names the option too.
+    let msg = err(json!({"url": "http://h/", "timeout_ms": 0})).to_string();
+    assert_eq!(msg, "sink option `timeout_ms`: must be more than 0");
+    // A config built in code is checked by the constructor.
+    let mut c = HttpSinkConfig::new("http://h/");
+    c.timeout_ms = 0;
+    assert_eq!(
+        invalid_option(HttpSink::new(&c).expect_err("zero")),
+        "timeout_ms"
+    );
+}
