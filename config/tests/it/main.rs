@@ -1,2 +1,11 @@
-//! Tests of `ankusa-config`.
+//! Tests of `ankusa-config` (one test binary, modules by area). Each asserts
+//! the real values: the model's fields, or the exact message of a rejection
+//! with its source, sink and option.
 
+mod adr;
+mod defaults;
+mod example;
+mod helpers;
+mod rejections;
+mod secrets;
+mod yaml;

@@ -1,0 +1,231 @@
+//! The example file in the repo and the embedded default both load, into the
+//! model they document.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use ankusa_config::{
+    Config, DEFAULT_YAML, Dedupe, FileSink, HeaderAction, KeySource, Order, OrderingKey, SinkKind,
+    StoreBackend, TenantBinding, TypedOptions, Verification,
+};
+use serde_yaml_ng::Value;
+
+use crate::helpers::load_env;
+
+fn example_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("ankusa.example.yaml")
+}
+
+const EXAMPLE_ENV: [(&str, &str); 8] = [
+    ("ANKUSA_ADMIN_TOKEN", "admin-token"),
+    ("GITHUB_WEBHOOK_SECRET", "It's a Secret to Everybody"),
+    ("GITHUB_WEBHOOK_SECRET_OLD", "old github secret"),
+    ("CI_TOKEN", "Bearer ci"),
+    ("STRIPE_WEBHOOK_SECRET", "whsec_corpus_test_secret_0001"),
+    ("SHOPIFY_WEBHOOK_SECRET", "shpss_corpus_test_secret_0001"),
+    ("BILLING_SECRET", "billing"),
+    ("UNUSED", "x"),
+];
+
+#[test]
+fn the_example_file_loads_into_the_model_it_documents() {
+    let text = std::fs::read_to_string(example_path()).expect("example file");
+    let c = load_env(&text, &EXAMPLE_ENV).unwrap_or_else(|e| panic!("example: {e}"));
+
+    assert_eq!(c.node.name, "relay-1");
+    assert_eq!(c.node.store, StoreBackend::RocksDb);
+    assert_eq!(
+        c.listeners.ingest,
+        "127.0.0.1:8080".parse::<SocketAddr>().expect("addr")
+    );
+    assert_eq!(
+        c.listeners.admin_token.as_ref().map(|t| t.expose()),
+        Some("admin-token")
+    );
+    assert_eq!(c.store_headers.action("Authorization"), HeaderAction::Drop);
+    assert_eq!(c.store_headers.action("x-api-key"), HeaderAction::Hash);
+    assert_eq!(
+        c.store_headers.action("x-github-delivery"),
+        HeaderAction::Keep
+    );
+    assert_eq!(c.dispatch.batch, 64);
+    assert_eq!(c.retry.max_elapsed_ms, 86_400_000);
+    assert_eq!(
+        c.tenants
+            .iter()
+            .map(|t| (t.name.as_str(), t.max_pending))
+            .collect::<Vec<_>>(),
+        [("default", 100_000), ("acme", 100_000), ("globex", 20_000)]
+    );
+    assert_eq!(
+        c.sources
+            .iter()
+            .map(|s| (s.name.as_str(), s.path.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            ("github", "/hooks/github"),
+            ("stripe", "/hooks/stripe"),
+            ("shopify", "/hooks/shopify"),
+            ("billing", "/hooks/billing"),
+        ]
+    );
+
+    // GitHub: two secrets (rotation), dedupe on the delivery id, an http sink.
+    let gh = c.source("github").expect("github");
+    assert_eq!(gh.tenant, TenantBinding::Fixed("default".into()));
+    assert_eq!(gh.verification.kind(), "github");
+    assert_eq!(
+        gh.verification
+            .secrets()
+            .iter()
+            .map(|s| s.expose())
+            .collect::<Vec<_>>(),
+        ["It's a Secret to Everybody", "old github secret"]
+    );
+    assert_eq!(
+        gh.dedupe,
+        Some(Dedupe {
+            key: KeySource::Header("x-github-delivery".into()),
+            ttl_ms: 86_400_000,
+        })
+    );
+    let TypedOptions::Http(h) = &gh.sinks[0].typed else {
+        panic!("http expected")
+    };
+    assert_eq!(
+        (gh.sinks[0].name.as_str(), h.url.as_str(), h.timeout_ms),
+        ("ci", "https://ci.internal.example/github", 5000)
+    );
+    assert_eq!(h.headers["authorization"].expose(), "Bearer ci");
+
+    // Stripe: an ordered FIFO sink keyed on data.object.customer, and a file sink.
+    let st = c.source("stripe").expect("stripe");
+    assert_eq!(st.tenant, TenantBinding::Fixed("acme".into()));
+    assert_eq!(
+        st.verification,
+        Verification::Stripe {
+            secrets: st.verification.secrets().to_vec(),
+            tolerance_ms: 300_000,
+        }
+    );
+    assert!(st.store_headers_overridden);
+    assert_eq!(
+        st.store_headers.action("stripe-signature"),
+        HeaderAction::Drop
+    );
+    assert_eq!(st.store_headers.action("authorization"), HeaderAction::Keep);
+    let orders = st.sink("orders").expect("orders");
+    assert_eq!((orders.kind, orders.index), (SinkKind::Sqs, 0));
+    let Order::Ordered {
+        key: Some(OrderingKey::Json(path)),
+    } = &orders.order
+    else {
+        panic!("ordered by json expected: {:?}", orders.order)
+    };
+    assert_eq!(path.segments, ["data", "object", "customer"]);
+    assert_eq!(
+        orders
+            .options
+            .keys()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>(),
+        ["queue_url", "region"]
+    );
+    assert_eq!(st.sinks[1].name, "file-1");
+    assert_eq!(st.sinks[1].order, Order::Unordered);
+    assert_eq!(
+        st.sinks[1].typed,
+        TypedOptions::File(FileSink {
+            path: "./data/stripe.ndjson".into()
+        })
+    );
+
+    // TenantPath: Shopify, ordered by a header the instance policy keeps.
+    let sh = c.source("shopify").expect("shopify");
+    assert_eq!(sh.tenant, TenantBinding::Path);
+    assert_eq!(sh.verification.kind(), "shopify");
+    assert_eq!(sh.sinks[0].name, "http-0");
+    assert_eq!(
+        sh.sinks[0].order.key(),
+        Some(&OrderingKey::Header("x-shopify-product-id".into()))
+    );
+
+    // Generic HMAC.
+    let bi = c.source("billing").expect("billing");
+    let Verification::Hmac { header, prefix, .. } = &bi.verification else {
+        panic!("hmac expected")
+    };
+    assert_eq!(
+        (header.as_str(), prefix.as_str()),
+        ("x-billing-signature", "sha256=")
+    );
+}
+
+#[test]
+fn the_example_file_names_every_variable_it_needs() {
+    // Without its environment it is refused, naming each variable.
+    let p = Config::load_with_env(example_path(), &|_| None).expect_err("no env");
+    let names: Vec<String> = p.problems().iter().map(|p| p.message.clone()).collect();
+    assert_eq!(
+        names,
+        [
+            "environment variable ANKUSA_ADMIN_TOKEN is not set",
+            "environment variable GITHUB_WEBHOOK_SECRET is not set",
+            "environment variable GITHUB_WEBHOOK_SECRET_OLD is not set",
+            "environment variable CI_TOKEN is not set",
+            "environment variable STRIPE_WEBHOOK_SECRET is not set",
+            "environment variable SHOPIFY_WEBHOOK_SECRET is not set",
+            "environment variable BILLING_SECRET is not set",
+        ]
+    );
+}
+
+#[test]
+fn the_embedded_default_is_issue_4s_demo() {
+    let c = Config::default_demo();
+    assert_eq!(c, load_env(DEFAULT_YAML, &[]).expect("default"));
+    assert_eq!(c.node.store, StoreBackend::RocksDb);
+    assert_eq!(c.node.data_dir, PathBuf::from("./data"));
+    assert_eq!(
+        c.listeners.ingest,
+        "127.0.0.1:8080".parse::<SocketAddr>().expect("addr")
+    );
+    assert_eq!(
+        c.listeners.admin,
+        "127.0.0.1:8081".parse::<SocketAddr>().expect("addr")
+    );
+    assert_eq!(c.listeners.admin_token, None);
+    assert_eq!(c.tenants.len(), 1);
+    assert_eq!(c.tenants[0].name, "default");
+    assert_eq!(c.sources.len(), 1);
+    let demo = &c.sources[0];
+    assert_eq!(
+        (demo.name.as_str(), demo.path.as_str()),
+        ("demo", "/hooks/demo")
+    );
+    assert_eq!(demo.tenant, TenantBinding::Fixed("default".into()));
+    assert_eq!(demo.verification, Verification::None);
+    assert_eq!(
+        demo.dedupe.as_ref().map(|d| &d.key),
+        Some(&KeySource::Header("webhook-id".into()))
+    );
+    assert_eq!(demo.sinks.len(), 1);
+    let sink = &demo.sinks[0];
+    assert_eq!(sink.kind, SinkKind::File);
+    assert_eq!(
+        sink.typed,
+        TypedOptions::File(FileSink {
+            path: "./data/deliveries.ndjson".into()
+        })
+    );
+    assert_eq!(
+        sink.order,
+        Order::Ordered {
+            key: Some(OrderingKey::Header("x-entity-id".into()))
+        }
+    );
+    assert_eq!(
+        serde_json::Value::Object(sink.options_json()),
+        serde_json::json!({"path": "./data/deliveries.ndjson"})
+    );
+}

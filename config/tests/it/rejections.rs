@@ -1,0 +1,393 @@
+//! Every other load-time rejection, each with the exact scope and option.
+
+use crate::helpers::{load, one, problems};
+
+const FILE: &str = "{type: file, path: x}";
+
+#[test]
+fn unknown_tenant() {
+    assert_eq!(
+        one(&format!(
+            "tenants: [{{name: acme}}]\nsources:\n  - {{name: a, tenant: acme2, sinks: [{FILE}]}}\n"
+        )),
+        "source \"a\": option \"tenant\": unknown tenant \"acme2\" (not in tenants)"
+    );
+    // No tenant named: the tenant `default` must exist.
+    assert_eq!(
+        one(&format!(
+            "tenants: [{{name: acme}}]\nsources:\n  - {{name: a, sinks: [{FILE}]}}\n"
+        )),
+        "source \"a\": option \"tenant\": required: name a tenant, or set tenant_path: true \
+         (there is no tenant \"default\" to default to)"
+    );
+}
+
+#[test]
+fn tenant_and_tenant_path_exclude_each_other() {
+    assert_eq!(
+        one(&format!(
+            "sources:\n  - {{name: a, tenant: default, tenant_path: true, sinks: [{FILE}]}}\n"
+        )),
+        "source \"a\": option \"tenant_path\": tenant_path: true takes the tenant from the URL; \
+         remove tenant, or set tenant_path: false"
+    );
+}
+
+#[test]
+fn duplicate_and_bad_names() {
+    assert_eq!(
+        one(&format!(
+            "sources:\n  - {{name: a, sinks: [{FILE}]}}\n  - {{name: a, path: /other, sinks: [{FILE}]}}\n"
+        )),
+        "source \"a\": option \"name\": duplicate source name"
+    );
+    assert_eq!(
+        one("tenants: [{name: t}, {name: t}]\n"),
+        "tenant \"t\": option \"name\": duplicate tenant name"
+    );
+    assert_eq!(
+        one(&format!(
+            "sources:\n  - {{name: 'a b', path: /ab, sinks: [{FILE}]}}\n"
+        )),
+        "source \"a b\": option \"name\": \"a b\" is not a valid name: 1-64 characters of \
+         A-Z a-z 0-9 _ -, starting with a letter or digit"
+    );
+    assert_eq!(
+        one("tenants: [{name: '-x'}]\nsources: []\n"),
+        "tenant \"-x\": option \"name\": \"-x\" is not a valid name: 1-64 characters of \
+         A-Z a-z 0-9 _ -, starting with a letter or digit"
+    );
+}
+
+#[test]
+fn duplicate_paths() {
+    // An explicit path equal to another source's default path.
+    assert_eq!(
+        one(&format!(
+            "sources:\n  - {{name: a, sinks: [{FILE}]}}\n  - {{name: b, path: /hooks/a, sinks: [{FILE}]}}\n"
+        )),
+        "source \"b\": option \"path\": \"/hooks/a\" is already the path of source \"a\""
+    );
+}
+
+#[test]
+fn a_path_under_a_tenant_path_route_is_refused() {
+    assert_eq!(
+        one(&format!(
+            "sources:\n  - {{name: shop, tenant_path: true, sinks: [{FILE}]}}\n  - {{name: b, path: /hooks/shop/acme, sinks: [{FILE}]}}\n"
+        )),
+        "source \"b\": option \"path\": \"/hooks/shop/acme\" overlaps the route /hooks/shop/{tenant} \
+         of TenantPath source \"shop\""
+    );
+    // Two segments deeper does not overlap.
+    assert!(load(&format!(
+        "sources:\n  - {{name: shop, tenant_path: true, sinks: [{FILE}]}}\n  - {{name: b, path: /hooks/shop/acme/x, sinks: [{FILE}]}}\n"
+    ))
+    .is_ok());
+}
+
+#[test]
+fn bad_paths() {
+    for (path, why) in [
+        ("hooks/a", "it must start with /"),
+        ("/", "it needs at least one segment"),
+        ("/hooks//a", "empty segment (// or a trailing /)"),
+        ("/hooks/a/", "empty segment (// or a trailing /)"),
+        ("/hooks/../a", "a . or .. segment"),
+        (
+            "/hooks/a?x=1",
+            "only letters, digits and -._~!$&'()*+,;=:@ in a segment (no spaces, ?, #, %)",
+        ),
+        (
+            "/hooks/a b",
+            "only letters, digits and -._~!$&'()*+,;=:@ in a segment (no spaces, ?, #, %)",
+        ),
+    ] {
+        assert_eq!(
+            one(&format!(
+                "sources:\n  - {{name: a, path: '{path}', sinks: [{FILE}]}}\n"
+            )),
+            format!("source \"a\": option \"path\": \"{path}\" is not a valid route: {why}")
+        );
+    }
+}
+
+#[test]
+fn duplicate_sink_names_in_a_source() {
+    assert_eq!(
+        one(
+            "sources:\n  - {name: a, sinks: [{type: file, name: out, path: x}, {type: file, name: out, path: y}]}\n"
+        ),
+        "source \"a\", sink \"out\" (file): option \"name\": duplicate sink name in this source"
+    );
+    // A given name that collides with a default one.
+    assert_eq!(
+        one(
+            "sources:\n  - {name: a, sinks: [{type: http, url: 'http://h/'}, {type: file, name: http-0, path: y}]}\n"
+        ),
+        "source \"a\", sink \"http-0\" (file): option \"name\": duplicate sink name in this source"
+    );
+    // The same name in two sources is fine.
+    assert!(load("sources:\n  - {name: a, sinks: [{type: file, name: out, path: x}]}\n  - {name: b, sinks: [{type: file, name: out, path: x}]}\n").is_ok());
+}
+
+#[test]
+fn sink_type_and_shape() {
+    assert_eq!(
+        one("sources:\n  - {name: a, sinks: [{path: x}]}\n"),
+        "source \"a\", sink \"sink-0\" (?): option \"type\": required: one of http, file, sqs, pubsub, kafka, rabbitmq, nats, redis"
+    );
+    assert_eq!(
+        one("sources:\n  - {name: a, sinks: [{type: htp, url: x}]}\n"),
+        "source \"a\", sink \"sink-0\" (htp): option \"type\": unknown sink type \"htp\": one of http, file, sqs, pubsub, kafka, rabbitmq, nats, redis"
+    );
+    assert_eq!(
+        one("sources:\n  - {name: a, sinks: []}\n"),
+        "source \"a\": option \"sinks\": at least one sink is required"
+    );
+    assert_eq!(
+        one("sources:\n  - {name: a}\n"),
+        "source \"a\": option \"sinks\": at least one sink is required"
+    );
+    assert_eq!(
+        one("sources:\n  - {name: a, sinks: [{type: file, name: 3, path: x}]}\n"),
+        "source \"a\", sink \"file-0\" (file): option \"name\": must be a string, found 3"
+    );
+    assert_eq!(
+        one("sources:\n  - {name: a, sinks: [{type: kafka, 7: x}]}\n"),
+        "source \"a\", sink \"kafka-0\" (kafka): option \"7\": option names must be strings"
+    );
+}
+
+#[test]
+fn http_sink_options() {
+    let sink = |s: &str| format!("sources:\n  - {{name: a, sinks: [{s}]}}\n");
+    assert_eq!(
+        one(&sink("{type: http, name: h}")),
+        "source \"a\", sink \"h\" (http): option \"url\": required: the http(s) URL hooks are POSTed to"
+    );
+    assert_eq!(
+        one(&sink(
+            "{type: http, name: h, url: 'http://h/', urll: 'http://h/'}"
+        )),
+        "source \"a\", sink \"h\" (http): option \"urll\": unknown option of a http sink (its options: url, timeout_ms, headers; every sink: type, name, ordered, ordering_key)"
+    );
+    let p = problems(load(&sink("{type: http, name: h, urll: 'http://h/'}")));
+    assert_eq!(
+        p[1],
+        "source \"a\", sink \"h\" (http): option \"url\": required: the http(s) URL hooks are POSTed to"
+    );
+    assert_eq!(
+        one(&sink("{type: http, name: h, url: 'ftp://h/'}")),
+        "source \"a\", sink \"h\" (http): option \"url\": \"ftp://h/\" is not an http:// or https:// URL"
+    );
+    assert_eq!(
+        one(&sink("{type: http, name: h, url: 'https:///x'}")),
+        "source \"a\", sink \"h\" (http): option \"url\": \"https:///x\" has no host"
+    );
+    assert_eq!(
+        one(&sink("{type: http, name: h, url: 'http://h/a b'}")),
+        "source \"a\", sink \"h\" (http): option \"url\": \"http://h/a b\" contains whitespace"
+    );
+    assert_eq!(
+        one(&sink(
+            "{type: http, name: h, url: 'http://h/', timeout_ms: 0}"
+        )),
+        "source \"a\", sink \"h\" (http): option \"timeout_ms\": must be a whole number of milliseconds above 0, found 0"
+    );
+    assert_eq!(
+        one(&sink(
+            "{type: http, name: h, url: 'http://h/', timeout_ms: 1.5}"
+        )),
+        "source \"a\", sink \"h\" (http): option \"timeout_ms\": must be a whole number of milliseconds above 0, found 1.5"
+    );
+    assert_eq!(
+        one(&sink(
+            "{type: http, name: h, url: 'http://h/', headers: {X-Ankusa-Tenant: t}}"
+        )),
+        "source \"a\", sink \"h\" (http): option \"headers.X-Ankusa-Tenant\": \"x-ankusa-tenant\" is set by the http sink itself"
+    );
+    assert_eq!(
+        one(&sink(
+            "{type: http, name: h, url: 'http://h/', headers: {Host: t}}"
+        )),
+        "source \"a\", sink \"h\" (http): option \"headers.Host\": \"host\" is set by the http sink itself"
+    );
+    assert_eq!(
+        one(&sink(
+            "{type: http, name: h, url: 'http://h/', headers: {'a b': t}}"
+        )),
+        "source \"a\", sink \"h\" (http): option \"headers.a b\": \"a b\" is not a valid HTTP header name"
+    );
+    assert_eq!(
+        one(&sink(
+            "{type: http, name: h, url: 'http://h/', headers: {x-n: 5}}"
+        )),
+        "source \"a\", sink \"h\" (http): option \"headers.x-n\": must be a string, found 5"
+    );
+    assert_eq!(
+        one(&sink(
+            "{type: http, name: h, url: 'http://h/', headers: [a]}"
+        )),
+        "source \"a\", sink \"h\" (http): option \"headers\": must be a map of header name to value, found a list"
+    );
+}
+
+#[test]
+fn file_sink_options() {
+    let sink = |s: &str| format!("sources:\n  - {{name: a, sinks: [{s}]}}\n");
+    assert_eq!(
+        one(&sink("{type: file, name: f}")),
+        "source \"a\", sink \"f\" (file): option \"path\": required: the NDJSON file hooks are appended to"
+    );
+    assert_eq!(
+        one(&sink("{type: file, name: f, path: ''}")),
+        "source \"a\", sink \"f\" (file): option \"path\": must be a non-empty string, found \"\""
+    );
+    assert_eq!(
+        one(&sink("{type: file, name: f, path: x, fsync: always}")),
+        "source \"a\", sink \"f\" (file): option \"fsync\": unknown option of a file sink (its options: path; every sink: type, name, ordered, ordering_key)"
+    );
+}
+
+#[test]
+fn listener_addresses() {
+    assert_eq!(
+        one("listeners: {ingest: 'localhost:8080'}\n"),
+        "listeners: option \"ingest\": \"localhost:8080\" is not a listener address: write IP:port, e.g. 127.0.0.1:8080 or [::1]:8080"
+    );
+    assert_eq!(
+        one("listeners: {admin: '127.0.0.1'}\n"),
+        "listeners: option \"admin\": \"127.0.0.1\" is not a listener address: write IP:port, e.g. 127.0.0.1:8080 or [::1]:8080"
+    );
+    assert_eq!(
+        one("listeners: {ingest: '127.0.0.1:9000', admin: '127.0.0.1:9000'}\n"),
+        "listeners: option \"admin\": is the same address as ingest (127.0.0.1:9000)"
+    );
+    assert_eq!(
+        one("listeners: {admin: '0.0.0.0:8081'}\n"),
+        "listeners: option \"admin_token\": required when the admin listener is not on a loopback address (admin is 0.0.0.0:8081)"
+    );
+    // Port 0 (tests) may repeat: the OS picks two ports.
+    assert!(load("listeners: {ingest: '127.0.0.1:0', admin: '127.0.0.1:0'}\n").is_ok());
+    assert_eq!(
+        one("listeners: {body_limit_bytes: 0}\n"),
+        "listeners: option \"body_limit_bytes\": must be greater than 0"
+    );
+}
+
+#[test]
+fn zero_limits() {
+    for (section, option) in [
+        ("dispatch", "batch"),
+        ("dispatch", "sink_concurrency"),
+        ("dispatch", "admission_window"),
+        ("dispatch", "admission_window_bytes"),
+        ("retry", "base_ms"),
+        ("retry", "max_elapsed_ms"),
+        ("breaker", "failures"),
+        ("breaker", "open_ms"),
+        ("node", "max_pending"),
+        ("node", "max_pending_bytes"),
+    ] {
+        assert_eq!(
+            one(&format!("{section}: {{{option}: 0}}\n")),
+            format!("{section}: option \"{option}\": must be greater than 0")
+        );
+    }
+    assert_eq!(
+        one("tenants: [{name: t, max_pending: 0}]\n"),
+        "tenant \"t\": option \"max_pending\": must be greater than 0"
+    );
+    // flush_interval_ms may be 0 (flush every outcome at once).
+    assert!(load("dispatch: {flush_interval_ms: 0}\n").is_ok());
+}
+
+#[test]
+fn retry_base_above_max() {
+    assert_eq!(
+        one("retry: {base_ms: 5000, max_ms: 1000}\n"),
+        "retry: option \"base_ms\": 5000 is greater than max_ms (1000): the first backoff cannot exceed the largest"
+    );
+    // Against the default max (600000).
+    assert_eq!(
+        one("retry: {base_ms: 700000}\n"),
+        "retry: option \"base_ms\": 700000 is greater than max_ms (600000): the first backoff cannot exceed the largest"
+    );
+}
+
+#[test]
+fn verification_rejections() {
+    let src = |v: &str| format!("sources:\n  - {{name: s, verification: {v}, sinks: [{FILE}]}}\n");
+    assert_eq!(
+        one(&src("{type: stripe, secrets: []}")),
+        "source \"s\": option \"verification.secrets\": is empty: stripe verification needs at least one secret"
+    );
+    assert_eq!(
+        one(&src("{type: github}")),
+        "source \"s\": option \"verification.secrets\": required for github verification (a list of one or more secrets)"
+    );
+    assert_eq!(
+        one(&src("shopify")),
+        "source \"s\": option \"verification.secrets\": required for shopify verification (a list of one or more secrets)"
+    );
+    assert_eq!(
+        one(&src("{type: github, secrets: [a], tolerance_ms: 1000}")),
+        "source \"s\": option \"verification.tolerance_ms\": is not an option of github verification"
+    );
+    assert_eq!(
+        one(&src("{type: stripe, secrets: [a], header: x-sig}")),
+        "source \"s\": option \"verification.header\": is not an option of stripe verification"
+    );
+    assert_eq!(
+        one(&src("{type: none, secrets: [a]}")),
+        "source \"s\": option \"verification.secrets\": is not an option of none verification"
+    );
+    assert_eq!(
+        one(&src("{type: hmac, secrets: [a]}")),
+        "source \"s\": option \"verification.header\": required for hmac verification (the header that carries the signature)"
+    );
+    assert_eq!(
+        one(&src("{type: slack, secrets: [a], tolerance_ms: 0}")),
+        "source \"s\": option \"verification.tolerance_ms\": must be greater than 0"
+    );
+    assert_eq!(
+        one(&src("{type: stripe, secrets: ['']}")),
+        "source \"s\": option \"verification.secrets[0]\": the secret is empty"
+    );
+}
+
+#[test]
+fn dedupe_rejections() {
+    let src = |v: &str| format!("sources:\n  - {{name: s, dedupe: {v}, sinks: [{FILE}]}}\n");
+    assert_eq!(
+        one(&src("{header: a, json: b}")),
+        "source \"s\": option \"dedupe\": give one of header or json, not both"
+    );
+    assert_eq!(
+        one(&src("{ttl_ms: 5}")),
+        "source \"s\": option \"dedupe\": give the key: {header: NAME} or {json: a.b.c}"
+    );
+    assert_eq!(
+        one(&src("{json: 'a.'}")),
+        "source \"s\": option \"dedupe.json\": \"a.\" is not a JSON dot path: write member names separated by dots, e.g. data.object.customer"
+    );
+    assert_eq!(
+        one(&src("{header: webhook-id, ttl_ms: 0}")),
+        "source \"s\": option \"dedupe.ttl_ms\": must be greater than 0"
+    );
+}
+
+#[test]
+fn store_headers_rejections() {
+    assert_eq!(
+        one("store_headers: {headers: {X-A: drop, x-a: keep}}\n"),
+        "store_headers: option \"headers.x-a\": header \"x-a\" is listed twice (names are case-insensitive)"
+    );
+    assert_eq!(
+        one(&format!(
+            "sources:\n  - {{name: s, store_headers: {{headers: {{'bad name': drop}}}}, sinks: [{FILE}]}}\n"
+        )),
+        "source \"s\": option \"store_headers.headers.bad name\": \"bad name\" is not a valid HTTP header name"
+    );
+}

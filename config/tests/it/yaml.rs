@@ -1,0 +1,139 @@
+//! Errors of the YAML itself: syntax, types, unknown options (with their
+//! name, path, line and column), and reading the file.
+
+use ankusa_config::{Config, ConfigError};
+
+use crate::helpers::load;
+
+fn yaml_error(text: &str) -> (String, Option<usize>, Option<usize>) {
+    match load(text) {
+        Err(ConfigError::Yaml {
+            message,
+            line,
+            column,
+        }) => (message, line, column),
+        Err(other) => panic!("expected a YAML error, got: {other}"),
+        Ok(_) => panic!("expected a YAML error, got a config"),
+    }
+}
+
+#[test]
+fn an_unknown_option_is_named_with_its_position() {
+    let (message, line, column) = yaml_error("node:\n  name: a\n  data_dri: /x\n");
+    assert_eq!(
+        message,
+        "node: unknown field `data_dri`, expected one of `name`, `data_dir`, `store`, `max_pending`, `max_pending_bytes` at line 3 column 3"
+    );
+    assert_eq!((line, column), (Some(3), Some(3)));
+
+    let (message, line, _) =
+        yaml_error("sources:\n  - name: a\n    tenat: acme\n    sinks: [{type: file, path: x}]\n");
+    assert!(
+        message.starts_with(
+            "sources[0]: unknown field `tenat`, expected one of `name`, `path`, `tenant`"
+        ),
+        "{message}"
+    );
+    assert_eq!(line, Some(3));
+
+    let (message, _, _) =
+        yaml_error("sources:\n  - name: a\n    verification: {type: stripe, secret: [x]}\n");
+    assert!(
+        message.starts_with("sources[0].verification: unknown field `secret`"),
+        "{message}"
+    );
+
+    let (message, _, _) = yaml_error("listners: {}\n");
+    assert!(
+        message.starts_with("unknown field `listners`, expected one of `node`, `listeners`"),
+        "{message}"
+    );
+
+    let e = load("retry: {base: 5}\n").expect_err("unknown");
+    assert!(
+        e.to_string()
+            .starts_with("invalid config: retry: unknown field `base`, expected one of `base_ms`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn wrong_types_and_values_are_named() {
+    let (message, line, column) = yaml_error("dispatch:\n  batch: -1\n");
+    assert_eq!(
+        message,
+        "dispatch.batch: invalid type: integer `-1`, expected u32 at line 2 column 10"
+    );
+    assert_eq!((line, column), (Some(2), Some(10)));
+    let (message, _, _) = yaml_error("node: {store: rocks}\n");
+    assert!(
+        message.starts_with(
+            "node.store: unknown variant `rocks`, expected one of `rocksdb`, `fjall`, `memory`"
+        ),
+        "{message}"
+    );
+    let (message, _, _) = yaml_error("sources:\n  - name: a\n    verification: {type: paypal}\n");
+    assert!(
+        message.starts_with("sources[0].verification.type: unknown variant `paypal`"),
+        "{message}"
+    );
+    let (message, _, _) = yaml_error("sources:\n  - name: a\n    verification: github-v2\n");
+    assert!(message.contains("unknown variant `github-v2`"), "{message}");
+    let (message, _, _) = yaml_error("store_headers: {default: strip}\n");
+    assert!(
+        message.starts_with(
+            "store_headers.default: unknown variant `strip`, expected one of `keep`, `drop`, `hash`"
+        ),
+        "{message}"
+    );
+    let (message, _, _) = yaml_error("sources:\n  - path: /x\n");
+    assert!(
+        message.starts_with("sources[0]: missing field `name`"),
+        "{message}"
+    );
+    let (message, _, _) = yaml_error("sources:\n  - name: a\n    sinks: [http]\n");
+    assert!(
+        message.starts_with(
+            "sources[0].sinks[0]: invalid type: string \"http\", expected a YAML mapping"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_syntax_error_carries_line_and_column() {
+    let (message, line, column) = yaml_error("node:\n  name: a\n  store: rocksdb: x\n");
+    // Column 17 is the second `:` of `  store: rocksdb: x`.
+    assert_eq!(
+        message,
+        "mapping values are not allowed in this context at line 3 column 17"
+    );
+    assert_eq!((line, column), (Some(3), Some(17)));
+    let (_, line, _) = yaml_error("node:\n\tname: a\n");
+    assert_eq!(line, Some(2));
+}
+
+#[test]
+fn duplicate_keys_are_refused() {
+    let (message, _, _) = yaml_error("node: {name: a}\nnode: {name: b}\n");
+    assert!(message.contains("duplicate field `node`"), "{message}");
+}
+
+#[test]
+fn load_reads_a_file_and_names_a_missing_one() {
+    let path = std::env::temp_dir().join(format!("ankusa-config-test-{}.yaml", std::process::id()));
+    std::fs::write(&path, "node: {name: from-file}\n").expect("write temp file");
+    let c = Config::load(&path).expect("loads");
+    assert_eq!(c.node.name, "from-file");
+    std::fs::remove_file(&path).expect("remove temp file");
+    match Config::load(&path) {
+        Err(e @ ConfigError::Read { .. }) => {
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("cannot read config file {}: ", path.display())),
+                "{e}"
+            )
+        }
+        other => panic!("expected a read error, got {other:?}"),
+    }
+}
