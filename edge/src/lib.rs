@@ -37,6 +37,8 @@ mod keyspec;
 pub mod ordering;
 pub mod slack;
 pub mod verify;
+#[cfg(feature = "server")]
+pub mod server;
 
 pub use body::{JSON_KEY_MAX_BYTES, ParsedBody};
 pub use keyspec::{KeySpec, KeySpecError};

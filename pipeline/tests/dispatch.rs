@@ -132,7 +132,7 @@ async fn ingest(relay: &Relay, n: u64, key: Option<&str>, ordered: bool) {
         idempotency_key: [0; 16],
     };
     let lane = ordered.then(|| lanes::assign(SinkIx(0), SOURCE, key.map(str::as_bytes)));
-    let req = IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane }] };
+    let req = IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane }], dedupe_ttl_ms: None };
     relay.writer.ingest(req).await.unwrap();
     relay.pipeline.wake();
 }

@@ -65,6 +65,9 @@ pub struct IngestRequest {
     pub envelope: Envelope,
     /// One row per sink of the source (with its lane for an ordered sink).
     pub rows: Vec<NewRow>,
+    /// How long the hook's dedupe record lasts, ms; `None` takes
+    /// [`WriterConfig::dedupe_ttl_ms`]. Ignored without a dedupe key.
+    pub dedupe_ttl_ms: Option<u64>,
 }
 
 /// What the Writer did with a hook.
@@ -212,7 +215,7 @@ impl<K: Kv> Writer<K> {
                 tenant: req.tenant,
                 seq,
                 envelope: &req.envelope,
-                dedupe_expires_at_ms: now_ms.saturating_add(self.cfg.dedupe_ttl_ms),
+                dedupe_expires_at_ms: now_ms.saturating_add(req.dedupe_ttl_ms.unwrap_or(self.cfg.dedupe_ttl_ms)),
             };
             new_ops(&mut batch, &hook, &req.rows, now_ms);
             answers.push((reply, Ingested::Committed(seq)));
@@ -283,6 +286,7 @@ mod tests {
             tenant: TenantOrd(1),
             envelope: envelope(n, dedupe),
             rows: vec![NewRow { sink: SinkIx(0), lane: None }],
+            dedupe_ttl_ms: None,
         }
     }
 

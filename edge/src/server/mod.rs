@@ -1,0 +1,355 @@
+//! The ingest listener (DESIGN section 5, "Edge"): hyper 1.x, HTTP/1.1.
+//!
+//! `POST {path}` (and `{path}/{tenant}` for a TenantPath source) goes through,
+//! in order: route (404), method (405), body limit (413), verification (401),
+//! Slack's url_verification handshake (answered here, nothing stored), dedupe
+//! (a hit answers 200 with the first hook's id and writes nothing), tenant
+//! bounds (429 + Retry-After), node bounds / shutting down (503 + Retry-After),
+//! then the Writer's `Sync` commit, then `200 {"id": idempotency_key}`. A store
+//! failure is 503; no input makes the edge panic or answer another 5xx.
+//!
+//! Nothing here blocks: the Writer commits on a blocking thread and the
+//! handler awaits its answer.
+
+mod routes;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use ankusa_engine::{Cf, Kv};
+use ankusa_keys::{CounterField, DedupeValue, Envelope, Seq, TenantOrd, counter_key, dedupe_key, hook_key};
+use ankusa_queue::writer::{IngestRequest, Ingested, WriteError, WriterHandle};
+use ankusa_queue::{NewRow, lanes};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+pub use routes::{RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes};
+
+use crate::{Header, ParsedBody, dedupe, ordering, slack};
+
+/// Counters the edge keeps for `/metrics`.
+#[derive(Debug, Default)]
+pub struct EdgeStats {
+    /// Hooks committed.
+    pub accepted: AtomicU64,
+    /// Provider retries answered from the dedupe record.
+    pub duplicates: AtomicU64,
+    /// Requests refused by status class: 401.
+    pub unauthorized: AtomicU64,
+    /// 413.
+    pub too_large: AtomicU64,
+    /// 429.
+    pub throttled: AtomicU64,
+    /// 503.
+    pub unavailable: AtomicU64,
+    /// Ordered rows that resolved no key (the keyless lane), ADR 0004 section 7.
+    pub lane_key_missing: AtomicU64,
+}
+
+/// Everything the ingest handler reads.
+pub struct Edge<K: Kv> {
+    /// The store (dedupe pre-check, counters for the bounds).
+    pub kv: Arc<K>,
+    /// The Writer.
+    pub writer: WriterHandle,
+    /// Called after each commit (wakes the pipeline).
+    pub on_commit: Box<dyn Fn() + Send + Sync>,
+    /// Sources by path.
+    pub sources: Vec<SourceRoute>,
+    /// Body limit, bytes.
+    pub body_limit_bytes: u64,
+    /// Node-wide pending bound (rows), 503 past it.
+    pub node_max_pending: u64,
+    /// Node-wide pending bytes bound, 503 past it.
+    pub node_max_pending_bytes: u64,
+    /// Set when shutting down: new hooks get 503.
+    pub shutting_down: AtomicBool,
+    /// Counters.
+    pub stats: EdgeStats,
+    /// Unix ms.
+    pub clock: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+impl<K: Kv> std::fmt::Debug for Edge<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Edge").field("sources", &self.sources.len()).finish_non_exhaustive()
+    }
+}
+
+type Resp = Response<Full<Bytes>>;
+
+fn json(status: StatusCode, body: serde_json::Value) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Resp {
+    json(status, serde_json::json!({ "error": message.into() }))
+}
+
+fn retry_after(mut r: Resp, seconds: u64) -> Resp {
+    if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
+        r.headers_mut().insert(RETRY_AFTER, v);
+    }
+    r
+}
+
+fn uuid_text(bytes: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*bytes).hyphenated().to_string()
+}
+
+impl<K: Kv> Edge<K> {
+    /// Serves ingest on `listener` until `shutdown` turns true; then stops
+    /// accepting, lets requests in progress finish (their commits included),
+    /// and returns.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            warn!(error = %e, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let edge = Arc::clone(&self);
+                    let svc = service_fn(move |req| {
+                        let edge = Arc::clone(&edge);
+                        async move { Ok::<_, Infallible>(edge.handle(req, peer).await) }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc);
+                    let conn = graceful.watch(conn);
+                    tokio::spawn(async move {
+                        if let Err(e) = conn.await {
+                            debug!(error = %e, %peer, "connection ended with an error");
+                        }
+                    });
+                }
+                _ = shutdown.changed() => {
+                    if *shutdown.borrow() {
+                        break;
+                    }
+                }
+            }
+        }
+        self.shutting_down.store(true, Ordering::SeqCst);
+        drop(listener);
+        if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await.is_err() {
+            warn!("connections still open 30 s after shutdown began; closing them");
+        }
+    }
+
+    /// Handles one request (public for tests that drive the handler directly).
+    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Resp {
+        let path = req.uri().path().to_owned();
+        let Some((route, tenant)) = self.route(&path) else {
+            return error(StatusCode::NOT_FOUND, format!("no source at {path}"));
+        };
+        let tenant = match tenant {
+            Ok(t) => t,
+            Err(msg) => return error(StatusCode::NOT_FOUND, msg),
+        };
+        if req.method() != Method::POST {
+            return error(StatusCode::METHOD_NOT_ALLOWED, "hooks are POSTed");
+        }
+        if let Some(len) = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+            && len > self.body_limit_bytes
+        {
+            self.stats.too_large.fetch_add(1, Ordering::Relaxed);
+            return error(StatusCode::PAYLOAD_TOO_LARGE, format!("body of {len} bytes is over the {} byte limit", self.body_limit_bytes));
+        }
+        let (parts, body) = req.into_parts();
+        let limit = usize::try_from(self.body_limit_bytes).unwrap_or(usize::MAX);
+        let body = match Limited::new(body, limit).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                    self.stats.too_large.fetch_add(1, Ordering::Relaxed);
+                    return error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is over the {} byte limit", self.body_limit_bytes));
+                }
+                return error(StatusCode::BAD_REQUEST, format!("could not read the body: {e}"));
+            }
+        };
+        let owned: Vec<(Vec<u8>, Vec<u8>)> = parts
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect();
+        let headers: Vec<Header<'_>> = owned.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
+        let now = (self.clock)();
+        if let Err(e) = route.verifier.verify(&headers, &body, now) {
+            self.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
+            info!(source = %route.name, %peer, error = %e, "hook refused: verification failed");
+            return error(StatusCode::UNAUTHORIZED, format!("verification failed: {e}"));
+        }
+        let parsed = ParsedBody::new(&body);
+        if route.slack_handshake
+            && let Some(challenge) = slack::url_verification_challenge(&parsed)
+        {
+            let mut r = Response::new(Full::new(Bytes::from(slack::challenge_response(challenge))));
+            r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            return r;
+        }
+        let dedupe = route.dedupe.as_ref().and_then(|(spec, _)| dedupe::dedupe_key(spec, &headers, &parsed));
+        if let Some(dk) = &dedupe {
+            match self.dedupe_hit(tenant.ord, route, dk, now) {
+                Ok(Some(id)) => {
+                    self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+                    debug!(source = %route.name, "provider retry: dedupe hit");
+                    return json(StatusCode::OK, serde_json::json!({ "id": id, "duplicate": true }));
+                }
+                Ok(None) => {}
+                Err(msg) => return self.unavailable(msg),
+            }
+        }
+        match self.over_bounds(&tenant, route.sinks.len() as u64, body.len() as u64) {
+            Ok(None) => {}
+            Ok(Some(resp)) => return resp,
+            Err(msg) => return self.unavailable(msg),
+        }
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return self.unavailable("shutting down".into());
+        }
+        let rows: Vec<NewRow> = route
+            .sinks
+            .iter()
+            .map(|s| NewRow {
+                sink: s.index,
+                lane: s.ordered.as_ref().map(|spec| {
+                    let key = spec.as_ref().and_then(|spec| ordering::ordering_key(spec, &headers, &parsed));
+                    if key.is_none() {
+                        self.stats.lane_key_missing.fetch_add(1, Ordering::Relaxed);
+                    }
+                    lanes::assign(s.index, route.id, key.as_deref())
+                }),
+            })
+            .collect();
+        let idempotency_key = *uuid::Uuid::now_v7().as_bytes();
+        let stored_headers = route.store_headers(&owned);
+        let envelope = Envelope {
+            source: route.id,
+            received_at_ms: now,
+            method: parts.method.as_str().to_owned(),
+            path: path.clone(),
+            query: parts.uri.query().map(str::to_owned),
+            headers: stored_headers,
+            body: body.to_vec(),
+            dedupe_key: dedupe,
+            idempotency_key,
+        };
+        let req = IngestRequest {
+            tenant: tenant.ord,
+            envelope,
+            rows,
+            dedupe_ttl_ms: route.dedupe.as_ref().map(|(_, ttl)| *ttl),
+        };
+        match self.writer.ingest(req).await {
+            Ok(Ingested::Committed(seq)) => {
+                (self.on_commit)();
+                self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                debug!(source = %route.name, tenant = %tenant.name, seq = seq.0, "hook accepted");
+                json(StatusCode::OK, serde_json::json!({ "id": uuid_text(&idempotency_key) }))
+            }
+            Ok(Ingested::Duplicate(seq)) => {
+                self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+                let id = self.id_of(tenant.ord, seq).unwrap_or_default();
+                json(StatusCode::OK, serde_json::json!({ "id": id, "duplicate": true }))
+            }
+            Err(WriteError::Store(msg)) => {
+                warn!(error = %msg, "store failed the commit");
+                self.unavailable(format!("store failed: {msg}"))
+            }
+            Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
+        }
+    }
+
+    fn unavailable(&self, msg: String) -> Resp {
+        self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
+        retry_after(error(StatusCode::SERVICE_UNAVAILABLE, msg), 5)
+    }
+
+    fn route(&self, path: &str) -> Option<(&SourceRoute, Result<TenantRoute, String>)> {
+        for s in &self.sources {
+            if path == s.path {
+                return match &s.tenant {
+                    Some(t) => Some((s, Ok(t.clone()))),
+                    None => Some((s, Err(format!("{path} needs a tenant: POST {path}/{{tenant}}")))),
+                };
+            }
+            if s.tenant.is_none()
+                && let Some(rest) = path.strip_prefix(s.path.as_str()).and_then(|r| r.strip_prefix('/'))
+                && !rest.is_empty()
+                && !rest.contains('/')
+            {
+                return Some(match s.path_tenants.get(rest) {
+                    Some(t) => (s, Ok(t.clone())),
+                    None => (s, Err(format!("no tenant {rest:?} for source {}", s.name))),
+                });
+            }
+        }
+        None
+    }
+
+    fn dedupe_hit(&self, tenant: TenantOrd, route: &SourceRoute, dk: &[u8], now: u64) -> Result<Option<String>, String> {
+        let key = dedupe_key(tenant, route.id, dk);
+        let Some(v) = self.kv.get(Cf::Index, &key).map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let d = DedupeValue::decode(&v).map_err(|e| e.to_string())?;
+        if d.expires_at_ms <= now {
+            return Ok(None);
+        }
+        Ok(Some(self.id_of(tenant, d.seq).unwrap_or_default()))
+    }
+
+    fn id_of(&self, tenant: TenantOrd, seq: Seq) -> Option<String> {
+        let raw = self.kv.get(Cf::Hooks, &hook_key(tenant, seq)).ok()??;
+        Envelope::decode(&raw).ok().map(|e| uuid_text(&e.idempotency_key))
+    }
+
+    /// 429 when the tenant is over its own bounds, 503 when the node is.
+    fn over_bounds(&self, tenant: &TenantRoute, rows: u64, bytes: u64) -> Result<Option<Resp>, String> {
+        let read = |t: TenantOrd, f: CounterField| self.kv.counter(&counter_key(t, f)).map_err(|e| e.to_string());
+        let pending = read(tenant.ord, CounterField::Pending)?.max(0) as u64;
+        let pending_bytes = read(tenant.ord, CounterField::Bytes)?.max(0) as u64;
+        if pending + rows > tenant.max_pending || pending_bytes + bytes * rows > tenant.max_pending_bytes {
+            self.stats.throttled.fetch_add(1, Ordering::Relaxed);
+            info!(tenant = %tenant.name, pending, pending_bytes, "hook refused: tenant over its queue bounds");
+            return Ok(Some(retry_after(
+                error(StatusCode::TOO_MANY_REQUESTS, format!("tenant {} is over its queue bounds", tenant.name)),
+                30,
+            )));
+        }
+        let node_pending = read(TenantOrd::NODE, CounterField::Pending)?.max(0) as u64;
+        let node_bytes = read(TenantOrd::NODE, CounterField::Bytes)?.max(0) as u64;
+        if node_pending + rows > self.node_max_pending || node_bytes + bytes * rows > self.node_max_pending_bytes {
+            return Ok(Some(self.unavailable("the node is over its queue bounds".into())));
+        }
+        Ok(None)
+    }
+}
+
+/// Binds `addr`, for the caller to hand to [`Edge::serve`].
+///
+/// # Errors
+/// The bind error (address in use, permission).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}

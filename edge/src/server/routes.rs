@@ -1,0 +1,219 @@
+//! From the configuration model to what the ingest handler reads per request:
+//! verifiers, key specs, header policies, tenant bounds, ordinals and ids.
+
+use std::collections::BTreeMap;
+
+use ankusa_config::{
+    Config, HeaderAction, HeaderPolicy, KeySource, Order, OrderingKey, TenantBinding, Verification,
+};
+use ankusa_keys::{SinkIx, SourceId, TenantOrd};
+use ankusa_queue::Registry;
+use sha2::{Digest, Sha256};
+
+use crate::{HmacAlgorithm, HmacHeader, KeySpec, Secret, SignatureEncoding, Verifier};
+
+/// A tenant as the edge sees it: ordinal, name, queue bounds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantRoute {
+    /// Ordinal in the store.
+    pub ord: TenantOrd,
+    /// Name.
+    pub name: String,
+    /// Pending rows bound (429 past it).
+    pub max_pending: u64,
+    /// Pending bytes bound (429 past it).
+    pub max_pending_bytes: u64,
+}
+
+/// One sink entry of a source, as ingest needs it.
+#[derive(Clone, Debug)]
+pub struct SinkRoute {
+    /// Index in the source's list.
+    pub index: SinkIx,
+    /// `None`: unordered. `Some(None)`: ordered, keyless lane only.
+    /// `Some(Some(spec))`: ordered by that key.
+    pub ordered: Option<Option<KeySpec>>,
+}
+
+/// One source, as ingest needs it.
+#[derive(Debug)]
+pub struct SourceRoute {
+    /// Name.
+    pub name: String,
+    /// Id in the store.
+    pub id: SourceId,
+    /// Exact path.
+    pub path: String,
+    /// Fixed tenant, or `None` for TenantPath.
+    pub tenant: Option<TenantRoute>,
+    /// Tenants a TenantPath source accepts, by name.
+    pub path_tenants: BTreeMap<String, TenantRoute>,
+    /// Verification.
+    pub verifier: Verifier,
+    /// Whether Slack's url_verification is answered here.
+    pub slack_handshake: bool,
+    /// Dedupe key spec and record lifetime (ms).
+    pub dedupe: Option<(KeySpec, u64)>,
+    /// The effective store_headers policy.
+    pub policy: HeaderPolicy,
+    /// Sink entries.
+    pub sinks: Vec<SinkRoute>,
+}
+
+impl SourceRoute {
+    /// The headers to store, after the policy: kept as received, dropped, or
+    /// replaced by `sha256:<hex>` of the value.
+    pub fn store_headers(&self, headers: &[(Vec<u8>, Vec<u8>)]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        headers
+            .iter()
+            .filter_map(|(n, v)| match self.policy.action(&String::from_utf8_lossy(n)) {
+                HeaderAction::Keep => Some((n.clone(), v.clone())),
+                HeaderAction::Drop => None,
+                HeaderAction::Hash => {
+                    let digest = Sha256::digest(v);
+                    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+                    Some((n.clone(), format!("sha256:{hex}").into_bytes()))
+                }
+            })
+            .collect()
+    }
+}
+
+/// A configuration the edge cannot serve.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    /// An option the edge does not support yet, named.
+    #[error("source {source_name:?}: option {option:?}: {message}")]
+    Unsupported {
+        /// The source.
+        source_name: String,
+        /// The option.
+        option: String,
+        /// Why.
+        message: String,
+    },
+}
+
+fn spec(source: &str, option: &str, key: &KeySource) -> Result<KeySpec, RouteError> {
+    let r = match key {
+        KeySource::Header(h) => KeySpec::header(h),
+        KeySource::Json(p) => KeySpec::json(&p.dotted),
+    };
+    r.map_err(|e| RouteError::Unsupported { source_name: source.into(), option: option.into(), message: e.to_string() })
+}
+
+fn secrets(list: &[ankusa_config::Secret]) -> Vec<Secret> {
+    list.iter().map(|s| Secret::new(s.expose().as_bytes().to_vec())).collect()
+}
+
+fn verifier(source: &str, v: &Verification) -> Result<Verifier, RouteError> {
+    Ok(match v {
+        Verification::None => Verifier::None,
+        Verification::Github { secrets: s } => Verifier::GitHub { secrets: secrets(s) },
+        Verification::Stripe { secrets: s, tolerance_ms } => Verifier::Stripe { secrets: secrets(s), tolerance_ms: *tolerance_ms },
+        Verification::Shopify { secrets: s } => Verifier::Shopify { secrets: secrets(s) },
+        Verification::Slack { secrets: s, tolerance_ms } => Verifier::Slack { secrets: secrets(s), tolerance_ms: *tolerance_ms },
+        Verification::StandardWebhooks { secrets: s, tolerance_ms } => Verifier::StandardWebhooks {
+            keys: s
+                .iter()
+                .map(|k| Secret::standard_webhooks(k.expose()))
+                .collect::<Result<_, _>>()
+                .map_err(|e| RouteError::Unsupported {
+                    source_name: source.into(),
+                    option: "verification.secrets".into(),
+                    message: format!("not a whsec_ secret: {e}"),
+                })?,
+            tolerance_ms: *tolerance_ms,
+        },
+        Verification::Hmac { header, algorithm, encoding, prefix, secrets: s } => Verifier::Hmac(HmacHeader {
+            header: header.clone(),
+            algorithm: match algorithm {
+                ankusa_config::HmacAlgorithm::Sha256 => HmacAlgorithm::Sha256,
+                ankusa_config::HmacAlgorithm::Sha1 => HmacAlgorithm::Sha1,
+                ankusa_config::HmacAlgorithm::Sha512 => {
+                    return Err(RouteError::Unsupported {
+                        source_name: source.into(),
+                        option: "verification.algorithm".into(),
+                        message: "sha512 is not supported by the edge yet; use sha256 or sha1".into(),
+                    });
+                }
+            },
+            encoding: match encoding {
+                ankusa_config::SignatureEncoding::Hex => SignatureEncoding::Hex,
+                ankusa_config::SignatureEncoding::Base64 => SignatureEncoding::Base64,
+            },
+            prefix: prefix.clone(),
+            secrets: secrets(s),
+        }),
+    })
+}
+
+/// Builds every source's route from `config`, with the store's numbers in
+/// `registry` (every configured tenant and source must be registered).
+///
+/// # Errors
+/// [`RouteError`] for an option the edge cannot serve (named).
+pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRoute>, RouteError> {
+    let tenant_route = |name: &str| -> Option<TenantRoute> {
+        let t = config.tenant(name)?;
+        Some(TenantRoute {
+            ord: *registry.tenants.get(name)?,
+            name: name.to_owned(),
+            max_pending: t.max_pending,
+            max_pending_bytes: t.max_pending_bytes,
+        })
+    };
+    let mut out = Vec::new();
+    for s in &config.sources {
+        let missing = |what: &str| RouteError::Unsupported {
+            source_name: s.name.clone(),
+            option: what.into(),
+            message: "not registered in the store".into(),
+        };
+        let id = *registry.sources.get(&s.name).ok_or_else(|| missing("name"))?;
+        let (tenant, path_tenants) = match &s.tenant {
+            TenantBinding::Fixed(t) => (Some(tenant_route(t).ok_or_else(|| missing("tenant"))?), BTreeMap::new()),
+            TenantBinding::Path => (
+                None,
+                config.tenants.iter().filter_map(|t| Some((t.name.clone(), tenant_route(&t.name)?))).collect(),
+            ),
+        };
+        let mut sinks = Vec::new();
+        for e in &s.sinks {
+            let ordered = match &e.order {
+                Order::Unordered => None,
+                Order::Ordered { key: None } => Some(None),
+                Order::Ordered { key: Some(OrderingKey::Header(h)) } => {
+                    Some(Some(spec(&s.name, "ordering_key", &KeySource::Header(h.clone()))?))
+                }
+                Order::Ordered { key: Some(OrderingKey::Json(p)) } => {
+                    Some(Some(spec(&s.name, "ordering_key", &KeySource::Json(p.clone()))?))
+                }
+                Order::Ordered { key: Some(OrderingKey::Func(_)) } => {
+                    return Err(RouteError::Unsupported {
+                        source_name: s.name.clone(),
+                        option: "ordering_key".into(),
+                        message: "function keys are not wired into the edge yet".into(),
+                    });
+                }
+            };
+            sinks.push(SinkRoute { index: SinkIx(e.index), ordered });
+        }
+        out.push(SourceRoute {
+            name: s.name.clone(),
+            id,
+            path: s.path.clone(),
+            tenant,
+            path_tenants,
+            slack_handshake: matches!(s.verification, Verification::Slack { .. }),
+            verifier: verifier(&s.name, &s.verification)?,
+            dedupe: match &s.dedupe {
+                Some(d) => Some((spec(&s.name, "dedupe", &d.key)?, d.ttl_ms)),
+                None => None,
+            },
+            policy: s.store_headers.clone(),
+            sinks,
+        });
+    }
+    Ok(out)
+}
