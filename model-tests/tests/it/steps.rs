@@ -98,8 +98,9 @@ pub enum Step {
     /// The pipeline's lane sweep of a tenant (up to `limit` markers), with an
     /// optional racing writer.
     SweepLanes(u8, u8, Option<(At, Race)>),
-    /// The stale ?A sweep of a tenant.
-    SweepMarkers(u8),
+    /// The stale ?A sweep of a tenant, with an optional writer committing
+    /// between the sweep's read and its batch (its recheck closes that gap).
+    SweepMarkers(u8, Option<Race>),
     /// Admin: purge a tenant.
     Purge(u8),
     /// Admin: a source was deleted; dead-letter its rows.
@@ -124,7 +125,8 @@ impl fmt::Debug for Step {
             Restart => write!(f, "Restart"),
             SweepLanes(t, l, None) => write!(f, "SweepLanes({t}, {l}, None)"),
             SweepLanes(t, l, Some((at, hk))) => write!(f, "SweepLanes({t}, {l}, Some(({at:?}, {hk:?})))"),
-            SweepMarkers(t) => write!(f, "SweepMarkers({t})"),
+            SweepMarkers(t, None) => write!(f, "SweepMarkers({t}, None)"),
+            SweepMarkers(t, Some(r)) => write!(f, "SweepMarkers({t}, Some({r:?}))"),
             Purge(t) => write!(f, "Purge({t})"),
             DeadSource(t, s) => write!(f, "DeadSource({t}, {s})"),
             Advance(ms) => write!(f, "Advance({ms})"),
@@ -178,20 +180,20 @@ pub fn step() -> impl Strategy<Value = Step> {
         14 => (any::<u8>(), prop::option::weighted(0.3, race())).prop_map(|(p, hk)| Delivered(p, hk)),
         3 => (any::<u8>(), why()).prop_map(|(p, w)| Dead(p, w)),
         1 => any::<u8>().prop_map(Orphan),
-        3 => any::<u8>().prop_map(Revive),
+        4 => any::<u8>().prop_map(Revive),
         2 => Just(Restart),
         6 => (
             tenant(),
             1..=4u8,
             prop::option::weighted(
                 0.5,
-                (prop_oneof![Just(At::BeforeBatch), Just(At::BeforeRecheck)], race())
+                (prop_oneof![2 => Just(At::BeforeBatch), 1 => Just(At::BeforeRecheck)], race())
             )
         )
             .prop_map(|(t, l, r)| SweepLanes(t, l, r)),
-        2 => tenant().prop_map(SweepMarkers),
+        3 => (tenant(), prop::option::weighted(0.3, race())).prop_map(|(t, r)| SweepMarkers(t, r)),
         1 => tenant().prop_map(Purge),
-        2 => (tenant(), 1..=2u8).prop_map(|(t, s)| DeadSource(t, s)),
+        3 => (tenant(), 1..=2u8).prop_map(|(t, s)| DeadSource(t, s)),
         4 => prop_oneof![Just(100u16), Just(1000u16), 1..6000u16].prop_map(Advance),
     ]
 }
