@@ -106,6 +106,47 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 mod tests {
     use super::*;
 
+    fn ctx(ordered: bool, key: Option<&[u8]>) -> DeliveryCtx {
+        DeliveryCtx {
+            tenant: "acme".into(),
+            source: "stripe".into(),
+            sink_name: "out".into(),
+            sink: SinkIx(0),
+            seq: Seq(9),
+            attempt: 1,
+            idempotency_key: "01932c4e-5f60-7abc-8def-0123456789ab".into(),
+            ordering_key: key.map(<[u8]>::to_vec),
+            lane_hex: None,
+            ordered,
+            received_at_ms: 1_700_000_000_000,
+            content_type: None,
+        }
+    }
+
+    #[test]
+    fn attributes_carry_the_ordering_key_only_when_ordered() {
+        let base = vec![
+            ("ankusa_message_version", "1".to_owned()),
+            (
+                "ankusa_idempotency_key",
+                "01932c4e-5f60-7abc-8def-0123456789ab".to_owned(),
+            ),
+            ("ankusa_tenant", "acme".to_owned()),
+            ("ankusa_source", "stripe".to_owned()),
+            ("ankusa_received_at", "1700000000000".to_owned()),
+        ];
+        assert_eq!(ctx(false, Some(b"cus_1")).attributes(), base);
+        assert_eq!(ctx(false, Some(b"cus_1")).ordering_key(), None);
+        let mut ordered = base.clone();
+        ordered.push(("ankusa_ordering_key", "cus_1".to_owned()));
+        assert_eq!(ctx(true, Some(b"cus_1")).attributes(), ordered);
+        assert_eq!(
+            ctx(true, Some(b"a\xffb")).ordering_key_text().as_deref(),
+            Some("a\u{fffd}b")
+        );
+        assert_eq!(ctx(true, None).attributes(), base);
+    }
+
     #[test]
     fn uuid_text_form() {
         let b = [

@@ -16,6 +16,12 @@
 //!   failures retry; a rejected message is permanent; a deleted destination
 //!   is [`Outcome::SinkGone`].
 //!
+//! # Adapters and features
+//! | feature (default) | module | sink |
+//! | --- | --- | --- |
+//! | `http` (on) | [`http`] | POST to a URL; reqwest over rustls with ring (no aws-lc-sys, no OpenSSL) |
+//! | `file` (on) | [`file`] | NDJSON lines, base64 body, fsync per batch in [`Sink::flush`] |
+//!
 //! A sink holds no store handle and no lock across an await: it is given the
 //! envelope and the context, and answers.
 #![deny(missing_docs, clippy::unwrap_used)]
