@@ -19,8 +19,8 @@
 //! # Adapters and features
 //! | feature (default) | module | sink |
 //! | --- | --- | --- |
-//! | `http` (on) | [`http`] | POST to a URL; reqwest over rustls with ring (no aws-lc-sys, no OpenSSL) |
-//! | `file` (on) | [`file`] | NDJSON lines, base64 body, fsync per batch in [`Sink::flush`] |
+//! | `http` (on) | [`http`](mod@http) | POST to a URL; reqwest over rustls with ring (no aws-lc-sys, no OpenSSL) |
+//! | `file` (on) | [`file`](mod@file) | NDJSON lines, base64 body, fsync per batch in [`Sink::flush`] |
 //!
 //! A sink holds no store handle and no lock across an await: it is given the
 //! envelope and the context, and answers.
