@@ -15,7 +15,9 @@
 //!   cargo test --release -p ankusa-loom-model -- --nocapture
 //! ```
 //!
-//! Without the cfg the crate has no test at all; CI checks that the loom run
-//! reports more than zero tests and interleavings. The crate is in the
+//! or `bash model-tests/loom/run.sh`, which runs exactly that and fails unless
+//! more than zero loom tests passed and explored more than zero interleavings
+//! (the check for CI: without the cfg the crate has no test at all, so a cfg
+//! typo would otherwise pass silently). The crate is in the
 //! workspace's `members` but not its `default-members`, so `cargo test` at the
 //! root never builds it.

@@ -6,8 +6,9 @@
 //! runs (its precondition: with no such row the step is skipped), so a shrunk
 //! sequence still means something.
 //!
-//! `Debug` is short and valid Rust (`use Step::*; use Why::*;` in scope), so a
-//! shrunk case pastes straight into a regression test.
+//! `Debug` is short and valid Rust (with `use Step::*` and `h`, `At`, `Race`,
+//! `Why` in scope, as in `regressions.rs`), so a shrunk case pastes straight
+//! into a regression test.
 
 use std::fmt;
 
@@ -38,7 +39,7 @@ pub const fn h(t: u8, src: u8, key: u8, sinks: u8, size: u32) -> Hook {
 }
 
 /// Why a claimed row is dead-lettered (every path ADR 0004 4.4 lists).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Why {
     Policy,
     Horizon,
@@ -66,12 +67,33 @@ impl fmt::Debug for Race {
 }
 
 /// Where a racing writer's commit lands relative to a lane sweep.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum At {
     /// After the sweep read the lane and before its batch commits.
     BeforeBatch,
     /// After the sweep's batch commits and before its recheck reads.
     BeforeRecheck,
+}
+
+impl fmt::Debug for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            Why::Policy => "Policy",
+            Why::Horizon => "Horizon",
+            Why::Permanent => "Permanent",
+            Why::SinkGone => "SinkGone",
+        };
+        write!(f, "Why::{name}")
+    }
+}
+
+impl fmt::Debug for At {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            At::BeforeBatch => f.write_str("At::BeforeBatch"),
+            At::BeforeRecheck => f.write_str("At::BeforeRecheck"),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -200,4 +222,23 @@ pub fn step() -> impl Strategy<Value = Step> {
 
 pub fn steps(max: usize) -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(step(), 1..=max)
+}
+
+/// A shrunk case is pasted back from its `Debug` output: keep it Rust.
+#[test]
+fn debug_output_is_the_rust_that_builds_the_steps() {
+    use Step::*;
+    let steps = vec![
+        Ingest(h(1, 2, 0, 0b1011, 10)),
+        Delivered(3, Some(Race::Lane(7))),
+        Dead(0, Why::SinkGone),
+        SweepLanes(2, 1, Some((At::BeforeBatch, Race::Hook(h(2, 1, 1, 0b1111, 5))))),
+        SweepMarkers(1, None),
+        Advance(100),
+    ];
+    assert_eq!(
+        format!("{steps:?}"),
+        "[Ingest(h(1, 2, 0, 0b1011, 10)), Delivered(3, Some(Race::Lane(7))), Dead(0, Why::SinkGone), \
+         SweepLanes(2, 1, Some((At::BeforeBatch, Race::Hook(h(2, 1, 1, 0b1111, 5))))), SweepMarkers(1, None), Advance(100)]"
+    );
 }
