@@ -26,7 +26,7 @@
 //! deliveries already made, in lane order (at-least-once).
 #![deny(missing_docs, clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -478,14 +478,30 @@ impl<K: Kv> Pipeline<K> {
     /// Turns finished calls into row transitions, one batch (ADR 4.5: built
     /// now, from the live engine).
     async fn flush(&mut self, done: Vec<Done>) -> Result<(), PipelineError> {
-        // Sinks that buffer make their part durable before any row is deleted.
-        let mut flushed: HashSet<(SourceId, SinkIx)> = HashSet::new();
+        // Sinks that buffer make their part durable before any row is deleted;
+        // a sink whose flush fails gets its Ok outcomes turned into retries
+        // (those deliveries are not durable at the destination).
+        let mut flushed: HashMap<(SourceId, SinkIx), bool> = HashMap::new();
         for d in &done {
-            if matches!(d.outcome, Outcome::Ok) && flushed.insert((d.key.1, d.key.2))
-                && let Some(route) = self.routes.sinks.get(&(d.key.1, d.key.2))
-                && let Err(e) = route.sink.flush().await
+            let id = (d.key.1, d.key.2);
+            if matches!(d.outcome, Outcome::Ok)
+                && !flushed.contains_key(&id)
+                && let Some(route) = self.routes.sinks.get(&id)
             {
-                warn!(sink = %route.sink_name, error = %e, "sink flush failed; its deliveries will be retried");
+                let ok = match route.sink.flush().await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        warn!(sink = %route.sink_name, error = %e, "sink flush failed; its deliveries of this batch will be retried");
+                        false
+                    }
+                };
+                flushed.insert(id, ok);
+            }
+        }
+        let mut done = done;
+        for d in &mut done {
+            if matches!(d.outcome, Outcome::Ok) && flushed.get(&(d.key.1, d.key.2)) == Some(&false) {
+                d.outcome = Outcome::Retry { reason: "sink flush failed".into(), after: None };
             }
         }
         let now = self.now();

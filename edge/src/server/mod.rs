@@ -11,6 +11,7 @@
 //! Nothing here blocks: the Writer commits on a blocking thread and the
 //! handler awaits its answer.
 
+pub mod admin;
 mod routes;
 
 use std::convert::Infallible;
