@@ -54,6 +54,17 @@
 //! - `env:NAME` is resolved in every string of a sink's options, nested ones
 //!   included, so sink crates never see a reference and an unset variable
 //!   names the sink and option at load.
+//! - An empty file (or comments only) is refused: it is most likely the wrong
+//!   file. `sources: []` is a valid node with no sources (it still drains and
+//!   serves the admin API).
+//! - A node name may contain dots (a host name); other names may not.
+//! - A Standard Webhooks secret must be base64 after its optional `whsec_`,
+//!   so a mangled secret fails at load instead of answering 401 to every hook.
+//! - YAML anchors and aliases work everywhere; `<<` merge keys only inside a
+//!   sink entry (the other sections are typed and refuse unknown keys).
+//! - A source may configure `challenge` (DESIGN section 5's GET challenge):
+//!   the query parameter the edge echoes back, and optionally a token that
+//!   another query parameter must carry.
 #![deny(missing_docs, clippy::unwrap_used)]
 
 mod error;
@@ -67,10 +78,10 @@ use std::path::Path;
 
 pub use error::{ConfigError, Problem, Scope};
 pub use model::{
-    Breaker, Config, Dedupe, Dispatch, FileSink, HeaderAction, HeaderPolicy, HmacAlgorithm,
-    HttpSink, JsonPath, KeyFn, KeyFnInner, KeyInput, KeySource, Listeners, Node, Order,
-    OrderingKey, Retry, SignatureEncoding, SinkEntry, SinkKind, Source, StoreBackend, Tenant,
-    TenantBinding, TypedOptions, Verification,
+    Breaker, Challenge, Config, Dedupe, Dispatch, FileSink, HeaderAction, HeaderPolicy,
+    HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner, KeyInput, KeySource, Listeners, Node,
+    Order, OrderingKey, Retry, SignatureEncoding, SinkEntry, SinkKind, Source, StoreBackend,
+    Tenant, TenantBinding, TypedOptions, Verification,
 };
 pub use secret::{EnvLookup, Secret, SecretOrigin, process_env};
 
@@ -156,6 +167,16 @@ impl Config {
 
     /// Parses and validates YAML text, resolving `env:NAME` through `env`.
     pub fn from_yaml(text: &str, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+        // An empty file (or comments only) is most likely the wrong file: it
+        // would start a node that accepts nothing. `sources: []` says so.
+        if serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text).is_ok_and(|v| v.is_null()) {
+            return Err(ConfigError::Yaml {
+                message: "the file is empty (write `sources: []` for a node with no sources)"
+                    .to_owned(),
+                line: None,
+                column: None,
+            });
+        }
         let raw: raw::RawConfig =
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::from_yaml(&e))?;
         validate::config(raw, env)

@@ -232,6 +232,8 @@ pub struct Source {
     pub verification: Verification,
     /// Dedupe of provider retries, if any.
     pub dedupe: Option<Dedupe>,
+    /// A GET subscription challenge the edge answers itself, if any.
+    pub challenge: Option<Challenge>,
     /// The effective store_headers policy: the source's override if it has
     /// one, else the instance's.
     pub store_headers: HeaderPolicy,
@@ -397,6 +399,20 @@ pub struct Dedupe {
     /// How long a key is remembered. Default 72 h (Stripe retries for up to
     /// three days).
     pub ttl_ms: u64,
+}
+
+/// `challenge`: a provider's GET handshake, answered by the edge without
+/// storing anything (DESIGN section 5): a GET to the source's path is answered
+/// 200 with the value of the query parameter `query` as the body (Meta's
+/// `hub.challenge`, Dropbox's `challenge`). With a token, the query parameter
+/// `token_query` must equal it, or the GET is answered 403.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Challenge {
+    /// The query parameter echoed back.
+    pub query: String,
+    /// The query parameter that carries the token, and the token; both or
+    /// neither.
+    pub token: Option<(String, Secret)>,
 }
 
 /// What a key function is given: the request as received.

@@ -109,6 +109,7 @@ pub(crate) struct RawSource {
     #[serde(default, deserialize_with = "verification")]
     pub verification: Option<RawVerification>,
     pub dedupe: Option<RawDedupe>,
+    pub challenge: Option<RawChallenge>,
     pub store_headers: Option<RawHeaderPolicy>,
     #[serde(default)]
     pub sinks: Vec<serde_yaml_ng::Mapping>,
@@ -195,4 +196,12 @@ pub(crate) struct RawDedupe {
     pub header: Option<String>,
     pub json: Option<String>,
     pub ttl_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawChallenge {
+    pub query: String,
+    pub token_query: Option<String>,
+    pub token: Option<String>,
 }

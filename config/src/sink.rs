@@ -45,6 +45,14 @@ pub(crate) fn entry(
     raw: &Mapping,
     p: &mut Problems,
 ) -> Option<SinkEntry> {
+    // `<<: *anchor` merge keys: one entry can reuse another's options.
+    let mut merged = Value::Mapping(raw.clone());
+    if let Err(e) = merged.apply_merge() {
+        let scope = scope_of(ctx.source_name, &format!("sink-{index}"), "?");
+        p.push(&scope, "<<", format!("cannot merge: {e}"));
+        return None;
+    }
+    let raw = merged.as_mapping().unwrap_or(raw);
     let type_text = match raw.get("type") {
         Some(Value::String(t)) => Some(t.as_str()),
         _ => None,
@@ -263,9 +271,16 @@ fn ordering_key(v: &Value) -> Result<OrderingKey, String> {
 }
 
 const HTTP_OPTIONS: [&str; 3] = ["url", "timeout_ms", "headers"];
-/// Headers the http sink sets itself: a configured value would forge the
-/// relay's metadata or break the framing.
-const RESERVED_HEADERS: [&str; 4] = ["content-length", "host", "transfer-encoding", "connection"];
+/// Headers the http sink sets itself (besides `x-ankusa-*`, its metadata): the
+/// hook's original content type and the body's framing. The same list as the
+/// sinks crate's http adapter, plus `connection`.
+const RESERVED_HEADERS: [&str; 5] = [
+    "content-type",
+    "content-length",
+    "host",
+    "transfer-encoding",
+    "connection",
+];
 
 fn http(raw: &Mapping, options: &Mapping, scope: &Scope, p: &mut Problems) -> Option<HttpSink> {
     unknown_options(options, &HTTP_OPTIONS, "http", scope, p);
@@ -385,6 +400,14 @@ fn file(options: &Mapping, scope: &Scope, p: &mut Problems) -> Option<FileSink> 
                 scope,
                 "path",
                 "required: the NDJSON file hooks are appended to",
+            );
+            None
+        }
+        Some(Value::String(s)) if s.ends_with('/') => {
+            p.push(
+                scope,
+                "path",
+                format!("\"{s}\" names a directory; name the file"),
             );
             None
         }

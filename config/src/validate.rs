@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use crate::defaults as d;
 use crate::error::{ConfigError, Problems, Scope};
 use crate::model::{
-    Breaker, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy, HmacAlgorithm, JsonPath,
-    KeySource, Listeners, Node, Retry, SignatureEncoding, Source, StoreBackend, Tenant,
+    Breaker, Challenge, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy, HmacAlgorithm,
+    JsonPath, KeySource, Listeners, Node, Retry, SignatureEncoding, Source, StoreBackend, Tenant,
     TenantBinding, Verification,
 };
 use crate::raw::{
@@ -55,8 +55,19 @@ fn node(raw: &RawConfig, p: &mut Problems) -> Node {
     let scope = Scope::Section("node");
     let n = &raw.node;
     let name = n.name.clone().unwrap_or_else(|| d::NODE_NAME.to_owned());
-    if let Err(m) = check_name(&name) {
-        p.push(&scope, "name", m);
+    // A node name may be a host name, dots included.
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !ok {
+        p.push(
+            &scope,
+            "name",
+            format!("\"{name}\" is not a valid node name: 1-64 characters of A-Z a-z 0-9 _ - ., starting with a letter or digit"),
+        );
     }
     let data_dir = n
         .data_dir
@@ -387,6 +398,10 @@ fn sources(
 
         let verification = verification(rs.verification.as_ref(), &scope, env, p);
         let dedupe = rs.dedupe.as_ref().and_then(|r| dedupe(r, &scope, p));
+        let challenge = rs
+            .challenge
+            .as_ref()
+            .and_then(|r| challenge(r, &scope, env, p));
         let (store_headers, overridden) = match &rs.store_headers {
             Some(o) => (header_policy(o, &scope, "store_headers.", p), true),
             None => (instance_headers.clone(), false),
@@ -426,6 +441,7 @@ fn sources(
             tenant,
             verification,
             dedupe,
+            challenge,
             store_headers,
             store_headers_overridden: overridden,
             sinks,
@@ -517,6 +533,16 @@ fn verification(
         Some(list) => {
             for (i, raw) in list.iter().enumerate() {
                 match secret::resolve(raw, env) {
+                    Ok(s)
+                        if kind == RawScheme::StandardWebhooks
+                            && !standard_webhooks_secret(s.expose()) =>
+                    {
+                        p.push(
+                            scope,
+                            format!("verification.secrets[{i}]"),
+                            "is not a Standard Webhooks secret: expected whsec_ followed by base64",
+                        )
+                    }
                     Ok(s) => secrets.push(s),
                     Err(m) => p.push(scope, format!("verification.secrets[{i}]"), m),
                 }
@@ -635,6 +661,80 @@ fn dedupe(r: &RawDedupe, scope: &Scope, p: &mut Problems) -> Option<Dedupe> {
         },
     };
     Some(Dedupe { key, ttl_ms })
+}
+
+fn challenge(
+    r: &crate::raw::RawChallenge,
+    scope: &Scope,
+    env: EnvLookup<'_>,
+    p: &mut Problems,
+) -> Option<Challenge> {
+    let param = |name: &str, option: &str, p: &mut Problems| {
+        let ok = !name.is_empty()
+            && !name.chars().any(|c| {
+                c == '&' || c == '=' || c == '#' || c == '?' || c.is_whitespace() || c.is_control()
+            });
+        if !ok {
+            p.push(
+                scope,
+                option,
+                format!("\"{name}\" is not a query parameter name"),
+            );
+        }
+        ok
+    };
+    let mut good = param(&r.query, "challenge.query", p);
+    let token = match (&r.token_query, &r.token) {
+        (None, None) => None,
+        (Some(q), Some(t)) => {
+            good &= param(q, "challenge.token_query", p);
+            match secret::resolve(t, env) {
+                Ok(s) => Some((q.clone(), s)),
+                Err(m) => {
+                    p.push(scope, "challenge.token", m);
+                    None
+                }
+            }
+        }
+        (Some(_), None) => {
+            p.push(
+                scope,
+                "challenge.token",
+                "required with token_query (the value the GET must carry)",
+            );
+            None
+        }
+        (None, Some(_)) => {
+            p.push(
+                scope,
+                "challenge.token_query",
+                "required with token (the query parameter that carries it)",
+            );
+            None
+        }
+    };
+    good.then(|| Challenge {
+        query: r.query.clone(),
+        token,
+    })
+}
+
+/// Standard Webhooks secrets are `whsec_` and base64 (the prefix is
+/// optional); checked here so a bad secret fails at load, not on every hook.
+fn standard_webhooks_secret(s: &str) -> bool {
+    let b = s.strip_prefix("whsec_").unwrap_or(s).as_bytes();
+    let pad = b.iter().rev().take_while(|&&c| c == b'=').count();
+    let body = &b[..b.len() - pad];
+    let shape_ok = if pad == 0 {
+        body.len() % 4 != 1
+    } else {
+        pad <= 2 && b.len().is_multiple_of(4)
+    };
+    !body.is_empty()
+        && shape_ok
+        && body
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
 }
 
 // ---- shared checks ---------------------------------------------------------

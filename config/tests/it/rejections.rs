@@ -215,6 +215,12 @@ fn http_sink_options() {
     );
     assert_eq!(
         one(&sink(
+            "{type: http, name: h, url: 'http://h/', headers: {Content-Type: text/plain}}"
+        )),
+        "source \"a\", sink \"h\" (http): option \"headers.Content-Type\": \"content-type\" is set by the http sink itself"
+    );
+    assert_eq!(
+        one(&sink(
             "{type: http, name: h, url: 'http://h/', headers: {'a b': t}}"
         )),
         "source \"a\", sink \"h\" (http): option \"headers.a b\": \"a b\" is not a valid HTTP header name"
@@ -389,5 +395,91 @@ fn store_headers_rejections() {
             "sources:\n  - {{name: s, store_headers: {{headers: {{'bad name': drop}}}}, sinks: [{FILE}]}}\n"
         )),
         "source \"s\": option \"store_headers.headers.bad name\": \"bad name\" is not a valid HTTP header name"
+    );
+}
+
+#[test]
+fn challenge_option() {
+    let src = |c: &str| format!("sources:\n  - {{name: s, challenge: {c}, sinks: [{FILE}]}}\n");
+    let c = crate::helpers::load_env(
+        &src("{query: hub.challenge, token_query: hub.verify_token, token: 'env:META_TOKEN'}"),
+        &[("META_TOKEN", "t0k")],
+    )
+    .expect("challenge with token");
+    let ch = c.sources[0].challenge.as_ref().expect("challenge");
+    assert_eq!(ch.query, "hub.challenge");
+    let (q, t) = ch.token.as_ref().expect("token");
+    assert_eq!((q.as_str(), t.expose()), ("hub.verify_token", "t0k"));
+    let c = crate::helpers::ok(&src("{query: challenge}"));
+    assert_eq!(
+        c.sources[0].challenge,
+        Some(ankusa_config::Challenge {
+            query: "challenge".into(),
+            token: None,
+        })
+    );
+    assert_eq!(
+        crate::helpers::ok(&format!("sources:\n  - {{name: s, sinks: [{FILE}]}}\n")).sources[0]
+            .challenge,
+        None
+    );
+    assert_eq!(
+        one(&src("{query: 'a=b'}")),
+        "source \"s\": option \"challenge.query\": \"a=b\" is not a query parameter name"
+    );
+    assert_eq!(
+        one(&src("{query: c, token_query: t}")),
+        "source \"s\": option \"challenge.token\": required with token_query (the value the GET must carry)"
+    );
+    assert_eq!(
+        one(&src("{query: c, token: x}")),
+        "source \"s\": option \"challenge.token_query\": required with token (the query parameter that carries it)"
+    );
+}
+
+#[test]
+fn standard_webhooks_secrets_must_be_base64() {
+    let src = |secret: &str| {
+        format!(
+            "sources:\n  - {{name: s, verification: {{type: standard_webhooks, secrets: ['{secret}']}}, sinks: [{FILE}]}}\n"
+        )
+    };
+    for good in [
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "whsec_YWJj",
+        "whsec_YWI=",
+        "whsec_YWI",
+    ] {
+        assert!(load(&src(good)).is_ok(), "{good}");
+    }
+    for bad in ["whsec_", "whsec_not base64!", "whsec_YWJjZ", "whsec_Y==="] {
+        assert_eq!(
+            one(&src(bad)),
+            "source \"s\": option \"verification.secrets[0]\": is not a Standard Webhooks secret: expected whsec_ followed by base64",
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn a_file_sink_path_must_name_a_file() {
+    assert_eq!(
+        one("sources:\n  - {name: a, sinks: [{type: file, name: f, path: ./data/}]}\n"),
+        "source \"a\", sink \"f\" (file): option \"path\": \"./data/\" names a directory; name the file"
+    );
+}
+
+#[test]
+fn node_names_may_be_host_names() {
+    assert_eq!(
+        crate::helpers::ok("node: {name: relay-1.eu.example.com}\n")
+            .node
+            .name,
+        "relay-1.eu.example.com"
+    );
+    assert_eq!(
+        one("node: {name: 'relay 1'}\n"),
+        "node: option \"name\": \"relay 1\" is not a valid node name: 1-64 characters of A-Z a-z 0-9 _ - ., starting with a letter or digit"
     );
 }

@@ -137,3 +137,37 @@ fn load_reads_a_file_and_names_a_missing_one() {
         other => panic!("expected a read error, got {other:?}"),
     }
 }
+
+#[test]
+fn an_empty_file_is_refused() {
+    for text in ["", "# only a comment\n", "---\n", "null\n"] {
+        let (message, line, _) = yaml_error(text);
+        assert_eq!(
+            message, "the file is empty (write `sources: []` for a node with no sources)",
+            "{text:?}"
+        );
+        assert_eq!(line, None);
+    }
+    // The explicit form loads.
+    assert!(load("sources: []\n").expect("explicit").sources.is_empty());
+}
+
+#[test]
+fn anchors_aliases_and_merge_keys_in_sink_entries() {
+    let c = load(
+        "sources:\n  - {name: a, sinks: [&base {type: http, url: 'http://h/', timeout_ms: 500}]}\n  \
+         - {name: b, sinks: [*base, {<<: *base, name: slow, timeout_ms: 9000}]}\n",
+    )
+    .expect("anchors");
+    let b = c.source("b").expect("b");
+    let timeouts: Vec<(&str, u64)> = b
+        .sinks
+        .iter()
+        .map(|s| match &s.typed {
+            ankusa_config::TypedOptions::Http(h) => (s.name.as_str(), h.timeout_ms),
+            other => panic!("http expected, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(timeouts, [("http-0", 500), ("slow", 9000)]);
+    assert!(b.sinks[1].options.get("<<").is_none());
+}
