@@ -30,6 +30,17 @@
 //! environment. Paths (`data_dir`, a file sink's `path`) are not opened or
 //! created here, and listener addresses are not bound.
 //!
+//! # Dependencies, and why
+//! - `serde` (derive): the private raw structs the file is read into, with
+//!   `deny_unknown_fields` so a typo is an error naming the option.
+//! - `serde_yaml_ng`: the YAML parser. `serde_yaml` is deprecated (archived by
+//!   its author); `serde_yaml_ng` is its maintained fork with the same API,
+//!   and its errors carry the path, line and column of a mistake. Its
+//!   `Mapping` carries a sink's own options to the sink unparsed.
+//! - `serde_json`: [`SinkEntry::options_json`] gives those options as the
+//!   JSON map the sinks crate builds its adapters from.
+//! - `thiserror`: [`ConfigError`], the one error enum of this layer.
+//!
 //! # Decisions where the spec is silent
 //! - `ordered: true` without `ordering_key` is allowed: every hook goes to the
 //!   sink's keyless lane (ADR 0004 section 2, "No key → the sink's shared

@@ -223,8 +223,8 @@ pub enum TenantBinding {
 pub struct Source {
     /// Unique name.
     pub name: String,
-    /// Unique route. Default `/hooks/{name}`; a TenantPath source also
-    /// answers `{path}/{tenant}`.
+    /// Unique route. Default `/hooks/{name}`. A TenantPath source is
+    /// reached at `{path}/{tenant}` only.
     pub path: String,
     /// The tenant its hooks belong to.
     pub tenant: TenantBinding,

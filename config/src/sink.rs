@@ -119,12 +119,13 @@ pub(crate) fn entry(
         }
     }
 
-    if kind == SinkKind::Sqs && order.is_ordered() {
+    // A queue_url whose env: failed to resolve is already reported.
+    let unresolved = raw.get("queue_url").is_some() && options.get("queue_url").is_none();
+    if kind == SinkKind::Sqs && order.is_ordered() && !unresolved {
         let fifo =
             matches!(options.get("queue_url"), Some(Value::String(u)) if u.ends_with(".fifo"));
         if !fifo {
             let found = match options.get("queue_url") {
-                None if raw.get("queue_url").is_some() => String::new(), // unresolved env: already reported
                 None => ", and queue_url is missing".to_owned(),
                 Some(Value::String(u)) => format!("; queue_url is \"{u}\""),
                 Some(other) => format!("; queue_url is {}", show(Some(other))),

@@ -243,6 +243,13 @@ fn ordered_sqs_needs_a_fifo_queue() {
           (queue_url must end in .fifo); queue_url is \"https://q/1/std\""
         ]
     );
+    // An unset variable is reported once, as itself.
+    assert_eq!(
+        problems(load_env(&yaml, &[])),
+        [
+            "source \"stripe\", sink \"orders\" (sqs): option \"queue_url\": environment variable QUEUE is not set"
+        ]
+    );
     let c = load_env(&yaml, &[("QUEUE", "https://q/1/orders.fifo")]).expect("fifo via env");
     assert_eq!(
         c.sources[0].sinks[0].options.get("queue_url"),
