@@ -88,14 +88,11 @@ impl<'k, K: Kv> Machine<'k, K> {
         View::read(self.kv)
     }
 
-    /// The Writer: ingest of a hook (ADR 4.1), committed at once.
-    fn ingest(&mut self, hk: &Hook) -> Check {
-        let seq = self.model.next_seq;
-        self.model.next_seq += 1;
-        let now = self.model.now;
+    /// The envelope of hook `seq` and its size as counted (its encoded length).
+    fn envelope(&self, seq: u64, hk: &Hook) -> (Envelope, u32) {
         let envelope = Envelope {
             source: SourceId(u32::from(hk.src)),
-            received_at_ms: now,
+            received_at_ms: self.model.now,
             method: "POST".into(),
             path: format!("/hooks/s{}", hk.src),
             query: None,
@@ -108,31 +105,54 @@ impl<'k, K: Kv> Machine<'k, K> {
             idempotency_key: u128::from(seq).to_be_bytes(),
         };
         let size = u32::try_from(envelope.encode().len()).expect("small envelope");
-        let rows: Vec<NewRow> = hook_rows(hk)
+        (envelope, size)
+    }
+
+    /// The rows of a hook: per sink, its lane when ordered (ADR 0004 section 2).
+    fn new_rows(hk: &Hook) -> Vec<NewRow> {
+        hook_rows(hk)
             .into_iter()
             .map(|(sink, lane)| NewRow {
                 sink: SinkIx(sink),
                 lane: lane.map(|_| lanes::assign(SinkIx(sink), SourceId(u32::from(hk.src)), key_bytes(hk.key))),
             })
-            .collect();
+            .collect()
+    }
+
+    /// The Writer: ingest of a hook (ADR 4.1), or its quarantine, committed
+    /// at once.
+    fn ingest_or_quarantine(&mut self, hk: &Hook, quarantine: bool) -> Check {
+        let seq = self.model.next_seq;
+        self.model.next_seq += 1;
+        let now = self.model.now;
+        let (envelope, size) = self.envelope(seq, hk);
+        let hook = queue::Hook {
+            tenant: tenant(hk.t),
+            seq: Seq(seq),
+            envelope: &envelope,
+            dedupe_expires_at_ms: now + 3_600_000,
+        };
         let mut batch = Batch::new();
-        queue::new_ops(
-            &mut batch,
-            &queue::Hook {
-                tenant: tenant(hk.t),
-                seq: Seq(seq),
-                envelope: &envelope,
-                dedupe_expires_at_ms: now + 3_600_000,
-            },
-            &rows,
-            now,
-        );
+        if quarantine {
+            queue::quarantine(&mut batch, &hook, "held by a source rule");
+        } else {
+            queue::new_ops(&mut batch, &hook, &Self::new_rows(hk), now);
+        }
         // Buffered like every other write here: durability is the crash
         // test's business, and the equivalence run would wait on fsyncs.
         self.kv.write(batch, Durability::Buffered).map_err(err("ingest"))?;
-        self.model.ingest(seq, hk, size);
-        self.hit("ingest");
+        if quarantine {
+            self.model.quarantine(seq, hk, size);
+            self.hit("quarantine");
+        } else {
+            self.model.ingest(seq, hk, size);
+            self.hit("ingest");
+        }
         Ok(())
+    }
+
+    fn ingest(&mut self, hk: &Hook) -> Check {
+        self.ingest_or_quarantine(hk, false)
     }
 
     /// A hook that joins `lane` (both sinks ordered, same tenant, source, key).
@@ -168,6 +188,47 @@ impl<'k, K: Kv> Machine<'k, K> {
         match *step {
             Step::Ingest(hk) => self.ingest(&hk)?,
             Step::Advance(ms) => self.model.now += u64::from(ms),
+            Step::Quarantine(hk) => self.ingest_or_quarantine(&hk, true)?,
+            Step::Release(p) => {
+                let held: Vec<(u32, u64)> = self.view().quarantined.iter().copied().collect();
+                let Some((t, seq)) = Self::pick(&held, p) else { return Ok(()) };
+                let (hk, _) = self.model.quarantined[&(t, seq)];
+                let rows = Self::new_rows(&hk);
+                let b = queue::release(self.kv, TenantOrd(t), Seq(seq), &rows, now).map_err(err("release"))?;
+                self.write("release", b)?;
+                let lanes_busy = hook_rows(&hk)
+                    .iter()
+                    .filter_map(|(_, l)| *l)
+                    .any(|l| self.model.lanes.get(&(t, l)).is_some_and(|l| l.head.is_some_and(|h| h.1 > seq)));
+                self.model.release_quarantined(t, seq);
+                self.hit(if lanes_busy { "release of a quarantined hook behind a later head" } else { "release" });
+                // A second release is refused.
+                match queue::release(self.kv, TenantOrd(t), Seq(seq), &rows, now) {
+                    Err(queue::QueueError::NotQuarantined { .. }) => {}
+                    other => return Err(format!("second release of {t}/{seq}: {other:?}, expected NotQuarantined")),
+                }
+            }
+            Step::Retention(t, age) => {
+                let cutoff = now.saturating_sub(u64::from(age));
+                let before = self.model.hooks.len();
+                let mut cursor = None;
+                for round in 0.. {
+                    if round > 1000 {
+                        return Err("retention does not finish".into());
+                    }
+                    let page = queue::retention(self.kv, tenant(t), cutoff, cursor.as_ref(), 2)
+                        .map_err(err("retention"))?;
+                    self.write("retention", page.batch)?;
+                    cursor = page.next;
+                    if cursor.is_none() {
+                        break;
+                    }
+                }
+                self.model.retention(u32::from(t), cutoff);
+                if self.model.hooks.len() < before {
+                    self.hit("retention deletes envelopes");
+                }
+            }
             Step::Claim(p) => {
                 let v = self.view();
                 let due: Vec<(RowId, u64)> =
@@ -567,6 +628,9 @@ fn machine_reaches_every_transition_and_race() {
         "a hook racing sweep_markers' delete of ?A",
         "purge",
         "dead_letter_source with rows",
+        "quarantine",
+        "release",
+        "retention deletes envelopes",
     ];
     for what in expected {
         assert!(total.get(what).copied().unwrap_or(0) > 0, "never reached: {what}");

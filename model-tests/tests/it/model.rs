@@ -80,6 +80,10 @@ pub struct Model {
     pub delivered_total: BTreeMap<u32, i64>,
     pub dead_total: BTreeMap<u32, i64>,
     pub retries_total: BTreeMap<u32, i64>,
+    /// Envelopes in `hooks`: received_at.
+    pub hooks: BTreeMap<(u32, u64), u64>,
+    /// Quarantined hooks (?Q): the hook and its size, for the release.
+    pub quarantined: BTreeMap<(u32, u64), (Hook, u32)>,
     /// Every lane ever used: its source, sink and key number (for racing
     /// writers that join a given lane).
     pub lane_info: BTreeMap<LaneKey, (u8, u16, u8)>,
@@ -131,6 +135,36 @@ impl Model {
     /// ADR 4.1: rows of a hook; laned ones become members with a marker.
     pub fn ingest(&mut self, seq: u64, hk: &Hook, size: u32) {
         let t = u32::from(hk.t);
+        self.hooks.insert((t, seq), self.now);
+        self.add_rows(seq, hk, size, false);
+    }
+
+    /// Quarantine: the envelope and ?Q, no rows.
+    pub fn quarantine(&mut self, seq: u64, hk: &Hook, size: u32) {
+        let t = u32::from(hk.t);
+        self.tenants.insert(t);
+        self.hooks.insert((t, seq), self.now);
+        self.quarantined.insert((t, seq), (*hk, size));
+    }
+
+    /// Release of a quarantined hook: its rows take the ingest path with the
+    /// hook's old seq, so, like a revived row, a laned one may sit below the
+    /// lane's head and below rows already delivered.
+    pub fn release_quarantined(&mut self, t: u32, seq: u64) {
+        let (hk, size) = self.quarantined.remove(&(t, seq)).expect("quarantined");
+        self.add_rows(seq, &hk, size, true);
+    }
+
+    /// Retention: envelopes received before `cutoff` with no row and no ?Q go.
+    pub fn retention(&mut self, t: u32, cutoff: u64) {
+        let referenced: std::collections::BTreeSet<(u32, u64)> =
+            self.rows.keys().map(|id| (id.0, id.1)).chain(self.quarantined.keys().copied()).collect();
+        self.hooks
+            .retain(|k, at| !(k.0 == t && *at < cutoff && !referenced.contains(k)));
+    }
+
+    fn add_rows(&mut self, seq: u64, hk: &Hook, size: u32, late: bool) {
+        let t = u32::from(hk.t);
         self.tenants.insert(t);
         for (sink, lane) in hook_rows(hk) {
             let id = (t, seq, sink);
@@ -140,6 +174,14 @@ impl Model {
                     let l = self.lanes.entry((t, lane)).or_default();
                     l.members.insert(id);
                     l.marker = true;
+                    if late {
+                        self.revived.insert(id);
+                        if let Some(head) = l.head {
+                            if head.1 > seq {
+                                self.behind.insert(id, head);
+                            }
+                        }
+                    }
                     MState::Member
                 }
                 None => MState::Due {
@@ -368,6 +410,8 @@ impl Model {
         self.delivered_total.remove(&t);
         self.dead_total.remove(&t);
         self.retries_total.remove(&t);
+        self.hooks.retain(|k, _| k.0 != t);
+        self.quarantined.retain(|k, _| k.0 != t);
         self.tenants.remove(&t);
         self.last_delivered.retain(|k, _| k.0 != t);
         self.revived.retain(|id| id.0 != t);
@@ -418,6 +462,13 @@ impl Model {
     /// Compares the store with the model: every row's place, every lane's
     /// head, members and marker, and the counters the model knows exactly.
     pub fn compare(&self, v: &View) -> Check {
+        // Envelopes and quarantined hooks.
+        if v.hooks.iter().ne(self.hooks.keys()) {
+            return Err(format!("envelopes differ: store {:?}, model {:?}", v.hooks, self.hooks.keys()));
+        }
+        if v.quarantined.iter().ne(self.quarantined.keys()) {
+            return Err(format!("?Q differs: store {:?}, model {:?}", v.quarantined, self.quarantined.keys()));
+        }
         // Rows.
         let store_rows: BTreeSet<&RowId> = v.rows.keys().collect();
         let model_rows: BTreeSet<&RowId> = self.rows.keys().collect();
@@ -577,6 +628,9 @@ impl Model {
         for (t, n) in &self.dead_total {
             add(*t, CounterField::DeadLetteredTotal, *n);
         }
+        for (t, _) in self.quarantined.keys() {
+            add(*t, CounterField::Quarantined, 1);
+        }
         for (t, n) in &self.retries_total {
             add(*t, CounterField::RetriesTotal, *n);
         }
@@ -590,6 +644,7 @@ impl Model {
             CounterField::DeliveredTotal,
             CounterField::DeadLetteredTotal,
             CounterField::RetriesTotal,
+            CounterField::Quarantined,
             CounterField::Lanes,
             CounterField::LanesBlocked,
             CounterField::LaneMembers,

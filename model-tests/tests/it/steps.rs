@@ -127,6 +127,13 @@ pub enum Step {
     Purge(u8),
     /// Admin: a source was deleted; dead-letter its rows.
     DeadSource(u8, u8),
+    /// The Writer holds a hook back (quarantine: envelope and ?Q, no rows).
+    Quarantine(Hook),
+    /// The replayer releases a quarantined hook: its rows take the ingest path.
+    Release(u8),
+    /// Retention of a tenant: envelopes older than `age` ms that no row and
+    /// no ?Q references go.
+    Retention(u8, u16),
     /// Time passes.
     Advance(u16),
 }
@@ -151,6 +158,9 @@ impl fmt::Debug for Step {
             SweepMarkers(t, Some(r)) => write!(f, "SweepMarkers({t}, Some({r:?}))"),
             Purge(t) => write!(f, "Purge({t})"),
             DeadSource(t, s) => write!(f, "DeadSource({t}, {s})"),
+            Quarantine(hk) => write!(f, "Quarantine({hk:?})"),
+            Release(p) => write!(f, "Release({p})"),
+            Retention(t, age) => write!(f, "Retention({t}, {age})"),
             Advance(ms) => write!(f, "Advance({ms})"),
         }
     }
@@ -216,6 +226,9 @@ pub fn step() -> impl Strategy<Value = Step> {
         3 => (tenant(), prop::option::weighted(0.3, race())).prop_map(|(t, r)| SweepMarkers(t, r)),
         1 => tenant().prop_map(Purge),
         3 => (tenant(), 1..=2u8).prop_map(|(t, s)| DeadSource(t, s)),
+        2 => hook().prop_map(Quarantine),
+        2 => any::<u8>().prop_map(Release),
+        2 => (tenant(), prop_oneof![Just(0u16), 1..10_000u16]).prop_map(|(t, a)| Retention(t, a)),
         4 => prop_oneof![Just(100u16), Just(1000u16), 1..6000u16].prop_map(Advance),
     ]
 }

@@ -31,6 +31,7 @@ pub struct View {
     pub dead: BTreeMap<RowId, String>,
     pub active: BTreeSet<u32>,
     pub hooks: BTreeSet<(u32, u64)>,
+    pub quarantined: BTreeSet<(u32, u64)>,
     pub counters: BTreeMap<(u32, CounterField), i64>,
 }
 
@@ -93,6 +94,10 @@ impl View {
             let key = DeadLetterKey::decode(&k).expect("?X key");
             let dv = ankusa_keys::DeadLetterValue::decode(&val).expect("?X value");
             v.dead.insert((key.tenant.0, key.seq.0, key.sink.0), dv.reason);
+        }
+        for (k, _) in index_family(read, Family::Quarantined) {
+            let key = ankusa_keys::QuarantinedKey::decode(&k).expect("?Q key");
+            v.quarantined.insert((key.tenant.0, key.seq.0));
         }
         for (k, _) in index_family(read, Family::Active) {
             v.active.insert(ActiveKey::decode(&k).expect("?A key").tenant.0);
