@@ -118,8 +118,10 @@ pub mod defaults {
     pub const INGEST_ADDR: &str = "127.0.0.1:8080";
     /// `listeners.admin`.
     pub const ADMIN_ADDR: &str = "127.0.0.1:8081";
-    /// `listeners.body_limit_bytes`: 1 MiB.
-    pub const BODY_LIMIT_BYTES: u64 = 1 << 20;
+    /// `listeners.body_limit_bytes`: 25 MiB, GitHub's own cap on webhook
+    /// payloads (the largest of the providers we know), so no real provider
+    /// delivery is refused by default.
+    pub const BODY_LIMIT_BYTES: u64 = 25 << 20;
     /// `dispatch.batch`.
     pub const BATCH: u32 = 64;
     /// `dispatch.sink_concurrency`.

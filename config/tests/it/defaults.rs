@@ -36,7 +36,7 @@ fn an_almost_empty_file_takes_every_default() {
             ingest: addr("127.0.0.1:8080"),
             admin: addr("127.0.0.1:8081"),
             admin_token: None,
-            body_limit_bytes: 1_048_576,
+            body_limit_bytes: 26_214_400,
         }
     );
     assert_eq!(c.store_headers, HeaderPolicy::default());

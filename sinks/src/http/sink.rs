@@ -27,6 +27,13 @@ pub struct HttpSink {
     timeout_ms: u64,
 }
 
+/// Installs ring as the process's rustls crypto provider unless one is
+/// installed already (then reqwest uses that one). Every reqwest client of
+/// this build (the sink's, `ankusa send`'s) needs it before it is built.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl HttpSink {
     /// Validates `config` and builds the sink's client. Installs ring as the
     /// process's rustls crypto provider if none is installed yet (module docs).
@@ -37,8 +44,7 @@ impl HttpSink {
         for (n, v) in config.parsed_headers()? {
             headers.append(n, v);
         }
-        // Err means a provider is already installed; reqwest then uses that one.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        install_crypto_provider();
         let timeout = Duration::from_millis(config.timeout_ms);
         let client = reqwest::Client::builder()
             .timeout(timeout)

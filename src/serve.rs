@@ -1,0 +1,250 @@
+//! `ankusa serve`: open the store, register the configuration's names, build
+//! the sinks, start the Writer, the pipeline, the ingest and admin listeners,
+//! and stop cleanly on SIGTERM/SIGINT (DESIGN section 5).
+//!
+//! Shutdown order: the ingest listener stops accepting and answers 503 to new
+//! hooks, requests in progress finish (their commits included), the Writer
+//! drains and stops, the pipeline finishes the calls in flight and flushes
+//! their outcomes, then the process exits 0. Nothing acknowledged is lost: it
+//! was committed `Sync` before its 200.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::{Context, anyhow, bail};
+use ankusa_config::{Config, SinkKind, StoreBackend};
+use ankusa_edge::server::admin::{AdminState, serve_admin};
+use ankusa_edge::server::{Edge, EdgeStats, build_routes};
+use ankusa_engine::memory::MemoryKv;
+use ankusa_engine::{Cf, Durability, Kv};
+use ankusa_keys::meta::{decode_format, encode_format};
+use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx};
+use ankusa_pipeline::{BreakerPolicy, DispatchConfig, Pipeline, RetryPolicy, Route, Routes};
+use ankusa_queue::writer::{Writer, WriterConfig};
+use ankusa_sinks::Sink;
+use tokio::sync::watch;
+use tracing::{error, info};
+
+pub fn main(config: Option<PathBuf>) -> ExitCode {
+    init_logs();
+    let cfg = match &config {
+        Some(path) => match Config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("ankusa: {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => Config::default_demo(),
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ankusa: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async move {
+        std::fs::create_dir_all(&cfg.node.data_dir)
+            .with_context(|| format!("creating data_dir {}", cfg.node.data_dir.display()))?;
+        let store_dir = cfg.node.data_dir.join(format!("store-{}", cfg.node.store.as_str()));
+        match cfg.node.store {
+            StoreBackend::RocksDb => run(Arc::new(ankusa_engine_rocksdb::RocksKv::open(&store_dir)?), cfg).await,
+            StoreBackend::Fjall => run(Arc::new(ankusa_engine_fjall::FjallKv::open(&store_dir)?), cfg).await,
+            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ankusa: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Stamps a new store; refuses one newer than this binary (DESIGN section 8).
+fn prepare_store<K: Kv>(kv: &K) -> anyhow::Result<()> {
+    match kv.get(Cf::Meta, FORMAT_KEY)? {
+        None => {
+            kv.write(ankusa_queue::init_store(), Durability::Sync)?;
+            info!(format = STORE_FORMAT, "new store");
+        }
+        Some(v) => {
+            let found = decode_format(&v).map_err(|e| anyhow!("store format stamp: {e}"))?;
+            if found > STORE_FORMAT {
+                bail!("StoreFormatNewer {{ found: {found}, supported: {STORE_FORMAT} }}: this store was written by a newer ankusa");
+            }
+            if found < STORE_FORMAT {
+                // Format 1 -> 2 (ADR 0004 section 5) rewrites nothing: stamp only.
+                let mut b = ankusa_engine::Batch::new();
+                b.put(Cf::Meta, FORMAT_KEY, encode_format(STORE_FORMAT));
+                kv.write(b, Durability::Sync)?;
+                info!(from = found, to = STORE_FORMAT, "store format migrated");
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn build_sink(source: &str, entry: &ankusa_config::SinkEntry) -> anyhow::Result<Arc<dyn Sink>> {
+    let options = entry.options_json();
+    let named = |e: ankusa_sinks::SinkError| anyhow!("source {source:?}, sink {:?} ({}): {e}", entry.name, entry.kind.as_str());
+    Ok(match entry.kind {
+        SinkKind::Http => {
+            let c = ankusa_sinks::http::HttpSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(ankusa_sinks::http::HttpSink::new(&c).map_err(named)?)
+        }
+        SinkKind::File => {
+            let c = ankusa_sinks::file::FileSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(ankusa_sinks::file::FileSink::open(&c).await.map_err(named)?)
+        }
+        other => bail!(
+            "source {source:?}, sink {:?}: sink type {} is not built into this binary yet",
+            entry.name,
+            other.as_str()
+        ),
+    })
+}
+
+async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
+    prepare_store(&*kv)?;
+    let (batch, registry) = ankusa_queue::register(
+        &*kv,
+        cfg.tenants.iter().map(|t| t.name.as_str()),
+        cfg.sources.iter().map(|s| s.name.as_str()),
+    )?;
+    if !batch.is_empty() {
+        kv.write(batch, Durability::Sync)?;
+    }
+    let mut routes = Routes::default();
+    for (name, ord) in &registry.tenants {
+        routes.tenants.insert(*ord, name.clone());
+    }
+    let mut destinations = Vec::new();
+    for s in &cfg.sources {
+        let id = registry.sources[&s.name];
+        for e in &s.sinks {
+            let sink = build_sink(&s.name, e).await?;
+            destinations.push(format!("{} -> {} {} {}", s.path, e.kind.as_str(), e.name, describe(e)));
+            routes.sinks.insert(
+                (id, SinkIx(e.index)),
+                Route { sink, sink_name: e.name.clone(), source_name: s.name.clone() },
+            );
+        }
+    }
+    let edge_routes = build_routes(&cfg, &registry)?;
+
+    let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms)?;
+    let d = &cfg.dispatch;
+    let dispatch = DispatchConfig {
+        batch: d.batch as usize,
+        sink_concurrency: d.sink_concurrency as usize,
+        window: d.admission_window as usize,
+        idle_ms: d.flush_interval_ms.max(1),
+    };
+    let retry = RetryPolicy { base_ms: cfg.retry.base_ms, max_ms: cfg.retry.max_ms, max_elapsed_ms: cfg.retry.max_elapsed_ms };
+    let breaker = BreakerPolicy { failures: cfg.breaker.failures, open_ms: cfg.breaker.open_ms };
+    let (pipeline, pipeline_handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
+
+    let ingest = tokio::net::TcpListener::bind(cfg.listeners.ingest)
+        .await
+        .with_context(|| format!("listeners.ingest: cannot bind {}", cfg.listeners.ingest))?;
+    let admin = tokio::net::TcpListener::bind(cfg.listeners.admin)
+        .await
+        .with_context(|| format!("listeners.admin: cannot bind {}", cfg.listeners.admin))?;
+    let wake = pipeline_handle.clone();
+    let edge = Arc::new(Edge {
+        kv: Arc::clone(&kv),
+        writer: writer_handle,
+        on_commit: Box::new(move || wake.wake()),
+        sources: edge_routes,
+        body_limit_bytes: cfg.listeners.body_limit_bytes,
+        node_max_pending: cfg.node.max_pending,
+        node_max_pending_bytes: cfg.node.max_pending_bytes,
+        shutting_down: AtomicBool::new(false),
+        stats: EdgeStats::default(),
+        clock: Box::new(now_ms),
+    });
+    let admin_state = Arc::new(AdminState { kv: Arc::clone(&kv), edge: edge.clone(), ready: AtomicBool::new(false) });
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+
+    let writer_task = tokio::spawn(writer.run());
+    let pipeline_task = tokio::spawn(pipeline.run());
+    let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx.clone()));
+    let admin_task = tokio::spawn(serve_admin(Arc::clone(&admin_state), admin, shutdown_rx));
+    admin_state.ready.store(true, Ordering::SeqCst);
+
+    println!("ankusa {} ({} store at {})", env!("CARGO_PKG_VERSION"), cfg.node.store.as_str(), cfg.node.data_dir.display());
+    println!("ingest: http://{}  admin: http://{} (/metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
+    for d in &destinations {
+        println!("  {d}");
+    }
+
+    let mut pipeline_task = pipeline_task;
+    let mut writer_task = writer_task;
+    tokio::select! {
+        _ = shutdown_signal() => info!("shutting down: no new hooks; finishing commits and deliveries in flight"),
+        r = &mut pipeline_task => {
+            error!("the pipeline stopped: {r:?}");
+            bail!("the pipeline stopped unexpectedly: {r:?}");
+        }
+        r = &mut writer_task => {
+            error!("the writer stopped: {r:?}");
+            bail!("the writer stopped unexpectedly (store failure): {r:?}");
+        }
+    }
+    let _ = shutdown_tx.send(true);
+    edge.shutting_down.store(true, Ordering::SeqCst);
+    let _ = edge_task.await;
+    let _ = admin_task.await;
+    // The edge's Writer handle goes with the edge; the Writer finishes its
+    // queue and stops.
+    drop(edge);
+    drop(admin_state);
+    writer_task.await.context("writer task")??;
+    pipeline_handle.shutdown();
+    pipeline_task.await.context("pipeline task")??;
+    info!("stopped cleanly");
+    Ok(())
+}
+
+fn describe(e: &ankusa_config::SinkEntry) -> String {
+    let target = match &e.typed {
+        ankusa_config::TypedOptions::Http(h) => h.url.clone(),
+        ankusa_config::TypedOptions::File(f) => f.path.display().to_string(),
+        _ => String::new(),
+    };
+    match e.order.is_ordered() {
+        true => format!("{target} (ordered)"),
+        false => target,
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers the process still stops on SIGKILL.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
