@@ -119,36 +119,49 @@ impl<'k, K: Kv> Machine<'k, K> {
             .collect()
     }
 
-    /// The Writer: ingest of a hook (ADR 4.1), or its quarantine, committed
-    /// at once.
-    fn ingest_or_quarantine(&mut self, hk: &Hook, quarantine: bool) -> Check {
-        let seq = self.model.next_seq;
-        self.model.next_seq += 1;
+    /// The Writer: ingest of hooks (ADR 4.1), several in one batch (group
+    /// commit), or a quarantine, committed at once.
+    fn commit_hooks(&mut self, hooks: &[Hook], quarantine: bool) -> Check {
         let now = self.model.now;
-        let (envelope, size) = self.envelope(seq, hk);
-        let hook = queue::Hook {
-            tenant: tenant(hk.t),
-            seq: Seq(seq),
-            envelope: &envelope,
-            dedupe_expires_at_ms: now + 3_600_000,
-        };
         let mut batch = Batch::new();
-        if quarantine {
-            queue::quarantine(&mut batch, &hook, "held by a source rule");
-        } else {
-            queue::new_ops(&mut batch, &hook, &Self::new_rows(hk), now);
+        let mut done = Vec::new();
+        for hk in hooks {
+            let seq = self.model.next_seq;
+            self.model.next_seq += 1;
+            let (envelope, size) = self.envelope(seq, hk);
+            let hook = queue::Hook {
+                tenant: tenant(hk.t),
+                seq: Seq(seq),
+                envelope: &envelope,
+                dedupe_expires_at_ms: now + 3_600_000,
+            };
+            if quarantine {
+                queue::quarantine(&mut batch, &hook, "held by a source rule");
+            } else {
+                queue::new_ops(&mut batch, &hook, &Self::new_rows(hk), now);
+            }
+            done.push((seq, *hk, size));
         }
         // Buffered like every other write here: durability is the crash
         // test's business, and the equivalence run would wait on fsyncs.
         self.kv.write(batch, Durability::Buffered).map_err(err("ingest"))?;
-        if quarantine {
-            self.model.quarantine(seq, hk, size);
-            self.hit("quarantine");
-        } else {
-            self.model.ingest(seq, hk, size);
-            self.hit("ingest");
+        for (seq, hk, size) in done {
+            if quarantine {
+                self.model.quarantine(seq, &hk, size);
+                self.hit("quarantine");
+            } else {
+                self.model.ingest(seq, &hk, size);
+                self.hit("ingest");
+            }
+        }
+        if hooks.len() > 1 {
+            self.hit("group commit");
         }
         Ok(())
+    }
+
+    fn ingest_or_quarantine(&mut self, hk: &Hook, quarantine: bool) -> Check {
+        self.commit_hooks(&[*hk], quarantine)
     }
 
     fn ingest(&mut self, hk: &Hook) -> Check {
@@ -187,6 +200,7 @@ impl<'k, K: Kv> Machine<'k, K> {
         let now = self.model.now;
         match *step {
             Step::Ingest(hk) => self.ingest(&hk)?,
+            Step::Group(a, b) => self.commit_hooks(&[a, b], false)?,
             Step::Advance(ms) => self.model.now += u64::from(ms),
             Step::Quarantine(hk) => self.ingest_or_quarantine(&hk, true)?,
             Step::Release(p) => {
@@ -628,6 +642,7 @@ fn machine_reaches_every_transition_and_race() {
         "a hook racing sweep_markers' delete of ?A",
         "purge",
         "dead_letter_source with rows",
+        "group commit",
         "quarantine",
         "release",
         "retention deletes envelopes",

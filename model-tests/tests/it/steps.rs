@@ -100,6 +100,8 @@ impl fmt::Debug for At {
 pub enum Step {
     /// The Writer commits a hook.
     Ingest(Hook),
+    /// The Writer's group commit: two hooks (consecutive seqs) in one batch.
+    Group(Hook, Hook),
     /// The pipeline claims a due row (?D due by now -> ?F).
     Claim(u8),
     /// A claimed row's attempt failed: due again `delay` ms from now.
@@ -143,6 +145,7 @@ impl fmt::Debug for Step {
         use Step::*;
         match self {
             Ingest(hk) => write!(f, "Ingest({hk:?})"),
+            Group(a, b) => write!(f, "Group({a:?}, {b:?})"),
             Claim(p) => write!(f, "Claim({p})"),
             Retry(p, d) => write!(f, "Retry({p}, {d})"),
             Park(p, d) => write!(f, "Park({p}, {d})"),
@@ -206,6 +209,7 @@ pub fn step() -> impl Strategy<Value = Step> {
     let tenant = || 1..=2u8;
     prop_oneof![
         14 => hook().prop_map(Ingest),
+        3 => (hook(), hook()).prop_map(|(a, b)| Group(a, b)),
         14 => any::<u8>().prop_map(Claim),
         5 => (any::<u8>(), delay()).prop_map(|(p, d)| Retry(p, d)),
         2 => (any::<u8>(), delay()).prop_map(|(p, d)| Park(p, d)),
