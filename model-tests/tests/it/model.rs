@@ -176,11 +176,10 @@ impl Model {
                     l.marker = true;
                     if late {
                         self.revived.insert(id);
-                        if let Some(head) = l.head {
-                            if head.1 > seq {
+                        if let Some(head) = l.head
+                            && head.1 > seq {
                                 self.behind.insert(id, head);
                             }
-                        }
                     }
                     MState::Member
                 }
@@ -238,15 +237,13 @@ impl Model {
         let MState::Due { kind, .. } = row.state else {
             return Err(format!("claim of {id:?}, which the model has in {:?}", row.state));
         };
-        if let Some(lane) = self.lane_key(id) {
-            if let Some(want) = self.reclaim.remove(&lane) {
-                if want != *id {
+        if let Some(lane) = self.lane_key(id)
+            && let Some(want) = self.reclaim.remove(&lane)
+                && want != *id {
                     return Err(format!(
                         "after a restart lane {lane:?} claims {id:?} before its claimed head {want:?} (ADR 4.7)"
                     ));
                 }
-            }
-        }
         let now = self.now;
         let row = self.row_mut(id);
         row.state = MState::InFlight { kind };
@@ -292,14 +289,13 @@ impl Model {
         if let Some(lane) = row.lane.map(|l| (id.0, l)) {
             if !self.revived.contains(id) {
                 let last = self.last_delivered.insert(lane, id.1);
-                if let Some(last) = last {
-                    if last >= id.1 {
+                if let Some(last) = last
+                    && last >= id.1 {
                         return Err(format!(
                             "lane {lane:?} delivered seq {} after seq {last}: not in seq order",
                             id.1
                         ));
                     }
-                }
             }
             self.revived.remove(id);
             self.behind.remove(id);
@@ -338,11 +334,10 @@ impl Model {
                 let l = self.lanes.entry(lane).or_default();
                 l.members.insert(*id);
                 l.marker = true;
-                if let Some(head) = l.head {
-                    if head.1 > id.1 {
+                if let Some(head) = l.head
+                    && head.1 > id.1 {
                         self.behind.insert(*id, head);
                     }
-                }
                 self.row_mut(id).state = MState::Member;
             }
             None => {
@@ -397,11 +392,10 @@ impl Model {
 
     /// The recheck of an emptied lane: the marker is back if a member appeared.
     pub fn sweep_recheck(&mut self, lane: &LaneKey) {
-        if let Some(l) = self.lanes.get_mut(lane) {
-            if !l.members.is_empty() {
+        if let Some(l) = self.lanes.get_mut(lane)
+            && !l.members.is_empty() {
                 l.marker = true;
             }
-        }
     }
 
     pub fn purge(&mut self, t: u32) {
