@@ -15,7 +15,7 @@ unset CC CXX
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
-cargo test --release -p ankusa-loom-model -- --nocapture --test-threads=2 2>&1 | tee "$log" | grep -E '^loom |^test |test result' || true
+"${CARGO:-cargo}" test --release -p ankusa-loom-model -- --nocapture --test-threads=2 2>&1 | tee "$log" | grep -E '^loom |^test |test result' || true
 passed=$(grep -E '^test result: ok\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
 failed=$(grep -cE '^test result: FAILED' "$log" || true)
 explored=$(grep -E '^loom .*interleavings explored' "$log" | awk '{for (i = 1; i <= NF; i++) if ($i == "interleavings") s += $(i - 1)} END {print s + 0}')
