@@ -1,0 +1,282 @@
+//! The real `ankusa` binary as a child process: a YAML config written into a
+//! temporary directory (the store's data_dir is there too), listeners on free
+//! 127.0.0.1 ports, readiness from the admin listener's `/readyz`, and hooks
+//! posted with a plain HTTP client. The child is killed when the `Relay` is
+//! dropped.
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_ankusa");
+
+/// An answer of the ingest listener.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub body: serde_json::Value,
+}
+
+impl Answer {
+    /// The `id` of a 200 (the hook's idempotency key).
+    pub fn id(&self) -> String {
+        assert_eq!(self.status, 200, "expected 200, got {self:?}");
+        self.body["id"].as_str().unwrap_or_else(|| panic!("no id in {self:?}")).to_owned()
+    }
+}
+
+pub struct Relay {
+    pub dir: TempDir,
+    /// The YAML with `{INGEST}`, `{ADMIN}` and `{DATA}` still in it.
+    template: String,
+    pub ingest: SocketAddr,
+    pub admin: SocketAddr,
+    child: Option<Child>,
+    client: reqwest::Client,
+    runs: usize,
+}
+
+/// Two distinct free ports (bound together, then released).
+fn free_ports() -> (SocketAddr, SocketAddr) {
+    let a = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let b = TcpListener::bind("127.0.0.1:0").expect("bind");
+    (a.local_addr().expect("addr"), b.local_addr().expect("addr"))
+}
+
+/// A client that never goes through a proxy and keeps no idle connections
+/// (each hook on its own connection, so a killed relay leaves none stale).
+pub fn client() -> reqwest::Client {
+    ankusa_sinks::http::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client")
+}
+
+impl Relay {
+    /// Starts the relay on `template` (placeholders `{INGEST}`, `{ADMIN}`,
+    /// `{DATA}`) in a new temporary directory and waits until it is ready.
+    pub async fn start(template: &str) -> Relay {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ingest, admin) = free_ports();
+        let mut r = Relay {
+            dir,
+            template: template.to_owned(),
+            ingest,
+            admin,
+            child: None,
+            client: client(),
+            runs: 0,
+        };
+        r.boot().await;
+        r
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("relay.yaml")
+    }
+
+    /// Starts the process again on the same data_dir (after [`Relay::kill`] or
+    /// an exit) and waits until it is ready.
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart of a running relay");
+        self.boot().await;
+    }
+
+    async fn boot(&mut self) {
+        for _try in 0..5 {
+            let yaml = self
+                .template
+                .replace("{INGEST}", &self.ingest.to_string())
+                .replace("{ADMIN}", &self.admin.to_string())
+                .replace("{DATA}", &self.data_dir().display().to_string());
+            std::fs::write(self.config_path(), yaml).expect("write config");
+            self.runs += 1;
+            let log = self.dir.path().join(format!("relay-{}.log", self.runs));
+            let out = File::create(&log).expect("log file");
+            let child = Command::new(BIN)
+                .arg("serve")
+                .arg("--config")
+                .arg(self.config_path())
+                .env("RUST_LOG", "info")
+                .env("NO_COLOR", "1")
+                .env_remove("HTTP_PROXY")
+                .env_remove("http_proxy")
+                .env_remove("ALL_PROXY")
+                .env_remove("all_proxy")
+                .stdin(Stdio::null())
+                .stdout(out.try_clone().expect("log"))
+                .stderr(out)
+                .spawn()
+                .expect("spawn ankusa");
+            self.child = Some(child);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().expect("try_wait")) {
+                    self.child = None;
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    if text.contains("cannot bind") {
+                        // A port taken between our pick and its bind: new ports.
+                        (self.ingest, self.admin) = free_ports();
+                        break;
+                    }
+                    panic!("ankusa serve exited with {status} before it was ready:\n{text}");
+                }
+                let ready = self
+                    .client
+                    .get(format!("http://{}/readyz", self.admin))
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == 200);
+                if ready {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "relay not ready after 30 s:\n{}", self.log());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        panic!("could not start the relay on free ports after 5 tries");
+    }
+
+    /// The log of the current (or last) run.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("relay-{}.log", self.runs))).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL, and reap the process.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends SIGTERM (the process keeps running until it has stopped cleanly).
+    pub fn sigterm(&self) {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Waits for the process to exit.
+    pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            let c = self.child.as_mut().expect("running");
+            if let Some(status) = c.try_wait().expect("try_wait") {
+                self.child = None;
+                return status;
+            }
+            assert!(Instant::now() < deadline, "relay still running {within:?} after SIGTERM:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.ingest)
+    }
+
+    /// POSTs `body` with `headers` to `path` on the ingest listener.
+    pub async fn post(&self, path: &str, headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Answer {
+        self.try_post(path, headers, body).await.unwrap_or_else(|e| panic!("POST {path}: {e}"))
+    }
+
+    /// Like [`Relay::post`], with the transport error instead of a panic.
+    pub async fn try_post(&self, path: &str, headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Result<Answer, reqwest::Error> {
+        post(&self.client, &self.url(path), headers, body.into()).await
+    }
+
+    /// The admin listener's `/metrics`, as `name -> value` of every sample.
+    pub async fn metrics(&self) -> std::collections::HashMap<String, f64> {
+        let text = self
+            .client
+            .get(format!("http://{}/metrics", self.admin))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics body");
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| {
+                let (name, value) = l.rsplit_once(' ')?;
+                Some((name.to_owned(), value.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// One sample of `/metrics`; panics if it is not there.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let m = self.metrics().await;
+        *m.get(name).unwrap_or_else(|| panic!("no metric {name} in {m:?}"))
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub async fn post(client: &reqwest::Client, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Result<Answer, reqwest::Error> {
+    let mut req = client.post(url);
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let resp = req.body(body).send().await?;
+    let status = resp.status().as_u16();
+    let retry_after = resp.headers().get("retry-after").map(|v| v.to_str().unwrap_or("?").to_owned());
+    let bytes = resp.bytes().await?;
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    Ok(Answer { status, retry_after, body })
+}
+
+/// Runs `ankusa <args>` to completion (killed after 20 s): (exit status,
+/// stdout + stderr).
+pub fn run_cli(args: &[&std::ffi::OsStr], cwd: &Path) -> (ExitStatus, String) {
+    let log = cwd.join(format!("cli-{}.log", std::process::id()));
+    let out = File::create(&log).expect("log file");
+    let mut child = Command::new(BIN)
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("log"))
+        .stderr(out)
+        .spawn()
+        .expect("run ankusa");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ankusa {args:?} still running after 20 s:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    (status, text)
+}
