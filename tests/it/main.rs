@@ -7,3 +7,4 @@ mod relay;
 mod sink;
 
 mod corpus;
+mod ordering;

@@ -280,3 +280,9 @@ pub fn run_cli(args: &[&std::ffi::OsStr], cwd: &Path) -> (ExitStatus, String) {
     let _ = std::fs::remove_file(&log);
     (status, text)
 }
+
+/// A config template: memory/rocksdb/fjall store under `{DATA}`, listeners on
+/// the placeholders, then `rest` (tenants, sources, dispatch, retry...).
+pub fn config(store: &str, rest: &str) -> String {
+    format!("node: {{data_dir: '{{DATA}}', store: {store}}}\nlisteners: {{ingest: '{{INGEST}}', admin: '{{ADMIN}}'}}\n{rest}")
+}

@@ -88,7 +88,8 @@ struct State {
     reqs: Mutex<Vec<Req>>,
     /// (arrival index, status) of every answer given.
     answers: Mutex<Vec<(usize, u16)>>,
-    /// Open requests per ordering key ("" for none), and the most seen at once.
+    /// Open requests per lane ([`lane`]: tenant, source, ordering key), and
+    /// the most seen at once.
     open: Mutex<HashMap<String, (usize, usize)>>,
     script: RwLock<Script>,
     release: watch::Sender<bool>,
@@ -190,12 +191,12 @@ impl Sink {
         self.state.answers.lock().expect("lock").iter().find(|(i, _)| *i == n).map(|(_, s)| *s)
     }
 
-    /// Requests of ordering key `key` open right now.
+    /// Requests of lane `key` ([`lane`]) open right now.
     pub fn open(&self, key: &str) -> usize {
         self.state.open.lock().expect("lock").get(key).map_or(0, |e| e.0)
     }
 
-    /// The most requests of each ordering key that were open at once.
+    /// The most requests of each lane ([`lane`]) that were open at once.
     pub fn max_open(&self) -> HashMap<String, usize> {
         self.state.open.lock().expect("lock").iter().map(|(k, e)| (k.clone(), e.1)).collect()
     }
@@ -212,11 +213,14 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>>
     let body = body.collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
     let headers: Vec<(String, Vec<u8>)> =
         parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
-    let key = headers
-        .iter()
-        .find(|(n, _)| n == "x-ankusa-ordering-key")
-        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-        .unwrap_or_default();
+    let h = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default()
+    };
+    let key = lane(&h("x-ankusa-tenant"), &h("x-ankusa-source"), &h("x-ankusa-ordering-key"));
     let (r, _guard) = {
         let mut reqs = st.reqs.lock().expect("lock");
         let r = Req {
@@ -250,6 +254,13 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>>
         resp = resp.header("retry-after", v);
     }
     resp.body(Full::new(Bytes::new())).expect("response")
+}
+
+/// The name the sink tracks open requests under: `<tenant>/<source>:<ordering
+/// key>` (a lane is per tenant, source and key; the key is empty when the
+/// sink is not ordered).
+pub fn lane(tenant: &str, source: &str, key: &str) -> String {
+    format!("{tenant}/{source}:{key}")
 }
 
 /// Polls `f` every 10 ms until it returns `Some`, or panics naming `what`
