@@ -8,3 +8,4 @@ mod sink;
 
 mod corpus;
 mod ordering;
+mod restart;

@@ -80,6 +80,8 @@ pub enum Reply {
     /// Hold the request open until [`Sink::release`] (then 200), or until the
     /// relay gives up on it (its timeout, or it was killed).
     Hold,
+    /// This status after this long.
+    Delay(Duration, u16),
 }
 
 pub type Script = Arc<dyn Fn(&Req) -> Reply + Send + Sync>;
@@ -242,6 +244,10 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>>
     let (status, retry_after) = match script(&r) {
         Reply::Status(s) => (s, None),
         Reply::RetryAfter(s, v) => (s, Some(v)),
+        Reply::Delay(d, s) => {
+            tokio::time::sleep(d).await;
+            (s, None)
+        }
         Reply::Hold => {
             let mut rx = st.release.subscribe();
             let _ = rx.wait_for(|released| *released).await;

@@ -1,0 +1,219 @@
+//! Issue 4, "Tests": restart after SIGKILL with busy lanes (ADR 0004 section
+//! 4.7), and graceful shutdown (SIGTERM) under load. RocksDB stores: the
+//! state must survive the process.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::relay::{Relay, config};
+use crate::sink::{Reply, Req, Sink, lane, until};
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+fn body(key: &str, i: usize) -> String {
+    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
+}
+
+fn label(r: &Req) -> (String, u64) {
+    let j = r.json();
+    (j["key"].as_str().unwrap_or("?").to_owned(), j["i"].as_u64().unwrap_or(u64::MAX))
+}
+
+/// SIGKILL with lane A's head held open by the endpoint (A1, A2 behind it),
+/// lane B's head waiting out a 503 + Retry-After (B1 behind it) and lane C
+/// done; after a restart on the same store, A0 is delivered again with the
+/// same idempotency key before A1, B0 is retried before B1, and every lane
+/// keeps its order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_with_busy_lanes_then_restart_keeps_the_order() {
+    let killed = Arc::new(AtomicBool::new(false));
+    let k = Arc::clone(&killed);
+    let sink = Sink::start(move |r| {
+        let (key, i) = label(r);
+        match (key.as_str(), i) {
+            ("A", 0) if !k.load(Ordering::SeqCst) => Reply::Hold,
+            ("B", 0) if r.attempt() == 1 => Reply::RetryAfter(503, "2"),
+            _ => Reply::Status(200),
+        }
+    })
+    .await;
+    let mut relay = Relay::start(&config(
+        "rocksdb",
+        &format!(
+            "
+retry: {{base_ms: 10, max_ms: 20}}
+sources:
+  - name: s
+    sinks: [{{type: http, url: '{}', timeout_ms: 30000, ordered: true, ordering_key: {{header: x-entity-id}}}}]
+",
+            sink.url()
+        ),
+    ))
+    .await;
+    let mut ids: BTreeMap<(String, u64), String> = BTreeMap::new();
+    let mut send = async |key: &str, i: usize| {
+        let id = relay.post("/hooks/s", &[JSON, ("x-entity-id", key)], body(key, i)).await.id();
+        ids.insert((key.to_owned(), i as u64), id);
+    };
+    send("A", 0).await;
+    send("B", 0).await;
+    send("C", 0).await;
+    until("A0 held, B0 refused, C0 delivered", Duration::from_secs(10), async || {
+        let b0 = sink.requests().iter().any(|r| label(r) == ("B".into(), 0) && sink.answer_of(r.n) == Some(503));
+        let c0 = sink.delivered().iter().any(|r| label(r) == ("C".into(), 0));
+        (sink.open(&lane("default", "s", "A")) == 1 && b0 && c0).then_some(())
+    })
+    .await;
+    send("A", 1).await;
+    send("A", 2).await;
+    send("B", 1).await;
+    let m = until("the lanes as expected before the kill", Duration::from_secs(5), async || {
+        let m = relay.metrics().await;
+        (m["ankusa_dispatch_lanes_blocked"] == 1.0 && m["ankusa_dispatch_lane_members"] == 3.0).then_some(m)
+    })
+    .await;
+    assert_eq!(m["ankusa_dispatch_lanes"], 2.0, "A and B have heads: {m:?}");
+    assert_eq!(m["ankusa_dispatch_in_flight"], 1.0, "A0 is claimed");
+    assert_eq!(m["ankusa_queue_pending"], 5.0);
+    assert_eq!(sink.requests().len(), 3, "a member went out beside its head");
+
+    relay.kill();
+    killed.store(true, Ordering::SeqCst);
+    relay.restart().await;
+
+    let got = until("every hook delivered after the restart", Duration::from_secs(15), async || {
+        let d = sink.delivered();
+        (d.len() >= 6).then_some(d)
+    })
+    .await;
+    assert_eq!(got.len(), 6, "{got:?}");
+    let reqs = sink.requests();
+    let per_key = |key: &str| -> Vec<(u64, String, Option<u16>)> {
+        reqs.iter()
+            .filter(|r| label(r).0 == key)
+            .map(|r| (label(r).1, r.id(), sink.answer_of(r.n)))
+            .collect()
+    };
+    let id = |k: &str, i: u64| ids[&(k.to_owned(), i)].clone();
+    // A0's first request was never answered (the relay died holding it).
+    assert_eq!(
+        per_key("A"),
+        [(0, id("A", 0), None), (0, id("A", 0), Some(200)), (1, id("A", 1), Some(200)), (2, id("A", 2), Some(200))],
+        "lane A: the claimed head again (same idempotency key) before its successors"
+    );
+    assert_eq!(per_key("B"), [(0, id("B", 0), Some(503)), (0, id("B", 0), Some(200)), (1, id("B", 1), Some(200))], "lane B");
+    assert_eq!(per_key("C"), [(0, id("C", 0), Some(200))], "lane C: delivered once");
+    let a0_again = reqs.iter().filter(|r| label(r) == ("A".into(), 0)).nth(1).expect("A0 again");
+    assert_eq!(a0_again.attempt(), 1, "a recovered head goes back as a first attempt (ADR 0004 4.7)");
+    let b0_again = reqs.iter().filter(|r| label(r) == ("B".into(), 0)).nth(1).expect("B0 again");
+    assert_eq!(b0_again.attempt(), 2);
+    assert!(sink.max_open().values().all(|m| *m == 1), "{:?}", sink.max_open());
+    let m = until("the lanes drained", Duration::from_secs(5), async || {
+        let m = relay.metrics().await;
+        (m["ankusa_dispatch_lanes"] == 0.0).then_some(m)
+    })
+    .await;
+    assert_eq!(m["ankusa_dispatch_lane_members"], 0.0);
+    assert_eq!(m["ankusa_dispatch_lanes_blocked"], 0.0);
+    assert_eq!(m["ankusa_queue_pending"], 0.0);
+    assert_eq!(m["ankusa_dispatch_in_flight"], 0.0);
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 6.0, "the store's delivered total across both runs");
+    assert!(relay.log().contains("recovered rows claimed by the previous run"), "{}", relay.log());
+}
+
+/// Clients post continuously to an unordered and an ordered source while the
+/// relay gets SIGTERM: it exits 0, and after a restart every hook that got a
+/// 200 is delivered (ordered keys in the order they were acknowledged), and
+/// nothing that was not acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_under_load_loses_no_acknowledged_hook() {
+    let sink = Sink::start(|_| Reply::Delay(Duration::from_millis(20), 200)).await;
+    let mut relay = Relay::start(&config(
+        "rocksdb",
+        &format!(
+            "
+sources:
+  - name: u
+    sinks: [{{type: http, url: '{url}', timeout_ms: 10000}}]
+  - name: o
+    sinks: [{{type: http, url: '{url}', timeout_ms: 10000, ordered: true, ordering_key: {{header: x-entity-id}}}}]
+",
+            url = sink.url()
+        ),
+    ))
+    .await;
+    // (key, id) of every 200, in acknowledgement order per client.
+    let acked: Arc<Mutex<Vec<(String, String)>>> = Arc::new(Mutex::new(Vec::new()));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for c in 0..4 {
+        let url = relay.url(if c < 2 { "/hooks/u" } else { "/hooks/o" });
+        let acked = Arc::clone(&acked);
+        let refused = Arc::clone(&refused);
+        clients.push(tokio::spawn(async move {
+            let client = crate::relay::client();
+            let key = format!("k{c}");
+            for i in 0.. {
+                match crate::relay::post(&client, &url, &[JSON, ("x-entity-id", &key)], body(&key, i).into_bytes()).await {
+                    Ok(a) if a.status == 200 => acked.lock().expect("lock").push((key.clone(), a.id())),
+                    Ok(a) if a.status == 503 => {
+                        assert_eq!(a.retry_after.as_deref(), Some("5"), "503 without Retry-After: {a:?}");
+                        refused.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    Ok(a) => panic!("unexpected answer while shutting down: {a:?}"),
+                    // Refused connection: the listener is closed.
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    until("hooks acknowledged under load", Duration::from_secs(10), async || {
+        (acked.lock().expect("lock").len() >= 60).then_some(())
+    })
+    .await;
+    relay.sigterm();
+    let status = relay.wait_exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "exit after SIGTERM: {status}\n{}", relay.log());
+    for c in clients {
+        tokio::time::timeout(Duration::from_secs(10), c).await.expect("client stopped").expect("client ok");
+    }
+    assert!(relay.log().contains("stopped cleanly"), "{}", relay.log());
+    let acked = acked.lock().expect("lock").clone();
+    let before_restart: HashSet<String> = sink.delivered().iter().map(Req::id).collect();
+
+    relay.restart().await;
+    let want: HashSet<String> = acked.iter().map(|(_, id)| id.clone()).collect();
+    assert_eq!(want.len(), acked.len(), "an id was given twice");
+    let got = until("every acknowledged hook delivered", Duration::from_secs(20), async || {
+        let d = sink.delivered();
+        let ids: HashSet<String> = d.iter().map(Req::id).collect();
+        want.is_subset(&ids).then_some(d)
+    })
+    .await;
+    let extra: Vec<String> = got.iter().map(Req::id).filter(|id| !want.contains(id)).collect();
+    assert!(extra.is_empty(), "delivered but never acknowledged: {extra:?}");
+    for key in ["k2", "k3"] {
+        let want: Vec<&String> = acked.iter().filter(|(k, _)| k == key).map(|(_, id)| id).collect();
+        let mut seen = HashSet::new();
+        let order: Vec<&String> = got
+            .iter()
+            .filter(|r| r.key().as_deref() == Some(key))
+            .map(|r| r.id())
+            .filter(|id| seen.insert(id.clone()))
+            .map(|id| *want.iter().find(|w| ***w == id).expect("acked"))
+            .collect();
+        assert_eq!(order, want, "ordered key {key}: first deliveries in acknowledgement order");
+    }
+    println!(
+        "acknowledged {}, delivered before the restart {}, refused with 503 {}",
+        acked.len(),
+        before_restart.len(),
+        refused.load(Ordering::SeqCst)
+    );
+    relay.sigterm();
+    let status = relay.wait_exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "second exit: {status}");
+}
