@@ -9,3 +9,4 @@ mod sink;
 mod corpus;
 mod ordering;
 mod restart;
+mod ingest;
