@@ -10,3 +10,4 @@ mod corpus;
 mod ordering;
 mod restart;
 mod ingest;
+mod config;

@@ -230,8 +230,9 @@ async fn a_retrying_lane_holds_no_slot_between_attempts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_keyless_lane_and_its_key() {
     let sink = Sink::ok().await;
+    // fjall: the pure-Rust store, end to end.
     let relay = Relay::start(&config(
-        "memory",
+        "fjall",
         &format!(
             "
 tenants: [{{name: acme}}]

@@ -1,0 +1,171 @@
+//! Issue 4, "Tests": every ADR 0004 section 1-2 rejection that applies to the
+//! http and file sinks, through the binary: `ankusa check-config FILE` and
+//! `ankusa serve --config FILE` both exit non-zero naming the source, the
+//! sink and the option, and serve starts nothing (no data_dir, no store).
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use crate::relay::run_cli;
+
+fn base(kind: &str) -> &'static str {
+    match kind {
+        "http" => "url: 'http://127.0.0.1:9/hooks'",
+        "file" => "path: DATA/out.ndjson",
+        other => panic!("no kind {other}"),
+    }
+}
+
+/// A whole config: `top` (e.g. a store_headers section), one source `billing`
+/// with `source_extra` lines, its one sink entry `sink` (a flow mapping).
+fn yaml(dir: &Path, top: &str, source_extra: &str, sink: &str) -> String {
+    let data = dir.join("data");
+    let data = data.display();
+    format!(
+        "node: {{data_dir: '{data}', store: rocksdb}}
+listeners: {{ingest: '127.0.0.1:0', admin: '127.0.0.1:0'}}
+{top}
+sources:
+  - name: billing
+{source_extra}    sinks:
+      - {sink}
+"
+    )
+    .replace("DATA", &data.to_string())
+}
+
+/// Runs check-config and serve on `yaml`: both must fail and print `expected`.
+fn refused(yaml: &str, dir: &Path, expected: &str) {
+    let file = dir.join("bad.yaml");
+    std::fs::write(&file, yaml).expect("write");
+    let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
+    assert!(!status.success(), "check-config accepted:\n{yaml}\n{out}");
+    assert!(out.contains(expected), "check-config output lacks\n  {expected}\ngot:\n{out}\n---\n{yaml}");
+    let (status, out) = run_cli(&[OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()], dir);
+    assert!(!status.success(), "serve started on:\n{yaml}\n{out}");
+    assert!(out.contains(expected), "serve output lacks\n  {expected}\ngot:\n{out}\n---\n{yaml}");
+    assert!(!dir.join("data").exists(), "serve created the data_dir of an invalid config:\n{yaml}");
+}
+
+fn prefix(kind: &str, option: &str) -> String {
+    format!("source \"billing\", sink \"orders\" ({kind}): option \"{option}\": ")
+}
+
+#[test]
+fn ordered_sink_rejections_name_source_sink_and_option() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let mut cases = 0;
+    for kind in ["http", "file"] {
+        let b = base(kind);
+        // ordered with a plain string key.
+        refused(
+            &yaml(dir, "", "", &format!("{{type: {kind}, name: orders, {b}, ordered: true, ordering_key: x-entity-id}}")),
+            dir,
+            &format!(
+                "{}\"x-entity-id\" is a plain string; an ordered sink takes {{header: NAME}} or {{json: a.b.c}} (YAML cannot express a function key)",
+                prefix(kind, "ordering_key")
+            ),
+        );
+        cases += 1;
+        // ordering_key without ordered (absent or false), in every form.
+        for ordered in ["", "ordered: false, "] {
+            for key in ["{header: x-entity-id}", "{json: data.object.customer}", "cust"] {
+                refused(
+                    &yaml(dir, "", "", &format!("{{type: {kind}, name: orders, {b}, {ordered}ordering_key: {key}}}")),
+                    dir,
+                    &format!(
+                        "{}requires ordered: true (only a pubsub sink takes an ordering_key without it)",
+                        prefix(kind, "ordering_key")
+                    ),
+                );
+                cases += 1;
+            }
+        }
+        // The other rejected forms of an ordered sink's key, and of ordered.
+        for (key, message) in [
+            ("[x-entity-id]", "must be {header: NAME} or {json: a.b.c}, found a list"),
+            ("{header: x-entity-id, json: data.id}", "must be {header: NAME} or {json: a.b.c}, found a map"),
+            ("{header: 'x entity'}", "\"x entity\" is not a valid HTTP header name"),
+            (
+                "{json: 'data..customer'}",
+                "\"data..customer\" is not a JSON dot path: write member names separated by dots, e.g. data.object.customer",
+            ),
+        ] {
+            refused(
+                &yaml(dir, "", "", &format!("{{type: {kind}, name: orders, {b}, ordered: true, ordering_key: {key}}}")),
+                dir,
+                &format!("{}{message}", prefix(kind, "ordering_key")),
+            );
+            cases += 1;
+        }
+        refused(
+            &yaml(dir, "", "", &format!("{{type: {kind}, name: orders, {b}, ordered: 'yes'}}")),
+            dir,
+            &format!("{}must be true or false, found \"yes\"", prefix(kind, "ordered")),
+        );
+        cases += 1;
+        // An ordering header the store would not keep (ADR 0004 section 2).
+        let ordered = format!("{{type: {kind}, name: orders, {b}, ordered: true, ordering_key: {{header: X-Entity-Id}}}}");
+        for (top, extra, whose, action) in [
+            ("store_headers:\n  headers:\n    x-entity-id: drop", "", "the instance store_headers policy", "drops"),
+            ("store_headers:\n  default: hash", "", "the instance store_headers policy", "hashes"),
+            ("", "    store_headers:\n      headers:\n        X-ENTITY-ID: hash\n", "the source's store_headers override", "hashes"),
+            ("", "    store_headers:\n      default: drop\n", "the source's store_headers override", "drops"),
+        ] {
+            refused(
+                &yaml(dir, top, extra, &ordered),
+                dir,
+                &format!(
+                    "{}header \"x-entity-id\" is not kept by the store: {whose} {action} it, so a replay could not resolve the same key (ADR 0004 section 2); set store_headers headers.x-entity-id: keep",
+                    prefix(kind, "ordering_key")
+                ),
+            );
+            cases += 1;
+        }
+    }
+    assert_eq!(cases, 2 * (1 + 6 + 4 + 1 + 4));
+}
+
+#[test]
+fn every_problem_of_a_file_is_listed_and_a_valid_file_passes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let data = dir.join("data");
+    let bad = format!(
+        "node: {{data_dir: '{d}'}}
+sources:
+  - name: billing
+    sinks:
+      - {{type: http, name: a, url: 'http://127.0.0.1:9/x', ordering_key: {{header: k}}}}
+      - {{type: file, name: c, path: '{d}/x', ordered: true, ordering_key: k}}
+",
+        d = data.display()
+    );
+    let file = dir.join("bad.yaml");
+    std::fs::write(&file, &bad).expect("write");
+    for args in [vec![OsStr::new("check-config"), file.as_os_str()], vec![OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()]] {
+        let (status, out) = run_cli(&args, dir);
+        assert!(!status.success(), "{args:?}: {out}");
+        assert!(out.contains("2 problems in the config:"), "{args:?}: {out}");
+        assert!(out.contains("source \"billing\", sink \"a\" (http): option \"ordering_key\": requires ordered: true"), "{out}");
+        assert!(out.contains("source \"billing\", sink \"c\" (file): option \"ordering_key\": \"k\" is a plain string"), "{out}");
+    }
+    assert!(!data.exists());
+
+    let good = format!(
+        "node: {{data_dir: '{d}'}}
+sources:
+  - name: billing
+    sinks:
+      - {{type: http, name: a, url: 'http://127.0.0.1:9/x', ordered: true, ordering_key: {{header: X-Entity-Id}}}}
+      - {{type: file, name: c, path: '{d}/x', ordered: true, ordering_key: {{json: data.object.customer}}}}
+      - {{type: file, name: d, path: '{d}/y', ordered: true}}
+",
+        d = data.display()
+    );
+    std::fs::write(&file, &good).expect("write");
+    let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
+    assert!(status.success(), "{out}");
+    assert!(out.contains(": ok (1 sources, 1 tenants)"), "{out}");
+}
