@@ -322,7 +322,7 @@ impl<'k, K: Kv> Machine<'k, K> {
                 let b = queue::dead_letter(self.kv, rid(&id), Origin::InFlight, reason, now)
                     .map_err(err("dead_letter"))?;
                 self.write("dead_letter", b)?;
-                self.model.dead(&id, promote);
+                self.model.dead(&id, promote, reason);
             }
             Step::Orphan(p) => {
                 let v = self.view();
@@ -334,7 +334,7 @@ impl<'k, K: Kv> Machine<'k, K> {
                 let b = queue::orphan(self.kv, rid(&id), origin, "orphan: envelope gone", now)
                     .map_err(err("orphan"))?;
                 self.write("orphan", b)?;
-                self.model.dead(&id, promote);
+                self.model.dead(&id, promote, "orphan: envelope gone");
             }
             Step::Revive(p) => {
                 let dead: Vec<RowId> = self.view().dead.keys().copied().collect();
@@ -484,7 +484,7 @@ impl<'k, K: Kv> Machine<'k, K> {
                 if doomed {
                     self.hit("dead_letter_source with rows");
                 }
-                self.model.dead_source(u32::from(t), src);
+                self.model.dead_source(u32::from(t), src, "source deleted");
             }
         }
         self.model.prune_all();

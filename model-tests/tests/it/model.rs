@@ -27,6 +27,10 @@ pub struct MRow {
     pub src: u8,
     pub attempts: u32,
     pub first_attempt_ms: Option<u64>,
+    /// When the row was last claimed (the ?F value's claimed_at).
+    pub claimed_at_ms: Option<u64>,
+    /// The ?X value: dead_at and reason.
+    pub dead: Option<(u64, String)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -197,6 +201,8 @@ impl Model {
                     src: hk.src,
                     attempts: 0,
                     first_attempt_ms: None,
+                    claimed_at_ms: None,
+                    dead: None,
                 },
             );
         }
@@ -248,6 +254,7 @@ impl Model {
         let row = self.row_mut(id);
         row.state = MState::InFlight { kind };
         row.first_attempt_ms.get_or_insert(now);
+        row.claimed_at_ms = Some(now);
         Ok(())
     }
 
@@ -306,10 +313,12 @@ impl Model {
 
     /// A claimed row dead-lettered (policy, horizon, permanent, sink gone,
     /// orphan): to ?X; a head releases its lane (ADR 4.4).
-    pub fn dead(&mut self, id: &RowId, promote: bool) {
+    pub fn dead(&mut self, id: &RowId, promote: bool, reason: &str) {
         *self.dead_total.entry(id.0).or_default() += 1;
+        let now = self.now;
         let row = self.row_mut(id);
         row.state = MState::Dead;
+        row.dead = Some((now, reason.to_owned()));
         let lane = row.lane.map(|l| (id.0, l));
         self.behind.remove(id);
         if let Some(lane) = lane {
@@ -414,7 +423,8 @@ impl Model {
     }
 
     /// Every pending row (?D, ?F, ?O) of the source: dead; its lanes empty.
-    pub fn dead_source(&mut self, t: u32, src: u8) {
+    pub fn dead_source(&mut self, t: u32, src: u8, reason: &str) {
+        let now = self.now;
         let doomed: Vec<RowId> = self
             .rows
             .iter()
@@ -427,6 +437,7 @@ impl Model {
             *self.dead_total.entry(t).or_default() += 1;
             let row = self.row_mut(&id);
             row.state = MState::Dead;
+            row.dead = Some((now, reason.to_owned()));
             if let Some(lane) = row.lane.map(|l| (t, l)) {
                 let l = self.lanes.get_mut(&lane).expect("lane");
                 l.members.remove(&id);
@@ -525,11 +536,25 @@ impl Model {
                 }
                 MState::InFlight { kind } => {
                     let sv = v.inflight[id];
-                    if sv.kind != kind {
-                        return Err(format!("row {id:?}: ?F kind {:?} in store, {kind:?} in model", sv.kind));
+                    if sv.kind != kind || sv.size != m.size || Some(sv.claimed_at_ms) != m.claimed_at_ms {
+                        return Err(format!(
+                            "row {id:?}: ?F kind {:?} size {} claimed at {} in store, kind {kind:?} size {} claimed at {:?} in model",
+                            sv.kind, sv.size, sv.claimed_at_ms, m.size, m.claimed_at_ms
+                        ));
                     }
                 }
-                _ => {}
+                MState::Dead => {
+                    if Some(&v.dead[id]) != m.dead.as_ref() {
+                        return Err(format!("row {id:?}: ?X {:?} in store, {:?} in model", v.dead[id], m.dead));
+                    }
+                }
+                MState::Member => {
+                    let lane = m.lane.expect("a member has a lane");
+                    let sv = v.members[&(id.0, lane)][&(id.1, id.2)];
+                    if sv.size != m.size {
+                        return Err(format!("row {id:?}: ?O size {} in store, {} in model", sv.size, m.size));
+                    }
+                }
             }
         }
         // Stray index keys for rows that do not exist.

@@ -28,7 +28,8 @@ pub struct View {
     pub members: BTreeMap<LaneKey, BTreeMap<(u64, u16), LaneMemberValue>>,
     pub heads: BTreeMap<LaneKey, RowId>,
     pub markers: BTreeSet<LaneKey>,
-    pub dead: BTreeMap<RowId, String>,
+    /// ?X: row -> (dead_at_ms, reason)
+    pub dead: BTreeMap<RowId, (u64, String)>,
     pub active: BTreeSet<u32>,
     pub hooks: BTreeSet<(u32, u64)>,
     pub quarantined: BTreeSet<(u32, u64)>,
@@ -93,7 +94,7 @@ impl View {
         for (k, val) in index_family(read, Family::DeadLetter) {
             let key = DeadLetterKey::decode(&k).expect("?X key");
             let dv = ankusa_keys::DeadLetterValue::decode(&val).expect("?X value");
-            v.dead.insert((key.tenant.0, key.seq.0, key.sink.0), dv.reason);
+            v.dead.insert((key.tenant.0, key.seq.0, key.sink.0), (dv.dead_at_ms, dv.reason));
         }
         for (k, _) in index_family(read, Family::Quarantined) {
             let key = ankusa_keys::QuarantinedKey::decode(&k).expect("?Q key");
