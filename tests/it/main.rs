@@ -11,3 +11,4 @@ mod ordering;
 mod restart;
 mod ingest;
 mod config;
+mod send;
