@@ -217,3 +217,44 @@ sources:
     let status = relay.wait_exit(Duration::from_secs(30)).await;
     assert!(status.success(), "second exit: {status}");
 }
+
+/// A client that sent its headers and part of its body, then stalls: SIGTERM
+/// waits out the edge's 30 s grace period for it, then ends the connection
+/// and exits 0 (the stalled hook was never complete: nothing stored). Before
+/// the edge fix this process never exited: the stalled connection's task
+/// kept the edge and its Writer handle alive, and the Writer waits for every
+/// handle to go before it stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_stalled_client_exits_after_the_grace_period() {
+    use tokio::io::AsyncWriteExt;
+    let sink = Sink::ok().await;
+    let mut relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "
+sources:
+  - name: s
+    sinks: [{{type: http, url: '{}'}}]
+",
+            sink.url()
+        ),
+    ))
+    .await;
+    let done = relay.post("/hooks/s", &[JSON], body("x", 0)).await.id();
+    let mut stalled = tokio::net::TcpStream::connect(relay.ingest).await.expect("connect");
+    stalled
+        .write_all(b"POST /hooks/s HTTP/1.1\r\nhost: relay\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"key\":")
+        .await
+        .expect("write");
+    until("the complete hook delivered", Duration::from_secs(10), async || (sink.delivered().len() == 1).then_some(())).await;
+    relay.sigterm();
+    let started = std::time::Instant::now();
+    let status = relay.wait_exit(Duration::from_secs(45)).await;
+    assert!(status.success(), "exit after SIGTERM: {status}\n{}", relay.log());
+    assert!(started.elapsed() >= Duration::from_secs(29), "the grace period was not given: {:?}", started.elapsed());
+    let log = relay.log();
+    assert!(log.contains("connections still open 30 s after shutdown began; closing them"), "{log}");
+    assert!(log.contains("stopped cleanly"), "{log}");
+    drop(stalled);
+    assert_eq!(sink.requests().iter().map(Req::id).collect::<Vec<_>>(), [done]);
+}

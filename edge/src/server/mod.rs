@@ -118,8 +118,14 @@ impl<K: Kv> Edge<K> {
     /// and returns.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        // The connection tasks, so the ones still open when the grace period
+        // ends can be ended: each holds the edge (and its Writer handle),
+        // which the Writer waits for before it stops.
+        let mut conns = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
+                // Reap finished connections as they end.
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
                 accepted = listener.accept() => {
                     let (stream, peer) = match accepted {
                         Ok(a) => a,
@@ -137,7 +143,7 @@ impl<K: Kv> Edge<K> {
                     let conn = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc);
                     let conn = graceful.watch(conn);
-                    tokio::spawn(async move {
+                    conns.spawn(async move {
                         if let Err(e) = conn.await {
                             debug!(error = %e, %peer, "connection ended with an error");
                         }
@@ -154,7 +160,9 @@ impl<K: Kv> Edge<K> {
         drop(listener);
         if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await.is_err() {
             warn!("connections still open 30 s after shutdown began; closing them");
+            conns.abort_all();
         }
+        while conns.join_next().await.is_some() {}
     }
 
     /// Handles one request (public for tests that drive the handler directly).
