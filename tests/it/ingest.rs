@@ -186,3 +186,58 @@ sources:
     assert_eq!(got.json()["hook"], "a4");
     assert_eq!(sink.requests().len(), 6, "a refused hook reached the sink");
 }
+
+/// Ten copies of one Stripe event posted at once (a provider retry racing
+/// the first attempt): one is committed, the other nine answer 200
+/// `"duplicate": true` with its id, one delivery; the keyless-lane counter
+/// counts the one committed row only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_copies_of_one_event_commit_once() {
+    let sink = Sink::ok().await;
+    let relay = Relay::start(&config(
+        "rocksdb",
+        &format!(
+            "
+sources:
+  - name: stripe
+    verification: {{type: stripe, secrets: [whsec_corpus_test_secret_0001], tolerance_ms: {TEN_YEARS_MS}}}
+    dedupe: {{json: id}}
+    sinks:
+      - {{type: http, url: '{}', ordered: true, ordering_key: {{json: data.object.customer}}}}
+",
+            sink.url()
+        ),
+    ))
+    .await;
+    let h = Hook::load("stripe/customer_created.json");
+    let url = relay.url("/hooks/stripe");
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let h = h.clone();
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = crate::relay::client();
+            crate::relay::post(&client, &url, &h.send_headers(), h.body.clone()).await.expect("post")
+        }));
+    }
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.expect("task"));
+    }
+    assert!(answers.iter().all(|a| a.status == 200), "{answers:?}");
+    let firsts: Vec<_> = answers.iter().filter(|a| a.body.get("duplicate").is_none()).collect();
+    assert_eq!(firsts.len(), 1, "{answers:?}");
+    let id = firsts[0].id();
+    assert!(answers.iter().all(|a| a.body["id"] == id.as_str()), "{answers:?}");
+    let got = until("the delivery", Duration::from_secs(10), async || sink.delivered().into_iter().next()).await;
+    assert_eq!(got.id(), id);
+    let m = until("drained", Duration::from_secs(5), async || {
+        let m = relay.metrics().await;
+        (m["ankusa_queue_pending"] == 0.0).then_some(m)
+    })
+    .await;
+    assert_eq!(m["ankusa_ingest_accepted_total"], 1.0);
+    assert_eq!(m["ankusa_ingest_duplicates_total"], 9.0);
+    assert_eq!(sink.requests().len(), 1);
+    assert_eq!(m["ankusa_dispatch_lane_key_missing_total"], 1.0, "keyless rows counted that were never committed");
+}

@@ -236,6 +236,9 @@ impl<K: Kv> Edge<K> {
         if self.shutting_down.load(Ordering::SeqCst) {
             return self.unavailable("shutting down".into());
         }
+        // Counted only once the rows are committed (not for a Writer-side
+        // duplicate, a store failure or a shutdown).
+        let mut keyless_rows = 0u64;
         let rows: Vec<NewRow> = route
             .sinks
             .iter()
@@ -244,7 +247,7 @@ impl<K: Kv> Edge<K> {
                 lane: s.ordered.as_ref().map(|spec| {
                     let key = spec.as_ref().and_then(|spec| ordering::ordering_key(spec, &headers, &parsed));
                     if key.is_none() {
-                        self.stats.lane_key_missing.fetch_add(1, Ordering::Relaxed);
+                        keyless_rows += 1;
                     }
                     lanes::assign(s.index, route.id, key.as_deref())
                 }),
@@ -273,6 +276,7 @@ impl<K: Kv> Edge<K> {
             Ok(Ingested::Committed(seq)) => {
                 (self.on_commit)();
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
+                self.stats.lane_key_missing.fetch_add(keyless_rows, Ordering::Relaxed);
                 debug!(source = %route.name, tenant = %tenant.name, seq = seq.0, "hook accepted");
                 json(StatusCode::OK, serde_json::json!({ "id": uuid_text(&idempotency_key) }))
             }
