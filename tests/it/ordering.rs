@@ -180,13 +180,14 @@ async fn a_slow_key_delays_neither_another_key_nor_another_tenant() {
     assert_eq!(m["ankusa_dispatch_retries_total"], 1.0);
 }
 
-/// With one call at a time per (tenant, sink), a slow head waiting out its
-/// Retry-After holds no slot: hooks of another key go through meanwhile, and
+/// With one call at a time per (tenant, sink) and an admission window of one
+/// claimed row for the node, a slow head waiting out its Retry-After holds no
+/// slot and no window room: hooks of another key go through meanwhile, and
 /// `ankusa_dispatch_lanes_blocked` shows the waiting lane.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retrying_lane_holds_no_slot_between_attempts() {
     let sink = Sink::start(|r| if is_slow_head_first_try(r) { Reply::RetryAfter(503, "2") } else { Reply::Status(200) }).await;
-    let relay = Relay::start(&two_tenants(&sink, 10_000, "sink_concurrency: 1")).await;
+    let relay = Relay::start(&two_tenants(&sink, 10_000, "sink_concurrency: 1, admission_window: 1")).await;
     let slow1 = relay.post("/hooks/a", &[JSON, ("x-entity-id", "slow")], body(0, "slow")).await.id();
     let slow2 = relay.post("/hooks/a", &[JSON, ("x-entity-id", "slow")], body(1, "slow")).await.id();
     until("the slow head blocked", Duration::from_secs(10), async || {
