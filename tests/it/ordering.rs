@@ -276,3 +276,60 @@ sources:
     assert_eq!(second.iter().map(|r| r.id()).collect::<Vec<_>>(), ids, "keyless lane of the second sink: commit order");
     assert_eq!(relay.metric("ankusa_dispatch_lane_key_missing_total").await, 12.0, "5 keyless rows of sink 0 + 7 of sink 1");
 }
+
+/// A lane's head that is dead-lettered (a permanent 400, or a 503 past the
+/// retry horizon) releases its lane: the next hook of the key goes ahead
+/// (ADR 0004 4.4: a poison hook must not hold its key forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_head_releases_its_lane() {
+    let sink = Sink::start(|r| match (r.key().as_deref(), index_of(r)) {
+        (Some("poison"), 0) => Reply::Status(400),
+        (Some("down"), 0) => Reply::Status(503),
+        _ => Reply::Status(200),
+    })
+    .await;
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "
+retry: {{base_ms: 20, max_ms: 50, max_elapsed_ms: 400}}
+breaker: {{failures: 1000}}
+sources:
+  - name: s
+    sinks: [{{type: http, url: '{}', ordered: true, ordering_key: {{header: x-entity-id}}}}]
+",
+            sink.url()
+        ),
+    ))
+    .await;
+    let mut ids = std::collections::HashMap::new();
+    for key in ["poison", "down"] {
+        for i in 0..3 {
+            ids.insert((key.to_owned(), i), relay.post("/hooks/s", &[JSON, ("x-entity-id", key)], body(i, key)).await.id());
+        }
+    }
+    let m = until("both heads dead-lettered and their lanes drained", Duration::from_secs(10), async || {
+        let m = relay.metrics().await;
+        (m["ankusa_dlq_dead"] == 2.0 && m["ankusa_queue_pending"] == 0.0).then_some(m)
+    })
+    .await;
+    assert_eq!(m["ankusa_dispatch_dead_lettered_total"], 2.0);
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 4.0);
+    assert_eq!(m["ankusa_dispatch_lanes"], 0.0);
+    let reqs = sink.requests();
+    let poison: Vec<(usize, u32)> = reqs.iter().filter(|r| r.key().as_deref() == Some("poison")).map(|r| (index_of(r), r.attempt())).collect();
+    assert_eq!(poison, [(0, 1), (1, 1), (2, 1)], "a permanent failure is not retried; the lane goes on");
+    let down: Vec<usize> = reqs.iter().filter(|r| r.key().as_deref() == Some("down")).map(index_of).collect();
+    let tries = down.iter().take_while(|i| **i == 0).count();
+    assert!(tries >= 2, "the 503 head was retried until the horizon: {down:?}");
+    assert_eq!(&down[tries..], [1, 2], "after the horizon the lane goes on: {down:?}");
+    let first = reqs.iter().find(|r| r.key().as_deref() == Some("down")).expect("down head");
+    let last = reqs.iter().filter(|r| r.key().as_deref() == Some("down") && index_of(r) == 0).last().expect("down head");
+    assert!(last.at.duration_since(first.at) <= Duration::from_millis(400), "attempted past the 400 ms horizon");
+    for r in reqs.iter().filter(|r| index_of(r) > 0) {
+        assert_eq!(r.id(), ids[&(r.key().expect("key"), index_of(r))]);
+    }
+    let log = relay.log();
+    assert!(log.contains("permanent failure: dead-lettered"), "{log}");
+    assert!(log.contains("retry horizon passed: dead-lettered"), "{log}");
+}
