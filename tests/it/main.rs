@@ -12,3 +12,4 @@ mod restart;
 mod ingest;
 mod config;
 mod send;
+mod routes;
