@@ -156,7 +156,9 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
         batch: d.batch as usize,
         sink_concurrency: d.sink_concurrency as usize,
         window: d.admission_window as usize,
-        idle_ms: d.flush_interval_ms.max(1),
+        window_bytes: d.admission_window_bytes,
+        flush_interval_ms: d.flush_interval_ms,
+        ..DispatchConfig::default()
     };
     let retry = RetryPolicy { base_ms: cfg.retry.base_ms, max_ms: cfg.retry.max_ms, max_elapsed_ms: cfg.retry.max_elapsed_ms };
     let breaker = BreakerPolicy { failures: cfg.breaker.failures, open_ms: cfg.breaker.open_ms };
@@ -181,14 +183,13 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
         stats: EdgeStats::default(),
         clock: Box::new(now_ms),
     });
-    let admin_state = Arc::new(AdminState { kv: Arc::clone(&kv), edge: edge.clone(), ready: AtomicBool::new(false) });
+    let admin_state = Arc::new(AdminState { kv: Arc::clone(&kv), edge: edge.clone(), ready: Arc::clone(&pipeline_handle.ready) });
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
     let writer_task = tokio::spawn(writer.run());
     let pipeline_task = tokio::spawn(pipeline.run());
     let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx.clone()));
     let admin_task = tokio::spawn(serve_admin(Arc::clone(&admin_state), admin, shutdown_rx));
-    admin_state.ready.store(true, Ordering::SeqCst);
 
     println!("ankusa {} ({} store at {})", env!("CARGO_PKG_VERSION"), cfg.node.store.as_str(), cfg.node.data_dir.display());
     println!("ingest: http://{}  admin: http://{} (/metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);

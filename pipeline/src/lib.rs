@@ -26,14 +26,14 @@
 //! deliveries already made, in lane order (at-least-once).
 #![deny(missing_docs, clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ankusa_engine::{Batch, Cf, Direction, Durability, EngineError, Kv, Read};
 use ankusa_keys::{
-    CounterField, DeliveryRow, DueKey, Envelope, Family, SinkIx, SourceId, TenantOrd, counter_key, delivery_key,
+    CounterField, DeliveryRow, DueKey, DueValue, Envelope, Family, SinkIx, SourceId, TenantOrd, counter_key, delivery_key,
     due_range_until, family_range, hook_key,
 };
 use ankusa_queue::{Origin, QueueError, RowId};
@@ -103,7 +103,14 @@ pub struct DispatchConfig {
     pub sink_concurrency: usize,
     /// Most calls in flight on the node (the admission window).
     pub window: usize,
-    /// Longest sleep when there is nothing to do, ms.
+    /// Most bytes (row sizes) in flight on the node.
+    pub window_bytes: u64,
+    /// How long finished calls are collected before their outcomes are
+    /// committed as one batch, ms (a lane's ceiling is about 1 / (sink round
+    /// trip + this)).
+    pub flush_interval_ms: u64,
+    /// Longest sleep when there is nothing to do, ms: how late a retry that
+    /// fell due is noticed when nothing else wakes the pipeline.
     pub idle_ms: u64,
 }
 
@@ -113,7 +120,9 @@ impl Default for DispatchConfig {
             batch: 64,
             sink_concurrency: 8,
             window: 1024,
-            idle_ms: 25,
+            window_bytes: 64 << 20,
+            flush_interval_ms: 5,
+            idle_ms: 50,
         }
     }
 }
@@ -189,6 +198,9 @@ pub struct PipelineHandle {
     shutdown: Arc<watch::Sender<bool>>,
     /// Live counters.
     pub stats: Arc<PipelineStats>,
+    /// True once the pipeline has recovered the previous run's claimed rows
+    /// and is dispatching (what `/readyz` reports).
+    pub ready: Arc<AtomicBool>,
 }
 
 impl PipelineHandle {
@@ -206,10 +218,15 @@ impl PipelineHandle {
 
 type BreakerKey = (TenantOrd, SourceId, SinkIx);
 
+/// A (tenant, sink)'s breaker: closed while `failures < policy.failures`;
+/// then open until `open_until_ms` (claimed rows are parked until then); then
+/// half-open: one trial call at a time, whose Ok closes it and whose failure
+/// opens it again for `open_ms`.
 #[derive(Debug, Default, Clone, Copy)]
 struct Breaker {
     failures: u32,
     open_until_ms: u64,
+    trial_in_flight: bool,
 }
 
 struct Done {
@@ -217,6 +234,8 @@ struct Done {
     key: BreakerKey,
     outcome: Outcome,
     attempts_before: u32,
+    size: u64,
+    trial: bool,
 }
 
 /// The pipeline task. Build with [`Pipeline::new`], run with [`Pipeline::run`].
@@ -232,6 +251,8 @@ pub struct Pipeline<K: Kv> {
     stats: Arc<PipelineStats>,
     in_flight: HashMap<BreakerKey, usize>,
     in_flight_total: usize,
+    in_flight_bytes: u64,
+    ready: Arc<AtomicBool>,
     breakers: HashMap<BreakerKey, Breaker>,
     done_tx: mpsc::UnboundedSender<Done>,
     done_rx: mpsc::UnboundedReceiver<Done>,
@@ -251,10 +272,12 @@ impl<K: Kv> Pipeline<K> {
         let (shutdown_tx, shutdown) = watch::channel(false);
         let wake = Arc::new(Notify::new());
         let stats = Arc::new(PipelineStats::default());
+        let ready = Arc::new(AtomicBool::new(false));
         let handle = PipelineHandle {
             wake: Arc::clone(&wake),
             shutdown: Arc::new(shutdown_tx),
             stats: Arc::clone(&stats),
+            ready: Arc::clone(&ready),
         };
         (
             Pipeline {
@@ -269,6 +292,8 @@ impl<K: Kv> Pipeline<K> {
                 stats,
                 in_flight: HashMap::new(),
                 in_flight_total: 0,
+                in_flight_bytes: 0,
+                ready: Arc::clone(&ready),
                 breakers: HashMap::new(),
                 done_tx,
                 done_rx,
@@ -295,6 +320,7 @@ impl<K: Kv> Pipeline<K> {
     /// A store failure ([`PipelineError`]); the caller exits the process.
     pub async fn run(mut self) -> Result<(), PipelineError> {
         self.recover()?;
+        self.ready.store(true, Ordering::SeqCst);
         loop {
             let stopping = *self.shutdown.borrow();
             let mut done = Vec::new();
@@ -315,8 +341,14 @@ impl<K: Kv> Pipeline<K> {
             let idle = Duration::from_millis(self.dispatch.idle_ms.max(1));
             tokio::select! {
                 Some(d) = self.done_rx.recv() => {
-                    // Put it back through the normal path on the next pass.
-                    self.flush(vec![d]).await?;
+                    // Collect what else finishes within the flush interval,
+                    // then commit the outcomes together.
+                    tokio::time::sleep(Duration::from_millis(self.dispatch.flush_interval_ms)).await;
+                    let mut done = vec![d];
+                    while let Ok(d) = self.done_rx.try_recv() {
+                        done.push(d);
+                    }
+                    self.flush(done).await?;
                 }
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(idle) => {}
@@ -363,62 +395,98 @@ impl<K: Kv> Pipeline<K> {
                 self.write(again)?;
             }
         }
-        let due = self.kv.scan(Cf::Index, &due_range_until(tenant, now), Direction::Forward, self.dispatch.batch)?;
-        if due.is_empty() {
-            let b = ankusa_queue::sweep_markers(&*self.kv, tenant)?;
-            if !b.is_empty() {
-                self.write(b)?;
-                let again = ankusa_queue::sweep_markers_recheck(&*self.kv, tenant)?;
-                self.write(again)?;
-            }
-            return Ok(());
-        }
+        let mut range = due_range_until(tenant, now);
+        let page_len = self.dispatch.batch.max(1);
+        // Rows of a saturated sink are skipped, not claimed, so a visit reads on
+        // past them (up to SCAN_PAGES pages) to reach other sinks' rows: one
+        // slow sink does not starve the tenant's other sinks.
+        let mut pages = 0;
         let mut claims = Batch::new();
-        let mut starts = Vec::new();
+        let mut starts: Vec<Start> = Vec::new();
         let mut parks = Vec::new();
         let mut dead = Batch::new();
-        for (k, _) in due {
-            if self.in_flight_total + starts.len() >= self.dispatch.window {
+        let mut saturated: HashSet<BreakerKey> = HashSet::new();
+        let mut start_bytes = 0u64;
+        'pages: while starts.len() + parks.len() < page_len && pages < SCAN_PAGES {
+            let due = self.kv.scan(Cf::Index, &range, Direction::Forward, page_len)?;
+            pages += 1;
+            if due.is_empty() {
+                if pages == 1 {
+                    let b = ankusa_queue::sweep_markers(&*self.kv, tenant)?;
+                    if !b.is_empty() {
+                        self.write(b)?;
+                        let again = ankusa_queue::sweep_markers_recheck(&*self.kv, tenant)?;
+                        self.write(again)?;
+                    }
+                    return Ok(());
+                }
                 break;
             }
-            let dk = DueKey::decode(&k).map_err(QueueError::from)?;
-            let row_id = RowId::new(tenant, dk.seq, dk.sink);
-            let Some(envelope) = self.kv.get(Cf::Hooks, &hook_key(tenant, dk.seq))? else {
-                warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
-                dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope missing", now)?);
-                continue;
-            };
-            let envelope = match Envelope::decode(&envelope) {
-                Ok(e) => e,
-                Err(e) => {
-                    warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
-                    dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", now)?);
+            let full_page = due.len() == page_len;
+            if let Some((last, _)) = due.last() {
+                let mut next = last.to_vec();
+                next.push(0);
+                range.start = next;
+            }
+            for (k, v) in due {
+                if self.in_flight_total + starts.len() >= self.dispatch.window
+                    || self.in_flight_bytes + start_bytes >= self.dispatch.window_bytes
+                {
+                    break 'pages;
+                }
+                let dk = DueKey::decode(&k).map_err(QueueError::from)?;
+                let size = u64::from(DueValue::decode(&v).map_err(QueueError::from)?.size);
+                let row_id = RowId::new(tenant, dk.seq, dk.sink);
+                let Some(envelope) = self.kv.get(Cf::Hooks, &hook_key(tenant, dk.seq))? else {
+                    warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
+                    dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope missing", now)?);
+                    continue;
+                };
+                let envelope = match Envelope::decode(&envelope) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
+                        dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", now)?);
+                        continue;
+                    }
+                };
+                let key = (tenant, envelope.source, dk.sink);
+                if saturated.contains(&key) {
                     continue;
                 }
-            };
-            let key = (tenant, envelope.source, dk.sink);
-            let Some(route) = self.routes.sinks.get(&(envelope.source, dk.sink)).cloned() else {
-                let reason = if self.routes.source_known(envelope.source) { "sink gone: not configured" } else { "source gone: not configured" };
-                warn!(%row_id, reason, "dead-lettering a row nobody can deliver");
-                dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, now)?);
-                continue;
-            };
-            let busy = self.in_flight.get(&key).copied().unwrap_or(0)
-                + starts.iter().filter(|s: &&Start| s.key == key).count();
-            if busy >= self.dispatch.sink_concurrency {
-                continue;
+                let Some(route) = self.routes.sinks.get(&(envelope.source, dk.sink)).cloned() else {
+                    let reason = if self.routes.source_known(envelope.source) { "sink gone: not configured" } else { "source gone: not configured" };
+                    warn!(%row_id, reason, "dead-lettering a row nobody can deliver");
+                    dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, now)?);
+                    continue;
+                };
+                let busy = self.in_flight.get(&key).copied().unwrap_or(0) + starts.iter().filter(|s| s.key == key).count();
+                if busy >= self.dispatch.sink_concurrency {
+                    saturated.insert(key);
+                    continue;
+                }
+                // Breaker: open -> park; half-open -> one trial call at a time.
+                let breaker = self.breakers.get(&key).copied().unwrap_or_default();
+                let tripped = breaker.failures >= self.breaker.failures;
+                if tripped && breaker.open_until_ms <= now && (breaker.trial_in_flight || starts.iter().any(|s| s.key == key && s.trial)) {
+                    saturated.insert(key);
+                    continue;
+                }
+                let Some(row) = self.kv.get(Cf::Deliveries, &delivery_key(tenant, dk.seq, dk.sink))? else {
+                    continue; // claim would fail the same way; the checker reports it
+                };
+                let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
+                claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
+                if tripped && breaker.open_until_ms > now {
+                    parks.push((row_id, breaker.open_until_ms));
+                    continue;
+                }
+                start_bytes += size;
+                starts.push(Start { row_id, key, route, envelope, row, size, trial: tripped });
             }
-            let Some(row) = self.kv.get(Cf::Deliveries, &delivery_key(tenant, dk.seq, dk.sink))? else {
-                continue; // claim below would fail the same way; the checker reports it
-            };
-            let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
-            claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
-            let breaker = self.breakers.get(&key).copied().unwrap_or_default();
-            if breaker.open_until_ms > now {
-                parks.push((row_id, breaker.open_until_ms));
-                continue;
+            if !full_page {
+                break;
             }
-            starts.push(Start { row_id, key, route, envelope, row });
         }
         self.write(dead)?;
         self.write(claims)?;
@@ -431,6 +499,10 @@ impl<K: Kv> Pipeline<K> {
             self.stats.parked.fetch_add(parks.len() as u64, Ordering::Relaxed);
         }
         for s in starts {
+            if s.trial {
+                self.breakers.entry(s.key).or_default().trial_in_flight = true;
+                info!(row = %s.row_id, "breaker half-open: one trial delivery");
+            }
             self.start(s);
         }
         Ok(())
@@ -466,12 +538,14 @@ impl<K: Kv> Pipeline<K> {
         };
         *self.in_flight.entry(s.key).or_default() += 1;
         self.in_flight_total += 1;
+        self.in_flight_bytes += s.size;
         self.stats.in_flight.store(self.in_flight_total as u64, Ordering::Relaxed);
         let tx = self.done_tx.clone();
         let attempts_before = s.row.attempts;
+        let (size, trial) = (s.size, s.trial);
         tokio::spawn(async move {
             let outcome = s.route.sink.deliver(&s.envelope, &ctx).await;
-            let _ = tx.send(Done { row: s.row_id, key: s.key, outcome, attempts_before });
+            let _ = tx.send(Done { row: s.row_id, key: s.key, outcome, attempts_before, size, trial });
         });
     }
 
@@ -511,6 +585,7 @@ impl<K: Kv> Pipeline<K> {
             let slot = self.in_flight.entry(d.key).or_default();
             *slot = slot.saturating_sub(1);
             self.in_flight_total = self.in_flight_total.saturating_sub(1);
+            self.in_flight_bytes = self.in_flight_bytes.saturating_sub(d.size);
             let built = self.outcome_batch(&d, now, &mut rng);
             match built {
                 Ok(b) => {
@@ -529,18 +604,24 @@ impl<K: Kv> Pipeline<K> {
 
     fn outcome_batch(&mut self, d: &Done, now: u64, rng: &mut impl Rng) -> Result<Batch, QueueError> {
         let breaker = self.breakers.entry(d.key).or_default();
+        if d.trial {
+            breaker.trial_in_flight = false;
+        }
         match &d.outcome {
             Outcome::Ok => {
+                if breaker.failures >= self.breaker.failures {
+                    info!(row = %d.row, "breaker closed: the trial delivery succeeded");
+                }
                 breaker.failures = 0;
                 self.stats.delivered.fetch_add(1, Ordering::Relaxed);
                 debug!(row = %d.row, "delivered");
                 ankusa_queue::delivered(&*self.kv, d.row, now)
             }
             Outcome::Retry { reason, after } => {
-                breaker.failures += 1;
-                if breaker.failures >= self.breaker.failures {
+                breaker.failures = breaker.failures.saturating_add(1);
+                if breaker.failures >= self.breaker.failures && (d.trial || breaker.open_until_ms <= now) {
                     breaker.open_until_ms = now + self.breaker.open_ms;
-                    warn!(row = %d.row, failures = breaker.failures, "breaker open for this sink");
+                    warn!(row = %d.row, failures = breaker.failures, open_ms = self.breaker.open_ms, "breaker open for this sink");
                 }
                 let row = self.kv.get(Cf::Deliveries, &delivery_key(d.row.tenant, d.row.seq, d.row.sink))?;
                 let first = row
@@ -586,7 +667,12 @@ struct Start {
     route: Route,
     envelope: Envelope,
     row: DeliveryRow,
+    size: u64,
+    trial: bool,
 }
+
+/// Pages of `dispatch.batch` due entries a tenant visit reads at most.
+const SCAN_PAGES: usize = 8;
 
 /// Reads a tenant counter field, for metrics and tests.
 ///

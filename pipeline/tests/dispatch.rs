@@ -110,7 +110,7 @@ fn start(kv: Arc<MemoryKv>, script: Arc<Mutex<Script>>, slow_key: Option<&str>) 
     routes.tenants.insert(TENANT, "acme".into());
     let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
     let retry = RetryPolicy { base_ms: 2, max_ms: 10, max_elapsed_ms: 60_000 };
-    let dispatch = DispatchConfig { batch: 16, sink_concurrency: 8, window: 64, idle_ms: 2 };
+    let dispatch = DispatchConfig { batch: 16, sink_concurrency: 8, window: 64, idle_ms: 2, flush_interval_ms: 1, ..DispatchConfig::default() };
     let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, BreakerPolicy::default(), now_ms);
     let tasks = vec![
         tokio::spawn(async move { writer.run().await.unwrap() }),

@@ -13,3 +13,5 @@ mod ingest;
 mod config;
 mod send;
 mod routes;
+mod starvation;
+mod breaker;

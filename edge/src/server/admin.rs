@@ -34,8 +34,9 @@ pub struct AdminState<K: Kv> {
     pub kv: Arc<K>,
     /// The edge's counters.
     pub edge: Arc<dyn EdgeStatsSource>,
-    /// Ready once the store is open and the pipeline has recovered.
-    pub ready: AtomicBool,
+    /// Ready once the store is open and the pipeline has recovered the
+    /// previous run's claimed rows (the pipeline sets it).
+    pub ready: Arc<AtomicBool>,
 }
 
 /// Where the admin listener finds the edge's counters.
