@@ -15,3 +15,4 @@ mod send;
 mod routes;
 mod starvation;
 mod breaker;
+mod challenge;

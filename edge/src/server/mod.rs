@@ -108,6 +108,29 @@ fn retry_after(mut r: Resp, seconds: u64) -> Resp {
     r
 }
 
+/// A provider's GET handshake (DESIGN section 5): echo the value of query
+/// parameter `param` as text; 403 when a configured token does not match
+/// (compared in constant time), 400 when the parameter is missing.
+fn challenge(query: &str, param: &str, token: Option<&(String, Vec<u8>)>) -> Resp {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    if let Some((token_param, want)) = token {
+        let got = get(token_param).unwrap_or("").as_bytes();
+        let same = got.len() == want.len() && bool::from(subtle::ConstantTimeEq::ct_eq(got, want.as_slice()));
+        if !same {
+            return error(StatusCode::FORBIDDEN, format!("challenge refused: {token_param} does not match"));
+        }
+    }
+    match get(param) {
+        Some(v) => {
+            let mut r = Response::new(Full::new(Bytes::from(v.to_owned())));
+            r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            r
+        }
+        None => error(StatusCode::BAD_REQUEST, format!("challenge: query parameter {param} missing")),
+    }
+}
+
 fn uuid_text(bytes: &[u8; 16]) -> String {
     uuid::Uuid::from_bytes(*bytes).hyphenated().to_string()
 }
@@ -175,6 +198,11 @@ impl<K: Kv> Edge<K> {
             Ok(t) => t,
             Err(msg) => return error(StatusCode::NOT_FOUND, msg),
         };
+        if req.method() == Method::GET
+            && let Some((param, token)) = &route.challenge
+        {
+            return challenge(req.uri().query().unwrap_or(""), param, token.as_ref());
+        }
         if req.method() != Method::POST {
             return error(StatusCode::METHOD_NOT_ALLOWED, "hooks are POSTed");
         }

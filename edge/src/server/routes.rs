@@ -58,6 +58,9 @@ pub struct SourceRoute {
     pub policy: HeaderPolicy,
     /// Sink entries.
     pub sinks: Vec<SinkRoute>,
+    /// The GET handshake: the query parameter to echo, and the token's
+    /// parameter and value when the provider sends one.
+    pub challenge: Option<(String, Option<(String, Vec<u8>)>)>,
 }
 
 impl SourceRoute {
@@ -213,6 +216,9 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
             },
             policy: s.store_headers.clone(),
             sinks,
+            challenge: s.challenge.as_ref().map(|c| {
+                (c.query.clone(), c.token.as_ref().map(|(q, t)| (q.clone(), t.expose().as_bytes().to_vec())))
+            }),
         });
     }
     Ok(out)
