@@ -216,13 +216,18 @@ impl Relay {
             .text()
             .await
             .expect("metrics body");
-        text.lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-            .filter_map(|l| {
-                let (name, value) = l.rsplit_once(' ')?;
-                Some((name.to_owned(), value.parse().ok()?))
-            })
-            .collect()
+        // Every sample by its full name (`name{labels}`), and a labelled
+        // family also summed under its bare name.
+        let mut out = std::collections::HashMap::new();
+        for l in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+            let Some((name, value)) = l.rsplit_once(' ') else { continue };
+            let Ok(value) = value.parse::<f64>() else { continue };
+            if let Some((bare, _)) = name.split_once('{') {
+                *out.entry(bare.to_owned()).or_insert(0.0) += value;
+            }
+            out.insert(name.to_owned(), value);
+        }
+        out
     }
 
     /// One sample of `/metrics`; panics if it is not there.

@@ -93,23 +93,32 @@ impl<K: Kv> Collector for StoreCollector<K> {
             }
         }
         let s = self.state.edge.stats();
-        let edge: [(&str, &str, &AtomicU64); 7] = [
+        let edge: [(&str, &str, &AtomicU64); 6] = [
             ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
             ("ankusa_ingest_duplicates", "Provider retries answered from the dedupe record", &s.duplicates),
             ("ankusa_ingest_unauthorized", "Hooks refused by verification (401)", &s.unauthorized),
             ("ankusa_ingest_too_large", "Hooks refused for size (413)", &s.too_large),
             ("ankusa_ingest_throttled", "Hooks refused by tenant bounds (429)", &s.throttled),
             ("ankusa_ingest_unavailable", "Hooks refused with 503 (node bounds, shutdown, store)", &s.unavailable),
-            (
-                "ankusa_dispatch_lane_key_missing",
-                "Ordered rows that resolved no key and took the keyless lane",
-                &s.lane_key_missing,
-            ),
         ];
         for (name, help, v) in edge {
             let c = ConstCounter::new(v.load(Ordering::Relaxed));
             let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
             c.encode(m)?;
+        }
+        // Labelled by sink kind only: the series count never depends on keys,
+        // tenants or lanes (ADR 0004 section 7).
+        let missing = s.lane_key_missing.lock().map(|m| m.clone()).unwrap_or_default();
+        let mut family = encoder.encode_descriptor(
+            "ankusa_dispatch_lane_key_missing",
+            "Ordered rows that resolved no ordering key and took the keyless lane, by sink kind",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (kind, n) in missing {
+            let labels = [("sink", kind)];
+            let m = family.encode_family(&labels)?;
+            ConstCounter::new(n).encode(m)?;
         }
         Ok(())
     }

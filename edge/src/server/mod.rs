@@ -54,8 +54,10 @@ pub struct EdgeStats {
     pub throttled: AtomicU64,
     /// 503.
     pub unavailable: AtomicU64,
-    /// Ordered rows that resolved no key (the keyless lane), ADR 0004 section 7.
-    pub lane_key_missing: AtomicU64,
+    /// Ordered rows that resolved no key (the keyless lane), by sink kind
+    /// (`http`, `file`, ...): `ankusa_dispatch_lane_key_missing_total{sink}`,
+    /// ADR 0004 section 7.
+    pub lane_key_missing: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
 /// Everything the ingest handler reads.
@@ -266,7 +268,7 @@ impl<K: Kv> Edge<K> {
         }
         // Counted only once the rows are committed (not for a Writer-side
         // duplicate, a store failure or a shutdown).
-        let mut keyless_rows = 0u64;
+        let mut keyless: Vec<&'static str> = Vec::new();
         let rows: Vec<NewRow> = route
             .sinks
             .iter()
@@ -275,7 +277,7 @@ impl<K: Kv> Edge<K> {
                 lane: s.ordered.as_ref().map(|spec| {
                     let key = spec.as_ref().and_then(|spec| ordering::ordering_key(spec, &headers, &parsed));
                     if key.is_none() {
-                        keyless_rows += 1;
+                        keyless.push(s.kind);
                     }
                     lanes::assign(s.index, route.id, key.as_deref())
                 }),
@@ -304,7 +306,12 @@ impl<K: Kv> Edge<K> {
             Ok(Ingested::Committed(seq)) => {
                 (self.on_commit)();
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
-                self.stats.lane_key_missing.fetch_add(keyless_rows, Ordering::Relaxed);
+                if !keyless.is_empty() {
+                    let mut m = self.stats.lane_key_missing.lock().unwrap_or_else(|p| p.into_inner());
+                    for kind in keyless {
+                        *m.entry(kind).or_default() += 1;
+                    }
+                }
                 debug!(source = %route.name, tenant = %tenant.name, seq = seq.0, "hook accepted");
                 json(StatusCode::OK, serde_json::json!({ "id": uuid_text(&idempotency_key) }))
             }

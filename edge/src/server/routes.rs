@@ -30,6 +30,9 @@ pub struct TenantRoute {
 pub struct SinkRoute {
     /// Index in the source's list.
     pub index: SinkIx,
+    /// The sink's kind (`http`, `file`, ...), the label of
+    /// `ankusa_dispatch_lane_key_missing_total{sink}`.
+    pub kind: &'static str,
     /// `None`: unordered. `Some(None)`: ordered, keyless lane only.
     /// `Some(Some(spec))`: ordered by that key.
     pub ordered: Option<Option<KeySpec>>,
@@ -200,7 +203,7 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
                     });
                 }
             };
-            sinks.push(SinkRoute { index: SinkIx(e.index), ordered });
+            sinks.push(SinkRoute { index: SinkIx(e.index), kind: e.kind.as_str(), ordered });
         }
         out.push(SourceRoute {
             name: s.name.clone(),
