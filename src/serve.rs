@@ -180,6 +180,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
         node_max_pending: cfg.node.max_pending,
         node_max_pending_bytes: cfg.node.max_pending_bytes,
         shutting_down: AtomicBool::new(false),
+        reservations: Default::default(),
         stats: EdgeStats::default(),
         clock: Box::new(now_ms),
     });

@@ -253,6 +253,9 @@ pub struct Pipeline<K: Kv> {
     in_flight_total: usize,
     in_flight_bytes: u64,
     ready: Arc<AtomicBool>,
+    /// The earliest due time of a row this pipeline rescheduled (retry, park),
+    /// so the loop wakes for it on time instead of at the next idle tick.
+    next_wake_ms: Option<u64>,
     breakers: HashMap<BreakerKey, Breaker>,
     done_tx: mpsc::UnboundedSender<Done>,
     done_rx: mpsc::UnboundedReceiver<Done>,
@@ -294,6 +297,7 @@ impl<K: Kv> Pipeline<K> {
                 in_flight_total: 0,
                 in_flight_bytes: 0,
                 ready: Arc::clone(&ready),
+                next_wake_ms: None,
                 breakers: HashMap::new(),
                 done_tx,
                 done_rx,
@@ -338,7 +342,14 @@ impl<K: Kv> Pipeline<K> {
             } else {
                 self.pass()?;
             }
-            let idle = Duration::from_millis(self.dispatch.idle_ms.max(1));
+            let now = self.now();
+            let mut idle_ms = self.dispatch.idle_ms.max(1);
+            match self.next_wake_ms {
+                Some(at) if at <= now => self.next_wake_ms = None,
+                Some(at) => idle_ms = idle_ms.min(at - now),
+                None => {}
+            }
+            let idle = Duration::from_millis(idle_ms);
             tokio::select! {
                 Some(d) = self.done_rx.recv() => {
                     // Collect what else finishes within the flush interval,
@@ -407,6 +418,7 @@ impl<K: Kv> Pipeline<K> {
         let mut dead = Batch::new();
         let mut saturated: HashSet<BreakerKey> = HashSet::new();
         let mut start_bytes = 0u64;
+        let mut horizon: Vec<RowId> = Vec::new();
         'pages: while starts.len() + parks.len() < page_len && pages < SCAN_PAGES {
             let due = self.kv.scan(Cf::Index, &range, Direction::Forward, page_len)?;
             pages += 1;
@@ -476,6 +488,15 @@ impl<K: Kv> Pipeline<K> {
                     continue; // claim would fail the same way; the checker reports it
                 };
                 let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
+                // The horizon is checked again when the row is claimed: a
+                // retry due just inside it must not start an attempt outside it.
+                if let Some(first) = row.first_attempt_at_ms
+                    && now.saturating_sub(first) > self.retry.max_elapsed_ms
+                {
+                    claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
+                    horizon.push(row_id);
+                    continue;
+                }
                 claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
                 if tripped && breaker.open_until_ms > now {
                     parks.push((row_id, breaker.open_until_ms));
@@ -490,10 +511,20 @@ impl<K: Kv> Pipeline<K> {
         }
         self.write(dead)?;
         self.write(claims)?;
+        if !horizon.is_empty() {
+            let mut b = Batch::new();
+            for row_id in &horizon {
+                warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
+                b.extend(ankusa_queue::dead_letter(&*self.kv, *row_id, Origin::InFlight, "retry horizon passed", now)?);
+            }
+            self.stats.dead_lettered.fetch_add(horizon.len() as u64, Ordering::Relaxed);
+            self.write(b)?;
+        }
         if !parks.is_empty() {
             let mut b = Batch::new();
             for (row_id, until) in &parks {
                 b.extend(ankusa_queue::park(&*self.kv, *row_id, *until, now)?);
+                self.next_wake_ms = Some(self.next_wake_ms.map_or(*until, |w| w.min(*until)));
             }
             self.write(b)?;
             self.stats.parked.fetch_add(parks.len() as u64, Ordering::Relaxed);
@@ -620,7 +651,7 @@ impl<K: Kv> Pipeline<K> {
             Outcome::Retry { reason, after } => {
                 breaker.failures = breaker.failures.saturating_add(1);
                 if breaker.failures >= self.breaker.failures && (d.trial || breaker.open_until_ms <= now) {
-                    breaker.open_until_ms = now + self.breaker.open_ms;
+                    breaker.open_until_ms = now.saturating_add(self.breaker.open_ms);
                     warn!(row = %d.row, failures = breaker.failures, open_ms = self.breaker.open_ms, "breaker open for this sink");
                 }
                 let row = self.kv.get(Cf::Deliveries, &delivery_key(d.row.tenant, d.row.seq, d.row.sink))?;
@@ -639,7 +670,9 @@ impl<K: Kv> Pipeline<K> {
                 }
                 self.stats.retried.fetch_add(1, Ordering::Relaxed);
                 warn!(row = %d.row, attempt = attempts, delay_ms = delay, %reason, "delivery failed; will retry");
-                ankusa_queue::retry(&*self.kv, d.row, now + delay, reason, now)
+                let due = now.saturating_add(delay);
+                self.next_wake_ms = Some(self.next_wake_ms.map_or(due, |w| w.min(due)));
+                ankusa_queue::retry(&*self.kv, d.row, due, reason, now)
             }
             Outcome::Permanent { reason } => {
                 breaker.failures = 0;

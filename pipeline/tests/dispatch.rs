@@ -292,3 +292,71 @@ async fn restart_redelivers_claimed_head_first() {
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
     kv.write(ankusa_engine::Batch::new(), Durability::Sync).unwrap();
 }
+
+/// A sink that always asks for a retry after an absurd Retry-After.
+struct RetryForever(Arc<AtomicU64>);
+
+#[async_trait]
+impl Sink for RetryForever {
+    async fn deliver(&self, _hook: &SinkEnvelope, _ctx: &DeliveryCtx) -> Outcome {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Outcome::Retry { reason: "503".into(), after: Some(Duration::MAX) }
+    }
+    fn kind(&self) -> &'static str {
+        "retry-forever"
+    }
+}
+
+/// Regression (found by adversarial testing: `attempt to add with overflow`
+/// panicked the pipeline, and the restart crash-looped): the largest retry
+/// horizon, breaker open time and Retry-After the config and a sink can give
+/// are saturated, not overflowed. The pipeline keeps running and the row
+/// waits in ?D.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extreme_retry_after_and_breaker_do_not_overflow() {
+    let kv = Arc::new(MemoryKv::new());
+    let calls = Arc::new(AtomicU64::new(0));
+    let mut routes = Routes::default();
+    routes.sinks.insert(
+        (SOURCE, SinkIx(0)),
+        Route { sink: Arc::new(RetryForever(Arc::clone(&calls))), sink_name: "r".into(), source_name: "demo".into() },
+    );
+    let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
+    let retry = RetryPolicy { base_ms: 1, max_ms: u64::MAX, max_elapsed_ms: u64::MAX };
+    let breaker = BreakerPolicy { failures: 1, open_ms: u64::MAX };
+    let dispatch = DispatchConfig { idle_ms: 2, flush_interval_ms: 1, ..DispatchConfig::default() };
+    let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
+    let writer_task = tokio::spawn(writer.run());
+    let pipeline_task = tokio::spawn(pipeline.run());
+    for n in 0..2 {
+        let envelope = Envelope {
+            source: SOURCE,
+            received_at_ms: now_ms(),
+            method: "POST".into(),
+            path: "/hooks/demo".into(),
+            query: None,
+            headers: vec![],
+            body: format!("hook-{n}").into_bytes(),
+            dedupe_key: None,
+            idempotency_key: [0; 16],
+        };
+        let req = IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane: None }], dedupe_ttl_ms: None };
+        writer_handle.ingest(req).await.unwrap();
+        handle.wake();
+    }
+    for _ in 0..400 {
+        if calls.load(Ordering::SeqCst) >= 1 && counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap() >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!pipeline_task.is_finished(), "the pipeline stopped");
+    assert!(counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap() >= 1);
+    assert_eq!(counter(&*kv, TENANT, CounterField::Pending).unwrap(), 2, "both rows wait, none lost");
+    assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
+    handle.shutdown();
+    drop(writer_handle);
+    tokio::time::timeout(Duration::from_secs(10), pipeline_task).await.unwrap().unwrap().unwrap();
+    writer_task.await.unwrap().unwrap();
+}

@@ -241,3 +241,59 @@ sources:
     assert_eq!(sink.requests().len(), 1);
     assert_eq!(m["ankusa_dispatch_lane_key_missing_total"], 1.0, "keyless rows counted that were never committed");
 }
+
+/// Concurrent requests cannot all pass the bounds on the same stale counter:
+/// 60 hooks posted at once to a tenant with `max_pending: 20` (the sink holds
+/// every delivery, so nothing drains) never put more than 20 rows in the
+/// store (a hook committing while another is checked may be counted twice for
+/// a moment, so the burst may admit a few less); posting on one at a time
+/// then fills the bound to exactly 20 and no further.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_bounds_hold_under_concurrent_requests() {
+    let sink = Sink::start(|_| Reply::Hold).await;
+    let relay = Relay::start(&format!(
+        "
+node: {{data_dir: '{{DATA}}', store: memory}}
+listeners: {{ingest: '{{INGEST}}', admin: '{{ADMIN}}'}}
+tenants: [{{name: a, max_pending: 20}}]
+sources:
+  - {{name: sa, tenant: a, sinks: [{{type: http, url: '{url}'}}]}}
+",
+        url = sink.url()
+    ))
+    .await;
+    let client = crate::relay::client();
+    let url = relay.url("/hooks/sa");
+    let mut posts = tokio::task::JoinSet::new();
+    for i in 0..60 {
+        let (client, url) = (client.clone(), url.clone());
+        posts.spawn(async move {
+            crate::relay::post(&client, &url, &[("content-type", "application/json")], format!("{{\"n\":{i}}}").into_bytes())
+                .await
+                .expect("post")
+                .status
+        });
+    }
+    let mut statuses = Vec::new();
+    while let Some(s) = posts.join_next().await {
+        statuses.push(s.expect("task"));
+    }
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    assert!((15..=20).contains(&admitted), "{admitted} admitted: {statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 60 - admitted, "{statuses:?}");
+    assert_eq!(relay.metrics().await["ankusa_queue_pending"], admitted as f64);
+    let mut more = 0;
+    loop {
+        let a = relay.post("/hooks/sa", &[("content-type", "application/json")], b"{}".to_vec()).await;
+        if a.status == 429 {
+            break;
+        }
+        assert_eq!(a.status, 200, "{a:?}");
+        more += 1;
+        assert!(admitted + more <= 20, "the bound was passed");
+    }
+    assert_eq!(admitted + more, 20);
+    let m = relay.metrics().await;
+    assert_eq!(m["ankusa_queue_pending"], 20.0);
+    assert_eq!(m["ankusa_ingest_accepted_total"], 20.0);
+}

@@ -335,7 +335,11 @@ sources:
     assert_eq!(&down[tries..], [1, 2], "after the horizon the lane goes on: {down:?}");
     let first = reqs.iter().find(|r| r.key().as_deref() == Some("down")).expect("down head");
     let last = reqs.iter().filter(|r| r.key().as_deref() == Some("down") && index_of(r) == 0).last().expect("down head");
-    assert!(last.at.duration_since(first.at) <= Duration::from_millis(400), "attempted past the 400 ms horizon");
+    // The relay starts no attempt past the horizon, measured from the first
+    // attempt's claim; what the sink sees adds the time from claim to arrival
+    // of each request, which differs by a few ms between attempts.
+    let span = last.at.duration_since(first.at);
+    assert!(span <= Duration::from_millis(400 + 40), "attempted {span:?} after the first attempt, past the 400 ms horizon");
     for r in reqs.iter().filter(|r| index_of(r) > 0) {
         assert_eq!(r.id(), ids[&(r.key().expect("key"), index_of(r))]);
     }

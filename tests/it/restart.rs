@@ -218,9 +218,10 @@ sources:
     assert!(status.success(), "second exit: {status}");
 }
 
-/// A client that sent its headers and part of its body, then stalls: SIGTERM
-/// waits out the edge's 30 s grace period for it, then ends the connection
-/// and exits 0 (the stalled hook was never complete: nothing stored). Before
+/// A client that sent its headers and part of its body, then stalls: the edge
+/// answers 408 when the body read timeout (10 s) passes, so SIGTERM's shutdown
+/// ends within its grace period and exits 0 (the stalled hook was never
+/// complete: nothing stored). Before
 /// the edge fix this process never exited: the stalled connection's task
 /// kept the edge and its Writer handle alive, and the Writer waits for every
 /// handle to go before it stops.
@@ -251,9 +252,8 @@ sources:
     let started = std::time::Instant::now();
     let status = relay.wait_exit(Duration::from_secs(45)).await;
     assert!(status.success(), "exit after SIGTERM: {status}\n{}", relay.log());
-    assert!(started.elapsed() >= Duration::from_secs(29), "the grace period was not given: {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(17), "shutdown outlasted the body timeout and the grace period: {:?}", started.elapsed());
     let log = relay.log();
-    assert!(log.contains("connections still open 30 s after shutdown began; closing them"), "{log}");
     assert!(log.contains("stopped cleanly"), "{log}");
     drop(stalled);
     assert_eq!(sink.requests().iter().map(Req::id).collect::<Vec<_>>(), [done]);

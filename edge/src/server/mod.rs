@@ -78,6 +78,8 @@ pub struct Edge<K: Kv> {
     pub node_max_pending_bytes: u64,
     /// Set when shutting down: new hooks get 503.
     pub shutting_down: AtomicBool,
+    /// Hooks admitted and not yet committed (see `reserve`).
+    pub reservations: std::sync::Mutex<Reservations>,
     /// Counters.
     pub stats: EdgeStats,
     /// Unix ms.
@@ -91,6 +93,20 @@ impl<K: Kv> std::fmt::Debug for Edge<K> {
 }
 
 type Resp = Response<Full<Bytes>>;
+
+/// Most ingest connections open at once; past it the listener stops accepting
+/// until one closes (the kernel's backlog holds the rest), so idle sockets can
+/// not exhaust the process's file descriptors and starve the admin listener.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// How long a connection may take to send a request's headers (also the idle
+/// time allowed between keep-alive requests).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request may take to send its body: past it, 408 and nothing
+/// stored.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for requests in progress before ending their
+/// connections.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 
 fn json(status: StatusCode, body: serde_json::Value) -> Resp {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
@@ -151,7 +167,7 @@ impl<K: Kv> Edge<K> {
             tokio::select! {
                 // Reap finished connections as they end.
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                accepted = listener.accept() => {
+                accepted = listener.accept(), if conns.len() < MAX_CONNECTIONS => {
                     let (stream, peer) = match accepted {
                         Ok(a) => a,
                         Err(e) => {
@@ -165,7 +181,13 @@ impl<K: Kv> Edge<K> {
                         let edge = Arc::clone(&edge);
                         async move { Ok::<_, Infallible>(edge.handle(req, peer).await) }
                     });
+                    // half_close: a client that shuts its write side after the
+                    // request still gets its answer (its hook may already be
+                    // committed; it must learn the id).
                     let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(HEADER_READ_TIMEOUT)
+                        .half_close(true)
                         .serve_connection(TokioIo::new(stream), svc);
                     let conn = graceful.watch(conn);
                     conns.spawn(async move {
@@ -183,8 +205,8 @@ impl<K: Kv> Edge<K> {
         }
         self.shutting_down.store(true, Ordering::SeqCst);
         drop(listener);
-        if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await.is_err() {
-            warn!("connections still open 30 s after shutdown began; closing them");
+        if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+            warn!(grace_s = SHUTDOWN_GRACE.as_secs(), "connections still open after the shutdown grace period; closing them");
             conns.abort_all();
         }
         while conns.join_next().await.is_some() {}
@@ -216,7 +238,16 @@ impl<K: Kv> Edge<K> {
         }
         let (parts, body) = req.into_parts();
         let limit = usize::try_from(self.body_limit_bytes).unwrap_or(usize::MAX);
-        let body = match Limited::new(body, limit).collect().await {
+        let collected = match tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect()).await {
+            Ok(c) => c,
+            Err(_) => {
+                return error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("the body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs()),
+                );
+            }
+        };
+        let body = match collected {
             Ok(b) => b.to_bytes(),
             Err(e) => {
                 if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
@@ -258,11 +289,13 @@ impl<K: Kv> Edge<K> {
                 Err(msg) => return self.unavailable(msg),
             }
         }
-        match self.over_bounds(&tenant, route.sinks.len() as u64, body.len() as u64) {
-            Ok(None) => {}
-            Ok(Some(resp)) => return resp,
+        let rows_n = route.sinks.len() as u64;
+        let bytes_n = (body.len() as u64).saturating_mul(rows_n);
+        let reservation = match self.reserve(&tenant, rows_n, bytes_n) {
+            Ok(Ok(r)) => r,
+            Ok(Err(resp)) => return resp,
             Err(msg) => return self.unavailable(msg),
-        }
+        };
         if self.shutting_down.load(Ordering::SeqCst) {
             return self.unavailable("shutting down".into());
         }
@@ -302,7 +335,11 @@ impl<K: Kv> Edge<K> {
             rows,
             dedupe_ttl_ms: route.dedupe.as_ref().map(|(_, ttl)| *ttl),
         };
-        match self.writer.ingest(req).await {
+        let ingested = self.writer.ingest(req).await;
+        // Committed rows are in the store's counters now; refused or failed
+        // ones never counted.
+        drop(reservation);
+        match ingested {
             Ok(Ingested::Committed(seq)) => {
                 (self.on_commit)();
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -372,25 +409,67 @@ impl<K: Kv> Edge<K> {
         Envelope::decode(&raw).ok().map(|e| uuid_text(&e.idempotency_key))
     }
 
-    /// 429 when the tenant is over its own bounds, 503 when the node is.
-    fn over_bounds(&self, tenant: &TenantRoute, rows: u64, bytes: u64) -> Result<Option<Resp>, String> {
-        let read = |t: TenantOrd, f: CounterField| self.kv.counter(&counter_key(t, f)).map_err(|e| e.to_string());
-        let pending = read(tenant.ord, CounterField::Pending)?.max(0) as u64;
-        let pending_bytes = read(tenant.ord, CounterField::Bytes)?.max(0) as u64;
-        if pending + rows > tenant.max_pending || pending_bytes + bytes * rows > tenant.max_pending_bytes {
+    /// Admission against the queue bounds: 429 when the tenant is over its
+    /// own bounds, 503 when the node is. The check counts the store's
+    /// counters plus every hook admitted and not yet committed (its
+    /// reservation, held until the Writer answers), so concurrent requests
+    /// cannot all pass on the same stale counter.
+    fn reserve(&self, tenant: &TenantRoute, rows: u64, bytes: u64) -> Result<Result<Reservation<'_>, Resp>, String> {
+        let read = |t: TenantOrd, f: CounterField| -> Result<u64, String> {
+            Ok(self.kv.counter(&counter_key(t, f)).map_err(|e| e.to_string())?.max(0) as u64)
+        };
+        let mut held = self.reservations.lock().unwrap_or_else(|p| p.into_inner());
+        let (t_rows, t_bytes) = held.tenants.get(&tenant.ord).copied().unwrap_or((0, 0));
+        let pending = read(tenant.ord, CounterField::Pending)? + t_rows;
+        let pending_bytes = read(tenant.ord, CounterField::Bytes)? + t_bytes;
+        if pending + rows > tenant.max_pending || pending_bytes + bytes > tenant.max_pending_bytes {
             self.stats.throttled.fetch_add(1, Ordering::Relaxed);
             info!(tenant = %tenant.name, pending, pending_bytes, "hook refused: tenant over its queue bounds");
-            return Ok(Some(retry_after(
+            return Ok(Err(retry_after(
                 error(StatusCode::TOO_MANY_REQUESTS, format!("tenant {} is over its queue bounds", tenant.name)),
                 30,
             )));
         }
-        let node_pending = read(TenantOrd::NODE, CounterField::Pending)?.max(0) as u64;
-        let node_bytes = read(TenantOrd::NODE, CounterField::Bytes)?.max(0) as u64;
-        if node_pending + rows > self.node_max_pending || node_bytes + bytes * rows > self.node_max_pending_bytes {
-            return Ok(Some(self.unavailable("the node is over its queue bounds".into())));
+        let node_pending = read(TenantOrd::NODE, CounterField::Pending)? + held.node.0;
+        let node_bytes = read(TenantOrd::NODE, CounterField::Bytes)? + held.node.1;
+        if node_pending + rows > self.node_max_pending || node_bytes + bytes > self.node_max_pending_bytes {
+            return Ok(Err(self.unavailable("the node is over its queue bounds".into())));
         }
-        Ok(None)
+        let e = held.tenants.entry(tenant.ord).or_default();
+        e.0 += rows;
+        e.1 += bytes;
+        held.node.0 += rows;
+        held.node.1 += bytes;
+        Ok(Ok(Reservation { edge_reservations: &self.reservations, tenant: tenant.ord, rows, bytes }))
+    }
+}
+
+/// Rows and bytes admitted at the edge and not yet committed, per tenant and
+/// for the node.
+#[derive(Debug, Default)]
+pub struct Reservations {
+    tenants: std::collections::HashMap<TenantOrd, (u64, u64)>,
+    node: (u64, u64),
+}
+
+/// A hook's admission, released when the request ends (committed: the
+/// store's counters hold it now; refused or failed: it never counted).
+struct Reservation<'a> {
+    edge_reservations: &'a std::sync::Mutex<Reservations>,
+    tenant: TenantOrd,
+    rows: u64,
+    bytes: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut held = self.edge_reservations.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = held.tenants.get_mut(&self.tenant) {
+            e.0 = e.0.saturating_sub(self.rows);
+            e.1 = e.1.saturating_sub(self.bytes);
+        }
+        held.node.0 = held.node.0.saturating_sub(self.rows);
+        held.node.1 = held.node.1.saturating_sub(self.bytes);
     }
 }
 
