@@ -57,7 +57,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve { config } => serve::main(config),
         Command::Send { files, url, path } => send::main(&files, &url, path.as_deref()),
-        Command::CheckConfig { file } => match ankusa_config::Config::load(&file) {
+        Command::CheckConfig { file } => match ankusa_config::Config::load(&file)
+            .map_err(|e| e.to_string())
+            .and_then(|c| serve::validate(&c).map(|()| c).map_err(|e| format!("{e:#}")))
+        {
             Ok(c) => {
                 println!("{}: ok ({} sources, {} tenants)", file.display(), c.sources.len(), c.tenants.len());
                 ExitCode::SUCCESS

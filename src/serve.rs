@@ -46,7 +46,12 @@ pub fn main(config: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(e) = validate(&cfg) {
+        eprintln!("ankusa: {e:#}");
+        return ExitCode::from(2);
+    }
     let result = rt.block_on(async move {
+        warn_other_stores(&cfg);
         std::fs::create_dir_all(&cfg.node.data_dir)
             .with_context(|| format!("creating data_dir {}", cfg.node.data_dir.display()))?;
         let store_dir = cfg.node.data_dir.join(format!("store-{}", cfg.node.store.as_str()));
@@ -66,9 +71,77 @@ pub fn main(config: Option<PathBuf>) -> ExitCode {
 }
 
 fn init_logs() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        // Colours only on a terminal: log files and journald get plain text.
+        .with_ansi(std::io::stdout().is_terminal())
+        .try_init();
+}
+
+/// Everything `serve` would refuse after opening the store, checked before:
+/// each sink's options as its adapter reads them, sink types this binary does
+/// not have, and what the edge cannot serve. `check-config` runs the same.
+pub fn validate(cfg: &Config) -> anyhow::Result<()> {
+    let mut problems = Vec::new();
+    for s in &cfg.sources {
+        for e in &s.sinks {
+            let options = e.options_json();
+            let named = |e2: String| format!("source {:?}, sink {:?} ({}): {e2}", s.name, e.name, e.kind.as_str());
+            let checked = match e.kind {
+                SinkKind::Http => ankusa_sinks::http::HttpSinkConfig::from_options(&options)
+                    .and_then(|c| c.validate().map(|()| c))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                SinkKind::File => ankusa_sinks::file::FileSinkConfig::from_options(&options)
+                    .and_then(|c| c.validate().map(|()| c))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                other => Err(format!(
+                    "sink type {} is not built into this binary yet (this build has http and file)",
+                    other.as_str()
+                )),
+            };
+            if let Err(msg) = checked {
+                problems.push(named(msg));
+            }
+        }
+    }
+    // The edge's mapping, with provisional numbers (the store's come later).
+    let mut provisional = ankusa_queue::Registry::default();
+    for (i, t) in cfg.tenants.iter().enumerate() {
+        provisional.tenants.insert(t.name.clone(), ankusa_keys::TenantOrd(i as u32 + 1));
+    }
+    for (i, s) in cfg.sources.iter().enumerate() {
+        provisional.sources.insert(s.name.clone(), ankusa_keys::SourceId(i as u32 + 1));
+    }
+    if let Err(e) = build_routes(cfg, &provisional) {
+        problems.push(e.to_string());
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        bail!("invalid config:\n  {}", problems.join("\n  "))
+    }
+}
+
+/// Warns when `data_dir` holds a store of another backend: switching
+/// `node.store` starts an empty store and leaves the other one's pending
+/// hooks undelivered until it is switched back.
+fn warn_other_stores(cfg: &Config) {
+    for other in ["rocksdb", "fjall"] {
+        if other != cfg.node.store.as_str() && cfg.node.data_dir.join(format!("store-{other}")).exists() {
+            tracing::warn!(
+                data_dir = %cfg.node.data_dir.display(),
+                other,
+                "data_dir also holds a {other} store; its pending hooks are not delivered by this {} store",
+                cfg.node.store.as_str()
+            );
+        }
+    }
 }
 
 fn now_ms() -> u64 {

@@ -34,6 +34,22 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// Request headers of the provider that the HTTP sink does not forward:
+/// hop-by-hop headers (RFC 9110 section 7.6.1), the framing of the original
+/// request, and the content type (sent from the stored value separately).
+const FORWARD_SKIP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "expect",
+];
+
 impl HttpSink {
     /// Validates `config` and builds the sink's client. Installs ring as the
     /// process's rustls crypto provider if none is installed yet (module docs).
@@ -64,6 +80,23 @@ impl HttpSink {
     /// The headers of one delivery: extra headers, content type, metadata.
     fn request_headers(&self, hook: &Envelope, ctx: &DeliveryCtx) -> HeaderMap {
         let mut h = self.headers.clone();
+        // The provider's own headers as stored (after the store_headers
+        // policy), so the destination sees `X-GitHub-Event`, `Stripe-Signature`
+        // and the like: configured headers win, and hop-by-hop, framing and
+        // our own `x-ankusa-*` names are never forwarded.
+        for (name, value) in &hook.headers {
+            let Ok(name) = HeaderName::from_bytes(name) else { continue };
+            if FORWARD_SKIP.contains(&name.as_str())
+                || name.as_str().starts_with("x-ankusa-")
+                || name.as_str().starts_with("proxy-")
+                || self.headers.contains_key(&name)
+            {
+                continue;
+            }
+            if let Ok(v) = HeaderValue::from_bytes(value) {
+                h.append(name, v);
+            }
+        }
         let content_type = ctx.content_type.as_deref().map(str::as_bytes).or_else(|| {
             hook.headers
                 .iter()

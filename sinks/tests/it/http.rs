@@ -506,3 +506,33 @@ fn config_errors_name_the_option() {
         "timeout_ms"
     );
 }
+
+/// The provider's stored headers reach the destination (so it can tell a
+/// GitHub `push` from a `ping`), except hop-by-hop and framing headers, our
+/// own `x-ankusa-*` names (a provider cannot spoof them) and headers the sink
+/// config sets (the config wins).
+#[tokio::test]
+async fn provider_headers_are_forwarded_except_reserved_ones() {
+    let server = ok_server().await;
+    let mut config = HttpSinkConfig::new(server.url("/"));
+    config.headers = vec![("x-team".into(), "payments".into())];
+    let s = HttpSink::new(&config).expect("sink");
+    let mut h = hook(b"{}");
+    h.headers.extend([
+        (b"X-GitHub-Event".to_vec(), b"push".to_vec()),
+        (b"Connection".to_vec(), b"close".to_vec()),
+        (b"Transfer-Encoding".to_vec(), b"chunked".to_vec()),
+        (b"Content-Length".to_vec(), b"999".to_vec()),
+        (b"x-ankusa-tenant".to_vec(), b"spoofed".to_vec()),
+        (b"x-team".to_vec(), b"from-provider".to_vec()),
+    ]);
+    assert_eq!(s.deliver(&h, &ctx()).await, Outcome::Ok);
+    let r = only(&server);
+    assert_eq!(r.header("x-github-event"), Some("push"));
+    assert_eq!(r.header("x-shopify-topic"), Some("orders/create"));
+    assert_eq!(r.header("x-ankusa-tenant"), Some("acme"), "a provider header cannot spoof metadata");
+    assert_eq!(r.header("x-team"), Some("payments"), "the sink config wins");
+    assert_eq!(r.header("transfer-encoding"), None);
+    assert_eq!(r.header("content-length"), Some("2"), "framing is the sink's own");
+    assert_ne!(r.header("connection"), Some("close"));
+}
