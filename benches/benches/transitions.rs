@@ -1,9 +1,10 @@
 //! The pure batch builders of `queue` and `lanes` (issue 3): ns per transition
 //! and engine operations per transition (gets, seeks, entries scanned), on the
-//! memory engine so the figures are the builders' own cost. Each iteration
-//! builds the batch and commits it, so the next iteration starts from the
-//! state the transition leaves (the commit is in the timing; its op counts are
-//! reported apart as `batches`/`bytes_written`).
+//! memory engine so the figures are the builders' own cost. A setup (not
+//! timed) builds the state each transition starts from; the timed routine
+//! builds the transition's batch and commits it. Op counts of one routine are
+//! printed as `ops/transition` lines (reads of the builder, and the one batch
+//! it commits).
 //!
 //! Transitions: ingest (unordered, ordered), claim, delivered (unordered),
 //! release with a waiting member, release without one (delivered of a lane
@@ -12,8 +13,8 @@
 use std::time::Duration;
 
 use ankusa_engine::memory::MemoryKv;
-use ankusa_engine::{Batch, Cf, Direction, Durability, Kv, OpStats, Read};
-use ankusa_keys::{DueKey, Envelope, Family, LaneId, SinkIx, SourceId, TenantOrd, Seq, due_range_until, family_range};
+use ankusa_engine::{Batch, Durability, Kv, OpStats};
+use ankusa_keys::{DueKey, Envelope, Seq, SinkIx, SourceId, TenantOrd};
 use ankusa_queue::{Hook, NewRow, RowId, lanes, new_ops};
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -44,158 +45,116 @@ fn ingest(kv: &MemoryKv, seq: u64, lane: Option<&str>) {
     kv.write(b, Durability::Buffered).unwrap();
 }
 
-fn first_due(kv: &MemoryKv) -> DueKey {
-    let (k, _) = kv.scan(Cf::Index, &due_range_until(T, NOW), Direction::Forward, 1).unwrap().remove(0);
-    DueKey::decode(&k).unwrap()
-}
-
-fn report(name: &str, kv: &MemoryKv, before: OpStats, n: u64) {
-    let d = kv.stats() - before;
+fn report(name: &str, d: OpStats) {
     eprintln!(
-        "ops/transition {name}: gets {:.1}, seeks {:.1}, entries scanned {:.1}, bytes written {:.0}",
-        d.gets as f64 / n as f64,
-        d.seeks as f64 / n as f64,
-        d.entries_scanned as f64 / n as f64,
-        d.bytes_written as f64 / n as f64
+        "ops/transition {name}: gets {}, seeks {}, entries scanned {}, batches {}, bytes written {}",
+        d.gets, d.seeks, d.entries_scanned, d.batches, d.bytes_written
     );
 }
 
-/// Runs `step` once per iteration and prints its op counts per call.
-fn bench(c: &mut Criterion, name: &str, kv: &MemoryKv, mut step: impl FnMut(&MemoryKv)) {
+/// Benches `routine` on the state `setup` builds before each iteration, and
+/// reports the engine operations of one routine call (build + commit).
+fn bench<S>(c: &mut Criterion, name: &str, kv: &MemoryKv, mut setup: impl FnMut(&MemoryKv) -> S, mut routine: impl FnMut(&MemoryKv, S)) {
+    let s = setup(kv);
     let before = kv.stats();
-    let mut n = 0u64;
+    routine(kv, s);
+    report(name, kv.stats() - before);
     c.bench_function(name, |b| {
-        b.iter(|| {
-            step(kv);
-            n += 1;
-        })
+        b.iter_batched(|| setup(kv), |s| routine(kv, s), criterion::BatchSize::PerIteration)
     });
-    report(name, kv, before, n.max(1));
+}
+
+fn claim_row(kv: &MemoryKv, seq: u64) -> RowId {
+    let due = DueKey { tenant: T, due_ms: NOW, seq: Seq(seq), sink: SinkIx(0) };
+    kv.write(ankusa_queue::claim(kv, due, NOW).unwrap(), Durability::Buffered).unwrap();
+    RowId::new(T, Seq(seq), SinkIx(0))
+}
+
+fn promote_all(kv: &MemoryKv) {
+    let out = lanes::sweep(kv, T, 64, NOW).unwrap();
+    kv.write(out.batch, Durability::Buffered).unwrap();
 }
 
 fn transitions(c: &mut Criterion) {
-    // Ingest, unordered and ordered (blind puts: no reads).
-    let kv = MemoryKv::new();
-    let mut seq = 0;
-    bench(c, "ingest_unordered", &kv, |kv| {
-        seq += 1;
-        ingest(kv, seq, None);
-    });
-    let kv = MemoryKv::new();
-    let mut seq = 0;
-    bench(c, "ingest_ordered", &kv, |kv| {
-        seq += 1;
-        ingest(kv, seq, Some("cus_1"));
-    });
-
-    // Claim then delivered of unordered rows, one pair per iteration.
-    let kv = MemoryKv::new();
-    let mut seq = 0;
-    let before = kv.stats();
-    let mut claims = 0u64;
-    c.bench_function("claim", |b| {
-        b.iter_batched(
-            || {
-                seq += 1;
-                ingest(&kv, seq, None);
-                first_due(&kv)
-            },
-            |due| {
-                kv.write(ankusa_queue::claim(&kv, due, NOW).unwrap(), Durability::Buffered).unwrap();
-                claims += 1;
-            },
-            criterion::BatchSize::SmallInput,
-        )
-    });
-    let _ = (before, claims);
-    let inflight: Vec<RowId> = kv
-        .scan(Cf::Index, &family_range(Family::InFlight), Direction::Forward, usize::MAX)
-        .unwrap()
-        .into_iter()
-        .map(|(k, _)| {
-            let f = ankusa_keys::InFlightKey::decode(&k).unwrap();
-            RowId::new(f.tenant, f.seq, f.sink)
-        })
-        .collect();
-    let mut rows = inflight.into_iter();
-    let before = kv.stats();
-    let mut n = 0;
-    c.bench_function("delivered_unordered", |b| {
-        b.iter(|| {
-            if let Some(r) = rows.next() {
-                kv.write(ankusa_queue::delivered(&kv, r, NOW).unwrap(), Durability::Buffered).unwrap();
-                n += 1;
-            }
-        })
-    });
-    report("delivered_unordered", &kv, before, n.max(1));
-
-    // Release with a waiting member: a lane with a long queue; each iteration
-    // claims the head and delivers it, promoting the next member.
-    for (name, key_per_hook) in [("delivered_head_release_with_member", false), ("delivered_head_release_no_member", true)] {
-        let kv = MemoryKv::new();
-        let hooks = 20_000u64;
-        for s in 1..=hooks {
-            let key = if key_per_hook { format!("k{s}") } else { "cus_1".to_owned() };
-            ingest(&kv, s, Some(&key));
-        }
-        // Promote every lane once (one sweep per marker).
-        loop {
-            let out = lanes::sweep(&kv, T, 4096, NOW).unwrap();
-            if out.markers == 0 {
-                break;
-            }
-            kv.write(out.batch, Durability::Buffered).unwrap();
-        }
-        let before = kv.stats();
-        let mut n = 0u64;
-        c.bench_function(name, |b| {
-            b.iter_batched(
-                || {
-                    let due = first_due(&kv);
-                    kv.write(ankusa_queue::claim(&kv, due, NOW).unwrap(), Durability::Buffered).unwrap();
-                    RowId::new(due.tenant, due.seq, due.sink)
-                },
-                |row| {
-                    let s0 = kv.stats();
-                    kv.write(ankusa_queue::delivered(&kv, row, NOW).unwrap(), Durability::Buffered).unwrap();
-                    n += 1;
-                    kv.stats() - s0
-                },
-                criterion::BatchSize::SmallInput,
-            )
-        });
-        let _ = before;
-        // Op counts of the delivered+release builder alone, measured once more.
-        let due = first_due(&kv);
-        kv.write(ankusa_queue::claim(&kv, due, NOW).unwrap(), Durability::Buffered).unwrap();
-        let s0 = kv.stats();
-        kv.write(ankusa_queue::delivered(&kv, RowId::new(due.tenant, due.seq, due.sink), NOW).unwrap(), Durability::Buffered)
-            .unwrap();
-        report(name, &kv, s0, 1);
-    }
-
-    // Sweep of one marker whose lane has a member and no head (a promote).
-    let kv = MemoryKv::new();
     let mut seq = 0u64;
-    let before = kv.stats();
-    let mut n = 0u64;
-    c.bench_function("sweep_one_marker_promote", |b| {
-        b.iter_batched(
-            || {
-                seq += 1;
-                ingest(&kv, seq, Some(&format!("lane{seq}")));
-            },
-            |()| {
-                let out = lanes::sweep(&kv, T, 1, NOW).unwrap();
-                kv.write(out.batch, Durability::Buffered).unwrap();
-                n += 1;
-            },
-            criterion::BatchSize::SmallInput,
-        )
-    });
-    let _ = (before, n);
-    let _: Option<LaneId> = None;
+    let mut next = move || {
+        seq += 1;
+        seq
+    };
+    let kv = MemoryKv::new();
+    bench(c, "ingest_unordered", &kv, |_| next(), |kv, s| ingest(kv, s, None));
+    let kv = MemoryKv::new();
+    bench(c, "ingest_ordered", &kv, |_| next(), |kv, s| ingest(kv, s, Some("cus_1")));
+    let kv = MemoryKv::new();
+    bench(
+        c,
+        "claim",
+        &kv,
+        |kv| {
+            let s = next();
+            ingest(kv, s, None);
+            DueKey { tenant: T, due_ms: NOW, seq: Seq(s), sink: SinkIx(0) }
+        },
+        |kv, due| kv.write(ankusa_queue::claim(kv, due, NOW).unwrap(), Durability::Buffered).unwrap(),
+    );
+    let kv = MemoryKv::new();
+    bench(
+        c,
+        "delivered_unordered",
+        &kv,
+        |kv| {
+            let s = next();
+            ingest(kv, s, None);
+            claim_row(kv, s)
+        },
+        |kv, row| kv.write(ankusa_queue::delivered(kv, row, NOW).unwrap(), Durability::Buffered).unwrap(),
+    );
+    // A lane head delivered while a member waits: the release promotes it.
+    let kv = MemoryKv::new();
+    bench(
+        c,
+        "delivered_head_release_with_member",
+        &kv,
+        |kv| {
+            let (a, b) = (next(), next());
+            let key = format!("lane{a}");
+            ingest(kv, a, Some(&key));
+            ingest(kv, b, Some(&key));
+            promote_all(kv);
+            claim_row(kv, a)
+        },
+        |kv, row| kv.write(ankusa_queue::delivered(kv, row, NOW).unwrap(), Durability::Buffered).unwrap(),
+    );
+    // A lane head delivered with nobody behind it: the release deletes ?H.
+    let kv = MemoryKv::new();
+    bench(
+        c,
+        "delivered_head_release_no_member",
+        &kv,
+        |kv| {
+            let a = next();
+            ingest(kv, a, Some(&format!("lane{a}")));
+            promote_all(kv);
+            claim_row(kv, a)
+        },
+        |kv, row| kv.write(ankusa_queue::delivered(kv, row, NOW).unwrap(), Durability::Buffered).unwrap(),
+    );
+    // The per-visit sweep of one marker whose lane has a member and no head.
+    let kv = MemoryKv::new();
+    bench(
+        c,
+        "sweep_one_marker_promote",
+        &kv,
+        |kv| {
+            let a = next();
+            ingest(kv, a, Some(&format!("lane{a}")));
+        },
+        |kv, ()| {
+            let out = lanes::sweep(kv, T, 1, NOW).unwrap();
+            assert_eq!(out.promoted, 1);
+            kv.write(out.batch, Durability::Buffered).unwrap();
+        },
+    );
 }
 
 fn config() -> Criterion {
