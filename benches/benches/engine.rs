@@ -138,5 +138,24 @@ fn counter_adds(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, sync_commit, prefix_scan, tombstone_scan, counter_adds);
+fn counter_read_after_adds(c: &mut Criterion) {
+    // A hot counter after 20,000 blind adds (every transition adds to a dozen):
+    // what a read costs once the adds have piled up.
+    let mut g = c.benchmark_group("counter_read_after_20k_adds");
+    g.sample_size(30).measurement_time(Duration::from_secs(3));
+    for backend in BACKENDS {
+        let dir = tempfile::tempdir().unwrap();
+        with_backend(backend, dir.path(), |kv| {
+            for _ in 0..20_000 {
+                let mut w = Batch::new();
+                w.counter_add(b"Chot".to_vec(), 1);
+                kv.write(w, Durability::Buffered).unwrap();
+            }
+            g.bench_function(backend, |b| b.iter(|| assert_eq!(kv.read().counter(b"Chot").unwrap(), 20_000)));
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, sync_commit, prefix_scan, tombstone_scan, counter_adds, counter_read_after_adds);
 criterion_main!(benches);
