@@ -42,7 +42,13 @@ sources:
     let path = relay.data_dir().join("deliveries.ndjson");
     let lines = until("every hook in the NDJSON file", Duration::from_secs(20), async || {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("an NDJSON line")).collect();
+        // Only complete lines: the sink may be writing the next one (a 1 MiB
+        // body is a long line) while this reads.
+        let lines: Vec<serde_json::Value> = text
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .map(|l| serde_json::from_str(l).expect("an NDJSON line"))
+            .collect();
         (lines.len() >= files.len()).then_some(lines)
     })
     .await;
