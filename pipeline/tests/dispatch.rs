@@ -278,8 +278,12 @@ async fn restart_redelivers_claimed_head_first() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    for t in &relay.tasks {
+    // abort() is cooperative: wait until both tasks have really stopped, or
+    // the old pipeline could still claim beside the new one (two pipelines on
+    // one store is not a state a real crash leaves).
+    for t in relay.tasks {
         t.abort();
+        assert!(t.await.is_err_and(|e| e.is_cancelled()), "the task ended on its own");
     }
     assert_eq!(counter(&*kv, TENANT, CounterField::InFlight).unwrap(), 1);
     let script2 = Arc::new(Mutex::new(Script::default()));
