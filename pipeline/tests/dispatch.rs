@@ -119,7 +119,9 @@ fn start(kv: Arc<MemoryKv>, script: Arc<Mutex<Script>>, slow_key: Option<&str>) 
     Relay { kv, writer: writer_handle, pipeline: handle, release, delivered, tasks }
 }
 
-async fn ingest(relay: &Relay, n: u64, key: Option<&str>, ordered: bool) {
+/// Hook `n` of the test source (body `hook-<n>`), for sink 0, laned by `key`
+/// when `ordered`.
+fn request(n: u64, key: Option<&str>, ordered: bool) -> IngestRequest {
     let envelope = Envelope {
         source: SOURCE,
         received_at_ms: now_ms(),
@@ -132,8 +134,11 @@ async fn ingest(relay: &Relay, n: u64, key: Option<&str>, ordered: bool) {
         idempotency_key: [0; 16],
     };
     let lane = ordered.then(|| lanes::assign(SinkIx(0), SOURCE, key.map(str::as_bytes)));
-    let req = IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane }], dedupe_ttl_ms: None };
-    relay.writer.ingest(req).await.unwrap();
+    IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane }], dedupe_ttl_ms: None }
+}
+
+async fn ingest(relay: &Relay, n: u64, key: Option<&str>, ordered: bool) {
+    relay.writer.ingest(request(n, key, ordered)).await.unwrap();
     relay.pipeline.wake();
 }
 
@@ -333,19 +338,7 @@ async fn extreme_retry_after_and_breaker_do_not_overflow() {
     let writer_task = tokio::spawn(writer.run());
     let pipeline_task = tokio::spawn(pipeline.run());
     for n in 0..2 {
-        let envelope = Envelope {
-            source: SOURCE,
-            received_at_ms: now_ms(),
-            method: "POST".into(),
-            path: "/hooks/demo".into(),
-            query: None,
-            headers: vec![],
-            body: format!("hook-{n}").into_bytes(),
-            dedupe_key: None,
-            idempotency_key: [0; 16],
-        };
-        let req = IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane: None }], dedupe_ttl_ms: None };
-        writer_handle.ingest(req).await.unwrap();
+        writer_handle.ingest(request(n, None, false)).await.unwrap();
         handle.wake();
     }
     for _ in 0..400 {
