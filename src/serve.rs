@@ -100,8 +100,12 @@ pub fn validate(cfg: &Config) -> anyhow::Result<()> {
                     .and_then(|c| c.validate().map(|()| c))
                     .map(|_| ())
                     .map_err(|e| e.to_string()),
+                SinkKind::Redis => ankusa_sinks::redis::RedisSinkConfig::from_options(&options)
+                    .and_then(|c| c.validate().map(|()| c))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
                 other => Err(format!(
-                    "sink type {} is not built into this binary yet (this build has http and file)",
+                    "sink type {} is not built into this binary yet (this build has http, file and redis)",
                     other.as_str()
                 )),
             };
@@ -186,6 +190,10 @@ async fn build_sink(source: &str, entry: &ankusa_config::SinkEntry) -> anyhow::R
         SinkKind::File => {
             let c = ankusa_sinks::file::FileSinkConfig::from_options(&options).map_err(named)?;
             Arc::new(ankusa_sinks::file::FileSink::open(&c).await.map_err(named)?)
+        }
+        SinkKind::Redis => {
+            let c = ankusa_sinks::redis::RedisSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(ankusa_sinks::redis::RedisSink::new(&c).map_err(named)?)
         }
         other => bail!(
             "source {source:?}, sink {:?}: sink type {} is not built into this binary yet",

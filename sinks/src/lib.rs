@@ -21,6 +21,7 @@
 //! | --- | --- | --- |
 //! | `http` (on) | [`http`](mod@http) | POST to a URL; reqwest over rustls with ring (no aws-lc-sys, no OpenSSL) |
 //! | `file` (on) | [`file`](mod@file) | NDJSON lines, base64 body, fsync per batch in [`Sink::flush`] |
+//! | `redis` (on) | [`redis`](mod@redis) | XADD to a stream (body and metadata as fields), or PUBLISH (fire-and-forget); one multiplexed connection |
 //!
 //! A sink holds no store handle and no lock across an await: it is given the
 //! envelope and the context, and answers.
@@ -79,3 +80,5 @@ pub trait Sink: Send + Sync {
 pub mod file;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "redis")]
+pub mod redis;

@@ -6,6 +6,8 @@
 mod file;
 #[cfg(feature = "http")]
 mod http;
+#[cfg(feature = "redis")]
+mod redis;
 #[cfg(feature = "http")]
 mod server;
 
