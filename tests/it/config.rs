@@ -1,5 +1,5 @@
 //! Issue 4, "Tests": every ADR 0004 section 1-2 rejection that applies to the
-//! http and file sinks, through the binary: `ankusa check-config FILE` and
+//! http and file sinks (and the redis sink's own option checks), through the binary: `ankusa check-config FILE` and
 //! `ankusa serve --config FILE` both exit non-zero naming the source, the
 //! sink and the option, and serve starts nothing (no data_dir, no store).
 
@@ -168,4 +168,41 @@ sources:
     let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
     assert!(status.success(), "{out}");
     assert!(out.contains(": ok (1 sources, 1 tenants)"), "{out}");
+}
+
+#[test]
+fn redis_sinks_are_checked_by_their_adapter() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    // A bad URL and a placeholder the template does not know: each named.
+    for (sink, expected) in [
+        (
+            "{type: redis, name: orders, url: 'http://127.0.0.1:6379', stream: s}",
+            "source \"billing\", sink \"orders\" (redis): sink option `url`: ",
+        ),
+        (
+            "{type: redis, name: orders, url: 'redis://127.0.0.1:6379', stream: 'h:{tenat}'}",
+            "source \"billing\", sink \"orders\" (redis): sink option `stream`: ",
+        ),
+        (
+            "{type: redis, name: orders, url: 'redis://127.0.0.1:6379', mode: publish, channel: c, maxlen: 10}",
+            "source \"billing\", sink \"orders\" (redis): sink option `maxlen`: ",
+        ),
+    ] {
+        refused(&yaml(dir, "", "", sink), dir, expected);
+    }
+    // A valid one, ordered, passes check-config (no connection is made).
+    let file = dir.join("good.yaml");
+    std::fs::write(
+        &file,
+        yaml(
+            dir,
+            "",
+            "",
+            "{type: redis, name: orders, url: 'redis://127.0.0.1:6379', stream: 'h:{tenant}:{source}', maxlen: 1000, ordered: true, ordering_key: {json: data.object.customer}}",
+        ),
+    )
+    .expect("write");
+    let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
+    assert!(status.success(), "{out}");
 }
