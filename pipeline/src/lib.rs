@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ankusa_engine::{Batch, Cf, Direction, Durability, EngineError, Kv, Read};
@@ -163,22 +163,6 @@ impl Routes {
     }
 }
 
-/// Counters the pipeline keeps for `/metrics` (ADR 0004 section 7 gauges come
-/// from the store's counters instead).
-#[derive(Debug, Default)]
-pub struct PipelineStats {
-    /// Attempts that ended Ok.
-    pub delivered: AtomicU64,
-    /// Attempts that ended in a retry.
-    pub retried: AtomicU64,
-    /// Rows dead-lettered (any reason).
-    pub dead_lettered: AtomicU64,
-    /// Rows parked by an open breaker.
-    pub parked: AtomicU64,
-    /// Calls in flight now.
-    pub in_flight: AtomicU64,
-}
-
 /// Errors that stop the pipeline: the store failed (the handle is poisoned, the
 /// node takes its crash path).
 #[derive(Debug, thiserror::Error)]
@@ -196,8 +180,6 @@ pub enum PipelineError {
 pub struct PipelineHandle {
     wake: Arc<Notify>,
     shutdown: Arc<watch::Sender<bool>>,
-    /// Live counters.
-    pub stats: Arc<PipelineStats>,
     /// True once the pipeline has recovered the previous run's claimed rows
     /// and is dispatching (what `/readyz` reports).
     pub ready: Arc<AtomicBool>,
@@ -248,7 +230,6 @@ pub struct Pipeline<K: Kv> {
     clock: Arc<dyn Fn() -> u64 + Send + Sync>,
     wake: Arc<Notify>,
     shutdown: watch::Receiver<bool>,
-    stats: Arc<PipelineStats>,
     in_flight: HashMap<BreakerKey, usize>,
     in_flight_total: usize,
     in_flight_bytes: u64,
@@ -274,12 +255,10 @@ impl<K: Kv> Pipeline<K> {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (shutdown_tx, shutdown) = watch::channel(false);
         let wake = Arc::new(Notify::new());
-        let stats = Arc::new(PipelineStats::default());
         let ready = Arc::new(AtomicBool::new(false));
         let handle = PipelineHandle {
             wake: Arc::clone(&wake),
             shutdown: Arc::new(shutdown_tx),
-            stats: Arc::clone(&stats),
             ready: Arc::clone(&ready),
         };
         (
@@ -292,7 +271,6 @@ impl<K: Kv> Pipeline<K> {
                 clock: Arc::new(clock),
                 wake,
                 shutdown,
-                stats,
                 in_flight: HashMap::new(),
                 in_flight_total: 0,
                 in_flight_bytes: 0,
@@ -517,7 +495,6 @@ impl<K: Kv> Pipeline<K> {
                 warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
                 b.extend(ankusa_queue::dead_letter(&*self.kv, *row_id, Origin::InFlight, "retry horizon passed", now)?);
             }
-            self.stats.dead_lettered.fetch_add(horizon.len() as u64, Ordering::Relaxed);
             self.write(b)?;
         }
         if !parks.is_empty() {
@@ -527,7 +504,6 @@ impl<K: Kv> Pipeline<K> {
                 self.next_wake_ms = Some(self.next_wake_ms.map_or(*until, |w| w.min(*until)));
             }
             self.write(b)?;
-            self.stats.parked.fetch_add(parks.len() as u64, Ordering::Relaxed);
         }
         for s in starts {
             if s.trial {
@@ -570,7 +546,6 @@ impl<K: Kv> Pipeline<K> {
         *self.in_flight.entry(s.key).or_default() += 1;
         self.in_flight_total += 1;
         self.in_flight_bytes += s.size;
-        self.stats.in_flight.store(self.in_flight_total as u64, Ordering::Relaxed);
         let tx = self.done_tx.clone();
         let attempts_before = s.row.attempts;
         let (size, trial) = (s.size, s.trial);
@@ -629,7 +604,6 @@ impl<K: Kv> Pipeline<K> {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.stats.in_flight.store(self.in_flight_total as u64, Ordering::Relaxed);
         self.write(batch)
     }
 
@@ -644,7 +618,6 @@ impl<K: Kv> Pipeline<K> {
                     info!(row = %d.row, "breaker closed: the trial delivery succeeded");
                 }
                 breaker.failures = 0;
-                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
                 debug!(row = %d.row, "delivered");
                 ankusa_queue::delivered(&*self.kv, d.row, now)
             }
@@ -664,11 +637,9 @@ impl<K: Kv> Pipeline<K> {
                 let attempts = d.attempts_before + 1;
                 let delay = self.retry.delay_ms(attempts, *after, rng);
                 if now.saturating_add(delay).saturating_sub(first) > self.retry.max_elapsed_ms {
-                    self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
                     warn!(row = %d.row, %reason, "retry horizon passed: dead-lettered");
                     return ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, &format!("retry horizon passed: {reason}"), now);
                 }
-                self.stats.retried.fetch_add(1, Ordering::Relaxed);
                 warn!(row = %d.row, attempt = attempts, delay_ms = delay, %reason, "delivery failed; will retry");
                 let due = now.saturating_add(delay);
                 self.next_wake_ms = Some(self.next_wake_ms.map_or(due, |w| w.min(due)));
@@ -676,17 +647,14 @@ impl<K: Kv> Pipeline<K> {
             }
             Outcome::Permanent { reason } => {
                 breaker.failures = 0;
-                self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
                 warn!(row = %d.row, %reason, "permanent failure: dead-lettered");
                 ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, &format!("permanent: {reason}"), now)
             }
             Outcome::SinkGone { reason } => {
-                self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
                 warn!(row = %d.row, %reason, "sink gone: dead-lettered");
                 ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, &format!("sink gone: {reason}"), now)
             }
             Outcome::SourceGone { reason } => {
-                self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
                 warn!(row = %d.row, %reason, "source gone: dead-lettered as an orphan");
                 ankusa_queue::orphan(&*self.kv, d.row, Origin::InFlight, &format!("source gone: {reason}"), now)
             }

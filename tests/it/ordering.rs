@@ -334,7 +334,7 @@ sources:
     assert!(tries >= 2, "the 503 head was retried until the horizon: {down:?}");
     assert_eq!(&down[tries..], [1, 2], "after the horizon the lane goes on: {down:?}");
     let first = reqs.iter().find(|r| r.key().as_deref() == Some("down")).expect("down head");
-    let last = reqs.iter().filter(|r| r.key().as_deref() == Some("down") && index_of(r) == 0).last().expect("down head");
+    let last = reqs.iter().rev().find(|r| r.key().as_deref() == Some("down") && index_of(r) == 0).expect("down head");
     // The relay starts no attempt past the horizon, measured from the first
     // attempt's claim; what the sink sees adds the time from claim to arrival
     // of each request, which differs by a few ms between attempts.

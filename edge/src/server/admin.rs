@@ -10,7 +10,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use ankusa_engine::{Kv, Read};
+use ankusa_engine::Kv;
 use ankusa_keys::{CounterField, TenantOrd, counter_key};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -178,12 +178,4 @@ pub async fn serve_admin<K: Kv>(state: Arc<AdminState<K>>, listener: TcpListener
             }
         }
     }
-}
-
-/// Reads a node counter (for logs and tests).
-///
-/// # Errors
-/// Engine errors.
-pub fn node_counter(read: &impl Read, field: CounterField) -> Result<i64, ankusa_engine::EngineError> {
-    read.counter(&counter_key(TenantOrd::NODE, field))
 }

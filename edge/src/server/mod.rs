@@ -35,7 +35,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-pub use routes::{RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes};
+pub use routes::{ChallengeRoute, RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes};
 
 use crate::{Header, ParsedBody, dedupe, ordering, slack};
 
@@ -223,9 +223,9 @@ impl<K: Kv> Edge<K> {
             Err(msg) => return error(StatusCode::NOT_FOUND, msg),
         };
         if req.method() == Method::GET
-            && let Some((param, token)) = &route.challenge
+            && let Some(c) = &route.challenge
         {
-            return challenge(req.uri().query().unwrap_or(""), param, token.as_ref());
+            return challenge(req.uri().query().unwrap_or(""), &c.param, c.token.as_ref());
         }
         if req.method() != Method::POST {
             return error(StatusCode::METHOD_NOT_ALLOWED, "hooks are POSTed");
@@ -473,10 +473,3 @@ impl Drop for Reservation<'_> {
     }
 }
 
-/// Binds `addr`, for the caller to hand to [`Edge::serve`].
-///
-/// # Errors
-/// The bind error (address in use, permission).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}

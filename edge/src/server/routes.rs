@@ -61,9 +61,17 @@ pub struct SourceRoute {
     pub policy: HeaderPolicy,
     /// Sink entries.
     pub sinks: Vec<SinkRoute>,
-    /// The GET handshake: the query parameter to echo, and the token's
-    /// parameter and value when the provider sends one.
-    pub challenge: Option<(String, Option<(String, Vec<u8>)>)>,
+    /// The GET handshake, when the source configures one.
+    pub challenge: Option<ChallengeRoute>,
+}
+
+/// A source's GET handshake (DESIGN section 5).
+#[derive(Debug, Clone)]
+pub struct ChallengeRoute {
+    /// The query parameter whose value is echoed back.
+    pub param: String,
+    /// The query parameter that carries the token, and the token's bytes.
+    pub token: Option<(String, Vec<u8>)>,
 }
 
 impl SourceRoute {
@@ -219,8 +227,9 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
             },
             policy: s.store_headers.clone(),
             sinks,
-            challenge: s.challenge.as_ref().map(|c| {
-                (c.query.clone(), c.token.as_ref().map(|(q, t)| (q.clone(), t.expose().as_bytes().to_vec())))
+            challenge: s.challenge.as_ref().map(|c| ChallengeRoute {
+                param: c.query.clone(),
+                token: c.token.as_ref().map(|(q, t)| (q.clone(), t.expose().as_bytes().to_vec())),
             }),
         });
     }
