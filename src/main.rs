@@ -10,6 +10,7 @@
 
 mod send;
 mod serve;
+mod sinks;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

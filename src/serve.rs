@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, anyhow, bail};
-use ankusa_config::{Config, SinkKind, StoreBackend};
+use ankusa_config::{Config, StoreBackend};
 use ankusa_edge::server::admin::{AdminState, serve_admin};
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
@@ -23,7 +23,6 @@ use ankusa_keys::meta::{decode_format, encode_format};
 use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx};
 use ankusa_pipeline::{BreakerPolicy, DispatchConfig, Pipeline, RetryPolicy, Route, Routes};
 use ankusa_queue::writer::{Writer, WriterConfig};
-use ankusa_sinks::Sink;
 use tokio::sync::watch;
 use tracing::{error, info};
 
@@ -91,24 +90,7 @@ pub fn validate(cfg: &Config) -> anyhow::Result<()> {
         for e in &s.sinks {
             let options = e.options_json();
             let named = |e2: String| format!("source {:?}, sink {:?} ({}): {e2}", s.name, e.name, e.kind.as_str());
-            let checked = match e.kind {
-                SinkKind::Http => ankusa_sinks::http::HttpSinkConfig::from_options(&options)
-                    .and_then(|c| c.validate().map(|()| c))
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-                SinkKind::File => ankusa_sinks::file::FileSinkConfig::from_options(&options)
-                    .and_then(|c| c.validate().map(|()| c))
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-                SinkKind::Redis => ankusa_sinks::redis::RedisSinkConfig::from_options(&options)
-                    .and_then(|c| c.validate().map(|()| c))
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-                other => Err(format!(
-                    "sink type {} is not built into this binary yet (this build has http, file and redis)",
-                    other.as_str()
-                )),
-            };
+            let checked = crate::sinks::check(e.kind, &options);
             if let Err(msg) = checked {
                 problems.push(named(msg));
             }
@@ -179,30 +161,6 @@ fn prepare_store<K: Kv>(kv: &K) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn build_sink(source: &str, entry: &ankusa_config::SinkEntry) -> anyhow::Result<Arc<dyn Sink>> {
-    let options = entry.options_json();
-    let named = |e: ankusa_sinks::SinkError| anyhow!("source {source:?}, sink {:?} ({}): {e}", entry.name, entry.kind.as_str());
-    Ok(match entry.kind {
-        SinkKind::Http => {
-            let c = ankusa_sinks::http::HttpSinkConfig::from_options(&options).map_err(named)?;
-            Arc::new(ankusa_sinks::http::HttpSink::new(&c).map_err(named)?)
-        }
-        SinkKind::File => {
-            let c = ankusa_sinks::file::FileSinkConfig::from_options(&options).map_err(named)?;
-            Arc::new(ankusa_sinks::file::FileSink::open(&c).await.map_err(named)?)
-        }
-        SinkKind::Redis => {
-            let c = ankusa_sinks::redis::RedisSinkConfig::from_options(&options).map_err(named)?;
-            Arc::new(ankusa_sinks::redis::RedisSink::new(&c).map_err(named)?)
-        }
-        other => bail!(
-            "source {source:?}, sink {:?}: sink type {} is not built into this binary yet",
-            entry.name,
-            other.as_str()
-        ),
-    })
-}
-
 async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
     prepare_store(&*kv)?;
     let (batch, registry) = ankusa_queue::register(
@@ -221,7 +179,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
     for s in &cfg.sources {
         let id = registry.sources[&s.name];
         for e in &s.sinks {
-            let sink = build_sink(&s.name, e).await?;
+            let sink = crate::sinks::build(&s.name, e).await?;
             destinations.push(format!("{} -> {} {} {}", s.path, e.kind.as_str(), e.name, describe(e)));
             routes.sinks.insert(
                 (id, SinkIx(e.index)),

@@ -22,6 +22,11 @@
 //! | `http` (on) | [`http`](mod@http) | POST to a URL; reqwest over rustls with ring (no aws-lc-sys, no OpenSSL) |
 //! | `file` (on) | [`file`](mod@file) | NDJSON lines, base64 body, fsync per batch in [`Sink::flush`] |
 //! | `redis` (on) | [`redis`](mod@redis) | XADD to a stream (body and metadata as fields), or PUBLISH (fire-and-forget); one multiplexed connection |
+//! | `nats` (on) | [`nats`](mod@nats) | JetStream publish, ack awaited, `Nats-Msg-Id` = idempotency key (or core publish + flush); metadata as headers |
+//! | `pubsub` (on) | [`pubsub`](mod@pubsub) | Google Pub/Sub REST `:publish` (base64 data, attributes, orderingKey); tokens via gcp_auth (ring), or none for an emulator |
+//! | `kafka` (on) | [`kafka`](mod@kafka) | an idempotent producer (acks=all), record key = the lane's key (murmur2 partitioning like the Java client), metadata as headers; librdkafka built from C source |
+//! | `sqs` (on) | [`sqs`](mod@sqs) | SendMessage with the metadata as String message attributes; FIFO: MessageGroupId = the lane's key (`sha256:` form when SQS refuses it), MessageDeduplicationId = idempotency key; AWS SDK over rustls with ring |
+//! | `rabbitmq` (on) | [`rabbitmq`](mod@rabbitmq) | basic.publish to an exchange with publisher confirms (mandatory: a return is permanent), persistent, `message_id` = idempotency key, metadata as headers; lapin, one connection and a channel pool |
 //!
 //! A sink holds no store handle and no lock across an await: it is given the
 //! envelope and the context, and answers.
@@ -80,5 +85,15 @@ pub trait Sink: Send + Sync {
 pub mod file;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "pubsub")]
+pub mod pubsub;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "nats")]
+pub mod nats;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
+#[cfg(feature = "sqs")]
+pub mod sqs;

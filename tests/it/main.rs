@@ -16,3 +16,16 @@ mod routes;
 mod starvation;
 mod breaker;
 mod challenge;
+mod stripe;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "rabbitmq")]
+mod rabbitmq;
+#[cfg(feature = "nats")]
+mod nats;
+#[cfg(feature = "kafka")]
+mod kafka;
+#[cfg(feature = "pubsub")]
+mod pubsub;
+#[cfg(feature = "sqs")]
+mod sqs;

@@ -40,6 +40,9 @@ pub struct Relay {
     child: Option<Child>,
     client: reqwest::Client,
     runs: usize,
+    /// Extra environment variables of the child (AWS credentials for the SQS
+    /// sink's standard chain, ...).
+    env: Vec<(String, String)>,
 }
 
 /// Two distinct free ports (bound together, then released).
@@ -65,6 +68,12 @@ impl Relay {
     /// Starts the relay on `template` (placeholders `{INGEST}`, `{ADMIN}`,
     /// `{DATA}`) in a new temporary directory and waits until it is ready.
     pub async fn start(template: &str) -> Relay {
+        Relay::start_with_env(template, &[]).await
+    }
+
+    /// [`Relay::start`] with extra environment variables for the child (kept
+    /// across [`Relay::restart`]).
+    pub async fn start_with_env(template: &str, env: &[(&str, &str)]) -> Relay {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ingest, admin) = free_ports();
         let mut r = Relay {
@@ -75,6 +84,7 @@ impl Relay {
             child: None,
             client: client(),
             runs: 0,
+            env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
         };
         r.boot().await;
         r
@@ -116,6 +126,7 @@ impl Relay {
                 .env_remove("http_proxy")
                 .env_remove("ALL_PROXY")
                 .env_remove("all_proxy")
+                .envs(self.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null())
                 .stdout(out.try_clone().expect("log"))
                 .stderr(out)

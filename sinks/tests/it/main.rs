@@ -6,8 +6,18 @@
 mod file;
 #[cfg(feature = "http")]
 mod http;
+#[cfg(feature = "kafka")]
+mod kafka;
+#[cfg(feature = "pubsub")]
+mod pubsub;
+#[cfg(feature = "rabbitmq")]
+mod rabbitmq;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "nats")]
+mod nats;
+#[cfg(feature = "sqs")]
+mod sqs;
 #[cfg(feature = "http")]
 mod server;
 

@@ -1,0 +1,552 @@
+//! The Kafka sink's options.
+
+use std::collections::BTreeMap;
+
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+
+use crate::{Options, SinkError};
+
+/// `timeout_ms` when the option is absent: 30 s (librdkafka's own
+/// `message.timeout.ms` default is 300 s).
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+
+/// The smallest `timeout_ms`: librdkafka batches for `linger.ms` (5 ms by
+/// default) before it sends, and a bound below a broker round trip only
+/// produces retries.
+pub const MIN_TIMEOUT_MS: u64 = 100;
+
+/// The largest `timeout_ms` librdkafka accepts (`message.timeout.ms` is a
+/// C `int`).
+pub const MAX_TIMEOUT_MS: u64 = i32::MAX as u64;
+
+/// librdkafka properties the sink sets itself and `properties` may not
+/// override, with the reason given in the error.
+const RESERVED: &[(&str, &str)] = &[
+    (
+        "enable.idempotence",
+        "the sink's producer is always idempotent",
+    ),
+    (
+        "acks",
+        "the sink always waits for all in-sync replicas (acks=all)",
+    ),
+    (
+        "request.required.acks",
+        "the sink always waits for all in-sync replicas (acks=all)",
+    ),
+    ("bootstrap.servers", "set the option `brokers` instead"),
+    ("metadata.broker.list", "set the option `brokers` instead"),
+    ("message.timeout.ms", "set the option `timeout_ms` instead"),
+    ("delivery.timeout.ms", "set the option `timeout_ms` instead"),
+    (
+        "partitioner",
+        "ordered mode relies on murmur2_random (the Java client's partitioning)",
+    ),
+    ("transactional.id", "the sink does not use transactions"),
+    (
+        "max.in.flight.requests.per.connection",
+        "the idempotent producer's in-flight limit is librdkafka's",
+    ),
+    (
+        "max.in.flight",
+        "the idempotent producer's in-flight limit is librdkafka's",
+    ),
+    (
+        "retries",
+        "the idempotent producer's retries are librdkafka's",
+    ),
+    (
+        "message.send.max.retries",
+        "the idempotent producer's retries are librdkafka's",
+    ),
+];
+
+/// The Kafka sink's options, validated.
+///
+/// ```yaml
+/// sinks:
+///   - type: kafka
+///     brokers: "kafka-1:9092,kafka-2:9092"    # required: bootstrap servers (or a list)
+///     topic: "hooks.{tenant}.{source}"        # required: a template
+///     # key: "{idempotency_key}"              # optional: unordered rows' record key
+///     timeout_ms: 30000                       # optional: delivery bound, default 30000
+///     properties:                             # optional: more librdkafka settings
+///       security.protocol: sasl_plaintext
+///       sasl.mechanism: PLAIN
+///       sasl.username: relay
+///       sasl.password: secret
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct KafkaSinkConfig {
+    /// The bootstrap servers, `host:port` separated by commas
+    /// (`bootstrap.servers`).
+    pub brokers: String,
+    /// The topic, a template in which `{tenant}` and `{source}` are replaced;
+    /// the rest may hold only `a-z A-Z 0-9 . _ -` (Kafka's topic alphabet).
+    pub topic: String,
+    /// The record key of an unordered delivery, a template in which
+    /// `{tenant}`, `{source}` and `{idempotency_key}` are replaced; `None`
+    /// (the default) sends no key (librdkafka then spreads records over the
+    /// partitions). An ordered delivery's key is always the lane's key.
+    pub key: Option<String>,
+    /// The delivery bound in milliseconds: librdkafka's `message.timeout.ms`
+    /// (how long it retries a record before failing it) and the longest
+    /// `deliver` waits for room in the producer's queue. 100 to 2^31-1.
+    pub timeout_ms: u64,
+    /// Extra librdkafka settings (security, SASL, client.id, linger.ms, ...),
+    /// applied after the sink's own; those in the reserved list (idempotence,
+    /// acks, partitioner, the timeout and the brokers) are refused.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for KafkaSinkConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Property names only: values may hold passwords.
+        f.debug_struct("KafkaSinkConfig")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .field("key", &self.key)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("properties", &self.properties.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl KafkaSinkConfig {
+    /// A config with the default timeout, no unordered key and no extra
+    /// properties.
+    pub fn new(brokers: impl Into<String>, topic: impl Into<String>) -> KafkaSinkConfig {
+        KafkaSinkConfig {
+            brokers: brokers.into(),
+            topic: topic.into(),
+            key: None,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            properties: BTreeMap::new(),
+        }
+    }
+
+    /// Reads and validates the options `brokers` (a string or a list of
+    /// strings), `topic`, `key`, `timeout_ms` and `properties` (a map of
+    /// strings, numbers or booleans); any other option is an error, as is a
+    /// wrong type or value. Every error names the option (`properties.<name>`
+    /// for one property).
+    pub fn from_options(options: &Options) -> Result<KafkaSinkConfig, SinkError> {
+        let string = |name: &str, v: &serde_json::Value| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| SinkError::invalid(name, "must be a string"))
+        };
+        let (mut brokers, mut topic, mut key) = (None, None, None);
+        let mut timeout_ms = DEFAULT_TIMEOUT_MS;
+        let mut properties = BTreeMap::new();
+        for (name, value) in options {
+            match name.as_str() {
+                "brokers" => {
+                    brokers = Some(match value {
+                        serde_json::Value::Array(list) => list
+                            .iter()
+                            .map(|b| {
+                                b.as_str().map(str::to_owned).ok_or_else(|| {
+                                    SinkError::invalid(
+                                        "brokers",
+                                        "must be a string or a list of strings",
+                                    )
+                                })
+                            })
+                            .collect::<Result<Vec<_>, _>>()?
+                            .join(","),
+                        other => string("brokers", other)?,
+                    });
+                }
+                "topic" => topic = Some(string("topic", value)?),
+                "key" => key = Some(string("key", value)?),
+                "timeout_ms" => {
+                    timeout_ms = value.as_u64().ok_or_else(|| {
+                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
+                    })?;
+                }
+                "properties" => {
+                    let map = value.as_object().ok_or_else(|| {
+                        SinkError::invalid("properties", "must be a map of librdkafka settings")
+                    })?;
+                    for (prop, v) in map {
+                        let text = match v {
+                            serde_json::Value::String(s) => s.clone(),
+                            serde_json::Value::Number(n) => n.to_string(),
+                            serde_json::Value::Bool(b) => b.to_string(),
+                            _ => {
+                                return Err(SinkError::invalid(
+                                    format!("properties.{prop}"),
+                                    "must be a string, a number or a boolean",
+                                ));
+                            }
+                        };
+                        properties.insert(prop.clone(), text);
+                    }
+                }
+                _ => {
+                    return Err(SinkError::UnknownOption {
+                        option: name.clone(),
+                    });
+                }
+            }
+        }
+        let config = KafkaSinkConfig {
+            brokers: brokers.ok_or(SinkError::MissingOption { option: "brokers" })?,
+            topic: topic.ok_or(SinkError::MissingOption { option: "topic" })?,
+            key,
+            timeout_ms,
+            properties,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every field, and every property against librdkafka's own
+    /// configuration parser (no connection is made);
+    /// [`crate::kafka::KafkaSink::new`] calls it too, so a config built in
+    /// code is held to the same rules.
+    pub fn validate(&self) -> Result<(), SinkError> {
+        let brokers: Vec<&str> = self.brokers.split(',').map(str::trim).collect();
+        if brokers.iter().any(|b| b.is_empty()) {
+            return Err(SinkError::invalid(
+                "brokers",
+                "must list bootstrap servers as host:port, separated by commas (none may be empty)",
+            ));
+        }
+        if self.topic.is_empty() {
+            return Err(SinkError::invalid("topic", "must not be empty"));
+        }
+        check_template(&self.topic, &["tenant", "source"])
+            .map_err(|reason| SinkError::invalid("topic", reason))?;
+        let literal = render(&self.topic, "", "", "");
+        if let Some(c) = literal.chars().find(|c| !is_topic_char(*c)) {
+            return Err(SinkError::invalid(
+                "topic",
+                format!("{c:?} cannot be in a Kafka topic name (only a-z A-Z 0-9 . _ -)"),
+            ));
+        }
+        if let Some(key) = &self.key {
+            if key.is_empty() {
+                return Err(SinkError::invalid(
+                    "key",
+                    "must not be empty (leave it out for records without a key)",
+                ));
+            }
+            check_template(key, &["tenant", "source", "idempotency_key"])
+                .map_err(|reason| SinkError::invalid("key", reason))?;
+        }
+        if !(MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
+            return Err(SinkError::invalid(
+                "timeout_ms",
+                format!("must be from {MIN_TIMEOUT_MS} to {MAX_TIMEOUT_MS}"),
+            ));
+        }
+        for name in self.properties.keys() {
+            if let Some((_, why)) = RESERVED.iter().find(|(r, _)| r == name) {
+                return Err(SinkError::invalid(
+                    format!("properties.{name}"),
+                    format!("cannot be set: {why}"),
+                ));
+            }
+        }
+        for name in ["linger.ms", "queue.buffering.max.ms"] {
+            if let Some(v) = self.properties.get(name)
+                && v.trim()
+                    .parse::<f64>()
+                    .is_ok_and(|ms| ms >= self.timeout_ms as f64)
+            {
+                return Err(SinkError::invalid(
+                    format!("properties.{name}"),
+                    format!("must be below `timeout_ms` ({})", self.timeout_ms),
+                ));
+            }
+        }
+        // This librdkafka has SASL PLAIN only (no Cyrus SASL, no OpenSSL for
+        // SCRAM and OAUTHBEARER); its default mechanism is GSSAPI, and it
+        // only notices when the producer is created. Refuse it at load.
+        let sasl = self
+            .properties
+            .get("security.protocol")
+            .is_some_and(|p| p.trim().to_ascii_lowercase().starts_with("sasl"));
+        let mechanism = self
+            .properties
+            .get("sasl.mechanism")
+            .or_else(|| self.properties.get("sasl.mechanisms"));
+        if let Some(m) = mechanism
+            && !m.trim().eq_ignore_ascii_case("PLAIN")
+        {
+            let name = if self.properties.contains_key("sasl.mechanism") {
+                "sasl.mechanism"
+            } else {
+                "sasl.mechanisms"
+            };
+            return Err(SinkError::invalid(
+                format!("properties.{name}"),
+                format!("`{m}` is not available: this build's librdkafka has SASL PLAIN only (no OpenSSL or Cyrus SASL)"),
+            ));
+        }
+        if sasl && mechanism.is_none() {
+            return Err(SinkError::invalid(
+                "properties.sasl.mechanism",
+                "must be PLAIN with a sasl_* security.protocol (librdkafka's default, GSSAPI, is not in this build)",
+            ));
+        }
+        // librdkafka's parser checks names, types and values (and which
+        // features this build has: no SSL, no GSSAPI).
+        self.client_config()
+            .create_native_config()
+            .map_err(|e| match e {
+                KafkaError::ClientConfig(_, desc, key, _) => {
+                    let option = if self.properties.contains_key(&key) {
+                        format!("properties.{key}")
+                    } else if key == "bootstrap.servers" {
+                        "brokers".to_owned()
+                    } else {
+                        "properties".to_owned()
+                    };
+                    SinkError::invalid(option, desc)
+                }
+                other => SinkError::invalid("properties", other.to_string()),
+            })?;
+        Ok(())
+    }
+
+    /// The producer's librdkafka configuration: the sink's guarantees, then
+    /// `properties`.
+    pub(crate) fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("partitioner", "murmur2_random")
+            .set("message.timeout.ms", self.timeout_ms.to_string())
+            // A missing topic is the sink's to report (SinkGone), not the
+            // broker's to create from a templated name.
+            .set("allow.auto.create.topics", "false")
+            // Fail records for a missing topic within the delivery bound
+            // (librdkafka waits 30 s by default before it believes a topic
+            // is missing, which would turn SinkGone into a timeout).
+            .set(
+                "topic.metadata.propagation.max.ms",
+                (self.timeout_ms / 2).min(30_000).to_string(),
+            );
+        for (name, value) in &self.properties {
+            c.set(name, value);
+        }
+        c
+    }
+}
+
+/// Whether `c` may be in a Kafka topic name.
+fn is_topic_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
+}
+
+/// Checks a rendered topic name as Kafka does: 1 to 249 characters of
+/// `a-z A-Z 0-9 . _ -`, and not `.` or `..`.
+pub(crate) fn check_topic(topic: &str) -> Result<(), String> {
+    if topic.is_empty() || topic.len() > 249 {
+        return Err(format!("topic name {topic:?} must be 1 to 249 characters"));
+    }
+    if topic == "." || topic == ".." {
+        return Err(format!("{topic:?} is not a legal topic name"));
+    }
+    if let Some(c) = topic.chars().find(|c| !is_topic_char(*c)) {
+        return Err(format!(
+            "topic name {topic:?} holds {c:?} (only a-z A-Z 0-9 . _ -)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that every `{...}` of a template is one of `names`.
+fn check_template(template: &str, names: &[&str]) -> Result<(), String> {
+    let mut rest = template;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest[open..].starts_with('}') {
+            return Err("has a `}` without its `{`".into());
+        }
+        let after = &rest[open + 1..];
+        let close = after
+            .find('}')
+            .ok_or_else(|| "has a `{` without its `}`".to_owned())?;
+        let name = &after[..close];
+        if !names.contains(&name) {
+            let known: Vec<String> = names.iter().map(|n| format!("`{{{n}}}`")).collect();
+            return Err(format!(
+                "`{{{name}}}` is not a placeholder (only {})",
+                known.join(", ")
+            ));
+        }
+        rest = &after[close + 1..];
+    }
+    Ok(())
+}
+
+/// The template with `{tenant}`, `{source}` and `{idempotency_key}` replaced.
+pub(crate) fn render(template: &str, tenant: &str, source: &str, idempotency_key: &str) -> String {
+    template
+        .replace("{tenant}", tenant)
+        .replace("{source}", source)
+        .replace("{idempotency_key}", idempotency_key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(v: serde_json::Value) -> Options {
+        match v {
+            serde_json::Value::Object(m) => m,
+            _ => Options::new(),
+        }
+    }
+
+    fn err(v: serde_json::Value) -> String {
+        match KafkaSinkConfig::from_options(&opts(v)) {
+            Ok(c) => format!("unexpectedly valid: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn reads_every_option() {
+        let c = KafkaSinkConfig::from_options(&opts(serde_json::json!({
+            "brokers": ["k1:9092", "k2:9092"], "topic": "hooks.{tenant}.{source}",
+            "key": "{idempotency_key}", "timeout_ms": 5000,
+            "properties": {"client.id": "relay", "linger.ms": 20, "socket.keepalive.enable": true}
+        })))
+        .expect("valid");
+        assert_eq!(c.brokers, "k1:9092,k2:9092");
+        assert_eq!(c.topic, "hooks.{tenant}.{source}");
+        assert_eq!(c.key.as_deref(), Some("{idempotency_key}"));
+        assert_eq!(c.timeout_ms, 5000);
+        assert_eq!(
+            c.properties.get("linger.ms").map(String::as_str),
+            Some("20")
+        );
+        assert_eq!(
+            c.properties
+                .get("socket.keepalive.enable")
+                .map(String::as_str),
+            Some("true")
+        );
+        let cc = c.client_config();
+        assert_eq!(cc.get("bootstrap.servers"), Some("k1:9092,k2:9092"));
+        assert_eq!(cc.get("enable.idempotence"), Some("true"));
+        assert_eq!(cc.get("acks"), Some("all"));
+        assert_eq!(cc.get("partitioner"), Some("murmur2_random"));
+        assert_eq!(cc.get("message.timeout.ms"), Some("5000"));
+        assert_eq!(cc.get("topic.metadata.propagation.max.ms"), Some("2500"));
+        assert_eq!(cc.get("client.id"), Some("relay"));
+
+        let c = KafkaSinkConfig::from_options(&opts(serde_json::json!({
+            "brokers": "127.0.0.1:9092", "topic": "t"
+        })))
+        .expect("valid");
+        assert_eq!(c, KafkaSinkConfig::new("127.0.0.1:9092", "t"));
+        assert_eq!(c.timeout_ms, DEFAULT_TIMEOUT_MS);
+        assert_eq!(
+            c.client_config().get("topic.metadata.propagation.max.ms"),
+            Some("15000")
+        );
+        // The debug form lists property names, not values.
+        let mut secret = c.clone();
+        secret
+            .properties
+            .insert("sasl.password".into(), "hunter2".into());
+        assert!(!format!("{secret:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn every_error_names_its_option() {
+        assert!(err(serde_json::json!({"topic": "t"})).contains("`brokers`"));
+        assert!(err(serde_json::json!({"brokers": "", "topic": "t"})).contains("`brokers`"));
+        assert!(
+            err(serde_json::json!({"brokers": "a:1,,b:2", "topic": "t"})).contains("`brokers`")
+        );
+        assert!(err(serde_json::json!({"brokers": [1], "topic": "t"})).contains("`brokers`"));
+        assert!(err(serde_json::json!({"brokers": "a:1"})).contains("`topic`"));
+        assert!(err(serde_json::json!({"brokers": "a:1", "topic": ""})).contains("`topic`"));
+        assert!(
+            err(serde_json::json!({"brokers": "a:1", "topic": "a/{source}"})).contains("`topic`")
+        );
+        assert!(err(serde_json::json!({"brokers": "a:1", "topic": "{tenat}"})).contains("`topic`"));
+        assert!(
+            err(serde_json::json!({"brokers": "a:1", "topic": "{idempotency_key}"}))
+                .contains("`topic`")
+        );
+        assert!(
+            err(serde_json::json!({"brokers": "a:1", "topic": "t", "key": ""})).contains("`key`")
+        );
+        assert!(
+            err(serde_json::json!({"brokers": "a:1", "topic": "t", "key": "{lane}"}))
+                .contains("`key`")
+        );
+        assert!(
+            err(serde_json::json!({"brokers": "a:1", "topic": "t", "timeout_ms": 0}))
+                .contains("`timeout_ms`")
+        );
+        assert!(
+            err(serde_json::json!({"brokers": "a:1", "topic": "t", "timeout_ms": "1"}))
+                .contains("`timeout_ms`")
+        );
+        assert!(
+            err(serde_json::json!({"brokers": "a:1", "topic": "t", "timeout_ms": 1u64 << 31}))
+                .contains("`timeout_ms`")
+        );
+        assert!(
+            err(serde_json::json!({"brokers": "a:1", "topic": "t", "topik": "x"}))
+                .contains("`topik`")
+        );
+        assert!(
+            err(serde_json::json!({"brokers": "a:1", "topic": "t", "properties": 1}))
+                .contains("`properties`")
+        );
+        for reserved in [
+            "enable.idempotence",
+            "acks",
+            "request.required.acks",
+            "partitioner",
+            "bootstrap.servers",
+        ] {
+            let e = err(
+                serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {reserved: "x"}}),
+            );
+            assert!(e.contains(&format!("`properties.{reserved}`")), "{e}");
+            assert!(e.contains("cannot be set"), "{e}");
+        }
+        let e = err(
+            serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"no.such.property": "1"}}),
+        );
+        assert!(e.contains("`properties.no.such.property`"), "{e}");
+        let e = err(
+            serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"linger.ms": "soon"}}),
+        );
+        assert!(e.contains("`properties.linger.ms`"), "{e}");
+        let e = err(serde_json::json!({
+            "brokers": "a:1", "topic": "t", "timeout_ms": 1000, "properties": {"linger.ms": 1000}
+        }));
+        assert!(e.contains("`properties.linger.ms`"), "{e}");
+        let e = err(
+            serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"client.id": ["x"]}}),
+        );
+        assert!(e.contains("`properties.client.id`"), "{e}");
+    }
+
+    #[test]
+    fn topic_names_and_templates() {
+        assert_eq!(
+            render("h.{tenant}.{source}", "acme", "stripe", "k"),
+            "h.acme.stripe"
+        );
+        assert_eq!(render("{idempotency_key}", "a", "b", "0193-x"), "0193-x");
+        assert!(check_topic("hooks.acme_1-x").is_ok());
+        assert!(check_topic("").is_err());
+        assert!(check_topic("..").is_err());
+        assert!(check_topic("a b").is_err());
+        assert!(check_topic(&"a".repeat(250)).is_err());
+    }
+}

@@ -1,0 +1,312 @@
+//! The NATS sink's options.
+
+use std::str::FromStr as _;
+
+use crate::{Options, SinkError};
+
+/// `timeout_ms` when the option is absent: 10 s.
+pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+
+/// How the sink publishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NatsMode {
+    /// JetStream publish, the stream's ack awaited (the default).
+    JetStream,
+    /// Core NATS publish and a flush: at-most-once past the broker (module
+    /// docs: [`crate::nats`]).
+    Core,
+}
+
+/// The NATS sink's options, validated.
+///
+/// ```yaml
+/// sinks:
+///   - type: nats
+///     url: nats://127.0.0.1:4222           # required: nats:// or tls:// (user:pass@ allowed)
+///     subject: "hooks.{tenant}.{source}"   # required, a template
+///     # mode: core                         # optional: `jetstream` (default) or `core`
+///     timeout_ms: 5000                     # optional, > 0, default 10000
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct NatsSinkConfig {
+    /// The server: a `nats://` or `tls://` URL (credentials may be in it).
+    pub url: String,
+    /// JetStream or core NATS.
+    pub mode: NatsMode,
+    /// The subject, a template in which `{tenant}` and `{source}` are
+    /// replaced; no other `{...}`, no wildcard, no whitespace.
+    pub subject: String,
+    /// The bound on one delivery (connecting at start, the publish, the
+    /// JetStream ack or the flush), milliseconds; more than 0.
+    pub timeout_ms: u64,
+}
+
+impl std::fmt::Debug for NatsSinkConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the URL: it may hold a password.
+        f.debug_struct("NatsSinkConfig")
+            .field("mode", &self.mode)
+            .field("subject", &self.subject)
+            .field("timeout_ms", &self.timeout_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsSinkConfig {
+    /// A JetStream config with the default timeout.
+    pub fn jetstream(url: impl Into<String>, subject: impl Into<String>) -> NatsSinkConfig {
+        NatsSinkConfig {
+            url: url.into(),
+            mode: NatsMode::JetStream,
+            subject: subject.into(),
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+        }
+    }
+
+    /// A core-NATS config with the default timeout.
+    pub fn core(url: impl Into<String>, subject: impl Into<String>) -> NatsSinkConfig {
+        NatsSinkConfig {
+            mode: NatsMode::Core,
+            ..NatsSinkConfig::jetstream(url, subject)
+        }
+    }
+
+    /// Reads and validates the options `url`, `subject`, `mode` and
+    /// `timeout_ms`; any other option is an error, as is a wrong type or
+    /// value. Every error names the option.
+    pub fn from_options(options: &Options) -> Result<NatsSinkConfig, SinkError> {
+        let string = |name: &str, v: &serde_json::Value| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| SinkError::invalid(name, "must be a string"))
+        };
+        let (mut url, mut subject, mut mode) = (None, None, NatsMode::JetStream);
+        let mut timeout_ms = DEFAULT_TIMEOUT_MS;
+        for (name, value) in options {
+            match name.as_str() {
+                "url" => url = Some(string("url", value)?),
+                "subject" => subject = Some(string("subject", value)?),
+                "mode" => {
+                    mode = match string("mode", value)?.as_str() {
+                        "jetstream" => NatsMode::JetStream,
+                        "core" => NatsMode::Core,
+                        other => {
+                            return Err(SinkError::invalid(
+                                "mode",
+                                format!("`{other}` is not `jetstream` or `core`"),
+                            ));
+                        }
+                    };
+                }
+                "timeout_ms" => {
+                    timeout_ms = value.as_u64().ok_or_else(|| {
+                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
+                    })?;
+                }
+                _ => {
+                    return Err(SinkError::UnknownOption {
+                        option: name.clone(),
+                    });
+                }
+            }
+        }
+        let config = NatsSinkConfig {
+            url: url.ok_or(SinkError::MissingOption { option: "url" })?,
+            mode,
+            subject: subject.ok_or(SinkError::MissingOption { option: "subject" })?,
+            timeout_ms,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every field; [`crate::nats::NatsSink::new`] calls it too, so a
+    /// config built in code is held to the same rules.
+    pub fn validate(&self) -> Result<(), SinkError> {
+        self.server_addr()?;
+        check_subject_template(&self.subject)
+            .map_err(|reason| SinkError::invalid("subject", reason))?;
+        if self.timeout_ms == 0 {
+            return Err(SinkError::invalid("timeout_ms", "must be more than 0"));
+        }
+        Ok(())
+    }
+
+    /// The server address of [`NatsSinkConfig::url`] (parsing only; no
+    /// connection).
+    pub(crate) fn server_addr(&self) -> Result<async_nats::ServerAddr, SinkError> {
+        // The URL is not echoed back: it may hold a password.
+        let scheme = self.url.split_once("://").map(|(s, _)| s);
+        if !matches!(scheme, Some("nats" | "tls")) {
+            return Err(SinkError::invalid(
+                "url",
+                "must be a nats:// or tls:// URL (e.g. nats://127.0.0.1:4222)",
+            ));
+        }
+        let addr = async_nats::ServerAddr::from_str(&self.url)
+            .map_err(|e| SinkError::invalid("url", format!("is not a NATS server URL: {e}")))?;
+        if addr.host().is_empty() {
+            return Err(SinkError::invalid("url", "has no host"));
+        }
+        Ok(addr)
+    }
+}
+
+/// Checks a subject template: not empty; every `{...}` is `{tenant}` or
+/// `{source}`; and the subject with placeholders filled in is a valid publish
+/// subject (dot-separated non-empty tokens, no whitespace, no `*` or `>`
+/// wildcard).
+fn check_subject_template(template: &str) -> Result<(), String> {
+    if template.is_empty() {
+        return Err("must not be empty".into());
+    }
+    let mut rest = template;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest[open..].starts_with('}') {
+            return Err("has a `}` without its `{`".into());
+        }
+        let after = &rest[open + 1..];
+        let close = after
+            .find('}')
+            .ok_or_else(|| "has a `{` without its `}`".to_owned())?;
+        let name = &after[..close];
+        if !matches!(name, "tenant" | "source") {
+            return Err(format!(
+                "`{{{name}}}` is not a placeholder (only `{{tenant}}` and `{{source}}`)"
+            ));
+        }
+        rest = &after[close + 1..];
+    }
+    check_subject(&render(template, "t", "s"))
+}
+
+/// Checks a concrete publish subject (see [`check_subject_template`]).
+pub(crate) fn check_subject(subject: &str) -> Result<(), String> {
+    if subject.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "`{subject}` holds whitespace or a control character"
+        ));
+    }
+    for token in subject.split('.') {
+        if token.is_empty() {
+            return Err(format!(
+                "`{subject}` has an empty token (a leading, trailing or doubled `.`)"
+            ));
+        }
+        if token == "*" || token == ">" {
+            return Err(format!(
+                "`{subject}` has the wildcard `{token}`: one publishes to a concrete subject"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The template with `{tenant}` and `{source}` replaced.
+pub(crate) fn render(template: &str, tenant: &str, source: &str) -> String {
+    template
+        .replace("{tenant}", tenant)
+        .replace("{source}", source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(v: serde_json::Value) -> Options {
+        match v {
+            serde_json::Value::Object(m) => m,
+            _ => Options::new(),
+        }
+    }
+
+    fn err(v: serde_json::Value) -> String {
+        match NatsSinkConfig::from_options(&opts(v)) {
+            Ok(c) => format!("unexpectedly valid: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn reads_jetstream_and_core_options() {
+        let c = NatsSinkConfig::from_options(&opts(serde_json::json!({
+            "url": "nats://127.0.0.1:4222", "subject": "hooks.{tenant}.{source}", "timeout_ms": 500
+        })))
+        .expect("valid");
+        assert_eq!(c.mode, NatsMode::JetStream);
+        assert_eq!(c.subject, "hooks.{tenant}.{source}");
+        assert_eq!(c.timeout_ms, 500);
+        let c = NatsSinkConfig::from_options(&opts(serde_json::json!({
+            "url": "tls://user:secret@nats.example:4443", "subject": "s", "mode": "core"
+        })))
+        .expect("valid");
+        assert_eq!(c.mode, NatsMode::Core);
+        assert_eq!(c.timeout_ms, DEFAULT_TIMEOUT_MS);
+        assert!(!format!("{c:?}").contains("secret"));
+        let c = NatsSinkConfig::from_options(&opts(serde_json::json!({
+            "url": "nats://h", "subject": "s", "mode": "jetstream"
+        })))
+        .expect("valid");
+        assert_eq!(c, NatsSinkConfig::jetstream("nats://h", "s"));
+    }
+
+    #[test]
+    fn every_error_names_its_option() {
+        assert!(err(serde_json::json!({"subject": "s"})).contains("`url`"));
+        assert!(err(serde_json::json!({"url": 4222, "subject": "s"})).contains("`url`"));
+        assert!(err(serde_json::json!({"url": "http://x", "subject": "s"})).contains("`url`"));
+        assert!(err(serde_json::json!({"url": "ws://x", "subject": "s"})).contains("`url`"));
+        assert!(
+            err(serde_json::json!({"url": "127.0.0.1:4222", "subject": "s"})).contains("`url`")
+        );
+        assert!(err(serde_json::json!({"url": "nats://[::1", "subject": "s"})).contains("`url`"));
+        assert!(err(serde_json::json!({"url": "nats://x"})).contains("`subject`"));
+        for bad in [
+            "",
+            "a..b",
+            ".a",
+            "a.",
+            "a.*",
+            "a.>",
+            "a b",
+            "a.{tenat}",
+            "a.{tenant",
+            "a}",
+            "a\tb",
+        ] {
+            let e = err(serde_json::json!({"url": "nats://x", "subject": bad}));
+            assert!(e.contains("`subject`"), "{bad:?}: {e}");
+        }
+        assert!(
+            err(serde_json::json!({"url": "nats://x", "subject": "s", "mode": "stream"}))
+                .contains("`mode`")
+        );
+        assert!(
+            err(serde_json::json!({"url": "nats://x", "subject": "s", "timeout_ms": 0}))
+                .contains("`timeout_ms`")
+        );
+        assert!(
+            err(serde_json::json!({"url": "nats://x", "subject": "s", "timeout_ms": "1"}))
+                .contains("`timeout_ms`")
+        );
+        assert!(
+            err(serde_json::json!({"url": "nats://x", "subject": "s", "stream": "S"}))
+                .contains("`stream`")
+        );
+        assert!(
+            !err(serde_json::json!({"url": "http://u:secret@x", "subject": "s"}))
+                .contains("secret")
+        );
+    }
+
+    #[test]
+    fn templates_render_tenant_and_source() {
+        assert_eq!(
+            render("h.{tenant}.{source}.{tenant}", "acme", "stripe"),
+            "h.acme.stripe.acme"
+        );
+        assert_eq!(render("plain", "a", "b"), "plain");
+        assert!(check_subject("h.acme.stripe").is_ok());
+        assert!(check_subject("h.acme corp.stripe").is_err());
+    }
+}

@@ -1,0 +1,490 @@
+//! The RabbitMQ sink's options.
+
+use lapin::uri::{AMQPScheme, AMQPUri};
+
+use crate::{Options, SinkError};
+
+/// `timeout_ms` when the option is absent: 10 s.
+pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+
+/// The longest exchange name or routing key AMQP 0-9-1 carries (a short
+/// string), bytes.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// An exchange type the sink can declare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExchangeType {
+    /// `direct`: routing key equals binding key.
+    Direct,
+    /// `topic`: routing key matches a binding pattern (`*`, `#`).
+    Topic,
+    /// `fanout`: every bound queue, routing key ignored.
+    Fanout,
+    /// `headers`: bindings match message headers.
+    Headers,
+}
+
+impl ExchangeType {
+    /// The type's name, as in the configuration and in `exchange.declare`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeType::Direct => "direct",
+            ExchangeType::Topic => "topic",
+            ExchangeType::Fanout => "fanout",
+            ExchangeType::Headers => "headers",
+        }
+    }
+
+    pub(crate) fn kind(self) -> lapin::ExchangeKind {
+        match self {
+            ExchangeType::Direct => lapin::ExchangeKind::Direct,
+            ExchangeType::Topic => lapin::ExchangeKind::Topic,
+            ExchangeType::Fanout => lapin::ExchangeKind::Fanout,
+            ExchangeType::Headers => lapin::ExchangeKind::Headers,
+        }
+    }
+}
+
+/// The optional `declare` option: the sink declares its exchange (idempotent
+/// `exchange.declare`) on every channel it opens, so the exchange exists, or
+/// is created again after it was deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Declare {
+    /// `declare.type`, required.
+    pub kind: ExchangeType,
+    /// `declare.durable`, default `true`: the exchange survives a broker
+    /// restart.
+    pub durable: bool,
+}
+
+/// The RabbitMQ sink's options, validated.
+///
+/// ```yaml
+/// sinks:
+///   - type: rabbitmq
+///     url: amqp://guest:guest@127.0.0.1:5672/%2f   # required: amqp:// or amqps://
+///     exchange: hooks                    # required; "" is the default exchange
+///     routing_key: "{tenant}.{source}"   # optional template, default ""
+///     # mandatory: true                  # optional, default true: unroutable is an error
+///     # declare: {type: topic, durable: true}   # optional; default: not declared
+///     timeout_ms: 5000                   # optional, > 0, default 10000
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct RabbitMqSinkConfig {
+    /// The broker: `amqp://user:password@host:port/vhost` (the vhost
+    /// percent-encoded, `%2f` for `/`; no path at all is `/` too) or
+    /// `amqps://...` (TLS, the platform's certificate verifier).
+    pub url: String,
+    /// The exchange to publish to; `""` is the default exchange, which routes
+    /// to the queue named by the routing key.
+    pub exchange: String,
+    /// The routing key, a template in which `{tenant}`, `{source}` and
+    /// `{ordering_key}` are replaced (module docs: [`crate::rabbitmq`]).
+    pub routing_key: String,
+    /// Publish with the `mandatory` flag: a message no queue is bound for
+    /// comes back (`basic.return`) and the delivery is
+    /// [`Outcome::Permanent`](crate::Outcome::Permanent). Without it the
+    /// broker drops such a message and the delivery is `Ok`.
+    pub mandatory: bool,
+    /// Declare the exchange; `None` (the default) uses an existing one.
+    pub declare: Option<Declare>,
+    /// The bound on one delivery (connecting when needed, opening a channel,
+    /// the publish and its confirm), milliseconds; more than 0.
+    pub timeout_ms: u64,
+}
+
+impl std::fmt::Debug for RabbitMqSinkConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the URL: it may hold a password.
+        f.debug_struct("RabbitMqSinkConfig")
+            .field("exchange", &self.exchange)
+            .field("routing_key", &self.routing_key)
+            .field("mandatory", &self.mandatory)
+            .field("declare", &self.declare)
+            .field("timeout_ms", &self.timeout_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RabbitMqSinkConfig {
+    /// A config publishing to `exchange` with `routing_key`, mandatory, not
+    /// declaring, with the default timeout.
+    pub fn new(
+        url: impl Into<String>,
+        exchange: impl Into<String>,
+        routing_key: impl Into<String>,
+    ) -> RabbitMqSinkConfig {
+        RabbitMqSinkConfig {
+            url: url.into(),
+            exchange: exchange.into(),
+            routing_key: routing_key.into(),
+            mandatory: true,
+            declare: None,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+        }
+    }
+
+    /// Reads and validates the options `url`, `exchange`, `routing_key`,
+    /// `mandatory`, `declare` (`type`, `durable`) and `timeout_ms`; any other
+    /// option is an error, as is a wrong type or value. Every error names the
+    /// option (`declare.type` for one of `declare`).
+    pub fn from_options(options: &Options) -> Result<RabbitMqSinkConfig, SinkError> {
+        let string = |name: &str, v: &serde_json::Value| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| SinkError::invalid(name, "must be a string"))
+        };
+        let (mut url, mut exchange, mut routing_key, mut declare) = (None, None, None, None);
+        let mut mandatory = true;
+        let mut timeout_ms = DEFAULT_TIMEOUT_MS;
+        for (name, value) in options {
+            match name.as_str() {
+                "url" => url = Some(string("url", value)?),
+                "exchange" => exchange = Some(string("exchange", value)?),
+                "routing_key" => routing_key = Some(string("routing_key", value)?),
+                "mandatory" => {
+                    mandatory = value
+                        .as_bool()
+                        .ok_or_else(|| SinkError::invalid("mandatory", "must be true or false"))?;
+                }
+                "declare" => declare = Some(read_declare(value)?),
+                "timeout_ms" => {
+                    timeout_ms = value.as_u64().ok_or_else(|| {
+                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
+                    })?;
+                }
+                _ => {
+                    return Err(SinkError::UnknownOption {
+                        option: name.clone(),
+                    });
+                }
+            }
+        }
+        let config = RabbitMqSinkConfig {
+            url: url.ok_or(SinkError::MissingOption { option: "url" })?,
+            exchange: exchange.ok_or(SinkError::MissingOption { option: "exchange" })?,
+            routing_key: routing_key.unwrap_or_default(),
+            mandatory,
+            declare,
+            timeout_ms,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every field; [`crate::rabbitmq::RabbitMqSink::new`] calls it
+    /// too, so a config built in code is held to the same rules.
+    pub fn validate(&self) -> Result<(), SinkError> {
+        self.uri()?;
+        check_exchange(&self.exchange).map_err(|reason| SinkError::invalid("exchange", reason))?;
+        if self.declare.is_some() {
+            if self.exchange.is_empty() {
+                return Err(SinkError::invalid(
+                    "declare",
+                    "the default exchange (`exchange: \"\"`) always exists and cannot be declared",
+                ));
+            }
+            if self.exchange.starts_with("amq.") {
+                return Err(SinkError::invalid(
+                    "declare",
+                    format!(
+                        "`{}`: names starting with `amq.` are reserved by the broker and cannot be declared",
+                        self.exchange
+                    ),
+                ));
+            }
+        }
+        check_template(&self.routing_key).map_err(|reason| SinkError::invalid("routing_key", reason))?;
+        // The placeholders' values are only known per hook; the fixed part
+        // alone must already fit.
+        let fixed = self
+            .routing_key
+            .replace("{tenant}", "")
+            .replace("{source}", "")
+            .replace("{ordering_key}", "");
+        if fixed.len() > MAX_NAME_BYTES {
+            return Err(SinkError::invalid(
+                "routing_key",
+                format!("is longer than {MAX_NAME_BYTES} bytes"),
+            ));
+        }
+        if self.timeout_ms == 0 {
+            return Err(SinkError::invalid("timeout_ms", "must be more than 0"));
+        }
+        Ok(())
+    }
+
+    /// The parsed [`RabbitMqSinkConfig::url`] (no connection).
+    pub(crate) fn uri(&self) -> Result<AMQPUri, SinkError> {
+        let scheme = self.url.split_once("://").map(|(s, _)| s);
+        if !matches!(scheme, Some("amqp" | "amqps")) {
+            return Err(SinkError::invalid(
+                "url",
+                format!("`{}` is not an amqp:// or amqps:// URL", redact(&self.url)),
+            ));
+        }
+        let uri: AMQPUri = self.url.parse().map_err(|e| {
+            SinkError::invalid("url", format!("`{}` is not an AMQP URL: {e}", redact(&self.url)))
+        })?;
+        if !matches!(uri.scheme, AMQPScheme::AMQP | AMQPScheme::AMQPS) {
+            return Err(SinkError::invalid("url", "must be amqp:// or amqps://"));
+        }
+        if uri.authority.host.is_empty() {
+            return Err(SinkError::invalid("url", format!("`{}` has no host", redact(&self.url))));
+        }
+        if uri.vhost.is_empty() {
+            return Err(SinkError::invalid(
+                "url",
+                format!(
+                    "`{}` names the empty virtual host (a trailing `/`); write no path, or `/%2f`, for the default vhost `/`",
+                    redact(&self.url)
+                ),
+            ));
+        }
+        Ok(uri)
+    }
+}
+
+/// Reads the `declare` map.
+fn read_declare(value: &serde_json::Value) -> Result<Declare, SinkError> {
+    let map = value.as_object().ok_or_else(|| {
+        SinkError::invalid("declare", "must be a map: {type: direct|topic|fanout|headers, durable: true}")
+    })?;
+    let mut kind = None;
+    let mut durable = true;
+    for (name, v) in map {
+        match name.as_str() {
+            "type" => {
+                let t = v
+                    .as_str()
+                    .ok_or_else(|| SinkError::invalid("declare.type", "must be a string"))?;
+                kind = Some(match t {
+                    "direct" => ExchangeType::Direct,
+                    "topic" => ExchangeType::Topic,
+                    "fanout" => ExchangeType::Fanout,
+                    "headers" => ExchangeType::Headers,
+                    other => {
+                        return Err(SinkError::invalid(
+                            "declare.type",
+                            format!("`{other}` is not direct, topic, fanout or headers"),
+                        ));
+                    }
+                });
+            }
+            "durable" => {
+                durable = v
+                    .as_bool()
+                    .ok_or_else(|| SinkError::invalid("declare.durable", "must be true or false"))?;
+            }
+            other => {
+                return Err(SinkError::UnknownOption {
+                    option: format!("declare.{other}"),
+                });
+            }
+        }
+    }
+    Ok(Declare {
+        kind: kind.ok_or(SinkError::MissingOption {
+            option: "declare.type",
+        })?,
+        durable,
+    })
+}
+
+/// Checks an exchange name as RabbitMQ accepts it: at most 255 bytes of
+/// letters, digits, `-`, `_`, `.` and `:` (empty is the default exchange).
+fn check_exchange(name: &str) -> Result<(), String> {
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!("is longer than {MAX_NAME_BYTES} bytes"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')))
+    {
+        return Err(format!(
+            "`{name}` has {c:?}: exchange names are letters, digits, `-`, `_`, `.` and `:`"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that every `{...}` of a template is `{tenant}`, `{source}` or
+/// `{ordering_key}`.
+fn check_template(template: &str) -> Result<(), String> {
+    let mut rest = template;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest[open..].starts_with('}') {
+            return Err("has a `}` without its `{`".into());
+        }
+        let after = &rest[open + 1..];
+        let close = after
+            .find('}')
+            .ok_or_else(|| "has a `{` without its `}`".to_owned())?;
+        let name = &after[..close];
+        if !matches!(name, "tenant" | "source" | "ordering_key") {
+            return Err(format!(
+                "`{{{name}}}` is not a placeholder (only `{{tenant}}`, `{{source}}` and `{{ordering_key}}`)"
+            ));
+        }
+        rest = &after[close + 1..];
+    }
+    Ok(())
+}
+
+/// The routing key template with its placeholders replaced, in one pass (a
+/// value containing `{source}` is not replaced again). `ordering_key` is the
+/// lane's key in ordered mode, else empty.
+pub(crate) fn render(template: &str, tenant: &str, source: &str, ordering_key: &str) -> String {
+    let mut out = String::with_capacity(template.len() + 32);
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open..];
+        let (value, len) = if after.starts_with("{tenant}") {
+            (tenant, "{tenant}".len())
+        } else if after.starts_with("{source}") {
+            (source, "{source}".len())
+        } else if after.starts_with("{ordering_key}") {
+            (ordering_key, "{ordering_key}".len())
+        } else {
+            // Not reachable for a validated template; kept literally.
+            ("{", 1)
+        };
+        out.push_str(value);
+        rest = &after[len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The URL with any password replaced by `***`, for errors.
+pub(crate) fn redact(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((userinfo, host)) = rest.split_once('@')
+        && let Some((user, _)) = userinfo.split_once(':')
+    {
+        return format!("{scheme}://{user}:***@{host}");
+    }
+    url.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(v: serde_json::Value) -> Options {
+        match v {
+            serde_json::Value::Object(m) => m,
+            _ => Options::new(),
+        }
+    }
+
+    fn err(v: serde_json::Value) -> String {
+        match RabbitMqSinkConfig::from_options(&opts(v)) {
+            Ok(c) => format!("unexpectedly valid: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn reads_every_option() {
+        let c = RabbitMqSinkConfig::from_options(&opts(serde_json::json!({
+            "url": "amqp://guest:guest@127.0.0.1:5672/%2f", "exchange": "hooks",
+            "routing_key": "{tenant}.{source}.{ordering_key}", "mandatory": false,
+            "declare": {"type": "topic", "durable": false}, "timeout_ms": 500
+        })))
+        .expect("valid");
+        assert_eq!(c.exchange, "hooks");
+        assert_eq!(c.routing_key, "{tenant}.{source}.{ordering_key}");
+        assert!(!c.mandatory);
+        assert_eq!(
+            c.declare,
+            Some(Declare {
+                kind: ExchangeType::Topic,
+                durable: false
+            })
+        );
+        assert_eq!(c.timeout_ms, 500);
+        let c = RabbitMqSinkConfig::from_options(&opts(serde_json::json!({
+            "url": "amqps://h.example", "exchange": "", "declare": null
+        })));
+        assert!(c.is_err(), "declare: null is not a map");
+        let c = RabbitMqSinkConfig::from_options(&opts(serde_json::json!({
+            "url": "amqps://h.example", "exchange": ""
+        })))
+        .expect("valid");
+        assert_eq!(c.routing_key, "");
+        assert!(c.mandatory);
+        assert_eq!(c.declare, None);
+        assert_eq!(c.timeout_ms, DEFAULT_TIMEOUT_MS);
+        let c = RabbitMqSinkConfig::from_options(&opts(serde_json::json!({
+            "url": "amqp://h", "exchange": "x", "declare": {"type": "direct"}
+        })))
+        .expect("valid");
+        assert_eq!(
+            c.declare,
+            Some(Declare {
+                kind: ExchangeType::Direct,
+                durable: true
+            })
+        );
+    }
+
+    #[test]
+    fn every_error_names_its_option() {
+        let u = "amqp://127.0.0.1";
+        let cases = [
+            (serde_json::json!({"exchange": "x"}), "`url`"),
+            (serde_json::json!({"url": "http://x", "exchange": "x"}), "`url`"),
+            (serde_json::json!({"url": "amqp//x", "exchange": "x"}), "`url`"),
+            (serde_json::json!({"url": "amqp://[::1", "exchange": "x"}), "`url`"),
+            (serde_json::json!({"url": "amqp://h/", "exchange": "x"}), "`url`"),
+            (serde_json::json!({"url": 5, "exchange": "x"}), "`url`"),
+            (serde_json::json!({"url": u}), "`exchange`"),
+            (serde_json::json!({"url": u, "exchange": "a b"}), "`exchange`"),
+            (serde_json::json!({"url": u, "exchange": "x".repeat(256)}), "`exchange`"),
+            (serde_json::json!({"url": u, "exchange": "x", "routing_key": "{tenat}"}), "`routing_key`"),
+            (serde_json::json!({"url": u, "exchange": "x", "routing_key": "a{"}), "`routing_key`"),
+            (serde_json::json!({"url": u, "exchange": "x", "routing_key": "a}"}), "`routing_key`"),
+            (serde_json::json!({"url": u, "exchange": "x", "routing_key": "k".repeat(256)}), "`routing_key`"),
+            (serde_json::json!({"url": u, "exchange": "x", "mandatory": "yes"}), "`mandatory`"),
+            (serde_json::json!({"url": u, "exchange": "x", "timeout_ms": 0}), "`timeout_ms`"),
+            (serde_json::json!({"url": u, "exchange": "x", "timeout_ms": -1}), "`timeout_ms`"),
+            (serde_json::json!({"url": u, "exchange": "x", "exchang": "y"}), "`exchang`"),
+            (serde_json::json!({"url": u, "exchange": "x", "declare": "topic"}), "`declare`"),
+            (serde_json::json!({"url": u, "exchange": "x", "declare": {}}), "`declare.type`"),
+            (serde_json::json!({"url": u, "exchange": "x", "declare": {"type": "x-delayed"}}), "`declare.type`"),
+            (serde_json::json!({"url": u, "exchange": "x", "declare": {"type": "direct", "durable": 1}}), "`declare.durable`"),
+            (serde_json::json!({"url": u, "exchange": "x", "declare": {"type": "direct", "auto_delete": true}}), "`declare.auto_delete`"),
+            (serde_json::json!({"url": u, "exchange": "", "declare": {"type": "direct"}}), "`declare`"),
+            (serde_json::json!({"url": u, "exchange": "amq.topic", "declare": {"type": "topic"}}), "`declare`"),
+        ];
+        for (options, name) in cases {
+            let e = err(options.clone());
+            assert!(e.contains(name), "{options}: {e}");
+        }
+    }
+
+    #[test]
+    fn url_errors_hide_the_password() {
+        let e = err(serde_json::json!({"url": "amqp://guest:s3cret@h/", "exchange": "x"}));
+        assert!(e.contains("guest:***@h"), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
+        let debug = format!(
+            "{:?}",
+            RabbitMqSinkConfig::new("amqp://guest:s3cret@h", "x", "k")
+        );
+        assert!(!debug.contains("s3cret"), "{debug}");
+    }
+
+    #[test]
+    fn templates_render_in_one_pass() {
+        assert_eq!(
+            render("h.{tenant}.{source}.{ordering_key}.{tenant}", "acme", "stripe", "cus_1"),
+            "h.acme.stripe.cus_1.acme"
+        );
+        assert_eq!(render("{source}", "{tenant}", "{tenant}", ""), "{tenant}");
+        assert_eq!(render("k-{ordering_key}", "a", "b", ""), "k-");
+        assert_eq!(render("plain", "a", "b", "c"), "plain");
+    }
+}

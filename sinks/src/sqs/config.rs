@@ -1,0 +1,384 @@
+//! The SQS sink's options.
+
+use crate::{Options, SinkError};
+
+/// `timeout_ms` when the option is absent: 10 s.
+pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+
+/// SQS's classic message size limit, 262,144 bytes (256 KiB): the default of
+/// `max_message_bytes`.
+pub const DEFAULT_MAX_MESSAGE_BYTES: u64 = 262_144;
+
+/// The highest `max_message_bytes`: 1,048,576 bytes (1 MiB), the largest
+/// `MaximumMessageSize` a queue can be given.
+pub const MAX_MESSAGE_BYTES_LIMIT: u64 = 1_048_576;
+
+/// The lowest `max_message_bytes`: 1,024 bytes, the smallest
+/// `MaximumMessageSize` a queue can be given.
+pub const MIN_MESSAGE_BYTES: u64 = 1_024;
+
+/// How the body travels in the SQS message body (module docs:
+/// [`crate::sqs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyEncoding {
+    /// The body as it is (the default): it must be UTF-8 made of characters
+    /// SQS accepts, otherwise the hook is [`crate::Outcome::Permanent`].
+    Raw,
+    /// The body base64-encoded (standard alphabet, padded), every hook, with
+    /// the attribute `ankusa_body_encoding = base64`: any bytes travel, at
+    /// 4/3 of their size.
+    Base64,
+}
+
+/// Static credentials for a config built in code (tests, the library API).
+/// YAML has no option for them: the relay uses the standard AWS chain.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StaticCredentials {
+    /// The access key id.
+    pub access_key_id: String,
+    /// The secret access key.
+    pub secret_access_key: String,
+}
+
+impl std::fmt::Debug for StaticCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StaticCredentials")
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The SQS sink's options, validated.
+///
+/// ```yaml
+/// sinks:
+///   - type: sqs
+///     queue_url: https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo  # required
+///     ordered: true                  # core's option: needs a queue_url ending .fifo
+///     # region: eu-west-1            # optional; else from the queue URL, else AWS_REGION / profile / IMDS
+///     # endpoint_url: http://127.0.0.1:5000   # optional: another endpoint (LocalStack, moto, a VPC endpoint)
+///     # timeout_ms: 10000            # optional, > 0: bound on one SendMessage, connecting included
+///     # body_encoding: raw           # optional: raw (default) or base64
+///     # max_message_bytes: 262144    # optional, 1024..=1048576: body + attributes
+/// ```
+///
+/// Credentials come from the standard AWS chain: `AWS_ACCESS_KEY_ID` /
+/// `AWS_SECRET_ACCESS_KEY` (/ `AWS_SESSION_TOKEN`), the shared config and
+/// credentials files (`AWS_PROFILE`, `credential_process` included, SSO
+/// profiles not), web identity (`AWS_WEB_IDENTITY_TOKEN_FILE`, EKS), the ECS
+/// container endpoint and the EC2 instance metadata service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SqsSinkConfig {
+    /// The queue's URL as SQS gives it (`GetQueueUrl`, the console): an
+    /// `http://` or `https://` URL whose last path segment is the queue name;
+    /// a name ending `.fifo` is a FIFO queue.
+    pub queue_url: String,
+    /// The AWS region (`eu-west-1`). `None`: the region in the queue URL's
+    /// host (`sqs.<region>.amazonaws.com`), else the standard chain
+    /// (`AWS_REGION`, the profile, IMDS).
+    pub region: Option<String>,
+    /// Another endpoint for the SQS API (`http://127.0.0.1:5000`); `None`:
+    /// AWS's endpoint of the region.
+    pub endpoint_url: Option<String>,
+    /// The bound on one SendMessage call, connecting and signing included,
+    /// milliseconds; more than 0.
+    pub timeout_ms: u64,
+    /// Raw or base64 bodies.
+    pub body_encoding: BodyEncoding,
+    /// The largest message sent, bytes, counted as SQS counts it: the body
+    /// (after encoding) plus every attribute's name, type (`String`) and
+    /// value. A larger one is [`crate::Outcome::Permanent`] without a call.
+    /// 1,024 to 1,048,576; default 262,144.
+    pub max_message_bytes: u64,
+    /// Whether the sink entry has `ordered: true`. Core reads that option and
+    /// removes it from the sink's options; the relay sets this field (and
+    /// [`SqsSinkConfig::from_options`] reads an `ordered` option for configs
+    /// built in code). An ordered sink needs a FIFO queue.
+    pub ordered: bool,
+    /// Static credentials instead of the standard chain (module docs); not an
+    /// option of the YAML.
+    pub credentials: Option<StaticCredentials>,
+}
+
+impl SqsSinkConfig {
+    /// A config for `queue_url` with every default (unordered, raw bodies,
+    /// the standard region and credential chains).
+    pub fn new(queue_url: impl Into<String>) -> SqsSinkConfig {
+        SqsSinkConfig {
+            queue_url: queue_url.into(),
+            region: None,
+            endpoint_url: None,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            body_encoding: BodyEncoding::Raw,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            ordered: false,
+            credentials: None,
+        }
+    }
+
+    /// Whether [`SqsSinkConfig::queue_url`] names a FIFO queue (its name ends
+    /// `.fifo`).
+    pub fn is_fifo(&self) -> bool {
+        self.queue_url.ends_with(".fifo")
+    }
+
+    /// Reads and validates the options `queue_url`, `region`, `endpoint_url`,
+    /// `timeout_ms`, `body_encoding`, `max_message_bytes` and `ordered`; any
+    /// other option is an error, as is a wrong type or value. Every error
+    /// names the option.
+    pub fn from_options(options: &Options) -> Result<SqsSinkConfig, SinkError> {
+        let string = |name: &str, v: &serde_json::Value| {
+            v.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| SinkError::invalid(name, "must be a string"))
+        };
+        let mut config = SqsSinkConfig::new("");
+        let mut queue_url = None;
+        for (name, value) in options {
+            match name.as_str() {
+                "queue_url" => queue_url = Some(string("queue_url", value)?),
+                "region" => config.region = Some(string("region", value)?),
+                "endpoint_url" => config.endpoint_url = Some(string("endpoint_url", value)?),
+                "timeout_ms" => {
+                    config.timeout_ms = value.as_u64().ok_or_else(|| {
+                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
+                    })?;
+                }
+                "max_message_bytes" => {
+                    config.max_message_bytes = value.as_u64().ok_or_else(|| {
+                        SinkError::invalid("max_message_bytes", "must be a whole number of bytes")
+                    })?;
+                }
+                "body_encoding" => {
+                    config.body_encoding = match string("body_encoding", value)?.as_str() {
+                        "raw" => BodyEncoding::Raw,
+                        "base64" => BodyEncoding::Base64,
+                        other => {
+                            return Err(SinkError::invalid(
+                                "body_encoding",
+                                format!("`{other}` is not `raw` or `base64`"),
+                            ));
+                        }
+                    };
+                }
+                "ordered" => {
+                    config.ordered = value
+                        .as_bool()
+                        .ok_or_else(|| SinkError::invalid("ordered", "must be true or false"))?;
+                }
+                _ => {
+                    return Err(SinkError::UnknownOption {
+                        option: name.clone(),
+                    });
+                }
+            }
+        }
+        config.queue_url = queue_url.ok_or(SinkError::MissingOption {
+            option: "queue_url",
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every field; [`crate::sqs::SqsSink::new`] calls it too, so a
+    /// config built in code is held to the same rules. Agrees with the config
+    /// crate: `ordered` with a queue URL not ending `.fifo` is refused.
+    pub fn validate(&self) -> Result<(), SinkError> {
+        check_url(&self.queue_url).map_err(|r| SinkError::invalid("queue_url", r))?;
+        let name = queue_name(&self.queue_url);
+        if name.is_empty() {
+            return Err(SinkError::invalid(
+                "queue_url",
+                format!(
+                    "`{}` has no queue name (expected https://sqs.<region>.amazonaws.com/<account>/<name>)",
+                    self.queue_url
+                ),
+            ));
+        }
+        if self.ordered && !self.is_fifo() {
+            return Err(SinkError::invalid(
+                "ordered",
+                format!(
+                    "requires a FIFO queue (queue_url must end in .fifo); queue_url is `{}`",
+                    self.queue_url
+                ),
+            ));
+        }
+        if let Some(region) = &self.region {
+            let ok = !region.is_empty()
+                && region
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !ok {
+                return Err(SinkError::invalid(
+                    "region",
+                    format!("`{region}` is not a region name (like `eu-west-1`)"),
+                ));
+            }
+        }
+        if let Some(endpoint) = &self.endpoint_url {
+            check_url(endpoint).map_err(|r| SinkError::invalid("endpoint_url", r))?;
+        }
+        if self.timeout_ms == 0 {
+            return Err(SinkError::invalid("timeout_ms", "must be more than 0"));
+        }
+        if !(MIN_MESSAGE_BYTES..=MAX_MESSAGE_BYTES_LIMIT).contains(&self.max_message_bytes) {
+            return Err(SinkError::invalid(
+                "max_message_bytes",
+                format!(
+                    "must be {MIN_MESSAGE_BYTES} to {MAX_MESSAGE_BYTES_LIMIT} (SQS's MaximumMessageSize range)"
+                ),
+            ));
+        }
+        if let Some(c) = &self.credentials
+            && (c.access_key_id.is_empty() || c.secret_access_key.is_empty())
+        {
+            return Err(SinkError::invalid(
+                "credentials",
+                "key id and secret must not be empty",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The region to use when [`SqsSinkConfig::region`] is not set: the
+    /// `<region>` of a queue URL whose host is `sqs.<region>.amazonaws.com`
+    /// (or `.amazonaws.com.cn`), else `None` (the standard chain decides).
+    pub fn region_from_url(&self) -> Option<&str> {
+        let host = url_host(&self.queue_url)?;
+        let rest = host.strip_prefix("sqs.")?;
+        let (region, domain) = rest.split_once('.')?;
+        let aws = matches!(domain, "amazonaws.com" | "amazonaws.com.cn" | "api.aws");
+        (aws && !region.is_empty()).then_some(region)
+    }
+}
+
+/// An `http://` or `https://` URL with a host and no whitespace: what the
+/// SDK's endpoint and the queue URL need. Returns why not.
+fn check_url(url: &str) -> Result<(), String> {
+    if url.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("`{url}` contains whitespace"));
+    }
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!("`{url}` is not an http:// or https:// URL"));
+    }
+    match url_host(url) {
+        Some(h) if !h.is_empty() && !h.starts_with(':') => Ok(()),
+        _ => Err(format!("`{url}` has no host")),
+    }
+}
+
+/// The host (with port) of an http(s) URL, without user info.
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    Some(authority.rsplit_once('@').map_or(authority, |(_, h)| h))
+}
+
+/// The last path segment of the queue URL: the queue's name.
+fn queue_name(url: &str) -> &str {
+    let Some((_, rest)) = url.split_once("://") else {
+        return "";
+    };
+    let path = rest.split(['?', '#']).next().unwrap_or("");
+    match path.split_once('/') {
+        Some((_, p)) => p.trim_end_matches('/').rsplit('/').next().unwrap_or(""),
+        None => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(v: serde_json::Value) -> Options {
+        match v {
+            serde_json::Value::Object(m) => m,
+            _ => Options::new(),
+        }
+    }
+
+    fn err(v: serde_json::Value) -> String {
+        match SqsSinkConfig::from_options(&opts(v)) {
+            Ok(c) => format!("unexpectedly valid: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const Q: &str = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders";
+
+    #[test]
+    fn reads_options() {
+        let c = SqsSinkConfig::from_options(&opts(serde_json::json!({
+            "queue_url": "http://127.0.0.1:5000/123456789012/o.fifo", "region": "us-east-1",
+            "endpoint_url": "http://127.0.0.1:5000", "timeout_ms": 500, "body_encoding": "base64",
+            "max_message_bytes": 1_048_576, "ordered": true
+        })))
+        .expect("valid");
+        assert!(c.is_fifo());
+        assert!(c.ordered);
+        assert_eq!(c.region.as_deref(), Some("us-east-1"));
+        assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:5000"));
+        assert_eq!(c.timeout_ms, 500);
+        assert_eq!(c.body_encoding, BodyEncoding::Base64);
+        assert_eq!(c.max_message_bytes, 1_048_576);
+        let c =
+            SqsSinkConfig::from_options(&opts(serde_json::json!({"queue_url": Q}))).expect("valid");
+        assert_eq!(c, SqsSinkConfig::new(Q));
+        assert!(!c.is_fifo());
+        assert_eq!(c.region_from_url(), Some("eu-west-1"));
+        assert_eq!(
+            SqsSinkConfig::new("http://127.0.0.1:5000/1/q").region_from_url(),
+            None
+        );
+    }
+
+    #[test]
+    fn every_error_names_its_option() {
+        assert!(err(serde_json::json!({})).contains("`queue_url`"));
+        assert!(err(serde_json::json!({"queue_url": 5})).contains("`queue_url`"));
+        assert!(err(serde_json::json!({"queue_url": "sqs://x/1/q"})).contains("`queue_url`"));
+        assert!(err(serde_json::json!({"queue_url": "https://x"})).contains("`queue_url`"));
+        assert!(err(serde_json::json!({"queue_url": "https:///1/q"})).contains("`queue_url`"));
+        assert!(err(serde_json::json!({"queue_url": Q, "ordered": true})).contains("`ordered`"));
+        assert!(err(serde_json::json!({"queue_url": Q, "ordered": "yes"})).contains("`ordered`"));
+        assert!(err(serde_json::json!({"queue_url": Q, "region": "EU West"})).contains("`region`"));
+        assert!(err(serde_json::json!({"queue_url": Q, "region": ""})).contains("`region`"));
+        assert!(
+            err(serde_json::json!({"queue_url": Q, "endpoint_url": "localhost:5000"}))
+                .contains("`endpoint_url`")
+        );
+        assert!(
+            err(serde_json::json!({"queue_url": Q, "endpoint_url": "http://a b"}))
+                .contains("`endpoint_url`")
+        );
+        assert!(err(serde_json::json!({"queue_url": Q, "timeout_ms": 0})).contains("`timeout_ms`"));
+        assert!(
+            err(serde_json::json!({"queue_url": Q, "timeout_ms": -1})).contains("`timeout_ms`")
+        );
+        assert!(
+            err(serde_json::json!({"queue_url": Q, "body_encoding": "hex"}))
+                .contains("`body_encoding`")
+        );
+        assert!(
+            err(serde_json::json!({"queue_url": Q, "max_message_bytes": 1_048_577}))
+                .contains("`max_message_bytes`")
+        );
+        assert!(
+            err(serde_json::json!({"queue_url": Q, "max_message_bytes": 1023}))
+                .contains("`max_message_bytes`")
+        );
+        assert!(err(serde_json::json!({"queue_url": Q, "queue": "x"})).contains("`queue`"));
+    }
+
+    #[test]
+    fn queue_names_and_hosts() {
+        assert_eq!(queue_name(Q), "orders");
+        assert_eq!(queue_name("http://h:1/1/q.fifo/"), "q.fifo");
+        assert_eq!(queue_name("http://h:1"), "");
+        assert_eq!(url_host("http://u:p@h:1/x"), Some("h:1"));
+    }
+}

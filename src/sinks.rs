@@ -1,0 +1,117 @@
+//! The sink adapters this binary is built with (DESIGN section 6): one arm
+//! per kind, each behind the root package's cargo feature of the same name
+//! (`http` and `file` are always in). `check` is what `check-config` and
+//! `serve` run before opening the store; `build` makes the sink at start.
+
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use ankusa_config::{SinkEntry, SinkKind};
+use ankusa_sinks::{Options, Sink, SinkError};
+
+/// The kinds this binary has, for the error naming a missing one.
+const BUILT: &[&str] = &[
+    "http",
+    "file",
+    #[cfg(feature = "redis")]
+    "redis",
+    #[cfg(feature = "rabbitmq")]
+    "rabbitmq",
+    #[cfg(feature = "nats")]
+    "nats",
+    #[cfg(feature = "sqs")]
+    "sqs",
+    #[cfg(feature = "pubsub")]
+    "pubsub",
+    #[cfg(feature = "kafka")]
+    "kafka",
+];
+
+fn not_built(kind: SinkKind) -> String {
+    format!(
+        "sink type {} is not built into this binary (this build has {}; rebuild with the cargo feature `{}`)",
+        kind.as_str(),
+        BUILT.join(", "),
+        kind.as_str()
+    )
+}
+
+/// Validates one sink entry's options as its adapter reads them (each
+/// `from_options` validates), without connecting anywhere. The error names the option (the caller adds the
+/// source and sink).
+pub fn check(kind: SinkKind, options: &Options) -> Result<(), String> {
+    let checked: Result<(), SinkError> = match kind {
+        SinkKind::Http => ankusa_sinks::http::HttpSinkConfig::from_options(options).map(|_| ()),
+        SinkKind::File => ankusa_sinks::file::FileSinkConfig::from_options(options).map(|_| ()),
+        #[cfg(feature = "redis")]
+        SinkKind::Redis => ankusa_sinks::redis::RedisSinkConfig::from_options(options).map(|_| ()),
+        #[cfg(feature = "rabbitmq")]
+        SinkKind::Rabbitmq => ankusa_sinks::rabbitmq::RabbitMqSinkConfig::from_options(options).map(|_| ()),
+        #[cfg(feature = "nats")]
+        SinkKind::Nats => ankusa_sinks::nats::NatsSinkConfig::from_options(options).map(|_| ()),
+        #[cfg(feature = "pubsub")]
+        SinkKind::Pubsub => ankusa_sinks::pubsub::PubSubSinkConfig::from_options(options).map(|_| ()),
+        #[cfg(feature = "kafka")]
+        SinkKind::Kafka => ankusa_sinks::kafka::KafkaSinkConfig::from_options(options).map(|_| ()),
+        // `ordered` is core's option (removed from `options`); the config
+        // crate has already refused it on a queue URL not ending `.fifo`.
+        #[cfg(feature = "sqs")]
+        SinkKind::Sqs => ankusa_sinks::sqs::SqsSinkConfig::from_options(options).map(|_| ()),
+        #[allow(unreachable_patterns)]
+        other => return Err(not_built(other)),
+    };
+    checked.map_err(|e| e.to_string())
+}
+
+/// Builds the sink of one entry of `source`'s sink list. Errors name the
+/// source, the sink and its kind.
+pub async fn build(source: &str, entry: &SinkEntry) -> anyhow::Result<Arc<dyn Sink>> {
+    let options = entry.options_json();
+    let named = |e: SinkError| anyhow!("source {source:?}, sink {:?} ({}): {e}", entry.name, entry.kind.as_str());
+    Ok(match entry.kind {
+        SinkKind::Http => {
+            let c = ankusa_sinks::http::HttpSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(ankusa_sinks::http::HttpSink::new(&c).map_err(named)?)
+        }
+        SinkKind::File => {
+            let c = ankusa_sinks::file::FileSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(ankusa_sinks::file::FileSink::open(&c).await.map_err(named)?)
+        }
+        #[cfg(feature = "redis")]
+        SinkKind::Redis => {
+            let c = ankusa_sinks::redis::RedisSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(ankusa_sinks::redis::RedisSink::new(&c).map_err(named)?)
+        }
+        #[cfg(feature = "rabbitmq")]
+        SinkKind::Rabbitmq => {
+            let c = ankusa_sinks::rabbitmq::RabbitMqSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(ankusa_sinks::rabbitmq::RabbitMqSink::new(&c).await.map_err(named)?)
+        }
+        #[cfg(feature = "nats")]
+        SinkKind::Nats => {
+            let c = ankusa_sinks::nats::NatsSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(ankusa_sinks::nats::NatsSink::new(&c).await.map_err(named)?)
+        }
+        #[cfg(feature = "pubsub")]
+        SinkKind::Pubsub => {
+            let c = ankusa_sinks::pubsub::PubSubSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(ankusa_sinks::pubsub::PubSubSink::new(&c).await.map_err(named)?)
+        }
+        #[cfg(feature = "kafka")]
+        SinkKind::Kafka => {
+            let c = ankusa_sinks::kafka::KafkaSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(ankusa_sinks::kafka::KafkaSink::new(&c).await.map_err(named)?)
+        }
+        #[cfg(feature = "sqs")]
+        SinkKind::Sqs => {
+            let mut c = ankusa_sinks::sqs::SqsSinkConfig::from_options(&options).map_err(named)?;
+            // The sink's own check of `ordered` (a FIFO queue), as the config crate's.
+            c.ordered = entry.order.is_ordered();
+            Arc::new(ankusa_sinks::sqs::SqsSink::new(&c).await.map_err(named)?)
+        }
+        #[allow(unreachable_patterns)]
+        other => {
+            return Err(anyhow!("source {source:?}, sink {:?}: {}", entry.name, not_built(other)));
+        }
+    })
+}

@@ -1,0 +1,289 @@
+//! Issue 5, the NATS sink through the relay: the Stripe corpus into an
+//! ordered JetStream subject (read back with a pull consumer), the sink's
+//! nats-server killed and restarted under it, and a subject no stream
+//! captures, which dead-letters a lane's head and releases the lane.
+//!
+//! The shared nats-server with JetStream at 127.0.0.1:4222 (`.ci/run` starts
+//! it) takes the corpus and the dead-letter tests, each on its own stream and
+//! subjects; the restart test runs a private `nats-server -js` on a free port
+//! with its own store directory, so killing it disturbs no other test.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use futures_util::StreamExt as _;
+
+use crate::relay::{Relay, config};
+use crate::sink::until;
+use crate::stripe::{self, Received};
+
+const SHARED: &str = "nats://127.0.0.1:4222";
+
+/// The nats-server binary: Debian's package puts it in /usr/sbin (`.ci/run`
+/// installs it), else the one on PATH.
+fn nats_server() -> &'static str {
+    const DEBIAN: &str = "/usr/sbin/nats-server";
+    if std::path::Path::new(DEBIAN).exists() { DEBIAN } else { "nats-server" }
+}
+
+/// A stream name (and subject token) no other run uses.
+fn unique(what: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+    format!("ankusa_it_{what}_{}_{nanos}", std::process::id())
+}
+
+async fn js(url: &str) -> jetstream::Context {
+    match async_nats::ConnectOptions::new().connection_timeout(Duration::from_secs(5)).connect(url).await {
+        Ok(c) => jetstream::new(c),
+        Err(e) => panic!("NATS at {url} is unreachable ({e}); `.ci/run` starts it"),
+    }
+}
+
+/// Creates the stream `name` capturing `<name>.>` (file storage, the default
+/// two-minute duplicate window).
+async fn create_stream(url: &str, name: &str) -> jetstream::stream::Stream {
+    js(url)
+        .await
+        .create_stream(jetstream::stream::Config {
+            name: name.to_owned(),
+            subjects: vec![format!("{name}.>")],
+            ..Default::default()
+        })
+        .await
+        .expect("create_stream")
+}
+
+async fn delete_stream(url: &str, name: &str) {
+    let _ = js(url).await.delete_stream(name).await;
+}
+
+/// Every message of the stream, in stream order, through one pull consumer
+/// (acked): the payload as the body, every header as an attribute (each must
+/// be single-valued).
+async fn read_stream(url: &str, name: &str) -> Vec<Received> {
+    let stream = js(url).await.get_stream(name).await.expect("get_stream");
+    let total = stream.get_info().await.expect("stream info").state.messages as usize;
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::Config::default())
+        .await
+        .expect("create_consumer");
+    let mut got = Vec::new();
+    let t0 = Instant::now();
+    while got.len() < total {
+        assert!(t0.elapsed() < Duration::from_secs(30), "read {} of {total} messages", got.len());
+        let mut batch = consumer
+            .fetch()
+            .max_messages(total - got.len())
+            .expires(Duration::from_millis(500))
+            .messages()
+            .await
+            .expect("fetch");
+        while let Some(m) = batch.next().await {
+            let m = m.expect("a message");
+            let mut r = Received { body: m.message.payload.to_vec(), ..Default::default() };
+            if let Some(headers) = &m.message.headers {
+                for (name, values) in headers.iter() {
+                    assert_eq!(values.len(), 1, "header {name}: {values:?}");
+                    r.attrs.insert(name.to_string(), values[0].as_str().to_owned());
+                }
+            }
+            got.push(r);
+            m.ack().await.expect("ack");
+        }
+    }
+    got
+}
+
+fn ordered_sink(url: &str, subject: &str) -> String {
+    format!(
+        "[{{type: nats, name: js, url: '{url}', subject: '{subject}', timeout_ms: 2000, ordered: true, ordering_key: {{json: data.object.customer}}}}]"
+    )
+}
+
+/// Waits until every accepted hook is settled (nothing pending) and returns
+/// the metrics then.
+async fn drained(relay: &Relay, within: Duration) -> HashMap<String, f64> {
+    until("the relay's queue drained", within, async || {
+        let m = relay.metrics().await;
+        (m["ankusa_queue_pending"] == 0.0).then_some(m)
+    })
+    .await
+}
+
+/// The NATS-specific headers of every message: `Nats-Msg-Id` is the
+/// idempotency key, `Content-Type` the corpus's.
+fn check_nats_headers(got: &[Received]) {
+    let content_type = stripe::hooks(1)[0].header("content-type").expect("corpus content type").to_owned();
+    for r in got {
+        assert_eq!(r.attrs.get("Nats-Msg-Id"), r.attrs.get("ankusa_idempotency_key"), "{:?}", r.attrs);
+        assert_eq!(r.attrs.get("Content-Type"), Some(&content_type));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_corpus_through_an_ordered_jetstream_subject_arrives_once_in_order_per_customer() {
+    let name = unique("stripe");
+    let _stream = create_stream(SHARED, &name).await;
+    let relay = Relay::start(&config(
+        "rocksdb",
+        &format!(
+            "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+            stripe::source_yaml(&ordered_sink(SHARED, &format!("{name}.{{tenant}}.{{source}}")))
+        ),
+    ))
+    .await;
+    let sent = stripe::send(&relay, &stripe::hooks(4)).await;
+    assert_eq!(sent.len(), 40);
+    let m = drained(&relay, Duration::from_secs(30)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
+    assert_eq!(m["ankusa_ingest_duplicates_total"], 4.0, "the provider retry of each round");
+    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
+    let got = read_stream(SHARED, &name).await;
+    delete_stream(SHARED, &name).await;
+    stripe::check(&sent, &got);
+    check_nats_headers(&got);
+    // Four lanes: three customers and the keyless one.
+    let keys: std::collections::BTreeSet<&str> = got.iter().map(|r| r.attrs["ankusa_ordering_key"].as_str()).collect();
+    assert_eq!(keys.len(), 4, "{keys:?}");
+}
+
+/// A `nats-server -js` of this test's own on 127.0.0.1:`port`, its JetStream
+/// store in `dir` (JetStream writes each message to its file before the ack,
+/// so a SIGKILL loses nothing acknowledged).
+struct PrivateNats {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl PrivateNats {
+    fn start(port: u16, dir: &Path) -> PrivateNats {
+        let child = Command::new(nats_server())
+            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {} ({e}); `.ci/run` installs it", nats_server()));
+        let r = PrivateNats { child: Some(child), port };
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "private nats-server on {port} did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for PrivateNats {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_killed_and_restarted_hooks_retry_and_arrive_once_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let mut nats = PrivateNats::start(port, dir.path());
+    let url = nats.url();
+    let name = unique("restart");
+    create_stream(&url, &name).await;
+    let relay = Relay::start(&config(
+        "rocksdb",
+        &format!(
+            "retry: {{base_ms: 20, max_ms: 300}}\n{}",
+            stripe::source_yaml(&ordered_sink(&url, &format!("{name}.{{source}}")))
+        ),
+    ))
+    .await;
+
+    // Up: two rounds arrive.
+    let mut sent = stripe::send(&relay, &stripe::hooks_in(0..2)).await;
+    drained(&relay, Duration::from_secs(30)).await;
+
+    // Down: two more rounds are accepted (committed before the 200) and wait
+    // in their lanes, the heads retrying.
+    nats.kill();
+    sent.extend(stripe::send(&relay, &stripe::hooks_in(2..4)).await);
+    let m = until("heads retrying while NATS is down", Duration::from_secs(30), async || {
+        let m = relay.metrics().await;
+        (m["ankusa_dispatch_retries_total"] >= 4.0 && m["ankusa_dispatch_lanes_blocked"] >= 1.0).then_some(m)
+    })
+    .await;
+    assert_eq!(m["ankusa_queue_pending"], 20.0, "{m:?}");
+    assert!(m["ankusa_dispatch_lane_members"] >= 16.0, "{m:?}");
+
+    // Back on the same port and store: the client reconnects by itself and
+    // everything arrives.
+    nats = PrivateNats::start(port, dir.path());
+    let m = drained(&relay, Duration::from_secs(60)).await;
+    assert_eq!(sent.len(), 40);
+    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0, "{m:?}");
+    assert_eq!(m["ankusa_dlq_dead"], 0.0);
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
+
+    let got = read_stream(&url, &name).await;
+    // Exactly once in the stream: a publish whose ack was lost is sent again
+    // with the same Nats-Msg-Id and JetStream drops the duplicate.
+    stripe::check(&sent, &got);
+    check_nats_headers(&got);
+    nats.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_no_stream_captures_dead_letters_the_head_and_releases_the_lane() {
+    let name = unique("nostream");
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "retry: {{base_ms: 10, max_ms: 50}}\n{}",
+            stripe::source_yaml(&ordered_sink(SHARED, &format!("{name}.{{source}}")))
+        ),
+    ))
+    .await;
+    // No stream captures `<name>.stripe` yet: JetStream has no responder.
+    let round = stripe::hooks_in(1..2);
+    let invoice_created = round.iter().find(|h| h.file.starts_with("stripe/invoice_created.json")).expect("file");
+    let invoice_finalized = round.iter().find(|h| h.file.starts_with("stripe/invoice_finalized.json")).expect("file");
+    let first = stripe::send(&relay, std::slice::from_ref(invoice_created)).await;
+    let m = drained(&relay, Duration::from_secs(10)).await;
+    assert_eq!(m["ankusa_dlq_dead"], 1.0, "{m:?}");
+    assert_eq!(m["ankusa_dispatch_dead_lettered_total"], 1.0);
+    assert_eq!(m["ankusa_dispatch_retries_total"], 0.0, "no stream is permanent, not retried");
+    assert_eq!(m["ankusa_dispatch_lanes"], 0.0, "the dead-lettered head still holds its lane");
+    let log = relay.log();
+    assert!(log.contains("no stream captures this subject") && log.contains("permanent failure: dead-lettered"), "{log}");
+
+    // The stream created, the same customer's next hook takes the lane and
+    // arrives.
+    create_stream(SHARED, &name).await;
+    let second = stripe::send(&relay, std::slice::from_ref(invoice_finalized)).await;
+    assert_eq!(first[0].key, second[0].key);
+    let m = drained(&relay, Duration::from_secs(10)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 1.0);
+    let got = read_stream(SHARED, &name).await;
+    delete_stream(SHARED, &name).await;
+    stripe::check(&second, &got);
+    check_nats_headers(&got);
+    let attrs: BTreeMap<&str, &str> = got[0].attrs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(attrs["ankusa_ordering_key"], "cus_QXg1o8vcGmoR33");
+}

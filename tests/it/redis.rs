@@ -1,0 +1,244 @@
+//! Issue 5, the Redis sink through the relay: the Stripe corpus into an
+//! ordered stream (read back with XRANGE), the sink's Redis killed and
+//! restarted and its connections killed (`CLIENT KILL`), and a `WRONGTYPE`
+//! that dead-letters a lane's head and releases the lane.
+//!
+//! The shared Redis at 127.0.0.1:6379 (`.ci/run` starts it) takes the corpus
+//! and the dead-letter test, each on its own stream; the down-and-back test
+//! runs a private `redis-server` on a free port (AOF, fsync always) so killing
+//! it disturbs no other test.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::relay::{Relay, config};
+use crate::sink::until;
+use crate::stripe::{self, Received};
+
+const SHARED: &str = "redis://127.0.0.1:6379";
+
+/// A stream name no other run uses.
+fn unique(what: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+    format!("ankusa-it:{what}:{}:{nanos}", std::process::id())
+}
+
+async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).expect("url");
+    match client.get_multiplexed_async_connection().await {
+        Ok(c) => c,
+        Err(e) => panic!("Redis at {url} is unreachable ({e}); `.ci/run` starts it"),
+    }
+}
+
+/// XRANGE of the whole stream as [`Received`]: the `body` field, every other
+/// field as an attribute.
+async fn read_stream(url: &str, stream: &str) -> Vec<Received> {
+    let entries: Vec<(String, Vec<Vec<u8>>)> =
+        redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query_async(&mut conn(url).await).await.expect("XRANGE");
+    entries
+        .into_iter()
+        .map(|(id, flat)| {
+            let mut r = Received::default();
+            for pair in flat.chunks(2) {
+                let name = String::from_utf8(pair[0].clone()).expect("field name");
+                if name == "body" {
+                    r.body = pair[1].clone();
+                } else {
+                    r.attrs.insert(name, String::from_utf8(pair[1].clone()).unwrap_or_else(|_| panic!("entry {id}: field not UTF-8")));
+                }
+            }
+            r
+        })
+        .collect()
+}
+
+async fn del(url: &str, key: &str) {
+    let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut conn(url).await).await.expect("DEL");
+}
+
+fn ordered_sink(url: &str, stream: &str) -> String {
+    format!("[{{type: redis, name: stream, url: '{url}', stream: '{stream}', ordered: true, ordering_key: {{json: data.object.customer}}}}]")
+}
+
+/// Waits until every accepted hook is settled (nothing pending) and returns
+/// the metrics then.
+async fn drained(relay: &Relay, within: Duration) -> std::collections::HashMap<String, f64> {
+    until("the relay's queue drained", within, async || {
+        let m = relay.metrics().await;
+        (m["ankusa_queue_pending"] == 0.0).then_some(m)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_corpus_through_an_ordered_stream_arrives_once_in_order_per_customer() {
+    let stream = unique("stripe");
+    let relay = Relay::start(&config(
+        "rocksdb",
+        &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", stripe::source_yaml(&ordered_sink(SHARED, &stream))),
+    ))
+    .await;
+    let sent = stripe::send(&relay, &stripe::hooks(4)).await;
+    assert_eq!(sent.len(), 40);
+    let m = drained(&relay, Duration::from_secs(30)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
+    assert_eq!(m["ankusa_ingest_duplicates_total"], 4.0, "the provider retry of each round");
+    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
+    let got = read_stream(SHARED, &stream).await;
+    del(SHARED, &stream).await;
+    stripe::check(&sent, &got);
+    let content_type = stripe::hooks(1)[0].header("content-type").expect("corpus content type").to_owned();
+    for r in &got {
+        assert_eq!(r.attrs.get("content_type"), Some(&content_type));
+    }
+    // Four lanes: three customers and the keyless one.
+    let keys: std::collections::BTreeSet<&str> = got.iter().map(|r| r.attrs["ankusa_ordering_key"].as_str()).collect();
+    assert_eq!(keys.len(), 4, "{keys:?}");
+}
+
+/// A `redis-server` of this test's own on 127.0.0.1:`port`, appending every
+/// write to its AOF with an fsync before it answers, so a SIGKILL loses
+/// nothing it acknowledged.
+struct PrivateRedis {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl PrivateRedis {
+    fn start(port: u16, dir: &Path) -> PrivateRedis {
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "yes"])
+            .args(["--appendfsync", "always", "--dir"])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run redis-server ({e}); `.ci/run` installs it"));
+        let r = PrivateRedis { child: Some(child), port };
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "private redis-server on {port} did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_restarted_and_connections_killed_hooks_retry_and_arrive_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let mut redis = PrivateRedis::start(port, dir.path());
+    let url = redis.url();
+    let stream = unique("down");
+    let relay = Relay::start(&config(
+        "rocksdb",
+        &format!("retry: {{base_ms: 20, max_ms: 300}}\n{}", stripe::source_yaml(&ordered_sink(&url, &stream))),
+    ))
+    .await;
+
+    // Up: two rounds arrive.
+    let mut sent = stripe::send(&relay, &stripe::hooks_in(0..2)).await;
+    drained(&relay, Duration::from_secs(30)).await;
+
+    // Down: two more rounds are accepted (committed before the 200) and wait
+    // in their lanes, the heads retrying.
+    redis.kill();
+    sent.extend(stripe::send(&relay, &stripe::hooks_in(2..4)).await);
+    let m = until("heads retrying while Redis is down", Duration::from_secs(20), async || {
+        let m = relay.metrics().await;
+        (m["ankusa_dispatch_retries_total"] >= 4.0 && m["ankusa_dispatch_lanes_blocked"] >= 1.0).then_some(m)
+    })
+    .await;
+    assert_eq!(m["ankusa_queue_pending"], 20.0, "{m:?}");
+    assert!(m["ankusa_dispatch_lane_members"] >= 16.0, "{m:?}");
+
+    // Back on the same port and AOF: everything arrives.
+    redis = PrivateRedis::start(port, dir.path());
+    drained(&relay, Duration::from_secs(30)).await;
+
+    // The sink's connections killed under it: the next XADDs fail, retry on a
+    // new connection, and arrive.
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query_async(&mut conn(&url).await)
+        .await
+        .expect("CLIENT KILL");
+    assert!(killed >= 1, "the relay had no connection to kill");
+    sent.extend(stripe::send(&relay, &stripe::hooks_in(4..6)).await);
+    let m = drained(&relay, Duration::from_secs(30)).await;
+    assert_eq!(sent.len(), 60);
+    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0, "{m:?}");
+    assert_eq!(m["ankusa_dlq_dead"], 0.0);
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 60.0);
+
+    let got = read_stream(&url, &stream).await;
+    // At-least-once: an XADD whose answer the kill swallowed is sent again.
+    let repeats = stripe::check_at_least_once(&sent, &got);
+    assert_eq!(got.len(), 60 + repeats);
+    redis.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrongtype_dead_letters_the_head_and_releases_the_lane() {
+    let stream = unique("wrongtype");
+    let relay = Relay::start(&config(
+        "memory",
+        &format!("retry: {{base_ms: 10, max_ms: 50}}\n{}", stripe::source_yaml(&ordered_sink(SHARED, &stream))),
+    ))
+    .await;
+    // The stream's key holds a string: XADD answers WRONGTYPE.
+    let _: () = redis::cmd("SET").arg(&stream).arg("not a stream").query_async(&mut conn(SHARED).await).await.expect("SET");
+    let round = stripe::hooks_in(1..2);
+    let invoice_created = round.iter().find(|h| h.file.starts_with("stripe/invoice_created.json")).expect("file");
+    let invoice_finalized = round.iter().find(|h| h.file.starts_with("stripe/invoice_finalized.json")).expect("file");
+    let first = stripe::send(&relay, std::slice::from_ref(invoice_created)).await;
+    let m = drained(&relay, Duration::from_secs(10)).await;
+    assert_eq!(m["ankusa_dlq_dead"], 1.0, "{m:?}");
+    assert_eq!(m["ankusa_dispatch_dead_lettered_total"], 1.0);
+    assert_eq!(m["ankusa_dispatch_retries_total"], 0.0, "WRONGTYPE is permanent, not retried");
+    assert_eq!(m["ankusa_dispatch_lanes"], 0.0, "the dead-lettered head still holds its lane");
+    let log = relay.log();
+    assert!(log.contains("WRONGTYPE") && log.contains("permanent failure: dead-lettered"), "{log}");
+
+    // The key fixed, the same customer's next hook takes the lane and arrives.
+    del(SHARED, &stream).await;
+    let second = stripe::send(&relay, std::slice::from_ref(invoice_finalized)).await;
+    assert_eq!(first[0].key, second[0].key);
+    let m = drained(&relay, Duration::from_secs(10)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 1.0);
+    let got = read_stream(SHARED, &stream).await;
+    del(SHARED, &stream).await;
+    stripe::check(&second, &got);
+    let attrs: BTreeMap<&str, &str> = got[0].attrs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(attrs["ankusa_ordering_key"], "cus_QXg1o8vcGmoR33");
+}
