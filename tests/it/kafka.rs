@@ -14,6 +14,7 @@
 //! once" are what the contract promises and what is asserted.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -23,7 +24,7 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use crate::relay::{Relay, config};
+use crate::relay::{Relay, config, run_cli};
 use crate::sink::until;
 use crate::stripe::{self, Received};
 
@@ -95,7 +96,9 @@ async fn consume(servers: &str, topic: &str) -> Vec<Record> {
             tpl.add_partition_offset(&topic, p, Offset::Beginning).expect("offset");
         }
         consumer.assign(&tpl).expect("assign");
-        let mut out: Vec<(i64, Record)> = Vec::new();
+        // Keyed by position: a record fetched twice (a consumer-side
+        // refetch) is one record of the log.
+        let mut out: BTreeMap<(i32, i64), Record> = BTreeMap::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         while (out.len() as i64) < total {
             assert!(Instant::now() < deadline, "consumed {} of {total} records", out.len());
@@ -108,10 +111,12 @@ async fn consume(servers: &str, topic: &str) -> Vec<Record> {
                     received.attrs.insert(h.key.to_owned(), value);
                 }
             }
-            out.push((msg.offset(), Record { partition: msg.partition(), key: msg.key().map(<[u8]>::to_vec), received }));
+            let record = Record { partition: msg.partition(), key: msg.key().map(<[u8]>::to_vec), received };
+            if let Some(before) = out.insert((msg.partition(), msg.offset()), record) {
+                eprintln!("partition {} offset {} fetched twice ({:?})", msg.partition(), msg.offset(), before.key);
+            }
         }
-        out.sort_by_key(|(offset, r)| (r.partition, *offset));
-        out.into_iter().map(|(_, r)| r).collect()
+        out.into_values().collect()
     })
     .await
     .expect("consumer thread")
@@ -137,12 +142,18 @@ fn ordered_sink(servers: &str, topic: &str, extra: &str) -> String {
     )
 }
 
+/// Waits until every accepted hook is settled (nothing pending) and returns
+/// the metrics then; fails with the relay's log.
 async fn drained(relay: &Relay, within: Duration) -> std::collections::HashMap<String, f64> {
-    until("the relay's queue drained", within, async || {
+    let deadline = Instant::now() + within;
+    loop {
         let m = relay.metrics().await;
-        (m["ankusa_queue_pending"] == 0.0).then_some(m)
-    })
-    .await
+        if m["ankusa_queue_pending"] == 0.0 {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "queue not drained after {within:?}: {m:?}\n{}", relay.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[test]
@@ -191,11 +202,21 @@ async fn injected_errors_and_a_down_broker_every_hook_arrives_in_order_per_custo
     let mock = cluster(&topic);
     let servers = mock.bootstrap_servers();
     // A short delivery bound so a down broker turns into sink-level retries.
+    //
+    // One request in flight per connection: the mock checks idempotent
+    // sequence numbers only for transactional producers, so with two Produce
+    // requests R1, R2 in flight for a partition it appends R2 after an
+    // injected error on R1, where a real broker answers
+    // OUT_OF_ORDER_SEQUENCE_NUMBER; librdkafka then takes R2's ack as proof
+    // that R1 was persisted ("implicit ack", confluentinc/librdkafka#2081,
+    // #2501) and R1's hook is reported delivered but is not in the mock's
+    // log. Observed here with the default max.in.flight (5): the first hook
+    // of a partition missing in about half the runs.
     let relay = Relay::start(&config(
         "rocksdb",
         &format!(
-            "retry: {{base_ms: 20, max_ms: 300}}\n{}",
-            stripe::source_yaml(&ordered_sink(&servers, &topic, ", timeout_ms: 1000"))
+            "retry: {{base_ms: 20, max_ms: 300}}\nbreaker: {{failures: 5, open_ms: 300}}\n{}",
+            stripe::source_yaml(&ordered_sink(&servers, &topic, ", timeout_ms: 1000, properties: {max.in.flight: 1}"))
         ),
     ))
     .await;
@@ -235,9 +256,92 @@ async fn injected_errors_and_a_down_broker_every_hook_arrives_in_order_per_custo
 
     let records = consume(&servers, &topic).await;
     let got: Vec<Received> = records.iter().map(|r| r.received.clone()).collect();
+    let ids: BTreeSet<&str> = got.iter().filter_map(|r| r.attrs.get("ankusa_idempotency_key").map(String::as_str)).collect();
+    let missing: Vec<(&str, &str, &str)> =
+        sent.iter().filter(|s| !ids.contains(s.id.as_str())).map(|s| (s.file.as_str(), s.id.as_str(), s.key.as_str())).collect();
+    if !missing.is_empty() {
+        eprintln!("not in the topic: {missing:?}; relay log:\n{}", relay.log());
+    }
     let repeats = stripe::check_at_least_once(&sent, &got);
     assert_eq!(got.len(), 50 + repeats);
     check_partitions(&records);
     eprintln!("records repeated after sink-level retries: {repeats}");
+    drop(relay);
+}
+
+#[test]
+fn kafka_options_are_checked_at_load_naming_source_sink_and_option() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let data = dir.join("data");
+    let yaml = |sink: &str| {
+        format!(
+            "node: {{data_dir: '{}', store: rocksdb}}\nlisteners: {{ingest: '127.0.0.1:0', admin: '127.0.0.1:0'}}\nsources:\n  - name: billing\n    sinks:\n      - {sink}\n",
+            data.display()
+        )
+    };
+    for (sink, expected) in [
+        ("{type: kafka, name: orders, topic: t}", "source \"billing\", sink \"orders\" (kafka): sink option `brokers` is required"),
+        ("{type: kafka, name: orders, brokers: 'k:9092'}", "source \"billing\", sink \"orders\" (kafka): sink option `topic` is required"),
+        ("{type: kafka, name: orders, brokers: 'k:9092', topic: 'a/{source}'}", "source \"billing\", sink \"orders\" (kafka): sink option `topic`: "),
+        (
+            "{type: kafka, name: orders, brokers: 'k:9092', topic: t, properties: {acks: '1'}}",
+            "source \"billing\", sink \"orders\" (kafka): sink option `properties.acks`: cannot be set",
+        ),
+        (
+            "{type: kafka, name: orders, brokers: 'k:9092', topic: t, properties: {socket.timeout.mz: 5}}",
+            "source \"billing\", sink \"orders\" (kafka): sink option `properties.socket.timeout.mz`: ",
+        ),
+    ] {
+        let file = dir.join("bad.yaml");
+        std::fs::write(&file, yaml(sink)).expect("write");
+        for args in [vec![OsStr::new("check-config"), file.as_os_str()], vec![OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()]] {
+            let (status, out) = run_cli(&args, dir);
+            assert!(!status.success(), "{args:?} accepted {sink}:\n{out}");
+            assert!(out.contains(expected), "{args:?} output lacks\n  {expected}\ngot:\n{out}");
+        }
+        assert!(!data.exists(), "serve created the data_dir of an invalid config");
+    }
+    let file = dir.join("good.yaml");
+    std::fs::write(
+        &file,
+        yaml("{type: kafka, name: orders, brokers: 'k1:9092,k2:9092', topic: 'hooks.{tenant}.{source}', key: '{idempotency_key}', properties: {client.id: ankusa, linger.ms: 10}}"),
+    )
+    .expect("write");
+    let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
+    assert!(status.success(), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_starts_while_no_broker_listens_and_delivers_once_it_does() {
+    // The cluster's only broker is down (its port refuses connections) when
+    // the relay starts: the sink is built anyway, the hooks are accepted and
+    // retry, and arrive once the broker is up.
+    let topic = unique("late");
+    let mock = cluster(&topic);
+    let servers = mock.bootstrap_servers();
+    mock.broker_down(1).expect("broker down");
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "retry: {{base_ms: 20, max_ms: 300}}\nbreaker: {{failures: 5, open_ms: 300}}\n{}",
+            stripe::source_yaml(&ordered_sink(&servers, &topic, ", timeout_ms: 1000"))
+        ),
+    ))
+    .await;
+    let sent = stripe::send(&relay, &stripe::hooks(1)).await;
+    until("deliveries retrying while the broker is down", Duration::from_secs(30), async || {
+        let m = relay.metrics().await;
+        (m["ankusa_dispatch_retries_total"] >= 1.0).then_some(())
+    })
+    .await;
+    mock.broker_up(1).expect("broker up");
+    let m = drained(&relay, Duration::from_secs(60)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 10.0, "{m:?}");
+    let records = consume(&servers, &topic).await;
+    let got: Vec<Received> = records.iter().map(|r| r.received.clone()).collect();
+    let repeats = stripe::check_at_least_once(&sent, &got);
+    assert_eq!(got.len(), 10 + repeats);
+    check_partitions(&records);
     drop(relay);
 }

@@ -45,14 +45,6 @@ const RESERVED: &[(&str, &str)] = &[
     ),
     ("transactional.id", "the sink does not use transactions"),
     (
-        "max.in.flight.requests.per.connection",
-        "the idempotent producer's in-flight limit is librdkafka's",
-    ),
-    (
-        "max.in.flight",
-        "the idempotent producer's in-flight limit is librdkafka's",
-    ),
-    (
         "retries",
         "the idempotent producer's retries are librdkafka's",
     ),
@@ -96,7 +88,8 @@ pub struct KafkaSinkConfig {
     pub timeout_ms: u64,
     /// Extra librdkafka settings (security, SASL, client.id, linger.ms, ...),
     /// applied after the sink's own; those in the reserved list (idempotence,
-    /// acks, partitioner, the timeout and the brokers) are refused.
+    /// acks, partitioner, retries, transactions, the timeout and the brokers)
+    /// are refused, and `max.in.flight` must stay from 1 to 5.
     pub properties: BTreeMap<String, String>,
 }
 
@@ -251,6 +244,19 @@ impl KafkaSinkConfig {
                 ));
             }
         }
+        // The idempotent producer keeps order with up to 5 requests in
+        // flight per partition (librdkafka refuses more, but only when the
+        // producer is created).
+        for name in ["max.in.flight", "max.in.flight.requests.per.connection"] {
+            if let Some(v) = self.properties.get(name)
+                && !v.trim().parse::<u32>().is_ok_and(|n| (1..=5).contains(&n))
+            {
+                return Err(SinkError::invalid(
+                    format!("properties.{name}"),
+                    "must be 1 to 5 (the idempotent producer's limit)",
+                ));
+            }
+        }
         for name in ["linger.ms", "queue.buffering.max.ms"] {
             if let Some(v) = self.properties.get(name)
                 && v.trim()
@@ -331,7 +337,11 @@ impl KafkaSinkConfig {
             .set(
                 "topic.metadata.propagation.max.ms",
                 (self.timeout_ms / 2).min(30_000).to_string(),
-            );
+            )
+            // librdkafka fails an in-flight record only when its request
+            // times out (30 s by default), whatever message.timeout.ms says:
+            // bound that by the delivery bound too.
+            .set("request.timeout.ms", self.timeout_ms.min(30_000).to_string());
         for (name, value) in &self.properties {
             c.set(name, value);
         }
@@ -440,6 +450,7 @@ mod tests {
         assert_eq!(cc.get("partitioner"), Some("murmur2_random"));
         assert_eq!(cc.get("message.timeout.ms"), Some("5000"));
         assert_eq!(cc.get("topic.metadata.propagation.max.ms"), Some("2500"));
+        assert_eq!(cc.get("request.timeout.ms"), Some("5000"));
         assert_eq!(cc.get("client.id"), Some("relay"));
 
         let c = KafkaSinkConfig::from_options(&opts(serde_json::json!({
@@ -534,6 +545,27 @@ mod tests {
             serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"client.id": ["x"]}}),
         );
         assert!(e.contains("`properties.client.id`"), "{e}");
+        for bad in [0, 6] {
+            let e = err(serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"max.in.flight": bad}}));
+            assert!(e.contains("`properties.max.in.flight`"), "{e}");
+        }
+        assert!(
+            KafkaSinkConfig::from_options(&opts(serde_json::json!({
+                "brokers": "a:1", "topic": "t", "properties": {"max.in.flight": 1}
+            })))
+            .is_ok()
+        );
+        let e = err(serde_json::json!({
+            "brokers": "a:1", "topic": "t",
+            "properties": {"security.protocol": "sasl_plaintext", "sasl.mechanism": "SCRAM-SHA-256"}
+        }));
+        assert!(e.contains("`properties.sasl.mechanism`"), "{e}");
+        let e = err(serde_json::json!({
+            "brokers": "a:1", "topic": "t", "properties": {"security.protocol": "SASL_PLAINTEXT"}
+        }));
+        assert!(e.contains("`properties.sasl.mechanism`"), "{e}");
+        let e = err(serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"compression.type": "zstd"}}));
+        assert!(e.contains("`properties.compression.type`"), "{e}");
     }
 
     #[test]

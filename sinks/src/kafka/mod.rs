@@ -31,8 +31,11 @@
 //! `allow.auto.create.topics=false` (a missing topic is `SinkGone`, not
 //! created from a template; `properties` may turn it back on), and
 //! `topic.metadata.propagation.max.ms` = min(`timeout_ms` / 2, 30000) so a
-//! missing topic is reported as missing within the delivery bound.
+//! missing topic is reported as missing within the delivery bound, and
+//! `request.timeout.ms` = min(`timeout_ms`, 30000) (librdkafka fails a record
+//! that is in flight only when its request times out).
 //! `properties` adds any other librdkafka setting (`client.id`, `linger.ms`,
+//! `max.in.flight` 1 to 5,
 //! `compression.type`: `none` or `lz4`/`snappy`, which librdkafka bundles;
 //! `security.protocol` `plaintext` or `sasl_plaintext` with `sasl.mechanism`
 //! `PLAIN`). This build of librdkafka has no OpenSSL, zlib, zstd or Cyrus SASL

@@ -11,7 +11,15 @@
 //! - injected `REQUEST_TIMED_OUT` / `NOT_LEADER_FOR_PARTITION` /
 //!   `_TRANSPORT` on Produce are retried inside librdkafka (the idempotent
 //!   producer keeps the partition's order and writes each record once), so the
-//!   sink answers `Ok`; a broker that stays down past `timeout_ms` is `Retry`.
+//!   sink answers `Ok`; a broker that stays down past `timeout_ms` is `Retry`;
+//! - the mock checks idempotent sequence numbers only for transactional
+//!   producers: with two Produce requests in flight for one partition and an
+//!   error injected on the first, it appends the second, and librdkafka takes
+//!   that ack as proof the first was persisted (an "implicit ack",
+//!   confluentinc/librdkafka#2501) although the mock never wrote it. A real
+//!   broker answers OUT_OF_ORDER_SEQUENCE_NUMBER instead. These tests deliver
+//!   one hook at a time, so the case does not arise here; the relay's test
+//!   (tests/it/kafka.rs) sets `max.in.flight: 1` for its injected errors.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
