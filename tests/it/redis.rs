@@ -158,7 +158,12 @@ async fn redis_killed_restarted_and_connections_killed_hooks_retry_and_arrive_in
     let stream = unique("down");
     let relay = Relay::start(&config(
         "rocksdb",
-        &format!("retry: {{base_ms: 20, max_ms: 300}}\n{}", stripe::source_yaml(&ordered_sink(&url, &stream))),
+        // The breaker opens while Redis is down; a short open period lets the
+        // half-open trial find it back soon after the restart.
+        &format!(
+            "retry: {{base_ms: 20, max_ms: 300}}\nbreaker: {{failures: 5, open_ms: 300}}\n{}",
+            stripe::source_yaml(&ordered_sink(&url, &stream))
+        ),
     ))
     .await;
 
