@@ -88,6 +88,9 @@ def pubsub_peer(port):
 
     class H(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes: without TCP_NODELAY, Nagle
+        # holds the body until the client's delayed ACK (~40 ms a request).
+        disable_nagle_algorithm = True
 
         def log_message(self, *a):
             pass

@@ -67,6 +67,22 @@ impl DeliveryCtx {
         self.ordering_key().map(String::from_utf8_lossy)
     }
 
+    /// The id a broker deduplicates on (JetStream's `Nats-Msg-Id`, an SQS FIFO
+    /// queue's `MessageDeduplicationId`): `"<idempotency key>.<sink index>"`,
+    /// e.g. `01932c4e-5f60-7abc-8def-0123456789ab.0` (at most 42 characters).
+    ///
+    /// The same on every redelivery and replay of the hook to this sink, so
+    /// the broker's duplicate window drops a redelivery; different for the
+    /// hook's other sinks, so two sinks of one source whose messages land in
+    /// one stream or one FIFO queue (an ordered and an unordered sink, two
+    /// subjects one stream captures) are both stored. With the bare
+    /// idempotency key the broker kept one of them and the other sink's
+    /// consumers never saw the hook. Consumers that dedupe across sinks use
+    /// the `ankusa_idempotency_key` attribute.
+    pub fn broker_dedupe_id(&self) -> String {
+        format!("{}.{}", self.idempotency_key, self.sink.0)
+    }
+
     /// The metadata of DESIGN section 6 as `(attribute name, value)` pairs, for
     /// media with string attributes (message attributes, broker headers):
     /// message version, idempotency key, tenant, source, received_at (unix
@@ -145,6 +161,16 @@ mod tests {
             Some("a\u{fffd}b")
         );
         assert_eq!(ctx(true, None).attributes(), base);
+    }
+
+    #[test]
+    fn broker_dedupe_id_is_scoped_to_the_sink() {
+        let c = ctx(false, None);
+        assert_eq!(c.broker_dedupe_id(), "01932c4e-5f60-7abc-8def-0123456789ab.0");
+        let other = DeliveryCtx { sink: SinkIx(65535), attempt: 3, ..c.clone() };
+        assert_eq!(other.broker_dedupe_id(), "01932c4e-5f60-7abc-8def-0123456789ab.65535");
+        assert_eq!(other.broker_dedupe_id().len(), 42);
+        assert_eq!(DeliveryCtx { attempt: 9, ..c.clone() }.broker_dedupe_id(), c.broker_dedupe_id());
     }
 
     #[test]

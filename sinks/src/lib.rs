@@ -36,6 +36,16 @@ mod ctx;
 mod error;
 pub mod meta;
 mod outcome;
+#[cfg(any(feature = "redis", feature = "rabbitmq"))]
+mod secret;
+#[cfg(any(
+    feature = "redis",
+    feature = "nats",
+    feature = "rabbitmq",
+    feature = "kafka",
+    feature = "pubsub"
+))]
+mod template;
 
 use async_trait::async_trait;
 

@@ -24,17 +24,12 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
+use crate::peer::unique;
 use crate::relay::{Relay, config, run_cli};
 use crate::sink::until;
 use crate::stripe::{self, Received};
 
 const PARTITIONS: i32 = 3;
-
-/// A topic name no other run uses.
-fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
-    format!("ankusa-it.{what}.{}.{nanos}", std::process::id())
-}
 
 /// A one-broker mock cluster with `topic` (3 partitions).
 fn cluster(topic: &str) -> MockCluster<'static, DefaultProducerContext> {

@@ -5,6 +5,7 @@
 
 mod relay;
 mod sink;
+mod peer;
 
 mod corpus;
 mod ordering;

@@ -8,15 +8,15 @@
 //! subjects; the restart test runs a private `nats-server -js` on a free port
 //! with its own store directory, so killing it disturbs no other test.
 
-use std::collections::{BTreeMap, HashMap};
-use std::net::TcpListener;
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use futures_util::StreamExt as _;
 
+use crate::peer::{ChildServer, drained, free_port, unique};
 use crate::relay::{Relay, config};
 use crate::sink::until;
 use crate::stripe::{self, Received};
@@ -28,12 +28,6 @@ const SHARED: &str = "nats://127.0.0.1:4222";
 fn nats_server() -> &'static str {
     const DEBIAN: &str = "/usr/sbin/nats-server";
     if std::path::Path::new(DEBIAN).exists() { DEBIAN } else { "nats-server" }
-}
-
-/// A stream name (and subject token) no other run uses.
-fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
-    format!("ankusa_it_{what}_{}_{nanos}", std::process::id())
 }
 
 async fn js(url: &str) -> jetstream::Context {
@@ -104,22 +98,13 @@ fn ordered_sink(url: &str, subject: &str) -> String {
     )
 }
 
-/// Waits until every accepted hook is settled (nothing pending) and returns
-/// the metrics then.
-async fn drained(relay: &Relay, within: Duration) -> HashMap<String, f64> {
-    until("the relay's queue drained", within, async || {
-        let m = relay.metrics().await;
-        (m["ankusa_queue_pending"] == 0.0).then_some(m)
-    })
-    .await
-}
-
 /// The NATS-specific headers of every message: `Nats-Msg-Id` is the
 /// idempotency key, `Content-Type` the corpus's.
 fn check_nats_headers(got: &[Received]) {
     let content_type = stripe::hooks(1)[0].header("content-type").expect("corpus content type").to_owned();
     for r in got {
-        assert_eq!(r.attrs.get("Nats-Msg-Id"), r.attrs.get("ankusa_idempotency_key"), "{:?}", r.attrs);
+        // The idempotency key and the sink's index (the only sink: 0).
+        assert_eq!(r.attrs.get("Nats-Msg-Id").cloned(), r.attrs.get("ankusa_idempotency_key").map(|k| format!("{k}.0")), "{:?}", r.attrs);
         assert_eq!(r.attrs.get("Content-Type"), Some(&content_type));
     }
 }
@@ -154,57 +139,21 @@ async fn stripe_corpus_through_an_ordered_jetstream_subject_arrives_once_in_orde
 /// A `nats-server -js` of this test's own on 127.0.0.1:`port`, its JetStream
 /// store in `dir` (JetStream writes each message to its file before the ack,
 /// so a SIGKILL loses nothing acknowledged).
-struct PrivateNats {
-    child: Option<Child>,
-    port: u16,
-}
-
-impl PrivateNats {
-    fn start(port: u16, dir: &Path) -> PrivateNats {
-        let child = Command::new(nats_server())
-            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {} ({e}); `.ci/run` installs it", nats_server()));
-        let r = PrivateNats { child: Some(child), port };
-        let t0 = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(t0.elapsed() < Duration::from_secs(10), "private nats-server on {port} did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        r
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for PrivateNats {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+fn private_nats(port: u16, dir: &Path) -> ChildServer {
+    ChildServer::start(
+        nats_server(),
+        Command::new(nats_server()).args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"]).arg(dir),
+        port,
+        Duration::from_secs(10),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_killed_and_restarted_hooks_retry_and_arrive_once_in_order() {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = free_port();
-    let mut nats = PrivateNats::start(port, dir.path());
-    let url = nats.url();
+    let mut nats = private_nats(port, dir.path());
+    let url = format!("nats://127.0.0.1:{port}");
     let name = unique("restart");
     create_stream(&url, &name).await;
     let relay = Relay::start(&config(
@@ -234,7 +183,7 @@ async fn nats_killed_and_restarted_hooks_retry_and_arrive_once_in_order() {
 
     // Back on the same port and store: the client reconnects by itself and
     // everything arrives.
-    nats = PrivateNats::start(port, dir.path());
+    nats = private_nats(port, dir.path());
     let m = drained(&relay, Duration::from_secs(60)).await;
     assert_eq!(sent.len(), 40);
     assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0, "{m:?}");

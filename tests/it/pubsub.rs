@@ -29,8 +29,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::peer::{drained, unique};
 use crate::relay::{Relay, config};
-use crate::sink::until;
 use crate::stripe::{self, Received};
 
 /// Pub/Sub's refusal of an ordering key on an endpoint that would forward the
@@ -168,27 +168,11 @@ async fn publish(st: &PeerState, req: Request<Incoming>) -> Response<Full<Bytes>
     json_answer(200, serde_json::json!({"messageIds": [id.to_string()]}))
 }
 
-/// A topic id no other run uses.
-fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
-    format!("ankusa-it-{what}-{}-{nanos}", std::process::id())
-}
-
 fn ordered_sink(peer: &PubSubPeer, topic: &str) -> String {
     format!(
         "[{{type: pubsub, name: events, project: {PROJECT}, topic: '{topic}', emulator_host: '{}', ordered: true, ordering_key: {{json: data.object.customer}}}}]",
         peer.addr
     )
-}
-
-/// Waits until every accepted hook is settled (nothing pending) and returns
-/// the metrics then.
-async fn drained(relay: &Relay, within: Duration) -> std::collections::HashMap<String, f64> {
-    until("the relay's queue drained", within, async || {
-        let m = relay.metrics().await;
-        (m["ankusa_queue_pending"] == 0.0).then_some(m)
-    })
-    .await
 }
 
 /// Every call's `orderingKey` is its message's `ankusa_ordering_key`, and no

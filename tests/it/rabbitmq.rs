@@ -19,6 +19,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
+use crate::peer::{drained, unique};
 use crate::relay::{Relay, config};
 use crate::sink::until;
 use crate::stripe::{self, Received};
@@ -27,12 +28,6 @@ const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 /// Held by every test of this module: one of them stops the broker.
 static BROKER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A queue or exchange name no other run uses.
-fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
-    format!("ankusa-it.{what}.{}.{nanos}", std::process::id())
-}
 
 /// A channel on a new connection; fails the test when RabbitMQ is down.
 async fn checker() -> (Connection, Channel) {
@@ -96,15 +91,6 @@ fn ordered_sink(exchange: &str, routing_key: &str) -> String {
     format!(
         "[{{type: rabbitmq, name: amqp, url: '{URL}', exchange: '{exchange}', routing_key: '{routing_key}', ordered: true, ordering_key: {{json: data.object.customer}}}}]"
     )
-}
-
-/// Waits until every accepted hook is settled and returns the metrics then.
-async fn drained(relay: &Relay, within: Duration) -> std::collections::HashMap<String, f64> {
-    until("the relay's queue drained", within, async || {
-        let m = relay.metrics().await;
-        (m["ankusa_queue_pending"] == 0.0).then_some(m)
-    })
-    .await
 }
 
 /// The checks of the AMQP properties every message carries.

@@ -9,22 +9,16 @@
 //! it disturbs no other test.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use crate::peer::{ChildServer, drained, free_port, unique};
 use crate::relay::{Relay, config};
 use crate::sink::until;
 use crate::stripe::{self, Received};
 
 const SHARED: &str = "redis://127.0.0.1:6379";
-
-/// A stream name no other run uses.
-fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
-    format!("ankusa-it:{what}:{}:{nanos}", std::process::id())
-}
 
 async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url).expect("url");
@@ -64,16 +58,6 @@ fn ordered_sink(url: &str, stream: &str) -> String {
     format!("[{{type: redis, name: stream, url: '{url}', stream: '{stream}', ordered: true, ordering_key: {{json: data.object.customer}}}}]")
 }
 
-/// Waits until every accepted hook is settled (nothing pending) and returns
-/// the metrics then.
-async fn drained(relay: &Relay, within: Duration) -> std::collections::HashMap<String, f64> {
-    until("the relay's queue drained", within, async || {
-        let m = relay.metrics().await;
-        (m["ankusa_queue_pending"] == 0.0).then_some(m)
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stripe_corpus_through_an_ordered_stream_arrives_once_in_order_per_customer() {
     let stream = unique("stripe");
@@ -103,58 +87,24 @@ async fn stripe_corpus_through_an_ordered_stream_arrives_once_in_order_per_custo
 /// A `redis-server` of this test's own on 127.0.0.1:`port`, appending every
 /// write to its AOF with an fsync before it answers, so a SIGKILL loses
 /// nothing it acknowledged.
-struct PrivateRedis {
-    child: Option<Child>,
-    port: u16,
-}
-
-impl PrivateRedis {
-    fn start(port: u16, dir: &Path) -> PrivateRedis {
-        let child = Command::new("redis-server")
+fn private_redis(port: u16, dir: &Path) -> ChildServer {
+    ChildServer::start(
+        "redis-server",
+        Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "yes"])
             .args(["--appendfsync", "always", "--dir"])
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run redis-server ({e}); `.ci/run` installs it"));
-        let r = PrivateRedis { child: Some(child), port };
-        let t0 = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(t0.elapsed() < Duration::from_secs(10), "private redis-server on {port} did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        r
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+            .arg(dir),
+        port,
+        Duration::from_secs(10),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_restarted_and_connections_killed_hooks_retry_and_arrive_in_order() {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = free_port();
-    let mut redis = PrivateRedis::start(port, dir.path());
-    let url = redis.url();
+    let mut redis = private_redis(port, dir.path());
+    let url = format!("redis://127.0.0.1:{port}");
     let stream = unique("down");
     let relay = Relay::start(&config(
         "rocksdb",
@@ -184,7 +134,7 @@ async fn redis_killed_restarted_and_connections_killed_hooks_retry_and_arrive_in
     assert!(m["ankusa_dispatch_lane_members"] >= 16.0, "{m:?}");
 
     // Back on the same port and AOF: everything arrives.
-    redis = PrivateRedis::start(port, dir.path());
+    redis = private_redis(port, dir.path());
     drained(&relay, Duration::from_secs(30)).await;
 
     // The sink's connections killed under it: the next XADDs fail, retry on a

@@ -158,10 +158,11 @@ async fn stripe_corpus_through_an_ordered_fifo_queue_arrives_once_in_order_per_c
         let id = g.received.attrs["ankusa_idempotency_key"].as_str();
         let s = by_id[id];
         // The lane's key is a legal group id (customer ids, "default/stripe"):
-        // sent as is. The dedup id is the idempotency key.
+        // sent as is. The dedup id is the idempotency key and the sink's
+        // index (the only sink: 0).
         assert_eq!(g.group_id.as_deref(), Some(s.key.as_str()), "{}", s.file);
         assert_eq!(g.group_id.as_deref().map(str::as_bytes).map(ankusa_sinks::sqs::message_group_id), Some(s.key.clone()));
-        assert_eq!(g.dedup_id.as_deref(), Some(id), "{}", s.file);
+        assert_eq!(g.dedup_id, Some(format!("{id}.0")), "{}", s.file);
         assert_eq!(g.received.attrs.get("content_type"), Some(&content_type), "{}", s.file);
         let names: Vec<&str> = g.received.attrs.keys().map(String::as_str).collect();
         assert_eq!(

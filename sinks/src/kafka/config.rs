@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 
-use crate::{Options, SinkError};
+use crate::{Options, SinkError, template};
 
 /// `timeout_ms` when the option is absent: 30 s (librdkafka's own
 /// `message.timeout.ms` default is 300 s).
@@ -211,7 +211,7 @@ impl KafkaSinkConfig {
         if self.topic.is_empty() {
             return Err(SinkError::invalid("topic", "must not be empty"));
         }
-        check_template(&self.topic, &["tenant", "source"])
+        template::check(&self.topic, &["tenant", "source"])
             .map_err(|reason| SinkError::invalid("topic", reason))?;
         let literal = render(&self.topic, "", "", "");
         if let Some(c) = literal.chars().find(|c| !is_topic_char(*c)) {
@@ -227,7 +227,7 @@ impl KafkaSinkConfig {
                     "must not be empty (leave it out for records without a key)",
                 ));
             }
-            check_template(key, &["tenant", "source", "idempotency_key"])
+            template::check(key, &["tenant", "source", "idempotency_key"])
                 .map_err(|reason| SinkError::invalid("key", reason))?;
         }
         if !(MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
@@ -371,36 +371,17 @@ pub(crate) fn check_topic(topic: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks that every `{...}` of a template is one of `names`.
-fn check_template(template: &str, names: &[&str]) -> Result<(), String> {
-    let mut rest = template;
-    while let Some(open) = rest.find(['{', '}']) {
-        if rest[open..].starts_with('}') {
-            return Err("has a `}` without its `{`".into());
-        }
-        let after = &rest[open + 1..];
-        let close = after
-            .find('}')
-            .ok_or_else(|| "has a `{` without its `}`".to_owned())?;
-        let name = &after[..close];
-        if !names.contains(&name) {
-            let known: Vec<String> = names.iter().map(|n| format!("`{{{n}}}`")).collect();
-            return Err(format!(
-                "`{{{name}}}` is not a placeholder (only {})",
-                known.join(", ")
-            ));
-        }
-        rest = &after[close + 1..];
-    }
-    Ok(())
-}
-
-/// The template with `{tenant}`, `{source}` and `{idempotency_key}` replaced.
-pub(crate) fn render(template: &str, tenant: &str, source: &str, idempotency_key: &str) -> String {
-    template
-        .replace("{tenant}", tenant)
-        .replace("{source}", source)
-        .replace("{idempotency_key}", idempotency_key)
+/// The template (topic or key) with `{tenant}`, `{source}` and
+/// `{idempotency_key}` replaced (in one pass).
+pub(crate) fn render(name: &str, tenant: &str, source: &str, idempotency_key: &str) -> String {
+    template::render(
+        name,
+        &[
+            ("tenant", tenant),
+            ("source", source),
+            ("idempotency_key", idempotency_key),
+        ],
+    )
 }
 
 #[cfg(test)]

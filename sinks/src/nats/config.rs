@@ -2,7 +2,7 @@
 
 use std::str::FromStr as _;
 
-use crate::{Options, SinkError};
+use crate::{Options, SinkError, template};
 
 /// `timeout_ms` when the option is absent: 10 s.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -160,23 +160,7 @@ fn check_subject_template(template: &str) -> Result<(), String> {
     if template.is_empty() {
         return Err("must not be empty".into());
     }
-    let mut rest = template;
-    while let Some(open) = rest.find(['{', '}']) {
-        if rest[open..].starts_with('}') {
-            return Err("has a `}` without its `{`".into());
-        }
-        let after = &rest[open + 1..];
-        let close = after
-            .find('}')
-            .ok_or_else(|| "has a `{` without its `}`".to_owned())?;
-        let name = &after[..close];
-        if !matches!(name, "tenant" | "source") {
-            return Err(format!(
-                "`{{{name}}}` is not a placeholder (only `{{tenant}}` and `{{source}}`)"
-            ));
-        }
-        rest = &after[close + 1..];
-    }
+    template::check(template, &["tenant", "source"])?;
     check_subject(&render(template, "t", "s"))
 }
 
@@ -202,11 +186,10 @@ pub(crate) fn check_subject(subject: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The template with `{tenant}` and `{source}` replaced.
-pub(crate) fn render(template: &str, tenant: &str, source: &str) -> String {
-    template
-        .replace("{tenant}", tenant)
-        .replace("{source}", source)
+/// The subject template with `{tenant}` and `{source}` replaced (in one
+/// pass).
+pub(crate) fn render(subject: &str, tenant: &str, source: &str) -> String {
+    template::render(subject, &[("tenant", tenant), ("source", source)])
 }
 
 #[cfg(test)]

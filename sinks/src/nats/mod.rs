@@ -10,7 +10,10 @@
 //!   only for a laned row, `ankusa_ordering_key`), `Content-Type` (the
 //!   provider's: [`crate::DeliveryCtx::content_type`], else the envelope's
 //!   stored `content-type` header; absent if neither) and, in JetStream mode,
-//!   `Nats-Msg-Id` = the idempotency key. A value holding a CR or LF (which no
+//!   `Nats-Msg-Id` = the idempotency key and the sink's index,
+//!   `"<idempotency key>.<sink>"` ([`crate::DeliveryCtx::broker_dedupe_id`]:
+//!   scoped to the sink, so a hook's two sinks whose subjects one stream
+//!   captures are both stored). A value holding a CR or LF (which no
 //!   NATS header value may) is sent as `sha256:<hex>` of its bytes; an
 //!   ordering key that is not UTF-8 is decoded lossily
 //!   ([`crate::DeliveryCtx::ordering_key_text`]).

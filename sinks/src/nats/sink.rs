@@ -93,7 +93,7 @@ impl NatsSink {
         if self.mode == NatsMode::JetStream {
             headers.insert(
                 async_nats::header::NATS_MESSAGE_ID,
-                header_value(ctx.idempotency_key.as_bytes()),
+                header_value(ctx.broker_dedupe_id().as_bytes()),
             );
         }
         for (name, value) in ctx.attributes() {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::{Envelope, Options, SinkError};
+use crate::{Envelope, Options, SinkError, template};
 
 /// `endpoint` when the option is absent: Google's global endpoint.
 pub const DEFAULT_ENDPOINT: &str = "https://pubsub.googleapis.com";
@@ -255,26 +255,8 @@ fn check_topic(topic: &str) -> Result<(), String> {
     if topic.is_empty() {
         return Err("must not be empty".into());
     }
-    let mut literal = String::new();
-    let mut rest = topic;
-    while let Some(open) = rest.find(['{', '}']) {
-        literal.push_str(&rest[..open]);
-        if rest[open..].starts_with('}') {
-            return Err("has a `}` without its `{`".into());
-        }
-        let after = &rest[open + 1..];
-        let close = after
-            .find('}')
-            .ok_or_else(|| "has a `{` without its `}`".to_owned())?;
-        let name = &after[..close];
-        if !matches!(name, "tenant" | "source") {
-            return Err(format!(
-                "`{{{name}}}` is not a placeholder (only `{{tenant}}` and `{{source}}`)"
-            ));
-        }
-        rest = &after[close + 1..];
-    }
-    literal.push_str(rest);
+    template::check(topic, &["tenant", "source"])?;
+    let literal = render(topic, "", "");
     if let Some(c) = literal
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '~' | '+' | '%')))
@@ -360,11 +342,9 @@ fn check_credentials(path: &std::path::Path) -> Result<(), SinkError> {
     Ok(())
 }
 
-/// The topic template with `{tenant}` and `{source}` replaced.
-pub(crate) fn render(template: &str, tenant: &str, source: &str) -> String {
-    template
-        .replace("{tenant}", tenant)
-        .replace("{source}", source)
+/// The topic template with `{tenant}` and `{source}` replaced (in one pass).
+pub(crate) fn render(topic: &str, tenant: &str, source: &str) -> String {
+    template::render(topic, &[("tenant", tenant), ("source", source)])
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 
 use lapin::uri::{AMQPScheme, AMQPUri};
 
-use crate::{Options, SinkError};
+use crate::secret::redact_url as redact;
+use crate::{Options, SinkError, template};
 
 /// `timeout_ms` when the option is absent: 10 s.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -194,14 +195,11 @@ impl RabbitMqSinkConfig {
                 ));
             }
         }
-        check_template(&self.routing_key).map_err(|reason| SinkError::invalid("routing_key", reason))?;
+        template::check(&self.routing_key, &["tenant", "source", "ordering_key"])
+            .map_err(|reason| SinkError::invalid("routing_key", reason))?;
         // The placeholders' values are only known per hook; the fixed part
         // alone must already fit.
-        let fixed = self
-            .routing_key
-            .replace("{tenant}", "")
-            .replace("{source}", "")
-            .replace("{ordering_key}", "");
+        let fixed = render(&self.routing_key, "", "", "");
         if fixed.len() > MAX_NAME_BYTES {
             return Err(SinkError::invalid(
                 "routing_key",
@@ -308,65 +306,20 @@ fn check_exchange(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks that every `{...}` of a template is `{tenant}`, `{source}` or
-/// `{ordering_key}`.
-fn check_template(template: &str) -> Result<(), String> {
-    let mut rest = template;
-    while let Some(open) = rest.find(['{', '}']) {
-        if rest[open..].starts_with('}') {
-            return Err("has a `}` without its `{`".into());
-        }
-        let after = &rest[open + 1..];
-        let close = after
-            .find('}')
-            .ok_or_else(|| "has a `{` without its `}`".to_owned())?;
-        let name = &after[..close];
-        if !matches!(name, "tenant" | "source" | "ordering_key") {
-            return Err(format!(
-                "`{{{name}}}` is not a placeholder (only `{{tenant}}`, `{{source}}` and `{{ordering_key}}`)"
-            ));
-        }
-        rest = &after[close + 1..];
-    }
-    Ok(())
-}
-
 /// The routing key template with its placeholders replaced, in one pass (a
 /// value containing `{source}` is not replaced again). `ordering_key` is the
 /// lane's key in ordered mode, else empty.
-pub(crate) fn render(template: &str, tenant: &str, source: &str, ordering_key: &str) -> String {
-    let mut out = String::with_capacity(template.len() + 32);
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        out.push_str(&rest[..open]);
-        let after = &rest[open..];
-        let (value, len) = if after.starts_with("{tenant}") {
-            (tenant, "{tenant}".len())
-        } else if after.starts_with("{source}") {
-            (source, "{source}".len())
-        } else if after.starts_with("{ordering_key}") {
-            (ordering_key, "{ordering_key}".len())
-        } else {
-            // Not reachable for a validated template; kept literally.
-            ("{", 1)
-        };
-        out.push_str(value);
-        rest = &after[len..];
-    }
-    out.push_str(rest);
-    out
+pub(crate) fn render(routing_key: &str, tenant: &str, source: &str, ordering_key: &str) -> String {
+    template::render(
+        routing_key,
+        &[
+            ("tenant", tenant),
+            ("source", source),
+            ("ordering_key", ordering_key),
+        ],
+    )
 }
 
-/// The URL with any password replaced by `***`, for errors.
-pub(crate) fn redact(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://")
-        && let Some((userinfo, host)) = rest.split_once('@')
-        && let Some((user, _)) = userinfo.split_once(':')
-    {
-        return format!("{scheme}://{user}:***@{host}");
-    }
-    url.to_owned()
-}
 
 #[cfg(test)]
 mod tests {

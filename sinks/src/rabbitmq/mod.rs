@@ -39,7 +39,8 @@
 //! [`Outcome::Ok`](crate::Outcome::Ok) only on the broker's `basic.ack` for
 //! the message. With `mandatory: true` (the default) a message no queue is
 //! bound for comes back as `basic.return` (312 NO_ROUTE) before its ack: that
-//! is `Permanent`, not a success. With `mandatory: false` the broker drops
+//! is `Permanent`, not a success. A `basic.nack` (a queue at its length
+//! limit with `x-overflow: reject-publish`) is backpressure: `Retry`. With `mandatory: false` the broker drops
 //! such a message and acks it: `Ok`, and the hook is lost past the broker.
 //!
 //! # Ordered mode
@@ -57,7 +58,8 @@
 //! | answer | outcome |
 //! | --- | --- |
 //! | `basic.ack` | [`Outcome::Ok`](crate::Outcome::Ok) |
-//! | `basic.return` (mandatory, unroutable), `basic.nack` | `Permanent` |
+//! | `basic.return` (mandatory, unroutable) | `Permanent` |
+//! | `basic.nack` (a full queue with `x-overflow: reject-publish`, a broker error) | `Retry` |
 //! | channel closed 404 NOT_FOUND on publish (no such exchange) | `SinkGone` |
 //! | channel closed 403 ACCESS_REFUSED, 406 PRECONDITION_FAILED (e.g. above `max_message_size`, a declare that clashes), 311 | `Permanent` |
 //! | channel closed 405 RESOURCE_LOCKED | `Retry` |

@@ -308,10 +308,14 @@ impl RabbitMqSink {
                     returned.reply_code, returned.reply_text, self.exchange, routing_key
                 ))
             }
+            // A nack is the broker refusing for now: a queue at its length
+            // limit with `x-overflow: reject-publish` (backpressure), or an
+            // internal error. Neither is the hook's fault: retry, so an
+            // ordered lane waits for room instead of dead-lettering its head.
             Ok(Ok(Confirmation::Nack(None))) => {
                 Self::put_back(&link, channel);
-                Outcome::permanent(format!(
-                    "RabbitMQ basic.nack: the broker did not accept the message (exchange `{}`, routing key `{}`)",
+                Outcome::retry(format!(
+                    "RabbitMQ basic.nack: the broker did not accept the message now (a full queue with reject-publish, or a broker error; exchange `{}`, routing key `{}`)",
                     self.exchange, routing_key
                 ))
             }

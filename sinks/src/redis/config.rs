@@ -1,6 +1,7 @@
 //! The Redis sink's options.
 
-use crate::{Options, SinkError};
+use crate::secret::redact_url;
+use crate::{Options, SinkError, template};
 
 /// `timeout_ms` when the option is absent: 10 s.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -163,7 +164,8 @@ impl RedisSinkConfig {
         if self.target.is_empty() {
             return Err(SinkError::invalid(option, "must not be empty"));
         }
-        check_template(&self.target).map_err(|reason| SinkError::invalid(option, reason))?;
+        template::check(&self.target, &["tenant", "source"])
+            .map_err(|reason| SinkError::invalid(option, reason))?;
         if self.maxlen == Some(0) {
             return Err(SinkError::invalid("maxlen", "must be more than 0"));
         }
@@ -187,40 +189,18 @@ impl RedisSinkConfig {
                 "url",
                 format!(
                     "`{}` is not a redis:// URL (this build has no TLS for rediss://)",
-                    self.url
+                    redact_url(&self.url)
                 ),
             ));
         }
         redis::Client::open(self.url.as_str())
-            .map_err(|e| SinkError::invalid("url", format!("`{}` is not a Redis URL: {e}", self.url)))
+            .map_err(|e| SinkError::invalid("url", format!("`{}` is not a Redis URL: {e}", redact_url(&self.url))))
     }
 }
 
-/// Checks that every `{...}` of a template is `{tenant}` or `{source}`.
-fn check_template(template: &str) -> Result<(), String> {
-    let mut rest = template;
-    while let Some(open) = rest.find(['{', '}']) {
-        if rest[open..].starts_with('}') {
-            return Err("has a `}` without its `{`".into());
-        }
-        let after = &rest[open + 1..];
-        let close = after
-            .find('}')
-            .ok_or_else(|| "has a `{` without its `}`".to_owned())?;
-        let name = &after[..close];
-        if !matches!(name, "tenant" | "source") {
-            return Err(format!(
-                "`{{{name}}}` is not a placeholder (only `{{tenant}}` and `{{source}}`)"
-            ));
-        }
-        rest = &after[close + 1..];
-    }
-    Ok(())
-}
-
-/// The template with `{tenant}` and `{source}` replaced.
-pub(crate) fn render(template: &str, tenant: &str, source: &str) -> String {
-    template.replace("{tenant}", tenant).replace("{source}", source)
+/// The template with `{tenant}` and `{source}` replaced (in one pass).
+pub(crate) fn render(target: &str, tenant: &str, source: &str) -> String {
+    template::render(target, &[("tenant", tenant), ("source", source)])
 }
 
 #[cfg(test)]
@@ -264,6 +244,8 @@ mod tests {
     fn every_error_names_its_option() {
         assert!(err(serde_json::json!({"stream": "s"})).contains("`url`"));
         assert!(err(serde_json::json!({"url": "http://x", "stream": "s"})).contains("`url`"));
+        let leak = err(serde_json::json!({"url": "rediss://:s3cr3t@h:6379", "stream": "s"}));
+        assert!(leak.contains("`rediss://:***@h:6379`") && !leak.contains("s3cr3t"), "{leak}");
         assert!(err(serde_json::json!({"url": "rediss://x", "stream": "s"})).contains("`url`"));
         assert!(err(serde_json::json!({"url": "redis://[::1", "stream": "s"})).contains("`url`"));
         assert!(err(serde_json::json!({"url": "redis://x"})).contains("`stream`"));

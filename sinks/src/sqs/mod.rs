@@ -30,8 +30,10 @@
 //!
 //! # FIFO queues and ordered mode
 //! A queue URL ending `.fifo` is a FIFO queue. Every message gets
-//! `MessageDeduplicationId` = the idempotency key (so a redelivery within
-//! SQS's 5-minute window is dropped by the queue) and a `MessageGroupId`:
+//! `MessageDeduplicationId` = `"<idempotency key>.<sink index>"`
+//! ([`crate::DeliveryCtx::broker_dedupe_id`]: a redelivery to this sink within
+//! SQS's 5-minute window is dropped by the queue, while the hook's other sinks
+//! writing into the same queue are not mistaken for duplicates) and a `MessageGroupId`:
 //! - a laned row: the lane's ordering key ([`crate::DeliveryCtx::ordering_key`];
 //!   the keyless lane's is `"<tenant>/<source>"`), as is when it is 1 to 128
 //!   ASCII letters, digits and punctuation, else `"sha256:"` + the hex of

@@ -171,7 +171,7 @@ impl SqsSink {
                 // consumers may take these hooks in parallel.
                 None => ctx.idempotency_key.clone(),
             };
-            (Some(group), Some(ctx.idempotency_key.clone()))
+            (Some(group), Some(ctx.broker_dedupe_id()))
         } else {
             (None, None)
         };

@@ -196,7 +196,7 @@ fn with_key(base: DeliveryCtx, n: u8) -> DeliveryCtx {
 /// The headers every delivery of `ctx` carries.
 fn expected_headers(c: &DeliveryCtx) -> BTreeMap<String, Vec<String>> {
     let mut h: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    h.insert("Nats-Msg-Id".into(), vec![c.idempotency_key.clone()]);
+    h.insert("Nats-Msg-Id".into(), vec![c.broker_dedupe_id()]);
     for (name, value) in c.attributes() {
         h.insert(name.into(), vec![value]);
     }
@@ -309,9 +309,19 @@ async fn a_redelivery_is_stored_once() {
         Outcome::Ok
     );
     assert_eq!(stream.len().await, 2);
-    let got = consume(&stream, 2).await;
+    // The same hook for the source's other sink (another index) into the same
+    // stream is that sink's message, not a duplicate.
+    let other_sink = ankusa_sinks::DeliveryCtx {
+        sink: ankusa_keys::SinkIx(ctx().sink.0 + 1),
+        ..ctx()
+    };
+    assert_eq!(s2.deliver(&hook(SHOPIFY_BODY), &other_sink).await, Outcome::Ok);
+    assert_eq!(stream.len().await, 3);
+    let got = consume(&stream, 3).await;
     assert_eq!(got[0].payload, SHOPIFY_BODY);
-    assert_eq!(got[0].headers["Nats-Msg-Id"], [ctx().idempotency_key]);
+    assert_eq!(got[0].headers["Nats-Msg-Id"], [ctx().broker_dedupe_id()]);
+    assert_eq!(got[2].headers["Nats-Msg-Id"], [other_sink.broker_dedupe_id()]);
+    assert_eq!(got[2].headers["ankusa_idempotency_key"], [ctx().idempotency_key]);
 }
 
 #[tokio::test]

@@ -280,6 +280,34 @@ async fn unroutable_is_permanent_with_mandatory_and_ok_without() {
     ));
 }
 
+/// A queue at its length limit with `x-overflow: reject-publish` nacks a
+/// publish: backpressure, so `Retry` (an ordered lane waits for room), and
+/// the same hook is accepted once a consumer made room.
+#[tokio::test]
+async fn a_full_queue_that_rejects_publishes_is_retry_until_there_is_room() {
+    let (_conn, ch) = checker().await;
+    let q = name("full");
+    let mut args = FieldTable::default();
+    args.insert("x-expires".into(), AMQPValue::LongUInt(600_000));
+    args.insert("x-max-length".into(), AMQPValue::LongInt(2));
+    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    ch.queue_declare(q.as_str().into(), QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() }, args)
+        .await
+        .expect("queue.declare");
+    let s = sink(json!({"url": URL, "exchange": "", "routing_key": q})).await;
+    assert_eq!(s.deliver(&hook(b"1"), &ordered_ctx(b"k")).await, Outcome::Ok);
+    assert_eq!(s.deliver(&hook(b"2"), &ordered_ctx(b"k")).await, Outcome::Ok);
+    match s.deliver(&hook(b"3"), &ordered_ctx(b"k")).await {
+        Outcome::Retry { reason, .. } => assert!(reason.contains("basic.nack"), "{reason}"),
+        other => panic!("expected Retry for a full queue, got {other:?}"),
+    }
+    let first = take(&ch, &q, 2).await;
+    assert_eq!(first.iter().map(|d| d.data.clone()).collect::<Vec<_>>(), [b"1".to_vec(), b"2".to_vec()]);
+    assert_eq!(s.deliver(&hook(b"3"), &ordered_ctx(b"k")).await, Outcome::Ok);
+    assert_eq!(take(&ch, &q, 1).await[0].data, b"3");
+    drop_queue(&ch, &q).await;
+}
+
 #[tokio::test]
 async fn missing_exchange_is_sink_gone_and_the_sink_recovers() {
     let (_conn, ch) = checker().await;

@@ -52,8 +52,11 @@ fn sink(v: serde_json::Value) -> RedisSink {
     RedisSink::new(&config).expect("sink")
 }
 
-/// The stream's entries: (id, field/value pairs in order).
-fn xrange(stream: &str) -> Vec<(String, Vec<(String, Vec<u8>)>)> {
+/// A stream entry: (id, field/value pairs in order).
+type Entry = (String, Vec<(String, Vec<u8>)>);
+
+/// The stream's entries.
+fn xrange(stream: &str) -> Vec<Entry> {
     let entries: Vec<(String, Vec<Vec<u8>>)> = ::redis::cmd("XRANGE")
         .arg(stream)
         .arg("-")

@@ -295,7 +295,7 @@ async fn fifo_group_ids_and_dedup_ids() {
         }
         assert_eq!(
             system(m, MessageSystemAttributeName::MessageDeduplicationId).as_deref(),
-            Some(c.idempotency_key.as_str()),
+            Some(c.broker_dedupe_id().as_str()),
             "case {i}"
         );
         assert_eq!(attrs(m), expected_attrs(c), "case {i}");
