@@ -13,8 +13,10 @@
 #
 # Peers: the machine's Redis 6379, RabbitMQ 5672 and NATS 4222, moto 5000
 # (.ci/moto.sh), plain-hyper for `http`, a Python Pub/Sub REST peer
-# (peers.py) for `pubsub`. Kafka has no out-of-process peer here (its test
-# peer is librdkafka's in-process mock cluster); it is not in this script.
+# (peers.py) for `pubsub`. Kafka has no broker here: its sink is given
+# librdkafka's own mock cluster inside the relay process
+# (`test.mock.num.brokers: 3`, topics auto-created), the peer its tests use;
+# the peer count is not read for it.
 #
 # Binaries: $BIN_DIR/{ankusa,plain-hyper,sink-load}, built with
 #   . .ci/env.sh && CARGO_TARGET_DIR=/var/cache/ankusa/bench-target \
@@ -23,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 BIN_DIR=${BIN_DIR:-/var/cache/ankusa/bench-target/release}
-SINKS=${SINKS:-"http file redis rabbitmq nats sqs pubsub"}
+SINKS=${SINKS:-"http file redis rabbitmq nats sqs pubsub kafka"}
 HOOKS=${HOOKS:-10000}
 ORDERED=${ORDERED:-2000}
 CONC=${CONC:-32}
@@ -77,6 +79,7 @@ sink_yaml() {
     nats) echo "{type: nats, url: 'nats://127.0.0.1:4222', subject: 'ankusa.load.{source}'}" ;;
     sqs) echo "{type: sqs, queue_url: 'http://127.0.0.1:5000/123456789012/ankusa-load-{source}', endpoint_url: 'http://127.0.0.1:5000', region: us-east-1}" ;;
     pubsub) echo "{type: pubsub, project: ankusa-load, topic: '{source}', emulator_host: '127.0.0.1:$PUBSUB_PORT'}" ;;
+    kafka) echo "{type: kafka, brokers: '127.0.0.1:9', topic: 'ankusa-load-{source}', properties: {test.mock.num.brokers: '3', allow.auto.create.topics: 'true'}}" ;;
   esac
 }
 
