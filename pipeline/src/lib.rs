@@ -238,6 +238,13 @@ pub struct Pipeline<K: Kv> {
     /// so the loop wakes for it on time instead of at the next idle tick.
     next_wake_ms: Option<u64>,
     breakers: HashMap<BreakerKey, Breaker>,
+    /// Per tenant, where the last visit stopped reading the due index when it
+    /// hit [`SCAN_PAGES`] with saturated sinks' rows in front: the next visit
+    /// reads its first page from the top (new and retried rows, the head of
+    /// every sink) and its other pages from here, so rows behind more than
+    /// `SCAN_PAGES` pages of a slow sink's backlog are reached too. Dropped when
+    /// a visit reads to the end of what is due.
+    resume: HashMap<TenantOrd, Vec<u8>>,
     done_tx: mpsc::UnboundedSender<Done>,
     done_rx: mpsc::UnboundedReceiver<Done>,
 }
@@ -277,6 +284,7 @@ impl<K: Kv> Pipeline<K> {
                 ready: Arc::clone(&ready),
                 next_wake_ms: None,
                 breakers: HashMap::new(),
+                resume: HashMap::new(),
                 done_tx,
                 done_rx,
             },
@@ -385,6 +393,8 @@ impl<K: Kv> Pipeline<K> {
             }
         }
         let mut range = due_range_until(tenant, now);
+        let mut resume = self.resume.remove(&tenant);
+        let mut reached_end = false;
         let page_len = self.dispatch.batch.max(1);
         // Rows of a saturated sink are skipped, not claimed, so a visit reads on
         // past them (up to SCAN_PAGES pages) to reach other sinks' rows: one
@@ -398,6 +408,14 @@ impl<K: Kv> Pipeline<K> {
         let mut start_bytes = 0u64;
         let mut horizon: Vec<RowId> = Vec::new();
         'pages: while starts.len() + parks.len() < page_len && pages < SCAN_PAGES {
+            // After the first page, jump to where the last visit stopped.
+            if pages == 1
+                && let Some(at) = resume.take()
+                && at > range.start
+                && at < range.end
+            {
+                range.start = at;
+            }
             let due = self.kv.scan(Cf::Index, &range, Direction::Forward, page_len)?;
             pages += 1;
             if due.is_empty() {
@@ -410,6 +428,7 @@ impl<K: Kv> Pipeline<K> {
                     }
                     return Ok(());
                 }
+                reached_end = true;
                 break;
             }
             let full_page = due.len() == page_len;
@@ -484,8 +503,15 @@ impl<K: Kv> Pipeline<K> {
                 starts.push(Start { row_id, key, route, envelope, row, size, trial: tripped });
             }
             if !full_page {
+                reached_end = true;
                 break;
             }
+        }
+        // Stopped at the page limit with saturated sinks' rows skipped: the
+        // next visit goes on from here (after its first page) instead of
+        // re-reading the same backlog and never reaching what lies behind it.
+        if !reached_end && pages >= SCAN_PAGES && !saturated.is_empty() {
+            self.resume.insert(tenant, range.start.clone());
         }
         self.write(dead)?;
         self.write(claims)?;
