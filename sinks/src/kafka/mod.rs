@@ -83,8 +83,25 @@
 //! to the brokers in the background and reconnect after failures, so a relay
 //! starts while Kafka is down and its hooks retry until it is back. After a
 //! fatal producer error the sink replaces the producer.
+//!
+//! # Logs
+//! The producer has its own client context, which logs librdkafka's log
+//! lines and global errors through `tracing` with `sink = "kafka"` (never
+//! the properties, which may hold credentials). With the brokers down
+//! librdkafka reports every failed connection attempt, several a second:
+//! - a log line is DEBUG, except that a line at WARNING or worse is a WARN
+//!   (fields `facility`, `level`) for the first of its facility (`FAIL`,
+//!   `ERROR`, ...) and then at most once per 60 s per facility;
+//! - a global error (`_ALL_BROKERS_DOWN`, `_TRANSPORT`, ...) is a WARN
+//!   (field `code`) at most once per 60 s per error code, else DEBUG.
+//!
+//! A WARN that follows held-back lines ends with "(N similar lines
+//! suppressed in the last 60 s)" and has `suppressed = N`. These lines do
+//! not change any delivery's [`Outcome`](crate::Outcome): each failed
+//! delivery's reason is logged by the pipeline.
 
 mod config;
+mod context;
 mod sink;
 
 pub use config::{DEFAULT_TIMEOUT_MS, KafkaSinkConfig, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};

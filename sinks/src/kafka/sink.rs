@@ -13,6 +13,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 
 use super::config::{KafkaSinkConfig, check_topic, render};
+use super::context::KafkaContext;
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError};
 
 /// The record header holding the provider's content type.
@@ -24,9 +25,12 @@ pub struct KafkaSink {
     /// The producer's configuration, kept to build a new producer after a
     /// fatal error.
     client_config: ClientConfig,
+    /// The producers' context (rate-limited librdkafka logs), shared with a
+    /// replacement producer.
+    context: KafkaContext,
     /// The idempotent producer; replaced (never locked across an await) when
     /// librdkafka reports a fatal error.
-    producer: RwLock<Arc<FutureProducer>>,
+    producer: RwLock<Arc<FutureProducer<KafkaContext>>>,
     topic: String,
     key: Option<String>,
     timeout: Duration,
@@ -51,9 +55,11 @@ impl KafkaSink {
     pub async fn new(config: &KafkaSinkConfig) -> Result<KafkaSink, SinkError> {
         config.validate()?;
         let client_config = config.client_config();
-        let producer = create(&client_config)?;
+        let context = KafkaContext::new();
+        let producer = create(&client_config, &context)?;
         Ok(KafkaSink {
             client_config,
+            context,
             producer: RwLock::new(Arc::new(producer)),
             topic: config.topic.clone(),
             key: config.key.clone(),
@@ -62,7 +68,7 @@ impl KafkaSink {
     }
 
     /// The current producer.
-    fn producer(&self) -> Arc<FutureProducer> {
+    fn producer(&self) -> Arc<FutureProducer<KafkaContext>> {
         match self.producer.read() {
             Ok(p) => Arc::clone(&p),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
@@ -72,13 +78,13 @@ impl KafkaSink {
     /// Replaces `failed` by a new producer, unless another delivery already
     /// did. A producer that cannot be created keeps the old one (its
     /// deliveries keep retrying).
-    fn replace(&self, failed: &Arc<FutureProducer>) {
+    fn replace(&self, failed: &Arc<FutureProducer<KafkaContext>>) {
         let mut guard = match self.producer.write() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
         if Arc::ptr_eq(&guard, failed)
-            && let Ok(fresh) = create(&self.client_config)
+            && let Ok(fresh) = create(&self.client_config, &self.context)
         {
             *guard = Arc::new(fresh);
         }
@@ -96,11 +102,14 @@ impl KafkaSink {
     }
 }
 
-/// A producer for `config`; librdkafka's cross-checks of the settings happen
-/// here.
-fn create(config: &ClientConfig) -> Result<FutureProducer, SinkError> {
+/// A producer for `config` with `context`; librdkafka's cross-checks of the
+/// settings happen here.
+fn create(
+    config: &ClientConfig,
+    context: &KafkaContext,
+) -> Result<FutureProducer<KafkaContext>, SinkError> {
     config
-        .create()
+        .create_with_context(context.clone())
         .map_err(|e| SinkError::Setup(format!("Kafka producer: {e}")))
 }
 
