@@ -185,6 +185,14 @@ impl SqsSinkConfig {
     /// crate: `ordered` with a queue URL not ending `.fifo` is refused.
     pub fn validate(&self) -> Result<(), SinkError> {
         check_url(&self.queue_url).map_err(|r| SinkError::invalid("queue_url", r))?;
+        // A queue URL is `<endpoint>/<account>/<name>`: a query or fragment
+        // would make `.fifo` (and the name) be read from the wrong part.
+        if self.queue_url.contains(['?', '#']) {
+            return Err(SinkError::invalid(
+                "queue_url",
+                format!("`{}` has a query or fragment; a queue URL ends in the queue's name", self.queue_url),
+            ));
+        }
         let name = queue_name(&self.queue_url);
         if name.is_empty() {
             return Err(SinkError::invalid(
@@ -343,6 +351,7 @@ mod tests {
         assert!(err(serde_json::json!({"queue_url": "sqs://x/1/q"})).contains("`queue_url`"));
         assert!(err(serde_json::json!({"queue_url": "https://x"})).contains("`queue_url`"));
         assert!(err(serde_json::json!({"queue_url": "https:///1/q"})).contains("`queue_url`"));
+        assert!(err(serde_json::json!({"queue_url": "https://sqs.us-east-1.amazonaws.com/1/q?x=.fifo"})).contains("query or fragment"));
         assert!(err(serde_json::json!({"queue_url": Q, "ordered": true})).contains("`ordered`"));
         assert!(err(serde_json::json!({"queue_url": Q, "ordered": "yes"})).contains("`ordered`"));
         assert!(err(serde_json::json!({"queue_url": Q, "region": "EU West"})).contains("`region`"));
