@@ -209,6 +209,12 @@ struct Breaker {
     failures: u32,
     open_until_ms: u64,
     trial_in_flight: bool,
+    /// The row whose trial failed last: the next half-open trial goes to
+    /// another due row of the sink when the visit finds one, so one lane whose
+    /// head keeps failing does not take every trial while other lanes' heads
+    /// (which might succeed and close the breaker) wait (ADR 0004 4.3: a retry
+    /// blocks its lane and nothing else).
+    last_failed_trial: Option<RowId>,
 }
 
 struct Done {
@@ -407,6 +413,9 @@ impl<K: Kv> Pipeline<K> {
         let mut saturated: HashSet<BreakerKey> = HashSet::new();
         let mut start_bytes = 0u64;
         let mut horizon: Vec<RowId> = Vec::new();
+        // Per half-open breaker, its last failed trial's row when the scan met
+        // it first: taken as the trial only if no other row of the sink is.
+        let mut deferred: HashMap<BreakerKey, (DueKey, Start)> = HashMap::new();
         'pages: while starts.len() + parks.len() < page_len && pages < SCAN_PAGES {
             // After the first page, jump to where the last visit stopped.
             if pages == 1
@@ -494,6 +503,14 @@ impl<K: Kv> Pipeline<K> {
                     horizon.push(row_id);
                     continue;
                 }
+                if tripped
+                    && breaker.open_until_ms <= now
+                    && breaker.last_failed_trial == Some(row_id)
+                    && !deferred.contains_key(&key)
+                {
+                    deferred.insert(key, (dk, Start { row_id, key, route, envelope, row, size, trial: true }));
+                    continue;
+                }
                 claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
                 if tripped && breaker.open_until_ms > now {
                     parks.push((row_id, breaker.open_until_ms));
@@ -512,6 +529,15 @@ impl<K: Kv> Pipeline<K> {
         // re-reading the same backlog and never reaching what lies behind it.
         if !reached_end && pages >= SCAN_PAGES && !saturated.is_empty() {
             self.resume.insert(tenant, range.start.clone());
+        }
+        // A half-open sink whose only due row was its last failed trial: that
+        // row is the trial again.
+        for (key, (dk, start)) in deferred {
+            let trial_taken = starts.iter().any(|s| s.key == key && s.trial);
+            if !trial_taken && self.in_flight_total + starts.len() < self.dispatch.window {
+                claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
+                starts.push(start);
+            }
         }
         self.write(dead)?;
         self.write(claims)?;
@@ -637,6 +663,7 @@ impl<K: Kv> Pipeline<K> {
         let breaker = self.breakers.entry(d.key).or_default();
         if d.trial {
             breaker.trial_in_flight = false;
+            breaker.last_failed_trial = (!matches!(d.outcome, Outcome::Ok)).then_some(d.row);
         }
         match &d.outcome {
             Outcome::Ok => {
