@@ -5,7 +5,9 @@
 //! Shutdown order: the ingest listener stops accepting and answers 503 to new
 //! hooks, requests in progress finish (their commits included), the Writer
 //! drains and stops, the pipeline finishes the calls in flight and flushes
-//! their outcomes, then the process exits 0. Nothing acknowledged is lost: it
+//! their outcomes (waiting at most `ankusa_pipeline::SHUTDOWN_WAIT_MS` for a
+//! destination that does not answer: those rows stay claimed and are
+//! delivered again after the next start), then the process exits 0. Nothing acknowledged is lost: it
 //! was committed `Sync` before its 200.
 
 use std::path::PathBuf;

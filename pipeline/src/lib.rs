@@ -317,8 +317,12 @@ impl<K: Kv> Pipeline<K> {
     pub async fn run(mut self) -> Result<(), PipelineError> {
         self.recover()?;
         self.ready.store(true, Ordering::SeqCst);
+        let mut stopping_since: Option<tokio::time::Instant> = None;
         loop {
             let stopping = *self.shutdown.borrow();
+            if stopping && stopping_since.is_none() {
+                stopping_since = Some(tokio::time::Instant::now());
+            }
             let mut done = Vec::new();
             while let Ok(d) = self.done_rx.try_recv() {
                 done.push(d);
@@ -329,6 +333,18 @@ impl<K: Kv> Pipeline<K> {
             if stopping {
                 if self.in_flight_total == 0 {
                     info!("pipeline stopped: nothing in flight");
+                    return Ok(());
+                }
+                // A destination that does not answer must not hold the
+                // process past an orchestrator's kill grace: the calls still
+                // out stay claimed in the store and are delivered again after
+                // the next start (recover_inflight, ADR 4.7; at-least-once).
+                if stopping_since.is_some_and(|t| t.elapsed() >= Duration::from_millis(SHUTDOWN_WAIT_MS)) {
+                    warn!(
+                        in_flight = self.in_flight_total,
+                        waited_ms = SHUTDOWN_WAIT_MS,
+                        "pipeline stopped with deliveries still in flight; they are delivered again after the next start"
+                    );
                     return Ok(());
                 }
             } else {
@@ -724,6 +740,10 @@ struct Start {
     size: u64,
     trial: bool,
 }
+
+/// How long a stopping pipeline waits for the deliveries in flight, ms (10 s:
+/// with the edge's drain it stays inside Kubernetes' default 30 s grace).
+pub const SHUTDOWN_WAIT_MS: u64 = 10_000;
 
 /// Pages of `dispatch.batch` due entries a tenant visit reads at most.
 const SCAN_PAGES: usize = 8;

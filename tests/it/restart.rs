@@ -258,3 +258,48 @@ sources:
     drop(stalled);
     assert_eq!(sink.requests().iter().map(Req::id).collect::<Vec<_>>(), [done]);
 }
+
+/// Found by the break-it pass of issue 5: with a destination that does not
+/// answer (Kafka down, a 30 s `timeout_ms`), SIGTERM waited out the call, past
+/// an orchestrator's 30 s kill grace. The pipeline now waits at most
+/// `SHUTDOWN_WAIT_MS` (10 s) for calls in flight; what is still out stays
+/// claimed and the next start delivers it again, same idempotency key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_hanging_destination_exits_and_the_next_start_redelivers() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
+    let sink = Sink::start(move |_| if c.fetch_add(1, Ordering::SeqCst) == 0 { Reply::Hold } else { Reply::Status(200) }).await;
+    let mut relay = Relay::start(&config(
+        "rocksdb",
+        &format!(
+            "
+sources:
+  - name: s
+    sinks: [{{type: http, url: '{}', timeout_ms: 120000}}]
+",
+            sink.url()
+        ),
+    ))
+    .await;
+    let id = relay.post("/hooks/s", &[JSON], body("x", 0)).await.id();
+    until("the call held open", Duration::from_secs(10), async || (sink.requests().len() == 1).then_some(())).await;
+    relay.sigterm();
+    let started = std::time::Instant::now();
+    let status = relay.wait_exit(Duration::from_secs(60)).await;
+    assert!(status.success(), "exit after SIGTERM: {status}\n{}", relay.log());
+    assert!(started.elapsed() < Duration::from_secs(30), "shutdown waited out the 120 s call: {:?}", started.elapsed());
+    let log = relay.log();
+    assert!(log.contains("pipeline stopped with deliveries still in flight"), "{log}");
+    assert!(sink.delivered().is_empty());
+
+    relay.restart().await;
+    let got = until("the hook delivered after the restart", Duration::from_secs(15), async || sink.delivered().into_iter().next()).await;
+    assert_eq!(got.id(), id);
+    assert_eq!(got.attempt(), 1, "a redelivery after a restart is a first attempt again");
+    let m = until("the queue empty", Duration::from_secs(5), async || {
+        let m = relay.metrics().await;
+        (m["ankusa_queue_pending"] == 0.0).then_some(m)
+    })
+    .await;
+    assert_eq!(m["ankusa_dispatch_in_flight"], 0.0);
+}
