@@ -107,3 +107,40 @@ pub mod kafka;
 pub mod rabbitmq;
 #[cfg(feature = "sqs")]
 pub mod sqs;
+
+/// Helpers of the broker adapters' option tests (http and file have none).
+#[cfg(all(
+    test,
+    any(
+        feature = "redis",
+        feature = "nats",
+        feature = "rabbitmq",
+        feature = "kafka",
+        feature = "pubsub",
+        feature = "sqs"
+    )
+))]
+pub(crate) mod test_support {
+    use crate::{Options, SinkError};
+
+    /// `v` as sink options when it is a JSON object; anything else is no
+    /// options.
+    pub(crate) fn opts(v: serde_json::Value) -> Options {
+        match v {
+            serde_json::Value::Object(m) => m,
+            _ => Options::new(),
+        }
+    }
+
+    /// The error text `from_options` gives for `v`, or `unexpectedly valid:
+    /// <config>` (which no error assertion matches).
+    pub(crate) fn error_of<C: std::fmt::Debug>(
+        from_options: impl Fn(&Options) -> Result<C, SinkError>,
+        v: serde_json::Value,
+    ) -> String {
+        match from_options(&opts(v)) {
+            Ok(c) => format!("unexpectedly valid: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+}

@@ -387,19 +387,11 @@ pub(crate) fn render(name: &str, tenant: &str, source: &str, idempotency_key: &s
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{error_of, opts};
 
-    fn opts(v: serde_json::Value) -> Options {
-        match v {
-            serde_json::Value::Object(m) => m,
-            _ => Options::new(),
-        }
-    }
 
     fn err(v: serde_json::Value) -> String {
-        match KafkaSinkConfig::from_options(&opts(v)) {
-            Ok(c) => format!("unexpectedly valid: {c:?}"),
-            Err(e) => e.to_string(),
-        }
+        error_of(KafkaSinkConfig::from_options, v)
     }
 
     #[test]

@@ -350,6 +350,7 @@ pub(crate) fn render(topic: &str, tenant: &str, source: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{error_of, opts};
 
     /// The test key shipped for the integration tests (a throwaway key).
     const KEY_FILE: &str = concat!(
@@ -357,22 +358,13 @@ mod tests {
         "/tests/it/data/pubsub-test-service-account.json"
     );
 
-    fn opts(v: serde_json::Value) -> Options {
-        match v {
-            serde_json::Value::Object(m) => m,
-            _ => Options::new(),
-        }
-    }
 
     fn no_env(_: &str) -> Option<String> {
         None
     }
 
     fn err(v: serde_json::Value) -> String {
-        match PubSubSinkConfig::from_options_with_env(&opts(v), no_env) {
-            Ok(c) => format!("unexpectedly valid: {c:?}"),
-            Err(e) => e.to_string(),
-        }
+        error_of(|o: &Options| PubSubSinkConfig::from_options_with_env(o, no_env), v)
     }
 
     #[test]

@@ -324,19 +324,11 @@ pub(crate) fn render(routing_key: &str, tenant: &str, source: &str, ordering_key
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{error_of, opts};
 
-    fn opts(v: serde_json::Value) -> Options {
-        match v {
-            serde_json::Value::Object(m) => m,
-            _ => Options::new(),
-        }
-    }
 
     fn err(v: serde_json::Value) -> String {
-        match RabbitMqSinkConfig::from_options(&opts(v)) {
-            Ok(c) => format!("unexpectedly valid: {c:?}"),
-            Err(e) => e.to_string(),
-        }
+        error_of(RabbitMqSinkConfig::from_options, v)
     }
 
     #[test]

@@ -206,19 +206,11 @@ pub(crate) fn render(target: &str, tenant: &str, source: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{error_of, opts};
 
-    fn opts(v: serde_json::Value) -> Options {
-        match v {
-            serde_json::Value::Object(m) => m,
-            _ => Options::new(),
-        }
-    }
 
     fn err(v: serde_json::Value) -> String {
-        match RedisSinkConfig::from_options(&opts(v)) {
-            Ok(c) => format!("unexpectedly valid: {c:?}"),
-            Err(e) => e.to_string(),
-        }
+        error_of(RedisSinkConfig::from_options, v)
     }
 
     #[test]

@@ -301,19 +301,11 @@ fn queue_name(url: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{error_of, opts};
 
-    fn opts(v: serde_json::Value) -> Options {
-        match v {
-            serde_json::Value::Object(m) => m,
-            _ => Options::new(),
-        }
-    }
 
     fn err(v: serde_json::Value) -> String {
-        match SqsSinkConfig::from_options(&opts(v)) {
-            Ok(c) => format!("unexpectedly valid: {c:?}"),
-            Err(e) => e.to_string(),
-        }
+        error_of(SqsSinkConfig::from_options, v)
     }
 
     const Q: &str = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders";
