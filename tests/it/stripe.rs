@@ -254,3 +254,42 @@ fn rounds_rewrite_ids_and_customers_and_sign_again() {
     assert_eq!(sig, sign(&h.body, t));
     assert_ne!(hooks[0].header("stripe-signature"), Some(sign(&hooks[0].body, t).as_str()));
 }
+
+/// ADR 0004 section 4 through a broker sink: a dead-lettered head releases its
+/// lane. The round-1 `invoice.created` of `cus_QXg1o8vcGmoR33` is refused
+/// permanently (the log says `reason`; no retry), then `fix` repairs the
+/// destination and the same customer's `invoice.finalized` takes the lane and
+/// arrives: `read` consumes what the destination holds, which must be exactly
+/// that hook (checked with [`check`]). Returns what `read` got, for the
+/// broker's own checks.
+pub async fn dead_lettered_head_releases_the_lane(
+    relay: &Relay,
+    reason: &str,
+    fix: impl AsyncFnOnce(),
+    read: impl AsyncFnOnce() -> Vec<Received>,
+) -> Vec<Received> {
+    use std::time::Duration;
+
+    use crate::peer::drained;
+
+    let round = hooks_in(1..2);
+    let pick = |file: &str| round.iter().find(|h| h.file.starts_with(file)).cloned().unwrap_or_else(|| panic!("{file}"));
+    let first = send(relay, &[pick("stripe/invoice_created.json")]).await;
+    let m = drained(relay, Duration::from_secs(10)).await;
+    assert_eq!(m["ankusa_dlq_dead"], 1.0, "{m:?}");
+    assert_eq!(m["ankusa_dispatch_dead_lettered_total"], 1.0);
+    assert_eq!(m["ankusa_dispatch_retries_total"], 0.0, "{reason} is permanent, not retried");
+    assert_eq!(m["ankusa_dispatch_lanes"], 0.0, "the dead-lettered head still holds its lane");
+    let log = relay.log();
+    assert!(log.contains(reason) && log.contains("permanent failure: dead-lettered"), "{log}");
+
+    fix().await;
+    let second = send(relay, &[pick("stripe/invoice_finalized.json")]).await;
+    assert_eq!(first[0].key, second[0].key);
+    assert_eq!(second[0].key, "cus_QXg1o8vcGmoR33");
+    let m = drained(relay, Duration::from_secs(10)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 1.0);
+    let got = read().await;
+    check(&second, &got);
+    got
+}
