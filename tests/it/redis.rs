@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use crate::peer::{ChildServer, drained, free_port, unique};
 use crate::relay::{Relay, config};
-use crate::sink::until;
 use crate::stripe::{self, Received};
 
 const SHARED: &str = "redis://127.0.0.1:6379";
@@ -116,25 +115,15 @@ async fn redis_killed_restarted_and_connections_killed_hooks_retry_and_arrive_in
     ))
     .await;
 
-    // Up: two rounds arrive.
-    let mut sent = stripe::send(&relay, &stripe::hooks_in(0..2)).await;
-    drained(&relay, Duration::from_secs(30)).await;
-
-    // Down: two more rounds are accepted (committed before the 200) and wait
-    // in their lanes, the heads retrying.
-    redis.kill();
-    sent.extend(stripe::send(&relay, &stripe::hooks_in(2..4)).await);
-    let m = until("heads retrying while Redis is down", Duration::from_secs(20), async || {
-        let m = relay.metrics().await;
-        (m["ankusa_dispatch_retries_total"] >= 4.0 && m["ankusa_dispatch_lanes_blocked"] >= 1.0).then_some(m)
+    // SIGKILLed and restarted on the same port and AOF.
+    let mut sent = stripe::down_then_back(&relay, "Redis", Duration::from_secs(30), async |up| {
+        if up {
+            redis = private_redis(port, dir.path());
+        } else {
+            redis.kill();
+        }
     })
     .await;
-    assert_eq!(m["ankusa_queue_pending"], 20.0, "{m:?}");
-    assert!(m["ankusa_dispatch_lane_members"] >= 16.0, "{m:?}");
-
-    // Back on the same port and AOF: everything arrives.
-    redis = private_redis(port, dir.path());
-    drained(&relay, Duration::from_secs(30)).await;
 
     // The sink's connections killed under it: the next XADDs fail, retry on a
     // new connection, and arrive.

@@ -293,3 +293,42 @@ pub async fn dead_lettered_head_releases_the_lane(
     check(&second, &got);
     got
 }
+
+/// Issue 5's "broker down then back" through a broker sink: rounds 0-1 are
+/// delivered, `set_up(false)` takes the destination down, rounds 2-3 are
+/// accepted (committed before their 200) and wait in their three lanes (3
+/// heads retrying, the other 17 hooks lane members), `set_up(true)` brings it
+/// back within `recovery`, and all 40 are delivered, nothing dead-lettered.
+/// Returns the accepted hooks in send order, for the broker's read and
+/// [`check`] / [`check_at_least_once`].
+pub async fn down_then_back(relay: &Relay, broker: &str, recovery: std::time::Duration, mut set_up: impl AsyncFnMut(bool)) -> Vec<Sent> {
+    use std::time::Duration;
+
+    use crate::peer::drained;
+    use crate::sink::until;
+
+    let mut sent = send(relay, &hooks_in(0..2)).await;
+    drained(relay, Duration::from_secs(30)).await;
+
+    set_up(false).await;
+    sent.extend(send(relay, &hooks_in(2..4)).await);
+    let m = until(&format!("heads retrying while {broker} is down"), Duration::from_secs(30), async || {
+        let m = relay.metrics().await;
+        (m["ankusa_dispatch_retries_total"] >= 4.0 && m["ankusa_dispatch_lanes_blocked"] >= 1.0).then_some(m)
+    })
+    .await;
+    assert_eq!(m["ankusa_queue_pending"], 20.0, "{m:?}");
+    // Rounds 2-3: customers cus_..34 (5 hooks) and cus_..32 (5), and the
+    // keyless lane (10): 3 heads waiting, 17 members behind them.
+    assert_eq!(m["ankusa_dispatch_lanes"], 3.0, "{m:?}");
+    assert_eq!(m["ankusa_dispatch_lane_members"], 17.0, "{m:?}");
+    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0, "{m:?}");
+
+    set_up(true).await;
+    let m = drained(relay, recovery).await;
+    assert_eq!(sent.len(), 40);
+    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0, "{m:?}");
+    assert_eq!(m["ankusa_dlq_dead"], 0.0);
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
+    sent
+}

@@ -51,4 +51,4 @@ mod config;
 mod sink;
 
 pub use config::{DEFAULT_TIMEOUT_MS, HttpSinkConfig};
-pub use sink::{HttpSink, classify, install_crypto_provider, retry_after};
+pub use sink::{HttpSink, classify, client, install_crypto_provider, retry_after};

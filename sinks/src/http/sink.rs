@@ -60,15 +60,7 @@ impl HttpSink {
         for (n, v) in config.parsed_headers()? {
             headers.append(n, v);
         }
-        install_crypto_provider();
-        let timeout = Duration::from_millis(config.timeout_ms);
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("ankusa/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| SinkError::Setup(format!("HTTP client: {e}")))?;
+        let client = client(Duration::from_millis(config.timeout_ms))?;
         Ok(HttpSink {
             client,
             url,
@@ -221,6 +213,24 @@ pub fn classify(
         400..=499 => Outcome::permanent(with_excerpt(what)),
         _ => Outcome::permanent(what),
     }
+}
+
+/// The reqwest client of one HTTP-speaking sink (the HTTP sink, Pub/Sub's
+/// REST calls): ring as the TLS provider (module docs), `timeout` bounding
+/// connecting and the whole request, redirects not followed (a POST turned
+/// into a GET would lose the hook), `ankusa/<version>` as User-Agent.
+///
+/// # Errors
+/// [`SinkError::Setup`] when the client cannot be built (TLS setup).
+pub fn client(timeout: Duration) -> Result<reqwest::Client, SinkError> {
+    install_crypto_provider();
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("ankusa/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| SinkError::Setup(format!("HTTP client: {e}")))
 }
 
 /// A Retry-After value (RFC 9110 section 10.2.3): delay-seconds, or an

@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 
 use super::config::{LegacyOrderingKey, PubSubSinkConfig, render};
-use crate::http::{install_crypto_provider, retry_after};
+use crate::http::{client, retry_after};
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError};
 
 /// The OAuth2 scope of the tokens the sink asks for.
@@ -82,15 +82,8 @@ impl PubSubSink {
     pub async fn new(config: &PubSubSinkConfig) -> Result<PubSubSink, SinkError> {
         config.validate()?;
         let base = config.base_url()?;
-        install_crypto_provider();
         let timeout = Duration::from_millis(config.timeout_ms);
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("ankusa/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| SinkError::Setup(format!("HTTP client: {e}")))?;
+        let client = client(timeout)?;
         let auth = match (&config.emulator_host, &config.credentials) {
             (Some(_), _) => Auth::Emulator,
             (None, Some(path)) => {
