@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// Why a configuration was refused. An invalid file never starts the node
-/// (DESIGN section 7).
+/// (docs/design.md section 7).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.

@@ -1,6 +1,6 @@
 //! The typed model: what every other crate reads. Built only by validation
 //! (`crate::Config::from_yaml`), so every value here has passed the checks of
-//! DESIGN section 7 and ADR 0004 sections 1-2; defaults are filled in.
+//! docs/design.md section 7 and ADR 0004 sections 1-2; defaults are filled in.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -61,7 +61,7 @@ pub struct Node {
     pub max_pending_bytes: u64,
 }
 
-/// The storage engine of `node.store` (DESIGN section 2).
+/// The storage engine of `node.store` (docs/design.md section 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreBackend {
     /// `rocksdb`: production default.
@@ -97,7 +97,7 @@ pub struct Listeners {
     pub body_limit_bytes: u64,
 }
 
-/// What the store keeps of one request header (DESIGN section 3: the stored
+/// What the store keeps of one request header (docs/design.md section 3: the stored
 /// envelope's headers are "after the store_headers policy").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeaderAction {
@@ -150,7 +150,7 @@ impl Default for HeaderPolicy {
     }
 }
 
-/// `dispatch`: the pipeline's limits (DESIGN section 5).
+/// `dispatch`: the pipeline's limits (docs/design.md section 5).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dispatch {
     /// Due rows claimed per tenant visit, and the lane promotion budget per
@@ -168,7 +168,7 @@ pub struct Dispatch {
     pub flush_interval_ms: u64,
 }
 
-/// `retry`: exponential backoff with full jitter (DESIGN section 5).
+/// `retry`: exponential backoff with full jitter (docs/design.md section 5).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Retry {
     /// The first backoff. Default 1 s.
@@ -187,7 +187,7 @@ impl Retry {
     }
 }
 
-/// `breaker`: one per (tenant, sink) (DESIGN section 5).
+/// `breaker`: one per (tenant, sink) (docs/design.md section 5).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Breaker {
     /// Consecutive failures that open it. Default 5.
@@ -369,7 +369,7 @@ impl Verification {
 }
 
 /// A dot path into a JSON body (`data.object.customer`), normalized to
-/// segments. It walks object members only (DESIGN section 10): a segment
+/// segments. It walks object members only (docs/design.md section 10): a segment
 /// `0` is the member named "0", never an array index.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JsonPath {
@@ -391,7 +391,7 @@ pub enum KeySource {
 }
 
 /// `dedupe`: drop provider retries of a hook already accepted (scoped per
-/// source, DESIGN section 10).
+/// source, docs/design.md section 10).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dedupe {
     /// Where the dedupe key comes from.
@@ -402,7 +402,7 @@ pub struct Dedupe {
 }
 
 /// `challenge`: a provider's GET handshake, answered by the edge without
-/// storing anything (DESIGN section 5): a GET to the source's path is answered
+/// storing anything (docs/design.md section 5): a GET to the source's path is answered
 /// 200 with the value of the query parameter `query` as the body (Meta's
 /// `hub.challenge`, Dropbox's `challenge`). With a token, the query parameter
 /// `token_query` must equal it, or the GET is answered 403.

@@ -7,7 +7,7 @@ use std::cell::OnceCell;
 use serde_json::Value;
 
 /// The largest body a `{json: path}` key is read from: 1 MiB. A larger body
-/// gives no key (ADR 0004 section 2, `@json_key_max_bytes`); it is still
+/// gives no key (ADR 0004 section 2); it is still
 /// accepted and stored.
 pub const JSON_KEY_MAX_BYTES: usize = 1 << 20;
 

@@ -1,4 +1,4 @@
-//! The dedupe key of a hook (DESIGN sections 5 and 10): a provider retry that
+//! The dedupe key of a hook (docs/design.md sections 5 and 10): a provider retry that
 //! carries the same key as a hook already accepted by the same source is
 //! answered 200 and writes nothing. This module only computes the key; the
 //! ?K lookup and the record (scoped per source) are the queue's.
@@ -8,8 +8,8 @@ use sha2::{Digest, Sha256};
 use crate::{Header, KeySpec, ParsedBody, hex};
 
 /// The longest dedupe key kept as is; a longer one becomes `"sha256:"` + the
-/// lower-case hex of its SHA-256 (71 bytes), as ADR 0004 section 2 says Dedupe
-/// does at 200.
+/// lower-case hex of its SHA-256 (71 bytes), as ADR 0004 section 2 says the
+/// dedupe key does past 200 bytes.
 pub const DEDUPE_KEY_MAX_BYTES: usize = 200;
 
 /// The dedupe key of a hook under `spec`, or `None` when the hook has none

@@ -1,5 +1,5 @@
 //! The edge's deciding core: what the ingest path checks and resolves for one
-//! request before anything is stored (DESIGN sections 5 and 10, ADR 0004
+//! request before anything is stored (docs/design.md sections 5 and 10, ADR 0004
 //! section 2).
 //!
 //! # What it owns
@@ -21,7 +21,7 @@
 //!   whitespace).
 //! - Header names match ASCII case-insensitively; a header that appears more
 //!   than once counts by its first value; header values are used as the bytes
-//!   received, never re-encoded (DESIGN section 10).
+//!   received, never re-encoded (docs/design.md section 10).
 //! - No input makes these functions panic.
 //!
 //! # Purity
@@ -53,7 +53,7 @@ pub type Header<'a> = (&'a [u8], &'a [u8]);
 
 /// The value of the first header called `name` (ASCII case-insensitive), as
 /// received; `None` when there is none. Later headers of the same name are
-/// ignored (DESIGN section 10).
+/// ignored (docs/design.md section 10).
 pub fn first_header<'a>(headers: &[Header<'a>], name: &str) -> Option<&'a [u8]> {
     headers
         .iter()

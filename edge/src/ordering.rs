@@ -1,5 +1,5 @@
 //! The ordering key of a hook for one laned sink, resolved at ingest (ADR 0004
-//! section 2; DESIGN section 10), before the row is committed: the lane a row
+//! section 2; docs/design.md section 10), before the row is committed: the lane a row
 //! joins is fixed by it. `None` is the sink's shared keyless lane (an ordered
 //! sink never falls back to unordered).
 //!

@@ -1,4 +1,4 @@
-//! Slack's Events API handshake (DESIGN section 5): when a request URL is
+//! Slack's Events API handshake (docs/design.md section 5): when a request URL is
 //! saved, Slack sends a signed `url_verification` event and expects its
 //! `challenge` back in the response. A store-and-forward relay must answer it
 //! itself, or Slack never enables the URL. The edge verifies the signature

@@ -59,9 +59,10 @@ impl Op {
 
 /// The ops of one atomic write, in the order they apply.
 ///
-/// A plain value (STYLE.md, parity's `DBTransaction`): the pure batch builders
-/// of `lanes` and `queue` return one, tests compare them with `assert_eq!`, and
-/// each backend turns it into its native batch in one small function.
+/// A plain value (docs/contributing.md, "The batch is a plain value"; parity's
+/// `DBTransaction`): the pure batch builders of `lanes` and `queue` return one,
+/// tests compare them with `assert_eq!`, and each backend turns it into its
+/// native batch in one small function.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Batch {
     ops: Vec<Op>,

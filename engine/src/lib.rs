@@ -1,4 +1,4 @@
-//! The storage contract of Ankusa (DESIGN.md section 2).
+//! The storage contract of Ankusa (docs/design.md section 2).
 //!
 //! Everything the relay keeps is written through this crate: a [`Batch`] of puts,
 //! deletes, range deletes and blind counter adds across the column families of
@@ -41,9 +41,10 @@ pub use batch::{Batch, MAX_KEY_BYTES, MAX_VALUE_BYTES, Op};
 
 /// A column family: a separate, ordered key space inside one store.
 ///
-/// A closed set (STYLE.md): a backend maps each to its own notion (RocksDB
-/// column families, fjall keyspaces, separate maps in memory). Key *families*
-/// (prefix bytes inside a column family) belong to `ankusa-keys`.
+/// A closed set (docs/contributing.md, "Cf and Family"): a backend maps each to
+/// its own notion (RocksDB column families, fjall keyspaces, separate maps in
+/// memory). Key *families* (prefix bytes inside a column family) belong to
+/// `ankusa-keys`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Cf {
     /// Store format, node id, seq high-water mark, tenant and source registries.
@@ -114,7 +115,8 @@ pub enum Direction {
 
 /// A half-open key range `[start, end)` in byte order. Every scan and every range
 /// delete carries both bounds: an unbounded seek over a queue family walks the
-/// tombstones of every deleted head (STYLE.md, facebook/rocksdb#5265).
+/// tombstones of every deleted head (docs/contributing.md, "Every scan has both
+/// bounds"; facebook/rocksdb#5265).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct KeyRange {
     /// Inclusive lower bound.
@@ -172,7 +174,7 @@ pub enum Durability {
     /// On stable storage (WAL/journal fsynced). Ingest and admin batches.
     Sync,
     /// In the WAL/journal in OS buffers: survives a process crash, not a machine
-    /// crash. Pipeline batches (claims, outcomes, releases), DESIGN.md section 5.
+    /// crash. Pipeline batches (claims, outcomes, releases), docs/design.md section 5.
     Buffered,
 }
 

@@ -42,7 +42,7 @@ pub enum KeyError {
         what: &'static str,
     },
     /// A key carrying an ordinal no key of its family may carry: `u32::MAX`
-    /// (reserved for sentinels, DESIGN section 3) anywhere, or 0 (the node
+    /// (reserved for sentinels, docs/design.md section 3) anywhere, or 0 (the node
     /// aggregate) outside the counter family.
     #[error("{what} key carries the reserved tenant ordinal {ord}")]
     ReservedOrdinal {
@@ -62,7 +62,7 @@ pub enum KeyError {
     },
 }
 
-/// A value that does not have the layout of its family (DESIGN section 3).
+/// A value that does not have the layout of its family (docs/design.md section 3).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ValueError {
     /// A fixed-width value of the wrong length.

@@ -1,11 +1,11 @@
 //! Newtypes for the fields of keys, so a key of four integers cannot be built
-//! with two of them swapped (STYLE.md, "Keys module like TiKV").
+//! with two of them swapped (docs/contributing.md, "Keys module like TiKV").
 
 use std::fmt;
 
 use crate::error::KeyError;
 
-/// A tenant's ordinal (`u32`, DESIGN section 3): the first field of every key
+/// A tenant's ordinal (`u32`, docs/design.md section 3): the first field of every key
 /// after the family byte.
 ///
 /// - `0` ([`TenantOrd::NODE`]) is the node aggregate, used only by counter keys.
@@ -70,7 +70,7 @@ impl fmt::Display for TenantOrd {
 }
 
 /// A hook's sequence number (`u64`): assigned by the Writer in commit order
-/// (DESIGN section 5), the same for every delivery row of the hook.
+/// (docs/design.md section 5), the same for every delivery row of the hook.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Seq(pub u64);
 
@@ -110,7 +110,7 @@ pub struct LaneId(pub [u8; 16]);
 
 impl LaneId {
     /// Lower-case hex of the 16 bytes (32 characters): the form in logs and in a
-    /// sink's `ctx.lane` (ADR 0004 section 6).
+    /// sink's `ctx.lane_hex` (ADR 0004 section 6).
     pub fn to_hex(&self) -> String {
         ankusa_engine::hex(&self.0)
     }

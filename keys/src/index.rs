@@ -1,4 +1,4 @@
-//! Keys of the `index` column family (DESIGN section 3; ADR 0004 section 3).
+//! Keys of the `index` column family (docs/design.md section 3; ADR 0004 section 3).
 //!
 //! Every index key is `family:8, ord:32, ...` with every integer fixed-width big
 //! endian, so the byte order of keys is the order of their field tuples and one
@@ -14,7 +14,7 @@
 //! | `?P` lane marker | `?P, ord:32, lane:128` | the lane may have a member and no head: promotion work |
 //! | `?X` dead letter | `?X, ord:32, seq:64, sink:16` | a row in the DLQ |
 //! | `?Q` quarantined | `?Q, ord:32, seq:64` | a hook held back from delivery |
-//! | `?K` dedupe | `?K, ord:32, source:32, dedupe_key` | a provider id already accepted, per source (DESIGN section 10) |
+//! | `?K` dedupe | `?K, ord:32, source:32, dedupe_key` | a provider id already accepted, per source (docs/design.md section 10) |
 //! | `?C` counter | `?C, ord:32, field:8` | a maintained counter ([`CounterField`]), ordinal 0 the node aggregate |
 //!
 //! Each family has a builder returning the key bytes (a fixed array; a `Vec` for
@@ -34,8 +34,8 @@ use crate::ids::{LaneId, Seq, SinkIx, SourceId, TenantOrd};
 
 /// A key family of the `index` column family: the first byte of its keys.
 ///
-/// `Cf` names a column family, `Family` a prefix inside `index` (STYLE.md: two
-/// types, two words).
+/// `Cf` names a column family, `Family` a prefix inside `index`
+/// (docs/contributing.md, "Cf and Family": two types, two words).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 pub enum Family {
@@ -84,7 +84,7 @@ pub const DEDUPE_KEY_PREFIX_LEN: usize = 1 + 4 + 4;
 pub const COUNTER_KEY_LEN: usize = 1 + 4 + 1;
 
 impl Family {
-    /// Every family, in the order of DESIGN section 3's table.
+    /// Every family, in the order of docs/design.md section 3's table.
     pub const ALL: [Family; 10] = [
         Family::Due,
         Family::InFlight,
@@ -627,7 +627,7 @@ impl QuarantinedKey {
 // ---- ?K dedupe ----------------------------------------------------------
 
 /// A decoded `?K` key: `source` of `tenant` has accepted a hook with
-/// `dedupe_key` (DESIGN section 10: dedupe is scoped per source).
+/// `dedupe_key` (docs/design.md section 10: dedupe is scoped per source).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DedupeKey {
     /// The tenant.
@@ -695,7 +695,7 @@ pub fn dedupe_source_range(tenant: TenantOrd, source: SourceId) -> KeyRange {
 
 // ---- ?C counter ---------------------------------------------------------
 
-/// A counter field (DESIGN section 3; fields 10-12 are ADR 0004 section 3's).
+/// A counter field (docs/design.md section 3; fields 10-12 are ADR 0004 section 3's).
 /// Each is kept per tenant and, moved in the same batch, in the node aggregate
 /// under [`TenantOrd::NODE`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -760,7 +760,7 @@ impl CounterField {
             .ok_or(KeyError::UnknownCounterField(byte))
     }
 
-    /// The field's name as DESIGN section 3 spells it, e.g. `in_flight`.
+    /// The field's name as docs/design.md section 3 spells it, e.g. `in_flight`.
     pub const fn name(self) -> &'static str {
         match self {
             CounterField::Pending => "pending",
@@ -840,7 +840,7 @@ pub fn family_range(family: Family) -> KeyRange {
 }
 
 /// Every key of `family` for `tenant` (for ?C, `tenant` may be the node
-/// aggregate): one contiguous range per family (DESIGN section 3).
+/// aggregate): one contiguous range per family (docs/design.md section 3).
 ///
 /// # Panics
 /// When the family cannot hold `tenant`.

@@ -1,7 +1,7 @@
-//! Every key and value layout of an Ankusa store (store format 2, DESIGN section
-//! 3; the lane families of ADR 0004 section 3). Only this crate builds key
-//! bytes: every other crate calls a builder here and decodes with the checked
-//! decoder here.
+//! Every key and value layout of an Ankusa store (store format 2,
+//! docs/design.md section 3; the lane families of ADR 0004 section 3). Only
+//! this crate builds key bytes: every other crate calls a builder here and
+//! decodes with the checked decoder here.
 //!
 //! # What it owns
 //! - The key families and their layouts, fixed-width big endian, so the byte
@@ -64,7 +64,7 @@ pub use values::{
 
 /// Every range that holds state of `tenant`, one per index family (its
 /// counters included) and one per cf `hooks`, `deliveries`, `archive`: what a
-/// tenant purge range-deletes (DESIGN section 4, `purge_tenant`), so a family
+/// tenant purge range-deletes (docs/design.md section 4, `purge_tenant`), so a family
 /// added here is purged with the others (ADR 0004, Consequences). The purge
 /// reads the tenant's counters first, to subtract them from the node aggregate.
 ///

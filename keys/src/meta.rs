@@ -1,4 +1,4 @@
-//! Keys and values of the `meta` column family (DESIGN sections 3 and 8): the
+//! Keys and values of the `meta` column family (docs/design.md sections 3 and 8): the
 //! store format, the node id, the seq high-water mark, and the two registries.
 //!
 //! | key | value |
@@ -22,7 +22,7 @@ use crate::codec::value_len;
 use crate::error::{KeyError, ValueError};
 use crate::ids::{Seq, SourceId, TenantOrd};
 
-/// The store format this binary writes (DESIGN section 8: format 2 adds ADR
+/// The store format this binary writes (docs/design.md section 8: format 2 adds ADR
 /// 0004's kind 2/3 due values and ?O/?H/?P).
 pub const STORE_FORMAT: u32 = 2;
 

@@ -1,5 +1,5 @@
 //! The versioned values: the envelope (cf `hooks`) and the delivery row (cf
-//! `deliveries`), DESIGN section 3 ("versioned, additive fields").
+//! `deliveries`), docs/design.md section 3 ("versioned, additive fields").
 //!
 //! # Encoding
 //! `version:8`, then fields, each `tag:8, len:32, bytes[len]` (big endian) in
@@ -299,7 +299,7 @@ const ROW_LAST_ERROR: u8 = 5;
 const ROW_LANE: u8 = 6;
 const ROW_ORDERING_KEY: u8 = 7;
 
-/// Where a delivery row is (DESIGN section 4, invariant 1: exactly one of ?D,
+/// Where a delivery row is (docs/design.md section 4, invariant 1: exactly one of ?D,
 /// ?F, ?O or ?X holds it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]

@@ -1,5 +1,5 @@
-//! Keys of the `hooks`, `deliveries` and `archive` column families (DESIGN
-//! section 3).
+//! Keys of the `hooks`, `deliveries` and `archive` column families
+//! (docs/design.md section 3).
 //!
 //! | cf | key | value |
 //! | --- | --- | --- |

@@ -1,4 +1,4 @@
-//! Sentinels (DESIGN section 3; ADR 0004 section 3 adds those of ?O, ?H, ?P).
+//! Sentinels (docs/design.md section 3; ADR 0004 section 3 adds those of ?O, ?H, ?P).
 //!
 //! Each scanned family has one key above every real key of the family, written
 //! (with an empty value) when a store is created and never deleted. A bounded

@@ -1,4 +1,4 @@
-//! Values of the index families (DESIGN section 3; ADR 0004 section 3).
+//! Values of the index families (docs/design.md section 3; ADR 0004 section 3).
 //!
 //! | family | value |
 //! | --- | --- |
@@ -19,7 +19,7 @@ use crate::codec::{Put, Take, value_len};
 use crate::error::ValueError;
 use crate::ids::{Seq, SinkIx};
 
-/// What an attempt of a `?D` (or `?F`) row is (DESIGN section 3; kinds 2 and 3
+/// What an attempt of a `?D` (or `?F`) row is (docs/design.md section 3; kinds 2 and 3
 /// are ADR 0004 section 3's and exist from store format 2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]

@@ -2,7 +2,7 @@
 //! builders of the lane families ?O (member), ?H (head) and ?P (marker).
 //!
 //! # What it owns
-//! - [`lane_id`] and [`normalize_key`] (ADR 0004 section 2; DESIGN section 10:
+//! - [`lane_id`] and [`normalize_key`] (ADR 0004 section 2; docs/design.md section 10:
 //!   an empty key is no key).
 //! - Every write of ?O, ?H and ?P: the member put of ingest and revive (ADR
 //!   4.1, 4.8), promote (4.2), the blocked-head bookkeeping (4.3), release
@@ -11,7 +11,7 @@
 //! - [`count`]: the counter add every builder of `lanes` and `queue` uses, which
 //!   moves a tenant's field and the node aggregate in the same batch.
 //!
-//! # Invariants it keeps (DESIGN section 4, invariant 2)
+//! # Invariants it keeps (docs/design.md section 4, invariant 2)
 //! - Every ?O member has an ?H or a ?P for its lane.
 //! - Every ?H names exactly one row, and that row is in ?D or ?F.
 //! - A lane has at most one row in ?D or ?F (its head).
@@ -110,7 +110,7 @@ pub enum LaneError {
 pub const KEY_MAX_BYTES: usize = ankusa_keys::ORDERING_KEY_MAX_BYTES;
 
 /// The key a row is ordered by, from the key resolved at ingest:
-/// - empty: `None`, the sink's keyless lane (DESIGN section 10);
+/// - empty: `None`, the sink's keyless lane (docs/design.md section 10);
 /// - over [`KEY_MAX_BYTES`]: `"sha256:"` followed by the lower-case hex of the
 ///   key's sha256 (71 bytes);
 /// - otherwise the key's bytes unchanged (not re-encoded: two different
@@ -179,7 +179,7 @@ pub fn assign(sink: SinkIx, source: SourceId, key: Option<&[u8]>) -> LaneAssignm
 // ---- counters -------------------------------------------------------------
 
 /// Adds `delta` to counter `field` of `tenant` and of the node aggregate
-/// ([`TenantOrd::NODE`]) in `batch` (DESIGN section 3: both move in the same
+/// ([`TenantOrd::NODE`]) in `batch` (docs/design.md section 3: both move in the same
 /// batch). A zero delta adds nothing.
 ///
 /// # Panics

@@ -8,7 +8,7 @@
 //! until `set` or `scoped` changes it), so parallel tests do not see each
 //! other's mutation.
 //!
-//! Each variant documents which invariant of DESIGN section 4 (or which
+//! Each variant documents which invariant of docs/design.md section 4 (or which
 //! ordering property of ADR 0004) it breaks, and how soon a model sees it.
 
 /// A planted bug. Only one is active at a time (per thread).

@@ -1,4 +1,4 @@
-//! Model tests of the queue and its ordering lanes (DESIGN.md sections 4 and
+//! Model tests of the queue and its ordering lanes (docs/design.md sections 4 and
 //! the ADR 0004 proof): everything lives in the integration test binary
 //! `tests/it` (one binary, so RocksDB is linked once):
 //!

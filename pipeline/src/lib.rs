@@ -1,4 +1,4 @@
-//! The dispatch pipeline (DESIGN section 5): the one task that moves pending
+//! The dispatch pipeline (docs/design.md section 5): the one task that moves pending
 //! rows. It decides *when* to call the pure builders of `queue` and `lanes`;
 //! what they write is theirs.
 //!
@@ -42,7 +42,7 @@ use rand::Rng;
 use tokio::sync::{Notify, mpsc, watch};
 use tracing::{debug, info, warn};
 
-/// Retry schedule (DESIGN section 5).
+/// Retry schedule (docs/design.md section 5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// First backoff cap, milliseconds.
@@ -76,7 +76,7 @@ impl RetryPolicy {
     }
 }
 
-/// Circuit breaker per (tenant, sink) (DESIGN section 5).
+/// Circuit breaker per (tenant, sink) (docs/design.md section 5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BreakerPolicy {
     /// Consecutive failed attempts that open the breaker.
@@ -94,7 +94,7 @@ impl Default for BreakerPolicy {
     }
 }
 
-/// How much the pipeline does at once (DESIGN section 5, `dispatch`).
+/// How much the pipeline does at once (docs/design.md section 5, `dispatch`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DispatchConfig {
     /// Most rows claimed per tenant visit; also the lane sweep's budget.

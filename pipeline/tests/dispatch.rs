@@ -1,7 +1,7 @@
 //! The pipeline on the memory engine with a scripted in-process sink: lane
 //! order, one call per lane, retries, a slow key that blocks nothing else,
 //! dead heads releasing their lane, and restart recovery (ADR 0004 sections 4
-//! and 7; DESIGN section 5).
+//! and 7; docs/design.md section 5).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

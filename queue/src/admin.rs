@@ -1,4 +1,4 @@
-//! Housekeeping and admin builders (DESIGN section 4): sweep_markers,
+//! Housekeeping and admin builders (docs/design.md section 4): sweep_markers,
 //! purge_tenant, dead_letter_source, retention, init_store.
 
 use std::collections::HashMap;
@@ -42,7 +42,7 @@ fn resume(mut range: KeyRange, key: &[u8]) -> KeyRange {
     range
 }
 
-/// Stale active-marker sweep (DESIGN section 4; ADR 4.6): deletes `tenant`'s ?A
+/// Stale active-marker sweep (docs/design.md section 4; ADR 4.6): deletes `tenant`'s ?A
 /// when it has no ?D and no ?P (one seek each); otherwise an empty batch.
 ///
 /// A Writer may commit ?D + ?A between this read and the commit: after
@@ -72,7 +72,7 @@ pub fn sweep_markers_recheck(read: &impl Read, tenant: TenantOrd) -> Result<Batc
     Ok(batch)
 }
 
-/// Tenant purge (DESIGN section 4; ADR 4.9): range-deletes every range of
+/// Tenant purge (docs/design.md section 4; ADR 4.9): range-deletes every range of
 /// `ankusa_keys::tenant_ranges` (every index family, lane families and counters
 /// included; hooks, deliveries, archive) and subtracts the tenant's counters
 /// (read from `read`) from the node aggregate.
@@ -104,7 +104,7 @@ pub fn purge_tenant(read: &impl Read, tenant: TenantOrd) -> Result<Batch, QueueE
     Ok(batch)
 }
 
-/// Deleted source (DESIGN section 4; ADR 4.9): dead-letters `source`'s rows of
+/// Deleted source (docs/design.md section 4; ADR 4.9): dead-letters `source`'s rows of
 /// `tenant` with `reason`, bounded by `limit` entries examined per call,
 /// resumable through [`Page::next`]. Two phases, lane by lane: first the lane
 /// members (?O, in lane order: each member → ?X), then the ?D rows (each → ?X;
@@ -192,7 +192,7 @@ pub fn dead_letter_source(
     Ok(page)
 }
 
-/// Retention (DESIGN section 4): deletes the envelope and the archive entry of
+/// Retention (docs/design.md section 4): deletes the envelope and the archive entry of
 /// each of `tenant`'s hooks received before `cutoff_ms` that no delivery row and
 /// no ?Q references; examines up to `limit` archive entries per call, oldest
 /// first, resumable through [`Page::next`].
@@ -251,7 +251,7 @@ pub fn retention(
     Ok(page)
 }
 
-/// A new store (DESIGN sections 3 and 8): every sentinel
+/// A new store (docs/design.md sections 3 and 8): every sentinel
 /// (`ankusa_keys::sentinels`) and the format stamp (`ankusa_keys::STORE_FORMAT`).
 pub fn init_store() -> Batch {
     let mut batch = Batch::new();

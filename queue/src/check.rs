@@ -1,4 +1,4 @@
-//! The invariant checker (DESIGN section 4): run by the model tests after every
+//! The invariant checker (docs/design.md section 4): run by the model tests after every
 //! step and by `ankusa store check` on a real store.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,7 +17,7 @@ use crate::{QueueError, RowId};
 const PAGE: usize = 1024;
 
 /// One broken invariant, with what was found. The number in each variant's doc
-/// is the invariant's (DESIGN section 4).
+/// is the invariant's (docs/design.md section 4).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Violation {
     /// A key or value that does not decode.
@@ -135,7 +135,7 @@ pub enum Violation {
     },
 }
 
-/// Checks the five invariants of DESIGN section 4 over everything `read` sees
+/// Checks the five invariants of docs/design.md section 4 over everything `read` sees
 /// (pass a snapshot for a consistent answer) and returns every violation found,
 /// not just the first: empty when the store is consistent. Sentinels are
 /// skipped. Counters checked per tenant: pending, bytes, in_flight, dead,

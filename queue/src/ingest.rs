@@ -1,4 +1,4 @@
-//! Ingest (DESIGN section 4, `new_ops`; ADR 0004 section 4.1) and quarantine /
+//! Ingest (docs/design.md section 4, `new_ops`; ADR 0004 section 4.1) and quarantine /
 //! release: the Writer's builders. Blind puts only: nothing here reads shared
 //! state, so a batch of many hooks (group commit) is a concatenation.
 
@@ -123,7 +123,7 @@ pub(crate) fn rows_ops(
     }
 }
 
-/// Ingest (DESIGN section 4; ADR 4.1): appends the envelope (cf `hooks`), the
+/// Ingest (docs/design.md section 4; ADR 4.1): appends the envelope (cf `hooks`), the
 /// archive entry, the dedupe record (`?K`, when the envelope has a dedupe key),
 /// and per row: the delivery row, then either ?D (kind 0, due `now_ms`) + ?A, or
 /// for a laned row the member put of [`ankusa_lanes::member_put`] (?O + ?P + ?A);
@@ -139,7 +139,7 @@ pub fn new_ops(batch: &mut Batch, hook: &Hook<'_>, rows: &[NewRow], now_ms: u64)
     rows_ops(batch, hook.tenant, hook.seq, size, rows, now_ms);
 }
 
-/// Quarantine (DESIGN section 4): appends the envelope, the archive entry, the
+/// Quarantine (docs/design.md section 4): appends the envelope, the archive entry, the
 /// dedupe record and ?Q (`reason`), quarantined +1. No delivery row: the hook is
 /// held back until [`release`].
 ///
@@ -157,7 +157,7 @@ pub fn quarantine(batch: &mut Batch, hook: &Hook<'_>, reason: &str) {
     count(batch, hook.tenant, CounterField::Quarantined, 1);
 }
 
-/// Quarantine release (DESIGN section 4): deletes ?Q of hook `seq`,
+/// Quarantine release (docs/design.md section 4): deletes ?Q of hook `seq`,
 /// quarantined −1, and builds its rows through the row part of [`new_ops`]
 /// (the envelope is already stored).
 ///

@@ -1,10 +1,10 @@
-//! Delivery rows (DESIGN section 4): the pure batch builder of every row
+//! Delivery rows (docs/design.md section 4): the pure batch builder of every row
 //! transition, and the checker of the store's invariants.
 //!
 //! # What it owns
 //! Every write of cf `hooks`, `deliveries`, `archive` and of the index families
 //! ?D, ?F, ?A, ?X, ?Q, ?K (the lane families ?O, ?H, ?P through
-//! [`ankusa_lanes`]), and the counters 1..=12 (DESIGN section 3), which every
+//! [`ankusa_lanes`]), and the counters 1..=12 (docs/design.md section 3), which every
 //! builder moves in the same batch for the tenant and the node aggregate
 //! ([`ankusa_lanes::count`]).
 //!
@@ -16,7 +16,7 @@
 //! no tokio. Each builder's doc states its precondition and the invariant it
 //! keeps, and `debug_assert!`s the precondition where that is cheap.
 //!
-//! # Invariants (DESIGN section 4), checked by [`check_invariants`]
+//! # Invariants (docs/design.md section 4), checked by [`check_invariants`]
 //! 1. Every row of `deliveries` is in exactly one place: ?D, ?F, ?O or ?X, and
 //!    its state field says which.
 //! 2. Every ?O has an ?H or a ?P for its lane; every ?H names exactly one row in
@@ -26,7 +26,7 @@
 //! 4. A tenant with a ?D row has an ?A marker.
 //! 5. A delivery row's envelope exists in `hooks`.
 //!
-//! # Decisions where DESIGN and ADR 0004 are silent
+//! # Decisions where docs/design.md and ADR 0004 are silent
 //! - A row's size ([`hook_size`]) is the length of its stored envelope.
 //! - A breaker [`park`] counts neither an attempt nor retries_total (the attempt
 //!   never ran); it still moves a head to kind 3 and lanes_blocked +1.
@@ -120,7 +120,7 @@ pub enum QueueError {
     /// A value read back does not have its layout.
     #[error("corrupt value: {0}")]
     Value(#[from] ValueError),
-    /// A revive of a row that is not in the DLQ (DESIGN section 10: a second
+    /// A revive of a row that is not in the DLQ (docs/design.md section 10: a second
     /// revive is refused, not reported as a success).
     #[error("row {row} is not in the DLQ")]
     NotInDlq {

@@ -1,4 +1,4 @@
-//! The tenant and source registries (DESIGN section 3, cf `meta`): stable
+//! The tenant and source registries (docs/design.md section 3, cf `meta`): stable
 //! numbers for the names the configuration uses. Tenant ordinals and source ids
 //! are part of every key, so a name keeps its number for the life of the store,
 //! whatever the configuration later says; a removed name keeps its entry.

@@ -1,4 +1,4 @@
-//! The pipeline's and the replayer's row transitions (DESIGN section 4): claim,
+//! The pipeline's and the replayer's row transitions (docs/design.md section 4): claim,
 //! retry, park, delivered, dead-letter, orphan, revive, recover_inflight.
 
 use ankusa_engine::{Batch, Cf, Direction, Read};
@@ -39,7 +39,7 @@ fn read_in_flight(read: &impl Read, id: RowId) -> Result<InFlightValue, QueueErr
     Ok(InFlightValue::decode(&raw)?)
 }
 
-/// Claim (DESIGN section 4): ?D → ?F. Deletes the ?D key `due`, puts ?F (size
+/// Claim (docs/design.md section 4): ?D → ?F. Deletes the ?D key `due`, puts ?F (size
 /// and kind of the ?D value, claimed at `now_ms`), rewrites the row to state
 /// `InFlight` with first_attempt_at set to `now_ms` at its first claim;
 /// in_flight +1; a kind 3 row (a blocked head) lanes_blocked −1.
@@ -134,7 +134,7 @@ fn reschedule(
     Ok(batch)
 }
 
-/// Retry (DESIGN section 4): ?F → ?D due at `due_ms`, kind 1 (kind 3 for a lane
+/// Retry (docs/design.md section 4): ?F → ?D due at `due_ms`, kind 1 (kind 3 for a lane
 /// head, lanes_blocked +1, ADR 4.3); attempts +1, last_error = `error`;
 /// in_flight −1, retries_total +1. ?H and the lane's members stay.
 ///
@@ -153,7 +153,7 @@ pub fn retry(
     reschedule(read, row, due_ms, Some(error), now_ms)
 }
 
-/// Breaker park (DESIGN section 4): as [`retry`] but the attempt never ran: no
+/// Breaker park (docs/design.md section 4): as [`retry`] but the attempt never ran: no
 /// attempts +1, no retries_total +1, last_error unchanged. ?F → ?D due at
 /// `due_ms`, kind 1 (kind 3 for a lane head, lanes_blocked +1); in_flight −1.
 ///
@@ -165,7 +165,7 @@ pub fn park(read: &impl Read, row: RowId, due_ms: u64, now_ms: u64) -> Result<Ba
     reschedule(read, row, due_ms, None, now_ms)
 }
 
-/// Delivered (DESIGN section 4): deletes ?F and the row; pending −1, bytes
+/// Delivered (docs/design.md section 4): deletes ?F and the row; pending −1, bytes
 /// −size, in_flight −1, delivered_total +1; for a laned row the lane release of
 /// ADR 4.4 ([`ankusa_lanes::release_ops`], reading the next member from `read`:
 /// pass the live engine). The envelope stays until retention.
@@ -300,7 +300,7 @@ pub(crate) fn dead_into(
     Ok(())
 }
 
-/// Dead-letter (DESIGN section 4): the row leaves `from` (?F; or ?D / ?O for a
+/// Dead-letter (docs/design.md section 4): the row leaves `from` (?F; or ?D / ?O for a
 /// deleted source) for ?X (dead_at `now_ms`, `reason`), row state `Dead`;
 /// pending −1, bytes −size, dead +1, dead_bytes +size, dead_lettered_total +1;
 /// from ?F in_flight −1; from a kind 3 ?D lanes_blocked −1; from ?O
@@ -324,7 +324,7 @@ pub fn dead_letter(
     Ok(batch)
 }
 
-/// Orphan (DESIGN section 4): a row whose envelope or source is gone (or whose
+/// Orphan (docs/design.md section 4): a row whose envelope or source is gone (or whose
 /// stored row does not decode) is dead-lettered with `reason`, as
 /// [`dead_letter`], lane release included. A row that does not decode is
 /// rewritten from its index entry (size; no lane: a head's lane cannot be
@@ -346,7 +346,7 @@ pub fn orphan(
     Ok(batch)
 }
 
-/// DLQ revive (DESIGN section 4; ADR 4.8): deletes ?X; dead −1, dead_bytes
+/// DLQ revive (docs/design.md section 4; ADR 4.8): deletes ?X; dead −1, dead_bytes
 /// −size, pending +1, bytes +size; the row restarts (attempts 0, no
 /// first_attempt_at, so the retry horizon starts again at its next claim).
 /// Unlaned: ?D kind 0 due `now_ms` + ?A, state `Due`. Laned: a member + ?P
@@ -356,7 +356,7 @@ pub fn orphan(
 /// Precondition: none (the ?X read decides). Keeps invariants 1-4.
 ///
 /// # Errors
-/// [`QueueError::NotInDlq`] when `row` is not in ?X (DESIGN section 10);
+/// [`QueueError::NotInDlq`] when `row` is not in ?X (docs/design.md section 10);
 /// [`QueueError::MissingRow`]; engine and decode errors.
 pub fn revive(read: &impl Read, row: RowId, now_ms: u64) -> Result<Batch, QueueError> {
     let id = row;
@@ -410,7 +410,7 @@ pub fn revive(read: &impl Read, row: RowId, now_ms: u64) -> Result<Batch, QueueE
     Ok(batch)
 }
 
-/// Startup recovery (DESIGN section 4; ADR 4.7): up to `limit` ?F rows (all
+/// Startup recovery (docs/design.md section 4; ADR 4.7): up to `limit` ?F rows (all
 /// tenants, in key order) go back to ?D as a first attempt (kind 0, or 2 for a
 /// lane head; a kind 3 row becomes kind 2) due `now_ms`, with ?A, state `Due`;
 /// in_flight −1. ?H and members are untouched; attempts and first_attempt_at

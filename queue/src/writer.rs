@@ -1,4 +1,4 @@
-//! The Writer (DESIGN section 5): the one task per node that assigns `seq` and
+//! The Writer (docs/design.md section 5): the one task per node that assigns `seq` and
 //! commits ingested hooks, several at a time (group commit), with
 //! [`Durability::Sync`], before any of them is acknowledged.
 //!
@@ -12,7 +12,7 @@
 //!   Consequences). Nothing else assigns seq.
 //! - Dedupe is decided here, where it cannot race: a hook whose dedupe key has
 //!   an unexpired `?K` record (in the store, or earlier in the same group) is
-//!   answered [`Ingested::Duplicate`] and writes nothing (DESIGN section 10).
+//!   answered [`Ingested::Duplicate`] and writes nothing (docs/design.md section 10).
 //! - A failed commit fails every request of the group with
 //!   [`WriteError::Store`] and ends the task: the engine handle is poisoned and
 //!   the node takes its crash path ([`Writer::run`] returns the error).

@@ -1,5 +1,5 @@
 //! The delivery context: what the pipeline knows about one attempt besides the
-//! envelope (DESIGN section 6, ADR 0004 section 6).
+//! envelope (docs/design.md section 6, ADR 0004 section 6).
 
 use std::borrow::Cow;
 
@@ -83,7 +83,7 @@ impl DeliveryCtx {
         format!("{}.{}", self.idempotency_key, self.sink.0)
     }
 
-    /// The metadata of DESIGN section 6 as `(attribute name, value)` pairs, for
+    /// The metadata of docs/design.md section 6 as `(attribute name, value)` pairs, for
     /// media with string attributes (message attributes, broker headers):
     /// message version, idempotency key, tenant, source, received_at (unix
     /// milliseconds, decimal) and, when ordered, the ordering key.

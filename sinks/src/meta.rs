@@ -1,4 +1,4 @@
-//! The metadata names every adapter sends beside the body (DESIGN section 6,
+//! The metadata names every adapter sends beside the body (docs/design.md section 6,
 //! ADR 0004 section 6).
 //!
 //! Attribute names (`*_ATTR`) are for media with message attributes or broker

@@ -1,9 +1,9 @@
-//! What a delivery attempt came to (DESIGN section 6).
+//! What a delivery attempt came to (docs/design.md section 6).
 
 use std::time::Duration;
 
 /// The result of one [`crate::Sink::deliver`] call; the pipeline turns it into
-/// exactly one row transition (DESIGN section 4).
+/// exactly one row transition (docs/design.md section 4).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Delivered (and, for a sink that buffers, durable after the next

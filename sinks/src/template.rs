@@ -1,4 +1,4 @@
-//! Name templates: the destination names of the broker sinks (DESIGN
+//! Name templates: the destination names of the broker sinks (docs/design.md
 //! section 6).
 //!
 //! A template is a destination name as written in a sink's options (a Redis

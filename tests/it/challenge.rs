@@ -1,4 +1,4 @@
-//! A source's GET `challenge` (config/ankusa.example.yaml, DESIGN section 5:
+//! A source's GET `challenge` (config/ankusa.example.yaml, docs/design.md section 5:
 //! "a GET challenge where a source configures one"), answered by the edge.
 //! (Found missing by this suite; the edge answers it since.)
 

@@ -173,7 +173,7 @@ impl Received {
 }
 
 /// Every sent hook arrived exactly once (by idempotency key), byte for byte,
-/// with the metadata of DESIGN section 6 (`ankusa_message_version` 1, the
+/// with the metadata of docs/design.md section 6 (`ankusa_message_version` 1, the
 /// idempotency key, tenant `default`, source `stripe`, a `received_at`
 /// between the post and its answer, and the lane's `ankusa_ordering_key`), and
 /// each key's hooks arrived in send order.

@@ -1,5 +1,5 @@
-//! Dedupe and ordering keys against the corpus (ADR 0004 section 2, DESIGN
-//! section 10).
+//! Dedupe and ordering keys against the corpus (ADR 0004 section 2,
+//! docs/design.md section 10).
 
 use ankusa_edge::dedupe::{DEDUPE_KEY_MAX_BYTES, dedupe_key};
 use ankusa_edge::ordering::{ORDERING_KEY_MAX_BYTES, ordering_key};
@@ -165,7 +165,7 @@ fn one_decode_is_shared_by_dedupe_and_ordering() {
 
 #[test]
 fn empty_values_are_no_key() {
-    // An empty JSON string is the keyless lane (DESIGN section 10). The index
+    // An empty JSON string is the keyless lane (docs/design.md section 10). The index
     // says issue.body is "" in this file, but the bytes carry `"body":null`
     // (also no key); GitHub's `gravatar_id` is a real "".
     let hook = corpus::hook("github/issues_opened_empty_body.json");

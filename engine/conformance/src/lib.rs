@@ -1,4 +1,4 @@
-//! The conformance suite of the storage contract (DESIGN.md section 2), written
+//! The conformance suite of the storage contract (docs/design.md section 2), written
 //! once and run against every backend (TiKV's `engine_traits_tests`, parity's
 //! `kvdb-shared-tests`).
 //!

@@ -346,7 +346,7 @@ impl<'k, K: Kv> Machine<'k, K> {
                 if self.model.behind.contains_key(&id) {
                     self.hit("revive behind a later head");
                 }
-                // A second revive of the same row is refused (DESIGN section 10).
+                // A second revive of the same row is refused (docs/design.md section 10).
                 match queue::revive(self.kv, rid(&id), now) {
                     Err(queue::QueueError::NotInDlq { .. }) => {}
                     other => return Err(format!("second revive of {id:?}: {other:?}, expected NotInDlq")),

@@ -1,6 +1,6 @@
 //! The reference model: plain maps and sets that say where every row must be,
 //! what every lane holds, and what may be delivered next. It is written from
-//! DESIGN section 4 and ADR 0004 sections 4.1-4.9 directly, shares no code with
+//! docs/design.md section 4 and ADR 0004 sections 4.1-4.9 directly, shares no code with
 //! `lanes` or `queue`, and is compared with the store ([`crate::view::View`])
 //! after every step.
 
@@ -593,13 +593,14 @@ impl Model {
                     m.head, m.members, m.marker
                 ));
             }
-            // ADR 3: at most one row of a lane in ?D/?F, and it is the head.
+            // ADR 0004 section 3: at most one row of a lane in ?D/?F, and it is the head.
             let busy = v.lane_busy_rows(lane);
             if busy.len() > 1 || busy.first().copied() != s_head {
                 return Err(format!("lane {lane:?}: rows in ?D/?F {busy:?}, head {s_head:?}"));
             }
         }
-        // ?P and ?D need ?A (DESIGN invariant 4; ADR 4.6 on sweep_markers).
+        // ?P and ?D need ?A (docs/design.md section 4, invariant 4; ADR 4.6 on
+        // sweep_markers).
         for t in v.due.keys().map(|id| id.0).chain(v.markers.iter().map(|l| l.0)) {
             if !v.active.contains(&t) {
                 return Err(format!("tenant {t} has ?D or ?P rows and no ?A marker"));

@@ -1,6 +1,6 @@
-//! Every shrunk failure the state machine found, as a named test (STYLE.md,
-//! "Checking"), each with a three-line postmortem: what failed, why, and what
-//! keeps it from coming back.
+//! Every shrunk failure the state machine found, as a named test
+//! (docs/contributing.md, "Regression tests with a postmortem"), each with a
+//! three-line postmortem: what failed, why, and what keeps it from coming back.
 //!
 //! So far the only failures are the planted ones of `ankusa_lanes::mutation`
 //! (the queue/lanes bodies were green from their first run against the

@@ -1,5 +1,5 @@
 //! The file sink (cargo feature `file`, default on): one NDJSON line per
-//! delivered hook, appended to one file (DESIGN section 6; the default
+//! delivered hook, appended to one file (docs/design.md section 6; the default
 //! destination of the example configuration, issue 4).
 //!
 //! # A line
@@ -35,7 +35,7 @@
 //! key). A failed fsync is an error of `flush`, and the pipeline retries the
 //! batch's deliveries to this sink: they are appended again and covered by a
 //! later fsync. Per-deliver fsync would cap the sink at about 300 lines/s on
-//! this machine (DESIGN section 5).
+//! this machine (docs/design.md section 5).
 //!
 //! A write that fails part-way is cut back (the file is truncated to its length
 //! before the line) and answered `Retry`; a file that ends without `\n` when it

@@ -1,5 +1,5 @@
 //! The HTTP sink (cargo feature `http`, default on): POSTs each hook to one URL
-//! (DESIGN section 6, ADR 0004 section 6; issue 4).
+//! (docs/design.md section 6, ADR 0004 section 6; issue 4).
 //!
 //! # What goes out
 //! - `POST <url>` with the stored body byte for byte and the provider's
@@ -11,7 +11,7 @@
 //!   and, only for a laned row, `x-ankusa-ordering-key`. A value that is not a
 //!   legal header value (a control byte, e.g. a `{json}` key holding a
 //!   newline) is sent as `sha256:<hex of its bytes>`, the same stable form
-//!   DESIGN section 10 gives the SQS group id.
+//!   docs/design.md section 10 gives the SQS group id.
 //! - The configured extra headers ([`HttpSinkConfig::headers`]).
 //!
 //! # Outcomes
@@ -38,7 +38,8 @@
 //! builds a client ([`HttpSink::new`]). ring is a small C/asm build that needs
 //! only a C compiler. If the process already has a default provider (installed
 //! by the binary or another library), that one is used. No native-tls: no
-//! OpenSSL to link (BUILD-NOTES: all TLS is rustls).
+//! OpenSSL to link (docs/contributing.md, "TLS: rustls and ring": all TLS is
+//! rustls).
 //!
 //! # Connections
 //! One [`reqwest::Client`] per sink, so each sink has its own connection pool

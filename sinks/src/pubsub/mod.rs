@@ -1,5 +1,5 @@
 //! The Google Pub/Sub sink (cargo feature `pubsub`, default on): publishes
-//! each hook to a topic over Pub/Sub's REST API (DESIGN sections 6 and 10,
+//! each hook to a topic over Pub/Sub's REST API (docs/design.md sections 6 and 10,
 //! ADR 0004 section 6; issue 6).
 //!
 //! # What goes out
@@ -31,7 +31,7 @@
 //! region, and refuses ordering keys on the global endpoint when the topic's
 //! message storage policy would forward them to another region. That refusal
 //! (a `FAILED_PRECONDITION`, or any 400 whose message speaks of ordering keys
-//! and regions or endpoints) is a `Retry`, not a dead letter (DESIGN section
+//! and regions or endpoints) is a `Retry`, not a dead letter (docs/design.md section
 //! 10): the lane blocks, `ankusa_dispatch_lanes_blocked` shows it, and it
 //! drains in order once the endpoint or the topic's policy is fixed.
 //!

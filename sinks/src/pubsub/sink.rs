@@ -134,8 +134,8 @@ impl PubSubSink {
         match &self.legacy_key {
             None => None,
             Some(LegacyOrderingKey::Fixed(key)) => Some(key.clone()),
-            // A panic or no answer is "no key" (ADR 0004 section 2, the MFA
-            // form under rescue/catch).
+            // A panic or no answer is "no key" (ADR 0004 section 2: a
+            // function key runs under catch_unwind).
             Some(LegacyOrderingKey::Fn(f)) => {
                 std::panic::catch_unwind(AssertUnwindSafe(|| f(hook)))
                     .ok()
@@ -337,7 +337,7 @@ pub fn classify(
             let ordering = message.as_deref().is_some_and(is_ordering_region_error);
             if google_status.as_deref() == Some("FAILED_PRECONDITION") || ordering {
                 // The topic or the endpoint must change, not the hook: an
-                // ordered lane waits (DESIGN section 10) rather than
+                // ordered lane waits (docs/design.md section 10) rather than
                 // dead-lettering its head and breaking the order behind it.
                 retry(reason)
             } else {

@@ -1,5 +1,5 @@
 //! The Redis sink (cargo feature `redis`, default on): XADD each hook to a
-//! stream, or PUBLISH it to a channel (DESIGN section 6, ADR 0004 section 6;
+//! stream, or PUBLISH it to a channel (docs/design.md section 6, ADR 0004 section 6;
 //! issue 5).
 //!
 //! # Stream mode (`mode: stream`, the default)

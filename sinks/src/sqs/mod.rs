@@ -1,5 +1,5 @@
 //! The SQS sink (cargo feature `sqs`, default on): one `SendMessage` per hook
-//! to one queue, standard or FIFO (DESIGN sections 6 and 10, ADR 0004
+//! to one queue, standard or FIFO (docs/design.md sections 6 and 10, ADR 0004
 //! section 6; issue 6).
 //!
 //! # The message
@@ -37,7 +37,7 @@
 //! - a laned row: the lane's ordering key ([`crate::DeliveryCtx::ordering_key`];
 //!   the keyless lane's is `"<tenant>/<source>"`), as is when it is 1 to 128
 //!   ASCII letters, digits and punctuation, else `"sha256:"` + the hex of
-//!   sha256 of its bytes (DESIGN section 10; [`message_group_id`]);
+//!   sha256 of its bytes (docs/design.md section 10; [`message_group_id`]);
 //! - a row that is not laned: the idempotency key, a group of its own, so no
 //!   order is implied and consumers may take such hooks in parallel.
 //!

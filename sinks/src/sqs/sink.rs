@@ -366,7 +366,7 @@ pub fn classify_service_error(code: &str, status: Option<u16>) -> ErrorClass {
     }
 }
 
-/// The MessageGroupId for an ordering key (DESIGN section 10): the key
+/// The MessageGroupId for an ordering key (docs/design.md section 10): the key
 /// itself when it is 1 to 128 characters, each an ASCII letter, digit or
 /// punctuation mark (`!"#$%&'()*+,-./:;<=>?@[\]^_`{|}~`); otherwise (a space,
 /// a control byte, non-ASCII, over 128) `"sha256:"` and the lower-case hex of

@@ -2,7 +2,7 @@
 //! that implements the `:publish` call (`POST /v1/projects/{p}/topics/{t}:publish`
 //! answering `{"messageIds": [..]}`) and an OAuth token endpoint, and records
 //! every request. Google's Pub/Sub emulator is not installed on this machine
-//! kind (BUILD-NOTES, "Test peers"), so **the local peer is what ran** here:
+//! kind (docs/contributing.md, "Test peers"), so **the local peer is what ran** here:
 //! these tests check what the sink sends and how it reads Google's answers,
 //! not a real Pub/Sub.
 //!
