@@ -1,4 +1,4 @@
-//! `ankusa`: the relay binary. CLI wiring only (DESIGN.md section 1): the
+//! `ankusa`: the relay binary. CLI wiring only (docs/design.md section 1): the
 //! commands parse their arguments and call the crates.
 //!
 //! - `ankusa serve [--config FILE]`: runs the relay (without `--config`, the

@@ -1,6 +1,6 @@
 //! `ankusa serve`: open the store, register the configuration's names, build
 //! the sinks, start the Writer, the pipeline, the ingest and admin listeners,
-//! and stop cleanly on SIGTERM/SIGINT (DESIGN section 5).
+//! and stop cleanly on SIGTERM/SIGINT (docs/design.md section 5).
 //!
 //! Shutdown order: the ingest listener stops accepting and answers 503 to new
 //! hooks, requests in progress finish (their commits included), the Writer
@@ -139,7 +139,7 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Stamps a new store; refuses one newer than this binary (DESIGN section 8).
+/// Stamps a new store; refuses one newer than this binary (docs/design.md section 8).
 fn prepare_store<K: Kv>(kv: &K) -> anyhow::Result<()> {
     match kv.get(Cf::Meta, FORMAT_KEY)? {
         None => {

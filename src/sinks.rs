@@ -1,4 +1,4 @@
-//! The sink adapters this binary is built with (DESIGN section 6): one arm
+//! The sink adapters this binary is built with (docs/design.md section 6): one arm
 //! per kind, each behind the root package's cargo feature of the same name
 //! (`http` and `file` are always in). `check` is what `check-config` and
 //! `serve` run before opening the store; `build` makes the sink at start.

@@ -1,4 +1,4 @@
-//! The YAML configuration of Ankusa (DESIGN section 7): parsing, load-time
+//! The YAML configuration of Ankusa (docs/design.md section 7): parsing, load-time
 //! validation, and the typed model every other crate reads.
 //!
 //! # What it owns
@@ -73,7 +73,7 @@
 //!   so a mangled secret fails at load instead of answering 401 to every hook.
 //! - YAML anchors and aliases work everywhere; `<<` merge keys only inside a
 //!   sink entry (the other sections are typed and refuse unknown keys).
-//! - A source may configure `challenge` (DESIGN section 5's GET challenge):
+//! - A source may configure `challenge` (docs/design.md section 5's GET challenge):
 //!   the query parameter the edge echoes back, and optionally a token that
 //!   another query parameter must carry.
 #![deny(missing_docs, clippy::unwrap_used)]
@@ -149,7 +149,7 @@ pub mod defaults {
     pub const TENANT_MAX_PENDING: u64 = 100_000;
     /// `tenants[].max_pending_bytes`: 256 MiB.
     pub const TENANT_MAX_PENDING_BYTES: u64 = 256 << 20;
-    /// `verification.tolerance_ms`: 300 s (DESIGN section 10).
+    /// `verification.tolerance_ms`: 300 s (docs/design.md section 10).
     pub const TOLERANCE_MS: u64 = 300_000;
     /// `dedupe.ttl_ms`: 72 h (Stripe retries a hook for up to three days).
     pub const DEDUPE_TTL_MS: u64 = 259_200_000;

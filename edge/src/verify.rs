@@ -1,4 +1,4 @@
-//! Provider signature verification (DESIGN sections 5 and 10). The edge
+//! Provider signature verification (docs/design.md sections 5 and 10). The edge
 //! answers 401 on any [`VerifyError`], before anything is stored, and the hook
 //! takes no seq.
 //!
@@ -15,7 +15,7 @@
 //!
 //! # Rules common to every scheme
 //! - Header names match ASCII case-insensitively; a header that appears more
-//!   than once counts by its first value (DESIGN section 10).
+//!   than once counts by its first value (docs/design.md section 10).
 //! - A source has one or more secrets (rotation): a request verifies when any
 //!   secret matches any signature it carries. [`Verified::secret_ix`] says
 //!   which secret, so an operator can see when the old one stops being used.
@@ -23,7 +23,7 @@
 //!   not secret.
 //! - Timestamped schemes (Stripe, Slack, Standard Webhooks) check the
 //!   signature first and then the timestamp against the tolerance in both
-//!   directions (DESIGN section 10, default [`DEFAULT_TOLERANCE_MS`]); so
+//!   directions (docs/design.md section 10, default [`DEFAULT_TOLERANCE_MS`]); so
 //!   [`VerifyError::StaleTimestamp`] means "genuine but too old (a replay) or
 //!   from a skewed clock", which is what an operator needs to tell apart
 //!   from a wrong secret.
@@ -52,7 +52,7 @@ const BASE64: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
-/// The default timestamp tolerance, both directions: 300 s (DESIGN section 10),
+/// The default timestamp tolerance, both directions: 300 s (docs/design.md section 10),
 /// in milliseconds like every duration of the config.
 pub const DEFAULT_TOLERANCE_MS: u64 = 300_000;
 

@@ -1,10 +1,11 @@
-//! Sinks: where a hook goes after it is committed (DESIGN section 6, ADR 0004
+//! Sinks: where a hook goes after it is committed (docs/design.md section 6, ADR 0004
 //! section 6).
 //!
 //! This crate owns the [`Sink`] trait the pipeline calls, the [`DeliveryCtx`]
 //! it passes, the [`Outcome`] every adapter maps its client's answer to, the
 //! metadata names every adapter sends ([`meta`]), and the adapters themselves,
-//! one directory each behind a cargo feature (STYLE.md, Vector's sinks).
+//! one directory each behind a cargo feature (docs/contributing.md, "Sinks: one
+//! directory and one feature each"; Vector's sinks).
 //!
 //! What every adapter keeps:
 //! - the body goes out byte-identical to what the provider sent (the stored
@@ -12,9 +13,9 @@
 //! - the metadata of [`meta`] travels as the medium's headers or attributes,
 //!   and in ordered mode the ordering key too (ADR 0004 section 6);
 //! - every answer maps to exactly one [`Outcome`]: nothing is "dropped"
-//!   (STYLE.md, Vector issue #12145). Throttling, timeouts and connection
-//!   failures retry; a rejected message is permanent; a deleted destination
-//!   is [`Outcome::SinkGone`].
+//!   (docs/contributing.md, "Explicit outcomes"; Vector issue #12145).
+//!   Throttling, timeouts and connection failures retry; a rejected message
+//!   is permanent; a deleted destination is [`Outcome::SinkGone`].
 //!
 //! # Adapters and features
 //! | feature (default) | module | sink |
@@ -55,14 +56,14 @@ pub use error::SinkError;
 pub use outcome::Outcome;
 
 /// A sink's options as written in its source's sink entry, after core removed
-/// the options it reads itself (`ordered`, `ordering_key`; DESIGN section 7).
+/// the options it reads itself (`ordered`, `ordering_key`; docs/design.md section 7).
 ///
 /// The config crate hands each adapter this neutral map (YAML converts to it
 /// one to one); each adapter's `from_options` validates it and names the
 /// option in every [`SinkError`].
 pub type Options = serde_json::Map<String, serde_json::Value>;
 
-/// One destination of a source's hooks (DESIGN section 6).
+/// One destination of a source's hooks (docs/design.md section 6).
 ///
 /// The pipeline calls [`Sink::deliver`] at most `sink_concurrency` times at
 /// once per sink and tenant, and one at a time per ordering lane (a lane's next

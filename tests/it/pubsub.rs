@@ -4,8 +4,8 @@
 //! drain in order.
 //!
 //! The peer is a local REST peer of the `:publish` call (below), not Google's
-//! emulator, which this machine kind does not have (BUILD-NOTES, "Test
-//! peers"): **the local peer is what ran**. It stores each topic's accepted
+//! emulator, which this machine kind does not have (docs/contributing.md,
+//! "Test peers"): **the local peer is what ran**. It stores each topic's accepted
 //! messages in arrival order, as a subscription with message ordering would
 //! see them from one publisher. The relay reaches it through the sink's
 //! `emulator_host` option (the per-sink form of `PUBSUB_EMULATOR_HOST`:
@@ -217,7 +217,7 @@ async fn stripe_corpus_through_an_ordered_topic_arrives_once_in_order_per_custom
     assert!(keys.contains(stripe::KEYLESS));
 }
 
-/// DESIGN section 10: a publish with an ordering key refused for want of a
+/// docs/design.md section 10: a publish with an ordering key refused for want of a
 /// regional endpoint is a retry, so the lane's head waits (the lanes show in
 /// `ankusa_dispatch_lanes_blocked`), only heads are attempted, nothing is
 /// dead-lettered, and once the publisher can publish the lanes drain in order.

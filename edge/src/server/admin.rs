@@ -1,4 +1,4 @@
-//! The admin listener (DESIGN section 5, "Admin API"): `/metrics` (Prometheus
+//! The admin listener (docs/design.md section 5, "Admin API"): `/metrics` (Prometheus
 //! text through `prometheus-client`, the Prometheus project's own Rust client),
 //! `/healthz`, `/readyz`.
 //!

@@ -1,4 +1,4 @@
-//! The ingest listener (DESIGN section 5, "Edge"): hyper 1.x, HTTP/1.1.
+//! The ingest listener (docs/design.md section 5, "Edge"): hyper 1.x, HTTP/1.1.
 //!
 //! `POST {path}` (and `{path}/{tenant}` for a TenantPath source) goes through,
 //! in order: route (404), method (405), body limit (413), verification (401),
@@ -126,7 +126,7 @@ fn retry_after(mut r: Resp, seconds: u64) -> Resp {
     r
 }
 
-/// A provider's GET handshake (DESIGN section 5): echo the value of query
+/// A provider's GET handshake (docs/design.md section 5): echo the value of query
 /// parameter `param` as text; 403 when a configured token does not match
 /// (compared in constant time), 400 when the parameter is missing.
 fn challenge(query: &str, param: &str, token: Option<&(String, Vec<u8>)>) -> Resp {

@@ -65,7 +65,7 @@ pub struct SourceRoute {
     pub challenge: Option<ChallengeRoute>,
 }
 
-/// A source's GET handshake (DESIGN section 5).
+/// A source's GET handshake (docs/design.md section 5).
 #[derive(Debug, Clone)]
 pub struct ChallengeRoute {
     /// The query parameter whose value is echoed back.
