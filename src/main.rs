@@ -45,6 +45,10 @@ enum Command {
         /// Post to this path instead of each file's `path_hint`.
         #[arg(long)]
         path: Option<String>,
+        /// Send the files that load even if others cannot be read or parsed,
+        /// and go on after a request that got no answer.
+        #[arg(long)]
+        keep_going: bool,
     },
     /// Load a configuration file and report every problem in it.
     CheckConfig {
@@ -57,13 +61,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config } => serve::main(config),
-        Command::Send { files, url, path } => send::main(&files, &url, path.as_deref()),
-        Command::CheckConfig { file } => match ankusa_config::Config::load(&file)
-            .map_err(|e| e.to_string())
-            .and_then(|c| serve::validate(&c).map(|()| c).map_err(|e| format!("{e:#}")))
-        {
+        Command::Send { files, url, path, keep_going } => {
+            send::main(&send::Args { files: &files, url: &url, path: path.as_deref(), keep_going })
+        }
+        Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {
-                println!("{}: ok ({} sources, {} tenants)", file.display(), c.sources.len(), c.tenants.len());
+                println!(
+                    "{}: ok ({}, {})",
+                    file.display(),
+                    count(c.sources.len(), "source", "sources"),
+                    count(c.tenants.len(), "tenant", "tenants")
+                );
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -72,4 +80,9 @@ fn main() -> ExitCode {
             }
         },
     }
+}
+
+/// `1 tenant`, `2 tenants`.
+fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }

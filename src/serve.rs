@@ -30,15 +30,13 @@ use tracing::{error, info};
 
 pub fn main(config: Option<PathBuf>) -> ExitCode {
     init_logs();
-    let cfg = match &config {
-        Some(path) => match Config::load(path) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("ankusa: {}: {e}", path.display());
-                return ExitCode::from(2);
-            }
-        },
-        None => Config::default_demo(),
+    let cfg = match load(config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            let file = config.as_ref().map_or_else(|| "the embedded demo config".to_owned(), |p| p.display().to_string());
+            eprintln!("ankusa: {file}: {e}");
+            return ExitCode::from(2);
+        }
     };
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -47,10 +45,6 @@ pub fn main(config: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = validate(&cfg) {
-        eprintln!("ankusa: {e:#}");
-        return ExitCode::from(2);
-    }
     let result = rt.block_on(async move {
         warn_other_stores(&cfg);
         std::fs::create_dir_all(&cfg.node.data_dir)
@@ -83,36 +77,35 @@ fn init_logs() {
         .try_init();
 }
 
-/// Everything `serve` would refuse after opening the store, checked before:
-/// each sink's options as its adapter reads them, sink types this binary does
-/// not have, and what the edge cannot serve. `check-config` runs the same.
-pub fn validate(cfg: &Config) -> anyhow::Result<()> {
-    let mut problems = Vec::new();
-    for s in &cfg.sources {
-        for e in &s.sinks {
-            let options = e.options_json();
-            let named = |e2: String| format!("source {:?}, sink {:?} ({}): {e2}", s.name, e.name, e.kind.as_str());
-            let checked = crate::sinks::check(e.kind, &options);
-            if let Err(msg) = checked {
-                problems.push(named(msg));
-            }
+/// The checks of the layers the configuration crate does not know, run on
+/// each source while the file loads: each sink's options as its adapter reads
+/// them (without connecting anywhere), sink types this binary was built
+/// without, and what the edge cannot serve. Their problems are reported with
+/// the file's own, so one run of `check-config` (or a refused `serve`) lists
+/// every problem of the file.
+pub fn check_source(s: &ankusa_config::Source) -> Vec<ankusa_config::Problem> {
+    let mut out = Vec::new();
+    for e in &s.sinks {
+        if let Err((option, message)) = crate::sinks::check(e.kind, &e.options_json()) {
+            let scope = ankusa_config::Scope::Sink {
+                source_name: s.name.clone(),
+                sink: e.name.clone(),
+                kind: e.kind.as_str().to_owned(),
+            };
+            out.push(ankusa_config::Problem { scope, option, message });
         }
     }
-    // The edge's mapping, with provisional numbers (the store's come later).
-    let mut provisional = ankusa_queue::Registry::default();
-    for (i, t) in cfg.tenants.iter().enumerate() {
-        provisional.tenants.insert(t.name.clone(), ankusa_keys::TenantOrd(i as u32 + 1));
-    }
-    for (i, s) in cfg.sources.iter().enumerate() {
-        provisional.sources.insert(s.name.clone(), ankusa_keys::SourceId(i as u32 + 1));
-    }
-    if let Err(e) = build_routes(cfg, &provisional) {
-        problems.push(e.to_string());
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        bail!("invalid config:\n  {}", problems.join("\n  "))
+    out.extend(ankusa_edge::server::check_source(s));
+    out
+}
+
+/// Loads the configuration `serve` and `check-config` run: the file, or the
+/// embedded demo without one, with every check `serve` would otherwise only
+/// make after opening the store ([`check_source`]).
+pub fn load(path: Option<&std::path::Path>) -> Result<Config, ankusa_config::ConfigError> {
+    match path {
+        Some(path) => Config::load_checked(path, &check_source),
+        None => Config::from_yaml_checked(ankusa_config::DEFAULT_YAML, &|_| None, &check_source),
     }
 }
 
@@ -182,7 +175,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
         let id = registry.sources[&s.name];
         for e in &s.sinks {
             let sink = crate::sinks::build(&s.name, e).await?;
-            destinations.push(format!("{} -> {} {} {}", s.path, e.kind.as_str(), e.name, describe(e)));
+            destinations.push(format!("{} -> {} {} {}", s.path, e.kind.as_str(), e.name, describe(s, e)));
             routes.sinks.insert(
                 (id, SinkIx(e.index)),
                 Route { sink, sink_name: e.name.clone(), source_name: s.name.clone() },
@@ -212,6 +205,8 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listeners.admin: cannot bind {}", cfg.listeners.admin))?;
     let wake = pipeline_handle.clone();
+    let shutting_down = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(EdgeStats::default());
     let edge = Arc::new(Edge {
         kv: Arc::clone(&kv),
         writer: writer_handle,
@@ -220,18 +215,26 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
         body_limit_bytes: cfg.listeners.body_limit_bytes,
         node_max_pending: cfg.node.max_pending,
         node_max_pending_bytes: cfg.node.max_pending_bytes,
-        shutting_down: AtomicBool::new(false),
+        shutting_down: Arc::clone(&shutting_down),
         reservations: Default::default(),
-        stats: EdgeStats::default(),
+        stats: Arc::clone(&stats),
         clock: Box::new(now_ms),
     });
-    let admin_state = Arc::new(AdminState { kv: Arc::clone(&kv), edge: edge.clone(), ready: Arc::clone(&pipeline_handle.ready) });
+    let admin_state = Arc::new(AdminState {
+        kv: Arc::clone(&kv),
+        edge: stats,
+        ready: Arc::clone(&pipeline_handle.ready),
+        shutting_down: Arc::clone(&shutting_down),
+    });
+    // The ingest listener stops first; the admin listener answers until the
+    // end (`/readyz` 503 "shutting down", `/metrics` while the pipeline drains).
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (admin_shutdown_tx, admin_shutdown_rx) = watch::channel(false);
 
     let writer_task = tokio::spawn(writer.run());
     let pipeline_task = tokio::spawn(pipeline.run());
-    let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx.clone()));
-    let admin_task = tokio::spawn(serve_admin(Arc::clone(&admin_state), admin, shutdown_rx));
+    let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx));
+    let admin_task = tokio::spawn(serve_admin(admin_state, admin, admin_shutdown_rx));
 
     println!("ankusa {} ({} store at {})", env!("CARGO_PKG_VERSION"), cfg.node.store.as_str(), cfg.node.data_dir.display());
     println!("ingest: http://{}  admin: http://{} (/metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
@@ -252,31 +255,39 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
             bail!("the writer stopped unexpectedly (store failure): {r:?}");
         }
     }
+    shutting_down.store(true, Ordering::SeqCst);
     let _ = shutdown_tx.send(true);
-    edge.shutting_down.store(true, Ordering::SeqCst);
     let _ = edge_task.await;
-    let _ = admin_task.await;
     // The edge's Writer handle goes with the edge; the Writer finishes its
     // queue and stops.
     drop(edge);
-    drop(admin_state);
     writer_task.await.context("writer task")??;
     pipeline_handle.shutdown();
     pipeline_task.await.context("pipeline task")??;
+    let _ = admin_shutdown_tx.send(true);
+    let _ = admin_task.await;
     info!("stopped cleanly");
     Ok(())
 }
 
-fn describe(e: &ankusa_config::SinkEntry) -> String {
-    let target = match &e.typed {
-        ankusa_config::TypedOptions::Http(h) => h.url.clone(),
-        ankusa_config::TypedOptions::File(f) => f.path.display().to_string(),
-        _ => String::new(),
+/// One start-up line's tail for a sink entry: where it delivers and, for an
+/// ordered sink, by what key. Hooks without a key share the sink's keyless
+/// lane, whose ordering key (what the sink sees) is `<tenant>/<source>`
+/// (ADR 0004 section 2).
+fn describe(s: &ankusa_config::Source, e: &ankusa_config::SinkEntry) -> String {
+    let target = crate::sinks::target(e);
+    let keyless = match &s.tenant {
+        ankusa_config::TenantBinding::Fixed(t) => format!("{t}/{}", s.name),
+        ankusa_config::TenantBinding::Path => format!("<tenant>/{}", s.name),
     };
-    match e.order.is_ordered() {
-        true => format!("{target} (ordered)"),
-        false => target,
-    }
+    let by = match &e.order {
+        ankusa_config::Order::Unordered => return target,
+        ankusa_config::Order::Ordered { key: None } => return format!("{target} (ordered: one keyless lane, key {keyless})"),
+        ankusa_config::Order::Ordered { key: Some(ankusa_config::OrderingKey::Header(h)) } => format!("header {h}"),
+        ankusa_config::Order::Ordered { key: Some(ankusa_config::OrderingKey::Json(p)) } => format!("json {}", p.dotted),
+        ankusa_config::Order::Ordered { key: Some(ankusa_config::OrderingKey::Func(_)) } => "a key function".to_owned(),
+    };
+    format!("{target} (ordered by {by}; hooks without one: the keyless lane, key {keyless})")
 }
 
 async fn shutdown_signal() {

@@ -37,9 +37,10 @@ fn not_built(kind: SinkKind) -> String {
 }
 
 /// Validates one sink entry's options as its adapter reads them (each
-/// `from_options` validates), without connecting anywhere. The error names the option (the caller adds the
-/// source and sink).
-pub fn check(kind: SinkKind, options: &Options) -> Result<(), String> {
+/// `from_options` validates), without connecting anywhere. The error is the
+/// option and what is wrong with it (the caller adds the source and sink); a
+/// sink type this binary was built without is an error of the option `type`.
+pub fn check(kind: SinkKind, options: &Options) -> Result<(), (String, String)> {
     let checked: Result<(), SinkError> = match kind {
         SinkKind::Http => ankusa_sinks::http::HttpSinkConfig::from_options(options).map(|_| ()),
         SinkKind::File => ankusa_sinks::file::FileSinkConfig::from_options(options).map(|_| ()),
@@ -58,9 +59,14 @@ pub fn check(kind: SinkKind, options: &Options) -> Result<(), String> {
         #[cfg(feature = "sqs")]
         SinkKind::Sqs => ankusa_sinks::sqs::SqsSinkConfig::from_options(options).map(|_| ()),
         #[allow(unreachable_patterns)]
-        other => return Err(not_built(other)),
+        other => return Err(("type".to_owned(), not_built(other))),
     };
-    checked.map_err(|e| e.to_string())
+    checked.map_err(|e| match e {
+        SinkError::MissingOption { option } => (option.to_owned(), "required".to_owned()),
+        SinkError::UnknownOption { option } => (option, "unknown option of this sink type".to_owned()),
+        SinkError::InvalidOption { option, reason } => (option, reason),
+        other => ("type".to_owned(), other.to_string()),
+    })
 }
 
 /// Builds the sink of one entry of `source`'s sink list. Errors name the
@@ -114,4 +120,31 @@ pub async fn build(source: &str, entry: &SinkEntry) -> anyhow::Result<Arc<dyn Si
             return Err(anyhow!("source {source:?}, sink {:?}: {}", entry.name, not_built(other)));
         }
     })
+}
+
+/// Where one sink entry delivers, for the start-up lines: the adapter's own
+/// [`target`](ankusa_sinks::http::HttpSinkConfig::target) (a URL's password
+/// replaced by `***`). Empty when the options do not load (they did at
+/// [`check`]).
+pub fn target(entry: &SinkEntry) -> String {
+    let options = entry.options_json();
+    let target: Result<String, SinkError> = match entry.kind {
+        SinkKind::Http => ankusa_sinks::http::HttpSinkConfig::from_options(&options).map(|c| c.target()),
+        SinkKind::File => ankusa_sinks::file::FileSinkConfig::from_options(&options).map(|c| c.target()),
+        #[cfg(feature = "redis")]
+        SinkKind::Redis => ankusa_sinks::redis::RedisSinkConfig::from_options(&options).map(|c| c.target()),
+        #[cfg(feature = "rabbitmq")]
+        SinkKind::Rabbitmq => ankusa_sinks::rabbitmq::RabbitMqSinkConfig::from_options(&options).map(|c| c.target()),
+        #[cfg(feature = "nats")]
+        SinkKind::Nats => ankusa_sinks::nats::NatsSinkConfig::from_options(&options).map(|c| c.target()),
+        #[cfg(feature = "pubsub")]
+        SinkKind::Pubsub => ankusa_sinks::pubsub::PubSubSinkConfig::from_options(&options).map(|c| c.target()),
+        #[cfg(feature = "kafka")]
+        SinkKind::Kafka => ankusa_sinks::kafka::KafkaSinkConfig::from_options(&options).map(|c| c.target()),
+        #[cfg(feature = "sqs")]
+        SinkKind::Sqs => ankusa_sinks::sqs::SqsSinkConfig::from_options(&options).map(|c| c.target()),
+        #[allow(unreachable_patterns)]
+        _ => Ok(String::new()),
+    };
+    target.unwrap_or_default()
 }

@@ -96,6 +96,11 @@ pub use model::{
 };
 pub use secret::{EnvLookup, Secret, SecretOrigin, process_env};
 
+/// A check the load runs on each source once it parsed, for what other layers
+/// refuse (a sink adapter's options, what the edge cannot serve): the problems
+/// it returns are reported with this crate's, in file order.
+pub type SourceCheck<'a> = &'a dyn Fn(&Source) -> Vec<Problem>;
+
 /// The embedded default configuration: what `ankusa serve` runs with no
 /// `--config` (issue 4's demo). RocksDB under `./data`, ingest on
 /// 127.0.0.1:8080, admin on 127.0.0.1:8081, one tenant `default`, and a
@@ -164,6 +169,19 @@ impl Config {
         Config::load_with_env(path, &process_env)
     }
 
+    /// [`Config::load`] with the checks of the layers this crate does not
+    /// know (each sink's own options, what the edge can serve): `check` runs
+    /// on every source that parsed, and its problems join this crate's in one
+    /// [`ConfigError::Invalid`], so one run reports every problem of the file.
+    pub fn load_checked(path: impl AsRef<Path>, check: SourceCheck<'_>) -> Result<Config, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Config::from_yaml_checked(&text, &process_env, check)
+    }
+
     /// Reads and validates the file at `path`, resolving `env:NAME` through
     /// `env`.
     pub fn load_with_env(
@@ -180,6 +198,16 @@ impl Config {
 
     /// Parses and validates YAML text, resolving `env:NAME` through `env`.
     pub fn from_yaml(text: &str, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+        Config::from_yaml_checked(text, env, &|_| Vec::new())
+    }
+
+    /// [`Config::from_yaml`] with `check` run on every source that parsed
+    /// ([`Config::load_checked`]).
+    pub fn from_yaml_checked(
+        text: &str,
+        env: EnvLookup<'_>,
+        check: SourceCheck<'_>,
+    ) -> Result<Config, ConfigError> {
         // An empty file (or comments only) is most likely the wrong file: it
         // would start a node that accepts nothing. `sources: []` says so.
         if serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text).is_ok_and(|v| v.is_null()) {
@@ -192,7 +220,7 @@ impl Config {
         }
         let raw: raw::RawConfig =
             serde_yaml_ng::from_str(text).map_err(|e| ConfigError::from_yaml(&e))?;
-        validate::config(raw, env)
+        validate::config(raw, env, check)
     }
 
     /// The embedded default configuration ([`DEFAULT_YAML`]). It names no

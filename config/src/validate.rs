@@ -19,7 +19,11 @@ use crate::raw::{
 use crate::secret::{self, EnvLookup, Secret};
 use crate::sink;
 
-pub(crate) fn config(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+pub(crate) fn config(
+    raw: RawConfig,
+    env: EnvLookup<'_>,
+    check: crate::SourceCheck<'_>,
+) -> Result<Config, ConfigError> {
     let mut p = Problems::default();
 
     let node = node(&raw, &mut p);
@@ -34,7 +38,7 @@ pub(crate) fn config(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, Confi
     let retry = retry(&raw, &mut p);
     let breaker = breaker(&raw, &mut p);
     let tenants = tenants(&raw, &mut p);
-    let sources = sources(&raw.sources, &tenants, &store_headers, env, &mut p);
+    let sources = sources(&raw.sources, &tenants, &store_headers, env, check, &mut p);
 
     if !p.0.is_empty() {
         return Err(ConfigError::Invalid { problems: p.0 });
@@ -330,6 +334,7 @@ fn sources(
     tenants: &[Tenant],
     instance_headers: &HeaderPolicy,
     env: EnvLookup<'_>,
+    check: crate::SourceCheck<'_>,
     p: &mut Problems,
 ) -> Vec<Source> {
     let mut names = HashSet::new();
@@ -435,7 +440,7 @@ fn sources(
             }
         }
 
-        out.push(Source {
+        let source = Source {
             name: rs.name.clone(),
             path,
             tenant,
@@ -445,7 +450,16 @@ fn sources(
             store_headers,
             store_headers_overridden: overridden,
             sinks,
-        });
+        };
+        // The other layers' checks, on what parsed, so their problems come in
+        // the same run as this crate's (an option this crate has already
+        // refused is not reported twice).
+        for extra in check(&source) {
+            if !p.0.iter().any(|q| q.scope == extra.scope && q.option == extra.option) {
+                p.0.push(extra);
+            }
+        }
+        out.push(source);
     }
 
     // A TenantPath source at P also answers P/{tenant}: a source whose path is

@@ -228,7 +228,7 @@ pub enum VerifyError {
     #[error("no signature matches")]
     BadSignature,
     /// The signature matches but its timestamp is too far from now.
-    #[error("signature timestamp is {skew_s} s from now (tolerance {tolerance_ms} ms)")]
+    #[error("{}", stale_message(*skew_s, *tolerance_ms))]
     StaleTimestamp {
         /// now − timestamp, in seconds: positive for an old signature,
         /// negative for one from the future.
@@ -509,6 +509,16 @@ fn parse_timestamp(text: &[u8]) -> Option<i64> {
     std::str::from_utf8(text).ok()?.parse().ok()
 }
 
+/// [`VerifyError::StaleTimestamp`]'s text: which way the timestamp is off.
+fn stale_message(skew_s: i64, tolerance_ms: u64) -> String {
+    let tolerance = if tolerance_ms % 1000 == 0 { format!("{} s", tolerance_ms / 1000) } else { format!("{tolerance_ms} ms") };
+    if skew_s >= 0 {
+        format!("signature timestamp is {skew_s} s old (tolerance {tolerance})")
+    } else {
+        format!("signature timestamp is {} s in the future (tolerance {tolerance})", skew_s.unsigned_abs())
+    }
+}
+
 /// `ts` (whole seconds) within `tolerance_ms` of now, either side, comparing
 /// whole seconds: `now_s = floor(now_ms / 1000)` and the boundary is accepted.
 fn fresh(ts: i64, now_ms: u64, tolerance_ms: u64) -> Result<(), VerifyError> {
@@ -608,6 +618,14 @@ mod tests {
                 skew_s: 301,
                 tolerance_ms: 300_000
             })
+        );
+        assert_eq!(
+            VerifyError::StaleTimestamp { skew_s: 301, tolerance_ms: 300_000 }.to_string(),
+            "signature timestamp is 301 s old (tolerance 300 s)"
+        );
+        assert_eq!(
+            VerifyError::StaleTimestamp { skew_s: -600, tolerance_ms: 300_000 }.to_string(),
+            "signature timestamp is 600 s in the future (tolerance 300 s)"
         );
         assert_eq!(
             fresh(i64::MAX, 0, 300_000),

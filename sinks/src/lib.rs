@@ -37,7 +37,6 @@ mod ctx;
 mod error;
 pub mod meta;
 mod outcome;
-#[cfg(any(feature = "redis", feature = "rabbitmq"))]
 mod secret;
 #[cfg(any(
     feature = "redis",

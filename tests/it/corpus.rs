@@ -14,7 +14,7 @@ use crate::relay::Relay;
 use crate::sink::{Sink, until};
 
 pub fn corpus_dir() -> PathBuf {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus"));
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/corpus"));
     assert!(dir.join("index.json").is_file(), "the webhook corpus is missing: {}", dir.display());
     dir
 }

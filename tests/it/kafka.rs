@@ -276,16 +276,16 @@ fn kafka_options_are_checked_at_load_naming_source_sink_and_option() {
         )
     };
     for (sink, expected) in [
-        ("{type: kafka, name: orders, topic: t}", "source \"billing\", sink \"orders\" (kafka): sink option `brokers` is required"),
-        ("{type: kafka, name: orders, brokers: 'k:9092'}", "source \"billing\", sink \"orders\" (kafka): sink option `topic` is required"),
-        ("{type: kafka, name: orders, brokers: 'k:9092', topic: 'a/{source}'}", "source \"billing\", sink \"orders\" (kafka): sink option `topic`: "),
+        ("{type: kafka, name: orders, topic: t}", "source \"billing\", sink \"orders\" (kafka): option \"brokers\": required"),
+        ("{type: kafka, name: orders, brokers: 'k:9092'}", "source \"billing\", sink \"orders\" (kafka): option \"topic\": required"),
+        ("{type: kafka, name: orders, brokers: 'k:9092', topic: 'a/{source}'}", "source \"billing\", sink \"orders\" (kafka): option \"topic\": "),
         (
             "{type: kafka, name: orders, brokers: 'k:9092', topic: t, properties: {acks: '1'}}",
-            "source \"billing\", sink \"orders\" (kafka): sink option `properties.acks`: cannot be set",
+            "source \"billing\", sink \"orders\" (kafka): option \"properties.acks\": cannot be set",
         ),
         (
             "{type: kafka, name: orders, brokers: 'k:9092', topic: t, properties: {socket.timeout.mz: 5}}",
-            "source \"billing\", sink \"orders\" (kafka): sink option `properties.socket.timeout.mz`: ",
+            "source \"billing\", sink \"orders\" (kafka): option \"properties.socket.timeout.mz\": ",
         ),
     ] {
         let file = dir.join("bad.yaml");

@@ -66,7 +66,7 @@ async fn read_stream(url: &str, name: &str) -> Vec<Received> {
     let mut got = Vec::new();
     let t0 = Instant::now();
     while got.len() < total {
-        assert!(t0.elapsed() < Duration::from_secs(30), "read {} of {total} messages", got.len());
+        assert!(t0.elapsed() < Duration::from_secs(120), "read {} of {total} messages", got.len());
         let mut batch = consumer
             .fetch()
             .max_messages(total - got.len())

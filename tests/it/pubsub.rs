@@ -320,18 +320,18 @@ fn pubsub_sinks_are_checked_by_check_config() {
             "{type: pubsub, name: events, project: p, topic: t, ordered: true, ordering_key: fixed-key}".to_owned(),
             format!("{at}option \"ordering_key\": "),
         ),
-        ("{type: pubsub, name: events, project: p}".to_owned(), format!("{at}sink option `topic` is required")),
+        ("{type: pubsub, name: events, project: p}".to_owned(), format!("{at}option \"topic\": required")),
         (
             "{type: pubsub, name: events, project: p, topic: t, endpoint: 'pubsub.googleapis.com'}".to_owned(),
-            format!("{at}sink option `endpoint`: "),
+            format!("{at}option \"endpoint\": "),
         ),
         (
             format!("{{type: pubsub, name: events, project: p, topic: t, credentials: '{}'}}", dir.join("missing.json").display()),
-            format!("{at}sink option `credentials`: cannot read"),
+            format!("{at}option \"credentials\": cannot read"),
         ),
         (
             "{type: pubsub, name: events, project: p, topic: 'hooks-{tenat}'}".to_owned(),
-            format!("{at}sink option `topic`: "),
+            format!("{at}option \"topic\": "),
         ),
     ] {
         let (ok, out) = check_config(dir, &sink);

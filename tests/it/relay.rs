@@ -133,7 +133,7 @@ impl Relay {
                 .spawn()
                 .expect("spawn ankusa");
             self.child = Some(child);
-            let deadline = Instant::now() + Duration::from_secs(30);
+            let deadline = Instant::now() + Duration::from_secs(120);
             loop {
                 if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().expect("try_wait")) {
                     self.child = None;
@@ -154,7 +154,7 @@ impl Relay {
                 if ready {
                     return;
                 }
-                assert!(Instant::now() < deadline, "relay not ready after 30 s:\n{}", self.log());
+                assert!(Instant::now() < deadline, "relay not ready after 120 s:\n{}", self.log());
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -176,6 +176,14 @@ impl Relay {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// `/readyz` of the admin listener: its status and body, or `None` when
+    /// nothing answers.
+    pub async fn readyz(&self) -> Option<(u16, String)> {
+        let r = self.client.get(format!("http://{}/readyz", self.admin)).send().await.ok()?;
+        let status = r.status().as_u16();
+        Some((status, r.text().await.unwrap_or_default()))
     }
 
     /// Sends SIGTERM (the process keeps running until it has stopped cleanly).
@@ -280,7 +288,9 @@ pub fn run_cli(args: &[&std::ffi::OsStr], cwd: &Path) -> (ExitStatus, String) {
         .stderr(out)
         .spawn()
         .expect("run ankusa");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // Generous: on a loaded machine a CLI run that posts a 1 MiB hook and
+    // waits for fsyncs can take far longer than it does idle.
+    let deadline = Instant::now() + Duration::from_secs(120);
     let status = loop {
         if let Some(s) = child.try_wait().expect("try_wait") {
             break s;
@@ -288,7 +298,7 @@ pub fn run_cli(args: &[&std::ffi::OsStr], cwd: &Path) -> (ExitStatus, String) {
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("ankusa {args:?} still running after 20 s:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+            panic!("ankusa {args:?} still running after 120 s:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
         }
         std::thread::sleep(Duration::from_millis(20));
     };

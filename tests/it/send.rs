@@ -80,3 +80,51 @@ sources:
         last = seq;
     }
 }
+
+/// Issue 10: a file `ankusa send` cannot read or parse is an error naming the
+/// file, and then nothing is posted; `--keep-going` posts the others and the
+/// summary counts only what was posted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_refuses_unreadable_files_and_counts_only_what_it_posted() {
+    let relay = Relay::start(&config(
+        "memory",
+        "
+sources:
+  - name: demo
+    path: /hooks/demo
+    sinks:
+      - {type: file, name: deliveries, path: '{DATA}/deliveries.ndjson'}
+",
+    ))
+    .await;
+    let url = format!("http://{}", relay.ingest);
+    let good = corpus_dir().join("stripe/customer_created.json");
+    let missing = relay.dir.path().join("no-such-hook.json");
+    let not_corpus = relay.dir.path().join("not-a-hook.json");
+    std::fs::write(&not_corpus, "{\"body\": 1}").expect("write");
+    let send = |extra: &[&OsStr]| {
+        let mut args: Vec<&OsStr> = vec![OsStr::new("send"), OsStr::new("--url"), OsStr::new(&url), OsStr::new("--path"), OsStr::new("/hooks/demo")];
+        args.extend_from_slice(extra);
+        args.extend([good.as_os_str(), missing.as_os_str(), not_corpus.as_os_str(), good.as_os_str()]);
+        run_cli(&args, relay.dir.path())
+    };
+
+    let (status, out) = send(&[]);
+    assert!(!status.success(), "{out}");
+    assert!(out.contains(&format!("{}: cannot read it", missing.display())), "{out}");
+    assert!(out.contains(&format!("{}: not a corpus file", not_corpus.display())), "{out}");
+    assert!(out.contains("2 of 4 files could not be loaded; nothing sent"), "{out}");
+    assert!(!out.contains(" sent, "), "no summary of posts when nothing was posted: {out}");
+    let accepted = relay.metric("ankusa_ingest_accepted_total").await;
+    assert_eq!(accepted, 0.0, "nothing posted: {out}");
+
+    let (status, out) = send(&[OsStr::new("--keep-going")]);
+    assert!(!status.success(), "files were skipped: {out}");
+    assert!(out.contains("2 sent, 0 not accepted, 2 skipped (could not be loaded)"), "{out}");
+    let accepted = until("the two posted hooks accepted", Duration::from_secs(30), async || {
+        let n = relay.metric("ankusa_ingest_accepted_total").await;
+        (n >= 2.0).then_some(n)
+    })
+    .await;
+    assert_eq!(accepted, 2.0, "{out}");
+}

@@ -202,10 +202,10 @@ fn sqs_sinks_are_checked_by_their_adapter() {
     let q = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders";
     for (sink, expected) in [
         (format!("{{type: sqs, name: orders, queue_url: '{q}', ordered: true}}"), "option \"ordered\": requires a FIFO queue"),
-        ("{type: sqs, name: orders, region: eu-west-1}".to_owned(), "sink option `queue_url` is required"),
-        (format!("{{type: sqs, name: orders, queue_url: '{q}', endpoint_url: 'localhost:5000'}}"), "sink option `endpoint_url`: "),
-        (format!("{{type: sqs, name: orders, queue_url: '{q}', body_encoding: hex}}"), "sink option `body_encoding`: "),
-        (format!("{{type: sqs, name: orders, queue_url: '{q}', visibility: 30}}"), "unknown sink option `visibility`"),
+        ("{type: sqs, name: orders, region: eu-west-1}".to_owned(), "option \"queue_url\": required"),
+        (format!("{{type: sqs, name: orders, queue_url: '{q}', endpoint_url: 'localhost:5000'}}"), "option \"endpoint_url\": "),
+        (format!("{{type: sqs, name: orders, queue_url: '{q}', body_encoding: hex}}"), "option \"body_encoding\": "),
+        (format!("{{type: sqs, name: orders, queue_url: '{q}', visibility: 30}}"), "option \"visibility\": unknown option of this sink type"),
     ] {
         let file = dir.join("bad.yaml");
         std::fs::write(&file, yaml(&sink)).expect("write");

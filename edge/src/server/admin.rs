@@ -28,27 +28,19 @@ use tokio::sync::watch;
 
 use super::EdgeStats;
 
-/// What `/metrics` reads.
+/// What the admin routes read. It holds no part of the edge that keeps the
+/// Writer alive, so the admin listener can answer (`/readyz` 503, `/metrics`)
+/// until the relay has stopped.
 pub struct AdminState<K: Kv> {
     /// The store (maintained counters).
     pub kv: Arc<K>,
     /// The edge's counters.
-    pub edge: Arc<dyn EdgeStatsSource>,
+    pub edge: Arc<EdgeStats>,
     /// Ready once the store is open and the pipeline has recovered the
     /// previous run's claimed rows (the pipeline sets it).
     pub ready: Arc<AtomicBool>,
-}
-
-/// Where the admin listener finds the edge's counters.
-pub trait EdgeStatsSource: Send + Sync {
-    /// The counters.
-    fn stats(&self) -> &EdgeStats;
-}
-
-impl<K: Kv> EdgeStatsSource for super::Edge<K> {
-    fn stats(&self) -> &EdgeStats {
-        &self.stats
-    }
+    /// Set when the relay begins to stop: `/readyz` answers 503 from then on.
+    pub shutting_down: Arc<AtomicBool>,
 }
 
 struct StoreCollector<K: Kv> {
@@ -92,7 +84,7 @@ impl<K: Kv> Collector for StoreCollector<K> {
                 g.encode(m)?;
             }
         }
-        let s = self.state.edge.stats();
+        let s = &*self.state.edge;
         let edge: [(&str, &str, &AtomicU64); 6] = [
             ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
             ("ankusa_ingest_duplicates", "Provider retries answered from the dedupe record", &s.duplicates),
@@ -156,7 +148,9 @@ pub async fn serve_admin<K: Kv>(state: Arc<AdminState<K>>, listener: TcpListener
                             }
                             "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
                             "/readyz" => {
-                                if state.ready.load(Ordering::SeqCst) {
+                                if state.shutting_down.load(Ordering::SeqCst) {
+                                    text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "shutting down\n".into())
+                                } else if state.ready.load(Ordering::SeqCst) {
                                     text(StatusCode::OK, "text/plain", "ready\n".into())
                                 } else {
                                     text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "starting\n".into())

@@ -35,7 +35,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-pub use routes::{ChallengeRoute, RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes};
+pub use routes::{ChallengeRoute, RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes, check_source};
 
 use crate::{Header, ParsedBody, dedupe, ordering, slack};
 
@@ -76,12 +76,14 @@ pub struct Edge<K: Kv> {
     pub node_max_pending: u64,
     /// Node-wide pending bytes bound, 503 past it.
     pub node_max_pending_bytes: u64,
-    /// Set when shutting down: new hooks get 503.
-    pub shutting_down: AtomicBool,
+    /// Set when shutting down: new hooks get 503, `/readyz` answers 503 (the
+    /// admin listener shares it and outlives the ingest listener).
+    pub shutting_down: Arc<AtomicBool>,
     /// Hooks admitted and not yet committed (see `reserve`).
     pub reservations: std::sync::Mutex<Reservations>,
-    /// Counters.
-    pub stats: EdgeStats,
+    /// Counters (shared with the admin listener's `/metrics`, which outlives
+    /// the edge during shutdown).
+    pub stats: Arc<EdgeStats>,
     /// Unix ms.
     pub clock: Box<dyn Fn() -> u64 + Send + Sync>,
 }

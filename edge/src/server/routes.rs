@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use ankusa_config::{
-    Config, HeaderAction, HeaderPolicy, KeySource, Order, OrderingKey, TenantBinding, Verification,
+    Config, HeaderAction, HeaderPolicy, KeySource, Order, OrderingKey, Problem, Scope, SinkEntry,
+    Source, TenantBinding, Verification,
 };
 use ankusa_keys::{SinkIx, SourceId, TenantOrd};
 use ankusa_queue::Registry;
@@ -162,6 +163,61 @@ fn verifier(source: &str, v: &Verification) -> Result<Verifier, RouteError> {
     })
 }
 
+/// An entry's ordering as ingest resolves it: `None` unordered, `Some(None)`
+/// ordered with every hook in the keyless lane, `Some(Some(spec))` keyed.
+fn sink_order(source: &str, e: &SinkEntry) -> Result<Option<Option<KeySpec>>, RouteError> {
+    Ok(match &e.order {
+        Order::Unordered => None,
+        Order::Ordered { key: None } => Some(None),
+        Order::Ordered { key: Some(OrderingKey::Header(h)) } => {
+            Some(Some(spec(source, "ordering_key", &KeySource::Header(h.clone()))?))
+        }
+        Order::Ordered { key: Some(OrderingKey::Json(p)) } => {
+            Some(Some(spec(source, "ordering_key", &KeySource::Json(p.clone()))?))
+        }
+        Order::Ordered { key: Some(OrderingKey::Func(_)) } => {
+            return Err(RouteError::Unsupported {
+                source_name: source.into(),
+                option: "ordering_key".into(),
+                message: "function keys are not wired into the edge yet".into(),
+            });
+        }
+    })
+}
+
+/// Every option of `source` that the edge cannot serve, as configuration
+/// problems (empty: the edge can serve it). The binary runs this on each
+/// source while the file loads (`ankusa_config::Config::load_checked`), so
+/// `check-config` and `serve` report these with the file's other problems in
+/// one run; [`build_routes`] refuses the same options later, at the first.
+pub fn check_source(source: &Source) -> Vec<Problem> {
+    let problem = |scope: Scope, e: RouteError| {
+        let RouteError::Unsupported { option, message, .. } = e;
+        Problem { scope, option, message }
+    };
+    let source_scope = || Scope::Source { source_name: source.name.clone() };
+    let mut out = Vec::new();
+    if let Err(e) = verifier(&source.name, &source.verification) {
+        out.push(problem(source_scope(), e));
+    }
+    if let Some(d) = &source.dedupe
+        && let Err(e) = spec(&source.name, "dedupe", &d.key)
+    {
+        out.push(problem(source_scope(), e));
+    }
+    for e in &source.sinks {
+        if let Err(err) = sink_order(&source.name, e) {
+            let scope = Scope::Sink {
+                source_name: source.name.clone(),
+                sink: e.name.clone(),
+                kind: e.kind.as_str().to_owned(),
+            };
+            out.push(problem(scope, err));
+        }
+    }
+    out
+}
+
 /// Builds every source's route from `config`, with the store's numbers in
 /// `registry` (every configured tenant and source must be registered).
 ///
@@ -194,23 +250,7 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
         };
         let mut sinks = Vec::new();
         for e in &s.sinks {
-            let ordered = match &e.order {
-                Order::Unordered => None,
-                Order::Ordered { key: None } => Some(None),
-                Order::Ordered { key: Some(OrderingKey::Header(h)) } => {
-                    Some(Some(spec(&s.name, "ordering_key", &KeySource::Header(h.clone()))?))
-                }
-                Order::Ordered { key: Some(OrderingKey::Json(p)) } => {
-                    Some(Some(spec(&s.name, "ordering_key", &KeySource::Json(p.clone()))?))
-                }
-                Order::Ordered { key: Some(OrderingKey::Func(_)) } => {
-                    return Err(RouteError::Unsupported {
-                        source_name: s.name.clone(),
-                        option: "ordering_key".into(),
-                        message: "function keys are not wired into the edge yet".into(),
-                    });
-                }
-            };
+            let ordered = sink_order(&s.name, e)?;
             sinks.push(SinkRoute { index: SinkIx(e.index), kind: e.kind.as_str(), ordered });
         }
         out.push(SourceRoute {

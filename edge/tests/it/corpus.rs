@@ -1,5 +1,6 @@
-//! The shared webhook corpus (`../shared/corpus`, README there): real provider
-//! payloads with headers and valid signatures. Missing corpus = failed test.
+//! The webhook corpus (`fixtures/corpus` at the top of the repository, README
+//! there): real provider payloads with headers and valid signatures. Missing
+//! corpus = failed test.
 
 use std::path::PathBuf;
 
@@ -7,9 +8,9 @@ use ankusa_edge::{DEFAULT_TOLERANCE_MS, Header, Secret, Verifier};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// The corpus directory: `<repo>/../shared/corpus`.
+/// The corpus directory: `<repo>/fixtures/corpus`.
 pub fn dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/corpus");
     assert!(
         dir.join("index.json").is_file(),
         "webhook corpus not found at {} (it is required, not optional)",

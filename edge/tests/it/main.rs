@@ -1,5 +1,6 @@
-//! The edge core's integration tests, driven by the shared webhook corpus
-//! (`../shared/corpus`). One test binary (BUILD-NOTES: link size).
+//! The edge core's integration tests, driven by the webhook corpus
+//! (`fixtures/corpus`). One test binary (docs/contributing.md, "One
+//! integration-test binary per crate").
 
 mod corpus;
 mod keys;

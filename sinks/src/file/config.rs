@@ -19,6 +19,12 @@ pub struct FileSinkConfig {
 }
 
 impl FileSinkConfig {
+    /// Where this sink delivers, for the relay's start-up lines and logs
+    /// (a URL's password replaced by `***`; templates as configured).
+    pub fn target(&self) -> String {
+        self.path.display().to_string()
+    }
+
     /// Reads and validates the option `path`; any other option is an error.
     /// Every error names the option.
     pub fn from_options(options: &Options) -> Result<FileSinkConfig, SinkError> {

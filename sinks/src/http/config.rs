@@ -40,6 +40,12 @@ pub struct HttpSinkConfig {
 }
 
 impl HttpSinkConfig {
+    /// Where this sink delivers, for the relay's start-up lines and logs
+    /// (a URL's password replaced by `***`; templates as configured).
+    pub fn target(&self) -> String {
+        crate::secret::redact_url(&self.url)
+    }
+
     /// A config with the default timeout and no extra headers.
     pub fn new(url: impl Into<String>) -> HttpSinkConfig {
         HttpSinkConfig {

@@ -107,6 +107,12 @@ impl std::fmt::Debug for KafkaSinkConfig {
 }
 
 impl KafkaSinkConfig {
+    /// Where this sink delivers, for the relay's start-up lines and logs
+    /// (a URL's password replaced by `***`; templates as configured).
+    pub fn target(&self) -> String {
+        format!("{} topic {}", self.brokers, self.topic)
+    }
+
     /// A config with the default timeout, no unordered key and no extra
     /// properties.
     pub fn new(brokers: impl Into<String>, topic: impl Into<String>) -> KafkaSinkConfig {

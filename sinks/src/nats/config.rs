@@ -53,6 +53,15 @@ impl std::fmt::Debug for NatsSinkConfig {
 }
 
 impl NatsSinkConfig {
+    /// Where this sink delivers, for the relay's start-up lines and logs
+    /// (a URL's password replaced by `***`; templates as configured).
+    pub fn target(&self) -> String {
+        match self.mode {
+            NatsMode::JetStream => format!("{} subject {}", crate::secret::redact_url(&self.url), self.subject),
+            NatsMode::Core => format!("{} subject {} (core)", crate::secret::redact_url(&self.url), self.subject),
+        }
+    }
+
     /// A JetStream config with the default timeout.
     pub fn jetstream(url: impl Into<String>, subject: impl Into<String>) -> NatsSinkConfig {
         NatsSinkConfig {

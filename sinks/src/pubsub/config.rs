@@ -96,6 +96,12 @@ pub struct PubSubSinkConfig {
 }
 
 impl PubSubSinkConfig {
+    /// Where this sink delivers, for the relay's start-up lines and logs
+    /// (a URL's password replaced by `***`; templates as configured).
+    pub fn target(&self) -> String {
+        format!("projects/{}/topics/{}", self.project, self.topic)
+    }
+
     /// A config for `project`/`topic` on the global endpoint with Application
     /// Default Credentials, the default timeout, no emulator and no legacy
     /// key.

@@ -108,6 +108,17 @@ impl std::fmt::Debug for RabbitMqSinkConfig {
 }
 
 impl RabbitMqSinkConfig {
+    /// Where this sink delivers, for the relay's start-up lines and logs
+    /// (a URL's password replaced by `***`; templates as configured).
+    pub fn target(&self) -> String {
+        format!(
+            "{} exchange {:?} routing key {}",
+            crate::secret::redact_url(&self.url),
+            self.exchange,
+            self.routing_key
+        )
+    }
+
     /// A config publishing to `exchange` with `routing_key`, mandatory, not
     /// declaring, with the default timeout.
     pub fn new(

@@ -44,6 +44,15 @@ pub struct RedisSinkConfig {
 }
 
 impl RedisSinkConfig {
+    /// Where this sink delivers, for the relay's start-up lines and logs
+    /// (a URL's password replaced by `***`; templates as configured).
+    pub fn target(&self) -> String {
+        match self.mode {
+            RedisMode::Stream => format!("{} stream {}", crate::secret::redact_url(&self.url), self.target),
+            RedisMode::Publish => format!("{} channel {} (publish)", crate::secret::redact_url(&self.url), self.target),
+        }
+    }
+
     /// A stream-mode config with the default timeout and no MAXLEN.
     pub fn stream(url: impl Into<String>, stream: impl Into<String>) -> RedisSinkConfig {
         RedisSinkConfig {

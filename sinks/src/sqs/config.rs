@@ -101,6 +101,12 @@ pub struct SqsSinkConfig {
 }
 
 impl SqsSinkConfig {
+    /// Where this sink delivers, for the relay's start-up lines and logs
+    /// (a URL's password replaced by `***`; templates as configured).
+    pub fn target(&self) -> String {
+        self.queue_url.clone()
+    }
+
     /// A config for `queue_url` with every default (unordered, raw bodies,
     /// the standard region and credential chains).
     pub fn new(queue_url: impl Into<String>) -> SqsSinkConfig {

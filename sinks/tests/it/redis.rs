@@ -254,7 +254,9 @@ async fn a_refused_port_is_retry() {
             other => panic!("expected Retry, got {other:?}"),
         }
     }
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    // Bounded by timeout_ms (2 s a call), not by the OS's connect timeout
+    // (minutes): a generous bound for a loaded machine still tells them apart.
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
 }
 
 #[tokio::test]
