@@ -67,9 +67,10 @@ pub fn main(args: &Args<'_>) -> ExitCode {
         }
     }
     if unreadable > 0 && !args.keep_going {
+        let n = args.files.len();
         eprintln!(
-            "ankusa send: {unreadable} of {} files could not be loaded; nothing sent (--keep-going sends the others)",
-            args.files.len()
+            "ankusa send: {unreadable} of {n} {} could not be loaded; nothing sent (--keep-going sends the others)",
+            if n == 1 { "file" } else { "files" }
         );
         return ExitCode::FAILURE;
     }

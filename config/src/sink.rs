@@ -225,7 +225,7 @@ fn order(
                     scope,
                     "ordering_key",
                     format!(
-                        "header \"{h}\" is not kept by the store: {whose} {verb} it, so a replay could not resolve the same key (ADR 0004 section 2); set store_headers headers.{h}: keep"
+                        "header \"{h}\" is not kept by the store: {whose} {verb} it, so a replay could not resolve the same key (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.{h}: keep"
                     ),
                 );
             }

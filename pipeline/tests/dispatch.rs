@@ -142,8 +142,11 @@ async fn ingest(relay: &Relay, n: u64, key: Option<&str>, ordered: bool) {
     relay.pipeline.wake();
 }
 
+/// Waits (a generous 60 s: a loaded machine is slow, never wrong) until `n`
+/// hooks were delivered.
 async fn wait_delivered(relay: &Relay, n: u64) {
-    for _ in 0..2000 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         if relay.delivered.load(Ordering::SeqCst) >= n {
             return;
         }
@@ -156,7 +159,7 @@ async fn stop(relay: Relay) -> Arc<MemoryKv> {
     relay.pipeline.shutdown();
     drop(relay.writer);
     for t in relay.tasks {
-        tokio::time::timeout(Duration::from_secs(10), t).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(60), t).await.unwrap().unwrap();
     }
     relay.kv
 }
@@ -216,9 +219,16 @@ async fn slow_key_blocks_only_its_lane() {
         assert_eq!(bodies_for(&s, "slow"), vec!["hook-0"], "only the slow head was called");
     }
     assert_eq!(counter(&*relay.kv, TENANT, CounterField::LaneMembers).unwrap(), 4);
-    for _ in 0..5 {
+    // One release per call of the slow lane, each once that call has begun:
+    // `notify_one` keeps at most one permit, so two releases before the next
+    // call would collapse into one (a loaded machine found that).
+    for i in 1..=5 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while bodies_for(&script.lock().unwrap(), "slow").len() < i {
+            assert!(std::time::Instant::now() < deadline, "slow call {i} never began");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         relay.release.notify_one();
-        tokio::time::sleep(Duration::from_millis(30)).await;
     }
     wait_delivered(&relay, 25).await;
     let kv = stop(relay).await;
@@ -277,10 +287,9 @@ async fn restart_redelivers_claimed_head_first() {
     }
     // Wait until the head is in its (hanging) call, then "crash": abort the
     // tasks without letting the pipeline flush.
-    for _ in 0..400 {
-        if !script.lock().unwrap().calls.is_empty() {
-            break;
-        }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while script.lock().unwrap().calls.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the head's call never began");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // abort() is cooperative: wait until both tasks have really stopped, or
@@ -341,10 +350,9 @@ async fn extreme_retry_after_and_breaker_do_not_overflow() {
         writer_handle.ingest(request(n, None, false)).await.unwrap();
         handle.wake();
     }
-    for _ in 0..400 {
-        if calls.load(Ordering::SeqCst) >= 1 && counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap() >= 1 {
-            break;
-        }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !(calls.load(Ordering::SeqCst) >= 1 && counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap() >= 1) {
+        assert!(std::time::Instant::now() < deadline, "no failed call and retry within 60 s");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tokio::time::sleep(Duration::from_millis(50)).await;

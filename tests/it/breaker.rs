@@ -29,7 +29,7 @@ sources:
         relay.post("/hooks/s", &[], format!("{{\"i\":{i}}}")).await.id();
     }
     // The breaker opens after the first two failures; wait past one open_ms.
-    let reqs = until("the first reopening", Duration::from_secs(5), async || {
+    let reqs = until("the first reopening", Duration::from_secs(60), async || {
         let r = sink.requests();
         let t0 = r.first()?.at;
         r.iter().any(|x| x.at.duration_since(t0) > Duration::from_millis(1500)).then_some(r)
@@ -68,12 +68,12 @@ sources:
     .await;
     // The bad lane's head fails alone until the breaker is open.
     relay.post("/hooks/s", &[("x-entity-id", "bad")], "{\"i\":0}").await.id();
-    until("the breaker open", Duration::from_secs(10), async || {
+    until("the breaker open", Duration::from_secs(60), async || {
         (sink.requests().len() >= 2 && relay.log().contains("breaker open for this sink")).then_some(())
     })
     .await;
     let good: Vec<String> = post_good_lane(&relay).await;
-    let got = until("the good lane delivered while the bad head keeps failing", Duration::from_secs(15), async || {
+    let got = until("the good lane delivered while the bad head keeps failing", Duration::from_secs(60), async || {
         let ok: Vec<String> = sink.delivered().iter().map(|r| r.id()).collect();
         good.iter().all(|id| ok.contains(id)).then_some(ok)
     })
@@ -81,7 +81,7 @@ sources:
     assert_eq!(got.len(), 3, "only the good lane's hooks succeed");
     // The good lane's outcomes committed; the bad lane is still there, its
     // head retrying (or in flight).
-    let m = until("the good lane settled", Duration::from_secs(10), async || {
+    let m = until("the good lane settled", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
         (m["ankusa_dispatch_delivered_total"] == 3.0).then_some(m)
     })

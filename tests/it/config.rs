@@ -117,7 +117,7 @@ fn ordered_sink_rejections_name_source_sink_and_option() {
                 &yaml(dir, top, extra, &ordered),
                 dir,
                 &format!(
-                    "{}header \"x-entity-id\" is not kept by the store: {whose} {action} it, so a replay could not resolve the same key (ADR 0004 section 2); set store_headers headers.x-entity-id: keep",
+                    "{}header \"x-entity-id\" is not kept by the store: {whose} {action} it, so a replay could not resolve the same key (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.x-entity-id: keep",
                     prefix(kind, "ordering_key")
                 ),
             );

@@ -194,7 +194,7 @@ async fn every_corpus_file_verifies_and_arrives_byte_identical_refusals_store_no
     }
     let accepted: usize = expected.values().map(Vec::len).sum();
     assert_eq!(accepted, hooks.len() - 1);
-    let got = until("every accepted corpus hook at the sink", Duration::from_secs(20), async || {
+    let got = until("every accepted corpus hook at the sink", Duration::from_secs(60), async || {
         let d = sink.delivered();
         (d.len() >= accepted).then_some(d)
     })

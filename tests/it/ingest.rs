@@ -64,7 +64,7 @@ sources:
         assert!(a.body.get("duplicate").is_none(), "{file}: {a:?}");
         posted.push((file, event_id(&h.body), a.id()));
         if i == 0 {
-            until("the first event held at the sink", Duration::from_secs(10), async || (!sink.requests().is_empty()).then_some(())).await;
+            until("the first event held at the sink", Duration::from_secs(60), async || (!sink.requests().is_empty()).then_some(())).await;
         }
     }
     let paid_id = posted.iter().find(|(f, _, _)| *f == "stripe/invoice_paid.json").expect("posted").2.clone();
@@ -72,7 +72,7 @@ sources:
     assert_eq!(event_id(&retry.body), posted.iter().find(|(f, _, _)| *f == "stripe/invoice_paid.json").expect("posted").1);
     let a = relay.post("/hooks/stripe", &retry.send_headers(), retry.body.clone()).await;
     assert_eq!((a.status, &a.body["id"], &a.body["duplicate"]), (200, &serde_json::json!(paid_id), &serde_json::json!(true)), "{a:?}");
-    let m = until("both lane heads at the sink", Duration::from_secs(10), async || {
+    let m = until("both lane heads at the sink", Duration::from_secs(60), async || {
         if sink.requests().len() < 2 {
             return None;
         }
@@ -85,7 +85,7 @@ sources:
     assert_eq!(m["ankusa_dispatch_lane_members"], 8.0, "two heads out, eight behind them");
     sink.release();
 
-    let got = until("ten deliveries", Duration::from_secs(10), async || {
+    let got = until("ten deliveries", Duration::from_secs(60), async || {
         let d = sink.delivered();
         (d.len() >= 10).then_some(d)
     })
@@ -102,7 +102,7 @@ sources:
     // The retry again, after the first was delivered: still a hit.
     let a = relay.post("/hooks/stripe", &retry.send_headers(), retry.body.clone()).await;
     assert_eq!((a.status, &a.body["id"], &a.body["duplicate"]), (200, &serde_json::json!(paid_id), &serde_json::json!(true)), "{a:?}");
-    let m = until("the lanes drained", Duration::from_secs(5), async || {
+    let m = until("the lanes drained", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
         (m["ankusa_queue_pending"] == 0.0).then_some(m)
     })
@@ -167,7 +167,7 @@ sources:
     assert_eq!(m["ankusa_queue_pending"], 5.0);
 
     sink.release();
-    let got = until("five deliveries", Duration::from_secs(10), async || {
+    let got = until("five deliveries", Duration::from_secs(60), async || {
         let d = sink.delivered();
         (d.len() >= 5).then_some(d)
     })
@@ -177,12 +177,12 @@ sources:
     seen.sort();
     ok.sort();
     assert_eq!(seen, ok, "exactly the accepted hooks are delivered");
-    until("the backlog drained", Duration::from_secs(5), async || {
+    until("the backlog drained", Duration::from_secs(60), async || {
         (relay.metrics().await["ankusa_queue_pending"] == 0.0).then_some(())
     })
     .await;
     let late = relay.post("/hooks/sa", &[json], body("a4")).await.id();
-    let got = until("the late hook", Duration::from_secs(10), async || sink.delivered().into_iter().find(|r| r.id() == late)).await;
+    let got = until("the late hook", Duration::from_secs(60), async || sink.delivered().into_iter().find(|r| r.id() == late)).await;
     assert_eq!(got.json()["hook"], "a4");
     assert_eq!(sink.requests().len(), 6, "a refused hook reached the sink");
 }
@@ -229,9 +229,9 @@ sources:
     assert_eq!(firsts.len(), 1, "{answers:?}");
     let id = firsts[0].id();
     assert!(answers.iter().all(|a| a.body["id"] == id.as_str()), "{answers:?}");
-    let got = until("the delivery", Duration::from_secs(10), async || sink.delivered().into_iter().next()).await;
+    let got = until("the delivery", Duration::from_secs(60), async || sink.delivered().into_iter().next()).await;
     assert_eq!(got.id(), id);
-    let m = until("drained", Duration::from_secs(5), async || {
+    let m = until("drained", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
         (m["ankusa_queue_pending"] == 0.0).then_some(m)
     })

@@ -238,7 +238,7 @@ async fn injected_errors_and_a_down_broker_every_hook_arrives_in_order_per_custo
     // heads retrying; then it is back.
     mock.broker_down(1).expect("broker down");
     sent.extend(stripe::send(&relay, &stripe::hooks_in(3..5)).await);
-    until("heads retrying while the broker is down", Duration::from_secs(30), async || {
+    until("heads retrying while the broker is down", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
         (m["ankusa_dispatch_retries_total"] >= 2.0 && m["ankusa_dispatch_lanes_blocked"] >= 1.0).then_some(())
     })
@@ -325,7 +325,7 @@ async fn the_relay_starts_while_no_broker_listens_and_delivers_once_it_does() {
     ))
     .await;
     let sent = stripe::send(&relay, &stripe::hooks(1)).await;
-    until("deliveries retrying while the broker is down", Duration::from_secs(30), async || {
+    until("deliveries retrying while the broker is down", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
         (m["ankusa_dispatch_retries_total"] >= 1.0).then_some(())
     })

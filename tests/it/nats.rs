@@ -121,7 +121,7 @@ async fn stripe_corpus_through_an_ordered_jetstream_subject_arrives_once_in_orde
     .await;
     let sent = stripe::send(&relay, &stripe::hooks(4)).await;
     assert_eq!(sent.len(), 40);
-    let m = drained(&relay, Duration::from_secs(30)).await;
+    let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
     assert_eq!(m["ankusa_ingest_duplicates_total"], 4.0, "the provider retry of each round");
     assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
@@ -142,7 +142,7 @@ fn private_nats(port: u16, dir: &Path) -> ChildServer {
         nats_server(),
         Command::new(nats_server()).args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"]).arg(dir),
         port,
-        Duration::from_secs(10),
+        Duration::from_secs(60),
     )
 }
 

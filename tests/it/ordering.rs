@@ -47,7 +47,7 @@ sources:
     .await;
     let mut ids = Vec::new();
     ids.push(relay.post("/hooks/orders", &[JSON, ("x-entity-id", "order-7")], body(0, "order-7")).await.id());
-    until("the head at the sink", Duration::from_secs(10), async || (sink.open(&lane("default", "orders", "order-7")) == 1).then_some(())).await;
+    until("the head at the sink", Duration::from_secs(60), async || (sink.open(&lane("default", "orders", "order-7")) == 1).then_some(())).await;
     for i in 1..100 {
         ids.push(relay.post("/hooks/orders", &[JSON, ("x-entity-id", "order-7")], body(i, "order-7")).await.id());
     }
@@ -60,7 +60,7 @@ sources:
     assert_eq!(sink.requests().len(), 1, "a member was sent beside the held head");
     sink.release();
 
-    let got = until("100 deliveries", Duration::from_secs(20), async || {
+    let got = until("100 deliveries", Duration::from_secs(60), async || {
         let d = sink.delivered();
         (d.len() >= 100).then_some(sink.requests())
     })
@@ -80,7 +80,7 @@ sources:
     assert_eq!(got[50].attempt(), 1);
     assert_eq!(sink.answer_of(got[50].n), Some(503));
     assert_eq!(sink.max_open()[&lane("default", "orders", "order-7")], 1, "two requests of one lane were open at once");
-    let m = until("the lane drained", Duration::from_secs(5), async || {
+    let m = until("the lane drained", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
         (m["ankusa_dispatch_lanes"] == 0.0).then_some(m)
     })
@@ -131,7 +131,7 @@ async fn a_slow_key_delays_neither_another_key_nor_another_tenant() {
     let relay = Relay::start(&two_tenants(&sink, 1500, "sink_concurrency: 8")).await;
     let slow1 = relay.post("/hooks/a", &[JSON, ("x-entity-id", "slow")], body(0, "slow")).await.id();
     let slow2 = relay.post("/hooks/a", &[JSON, ("x-entity-id", "slow")], body(1, "slow")).await.id();
-    until("the slow head held at the sink", Duration::from_secs(10), async || (sink.open(&lane("default", "a", "slow")) == 1).then_some(())).await;
+    until("the slow head held at the sink", Duration::from_secs(60), async || (sink.open(&lane("default", "a", "slow")) == 1).then_some(())).await;
 
     let mut fast = Vec::new();
     for i in 0..10 {
@@ -141,7 +141,7 @@ async fn a_slow_key_delays_neither_another_key_nor_another_tenant() {
     for i in 0..5 {
         other.push(relay.post("/hooks/b", &[JSON, ("x-entity-id", "slow")], body(i, "slow")).await.id());
     }
-    let delivered = until("fast and other-tenant hooks", Duration::from_secs(10), async || {
+    let delivered = until("fast and other-tenant hooks", Duration::from_secs(60), async || {
         let d = sink.delivered();
         (d.len() >= 15).then_some(d)
     })
@@ -161,7 +161,7 @@ async fn a_slow_key_delays_neither_another_key_nor_another_tenant() {
     }
 
     // The relay gives up on the held request at its timeout and retries it.
-    let slow = until("the slow lane done", Duration::from_secs(10), async || {
+    let slow = until("the slow lane done", Duration::from_secs(60), async || {
         let s: Vec<_> = sink.delivered().into_iter().filter(is_slow_of_default).collect();
         (s.len() >= 2).then_some(s)
     })
@@ -190,7 +190,7 @@ async fn a_retrying_lane_holds_no_slot_between_attempts() {
     let relay = Relay::start(&two_tenants(&sink, 10_000, "sink_concurrency: 1, admission_window: 1")).await;
     let slow1 = relay.post("/hooks/a", &[JSON, ("x-entity-id", "slow")], body(0, "slow")).await.id();
     let slow2 = relay.post("/hooks/a", &[JSON, ("x-entity-id", "slow")], body(1, "slow")).await.id();
-    until("the slow head blocked", Duration::from_secs(10), async || {
+    until("the slow head blocked", Duration::from_secs(60), async || {
         (relay.metrics().await["ankusa_dispatch_lanes_blocked"] == 1.0).then_some(())
     })
     .await;
@@ -198,7 +198,7 @@ async fn a_retrying_lane_holds_no_slot_between_attempts() {
     for i in 0..5 {
         fast.push(relay.post("/hooks/a", &[JSON, ("x-entity-id", "fast")], body(i, "fast")).await.id());
     }
-    let got = until("the fast key's hooks", Duration::from_secs(10), async || {
+    let got = until("the fast key's hooks", Duration::from_secs(60), async || {
         let d: Vec<_> = sink.delivered().into_iter().filter(|r| r.key().as_deref() == Some("fast")).collect();
         (d.len() >= 5).then_some(d)
     })
@@ -210,7 +210,7 @@ async fn a_retrying_lane_holds_no_slot_between_attempts() {
     assert_eq!(m["ankusa_dispatch_lanes_blocked"], 1.0);
     assert_eq!(m["ankusa_dispatch_lane_members"], 1.0, "slow2 waits behind its head");
 
-    let slow = until("the slow lane done", Duration::from_secs(10), async || {
+    let slow = until("the slow lane done", Duration::from_secs(60), async || {
         let s: Vec<_> = sink.requests().into_iter().filter(is_slow_of_default).collect();
         (s.len() >= 3 && sink.delivered().len() >= 7).then_some(s)
     })
@@ -221,7 +221,7 @@ async fn a_retrying_lane_holds_no_slot_between_attempts() {
     assert!(waited >= Duration::from_millis(1900), "Retry-After: 2 not honoured: retried after {waited:?}");
     // The sink has answered; the relay commits the outcome within its flush
     // interval.
-    let m = until("the last outcome committed", Duration::from_secs(5), async || {
+    let m = until("the last outcome committed", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
         (m["ankusa_dispatch_delivered_total"] == 7.0).then_some(m)
     })
@@ -263,7 +263,7 @@ sources:
         }
         ids.push(relay.post("/hooks/kl", &headers, body(i, "")).await.id());
     }
-    let got = until("14 deliveries", Duration::from_secs(10), async || {
+    let got = until("14 deliveries", Duration::from_secs(60), async || {
         let d = sink.delivered();
         (d.len() >= 14).then_some(d)
     })

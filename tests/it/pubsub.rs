@@ -200,7 +200,7 @@ async fn stripe_corpus_through_an_ordered_topic_arrives_once_in_order_per_custom
     .await;
     let sent = stripe::send(&relay, &stripe::hooks(4)).await;
     assert_eq!(sent.len(), 40);
-    let m = drained(&relay, Duration::from_secs(30)).await;
+    let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
     assert_eq!(m["ankusa_ingest_duplicates_total"], 4.0, "the provider retry of each round");
     assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
@@ -270,7 +270,7 @@ async fn a_regional_endpoint_refusal_blocks_the_lanes_until_the_peer_heals() {
     assert!(peer.messages(&topic).is_empty());
 
     peer.refuse_ordering(false);
-    let m = drained(&relay, Duration::from_secs(30)).await;
+    let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 10.0);
     assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
     assert_eq!(m["ankusa_dispatch_lanes_blocked"], 0.0);

@@ -116,7 +116,7 @@ async fn stripe_corpus_through_an_ordered_sink_arrives_once_in_order_per_custome
     .await;
     let sent = stripe::send(&relay, &stripe::hooks(4)).await;
     assert_eq!(sent.len(), 40);
-    let m = drained(&relay, Duration::from_secs(30)).await;
+    let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
     assert_eq!(m["ankusa_ingest_duplicates_total"], 4.0, "the provider retry of each round");
     assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);

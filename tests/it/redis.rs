@@ -66,7 +66,7 @@ async fn stripe_corpus_through_an_ordered_stream_arrives_once_in_order_per_custo
     .await;
     let sent = stripe::send(&relay, &stripe::hooks(4)).await;
     assert_eq!(sent.len(), 40);
-    let m = drained(&relay, Duration::from_secs(30)).await;
+    let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
     assert_eq!(m["ankusa_ingest_duplicates_total"], 4.0, "the provider retry of each round");
     assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
@@ -93,7 +93,7 @@ fn private_redis(port: u16, dir: &Path) -> ChildServer {
             .args(["--appendfsync", "always", "--dir"])
             .arg(dir),
         port,
-        Duration::from_secs(10),
+        Duration::from_secs(60),
     )
 }
 
@@ -138,7 +138,7 @@ async fn redis_killed_restarted_and_connections_killed_hooks_retry_and_arrive_in
         .expect("CLIENT KILL");
     assert!(killed >= 1, "the relay had no connection to kill");
     sent.extend(stripe::send(&relay, &stripe::hooks_in(4..6)).await);
-    let m = drained(&relay, Duration::from_secs(30)).await;
+    let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(sent.len(), 60);
     assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0, "{m:?}");
     assert_eq!(m["ankusa_dlq_dead"], 0.0);

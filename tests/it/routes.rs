@@ -38,7 +38,7 @@ sources:
     }
     let get = crate::relay::client().get(relay.url("/hooks/shopify/acme")).send().await.expect("GET");
     assert_eq!(get.status().as_u16(), 405);
-    let got = until("two deliveries", Duration::from_secs(10), async || {
+    let got = until("two deliveries", Duration::from_secs(60), async || {
         let d = sink.delivered();
         (d.len() >= 2).then_some(d)
     })

@@ -40,7 +40,7 @@ sources:
     assert!(out.contains(&format!("{} sent, 0 not accepted", files.len())), "{out}");
 
     let path = relay.data_dir().join("deliveries.ndjson");
-    let lines = until("every hook in the NDJSON file", Duration::from_secs(20), async || {
+    let lines = until("every hook in the NDJSON file", Duration::from_secs(60), async || {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         // Only complete lines: the sink may be writing the next one (a 1 MiB
         // body is a long line) while this reads.
@@ -121,7 +121,7 @@ sources:
     let (status, out) = send(&[OsStr::new("--keep-going")]);
     assert!(!status.success(), "files were skipped: {out}");
     assert!(out.contains("2 sent, 0 not accepted, 2 skipped (could not be loaded)"), "{out}");
-    let accepted = until("the two posted hooks accepted", Duration::from_secs(30), async || {
+    let accepted = until("the two posted hooks accepted", Duration::from_secs(60), async || {
         let n = relay.metric("ankusa_ingest_accepted_total").await;
         (n >= 2.0).then_some(n)
     })

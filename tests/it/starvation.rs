@@ -35,7 +35,7 @@ sources:
         relay.post("/hooks/slow", &[], format!("{{\"i\":{i}}}")).await.id();
     }
     let id = relay.post("/hooks/fast", &[], "{}").await.id();
-    let got = until("the fast source's hook delivered", Duration::from_secs(5), async || {
+    let got = until("the fast source's hook delivered", Duration::from_secs(60), async || {
         sink.delivered().into_iter().find(|r| r.id() == id)
     })
     .await;

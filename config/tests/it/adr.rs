@@ -309,7 +309,7 @@ fn ordering_header_dropped_by_the_instance_policy_is_refused() {
         one(&yaml),
         "source \"stripe\", sink \"orders\" (http): option \"ordering_key\": header \"x-entity-id\" is \
          not kept by the store: the instance store_headers policy drops it, so a replay could not \
-         resolve the same key (ADR 0004 section 2); set store_headers headers.x-entity-id: keep"
+         resolve the same key (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.x-entity-id: keep"
     );
     // By the default action too.
     let yaml = format!(
@@ -320,7 +320,7 @@ fn ordering_header_dropped_by_the_instance_policy_is_refused() {
         one(&yaml),
         "source \"stripe\", sink \"orders\" (http): option \"ordering_key\": header \"x-entity-id\" is \
          not kept by the store: the instance store_headers policy hashes it, so a replay could not \
-         resolve the same key (ADR 0004 section 2); set store_headers headers.x-entity-id: keep"
+         resolve the same key (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.x-entity-id: keep"
     );
 }
 
@@ -334,7 +334,7 @@ fn ordering_header_hashed_by_the_source_override_is_refused() {
         one(&yaml),
         "source \"stripe\", sink \"orders\" (http): option \"ordering_key\": header \"x-entity-id\" is \
          not kept by the store: the source's store_headers override hashes it, so a replay could not \
-         resolve the same key (ADR 0004 section 2); set store_headers headers.x-entity-id: keep"
+         resolve the same key (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.x-entity-id: keep"
     );
     let yaml = with_sink_and("    store_headers:\n      default: drop\n", ORDERED_HTTP);
     assert!(one(&yaml).contains("the source's store_headers override drops it"));
