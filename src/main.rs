@@ -49,6 +49,9 @@ enum Command {
         /// and go on after a request that got no answer.
         #[arg(long)]
         keep_going: bool,
+        /// The most one request may take, in milliseconds.
+        #[arg(long, default_value_t = send::DEFAULT_TIMEOUT_MS)]
+        timeout_ms: u64,
     },
     /// Load a configuration file and report every problem in it.
     CheckConfig {
@@ -61,8 +64,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config } => serve::main(config),
-        Command::Send { files, url, path, keep_going } => {
-            send::main(&send::Args { files: &files, url: &url, path: path.as_deref(), keep_going })
+        Command::Send { files, url, path, keep_going, timeout_ms } => {
+            send::main(&send::Args { files: &files, url: &url, path: path.as_deref(), keep_going, timeout_ms })
         }
         Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {

@@ -40,6 +40,9 @@ struct Request {
     body: Vec<u8>,
 }
 
+/// The most a request may take, connecting included, by default: 30 s.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+
 /// What `ankusa send` was asked to do.
 pub struct Args<'a> {
     pub files: &'a [PathBuf],
@@ -50,16 +53,36 @@ pub struct Args<'a> {
     /// Post the files that loaded even if others did not, and go on after a
     /// request that got no answer.
     pub keep_going: bool,
+    /// The most one request may take, milliseconds (no answer by then: not
+    /// sent).
+    pub timeout_ms: u64,
 }
 
 pub fn main(args: &Args<'_>) -> ExitCode {
-    // Load everything first: a typo in the fifth file must not leave four
-    // hooks posted and the rest not.
+    // Check everything first: a typo in the fifth file must not leave four
+    // hooks posted and the rest not. Bodies are read again when posted, so
+    // many large files do not sit in memory together.
+    match reqwest::Url::parse(args.url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.query().is_none() && u.fragment().is_none() => {}
+        _ => {
+            eprintln!(
+                "ankusa send: --url {:?} is not an http:// or https:// address without a query (e.g. http://127.0.0.1:8080)",
+                ankusa_config::redact_url(args.url)
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(p) = args.path
+        && !p.starts_with('/')
+    {
+        eprintln!("ankusa send: --path {p:?} does not start with '/'");
+        return ExitCode::FAILURE;
+    }
     let mut loaded = Vec::with_capacity(args.files.len());
     let mut unreadable = 0usize;
     for f in args.files {
         match load(f, args.path) {
-            Ok(r) => loaded.push((f, r)),
+            Ok(_) => loaded.push(f),
             Err(e) => {
                 eprintln!("ankusa send: {}: {e:#}", f.display());
                 unreadable += 1;
@@ -84,7 +107,13 @@ pub fn main(args: &Args<'_>) -> ExitCode {
     };
     rt.block_on(async {
         ankusa_sinks::http::install_crypto_provider();
-        let client = match reqwest::Client::builder().build() {
+        // No redirects: a 3xx is the relay's (or a proxy's) answer, shown and
+        // counted as not accepted, never a POST silently turned into a GET.
+        let client = match reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(std::time::Duration::from_millis(args.timeout_ms))
+            .build()
+        {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("ankusa send: {e}");
@@ -93,8 +122,14 @@ pub fn main(args: &Args<'_>) -> ExitCode {
         };
         let (mut sent, mut not_accepted, mut unsent) = (0usize, 0usize, 0usize);
         let total = loaded.len();
-        for (i, (f, req)) in loaded.into_iter().enumerate() {
-            match send_one(&client, args.url, req).await {
+        for (i, f) in loaded.into_iter().enumerate() {
+            // Read again: the file was checked above; one that changed since
+            // is reported like any other error.
+            let posted = match load(f, args.path) {
+                Ok(req) => send_one(&client, args.url, req).await,
+                Err(e) => Err(e),
+            };
+            match posted {
                 Ok((status, body)) => {
                     sent += 1;
                     println!("{} -> {status} {body}", f.display());
@@ -133,7 +168,7 @@ fn load(file: &Path, path: Option<&str>) -> anyhow::Result<Request> {
         .or(hook.path_hint)
         .ok_or_else(|| anyhow!("the file has no path_hint; pass --path"))?;
     if !path.starts_with('/') {
-        return Err(anyhow!("the path {path:?} does not start with '/'"));
+        return Err(anyhow!("its path_hint {path:?} does not start with '/'"));
     }
     let method = reqwest::Method::from_bytes(hook.method.as_bytes())
         .map_err(|_| anyhow!("{:?} is not an HTTP method", hook.method))?;
@@ -156,7 +191,12 @@ async fn send_one(client: &reqwest::Client, url: &str, hook: Request) -> anyhow:
         }
         req = req.header(name, value);
     }
-    let resp = req.body(hook.body).send().await.with_context(|| format!("posting to {target}"))?;
+    let resp = req
+        .body(hook.body)
+        .send()
+        .await
+        .map_err(reqwest::Error::without_url)
+        .with_context(|| format!("posting to {}", ankusa_config::redact_url(&target)))?;
     let status = resp.status();
     let body = resp.text().await.unwrap_or_default();
     Ok((status, body))

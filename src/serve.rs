@@ -67,8 +67,12 @@ pub fn main(config: Option<PathBuf>) -> ExitCode {
 
 fn init_logs() {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // async-nats logs its connect options, password included, at debug: keep
+    // it at info unless RUST_LOG names it explicitly.
+    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
+    let directives = if directives.contains("async_nats") { directives } else { format!("{directives},async_nats=info") };
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)

@@ -94,7 +94,7 @@ pub use model::{
     Order, OrderingKey, Retry, SignatureEncoding, SinkEntry, SinkKind, Source, StoreBackend,
     Tenant, TenantBinding, TypedOptions, Verification,
 };
-pub use secret::{EnvLookup, Secret, SecretOrigin, process_env};
+pub use secret::{EnvLookup, Secret, SecretOrigin, process_env, redact_url};
 
 /// A check the load runs on each source once it parsed, for what other layers
 /// refuse (a sink adapter's options, what the edge cannot serve): the problems

@@ -98,3 +98,36 @@ pub(crate) fn resolve(raw: &str, env: EnvLookup<'_>) -> Result<Secret, String> {
     }
     Ok(secret)
 }
+
+/// `url` as it may be shown in a message or a log line, since a URL often
+/// comes from an `env:` secret: the password of its authority's
+/// `user:password@` replaced by `***` (`amqp://guest:***@h/vhost`,
+/// `redis://:***@h:6379`), or the whole userinfo when it has no `:` (a token
+/// used as the user name: `nats://***@h:4222`). Only the authority is looked at
+/// (an `@` in the path stays); anything else is returned as it is. The sinks
+/// use the same function for their errors and start-up lines.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let Some((userinfo, host)) = authority.rsplit_once('@') else { return url.to_owned() };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+        None => format!("{scheme}://***@{host}{tail}"),
+    }
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::redact_url as redacted_url;
+
+    #[test]
+    fn userinfo_is_hidden_and_nothing_else() {
+        assert_eq!(redacted_url("https://u:pw@h.example/x"), "https://u:***@h.example/x");
+        assert_eq!(redacted_url("https://ghp_token@h.example/"), "https://***@h.example/");
+        // An `@` after the authority is part of the path, not userinfo.
+        assert_eq!(redacted_url("http://127.0.0.1:18099/a@b"), "http://127.0.0.1:18099/a@b");
+        assert_eq!(redacted_url("gopher://u:s@x/"), "gopher://u:***@x/");
+        assert_eq!(redacted_url("not a url"), "not a url");
+    }
+}

@@ -127,7 +127,7 @@ pub(crate) fn entry(
         if !fifo {
             let found = match options.get("queue_url") {
                 None => ", and queue_url is missing".to_owned(),
-                Some(Value::String(u)) => format!("; queue_url is \"{u}\""),
+                Some(Value::String(u)) => format!("; queue_url is \"{}\"", secret::redact_url(u)),
                 Some(other) => format!("; queue_url is {}", show(Some(other))),
             };
             p.push(
@@ -445,16 +445,17 @@ fn unknown_options(options: &Mapping, known: &[&str], kind: &str, scope: &Scope,
 /// An `http://` or `https://` URL with a host, no whitespace. The sink's
 /// client parses it fully when the sink is built.
 fn check_url(u: &str) -> Result<(), String> {
+    let shown = secret::redact_url(u);
     let rest = u
         .strip_prefix("https://")
         .or_else(|| u.strip_prefix("http://"))
-        .ok_or_else(|| format!("\"{u}\" is not an http:// or https:// URL"))?;
+        .ok_or_else(|| format!("\"{shown}\" is not an http:// or https:// URL"))?;
     let host = rest.split(['/', '?', '#']).next().unwrap_or("");
     if host.is_empty() || host.starts_with(':') {
-        return Err(format!("\"{u}\" has no host"));
+        return Err(format!("\"{shown}\" has no host"));
     }
     if u.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("\"{u}\" contains whitespace"));
+        return Err(format!("\"{shown}\" contains whitespace"));
     }
     Ok(())
 }

@@ -344,10 +344,12 @@ fn sources(
         let scope = Scope::Source {
             source_name: rs.name.clone(),
         };
+        let mut duplicate = false;
         if let Err(m) = check_name(&rs.name) {
             p.push(&scope, "name", m);
         } else if !names.insert(rs.name.clone()) {
             p.push(&scope, "name", "duplicate source name");
+            duplicate = true;
         }
 
         let path = rs
@@ -357,11 +359,15 @@ fn sources(
         if let Err(m) = check_path(&path) {
             p.push(&scope, "path", m);
         } else if let Some(other) = paths.get(&path) {
-            p.push(
-                &scope,
-                "path",
-                format!("\"{path}\" is already the path of source \"{other}\""),
-            );
+            // A second source of the same name at the same path: the
+            // duplicate name already says it.
+            if !(duplicate && other == &rs.name) {
+                p.push(
+                    &scope,
+                    "path",
+                    format!("\"{path}\" is already the path of source \"{other}\""),
+                );
+            }
         } else {
             paths.insert(path.clone(), rs.name.clone());
         }

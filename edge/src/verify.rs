@@ -109,6 +109,8 @@ pub enum HmacAlgorithm {
     Sha256,
     /// HMAC-SHA1 (legacy providers only).
     Sha1,
+    /// HMAC-SHA512.
+    Sha512,
 }
 
 /// How a generic HMAC header writes the tag.
@@ -566,6 +568,7 @@ fn mac(algorithm: HmacAlgorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     match algorithm {
         HmacAlgorithm::Sha256 => run::<Hmac<sha2::Sha256>>(key, parts),
         HmacAlgorithm::Sha1 => run::<Hmac<sha1::Sha1>>(key, parts),
+        HmacAlgorithm::Sha512 => run::<Hmac<sha2::Sha512>>(key, parts),
     }
 }
 

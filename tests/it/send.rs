@@ -118,6 +118,11 @@ sources:
     let accepted = relay.metric("ankusa_ingest_accepted_total").await;
     assert_eq!(accepted, 0.0, "nothing posted: {out}");
 
+    // An address without a scheme is refused before anything is read or sent.
+    let (status, out) = run_cli(&[OsStr::new("send"), OsStr::new("--url"), OsStr::new("127.0.0.1:8080"), good.as_os_str()], relay.dir.path());
+    assert!(!status.success(), "{out}");
+    assert!(out.contains("is not an http:// or https:// address"), "{out}");
+
     let (status, out) = send(&[OsStr::new("--keep-going")]);
     assert!(!status.success(), "files were skipped: {out}");
     assert!(out.contains("2 sent, 0 not accepted, 2 skipped (could not be loaded)"), "{out}");

@@ -145,13 +145,7 @@ fn verifier(source: &str, v: &Verification) -> Result<Verifier, RouteError> {
             algorithm: match algorithm {
                 ankusa_config::HmacAlgorithm::Sha256 => HmacAlgorithm::Sha256,
                 ankusa_config::HmacAlgorithm::Sha1 => HmacAlgorithm::Sha1,
-                ankusa_config::HmacAlgorithm::Sha512 => {
-                    return Err(RouteError::Unsupported {
-                        source_name: source.into(),
-                        option: "verification.algorithm".into(),
-                        message: "sha512 is not supported by the edge yet; use sha256 or sha1".into(),
-                    });
-                }
+                ankusa_config::HmacAlgorithm::Sha512 => HmacAlgorithm::Sha512,
             },
             encoding: match encoding {
                 ankusa_config::SignatureEncoding::Hex => SignatureEncoding::Hex,
