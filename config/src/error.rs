@@ -54,11 +54,35 @@ impl ConfigError {
     pub(crate) fn from_yaml(err: &serde_yaml_ng::Error) -> ConfigError {
         let location = err.location();
         ConfigError::Yaml {
-            message: err.to_string(),
+            message: plain_type_names(&err.to_string()),
             line: location.as_ref().map(serde_yaml_ng::Location::line),
             column: location.as_ref().map(serde_yaml_ng::Location::column),
         }
     }
+}
+
+/// The parser names this crate's private types (`expected struct
+/// RawSource`); a user wrote a mapping: say so.
+fn plain_type_names(message: &str) -> String {
+    const NAMES: [(&str, &str); 12] = [
+        ("struct RawConfig", "a mapping of top-level sections (node, listeners, tenants, sources, ...)"),
+        ("struct RawNode", "a mapping (the node section)"),
+        ("struct RawListeners", "a mapping (the listeners section)"),
+        ("struct RawHeaderPolicy", "a mapping (a store_headers policy)"),
+        ("struct RawDispatch", "a mapping (the dispatch section)"),
+        ("struct RawRetry", "a mapping (the retry section)"),
+        ("struct RawBreaker", "a mapping (the breaker section)"),
+        ("struct RawTenant", "a mapping (a tenant)"),
+        ("struct RawSource", "a mapping (a source)"),
+        ("struct RawVerification", "a mapping (a verification)"),
+        ("struct RawDedupe", "a mapping (a dedupe key)"),
+        ("struct RawChallenge", "a mapping (a challenge)"),
+    ];
+    let mut out = message.to_owned();
+    for (from, to) in NAMES {
+        out = out.replace(from, to);
+    }
+    out
 }
 
 struct ProblemList<'a>(&'a [Problem]);

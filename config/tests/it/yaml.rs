@@ -171,3 +171,14 @@ fn anchors_aliases_and_merge_keys_in_sink_entries() {
     assert_eq!(timeouts, [("http-0", 500), ("slow", 9000)]);
     assert!(b.sinks[1].options.get("<<").is_none());
 }
+
+/// The parser's messages name what the user wrote (a mapping), not this
+/// crate's private types (found by the break-it pass of issue 10).
+#[test]
+fn a_wrong_shape_is_described_without_internal_type_names() {
+    let (message, _, _) = yaml_error("- a\n");
+    assert!(message.contains("a mapping of top-level sections"), "{message}");
+    let (message, _, _) = yaml_error("sources:\n  - just a string\n");
+    assert!(message.contains("a mapping (a source)"), "{message}");
+    assert!(!message.contains("Raw"), "{message}");
+}
