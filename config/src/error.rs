@@ -119,6 +119,9 @@ pub struct Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.option.is_empty() {
+            return write!(f, "{}: {}", self.scope, self.message);
+        }
         write!(
             f,
             "{}: option \"{}\": {}",
@@ -143,6 +146,16 @@ pub enum Scope {
         /// The source's name.
         source_name: String,
     },
+    /// The file as a whole (an unknown top-level section).
+    File,
+    /// An element of a list section that has no name to call it by
+    /// (`sources[2]`).
+    Element {
+        /// The section (`sources`, `tenants`).
+        section: &'static str,
+        /// Its position, from 0.
+        index: usize,
+    },
     /// A sink entry of a source.
     Sink {
         /// The source's name.
@@ -158,6 +171,8 @@ impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Scope::Section(name) => f.write_str(name),
+            Scope::File => f.write_str("the file"),
+            Scope::Element { section, index } => write!(f, "{section}[{index}]"),
             Scope::Tenant { tenant } => write!(f, "tenant \"{tenant}\""),
             Scope::Source { source_name } => write!(f, "source \"{source_name}\""),
             Scope::Sink {

@@ -83,6 +83,7 @@ mod model;
 mod raw;
 mod secret;
 pub(crate) mod sink;
+mod structural;
 mod validate;
 
 use std::path::Path;
@@ -218,9 +219,10 @@ impl Config {
                 column: None,
             });
         }
-        let raw: raw::RawConfig =
-            serde_yaml_ng::from_str(text).map_err(|e| ConfigError::from_yaml(&e))?;
-        validate::config(raw, env, check)
+        match serde_yaml_ng::from_str::<raw::RawConfig>(text) {
+            Ok(raw) => validate::config(raw, env, check),
+            Err(first) => Err(structural::every_problem(text, &first, env, check)),
+        }
     }
 
     /// The embedded default configuration ([`DEFAULT_YAML`]). It names no

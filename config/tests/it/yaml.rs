@@ -182,3 +182,43 @@ fn a_wrong_shape_is_described_without_internal_type_names() {
     assert!(message.contains("a mapping (a source)"), "{message}");
     assert!(!message.contains("Raw"), "{message}");
 }
+
+/// Several mistakes the parser refuses (a misspelled section, a misspelled
+/// option in two sources, a value of the wrong type) and one the validation
+/// finds in a source that parsed: all reported in one run, each source by its
+/// name (issue 10: the parser used to stop at the first).
+#[test]
+fn every_structural_problem_is_reported_in_one_run() {
+    let text = "\
+node: {max_pending: lots}
+dispach: {batch: 10}
+tenants: [{name: default}]
+sources:
+  - name: github
+    dedup: {header: x-github-delivery}
+    sinks: [{type: file, path: x}]
+  - name: stripe
+    verification: {type: stripe, secrets: [s], tolerence_ms: 5}
+    sinks: [{type: file, path: y}]
+  - name: shop
+    tenant: nobody
+    sinks: [{type: file, path: z}]
+";
+    let e = load(text).expect_err("refused");
+    let problems: Vec<String> = e.problems().iter().map(ToString::to_string).collect();
+    assert_eq!(problems.len(), 5, "{problems:#?}");
+    let expect = [
+        // The first keeps the parser's full path and line.
+        "node: option \"max_pending\": invalid type: string \"lots\", expected u64 at line 1 column 21",
+        "the file: unknown field `dispach`",
+        "source \"github\": unknown field `dedup`",
+        "source \"stripe\": unknown field `tolerence_ms`",
+        "source \"shop\": option \"tenant\": unknown tenant \"nobody\"",
+    ];
+    for (got, want) in problems.iter().zip(expect) {
+        assert!(got.starts_with(want), "{got:?} does not start with {want:?}\n{problems:#?}");
+    }
+    // One parser mistake alone keeps the parser's own error, with its line.
+    let (_, line, _) = yaml_error("node:\n  name: a\n  data_dri: /x\n");
+    assert_eq!(line, Some(3));
+}
