@@ -513,7 +513,7 @@ fn parse_timestamp(text: &[u8]) -> Option<i64> {
 
 /// [`VerifyError::StaleTimestamp`]'s text: which way the timestamp is off.
 fn stale_message(skew_s: i64, tolerance_ms: u64) -> String {
-    let tolerance = if tolerance_ms % 1000 == 0 { format!("{} s", tolerance_ms / 1000) } else { format!("{tolerance_ms} ms") };
+    let tolerance = if tolerance_ms.is_multiple_of(1000) { format!("{} s", tolerance_ms / 1000) } else { format!("{tolerance_ms} ms") };
     if skew_s >= 0 {
         format!("signature timestamp is {skew_s} s old (tolerance {tolerance})")
     } else {
