@@ -36,11 +36,17 @@ fn not_built(kind: SinkKind) -> String {
     )
 }
 
+/// The options core reads from every sink entry (the config crate removes
+/// them before the adapter sees the rest; the sqs and pubsub adapters read
+/// `ordered` / a legacy `ordering_key` too, so their lists name them).
+const CORE_OPTIONS: &[&str] = &["type", "name", "ordered", "ordering_key"];
+
 /// Validates one sink entry's options as its adapter reads them (each
-/// `from_options` validates), without connecting anywhere. The error is the
-/// option and what is wrong with it (the caller adds the source and sink); a
-/// sink type this binary was built without is an error of the option `type`.
-pub fn check(kind: SinkKind, options: &Options) -> Result<(), (String, String)> {
+/// `from_options` validates), without connecting anywhere. The error is every
+/// problem the adapter found, each the option and what is wrong with it (the
+/// caller adds the source and sink), in the adapter's order; a sink type this
+/// binary was built without is one problem of the option `type`.
+pub fn check(kind: SinkKind, options: &Options) -> Result<(), Vec<(String, String)>> {
     let checked: Result<(), SinkError> = match kind {
         SinkKind::Http => ankusa_sinks::http::HttpSinkConfig::from_options(options).map(|_| ()),
         SinkKind::File => ankusa_sinks::file::FileSinkConfig::from_options(options).map(|_| ()),
@@ -59,14 +65,35 @@ pub fn check(kind: SinkKind, options: &Options) -> Result<(), (String, String)> 
         #[cfg(feature = "sqs")]
         SinkKind::Sqs => ankusa_sinks::sqs::SqsSinkConfig::from_options(options).map(|_| ()),
         #[allow(unreachable_patterns)]
-        other => return Err(("type".to_owned(), not_built(other))),
+        other => return Err(vec![("type".to_owned(), not_built(other))]),
     };
-    checked.map_err(|e| match e {
+    checked.map_err(|e| e.into_problems().into_iter().map(|p| problem(kind, p)).collect())
+}
+
+/// One problem of an adapter as (option, message), in the config crate's
+/// words: "required", and for an unknown option the options of the sink
+/// (or of the map option it was written in).
+fn problem(kind: SinkKind, e: SinkError) -> (String, String) {
+    match e {
         SinkError::MissingOption { option } => (option.to_owned(), "required".to_owned()),
-        SinkError::UnknownOption { option } => (option, "unknown option of this sink type".to_owned()),
+        SinkError::UnknownOption { option, known } => {
+            let message = if known.iter().any(|k| k.contains('.')) {
+                // A key of a map option (`declare.auto_delete`).
+                format!("unknown option (its options: {})", known.join(", "))
+            } else {
+                let own: Vec<&str> = known.iter().copied().filter(|k| !CORE_OPTIONS.contains(k)).collect();
+                format!(
+                    "unknown option of a {} sink (its options: {}; every sink: {})",
+                    kind.as_str(),
+                    own.join(", "),
+                    CORE_OPTIONS.join(", ")
+                )
+            };
+            (option, message)
+        }
         SinkError::InvalidOption { option, reason } => (option, reason),
         other => ("type".to_owned(), other.to_string()),
-    })
+    }
 }
 
 /// Builds the sink of one entry of `source`'s sink list. Errors name the

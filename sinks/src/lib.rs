@@ -51,15 +51,16 @@ use async_trait::async_trait;
 
 pub use ankusa_keys::{Envelope, SinkIx};
 pub use ctx::{DeliveryCtx, uuid_text};
-pub use error::SinkError;
+pub use error::{OptionProblems, SinkError};
 pub use outcome::Outcome;
 
 /// A sink's options as written in its source's sink entry, after core removed
 /// the options it reads itself (`ordered`, `ordering_key`; docs/design.md section 7).
 ///
 /// The config crate hands each adapter this neutral map (YAML converts to it
-/// one to one); each adapter's `from_options` validates it and names the
-/// option in every [`SinkError`].
+/// one to one); each adapter's `from_options` validates it, names the option
+/// in every [`SinkError`], and reports every problem of the map in one error
+/// ([`OptionProblems`]).
 pub type Options = serde_json::Map<String, serde_json::Value>;
 
 /// One destination of a source's hooks (docs/design.md section 6).

@@ -160,7 +160,7 @@ sources:
             "source \"billing\", sink \"c\" (file): option \"ordering_key\": \"k\" is a plain string",
             "source \"billing\", sink \"r\" (redis): option \"url\": ",
             "source \"events\": option \"tenant\": unknown tenant \"nobody\"",
-            "source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of this sink type",
+            "source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties; every sink: type, name, ordered, ordering_key)",
         ];
         let mut at = 0;
         for e in expected {
@@ -185,6 +185,67 @@ sources:
     let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
     assert!(status.success(), "{out}");
     assert!(out.contains(": ok (1 source, 1 tenant)"), "{out}");
+}
+
+/// Every problem of every sink adapter in one `check-config` run: sinks of
+/// each broker kind (and http) with several mistakes each, every one a line
+/// naming the source, the sink and the option (`properties.<name>` for one
+/// Kafka property), unknown options listing the sink's options.
+#[test]
+fn every_problem_of_every_sink_is_listed_in_one_run() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let data = dir.join("data");
+    let bad = format!(
+        r#"node: {{data_dir: '{d}'}}
+sources:
+  - name: billing
+    sinks:
+      - {{type: redis, name: r, url: 'http://x', stream: '', strem: 1}}
+      - {{type: nats, name: n, url: 'http://x', subject: 'a.*', mode: bogus}}
+      - {{type: rabbitmq, name: q, url: 'amqp://127.0.0.1', exchange: x, declare: {{type: bogus, durable: maybe}}, mandatory: 'no'}}
+      - {{type: http, name: h, url: 'http://127.0.0.1:9/x', headers: {{x-a: "a\x01b", x-b: "c\x01d"}}}}
+  - name: events
+    sinks:
+      - {{type: kafka, name: k, brokers: '127.0.0.1:9092', topic: t, lingr_ms: 5, properties: {{linger.ms: abc, no.such.property: 1, acks: '0'}}}}
+      - {{type: sqs, name: s, queue_url: 'https://sqs.eu-west-1.amazonaws.com/1/q', body_encoding: hex, region: EU, visibility: 3}}
+      - {{type: pubsub, name: p, project: 'a/b', topic: google-x, timeout_ms: 0}}
+"#,
+        d = data.display()
+    );
+    let file = dir.join("bad.yaml");
+    std::fs::write(&file, &bad).expect("write");
+    let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
+    assert!(!status.success(), "{out}");
+    let every = "every sink: type, name, ordered, ordering_key";
+    let expected = [
+        "source \"billing\", sink \"r\" (redis): option \"stream\": must not be empty".to_owned(),
+        format!("source \"billing\", sink \"r\" (redis): option \"strem\": unknown option of a redis sink (its options: url, mode, stream, channel, maxlen, timeout_ms; {every})"),
+        "source \"billing\", sink \"r\" (redis): option \"url\": `http://x` is not a redis:// URL".to_owned(),
+        "source \"billing\", sink \"n\" (nats): option \"mode\": `bogus` is not `jetstream` or `core`".to_owned(),
+        "source \"billing\", sink \"n\" (nats): option \"subject\": `a.*` has the wildcard `*`".to_owned(),
+        "source \"billing\", sink \"n\" (nats): option \"url\": must be a nats:// or tls:// URL".to_owned(),
+        "source \"billing\", sink \"q\" (rabbitmq): option \"declare.durable\": must be true or false".to_owned(),
+        "source \"billing\", sink \"q\" (rabbitmq): option \"declare.type\": `bogus` is not direct, topic, fanout or headers".to_owned(),
+        "source \"billing\", sink \"q\" (rabbitmq): option \"mandatory\": must be true or false".to_owned(),
+        "source \"billing\", sink \"h\" (http): option \"headers.x-a\": is not a valid header value (control character)".to_owned(),
+        "source \"billing\", sink \"h\" (http): option \"headers.x-b\": is not a valid header value (control character)".to_owned(),
+        format!("source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties; {every})"),
+        "source \"events\", sink \"k\" (kafka): option \"properties.acks\": cannot be set".to_owned(),
+        "source \"events\", sink \"k\" (kafka): option \"properties.linger.ms\": ".to_owned(),
+        "source \"events\", sink \"k\" (kafka): option \"properties.no.such.property\": ".to_owned(),
+        "source \"events\", sink \"s\" (sqs): option \"body_encoding\": `hex` is not `raw` or `base64`".to_owned(),
+        "source \"events\", sink \"s\" (sqs): option \"region\": `EU` is not a region name".to_owned(),
+        format!("source \"events\", sink \"s\" (sqs): option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes; {every})"),
+        "source \"events\", sink \"p\" (pubsub): option \"project\": `a/b` has `/`".to_owned(),
+        "source \"events\", sink \"p\" (pubsub): option \"timeout_ms\": must be more than 0".to_owned(),
+        "source \"events\", sink \"p\" (pubsub): option \"topic\": must not start with `goog`".to_owned(),
+    ];
+    for e in &expected {
+        assert!(out.contains(e.as_str()), "lacks {e}\n{out}");
+    }
+    assert!(out.contains(&format!("{} problems in the config:", expected.len())), "{out}");
+    assert!(!data.exists());
 }
 
 #[test]

@@ -2,7 +2,10 @@
 
 use std::path::PathBuf;
 
-use crate::{Options, SinkError};
+use crate::{OptionProblems, Options, SinkError};
+
+/// The options of a file sink.
+const OPTIONS: &[&str] = &["path"];
 
 /// The file sink's options, validated.
 ///
@@ -26,29 +29,28 @@ impl FileSinkConfig {
     }
 
     /// Reads and validates the option `path`; any other option is an error.
-    /// Every error names the option.
+    /// Every error names the option, and every problem of `options` is
+    /// reported ([`SinkError::Options`] when there are several).
     pub fn from_options(options: &Options) -> Result<FileSinkConfig, SinkError> {
+        let mut p = OptionProblems::new();
         let mut path = None;
         for (name, value) in options {
             match name.as_str() {
-                "path" => {
-                    let p = value
-                        .as_str()
-                        .ok_or_else(|| SinkError::invalid("path", "must be a string"))?;
-                    path = Some(PathBuf::from(p));
-                }
-                _ => {
-                    return Err(SinkError::UnknownOption {
-                        option: name.clone(),
-                    });
-                }
+                "path" => path = p.string("path", value).map(PathBuf::from),
+                _ => p.unknown(name.clone(), OPTIONS),
             }
         }
+        if path.is_none() && p.ok("path") {
+            p.missing("path");
+        }
         let config = FileSinkConfig {
-            path: path.ok_or(SinkError::MissingOption { option: "path" })?,
+            path: path.unwrap_or_default(),
         };
-        config.validate()?;
-        Ok(config)
+        if p.ok("path") {
+            p.take(config.validate());
+        }
+        p.sort_as_written(options);
+        p.finish(config)
     }
 
     /// Checks the path is not empty and does not name a directory by its form

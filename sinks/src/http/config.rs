@@ -2,7 +2,7 @@
 
 use reqwest::header::{HeaderName, HeaderValue};
 
-use crate::{Options, SinkError};
+use crate::{OptionProblems, Options, SinkError};
 
 /// `timeout_ms` when the option is absent: 10 s.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -15,6 +15,27 @@ const RESERVED: &[&str] = &[
     "transfer-encoding",
     "host",
 ];
+
+/// The options of an http sink.
+const OPTIONS: &[&str] = &["url", "timeout_ms", "headers"];
+
+/// One extra header, parsed: a name the sink does not own and a legal value.
+/// The error names `headers.<name>`.
+fn parsed_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), SinkError> {
+    let option = || format!("headers.{name}");
+    let n = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| SinkError::invalid(option(), "is not a valid header name"))?;
+    if n.as_str().starts_with("x-ankusa-") || RESERVED.contains(&n.as_str()) {
+        return Err(SinkError::invalid(
+            option(),
+            "is set by the sink and cannot be configured",
+        ));
+    }
+    let v = HeaderValue::from_str(value).map_err(|_| {
+        SinkError::invalid(option(), "is not a valid header value (control character)")
+    })?;
+    Ok((n, v))
+}
 
 /// The HTTP sink's options, validated.
 ///
@@ -57,57 +78,67 @@ impl HttpSinkConfig {
 
     /// Reads and validates the options `url`, `timeout_ms` and `headers`; any
     /// other option is an error, as is a wrong type or value. Every error names
-    /// the option.
+    /// the option (`headers.<name>` for one header), and every problem of
+    /// `options` is reported, in the order of the options
+    /// ([`SinkError::Options`] when there are several).
     pub fn from_options(options: &Options) -> Result<HttpSinkConfig, SinkError> {
+        let mut p = OptionProblems::new();
         let mut config = HttpSinkConfig::new(String::new());
         let mut url = None;
         for (name, value) in options {
             match name.as_str() {
-                "url" => {
-                    url = Some(
-                        value
-                            .as_str()
-                            .ok_or_else(|| SinkError::invalid("url", "must be a string"))?
-                            .to_owned(),
-                    );
-                }
+                "url" => url = p.string("url", value),
                 "timeout_ms" => {
-                    config.timeout_ms = value.as_u64().ok_or_else(|| {
-                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
-                    })?;
-                }
-                "headers" => {
-                    let map = value.as_object().ok_or_else(|| {
-                        SinkError::invalid("headers", "must be a map of header name to value")
-                    })?;
-                    for (h, v) in map {
-                        let v = v.as_str().ok_or_else(|| {
-                            SinkError::invalid(format!("headers.{h}"), "must be a string")
-                        })?;
-                        config.headers.push((h.clone(), v.to_owned()));
+                    if let Some(ms) = p.whole("timeout_ms", value, "milliseconds") {
+                        config.timeout_ms = ms;
                     }
                 }
-                _ => {
-                    return Err(SinkError::UnknownOption {
-                        option: name.clone(),
-                    });
-                }
+                "headers" => match value.as_object() {
+                    None => p.invalid("headers", "must be a map of header name to value"),
+                    Some(map) => {
+                        for (h, v) in map {
+                            // A header whose value is not a string is left
+                            // out: it has its problem.
+                            if let Some(v) = p.string(&format!("headers.{h}"), v) {
+                                config.headers.push((h.clone(), v));
+                            }
+                        }
+                    }
+                },
+                _ => p.unknown(name.clone(), OPTIONS),
             }
         }
-        config.url = url.ok_or(SinkError::MissingOption { option: "url" })?;
-        config.validate()?;
-        Ok(config)
+        match url {
+            Some(url) => config.url = url,
+            None if p.ok("url") => p.missing("url"),
+            None => {}
+        }
+        config.check(&mut p);
+        p.sort_as_written(options);
+        p.finish(config)
     }
 
-    /// Checks every field; [`crate::http::HttpSink::new`] calls it too, so a
-    /// config built in code is held to the same rules.
+    /// Checks every field, reporting every problem;
+    /// [`crate::http::HttpSink::new`] calls it too, so a config built in code
+    /// is held to the same rules.
     pub fn validate(&self) -> Result<(), SinkError> {
-        self.parsed_url()?;
-        if self.timeout_ms == 0 {
-            return Err(SinkError::invalid("timeout_ms", "must be more than 0"));
+        let mut p = OptionProblems::new();
+        self.check(&mut p);
+        p.into_result()
+    }
+
+    /// Records the problems of every field whose value is real
+    /// ([`OptionProblems::ok`]).
+    fn check(&self, p: &mut OptionProblems) {
+        if p.ok("url") {
+            p.take(self.parsed_url());
         }
-        self.parsed_headers()?;
-        Ok(())
+        if p.ok("timeout_ms") && self.timeout_ms == 0 {
+            p.invalid("timeout_ms", "must be more than 0");
+        }
+        for (name, value) in &self.headers {
+            p.take(parsed_header(name, value));
+        }
     }
 
     pub(crate) fn parsed_url(&self) -> Result<reqwest::Url, SinkError> {
@@ -125,24 +156,14 @@ impl HttpSinkConfig {
         Ok(url)
     }
 
+    /// Every header parsed, or the problems of every header that does not.
     pub(crate) fn parsed_headers(&self) -> Result<Vec<(HeaderName, HeaderValue)>, SinkError> {
-        self.headers
+        let mut p = OptionProblems::new();
+        let parsed = self
+            .headers
             .iter()
-            .map(|(name, value)| {
-                let option = || format!("headers.{name}");
-                let n = HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| SinkError::invalid(option(), "is not a valid header name"))?;
-                if n.as_str().starts_with("x-ankusa-") || RESERVED.contains(&n.as_str()) {
-                    return Err(SinkError::invalid(
-                        option(),
-                        "is set by the sink and cannot be configured",
-                    ));
-                }
-                let v = HeaderValue::from_str(value).map_err(|_| {
-                    SinkError::invalid(option(), "is not a valid header value (control character)")
-                })?;
-                Ok((n, v))
-            })
-            .collect()
+            .filter_map(|(name, value)| p.take(parsed_header(name, value)))
+            .collect();
+        p.finish(parsed)
     }
 }

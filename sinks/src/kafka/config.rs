@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 
-use crate::{Options, SinkError, template};
+use crate::{OptionProblems, Options, SinkError, template};
+
+/// The options of a kafka sink.
+const OPTIONS: &[&str] = &["brokers", "topic", "key", "timeout_ms", "properties"];
 
 /// `timeout_ms` when the option is absent: 30 s (librdkafka's own
 /// `message.timeout.ms` default is 300 s).
@@ -128,126 +131,134 @@ impl KafkaSinkConfig {
     /// Reads and validates the options `brokers` (a string or a list of
     /// strings), `topic`, `key`, `timeout_ms` and `properties` (a map of
     /// strings, numbers or booleans); any other option is an error, as is a
-    /// wrong type or value. Every error names the option (`properties.<name>`
-    /// for one property).
+    /// wrong type or value. Every error names the option
+    /// (`properties.<name>` for one property), and every problem of
+    /// `options` is reported, each property's included, in the order of the
+    /// options ([`SinkError::Options`] when there are several).
     pub fn from_options(options: &Options) -> Result<KafkaSinkConfig, SinkError> {
-        let string = |name: &str, v: &serde_json::Value| {
-            v.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| SinkError::invalid(name, "must be a string"))
-        };
+        let mut p = OptionProblems::new();
         let (mut brokers, mut topic, mut key) = (None, None, None);
         let mut timeout_ms = DEFAULT_TIMEOUT_MS;
         let mut properties = BTreeMap::new();
         for (name, value) in options {
             match name.as_str() {
                 "brokers" => {
-                    brokers = Some(match value {
-                        serde_json::Value::Array(list) => list
-                            .iter()
-                            .map(|b| {
-                                b.as_str().map(str::to_owned).ok_or_else(|| {
-                                    SinkError::invalid(
-                                        "brokers",
-                                        "must be a string or a list of strings",
-                                    )
-                                })
-                            })
-                            .collect::<Result<Vec<_>, _>>()?
-                            .join(","),
-                        other => string("brokers", other)?,
-                    });
-                }
-                "topic" => topic = Some(string("topic", value)?),
-                "key" => key = Some(string("key", value)?),
-                "timeout_ms" => {
-                    timeout_ms = value.as_u64().ok_or_else(|| {
-                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
-                    })?;
-                }
-                "properties" => {
-                    let map = value.as_object().ok_or_else(|| {
-                        SinkError::invalid("properties", "must be a map of librdkafka settings")
-                    })?;
-                    for (prop, v) in map {
-                        let text = match v {
-                            serde_json::Value::String(s) => s.clone(),
-                            serde_json::Value::Number(n) => n.to_string(),
-                            serde_json::Value::Bool(b) => b.to_string(),
-                            _ => {
-                                return Err(SinkError::invalid(
-                                    format!("properties.{prop}"),
-                                    "must be a string, a number or a boolean",
-                                ));
+                    brokers = match value {
+                        serde_json::Value::Array(list) => {
+                            let names: Option<Vec<&str>> =
+                                list.iter().map(serde_json::Value::as_str).collect();
+                            if names.is_none() {
+                                p.invalid("brokers", "must be a string or a list of strings");
                             }
-                        };
-                        properties.insert(prop.clone(), text);
+                            names.map(|n| n.join(","))
+                        }
+                        other => p.string("brokers", other),
+                    };
+                }
+                "topic" => topic = p.string("topic", value),
+                "key" => key = p.string("key", value),
+                "timeout_ms" => {
+                    if let Some(ms) = p.whole("timeout_ms", value, "milliseconds") {
+                        timeout_ms = ms;
                     }
                 }
-                _ => {
-                    return Err(SinkError::UnknownOption {
-                        option: name.clone(),
-                    });
-                }
+                "properties" => match value.as_object() {
+                    None => p.invalid("properties", "must be a map of librdkafka settings"),
+                    Some(map) => {
+                        for (prop, v) in map {
+                            let text = match v {
+                                serde_json::Value::String(s) => s.clone(),
+                                serde_json::Value::Number(n) => n.to_string(),
+                                serde_json::Value::Bool(b) => b.to_string(),
+                                _ => {
+                                    // Left out: it has its problem.
+                                    p.invalid(
+                                        format!("properties.{prop}"),
+                                        "must be a string, a number or a boolean",
+                                    );
+                                    continue;
+                                }
+                            };
+                            properties.insert(prop.clone(), text);
+                        }
+                    }
+                },
+                _ => p.unknown(name.clone(), OPTIONS),
             }
         }
+        if brokers.is_none() && p.ok("brokers") {
+            p.missing("brokers");
+        }
+        if topic.is_none() && p.ok("topic") {
+            p.missing("topic");
+        }
         let config = KafkaSinkConfig {
-            brokers: brokers.ok_or(SinkError::MissingOption { option: "brokers" })?,
-            topic: topic.ok_or(SinkError::MissingOption { option: "topic" })?,
+            brokers: brokers.unwrap_or_default(),
+            topic: topic.unwrap_or_default(),
             key,
             timeout_ms,
             properties,
         };
-        config.validate()?;
-        Ok(config)
+        config.check(&mut p);
+        p.sort_as_written(options);
+        p.finish(config)
     }
 
     /// Checks every field, and every property against librdkafka's own
-    /// configuration parser (no connection is made);
+    /// configuration parser (no connection is made), reporting every problem;
     /// [`crate::kafka::KafkaSink::new`] calls it too, so a config built in
     /// code is held to the same rules.
     pub fn validate(&self) -> Result<(), SinkError> {
-        let brokers: Vec<&str> = self.brokers.split(',').map(str::trim).collect();
-        if brokers.iter().any(|b| b.is_empty()) {
-            return Err(SinkError::invalid(
+        let mut p = OptionProblems::new();
+        self.check(&mut p);
+        p.into_result()
+    }
+
+    /// Records the problems of every field whose value is real
+    /// ([`OptionProblems::ok`]), each property's, and the rules between
+    /// properties and `timeout_ms` where their inputs are real.
+    fn check(&self, p: &mut OptionProblems) {
+        if p.ok("brokers") && self.brokers.split(',').map(str::trim).any(str::is_empty) {
+            p.invalid(
                 "brokers",
                 "must list bootstrap servers as host:port, separated by commas (none may be empty)",
-            ));
+            );
         }
-        if self.topic.is_empty() {
-            return Err(SinkError::invalid("topic", "must not be empty"));
-        }
-        template::check(&self.topic, &["tenant", "source"])
-            .map_err(|reason| SinkError::invalid("topic", reason))?;
-        let literal = render(&self.topic, "", "", "");
-        if let Some(c) = literal.chars().find(|c| !is_topic_char(*c)) {
-            return Err(SinkError::invalid(
-                "topic",
-                format!("{c:?} cannot be in a Kafka topic name (only a-z A-Z 0-9 . _ -)"),
-            ));
+        if p.ok("topic") {
+            let literal = render(&self.topic, "", "", "");
+            if self.topic.is_empty() {
+                p.invalid("topic", "must not be empty");
+            } else if let Err(reason) = template::check(&self.topic, &["tenant", "source"]) {
+                p.invalid("topic", reason);
+            } else if let Some(c) = literal.chars().find(|c| !is_topic_char(*c)) {
+                p.invalid(
+                    "topic",
+                    format!("{c:?} cannot be in a Kafka topic name (only a-z A-Z 0-9 . _ -)"),
+                );
+            }
         }
         if let Some(key) = &self.key {
             if key.is_empty() {
-                return Err(SinkError::invalid(
+                p.invalid(
                     "key",
                     "must not be empty (leave it out for records without a key)",
-                ));
+                );
+            } else if let Err(reason) =
+                template::check(key, &["tenant", "source", "idempotency_key"])
+            {
+                p.invalid("key", reason);
             }
-            template::check(key, &["tenant", "source", "idempotency_key"])
-                .map_err(|reason| SinkError::invalid("key", reason))?;
         }
-        if !(MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
-            return Err(SinkError::invalid(
+        if p.ok("timeout_ms") && !(MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&self.timeout_ms) {
+            p.invalid(
                 "timeout_ms",
                 format!("must be from {MIN_TIMEOUT_MS} to {MAX_TIMEOUT_MS}"),
-            ));
+            );
         }
+        let prop = |name: &str| format!("properties.{name}");
         for name in self.properties.keys() {
             if let Some((_, why)) = RESERVED.iter().find(|(r, _)| r == name) {
-                return Err(SinkError::invalid(
-                    format!("properties.{name}"),
-                    format!("cannot be set: {why}"),
-                ));
+                p.invalid(prop(name), format!("cannot be set: {why}"));
             }
         }
         // The idempotent producer keeps order with up to 5 requests in
@@ -255,24 +266,25 @@ impl KafkaSinkConfig {
         // producer is created).
         for name in ["max.in.flight", "max.in.flight.requests.per.connection"] {
             if let Some(v) = self.properties.get(name)
+                && p.ok(&prop(name))
                 && !v.trim().parse::<u32>().is_ok_and(|n| (1..=5).contains(&n))
             {
-                return Err(SinkError::invalid(
-                    format!("properties.{name}"),
-                    "must be 1 to 5 (the idempotent producer's limit)",
-                ));
+                p.invalid(prop(name), "must be 1 to 5 (the idempotent producer's limit)");
             }
         }
-        for name in ["linger.ms", "queue.buffering.max.ms"] {
-            if let Some(v) = self.properties.get(name)
-                && v.trim()
-                    .parse::<f64>()
-                    .is_ok_and(|ms| ms >= self.timeout_ms as f64)
-            {
-                return Err(SinkError::invalid(
-                    format!("properties.{name}"),
-                    format!("must be below `timeout_ms` ({})", self.timeout_ms),
-                ));
+        if p.ok("timeout_ms") {
+            for name in ["linger.ms", "queue.buffering.max.ms"] {
+                if let Some(v) = self.properties.get(name)
+                    && p.ok(&prop(name))
+                    && v.trim()
+                        .parse::<f64>()
+                        .is_ok_and(|ms| ms >= self.timeout_ms as f64)
+                {
+                    p.invalid(
+                        prop(name),
+                        format!("must be below `timeout_ms` ({})", self.timeout_ms),
+                    );
+                }
             }
         }
         // This librdkafka has SASL PLAIN only (no Cyrus SASL, no OpenSSL for
@@ -282,77 +294,105 @@ impl KafkaSinkConfig {
             .properties
             .get("security.protocol")
             .is_some_and(|p| p.trim().to_ascii_lowercase().starts_with("sasl"));
-        let mechanism = self
-            .properties
-            .get("sasl.mechanism")
-            .or_else(|| self.properties.get("sasl.mechanisms"));
-        if let Some(m) = mechanism
-            && !m.trim().eq_ignore_ascii_case("PLAIN")
-        {
-            let name = if self.properties.contains_key("sasl.mechanism") {
-                "sasl.mechanism"
-            } else {
-                "sasl.mechanisms"
-            };
-            return Err(SinkError::invalid(
-                format!("properties.{name}"),
-                format!("`{m}` is not available: this build's librdkafka has SASL PLAIN only (no OpenSSL or Cyrus SASL)"),
-            ));
-        }
-        if sasl && mechanism.is_none() {
-            return Err(SinkError::invalid(
-                "properties.sasl.mechanism",
-                "must be PLAIN with a sasl_* security.protocol (librdkafka's default, GSSAPI, is not in this build)",
-            ));
-        }
-        // librdkafka's parser checks names, types and values (and which
-        // features this build has: no SSL, no GSSAPI).
-        self.client_config()
-            .create_native_config()
-            .map_err(|e| match e {
-                KafkaError::ClientConfig(_, desc, key, _) => {
-                    let option = if self.properties.contains_key(&key) {
-                        format!("properties.{key}")
-                    } else if key == "bootstrap.servers" {
-                        "brokers".to_owned()
-                    } else {
-                        "properties".to_owned()
-                    };
-                    SinkError::invalid(option, desc)
+        let mechanism = ["sasl.mechanism", "sasl.mechanisms"]
+            .into_iter()
+            .find_map(|name| self.properties.get(name).map(|m| (name, m)));
+        match mechanism {
+            Some((name, m)) if !m.trim().eq_ignore_ascii_case("PLAIN") => {
+                if p.ok(&prop(name)) {
+                    p.invalid(
+                        prop(name),
+                        format!("`{m}` is not available: this build's librdkafka has SASL PLAIN only (no OpenSSL or Cyrus SASL)"),
+                    );
                 }
-                other => SinkError::invalid("properties", other.to_string()),
-            })?;
-        Ok(())
+            }
+            Some(_) => {}
+            None => {
+                if sasl && p.ok("properties.security.protocol") {
+                    p.invalid(
+                        "properties.sasl.mechanism",
+                        "must be PLAIN with a sasl_* security.protocol (librdkafka's default, GSSAPI, is not in this build)",
+                    );
+                }
+            }
+        }
+        self.check_with_librdkafka(p);
+    }
+
+    /// Records what librdkafka's parser refuses (names, types, values, and
+    /// features this build does not have: no SSL, no GSSAPI): the sink's own
+    /// settings alone, then each property not already refused on top of
+    /// them, one at a time, so every bad property is named (librdkafka
+    /// stops at the first).
+    fn check_with_librdkafka(&self, p: &mut OptionProblems) {
+        // A value with a problem of its own (or missing) is not tried again
+        // here: a valid stand-in lets the properties be checked.
+        let brokers = if p.ok("brokers") { self.brokers.as_str() } else { "localhost:9092" };
+        let timeout_ms = if p.ok("timeout_ms") { self.timeout_ms } else { DEFAULT_TIMEOUT_MS };
+        let base = sink_settings(brokers, timeout_ms);
+        if let Err(e) = base.create_native_config() {
+            let (key, desc) = match e {
+                KafkaError::ClientConfig(_, desc, key, _) => (key, desc),
+                other => (String::new(), other.to_string()),
+            };
+            let option = if key == "bootstrap.servers" { "brokers" } else { "timeout_ms" };
+            if p.ok(option) {
+                p.invalid(option, desc);
+            }
+            // Every property would fail on the same setting.
+            return;
+        }
+        for (name, value) in &self.properties {
+            let option = format!("properties.{name}");
+            if !p.ok(&option) {
+                continue;
+            }
+            let mut one = base.clone();
+            one.set(name, value);
+            match one.create_native_config() {
+                Ok(_) => {}
+                Err(KafkaError::ClientConfig(_, desc, _, _)) => p.invalid(option, desc),
+                Err(other) => p.invalid(option, other.to_string()),
+            }
+        }
     }
 
     /// The producer's librdkafka configuration: the sink's guarantees, then
     /// `properties`.
     pub(crate) fn client_config(&self) -> ClientConfig {
-        let mut c = ClientConfig::new();
-        c.set("bootstrap.servers", &self.brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("partitioner", "murmur2_random")
-            .set("message.timeout.ms", self.timeout_ms.to_string())
-            // A missing topic is the sink's to report (SinkGone), not the
-            // broker's to create from a templated name.
-            .set("allow.auto.create.topics", "false")
-            // Fail records for a missing topic within the delivery bound
-            // (librdkafka waits 30 s by default before it believes a topic
-            // is missing, which would turn SinkGone into a timeout).
-            .set(
-                "topic.metadata.propagation.max.ms",
-                (self.timeout_ms / 2).min(30_000).to_string(),
-            )
-            // librdkafka fails an in-flight record only when its request
-            // times out (30 s by default), whatever message.timeout.ms says:
-            // bound that by the delivery bound too.
-            .set("request.timeout.ms", self.timeout_ms.min(30_000).to_string());
+        let mut c = sink_settings(&self.brokers, self.timeout_ms);
         for (name, value) in &self.properties {
             c.set(name, value);
         }
         c
     }
+}
+
+/// The sink's own librdkafka settings (its guarantees), for `brokers` and a
+/// delivery bound of `timeout_ms`; [`KafkaSinkConfig::client_config`] adds
+/// the properties.
+fn sink_settings(brokers: &str, timeout_ms: u64) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("message.timeout.ms", timeout_ms.to_string())
+        // A missing topic is the sink's to report (SinkGone), not the
+        // broker's to create from a templated name.
+        .set("allow.auto.create.topics", "false")
+        // Fail records for a missing topic within the delivery bound
+        // (librdkafka waits 30 s by default before it believes a topic
+        // is missing, which would turn SinkGone into a timeout).
+        .set(
+            "topic.metadata.propagation.max.ms",
+            (timeout_ms / 2).min(30_000).to_string(),
+        )
+        // librdkafka fails an in-flight record only when its request
+        // times out (30 s by default), whatever message.timeout.ms says:
+        // bound that by the delivery bound too.
+        .set("request.timeout.ms", timeout_ms.min(30_000).to_string());
+    c
 }
 
 /// Whether `c` may be in a Kafka topic name.
@@ -545,6 +585,62 @@ mod tests {
         assert!(e.contains("`properties.sasl.mechanism`"), "{e}");
         let e = err(serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"compression.type": "zstd"}}));
         assert!(e.contains("`properties.compression.type`"), "{e}");
+    }
+
+    /// Every problem `from_options` reports for `v`, as its text.
+    fn problems(v: serde_json::Value) -> Vec<String> {
+        match KafkaSinkConfig::from_options(&opts(v)) {
+            Ok(c) => vec![format!("unexpectedly valid: {c:?}")],
+            Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_one_run() {
+        // The tester's example: one problem per property, each named.
+        let got = problems(serde_json::json!({
+            "brokers": "a:1", "topic": "t",
+            "properties": {"linger.ms": "abc", "no.such.property": 1, "acks": "0"}
+        }));
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(
+            got[0],
+            "sink option `properties.acks`: cannot be set: the sink always waits for all in-sync replicas (acks=all)"
+        );
+        assert!(got[1].starts_with("sink option `properties.linger.ms`: ") && got[1].contains("linger.ms"), "{got:?}");
+        assert!(
+            got[2].starts_with("sink option `properties.no.such.property`: ")
+                && got[2].contains("No such configuration property"),
+            "{got:?}"
+        );
+        // Every option wrong at once; brokers, missing, comes last.
+        let got = problems(serde_json::json!({
+            "topic": "", "key": "", "timeout_ms": 5, "topik": 1,
+            "properties": {"max.in.flight": 9, "client.id": ["x"], "linger.ms": 10}
+        }));
+        assert_eq!(
+            got,
+            [
+                "sink option `key`: must not be empty (leave it out for records without a key)",
+                "sink option `properties.client.id`: must be a string, a number or a boolean",
+                "sink option `properties.max.in.flight`: must be 1 to 5 (the idempotent producer's limit)",
+                "sink option `timeout_ms`: must be from 100 to 2147483647",
+                "sink option `topic`: must not be empty",
+                "unknown sink option `topik` (valid: brokers, topic, key, timeout_ms, properties)",
+                "sink option `brokers` is required",
+            ]
+        );
+        // linger.ms against a broken timeout: that rule is not applied; against
+        // a valid one it is, with the other properties' problems.
+        let got = problems(serde_json::json!({
+            "brokers": ["a:1", 2], "topic": "t", "timeout_ms": 1000,
+            "properties": {"linger.ms": 1000, "sasl.mechanism": "GSSAPI", "compression.type": "zstd"}
+        }));
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!(got[0], "sink option `brokers`: must be a string or a list of strings");
+        assert!(got[1].starts_with("sink option `properties.compression.type`: "), "{got:?}");
+        assert_eq!(got[2], "sink option `properties.linger.ms`: must be below `timeout_ms` (1000)");
+        assert!(got[3].starts_with("sink option `properties.sasl.mechanism`: `GSSAPI` is not available"), "{got:?}");
     }
 
     #[test]

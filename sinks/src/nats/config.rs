@@ -2,7 +2,10 @@
 
 use std::str::FromStr as _;
 
-use crate::{Options, SinkError, template};
+use crate::{OptionProblems, Options, SinkError, template};
+
+/// The options of a nats sink.
+const OPTIONS: &[&str] = &["url", "subject", "mode", "timeout_ms"];
 
 /// `timeout_ms` when the option is absent: 10 s.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -82,63 +85,73 @@ impl NatsSinkConfig {
 
     /// Reads and validates the options `url`, `subject`, `mode` and
     /// `timeout_ms`; any other option is an error, as is a wrong type or
-    /// value. Every error names the option.
+    /// value. Every error names the option, and every problem of `options`
+    /// is reported, in the order of the options ([`SinkError::Options`] when
+    /// there are several).
     pub fn from_options(options: &Options) -> Result<NatsSinkConfig, SinkError> {
-        let string = |name: &str, v: &serde_json::Value| {
-            v.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| SinkError::invalid(name, "must be a string"))
-        };
+        let mut p = OptionProblems::new();
         let (mut url, mut subject, mut mode) = (None, None, NatsMode::JetStream);
         let mut timeout_ms = DEFAULT_TIMEOUT_MS;
         for (name, value) in options {
             match name.as_str() {
-                "url" => url = Some(string("url", value)?),
-                "subject" => subject = Some(string("subject", value)?),
-                "mode" => {
-                    mode = match string("mode", value)?.as_str() {
-                        "jetstream" => NatsMode::JetStream,
-                        "core" => NatsMode::Core,
-                        other => {
-                            return Err(SinkError::invalid(
-                                "mode",
-                                format!("`{other}` is not `jetstream` or `core`"),
-                            ));
-                        }
-                    };
-                }
+                "url" => url = p.string("url", value),
+                "subject" => subject = p.string("subject", value),
+                "mode" => match p.string("mode", value).as_deref() {
+                    Some("jetstream") => mode = NatsMode::JetStream,
+                    Some("core") => mode = NatsMode::Core,
+                    Some(other) => {
+                        p.invalid("mode", format!("`{other}` is not `jetstream` or `core`"));
+                    }
+                    None => {}
+                },
                 "timeout_ms" => {
-                    timeout_ms = value.as_u64().ok_or_else(|| {
-                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
-                    })?;
+                    if let Some(ms) = p.whole("timeout_ms", value, "milliseconds") {
+                        timeout_ms = ms;
+                    }
                 }
-                _ => {
-                    return Err(SinkError::UnknownOption {
-                        option: name.clone(),
-                    });
-                }
+                _ => p.unknown(name.clone(), OPTIONS),
             }
         }
+        if url.is_none() && p.ok("url") {
+            p.missing("url");
+        }
+        if subject.is_none() && p.ok("subject") {
+            p.missing("subject");
+        }
         let config = NatsSinkConfig {
-            url: url.ok_or(SinkError::MissingOption { option: "url" })?,
+            url: url.unwrap_or_default(),
             mode,
-            subject: subject.ok_or(SinkError::MissingOption { option: "subject" })?,
+            subject: subject.unwrap_or_default(),
             timeout_ms,
         };
-        config.validate()?;
-        Ok(config)
+        config.check(&mut p);
+        p.sort_as_written(options);
+        p.finish(config)
     }
 
-    /// Checks every field; [`crate::nats::NatsSink::new`] calls it too, so a
-    /// config built in code is held to the same rules.
+    /// Checks every field, reporting every problem;
+    /// [`crate::nats::NatsSink::new`] calls it too, so a config built in code
+    /// is held to the same rules.
     pub fn validate(&self) -> Result<(), SinkError> {
-        self.server_addr()?;
-        check_subject_template(&self.subject)
-            .map_err(|reason| SinkError::invalid("subject", reason))?;
-        if self.timeout_ms == 0 {
-            return Err(SinkError::invalid("timeout_ms", "must be more than 0"));
+        let mut p = OptionProblems::new();
+        self.check(&mut p);
+        p.into_result()
+    }
+
+    /// Records the problems of every field whose value is real
+    /// ([`OptionProblems::ok`]).
+    fn check(&self, p: &mut OptionProblems) {
+        if p.ok("url") {
+            p.take(self.server_addr());
         }
-        Ok(())
+        if p.ok("subject")
+            && let Err(reason) = check_subject_template(&self.subject)
+        {
+            p.invalid("subject", reason);
+        }
+        if p.ok("timeout_ms") && self.timeout_ms == 0 {
+            p.invalid("timeout_ms", "must be more than 0");
+        }
     }
 
     /// The server address of [`NatsSinkConfig::url`] (parsing only; no
@@ -281,6 +294,39 @@ mod tests {
             !err(serde_json::json!({"url": "http://u:secret@x", "subject": "s"}))
                 .contains("secret")
         );
+    }
+
+    /// Every problem `from_options` reports for `v`, as its text.
+    fn problems(v: serde_json::Value) -> Vec<String> {
+        match NatsSinkConfig::from_options(&opts(v)) {
+            Ok(c) => vec![format!("unexpectedly valid: {c:?}")],
+            Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_one_run() {
+        assert_eq!(
+            problems(serde_json::json!({"url": "http://x", "subject": "a.*", "mode": "bogus"})),
+            [
+                "sink option `mode`: `bogus` is not `jetstream` or `core`",
+                "sink option `subject`: `a.*` has the wildcard `*`: one publishes to a concrete subject",
+                "sink option `url`: must be a nats:// or tls:// URL (e.g. nats://127.0.0.1:4222)",
+            ]
+        );
+        assert_eq!(
+            problems(serde_json::json!({"timeout_ms": 0, "stream": "S", "subject": 1})),
+            [
+                "unknown sink option `stream` (valid: url, subject, mode, timeout_ms)",
+                "sink option `subject`: must be a string",
+                "sink option `timeout_ms`: must be more than 0",
+                "sink option `url` is required",
+            ]
+        );
+        let mut c = NatsSinkConfig::core("nats://h", "a..b");
+        c.timeout_ms = 0;
+        let e = c.validate().expect_err("two problems");
+        assert!(matches!(&e, SinkError::Options(all) if all.len() == 2), "{e}");
     }
 
     #[test]

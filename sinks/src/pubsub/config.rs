@@ -3,7 +3,19 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::{Envelope, Options, SinkError, template};
+use crate::{Envelope, OptionProblems, Options, SinkError, template};
+
+/// The options of a pubsub sink (`ordering_key` in its legacy string form,
+/// which the config crate leaves to an unordered sink).
+const OPTIONS: &[&str] = &[
+    "project",
+    "topic",
+    "endpoint",
+    "credentials",
+    "emulator_host",
+    "timeout_ms",
+    "ordering_key",
+];
 
 /// `endpoint` when the option is absent: Google's global endpoint.
 pub const DEFAULT_ENDPOINT: &str = "https://pubsub.googleapis.com";
@@ -127,101 +139,129 @@ impl PubSubSinkConfig {
     /// `credentials`, `timeout_ms`, `emulator_host` and `ordering_key` (the
     /// legacy string form the config crate leaves in an unordered sink's
     /// options); any other option is an error, as is a wrong type or value.
-    /// Every error names the option. Without an `emulator_host` option,
+    /// Every error names the option, and every problem of `options` is
+    /// reported, in the order of the options ([`SinkError::Options`] when
+    /// there are several). Without an `emulator_host` option,
     /// `env("PUBSUB_EMULATOR_HOST")` is used when it is set and not empty. A
     /// `credentials` file is read and checked here (no network).
     pub fn from_options_with_env(
         options: &Options,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<PubSubSinkConfig, SinkError> {
-        let string = |name: &str, v: &serde_json::Value| {
-            v.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| SinkError::invalid(name, "must be a string"))
-        };
+        let mut p = OptionProblems::new();
         let mut config = PubSubSinkConfig::new(String::new(), String::new());
         let (mut project, mut topic) = (None, None);
         for (name, value) in options {
             match name.as_str() {
-                "project" => project = Some(string("project", value)?),
-                "topic" => topic = Some(string("topic", value)?),
-                "endpoint" => config.endpoint = string("endpoint", value)?,
-                "credentials" => {
-                    config.credentials = Some(PathBuf::from(string("credentials", value)?));
+                "project" => project = p.string("project", value),
+                "topic" => topic = p.string("topic", value),
+                "endpoint" => {
+                    if let Some(e) = p.string("endpoint", value) {
+                        config.endpoint = e;
+                    }
                 }
-                "emulator_host" => config.emulator_host = Some(string("emulator_host", value)?),
+                "credentials" => config.credentials = p.string("credentials", value).map(PathBuf::from),
+                "emulator_host" => config.emulator_host = p.string("emulator_host", value),
                 "timeout_ms" => {
-                    config.timeout_ms = value.as_u64().ok_or_else(|| {
-                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
-                    })?;
+                    if let Some(ms) = p.whole("timeout_ms", value, "milliseconds") {
+                        config.timeout_ms = ms;
+                    }
                 }
-                "ordering_key" => {
-                    let key = value.as_str().ok_or_else(|| {
-                        SinkError::invalid(
-                            "ordering_key",
-                            "without ordered: true must be a string (the legacy fixed key)",
-                        )
-                    })?;
-                    config.legacy_ordering_key = Some(LegacyOrderingKey::Fixed(key.to_owned()));
-                }
-                _ => {
-                    return Err(SinkError::UnknownOption {
-                        option: name.clone(),
-                    });
-                }
+                "ordering_key" => match value.as_str() {
+                    Some(key) => {
+                        config.legacy_ordering_key = Some(LegacyOrderingKey::Fixed(key.to_owned()));
+                    }
+                    None => p.invalid(
+                        "ordering_key",
+                        "without ordered: true must be a string (the legacy fixed key)",
+                    ),
+                },
+                _ => p.unknown(name.clone(), OPTIONS),
             }
         }
-        config.project = project.ok_or(SinkError::MissingOption { option: "project" })?;
-        config.topic = topic.ok_or(SinkError::MissingOption { option: "topic" })?;
-        if config.emulator_host.is_none() {
+        match project {
+            Some(project) => config.project = project,
+            None if p.ok("project") => p.missing("project"),
+            None => {}
+        }
+        match topic {
+            Some(topic) => config.topic = topic,
+            None if p.ok("topic") => p.missing("topic"),
+            None => {}
+        }
+        // An `emulator_host` option that is not a string is not replaced by
+        // the variable: whether an emulator is meant is unknown.
+        if config.emulator_host.is_none() && p.ok("emulator_host") {
             config.emulator_host = env(EMULATOR_HOST_ENV).filter(|h| !h.is_empty());
-            if let Some(host) = &config.emulator_host {
-                check_emulator_host(host).map_err(|reason| {
-                    SinkError::invalid(
-                        "emulator_host",
-                        format!("from the environment variable {EMULATOR_HOST_ENV}: {reason}"),
-                    )
-                })?;
+            if let Some(host) = &config.emulator_host
+                && let Err(reason) = check_emulator_host(host)
+            {
+                p.invalid(
+                    "emulator_host",
+                    format!("from the environment variable {EMULATOR_HOST_ENV}: {reason}"),
+                );
             }
         }
-        config.validate()?;
-        Ok(config)
+        config.check(&mut p);
+        p.sort_as_written(options);
+        p.finish(config)
     }
 
     /// Checks every field, and reads the `credentials` file (unless an
     /// emulator is set) to check it is a service-account key; no network.
-    /// [`crate::pubsub::PubSubSink::new`] calls it too, so a config built in
-    /// code is held to the same rules.
+    /// Reports every problem. [`crate::pubsub::PubSubSink::new`] calls it
+    /// too, so a config built in code is held to the same rules.
     pub fn validate(&self) -> Result<(), SinkError> {
-        check_project(&self.project).map_err(|r| SinkError::invalid("project", r))?;
-        check_topic(&self.topic).map_err(|r| SinkError::invalid("topic", r))?;
-        parse_endpoint(&self.endpoint)?;
-        if let Some(host) = &self.emulator_host {
-            check_emulator_host(host).map_err(|r| SinkError::invalid("emulator_host", r))?;
+        let mut p = OptionProblems::new();
+        self.check(&mut p);
+        p.into_result()
+    }
+
+    /// Records the problems of every field whose value is real
+    /// ([`OptionProblems::ok`]); the `credentials` file is read only when
+    /// whether an emulator is used is known.
+    fn check(&self, p: &mut OptionProblems) {
+        if p.ok("project")
+            && let Err(reason) = check_project(&self.project)
+        {
+            p.invalid("project", reason);
         }
-        if self.timeout_ms == 0 {
-            return Err(SinkError::invalid("timeout_ms", "must be more than 0"));
+        if p.ok("topic")
+            && let Err(reason) = check_topic(&self.topic)
+        {
+            p.invalid("topic", reason);
+        }
+        if p.ok("endpoint") {
+            p.take(parse_endpoint(&self.endpoint));
+        }
+        if p.ok("emulator_host")
+            && let Some(host) = &self.emulator_host
+            && let Err(reason) = check_emulator_host(host)
+        {
+            p.invalid("emulator_host", reason);
+        }
+        if p.ok("timeout_ms") && self.timeout_ms == 0 {
+            p.invalid("timeout_ms", "must be more than 0");
         }
         if let Some(LegacyOrderingKey::Fixed(key)) = &self.legacy_ordering_key {
             if key.is_empty() {
-                return Err(SinkError::invalid("ordering_key", "must not be empty"));
-            }
-            if key.len() > MAX_ORDERING_KEY_BYTES {
-                return Err(SinkError::invalid(
+                p.invalid("ordering_key", "must not be empty");
+            } else if key.len() > MAX_ORDERING_KEY_BYTES {
+                p.invalid(
                     "ordering_key",
                     format!(
                         "is {} bytes; Pub/Sub takes at most {MAX_ORDERING_KEY_BYTES}",
                         key.len()
                     ),
-                ));
+                );
             }
         }
         if self.emulator_host.is_none()
+            && p.ok("emulator_host")
             && let Some(path) = &self.credentials
         {
-            check_credentials(path)?;
+            p.take(check_credentials(path));
         }
-        Ok(())
     }
 
     /// The base URL requests go to: `http://<emulator_host>` when an emulator
@@ -522,6 +562,43 @@ mod tests {
         assert!(
             e.contains("`credentials`") && e.contains("authorized_user"),
             "{e}"
+        );
+    }
+
+    /// Every problem `from_options_with_env` reports for `v` (no
+    /// environment), as its text.
+    fn problems(v: serde_json::Value) -> Vec<String> {
+        match PubSubSinkConfig::from_options_with_env(&opts(v), no_env) {
+            Ok(c) => vec![format!("unexpectedly valid: {c:?}")],
+            Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_one_run() {
+        assert_eq!(
+            problems(serde_json::json!({
+                "project": "a/b", "topic": "google-x", "endpoint": "ftp://x", "timeout_ms": 0,
+                "ordering_key": "", "topik": 1, "credentials": "/nonexistent/sa.json"
+            })),
+            [
+                "sink option `credentials`: cannot read `/nonexistent/sa.json`: No such file or directory (os error 2)",
+                "sink option `endpoint`: scheme `ftp` is not https or http",
+                "sink option `ordering_key`: must not be empty",
+                "sink option `project`: `a/b` has `/`: a project id is letters, digits, `-`, `.` and `:`",
+                "sink option `timeout_ms`: must be more than 0",
+                "sink option `topic`: must not start with `goog` (reserved by Google)",
+                "unknown sink option `topik` (valid: project, topic, endpoint, credentials, emulator_host, timeout_ms, ordering_key)",
+            ]
+        );
+        // Whether an emulator is used is unknown: the credentials file is not read.
+        assert_eq!(
+            problems(serde_json::json!({"emulator_host": 5, "credentials": "/nonexistent/sa.json"})),
+            [
+                "sink option `emulator_host`: must be a string",
+                "sink option `project` is required",
+                "sink option `topic` is required",
+            ]
         );
     }
 

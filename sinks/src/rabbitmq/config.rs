@@ -3,7 +3,13 @@
 use lapin::uri::{AMQPScheme, AMQPUri};
 
 use crate::secret::redact_url as redact;
-use crate::{Options, SinkError, template};
+use crate::{OptionProblems, Options, SinkError, template};
+
+/// The options of a rabbitmq sink.
+const OPTIONS: &[&str] = &["url", "exchange", "routing_key", "mandatory", "declare", "timeout_ms"];
+
+/// The keys of the `declare` option.
+const DECLARE_OPTIONS: &[&str] = &["declare.type", "declare.durable"];
 
 /// `timeout_ms` when the option is absent: 10 s.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -139,88 +145,103 @@ impl RabbitMqSinkConfig {
     /// Reads and validates the options `url`, `exchange`, `routing_key`,
     /// `mandatory`, `declare` (`type`, `durable`) and `timeout_ms`; any other
     /// option is an error, as is a wrong type or value. Every error names the
-    /// option (`declare.type` for one of `declare`).
+    /// option (`declare.type` for one of `declare`), and every problem of
+    /// `options` is reported, in the order of the options
+    /// ([`SinkError::Options`] when there are several).
     pub fn from_options(options: &Options) -> Result<RabbitMqSinkConfig, SinkError> {
-        let string = |name: &str, v: &serde_json::Value| {
-            v.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| SinkError::invalid(name, "must be a string"))
-        };
+        let mut p = OptionProblems::new();
         let (mut url, mut exchange, mut routing_key, mut declare) = (None, None, None, None);
         let mut mandatory = true;
         let mut timeout_ms = DEFAULT_TIMEOUT_MS;
         for (name, value) in options {
             match name.as_str() {
-                "url" => url = Some(string("url", value)?),
-                "exchange" => exchange = Some(string("exchange", value)?),
-                "routing_key" => routing_key = Some(string("routing_key", value)?),
+                "url" => url = p.string("url", value),
+                "exchange" => exchange = p.string("exchange", value),
+                "routing_key" => routing_key = p.string("routing_key", value),
                 "mandatory" => {
-                    mandatory = value
-                        .as_bool()
-                        .ok_or_else(|| SinkError::invalid("mandatory", "must be true or false"))?;
+                    if let Some(b) = p.boolean("mandatory", value) {
+                        mandatory = b;
+                    }
                 }
-                "declare" => declare = Some(read_declare(value)?),
+                "declare" => declare = read_declare(value, &mut p),
                 "timeout_ms" => {
-                    timeout_ms = value.as_u64().ok_or_else(|| {
-                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
-                    })?;
+                    if let Some(ms) = p.whole("timeout_ms", value, "milliseconds") {
+                        timeout_ms = ms;
+                    }
                 }
-                _ => {
-                    return Err(SinkError::UnknownOption {
-                        option: name.clone(),
-                    });
-                }
+                _ => p.unknown(name.clone(), OPTIONS),
             }
         }
+        if url.is_none() && p.ok("url") {
+            p.missing("url");
+        }
+        if exchange.is_none() && p.ok("exchange") {
+            p.missing("exchange");
+        }
         let config = RabbitMqSinkConfig {
-            url: url.ok_or(SinkError::MissingOption { option: "url" })?,
-            exchange: exchange.ok_or(SinkError::MissingOption { option: "exchange" })?,
+            url: url.unwrap_or_default(),
+            exchange: exchange.unwrap_or_default(),
             routing_key: routing_key.unwrap_or_default(),
             mandatory,
             declare,
             timeout_ms,
         };
-        config.validate()?;
-        Ok(config)
+        config.check(&mut p);
+        p.sort_as_written(options);
+        p.finish(config)
     }
 
-    /// Checks every field; [`crate::rabbitmq::RabbitMqSink::new`] calls it
-    /// too, so a config built in code is held to the same rules.
+    /// Checks every field, reporting every problem;
+    /// [`crate::rabbitmq::RabbitMqSink::new`] calls it too, so a config built
+    /// in code is held to the same rules.
     pub fn validate(&self) -> Result<(), SinkError> {
-        self.uri()?;
-        check_exchange(&self.exchange).map_err(|reason| SinkError::invalid("exchange", reason))?;
-        if self.declare.is_some() {
+        let mut p = OptionProblems::new();
+        self.check(&mut p);
+        p.into_result()
+    }
+
+    /// Records the problems of every field whose value is real
+    /// ([`OptionProblems::ok`]), and the rules between `declare` and
+    /// `exchange` when both are.
+    fn check(&self, p: &mut OptionProblems) {
+        if p.ok("url") {
+            p.take(self.uri());
+        }
+        if p.ok("exchange")
+            && let Err(reason) = check_exchange(&self.exchange)
+        {
+            p.invalid("exchange", reason);
+        }
+        if self.declare.is_some() && p.ok("declare") && p.ok("exchange") {
             if self.exchange.is_empty() {
-                return Err(SinkError::invalid(
+                p.invalid(
                     "declare",
                     "the default exchange (`exchange: \"\"`) always exists and cannot be declared",
-                ));
-            }
-            if self.exchange.starts_with("amq.") {
-                return Err(SinkError::invalid(
+                );
+            } else if self.exchange.starts_with("amq.") {
+                p.invalid(
                     "declare",
                     format!(
                         "`{}`: names starting with `amq.` are reserved by the broker and cannot be declared",
                         self.exchange
                     ),
-                ));
+                );
             }
         }
-        template::check(&self.routing_key, &["tenant", "source", "ordering_key"])
-            .map_err(|reason| SinkError::invalid("routing_key", reason))?;
-        // The placeholders' values are only known per hook; the fixed part
-        // alone must already fit.
-        let fixed = render(&self.routing_key, "", "", "");
-        if fixed.len() > MAX_NAME_BYTES {
-            return Err(SinkError::invalid(
-                "routing_key",
-                format!("is longer than {MAX_NAME_BYTES} bytes"),
-            ));
+        if p.ok("routing_key") {
+            if let Err(reason) =
+                template::check(&self.routing_key, &["tenant", "source", "ordering_key"])
+            {
+                p.invalid("routing_key", reason);
+            } else if render(&self.routing_key, "", "", "").len() > MAX_NAME_BYTES {
+                // The placeholders' values are only known per hook; the fixed
+                // part alone must already fit.
+                p.invalid("routing_key", format!("is longer than {MAX_NAME_BYTES} bytes"));
+            }
         }
-        if self.timeout_ms == 0 {
-            return Err(SinkError::invalid("timeout_ms", "must be more than 0"));
+        if p.ok("timeout_ms") && self.timeout_ms == 0 {
+            p.invalid("timeout_ms", "must be more than 0");
         }
-        Ok(())
     }
 
     /// The parsed [`RabbitMqSinkConfig::url`] (no connection).
@@ -254,48 +275,48 @@ impl RabbitMqSinkConfig {
     }
 }
 
-/// Reads the `declare` map.
-fn read_declare(value: &serde_json::Value) -> Result<Declare, SinkError> {
-    let map = value.as_object().ok_or_else(|| {
-        SinkError::invalid("declare", "must be a map: {type: direct|topic|fanout|headers, durable: true}")
-    })?;
+/// Reads the `declare` map, recording each of its problems. `None` when it
+/// is not a map; a map with a wrong or missing `type` is read with a
+/// placeholder type (its problem recorded), so the rules of `declare` with
+/// `exchange` still apply.
+fn read_declare(value: &serde_json::Value, p: &mut OptionProblems) -> Option<Declare> {
+    let Some(map) = value.as_object() else {
+        p.invalid("declare", "must be a map: {type: direct|topic|fanout|headers, durable: true}");
+        return None;
+    };
     let mut kind = None;
     let mut durable = true;
     for (name, v) in map {
         match name.as_str() {
             "type" => {
-                let t = v
-                    .as_str()
-                    .ok_or_else(|| SinkError::invalid("declare.type", "must be a string"))?;
-                kind = Some(match t {
-                    "direct" => ExchangeType::Direct,
-                    "topic" => ExchangeType::Topic,
-                    "fanout" => ExchangeType::Fanout,
-                    "headers" => ExchangeType::Headers,
-                    other => {
-                        return Err(SinkError::invalid(
+                kind = match p.string("declare.type", v).as_deref() {
+                    Some("direct") => Some(ExchangeType::Direct),
+                    Some("topic") => Some(ExchangeType::Topic),
+                    Some("fanout") => Some(ExchangeType::Fanout),
+                    Some("headers") => Some(ExchangeType::Headers),
+                    Some(other) => {
+                        p.invalid(
                             "declare.type",
                             format!("`{other}` is not direct, topic, fanout or headers"),
-                        ));
+                        );
+                        None
                     }
-                });
+                    None => None,
+                };
             }
             "durable" => {
-                durable = v
-                    .as_bool()
-                    .ok_or_else(|| SinkError::invalid("declare.durable", "must be true or false"))?;
+                if let Some(b) = p.boolean("declare.durable", v) {
+                    durable = b;
+                }
             }
-            other => {
-                return Err(SinkError::UnknownOption {
-                    option: format!("declare.{other}"),
-                });
-            }
+            other => p.unknown(format!("declare.{other}"), DECLARE_OPTIONS),
         }
     }
-    Ok(Declare {
-        kind: kind.ok_or(SinkError::MissingOption {
-            option: "declare.type",
-        })?,
+    if kind.is_none() && p.ok("declare.type") {
+        p.missing("declare.type");
+    }
+    Some(Declare {
+        kind: kind.unwrap_or(ExchangeType::Direct),
         durable,
     })
 }
@@ -431,6 +452,52 @@ mod tests {
             RabbitMqSinkConfig::new("amqp://guest:s3cret@h", "x", "k")
         );
         assert!(!debug.contains("s3cret"), "{debug}");
+    }
+
+    /// Every problem `from_options` reports for `v`, as its text.
+    fn problems(v: serde_json::Value) -> Vec<String> {
+        match RabbitMqSinkConfig::from_options(&opts(v)) {
+            Ok(c) => vec![format!("unexpectedly valid: {c:?}")],
+            Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_one_run() {
+        assert_eq!(
+            problems(serde_json::json!({
+                "url": "amqp://h", "exchange": "",
+                "declare": {"type": "bogus", "durable": "maybe", "auto_delete": true},
+                "mandatory": "no", "timeout_ms": 0, "routing_key": "{tenat}"
+            })),
+            [
+                "sink option `declare`: the default exchange (`exchange: \"\"`) always exists and cannot be declared",
+                "unknown sink option `declare.auto_delete` (valid: declare.type, declare.durable)",
+                "sink option `declare.durable`: must be true or false",
+                "sink option `declare.type`: `bogus` is not direct, topic, fanout or headers",
+                "sink option `mandatory`: must be true or false",
+                "sink option `routing_key`: `{tenat}` is not a placeholder (only `{tenant}`, `{source}` and `{ordering_key}`)",
+                "sink option `timeout_ms`: must be more than 0",
+            ]
+        );
+        // A broken exchange: the rule of `declare` with it is not applied.
+        assert_eq!(
+            problems(serde_json::json!({"url": "http://guest:s3cret@h", "exchange": 5, "declare": {}, "queue": "q"})),
+            [
+                "sink option `declare.type` is required",
+                "sink option `exchange`: must be a string",
+                "unknown sink option `queue` (valid: url, exchange, routing_key, mandatory, declare, timeout_ms)",
+                "sink option `url`: `http://guest:***@h` is not an amqp:// or amqps:// URL",
+            ]
+        );
+        assert_eq!(
+            problems(serde_json::json!({"declare": "topic"})),
+            [
+                "sink option `declare`: must be a map: {type: direct|topic|fanout|headers, durable: true}",
+                "sink option `url` is required",
+                "sink option `exchange` is required",
+            ]
+        );
     }
 
     #[test]

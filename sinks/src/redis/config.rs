@@ -1,7 +1,20 @@
 //! The Redis sink's options.
 
 use crate::secret::redact_url;
-use crate::{Options, SinkError, template};
+use crate::{OptionProblems, Options, SinkError, template};
+
+/// The options of a redis sink.
+const OPTIONS: &[&str] = &["url", "mode", "stream", "channel", "maxlen", "timeout_ms"];
+
+/// Records the problem of a stream or channel name (`option`), if any: empty,
+/// or a template with another placeholder than `{tenant}` and `{source}`.
+fn check_target(option: &str, target: &str, p: &mut OptionProblems) {
+    if target.is_empty() {
+        p.invalid(option, "must not be empty");
+    } else if let Err(reason) = template::check(target, &["tenant", "source"]) {
+        p.invalid(option, reason);
+    }
+}
 
 /// `timeout_ms` when the option is absent: 10 s.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -83,111 +96,123 @@ impl RedisSinkConfig {
     /// Reads and validates the options `url`, `mode`, `stream`, `channel`,
     /// `maxlen` and `timeout_ms`; any other option is an error, as is a wrong
     /// type or value, or an option of the other mode. Every error names the
-    /// option.
+    /// option, and every problem of `options` is reported, in the order of
+    /// the options ([`SinkError::Options`] when there are several). With a
+    /// wrong `mode`, `stream` and `channel` are each checked as a name but
+    /// neither is required.
     pub fn from_options(options: &Options) -> Result<RedisSinkConfig, SinkError> {
-        let string = |name: &str, v: &serde_json::Value| {
-            v.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| SinkError::invalid(name, "must be a string"))
-        };
+        let mut p = OptionProblems::new();
         let (mut url, mut mode, mut stream, mut channel, mut maxlen) = (None, None, None, None, None);
         let mut timeout_ms = DEFAULT_TIMEOUT_MS;
         for (name, value) in options {
             match name.as_str() {
-                "url" => url = Some(string("url", value)?),
+                "url" => url = p.string("url", value),
                 "mode" => {
-                    mode = Some(match string("mode", value)?.as_str() {
-                        "stream" => RedisMode::Stream,
-                        "publish" => RedisMode::Publish,
-                        other => {
-                            return Err(SinkError::invalid(
-                                "mode",
-                                format!("`{other}` is not `stream` or `publish`"),
-                            ));
+                    mode = match p.string("mode", value).as_deref() {
+                        Some("stream") => Some(RedisMode::Stream),
+                        Some("publish") => Some(RedisMode::Publish),
+                        Some(other) => {
+                            p.invalid("mode", format!("`{other}` is not `stream` or `publish`"));
+                            None
                         }
-                    });
+                        None => None,
+                    };
                 }
-                "stream" => stream = Some(string("stream", value)?),
-                "channel" => channel = Some(string("channel", value)?),
-                "maxlen" => {
-                    maxlen = Some(value.as_u64().ok_or_else(|| {
-                        SinkError::invalid("maxlen", "must be a whole number of entries")
-                    })?);
-                }
+                "stream" => stream = p.string("stream", value),
+                "channel" => channel = p.string("channel", value),
+                "maxlen" => maxlen = p.whole("maxlen", value, "entries"),
                 "timeout_ms" => {
-                    timeout_ms = value.as_u64().ok_or_else(|| {
-                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
-                    })?;
+                    if let Some(ms) = p.whole("timeout_ms", value, "milliseconds") {
+                        timeout_ms = ms;
+                    }
                 }
-                _ => {
-                    return Err(SinkError::UnknownOption {
-                        option: name.clone(),
-                    });
-                }
+                _ => p.unknown(name.clone(), OPTIONS),
             }
         }
-        let url = url.ok_or(SinkError::MissingOption { option: "url" })?;
+        if url.is_none() && p.ok("url") {
+            p.missing("url");
+        }
+        let mode_known = p.ok("mode");
         let mode = mode.unwrap_or(RedisMode::Stream);
-        let target = match mode {
-            RedisMode::Stream => {
-                if channel.is_some() {
-                    return Err(SinkError::invalid(
-                        "channel",
-                        "is for `mode: publish`; stream mode writes to `stream`",
-                    ));
-                }
-                stream.ok_or(SinkError::MissingOption { option: "stream" })?
+        let target = if !mode_known {
+            // Which of `stream` and `channel` is the target is not known:
+            // check each given one as a name, require neither.
+            if let Some(c) = &channel
+                && p.ok("channel")
+            {
+                check_target("channel", c, &mut p);
             }
-            RedisMode::Publish => {
-                if stream.is_some() {
-                    return Err(SinkError::invalid(
-                        "stream",
-                        "is for stream mode; `mode: publish` publishes to `channel`",
-                    ));
+            if stream.is_none() {
+                p.placeholder("stream");
+            }
+            stream
+        } else {
+            match mode {
+                RedisMode::Stream => {
+                    if channel.is_some() && p.ok("channel") {
+                        p.invalid("channel", "is for `mode: publish`; stream mode writes to `stream`");
+                    }
+                    if stream.is_none() && p.ok("stream") {
+                        p.missing("stream");
+                    }
+                    stream
                 }
-                if maxlen.is_some() {
-                    return Err(SinkError::invalid(
-                        "maxlen",
-                        "trims a stream; `mode: publish` has none",
-                    ));
+                RedisMode::Publish => {
+                    if stream.is_some() && p.ok("stream") {
+                        p.invalid("stream", "is for stream mode; `mode: publish` publishes to `channel`");
+                    }
+                    if maxlen.is_some() && p.ok("maxlen") {
+                        p.invalid("maxlen", "trims a stream; `mode: publish` has none");
+                    }
+                    if channel.is_none() && p.ok("channel") {
+                        p.missing("channel");
+                    }
+                    channel
                 }
-                channel.ok_or(SinkError::MissingOption { option: "channel" })?
             }
         };
         let config = RedisSinkConfig {
-            url,
+            url: url.unwrap_or_default(),
             mode,
-            target,
+            target: target.unwrap_or_default(),
             maxlen,
             timeout_ms,
         };
-        config.validate()?;
-        Ok(config)
+        config.check(&mut p);
+        p.sort_as_written(options);
+        p.finish(config)
     }
 
-    /// Checks every field; [`crate::redis::RedisSink::new`] calls it too, so
-    /// a config built in code is held to the same rules.
+    /// Checks every field, reporting every problem;
+    /// [`crate::redis::RedisSink::new`] calls it too, so a config built in
+    /// code is held to the same rules.
     pub fn validate(&self) -> Result<(), SinkError> {
-        self.client()?;
+        let mut p = OptionProblems::new();
+        self.check(&mut p);
+        p.into_result()
+    }
+
+    /// Records the problems of every field whose value is real
+    /// ([`OptionProblems::ok`]), and the rule between `maxlen` and `mode`
+    /// when both are.
+    fn check(&self, p: &mut OptionProblems) {
+        if p.ok("url") {
+            p.take(self.client());
+        }
         let option = self.target_option();
-        if self.target.is_empty() {
-            return Err(SinkError::invalid(option, "must not be empty"));
+        if p.ok(option) {
+            check_target(option, &self.target, p);
         }
-        template::check(&self.target, &["tenant", "source"])
-            .map_err(|reason| SinkError::invalid(option, reason))?;
-        if self.maxlen == Some(0) {
-            return Err(SinkError::invalid("maxlen", "must be more than 0"));
+        if p.ok("maxlen") {
+            if self.maxlen == Some(0) {
+                p.invalid("maxlen", "must be more than 0");
+            } else if self.maxlen.is_some() && self.mode == RedisMode::Publish && p.ok("mode") {
+                p.invalid("maxlen", "trims a stream; `mode: publish` has none");
+            }
         }
-        if self.maxlen.is_some() && self.mode == RedisMode::Publish {
-            return Err(SinkError::invalid(
-                "maxlen",
-                "trims a stream; `mode: publish` has none",
-            ));
+        if p.ok("timeout_ms") && self.timeout_ms == 0 {
+            p.invalid("timeout_ms", "must be more than 0");
         }
-        if self.timeout_ms == 0 {
-            return Err(SinkError::invalid("timeout_ms", "must be more than 0"));
-        }
-        Ok(())
     }
 
     /// The client for [`RedisSinkConfig::url`] (parsing only; no connection).
@@ -266,6 +291,72 @@ mod tests {
         assert!(
             err(serde_json::json!({"url": "redis://x", "mode": "publish", "stream": "s"})).contains("`stream`")
         );
+    }
+
+    /// Every problem `from_options` reports for `v`, as its text.
+    fn problems(v: serde_json::Value) -> Vec<String> {
+        match RedisSinkConfig::from_options(&opts(v)) {
+            Ok(c) => vec![format!("unexpectedly valid: {c:?}")],
+            Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_one_run() {
+        // The tester's example: three mistakes, three problems, in option order.
+        let e = RedisSinkConfig::from_options(&opts(serde_json::json!({
+            "url": "http://x", "stream": "", "strem": 1
+        })))
+        .expect_err("three problems");
+        assert!(matches!(&e, SinkError::Options(all) if all.len() == 3), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "3 problems: sink option `stream`: must not be empty; \
+             unknown sink option `strem` (valid: url, mode, stream, channel, maxlen, timeout_ms); \
+             sink option `url`: `http://x` is not a redis:// URL (this build has no TLS for rediss://)"
+        );
+        // A wrong mode: stream and channel are each checked as names, neither
+        // is required, and the rules of the mode are not applied.
+        assert_eq!(
+            problems(serde_json::json!({
+                "url": "redis://x", "mode": "xadd", "channel": "c:{nope}", "maxlen": 0, "timeout_ms": "1"
+            })),
+            [
+                "sink option `channel`: `{nope}` is not a placeholder (only `{tenant}` and `{source}`)",
+                "sink option `maxlen`: must be more than 0",
+                "sink option `mode`: `xadd` is not `stream` or `publish`",
+                "sink option `timeout_ms`: must be a whole number of milliseconds",
+            ]
+        );
+        // Publish mode: every option of the other mode, and the missing channel.
+        assert_eq!(
+            problems(serde_json::json!({"url": "redis://x", "mode": "publish", "stream": "s", "maxlen": 5})),
+            [
+                "sink option `maxlen`: trims a stream; `mode: publish` has none",
+                "sink option `stream`: is for stream mode; `mode: publish` publishes to `channel`",
+                "sink option `channel` is required",
+            ]
+        );
+        // A url of the wrong type is one problem, not also "required".
+        assert_eq!(
+            problems(serde_json::json!({"url": 5, "mode": "stream", "channel": "c"})),
+            [
+                "sink option `channel`: is for `mode: publish`; stream mode writes to `stream`",
+                "sink option `url`: must be a string",
+                "sink option `stream` is required",
+            ]
+        );
+        // One problem keeps its own variant and text.
+        let e = RedisSinkConfig::from_options(&opts(serde_json::json!({"url": "redis://x", "stream": "s", "maxlen": 0})))
+            .expect_err("one problem");
+        assert_eq!(e.to_string(), "sink option `maxlen`: must be more than 0");
+        // A config built in code: every problem too.
+        let mut c = RedisSinkConfig::publish("http://x", "");
+        c.maxlen = Some(3);
+        c.timeout_ms = 0;
+        let e = c.validate().expect_err("four problems");
+        let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+        assert_eq!(names, ["url", "channel", "maxlen", "timeout_ms"]);
     }
 
     #[test]

@@ -1,6 +1,18 @@
 //! The SQS sink's options.
 
-use crate::{Options, SinkError};
+use crate::{OptionProblems, Options, SinkError};
+
+/// The options of an sqs sink (`ordered` is core's in a configuration file;
+/// [`SqsSinkConfig::from_options`] reads it for configs built in code).
+const OPTIONS: &[&str] = &[
+    "queue_url",
+    "region",
+    "endpoint_url",
+    "timeout_ms",
+    "body_encoding",
+    "max_message_bytes",
+    "ordered",
+];
 
 /// `timeout_ms` when the option is absent: 10 s.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -131,92 +143,80 @@ impl SqsSinkConfig {
     /// Reads and validates the options `queue_url`, `region`, `endpoint_url`,
     /// `timeout_ms`, `body_encoding`, `max_message_bytes` and `ordered`; any
     /// other option is an error, as is a wrong type or value. Every error
-    /// names the option.
+    /// names the option, and every problem of `options` is reported, in the
+    /// order of the options ([`SinkError::Options`] when there are several).
     pub fn from_options(options: &Options) -> Result<SqsSinkConfig, SinkError> {
-        let string = |name: &str, v: &serde_json::Value| {
-            v.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| SinkError::invalid(name, "must be a string"))
-        };
+        let mut p = OptionProblems::new();
         let mut config = SqsSinkConfig::new("");
         let mut queue_url = None;
         for (name, value) in options {
             match name.as_str() {
-                "queue_url" => queue_url = Some(string("queue_url", value)?),
-                "region" => config.region = Some(string("region", value)?),
-                "endpoint_url" => config.endpoint_url = Some(string("endpoint_url", value)?),
+                "queue_url" => queue_url = p.string("queue_url", value),
+                "region" => config.region = p.string("region", value),
+                "endpoint_url" => config.endpoint_url = p.string("endpoint_url", value),
                 "timeout_ms" => {
-                    config.timeout_ms = value.as_u64().ok_or_else(|| {
-                        SinkError::invalid("timeout_ms", "must be a whole number of milliseconds")
-                    })?;
+                    if let Some(ms) = p.whole("timeout_ms", value, "milliseconds") {
+                        config.timeout_ms = ms;
+                    }
                 }
                 "max_message_bytes" => {
-                    config.max_message_bytes = value.as_u64().ok_or_else(|| {
-                        SinkError::invalid("max_message_bytes", "must be a whole number of bytes")
-                    })?;
+                    if let Some(n) = p.whole("max_message_bytes", value, "bytes") {
+                        config.max_message_bytes = n;
+                    }
                 }
-                "body_encoding" => {
-                    config.body_encoding = match string("body_encoding", value)?.as_str() {
-                        "raw" => BodyEncoding::Raw,
-                        "base64" => BodyEncoding::Base64,
-                        other => {
-                            return Err(SinkError::invalid(
-                                "body_encoding",
-                                format!("`{other}` is not `raw` or `base64`"),
-                            ));
-                        }
-                    };
-                }
+                "body_encoding" => match p.string("body_encoding", value).as_deref() {
+                    Some("raw") => config.body_encoding = BodyEncoding::Raw,
+                    Some("base64") => config.body_encoding = BodyEncoding::Base64,
+                    Some(other) => {
+                        p.invalid("body_encoding", format!("`{other}` is not `raw` or `base64`"));
+                    }
+                    None => {}
+                },
                 "ordered" => {
-                    config.ordered = value
-                        .as_bool()
-                        .ok_or_else(|| SinkError::invalid("ordered", "must be true or false"))?;
+                    if let Some(b) = p.boolean("ordered", value) {
+                        config.ordered = b;
+                    }
                 }
-                _ => {
-                    return Err(SinkError::UnknownOption {
-                        option: name.clone(),
-                    });
-                }
+                _ => p.unknown(name.clone(), OPTIONS),
             }
         }
-        config.queue_url = queue_url.ok_or(SinkError::MissingOption {
-            option: "queue_url",
-        })?;
-        config.validate()?;
-        Ok(config)
+        match queue_url {
+            Some(u) => config.queue_url = u,
+            None if p.ok("queue_url") => p.missing("queue_url"),
+            None => {}
+        }
+        config.check(&mut p);
+        p.sort_as_written(options);
+        p.finish(config)
     }
 
-    /// Checks every field; [`crate::sqs::SqsSink::new`] calls it too, so a
-    /// config built in code is held to the same rules. Agrees with the config
-    /// crate: `ordered` with a queue URL not ending `.fifo` is refused.
+    /// Checks every field, reporting every problem;
+    /// [`crate::sqs::SqsSink::new`] calls it too, so a config built in code
+    /// is held to the same rules. Agrees with the config crate: `ordered`
+    /// with a queue URL not ending `.fifo` is refused.
     pub fn validate(&self) -> Result<(), SinkError> {
-        check_url(&self.queue_url).map_err(|r| SinkError::invalid("queue_url", r))?;
-        // A queue URL is `<endpoint>/<account>/<name>`: a query or fragment
-        // would make `.fifo` (and the name) be read from the wrong part.
-        if self.queue_url.contains(['?', '#']) {
-            return Err(SinkError::invalid(
-                "queue_url",
-                format!("`{}` has a query or fragment; a queue URL ends in the queue's name", self.queue_url),
-            ));
+        let mut p = OptionProblems::new();
+        self.check(&mut p);
+        p.into_result()
+    }
+
+    /// Records the problems of every field whose value is real
+    /// ([`OptionProblems::ok`]), and the rule between `ordered` and
+    /// `queue_url` when both are.
+    fn check(&self, p: &mut OptionProblems) {
+        if p.ok("queue_url")
+            && let Err(reason) = check_queue_url(&self.queue_url)
+        {
+            p.invalid("queue_url", reason);
         }
-        let name = queue_name(&self.queue_url);
-        if name.is_empty() {
-            return Err(SinkError::invalid(
-                "queue_url",
-                format!(
-                    "`{}` has no queue name (expected https://sqs.<region>.amazonaws.com/<account>/<name>)",
-                    self.queue_url
-                ),
-            ));
-        }
-        if self.ordered && !self.is_fifo() {
-            return Err(SinkError::invalid(
+        if self.ordered && p.ok("ordered") && p.ok("queue_url") && !self.is_fifo() {
+            p.invalid(
                 "ordered",
                 format!(
                     "requires a FIFO queue (queue_url must end in .fifo); queue_url is `{}`",
                     self.queue_url
                 ),
-            ));
+            );
         }
         if let Some(region) = &self.region {
             let ok = !region.is_empty()
@@ -224,35 +224,35 @@ impl SqsSinkConfig {
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
             if !ok {
-                return Err(SinkError::invalid(
+                p.invalid(
                     "region",
                     format!("`{region}` is not a region name (like `eu-west-1`)"),
-                ));
+                );
             }
         }
-        if let Some(endpoint) = &self.endpoint_url {
-            check_url(endpoint).map_err(|r| SinkError::invalid("endpoint_url", r))?;
+        if let Some(endpoint) = &self.endpoint_url
+            && let Err(reason) = check_url(endpoint)
+        {
+            p.invalid("endpoint_url", reason);
         }
-        if self.timeout_ms == 0 {
-            return Err(SinkError::invalid("timeout_ms", "must be more than 0"));
+        if p.ok("timeout_ms") && self.timeout_ms == 0 {
+            p.invalid("timeout_ms", "must be more than 0");
         }
-        if !(MIN_MESSAGE_BYTES..=MAX_MESSAGE_BYTES_LIMIT).contains(&self.max_message_bytes) {
-            return Err(SinkError::invalid(
+        if p.ok("max_message_bytes")
+            && !(MIN_MESSAGE_BYTES..=MAX_MESSAGE_BYTES_LIMIT).contains(&self.max_message_bytes)
+        {
+            p.invalid(
                 "max_message_bytes",
                 format!(
                     "must be {MIN_MESSAGE_BYTES} to {MAX_MESSAGE_BYTES_LIMIT} (SQS's MaximumMessageSize range)"
                 ),
-            ));
+            );
         }
         if let Some(c) = &self.credentials
             && (c.access_key_id.is_empty() || c.secret_access_key.is_empty())
         {
-            return Err(SinkError::invalid(
-                "credentials",
-                "key id and secret must not be empty",
-            ));
+            p.invalid("credentials", "key id and secret must not be empty");
         }
-        Ok(())
     }
 
     /// The region to use when [`SqsSinkConfig::region`] is not set: the
@@ -265,6 +265,25 @@ impl SqsSinkConfig {
         let aws = matches!(domain, "amazonaws.com" | "amazonaws.com.cn" | "api.aws");
         (aws && !region.is_empty()).then_some(region)
     }
+}
+
+/// The queue URL's problem, if any: an http(s) URL with a host whose last
+/// path segment is the queue's name, and no query or fragment.
+fn check_queue_url(queue_url: &str) -> Result<(), String> {
+    check_url(queue_url)?;
+    // A queue URL is `<endpoint>/<account>/<name>`: a query or fragment
+    // would make `.fifo` (and the name) be read from the wrong part.
+    if queue_url.contains(['?', '#']) {
+        return Err(format!(
+            "`{queue_url}` has a query or fragment; a queue URL ends in the queue's name"
+        ));
+    }
+    if queue_name(queue_url).is_empty() {
+        return Err(format!(
+            "`{queue_url}` has no queue name (expected https://sqs.<region>.amazonaws.com/<account>/<name>)"
+        ));
+    }
+    Ok(())
 }
 
 /// An `http://` or `https://` URL with a host and no whitespace: what the
@@ -379,6 +398,46 @@ mod tests {
                 .contains("`max_message_bytes`")
         );
         assert!(err(serde_json::json!({"queue_url": Q, "queue": "x"})).contains("`queue`"));
+    }
+
+    /// Every problem `from_options` reports for `v`, as its text.
+    fn problems(v: serde_json::Value) -> Vec<String> {
+        match SqsSinkConfig::from_options(&opts(v)) {
+            Ok(c) => vec![format!("unexpectedly valid: {c:?}")],
+            Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_one_run() {
+        assert_eq!(
+            problems(serde_json::json!({
+                "queue_url": "https://x", "region": "EU", "endpoint_url": 5, "body_encoding": "hex",
+                "max_message_bytes": 10, "queue": 1, "timeout_ms": 0
+            })),
+            [
+                "sink option `body_encoding`: `hex` is not `raw` or `base64`",
+                "sink option `endpoint_url`: must be a string",
+                "sink option `max_message_bytes`: must be 1024 to 1048576 (SQS's MaximumMessageSize range)",
+                "unknown sink option `queue` (valid: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, ordered)",
+                "sink option `queue_url`: `https://x` has no queue name (expected https://sqs.<region>.amazonaws.com/<account>/<name>)",
+                "sink option `region`: `EU` is not a region name (like `eu-west-1`)",
+                "sink option `timeout_ms`: must be more than 0",
+            ]
+        );
+        // `ordered` needs a FIFO queue_url: not checked against a broken one.
+        assert_eq!(
+            problems(serde_json::json!({"queue_url": 5, "ordered": true})),
+            ["sink option `queue_url`: must be a string"]
+        );
+        assert_eq!(
+            problems(serde_json::json!({"ordered": "yes", "endpoint_url": "localhost:5000"})),
+            [
+                "sink option `endpoint_url`: `localhost:5000` is not an http:// or https:// URL",
+                "sink option `ordered`: must be true or false",
+                "sink option `queue_url` is required",
+            ]
+        );
     }
 
     #[test]

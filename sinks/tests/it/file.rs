@@ -279,7 +279,24 @@ fn config_from_options() {
         }
     }
     match FileSinkConfig::from_options(&options(json!({"path": "a", "fsync": "always"}))) {
-        Err(SinkError::UnknownOption { option }) => assert_eq!(option, "fsync"),
+        Err(SinkError::UnknownOption { option, .. }) => assert_eq!(option, "fsync"),
         other => panic!("{other:?}"),
     }
+    // Every problem at once, in option order; a missing path comes last.
+    let e = FileSinkConfig::from_options(&options(json!({"path": 3, "fsync": "always", "mode": 1})))
+        .expect_err("three problems");
+    let got: Vec<String> = e.problems().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [
+            "unknown sink option `fsync` (valid: path)",
+            "unknown sink option `mode` (valid: path)",
+            "sink option `path`: must be a string",
+        ]
+    );
+    let e = FileSinkConfig::from_options(&options(json!({"fsync": 1}))).expect_err("two problems");
+    assert_eq!(
+        e.to_string(),
+        "2 problems: unknown sink option `fsync` (valid: path); sink option `path` is required"
+    );
 }

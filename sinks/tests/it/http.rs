@@ -497,7 +497,7 @@ fn config_errors_name_the_option() {
         SinkError::MissingOption { option: "url" }
     ));
     match err(json!({"url": "http://h/", "timout_ms": 5})) {
-        SinkError::UnknownOption { option } => assert_eq!(option, "timout_ms"),
+        SinkError::UnknownOption { option, .. } => assert_eq!(option, "timout_ms"),
         other => panic!("{other:?}"),
     }
     // The message names the option too.
@@ -510,6 +510,46 @@ fn config_errors_name_the_option() {
         invalid_option(HttpSink::new(&c).expect_err("zero")),
         "timeout_ms"
     );
+}
+
+/// Every problem of the options in one error, in option order (headers by
+/// their order in the map): two bad header values are two problems, and a
+/// header that is not a string does not hide the others.
+#[test]
+fn every_config_problem_is_reported_at_once() {
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "ftp://h/x",
+        "timeout_ms": 0,
+        "timout": 1,
+        "headers": {"x-a": "a\nb", "x-b": "c\rd", "Content-Type": "t", "x-c": 5, "x-ok": "fine"}
+    })))
+    .expect_err("seven problems");
+    let got: Vec<String> = e.problems().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        got,
+        [
+            "sink option `headers.Content-Type`: is set by the sink and cannot be configured",
+            "sink option `headers.x-a`: is not a valid header value (control character)",
+            "sink option `headers.x-b`: is not a valid header value (control character)",
+            "sink option `headers.x-c`: must be a string",
+            "sink option `timeout_ms`: must be more than 0",
+            "unknown sink option `timout` (valid: url, timeout_ms, headers)",
+            "sink option `url`: scheme `ftp` is not http or https",
+        ]
+    );
+    assert!(e.to_string().starts_with("7 problems: sink option `headers.Content-Type`: "), "{e}");
+    // A missing url with a bad header: both.
+    let e = HttpSinkConfig::from_options(&options(json!({"headers": {"bad name": "x"}})))
+        .expect_err("two problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(names, ["headers.bad name", "url"]);
+    // A config built in code: the constructor reports every problem too.
+    let mut c = HttpSinkConfig::new("http://h/");
+    c.timeout_ms = 0;
+    c.headers = vec![("host".into(), "x".into()), ("x-a".into(), "\u{7f}".into())];
+    let e = HttpSink::new(&c).expect_err("three problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(names, ["timeout_ms", "headers.host", "headers.x-a"]);
 }
 
 /// The provider's stored headers reach the destination (so it can tell a

@@ -604,7 +604,7 @@ fn bad_options_are_load_errors_naming_the_option() {
         match KafkaSinkConfig::from_options(&options(v)) {
             Err(SinkError::InvalidOption { option, reason }) => (option, reason),
             Err(SinkError::MissingOption { option }) => (option.to_owned(), "missing".into()),
-            Err(SinkError::UnknownOption { option }) => (option, "unknown".into()),
+            Err(SinkError::UnknownOption { option, .. }) => (option, "unknown".into()),
             other => panic!("expected an option error, got {other:?}"),
         }
     };
@@ -678,4 +678,24 @@ fn bad_options_are_load_errors_naming_the_option() {
         "properties": {"security.protocol": "sasl_plaintext", "sasl.mechanism": "SCRAM-SHA-512"}
     }));
     assert_eq!(option, "properties.sasl.mechanism", "{reason}");
+    // Several bad properties (and options) at once: every one is named in one
+    // error, librdkafka's refusals included.
+    let e = KafkaSinkConfig::from_options(&options(json!({
+        "brokers": "a:9092", "topic": "a b", "partitions": 3,
+        "properties": {"linger.ms": "abc", "no.such.property": 1, "acks": "0", "security.protocol": "ssl"}
+    })))
+    .expect_err("six problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(
+        names,
+        [
+            "partitions",
+            "properties.acks",
+            "properties.linger.ms",
+            "properties.no.such.property",
+            "properties.security.protocol",
+            "topic",
+        ],
+        "{e}"
+    );
 }

@@ -607,7 +607,7 @@ fn bad_options_are_load_errors_naming_the_option() {
         NatsSinkConfig::from_options(&options(json!({"url": URL, "subject": "s", "stream": "S"})))
             .expect_err("unknown");
     assert!(
-        matches!(&e, SinkError::UnknownOption { option } if option == "stream"),
+        matches!(&e, SinkError::UnknownOption { option, .. } if option == "stream"),
         "{e}"
     );
 }

@@ -519,7 +519,7 @@ fn bad_options_are_load_errors_naming_the_option() {
         let got = match &e {
             SinkError::InvalidOption { option, .. } => option.clone(),
             SinkError::MissingOption { option } => (*option).to_owned(),
-            SinkError::UnknownOption { option } => option.clone(),
+            SinkError::UnknownOption { option, .. } => option.clone(),
             other => panic!("{v}: unexpected {other}"),
         };
         assert_eq!(got, option, "{v}: {e}");

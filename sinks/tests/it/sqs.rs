@@ -560,7 +560,7 @@ async fn bad_options_are_load_errors_naming_the_option() {
     let e = SqsSinkConfig::from_options(&options(json!({"queue_url": std_url, "visibility": 3})))
         .expect_err("unknown option");
     assert!(
-        matches!(&e, SinkError::UnknownOption { option } if option == "visibility"),
+        matches!(&e, SinkError::UnknownOption { option, .. } if option == "visibility"),
         "{e}"
     );
     // A FIFO queue may be ordered.
