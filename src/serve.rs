@@ -51,8 +51,14 @@ pub fn main(config: Option<PathBuf>) -> ExitCode {
             .with_context(|| format!("creating data_dir {}", cfg.node.data_dir.display()))?;
         let store_dir = cfg.node.data_dir.join(format!("store-{}", cfg.node.store.as_str()));
         match cfg.node.store {
-            StoreBackend::RocksDb => run(Arc::new(ankusa_engine_rocksdb::RocksKv::open(&store_dir)?), cfg).await,
-            StoreBackend::Fjall => run(Arc::new(ankusa_engine_fjall::FjallKv::open(&store_dir)?), cfg).await,
+            StoreBackend::RocksDb => {
+                let kv = ankusa_engine_rocksdb::RocksKv::open(&store_dir).map_err(|e| in_use(&store_dir, e.into()))?;
+                run(Arc::new(kv), cfg).await
+            }
+            StoreBackend::Fjall => {
+                let kv = ankusa_engine_fjall::FjallKv::open(&store_dir).map_err(|e| in_use(&store_dir, e.into()))?;
+                run(Arc::new(kv), cfg).await
+            }
             StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg).await,
         }
     });
@@ -62,6 +68,17 @@ pub fn main(config: Option<PathBuf>) -> ExitCode {
             eprintln!("ankusa: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A store that cannot be opened because its lock is held says so: another
+/// relay (or a leftover process) is using this data_dir.
+fn in_use(dir: &std::path::Path, e: anyhow::Error) -> anyhow::Error {
+    let text = format!("{e:#}").to_lowercase();
+    if text.contains("lock") {
+        e.context(format!("the store at {} is in use: is another relay running on this data_dir?", dir.display()))
+    } else {
+        e.context(format!("opening the store at {}", dir.display()))
     }
 }
 
@@ -90,13 +107,15 @@ fn init_logs() {
 pub fn check_source(s: &ankusa_config::Source) -> Vec<ankusa_config::Problem> {
     let mut out = Vec::new();
     for e in &s.sinks {
-        if let Err((option, message)) = crate::sinks::check(e.kind, &e.options_json()) {
-            let scope = ankusa_config::Scope::Sink {
-                source_name: s.name.clone(),
-                sink: e.name.clone(),
-                kind: e.kind.as_str().to_owned(),
-            };
-            out.push(ankusa_config::Problem { scope, option, message });
+        if let Err(problems) = crate::sinks::check(e.kind, &e.options_json()) {
+            for (option, message) in problems {
+                let scope = ankusa_config::Scope::Sink {
+                    source_name: s.name.clone(),
+                    sink: e.name.clone(),
+                    kind: e.kind.as_str().to_owned(),
+                };
+                out.push(ankusa_config::Problem { scope, option, message });
+            }
         }
     }
     out.extend(ankusa_edge::server::check_source(s));
