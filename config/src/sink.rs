@@ -111,6 +111,22 @@ pub(crate) fn entry(
         if core {
             continue;
         }
+        // A map option (http headers, kafka properties) resolves entry by
+        // entry: an unset secret is named `<option>.<entry>`, and the other
+        // entries still reach the sink's own checks.
+        if let Value::Mapping(entries) = v {
+            let mut resolved = Mapping::new();
+            for (ek, ev) in entries {
+                match resolve_env(ev, ctx.env) {
+                    Ok(ev) => {
+                        resolved.insert(ek.clone(), ev);
+                    }
+                    Err(m) => p.push(&scope, format!("{key}.{}", key_text(ek)), m),
+                }
+            }
+            options.insert(k.clone(), Value::Mapping(resolved));
+            continue;
+        }
         match resolve_env(v, ctx.env) {
             Ok(v) => {
                 options.insert(k.clone(), v);

@@ -185,7 +185,7 @@ fn the_embedded_default_is_issue_4s_demo() {
     let c = Config::default_demo();
     assert_eq!(c, load_env(DEFAULT_YAML, &[]).expect("default"));
     assert_eq!(c.node.store, StoreBackend::RocksDb);
-    assert_eq!(c.node.data_dir, PathBuf::from("./relay-data"));
+    assert_eq!(c.node.data_dir, PathBuf::from("./data"));
     assert_eq!(
         c.listeners.ingest,
         "127.0.0.1:8080".parse::<SocketAddr>().expect("addr")

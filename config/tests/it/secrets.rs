@@ -111,13 +111,13 @@ fn unset_and_empty_variables_are_load_errors() {
     assert_eq!(
         problems(load_env(YAML, &without("SINK_TOKEN"))),
         [
-            "source \"stripe\", sink \"h\" (http): option \"headers\": environment variable SINK_TOKEN is not set"
+            "source \"stripe\", sink \"h\" (http): option \"headers.Authorization\": environment variable SINK_TOKEN is not set"
         ]
     );
     assert_eq!(
         problems(load_env(YAML, &without("REDIS_PASSWORD"))),
         [
-            "source \"stripe\", sink \"r\" (redis): option \"auth\": environment variable REDIS_PASSWORD is not set"
+            "source \"stripe\", sink \"r\" (redis): option \"auth.password\": environment variable REDIS_PASSWORD is not set"
         ]
     );
     let mut empty: Vec<(&str, &str)> = without("STRIPE_SECRET");
