@@ -49,7 +49,15 @@ const CORE_OPTIONS: &[&str] = &["type", "name", "ordered", "ordering_key"];
 pub fn check(kind: SinkKind, options: &Options) -> Result<(), Vec<(String, String)>> {
     let checked: Result<(), SinkError> = match kind {
         SinkKind::Http => ankusa_sinks::http::HttpSinkConfig::from_options(options).map(|_| ()),
-        SinkKind::File => ankusa_sinks::file::FileSinkConfig::from_options(options).map(|_| ()),
+        // The one check that looks at the machine: a path that is a
+        // directory would only fail at start, after the store was created.
+        SinkKind::File => ankusa_sinks::file::FileSinkConfig::from_options(options).and_then(|c| {
+            if c.path.is_dir() {
+                Err(SinkError::invalid("path", format!("{} is a directory, not a file", c.path.display())))
+            } else {
+                Ok(())
+            }
+        }),
         #[cfg(feature = "redis")]
         SinkKind::Redis => ankusa_sinks::redis::RedisSinkConfig::from_options(options).map(|_| ()),
         #[cfg(feature = "rabbitmq")]

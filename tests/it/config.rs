@@ -284,3 +284,16 @@ fn redis_sinks_are_checked_by_their_adapter() {
     let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
     assert!(status.success(), "{out}");
 }
+
+/// A file sink whose path is a directory is refused by check-config (it used
+/// to pass, and serve failed only after creating the store).
+#[test]
+fn a_file_sink_path_that_is_a_directory_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let taken = dir.join("out");
+    std::fs::create_dir(&taken).expect("mkdir");
+    let sink = format!("{{type: file, name: orders, path: '{}'}}", taken.display());
+    refused(&yaml(dir, "", "", &sink), dir, &format!("{}{} is a directory, not a file", prefix("file", "path"), taken.display()));
+}
+
