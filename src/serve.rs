@@ -24,7 +24,7 @@ use ankusa_engine::{Cf, Durability, Kv};
 use ankusa_keys::meta::{decode_format, encode_format};
 use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx};
-use ankusa_pipeline::retention::RetentionConfig;
+use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
 use ankusa_pipeline::{BreakerPolicy, DispatchConfig, Pipeline, RetryPolicy, Route, Routes};
 use ankusa_queue::writer::{Writer, WriterConfig};
 use tokio::sync::watch;
@@ -246,12 +246,15 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         stats: Arc::clone(&stats),
         clock: Box::new(now_ms),
     });
+    let retention_stats = RetentionStats::default();
     let admin_state = Arc::new(AdminState {
         kv: Arc::clone(&kv),
         edge: stats,
         ready: Arc::clone(&pipeline_handle.ready),
         shutting_down: Arc::clone(&shutting_down),
         paused_sinks: Arc::clone(&pipeline_handle.paused_sinks),
+        retention_hooks_deleted: Arc::clone(&retention_stats.hooks_deleted),
+        retention_dedupe_expired: Arc::clone(&retention_stats.dedupe_expired),
     });
     // The ingest listener stops first; the admin listener answers until the
     // end (`/readyz` 503 "shutting down", `/metrics` while the pipeline drains).
@@ -267,6 +270,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         retention_writer,
         RetentionConfig::new(cfg.retention.keep_ms, cfg.retention.interval_ms),
         now_ms,
+        retention_stats,
         shutdown_rx.clone(),
     ));
     let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx));

@@ -19,6 +19,7 @@
 //! (`ankusa_engine_rocksdb`), so a sweep's deletes do not linger on disk.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ankusa_engine::{Durability, Kv};
@@ -130,9 +131,21 @@ async fn tenants<K: Kv>(kv: &Arc<K>) -> Result<Vec<TenantOrd>, PipelineError> {
     Ok(reg.tenants.values().copied().collect())
 }
 
+/// What the sweep has reclaimed since the process started (the
+/// `ankusa_retention_hooks_deleted_total` and
+/// `ankusa_retention_dedupe_expired_total` counters).
+#[derive(Debug, Default)]
+pub struct RetentionStats {
+    /// Envelopes (with their archive entries) deleted.
+    pub hooks_deleted: Arc<AtomicU64>,
+    /// Expired dedupe records deleted.
+    pub dedupe_expired: Arc<AtomicU64>,
+}
+
 /// Runs the sweep until `shutdown` turns true: a round, then `interval_ms` of
 /// sleep (a shutdown ends the sleep at once; a round in progress finishes its
-/// page). Dedupe expiry runs every `dedupe_every_ms`. `clock` gives unix ms.
+/// page). Dedupe expiry runs every `dedupe_every_ms`. `clock` gives unix ms;
+/// `stats` counts what was reclaimed.
 ///
 /// # Errors
 /// A store failure (the node takes its crash path). A Writer that has stopped
@@ -142,6 +155,7 @@ pub async fn run<K: Kv>(
     writer: WriterHandle,
     cfg: RetentionConfig,
     clock: impl Fn() -> u64 + Send + Sync + 'static,
+    stats: RetentionStats,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), PipelineError> {
     let mut last_dedupe: Option<u64> = None;
@@ -160,6 +174,8 @@ pub async fn run<K: Kv>(
             }
             last_dedupe = Some(now);
         }
+        stats.hooks_deleted.fetch_add(hooks as u64, Ordering::Relaxed);
+        stats.dedupe_expired.fetch_add(dedupe as u64, Ordering::Relaxed);
         if hooks + dedupe > 0 {
             info!(hooks, dedupe, keep_ms = cfg.keep_ms, "retention: reclaimed delivered hooks and expired dedupe records");
         } else {

@@ -44,6 +44,12 @@ pub struct AdminState<K: Kv> {
     /// Configured sink entries paused now (the pipeline keeps it:
     /// `PipelineHandle::paused_sinks`), the `ankusa_dispatch_paused` gauge.
     pub paused_sinks: Arc<AtomicU64>,
+    /// Envelopes the retention sweep has deleted since the start
+    /// (`ankusa_retention_hooks_deleted_total`).
+    pub retention_hooks_deleted: Arc<AtomicU64>,
+    /// Expired dedupe records the sweep has deleted since the start
+    /// (`ankusa_retention_dedupe_expired_total`).
+    pub retention_dedupe_expired: Arc<AtomicU64>,
 }
 
 struct StoreCollector<K: Kv> {
@@ -96,6 +102,15 @@ impl<K: Kv> Collector for StoreCollector<K> {
             paused.metric_type(),
         )?;
         paused.encode(m)?;
+        let retention: [(&str, &str, &AtomicU64); 2] = [
+            ("ankusa_retention_hooks_deleted", "Delivered hooks whose envelope and archive entry the retention sweep deleted", &self.state.retention_hooks_deleted),
+            ("ankusa_retention_dedupe_expired", "Expired dedupe records the retention sweep deleted", &self.state.retention_dedupe_expired),
+        ];
+        for (name, help, v) in retention {
+            let c = ConstCounter::new(v.load(Ordering::Relaxed));
+            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(m)?;
+        }
         let edge: [(&str, &str, &AtomicU64); 7] = [
             ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
             ("ankusa_ingest_duplicates", "Provider retries answered from the dedupe record", &s.duplicates),

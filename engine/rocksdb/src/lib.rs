@@ -25,7 +25,7 @@ use ankusa_engine::{
     OpCounters, OpStats, Poison, Read,
 };
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DB, DBRawIteratorWithThreadMode, MergeOperands, Options,
+    BottommostLevelCompaction, ColumnFamily, CompactOptions, ColumnFamilyDescriptor, DB, DBRawIteratorWithThreadMode, MergeOperands, Options,
     ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions,
 };
 
@@ -123,9 +123,14 @@ impl RocksKv {
     /// # Errors
     /// [`EngineError::Backend`] when the flush fails.
     pub fn compact_all(&self) -> Result<(), EngineError> {
+        // Force: the bottommost level is rewritten too, so tombstones that a
+        // trivial move would have carried down are dropped with what they
+        // delete.
+        let mut opts = CompactOptions::default();
+        opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
         for cf in Cf::ALL {
             self.db.flush_cf(self.cf(cf)).map_err(|e| backend_err("flush", e))?;
-            self.db.compact_range_cf(self.cf(cf), None::<&[u8]>, None::<&[u8]>);
+            self.db.compact_range_cf_opt(self.cf(cf), None::<&[u8]>, None::<&[u8]>, &opts);
         }
         Ok(())
     }
