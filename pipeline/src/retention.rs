@@ -68,17 +68,26 @@ pub struct Round {
 
 /// One round of envelope retention over every tenant the store has
 /// registered, at `now_ms`: pages of `cfg.page`, each read and committed on a
-/// blocking thread.
+/// blocking thread. `stop` is asked before each page: a round that must stop
+/// (the node is shutting down) ends there, and the next round starts over.
 ///
 /// # Errors
 /// A store failure.
-pub async fn retention_round<K: Kv>(kv: &Arc<K>, cfg: &RetentionConfig, now_ms: u64) -> Result<usize, PipelineError> {
+pub async fn retention_round<K: Kv>(
+    kv: &Arc<K>,
+    cfg: &RetentionConfig,
+    now_ms: u64,
+    stop: impl Fn() -> bool,
+) -> Result<usize, PipelineError> {
     let cutoff = now_ms.saturating_sub(cfg.keep_ms);
     let tenants = tenants(kv).await?;
     let mut deleted = 0;
     for tenant in tenants {
         let mut cursor: Option<Cursor> = None;
         loop {
+            if stop() {
+                return Ok(deleted);
+            }
             let kv = Arc::clone(kv);
             let page = cfg.page.max(1);
             let c = cursor.take();
@@ -102,16 +111,24 @@ pub async fn retention_round<K: Kv>(kv: &Arc<K>, cfg: &RetentionConfig, now_ms: 
 }
 
 /// One round of dedupe expiry over every registered tenant, through the
-/// Writer (at its clock).
+/// Writer (at its clock); `stop` as in [`retention_round`].
 ///
 /// # Errors
 /// [`WriteError`] from the Writer (a store failure, or it has stopped).
-pub async fn dedupe_round<K: Kv>(kv: &Arc<K>, writer: &WriterHandle, page: usize) -> Result<usize, WriteError> {
+pub async fn dedupe_round<K: Kv>(
+    kv: &Arc<K>,
+    writer: &WriterHandle,
+    page: usize,
+    stop: impl Fn() -> bool,
+) -> Result<usize, WriteError> {
     let tenants = tenants(kv).await.map_err(|e| WriteError::Store(e.to_string()))?;
     let mut deleted = 0;
     for tenant in tenants {
         let mut cursor = None;
         loop {
+            if stop() {
+                return Ok(deleted);
+            }
             let e = writer.expire_dedupe(tenant, cursor, page.max(1)).await?;
             deleted += e.deleted;
             match e.next {
@@ -143,8 +160,9 @@ pub struct RetentionStats {
 }
 
 /// Runs the sweep until `shutdown` turns true: a round, then `interval_ms` of
-/// sleep (a shutdown ends the sleep at once; a round in progress finishes its
-/// page). Dedupe expiry runs every `dedupe_every_ms`. `clock` gives unix ms;
+/// sleep (a shutdown ends the sleep at once, and a round in progress after
+/// its current page: the task holds a Writer handle, which the Writer waits
+/// for before it stops). Dedupe expiry runs every `dedupe_every_ms`. `clock` gives unix ms;
 /// `stats` counts what was reclaimed.
 ///
 /// # Errors
@@ -164,10 +182,14 @@ pub async fn run<K: Kv>(
             return Ok(());
         }
         let now = clock();
-        let hooks = retention_round(&kv, &cfg, now).await?;
+        let stop = {
+            let shutdown = shutdown.clone();
+            move || *shutdown.borrow()
+        };
+        let hooks = retention_round(&kv, &cfg, now, &stop).await?;
         let mut dedupe = 0;
         if last_dedupe.is_none_or(|at| now.saturating_sub(at) >= cfg.dedupe_every_ms) {
-            match dedupe_round(&kv, &writer, cfg.page).await {
+            match dedupe_round(&kv, &writer, cfg.page, &stop).await {
                 Ok(n) => dedupe = n,
                 Err(WriteError::Stopped) => return Ok(()),
                 Err(e) => warn!(error = %e, "dedupe expiry failed; retried next round"),

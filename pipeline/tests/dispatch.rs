@@ -585,13 +585,13 @@ async fn retention_reclaims_delivered_hooks_and_expired_dedupe_records() {
     assert_eq!((hooks(&kv), archive(&kv)), (22, 22));
     let cfg = RetentionConfig { page: 3, ..RetentionConfig::new(60_000, 1_000) };
     // Nothing is old enough yet.
-    assert_eq!(retention_round(&kv, &cfg, now_ms()).await.unwrap(), 0);
-    let deleted = retention_round(&kv, &cfg, now_ms() + 120_000).await.unwrap();
+    assert_eq!(retention_round(&kv, &cfg, now_ms(), || false).await.unwrap(), 0);
+    let deleted = retention_round(&kv, &cfg, now_ms() + 120_000, || false).await.unwrap();
     assert_eq!(deleted, 20);
     assert_eq!((hooks(&kv), archive(&kv)), (2, 2), "the quarantined and the pending hook stay");
     assert!(kv.get(Cf::Hooks, &ankusa_keys::hook_key(TENANT, qseq)).unwrap().is_some());
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
-    let expired = dedupe_round(&kv, &relay.writer, 4).await.unwrap();
+    let expired = dedupe_round(&kv, &relay.writer, 4, || false).await.unwrap();
     assert_eq!(expired, 20, "every record had a 1 ms lifetime");
     assert!(kv.scan(Cf::Index, &ankusa_keys::tenant_range(ankusa_keys::Family::Dedupe, TENANT), Direction::Forward, 10).unwrap().is_empty());
     let kv = stop(relay).await;
