@@ -1,7 +1,7 @@
 //! `ankusa`: the relay binary. CLI wiring only (docs/design.md section 1): the
 //! commands parse their arguments and call the crates.
 //!
-//! - `ankusa serve [--config FILE]`: runs the relay (without `--config`, the
+//! - `ankusa serve [--config FILE] [--drop-unconfigured]`: runs the relay (without `--config`, the
 //!   embedded demo configuration: RocksDB under `./data`, ingest on
 //!   127.0.0.1:8080, admin on 127.0.0.1:8081, source `/hooks/demo` delivering
 //!   to `./data/deliveries.ndjson` ordered by `x-entity-id`).
@@ -11,6 +11,7 @@
 mod send;
 mod serve;
 mod sinks;
+mod unconfigured;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,6 +34,12 @@ enum Command {
         /// option). Without it, the embedded demo configuration.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Dead-letter, at start, the queued deliveries of sources and sink
+        /// entries that are no longer in the configuration (reason "source
+        /// removed from the config" / "sink removed from the config"). Without
+        /// it, such deliveries stop the start, naming each source and sink.
+        #[arg(long)]
+        drop_unconfigured: bool,
     },
     /// POST provider webhooks saved in the corpus format to a running relay.
     Send {
@@ -63,7 +70,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => serve::main(config),
+        Command::Serve { config, drop_unconfigured } => serve::main(config, drop_unconfigured),
         Command::Send { files, url, path, keep_going, timeout_ms } => {
             send::main(&send::Args { files: &files, url: &url, path: path.as_deref(), keep_going, timeout_ms })
         }

@@ -5,22 +5,22 @@ use std::collections::HashMap;
 
 use ankusa_engine::{Batch, Cf, Direction, KeyRange, Read};
 use ankusa_keys::{
-    ArchiveKey, CounterField, DueKey, EMPTY_VALUE, Envelope, Family, LaneMemberKey, SENTINEL_VALUE,
-    STORE_FORMAT, Seq, SourceId, TenantOrd, active_key, archive_time_range, counter_key,
-    deliveries_of_hook_range, hook_key, quarantined_key, sentinels, tenant_range, tenant_ranges,
+    ArchiveKey, CounterField, DedupeValue, DueKey, EMPTY_VALUE, Envelope, Family, LaneMemberKey, SENTINEL_VALUE,
+    STORE_FORMAT, Seq, SinkIx, SourceId, TenantOrd, active_key, archive_time_range, counter_key,
+    deliveries_of_hook_range, hook_key, live_due_range, quarantined_key, sentinels, tenant_range,
+    tenant_ranges,
 };
 use ankusa_lanes::{LANE_FAMILIES, RowId};
 
 use crate::transitions::dead_into;
 use crate::{Cursor, Origin, Page, QueueError};
 
-/// True when `tenant` has a ?D or a ?P (one seek each).
+/// True when `tenant` has a ?D that is not held, or a ?P (one seek each). A
+/// held row (its sink or source is paused) does not keep the tenant active:
+/// its resume ([`crate::unhold`]) puts the ?A back.
 fn has_due_or_marker(read: &impl Read, tenant: TenantOrd) -> Result<bool, QueueError> {
-    for family in [Family::Due, Family::LaneMarker] {
-        if read
-            .first(Cf::Index, &tenant_range(family, tenant), Direction::Forward)?
-            .is_some()
-        {
+    for range in [live_due_range(tenant), tenant_range(Family::LaneMarker, tenant)] {
+        if read.first(Cf::Index, &range, Direction::Forward)?.is_some() {
             return Ok(true);
         }
     }
@@ -43,7 +43,8 @@ fn resume(mut range: KeyRange, key: &[u8]) -> KeyRange {
 }
 
 /// Stale active-marker sweep (docs/design.md section 4; ADR 4.6): deletes `tenant`'s ?A
-/// when it has no ?D and no ?P (one seek each); otherwise an empty batch.
+/// when it has no ?D (held rows aside) and no ?P (one seek each); otherwise an
+/// empty batch.
 ///
 /// A Writer may commit ?D + ?A between this read and the commit: after
 /// committing, commit [`sweep_markers_recheck`] (from the live engine), which
@@ -125,6 +126,34 @@ pub fn dead_letter_source(
     limit: usize,
     now_ms: u64,
 ) -> Result<Page, QueueError> {
+    dead_letter_sinks(read, tenant, source, |_| true, reason, cursor, limit, now_ms)
+}
+
+/// [`dead_letter_source`] for the sink entries of `source` that `sinks`
+/// selects (by index): what a start with `--drop-unconfigured` runs for a
+/// sink entry removed from the configuration (docs/design.md section 5,
+/// "Unconfigured sources and sinks"). The same two phases, members before
+/// ?D rows (held ones included), so a head's release never promotes a member
+/// that is about to be dead-lettered (a lane belongs to one source and one
+/// sink index: ADR 0004 section 2). Rows in ?F are left to the caller, who
+/// runs [`crate::recover_inflight`] first when nothing is running.
+///
+/// Precondition: the selected sinks take no more rows (they are not in the
+/// configuration the edge serves). Keeps invariants 1-4.
+///
+/// # Errors
+/// Engine and decode errors.
+#[allow(clippy::too_many_arguments)]
+pub fn dead_letter_sinks(
+    read: &impl Read,
+    tenant: TenantOrd,
+    source: SourceId,
+    sinks: impl Fn(SinkIx) -> bool,
+    reason: &str,
+    cursor: Option<&Cursor>,
+    limit: usize,
+    now_ms: u64,
+) -> Result<Page, QueueError> {
     const MEMBERS: u8 = 0;
     const DUE: u8 = 1;
     let (phase, start) = match cursor {
@@ -159,6 +188,9 @@ pub fn dead_letter_source(
                 Origin::Due { due_ms: dk.due_ms },
             )
         };
+        if !sinks(id.sink) {
+            continue;
+        }
         let src = match sources.get(&id.seq) {
             Some(s) => *s,
             None => {
@@ -238,6 +270,56 @@ pub fn retention(
         if !has_row && !quarantined {
             page.batch.delete(Cf::Hooks, hook_key(tenant, ak.seq));
             page.batch.delete(Cf::Archive, k.to_vec());
+            page.moved += 1;
+        }
+    }
+    page.next = match entries.last() {
+        Some((last, _)) if entries.len() == limit => Some(Cursor {
+            phase: 0,
+            key: after(last),
+        }),
+        _ => None,
+    };
+    Ok(page)
+}
+
+/// Dedupe expiry (docs/design.md section 5, "Retention"): deletes `tenant`'s ?K
+/// records whose `expires_at_ms` is at or before `now_ms` (a provider retry
+/// after that is a new hook anyway, so the record only takes space);
+/// examines up to `limit` records per call, resumable through [`Page::next`].
+///
+/// Precondition: built and committed by the Writer (`writer::WriterHandle::
+/// expire_dedupe`), the only task that writes ?K: a record it renews between
+/// another task's read and that task's delete would be lost, and a provider
+/// retry of that hook delivered twice. Keeps every invariant (?K is in none).
+///
+/// # Errors
+/// Engine and decode errors.
+pub fn expire_dedupe(
+    read: &impl Read,
+    tenant: TenantOrd,
+    now_ms: u64,
+    cursor: Option<&Cursor>,
+    limit: usize,
+) -> Result<Page, QueueError> {
+    if limit == 0 {
+        return Ok(Page {
+            next: Some(cursor.cloned().unwrap_or(Cursor {
+                phase: 0,
+                key: Vec::new(),
+            })),
+            ..Page::default()
+        });
+    }
+    let range = resume(
+        tenant_range(Family::Dedupe, tenant),
+        cursor.map_or(&[][..], |c| c.key.as_slice()),
+    );
+    let entries = read.scan(Cf::Index, &range, Direction::Forward, limit)?;
+    let mut page = Page::default();
+    for (k, v) in &entries {
+        if DedupeValue::decode(v)?.expires_at_ms <= now_ms {
+            page.batch.delete(Cf::Index, k.to_vec());
             page.moved += 1;
         }
     }

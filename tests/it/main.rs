@@ -15,6 +15,7 @@ mod config;
 mod send;
 mod routes;
 mod starvation;
+mod ops;
 mod breaker;
 mod challenge;
 mod stripe;

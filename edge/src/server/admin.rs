@@ -41,6 +41,15 @@ pub struct AdminState<K: Kv> {
     pub ready: Arc<AtomicBool>,
     /// Set when the relay begins to stop: `/readyz` answers 503 from then on.
     pub shutting_down: Arc<AtomicBool>,
+    /// Configured sink entries paused now (the pipeline keeps it:
+    /// `PipelineHandle::paused_sinks`), the `ankusa_dispatch_paused` gauge.
+    pub paused_sinks: Arc<AtomicU64>,
+    /// Envelopes the retention sweep has deleted since the start
+    /// (`ankusa_retention_hooks_deleted_total`).
+    pub retention_hooks_deleted: Arc<AtomicU64>,
+    /// Expired dedupe records the sweep has deleted since the start
+    /// (`ankusa_retention_dedupe_expired_total`).
+    pub retention_dedupe_expired: Arc<AtomicU64>,
 }
 
 struct StoreCollector<K: Kv> {
@@ -85,13 +94,31 @@ impl<K: Kv> Collector for StoreCollector<K> {
             }
         }
         let s = &*self.state.edge;
-        let edge: [(&str, &str, &AtomicU64); 6] = [
+        let paused = ConstGauge::new(i64::try_from(self.state.paused_sinks.load(Ordering::Relaxed)).unwrap_or(i64::MAX));
+        let m = encoder.encode_descriptor(
+            "ankusa_dispatch_paused",
+            "Sink entries paused (by the configuration or the runtime control); their rows wait",
+            None,
+            paused.metric_type(),
+        )?;
+        paused.encode(m)?;
+        let retention: [(&str, &str, &AtomicU64); 2] = [
+            ("ankusa_retention_hooks_deleted", "Delivered hooks whose envelope and archive entry the retention sweep deleted", &self.state.retention_hooks_deleted),
+            ("ankusa_retention_dedupe_expired", "Expired dedupe records the retention sweep deleted", &self.state.retention_dedupe_expired),
+        ];
+        for (name, help, v) in retention {
+            let c = ConstCounter::new(v.load(Ordering::Relaxed));
+            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(m)?;
+        }
+        let edge: [(&str, &str, &AtomicU64); 7] = [
             ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
             ("ankusa_ingest_duplicates", "Provider retries answered from the dedupe record", &s.duplicates),
             ("ankusa_ingest_unauthorized", "Hooks refused by verification (401)", &s.unauthorized),
             ("ankusa_ingest_too_large", "Hooks refused for size (413)", &s.too_large),
             ("ankusa_ingest_throttled", "Hooks refused by tenant bounds (429)", &s.throttled),
             ("ankusa_ingest_unavailable", "Hooks refused with 503 (node bounds, shutdown, store)", &s.unavailable),
+            ("ankusa_ingest_quarantined", "Hooks held in quarantine (202)", &s.quarantined),
         ];
         for (name, help, v) in edge {
             let c = ConstCounter::new(v.load(Ordering::Relaxed));

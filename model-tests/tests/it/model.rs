@@ -422,6 +422,32 @@ impl Model {
         self.reclaim.retain(|k, _| k.0 != t);
     }
 
+    /// A hold: the row's due time moves into the held band (kept in the low
+    /// bits); nothing else changes, a head stays its lane's head.
+    pub fn hold(&mut self, id: &RowId) {
+        if let MState::Due { due_ms, .. } = &mut self.row_mut(id).state {
+            *due_ms |= ankusa_keys::HELD_DUE_BIT;
+        }
+    }
+
+    /// A resume of tenant `t`: every held row back at its due time, but those
+    /// of `keep` (source, sink), still paused. Returns how many moved.
+    pub fn unhold(&mut self, t: u32, keep: Option<(u8, u16)>) -> usize {
+        let mut moved = 0;
+        for (id, r) in self.rows.iter_mut() {
+            if id.0 != t || keep == Some((r.src, id.2)) {
+                continue;
+            }
+            if let MState::Due { due_ms, .. } = &mut r.state
+                && *due_ms & ankusa_keys::HELD_DUE_BIT != 0
+            {
+                *due_ms &= !ankusa_keys::HELD_DUE_BIT;
+                moved += 1;
+            }
+        }
+        moved
+    }
+
     /// Every pending row (?D, ?F, ?O) of the source: dead; its lanes empty.
     pub fn dead_source(&mut self, t: u32, src: u8, reason: &str) {
         let now = self.now;
@@ -601,7 +627,9 @@ impl Model {
         }
         // ?P and ?D need ?A (docs/design.md section 4, invariant 4; ADR 4.6 on
         // sweep_markers).
-        for t in v.due.keys().map(|id| id.0).chain(v.markers.iter().map(|l| l.0)) {
+        // A held ?D row (a paused sink, docs/design.md section 5) needs none.
+        let live_due = v.due.iter().filter(|(_, (d, _))| d & ankusa_keys::HELD_DUE_BIT == 0).map(|(id, _)| id.0);
+        for t in live_due.chain(v.markers.iter().map(|l| l.0)) {
             if !v.active.contains(&t) {
                 return Err(format!("tenant {t} has ?D or ?P rows and no ?A marker"));
             }

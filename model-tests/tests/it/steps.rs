@@ -136,6 +136,12 @@ pub enum Step {
     /// Retention of a tenant: envelopes older than `age` ms that no row and
     /// no ?Q references go.
     Retention(u8, u16),
+    /// The pipeline holds a due row of a paused sink (docs/design.md section
+    /// 5, "Pause"): its ?D key moves to the held band.
+    Hold(u8),
+    /// A resume of a tenant's held rows, keeping held those of one
+    /// `(source, sink)` that is still paused.
+    Unhold(u8, Option<(u8, u8)>),
     /// Time passes.
     Advance(u16),
 }
@@ -164,6 +170,8 @@ impl fmt::Debug for Step {
             Quarantine(hk) => write!(f, "Quarantine({hk:?})"),
             Release(p) => write!(f, "Release({p})"),
             Retention(t, age) => write!(f, "Retention({t}, {age})"),
+            Hold(p) => write!(f, "Hold({p})"),
+            Unhold(t, k) => write!(f, "Unhold({t}, {k:?})"),
             Advance(ms) => write!(f, "Advance({ms})"),
         }
     }
@@ -234,6 +242,8 @@ pub fn step() -> impl Strategy<Value = Step> {
         2 => any::<u8>().prop_map(Release),
         2 => (tenant(), prop_oneof![Just(0u16), 1..10_000u16]).prop_map(|(t, a)| Retention(t, a)),
         4 => prop_oneof![Just(100u16), Just(1000u16), 1..6000u16].prop_map(Advance),
+        3 => any::<u8>().prop_map(Hold),
+        2 => (tenant(), prop::option::weighted(0.5, (1..=2u8, 0..=1u8))).prop_map(|(t, k)| Unhold(t, k)),
     ]
 }
 
