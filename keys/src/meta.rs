@@ -10,6 +10,7 @@
 //! | `tenant/ord/` ord:32 | the tenant's name, UTF-8 |
 //! | `source/name/` name | the source's number ([`SourceId`]), `u32` |
 //! | `source/id/` id:32 | the source's name (its id in the configuration), UTF-8 |
+//! | `job/` id:64 | an admin job (a DLQ revive or drop by filter, docs/design.md section 5, "Admin API"): its state, versioned JSON written and read by `edge::server::admin` |
 //!
 //! Meta keys are readable text prefixes (a dump shows what they are); the
 //! ordinals and source numbers in them are big endian like every other key, so
@@ -37,6 +38,7 @@ const TENANT_BY_NAME: &[u8] = b"tenant/name/";
 const TENANT_BY_ORD: &[u8] = b"tenant/ord/";
 const SOURCE_BY_NAME: &[u8] = b"source/name/";
 const SOURCE_BY_ID: &[u8] = b"source/id/";
+const JOB: &[u8] = b"job/";
 
 fn join(prefix: &[u8], tail: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(prefix.len() + tail.len());
@@ -97,6 +99,20 @@ pub fn source_ids_range() -> KeyRange {
     KeyRange::prefix(SOURCE_BY_ID)
 }
 
+/// Key of admin job `id`: `job/` + id:64 (big endian, so the job range lists
+/// in id order and its last entry is the newest job). The value is the job's
+/// state, versioned JSON owned by the admin API (`edge::server::admin`): the
+/// job's cursor is advanced in the same batch as the rows it revives or drops,
+/// so a crash never repeats a step (docs/design.md section 5, "Admin API").
+pub fn job_key(id: u64) -> Vec<u8> {
+    join(JOB, &id.to_be_bytes())
+}
+
+/// Every admin job entry, in id order.
+pub fn jobs_range() -> KeyRange {
+    KeyRange::prefix(JOB)
+}
+
 /// A decoded key of cf `meta`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MetaKey {
@@ -114,6 +130,8 @@ pub enum MetaKey {
     SourceByName(String),
     /// The source registry's entry for this number.
     SourceById(SourceId),
+    /// Admin job `id` ([`job_key`]).
+    Job(u64),
 }
 
 impl MetaKey {
@@ -130,6 +148,7 @@ impl MetaKey {
             MetaKey::TenantByOrd(tenant) => tenant_by_ord_key(*tenant),
             MetaKey::SourceByName(name) => source_by_name_key(name),
             MetaKey::SourceById(source) => source_by_id_key(*source),
+            MetaKey::Job(id) => job_key(*id),
         }
     }
 
@@ -138,7 +157,7 @@ impl MetaKey {
     /// # Errors
     /// [`KeyError::WrongPrefix`] for a key of no kind, [`KeyError::NotUtf8`] for
     /// a name that is not UTF-8, [`KeyError::WrongLength`] for a number that is
-    /// not 4 bytes, [`KeyError::ReservedOrdinal`].
+    /// not 4 bytes (a job id not 8), [`KeyError::ReservedOrdinal`].
     pub fn decode(key: &[u8]) -> Result<MetaKey, KeyError> {
         if key == FORMAT_KEY {
             return Ok(MetaKey::Format);
@@ -169,6 +188,14 @@ impl MetaKey {
                 id,
                 "source by id",
             )?))));
+        }
+        if let Some(id) = key.strip_prefix(JOB) {
+            let id: [u8; 8] = id.try_into().map_err(|_| KeyError::WrongLength {
+                what: "job",
+                expected: 8,
+                found: id.len(),
+            })?;
+            return Ok(MetaKey::Job(u64::from_be_bytes(id)));
         }
         Err(KeyError::WrongPrefix { what: "meta" })
     }

@@ -15,6 +15,7 @@ fn meta_key() -> impl Strategy<Value = MetaKey> {
         tenant().prop_map(MetaKey::TenantByOrd),
         ".{0,20}".prop_map(MetaKey::SourceByName),
         source().prop_map(MetaKey::SourceById),
+        any::<u64>().prop_map(MetaKey::Job),
     ]
 }
 
@@ -32,6 +33,7 @@ proptest! {
             (tenant_ords_range(), matches!(k, MetaKey::TenantByOrd(_))),
             (source_names_range(), matches!(k, MetaKey::SourceByName(_))),
             (source_ids_range(), matches!(k, MetaKey::SourceById(_))),
+            (jobs_range(), matches!(k, MetaKey::Job(_))),
         ];
         for (range, holds) in ranges {
             prop_assert_eq!(range.contains(&key), holds, "{:?} in {:?}", k, range);
@@ -42,6 +44,11 @@ proptest! {
     fn registry_ordinals_sort_in_number_order(a in tenant(), b in tenant(), x in source(), y in source()) {
         prop_assert_eq!(tenant_by_ord_key(a).cmp(&tenant_by_ord_key(b)), a.cmp(&b));
         prop_assert_eq!(source_by_id_key(x).cmp(&source_by_id_key(y)), x.cmp(&y));
+    }
+
+    #[test]
+    fn job_keys_sort_in_id_order(a in any::<u64>(), b in any::<u64>()) {
+        prop_assert_eq!(job_key(a).cmp(&job_key(b)), a.cmp(&b));
     }
 
     #[test]
@@ -70,6 +77,8 @@ fn the_fixed_meta_keys_and_the_format() {
         tenant_by_ord_key(TenantOrd(0x0102_0304)),
         b"tenant/ord/\x01\x02\x03\x04"
     );
+    assert_eq!(job_key(7), b"job/\0\0\0\0\0\0\0\x07");
+    assert_eq!(MetaKey::decode(&job_key(7)), Ok(MetaKey::Job(7)));
 }
 
 #[test]
@@ -126,6 +135,14 @@ fn bad_meta_keys_and_values_are_refused() {
         decode_name(&[0xff]),
         Err(ValueError::InvalidField { .. })
     ));
+    assert_eq!(
+        MetaKey::decode(b"job/\0\0\0\x01"),
+        Err(KeyError::WrongLength {
+            what: "job",
+            expected: 8,
+            found: 4
+        })
+    );
     assert!(decode_node_id(&[0; 15]).is_err());
     assert!(decode_seq_high_water(&[0; 9]).is_err());
 }
