@@ -42,6 +42,7 @@ fn the_example_file_loads_into_the_model_it_documents() {
         c.listeners.admin_token.as_ref().map(|t| t.expose()),
         Some("admin-token")
     );
+    assert!(!c.listeners.metrics_require_token);
     assert_eq!(c.store_headers.action("Authorization"), HeaderAction::Drop);
     assert_eq!(c.store_headers.action("x-api-key"), HeaderAction::Hash);
     assert_eq!(
