@@ -318,7 +318,12 @@ impl<K: Kv> Edge<K> {
                 }),
             })
             .collect();
-        let idempotency_key = *uuid::Uuid::now_v7().as_bytes();
+        // The UUIDv7's 48-bit timestamp is the envelope's received_at_ms (the
+        // same clock value), so `GET /v1/hooks/{idempotency_key}` finds the
+        // hook through the archive range (ord, received_at_ms, *) without a
+        // key family of its own (docs/design.md section 10).
+        let idempotency_key =
+            *uuid::Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, now / 1000, ((now % 1000) * 1_000_000) as u32)).as_bytes();
         let stored_headers = route.store_headers(&owned);
         let envelope = Envelope {
             source: route.id,
