@@ -17,6 +17,7 @@ mod routes;
 mod starvation;
 mod breaker;
 mod challenge;
+mod admin;
 mod stripe;
 #[cfg(feature = "redis")]
 mod redis;

@@ -37,6 +37,11 @@ use super::dlq::{self, DlqFilter};
 /// Most ?X entries one step of a job examines (and so the most rows one step's
 /// batch moves).
 pub const JOB_STEP_ENTRIES: usize = 256;
+/// The pause between two steps of a job: each step is a `Sync` write under
+/// the admin write lock, and the pause leaves the store's write path and the
+/// lock to ingest, the pipeline and other admin requests (a 10,000-row job
+/// takes 40 steps, so at least 0.8 s).
+pub const JOB_STEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 /// The version of the job state this binary writes; another is refused.
 const JOB_VERSION: u8 = 1;
 
@@ -385,7 +390,7 @@ pub fn spawn<K: Kv>(state: Arc<AdminState<K>>, id: u64) {
             }
             let st = Arc::clone(&state);
             match tokio::task::spawn_blocking(move || step(&st, id)).await {
-                Ok(Ok(true)) => tokio::task::yield_now().await,
+                Ok(Ok(true)) => tokio::time::sleep(JOB_STEP_PAUSE).await,
                 Ok(Ok(false)) => return,
                 Ok(Err(e)) => {
                     warn!(job = id, error = %e.message, "admin job failed");
