@@ -298,7 +298,7 @@ async fn a_bulk_revive_job_survives_a_sigkill_and_revives_each_row_once() {
 
     relay.sigterm();
     assert!(relay.wait_exit(LONG).await.success());
-    let kv = ankusa_engine_rocksdb::RocksKv::open(&relay.data_dir().join("store-rocksdb")).expect("open the store");
+    let kv = ankusa_engine_rocksdb::RocksKv::open(relay.data_dir().join("store-rocksdb")).expect("open the store");
     let violations = ankusa_queue::check_invariants(&ankusa_engine::Kv::snapshot(&kv)).expect("check");
     assert!(violations.is_empty(), "{violations:#?}");
 }
