@@ -7,7 +7,11 @@
 //!   to `./data/deliveries.ndjson` ordered by `x-entity-id`).
 //! - `ankusa send FILE...`: posts corpus files to a running relay.
 //! - `ankusa check-config FILE`: loads a configuration and reports what is wrong.
+//! - `ankusa tenants`, `sources`, `hooks show`, `dlq list|revive|drop`,
+//!   `jobs`: the operator's commands, over the admin API of a running relay
+//!   (`admin_cli`).
 
+mod admin_cli;
 mod send;
 mod serve;
 mod sinks;
@@ -20,7 +24,7 @@ use clap::{Parser, Subcommand};
 
 /// Ankusa: a self-hosted webhook relay.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version, about, after_help = admin_cli::EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -65,6 +69,47 @@ enum Command {
         /// The YAML configuration.
         file: PathBuf,
     },
+    /// Every tenant: pending, dead, lanes, the oldest due hook's age, bounds.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Tenants {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+    },
+    /// Every source: its sinks, how they are ordered, their breakers.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Sources {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+    },
+    /// Hooks: `hooks show ID` or `hooks show --tenant T --seq N`.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Hooks {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        #[command(subcommand)]
+        cmd: admin_cli::HooksCmd,
+    },
+    /// The dead-letter queue: list, revive, drop.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Dlq {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        #[command(subcommand)]
+        cmd: admin_cli::DlqCmd,
+    },
+    /// Admin jobs: list them, show one (--wait: until it ends), cancel one.
+    #[command(after_help = admin_cli::EXIT_CODES, args_conflicts_with_subcommands = true)]
+    Jobs {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        /// A job's id.
+        id: Option<u64>,
+        /// Wait until the job ends, with a progress bar.
+        #[arg(long, requires = "id")]
+        wait: bool,
+        #[command(subcommand)]
+        cmd: Option<admin_cli::JobsCmd>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -74,6 +119,11 @@ fn main() -> ExitCode {
         Command::Send { files, url, path, keep_going, timeout_ms } => {
             send::main(&send::Args { files: &files, url: &url, path: path.as_deref(), keep_going, timeout_ms })
         }
+        Command::Tenants { conn } => admin_cli::main(&conn, admin_cli::Command::Tenants),
+        Command::Sources { conn } => admin_cli::main(&conn, admin_cli::Command::Sources),
+        Command::Hooks { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Hooks(cmd)),
+        Command::Dlq { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Dlq(cmd)),
+        Command::Jobs { conn, id, wait, cmd } => admin_cli::main(&conn, admin_cli::Command::Jobs { id, wait, cmd }),
         Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {
                 println!(

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, anyhow, bail};
 use ankusa_config::{Config, StoreBackend};
-use ankusa_edge::server::admin::{AdminState, serve_admin};
+use ankusa_edge::server::admin::{AdminState, BreakerReport, serve_admin};
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Cf, Durability, Kv};
@@ -25,7 +25,7 @@ use ankusa_keys::meta::{decode_format, encode_format};
 use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx};
 use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
-use ankusa_pipeline::{BreakerPolicy, DispatchConfig, Pipeline, RetryPolicy, Route, Routes};
+use ankusa_pipeline::{BreakerPolicy, BreakerState, DispatchConfig, Pipeline, RetryPolicy, Route, Routes};
 use ankusa_queue::writer::{Writer, WriterConfig};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -251,15 +251,27 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         clock: Box::new(now_ms),
     });
     let retention_stats = RetentionStats::default();
-    let admin_state = Arc::new(AdminState {
-        kv: Arc::clone(&kv),
-        edge: stats,
-        ready: Arc::clone(&pipeline_handle.ready),
-        shutting_down: Arc::clone(&shutting_down),
-        paused_sinks: Arc::clone(&pipeline_handle.paused_sinks),
-        retention_hooks_deleted: Arc::clone(&retention_stats.hooks_deleted),
-        retention_dedupe_expired: Arc::clone(&retention_stats.dedupe_expired),
+    let mut admin_state = AdminState::new(
+        Arc::clone(&kv),
+        stats,
+        Arc::clone(&pipeline_handle.ready),
+        Arc::clone(&shutting_down),
+        Arc::new(cfg.clone()),
+        registry.clone(),
+    );
+    admin_state.paused_sinks = Arc::clone(&pipeline_handle.paused_sinks);
+    admin_state.retention_hooks_deleted = Arc::clone(&retention_stats.hooks_deleted);
+    admin_state.retention_dedupe_expired = Arc::clone(&retention_stats.dedupe_expired);
+    let status = pipeline_handle.status.clone();
+    admin_state.breakers = Box::new(move |tenant, source, sink, now| match status.breaker(tenant, source, sink, now) {
+        BreakerState::Closed { failures } => BreakerReport::Closed { failures },
+        BreakerState::Open { until_ms } => BreakerReport::Open { until_ms },
+        BreakerState::HalfOpen => BreakerReport::HalfOpen,
     });
+    let admin_wake = pipeline_handle.clone();
+    admin_state.wake = Box::new(move || admin_wake.wake());
+    admin_state.clock = Box::new(now_ms);
+    let admin_state = Arc::new(admin_state);
     // The ingest listener stops first; the admin listener answers until the
     // end (`/readyz` 503 "shutting down", `/metrics` while the pipeline drains).
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -281,7 +293,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     let admin_task = tokio::spawn(serve_admin(admin_state, admin, admin_shutdown_rx));
 
     println!("ankusa {} ({} store at {})", env!("CARGO_PKG_VERSION"), cfg.node.store.as_str(), cfg.node.data_dir.display());
-    println!("ingest: http://{}  admin: http://{} (/metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
+    println!("ingest: http://{}  admin: http://{} (/v1/ API, /metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
     for d in &destinations {
         println!("  {d}");
     }

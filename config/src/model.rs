@@ -95,6 +95,10 @@ pub struct Listeners {
     /// The admin API's bearer token. Optional only while `admin` is a
     /// loopback address.
     pub admin_token: Option<Secret>,
+    /// Whether `/metrics` asks for the admin token too (when one is
+    /// configured). Default false: a Prometheus scraper needs no secret;
+    /// `/healthz` and `/readyz` never ask.
+    pub metrics_require_token: bool,
     /// The largest body the edge accepts (413 above). Default 1 MiB.
     pub body_limit_bytes: u64,
 }

@@ -49,6 +49,7 @@ pub(crate) struct RawListeners {
     pub ingest: Option<String>,
     pub admin: Option<String>,
     pub admin_token: Option<String>,
+    pub metrics_require_token: Option<bool>,
     pub body_limit_bytes: Option<u64>,
 }
 

@@ -185,6 +185,7 @@ fn listeners(raw: &RawConfig, env: EnvLookup<'_>, p: &mut Problems) -> Listeners
         ingest,
         admin,
         admin_token,
+        metrics_require_token: l.metrics_require_token.unwrap_or(false),
         body_limit_bytes,
     }
 }

@@ -13,6 +13,7 @@
 //! | `source/sinks/` id:32 | the names of the source's sink entries at the last start that passed the unconfigured-work check, by index ([`encode_sink_names`]) |
 //! | `pause/` id:32 | the source is paused by the runtime control (the admin API): [`PausedValue`] |
 //! | `pause/` id:32, sink:16 | one sink entry of the source is paused by the runtime control: [`PausedValue`] |
+//! | `job/` id:64 | an admin job (a DLQ revive or drop by filter, docs/design.md section 5, "Admin API"): its state, versioned JSON written and read by `edge::server::admin` |
 //!
 //! Meta keys are readable text prefixes (a dump shows what they are); the
 //! ordinals and source numbers in them are big endian like every other key, so
@@ -42,6 +43,7 @@ const SOURCE_BY_NAME: &[u8] = b"source/name/";
 const SOURCE_BY_ID: &[u8] = b"source/id/";
 const SOURCE_SINKS: &[u8] = b"source/sinks/";
 const PAUSE: &[u8] = b"pause/";
+const JOB: &[u8] = b"job/";
 
 fn join(prefix: &[u8], tail: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(prefix.len() + tail.len());
@@ -155,6 +157,20 @@ pub fn paused_range() -> KeyRange {
     KeyRange::prefix(PAUSE)
 }
 
+/// Key of admin job `id`: `job/` + id:64 (big endian, so the job range lists
+/// in id order and its last entry is the newest job). The value is the job's
+/// state, versioned JSON owned by the admin API (`edge::server::admin`): the
+/// job's cursor is advanced in the same batch as the rows it revives or drops,
+/// so a crash never repeats a step (docs/design.md section 5, "Admin API").
+pub fn job_key(id: u64) -> Vec<u8> {
+    join(JOB, &id.to_be_bytes())
+}
+
+/// Every admin job entry, in id order.
+pub fn jobs_range() -> KeyRange {
+    KeyRange::prefix(JOB)
+}
+
 /// A decoded key of cf `meta`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MetaKey {
@@ -176,6 +192,8 @@ pub enum MetaKey {
     SourceSinks(SourceId),
     /// A runtime pause ([`paused_key`]).
     Paused(PauseTarget),
+    /// Admin job `id` ([`job_key`]).
+    Job(u64),
 }
 
 impl MetaKey {
@@ -194,6 +212,7 @@ impl MetaKey {
             MetaKey::SourceById(source) => source_by_id_key(*source),
             MetaKey::SourceSinks(source) => source_sinks_key(*source),
             MetaKey::Paused(target) => paused_key(*target),
+            MetaKey::Job(id) => job_key(*id),
         }
     }
 
@@ -202,7 +221,7 @@ impl MetaKey {
     /// # Errors
     /// [`KeyError::WrongPrefix`] for a key of no kind, [`KeyError::NotUtf8`] for
     /// a name that is not UTF-8, [`KeyError::WrongLength`] for a number that is
-    /// not 4 bytes, [`KeyError::ReservedOrdinal`].
+    /// not 4 bytes (a job id not 8), [`KeyError::ReservedOrdinal`].
     pub fn decode(key: &[u8]) -> Result<MetaKey, KeyError> {
         if key == FORMAT_KEY {
             return Ok(MetaKey::Format);
@@ -258,6 +277,14 @@ impl MetaKey {
                     found,
                 }),
             };
+}
+        if let Some(id) = key.strip_prefix(JOB) {
+            let id: [u8; 8] = id.try_into().map_err(|_| KeyError::WrongLength {
+                what: "job",
+                expected: 8,
+                found: id.len(),
+            })?;
+            return Ok(MetaKey::Job(u64::from_be_bytes(id)));
         }
         Err(KeyError::WrongPrefix { what: "meta" })
     }

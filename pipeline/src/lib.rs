@@ -205,6 +205,57 @@ pub struct PipelineHandle {
     pub paused_sinks: Arc<AtomicU64>,
     control: mpsc::UnboundedSender<Control>,
     book: Arc<Mutex<PauseBook>>,
+    /// What the admin API reads of the breakers (read-only).
+    pub status: PipelineStatus,
+}
+
+/// The state of one (tenant, source, sink entry)'s breaker as the admin API
+/// reports it (docs/design.md section 5, "Breaker").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go through; `failures` consecutive `Retry` outcomes so far (it
+    /// opens at `breaker.failures`).
+    Closed {
+        /// Consecutive failed attempts.
+        failures: u32,
+    },
+    /// Claimed rows are parked until `until_ms` (unix ms).
+    Open {
+        /// When it half-opens, unix ms.
+        until_ms: u64,
+    },
+    /// One trial call at a time decides: Ok closes it, a failure opens it.
+    HalfOpen,
+}
+
+/// A read-only view of the pipeline's in-memory breakers, shared through an
+/// `Arc` with the admin API. The pipeline publishes a copy after every
+/// outcome flush (the only place a breaker's failures and open time change);
+/// a breaker never published is closed with no failures.
+#[derive(Clone, Debug, Default)]
+pub struct PipelineStatus {
+    breakers: Arc<std::sync::RwLock<HashMap<BreakerKey, (u32, u64)>>>,
+    failures_to_open: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl PipelineStatus {
+    /// The breaker of `(tenant, source, sink)` as of `now_ms`.
+    pub fn breaker(&self, tenant: TenantOrd, source: SourceId, sink: SinkIx, now_ms: u64) -> BreakerState {
+        let (failures, open_until_ms) = self
+            .breakers
+            .read()
+            .map(|m| m.get(&(tenant, source, sink)).copied())
+            .unwrap_or_default()
+            .unwrap_or_default();
+        let threshold = self.failures_to_open.load(Ordering::Relaxed).max(1);
+        if failures < threshold {
+            BreakerState::Closed { failures }
+        } else if now_ms < open_until_ms {
+            BreakerState::Open { until_ms: open_until_ms }
+        } else {
+            BreakerState::HalfOpen
+        }
+    }
 }
 
 /// Why a runtime control call failed.
@@ -384,6 +435,8 @@ pub struct Pipeline<K: Kv> {
     /// so the loop wakes for it on time instead of at the next idle tick.
     next_wake_ms: Option<u64>,
     breakers: HashMap<BreakerKey, Breaker>,
+    /// The copy of `breakers` the admin API reads.
+    status: PipelineStatus,
     /// Per tenant, where the last visit stopped reading the due index when it
     /// hit [`SCAN_PAGES`] with saturated sinks' rows in front: the next visit
     /// reads its first page from the top (new and retried rows, the head of
@@ -429,6 +482,8 @@ impl<K: Kv> Pipeline<K> {
                 .filter(|(s, k)| routes.paused.contains(&PauseTarget::Source(*s)) || routes.paused.contains(&PauseTarget::Sink(*s, *k)))
                 .count() as u64,
         ));
+        let status = PipelineStatus::default();
+        status.failures_to_open.store(breaker.failures, Ordering::Relaxed);
         let handle = PipelineHandle {
             wake: Arc::clone(&wake),
             shutdown: Arc::new(shutdown_tx),
@@ -436,6 +491,7 @@ impl<K: Kv> Pipeline<K> {
             paused_sinks: Arc::clone(&paused_sinks),
             control,
             book: Arc::clone(&book),
+            status: status.clone(),
         };
         (
             Pipeline {
@@ -453,6 +509,7 @@ impl<K: Kv> Pipeline<K> {
                 ready: Arc::clone(&ready),
                 next_wake_ms: None,
                 breakers: HashMap::new(),
+                status,
                 resume: HashMap::new(),
                 done_tx,
                 done_rx,
@@ -944,7 +1001,16 @@ impl<K: Kv> Pipeline<K> {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.publish_breakers();
         self.write(batch)
+    }
+
+    /// Copies the breakers' failures and open times for the admin API.
+    fn publish_breakers(&self) {
+        if let Ok(mut m) = self.status.breakers.write() {
+            m.clear();
+            m.extend(self.breakers.iter().map(|(k, b)| (*k, (b.failures, b.open_until_ms))));
+        }
     }
 
     fn outcome_batch(&mut self, d: &Done, now: u64, rng: &mut impl Rng) -> Result<Batch, QueueError> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Durability, Kv};
 use ankusa_keys::{CounterField, Envelope, SinkIx, SourceId, TenantOrd};
-use ankusa_pipeline::{BreakerPolicy, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route, Routes, counter};
+use ankusa_pipeline::{BreakerPolicy, BreakerState, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route, Routes, counter};
 use ankusa_queue::writer::{IngestRequest, Writer, WriterConfig, WriterHandle};
 use ankusa_queue::{NewRow, check_invariants, lanes};
 use ankusa_sinks::{DeliveryCtx, Envelope as SinkEnvelope, Outcome, Sink};
@@ -360,6 +360,10 @@ async fn extreme_retry_after_and_breaker_do_not_overflow() {
     assert!(counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap() >= 1);
     assert_eq!(counter(&*kv, TENANT, CounterField::Pending).unwrap(), 2, "both rows wait, none lost");
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
+    // The admin API's read-only view: the breaker opened (for u64::MAX ms),
+    // another (tenant, sink) is closed with no failures.
+    assert_eq!(handle.status.breaker(TENANT, SOURCE, SinkIx(0), now_ms()), BreakerState::Open { until_ms: u64::MAX });
+    assert_eq!(handle.status.breaker(TENANT, SOURCE, SinkIx(1), now_ms()), BreakerState::Closed { failures: 0 });
     handle.shutdown();
     drop(writer_handle);
     tokio::time::timeout(Duration::from_secs(10), pipeline_task).await.unwrap().unwrap().unwrap();

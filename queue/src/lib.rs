@@ -40,6 +40,9 @@
 //! - [`sweep_markers`] has a recheck ([`sweep_markers_recheck`]) like the lane
 //!   sweep's: a Writer's ?D + ?A committed between its read and its delete
 //!   would otherwise leave a ?D without ?A (invariant 4).
+//! - [`drop_dead`] deletes a hook's envelope, archive entry and dedupe record
+//!   with its last row: a provider retry of a dropped hook is accepted again
+//!   as a new hook (the operator dropped it on purpose).
 //! - [`dead_letter_source`] leaves rows in ?F to the pipeline (their attempt
 //!   ends SourceGone) and dead-letters members before heads, so a head's
 //!   release never promotes a member of the deleted source.
@@ -81,8 +84,8 @@ mod unconfigured;
 pub mod writer;
 
 pub use admin::{
-    dead_letter_sinks, dead_letter_source, expire_dedupe, init_store, purge_tenant, retention,
-    sweep_markers, sweep_markers_recheck,
+    dead_letter_sinks, dead_letter_source, drop_dead, expire_dedupe, init_store, purge_tenant,
+    retention, sweep_markers, sweep_markers_recheck,
 };
 pub use check::{Violation, check_invariants};
 pub use registry::{Registry, register};

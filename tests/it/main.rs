@@ -18,6 +18,7 @@ mod starvation;
 mod ops;
 mod breaker;
 mod challenge;
+mod admin;
 mod stripe;
 #[cfg(feature = "redis")]
 mod redis;

@@ -43,6 +43,7 @@ fn the_example_file_loads_into_the_model_it_documents() {
         c.listeners.admin_token.as_ref().map(|t| t.expose()),
         Some("admin-token")
     );
+    assert!(!c.listeners.metrics_require_token);
     assert_eq!(c.store_headers.action("Authorization"), HeaderAction::Drop);
     assert_eq!(c.store_headers.action("x-api-key"), HeaderAction::Hash);
     assert_eq!(
@@ -205,7 +206,7 @@ fn the_embedded_default_is_issue_4s_demo() {
     let c = Config::default_demo();
     assert_eq!(c, load_env(DEFAULT_YAML, &[]).expect("default"));
     assert_eq!(c.node.store, StoreBackend::RocksDb);
-    assert_eq!(c.node.data_dir, PathBuf::from("./relay-data"));
+    assert_eq!(c.node.data_dir, PathBuf::from("./data"));
     assert_eq!(
         c.listeners.ingest,
         "127.0.0.1:8080".parse::<SocketAddr>().expect("addr")

@@ -170,6 +170,20 @@ fn uuid_text(bytes: &[u8; 16]) -> String {
     uuid::Uuid::from_bytes(*bytes).hyphenated().to_string()
 }
 
+/// A hook's idempotency key: a UUIDv7 whose 48-bit timestamp is the
+/// envelope's `received_at_ms` (the same clock value), so
+/// `GET /v1/hooks/{idempotency_key}` finds the hook through the archive range
+/// (ord, received_at_ms, *) without a key family of its own (docs/design.md
+/// section 10). Ingest and quarantine both make it here.
+fn idempotency_key_at(received_at_ms: u64) -> [u8; 16] {
+    let ts = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        received_at_ms / 1000,
+        ((received_at_ms % 1000) * 1_000_000) as u32,
+    );
+    *uuid::Uuid::new_v7(ts).as_bytes()
+}
+
 impl<K: Kv> Edge<K> {
     /// Serves ingest on `listener` until `shutdown` turns true; then stops
     /// accepting, lets requests in progress finish (their commits included),
@@ -338,7 +352,7 @@ impl<K: Kv> Edge<K> {
         // The keyless rows are counted only once the rows are committed (not
         // for a Writer-side duplicate, a store failure or a shutdown).
         let (rows, keyless) = route.rows_for(&headers, &parsed);
-        let idempotency_key = *uuid::Uuid::now_v7().as_bytes();
+        let idempotency_key = idempotency_key_at(now);
         let stored_headers = route.store_headers(&owned);
         let envelope = Envelope {
             source: route.id,
@@ -416,7 +430,7 @@ impl<K: Kv> Edge<K> {
         if self.shutting_down.load(Ordering::SeqCst) {
             return self.unavailable("shutting down".into());
         }
-        let idempotency_key = *uuid::Uuid::now_v7().as_bytes();
+        let idempotency_key = idempotency_key_at(h.now);
         let envelope = Envelope {
             source: h.route.id,
             received_at_ms: h.now,

@@ -18,6 +18,7 @@ fn meta_key() -> impl Strategy<Value = MetaKey> {
         source().prop_map(MetaKey::SourceSinks),
         source().prop_map(|s| MetaKey::Paused(PauseTarget::Source(s))),
         (source(), sink()).prop_map(|(s, k)| MetaKey::Paused(PauseTarget::Sink(s, k))),
+        any::<u64>().prop_map(MetaKey::Job),
     ]
 }
 
@@ -37,6 +38,7 @@ proptest! {
             (source_ids_range(), matches!(k, MetaKey::SourceById(_))),
             (source_sinks_range(), matches!(k, MetaKey::SourceSinks(_))),
             (paused_range(), matches!(k, MetaKey::Paused(_))),
+            (jobs_range(), matches!(k, MetaKey::Job(_))),
         ];
         for (range, holds) in ranges {
             prop_assert_eq!(range.contains(&key), holds, "{:?} in {:?}", k, range);
@@ -70,6 +72,11 @@ proptest! {
     }
 
     #[test]
+    fn job_keys_sort_in_id_order(a in any::<u64>(), b in any::<u64>()) {
+        prop_assert_eq!(job_key(a).cmp(&job_key(b)), a.cmp(&b));
+    }
+
+    #[test]
     fn meta_values_round_trip(format in any::<u32>(), node in any::<[u8; 16]>(), seq in seq(), t in tenant(), s in source(), name in ".{0,20}") {
         prop_assert_eq!(decode_format(&encode_format(format)), Ok(format));
         prop_assert_eq!(decode_node_id(&node), Ok(node));
@@ -95,6 +102,8 @@ fn the_fixed_meta_keys_and_the_format() {
         tenant_by_ord_key(TenantOrd(0x0102_0304)),
         b"tenant/ord/\x01\x02\x03\x04"
     );
+    assert_eq!(job_key(7), b"job/\0\0\0\0\0\0\0\x07");
+    assert_eq!(MetaKey::decode(&job_key(7)), Ok(MetaKey::Job(7)));
 }
 
 #[test]
@@ -151,6 +160,14 @@ fn bad_meta_keys_and_values_are_refused() {
         decode_name(&[0xff]),
         Err(ValueError::InvalidField { .. })
     ));
+    assert_eq!(
+        MetaKey::decode(b"job/\0\0\0\x01"),
+        Err(KeyError::WrongLength {
+            what: "job",
+            expected: 8,
+            found: 4
+        })
+    );
     assert!(decode_node_id(&[0; 15]).is_err());
     assert!(decode_seq_high_water(&[0; 9]).is_err());
 }

@@ -396,6 +396,25 @@ impl<'k, K: Kv> Machine<'k, K> {
                     self.hit("unhold keeps a still-paused row held");
                 }
             }
+            Step::DropDead(p) => {
+                let dead: Vec<RowId> = self.view().dead.keys().copied().collect();
+                let Some(id) = Self::pick(&dead, p) else { return Ok(()) };
+                let b = queue::drop_dead(self.kv, &[rid(&id)]).map_err(err("drop_dead"))?;
+                self.write("drop_dead", b)?;
+                self.hit("drop_dead");
+                if self.model.drop_dead(&id) {
+                    self.hit("drop_dead deletes the envelope");
+                }
+                // Gone for good: a second drop and a revive are refused.
+                match queue::drop_dead(self.kv, &[rid(&id)]) {
+                    Err(queue::QueueError::NotInDlq { .. }) => {}
+                    other => return Err(format!("second drop of {id:?}: {other:?}, expected NotInDlq")),
+                }
+                match queue::revive(self.kv, rid(&id), now) {
+                    Err(queue::QueueError::NotInDlq { .. }) => {}
+                    other => return Err(format!("revive of dropped {id:?}: {other:?}, expected NotInDlq")),
+                }
+            }
             Step::Restart => {
                 if !self.view().inflight.is_empty() {
                     self.hit("restart with rows in flight");
@@ -676,6 +695,8 @@ fn machine_reaches_every_transition_and_race() {
         "orphan from ?D",
         "revive",
         "revive behind a later head",
+        "drop_dead",
+        "drop_dead deletes the envelope",
         "restart with rows in flight",
         "sweep: marker beside a head",
         "sweep: promote",

@@ -329,6 +329,16 @@ impl Model {
         }
     }
 
+    /// `queue::drop_dead`: the dead row goes; its hook's envelope goes with
+    /// its last row. True when the envelope went.
+    pub fn drop_dead(&mut self, id: &RowId) -> bool {
+        self.rows.remove(id);
+        self.revived.remove(id);
+        self.behind.remove(id);
+        let left = self.rows.keys().any(|r| r.0 == id.0 && r.1 == id.1);
+        !left && self.hooks.remove(&(id.0, id.1)).is_some()
+    }
+
     /// ADR 4.8: a laned dead letter re-enters as a member plus ?P; an unlaned
     /// one as ?D kind 0 due now.
     pub fn revive(&mut self, id: &RowId) {

@@ -117,6 +117,8 @@ pub enum Step {
     Orphan(u8),
     /// The replayer revives a dead letter.
     Revive(u8),
+    /// Admin: a dead letter is dropped for good (`queue::drop_dead`).
+    DropDead(u8),
     /// Process restart: `recover_inflight`.
     Restart,
     /// The pipeline's lane sweep of a tenant (up to `limit` markers), with an
@@ -160,6 +162,7 @@ impl fmt::Debug for Step {
             Dead(p, w) => write!(f, "Dead({p}, {w:?})"),
             Orphan(p) => write!(f, "Orphan({p})"),
             Revive(p) => write!(f, "Revive({p})"),
+            DropDead(p) => write!(f, "DropDead({p})"),
             Restart => write!(f, "Restart"),
             SweepLanes(t, l, None) => write!(f, "SweepLanes({t}, {l}, None)"),
             SweepLanes(t, l, Some((at, hk))) => write!(f, "SweepLanes({t}, {l}, Some(({at:?}, {hk:?})))"),
@@ -225,6 +228,7 @@ pub fn step() -> impl Strategy<Value = Step> {
         3 => (any::<u8>(), why()).prop_map(|(p, w)| Dead(p, w)),
         1 => any::<u8>().prop_map(Orphan),
         4 => any::<u8>().prop_map(Revive),
+        2 => any::<u8>().prop_map(DropDead),
         2 => Just(Restart),
         6 => (
             tenant(),
