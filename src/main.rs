@@ -1,16 +1,21 @@
 //! `ankusa`: the relay binary. CLI wiring only (docs/design.md section 1): the
 //! commands parse their arguments and call the crates.
 //!
-//! - `ankusa serve [--config FILE]`: runs the relay (without `--config`, the
+//! - `ankusa serve [--config FILE] [--drop-unconfigured]`: runs the relay (without `--config`, the
 //!   embedded demo configuration: RocksDB under `./data`, ingest on
 //!   127.0.0.1:8080, admin on 127.0.0.1:8081, source `/hooks/demo` delivering
 //!   to `./data/deliveries.ndjson` ordered by `x-entity-id`).
 //! - `ankusa send FILE...`: posts corpus files to a running relay.
 //! - `ankusa check-config FILE`: loads a configuration and reports what is wrong.
+//! - `ankusa tenants`, `sources`, `hooks show`, `dlq list|revive|drop`,
+//!   `jobs`: the operator's commands, over the admin API of a running relay
+//!   (`admin_cli`).
 
+mod admin_cli;
 mod send;
 mod serve;
 mod sinks;
+mod unconfigured;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,7 +24,7 @@ use clap::{Parser, Subcommand};
 
 /// Ankusa: a self-hosted webhook relay.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version, about, after_help = admin_cli::EXIT_CODES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -33,6 +38,12 @@ enum Command {
         /// option). Without it, the embedded demo configuration.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Dead-letter, at start, the queued deliveries of sources and sink
+        /// entries that are no longer in the configuration (reason "source
+        /// removed from the config" / "sink removed from the config"). Without
+        /// it, such deliveries stop the start, naming each source and sink.
+        #[arg(long)]
+        drop_unconfigured: bool,
     },
     /// POST provider webhooks saved in the corpus format to a running relay.
     Send {
@@ -58,15 +69,61 @@ enum Command {
         /// The YAML configuration.
         file: PathBuf,
     },
+    /// Every tenant: pending, dead, lanes, the oldest due hook's age, bounds.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Tenants {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+    },
+    /// Every source: its sinks, how they are ordered, their breakers.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Sources {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+    },
+    /// Hooks: `hooks show ID` or `hooks show --tenant T --seq N`.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Hooks {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        #[command(subcommand)]
+        cmd: admin_cli::HooksCmd,
+    },
+    /// The dead-letter queue: list, revive, drop.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Dlq {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        #[command(subcommand)]
+        cmd: admin_cli::DlqCmd,
+    },
+    /// Admin jobs: list them, show one (--wait: until it ends), cancel one.
+    #[command(after_help = admin_cli::EXIT_CODES, args_conflicts_with_subcommands = true)]
+    Jobs {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        /// A job's id.
+        id: Option<u64>,
+        /// Wait until the job ends, with a progress bar.
+        #[arg(long, requires = "id")]
+        wait: bool,
+        #[command(subcommand)]
+        cmd: Option<admin_cli::JobsCmd>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => serve::main(config),
+        Command::Serve { config, drop_unconfigured } => serve::main(config, drop_unconfigured),
         Command::Send { files, url, path, keep_going, timeout_ms } => {
             send::main(&send::Args { files: &files, url: &url, path: path.as_deref(), keep_going, timeout_ms })
         }
+        Command::Tenants { conn } => admin_cli::main(&conn, admin_cli::Command::Tenants),
+        Command::Sources { conn } => admin_cli::main(&conn, admin_cli::Command::Sources),
+        Command::Hooks { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Hooks(cmd)),
+        Command::Dlq { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Dlq(cmd)),
+        Command::Jobs { conn, id, wait, cmd } => admin_cli::main(&conn, admin_cli::Command::Jobs { id, wait, cmd }),
         Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {
                 println!(

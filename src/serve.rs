@@ -17,18 +17,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, anyhow, bail};
 use ankusa_config::{Config, StoreBackend};
-use ankusa_edge::server::admin::{AdminState, serve_admin};
+use ankusa_edge::server::admin::{AdminState, BreakerReport, serve_admin};
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Cf, Durability, Kv};
 use ankusa_keys::meta::{decode_format, encode_format};
+use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx};
-use ankusa_pipeline::{BreakerPolicy, DispatchConfig, Pipeline, RetryPolicy, Route, Routes};
+use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
+use ankusa_pipeline::{BreakerPolicy, BreakerState, DispatchConfig, Pipeline, RetryPolicy, Route, Routes};
 use ankusa_queue::writer::{Writer, WriterConfig};
 use tokio::sync::watch;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
-pub fn main(config: Option<PathBuf>) -> ExitCode {
+pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
     init_logs();
     let cfg = match load(config.as_deref()) {
         Ok(c) => c,
@@ -53,13 +55,13 @@ pub fn main(config: Option<PathBuf>) -> ExitCode {
         match cfg.node.store {
             StoreBackend::RocksDb => {
                 let kv = ankusa_engine_rocksdb::RocksKv::open(&store_dir).map_err(|e| in_use(&store_dir, e.into()))?;
-                run(Arc::new(kv), cfg).await
+                run(Arc::new(kv), cfg, drop_unconfigured).await
             }
             StoreBackend::Fjall => {
                 let kv = ankusa_engine_fjall::FjallKv::open(&store_dir).map_err(|e| in_use(&store_dir, e.into()))?;
-                run(Arc::new(kv), cfg).await
+                run(Arc::new(kv), cfg, drop_unconfigured).await
             }
-            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg).await,
+            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured).await,
         }
     });
     match result {
@@ -179,7 +181,7 @@ fn prepare_store<K: Kv>(kv: &K) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
+async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow::Result<()> {
     prepare_store(&*kv)?;
     let (batch, registry) = ankusa_queue::register(
         &*kv,
@@ -189,16 +191,39 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
     if !batch.is_empty() {
         kv.write(batch, Durability::Sync)?;
     }
+    // Queued work of sources and sink entries no longer configured: refuse to
+    // start, or dead-letter it with --drop-unconfigured (docs/design.md section 5).
+    let found = crate::unconfigured::find(&*kv, &cfg, &registry)?;
+    if !found.is_empty() {
+        if !drop_unconfigured {
+            bail!("{}", crate::unconfigured::refusal(&found));
+        }
+        for u in &found {
+            warn!(source = %u.source_name, sink = u.sink.0, pending = u.pending, "--drop-unconfigured: dead-lettering the queued deliveries of an unconfigured source or sink");
+        }
+        crate::unconfigured::drop_all(&*kv, &found, now_ms())?;
+    }
+    crate::unconfigured::remember(&*kv, &cfg, &registry)?;
     let mut routes = Routes::default();
     for (name, ord) in &registry.tenants {
         routes.tenants.insert(*ord, name.clone());
+    }
+    for s in &cfg.sources {
+        let id = registry.sources[&s.name];
+        if s.paused {
+            routes.paused.insert(PauseTarget::Source(id));
+        }
+        for e in s.sinks.iter().filter(|e| e.paused) {
+            routes.paused.insert(PauseTarget::Sink(id, SinkIx(e.index)));
+        }
     }
     let mut destinations = Vec::new();
     for s in &cfg.sources {
         let id = registry.sources[&s.name];
         for e in &s.sinks {
             let sink = crate::sinks::build(&s.name, e).await?;
-            destinations.push(format!("{} -> {} {} {}", s.path, e.kind.as_str(), e.name, describe(s, e)));
+            let paused = if s.paused || e.paused { " [paused]" } else { "" };
+            destinations.push(format!("{} -> {} {} {}{paused}", s.path, e.kind.as_str(), e.name, describe(s, e)));
             routes.sinks.insert(
                 (id, SinkIx(e.index)),
                 Route { sink, sink_name: e.name.clone(), source_name: s.name.clone() },
@@ -208,6 +233,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
     let edge_routes = build_routes(&cfg, &registry)?;
 
     let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms)?;
+    let retention_writer = writer_handle.clone();
     let d = &cfg.dispatch;
     let dispatch = DispatchConfig {
         batch: d.batch as usize,
@@ -243,12 +269,28 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
         stats: Arc::clone(&stats),
         clock: Box::new(now_ms),
     });
-    let admin_state = Arc::new(AdminState {
-        kv: Arc::clone(&kv),
-        edge: stats,
-        ready: Arc::clone(&pipeline_handle.ready),
-        shutting_down: Arc::clone(&shutting_down),
+    let retention_stats = RetentionStats::default();
+    let mut admin_state = AdminState::new(
+        Arc::clone(&kv),
+        stats,
+        Arc::clone(&pipeline_handle.ready),
+        Arc::clone(&shutting_down),
+        Arc::new(cfg.clone()),
+        registry.clone(),
+    );
+    admin_state.paused_sinks = Arc::clone(&pipeline_handle.paused_sinks);
+    admin_state.retention_hooks_deleted = Arc::clone(&retention_stats.hooks_deleted);
+    admin_state.retention_dedupe_expired = Arc::clone(&retention_stats.dedupe_expired);
+    let status = pipeline_handle.status.clone();
+    admin_state.breakers = Box::new(move |tenant, source, sink, now| match status.breaker(tenant, source, sink, now) {
+        BreakerState::Closed { failures } => BreakerReport::Closed { failures },
+        BreakerState::Open { until_ms } => BreakerReport::Open { until_ms },
+        BreakerState::HalfOpen => BreakerReport::HalfOpen,
     });
+    let admin_wake = pipeline_handle.clone();
+    admin_state.wake = Box::new(move || admin_wake.wake());
+    admin_state.clock = Box::new(now_ms);
+    let admin_state = Arc::new(admin_state);
     // The ingest listener stops first; the admin listener answers until the
     // end (`/readyz` 503 "shutting down", `/metrics` while the pipeline drains).
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -256,18 +298,33 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
 
     let writer_task = tokio::spawn(writer.run());
     let pipeline_task = tokio::spawn(pipeline.run());
+    // The retention sweep stops with the ingest listener: it holds a Writer
+    // handle, and the Writer stops only when every handle is gone.
+    let retention_task = tokio::spawn(ankusa_pipeline::retention::run(
+        Arc::clone(&kv),
+        retention_writer,
+        RetentionConfig::new(cfg.retention.keep_ms, cfg.retention.interval_ms),
+        now_ms,
+        retention_stats,
+        shutdown_rx.clone(),
+    ));
     let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx));
     let admin_task = tokio::spawn(serve_admin(admin_state, admin, admin_shutdown_rx));
 
     println!("ankusa {} ({} store at {})", env!("CARGO_PKG_VERSION"), cfg.node.store.as_str(), cfg.node.data_dir.display());
-    println!("ingest: http://{}  admin: http://{} (/metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
+    println!("ingest: http://{}  admin: http://{} (/v1/ API, /metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
     for d in &destinations {
         println!("  {d}");
     }
 
     let mut pipeline_task = pipeline_task;
     let mut writer_task = writer_task;
+    let mut retention_task = retention_task;
     tokio::select! {
+        r = &mut retention_task => {
+            error!("the retention sweep stopped: {r:?}");
+            bail!("the retention sweep stopped unexpectedly (store failure): {r:?}");
+        }
         _ = shutdown_signal() => info!("shutting down: no new hooks; finishing commits and deliveries in flight"),
         r = &mut pipeline_task => {
             error!("the pipeline stopped: {r:?}");
@@ -281,6 +338,11 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config) -> anyhow::Result<()> {
     shutting_down.store(true, Ordering::SeqCst);
     let _ = shutdown_tx.send(true);
     let _ = edge_task.await;
+    match retention_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => error!("the retention sweep failed: {e}"),
+        Err(e) => error!("the retention sweep stopped: {e}"),
+    }
     // The edge's Writer handle goes with the edge; the Writer finishes its
     // queue and stops.
     drop(edge);

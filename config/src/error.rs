@@ -64,7 +64,7 @@ impl ConfigError {
 /// The parser names this crate's private types (`expected struct
 /// RawSource`); a user wrote a mapping: say so.
 fn plain_type_names(message: &str) -> String {
-    const NAMES: [(&str, &str); 12] = [
+    const NAMES: [(&str, &str); 13] = [
         ("struct RawConfig", "a mapping of top-level sections (node, listeners, tenants, sources, ...)"),
         ("struct RawNode", "a mapping (the node section)"),
         ("struct RawListeners", "a mapping (the listeners section)"),
@@ -72,6 +72,7 @@ fn plain_type_names(message: &str) -> String {
         ("struct RawDispatch", "a mapping (the dispatch section)"),
         ("struct RawRetry", "a mapping (the retry section)"),
         ("struct RawBreaker", "a mapping (the breaker section)"),
+        ("struct RawRetention", "a mapping (the retention section)"),
         ("struct RawTenant", "a mapping (a tenant)"),
         ("struct RawSource", "a mapping (a source)"),
         ("struct RawVerification", "a mapping (a verification)"),

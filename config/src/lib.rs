@@ -76,6 +76,12 @@
 //! - A source may configure `challenge` (docs/design.md section 5's GET challenge):
 //!   the query parameter the edge echoes back, and optionally a token that
 //!   another query parameter must carry.
+//! - `paused` (a source or a sink entry), `quarantine` and
+//!   `on_invalid_signature` (a source) are core options: `paused` is removed
+//!   from a sink's options like `ordered`. `on_invalid_signature: quarantine`
+//!   on a source with `verification: none` is refused (no signature can fail).
+//! - `retention.keep_ms` counts from a hook's receipt (the archive is by
+//!   receipt time), not from its delivery.
 #![deny(missing_docs, clippy::unwrap_used)]
 
 mod error;
@@ -92,8 +98,8 @@ pub use error::{ConfigError, Problem, Scope};
 pub use model::{
     Breaker, Challenge, Config, Dedupe, Dispatch, FileSink, HeaderAction, HeaderPolicy,
     HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner, KeyInput, KeySource, Listeners, Node,
-    Order, OrderingKey, Retry, SignatureEncoding, SinkEntry, SinkKind, Source, StoreBackend,
-    Tenant, TenantBinding, TypedOptions, Verification,
+    OnInvalidSignature, Order, OrderingKey, Retention, Retry, SignatureEncoding, SinkEntry,
+    SinkKind, Source, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification,
 };
 pub use secret::{EnvLookup, Secret, SecretOrigin, process_env, redact_url};
 
@@ -148,6 +154,10 @@ pub mod defaults {
     pub const BREAKER_FAILURES: u32 = 5;
     /// `breaker.open_ms`: 30 s.
     pub const BREAKER_OPEN_MS: u64 = 30_000;
+    /// `retention.keep_ms`: 7 days.
+    pub const RETENTION_KEEP_MS: u64 = 7 * 24 * 3_600_000;
+    /// `retention.interval_ms`: 60 s.
+    pub const RETENTION_INTERVAL_MS: u64 = 60_000;
     /// The tenant of a source that names none, and the one tenant when
     /// `tenants` is omitted.
     pub const TENANT: &str = "default";

@@ -26,6 +26,8 @@ pub struct Config {
     pub retry: Retry,
     /// The breaker per (tenant, sink).
     pub breaker: Breaker,
+    /// How long delivered hooks are kept, and how often they are reclaimed.
+    pub retention: Retention,
     /// The tenants, in file order (at least one).
     pub tenants: Vec<Tenant>,
     /// The sources, in file order.
@@ -93,6 +95,10 @@ pub struct Listeners {
     /// The admin API's bearer token. Optional only while `admin` is a
     /// loopback address.
     pub admin_token: Option<Secret>,
+    /// Whether `/metrics` asks for the admin token too (when one is
+    /// configured). Default false: a Prometheus scraper needs no secret;
+    /// `/healthz` and `/readyz` never ask.
+    pub metrics_require_token: bool,
     /// The largest body the edge accepts (413 above). Default 1 MiB.
     pub body_limit_bytes: u64,
 }
@@ -196,6 +202,32 @@ pub struct Breaker {
     pub open_ms: u64,
 }
 
+/// `retention`: how long the store keeps a hook that nothing refers to any
+/// more (delivered to every sink, or dropped from quarantine), and how often
+/// the pipeline reclaims them (docs/design.md section 5, "Retention").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// A hook's envelope and archive entry are deleted once it was received
+    /// this long ago and no delivery row (pending or dead-lettered) and no
+    /// quarantine refers to it. Default 7 days.
+    pub keep_ms: u64,
+    /// How often the background sweep runs (each run reads every tenant's
+    /// archive in bounded pages, and expires stale dedupe records). Default
+    /// 60 s.
+    pub interval_ms: u64,
+}
+
+/// What the edge does with a hook whose signature does not verify
+/// (`on_invalid_signature`, docs/design.md section 5, "Quarantine").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnInvalidSignature {
+    /// `reject`: 401, nothing stored (the default).
+    Reject,
+    /// `quarantine`: committed to quarantine with the verification error as
+    /// its reason and answered 202; never delivered unless released.
+    Quarantine,
+}
+
 /// A tenant and its queue bounds (the edge answers 429 + Retry-After above
 /// them).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -242,6 +274,16 @@ pub struct Source {
     /// The sinks, in file order; a sink's index is its position (the
     /// `sink:16` of the store's keys).
     pub sinks: Vec<SinkEntry>,
+    /// `paused: true`: its hooks are accepted and committed as usual, and none
+    /// is delivered to any of its sinks until it is resumed (docs/design.md
+    /// section 5, "Pause"). Default false.
+    pub paused: bool,
+    /// `quarantine: true`: every hook that passes verification is committed to
+    /// quarantine (answered 202) instead of being delivered: a new integration
+    /// under review. Default false.
+    pub quarantine: bool,
+    /// What a failed signature does. Default [`OnInvalidSignature::Reject`].
+    pub on_invalid_signature: OnInvalidSignature,
 }
 
 impl Source {
@@ -604,6 +646,10 @@ pub struct SinkEntry {
     pub index: u16,
     /// Ordered or not, and by what key.
     pub order: Order,
+    /// `paused: true`: rows for this sink wait (in order, for an ordered
+    /// sink) until it is resumed; the source's other sinks deliver as usual.
+    /// Default false.
+    pub paused: bool,
     /// The sink's own options: the entry without the keys core reads
     /// (`type`, `name`, `ordered`, and `ordering_key` except a Pub/Sub legacy
     /// key, which stays: ADR 0004 section 1). Every string written `env:NAME`

@@ -20,6 +20,7 @@ pub(crate) struct RawConfig {
     pub dispatch: RawDispatch,
     pub retry: RawRetry,
     pub breaker: RawBreaker,
+    pub retention: RawRetention,
     pub tenants: Option<Vec<RawTenant>>,
     pub sources: Vec<RawSource>,
 }
@@ -48,6 +49,7 @@ pub(crate) struct RawListeners {
     pub ingest: Option<String>,
     pub admin: Option<String>,
     pub admin_token: Option<String>,
+    pub metrics_require_token: Option<bool>,
     pub body_limit_bytes: Option<u64>,
 }
 
@@ -91,6 +93,13 @@ pub(crate) struct RawBreaker {
     pub open_ms: Option<u64>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawRetention {
+    pub keep_ms: Option<u64>,
+    pub interval_ms: Option<u64>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTenant {
@@ -111,8 +120,18 @@ pub(crate) struct RawSource {
     pub dedupe: Option<RawDedupe>,
     pub challenge: Option<RawChallenge>,
     pub store_headers: Option<RawHeaderPolicy>,
+    pub paused: Option<bool>,
+    pub quarantine: Option<bool>,
+    pub on_invalid_signature: Option<RawOnInvalid>,
     #[serde(default)]
     pub sinks: Vec<serde_yaml_ng::Mapping>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RawOnInvalid {
+    Reject,
+    Quarantine,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -34,7 +34,7 @@ pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
     }
 }
 
-const CORE_KEYS: [&str; 4] = ["type", "name", "ordered", "ordering_key"];
+const CORE_KEYS: [&str; 5] = ["type", "name", "ordered", "ordering_key", "paused"];
 const KEY_FORMS: &str = "{header: NAME} or {json: a.b.c}";
 
 /// Builds entry `index` of a source's `sinks`; `None` when it is too broken
@@ -100,6 +100,18 @@ pub(crate) fn entry(
     let kind = kind?;
 
     let order = order(ctx, kind, raw, &scope, p);
+    let paused = match raw.get("paused") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            p.push(
+                &scope,
+                "paused",
+                format!("must be true or false, found {}", show(Some(other))),
+            );
+            false
+        }
+    };
     let keep_legacy_key = kind == SinkKind::Pubsub && !order.is_ordered();
 
     // The sink's own options: the entry less the keys core reads, `env:`
@@ -166,6 +178,7 @@ pub(crate) fn entry(
         kind,
         index,
         order,
+        paused,
         options,
         typed,
     })

@@ -14,8 +14,9 @@ use crate::secret::EnvLookup;
 use crate::{SourceCheck, validate};
 
 /// The top-level sections, for [`Scope::Section`].
-const SECTIONS: [&str; 8] =
-    ["node", "listeners", "store_headers", "dispatch", "retry", "breaker", "tenants", "sources"];
+const SECTIONS: [&str; 9] = [
+    "node", "listeners", "store_headers", "dispatch", "retry", "breaker", "retention", "tenants", "sources",
+];
 
 /// Every problem of `text`, which the parser refused with `first`.
 pub(crate) fn every_problem(

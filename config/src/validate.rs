@@ -9,12 +9,12 @@ use crate::defaults as d;
 use crate::error::{ConfigError, Problems, Scope};
 use crate::model::{
     Breaker, Challenge, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy, HmacAlgorithm,
-    JsonPath, KeySource, Listeners, Node, Retry, SignatureEncoding, Source, StoreBackend, Tenant,
-    TenantBinding, Verification,
+    JsonPath, KeySource, Listeners, Node, OnInvalidSignature, Retention, Retry, SignatureEncoding,
+    Source, StoreBackend, Tenant, TenantBinding, Verification,
 };
 use crate::raw::{
-    RawAction, RawAlgorithm, RawConfig, RawDedupe, RawEncoding, RawHeaderPolicy, RawScheme,
-    RawSource, RawStore, RawVerification,
+    RawAction, RawAlgorithm, RawConfig, RawDedupe, RawEncoding, RawHeaderPolicy, RawOnInvalid,
+    RawScheme, RawSource, RawStore, RawVerification,
 };
 use crate::secret::{self, EnvLookup, Secret};
 use crate::sink;
@@ -37,6 +37,7 @@ pub(crate) fn config(
     let dispatch = dispatch(&raw, &mut p);
     let retry = retry(&raw, &mut p);
     let breaker = breaker(&raw, &mut p);
+    let retention = retention(&raw, &mut p);
     let tenants = tenants(&raw, &mut p);
     let sources = sources(&raw.sources, &tenants, &store_headers, env, check, &mut p);
 
@@ -50,9 +51,30 @@ pub(crate) fn config(
         dispatch,
         retry,
         breaker,
+        retention,
         tenants,
         sources,
     })
+}
+
+fn retention(raw: &RawConfig, p: &mut Problems) -> Retention {
+    let scope = Scope::Section("retention");
+    Retention {
+        keep_ms: positive(
+            raw.retention.keep_ms,
+            d::RETENTION_KEEP_MS,
+            &scope,
+            "keep_ms",
+            p,
+        ),
+        interval_ms: positive(
+            raw.retention.interval_ms,
+            d::RETENTION_INTERVAL_MS,
+            &scope,
+            "interval_ms",
+            p,
+        ),
+    }
 }
 
 fn node(raw: &RawConfig, p: &mut Problems) -> Node {
@@ -163,6 +185,7 @@ fn listeners(raw: &RawConfig, env: EnvLookup<'_>, p: &mut Problems) -> Listeners
         ingest,
         admin,
         admin_token,
+        metrics_require_token: l.metrics_require_token.unwrap_or(false),
         body_limit_bytes,
     }
 }
@@ -446,6 +469,20 @@ fn sources(
             }
         }
 
+        let on_invalid_signature = match rs.on_invalid_signature {
+            None | Some(RawOnInvalid::Reject) => OnInvalidSignature::Reject,
+            Some(RawOnInvalid::Quarantine) => {
+                if verification == Verification::None {
+                    p.push(
+                        &scope,
+                        "on_invalid_signature",
+                        "quarantine needs a verification scheme: with verification none no signature can fail (use quarantine: true to hold every hook)",
+                    );
+                }
+                OnInvalidSignature::Quarantine
+            }
+        };
+
         let source = Source {
             name: rs.name.clone(),
             path,
@@ -456,6 +493,9 @@ fn sources(
             store_headers,
             store_headers_overridden: overridden,
             sinks,
+            paused: rs.paused.unwrap_or(false),
+            quarantine: rs.quarantine.unwrap_or(false),
+            on_invalid_signature,
         };
         // The other layers' checks, on what parsed, so their problems come in
         // the same run as this crate's (an option this crate has already

@@ -6,7 +6,7 @@
 //!
 //! | family | key | what it is for |
 //! | --- | --- | --- |
-//! | `?D` due | `?D, ord:32, due_ms:64, seq:64, sink:16` | a row waiting for its attempt; the dispatch scan reads a tenant's due rows up to now |
+//! | `?D` due | `?D, ord:32, due_ms:64, seq:64, sink:16` | a row waiting for its attempt; the dispatch scan reads a tenant's due rows up to now; a due_ms with [`HELD_DUE_BIT`] set is a row held by a pause |
 //! | `?F` in flight | `?F, ord:32, seq:64, sink:16` | a claimed row whose attempt is running |
 //! | `?A` active tenant | `?A, ord:32` | the tenant may have due work (a visit reads its ?D) |
 //! | `?O` lane member | `?O, ord:32, lane:128, seq:64, sink:16` | a laned row waiting its turn, in seq order (ADR 0004 section 3) |
@@ -299,6 +299,58 @@ pub fn due_range_until(tenant: TenantOrd, now_ms: u64) -> KeyRange {
         }
         None => tenant_range(Family::Due, tenant),
     }
+}
+
+// ---- ?D held band (pause) -------------------------------------------------
+
+/// The top bit of a `?D` key's `due_ms`: set, the row is *held* because its
+/// source or sink is paused (docs/design.md section 5, "Pause"). The low 63
+/// bits keep the due time the row had when it was held, so a resume puts it
+/// back where it was. Every real clock (unix milliseconds) is below this bit,
+/// so a held row is outside [`due_range_until`] for every `now_ms` a runtime
+/// passes, and the held rows of a tenant sort after all its other ?D keys
+/// ([`held_due_range`]).
+pub const HELD_DUE_BIT: u64 = 1 << 63;
+
+/// `due_ms` in the held band: [`HELD_DUE_BIT`] set, the time kept.
+pub const fn held_due_ms(due_ms: u64) -> u64 {
+    due_ms | HELD_DUE_BIT
+}
+
+impl DueKey {
+    /// Whether this ?D key is in the held band ([`HELD_DUE_BIT`]).
+    pub const fn is_held(&self) -> bool {
+        self.due_ms & HELD_DUE_BIT != 0
+    }
+
+    /// The due time without the held bit: the time the row is due when it is
+    /// not (or no longer) held, unix milliseconds.
+    pub const fn unheld_due_ms(&self) -> u64 {
+        self.due_ms & !HELD_DUE_BIT
+    }
+}
+
+/// The held `?D` keys of `tenant` (due_ms with [`HELD_DUE_BIT`] set), in the
+/// order of their kept due time: what a resume reads.
+///
+/// # Panics
+/// On a reserved ordinal.
+pub fn held_due_range(tenant: TenantOrd) -> KeyRange {
+    let start = Family::Due.tenant_prefix(tenant);
+    let from: [u8; 13] = Put::new().bytes(&start).u64(HELD_DUE_BIT).done();
+    KeyRange::new(from, tenant_range(Family::Due, tenant).end)
+}
+
+/// The `?D` keys of `tenant` that are not held (due_ms below
+/// [`HELD_DUE_BIT`]), whenever they are due: what makes a tenant active
+/// (docs/design.md section 4, invariant 4).
+///
+/// # Panics
+/// On a reserved ordinal.
+pub fn live_due_range(tenant: TenantOrd) -> KeyRange {
+    let start = Family::Due.tenant_prefix(tenant);
+    let end: [u8; 13] = Put::new().bytes(&start).u64(HELD_DUE_BIT).done();
+    KeyRange::new(start, end)
 }
 
 // ---- ?F in flight -------------------------------------------------------

@@ -45,7 +45,7 @@ pub use ids::{LaneId, Seq, SinkIx, SourceId, TenantOrd};
 pub use index::{
     ActiveKey, CounterField, CounterKey, DeadLetterKey, DedupeKey, DueKey, Family, InFlightKey,
     LaneHeadKey, LaneMarkerKey, LaneMemberKey, QuarantinedKey, active_key, counter_key,
-    dead_letter_key, dedupe_key, dedupe_source_range, due_key, due_range_until, family_range,
+    dead_letter_key, dedupe_key, dedupe_source_range, due_key, due_range_until, family_range, held_due_ms, held_due_range, live_due_range, HELD_DUE_BIT,
     in_flight_key, lane_head_key, lane_marker_key, lane_member_key, lane_members_range,
     quarantined_key, tenant_range,
 };

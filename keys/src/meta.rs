@@ -10,6 +10,10 @@
 //! | `tenant/ord/` ord:32 | the tenant's name, UTF-8 |
 //! | `source/name/` name | the source's number ([`SourceId`]), `u32` |
 //! | `source/id/` id:32 | the source's name (its id in the configuration), UTF-8 |
+//! | `source/sinks/` id:32 | the names of the source's sink entries at the last start that passed the unconfigured-work check, by index ([`encode_sink_names`]) |
+//! | `pause/` id:32 | the source is paused by the runtime control (the admin API): [`PausedValue`] |
+//! | `pause/` id:32, sink:16 | one sink entry of the source is paused by the runtime control: [`PausedValue`] |
+//! | `job/` id:64 | an admin job (a DLQ revive or drop by filter, docs/design.md section 5, "Admin API"): its state, versioned JSON written and read by `edge::server::admin` |
 //!
 //! Meta keys are readable text prefixes (a dump shows what they are); the
 //! ordinals and source numbers in them are big endian like every other key, so
@@ -20,7 +24,7 @@ use ankusa_engine::KeyRange;
 
 use crate::codec::value_len;
 use crate::error::{KeyError, ValueError};
-use crate::ids::{Seq, SourceId, TenantOrd};
+use crate::ids::{Seq, SinkIx, SourceId, TenantOrd};
 
 /// The store format this binary writes (docs/design.md section 8: format 2 adds ADR
 /// 0004's kind 2/3 due values and ?O/?H/?P).
@@ -37,6 +41,9 @@ const TENANT_BY_NAME: &[u8] = b"tenant/name/";
 const TENANT_BY_ORD: &[u8] = b"tenant/ord/";
 const SOURCE_BY_NAME: &[u8] = b"source/name/";
 const SOURCE_BY_ID: &[u8] = b"source/id/";
+const SOURCE_SINKS: &[u8] = b"source/sinks/";
+const PAUSE: &[u8] = b"pause/";
+const JOB: &[u8] = b"job/";
 
 fn join(prefix: &[u8], tail: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(prefix.len() + tail.len());
@@ -97,6 +104,73 @@ pub fn source_ids_range() -> KeyRange {
     KeyRange::prefix(SOURCE_BY_ID)
 }
 
+/// Key of a source's sink list: `source/sinks/` + id:32. The value is the
+/// names of its sink entries by index ([`encode_sink_names`]), as the
+/// configuration had them at the last start whose unconfigured-work check
+/// passed (docs/design.md section 5, "Unconfigured sources and sinks"): a
+/// start compares it with the configuration to learn, without a scan, whether
+/// a sink entry may have been removed.
+pub fn source_sinks_key(source: SourceId) -> Vec<u8> {
+    join(SOURCE_SINKS, &source.0.to_be_bytes())
+}
+
+/// Every source's sink list, in source number order.
+pub fn source_sinks_range() -> KeyRange {
+    KeyRange::prefix(SOURCE_SINKS)
+}
+
+/// What a runtime pause applies to (docs/design.md section 5, "Pause").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PauseTarget {
+    /// Every sink entry of the source.
+    Source(SourceId),
+    /// One sink entry of the source.
+    Sink(SourceId, SinkIx),
+}
+
+impl PauseTarget {
+    /// The source the target belongs to.
+    pub const fn source(self) -> SourceId {
+        match self {
+            PauseTarget::Source(s) | PauseTarget::Sink(s, _) => s,
+        }
+    }
+}
+
+/// Key of a runtime pause: `pause/` + source:32 for a source, `pause/` +
+/// source:32 + sink:16 for one sink entry. A source's pause sorts right before
+/// its sinks' pauses.
+pub fn paused_key(target: PauseTarget) -> Vec<u8> {
+    match target {
+        PauseTarget::Source(s) => join(PAUSE, &s.0.to_be_bytes()),
+        PauseTarget::Sink(s, k) => {
+            let mut tail = [0u8; 6];
+            tail[..4].copy_from_slice(&s.0.to_be_bytes());
+            tail[4..].copy_from_slice(&k.0.to_be_bytes());
+            join(PAUSE, &tail)
+        }
+    }
+}
+
+/// Every runtime pause, in (source, sink) order.
+pub fn paused_range() -> KeyRange {
+    KeyRange::prefix(PAUSE)
+}
+
+/// Key of admin job `id`: `job/` + id:64 (big endian, so the job range lists
+/// in id order and its last entry is the newest job). The value is the job's
+/// state, versioned JSON owned by the admin API (`edge::server::admin`): the
+/// job's cursor is advanced in the same batch as the rows it revives or drops,
+/// so a crash never repeats a step (docs/design.md section 5, "Admin API").
+pub fn job_key(id: u64) -> Vec<u8> {
+    join(JOB, &id.to_be_bytes())
+}
+
+/// Every admin job entry, in id order.
+pub fn jobs_range() -> KeyRange {
+    KeyRange::prefix(JOB)
+}
+
 /// A decoded key of cf `meta`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MetaKey {
@@ -114,6 +188,12 @@ pub enum MetaKey {
     SourceByName(String),
     /// The source registry's entry for this number.
     SourceById(SourceId),
+    /// The sink list of this source ([`source_sinks_key`]).
+    SourceSinks(SourceId),
+    /// A runtime pause ([`paused_key`]).
+    Paused(PauseTarget),
+    /// Admin job `id` ([`job_key`]).
+    Job(u64),
 }
 
 impl MetaKey {
@@ -130,6 +210,9 @@ impl MetaKey {
             MetaKey::TenantByOrd(tenant) => tenant_by_ord_key(*tenant),
             MetaKey::SourceByName(name) => source_by_name_key(name),
             MetaKey::SourceById(source) => source_by_id_key(*source),
+            MetaKey::SourceSinks(source) => source_sinks_key(*source),
+            MetaKey::Paused(target) => paused_key(*target),
+            MetaKey::Job(id) => job_key(*id),
         }
     }
 
@@ -138,7 +221,7 @@ impl MetaKey {
     /// # Errors
     /// [`KeyError::WrongPrefix`] for a key of no kind, [`KeyError::NotUtf8`] for
     /// a name that is not UTF-8, [`KeyError::WrongLength`] for a number that is
-    /// not 4 bytes, [`KeyError::ReservedOrdinal`].
+    /// not 4 bytes (a job id not 8), [`KeyError::ReservedOrdinal`].
     pub fn decode(key: &[u8]) -> Result<MetaKey, KeyError> {
         if key == FORMAT_KEY {
             return Ok(MetaKey::Format);
@@ -169,6 +252,39 @@ impl MetaKey {
                 id,
                 "source by id",
             )?))));
+        }
+        if let Some(id) = key.strip_prefix(SOURCE_SINKS) {
+            return Ok(MetaKey::SourceSinks(SourceId(u32::from_be_bytes(number(
+                id,
+                "source sinks",
+            )?))));
+        }
+        if let Some(tail) = key.strip_prefix(PAUSE) {
+            return match tail.len() {
+                4 => Ok(MetaKey::Paused(PauseTarget::Source(SourceId(
+                    u32::from_be_bytes(number(tail, "pause")?),
+                )))),
+                6 => {
+                    let (s, k) = tail.split_at(4);
+                    Ok(MetaKey::Paused(PauseTarget::Sink(
+                        SourceId(u32::from_be_bytes(number(s, "pause")?)),
+                        SinkIx(u16::from_be_bytes([k[0], k[1]])),
+                    )))
+                }
+                found => Err(KeyError::WrongLength {
+                    what: "pause",
+                    expected: 6,
+                    found,
+                }),
+            };
+}
+        if let Some(id) = key.strip_prefix(JOB) {
+            let id: [u8; 8] = id.try_into().map_err(|_| KeyError::WrongLength {
+                what: "job",
+                expected: 8,
+                found: id.len(),
+            })?;
+            return Ok(MetaKey::Job(u64::from_be_bytes(id)));
         }
         Err(KeyError::WrongPrefix { what: "meta" })
     }
@@ -266,4 +382,97 @@ pub fn decode_name(value: &[u8]) -> Result<String, ValueError> {
         field: "name",
         reason: e.to_string(),
     })
+}
+
+/// The value of a source's sink list ([`source_sinks_key`]): `count:16`, then
+/// per name `len:16, UTF-8 bytes`, in index order.
+///
+/// # Panics
+/// With more than 65,536 names or a name over 65,535 bytes (the configuration
+/// allows neither).
+pub fn encode_sink_names<S: AsRef<str>>(names: &[S]) -> Vec<u8> {
+    let count = u16::try_from(names.len()).expect("at most 65536 sinks per source");
+    let mut v = Vec::with_capacity(2 + names.iter().map(|n| 2 + n.as_ref().len()).sum::<usize>());
+    v.extend_from_slice(&count.to_be_bytes());
+    for n in names {
+        let n = n.as_ref().as_bytes();
+        let len = u16::try_from(n.len()).expect("a sink name under 64 KiB");
+        v.extend_from_slice(&len.to_be_bytes());
+        v.extend_from_slice(n);
+    }
+    v
+}
+
+/// Decodes a source's sink list.
+///
+/// # Errors
+/// [`ValueError::Truncated`] when it ends inside a field,
+/// [`ValueError::InvalidField`] for a name that is not UTF-8 or bytes after
+/// the last name.
+pub fn decode_sink_names(value: &[u8]) -> Result<Vec<String>, ValueError> {
+    const WHAT: &str = "source sinks";
+    let truncated = ValueError::Truncated { what: WHAT };
+    let (count, mut rest) = value.split_first_chunk::<2>().ok_or(truncated.clone())?;
+    let mut out = Vec::with_capacity(usize::from(u16::from_be_bytes(*count)));
+    for _ in 0..u16::from_be_bytes(*count) {
+        let (len, tail) = rest.split_first_chunk::<2>().ok_or(truncated.clone())?;
+        let len = usize::from(u16::from_be_bytes(*len));
+        if tail.len() < len {
+            return Err(truncated);
+        }
+        let (name, tail) = tail.split_at(len);
+        out.push(String::from_utf8(name.to_vec()).map_err(|e| ValueError::InvalidField {
+            what: WHAT,
+            field: "name",
+            reason: e.to_string(),
+        })?);
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        return Err(ValueError::InvalidField {
+            what: WHAT,
+            field: "end",
+            reason: format!("{} bytes after the last name", rest.len()),
+        });
+    }
+    Ok(out)
+}
+
+/// The value of a runtime pause ([`paused_key`]): when and why.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PausedValue {
+    /// When the pause was set, unix milliseconds.
+    pub since_ms: u64,
+    /// Why, for operators (UTF-8, may be empty).
+    pub reason: String,
+}
+
+impl PausedValue {
+    /// `since_ms:64, reason` (the reason's UTF-8 bytes run to the end).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(8 + self.reason.len());
+        v.extend_from_slice(&self.since_ms.to_be_bytes());
+        v.extend_from_slice(self.reason.as_bytes());
+        v
+    }
+
+    /// Decodes a pause value.
+    ///
+    /// # Errors
+    /// [`ValueError::Truncated`] (shorter than 8 bytes),
+    /// [`ValueError::InvalidField`] (a reason that is not UTF-8).
+    pub fn decode(value: &[u8]) -> Result<PausedValue, ValueError> {
+        const WHAT: &str = "pause";
+        let (since, reason) = value
+            .split_first_chunk::<8>()
+            .ok_or(ValueError::Truncated { what: WHAT })?;
+        Ok(PausedValue {
+            since_ms: u64::from_be_bytes(*since),
+            reason: String::from_utf8(reason.to_vec()).map_err(|e| ValueError::InvalidField {
+                what: WHAT,
+                field: "reason",
+                reason: e.to_string(),
+            })?,
+        })
+    }
 }

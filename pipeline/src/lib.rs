@@ -16,6 +16,15 @@
 //!    sink calls; a tenant with nothing due gets its stale `?A` swept.
 //! 3. Wait for a finished call, a wake-up from the edge, or the idle tick.
 //!
+//! Paused sources and sink entries (docs/design.md section 5, "Pause"): a visit
+//! that meets a due row of a paused sink moves it into the held band of ?D
+//! ([`ankusa_queue::hold`]) instead of claiming it, so the backlog of a paused
+//! sink is read once and then costs the tenant's other sinks nothing; a resume
+//! (the configuration at start, or [`PipelineHandle::resume`]) moves the held
+//! rows back in bounded pages ([`ankusa_queue::unhold`]) at the start of the
+//! following passes. A held lane head stays its lane's head: the lane keeps its
+//! order and nothing behind it moves.
+//!
 //! Sink calls run as their own tasks and hold no store handle and no lock: a
 //! slow sink delays nobody but its own lane. A lane has one row in ?D/?F at a
 //! time (its head), so "one call per lane" needs no bookkeeping here.
@@ -26,9 +35,9 @@
 //! deliveries already made, in lane order (at-least-once).
 #![deny(missing_docs, clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ankusa_engine::{Batch, Cf, Direction, Durability, EngineError, Kv, Read};
@@ -36,10 +45,13 @@ use ankusa_keys::{
     CounterField, DeliveryRow, DueKey, DueValue, Envelope, Family, SinkIx, SourceId, TenantOrd, counter_key, delivery_key,
     due_range_until, family_range, hook_key,
 };
-use ankusa_queue::{Origin, QueueError, RowId};
+use ankusa_keys::meta::{PauseTarget, PausedValue};
+use ankusa_queue::{Cursor, Origin, PauseMap, QueueError, RowId};
 use ankusa_sinks::{DeliveryCtx, Outcome, Sink};
 use rand::Rng;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+
+pub mod retention;
 use tracing::{debug, info, warn};
 
 /// Retry schedule (docs/design.md section 5).
@@ -153,8 +165,12 @@ impl std::fmt::Debug for Route {
 pub struct Routes {
     /// Sink entries by (source, index in the source's list).
     pub sinks: HashMap<(SourceId, SinkIx), Route>,
-    /// Tenant names by ordinal.
+    /// Tenant names by ordinal (every tenant the store has registered: a
+    /// resume reads each one's held rows).
     pub tenants: BTreeMap<TenantOrd, String>,
+    /// What the configuration pauses (`paused: true` on a source or a sink
+    /// entry). The runtime pauses the store holds are added at start.
+    pub paused: BTreeSet<PauseTarget>,
 }
 
 impl Routes {
@@ -183,6 +199,130 @@ pub struct PipelineHandle {
     /// True once the pipeline has recovered the previous run's claimed rows
     /// and is dispatching (what `/readyz` reports).
     pub ready: Arc<AtomicBool>,
+    /// How many configured sink entries are paused now, by the configuration
+    /// or the runtime control, a source's pause counting each of its sinks
+    /// (the `ankusa_dispatch_paused` gauge).
+    pub paused_sinks: Arc<AtomicU64>,
+    control: mpsc::UnboundedSender<Control>,
+    book: Arc<Mutex<PauseBook>>,
+    /// What the admin API reads of the breakers (read-only).
+    pub status: PipelineStatus,
+}
+
+/// The state of one (tenant, source, sink entry)'s breaker as the admin API
+/// reports it (docs/design.md section 5, "Breaker").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go through; `failures` consecutive `Retry` outcomes so far (it
+    /// opens at `breaker.failures`).
+    Closed {
+        /// Consecutive failed attempts.
+        failures: u32,
+    },
+    /// Claimed rows are parked until `until_ms` (unix ms).
+    Open {
+        /// When it half-opens, unix ms.
+        until_ms: u64,
+    },
+    /// One trial call at a time decides: Ok closes it, a failure opens it.
+    HalfOpen,
+}
+
+/// A read-only view of the pipeline's in-memory breakers, shared through an
+/// `Arc` with the admin API. The pipeline publishes a copy after every
+/// outcome flush (the only place a breaker's failures and open time change);
+/// a breaker never published is closed with no failures.
+#[derive(Clone, Debug, Default)]
+pub struct PipelineStatus {
+    breakers: Arc<std::sync::RwLock<HashMap<BreakerKey, (u32, u64)>>>,
+    failures_to_open: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl PipelineStatus {
+    /// The breaker of `(tenant, source, sink)` as of `now_ms`.
+    pub fn breaker(&self, tenant: TenantOrd, source: SourceId, sink: SinkIx, now_ms: u64) -> BreakerState {
+        let (failures, open_until_ms) = self
+            .breakers
+            .read()
+            .map(|m| m.get(&(tenant, source, sink)).copied())
+            .unwrap_or_default()
+            .unwrap_or_default();
+        let threshold = self.failures_to_open.load(Ordering::Relaxed).max(1);
+        if failures < threshold {
+            BreakerState::Closed { failures }
+        } else if now_ms < open_until_ms {
+            BreakerState::Open { until_ms: open_until_ms }
+        } else {
+            BreakerState::HalfOpen
+        }
+    }
+}
+
+/// Why a runtime control call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// The target names a source or sink entry the configuration does not
+    /// have (a pause of it would hold nothing the relay delivers).
+    #[error("{0:?} is not a configured source or sink entry")]
+    NotConfigured(PauseTarget),
+    /// The store failed the write (the node takes its crash path).
+    #[error("store: {0}")]
+    Store(String),
+    /// The pipeline has stopped.
+    #[error("the pipeline has stopped")]
+    Stopped,
+}
+
+/// The pause state of one target (docs/design.md section 5, "Pause").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PauseStatus {
+    /// What it applies to.
+    pub target: PauseTarget,
+    /// The configuration pauses it (`paused: true`): only a configuration
+    /// change and a restart lift that.
+    pub by_config: bool,
+    /// The runtime control pauses it (persisted in `meta`, survives a
+    /// restart): since when and why.
+    pub by_runtime: Option<PausedValue>,
+}
+
+impl PauseStatus {
+    /// Whether the target itself is paused (a sink entry is also paused while
+    /// its source is: [`PipelineHandle::sink_paused`]).
+    pub fn paused(&self) -> bool {
+        self.by_config || self.by_runtime.is_some()
+    }
+}
+
+/// The pauses in force, shared by the pipeline (which alone changes them) and
+/// its handles (which read them).
+#[derive(Debug, Default)]
+struct PauseBook {
+    config: BTreeSet<PauseTarget>,
+    runtime: PauseMap,
+}
+
+impl PauseBook {
+    fn targets(&self) -> BTreeSet<PauseTarget> {
+        self.config.iter().copied().chain(self.runtime.keys().copied()).collect()
+    }
+
+    fn status(&self, target: PauseTarget) -> PauseStatus {
+        PauseStatus {
+            target,
+            by_config: self.config.contains(&target),
+            by_runtime: self.runtime.get(&target).cloned(),
+        }
+    }
+}
+
+enum Control {
+    SetPause {
+        target: PauseTarget,
+        /// `Some` pauses (with the reason), `None` resumes.
+        reason: Option<String>,
+        reply: oneshot::Sender<Result<PauseStatus, ControlError>>,
+    },
 }
 
 impl PipelineHandle {
@@ -195,6 +335,57 @@ impl PipelineHandle {
     pub fn shutdown(&self) {
         let _ = self.shutdown.send(true);
         self.wake.notify_one();
+    }
+
+    async fn set_pause(&self, target: PauseTarget, reason: Option<String>) -> Result<PauseStatus, ControlError> {
+        let (reply, rx) = oneshot::channel();
+        self.control
+            .send(Control::SetPause { target, reason, reply })
+            .map_err(|_| ControlError::Stopped)?;
+        self.wake.notify_one();
+        rx.await.map_err(|_| ControlError::Stopped)?
+    }
+
+    /// Pauses `target` at run time (docs/design.md section 5, "Pause"; the admin
+    /// API's call): the pause is committed to `meta` (`Sync`) so it survives a
+    /// restart, and applied by the pipeline before this returns: from then on
+    /// the pipeline claims no row of the target (calls already in flight
+    /// finish). Hooks keep being accepted. Pausing what is paused replaces the
+    /// reason and the time.
+    ///
+    /// # Errors
+    /// [`ControlError::NotConfigured`] for a source or sink entry the
+    /// configuration does not have; [`ControlError::Store`];
+    /// [`ControlError::Stopped`].
+    pub async fn pause(&self, target: PauseTarget, reason: &str) -> Result<PauseStatus, ControlError> {
+        self.set_pause(target, Some(reason.to_owned())).await
+    }
+
+    /// Lifts the runtime pause of `target` (deletes it from `meta`) and starts
+    /// moving its held rows back, in bounded pages, from the next pass. A pause
+    /// the configuration sets stays (the returned status says so), and a sink
+    /// entry stays paused while its source is.
+    ///
+    /// # Errors
+    /// As [`PipelineHandle::pause`].
+    pub async fn resume(&self, target: PauseTarget) -> Result<PauseStatus, ControlError> {
+        self.set_pause(target, None).await
+    }
+
+    /// Every target paused now, by the configuration or the runtime control,
+    /// in (source, sink) order. The store's runtime pauses are in it once
+    /// [`PipelineHandle::ready`] is set (the pipeline reads them at start).
+    pub fn pauses(&self) -> Vec<PauseStatus> {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        book.targets().into_iter().map(|t| book.status(t)).collect()
+    }
+
+    /// Whether sink entry `sink` of `source` is paused now (itself or its
+    /// source, by either).
+    pub fn sink_paused(&self, source: SourceId, sink: SinkIx) -> bool {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let t = book.targets();
+        t.contains(&PauseTarget::Source(source)) || t.contains(&PauseTarget::Sink(source, sink))
     }
 }
 
@@ -244,6 +435,8 @@ pub struct Pipeline<K: Kv> {
     /// so the loop wakes for it on time instead of at the next idle tick.
     next_wake_ms: Option<u64>,
     breakers: HashMap<BreakerKey, Breaker>,
+    /// The copy of `breakers` the admin API reads.
+    status: PipelineStatus,
     /// Per tenant, where the last visit stopped reading the due index when it
     /// hit [`SCAN_PAGES`] with saturated sinks' rows in front: the next visit
     /// reads its first page from the top (new and retried rows, the head of
@@ -253,6 +446,15 @@ pub struct Pipeline<K: Kv> {
     resume: HashMap<TenantOrd, Vec<u8>>,
     done_tx: mpsc::UnboundedSender<Done>,
     done_rx: mpsc::UnboundedReceiver<Done>,
+    control_rx: mpsc::UnboundedReceiver<Control>,
+    /// The pauses in force (shared with the handles).
+    book: Arc<Mutex<PauseBook>>,
+    /// The pipeline's copy of `book`'s targets, read for every due row.
+    paused: BTreeSet<PauseTarget>,
+    paused_sinks: Arc<AtomicU64>,
+    /// Tenants whose held rows a resume must look at, with where the last
+    /// page stopped: one page of [`ankusa_queue::unhold`] each per pass.
+    unhold: BTreeMap<TenantOrd, Option<Cursor>>,
 }
 
 impl<K: Kv> Pipeline<K> {
@@ -266,13 +468,30 @@ impl<K: Kv> Pipeline<K> {
         clock: impl Fn() -> u64 + Send + Sync + 'static,
     ) -> (Pipeline<K>, PipelineHandle) {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let (control, control_rx) = mpsc::unbounded_channel();
         let (shutdown_tx, shutdown) = watch::channel(false);
         let wake = Arc::new(Notify::new());
         let ready = Arc::new(AtomicBool::new(false));
+        let book = Arc::new(Mutex::new(PauseBook { config: routes.paused.clone(), runtime: PauseMap::new() }));
+        // The configuration's pauses count from the start; the runtime ones
+        // join when `run` has read them.
+        let paused_sinks = Arc::new(AtomicU64::new(
+            routes
+                .sinks
+                .keys()
+                .filter(|(s, k)| routes.paused.contains(&PauseTarget::Source(*s)) || routes.paused.contains(&PauseTarget::Sink(*s, *k)))
+                .count() as u64,
+        ));
+        let status = PipelineStatus::default();
+        status.failures_to_open.store(breaker.failures, Ordering::Relaxed);
         let handle = PipelineHandle {
             wake: Arc::clone(&wake),
             shutdown: Arc::new(shutdown_tx),
             ready: Arc::clone(&ready),
+            paused_sinks: Arc::clone(&paused_sinks),
+            control,
+            book: Arc::clone(&book),
+            status: status.clone(),
         };
         (
             Pipeline {
@@ -290,9 +509,15 @@ impl<K: Kv> Pipeline<K> {
                 ready: Arc::clone(&ready),
                 next_wake_ms: None,
                 breakers: HashMap::new(),
+                status,
                 resume: HashMap::new(),
                 done_tx,
                 done_rx,
+                control_rx,
+                book,
+                paused: BTreeSet::new(),
+                paused_sinks,
+                unhold: BTreeMap::new(),
             },
             handle,
         )
@@ -316,12 +541,23 @@ impl<K: Kv> Pipeline<K> {
     /// A store failure ([`PipelineError`]); the caller exits the process.
     pub async fn run(mut self) -> Result<(), PipelineError> {
         self.recover()?;
+        // The runtime pauses an earlier run (or the admin API) left in the
+        // store, with the configuration's; every tenant's held rows are looked
+        // at once, so rows held under a pause lifted while the relay was down
+        // (a configuration change) go back to dispatch.
+        let runtime = ankusa_queue::read_pauses(&*self.kv)?;
+        self.book.lock().unwrap_or_else(|p| p.into_inner()).runtime = runtime;
+        self.refresh_pauses();
+        self.unhold = self.routes.tenants.keys().map(|t| (*t, None)).collect();
         self.ready.store(true, Ordering::SeqCst);
         let mut stopping_since: Option<tokio::time::Instant> = None;
         loop {
             let stopping = *self.shutdown.borrow();
             if stopping && stopping_since.is_none() {
                 stopping_since = Some(tokio::time::Instant::now());
+            }
+            while let Ok(c) = self.control_rx.try_recv() {
+                self.control(c)?;
             }
             let mut done = Vec::new();
             while let Ok(d) = self.done_rx.try_recv() {
@@ -369,10 +605,94 @@ impl<K: Kv> Pipeline<K> {
                     }
                     self.flush(done).await?;
                 }
+                Some(c) = self.control_rx.recv() => self.control(c)?,
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(idle) => {}
             }
         }
+    }
+
+    /// Recomputes the pipeline's copy of the pauses and the paused-sinks gauge.
+    fn refresh_pauses(&mut self) {
+        self.paused = self.book.lock().unwrap_or_else(|p| p.into_inner()).targets();
+        let n = self.routes.sinks.keys().filter(|(s, k)| self.is_paused(*s, *k)).count();
+        self.paused_sinks.store(n as u64, Ordering::Relaxed);
+    }
+
+    fn is_paused(&self, source: SourceId, sink: SinkIx) -> bool {
+        !self.paused.is_empty()
+            && (self.paused.contains(&PauseTarget::Source(source)) || self.paused.contains(&PauseTarget::Sink(source, sink)))
+    }
+
+    /// Applies a runtime control call: the pause is committed to `meta` first
+    /// (`Sync`: the caller is told it survives a restart), then applied.
+    fn control(&mut self, c: Control) -> Result<(), PipelineError> {
+        let Control::SetPause { target, reason, reply } = c;
+        let configured = match target {
+            PauseTarget::Source(s) => self.routes.source_known(s),
+            PauseTarget::Sink(s, k) => self.routes.sinks.contains_key(&(s, k)),
+        };
+        if !configured {
+            let _ = reply.send(Err(ControlError::NotConfigured(target)));
+            return Ok(());
+        }
+        let now = self.now();
+        let batch = match &reason {
+            Some(r) => ankusa_queue::set_pause(target, now, r),
+            None => ankusa_queue::clear_pause(target),
+        };
+        if let Err(e) = self.kv.write(batch, Durability::Sync) {
+            let _ = reply.send(Err(ControlError::Store(e.to_string())));
+            return Err(e.into());
+        }
+        let status = {
+            let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+            match reason {
+                Some(reason) => {
+                    book.runtime.insert(target, PausedValue { since_ms: now, reason });
+                }
+                None => {
+                    book.runtime.remove(&target);
+                }
+            }
+            book.status(target)
+        };
+        let before = self.paused.clone();
+        self.refresh_pauses();
+        if self.paused.len() < before.len() || !before.is_subset(&self.paused) {
+            // Something was resumed: look at every tenant's held rows again.
+            for t in self.routes.tenants.keys() {
+                self.unhold.insert(*t, None);
+            }
+        }
+        info!(?target, paused = status.paused(), by_config = status.by_config, "pause changed by the runtime control");
+        let _ = reply.send(Ok(status));
+        Ok(())
+    }
+
+    /// One page of resume work per tenant that has some (see `unhold`).
+    fn unhold_pass(&mut self) -> Result<(), PipelineError> {
+        if self.unhold.is_empty() {
+            return Ok(());
+        }
+        let todo: Vec<(TenantOrd, Option<Cursor>)> = std::mem::take(&mut self.unhold).into_iter().collect();
+        let mut moved = 0;
+        for (tenant, cursor) in todo {
+            let paused = self.paused.clone();
+            let still = |s: SourceId, k: SinkIx| {
+                paused.contains(&PauseTarget::Source(s)) || paused.contains(&PauseTarget::Sink(s, k))
+            };
+            let page = ankusa_queue::unhold(&*self.kv, tenant, still, cursor.as_ref(), self.dispatch.batch.max(1))?;
+            moved += page.moved;
+            self.write(page.batch)?;
+            if let Some(next) = page.next {
+                self.unhold.insert(tenant, Some(next));
+            }
+        }
+        if moved > 0 {
+            info!(rows = moved, "resumed: held rows back to dispatch");
+        }
+        Ok(())
     }
 
     /// recover_inflight at start: every ?F back to ?D as a first attempt.
@@ -395,6 +715,7 @@ impl<K: Kv> Pipeline<K> {
 
     /// One visit of every active tenant.
     fn pass(&mut self) -> Result<(), PipelineError> {
+        self.unhold_pass()?;
         let active = self.kv.scan(Cf::Index, &family_range(Family::Active), Direction::Forward, 4096)?;
         for (k, _) in active {
             let tenant = ankusa_keys::ActiveKey::decode(&k).map_err(QueueError::from)?.tenant;
@@ -426,6 +747,7 @@ impl<K: Kv> Pipeline<K> {
         let mut starts: Vec<Start> = Vec::new();
         let mut parks = Vec::new();
         let mut dead = Batch::new();
+        let mut holds = Batch::new();
         let mut saturated: HashSet<BreakerKey> = HashSet::new();
         let mut start_bytes = 0u64;
         let mut horizon: Vec<RowId> = Vec::new();
@@ -494,6 +816,12 @@ impl<K: Kv> Pipeline<K> {
                     dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, now)?);
                     continue;
                 };
+                // A paused sink: its row leaves the due scan until a resume
+                // (a head stays its lane's head; nothing behind it moves).
+                if self.is_paused(envelope.source, dk.sink) {
+                    holds.extend(ankusa_queue::hold(&*self.kv, dk)?);
+                    continue;
+                }
                 let busy = self.in_flight.get(&key).copied().unwrap_or(0) + starts.iter().filter(|s| s.key == key).count();
                 if busy >= self.dispatch.sink_concurrency {
                     saturated.insert(key);
@@ -556,6 +884,7 @@ impl<K: Kv> Pipeline<K> {
             }
         }
         self.write(dead)?;
+        self.write(holds)?;
         self.write(claims)?;
         if !horizon.is_empty() {
             let mut b = Batch::new();
@@ -672,7 +1001,16 @@ impl<K: Kv> Pipeline<K> {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.publish_breakers();
         self.write(batch)
+    }
+
+    /// Copies the breakers' failures and open times for the admin API.
+    fn publish_breakers(&self) {
+        if let Ok(mut m) = self.status.breakers.write() {
+            m.clear();
+            m.extend(self.breakers.iter().map(|(k, b)| (*k, (b.failures, b.open_until_ms))));
+        }
     }
 
     fn outcome_batch(&mut self, d: &Done, now: u64, rng: &mut impl Rng) -> Result<Batch, QueueError> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Durability, Kv};
 use ankusa_keys::{CounterField, Envelope, SinkIx, SourceId, TenantOrd};
-use ankusa_pipeline::{BreakerPolicy, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route, Routes, counter};
+use ankusa_pipeline::{BreakerPolicy, BreakerState, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route, Routes, counter};
 use ankusa_queue::writer::{IngestRequest, Writer, WriterConfig, WriterHandle};
 use ankusa_queue::{NewRow, check_invariants, lanes};
 use ankusa_sinks::{DeliveryCtx, Envelope as SinkEnvelope, Outcome, Sink};
@@ -360,8 +360,252 @@ async fn extreme_retry_after_and_breaker_do_not_overflow() {
     assert!(counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap() >= 1);
     assert_eq!(counter(&*kv, TENANT, CounterField::Pending).unwrap(), 2, "both rows wait, none lost");
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
+    // The admin API's read-only view: the breaker opened (for u64::MAX ms),
+    // another (tenant, sink) is closed with no failures.
+    assert_eq!(handle.status.breaker(TENANT, SOURCE, SinkIx(0), now_ms()), BreakerState::Open { until_ms: u64::MAX });
+    assert_eq!(handle.status.breaker(TENANT, SOURCE, SinkIx(1), now_ms()), BreakerState::Closed { failures: 0 });
     handle.shutdown();
     drop(writer_handle);
     tokio::time::timeout(Duration::from_secs(10), pipeline_task).await.unwrap().unwrap().unwrap();
     writer_task.await.unwrap().unwrap();
+}
+
+// ---- pause and resume (docs/design.md section 5, "Pause") -----------------------------
+
+/// One call: (sink index, ordering key, body).
+type Call = (u16, Option<Vec<u8>>, String);
+
+/// A sink that records every call and answers Ok.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<Call>>>);
+
+#[async_trait]
+impl Sink for Recorder {
+    async fn deliver(&self, hook: &SinkEnvelope, ctx: &DeliveryCtx) -> Outcome {
+        self.0.lock().unwrap().push((ctx.sink.0, ctx.ordering_key.clone(), String::from_utf8_lossy(&hook.body).into_owned()));
+        Outcome::Ok
+    }
+    fn kind(&self) -> &'static str {
+        "recorder"
+    }
+}
+
+impl Recorder {
+    fn bodies(&self, sink: u16) -> Vec<String> {
+        self.0.lock().unwrap().iter().filter(|(s, _, _)| *s == sink).map(|(_, _, b)| b.clone()).collect()
+    }
+    fn bodies_of_key(&self, sink: u16, key: &str) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(s, k, _)| *s == sink && k.as_deref() == Some(key.as_bytes()))
+            .map(|(_, _, b)| b.clone())
+            .collect()
+    }
+}
+
+/// Two sinks of the source: 0 ordered by key, 1 unordered; `paused` as the
+/// configuration says.
+fn start_two(kv: Arc<MemoryKv>, rec: &Recorder, paused: &[ankusa_keys::meta::PauseTarget]) -> Relay {
+    let mut routes = Routes::default();
+    for (i, name) in [(0u16, "ordered"), (1, "plain")] {
+        routes.sinks.insert(
+            (SOURCE, SinkIx(i)),
+            Route { sink: Arc::new(rec.clone()), sink_name: name.into(), source_name: "demo".into() },
+        );
+    }
+    routes.tenants.insert(TENANT, "acme".into());
+    routes.paused = paused.iter().copied().collect();
+    let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
+    let retry = RetryPolicy { base_ms: 2, max_ms: 10, max_elapsed_ms: 60_000 };
+    let dispatch = DispatchConfig { batch: 16, sink_concurrency: 8, window: 64, idle_ms: 2, flush_interval_ms: 1, ..DispatchConfig::default() };
+    let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, BreakerPolicy::default(), now_ms);
+    let tasks = vec![
+        tokio::spawn(async move { writer.run().await.unwrap() }),
+        tokio::spawn(async move { pipeline.run().await.unwrap() }),
+    ];
+    Relay { kv, writer: writer_handle, pipeline: handle, release: Arc::new(tokio::sync::Notify::new()), delivered: Arc::new(AtomicU64::new(0)), tasks }
+}
+
+/// Hook `n` with a row for both sinks, sink 0's laned by `key`.
+async fn ingest_two(relay: &Relay, n: u64, key: &str) {
+    let mut req = request(n, None, false);
+    req.rows = vec![
+        NewRow { sink: SinkIx(0), lane: Some(lanes::assign(SinkIx(0), SOURCE, Some(key.as_bytes()))) },
+        NewRow { sink: SinkIx(1), lane: None },
+    ];
+    relay.writer.ingest(req).await.unwrap();
+    relay.pipeline.wake();
+}
+
+async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..12_000 {
+        if let Some(v) = f() {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("timed out after 60 s waiting for {what}");
+}
+
+fn held_rows(kv: &MemoryKv) -> usize {
+    use ankusa_engine::{Cf, Direction, Read};
+    kv.scan(Cf::Index, &ankusa_keys::held_due_range(TENANT), Direction::Forward, 10_000).unwrap().len()
+}
+
+fn want(keys: &[&str], n: u64, key: &str) -> Vec<String> {
+    (0..n).filter(|i| keys[*i as usize % keys.len()] == key).map(|i| format!("hook-{i}")).collect()
+}
+
+/// A runtime pause of one sink: every hook is still committed, the other sink
+/// of the same tenant delivers all of them (a backlog of 300 held rows in
+/// front does not starve it), the paused sink gets nothing and its lane heads
+/// are held (members stay); the gauge and the listing show the pause. A
+/// resume delivers everything, in order per key; the store ends empty and
+/// consistent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_sink_waits_in_order_while_the_other_sink_delivers() {
+    use ankusa_keys::meta::PauseTarget;
+    let rec = Recorder::default();
+    let relay = start_two(Arc::new(MemoryKv::new()), &rec, &[]);
+    let target = PauseTarget::Sink(SOURCE, SinkIx(0));
+    let st = relay.pipeline.pause(target, "endpoint migration").await.unwrap();
+    assert!(st.paused() && !st.by_config);
+    assert_eq!(st.by_runtime.as_ref().map(|v| v.reason.as_str()), Some("endpoint migration"));
+    assert!(relay.pipeline.sink_paused(SOURCE, SinkIx(0)));
+    assert!(!relay.pipeline.sink_paused(SOURCE, SinkIx(1)));
+    assert_eq!(relay.pipeline.paused_sinks.load(Ordering::Relaxed), 1);
+    let keys = ["a", "b", "c"];
+    // A backlog of unordered-sink rows held in front: 300 hooks.
+    for n in 0..300 {
+        ingest_two(&relay, n, keys[n as usize % 3]).await;
+    }
+    until("sink 1 delivered all 300", || (rec.bodies(1).len() == 300).then_some(())).await;
+    until("the three lane heads held", || (held_rows(&relay.kv) == 3).then_some(())).await;
+    until("sink 1's outcomes committed", || (counter(&*relay.kv, TENANT, CounterField::Pending).unwrap() == 300).then_some(())).await;
+    assert!(rec.bodies(0).is_empty(), "a paused sink was called: {:?}", rec.bodies(0));
+    assert_eq!(counter(&*relay.kv, TENANT, CounterField::LaneMembers).unwrap(), 297);
+    assert_eq!(counter(&*relay.kv, TENANT, CounterField::Lanes).unwrap(), 3);
+    assert_eq!(counter(&*relay.kv, TENANT, CounterField::Pending).unwrap(), 300);
+    assert_eq!(check_invariants(&*relay.kv).unwrap(), vec![]);
+    assert_eq!(relay.pipeline.pauses(), vec![st.clone()]);
+    // An unconfigured sink cannot be paused.
+    assert_eq!(
+        relay.pipeline.pause(PauseTarget::Sink(SOURCE, SinkIx(7)), "x").await.unwrap_err(),
+        ankusa_pipeline::ControlError::NotConfigured(PauseTarget::Sink(SOURCE, SinkIx(7)))
+    );
+    let st = relay.pipeline.resume(target).await.unwrap();
+    assert!(!st.paused());
+    until("sink 0 delivered all 300", || (rec.bodies(0).len() == 300).then_some(())).await;
+    for k in keys {
+        assert_eq!(rec.bodies_of_key(0, k), want(&keys, 300, k), "key {k}");
+    }
+    assert_eq!(relay.pipeline.paused_sinks.load(Ordering::Relaxed), 0);
+    assert!(relay.pipeline.pauses().is_empty());
+    let kv = stop(relay).await;
+    assert_eq!(held_rows(&kv), 0);
+    assert_eq!(counter(&*kv, TenantOrd::NODE, CounterField::Pending).unwrap(), 0);
+    assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
+}
+
+/// A configured pause of a whole source: nothing is delivered; a restart
+/// without it delivers every hook in order per key. A runtime pause survives
+/// a restart (it is in the store), and its resume then delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pauses_survive_restarts_and_a_restart_without_the_config_pause_resumes() {
+    use ankusa_keys::meta::PauseTarget;
+    let kv = Arc::new(MemoryKv::new());
+    let rec = Recorder::default();
+    let relay = start_two(Arc::clone(&kv), &rec, &[PauseTarget::Source(SOURCE)]);
+    assert_eq!(relay.pipeline.paused_sinks.load(Ordering::Relaxed), 2);
+    let keys = ["a", "b"];
+    for n in 0..40 {
+        ingest_two(&relay, n, keys[n as usize % 2]).await;
+    }
+    until("the heads and the unordered rows held", || (held_rows(&kv) == 42).then_some(())).await;
+    // The resume of a configured pause is refused by the configuration.
+    let st = relay.pipeline.resume(PauseTarget::Source(SOURCE)).await.unwrap();
+    assert!(st.by_config && st.paused());
+    assert!(rec.0.lock().unwrap().is_empty());
+    let kv = stop(relay).await;
+    assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
+
+    // Restart without the pause: everything goes out, in order per key.
+    let relay = start_two(Arc::clone(&kv), &rec, &[]);
+    until("both sinks delivered all 40", || (rec.bodies(0).len() == 40 && rec.bodies(1).len() == 40).then_some(())).await;
+    for k in keys {
+        assert_eq!(rec.bodies_of_key(0, k), want(&keys, 40, k), "key {k}");
+    }
+    // A runtime pause of sink 1, then a restart: still paused.
+    relay.pipeline.pause(PauseTarget::Sink(SOURCE, SinkIx(1)), "maintenance").await.unwrap();
+    let kv = stop(relay).await;
+    let rec2 = Recorder::default();
+    let relay = start_two(Arc::clone(&kv), &rec2, &[]);
+    until("ready", || relay.pipeline.ready.load(Ordering::SeqCst).then_some(())).await;
+    let p = relay.pipeline.pauses();
+    assert_eq!(p.len(), 1);
+    assert_eq!((p[0].target, p[0].by_config, p[0].by_runtime.as_ref().map(|v| v.reason.clone())), (PauseTarget::Sink(SOURCE, SinkIx(1)), false, Some("maintenance".to_owned())));
+    for n in 40..50 {
+        ingest_two(&relay, n, "a").await;
+    }
+    until("sink 0 delivered the 10 new hooks", || (rec2.bodies(0).len() == 10).then_some(())).await;
+    until("sink 1's rows held", || (held_rows(&kv) == 10).then_some(())).await;
+    assert!(rec2.bodies(1).is_empty());
+    relay.pipeline.resume(PauseTarget::Sink(SOURCE, SinkIx(1))).await.unwrap();
+    until("sink 1 delivered the 10 new hooks", || (rec2.bodies(1).len() == 10).then_some(())).await;
+    let kv = stop(relay).await;
+    assert_eq!(counter(&*kv, TenantOrd::NODE, CounterField::Pending).unwrap(), 0);
+    assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
+}
+
+// ---- retention (docs/design.md section 5, "Retention") ---------------------------------
+
+/// A round deletes the envelopes and archive entries of delivered hooks
+/// received before the cutoff, and keeps a quarantined hook, a pending one and
+/// recent ones; the dedupe round expires records through the Writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_reclaims_delivered_hooks_and_expired_dedupe_records() {
+    use ankusa_engine::{Cf, Direction, Read};
+    use ankusa_keys::meta::PauseTarget;
+    use ankusa_pipeline::retention::{RetentionConfig, dedupe_round, retention_round};
+    use ankusa_queue::writer::QuarantineRequest;
+    let kv = Arc::new(MemoryKv::new());
+    kv.write(ankusa_queue::init_store(), Durability::Sync).unwrap();
+    let (batch, _) = ankusa_queue::register(&*kv, ["acme"], ["demo"]).unwrap();
+    kv.write(batch, Durability::Sync).unwrap();
+    let rec = Recorder::default();
+    let relay = start_two(Arc::clone(&kv), &rec, &[]);
+    for n in 0..20 {
+        let mut req = request(n, None, false);
+        req.rows = vec![NewRow { sink: SinkIx(1), lane: None }];
+        req.envelope.dedupe_key = Some(format!("evt_{n}").into_bytes());
+        req.dedupe_ttl_ms = Some(1);
+        relay.writer.ingest(req).await.unwrap();
+        relay.pipeline.wake();
+    }
+    let q = request(99, None, false).envelope;
+    let qseq = relay.writer.quarantine(QuarantineRequest { tenant: TENANT, envelope: q, reason: "review".into() }).await.unwrap();
+    until("20 delivered and settled", || (counter(&*kv, TENANT, CounterField::DeliveredTotal).unwrap() == 20).then_some(())).await;
+    // One more, held by a pause: still pending when the round runs.
+    relay.pipeline.pause(PauseTarget::Sink(SOURCE, SinkIx(1)), "x").await.unwrap();
+    let mut req = request(100, None, false);
+    req.rows = vec![NewRow { sink: SinkIx(1), lane: None }];
+    relay.writer.ingest(req).await.unwrap();
+    let hooks = |kv: &MemoryKv| kv.scan(Cf::Hooks, &ankusa_keys::hooks_tenant_range(TENANT), Direction::Forward, 1000).unwrap().len();
+    let archive = |kv: &MemoryKv| kv.scan(Cf::Archive, &ankusa_keys::archive_tenant_range(TENANT), Direction::Forward, 1000).unwrap().len();
+    assert_eq!((hooks(&kv), archive(&kv)), (22, 22));
+    let cfg = RetentionConfig { page: 3, ..RetentionConfig::new(60_000, 1_000) };
+    // Nothing is old enough yet.
+    assert_eq!(retention_round(&kv, &cfg, now_ms(), || false).await.unwrap(), 0);
+    let deleted = retention_round(&kv, &cfg, now_ms() + 120_000, || false).await.unwrap();
+    assert_eq!(deleted, 20);
+    assert_eq!((hooks(&kv), archive(&kv)), (2, 2), "the quarantined and the pending hook stay");
+    assert!(kv.get(Cf::Hooks, &ankusa_keys::hook_key(TENANT, qseq)).unwrap().is_some());
+    assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
+    let expired = dedupe_round(&kv, &relay.writer, 4, || false).await.unwrap();
+    assert_eq!(expired, 20, "every record had a 1 ms lifetime");
+    assert!(kv.scan(Cf::Index, &ankusa_keys::tenant_range(ankusa_keys::Family::Dedupe, TENANT), Direction::Forward, 10).unwrap().is_empty());
+    let kv = stop(relay).await;
+    assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
 }

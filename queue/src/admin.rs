@@ -1,26 +1,27 @@
 //! Housekeeping and admin builders (docs/design.md section 4): sweep_markers,
-//! purge_tenant, dead_letter_source, retention, init_store.
+//! purge_tenant, dead_letter_source, retention, drop_dead, init_store.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use ankusa_engine::{Batch, Cf, Direction, KeyRange, Read};
 use ankusa_keys::{
-    ArchiveKey, CounterField, DueKey, EMPTY_VALUE, Envelope, Family, LaneMemberKey, SENTINEL_VALUE,
-    STORE_FORMAT, Seq, SourceId, TenantOrd, active_key, archive_time_range, counter_key,
-    deliveries_of_hook_range, hook_key, quarantined_key, sentinels, tenant_range, tenant_ranges,
+    ArchiveKey, CounterField, DedupeValue, DeliveryKey, DeliveryRow, DueKey, EMPTY_VALUE, Envelope,
+    Family, LaneMemberKey, SENTINEL_VALUE, STORE_FORMAT, Seq, SinkIx, SourceId, TenantOrd,
+    active_key, archive_key, archive_time_range, counter_key, dead_letter_key, dedupe_key,
+    deliveries_of_hook_range, delivery_key, hook_key, live_due_range, quarantined_key, sentinels,
+    tenant_range, tenant_ranges,
 };
-use ankusa_lanes::{LANE_FAMILIES, RowId};
+use ankusa_lanes::{LANE_FAMILIES, RowId, count};
 
 use crate::transitions::dead_into;
 use crate::{Cursor, Origin, Page, QueueError};
 
-/// True when `tenant` has a ?D or a ?P (one seek each).
+/// True when `tenant` has a ?D that is not held, or a ?P (one seek each). A
+/// held row (its sink or source is paused) does not keep the tenant active:
+/// its resume ([`crate::unhold`]) puts the ?A back.
 fn has_due_or_marker(read: &impl Read, tenant: TenantOrd) -> Result<bool, QueueError> {
-    for family in [Family::Due, Family::LaneMarker] {
-        if read
-            .first(Cf::Index, &tenant_range(family, tenant), Direction::Forward)?
-            .is_some()
-        {
+    for range in [live_due_range(tenant), tenant_range(Family::LaneMarker, tenant)] {
+        if read.first(Cf::Index, &range, Direction::Forward)?.is_some() {
             return Ok(true);
         }
     }
@@ -43,7 +44,8 @@ fn resume(mut range: KeyRange, key: &[u8]) -> KeyRange {
 }
 
 /// Stale active-marker sweep (docs/design.md section 4; ADR 4.6): deletes `tenant`'s ?A
-/// when it has no ?D and no ?P (one seek each); otherwise an empty batch.
+/// when it has no ?D (held rows aside) and no ?P (one seek each); otherwise an
+/// empty batch.
 ///
 /// A Writer may commit ?D + ?A between this read and the commit: after
 /// committing, commit [`sweep_markers_recheck`] (from the live engine), which
@@ -125,6 +127,34 @@ pub fn dead_letter_source(
     limit: usize,
     now_ms: u64,
 ) -> Result<Page, QueueError> {
+    dead_letter_sinks(read, tenant, source, |_| true, reason, cursor, limit, now_ms)
+}
+
+/// [`dead_letter_source`] for the sink entries of `source` that `sinks`
+/// selects (by index): what a start with `--drop-unconfigured` runs for a
+/// sink entry removed from the configuration (docs/design.md section 5,
+/// "Unconfigured sources and sinks"). The same two phases, members before
+/// ?D rows (held ones included), so a head's release never promotes a member
+/// that is about to be dead-lettered (a lane belongs to one source and one
+/// sink index: ADR 0004 section 2). Rows in ?F are left to the caller, who
+/// runs [`crate::recover_inflight`] first when nothing is running.
+///
+/// Precondition: the selected sinks take no more rows (they are not in the
+/// configuration the edge serves). Keeps invariants 1-4.
+///
+/// # Errors
+/// Engine and decode errors.
+#[allow(clippy::too_many_arguments)]
+pub fn dead_letter_sinks(
+    read: &impl Read,
+    tenant: TenantOrd,
+    source: SourceId,
+    sinks: impl Fn(SinkIx) -> bool,
+    reason: &str,
+    cursor: Option<&Cursor>,
+    limit: usize,
+    now_ms: u64,
+) -> Result<Page, QueueError> {
     const MEMBERS: u8 = 0;
     const DUE: u8 = 1;
     let (phase, start) = match cursor {
@@ -159,6 +189,9 @@ pub fn dead_letter_source(
                 Origin::Due { due_ms: dk.due_ms },
             )
         };
+        if !sinks(id.sink) {
+            continue;
+        }
         let src = match sources.get(&id.seq) {
             Some(s) => *s,
             None => {
@@ -249,6 +282,151 @@ pub fn retention(
         _ => None,
     };
     Ok(page)
+}
+
+/// Dedupe expiry (docs/design.md section 5, "Retention"): deletes `tenant`'s ?K
+/// records whose `expires_at_ms` is at or before `now_ms` (a provider retry
+/// after that is a new hook anyway, so the record only takes space);
+/// examines up to `limit` records per call, resumable through [`Page::next`].
+///
+/// Precondition: built and committed by the Writer (`writer::WriterHandle::
+/// expire_dedupe`), the only task that writes ?K: a record it renews between
+/// another task's read and that task's delete would be lost, and a provider
+/// retry of that hook delivered twice. Keeps every invariant (?K is in none).
+///
+/// # Errors
+/// Engine and decode errors.
+pub fn expire_dedupe(
+    read: &impl Read,
+    tenant: TenantOrd,
+    now_ms: u64,
+    cursor: Option<&Cursor>,
+    limit: usize,
+) -> Result<Page, QueueError> {
+    if limit == 0 {
+        return Ok(Page {
+            next: Some(cursor.cloned().unwrap_or(Cursor {
+                phase: 0,
+                key: Vec::new(),
+            })),
+            ..Page::default()
+        });
+    }
+    let range = resume(
+        tenant_range(Family::Dedupe, tenant),
+        cursor.map_or(&[][..], |c| c.key.as_slice()),
+    );
+    let entries = read.scan(Cf::Index, &range, Direction::Forward, limit)?;
+    let mut page = Page::default();
+    for (k, v) in &entries {
+        if DedupeValue::decode(v)?.expires_at_ms <= now_ms {
+            page.batch.delete(Cf::Index, k.to_vec());
+            page.moved += 1;
+        }
+    }
+    page.next = match entries.last() {
+        Some((last, _)) if entries.len() == limit => Some(Cursor {
+            phase: 0,
+            key: after(last),
+        }),
+        _ => None,
+    };
+    Ok(page)
+}
+
+/// DLQ drop (docs/design.md section 4, `drop_dead`; the admin API's purge of
+/// dead letters, section 5): deletes each row of `rows` from the DLQ for
+/// good, in one batch. Per row: deletes its ?X key and its delivery row; dead
+/// −1, dead_bytes −size (tenant and node aggregate, [`count`]). Per hook none
+/// of whose rows is left after the batch (its other rows read from `read`,
+/// the rows of `rows` counted as gone): deletes the envelope, its archive
+/// entry, and its ?K dedupe record when that record still names this hook (a
+/// record rewritten for a later hook with the same dedupe key stays). A hook
+/// with another row left (pending, in flight, or dead and not dropped) keeps
+/// its envelope (invariant 5). An envelope that does not decode is deleted
+/// without its archive entry and dedupe record (they cannot be found), which
+/// retention tolerates. A row given twice is dropped once.
+///
+/// Lane state is not touched: a dead row is in no lane family (ADR 0004
+/// section 3: a row of a lane is a member, the head, or in ?X).
+///
+/// A quarantined hook records no ?K ([`crate::quarantine`]), so a released
+/// one that dies and is dropped finds either no record or another hook's
+/// (the provider's genuine one): the seq check keeps that record. Held rows
+/// (the held band of ?D) are not dead rows and are never touched.
+///
+/// Precondition: none (the ?X reads decide). Unlike every other ?K write, the
+/// record's delete is not serialised by the Writer (the admin API commits the
+/// batch under its own lock): should the record expire and an ingest of the
+/// same dedupe key rewrite it for a new hook between this read and the
+/// commit, that new record is deleted too. Keeps invariants 1-5.
+///
+/// # Errors
+/// [`QueueError::NotInDlq`] for the first row of `rows` that is not in ?X
+/// (nothing is built then); [`QueueError::MissingRow`]; engine and decode
+/// errors.
+pub fn drop_dead(read: &impl Read, rows: &[RowId]) -> Result<Batch, QueueError> {
+    let rows: BTreeSet<RowId> = rows.iter().copied().collect();
+    let mut batch = Batch::new();
+    let mut hooks: BTreeMap<(TenantOrd, Seq), usize> = BTreeMap::new();
+    for &id in &rows {
+        let xkey = dead_letter_key(id.tenant, id.seq, id.sink);
+        if read.get(Cf::Index, &xkey)?.is_none() {
+            return Err(QueueError::NotInDlq { row: id });
+        }
+        let raw = read
+            .get(Cf::Deliveries, &delivery_key(id.tenant, id.seq, id.sink))?
+            .ok_or(QueueError::MissingRow { row: id })?;
+        let row = DeliveryRow::decode(&raw)?;
+        debug_assert_eq!(row.state, ankusa_keys::RowState::Dead, "drop of {id}: row state");
+        batch.delete(Cf::Index, xkey);
+        batch.delete(Cf::Deliveries, delivery_key(id.tenant, id.seq, id.sink));
+        count(&mut batch, id.tenant, CounterField::Dead, -1);
+        count(
+            &mut batch,
+            id.tenant,
+            CounterField::DeadBytes,
+            -i64::from(row.size),
+        );
+        *hooks.entry((id.tenant, id.seq)).or_default() += 1;
+    }
+    for ((tenant, seq), dropped) in hooks {
+        // The hook's rows in sink order: one more than this batch drops is
+        // enough to see whether another one is left.
+        let left = read
+            .scan(
+                Cf::Deliveries,
+                &deliveries_of_hook_range(tenant, seq),
+                Direction::Forward,
+                dropped + 1,
+            )?
+            .into_iter()
+            .map(|(k, _)| DeliveryKey::decode(&k))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .any(|k| !rows.contains(&RowId::new(k.tenant, k.seq, k.sink)));
+        if left {
+            continue;
+        }
+        let hkey = hook_key(tenant, seq);
+        let Some(raw) = read.get(Cf::Hooks, &hkey)? else {
+            continue;
+        };
+        batch.delete(Cf::Hooks, hkey);
+        let Ok(env) = Envelope::decode(&raw) else {
+            continue;
+        };
+        batch.delete(Cf::Archive, archive_key(tenant, env.received_at_ms, seq));
+        if let Some(dk) = &env.dedupe_key {
+            let kkey = dedupe_key(tenant, env.source, dk);
+            if let Some(v) = read.get(Cf::Index, &kkey)?
+                && DedupeValue::decode(&v).is_ok_and(|d| d.seq == seq)
+            {
+                batch.delete(Cf::Index, kkey);
+            }
+        }
+    }
+    Ok(batch)
 }
 
 /// A new store (docs/design.md sections 3 and 8): every sentinel

@@ -2,11 +2,12 @@
 //! release: the Writer's builders. Blind puts only: nothing here reads shared
 //! state, so a batch of many hooks (group commit) is a concatenation.
 
-use ankusa_engine::{Batch, Cf, Read};
+use ankusa_engine::{Batch, Cf, Direction, Read};
 use ankusa_keys::{
-    CounterField, DedupeValue, DeliveryRow, DueKind, DueValue, EMPTY_VALUE, Envelope,
-    QuarantinedValue, RowState, Seq, SinkIx, TenantOrd, active_key, archive_key, dedupe_key,
-    delivery_key, due_key, hook_key, quarantined_key,
+    CounterField, DedupeValue, DeliveryRow, DueKind, DueValue, EMPTY_VALUE, Envelope, Family,
+    QuarantinedKey, QuarantinedValue, RowState, Seq, SinkIx, SourceId, TenantOrd, active_key,
+    archive_key, dedupe_key, deliveries_of_hook_range, delivery_key, due_key, hook_key,
+    quarantined_key, tenant_range,
 };
 use ankusa_lanes::{LaneAssignment, RowId, count};
 
@@ -139,13 +140,23 @@ pub fn new_ops(batch: &mut Batch, hook: &Hook<'_>, rows: &[NewRow], now_ms: u64)
     rows_ops(batch, hook.tenant, hook.seq, size, rows, now_ms);
 }
 
-/// Quarantine (docs/design.md section 4): appends the envelope, the archive entry, the
-/// dedupe record and ?Q (`reason`), quarantined +1. No delivery row: the hook is
-/// held back until [`release`].
+/// Quarantine (docs/design.md section 4): appends the envelope, the archive entry
+/// and ?Q (`reason`), quarantined +1. No delivery row: the hook is held back
+/// until [`release`] or [`drop_quarantined`]. No dedupe record either, even
+/// when the envelope has a dedupe key: a quarantined hook takes no part in
+/// dedupe (docs/design.md section 10), so a hook held for a bad signature
+/// cannot make the provider's genuine one a duplicate.
 ///
-/// Blind puts. Precondition: `hook.seq` is new.
+/// Blind puts. Precondition: `hook.seq` is new (the Writer assigned it). Keeps
+/// every invariant (quarantined counts the ?Q keys).
 pub fn quarantine(batch: &mut Batch, hook: &Hook<'_>, reason: &str) {
-    hook_ops(batch, hook, hook.envelope.encode());
+    let env = hook.envelope;
+    batch.put(Cf::Hooks, hook_key(hook.tenant, hook.seq), env.encode());
+    batch.put(
+        Cf::Archive,
+        archive_key(hook.tenant, env.received_at_ms, hook.seq),
+        EMPTY_VALUE,
+    );
     batch.put(
         Cf::Index,
         quarantined_key(hook.tenant, hook.seq),
@@ -159,7 +170,17 @@ pub fn quarantine(batch: &mut Batch, hook: &Hook<'_>, reason: &str) {
 
 /// Quarantine release (docs/design.md section 4): deletes ?Q of hook `seq`,
 /// quarantined −1, and builds its rows through the row part of [`new_ops`]
-/// (the envelope is already stored).
+/// (the envelope is already stored). The hook keeps its seq: a laned row
+/// joins its lane as a member under that seq, like a revived row (ADR 4.8),
+/// after the lane's current head and before any later member still waiting.
+/// The caller resolves `rows` from the stored envelope with the edge's
+/// function (ADR 0004 section 2), and commits through the Writer
+/// (`writer::WriterHandle::release`), which serialises releases and drops of
+/// one hook.
+///
+/// Precondition: nothing else releases or drops the hook meanwhile (the
+/// Writer). Keeps every invariant (each new row in exactly one place, each
+/// member with its ?P, each ?D with its ?A).
 ///
 /// # Errors
 /// [`QueueError::NotQuarantined`] when there is no ?Q for the hook;
@@ -192,4 +213,106 @@ pub fn release(
         now_ms,
     );
     Ok(batch)
+}
+
+/// Drop of a quarantined hook (docs/design.md section 4): deletes its ?Q, its
+/// envelope and its archive entry, quarantined −1. A quarantined hook has no
+/// delivery row and no dedupe record, so nothing else refers to it.
+///
+/// Precondition: nothing else releases or drops the hook meanwhile (commit
+/// through the Writer, `writer::WriterHandle::drop_quarantined`); the hook
+/// has no delivery row (debug-asserted). Keeps invariants 3 and 5.
+///
+/// # Errors
+/// [`QueueError::NotQuarantined`] when there is no ?Q for the hook; engine and
+/// decode errors.
+pub fn drop_quarantined(read: &impl Read, tenant: TenantOrd, seq: Seq) -> Result<Batch, QueueError> {
+    let qkey = quarantined_key(tenant, seq);
+    if read.get(Cf::Index, &qkey)?.is_none() {
+        return Err(QueueError::NotQuarantined { tenant, seq });
+    }
+    debug_assert!(
+        read.first(Cf::Deliveries, &deliveries_of_hook_range(tenant, seq), Direction::Forward)?
+            .is_none(),
+        "quarantined hook {tenant}/{seq} has delivery rows"
+    );
+    let mut batch = Batch::new();
+    batch.delete(Cf::Index, qkey);
+    count(&mut batch, tenant, CounterField::Quarantined, -1);
+    let hkey = hook_key(tenant, seq);
+    if let Some(raw) = read.get(Cf::Hooks, &hkey)? {
+        let env = Envelope::decode(&raw)?;
+        batch.delete(Cf::Archive, archive_key(tenant, env.received_at_ms, seq));
+        batch.delete(Cf::Hooks, hkey);
+    }
+    Ok(batch)
+}
+
+/// One quarantined hook, as [`list_quarantined`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The hook.
+    pub seq: Seq,
+    /// Why it is held (the ?Q value).
+    pub reason: String,
+    /// Its source (`None` when the envelope is gone or does not decode).
+    pub source: Option<SourceId>,
+    /// When it was received, unix milliseconds (`None` as for `source`).
+    pub received_at_ms: Option<u64>,
+    /// The stored envelope's length, bytes (0 when it is gone).
+    pub size_bytes: u64,
+    /// The idempotency key given at ingest (`None` as for `source`).
+    pub idempotency_key: Option<[u8; 16]>,
+}
+
+/// A page of [`list_quarantined`]: the hooks, and the cursor of the next page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuarantinePage {
+    /// The hooks, in seq order.
+    pub hooks: Vec<Quarantined>,
+    /// Pass it as `after` for the next page; `None` when this page is the last.
+    pub next: Option<Seq>,
+}
+
+/// Lists `tenant`'s quarantined hooks in seq order, at most `limit`, starting
+/// after seq `after` (`None`: from the first). Reads the ?Q range and each
+/// listed hook's envelope; writes nothing.
+///
+/// # Errors
+/// Engine and decode errors (an envelope that does not decode is listed with
+/// `source: None`).
+pub fn list_quarantined(
+    read: &impl Read,
+    tenant: TenantOrd,
+    after: Option<Seq>,
+    limit: usize,
+) -> Result<QuarantinePage, QueueError> {
+    let mut range = tenant_range(Family::Quarantined, tenant);
+    if let Some(Seq(s)) = after {
+        match s.checked_add(1) {
+            Some(next) => range.start = quarantined_key(tenant, Seq(next)).to_vec(),
+            None => return Ok(QuarantinePage::default()),
+        }
+    }
+    // One more than asked: whether there is a next page.
+    let entries = read.scan(Cf::Index, &range, Direction::Forward, limit.saturating_add(1))?;
+    let mut page = QuarantinePage::default();
+    for (k, v) in entries.iter().take(limit) {
+        let seq = QuarantinedKey::decode(k)?.seq;
+        let reason = QuarantinedValue::decode(v)?.reason;
+        let raw = read.get(Cf::Hooks, &hook_key(tenant, seq))?;
+        let env = raw.as_deref().map(Envelope::decode).and_then(Result::ok);
+        page.hooks.push(Quarantined {
+            seq,
+            reason,
+            source: env.as_ref().map(|e| e.source),
+            received_at_ms: env.as_ref().map(|e| e.received_at_ms),
+            size_bytes: raw.as_ref().map_or(0, |r| r.len() as u64),
+            idempotency_key: env.as_ref().map(|e| e.idempotency_key),
+        });
+    }
+    if entries.len() > limit {
+        page.next = page.hooks.last().map(|h| h.seq);
+    }
+    Ok(page)
 }

@@ -23,7 +23,8 @@
 //!    ?D or ?F; a lane has at most one row in ?D or ?F.
 //! 3. Every counter equals the count (or byte sum) of its keys, per tenant, and
 //!    the aggregate equals the sum over tenants.
-//! 4. A tenant with a ?D row has an ?A marker.
+//! 4. A tenant with a ?D row that is not held (docs/design.md section 5,
+//!    "Pause") has an ?A marker.
 //! 5. A delivery row's envelope exists in `hooks`.
 //!
 //! # Decisions where docs/design.md and ADR 0004 are silent
@@ -39,9 +40,24 @@
 //! - [`sweep_markers`] has a recheck ([`sweep_markers_recheck`]) like the lane
 //!   sweep's: a Writer's ?D + ?A committed between its read and its delete
 //!   would otherwise leave a ?D without ?A (invariant 4).
+//! - [`drop_dead`] deletes a hook's envelope, archive entry and dedupe record
+//!   with its last row: a provider retry of a dropped hook is accepted again
+//!   as a new hook (the operator dropped it on purpose).
 //! - [`dead_letter_source`] leaves rows in ?F to the pipeline (their attempt
 //!   ends SourceGone) and dead-letters members before heads, so a head's
 //!   release never promotes a member of the deleted source.
+//! - A paused sink's due rows are *held* ([`hold`]): the same ?D key with the
+//!   top bit of its due time set, so no due scan reads them and they do not
+//!   keep their tenant active; [`unhold`] puts them back at the time they had.
+//!   Held rows are still pending (they count against the tenant's bounds), a
+//!   held head still blocks its lane, and the retry horizon of a row already
+//!   attempted keeps running while it is held.
+//! - A quarantined hook takes no part in dedupe: [`quarantine`] writes no ?K,
+//!   and [`release`] keeps the hook's seq (its laned rows join their lanes as
+//!   a revive does, ADR 4.8). [`drop_quarantined`] deletes the envelope and
+//!   the archive entry with the ?Q.
+//! - [`expire_dedupe`] is the Writer's to run: it is the only task that writes
+//!   ?K, so an expired record it deletes cannot have been renewed meanwhile.
 //!
 //! # Errors
 //! Operating errors (the engine failed, a stored value does not decode, a row is
@@ -60,17 +76,25 @@ pub use ankusa_lanes::{LaneAssignment, RowId, count, mutation};
 mod admin;
 mod check;
 mod ingest;
+mod pause;
 mod registry;
 mod transitions;
+mod unconfigured;
 #[cfg(feature = "writer")]
 pub mod writer;
 
 pub use admin::{
-    dead_letter_source, init_store, purge_tenant, retention, sweep_markers, sweep_markers_recheck,
+    dead_letter_sinks, dead_letter_source, drop_dead, expire_dedupe, init_store, purge_tenant,
+    retention, sweep_markers, sweep_markers_recheck,
 };
 pub use check::{Violation, check_invariants};
 pub use registry::{Registry, register};
-pub use ingest::{Hook, NewRow, hook_size, new_ops, quarantine, release};
+pub use ingest::{
+    Hook, NewRow, QuarantinePage, Quarantined, drop_quarantined, hook_size, list_quarantined,
+    new_ops, quarantine, release,
+};
+pub use pause::{PauseMap, clear_pause, hold, read_pauses, set_pause, unhold};
+pub use unconfigured::pending_rows;
 pub use transitions::{
     claim, dead_letter, delivered, orphan, park, recover_inflight, retry, revive,
 };

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Batch, Cf, Direction, Durability, Kv, Read};
 use ankusa_keys::{
-    CounterField, DeadLetterValue, DeliveryRow, DueKey, DueKind, DueValue, Envelope, Family,
+    CounterField, DeadLetterValue, DedupeValue, DeliveryRow, DueKey, DueKind, DueValue, Envelope, Family,
     InFlightValue, LaneId, RowState, Seq, SinkIx, SourceId, TenantOrd, active_key, archive_key,
     counter_key, dead_letter_key, dedupe_key, delivery_key, due_key, hook_key, in_flight_key,
     lane_head_key, lane_marker_key, lane_member_key, quarantined_key, sentinels, tenant_range,
@@ -1000,10 +1000,11 @@ fn quarantine_holds_the_hook_and_release_builds_its_rows() {
             .expect("get")
             .is_some()
     );
+    // A quarantined hook takes no part in dedupe: no ?K for its dedupe key.
     assert!(
         kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_q"))
             .expect("get")
-            .is_some()
+            .is_none()
     );
     assert!(row(&kv, id(T1, 4, S0)).is_none());
     clean(&kv);
@@ -1225,6 +1226,155 @@ fn retention_deletes_only_unreferenced_envelopes_before_the_cutoff() {
             .expect("get")
             .is_some()
     );
+    clean(&kv);
+}
+
+// ---- drop_dead --------------------------------------------------------------------
+
+/// Ingests hook `seq` of T1 (with dedupe key `dedupe`) with `rows`; returns its size.
+fn ingest_dedupe(kv: &MemoryKv, seq: u64, dedupe: &str, rows: &[NewRow]) -> u32 {
+    let env = envelope(SRC, &format!("body {seq}"), Some(dedupe));
+    let mut b = Batch::new();
+    new_ops(
+        &mut b,
+        &Hook {
+            tenant: T1,
+            seq: Seq(seq),
+            envelope: &env,
+            dedupe_expires_at_ms: NOW + 1_000,
+        },
+        rows,
+        NOW,
+    );
+    commit(kv, b);
+    hook_size(&env)
+}
+
+/// Claims T1's unordered row (seq, sink), due at NOW, and dead-letters it.
+fn kill(kv: &MemoryKv, seq: u64, sink: SinkIx) {
+    commit(kv, claim(kv, dk(T1, NOW, seq, sink), NOW).expect("claim"));
+    commit(
+        kv,
+        dead_letter(kv, id(T1, seq, sink), Origin::InFlight, "HTTP 400", NOW).expect("dead"),
+    );
+}
+
+fn has(kv: &MemoryKv, cf: Cf, key: &[u8]) -> bool {
+    kv.get(cf, key).expect("get").is_some()
+}
+
+#[test]
+fn drop_dead_of_a_hooks_last_row_deletes_the_row_its_envelope_archive_and_dedupe_record() {
+    let kv = store();
+    let size = i64::from(ingest_dedupe(&kv, 1, "evt_1", &[plain(S0)]));
+    kill(&kv, 1, S0);
+    clean(&kv);
+    let d = commit_delta(&kv, T1, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
+    assert_eq!(d, map(&[(F::Dead, -1), (F::DeadBytes, -size)]));
+    assert!(keys(&kv, Family::DeadLetter, T1).is_empty());
+    assert!(row(&kv, id(T1, 1, S0)).is_none());
+    assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
+    assert!(!has(&kv, Cf::Archive, &archive_key(T1, NOW - 10, Seq(1))));
+    assert!(!has(&kv, Cf::Index, &dedupe_key(T1, SRC, b"evt_1")));
+    clean(&kv);
+    // Gone: a second drop, and a revive, are refused and build nothing.
+    let err = drop_dead(&kv, &[id(T1, 1, S0)]).expect_err("not in the DLQ");
+    assert!(matches!(err, QueueError::NotInDlq { row } if row == id(T1, 1, S0)));
+    assert!(matches!(
+        revive(&kv, id(T1, 1, S0), NOW),
+        Err(QueueError::NotInDlq { .. })
+    ));
+}
+
+#[test]
+fn drop_dead_keeps_the_envelope_while_another_row_of_the_hook_is_left() {
+    let kv = store();
+    let size = i64::from(ingest_dedupe(&kv, 1, "evt_1", &[plain(S0), plain(S1)]));
+    kill(&kv, 1, S0);
+    let d = commit_delta(&kv, T1, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
+    assert_eq!(d, map(&[(F::Dead, -1), (F::DeadBytes, -size)]));
+    // Row S1 is still due: its envelope, archive entry and dedupe record stay.
+    assert!(has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
+    assert!(has(&kv, Cf::Archive, &archive_key(T1, NOW - 10, Seq(1))));
+    assert!(has(&kv, Cf::Index, &dedupe_key(T1, SRC, b"evt_1")));
+    assert_eq!(row(&kv, id(T1, 1, S1)).expect("row").state, RowState::Due);
+    clean(&kv);
+    // S1 dies too and is dropped: now the hook goes.
+    kill(&kv, 1, S1);
+    commit(&kv, drop_dead(&kv, &[id(T1, 1, S1)]).expect("drop"));
+    assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
+    assert!(!has(&kv, Cf::Index, &dedupe_key(T1, SRC, b"evt_1")));
+    assert_eq!(counters(&kv, T1).get(&F::Dead), None);
+    clean(&kv);
+}
+
+#[test]
+fn drop_dead_of_every_row_of_a_hook_in_one_batch_deletes_the_hook_once() {
+    let kv = store();
+    let size = i64::from(ingest_dedupe(&kv, 1, "evt_1", &[plain(S0), plain(S1)]));
+    ingest(&kv, T1, 2, &[plain(S0)]);
+    kill(&kv, 1, S0);
+    kill(&kv, 1, S1);
+    kill(&kv, 2, S0);
+    // Both rows of hook 1 (one given twice), not hook 2's.
+    let b = drop_dead(&kv, &[id(T1, 1, S1), id(T1, 1, S0), id(T1, 1, S1)]).expect("drop");
+    let d = commit_delta(&kv, T1, b);
+    assert_eq!(d, map(&[(F::Dead, -2), (F::DeadBytes, -2 * size)]));
+    assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
+    assert!(!has(&kv, Cf::Index, &dedupe_key(T1, SRC, b"evt_1")));
+    assert!(has(&kv, Cf::Hooks, &hook_key(T1, Seq(2))));
+    assert_eq!(
+        keys(&kv, Family::DeadLetter, T1),
+        vec![dead_letter_key(T1, Seq(2), S0).to_vec()]
+    );
+    clean(&kv);
+}
+
+#[test]
+fn drop_dead_refuses_a_batch_with_a_row_not_in_the_dlq_and_builds_nothing() {
+    let kv = store();
+    ingest(&kv, T1, 1, &[plain(S0)]);
+    ingest(&kv, T1, 2, &[plain(S0)]);
+    kill(&kv, 1, S0);
+    let err = drop_dead(&kv, &[id(T1, 1, S0), id(T1, 2, S0)]).expect_err("row 2 is due");
+    assert!(matches!(err, QueueError::NotInDlq { row } if row == id(T1, 2, S0)));
+    assert_eq!(keys(&kv, Family::DeadLetter, T1).len(), 1);
+    clean(&kv);
+}
+
+#[test]
+fn drop_dead_leaves_a_dedupe_record_that_names_a_later_hook() {
+    let kv = store();
+    ingest_dedupe(&kv, 1, "evt_1", &[plain(S0)]);
+    kill(&kv, 1, S0);
+    // The record expired and the provider's id came again as hook 2.
+    ingest_dedupe(&kv, 2, "evt_1", &[plain(S0)]);
+    commit(&kv, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
+    assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
+    let v = kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_1")).expect("get").expect("record");
+    assert_eq!(DedupeValue::decode(&v).expect("decode").seq, Seq(2));
+    clean(&kv);
+}
+
+#[test]
+fn drop_dead_of_a_dead_lane_head_leaves_the_lane_to_its_next_member() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(
+        &kv,
+        dead_letter(&kv, id(T1, 1, S0), Origin::InFlight, "gone", NOW).expect("dead"),
+    );
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
+    let before = counters(&kv, T1);
+    commit(&kv, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
+    let d = delta(&before, &counters(&kv, T1));
+    assert_eq!(d.keys().copied().collect::<Vec<_>>(), vec![F::Dead, F::DeadBytes]);
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
+    assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
     clean(&kv);
 }
 
@@ -1509,4 +1659,351 @@ mod mutations {
             assert!(!v.is_empty(), "{m:?} went unnoticed");
         }
     }
+}
+
+// ---- pause: hold and unhold ---------------------------------------------------------
+
+fn held(kv: &MemoryKv, tenant: TenantOrd) -> Vec<DueKey> {
+    kv.scan(Cf::Index, &ankusa_keys::held_due_range(tenant), Direction::Forward, 1000)
+        .expect("scan")
+        .into_iter()
+        .map(|(k, _)| DueKey::decode(&k).expect("decode"))
+        .collect()
+}
+
+fn due_keys(kv: &MemoryKv, tenant: TenantOrd) -> Vec<DueKey> {
+    keys(kv, Family::Due, tenant).iter().map(|k| DueKey::decode(k).expect("decode")).collect()
+}
+
+/// A paused sink's due rows and lane head are held: out of every due scan, no
+/// counter moved, the lane keeps its head and members, the tenant's ?A can go;
+/// a resume of another sink moves nothing, a resume of theirs puts each back
+/// at the due time it had, with the ?A.
+#[test]
+fn hold_takes_a_paused_sinks_rows_out_of_the_due_scan_and_unhold_puts_them_back() {
+    let kv = store();
+    let other = SourceId(11);
+    ingest(&kv, T1, 1, &[plain(S0), laned(S1, "k")]);
+    ingest(&kv, T1, 2, &[plain(S0), laned(S1, "k")]);
+    ingest_from(&kv, T1, 3, other, &[plain(S0)]);
+    assert_eq!(sweep(&kv, T1, NOW), 1);
+    // A retry of seq 2's S0 row, due later: it keeps that time through a hold.
+    commit(&kv, claim(&kv, dk(T1, NOW, 2, S0), NOW).expect("claim"));
+    commit(&kv, retry(&kv, id(T1, 2, S0), NOW + 500, "x", NOW).expect("retry"));
+    clean(&kv);
+    let before = counters(&kv, T1);
+    // Pause (SRC, S0) and (SRC, S1): hold every due row of theirs.
+    for d in due_keys(&kv, T1) {
+        if d.seq != Seq(3) {
+            let b = hold(&kv, d).expect("hold");
+            assert_eq!(commit_delta(&kv, T1, b), map(&[]), "a hold moves no counter");
+            clean(&kv);
+        }
+    }
+    let h = held(&kv, T1);
+    assert_eq!(h.len(), 3, "{h:?}");
+    assert!(h.iter().all(|d| d.is_held()));
+    assert_eq!(
+        h.iter().map(|d| (d.seq.0, d.sink, d.unheld_due_ms())).collect::<Vec<_>>(),
+        vec![(1, S0, NOW), (1, S1, NOW), (2, S0, NOW + 500)]
+    );
+    // Out of the due scan, far in the future too; the other source's row is not.
+    let scan = kv.scan(Cf::Index, &ankusa_keys::due_range_until(T1, NOW + 1_000_000), Direction::Forward, 100).expect("scan");
+    assert_eq!(scan.len(), 1);
+    assert_eq!(DueKey::decode(&scan[0].0).expect("decode").seq, Seq(3));
+    // The head is still the lane's head and its member stays.
+    assert_eq!(head_of(&kv, T1, lane_of(S1, "k")), Some(id(T1, 1, S1)));
+    assert_eq!(sweep(&kv, T1, NOW), 0);
+    assert_eq!(row(&kv, id(T1, 2, S1)).expect("row").state, RowState::Member);
+    assert_eq!(counters(&kv, T1), before);
+    // With the other source's row gone, held rows alone do not keep ?A.
+    commit(&kv, claim(&kv, dk(T1, NOW, 3, S0), NOW).expect("claim"));
+    commit(&kv, delivered(&kv, id(T1, 3, S0), NOW).expect("delivered"));
+    commit(&kv, sweep_markers(&kv, T1).expect("sweep"));
+    assert!(keys(&kv, Family::Active, T1).is_empty());
+    clean(&kv);
+    // A resume while both are still paused moves nothing.
+    let p = unhold(&kv, T1, |s, _| s == SRC, None, 10).expect("unhold");
+    assert_eq!((p.moved, p.next.is_none()), (0, true));
+    assert!(p.batch.is_empty());
+    // Resume S1 only, one entry per call: the head goes back, S0's rows stay.
+    let mut cursor = None;
+    let mut moved = 0;
+    for _ in 0..10 {
+        let p = unhold(&kv, T1, |s, k| s == SRC && k == S0, cursor.as_ref(), 1).expect("unhold");
+        moved += p.moved;
+        assert_eq!(commit_delta(&kv, T1, p.batch), map(&[]));
+        clean(&kv);
+        cursor = p.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert!(cursor.is_none(), "unhold did not finish");
+    assert_eq!(moved, 1);
+    assert_eq!(keys(&kv, Family::Active, T1).len(), 1, "the resume put ?A back");
+    assert!(due_value(&kv, T1, NOW, id(T1, 1, S1)).is_some());
+    assert_eq!(held(&kv, T1).len(), 2);
+    // Resume everything: back at the due times they had.
+    let p = unhold(&kv, T1, |_, _| false, None, 10).expect("unhold");
+    assert_eq!(p.moved, 2);
+    commit(&kv, p.batch);
+    assert!(held(&kv, T1).is_empty());
+    assert!(due_value(&kv, T1, NOW, id(T1, 1, S0)).is_some());
+    assert_eq!(due_value(&kv, T1, NOW + 500, id(T1, 2, S0)).map(|v| v.kind), Some(DueKind::Retry));
+    clean(&kv);
+    // A hold of a row that is not due is refused.
+    assert!(matches!(hold(&kv, dk(T1, NOW, 9, S0)), Err(QueueError::NotInState { .. })));
+}
+
+/// A held kind 3 head still counts in lanes_blocked, and a held row can be
+/// dead-lettered from the held band (a deleted source, --drop-unconfigured).
+#[test]
+fn a_held_blocked_head_stays_blocked_and_dead_letters_from_the_held_band() {
+    let kv = store();
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(&kv, retry(&kv, id(T1, 1, S0), NOW + 5, "x", NOW).expect("retry"));
+    commit(&kv, hold(&kv, dk(T1, NOW + 5, 1, S0)).expect("hold"));
+    assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), Some(&1));
+    clean(&kv);
+    let mut cursor = None;
+    for _ in 0..10 {
+        let p = dead_letter_sinks(&kv, T1, SRC, |k| k == S0, "sink removed from the config", cursor.as_ref(), 10, NOW + 9).expect("dls");
+        commit(&kv, p.batch);
+        clean(&kv);
+        cursor = p.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert!(held(&kv, T1).is_empty());
+    assert_eq!(keys(&kv, Family::DeadLetter, T1).len(), 2);
+    assert!(head_of(&kv, T1, lane_of(S0, "k")).is_none());
+    let c = counters(&kv, T1);
+    assert_eq!((c.get(&F::LanesBlocked), c.get(&F::Pending), c.get(&F::Dead)), (None, None, Some(&2)));
+}
+
+#[test]
+fn runtime_pauses_are_kept_in_meta() {
+    use ankusa_keys::meta::{PauseTarget, PausedValue};
+    let kv = store();
+    assert!(read_pauses(&kv).expect("read").is_empty());
+    commit(&kv, set_pause(PauseTarget::Sink(SRC, S1), 5, "endpoint migration"));
+    commit(&kv, set_pause(PauseTarget::Source(SourceId(2)), 6, ""));
+    let p = read_pauses(&kv).expect("read");
+    assert_eq!(
+        p.into_iter().collect::<Vec<_>>(),
+        vec![
+            (PauseTarget::Source(SourceId(2)), PausedValue { since_ms: 6, reason: String::new() }),
+            (PauseTarget::Sink(SRC, S1), PausedValue { since_ms: 5, reason: "endpoint migration".into() }),
+        ]
+    );
+    commit(&kv, clear_pause(PauseTarget::Source(SourceId(2))));
+    assert_eq!(read_pauses(&kv).expect("read").len(), 1);
+    clean(&kv);
+}
+
+// ---- unconfigured sources and sinks ---------------------------------------------------
+
+/// pending_rows counts ?D (held too), ?F and ?O rows per (source, sink), reads
+/// no envelope for a sink index `maybe` refuses, and dead_letter_sinks moves
+/// only the selected sink's rows, members before heads.
+#[test]
+fn pending_rows_counts_per_source_and_sink_and_dead_letter_sinks_takes_only_those() {
+    let kv = store();
+    let gone = SourceId(12);
+    ingest(&kv, T1, 1, &[plain(S0), laned(S1, "k")]);
+    ingest(&kv, T1, 2, &[plain(S0), laned(S1, "k")]);
+    ingest(&kv, T1, 3, &[plain(S0), laned(S1, "j")]);
+    ingest_from(&kv, T1, 4, gone, &[plain(S0)]);
+    sweep(&kv, T1, NOW);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(&kv, hold(&kv, dk(T1, NOW, 2, S0)).expect("hold"));
+    clean(&kv);
+    let all = pending_rows(&kv, T1, |_| true, |_, _| true, 2).expect("pending");
+    assert_eq!(
+        all.into_iter().collect::<Vec<_>>(),
+        vec![((SRC, S0), 3), ((SRC, S1), 3), ((gone, S0), 1)]
+    );
+    let gets = kv.stats().gets;
+    let s1 = pending_rows(&kv, T1, |k| k == S1, |s, _| s == SRC, 64).expect("pending");
+    assert_eq!(s1.into_iter().collect::<Vec<_>>(), vec![((SRC, S1), 3)]);
+    assert_eq!(kv.stats().gets - gets, 3, "one envelope read per hook with an S1 row");
+    let none = pending_rows(&kv, T1, |_| false, |_, _| true, 64).expect("pending");
+    assert!(none.is_empty());
+
+    let before = counters(&kv, T1);
+    let mut cursor = None;
+    let mut moved = 0;
+    for _ in 0..20 {
+        let p = dead_letter_sinks(&kv, T1, SRC, |k| k == S1, "sink removed from the config", cursor.as_ref(), 2, NOW + 1).expect("dls");
+        moved += p.moved;
+        commit(&kv, p.batch);
+        clean(&kv);
+        cursor = p.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(moved, 3);
+    let d = delta(&before, &counters(&kv, T1));
+    assert_eq!(d.get(&F::Dead), Some(&3));
+    assert_eq!(d.get(&F::Pending), Some(&-3));
+    assert!(head_of(&kv, T1, lane_of(S1, "k")).is_none());
+    assert!(head_of(&kv, T1, lane_of(S1, "j")).is_none());
+    for x in keys(&kv, Family::DeadLetter, T1) {
+        let v = DeadLetterValue::decode(&kv.get(Cf::Index, &x).expect("get").expect("value")).expect("decode");
+        assert_eq!(v.reason, "sink removed from the config");
+    }
+    // S0's rows and the other source's are untouched.
+    let left = pending_rows(&kv, T1, |_| true, |_, _| true, 64).expect("pending");
+    assert_eq!(left.into_iter().collect::<Vec<_>>(), vec![((SRC, S0), 3), ((gone, S0), 1)]);
+}
+
+// ---- quarantine: drop, list; dedupe expiry ---------------------------------------------
+
+fn hold_in_quarantine(kv: &MemoryKv, tenant: TenantOrd, seq: u64, reason: &str) -> Envelope {
+    let mut env = envelope(SRC, &format!("q{seq}"), Some("evt"));
+    env.received_at_ms = NOW - 100 + seq;
+    let mut b = Batch::new();
+    quarantine(&mut b, &Hook { tenant, seq: Seq(seq), envelope: &env, dedupe_expires_at_ms: NOW }, reason);
+    commit(kv, b);
+    env
+}
+
+#[test]
+fn drop_quarantined_deletes_the_hook_and_list_quarantined_pages_in_seq_order() {
+    let kv = store();
+    for seq in [3, 5, 8] {
+        hold_in_quarantine(&kv, T1, seq, &format!("reason {seq}"));
+    }
+    hold_in_quarantine(&kv, T2, 4, "other tenant");
+    clean(&kv);
+    let p = list_quarantined(&kv, T1, None, 2).expect("list");
+    assert_eq!(p.hooks.iter().map(|h| h.seq.0).collect::<Vec<_>>(), vec![3, 5]);
+    assert_eq!(p.next, Some(Seq(5)));
+    assert_eq!(p.hooks[0].reason, "reason 3");
+    assert_eq!(p.hooks[0].source, Some(SRC));
+    assert_eq!(p.hooks[0].received_at_ms, Some(NOW - 97));
+    assert_eq!(p.hooks[0].idempotency_key, Some([7; 16]));
+    assert!(p.hooks[0].size_bytes > 0);
+    let p = list_quarantined(&kv, T1, p.next, 2).expect("list");
+    assert_eq!(p.hooks.iter().map(|h| h.seq.0).collect::<Vec<_>>(), vec![8]);
+    assert_eq!(p.next, None);
+    assert!(list_quarantined(&kv, T1, Some(Seq(u64::MAX)), 2).expect("list").hooks.is_empty());
+
+    let d = commit_delta(&kv, T1, drop_quarantined(&kv, T1, Seq(5)).expect("drop"));
+    assert_eq!(d, map(&[(F::Quarantined, -1)]));
+    assert!(kv.get(Cf::Hooks, &hook_key(T1, Seq(5))).expect("get").is_none());
+    assert!(kv.get(Cf::Archive, &archive_key(T1, NOW - 95, Seq(5))).expect("get").is_none());
+    assert!(kv.get(Cf::Index, &quarantined_key(T1, Seq(5))).expect("get").is_none());
+    clean(&kv);
+    assert!(matches!(drop_quarantined(&kv, T1, Seq(5)), Err(QueueError::NotQuarantined { tenant: T1, seq: Seq(5) })));
+    assert!(matches!(release(&kv, T1, Seq(5), &[plain(S0)], NOW), Err(QueueError::NotQuarantined { .. })));
+    // A released hook cannot be dropped; its envelope stays for its rows.
+    commit(&kv, release(&kv, T1, Seq(3), &[plain(S0)], NOW).expect("release"));
+    assert!(matches!(drop_quarantined(&kv, T1, Seq(3)), Err(QueueError::NotQuarantined { .. })));
+    clean(&kv);
+    assert_eq!(list_quarantined(&kv, T1, None, 10).expect("list").hooks.len(), 1);
+    assert_eq!(list_quarantined(&kv, T2, None, 10).expect("list").hooks.len(), 1);
+}
+
+/// A released laned hook keeps its seq and joins its lane as a member behind
+/// the current head (ADR 4.8), before a later member still waiting.
+#[test]
+fn a_released_laned_hook_joins_its_lane_behind_the_head_before_later_members() {
+    let kv = store();
+    hold_in_quarantine(&kv, T1, 2, "source under quarantine");
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    ingest(&kv, T1, 3, &[laned(S0, "k")]);
+    ingest(&kv, T1, 4, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(&kv, release(&kv, T1, Seq(2), &[laned(S0, "k")], NOW).expect("release"));
+    clean(&kv);
+    commit(&kv, delivered(&kv, id(T1, 1, S0), NOW).expect("delivered"));
+    assert_eq!(head_of(&kv, T1, lane_of(S0, "k")), Some(id(T1, 2, S0)));
+    clean(&kv);
+}
+
+#[test]
+fn expire_dedupe_deletes_only_expired_records_in_pages() {
+    let kv = store();
+    let mut b = Batch::new();
+    for (i, expires) in [NOW - 1, NOW, NOW + 1, NOW - 5].into_iter().enumerate() {
+        b.put(
+            Cf::Index,
+            dedupe_key(T1, SRC, format!("evt_{i}").as_bytes()),
+            ankusa_keys::DedupeValue { seq: Seq(i as u64), expires_at_ms: expires }.encode(),
+        );
+    }
+    b.put(Cf::Index, dedupe_key(T2, SRC, b"evt_0"), ankusa_keys::DedupeValue { seq: Seq(9), expires_at_ms: 0 }.encode());
+    commit(&kv, b);
+    let mut cursor = None;
+    let mut deleted = 0;
+    for _ in 0..10 {
+        let p = expire_dedupe(&kv, T1, NOW, cursor.as_ref(), 1).expect("expire");
+        deleted += p.moved;
+        commit(&kv, p.batch);
+        clean(&kv);
+        cursor = p.next;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(deleted, 3);
+    assert_eq!(keys(&kv, Family::Dedupe, T1).len(), 1, "the unexpired record stays");
+    assert!(kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_2")).expect("get").is_some());
+    assert_eq!(keys(&kv, Family::Dedupe, T2).len(), 1, "another tenant's records stay");
+}
+
+// ---- drop_dead with pause and quarantine ---------------------------------------------
+
+/// A hook whose other row is held by a pause (the held band of ?D) keeps its
+/// envelope, archive entry and dedupe record when its dead row is dropped; the
+/// held row stays held and its resume finds the envelope. Every step leaves
+/// the invariants as pause defines them (a held ?D needs no ?A).
+#[test]
+fn drop_dead_keeps_the_hook_of_a_row_held_by_a_pause() {
+    let kv = store();
+    let size = i64::from(ingest_dedupe(&kv, 1, "evt_1", &[plain(S0), plain(S1)]));
+    commit(&kv, hold(&kv, dk(T1, NOW, 1, S1)).expect("hold"));
+    kill(&kv, 1, S0);
+    clean(&kv);
+    let d = commit_delta(&kv, T1, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
+    assert_eq!(d, map(&[(F::Dead, -1), (F::DeadBytes, -size)]));
+    assert!(has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
+    assert!(has(&kv, Cf::Archive, &archive_key(T1, NOW - 10, Seq(1))));
+    assert!(has(&kv, Cf::Index, &dedupe_key(T1, SRC, b"evt_1")));
+    assert_eq!(held(&kv, T1), vec![dk(T1, ankusa_keys::held_due_ms(NOW), 1, S1)]);
+    clean(&kv);
+    let p = unhold(&kv, T1, |_, _| false, None, 10).expect("unhold");
+    assert_eq!(p.moved, 1);
+    commit(&kv, p.batch);
+    assert!(due_value(&kv, T1, NOW, id(T1, 1, S1)).is_some());
+    clean(&kv);
+}
+
+/// A quarantined hook records no ?K: released, dead-lettered and dropped, it
+/// leaves the dedupe record of the provider's genuine hook (same dedupe key)
+/// alone, though its envelope carries that key.
+#[test]
+fn drop_dead_of_a_released_quarantined_hook_keeps_the_genuine_hooks_dedupe_record() {
+    let kv = store();
+    ingest_dedupe(&kv, 1, "evt", &[plain(S0)]);
+    let env = hold_in_quarantine(&kv, T1, 2, "invalid signature: forged");
+    assert_eq!(env.dedupe_key.as_deref(), Some(&b"evt"[..]));
+    commit(&kv, release(&kv, T1, Seq(2), &[plain(S0)], NOW).expect("release"));
+    kill(&kv, 2, S0);
+    clean(&kv);
+    commit(&kv, drop_dead(&kv, &[id(T1, 2, S0)]).expect("drop"));
+    assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(2))));
+    assert!(!has(&kv, Cf::Archive, &archive_key(T1, env.received_at_ms, Seq(2))));
+    let v = kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt")).expect("get").expect("the genuine hook's record");
+    assert_eq!(DedupeValue::decode(&v).expect("decode").seq, Seq(1));
+    assert!(has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
+    clean(&kv);
 }

@@ -15,8 +15,10 @@ mod config;
 mod send;
 mod routes;
 mod starvation;
+mod ops;
 mod breaker;
 mod challenge;
+mod admin;
 mod stripe;
 #[cfg(feature = "redis")]
 mod redis;

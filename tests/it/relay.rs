@@ -43,6 +43,8 @@ pub struct Relay {
     /// Extra environment variables of the child (AWS credentials for the SQS
     /// sink's standard chain, ...).
     env: Vec<(String, String)>,
+    /// Extra arguments of `serve` (`--drop-unconfigured`).
+    args: Vec<String>,
 }
 
 /// Two distinct free ports (bound together, then released).
@@ -85,6 +87,7 @@ impl Relay {
             client: client(),
             runs: 0,
             env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            args: Vec::new(),
         };
         r.boot().await;
         r
@@ -105,33 +108,74 @@ impl Relay {
         self.boot().await;
     }
 
+    /// The configuration the next [`Relay::restart`] runs (placeholders as
+    /// in [`Relay::start`]).
+    pub fn set_template(&mut self, template: &str) {
+        template.clone_into(&mut self.template);
+    }
+
+    /// Extra arguments of `serve` for the next [`Relay::restart`].
+    pub fn set_args(&mut self, args: &[&str]) {
+        self.args = args.iter().map(|a| (*a).to_owned()).collect();
+    }
+
+    /// Starts the process on the same data_dir and waits for it to exit
+    /// without becoming ready (a refused start): its status and its log.
+    pub async fn restart_refused(&mut self) -> (ExitStatus, String) {
+        assert!(self.child.is_none(), "restart of a running relay");
+        let child = self.spawn();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().expect("try_wait")) {
+                self.child = None;
+                return (status, self.log());
+            }
+            let ready = self
+                .client
+                .get(format!("http://{}/readyz", self.admin))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            assert!(!ready, "the relay started, expected a refusal:\n{}", self.log());
+            assert!(Instant::now() < deadline, "relay neither ready nor exited after 120 s:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn spawn(&mut self) -> Child {
+        let yaml = self
+            .template
+            .replace("{INGEST}", &self.ingest.to_string())
+            .replace("{ADMIN}", &self.admin.to_string())
+            .replace("{DATA}", &self.data_dir().display().to_string());
+        std::fs::write(self.config_path(), yaml).expect("write config");
+        self.runs += 1;
+        let log = self.dir.path().join(format!("relay-{}.log", self.runs));
+        let out = File::create(&log).expect("log file");
+        Command::new(BIN)
+            .arg("serve")
+            .arg("--config")
+            .arg(self.config_path())
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env_remove("HTTP_PROXY")
+            .env_remove("http_proxy")
+            .env_remove("ALL_PROXY")
+            .env_remove("all_proxy")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("spawn ankusa")
+    }
+
     async fn boot(&mut self) {
         for _try in 0..5 {
-            let yaml = self
-                .template
-                .replace("{INGEST}", &self.ingest.to_string())
-                .replace("{ADMIN}", &self.admin.to_string())
-                .replace("{DATA}", &self.data_dir().display().to_string());
-            std::fs::write(self.config_path(), yaml).expect("write config");
-            self.runs += 1;
+            let child = self.spawn();
             let log = self.dir.path().join(format!("relay-{}.log", self.runs));
-            let out = File::create(&log).expect("log file");
-            let child = Command::new(BIN)
-                .arg("serve")
-                .arg("--config")
-                .arg(self.config_path())
-                .env("RUST_LOG", "info")
-                .env("NO_COLOR", "1")
-                .env_remove("HTTP_PROXY")
-                .env_remove("http_proxy")
-                .env_remove("ALL_PROXY")
-                .env_remove("all_proxy")
-                .envs(self.env.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::null())
-                .stdout(out.try_clone().expect("log"))
-                .stderr(out)
-                .spawn()
-                .expect("spawn ankusa");
             self.child = Some(child);
             let deadline = Instant::now() + Duration::from_secs(120);
             loop {

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use ankusa_config::{
-    Config, DEFAULT_YAML, Dedupe, FileSink, HeaderAction, KeySource, Order, OrderingKey, SinkKind,
-    StoreBackend, TenantBinding, TypedOptions, Verification,
+    Config, DEFAULT_YAML, Dedupe, FileSink, HeaderAction, KeySource, OnInvalidSignature, Order,
+    OrderingKey, Retention, SinkKind, StoreBackend, TenantBinding, TypedOptions, Verification,
 };
 use serde_yaml_ng::Value;
 
@@ -16,7 +16,7 @@ fn example_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("ankusa.example.yaml")
 }
 
-const EXAMPLE_ENV: [(&str, &str); 8] = [
+const EXAMPLE_ENV: [(&str, &str); 9] = [
     ("ANKUSA_ADMIN_TOKEN", "admin-token"),
     ("GITHUB_WEBHOOK_SECRET", "It's a Secret to Everybody"),
     ("GITHUB_WEBHOOK_SECRET_OLD", "old github secret"),
@@ -24,6 +24,7 @@ const EXAMPLE_ENV: [(&str, &str); 8] = [
     ("STRIPE_WEBHOOK_SECRET", "whsec_corpus_test_secret_0001"),
     ("SHOPIFY_WEBHOOK_SECRET", "shpss_corpus_test_secret_0001"),
     ("BILLING_SECRET", "billing"),
+    ("PARTNER_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
     ("UNUSED", "x"),
 ];
 
@@ -42,6 +43,7 @@ fn the_example_file_loads_into_the_model_it_documents() {
         c.listeners.admin_token.as_ref().map(|t| t.expose()),
         Some("admin-token")
     );
+    assert!(!c.listeners.metrics_require_token);
     assert_eq!(c.store_headers.action("Authorization"), HeaderAction::Drop);
     assert_eq!(c.store_headers.action("x-api-key"), HeaderAction::Hash);
     assert_eq!(
@@ -67,8 +69,10 @@ fn the_example_file_loads_into_the_model_it_documents() {
             ("stripe", "/hooks/stripe"),
             ("shopify", "/hooks/shopify"),
             ("billing", "/hooks/billing"),
+            ("partner", "/hooks/partner"),
         ]
     );
+    assert_eq!(c.retention, Retention { keep_ms: 604_800_000, interval_ms: 60_000 });
 
     // GitHub: two secrets (rotation), dedupe on the delivery id, an http sink.
     let gh = c.source("github").expect("github");
@@ -159,6 +163,22 @@ fn the_example_file_loads_into_the_model_it_documents() {
         (header.as_str(), prefix.as_str()),
         ("x-billing-signature", "sha256=")
     );
+    // A failed signature is held in quarantine; the ledger sink is paused,
+    // the file sink is not; the source itself is not paused.
+    assert_eq!(bi.on_invalid_signature, OnInvalidSignature::Quarantine);
+    assert!(!bi.quarantine && !bi.paused);
+    assert_eq!(
+        bi.sinks.iter().map(|e| (e.name.as_str(), e.paused)).collect::<Vec<_>>(),
+        [("file-0", false), ("ledger", true)]
+    );
+    // `paused` is core's: the sink does not see it.
+    assert!(bi.sinks[1].options.get("paused").is_none());
+
+    // Under review: every hook held.
+    let pa = c.source("partner").expect("partner");
+    assert!(pa.quarantine);
+    assert_eq!(pa.on_invalid_signature, OnInvalidSignature::Reject);
+    assert!(!gh.quarantine && !gh.paused);
 }
 
 #[test]
@@ -176,6 +196,7 @@ fn the_example_file_names_every_variable_it_needs() {
             "environment variable STRIPE_WEBHOOK_SECRET is not set",
             "environment variable SHOPIFY_WEBHOOK_SECRET is not set",
             "environment variable BILLING_SECRET is not set",
+            "environment variable PARTNER_WEBHOOK_SECRET is not set",
         ]
     );
 }

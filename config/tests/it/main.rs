@@ -6,6 +6,7 @@ mod adr;
 mod defaults;
 mod example;
 mod helpers;
+mod ops;
 mod rejections;
 mod secrets;
 mod yaml;

@@ -1,12 +1,24 @@
 //! The ingest listener (docs/design.md section 5, "Edge"): hyper 1.x, HTTP/1.1.
 //!
 //! `POST {path}` (and `{path}/{tenant}` for a TenantPath source) goes through,
-//! in order: route (404), method (405), body limit (413), verification (401),
-//! Slack's url_verification handshake (answered here, nothing stored), dedupe
-//! (a hit answers 200 with the first hook's id and writes nothing), tenant
-//! bounds (429 + Retry-After), node bounds / shutting down (503 + Retry-After),
-//! then the Writer's `Sync` commit, then `200 {"id": idempotency_key}`. A store
-//! failure is 503; no input makes the edge panic or answer another 5xx.
+//! in order: route (404), method (405), body limit (413), verification (401,
+//! or, with `on_invalid_signature: quarantine`, held in quarantine and 202),
+//! Slack's url_verification handshake (answered here, nothing stored), a
+//! `quarantine: true` source's hold (202), dedupe (a hit answers 200 with the
+//! first hook's id and writes nothing), tenant bounds (429 + Retry-After), node
+//! bounds / shutting down (503 + Retry-After), then the Writer's `Sync` commit,
+//! then `200 {"id": idempotency_key}`. A store failure is 503; no input makes
+//! the edge panic or answer another 5xx.
+//!
+//! Quarantine (docs/design.md section 5, "Quarantine"): a held hook is committed
+//! `Sync` through the Writer (it gets a seq; envelope, archive entry and ?Q)
+//! before its answer, `202 {"id", "quarantined": true}`: every provider takes
+//! a 2xx as delivered, and 202 says "accepted, not processed" to a human
+//! reading a provider's delivery log. It is not delivered, takes no part in
+//! dedupe, counts `quarantined` (and `ankusa_ingest_quarantined_total`), and
+//! a tenant holds at most its `max_pending` of them (then 429, or 401 for a
+//! bad signature). [`Edge::release_quarantined`] and
+//! [`Edge::drop_quarantined`] are the admin API's entry points.
 //!
 //! Nothing here blocks: the Writer commits on a blocking thread and the
 //! handler awaits its answer.
@@ -20,10 +32,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use ankusa_config::OnInvalidSignature;
 use ankusa_engine::{Cf, Kv};
-use ankusa_keys::{CounterField, DedupeValue, Envelope, Seq, TenantOrd, counter_key, dedupe_key, hook_key};
-use ankusa_queue::writer::{IngestRequest, Ingested, WriteError, WriterHandle};
-use ankusa_queue::{NewRow, lanes};
+use ankusa_keys::{CounterField, DedupeValue, Envelope, Seq, SourceId, TenantOrd, counter_key, dedupe_key, hook_key};
+use ankusa_queue::writer::{IngestRequest, Ingested, QuarantineRequest, WriteError, WriterHandle};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -37,7 +49,7 @@ use tracing::{debug, info, warn};
 
 pub use routes::{ChallengeRoute, RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes, check_source};
 
-use crate::{Header, ParsedBody, dedupe, ordering, slack};
+use crate::{Header, ParsedBody, dedupe, slack};
 
 /// Counters the edge keeps for `/metrics`.
 #[derive(Debug, Default)]
@@ -54,6 +66,9 @@ pub struct EdgeStats {
     pub throttled: AtomicU64,
     /// 503.
     pub unavailable: AtomicU64,
+    /// Hooks held in quarantine (202): a `quarantine: true` source, or a bad
+    /// signature with `on_invalid_signature: quarantine`.
+    pub quarantined: AtomicU64,
     /// Ordered rows that resolved no key (the keyless lane), by sink kind
     /// (`http`, `file`, ...): `ankusa_dispatch_lane_key_missing_total{sink}`,
     /// ADR 0004 section 7.
@@ -153,6 +168,20 @@ fn challenge(query: &str, param: &str, token: Option<&(String, Vec<u8>)>) -> Res
 
 fn uuid_text(bytes: &[u8; 16]) -> String {
     uuid::Uuid::from_bytes(*bytes).hyphenated().to_string()
+}
+
+/// A hook's idempotency key: a UUIDv7 whose 48-bit timestamp is the
+/// envelope's `received_at_ms` (the same clock value), so
+/// `GET /v1/hooks/{idempotency_key}` finds the hook through the archive range
+/// (ord, received_at_ms, *) without a key family of its own (docs/design.md
+/// section 10). Ingest and quarantine both make it here.
+fn idempotency_key_at(received_at_ms: u64) -> [u8; 16] {
+    let ts = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        received_at_ms / 1000,
+        ((received_at_ms % 1000) * 1_000_000) as u32,
+    );
+    *uuid::Uuid::new_v7(ts).as_bytes()
 }
 
 impl<K: Kv> Edge<K> {
@@ -266,7 +295,23 @@ impl<K: Kv> Edge<K> {
             .collect();
         let headers: Vec<Header<'_>> = owned.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
         let now = (self.clock)();
+        let held = |reason: String, bad_signature: bool| Hold {
+            route,
+            tenant: &tenant,
+            method: parts.method.as_str(),
+            path: &path,
+            query: parts.uri.query(),
+            headers: &owned,
+            body: &body,
+            now,
+            reason,
+            bad_signature,
+        };
         if let Err(e) = route.verifier.verify(&headers, &body, now) {
+            if route.on_invalid_signature == OnInvalidSignature::Quarantine {
+                info!(source = %route.name, %peer, error = %e, "verification failed: holding the hook in quarantine");
+                return self.hold(held(format!("invalid signature: {e}"), true)).await;
+            }
             self.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
             info!(source = %route.name, %peer, error = %e, "hook refused: verification failed");
             return error(StatusCode::UNAUTHORIZED, format!("verification failed: {e}"));
@@ -278,6 +323,9 @@ impl<K: Kv> Edge<K> {
             let mut r = Response::new(Full::new(Bytes::from(slack::challenge_response(challenge))));
             r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             return r;
+        }
+        if route.quarantine {
+            return self.hold(held("source under quarantine".into(), false)).await;
         }
         let dedupe = route.dedupe.as_ref().and_then(|(spec, _)| dedupe::dedupe_key(spec, &headers, &parsed));
         if let Some(dk) = &dedupe {
@@ -301,24 +349,10 @@ impl<K: Kv> Edge<K> {
         if self.shutting_down.load(Ordering::SeqCst) {
             return self.unavailable("shutting down".into());
         }
-        // Counted only once the rows are committed (not for a Writer-side
-        // duplicate, a store failure or a shutdown).
-        let mut keyless: Vec<&'static str> = Vec::new();
-        let rows: Vec<NewRow> = route
-            .sinks
-            .iter()
-            .map(|s| NewRow {
-                sink: s.index,
-                lane: s.ordered.as_ref().map(|spec| {
-                    let key = spec.as_ref().and_then(|spec| ordering::ordering_key(spec, &headers, &parsed));
-                    if key.is_none() {
-                        keyless.push(s.kind);
-                    }
-                    lanes::assign(s.index, route.id, key.as_deref())
-                }),
-            })
-            .collect();
-        let idempotency_key = *uuid::Uuid::now_v7().as_bytes();
+        // The keyless rows are counted only once the rows are committed (not
+        // for a Writer-side duplicate, a store failure or a shutdown).
+        let (rows, keyless) = route.rows_for(&headers, &parsed);
+        let idempotency_key = idempotency_key_at(now);
         let stored_headers = route.store_headers(&owned);
         let envelope = Envelope {
             source: route.id,
@@ -345,12 +379,7 @@ impl<K: Kv> Edge<K> {
             Ok(Ingested::Committed(seq)) => {
                 (self.on_commit)();
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
-                if !keyless.is_empty() {
-                    let mut m = self.stats.lane_key_missing.lock().unwrap_or_else(|p| p.into_inner());
-                    for kind in keyless {
-                        *m.entry(kind).or_default() += 1;
-                    }
-                }
+                self.count_keyless(&keyless);
                 debug!(source = %route.name, tenant = %tenant.name, seq = seq.0, "hook accepted");
                 json(StatusCode::OK, serde_json::json!({ "id": uuid_text(&idempotency_key) }))
             }
@@ -359,11 +388,130 @@ impl<K: Kv> Edge<K> {
                 let id = self.id_of(tenant.ord, seq).unwrap_or_default();
                 json(StatusCode::OK, serde_json::json!({ "id": id, "duplicate": true }))
             }
+            Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
             Err(WriteError::Store(msg)) => {
                 warn!(error = %msg, "store failed the commit");
                 self.unavailable(format!("store failed: {msg}"))
             }
+            // Never for an ingest: nothing was committed.
+            Err(e @ (WriteError::NotQuarantined { .. } | WriteError::Refused(_))) => self.unavailable(e.to_string()),
+        }
+    }
+
+    fn count_keyless(&self, keyless: &[&'static str]) {
+        if !keyless.is_empty() {
+            let mut m = self.stats.lane_key_missing.lock().unwrap_or_else(|p| p.into_inner());
+            for kind in keyless {
+                *m.entry(*kind).or_default() += 1;
+            }
+        }
+    }
+
+    /// Holds a hook in quarantine: the tenant's bound (its `max_pending`
+    /// quarantined hooks: 429, or 401 for a bad signature), the Writer's `Sync`
+    /// commit (no dedupe), then 202.
+    async fn hold(&self, h: Hold<'_>) -> Resp {
+        let held = match self.kv.counter(&counter_key(h.tenant.ord, CounterField::Quarantined)) {
+            Ok(n) => n.max(0) as u64,
+            Err(e) => return self.unavailable(format!("store failed: {e}")),
+        };
+        if held >= h.tenant.max_pending {
+            info!(source = %h.route.name, tenant = %h.tenant.name, held, "hook refused: the tenant's quarantine is full");
+            if h.bad_signature {
+                self.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
+                return error(StatusCode::UNAUTHORIZED, format!("{}; the quarantine of tenant {} is full", h.reason, h.tenant.name));
+            }
+            self.stats.throttled.fetch_add(1, Ordering::Relaxed);
+            return retry_after(
+                error(StatusCode::TOO_MANY_REQUESTS, format!("the quarantine of tenant {} is full", h.tenant.name)),
+                30,
+            );
+        }
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return self.unavailable("shutting down".into());
+        }
+        let idempotency_key = idempotency_key_at(h.now);
+        let envelope = Envelope {
+            source: h.route.id,
+            received_at_ms: h.now,
+            method: h.method.to_owned(),
+            path: h.path.to_owned(),
+            query: h.query.map(str::to_owned),
+            headers: h.route.store_headers(h.headers),
+            body: h.body.to_vec(),
+            // A quarantined hook takes no part in dedupe.
+            dedupe_key: None,
+            idempotency_key,
+        };
+        let req = QuarantineRequest { tenant: h.tenant.ord, envelope, reason: h.reason };
+        match self.writer.quarantine(req).await {
+            Ok(seq) => {
+                self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
+                info!(source = %h.route.name, tenant = %h.tenant.name, seq = seq.0, "hook held in quarantine");
+                json(StatusCode::ACCEPTED, serde_json::json!({ "id": uuid_text(&idempotency_key), "quarantined": true }))
+            }
             Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
+            Err(e) => {
+                warn!(error = %e, "store failed the commit");
+                self.unavailable(e.to_string())
+            }
+        }
+    }
+
+    /// Releases quarantined hook `seq` of `tenant` (docs/design.md section 5,
+    /// "Quarantine"; the admin API's entry point): reads its stored envelope,
+    /// resolves its rows with the current configuration of its source by the
+    /// ingest path's own function ([`SourceRoute::rows_for`]: ordering keys
+    /// from the stored headers and body, ADR 0004 section 2), and commits the
+    /// release through the Writer (`Sync`, serialised with every other release
+    /// and drop of the hook). The hook keeps its seq; the pipeline is woken.
+    ///
+    /// # Errors
+    /// [`ReleaseError::NotQuarantined`], [`ReleaseError::SourceNotConfigured`]
+    /// (its source is no longer in the configuration: nothing to deliver to),
+    /// [`ReleaseError::Write`] (the Writer refused or failed),
+    /// [`ReleaseError::Store`].
+    pub async fn release_quarantined(&self, tenant: TenantOrd, seq: Seq) -> Result<Released, ReleaseError> {
+        let raw = self
+            .kv
+            .get(Cf::Hooks, &hook_key(tenant, seq))
+            .map_err(|e| ReleaseError::Store(e.to_string()))?
+            .ok_or(ReleaseError::NotQuarantined { tenant, seq })?;
+        let envelope = Envelope::decode(&raw).map_err(|e| ReleaseError::Store(e.to_string()))?;
+        let route = self
+            .sources
+            .iter()
+            .find(|r| r.id == envelope.source)
+            .ok_or(ReleaseError::SourceNotConfigured { source_id: envelope.source })?;
+        let headers: Vec<Header<'_>> = envelope.headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
+        let parsed = ParsedBody::new(&envelope.body);
+        let (rows, keyless) = route.rows_for(&headers, &parsed);
+        let n = rows.len();
+        match self.writer.release(tenant, seq, rows).await {
+            Ok(()) => {
+                (self.on_commit)();
+                self.count_keyless(&keyless);
+                info!(source = %route.name, tenant = tenant.0, seq = seq.0, rows = n, "quarantined hook released");
+                Ok(Released { source: route.name.clone(), rows: n })
+            }
+            Err(WriteError::NotQuarantined { tenant, seq }) => Err(ReleaseError::NotQuarantined { tenant, seq }),
+            Err(e) => Err(ReleaseError::Write(e)),
+        }
+    }
+
+    /// Drops quarantined hook `seq` of `tenant` (its ?Q, envelope and archive
+    /// entry) through the Writer: the admin API's entry point.
+    ///
+    /// # Errors
+    /// [`ReleaseError::NotQuarantined`]; [`ReleaseError::Write`].
+    pub async fn drop_quarantined(&self, tenant: TenantOrd, seq: Seq) -> Result<(), ReleaseError> {
+        match self.writer.drop_quarantined(tenant, seq).await {
+            Ok(()) => {
+                info!(tenant = tenant.0, seq = seq.0, "quarantined hook dropped");
+                Ok(())
+            }
+            Err(WriteError::NotQuarantined { tenant, seq }) => Err(ReleaseError::NotQuarantined { tenant, seq }),
+            Err(e) => Err(ReleaseError::Write(e)),
         }
     }
 
@@ -444,6 +592,54 @@ impl<K: Kv> Edge<K> {
         held.node.1 += bytes;
         Ok(Ok(Reservation { edge_reservations: &self.reservations, tenant: tenant.ord, rows, bytes }))
     }
+}
+
+/// A hook the edge is about to hold in quarantine.
+struct Hold<'a> {
+    route: &'a SourceRoute,
+    tenant: &'a TenantRoute,
+    method: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    headers: &'a [(Vec<u8>, Vec<u8>)],
+    body: &'a [u8],
+    now: u64,
+    reason: String,
+    bad_signature: bool,
+}
+
+/// What a release did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Released {
+    /// The hook's source.
+    pub source: String,
+    /// Delivery rows made (one per sink entry of the source).
+    pub rows: usize,
+}
+
+/// Why a release or drop of a quarantined hook failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseError {
+    /// The hook is not (or no longer) quarantined.
+    #[error("hook {tenant}/{seq} is not quarantined")]
+    NotQuarantined {
+        /// The tenant.
+        tenant: TenantOrd,
+        /// The hook.
+        seq: Seq,
+    },
+    /// The hook's source is not in the configuration any more.
+    #[error("source {source_id} of the hook is not configured")]
+    SourceNotConfigured {
+        /// The source's id in the store.
+        source_id: SourceId,
+    },
+    /// The Writer refused or failed the commit.
+    #[error(transparent)]
+    Write(WriteError),
+    /// A store read failed, or the envelope does not decode.
+    #[error("store: {0}")]
+    Store(String),
 }
 
 /// Rows and bytes admitted at the edge and not yet committed, per tenant and

@@ -4,14 +4,17 @@
 use std::collections::BTreeMap;
 
 use ankusa_config::{
-    Config, HeaderAction, HeaderPolicy, KeySource, Order, OrderingKey, Problem, Scope, SinkEntry,
-    Source, TenantBinding, Verification,
+    Config, HeaderAction, HeaderPolicy, KeySource, OnInvalidSignature, Order, OrderingKey, Problem,
+    Scope, SinkEntry, Source, TenantBinding, Verification,
 };
 use ankusa_keys::{SinkIx, SourceId, TenantOrd};
-use ankusa_queue::Registry;
+use ankusa_queue::{NewRow, Registry, lanes};
 use sha2::{Digest, Sha256};
 
-use crate::{HmacAlgorithm, HmacHeader, KeySpec, Secret, SignatureEncoding, Verifier};
+use crate::{
+    Header, HmacAlgorithm, HmacHeader, KeySpec, ParsedBody, Secret, SignatureEncoding, Verifier,
+    ordering,
+};
 
 /// A tenant as the edge sees it: ordinal, name, queue bounds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +67,10 @@ pub struct SourceRoute {
     pub sinks: Vec<SinkRoute>,
     /// The GET handshake, when the source configures one.
     pub challenge: Option<ChallengeRoute>,
+    /// `quarantine: true`: every verified hook is held in quarantine.
+    pub quarantine: bool,
+    /// What a failed signature does (401, or quarantine).
+    pub on_invalid_signature: OnInvalidSignature,
 }
 
 /// A source's GET handshake (docs/design.md section 5).
@@ -76,6 +83,33 @@ pub struct ChallengeRoute {
 }
 
 impl SourceRoute {
+    /// The delivery rows of a hook of this source: one per sink entry, with
+    /// its lane for an ordered sink, the key resolved from `headers` and `body`
+    /// by [`ordering::ordering_key`] (ADR 0004 section 2). The one function
+    /// both ingest (the request's headers) and a quarantine release (the
+    /// stored envelope's headers, which keep every header a key names: the
+    /// configuration enforces it) resolve rows with. Also returns the kind of
+    /// each ordered sink that resolved no key (the keyless lane), for
+    /// `ankusa_dispatch_lane_key_missing_total{sink}`.
+    pub fn rows_for(&self, headers: &[Header<'_>], body: &ParsedBody<'_>) -> (Vec<NewRow>, Vec<&'static str>) {
+        let mut keyless = Vec::new();
+        let rows = self
+            .sinks
+            .iter()
+            .map(|s| NewRow {
+                sink: s.index,
+                lane: s.ordered.as_ref().map(|spec| {
+                    let key = spec.as_ref().and_then(|spec| ordering::ordering_key(spec, headers, body));
+                    if key.is_none() {
+                        keyless.push(s.kind);
+                    }
+                    lanes::assign(s.index, self.id, key.as_deref())
+                }),
+            })
+            .collect();
+        (rows, keyless)
+    }
+
     /// The headers to store, after the policy: kept as received, dropped, or
     /// replaced by `sha256:<hex>` of the value.
     pub fn store_headers(&self, headers: &[(Vec<u8>, Vec<u8>)]) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -265,6 +299,8 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
                 param: c.query.clone(),
                 token: c.token.as_ref().map(|(q, t)| (q.clone(), t.expose().as_bytes().to_vec())),
             }),
+            quarantine: s.quarantine,
+            on_invalid_signature: s.on_invalid_signature,
         });
     }
     Ok(out)

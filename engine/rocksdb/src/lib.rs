@@ -9,6 +9,13 @@
 //! - Every scan sets both `iterate_lower_bound` and `iterate_upper_bound`, so a
 //!   seek over a queue family stops at the bound instead of walking tombstones.
 //! - A failed write poisons the handle ([`ankusa_engine::Poison`]).
+//! - Space comes back after deletes (docs/design.md section 5, "Retention"): the
+//!   column families whose keys are deleted in bulk (`hooks` and `archive` by
+//!   the retention sweep, `deliveries` as rows are delivered) carry RocksDB's
+//!   compact-on-deletion collector, which marks an SST file for compaction when
+//!   deletes are dense in it, so deleted data does not wait for the level's
+//!   size trigger to leave the disk. [`RocksKv::compact_all`] compacts now (tools
+//!   and tests).
 #![deny(missing_docs, clippy::unwrap_used)]
 
 use std::path::Path;
@@ -18,7 +25,7 @@ use ankusa_engine::{
     OpCounters, OpStats, Poison, Read,
 };
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DB, DBRawIteratorWithThreadMode, MergeOperands, Options,
+    BottommostLevelCompaction, ColumnFamily, CompactOptions, ColumnFamilyDescriptor, DB, DBRawIteratorWithThreadMode, MergeOperands, Options,
     ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions,
 };
 
@@ -27,6 +34,14 @@ const COUNTER_MERGE: &str = "ankusa_counter_add";
 /// Most merge operands a counter keeps in the memtable before a write folds
 /// them into one value (bounds the cost of a counter read).
 const MAX_SUCCESSIVE_MERGES: usize = 16;
+/// The compact-on-deletion collector: a file with at least this many deletes
+/// in any window of [`DELETION_WINDOW`] entries, or half of its entries
+/// deletes, is marked for compaction.
+const DELETION_TRIGGER: usize = 512;
+/// See [`DELETION_TRIGGER`].
+const DELETION_WINDOW: usize = 1024;
+/// See [`DELETION_TRIGGER`].
+const DELETION_RATIO: f64 = 0.5;
 
 /// A RocksDB store.
 pub struct RocksKv {
@@ -82,6 +97,9 @@ impl RocksKv {
                 // relay's CPU. Past this many operands a write folds them.
                 opts.set_max_successive_merges(MAX_SUCCESSIVE_MERGES);
             }
+            if matches!(cf, Cf::Hooks | Cf::Archive | Cf::Deliveries) {
+                opts.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, DELETION_RATIO);
+            }
             ColumnFamilyDescriptor::new(cf.name(), opts)
         });
         let db = DB::open_cf_descriptors(&db_opts, path.as_ref(), cfs).map_err(|e| backend_err("open", e))?;
@@ -95,6 +113,39 @@ impl RocksKv {
             counters: OpCounters::default(),
             poison: Poison::default(),
         })
+    }
+
+    /// Compacts every column family over its whole key range now (RocksDB's
+    /// manual compaction, memtables flushed first): deleted keys and their
+    /// tombstones leave the disk. For tools and tests; the relay relies on the
+    /// deletion-triggered compaction set at open.
+    ///
+    /// # Errors
+    /// [`EngineError::Backend`] when the flush fails.
+    pub fn compact_all(&self) -> Result<(), EngineError> {
+        // Force: the bottommost level is rewritten too, so tombstones that a
+        // trivial move would have carried down are dropped with what they
+        // delete.
+        let mut opts = CompactOptions::default();
+        opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
+        for cf in Cf::ALL {
+            self.db.flush_cf(self.cf(cf)).map_err(|e| backend_err("flush", e))?;
+            self.db.compact_range_cf_opt(self.cf(cf), None::<&[u8]>, None::<&[u8]>, &opts);
+        }
+        Ok(())
+    }
+
+    /// The bytes of `cf`'s live SST files (`rocksdb.total-sst-files-size`):
+    /// what the column family holds on disk apart from the WAL and the
+    /// memtables.
+    ///
+    /// # Errors
+    /// [`EngineError::Backend`] when RocksDB cannot report it.
+    pub fn sst_bytes(&self, cf: Cf) -> Result<u64, EngineError> {
+        self.db
+            .property_int_value_cf(self.cf(cf), "rocksdb.total-sst-files-size")
+            .map_err(|e| backend_err("property", e))?
+            .ok_or_else(|| backend_err("property", "rocksdb.total-sst-files-size not reported"))
     }
 
     fn cf(&self, cf: Cf) -> &ColumnFamily {

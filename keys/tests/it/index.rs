@@ -234,6 +234,30 @@ index_family!(
 );
 
 proptest! {
+    /// A held ?D key (docs/design.md section 5, "Pause") keeps its due time,
+    /// is in the tenant's held range and in no due range of a real clock, and
+    /// the live and held ranges split the tenant's ?D range between them.
+    #[test]
+    fn the_held_band_keeps_the_due_time_and_leaves_every_due_range(
+        t in tenant(), due in 0..HELD_DUE_BIT, now in 0..HELD_DUE_BIT, seq in seq(), sink in sink()
+    ) {
+        let key = DueKey::decode(&due_key(t, held_due_ms(due), seq, sink)).expect("decodes");
+        prop_assert!(key.is_held());
+        prop_assert_eq!(key.unheld_due_ms(), due);
+        let plain = DueKey { tenant: t, due_ms: due, seq, sink };
+        prop_assert!(!plain.is_held());
+        prop_assert_eq!(plain.unheld_due_ms(), due);
+        let held = key.encode();
+        prop_assert!(held_due_range(t).contains(&held));
+        prop_assert!(!live_due_range(t).contains(&held));
+        prop_assert!(!due_range_until(t, now).contains(&held));
+        prop_assert!(live_due_range(t).contains(&plain.encode()));
+        prop_assert!(!held_due_range(t).contains(&plain.encode()));
+        prop_assert_eq!(&live_due_range(t).start, &tenant_range(Family::Due, t).start);
+        prop_assert_eq!(&live_due_range(t).end, &held_due_range(t).start);
+        prop_assert_eq!(&held_due_range(t).end, &tenant_range(Family::Due, t).end);
+    }
+
     #[test]
     fn due_range_until_holds_due_at_or_before_now(
         t in tenant(), now in u64s(), earlier in u64s(), seq in seq(), sink in sink()

@@ -352,6 +352,69 @@ impl<'k, K: Kv> Machine<'k, K> {
                     other => return Err(format!("second revive of {id:?}: {other:?}, expected NotInDlq")),
                 }
             }
+            Step::Hold(p) => {
+                let v = self.view();
+                let due: Vec<(RowId, u64)> = v
+                    .due
+                    .iter()
+                    .filter(|(_, (d, _))| d & ankusa_keys::HELD_DUE_BIT == 0)
+                    .map(|(id, (d, _))| (*id, *d))
+                    .collect();
+                let Some((id, due_ms)) = Self::pick(&due, p) else { return Ok(()) };
+                let key = DueKey { tenant: TenantOrd(id.0), due_ms, seq: Seq(id.1), sink: SinkIx(id.2) };
+                let b = queue::hold(self.kv, key).map_err(err("hold"))?;
+                self.write("hold", b)?;
+                self.model.hold(&id);
+                self.hit(if v.due[&id].1.kind.is_head() { "hold of a lane head" } else { "hold" });
+            }
+            Step::Unhold(t, keep) => {
+                let keep = keep.map(|(src, sink)| (src, u16::from(sink)));
+                let mut cursor = None;
+                let mut moved = 0;
+                for round in 0.. {
+                    if round > 1000 {
+                        return Err("unhold does not finish".into());
+                    }
+                    let still = |s: SourceId, k: SinkIx| keep == Some((s.0 as u8, k.0));
+                    let page = queue::unhold(self.kv, tenant(t), still, cursor.as_ref(), 2).map_err(err("unhold"))?;
+                    moved += page.moved;
+                    self.write("unhold", page.batch)?;
+                    cursor = page.next;
+                    if cursor.is_none() {
+                        break;
+                    }
+                }
+                let want = self.model.unhold(u32::from(t), keep);
+                if moved != want {
+                    return Err(format!("unhold of tenant {t} moved {moved} rows, the model {want}"));
+                }
+                if moved > 0 {
+                    self.hit("unhold");
+                }
+                let still_held = self.view().due.values().any(|(d, _)| d & ankusa_keys::HELD_DUE_BIT != 0);
+                if keep.is_some() && still_held && moved > 0 {
+                    self.hit("unhold keeps a still-paused row held");
+                }
+            }
+            Step::DropDead(p) => {
+                let dead: Vec<RowId> = self.view().dead.keys().copied().collect();
+                let Some(id) = Self::pick(&dead, p) else { return Ok(()) };
+                let b = queue::drop_dead(self.kv, &[rid(&id)]).map_err(err("drop_dead"))?;
+                self.write("drop_dead", b)?;
+                self.hit("drop_dead");
+                if self.model.drop_dead(&id) {
+                    self.hit("drop_dead deletes the envelope");
+                }
+                // Gone for good: a second drop and a revive are refused.
+                match queue::drop_dead(self.kv, &[rid(&id)]) {
+                    Err(queue::QueueError::NotInDlq { .. }) => {}
+                    other => return Err(format!("second drop of {id:?}: {other:?}, expected NotInDlq")),
+                }
+                match queue::revive(self.kv, rid(&id), now) {
+                    Err(queue::QueueError::NotInDlq { .. }) => {}
+                    other => return Err(format!("revive of dropped {id:?}: {other:?}, expected NotInDlq")),
+                }
+            }
             Step::Restart => {
                 if !self.view().inflight.is_empty() {
                     self.hit("restart with rows in flight");
@@ -632,6 +695,8 @@ fn machine_reaches_every_transition_and_race() {
         "orphan from ?D",
         "revive",
         "revive behind a later head",
+        "drop_dead",
+        "drop_dead deletes the envelope",
         "restart with rows in flight",
         "sweep: marker beside a head",
         "sweep: promote",
@@ -646,6 +711,10 @@ fn machine_reaches_every_transition_and_race() {
         "quarantine",
         "release",
         "retention deletes envelopes",
+        "hold",
+        "hold of a lane head",
+        "unhold",
+        "unhold keeps a still-paused row held",
     ];
     for what in expected {
         assert!(total.get(what).copied().unwrap_or(0) > 0, "never reached: {what}");

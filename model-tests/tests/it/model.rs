@@ -329,6 +329,16 @@ impl Model {
         }
     }
 
+    /// `queue::drop_dead`: the dead row goes; its hook's envelope goes with
+    /// its last row. True when the envelope went.
+    pub fn drop_dead(&mut self, id: &RowId) -> bool {
+        self.rows.remove(id);
+        self.revived.remove(id);
+        self.behind.remove(id);
+        let left = self.rows.keys().any(|r| r.0 == id.0 && r.1 == id.1);
+        !left && self.hooks.remove(&(id.0, id.1)).is_some()
+    }
+
     /// ADR 4.8: a laned dead letter re-enters as a member plus ?P; an unlaned
     /// one as ?D kind 0 due now.
     pub fn revive(&mut self, id: &RowId) {
@@ -420,6 +430,32 @@ impl Model {
         self.revived.retain(|id| id.0 != t);
         self.behind.retain(|id, _| id.0 != t);
         self.reclaim.retain(|k, _| k.0 != t);
+    }
+
+    /// A hold: the row's due time moves into the held band (kept in the low
+    /// bits); nothing else changes, a head stays its lane's head.
+    pub fn hold(&mut self, id: &RowId) {
+        if let MState::Due { due_ms, .. } = &mut self.row_mut(id).state {
+            *due_ms |= ankusa_keys::HELD_DUE_BIT;
+        }
+    }
+
+    /// A resume of tenant `t`: every held row back at its due time, but those
+    /// of `keep` (source, sink), still paused. Returns how many moved.
+    pub fn unhold(&mut self, t: u32, keep: Option<(u8, u16)>) -> usize {
+        let mut moved = 0;
+        for (id, r) in self.rows.iter_mut() {
+            if id.0 != t || keep == Some((r.src, id.2)) {
+                continue;
+            }
+            if let MState::Due { due_ms, .. } = &mut r.state
+                && *due_ms & ankusa_keys::HELD_DUE_BIT != 0
+            {
+                *due_ms &= !ankusa_keys::HELD_DUE_BIT;
+                moved += 1;
+            }
+        }
+        moved
     }
 
     /// Every pending row (?D, ?F, ?O) of the source: dead; its lanes empty.
@@ -601,7 +637,9 @@ impl Model {
         }
         // ?P and ?D need ?A (docs/design.md section 4, invariant 4; ADR 4.6 on
         // sweep_markers).
-        for t in v.due.keys().map(|id| id.0).chain(v.markers.iter().map(|l| l.0)) {
+        // A held ?D row (a paused sink, docs/design.md section 5) needs none.
+        let live_due = v.due.iter().filter(|(_, (d, _))| d & ankusa_keys::HELD_DUE_BIT == 0).map(|(id, _)| id.0);
+        for t in live_due.chain(v.markers.iter().map(|l| l.0)) {
             if !v.active.contains(&t) {
                 return Err(format!("tenant {t} has ?D or ?P rows and no ?A marker"));
             }

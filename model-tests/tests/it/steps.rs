@@ -117,6 +117,8 @@ pub enum Step {
     Orphan(u8),
     /// The replayer revives a dead letter.
     Revive(u8),
+    /// Admin: a dead letter is dropped for good (`queue::drop_dead`).
+    DropDead(u8),
     /// Process restart: `recover_inflight`.
     Restart,
     /// The pipeline's lane sweep of a tenant (up to `limit` markers), with an
@@ -136,6 +138,12 @@ pub enum Step {
     /// Retention of a tenant: envelopes older than `age` ms that no row and
     /// no ?Q references go.
     Retention(u8, u16),
+    /// The pipeline holds a due row of a paused sink (docs/design.md section
+    /// 5, "Pause"): its ?D key moves to the held band.
+    Hold(u8),
+    /// A resume of a tenant's held rows, keeping held those of one
+    /// `(source, sink)` that is still paused.
+    Unhold(u8, Option<(u8, u8)>),
     /// Time passes.
     Advance(u16),
 }
@@ -154,6 +162,7 @@ impl fmt::Debug for Step {
             Dead(p, w) => write!(f, "Dead({p}, {w:?})"),
             Orphan(p) => write!(f, "Orphan({p})"),
             Revive(p) => write!(f, "Revive({p})"),
+            DropDead(p) => write!(f, "DropDead({p})"),
             Restart => write!(f, "Restart"),
             SweepLanes(t, l, None) => write!(f, "SweepLanes({t}, {l}, None)"),
             SweepLanes(t, l, Some((at, hk))) => write!(f, "SweepLanes({t}, {l}, Some(({at:?}, {hk:?})))"),
@@ -164,6 +173,8 @@ impl fmt::Debug for Step {
             Quarantine(hk) => write!(f, "Quarantine({hk:?})"),
             Release(p) => write!(f, "Release({p})"),
             Retention(t, age) => write!(f, "Retention({t}, {age})"),
+            Hold(p) => write!(f, "Hold({p})"),
+            Unhold(t, k) => write!(f, "Unhold({t}, {k:?})"),
             Advance(ms) => write!(f, "Advance({ms})"),
         }
     }
@@ -217,6 +228,7 @@ pub fn step() -> impl Strategy<Value = Step> {
         3 => (any::<u8>(), why()).prop_map(|(p, w)| Dead(p, w)),
         1 => any::<u8>().prop_map(Orphan),
         4 => any::<u8>().prop_map(Revive),
+        2 => any::<u8>().prop_map(DropDead),
         2 => Just(Restart),
         6 => (
             tenant(),
@@ -234,6 +246,8 @@ pub fn step() -> impl Strategy<Value = Step> {
         2 => any::<u8>().prop_map(Release),
         2 => (tenant(), prop_oneof![Just(0u16), 1..10_000u16]).prop_map(|(t, a)| Retention(t, a)),
         4 => prop_oneof![Just(100u16), Just(1000u16), 1..6000u16].prop_map(Advance),
+        3 => any::<u8>().prop_map(Hold),
+        2 => (tenant(), prop::option::weighted(0.5, (1..=2u8, 0..=1u8))).prop_map(|(t, k)| Unhold(t, k)),
     ]
 }
 

@@ -1,0 +1,306 @@
+//! The JSON API's plumbing (docs/design.md section 5, "Admin API"): the error
+//! shape, query parameters, opaque cursors, limits, times, row ids.
+//!
+//! Every error is `{"error": {"code", "message"}}` with a 4xx that says what
+//! was wrong; only a store failure is a 5xx (503 `store_failed`). Nothing an
+//! operator types reaches a panic: every parse here returns an [`ApiError`].
+
+use std::collections::BTreeMap;
+
+use ankusa_keys::{Seq, SinkIx, TenantOrd};
+use ankusa_queue::{QueueError, Registry, RowId};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hyper::StatusCode;
+
+/// Items a list answers when the request gives no `limit`.
+pub const DEFAULT_LIMIT: usize = 100;
+/// The largest `limit` a list accepts; above it is a 400, not a silent clamp.
+pub const MAX_LIMIT: usize = 1000;
+/// Version byte of every cursor this binary writes; another is a 400.
+const CURSOR_VERSION: u8 = 1;
+/// Longest resume key a cursor may carry (the widest key of a list is a ?X
+/// key, 15 bytes; source names are at most 64).
+const CURSOR_KEY_MAX: usize = 128;
+
+/// An answer other than 2xx: its status, a stable machine-readable `code`
+/// (`bad_request`, `unauthorized`, `not_found`, `method_not_allowed`,
+/// `conflict`, `payload_too_large`, `unprocessable`, `store_failed`) and a
+/// message for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The error's code.
+    pub code: &'static str,
+    /// What was wrong, for a person.
+    pub message: String,
+}
+
+impl ApiError {
+    /// 400 `bad_request`: the request is malformed.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::BAD_REQUEST, code: "bad_request", message: message.into() }
+    }
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::NOT_FOUND, code: "not_found", message: message.into() }
+    }
+    /// 409 `conflict`: the target is not in a state that allows it.
+    pub fn conflict(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::CONFLICT, code: "conflict", message: message.into() }
+    }
+    /// 422 `unprocessable`: well-formed, but it cannot be done as asked.
+    pub fn unprocessable(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::UNPROCESSABLE_ENTITY, code: "unprocessable", message: message.into() }
+    }
+    /// 503 `store_failed`: the store failed a read or a write.
+    pub fn store(e: impl std::fmt::Display) -> ApiError {
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, code: "store_failed", message: format!("store failed: {e}") }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({ "error": { "code": self.code, "message": self.message } })
+    }
+}
+
+impl From<ankusa_engine::EngineError> for ApiError {
+    fn from(e: ankusa_engine::EngineError) -> Self {
+        ApiError::store(e)
+    }
+}
+
+impl From<QueueError> for ApiError {
+    /// A row not in the DLQ is a 409 (docs/design.md section 10: a second
+    /// revive is refused, never a silent success); every other queue error is
+    /// the store's.
+    fn from(e: QueueError) -> Self {
+        match e {
+            QueueError::NotInDlq { .. } => ApiError::conflict("the row is not in the dead-letter queue"),
+            other => ApiError::store(other),
+        }
+    }
+}
+
+/// The query parameters of a request, each at most once; [`Query::finish`]
+/// refuses the ones no handler read, so a typo is a 400 instead of a filter
+/// silently ignored.
+#[derive(Debug, Default)]
+pub struct Query {
+    params: BTreeMap<String, String>,
+}
+
+impl Query {
+    /// Parses `query` (`a=1&b=x`, percent-decoded).
+    ///
+    /// # Errors
+    /// 400 for a parameter given twice.
+    pub fn parse(query: Option<&str>) -> Result<Query, ApiError> {
+        let mut params = BTreeMap::new();
+        for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+            if params.insert(k.to_string(), v.to_string()).is_some() {
+                return Err(ApiError::bad_request(format!("query parameter {k:?} given more than once")));
+            }
+        }
+        Ok(Query { params })
+    }
+
+    /// Takes parameter `name` (an empty value counts as absent).
+    pub fn take(&mut self, name: &str) -> Option<String> {
+        self.params.remove(name).filter(|v| !v.is_empty())
+    }
+
+    /// `limit`: [`DEFAULT_LIMIT`] when absent, 1..=[`MAX_LIMIT`].
+    ///
+    /// # Errors
+    /// 400 for a value that is not a number in range.
+    pub fn limit(&mut self) -> Result<usize, ApiError> {
+        let Some(raw) = self.take("limit") else { return Ok(DEFAULT_LIMIT) };
+        match raw.parse::<u64>() {
+            Ok(n) if (1..=MAX_LIMIT as u64).contains(&n) => Ok(n as usize),
+            _ => Err(ApiError::bad_request(format!("limit {raw:?} is not a number from 1 to {MAX_LIMIT}"))),
+        }
+    }
+
+    /// A time parameter: unix milliseconds, or an RFC 3339 date-time.
+    ///
+    /// # Errors
+    /// 400 for anything else.
+    pub fn time_ms(&mut self, name: &str) -> Result<Option<u64>, ApiError> {
+        self.take(name).map(|raw| parse_time_ms(&raw).map_err(|m| ApiError::bad_request(format!("{name}: {m}")))).transpose()
+    }
+
+    /// Refuses every parameter nobody took.
+    ///
+    /// # Errors
+    /// 400 naming the first unknown parameter.
+    pub fn finish(self) -> Result<(), ApiError> {
+        match self.params.into_keys().next() {
+            None => Ok(()),
+            Some(k) => Err(ApiError::bad_request(format!("unknown query parameter {k:?}"))),
+        }
+    }
+}
+
+/// Unix milliseconds from `raw`: digits are unix ms; otherwise an RFC 3339
+/// date-time (`2026-01-02T03:04:05Z`, with an offset or fractional seconds).
+///
+/// # Errors
+/// A message for anything else, or a time before 1970.
+pub fn parse_time_ms(raw: &str) -> Result<u64, String> {
+    if !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_digit()) {
+        return raw.parse::<u64>().map_err(|_| format!("{raw:?} is too large for unix milliseconds"));
+    }
+    let t = time::OffsetDateTime::parse(raw, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("{raw:?} is neither unix milliseconds nor an RFC 3339 date-time ({e})"))?;
+    let ms = t.unix_timestamp_nanos() / 1_000_000;
+    u64::try_from(ms).map_err(|_| format!("{raw:?} is before 1970"))
+}
+
+/// `ms` as RFC 3339 in UTC (`2026-01-02T03:04:05.678Z`); `None` past year 9999.
+pub fn rfc3339(ms: u64) -> Option<String> {
+    let nanos = i128::from(ms).checked_mul(1_000_000)?;
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(nanos).ok()?;
+    t.format(&time::format_description::well_known::Rfc3339).ok()
+}
+
+/// What a cursor resumes: each list has its own kind, so a cursor of one list
+/// given to another is a 400.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CursorKind {
+    /// `GET /v1/tenants`: the next ordinal.
+    Tenants = 1,
+    /// `GET /v1/sources`: the next name.
+    Sources = 2,
+    /// `GET /v1/dead-letters`: the ?X key to resume at.
+    DeadLetters = 3,
+    /// `GET /v1/jobs`: the id below which to continue (newest first).
+    Jobs = 4,
+}
+
+/// An opaque cursor: base64url (no padding) of `version:8, kind:8, key`.
+pub fn encode_cursor(kind: CursorKind, key: &[u8]) -> String {
+    let mut raw = vec![CURSOR_VERSION, kind as u8];
+    raw.extend_from_slice(key);
+    URL_SAFE_NO_PAD.encode(raw)
+}
+
+/// The key of a cursor of `kind`.
+///
+/// # Errors
+/// 400 for text that is not one of this binary's cursors of `kind`.
+pub fn decode_cursor(kind: CursorKind, text: &str) -> Result<Vec<u8>, ApiError> {
+    let bad = |why: &str| ApiError::bad_request(format!("cursor {text:?} is not valid here: {why}"));
+    let raw = URL_SAFE_NO_PAD.decode(text.as_bytes()).map_err(|_| bad("not base64url"))?;
+    match raw.as_slice() {
+        [v, _, ..] if *v != CURSOR_VERSION => Err(bad("unknown version")),
+        [_, k, ..] if *k != kind as u8 => Err(bad("it belongs to another list")),
+        [_, _, key @ ..] if key.len() <= CURSOR_KEY_MAX => Ok(key.to_vec()),
+        _ => Err(bad("wrong length")),
+    }
+}
+
+/// The text of a row id: `<tenant name>.<seq>.<sink index>` (names have no
+/// `.`), e.g. `default.42.0`.
+pub fn row_id_text(tenant: &str, row: RowId) -> String {
+    format!("{tenant}.{}.{}", row.seq.0, row.sink.0)
+}
+
+/// Parses a row id ([`row_id_text`]) against the store's tenants.
+///
+/// # Errors
+/// 400 for a malformed id, 404 for a tenant the store does not know.
+pub fn parse_row_id(registry: &Registry, text: &str) -> Result<RowId, ApiError> {
+    let bad = || ApiError::bad_request(format!("{text:?} is not a row id: write <tenant>.<seq>.<sink index>, e.g. default.42.0"));
+    let mut parts = text.rsplitn(3, '.');
+    let (Some(sink), Some(seq), Some(tenant)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let seq: u64 = seq.parse().map_err(|_| bad())?;
+    let sink: u16 = sink.parse().map_err(|_| bad())?;
+    let ord = tenant_ord(registry, tenant)?;
+    Ok(RowId::new(ord, Seq(seq), SinkIx(sink)))
+}
+
+/// The ordinal of tenant `name`.
+///
+/// # Errors
+/// 404 when the store has no such tenant.
+pub fn tenant_ord(registry: &Registry, name: &str) -> Result<TenantOrd, ApiError> {
+    registry.tenants.get(name).copied().ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))
+}
+
+/// A seq from a path segment.
+///
+/// # Errors
+/// 400 when it is not a number.
+pub fn parse_seq(text: &str) -> Result<Seq, ApiError> {
+    text.parse::<u64>().map(Seq).map_err(|_| ApiError::bad_request(format!("seq {text:?} is not a number")))
+}
+
+/// `bytes` as JSON text when it is UTF-8, else `null`.
+pub fn utf8(bytes: &[u8]) -> serde_json::Value {
+    std::str::from_utf8(bytes).map_or(serde_json::Value::Null, |s| serde_json::Value::String(s.to_owned()))
+}
+
+/// `bytes` as standard base64.
+pub fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The hyphenated UUID text of an idempotency key.
+pub fn uuid_text(bytes: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*bytes).hyphenated().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_refuse_what_they_are_not() {
+        let c = encode_cursor(CursorKind::DeadLetters, b"X\0\0\0\x01");
+        assert_eq!(decode_cursor(CursorKind::DeadLetters, &c).unwrap(), b"X\0\0\0\x01");
+        for bad in ["", "!!!", "AQ", &encode_cursor(CursorKind::Tenants, b"x"), "AgMx"] {
+            let e = decode_cursor(CursorKind::DeadLetters, bad).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+        let long = encode_cursor(CursorKind::DeadLetters, &[0; 200]);
+        assert!(decode_cursor(CursorKind::DeadLetters, &long).is_err());
+    }
+
+    #[test]
+    fn limits_times_and_unknown_parameters() {
+        let mut q = Query::parse(Some("limit=1000&since=2026-01-02T03:04:05Z&until=1700000000000&x=1")).unwrap();
+        assert_eq!(q.limit().unwrap(), 1000);
+        assert_eq!(q.time_ms("since").unwrap(), Some(1_767_323_045_000));
+        assert_eq!(q.time_ms("until").unwrap(), Some(1_700_000_000_000));
+        assert_eq!(q.finish().unwrap_err().message, "unknown query parameter \"x\"");
+        for bad in ["limit=0", "limit=1001", "limit=1000000000", "limit=-1", "limit=ten"] {
+            assert_eq!(Query::parse(Some(bad)).unwrap().limit().unwrap_err().status, StatusCode::BAD_REQUEST);
+        }
+        assert!(Query::parse(Some("a=1&a=2")).is_err());
+        assert_eq!(Query::parse(None).unwrap().limit().unwrap(), DEFAULT_LIMIT);
+        for bad in ["yesterday", "1969-12-31T23:59:59Z", "99999999999999999999999"] {
+            assert!(parse_time_ms(bad).is_err(), "{bad}");
+        }
+        assert_eq!(rfc3339(1_767_323_045_678).as_deref(), Some("2026-01-02T03:04:05.678Z"));
+        assert_eq!(rfc3339(u64::MAX), None);
+    }
+
+    #[test]
+    fn row_ids_parse_against_the_registry() {
+        let mut reg = Registry::default();
+        reg.tenants.insert("acme-1".into(), TenantOrd(3));
+        let row = parse_row_id(&reg, "acme-1.42.7").unwrap();
+        assert_eq!(row, RowId::new(TenantOrd(3), Seq(42), SinkIx(7)));
+        assert_eq!(row_id_text("acme-1", row), "acme-1.42.7");
+        assert_eq!(parse_row_id(&reg, "nobody.1.0").unwrap_err().status, StatusCode::NOT_FOUND);
+        for bad in ["", "acme-1", "acme-1.1", "acme-1.x.0", "acme-1.1.70000", "acme-1.-1.0", ".."] {
+            assert_eq!(parse_row_id(&reg, bad).unwrap_err().status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,566 @@
+//! The admin listener (docs/design.md section 5, "Admin API"): `/metrics`
+//! (Prometheus text through `prometheus-client`, the Prometheus project's own
+//! Rust client), `/healthz`, `/readyz`, and the operator's JSON API under
+//! `/v1/` ([`ROUTES`], described by the OpenAPI 3.1 document served at
+//! `/v1/openapi.json`, `openapi.json` beside this file).
+//!
+//! # Access
+//! - With `listeners.admin_token`, every route but `/healthz` and `/readyz`
+//!   needs `Authorization: Bearer <token>` (`/metrics` only with
+//!   `listeners.metrics_require_token`); the token is compared in constant
+//!   time (SHA-256 of both sides, then `subtle`), and a missing or wrong one
+//!   is 401 `unauthorized` with nothing changed.
+//! - Without a token the configuration only binds loopback (a load rule) and
+//!   [`serve_admin`] logs at start that the API is open.
+//! - At most [`MAX_ADMIN_CONNECTIONS`] connections; headers within
+//!   [`ADMIN_HEADER_READ_TIMEOUT`]; request bodies at most
+//!   [`ADMIN_BODY_LIMIT_BYTES`] (413) within [`ADMIN_BODY_READ_TIMEOUT`].
+//!
+//! # Errors
+//! Every error is `{"error": {"code", "message"}}` ([`api::ApiError`]); no
+//! input is a 5xx or a panic: only a store failure is (503 `store_failed`).
+//!
+//! # Mutations
+//! One at a time ([`AdminState::writes`]), each one batch built by a pure
+//! builder of `queue`, written `Durability::Sync`; a revive wakes the
+//! pipeline. Bulk revives and drops are jobs ([`jobs`]) that survive a
+//! restart.
+//!
+//! Gauges of `/metrics` come from the store's maintained counters of the node
+//! aggregate, read at scrape time, never from scans (ADR 0004 section 7); no
+//! label comes from a key, a tenant or a lane, so the series count is fixed.
+
+pub mod api;
+mod dlq;
+pub mod jobs;
+mod views;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use ankusa_config::Config;
+use ankusa_engine::Kv;
+use ankusa_keys::{CounterField, SinkIx, SourceId, TenantOrd, counter_key};
+use ankusa_queue::Registry;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry as MetricsRegistry;
+use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::EdgeStats;
+use api::{ApiError, Query};
+pub use dlq::{DlqFilter, LIST_SCAN_BUDGET};
+pub use views::BreakerReport;
+
+/// Most admin connections open at once (past it the listener stops accepting
+/// until one closes), so idle sockets cannot exhaust file descriptors.
+pub const MAX_ADMIN_CONNECTIONS: usize = 256;
+/// How long a connection may take to send a request's headers (and the idle
+/// time allowed between keep-alive requests).
+pub const ADMIN_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request may take to send its body (408 past it).
+pub const ADMIN_BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest request body the API reads (413 above): its bodies are small
+/// JSON objects.
+pub const ADMIN_BODY_LIMIT_BYTES: usize = 64 * 1024;
+
+/// The OpenAPI 3.1 document of the API (served at `/v1/openapi.json`).
+pub const OPENAPI_JSON: &str = include_str!("openapi.json");
+
+/// Every route of the admin listener as `(method, path pattern)`; `{name}`
+/// matches one path segment. The router matches requests against this table
+/// only, and a test holds it equal to the OpenAPI document's paths.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("GET", "/v1/openapi.json"),
+    ("GET", "/v1/tenants"),
+    ("GET", "/v1/tenants/{tenant}"),
+    ("GET", "/v1/tenants/{tenant}/hooks/{seq}"),
+    ("GET", "/v1/hooks/{idempotency_key}"),
+    ("GET", "/v1/sources"),
+    ("GET", "/v1/sources/{source}"),
+    ("GET", "/v1/dead-letters"),
+    ("GET", "/v1/dead-letters/{id}"),
+    ("DELETE", "/v1/dead-letters/{id}"),
+    ("POST", "/v1/dead-letters/{id}/revive"),
+    ("GET", "/v1/jobs"),
+    ("POST", "/v1/jobs"),
+    ("GET", "/v1/jobs/{id}"),
+    ("POST", "/v1/jobs/{id}/cancel"),
+];
+
+/// Reads a breaker: `(tenant, source, sink index, now_ms)`.
+pub type BreakerFn = Box<dyn Fn(TenantOrd, SourceId, SinkIx, u64) -> BreakerReport + Send + Sync>;
+
+/// What the admin routes read and write. It holds no part of the edge that
+/// keeps the Writer alive, so the admin listener can answer (`/readyz` 503,
+/// `/metrics`) until the relay has stopped.
+pub struct AdminState<K: Kv> {
+    /// The store (maintained counters, the API's reads and batches).
+    pub kv: Arc<K>,
+    /// The edge's counters.
+    pub edge: Arc<EdgeStats>,
+    /// Ready once the store is open and the pipeline has recovered the
+    /// previous run's claimed rows (the pipeline sets it).
+    pub ready: Arc<AtomicBool>,
+    /// Set when the relay begins to stop: `/readyz` answers 503 from then on,
+    /// and jobs stop between steps (the next start resumes them).
+    pub shutting_down: Arc<AtomicBool>,
+    /// The configuration (names, bounds, sinks; its secrets are never shown,
+    /// only the admin token is read, to check requests).
+    pub config: Arc<Config>,
+    /// The store's names and numbers (tenants, sources).
+    pub registry: Registry,
+    /// The pipeline's breakers, read-only.
+    pub breakers: BreakerFn,
+    /// Wakes the pipeline (after a revive), as ingest's on_commit does.
+    pub wake: Box<dyn Fn() + Send + Sync>,
+    /// Unix ms.
+    pub clock: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// One admin mutation at a time: two revives of one row cannot race, and
+    /// a job's step and a cancel do not interleave.
+    pub writes: tokio::sync::Mutex<()>,
+    /// Configured sink entries paused now (the pipeline keeps it:
+    /// `PipelineHandle::paused_sinks`), the `ankusa_dispatch_paused` gauge.
+    pub paused_sinks: Arc<AtomicU64>,
+    /// Envelopes the retention sweep has deleted since the start
+    /// (`ankusa_retention_hooks_deleted_total`).
+    pub retention_hooks_deleted: Arc<AtomicU64>,
+    /// Expired dedupe records the sweep has deleted since the start
+    /// (`ankusa_retention_dedupe_expired_total`).
+    pub retention_dedupe_expired: Arc<AtomicU64>,
+}
+
+impl<K: Kv> AdminState<K> {
+    /// An admin state whose breakers all read closed, whose wake does nothing,
+    /// whose clock is the system's and whose pause and retention counters are
+    /// its own zeros; set the fields to wire the pipeline and the retention
+    /// task.
+    pub fn new(
+        kv: Arc<K>,
+        edge: Arc<EdgeStats>,
+        ready: Arc<AtomicBool>,
+        shutting_down: Arc<AtomicBool>,
+        config: Arc<Config>,
+        registry: Registry,
+    ) -> AdminState<K> {
+        AdminState {
+            kv,
+            edge,
+            ready,
+            shutting_down,
+            config,
+            registry,
+            breakers: Box::new(|_, _, _, _| BreakerReport::Closed { failures: 0 }),
+            wake: Box::new(|| {}),
+            clock: Box::new(|| {
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+            }),
+            writes: tokio::sync::Mutex::new(()),
+            paused_sinks: Arc::new(AtomicU64::new(0)),
+            retention_hooks_deleted: Arc::new(AtomicU64::new(0)),
+            retention_dedupe_expired: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+struct StoreCollector<K: Kv> {
+    state: Arc<AdminState<K>>,
+}
+
+impl<K: Kv> std::fmt::Debug for StoreCollector<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreCollector")
+    }
+}
+
+/// (metric name, help, field, is a monotonic total)
+const STORE_METRICS: &[(&str, &str, CounterField, bool)] = &[
+    ("ankusa_queue_pending", "Pending deliveries (due, in flight, lane members)", CounterField::Pending, false),
+    ("ankusa_queue_pending_bytes", "Bytes of pending deliveries", CounterField::Bytes, false),
+    ("ankusa_dispatch_in_flight", "Deliveries claimed and not yet settled", CounterField::InFlight, false),
+    ("ankusa_dlq_dead", "Rows in the dead-letter queue", CounterField::Dead, false),
+    ("ankusa_dlq_dead_bytes", "Bytes of rows in the dead-letter queue", CounterField::DeadBytes, false),
+    ("ankusa_quarantined", "Hooks held in quarantine", CounterField::Quarantined, false),
+    ("ankusa_dispatch_delivered", "Deliveries completed", CounterField::DeliveredTotal, true),
+    ("ankusa_dispatch_dead_lettered", "Rows dead-lettered", CounterField::DeadLetteredTotal, true),
+    ("ankusa_dispatch_retries", "Delivery attempts that will be retried", CounterField::RetriesTotal, true),
+    ("ankusa_dispatch_lanes", "Busy ordering lanes (lanes with a head)", CounterField::Lanes, false),
+    ("ankusa_dispatch_lanes_blocked", "Lane heads waiting out a retry or a breaker park", CounterField::LanesBlocked, false),
+    ("ankusa_dispatch_lane_members", "Hooks waiting in ordering lanes behind their head", CounterField::LaneMembers, false),
+];
+
+impl<K: Kv> Collector for StoreCollector<K> {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for (name, help, field, total) in STORE_METRICS {
+            // A store read failure leaves the series out of this scrape.
+            let Ok(v) = self.state.kv.counter(&counter_key(TenantOrd::NODE, *field)) else { continue };
+            if *total {
+                let c = ConstCounter::new(v.max(0) as u64);
+                let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+                c.encode(m)?;
+            } else {
+                let g = ConstGauge::new(v);
+                let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
+                g.encode(m)?;
+            }
+        }
+        let s = &*self.state.edge;
+        let paused = ConstGauge::new(i64::try_from(self.state.paused_sinks.load(Ordering::Relaxed)).unwrap_or(i64::MAX));
+        let m = encoder.encode_descriptor(
+            "ankusa_dispatch_paused",
+            "Sink entries paused (by the configuration or the runtime control); their rows wait",
+            None,
+            paused.metric_type(),
+        )?;
+        paused.encode(m)?;
+        let retention: [(&str, &str, &AtomicU64); 2] = [
+            ("ankusa_retention_hooks_deleted", "Delivered hooks whose envelope and archive entry the retention sweep deleted", &self.state.retention_hooks_deleted),
+            ("ankusa_retention_dedupe_expired", "Expired dedupe records the retention sweep deleted", &self.state.retention_dedupe_expired),
+        ];
+        for (name, help, v) in retention {
+            let c = ConstCounter::new(v.load(Ordering::Relaxed));
+            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(m)?;
+        }
+        let edge: [(&str, &str, &AtomicU64); 7] = [
+            ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
+            ("ankusa_ingest_duplicates", "Provider retries answered from the dedupe record", &s.duplicates),
+            ("ankusa_ingest_unauthorized", "Hooks refused by verification (401)", &s.unauthorized),
+            ("ankusa_ingest_too_large", "Hooks refused for size (413)", &s.too_large),
+            ("ankusa_ingest_throttled", "Hooks refused by tenant bounds (429)", &s.throttled),
+            ("ankusa_ingest_unavailable", "Hooks refused with 503 (node bounds, shutdown, store)", &s.unavailable),
+            ("ankusa_ingest_quarantined", "Hooks held in quarantine (202)", &s.quarantined),
+        ];
+        for (name, help, v) in edge {
+            let c = ConstCounter::new(v.load(Ordering::Relaxed));
+            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(m)?;
+        }
+        // Labelled by sink kind only: the series count never depends on keys,
+        // tenants or lanes (ADR 0004 section 7).
+        let missing = s.lane_key_missing.lock().map(|m| m.clone()).unwrap_or_default();
+        let mut family = encoder.encode_descriptor(
+            "ankusa_dispatch_lane_key_missing",
+            "Ordered rows that resolved no ordering key and took the keyless lane, by sink kind",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (kind, n) in missing {
+            let labels = [("sink", kind)];
+            let m = family.encode_family(&labels)?;
+            ConstCounter::new(n).encode(m)?;
+        }
+        Ok(())
+    }
+}
+
+
+type Resp = Response<Full<Bytes>>;
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn json_resp(status: StatusCode, body: &serde_json::Value) -> Resp {
+    text(status, "application/json", body.to_string())
+}
+
+fn error_resp(e: &ApiError) -> Resp {
+    let mut r = json_resp(e.status, &e.body());
+    if e.status == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    r
+}
+
+/// True when `header` (the request's Authorization) carries `token`: SHA-256
+/// of both, compared in constant time, so neither the bytes nor the length of
+/// the token leak through timing.
+fn token_matches(header: Option<&HeaderValue>, token: &str) -> bool {
+    let Some(given) = header.and_then(|h| h.as_bytes().strip_prefix(b"Bearer ")) else {
+        return false;
+    };
+    let a = Sha256::digest(given);
+    let b = Sha256::digest(token.as_bytes());
+    bool::from(subtle::ConstantTimeEq::ct_eq(a.as_slice(), b.as_slice()))
+}
+
+/// Matches `path` against a route pattern of [`ROUTES`]: the captured
+/// `{name}` segments in order, or `None`.
+fn match_route<'p>(pattern: &str, path: &'p str) -> Option<Vec<&'p str>> {
+    let mut params = Vec::new();
+    let mut segs = path.split('/');
+    for want in pattern.split('/') {
+        let seg = segs.next()?;
+        if want.starts_with('{') {
+            if seg.is_empty() {
+                return None;
+            }
+            params.push(seg);
+        } else if want != seg {
+            return None;
+        }
+    }
+    segs.next().is_none().then_some(params)
+}
+
+/// Serves the admin listener until `shutdown` turns true. At start it resumes
+/// the admin jobs a previous run left running (docs/design.md section 5), and
+/// logs when the API is open (no `listeners.admin_token`).
+pub async fn serve_admin<K: Kv>(state: Arc<AdminState<K>>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    if state.config.listeners.admin_token.is_none() {
+        warn!(
+            admin = %state.config.listeners.admin,
+            "the admin API is open (no listeners.admin_token): anyone who can reach this loopback address can revive and drop dead letters"
+        );
+    }
+    match jobs::resume(&state) {
+        Ok(0) => {}
+        Ok(n) => info!(jobs = n, "admin jobs resumed"),
+        Err(e) => warn!(error = %e.message, "could not read the admin jobs; none resumed"),
+    }
+    let mut registry = MetricsRegistry::default();
+    registry.register_collector(Box::new(StoreCollector { state: Arc::clone(&state) }));
+    let registry = Arc::new(registry);
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            accepted = listener.accept(), if conns.len() < MAX_ADMIN_CONNECTIONS => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        warn!(error = %e, "admin accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let state = Arc::clone(&state);
+                let registry = Arc::clone(&registry);
+                let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let state = Arc::clone(&state);
+                    let registry = Arc::clone(&registry);
+                    async move { Ok::<_, Infallible>(handle(state, registry, req).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(ADMIN_HEADER_READ_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), svc);
+                conns.spawn(async move {
+                    if let Err(e) = conn.await {
+                        debug!(error = %e, %peer, "admin connection ended with an error");
+                    }
+                });
+            }
+            _ = shutdown.changed() => {
+                if *shutdown.borrow() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn handle<K: Kv>(state: Arc<AdminState<K>>, registry: Arc<MetricsRegistry>, req: Request<hyper::body::Incoming>) -> Resp {
+    let path = req.uri().path().to_owned();
+    let token = state.config.listeners.admin_token.as_ref().map(|t| t.expose().to_owned());
+    let open = match path.as_str() {
+        "/healthz" | "/readyz" => true,
+        "/metrics" => !state.config.listeners.metrics_require_token,
+        _ => false,
+    };
+    if !open
+        && let Some(token) = &token
+        && !token_matches(req.headers().get(AUTHORIZATION), token)
+    {
+        let why = if req.headers().contains_key(AUTHORIZATION) { "the bearer token is wrong" } else { "send Authorization: Bearer <listeners.admin_token>" };
+        return error_resp(&ApiError { status: StatusCode::UNAUTHORIZED, code: "unauthorized", message: why.into() });
+    }
+    let matched: Vec<(&str, &str, Vec<&str>)> =
+        ROUTES.iter().filter_map(|(m, p)| match_route(p, &path).map(|params| (*m, *p, params))).collect();
+    if matched.is_empty() {
+        return error_resp(&ApiError::not_found(format!("no admin route {path}")));
+    }
+    let method = req.method().clone();
+    let Some((_, pattern, params)) = matched.iter().find(|(m, _, _)| *m == method.as_str()).cloned() else {
+        let allow: Vec<&str> = matched.iter().map(|(m, _, _)| *m).collect();
+        let mut r = error_resp(&ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            code: "method_not_allowed",
+            message: format!("{path} answers {}", allow.join(", ")),
+        });
+        if let Ok(v) = HeaderValue::from_str(&allow.join(", ")) {
+            r.headers_mut().insert(ALLOW, v);
+        }
+        return r;
+    };
+    let params: Vec<String> = params.into_iter().map(str::to_owned).collect();
+    match pattern {
+        "/healthz" => return text(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/readyz" => {
+            return if state.shutting_down.load(Ordering::SeqCst) {
+                text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "shutting down\n".into())
+            } else if state.ready.load(Ordering::SeqCst) {
+                text(StatusCode::OK, "text/plain", "ready\n".into())
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "starting\n".into())
+            };
+        }
+        "/metrics" => {
+            let mut out = String::new();
+            return match prometheus_client::encoding::text::encode(&mut out, &registry) {
+                Ok(()) => text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", out),
+                Err(e) => error_resp(&ApiError::store(e)),
+            };
+        }
+        "/v1/openapi.json" => return text(StatusCode::OK, "application/json", OPENAPI_JSON.to_owned()),
+        _ => {}
+    }
+    let query = match Query::parse(req.uri().query()) {
+        Ok(q) => q,
+        Err(e) => return error_resp(&e),
+    };
+    let body = if method == Method::POST {
+        match read_body(req).await {
+            Ok(b) => b,
+            Err(e) => return error_resp(&e),
+        }
+    } else {
+        Bytes::new()
+    };
+    let st = Arc::clone(&state);
+    let answered = tokio::task::spawn_blocking(move || route(&st, method.as_str(), pattern, &params, query, &body)).await;
+    match answered {
+        Ok(Ok((status, v))) => json_resp(status, &v),
+        Ok(Err(e)) => error_resp(&e),
+        Err(e) => {
+            warn!(error = %e, "an admin request's handler failed");
+            error_resp(&ApiError::store(format!("the request's handler failed: {e}")))
+        }
+    }
+}
+
+async fn read_body(req: Request<hyper::body::Incoming>) -> Result<Bytes, ApiError> {
+    let too_large = || ApiError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        code: "payload_too_large",
+        message: format!("the body is over {ADMIN_BODY_LIMIT_BYTES} bytes"),
+    };
+    if let Some(len) = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+        && len > ADMIN_BODY_LIMIT_BYTES as u64
+    {
+        return Err(too_large());
+    }
+    let collected = tokio::time::timeout(ADMIN_BODY_READ_TIMEOUT, Limited::new(req.into_body(), ADMIN_BODY_LIMIT_BYTES).collect())
+        .await
+        .map_err(|_| ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            code: "request_timeout",
+            message: format!("the body did not arrive within {} s", ADMIN_BODY_READ_TIMEOUT.as_secs()),
+        })?;
+    match collected {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
+        Err(e) => Err(ApiError::bad_request(format!("could not read the body: {e}"))),
+    }
+}
+
+/// Runs the handler of `(method, pattern)` (on a blocking thread: handlers
+/// read the store and take the write lock synchronously).
+fn route<K: Kv>(
+    state: &Arc<AdminState<K>>,
+    method: &str,
+    pattern: &str,
+    p: &[String],
+    q: Query,
+    body: &[u8],
+) -> Result<(StatusCode, serde_json::Value), ApiError> {
+    let arg = |i: usize| p.get(i).map(String::as_str).unwrap_or_default();
+    let ok = |v| Ok((StatusCode::OK, v));
+    match (method, pattern) {
+        ("GET", "/v1/tenants") => ok(views::list_tenants(state, q)?),
+        ("GET", "/v1/tenants/{tenant}") => ok(views::get_tenant(state, arg(0), q)?),
+        ("GET", "/v1/tenants/{tenant}/hooks/{seq}") => {
+            let seq = api::parse_seq(arg(1))?;
+            ok(views::get_hook(state, arg(0), seq, q)?)
+        }
+        ("GET", "/v1/hooks/{idempotency_key}") => ok(views::find_hook(state, arg(0), q)?),
+        ("GET", "/v1/sources") => ok(views::list_sources(state, q)?),
+        ("GET", "/v1/sources/{source}") => ok(views::get_source(state, arg(0), q)?),
+        ("GET", "/v1/dead-letters") => ok(dlq::list(state, q)?),
+        ("GET", "/v1/dead-letters/{id}") => ok(dlq::get(state, arg(0), q)?),
+        ("DELETE", "/v1/dead-letters/{id}") => ok(dlq::drop_one(state, arg(0), q)?),
+        ("POST", "/v1/dead-letters/{id}/revive") => ok(dlq::revive(state, arg(0), q)?),
+        ("GET", "/v1/jobs") => ok(jobs::list(state, q)?),
+        ("POST", "/v1/jobs") => Ok((StatusCode::ACCEPTED, jobs::create(state, body, q)?)),
+        ("GET", "/v1/jobs/{id}") => ok(jobs::get(state, arg(0), q)?),
+        ("POST", "/v1/jobs/{id}/cancel") => ok(jobs::cancel(state, arg(0), q)?),
+        _ => Err(ApiError::not_found(format!("no admin route {method} {pattern}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn routes_match_whole_segments_only() {
+        assert_eq!(match_route("/v1/jobs/{id}", "/v1/jobs/7"), Some(vec!["7"]));
+        assert_eq!(match_route("/v1/jobs/{id}", "/v1/jobs/"), None);
+        assert_eq!(match_route("/v1/jobs/{id}", "/v1/jobs/7/cancel"), None);
+        assert_eq!(match_route("/v1/jobs", "/v1/jobs/"), None);
+        assert_eq!(match_route("/v1/tenants/{tenant}/hooks/{seq}", "/v1/tenants/a/hooks/x"), Some(vec!["a", "x"]));
+    }
+
+    #[test]
+    fn the_token_must_match_exactly() {
+        let h = |s: &str| HeaderValue::from_str(s).unwrap();
+        assert!(token_matches(Some(&h("Bearer s3cret")), "s3cret"));
+        for bad in ["Bearer s3cres", "Bearer s3cret ", "bearer s3cret", "s3cret", "Bearer ", "Basic s3cret"] {
+            assert!(!token_matches(Some(&h(bad)), "s3cret"), "{bad}");
+        }
+        assert!(!token_matches(None, "s3cret"));
+    }
+
+    /// Every route of the router is in the OpenAPI document with its method,
+    /// and the document has no path the router lacks.
+    #[test]
+    fn the_openapi_document_describes_every_route() {
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI_JSON).unwrap();
+        assert_eq!(doc["openapi"].as_str().unwrap().get(..3), Some("3.1"));
+        let paths = doc["paths"].as_object().unwrap();
+        for (method, path) in ROUTES {
+            let op = &paths.get(*path).unwrap_or_else(|| panic!("{path} is not in openapi.json"))[method.to_ascii_lowercase()];
+            assert!(op.is_object(), "{method} {path} is not in openapi.json");
+            assert!(op["responses"].is_object(), "{method} {path} has no responses");
+        }
+        for (path, item) in paths {
+            for method in item.as_object().unwrap().keys().filter(|k| *k != "parameters") {
+                assert!(
+                    ROUTES.iter().any(|(m, p)| p == path && m.eq_ignore_ascii_case(method)),
+                    "openapi.json has {method} {path}, the router does not"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,515 @@
+//! The read-only routes (docs/design.md section 5, "Admin API"): tenants with
+//! their maintained counters, sources with their sinks and breakers, and one
+//! hook with every delivery row.
+
+use ankusa_config::{KeySource, Order, OrderingKey, Source, TenantBinding, Verification};
+use ankusa_engine::{Cf, Direction, Kv, Read};
+use std::collections::BTreeSet;
+
+use ankusa_keys::meta::{PauseTarget, decode_name, tenant_by_ord_key, tenant_ords_range};
+use ankusa_keys::{
+    CounterField, DeadLetterValue, DeliveryKey, DeliveryRow, DueKey, Envelope, RowState, Seq, SinkIx, SourceId, TenantOrd,
+    archive_time_range, counter_key, dead_letter_key, deliveries_of_hook_range, due_key, held_due_ms, held_due_range,
+    hook_key, live_due_range,
+};
+use ankusa_queue::RowId;
+use serde_json::{Value, json};
+
+use super::AdminState;
+use super::api::{ApiError, CursorKind, Query, b64, decode_cursor, encode_cursor, rfc3339, row_id_text, tenant_ord, utf8, uuid_text};
+
+/// The counter fields as the API names them (`bytes` is `pending_bytes`).
+pub(crate) fn counter_name(field: CounterField) -> &'static str {
+    match field {
+        CounterField::Bytes => "pending_bytes",
+        other => other.name(),
+    }
+}
+
+/// One tenant: its maintained counters (point reads of `?C`, never scans),
+/// the age of its oldest due row (one seek on the live part of its ?D range:
+/// a row held by a pause is in the held band, docs/design.md section 5,
+/// "Pause", and is not due until a resume), its bounds.
+fn tenant_view<K: Kv>(state: &AdminState<K>, name: &str, ord: TenantOrd, now_ms: u64) -> Result<Value, ApiError> {
+    let kv = &*state.kv;
+    let mut counters = serde_json::Map::new();
+    for field in CounterField::ALL {
+        counters.insert(counter_name(field).into(), json!(kv.counter(&counter_key(ord, field))?));
+    }
+    let oldest = kv.first(Cf::Index, &live_due_range(ord), Direction::Forward)?;
+    let oldest_due_ms = match oldest {
+        Some((k, _)) => Some(DueKey::decode(&k).map_err(ApiError::store)?.due_ms),
+        None => None,
+    };
+    let configured = state.config.tenant(name);
+    Ok(json!({
+        "name": name,
+        "ordinal": ord.0,
+        "configured": configured.is_some(),
+        "max_pending": configured.map(|t| t.max_pending),
+        "max_pending_bytes": configured.map(|t| t.max_pending_bytes),
+        "counters": counters,
+        "oldest_due_at_ms": oldest_due_ms,
+        "oldest_due_age_ms": oldest_due_ms.map(|d| now_ms.saturating_sub(d)),
+    }))
+}
+
+/// `GET /v1/tenants`: every tenant the store knows (a tenant removed from the
+/// configuration keeps its number and shows `configured: false`), in ordinal
+/// order.
+pub(crate) fn list_tenants<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, ApiError> {
+    let limit = q.limit()?;
+    let cursor = q.take("cursor").map(|c| decode_cursor(CursorKind::Tenants, &c)).transpose()?;
+    q.finish()?;
+    let mut range = tenant_ords_range();
+    if let Some(after) = cursor {
+        let ord: [u8; 4] = after.as_slice().try_into().map_err(|_| ApiError::bad_request("cursor is not valid here: wrong length"))?;
+        let start = tenant_by_ord_key(TenantOrd(u32::from_be_bytes(ord).clamp(1, TenantOrd::LAST.0)));
+        if start.as_slice() > range.start.as_slice() {
+            range.start = start;
+        }
+    }
+    let entries = state.kv.scan(Cf::Meta, &range, Direction::Forward, limit + 1)?;
+    let now = (state.clock)();
+    let mut items = Vec::new();
+    let mut next = None;
+    for (i, (k, v)) in entries.iter().enumerate() {
+        let ord_bytes: [u8; 4] = k[k.len().saturating_sub(4)..].try_into().map_err(ApiError::store)?;
+        let ord = TenantOrd(u32::from_be_bytes(ord_bytes));
+        if i == limit {
+            next = Some(encode_cursor(CursorKind::Tenants, &ord_bytes));
+            break;
+        }
+        let name = decode_name(v).map_err(ApiError::store)?;
+        items.push(tenant_view(state, &name, ord, now)?);
+    }
+    Ok(json!({ "items": items, "next_cursor": next }))
+}
+
+/// `GET /v1/tenants/{tenant}`.
+pub(crate) fn get_tenant<K: Kv>(state: &AdminState<K>, name: &str, q: Query) -> Result<Value, ApiError> {
+    q.finish()?;
+    let ord = tenant_ord(&state.registry, name)?;
+    tenant_view(state, name, ord, (state.clock)())
+}
+
+fn key_source(k: &KeySource) -> Value {
+    match k {
+        KeySource::Header(h) => json!({ "header": h }),
+        KeySource::Json(p) => json!({ "json": p.dotted }),
+    }
+}
+
+fn scheme(v: &Verification) -> &'static str {
+    match v {
+        Verification::None => "none",
+        Verification::Github { .. } => "github",
+        Verification::Stripe { .. } => "stripe",
+        Verification::Shopify { .. } => "shopify",
+        Verification::Slack { .. } => "slack",
+        Verification::StandardWebhooks { .. } => "standard_webhooks",
+        Verification::Hmac { .. } => "hmac",
+    }
+}
+
+/// A breaker as JSON.
+fn breaker_json(tenant: &str, b: BreakerReport) -> Value {
+    match b {
+        BreakerReport::Closed { failures } => json!({ "tenant": tenant, "state": "closed", "failures": failures }),
+        BreakerReport::Open { until_ms } => json!({ "tenant": tenant, "state": "open", "open_until_ms": until_ms }),
+        BreakerReport::HalfOpen => json!({ "tenant": tenant, "state": "half_open" }),
+    }
+}
+
+/// The state of a (tenant, source, sink entry)'s breaker as the pipeline
+/// reports it (docs/design.md section 5, "Breaker").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerReport {
+    /// Calls go through; consecutive failures so far.
+    Closed {
+        /// Consecutive `Retry` outcomes.
+        failures: u32,
+    },
+    /// Claimed rows are parked until `until_ms` (unix ms).
+    Open {
+        /// When it half-opens.
+        until_ms: u64,
+    },
+    /// One trial call at a time.
+    HalfOpen,
+}
+
+/// One source: never a secret, only the verification scheme's name.
+fn source_view<K: Kv>(state: &AdminState<K>, s: &Source) -> Value {
+    let now = (state.clock)();
+    let tenants: Vec<&str> = match &s.tenant {
+        TenantBinding::Fixed(t) => vec![t.as_str()],
+        TenantBinding::Path => state.config.tenants.iter().map(|t| t.name.as_str()).collect(),
+    };
+    let id = state.registry.sources.get(&s.name).copied();
+    let sinks: Vec<Value> = s
+        .sinks
+        .iter()
+        .map(|e| {
+            let (ordered, key) = match &e.order {
+                Order::Unordered => (false, Value::Null),
+                Order::Ordered { key: None } => (true, Value::Null),
+                Order::Ordered { key: Some(OrderingKey::Header(h)) } => (true, json!({ "header": h })),
+                Order::Ordered { key: Some(OrderingKey::Json(p)) } => (true, json!({ "json": p.dotted })),
+                Order::Ordered { key: Some(OrderingKey::Func(_)) } => (true, json!({ "function": true })),
+            };
+            let breakers: Vec<Value> = match id {
+                Some(id) => tenants
+                    .iter()
+                    .filter_map(|t| Some((*t, *state.registry.tenants.get(*t)?)))
+                    .map(|(t, ord)| breaker_json(t, (state.breakers)(ord, id, SinkIx(e.index), now)))
+                    .collect(),
+                None => Vec::new(),
+            };
+            json!({
+                "name": e.name,
+                "type": e.kind.as_str(),
+                "index": e.index,
+                "ordered": ordered,
+                "ordering_key": key,
+                "breakers": breakers,
+            })
+        })
+        .collect();
+    json!({
+        "name": s.name,
+        "path": s.path,
+        "tenant": match &s.tenant {
+            TenantBinding::Fixed(t) => json!({ "fixed": t }),
+            TenantBinding::Path => json!({ "path": true }),
+        },
+        "verification": scheme(&s.verification),
+        "dedupe": s.dedupe.as_ref().map(|d| json!({ "key": key_source(&d.key), "ttl_ms": d.ttl_ms })),
+        "sinks": sinks,
+    })
+}
+
+/// `GET /v1/sources`: the configured sources, in name order.
+pub(crate) fn list_sources<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, ApiError> {
+    let limit = q.limit()?;
+    let cursor = q.take("cursor").map(|c| decode_cursor(CursorKind::Sources, &c)).transpose()?;
+    q.finish()?;
+    let mut sources: Vec<&Source> = state.config.sources.iter().collect();
+    sources.sort_by(|a, b| a.name.cmp(&b.name));
+    let start = cursor.unwrap_or_default();
+    let rest: Vec<&Source> = sources.into_iter().filter(|s| s.name.as_bytes() >= start.as_slice()).collect();
+    let next = rest.get(limit).map(|s| encode_cursor(CursorKind::Sources, s.name.as_bytes()));
+    let items: Vec<Value> = rest.iter().take(limit).map(|s| source_view(state, s)).collect();
+    Ok(json!({ "items": items, "next_cursor": next }))
+}
+
+/// `GET /v1/sources/{source}`.
+pub(crate) fn get_source<K: Kv>(state: &AdminState<K>, name: &str, q: Query) -> Result<Value, ApiError> {
+    q.finish()?;
+    let s = state.config.source(name).ok_or_else(|| ApiError::not_found(format!("no source {name:?} in the configuration")))?;
+    Ok(source_view(state, s))
+}
+
+/// The sink entry name of `(source, index)` in the configuration.
+pub(crate) fn sink_name<K: Kv>(state: &AdminState<K>, source: Option<&str>, sink: SinkIx) -> Option<String> {
+    let s = state.config.source(source?)?;
+    s.sinks.iter().find(|e| e.index == sink.0).map(|e| e.name.clone())
+}
+
+/// One delivery row of a hook: where it is and what happened to it.
+fn row_view<K: Kv>(state: &AdminState<K>, tenant: &str, source: Option<&str>, id: RowId, row: &DeliveryRow, held: bool) -> Result<Value, ApiError> {
+    let state_name = match row.state {
+        RowState::Due if held => "held",
+        RowState::Due => "due",
+        RowState::InFlight => "in_flight",
+        RowState::Member => "lane_member",
+        RowState::Dead => "dead",
+    };
+    let dead = if row.state == RowState::Dead {
+        match state.kv.get(Cf::Index, &dead_letter_key(id.tenant, id.seq, id.sink))? {
+            Some(v) => {
+                let d = DeadLetterValue::decode(&v).map_err(ApiError::store)?;
+                json!({ "dead_at_ms": d.dead_at_ms, "dead_at": rfc3339(d.dead_at_ms), "reason": d.reason })
+            }
+            None => Value::Null,
+        }
+    } else {
+        Value::Null
+    };
+    // ADR 0004 section 3: a laned row in ?D/?F is its lane's head (a held
+    // head too), in ?O a member; a dead row is in no lane.
+    let lane = match (row.lane, row.state) {
+        (Some(_), RowState::Due | RowState::InFlight) => json!("head"),
+        (Some(_), RowState::Member) => json!("member"),
+        _ => Value::Null,
+    };
+    Ok(json!({
+        "id": row_id_text(tenant, id),
+        "sink_index": id.sink.0,
+        "sink": sink_name(state, source, id.sink),
+        "state": state_name,
+        "attempts": row.attempts,
+        "first_attempt_at_ms": row.first_attempt_at_ms,
+        "last_error": row.last_error,
+        "size_bytes": row.size,
+        "ordered": row.lane.is_some(),
+        "ordering_key": row.ordering_key.as_deref().map(utf8),
+        "ordering_key_base64": row.ordering_key.as_deref().map(b64),
+        "lane_position": lane,
+        "dead": dead,
+    }))
+}
+
+/// How much earlier than the hook's `received_at_ms` [`held_sinks`] starts
+/// reading the held band (a due time is never before the hook was received,
+/// on a clock that does not step back by more than this).
+const HELD_LOOKUP_SLACK_MS: u64 = 60_000;
+/// Most held ?D entries [`held_sinks`] reads for one hook.
+const HELD_LOOKUP_ENTRIES: usize = 10_000;
+
+/// The sink entries of hook `seq` of source `source` whose due row is held by
+/// a pause (docs/design.md section 5, "Pause"), or will be at the pipeline's
+/// next visit: its source or sink entry is paused now, by the configuration or
+/// by the runtime control (whose pauses `meta` holds). The held band is read
+/// only when the tenant has held rows: from the hook's receive time (a row is
+/// never due before its hook was received), at most [`HELD_LOOKUP_ENTRIES`]
+/// entries, for a row held under a pause lifted since (its resume is moving
+/// it back).
+fn held_sinks<K: Kv>(
+    state: &AdminState<K>,
+    ord: TenantOrd,
+    seq: Seq,
+    source: SourceId,
+    source_name: Option<&str>,
+    received_at_ms: u64,
+    due: &[SinkIx],
+) -> Result<BTreeSet<SinkIx>, ApiError> {
+    let mut held = BTreeSet::new();
+    if due.is_empty() {
+        return Ok(held);
+    }
+    let runtime = ankusa_queue::read_pauses(&*state.kv)?;
+    let configured = source_name.and_then(|n| state.config.source(n));
+    for &sink in due {
+        let by_config = configured.is_some_and(|s| s.paused || s.sinks.iter().any(|e| e.index == sink.0 && e.paused));
+        let by_runtime = runtime.contains_key(&PauseTarget::Source(source)) || runtime.contains_key(&PauseTarget::Sink(source, sink));
+        if by_config || by_runtime {
+            held.insert(sink);
+        }
+    }
+    let mut band = held_due_range(ord);
+    if held.len() == due.len() || state.kv.first(Cf::Index, &band, Direction::Forward)?.is_none() {
+        return Ok(held);
+    }
+    let from = due_key(ord, held_due_ms(received_at_ms.saturating_sub(HELD_LOOKUP_SLACK_MS)), Seq(0), SinkIx(0)).to_vec();
+    if from.as_slice() > band.start.as_slice() {
+        band.start = from;
+    }
+    for (k, _) in state.kv.scan(Cf::Index, &band, Direction::Forward, HELD_LOOKUP_ENTRIES)? {
+        let dk = DueKey::decode(&k).map_err(ApiError::store)?;
+        if dk.seq == seq && due.contains(&dk.sink) {
+            held.insert(dk.sink);
+            if held.len() == due.len() {
+                break;
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// A hook: its envelope as stored and every delivery row it still has.
+fn hook_view<K: Kv>(state: &AdminState<K>, tenant: &str, ord: TenantOrd, seq: Seq, env: &Envelope) -> Result<Value, ApiError> {
+    let source = state.registry.source_name(env.source).map(str::to_owned);
+    let rows = state.kv.scan(Cf::Deliveries, &deliveries_of_hook_range(ord, seq), Direction::Forward, usize::from(u16::MAX) + 1)?;
+    let mut decoded = Vec::with_capacity(rows.len());
+    for (k, v) in rows {
+        let dk = DeliveryKey::decode(&k).map_err(ApiError::store)?;
+        let row = DeliveryRow::decode(&v).map_err(ApiError::store)?;
+        decoded.push((dk.sink, row));
+    }
+    let due: Vec<SinkIx> = decoded.iter().filter(|(_, r)| r.state == RowState::Due).map(|(s, _)| *s).collect();
+    let held = held_sinks(state, ord, seq, env.source, source.as_deref(), env.received_at_ms, &due)?;
+    let mut deliveries = Vec::new();
+    for (sink, row) in &decoded {
+        deliveries.push(row_view(state, tenant, source.as_deref(), RowId::new(ord, seq, *sink), row, held.contains(sink))?);
+    }
+    let headers: Vec<Value> = env
+        .headers
+        .iter()
+        .map(|(n, v)| json!({ "name": String::from_utf8_lossy(n), "value": utf8(v), "value_base64": b64(v) }))
+        .collect();
+    Ok(json!({
+        "tenant": tenant,
+        "seq": seq.0,
+        "idempotency_key": uuid_text(&env.idempotency_key),
+        "source": source,
+        "received_at_ms": env.received_at_ms,
+        "received_at": rfc3339(env.received_at_ms),
+        "method": env.method,
+        "path": env.path,
+        "query": env.query,
+        "headers": headers,
+        "body_base64": b64(&env.body),
+        "body_text": utf8(&env.body),
+        "dedupe_key": env.dedupe_key.as_deref().map(utf8),
+        "dedupe_key_base64": env.dedupe_key.as_deref().map(b64),
+        "deliveries": deliveries,
+    }))
+}
+
+fn read_envelope(read: &impl Read, ord: TenantOrd, seq: Seq) -> Result<Option<Envelope>, ApiError> {
+    match read.get(Cf::Hooks, &hook_key(ord, seq))? {
+        Some(raw) => Ok(Some(Envelope::decode(&raw).map_err(ApiError::store)?)),
+        None => Ok(None),
+    }
+}
+
+/// `GET /v1/tenants/{tenant}/hooks/{seq}`.
+pub(crate) fn get_hook<K: Kv>(state: &AdminState<K>, tenant: &str, seq: Seq, q: Query) -> Result<Value, ApiError> {
+    q.finish()?;
+    let ord = tenant_ord(&state.registry, tenant)?;
+    let env = read_envelope(&*state.kv, ord, seq)?
+        .ok_or_else(|| ApiError::not_found(format!("tenant {tenant:?} has no hook {} (never stored, or removed by retention or a drop)", seq.0)))?;
+    hook_view(state, tenant, ord, seq, &env)
+}
+
+/// How far before the key's timestamp [`find_hook`] looks when the exact
+/// millisecond finds nothing (keys given by a release that took the UUID's
+/// time from its own clock read, a few ms after `received_at_ms`).
+const LOOKUP_SLACK_MS: u64 = 1_000;
+/// Most archive entries [`find_hook`] reads per tenant in the slack window.
+const LOOKUP_SLACK_ENTRIES: usize = 1_000;
+
+/// `GET /v1/hooks/{idempotency_key}`: the hook whose envelope carries this
+/// idempotency key, found without a key family of its own
+/// (docs/design.md section 10): the edge makes the UUIDv7's 48-bit
+/// timestamp equal to the envelope's `received_at_ms`, so the hook is in
+/// the `archive` range `(ord, received_at_ms, *)` of its tenant: one small
+/// range per tenant, each candidate envelope read and its key compared.
+pub(crate) fn find_hook<K: Kv>(state: &AdminState<K>, key: &str, q: Query) -> Result<Value, ApiError> {
+    q.finish()?;
+    let uuid = uuid::Uuid::parse_str(key).map_err(|_| ApiError::bad_request(format!("{key:?} is not a UUID")))?;
+    if uuid.get_version_num() != 7 {
+        return Err(ApiError::bad_request(format!("{key:?} is not an idempotency key of this relay (they are UUIDv7)")));
+    }
+    let wanted = *uuid.as_bytes();
+    let b = uuid.as_bytes();
+    let ts = u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
+    let windows = [(ts, ts.saturating_add(1), usize::MAX), (ts.saturating_sub(LOOKUP_SLACK_MS), ts.saturating_add(1), LOOKUP_SLACK_ENTRIES)];
+    for (from, until, cap) in windows {
+        for (name, &ord) in &state.registry.tenants {
+            let range = archive_time_range(ord, from, until);
+            let entries = state.kv.scan(Cf::Archive, &range, Direction::Forward, cap.min(100_000))?;
+            for (k, _) in entries {
+                let ak = ankusa_keys::ArchiveKey::decode(&k).map_err(ApiError::store)?;
+                if let Some(env) = read_envelope(&*state.kv, ord, ak.seq)?
+                    && env.idempotency_key == wanted
+                {
+                    return hook_view(state, name, ord, ak.seq, &env);
+                }
+            }
+        }
+    }
+    Err(ApiError::not_found(format!("no hook with idempotency key {key} (never stored, or removed by retention or a drop)")))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    use ankusa_engine::memory::MemoryKv;
+    use ankusa_engine::{Batch, Durability, Kv};
+    use ankusa_keys::meta::PauseTarget;
+    use ankusa_keys::{DueKey, Envelope, Seq, SinkIx, TenantOrd};
+    use ankusa_queue::{Hook, NewRow};
+
+    use super::super::{AdminState, OPENAPI_JSON};
+    use super::super::api::Query;
+    use super::{get_hook, get_tenant};
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    fn commit(kv: &MemoryKv, b: Batch) {
+        kv.write(b, Durability::Sync).unwrap();
+    }
+
+    /// The demo's store with hook `seq` of its source, one unordered row for
+    /// sink 0, due at `due_ms`.
+    fn ingest(kv: &MemoryKv, ord: TenantOrd, source: ankusa_keys::SourceId, seq: u64, due_ms: u64) {
+        let env = Envelope {
+            source,
+            received_at_ms: due_ms,
+            method: "POST".into(),
+            path: "/hooks/demo".into(),
+            query: None,
+            headers: Vec::new(),
+            body: b"{}".to_vec(),
+            dedupe_key: None,
+            idempotency_key: [seq as u8; 16],
+        };
+        let mut b = Batch::new();
+        let hook = Hook { tenant: ord, seq: Seq(seq), envelope: &env, dedupe_expires_at_ms: 0 };
+        ankusa_queue::new_ops(&mut b, &hook, &[NewRow { sink: SinkIx(0), lane: None }], due_ms);
+        commit(kv, b);
+    }
+
+    fn state() -> AdminState<MemoryKv> {
+        let kv = MemoryKv::new();
+        commit(&kv, ankusa_queue::init_store());
+        let (b, registry) = ankusa_queue::register(&kv, ["default"], ["demo"]).unwrap();
+        commit(&kv, b);
+        let mut s = AdminState::new(
+            Arc::new(kv),
+            Arc::default(),
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(ankusa_config::Config::default_demo()),
+            registry,
+        );
+        s.clock = Box::new(|| NOW + 1_000);
+        s
+    }
+
+    fn row_state<K: Kv>(s: &AdminState<K>, seq: u64) -> String {
+        let h = get_hook(s, "default", Seq(seq), Query::parse(None).unwrap()).unwrap();
+        h["deliveries"][0]["state"].as_str().unwrap().to_owned()
+    }
+
+    fn oldest<K: Kv>(s: &AdminState<K>) -> serde_json::Value {
+        get_tenant(s, "default", Query::parse(None).unwrap()).unwrap()["oldest_due_at_ms"].clone()
+    }
+
+    /// A row held by a pause (the held band of ?D) is not the tenant's oldest
+    /// due row, and the hook view reports it `held`, a state the OpenAPI
+    /// document lists; so is a due row of a sink the runtime control pauses.
+    #[test]
+    fn held_rows_are_not_due_and_show_as_held() {
+        let s = state();
+        let kv = &*s.kv;
+        let ord = s.registry.tenants["default"];
+        let src = s.registry.sources["demo"];
+        ingest(kv, ord, src, 1, NOW);
+        ingest(kv, ord, src, 2, NOW + 5);
+        assert_eq!(oldest(&s), serde_json::json!(NOW));
+        assert_eq!((row_state(&s, 1), row_state(&s, 2)), ("due".into(), "due".into()));
+        let due = |seq: u64, due_ms: u64| DueKey { tenant: ord, due_ms, seq: Seq(seq), sink: SinkIx(0) };
+        commit(kv, ankusa_queue::hold(kv, due(1, NOW)).unwrap());
+        assert_eq!(oldest(&s), serde_json::json!(NOW + 5));
+        assert_eq!((row_state(&s, 1), row_state(&s, 2)), ("held".into(), "due".into()));
+        commit(kv, ankusa_queue::hold(kv, due(2, NOW + 5)).unwrap());
+        assert_eq!(oldest(&s), serde_json::Value::Null);
+        assert_eq!(row_state(&s, 2), "held");
+        // Resumed: due again.
+        commit(kv, ankusa_queue::unhold(kv, ord, |_, _| false, None, 10).unwrap().batch);
+        assert_eq!(oldest(&s), serde_json::json!(NOW));
+        assert_eq!((row_state(&s, 1), row_state(&s, 2)), ("due".into(), "due".into()));
+        // A runtime pause of the sink: its due rows wait, not yet moved.
+        commit(kv, ankusa_queue::set_pause(PauseTarget::Sink(src, SinkIx(0)), NOW, "maintenance"));
+        assert_eq!((row_state(&s, 1), row_state(&s, 2)), ("held".into(), "held".into()));
+        let doc: serde_json::Value = serde_json::from_str(OPENAPI_JSON).unwrap();
+        let states = &doc["components"]["schemas"]["Delivery"]["properties"]["state"]["enum"];
+        assert!(states.as_array().unwrap().iter().any(|v| v == "held"), "{states}");
+    }
+}

@@ -1,0 +1,556 @@
+//! The operator's subcommands (`ankusa tenants`, `sources`, `hooks show`,
+//! `dlq list|revive|drop`, `jobs`): each calls the admin API of a running
+//! relay over HTTP (docs/design.md section 5, "Admin API") and prints a table,
+//! or the API's JSON with `--json`.
+//!
+//! The admin URL is `--admin` (default `http://127.0.0.1:8081`); the token is
+//! read from `ANKUSA_ADMIN_TOKEN`. Exit codes ([`EXIT_CODES`]): 0 ok, 1 the
+//! API refused (its error is printed), 2 usage (clap's own, and a destructive
+//! command without `--yes`), 3 the admin listener cannot be reached, 4
+//! unauthorized (no or wrong token).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+/// The exit codes, as `--help` prints them.
+pub const EXIT_CODES: &str = "Exit codes: 0 ok; 1 the admin API refused the request (its error is printed), or a waited-for job failed or was cancelled; 2 usage error, or a destructive command without --yes; 3 cannot reach the admin listener; 4 unauthorized (set ANKUSA_ADMIN_TOKEN).";
+
+/// Where the admin API is and how to print.
+#[derive(Args, Debug, Clone)]
+pub struct Conn {
+    /// The relay's admin listener.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:8081")]
+    pub admin: String,
+    /// Print the API's JSON instead of a table (for scripts).
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// Which dead letters: every field narrows.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Filter {
+    /// Tenant name.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Source name.
+    #[arg(long)]
+    pub source: Option<String>,
+    /// Sink entry name.
+    #[arg(long)]
+    pub sink: Option<String>,
+    /// Prefix of the dead-letter reason (e.g. "permanent: HTTP 400").
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Dead at or after: unix ms or RFC 3339.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Dead before: unix ms or RFC 3339.
+    #[arg(long)]
+    pub until: Option<String>,
+}
+
+impl Filter {
+    fn is_empty(&self) -> bool {
+        [&self.tenant, &self.source, &self.sink, &self.reason, &self.since, &self.until].iter().all(|f| f.is_none())
+    }
+
+    fn pairs(&self) -> Vec<(&'static str, String)> {
+        [("tenant", &self.tenant), ("source", &self.source), ("sink", &self.sink), ("reason", &self.reason), ("since", &self.since), ("until", &self.until)]
+            .into_iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
+            .collect()
+    }
+
+    fn json(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        for (k, v) in self.pairs() {
+            let v = match v.parse::<u64>() {
+                Ok(n) if matches!(k, "since" | "until") => json!(n),
+                _ => json!(v),
+            };
+            m.insert(k.into(), v);
+        }
+        Value::Object(m)
+    }
+}
+
+/// `ankusa hooks ...`.
+#[derive(Subcommand, Debug)]
+pub enum HooksCmd {
+    /// A hook's envelope and every delivery row: by idempotency key, or by
+    /// --tenant and --seq.
+    Show {
+        /// The idempotency key the relay answered the provider with.
+        #[arg(conflicts_with_all = ["tenant", "seq"], required_unless_present_all = ["tenant", "seq"])]
+        id: Option<String>,
+        /// Tenant name (with --seq).
+        #[arg(long, requires = "seq")]
+        tenant: Option<String>,
+        /// The hook's seq (with --tenant).
+        #[arg(long, requires = "tenant")]
+        seq: Option<u64>,
+    },
+}
+
+/// `ankusa dlq ...`.
+#[derive(Subcommand, Debug)]
+pub enum DlqCmd {
+    /// List dead letters (one page; --cursor for the next).
+    List {
+        #[command(flatten)]
+        filter: Filter,
+        /// Items per page (1-1000).
+        #[arg(long)]
+        limit: Option<u64>,
+        /// The cursor a previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Revive one dead letter (ROW, e.g. default.42.0), or every one a filter
+    /// (or --all) matches, as a job.
+    Revive {
+        /// Row id `<tenant>.<seq>.<sink index>`.
+        #[arg(conflicts_with = "all")]
+        row: Option<String>,
+        /// Every dead letter (of --tenant when given).
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        filter: Filter,
+        /// Wait for the job with a progress bar.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Drop dead letters for good (needs --yes): ROW, or every one a filter
+    /// (or --all) matches, as a job.
+    Drop {
+        /// Row id `<tenant>.<seq>.<sink index>`.
+        #[arg(conflicts_with = "all")]
+        row: Option<String>,
+        /// Every dead letter (of --tenant when given).
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        filter: Filter,
+        /// Confirm: dropped hooks cannot be revived.
+        #[arg(long)]
+        yes: bool,
+        /// Wait for the job with a progress bar.
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+/// `ankusa jobs cancel ID`.
+#[derive(Subcommand, Debug)]
+pub enum JobsCmd {
+    /// Cancel a running job.
+    Cancel {
+        /// The job's id.
+        id: u64,
+    },
+}
+
+/// Why a command failed, mapped to its exit code.
+enum Fail {
+    Refused(String),
+    Usage(String),
+    Unreachable(String),
+    Unauthorized(String),
+}
+
+impl Fail {
+    fn exit(self) -> ExitCode {
+        let (code, msg) = match self {
+            Fail::Refused(m) => (1, m),
+            Fail::Usage(m) => (2, m),
+            Fail::Unreachable(m) => (3, m),
+            Fail::Unauthorized(m) => (4, m),
+        };
+        eprintln!("ankusa: {msg}");
+        ExitCode::from(code)
+    }
+}
+
+struct Api {
+    base: String,
+    token: Option<String>,
+    client: reqwest::Client,
+}
+
+impl Api {
+    async fn call(&self, method: reqwest::Method, path: &str, query: &[(&str, String)], body: Option<Value>) -> Result<Value, Fail> {
+        let mut url = reqwest::Url::parse(&format!("{}{path}", self.base.trim_end_matches('/')))
+            .map_err(|e| Fail::Usage(format!("--admin {}: not a URL ({e})", self.base)))?;
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
+        }
+        let mut req = self.client.request(method.clone(), url);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b.to_string());
+        }
+        let resp = req.send().await.map_err(|e| Fail::Unreachable(format!("cannot reach the admin listener at {}: {e}", self.base)))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| Fail::Unreachable(format!("the admin listener's answer broke off: {e}")))?;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status.is_success() {
+            return Ok(v);
+        }
+        let msg = v["error"]["message"].as_str().map_or_else(|| v.to_string(), str::to_owned);
+        let code = v["error"]["code"].as_str().unwrap_or("error");
+        let line = format!("{method} {path}: {} {code}: {msg}", status.as_u16());
+        Err(if status == reqwest::StatusCode::UNAUTHORIZED { Fail::Unauthorized(format!("{line} (set ANKUSA_ADMIN_TOKEN)")) } else { Fail::Refused(line) })
+    }
+
+    async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, Fail> {
+        self.call(reqwest::Method::GET, path, query, None).await
+    }
+}
+
+/// What the admin subcommands run.
+pub enum Command {
+    Tenants,
+    Sources,
+    Hooks(HooksCmd),
+    Dlq(DlqCmd),
+    Jobs { id: Option<u64>, wait: bool, cmd: Option<JobsCmd> },
+}
+
+/// Runs an admin subcommand; the process's exit code.
+pub fn main(conn: &Conn, command: Command) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ankusa: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    ankusa_sinks::http::install_crypto_provider();
+    let client = match reqwest::Client::builder().timeout(Duration::from_secs(60)).build() {
+        Ok(c) => c,
+        Err(e) => return Fail::Unreachable(format!("cannot build an HTTP client: {e}")).exit(),
+    };
+    let api = Api { base: conn.admin.clone(), token: std::env::var("ANKUSA_ADMIN_TOKEN").ok().filter(|t| !t.is_empty()), client };
+    match rt.block_on(run(&api, conn.json, command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => f.exit(),
+    }
+}
+
+async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
+    match command {
+        Command::Tenants => {
+            let v = all_pages(api, "/v1/tenants").await?;
+            if json_out {
+                return print_json(&v);
+            }
+            let rows: Vec<Vec<String>> = items(&v)
+                .iter()
+                .map(|t| {
+                    let c = &t["counters"];
+                    vec![
+                        s(&t["name"]),
+                        s(&c["pending"]),
+                        s(&c["pending_bytes"]),
+                        s(&c["in_flight"]),
+                        s(&c["dead"]),
+                        s(&c["lanes"]),
+                        s(&c["lanes_blocked"]),
+                        s(&c["lane_members"]),
+                        t["oldest_due_age_ms"].as_u64().map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
+                        format!("{}/{}", s(&t["max_pending"]), s(&t["max_pending_bytes"])),
+                    ]
+                })
+                .collect();
+            table(&["TENANT", "PENDING", "BYTES", "IN_FLIGHT", "DEAD", "LANES", "BLOCKED", "MEMBERS", "OLDEST_DUE", "BOUNDS"], &rows);
+        }
+        Command::Sources => {
+            let v = all_pages(api, "/v1/sources").await?;
+            if json_out {
+                return print_json(&v);
+            }
+            let mut rows = Vec::new();
+            for src in items(&v) {
+                for sink in src["sinks"].as_array().cloned().unwrap_or_default() {
+                    let order = match sink["ordering_key"].as_object().and_then(|o| o.iter().next()) {
+                        Some((k, v)) => format!("{k}:{}", s(v)),
+                        None if sink["ordered"] == true => "keyless lane".into(),
+                        None => "-".into(),
+                    };
+                    let breakers: Vec<String> = sink["breakers"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                        .iter()
+                        .filter(|b| b["state"] != "closed" || b["failures"].as_u64().unwrap_or(0) > 0)
+                        .map(|b| format!("{}:{}", s(&b["tenant"]), s(&b["state"])))
+                        .collect();
+                    rows.push(vec![
+                        s(&src["name"]),
+                        s(&src["path"]),
+                        s(&src["verification"]),
+                        format!("{}#{}", s(&sink["name"]), s(&sink["index"])),
+                        s(&sink["type"]),
+                        order,
+                        if breakers.is_empty() { "closed".into() } else { breakers.join(",") },
+                    ]);
+                }
+            }
+            table(&["SOURCE", "PATH", "VERIFY", "SINK", "TYPE", "ORDERED BY", "BREAKER"], &rows);
+        }
+        Command::Hooks(HooksCmd::Show { id, tenant, seq }) => {
+            let path = match (id, tenant, seq) {
+                (Some(id), _, _) => format!("/v1/hooks/{id}"),
+                (None, Some(t), Some(n)) => format!("/v1/tenants/{t}/hooks/{n}"),
+                _ => return Err(Fail::Usage("give an idempotency key, or --tenant and --seq".into())),
+            };
+            let h = api.get(&path, &[]).await?;
+            if json_out {
+                return print_json(&h);
+            }
+            println!("hook {}.{}  {}", s(&h["tenant"]), s(&h["seq"]), s(&h["idempotency_key"]));
+            println!("source {}  received {}  {} {}{}", s(&h["source"]), s(&h["received_at"]), s(&h["method"]), s(&h["path"]), h["query"].as_str().map(|q| format!("?{q}")).unwrap_or_default());
+            if let Some(d) = h["dedupe_key"].as_str() {
+                println!("dedupe key {d}");
+            }
+            for hd in h["headers"].as_array().cloned().unwrap_or_default() {
+                println!("  {}: {}", s(&hd["name"]), hd["value"].as_str().map_or_else(|| format!("(base64) {}", s(&hd["value_base64"])), str::to_owned));
+            }
+            match h["body_text"].as_str() {
+                Some(b) => println!("body: {b}"),
+                None => println!("body (base64): {}", s(&h["body_base64"])),
+            }
+            let rows: Vec<Vec<String>> = h["deliveries"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|d| {
+                    vec![
+                        s(&d["id"]),
+                        s(&d["sink"]),
+                        s(&d["state"]),
+                        s(&d["attempts"]),
+                        d["ordering_key"].as_str().map_or("-".into(), |k| format!("{k} ({})", s(&d["lane_position"]))),
+                        d["dead"]["reason"].as_str().or(d["last_error"].as_str()).unwrap_or("-").to_owned(),
+                    ]
+                })
+                .collect();
+            table(&["ROW", "SINK", "STATE", "ATTEMPTS", "ORDERING KEY", "DEAD REASON / LAST ERROR"], &rows);
+        }
+        Command::Dlq(DlqCmd::List { filter, limit, cursor }) => {
+            let mut q = filter.pairs();
+            q.extend(limit.map(|l| ("limit", l.to_string())));
+            q.extend(cursor.map(|c| ("cursor", c)));
+            let v = api.get("/v1/dead-letters", &q).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            let rows: Vec<Vec<String>> = items(&v)
+                .iter()
+                .map(|d| vec![s(&d["id"]), s(&d["source"]), s(&d["sink"]), s(&d["dead_at"]), s(&d["attempts"]), s(&d["reason"])])
+                .collect();
+            table(&["ROW", "SOURCE", "SINK", "DEAD AT", "ATTEMPTS", "REASON"], &rows);
+            if let Some(c) = v["next_cursor"].as_str() {
+                println!("more: --cursor {c}");
+            }
+        }
+        Command::Dlq(DlqCmd::Revive { row, all, filter, wait }) => {
+            let target = target(row, all, &filter, "revive")?;
+            act(api, json_out, target, "revive", &filter, wait).await?;
+        }
+        Command::Dlq(DlqCmd::Drop { row, all, filter, yes, wait }) => {
+            let target = target(row, all, &filter, "drop")?;
+            if !yes {
+                return Err(Fail::Usage("refusing to drop dead letters without --yes: a dropped hook is gone for good (its envelope too, when no other row needs it)".into()));
+            }
+            act(api, json_out, target, "drop", &filter, wait).await?;
+        }
+        Command::Jobs { cmd: Some(JobsCmd::Cancel { id }), .. } => {
+            let j = api.call(reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel"), &[], None).await?;
+            if json_out {
+                return print_json(&j);
+            }
+            print_jobs(&[j]);
+        }
+        Command::Jobs { id: Some(id), wait, cmd: None } => {
+            let j = if wait { wait_job(api, id, !json_out).await? } else { api.get(&format!("/v1/jobs/{id}"), &[]).await? };
+            if json_out {
+                print_json(&j)?;
+            } else {
+                print_jobs(std::slice::from_ref(&j));
+            }
+            job_outcome(&j)?;
+        }
+        Command::Jobs { id: None, wait: _, cmd: None } => {
+            let v = api.get("/v1/jobs", &[]).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            print_jobs(&items(&v));
+        }
+    }
+    Ok(())
+}
+
+/// One row, or a job over a filter.
+enum Target {
+    Row(String),
+    Filter,
+}
+
+fn target(row: Option<String>, all: bool, filter: &Filter, verb: &str) -> Result<Target, Fail> {
+    match (row, all, filter.is_empty()) {
+        (Some(_), _, false) => Err(Fail::Usage(format!("{verb}: give a row id or filters, not both"))),
+        (Some(r), _, true) => Ok(Target::Row(r)),
+        (None, true, _) | (None, false, false) => Ok(Target::Filter),
+        (None, false, true) => Err(Fail::Usage(format!("{verb}: give a row id (e.g. default.42.0), --all, or a filter (--tenant, --source, --sink, --reason, --since, --until)"))),
+    }
+}
+
+async fn act(api: &Api, json_out: bool, target: Target, verb: &str, filter: &Filter, wait: bool) -> Result<(), Fail> {
+    match target {
+        Target::Row(row) => {
+            let v = if verb == "revive" {
+                api.call(reqwest::Method::POST, &format!("/v1/dead-letters/{row}/revive"), &[], None).await?
+            } else {
+                api.call(reqwest::Method::DELETE, &format!("/v1/dead-letters/{row}"), &[], None).await?
+            };
+            if json_out {
+                return print_json(&v);
+            }
+            match verb {
+                "revive" => println!("revived {row} ({})", s(&v["state"])),
+                _ => println!("dropped {row}"),
+            }
+        }
+        Target::Filter => {
+            let job = api.call(reqwest::Method::POST, "/v1/jobs", &[], Some(json!({ "kind": verb, "filter": filter.json() }))).await?;
+            let id = job["id"].as_u64().unwrap_or(0);
+            let job = if wait { wait_job(api, id, !json_out).await? } else { job };
+            if json_out {
+                print_json(&job)?;
+            } else {
+                print_jobs(std::slice::from_ref(&job));
+                if !wait {
+                    println!("follow it with: ankusa jobs {id} --wait");
+                }
+            }
+            job_outcome(&job)?;
+        }
+    }
+    Ok(())
+}
+
+/// Polls job `id` until it leaves `running`, with a progress bar on a terminal.
+async fn wait_job(api: &Api, id: u64, bar: bool) -> Result<Value, Fail> {
+    let pb = indicatif::ProgressBar::new(0);
+    if bar {
+        pb.set_style(
+            indicatif::ProgressStyle::with_template("job {msg} [{bar:40}] {pos}/{len} examined")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+    } else {
+        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    loop {
+        let j = api.get(&format!("/v1/jobs/{id}"), &[]).await?;
+        let examined = j["examined"].as_u64().unwrap_or(0);
+        pb.set_length(j["total"].as_u64().unwrap_or(0).max(examined));
+        pb.set_position(examined);
+        pb.set_message(format!("{id} {}: {} done", s(&j["kind"]), s(&j["done"])));
+        if j["state"] != "running" {
+            pb.finish_and_clear();
+            return Ok(j);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn job_outcome(j: &Value) -> Result<(), Fail> {
+    match j["state"].as_str() {
+        Some("failed") => Err(Fail::Refused(format!("job {} failed: {}", s(&j["id"]), s(&j["error"])))),
+        Some("cancelled") => Err(Fail::Refused(format!("job {} was cancelled after {} rows", s(&j["id"]), s(&j["done"])))),
+        _ => Ok(()),
+    }
+}
+
+fn print_jobs(jobs: &[Value]) {
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            let f: Vec<String> = j["filter"].as_object().map(|m| m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| format!("{k}={}", s(v))).collect()).unwrap_or_default();
+            vec![
+                s(&j["id"]),
+                s(&j["kind"]),
+                s(&j["state"]),
+                format!("{}/{}", s(&j["examined"]), s(&j["total"])),
+                s(&j["done"]),
+                if f.is_empty() { "all".into() } else { f.join(" ") },
+                s(&j["created_at"]),
+            ]
+        })
+        .collect();
+    table(&["JOB", "KIND", "STATE", "EXAMINED", "DONE", "FILTER", "CREATED"], &rows);
+}
+
+/// Every page of a list.
+async fn all_pages(api: &Api, path: &str) -> Result<Value, Fail> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut q = vec![("limit", "1000".to_owned())];
+        q.extend(cursor.take().map(|c| ("cursor", c)));
+        let v = api.get(path, &q).await?;
+        all.extend(items(&v));
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => return Ok(json!({ "items": all, "next_cursor": null })),
+        }
+    }
+}
+
+fn items(v: &Value) -> Vec<Value> {
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn print_json(v: &Value) -> Result<(), Fail> {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    Ok(())
+}
+
+fn table(head: &[&str], rows: &[Vec<String>]) {
+    let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(x) = w.get_mut(i) {
+                *x = (*x).max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let out: Vec<String> = cells.iter().enumerate().map(|(i, c)| format!("{c:<width$}", width = w.get(i).copied().unwrap_or(0))).collect();
+        println!("{}", out.join("  ").trim_end());
+    };
+    line(head.iter().map(|h| (*h).to_owned()).collect());
+    for r in rows {
+        line(r.clone());
+    }
+    if rows.is_empty() {
+        println!("(none)");
+    }
+}
