@@ -144,4 +144,16 @@ pub(crate) mod test_support {
             Err(e) => e.to_string(),
         }
     }
+
+    /// Every problem `from_options` reports for `v`, one string each, or
+    /// `["unexpectedly valid: <config>"]`.
+    pub(crate) fn problems_of<C: std::fmt::Debug>(
+        from_options: impl Fn(&Options) -> Result<C, SinkError>,
+        v: serde_json::Value,
+    ) -> Vec<String> {
+        match from_options(&opts(v)) {
+            Ok(c) => vec![format!("unexpectedly valid: {c:?}")],
+            Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+        }
+    }
 }

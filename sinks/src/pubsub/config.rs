@@ -568,10 +568,7 @@ mod tests {
     /// Every problem `from_options_with_env` reports for `v` (no
     /// environment), as its text.
     fn problems(v: serde_json::Value) -> Vec<String> {
-        match PubSubSinkConfig::from_options_with_env(&opts(v), no_env) {
-            Ok(c) => vec![format!("unexpectedly valid: {c:?}")],
-            Err(e) => e.problems().iter().map(ToString::to_string).collect(),
-        }
+        crate::test_support::problems_of(|o| PubSubSinkConfig::from_options_with_env(o, no_env), v)
     }
 
     #[test]

@@ -456,10 +456,7 @@ mod tests {
 
     /// Every problem `from_options` reports for `v`, as its text.
     fn problems(v: serde_json::Value) -> Vec<String> {
-        match RabbitMqSinkConfig::from_options(&opts(v)) {
-            Ok(c) => vec![format!("unexpectedly valid: {c:?}")],
-            Err(e) => e.problems().iter().map(ToString::to_string).collect(),
-        }
+        crate::test_support::problems_of(RabbitMqSinkConfig::from_options, v)
     }
 
     #[test]
