@@ -167,6 +167,17 @@ fn listeners(raw: &RawConfig, env: EnvLookup<'_>, p: &mut Problems) -> Listeners
             None
         }
         Some(raw) => match secret::resolve(raw, env) {
+            // A bearer token travels in a header: HTTP trims its outer
+            // whitespace and refuses control bytes, so such a token could
+            // never be sent and every call would be refused.
+            Ok(s) if !s.expose().bytes().all(|b| b.is_ascii_graphic()) => {
+                p.push(
+                    &scope,
+                    "admin_token",
+                    "must be printable ASCII without spaces (it is sent as `Authorization: Bearer <token>`); check for a trailing newline in its variable",
+                );
+                None
+            }
             Ok(s) => Some(s),
             Err(m) => {
                 p.push(&scope, "admin_token", m);
@@ -174,6 +185,10 @@ fn listeners(raw: &RawConfig, env: EnvLookup<'_>, p: &mut Problems) -> Listeners
             }
         },
     };
+    let metrics_require_token = l.metrics_require_token.unwrap_or(false);
+    if metrics_require_token && l.admin_token.is_none() {
+        p.push(&scope, "metrics_require_token", "requires admin_token (there is no token to require)");
+    }
     let body_limit_bytes = positive(
         l.body_limit_bytes,
         d::BODY_LIMIT_BYTES,
@@ -185,7 +200,7 @@ fn listeners(raw: &RawConfig, env: EnvLookup<'_>, p: &mut Problems) -> Listeners
         ingest,
         admin,
         admin_token,
-        metrics_require_token: l.metrics_require_token.unwrap_or(false),
+        metrics_require_token,
         body_limit_bytes,
     }
 }

@@ -274,6 +274,19 @@ fn listener_addresses() {
         one("listeners: {admin: '0.0.0.0:8081'}\n"),
         "listeners: option \"admin_token\": required when the admin listener is not on a loopback address (admin is 0.0.0.0:8081)"
     );
+    // A token HTTP cannot carry (found by the break-it pass of issue 11:
+    // every call was refused).
+    for token in ["'tok '", "' '", "\"a\\nb\"", "'tök'"] {
+        assert_eq!(
+            one(&format!("listeners: {{admin_token: {token}}}\n")),
+            "listeners: option \"admin_token\": must be printable ASCII without spaces (it is sent as `Authorization: Bearer <token>`); check for a trailing newline in its variable",
+            "{token}"
+        );
+    }
+    assert_eq!(
+        one("listeners: {metrics_require_token: true}\n"),
+        "listeners: option \"metrics_require_token\": requires admin_token (there is no token to require)"
+    );
     // Port 0 (tests) may repeat: the OS picks two ports.
     assert!(load("listeners: {ingest: '127.0.0.1:0', admin: '127.0.0.1:0'}\n").is_ok());
     assert_eq!(
