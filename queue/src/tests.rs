@@ -46,6 +46,7 @@ fn envelope(source: SourceId, body: &str, dedupe: Option<&str>) -> Envelope {
         body: body.as_bytes().to_vec(),
         dedupe_key: dedupe.map(|d| d.as_bytes().to_vec()),
         idempotency_key: [7; 16],
+        replay_of: None,
     }
 }
 

@@ -488,6 +488,7 @@ mod tests {
             body: format!("{{\"n\":{n}}}").into_bytes(),
             dedupe_key: dedupe.map(|d| d.as_bytes().to_vec()),
             idempotency_key: [n as u8; 16],
+            replay_of: None,
         }
     }
 

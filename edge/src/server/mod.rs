@@ -364,6 +364,7 @@ impl<K: Kv> Edge<K> {
             body: body.to_vec(),
             dedupe_key: dedupe,
             idempotency_key,
+            replay_of: None,
         };
         let req = IngestRequest {
             tenant: tenant.ord,
@@ -442,6 +443,7 @@ impl<K: Kv> Edge<K> {
             // A quarantined hook takes no part in dedupe.
             dedupe_key: None,
             idempotency_key,
+            replay_of: None,
         };
         let req = QuarantineRequest { tenant: h.tenant.ord, envelope, reason: h.reason };
         match self.writer.quarantine(req).await {

@@ -448,6 +448,7 @@ mod tests {
             body: b"{}".to_vec(),
             dedupe_key: None,
             idempotency_key: [seq as u8; 16],
+            replay_of: None,
         };
         let mut b = Batch::new();
         let hook = Hook { tenant: ord, seq: Seq(seq), envelope: &env, dedupe_expires_at_ms: 0 };
