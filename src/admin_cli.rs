@@ -396,11 +396,12 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                         format!("{}#{}", s(&sink["name"]), s(&sink["index"])),
                         s(&sink["type"]),
                         order,
+                        paused_by(&src["pause"], &sink["pause"]),
                         if breakers.is_empty() { "closed".into() } else { breakers.join(",") },
                     ]);
                 }
             }
-            table(&["SOURCE", "PATH", "VERIFY", "SINK", "TYPE", "ORDERED BY", "BREAKER"], &rows);
+            table(&["SOURCE", "PATH", "VERIFY", "SINK", "TYPE", "ORDERED BY", "PAUSED", "BREAKER"], &rows);
         }
         Command::Hooks(HooksCmd::Show { id, tenant, seq }) => {
             let path = match (id, tenant, seq) {
@@ -559,6 +560,27 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
     Ok(())
 }
 
+/// Who pauses a sink entry: `config`, `api` (the runtime control), its
+/// `source (...)`, or `-`.
+fn paused_by(source: &Value, sink: &Value) -> String {
+    let by = |p: &Value| {
+        let mut who = Vec::new();
+        if p["by_config"] == true {
+            who.push("config");
+        }
+        if p["by_runtime"].is_object() {
+            who.push("api");
+        }
+        who.join("+")
+    };
+    match (by(sink), by(source)) {
+        (k, src) if k.is_empty() && src.is_empty() => "-".into(),
+        (k, src) if src.is_empty() => k,
+        (k, src) if k.is_empty() => format!("source ({src})"),
+        (k, src) => format!("{k}, source ({src})"),
+    }
+}
+
 /// A time argument as the API takes it: unix ms as a number, else the text.
 fn time_json(t: &str) -> Value {
     match t.parse::<u64>() {
@@ -661,7 +683,8 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
             if json_out {
                 return print_json(&v);
             }
-            println!("released {t}.{seq} ({} rows for source {})", s(&v["rows"]), s(&v["source"]));
+            let rows = v["rows"].as_u64().unwrap_or(0);
+            println!("released {t}.{seq} ({rows} {} for source {})", if rows == 1 { "row" } else { "rows" }, s(&v["source"]));
         }
         QuarantineCmd::Drop { hook: Some(hook), yes, .. } => {
             let (t, seq) = hook_ref(&hook)?;
