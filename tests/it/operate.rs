@@ -625,9 +625,14 @@ sources:
     })
     .await;
     assert_eq!(waiting["state"], "running");
-    // Members and due rows are dead; the heads are still out.
-    let c = api.tenant("default").await["counters"].clone();
-    assert_eq!((c["lane_members"].as_i64(), c["in_flight"].as_i64()), (Some(0), Some(3)), "{c}");
+    // Members and due rows are dead; the three heads are still out.
+    let c = until("only the held heads out", WAIT, async || {
+        let c = api.tenant("default").await["counters"].clone();
+        (c["in_flight"] == 3).then_some(c)
+    })
+    .await;
+    assert_eq!((c["lane_members"].as_i64(), c["lanes"].as_i64()), (Some(0), Some(3)), "{c}");
+    assert_eq!(api.job(id).await["state"], "running", "the job ended with calls of the source out");
     sink.release();
     let done = until("the job done", WAIT, async || {
         let j = api.job(id).await;
