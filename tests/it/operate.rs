@@ -214,8 +214,9 @@ async fn an_archive_replay_redelivers_a_time_range_in_lane_order_once_across_a_s
 }
 
 /// Quarantine review (docs/design.md section 5, "Quarantine"): a
-/// `quarantine: true` source's hooks are listed page by page, shown, released
-/// one by one (API and CLI) in order with their stored ordering key, dropped
+/// `quarantine: true` source whose store_headers keeps only the ordering
+/// header: its hooks are listed page by page, shown, released one by one (API
+/// and CLI) in order with their stored ordering key, dropped
 /// (404 afterwards, counters right), and the rest released or dropped by a
 /// job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,6 +231,7 @@ sources:
   - name: review
     tenant: default
     quarantine: true
+    store_headers: {{default: drop, headers: {{x-entity-id: keep}}}}
     sinks:
       - {{type: http, name: web, url: '{url}', ordered: true, ordering_key: {{header: x-entity-id}}}}
 ",
@@ -271,8 +273,10 @@ sources:
     }
     let shown = api.ok("GET", "/v1/tenants/{tenant}/quarantine/{seq}", "/v1/tenants/default/quarantine/1", None).await;
     assert_eq!(shown["reason"], "source under quarantine");
+    // The source's store_headers keeps the ordering header and nothing else.
     let headers = shown["hook"]["headers"].as_array().expect("headers");
-    assert!(headers.iter().any(|h| h["name"] == "x-entity-id" && h["value"] == "cus_a"), "the ordering header is stored: {shown}");
+    assert_eq!(headers.len(), 1, "{shown}");
+    assert_eq!((headers[0]["name"].as_str(), headers[0]["value"].as_str()), (Some("x-entity-id"), Some("cus_a")), "{shown}");
     // Nothing is delivered while held.
     assert_eq!(sink.requests().len(), 0);
 
