@@ -1,7 +1,9 @@
 //! The operator's subcommands (`ankusa tenants`, `sources`, `hooks show`,
-//! `dlq list|revive|drop`, `jobs`): each calls the admin API of a running
-//! relay over HTTP (docs/design.md section 5, "Admin API") and prints a table,
-//! or the API's JSON with `--json`.
+//! `dlq list|revive|drop`, `pause`, `resume`, `quarantine
+//! list|show|release|drop`, `replay`, `purge-tenant`, `retire-source`,
+//! `jobs`): each calls the admin API of a running relay over HTTP
+//! (docs/design.md section 5, "Admin API") and prints a table, or the API's
+//! JSON with `--json`.
 //!
 //! The admin URL is `--admin` (default `http://127.0.0.1:8081`); the token is
 //! read from `ANKUSA_ADMIN_TOKEN`. Exit codes ([`EXIT_CODES`]): 0 ok, 1 the
@@ -144,6 +146,97 @@ pub enum DlqCmd {
     },
 }
 
+/// `ankusa quarantine ...`.
+#[derive(Subcommand, Debug)]
+pub enum QuarantineCmd {
+    /// List quarantined hooks: of --tenant (one page; --cursor for the next),
+    /// or of every tenant.
+    List {
+        /// Tenant name (default: every tenant, every page).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only this source's hooks.
+        #[arg(long)]
+        source: Option<String>,
+        /// Items per page (1-1000), with --tenant.
+        #[arg(long, requires = "tenant")]
+        limit: Option<u64>,
+        /// The cursor a previous page printed, with --tenant.
+        #[arg(long, requires = "tenant")]
+        cursor: Option<String>,
+    },
+    /// One quarantined hook: why it is held and its envelope.
+    Show {
+        /// `<tenant>.<seq>`, e.g. default.42.
+        hook: String,
+    },
+    /// Release HOOK (its rows built as at ingest), or every quarantined hook
+    /// of --source / --tenant (or --all) as a job.
+    Release {
+        /// `<tenant>.<seq>`.
+        #[arg(conflicts_with_all = ["all", "tenant", "source"])]
+        hook: Option<String>,
+        /// Every quarantined hook (of --tenant, --source when given).
+        #[arg(long)]
+        all: bool,
+        /// Tenant name.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Source name.
+        #[arg(long)]
+        source: Option<String>,
+        /// Wait for the job with a progress bar.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Drop quarantined hooks for good (needs --yes): HOOK, or every one of
+    /// --source / --tenant (or --all) as a job.
+    Drop {
+        /// `<tenant>.<seq>`.
+        #[arg(conflicts_with_all = ["all", "tenant", "source"])]
+        hook: Option<String>,
+        /// Every quarantined hook (of --tenant, --source when given).
+        #[arg(long)]
+        all: bool,
+        /// Tenant name.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Source name.
+        #[arg(long)]
+        source: Option<String>,
+        /// Confirm: a dropped hook is gone for good.
+        #[arg(long)]
+        yes: bool,
+        /// Wait for the job with a progress bar.
+        #[arg(long)]
+        wait: bool,
+    },
+}
+
+/// `ankusa replay`: what to replay.
+#[derive(Args, Debug, Clone)]
+pub struct ReplayArgs {
+    /// The source whose archived hooks are replayed.
+    #[arg(long)]
+    pub source: String,
+    /// Received at or after: unix ms or RFC 3339.
+    #[arg(long)]
+    pub since: String,
+    /// Received before: unix ms or RFC 3339 (default: now).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only this tenant's hooks (a tenant_path source).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Only to this sink entry of the source (repeat for several; default:
+    /// every sink).
+    #[arg(long = "sink")]
+    pub sinks: Vec<String>,
+    /// Wait for the job with a progress bar.
+    #[arg(long)]
+    pub wait: bool,
+}
+
 /// `ankusa jobs cancel ID`.
 #[derive(Subcommand, Debug)]
 pub enum JobsCmd {
@@ -220,6 +313,11 @@ pub enum Command {
     Hooks(HooksCmd),
     Dlq(DlqCmd),
     Jobs { id: Option<u64>, wait: bool, cmd: Option<JobsCmd> },
+    Pause { source: String, sink: Option<String>, reason: Option<String>, resume: bool },
+    Quarantine(QuarantineCmd),
+    Replay(ReplayArgs),
+    PurgeTenant { tenant: String, yes: bool, wait: bool },
+    RetireSource { source: String, tenant: Option<String>, reason: Option<String>, yes: bool, wait: bool },
 }
 
 /// Runs an admin subcommand; the process's exit code.
@@ -298,11 +396,12 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                         format!("{}#{}", s(&sink["name"]), s(&sink["index"])),
                         s(&sink["type"]),
                         order,
+                        paused_by(&src["pause"], &sink["pause"]),
                         if breakers.is_empty() { "closed".into() } else { breakers.join(",") },
                     ]);
                 }
             }
-            table(&["SOURCE", "PATH", "VERIFY", "SINK", "TYPE", "ORDERED BY", "BREAKER"], &rows);
+            table(&["SOURCE", "PATH", "VERIFY", "SINK", "TYPE", "ORDERED BY", "PAUSED", "BREAKER"], &rows);
         }
         Command::Hooks(HooksCmd::Show { id, tenant, seq }) => {
             let path = match (id, tenant, seq) {
@@ -395,8 +494,235 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             }
             print_jobs(&items(&v));
         }
+        Command::Pause { source, sink, reason, resume } => {
+            let verb = if resume { "resume" } else { "pause" };
+            let path = match &sink {
+                Some(k) => format!("/v1/sources/{source}/sinks/{k}/{verb}"),
+                None => format!("/v1/sources/{source}/{verb}"),
+            };
+            let body = reason.map(|r| json!({ "reason": r }));
+            let v = api.call(reqwest::Method::POST, &path, &[], body).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            let what = match &sink {
+                Some(k) => format!("sink {k} of source {source}"),
+                None => format!("source {source}"),
+            };
+            let state = if v["paused"] == true { "paused" } else { "not paused" };
+            let by = match (v["by_config"] == true, v["by_runtime"]["reason"].as_str()) {
+                (true, Some(r)) => format!(" (by the configuration, and by the API: {r})"),
+                (true, None) => " (by the configuration)".into(),
+                (false, Some(r)) => format!(" ({r})"),
+                (false, None) => String::new(),
+            };
+            let delivering = if v["delivering"] == true { "delivering" } else { "not delivering" };
+            println!("{what}: {state}{by}; {delivering}");
+        }
+        Command::Quarantine(cmd) => quarantine(api, json_out, cmd).await?,
+        Command::Replay(a) => {
+            let mut filter = serde_json::Map::new();
+            filter.insert("source".into(), json!(a.source));
+            filter.insert("since".into(), time_json(&a.since));
+            if let Some(u) = &a.until {
+                filter.insert("until".into(), time_json(u));
+            }
+            if let Some(t) = &a.tenant {
+                filter.insert("tenant".into(), json!(t));
+            }
+            let mut body = json!({ "kind": "replay", "filter": filter });
+            if !a.sinks.is_empty() {
+                body["sinks"] = json!(a.sinks);
+            }
+            start_job(api, json_out, body, a.wait).await?;
+        }
+        Command::PurgeTenant { tenant, yes, wait } => {
+            if !yes {
+                return Err(Fail::Usage(format!("refusing to purge tenant {tenant} without --yes: every hook, delivery, dead letter and quarantined hook of the tenant is deleted for good")));
+            }
+            start_job(api, json_out, json!({ "kind": "purge_tenant", "filter": { "tenant": tenant } }), wait).await?;
+        }
+        Command::RetireSource { source, tenant, reason, yes, wait } => {
+            if !yes {
+                return Err(Fail::Usage(format!("refusing to dead-letter the queued deliveries of source {source} without --yes")));
+            }
+            let mut filter = serde_json::Map::new();
+            filter.insert("source".into(), json!(source));
+            if let Some(t) = tenant {
+                filter.insert("tenant".into(), json!(t));
+            }
+            if let Some(r) = reason {
+                filter.insert("reason".into(), json!(r));
+            }
+            start_job(api, json_out, json!({ "kind": "dead_letter_source", "filter": filter }), wait).await?;
+        }
     }
     Ok(())
+}
+
+/// Who pauses a sink entry: `config`, `api` (the runtime control), its
+/// `source (...)`, or `-`.
+fn paused_by(source: &Value, sink: &Value) -> String {
+    let by = |p: &Value| {
+        let mut who = Vec::new();
+        if p["by_config"] == true {
+            who.push("config");
+        }
+        if p["by_runtime"].is_object() {
+            who.push("api");
+        }
+        who.join("+")
+    };
+    match (by(sink), by(source)) {
+        (k, src) if k.is_empty() && src.is_empty() => "-".into(),
+        (k, src) if src.is_empty() => k,
+        (k, src) if k.is_empty() => format!("source ({src})"),
+        (k, src) => format!("{k}, source ({src})"),
+    }
+}
+
+/// A time argument as the API takes it: unix ms as a number, else the text.
+fn time_json(t: &str) -> Value {
+    match t.parse::<u64>() {
+        Ok(n) => json!(n),
+        Err(_) => json!(t),
+    }
+}
+
+/// Starts a job and prints it (or waits for it).
+async fn start_job(api: &Api, json_out: bool, body: Value, wait: bool) -> Result<(), Fail> {
+    let job = api.call(reqwest::Method::POST, "/v1/jobs", &[], Some(body)).await?;
+    let id = job["id"].as_u64().unwrap_or(0);
+    let job = if wait { wait_job(api, id, !json_out).await? } else { job };
+    if json_out {
+        print_json(&job)?;
+    } else {
+        print_jobs(std::slice::from_ref(&job));
+        if !wait {
+            println!("follow it with: ankusa jobs {id} --wait");
+        }
+    }
+    job_outcome(&job)
+}
+
+/// `<tenant>.<seq>` as `(tenant, seq)`.
+fn hook_ref(text: &str) -> Result<(String, u64), Fail> {
+    let bad = || Fail::Usage(format!("{text:?} is not a hook: write <tenant>.<seq>, e.g. default.42"));
+    let (t, seq) = text.rsplit_once('.').ok_or_else(bad)?;
+    let seq = seq.parse::<u64>().map_err(|_| bad())?;
+    if t.is_empty() {
+        return Err(bad());
+    }
+    Ok((t.to_owned(), seq))
+}
+
+async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(), Fail> {
+    match cmd {
+        QuarantineCmd::List { tenant, source, limit, cursor } => {
+            let mut q: Vec<(&str, String)> = Vec::new();
+            q.extend(source.map(|s| ("source", s)));
+            let v = match tenant {
+                Some(t) => {
+                    q.extend(limit.map(|l| ("limit", l.to_string())));
+                    q.extend(cursor.map(|c| ("cursor", c)));
+                    api.get(&format!("/v1/tenants/{t}/quarantine"), &q).await?
+                }
+                None => {
+                    let tenants = all_pages(api, "/v1/tenants").await?;
+                    let mut all = Vec::new();
+                    for t in items(&tenants) {
+                        let name = s(&t["name"]);
+                        let mut cursor: Option<String> = None;
+                        loop {
+                            let mut qq = q.clone();
+                            qq.push(("limit", "1000".into()));
+                            qq.extend(cursor.take().map(|c| ("cursor", c)));
+                            let page = api.get(&format!("/v1/tenants/{name}/quarantine"), &qq).await?;
+                            all.extend(items(&page));
+                            match page["next_cursor"].as_str() {
+                                Some(c) => cursor = Some(c.to_owned()),
+                                None => break,
+                            }
+                        }
+                    }
+                    json!({ "items": all, "next_cursor": null })
+                }
+            };
+            if json_out {
+                return print_json(&v);
+            }
+            let rows: Vec<Vec<String>> = items(&v)
+                .iter()
+                .map(|h| vec![s(&h["id"]), s(&h["source"]), s(&h["received_at"]), s(&h["size_bytes"]), s(&h["reason"])])
+                .collect();
+            table(&["HOOK", "SOURCE", "RECEIVED", "BYTES", "REASON"], &rows);
+            if let Some(c) = v["next_cursor"].as_str() {
+                println!("more: --cursor {c}");
+            }
+        }
+        QuarantineCmd::Show { hook } => {
+            let (t, seq) = hook_ref(&hook)?;
+            let v = api.get(&format!("/v1/tenants/{t}/quarantine/{seq}"), &[]).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            let h = &v["hook"];
+            println!("hook {t}.{seq}  {}  held: {}", s(&h["idempotency_key"]), s(&v["reason"]));
+            println!("source {}  received {}  {} {}{}", s(&h["source"]), s(&h["received_at"]), s(&h["method"]), s(&h["path"]), h["query"].as_str().map(|q| format!("?{q}")).unwrap_or_default());
+            for hd in h["headers"].as_array().cloned().unwrap_or_default() {
+                println!("  {}: {}", s(&hd["name"]), hd["value"].as_str().map_or_else(|| format!("(base64) {}", s(&hd["value_base64"])), str::to_owned));
+            }
+            match h["body_text"].as_str() {
+                Some(b) => println!("body: {b}"),
+                None => println!("body (base64): {}", s(&h["body_base64"])),
+            }
+        }
+        QuarantineCmd::Release { hook: Some(hook), wait: _, .. } => {
+            let (t, seq) = hook_ref(&hook)?;
+            let v = api.call(reqwest::Method::POST, &format!("/v1/tenants/{t}/quarantine/{seq}/release"), &[], None).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            let rows = v["rows"].as_u64().unwrap_or(0);
+            println!("released {t}.{seq} ({rows} {} for source {})", if rows == 1 { "row" } else { "rows" }, s(&v["source"]));
+        }
+        QuarantineCmd::Drop { hook: Some(hook), yes, .. } => {
+            let (t, seq) = hook_ref(&hook)?;
+            if !yes {
+                return Err(Fail::Usage("refusing to drop a quarantined hook without --yes: it is gone for good".into()));
+            }
+            let v = api.call(reqwest::Method::DELETE, &format!("/v1/tenants/{t}/quarantine/{seq}"), &[], None).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            println!("dropped {t}.{seq}");
+        }
+        QuarantineCmd::Release { hook: None, all, tenant, source, wait } => {
+            if !all && tenant.is_none() && source.is_none() {
+                return Err(Fail::Usage("release: give a hook (e.g. default.42), --source, --tenant or --all".into()));
+            }
+            let filter = json!({ "tenant": tenant, "source": source });
+            start_job(api, json_out, json!({ "kind": "release_quarantined", "filter": strip_nulls(filter) }), wait).await?;
+        }
+        QuarantineCmd::Drop { hook: None, all, tenant, source, yes, wait } => {
+            if !all && tenant.is_none() && source.is_none() {
+                return Err(Fail::Usage("drop: give a hook (e.g. default.42), --source, --tenant or --all".into()));
+            }
+            if !yes {
+                return Err(Fail::Usage("refusing to drop quarantined hooks without --yes: they are gone for good".into()));
+            }
+            let filter = json!({ "tenant": tenant, "source": source });
+            start_job(api, json_out, json!({ "kind": "drop_quarantined", "filter": strip_nulls(filter) }), wait).await?;
+        }
+    }
+    Ok(())
+}
+
+fn strip_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        other => other,
+    }
 }
 
 /// One row, or a job over a filter.
@@ -464,7 +790,8 @@ async fn wait_job(api: &Api, id: u64, bar: bool) -> Result<Value, Fail> {
         let examined = j["examined"].as_u64().unwrap_or(0);
         pb.set_length(j["total"].as_u64().unwrap_or(0).max(examined));
         pb.set_position(examined);
-        pb.set_message(format!("{id} {}: {} done", s(&j["kind"]), s(&j["done"])));
+        let phase = j["phase"].as_str().map(|p| format!(" ({p})")).unwrap_or_default();
+        pb.set_message(format!("{id} {}: {} done{phase}", s(&j["kind"]), s(&j["done"])));
         if j["state"] != "running" {
             pb.finish_and_clear();
             return Ok(j);
@@ -485,19 +812,36 @@ fn print_jobs(jobs: &[Value]) {
     let rows: Vec<Vec<String>> = jobs
         .iter()
         .map(|j| {
-            let f: Vec<String> = j["filter"].as_object().map(|m| m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| format!("{k}={}", s(v))).collect()).unwrap_or_default();
+            let mut f: Vec<String> = j["filter"].as_object().map(|m| m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| format!("{k}={}", s(v))).collect()).unwrap_or_default();
+            if let Some(sinks) = j["sinks"].as_array() {
+                f.push(format!("sinks={}", sinks.iter().map(s).collect::<Vec<_>>().join(",")));
+            }
+            let progress = match j["total"].as_u64() {
+                Some(t) => format!("{}/{t}", s(&j["examined"])),
+                None => s(&j["examined"]),
+            };
+            let state = match j["phase"].as_str() {
+                Some(p) if j["state"] == "running" => format!("running ({p})"),
+                _ => s(&j["state"]),
+            };
             vec![
                 s(&j["id"]),
                 s(&j["kind"]),
-                s(&j["state"]),
-                format!("{}/{}", s(&j["examined"]), s(&j["total"])),
+                state,
+                progress,
                 s(&j["done"]),
+                s(&j["skipped"]),
                 if f.is_empty() { "all".into() } else { f.join(" ") },
                 s(&j["created_at"]),
             ]
         })
         .collect();
-    table(&["JOB", "KIND", "STATE", "EXAMINED", "DONE", "FILTER", "CREATED"], &rows);
+    table(&["JOB", "KIND", "STATE", "EXAMINED", "DONE", "SKIPPED", "FILTER", "CREATED"], &rows);
+    for j in jobs {
+        if let Some(e) = j["error"].as_str() {
+            println!("job {}: {e}", s(&j["id"]));
+        }
+    }
 }
 
 /// Every page of a list.

@@ -8,8 +8,9 @@
 //! - `ankusa send FILE...`: posts corpus files to a running relay.
 //! - `ankusa check-config FILE`: loads a configuration and reports what is wrong.
 //! - `ankusa tenants`, `sources`, `hooks show`, `dlq list|revive|drop`,
-//!   `jobs`: the operator's commands, over the admin API of a running relay
-//!   (`admin_cli`).
+//!   `pause`, `resume`, `quarantine list|show|release|drop`, `replay`,
+//!   `purge-tenant`, `retire-source`, `jobs`: the operator's commands, over
+//!   the admin API of a running relay (`admin_cli`).
 
 mod admin_cli;
 mod send;
@@ -97,6 +98,86 @@ enum Command {
         #[command(subcommand)]
         cmd: admin_cli::DlqCmd,
     },
+    /// Pause a source, or one sink entry of it (--sink): its hooks are still
+    /// accepted and committed, none is delivered to it until `resume`.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Pause {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        /// The source's name.
+        source: String,
+        /// Only this sink entry of the source.
+        #[arg(long)]
+        sink: Option<String>,
+        /// Why (shown with the pause).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Lift a pause made with `pause` (a pause set by the configuration
+    /// stays until the configuration changes and the relay restarts).
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Resume {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        /// The source's name.
+        source: String,
+        /// Only this sink entry of the source.
+        #[arg(long)]
+        sink: Option<String>,
+    },
+    /// Quarantined hooks: list, show, release, drop.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Quarantine {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        #[command(subcommand)]
+        cmd: admin_cli::QuarantineCmd,
+    },
+    /// Replay a source's archived hooks received in a time range, as new
+    /// hooks with their original idempotency keys (a job).
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Replay {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        #[command(flatten)]
+        args: admin_cli::ReplayArgs,
+    },
+    /// Delete every hook, delivery, dead letter and quarantined hook of a
+    /// tenant (a job; needs --yes). Its hooks are refused meanwhile.
+    #[command(name = "purge-tenant", after_help = admin_cli::EXIT_CODES)]
+    PurgeTenant {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        /// The tenant's name.
+        tenant: String,
+        /// Confirm: the tenant's data is gone for good.
+        #[arg(long)]
+        yes: bool,
+        /// Wait for the job with a progress bar.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Dead-letter every queued delivery of a source (a retired source; a
+    /// job; needs --yes).
+    #[command(name = "retire-source", after_help = admin_cli::EXIT_CODES)]
+    RetireSource {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        /// The source's name.
+        source: String,
+        /// Only this tenant's deliveries.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The dead-letter reason (default "source retired through the admin API").
+        #[arg(long)]
+        reason: Option<String>,
+        /// Confirm.
+        #[arg(long)]
+        yes: bool,
+        /// Wait for the job with a progress bar.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Admin jobs: list them, show one (--wait: until it ends), cancel one.
     #[command(after_help = admin_cli::EXIT_CODES, args_conflicts_with_subcommands = true)]
     Jobs {
@@ -124,6 +205,18 @@ fn main() -> ExitCode {
         Command::Hooks { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Hooks(cmd)),
         Command::Dlq { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Dlq(cmd)),
         Command::Jobs { conn, id, wait, cmd } => admin_cli::main(&conn, admin_cli::Command::Jobs { id, wait, cmd }),
+        Command::Pause { conn, source, sink, reason } => {
+            admin_cli::main(&conn, admin_cli::Command::Pause { source, sink, reason, resume: false })
+        }
+        Command::Resume { conn, source, sink } => {
+            admin_cli::main(&conn, admin_cli::Command::Pause { source, sink, reason: None, resume: true })
+        }
+        Command::Quarantine { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Quarantine(cmd)),
+        Command::Replay { conn, args } => admin_cli::main(&conn, admin_cli::Command::Replay(args)),
+        Command::PurgeTenant { conn, tenant, yes, wait } => admin_cli::main(&conn, admin_cli::Command::PurgeTenant { tenant, yes, wait }),
+        Command::RetireSource { conn, source, tenant, reason, yes, wait } => {
+            admin_cli::main(&conn, admin_cli::Command::RetireSource { source, tenant, reason, yes, wait })
+        }
         Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {
                 println!(

@@ -17,15 +17,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, anyhow, bail};
 use ankusa_config::{Config, StoreBackend};
-use ankusa_edge::server::admin::{AdminState, BreakerReport, serve_admin};
+use ankusa_edge::server::admin::{AdminState, BoxFuture, BreakerReport, ControlFailure, PipelineControl, PipelineWork, serve_admin};
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Cf, Durability, Kv};
 use ankusa_keys::meta::{decode_format, encode_format};
 use ankusa_keys::meta::PauseTarget;
-use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx};
+use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx, SourceId, TenantOrd};
 use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
-use ankusa_pipeline::{BreakerPolicy, BreakerState, DispatchConfig, Pipeline, RetryPolicy, Route, Routes};
+use ankusa_pipeline::{BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route, Routes};
 use ankusa_queue::writer::{Writer, WriterConfig};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -290,7 +290,10 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     let admin_wake = pipeline_handle.clone();
     admin_state.wake = Box::new(move || admin_wake.wake());
     admin_state.clock = Box::new(now_ms);
+    admin_state.pipeline = Some(Box::new(Control(pipeline_handle.clone())));
+    admin_state.attach_edge(Arc::clone(&edge));
     let admin_state = Arc::new(admin_state);
+    let admin_hold = Arc::clone(&admin_state);
     // The ingest listener stops first; the admin listener answers until the
     // end (`/readyz` 503 "shutting down", `/metrics` while the pipeline drains).
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -336,6 +339,8 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         }
     }
     shutting_down.store(true, Ordering::SeqCst);
+    // The admin API's hold on the edge keeps the Writer alive: let it go.
+    admin_hold.detach_edge();
     let _ = shutdown_tx.send(true);
     let _ = edge_task.await;
     match retention_task.await {
@@ -353,6 +358,43 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     let _ = admin_task.await;
     info!("stopped cleanly");
     Ok(())
+}
+
+/// The pipeline's controls as the admin API calls them (docs/design.md
+/// section 5, "Pause", "Purge a tenant", "Retire a source").
+struct Control(PipelineHandle);
+
+fn failure(e: ControlError) -> ControlFailure {
+    match e {
+        ControlError::NotConfigured(_) => ControlFailure::NotConfigured,
+        ControlError::Work(m) => ControlFailure::Refused(m),
+        ControlError::Store(m) => ControlFailure::Unavailable(format!("store failed: {m}")),
+        ControlError::Stopped => ControlFailure::Unavailable("the pipeline has stopped".into()),
+    }
+}
+
+impl PipelineControl for Control {
+    fn set_pause(&self, target: PauseTarget, reason: Option<String>) -> BoxFuture<'_, Result<(), ControlFailure>> {
+        Box::pin(async move {
+            match reason {
+                Some(r) => self.0.pause(target, &r).await.map(|_| ()),
+                None => self.0.resume(target).await.map(|_| ()),
+            }
+            .map_err(failure)
+        })
+    }
+
+    fn quiesce(&self, tenant: TenantOrd, quiet: bool) -> BoxFuture<'_, Result<(), ControlFailure>> {
+        Box::pin(async move { self.0.quiesce(tenant, quiet).await.map_err(failure) })
+    }
+
+    fn retire(&self, source: SourceId, reason: Option<String>) -> BoxFuture<'_, Result<usize, ControlFailure>> {
+        Box::pin(async move { self.0.retire(source, reason).await.map_err(failure) })
+    }
+
+    fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>> {
+        Box::pin(async move { self.0.exclusive(work).await.map_err(failure) })
+    }
 }
 
 /// One start-up line's tail for a sink entry: where it delivers and, for an

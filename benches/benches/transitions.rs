@@ -33,6 +33,7 @@ fn envelope(n: u64) -> Envelope {
         body: vec![b'x'; 1024],
         dedupe_key: Some(format!("evt_{n}").into_bytes()),
         idempotency_key: [7; 16],
+        replay_of: None,
     }
 }
 

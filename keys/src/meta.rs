@@ -13,7 +13,8 @@
 //! | `source/sinks/` id:32 | the names of the source's sink entries at the last start that passed the unconfigured-work check, by index ([`encode_sink_names`]) |
 //! | `pause/` id:32 | the source is paused by the runtime control (the admin API): [`PausedValue`] |
 //! | `pause/` id:32, sink:16 | one sink entry of the source is paused by the runtime control: [`PausedValue`] |
-//! | `job/` id:64 | an admin job (a DLQ revive or drop by filter, docs/design.md section 5, "Admin API"): its state, versioned JSON written and read by `edge::server::admin` |
+//! | `job/` id:64 | an admin job (docs/design.md section 5, "Admin API"): its state, versioned JSON written and read by `edge::server::admin` |
+//! | `purge/` ord:32 | the tenant is being purged by admin job `job:64` ([`encode_purge`]): the Writer refuses its hooks and the pipeline leaves it alone until the job ends (docs/design.md section 5, "Purge a tenant") |
 //!
 //! Meta keys are readable text prefixes (a dump shows what they are); the
 //! ordinals and source numbers in them are big endian like every other key, so
@@ -44,6 +45,7 @@ const SOURCE_BY_ID: &[u8] = b"source/id/";
 const SOURCE_SINKS: &[u8] = b"source/sinks/";
 const PAUSE: &[u8] = b"pause/";
 const JOB: &[u8] = b"job/";
+const PURGE: &[u8] = b"purge/";
 
 fn join(prefix: &[u8], tail: &[u8]) -> Vec<u8> {
     let mut key = Vec::with_capacity(prefix.len() + tail.len());
@@ -171,6 +173,26 @@ pub fn jobs_range() -> KeyRange {
     KeyRange::prefix(JOB)
 }
 
+/// Key of a tenant's purge mark: `purge/` + ord:32. Present while an admin
+/// job purges the tenant (docs/design.md section 5, "Purge a tenant"); the
+/// value names the job ([`encode_purge`]).
+///
+/// # Panics
+/// On a reserved ordinal (0 or `u32::MAX`).
+pub fn purge_key(tenant: TenantOrd) -> Vec<u8> {
+    assert!(
+        tenant.is_tenant(),
+        "purge mark built with reserved ordinal {}",
+        tenant.0
+    );
+    join(PURGE, &tenant.0.to_be_bytes())
+}
+
+/// Every purge mark, in ordinal order.
+pub fn purges_range() -> KeyRange {
+    KeyRange::prefix(PURGE)
+}
+
 /// A decoded key of cf `meta`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MetaKey {
@@ -194,6 +216,8 @@ pub enum MetaKey {
     Paused(PauseTarget),
     /// Admin job `id` ([`job_key`]).
     Job(u64),
+    /// The purge mark of this tenant ([`purge_key`]).
+    Purge(TenantOrd),
 }
 
 impl MetaKey {
@@ -213,6 +237,7 @@ impl MetaKey {
             MetaKey::SourceSinks(source) => source_sinks_key(*source),
             MetaKey::Paused(target) => paused_key(*target),
             MetaKey::Job(id) => job_key(*id),
+            MetaKey::Purge(tenant) => purge_key(*tenant),
         }
     }
 
@@ -286,6 +311,12 @@ impl MetaKey {
             })?;
             return Ok(MetaKey::Job(u64::from_be_bytes(id)));
         }
+        if let Some(ord) = key.strip_prefix(PURGE) {
+            let ord = u32::from_be_bytes(number(ord, "purge")?);
+            return TenantOrd::checked(ord)
+                .map(MetaKey::Purge)
+                .map_err(|_| KeyError::ReservedOrdinal { what: "purge", ord });
+        }
         Err(KeyError::WrongPrefix { what: "meta" })
     }
 }
@@ -334,6 +365,20 @@ pub fn encode_seq_high_water(seq: Seq) -> [u8; 8] {
 /// [`ValueError::WrongLength`].
 pub fn decode_seq_high_water(value: &[u8]) -> Result<Seq, ValueError> {
     Ok(Seq(u64::from_be_bytes(value_len(value, "seq high-water")?)))
+}
+
+/// The value of a purge mark ([`purge_key`]): the id of the admin job that
+/// purges the tenant, `job:64`.
+pub fn encode_purge(job: u64) -> [u8; 8] {
+    job.to_be_bytes()
+}
+
+/// Decodes the value of a purge mark.
+///
+/// # Errors
+/// [`ValueError::WrongLength`].
+pub fn decode_purge(value: &[u8]) -> Result<u64, ValueError> {
+    Ok(u64::from_be_bytes(value_len(value, "purge mark")?))
 }
 
 /// The value of a tenant-by-name entry: `ord:32`.

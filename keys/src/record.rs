@@ -21,8 +21,9 @@
 //! Envelope tags (version [`ENVELOPE_VERSION`]): 1 source (`u32`), 2
 //! received_at_ms (`u64`), 3 method (UTF-8), 4 path (UTF-8), 5 query (UTF-8,
 //! optional), 6 header (repeated, in order: `name_len:32, name, value`), 7 body,
-//! 8 dedupe key (optional), 9 idempotency key (16 bytes). Required: 1, 2, 3, 4,
-//! 7, 9.
+//! 8 dedupe key (optional), 9 idempotency key (16 bytes), 10 replay_of (`u64`,
+//! optional: the seq of the hook an archive replay copied, docs/design.md
+//! section 5, "Replayer"). Required: 1, 2, 3, 4, 7, 9.
 //!
 //! Delivery row tags (version [`DELIVERY_ROW_VERSION`]): 1 state (`u8`), 2 size
 //! (`u32`), 3 attempts (`u32`), 4 first_attempt_at_ms (`u64`, optional), 5
@@ -159,6 +160,7 @@ const ENV_HEADER: u8 = 6;
 const ENV_BODY: u8 = 7;
 const ENV_DEDUPE_KEY: u8 = 8;
 const ENV_IDEMPOTENCY_KEY: u8 = 9;
+const ENV_REPLAY_OF: u8 = 10;
 
 /// A stored hook (cf `hooks`, key `ord:32, seq:64`): what the provider sent,
 /// after verification and the source's `store_headers` policy.
@@ -183,6 +185,11 @@ pub struct Envelope {
     /// The idempotency key: a UUIDv7's 16 bytes given at ingest, carried by
     /// every redelivery and replay of the hook.
     pub idempotency_key: [u8; 16],
+    /// `Some(seq)` for a copy an archive replay made of hook `seq` of the same
+    /// tenant (docs/design.md section 5, "Replayer"): the copy has its own seq
+    /// and the original's idempotency key. `None` for a hook a provider sent.
+    /// Tag 10, added without a version change (an earlier binary skips it).
+    pub replay_of: Option<crate::ids::Seq>,
 }
 
 impl Envelope {
@@ -224,6 +231,9 @@ impl Envelope {
             put_field(&mut out, ENV_DEDUPE_KEY, k);
         }
         put_field(&mut out, ENV_IDEMPOTENCY_KEY, &self.idempotency_key);
+        if let Some(seq) = self.replay_of {
+            put_field(&mut out, ENV_REPLAY_OF, &seq.0.to_be_bytes());
+        }
         out.push(END);
         out
     }
@@ -238,7 +248,8 @@ impl Envelope {
         const WHAT: &str = "envelope";
         let (mut source, mut received_at_ms, mut method, mut path, mut query) =
             (None, None, None, None, None);
-        let (mut body, mut dedupe_key, mut idempotency_key) = (None, None, None);
+        let (mut body, mut dedupe_key, mut idempotency_key, mut replay_of) =
+            (None, None, None, None);
         let mut headers = Vec::new();
         for field in open(value, WHAT, ENVELOPE_VERSION)? {
             let (tag, bytes) = field?;
@@ -272,6 +283,12 @@ impl Envelope {
                     WHAT,
                     "idempotency_key",
                 )?,
+                ENV_REPLAY_OF => set(
+                    &mut replay_of,
+                    crate::ids::Seq(u64::from_be_bytes(fixed(bytes, WHAT, "replay_of")?)),
+                    WHAT,
+                    "replay_of",
+                )?,
                 _ => {} // a field of a later binary
             }
         }
@@ -285,6 +302,7 @@ impl Envelope {
             body: required(body, WHAT, "body")?,
             dedupe_key,
             idempotency_key: required(idempotency_key, WHAT, "idempotency_key")?,
+            replay_of,
         })
     }
 }

@@ -7,7 +7,7 @@
 //! - Every write of ?O, ?H and ?P: the member put of ingest and revive (ADR
 //!   4.1, 4.8), promote (4.2), the blocked-head bookkeeping (4.3), release
 //!   (4.4), the sweep and its recheck (4.6), and the lane parts of a tenant
-//!   purge and of `dead_letter_source` (4.9).
+//!   purge (whole, or page by page) and of `dead_letter_source` (4.9).
 //! - [`count`]: the counter add every builder of `lanes` and `queue` uses, which
 //!   moves a tenant's field and the node aggregate in the same batch.
 //!
@@ -506,6 +506,27 @@ pub fn remove_member(batch: &mut Batch, member: &Member) {
     let k = member.key;
     batch.delete(Cf::Index, lane_member_key(k.tenant, k.lane, k.seq, k.sink));
     count(batch, k.tenant, CounterField::LaneMembers, -1);
+}
+
+/// ADR 4.9, the bounded purge of a tenant (`queue::purge_tenant_page`): the
+/// head of `lane` leaves with its row (the caller deletes the row and its ?D
+/// or ?F in the same batch): deletes ?H, lanes −1. No promote: a purge
+/// deletes the lane's members before its head.
+///
+/// Precondition: ?H of `lane` names a row the same batch deletes, and the
+/// lane has no member left. Keeps invariant 2.
+pub fn remove_head(batch: &mut Batch, tenant: TenantOrd, lane: LaneId) {
+    batch.delete(Cf::Index, lane_head_key(tenant, lane));
+    count(batch, tenant, CounterField::Lanes, -1);
+}
+
+/// ADR 4.9, the bounded purge of a tenant: deletes the ?P marker of `lane`
+/// (markers have no counter).
+///
+/// Precondition: the lane has no member left (a member needs its head or its
+/// marker). Keeps invariant 2.
+pub fn remove_marker(batch: &mut Batch, tenant: TenantOrd, lane: LaneId) {
+    batch.delete(Cf::Index, lane_marker_key(tenant, lane));
 }
 
 /// The lane families ?O, ?H, ?P.

@@ -25,6 +25,14 @@
 //! following passes. A held lane head stays its lane's head: the lane keeps its
 //! order and nothing behind it moves.
 //!
+//! Admin work that moves rows the pipeline also moves runs on this task,
+//! between passes (docs/design.md section 5, "Purge a tenant" and "Retire a
+//! source"): [`PipelineHandle::exclusive`] builds and commits a batch with no
+//! visit or flush in between; [`PipelineHandle::quiesce`] stops every visit
+//! of a tenant (its purge; the purge marks in `meta` are read at start);
+//! [`PipelineHandle::retire`] dead-letters the rows of a source a visit
+//! meets and the failed attempts of its calls in flight.
+//!
 //! Sink calls run as their own tasks and hold no store handle and no lock: a
 //! slow sink delays nobody but its own lane. A lane has one row in ?D/?F at a
 //! time (its head), so "one call per lane" needs no bookkeeping here.
@@ -271,7 +279,15 @@ pub enum ControlError {
     /// The pipeline has stopped.
     #[error("the pipeline has stopped")]
     Stopped,
+    /// Admin work given to [`PipelineHandle::exclusive`] refused to build its
+    /// batch (nothing was written).
+    #[error("{0}")]
+    Work(String),
 }
+
+/// Admin work run on the pipeline's task ([`PipelineHandle::exclusive`]): it
+/// reads the live store and returns the batch to commit, or why it cannot.
+pub type ExclusiveWork = Box<dyn FnOnce() -> Result<Batch, String> + Send>;
 
 /// The pause state of one target (docs/design.md section 5, "Pause").
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -323,6 +339,21 @@ enum Control {
         reason: Option<String>,
         reply: oneshot::Sender<Result<PauseStatus, ControlError>>,
     },
+    Quiesce {
+        tenant: TenantOrd,
+        quiet: bool,
+        reply: oneshot::Sender<Result<(), ControlError>>,
+    },
+    Retire {
+        source: SourceId,
+        /// `Some` retires (with the dead-letter reason), `None` ends it.
+        reason: Option<String>,
+        reply: oneshot::Sender<Result<usize, ControlError>>,
+    },
+    Exclusive {
+        work: ExclusiveWork,
+        reply: oneshot::Sender<Result<(), ControlError>>,
+    },
 }
 
 impl PipelineHandle {
@@ -370,6 +401,54 @@ impl PipelineHandle {
     /// As [`PipelineHandle::pause`].
     pub async fn resume(&self, target: PauseTarget) -> Result<PauseStatus, ControlError> {
         self.set_pause(target, None).await
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T, ControlError>>) -> Control) -> Result<T, ControlError> {
+        let (reply, rx) = oneshot::channel();
+        self.control.send(make(reply)).map_err(|_| ControlError::Stopped)?;
+        self.wake.notify_one();
+        rx.await.map_err(|_| ControlError::Stopped)?
+    }
+
+    /// Stops (`quiet: true`) or restarts the pipeline's visits of `tenant`
+    /// (docs/design.md section 5, "Purge a tenant"): once this returns, no
+    /// visit of the tenant is under way and none starts (no claim, sweep,
+    /// hold or dead letter of its rows) until it is called with `false`.
+    /// Outcomes of its calls already in flight are still flushed. The purge
+    /// marks in `meta` quiesce their tenants at start.
+    ///
+    /// # Errors
+    /// [`ControlError::Stopped`].
+    pub async fn quiesce(&self, tenant: TenantOrd, quiet: bool) -> Result<(), ControlError> {
+        self.ask(|reply| Control::Quiesce { tenant, quiet, reply }).await
+    }
+
+    /// Retires `source` (`Some(reason)`) or ends its retirement (`None`)
+    /// (docs/design.md section 5, "Retire a source"): while retired, a visit
+    /// dead-letters each due row of the source it meets (with `reason`)
+    /// instead of claiming it, and an attempt of the source that ends in
+    /// anything but `Ok` is dead-lettered instead of retried. In memory
+    /// only: the admin job that retires a source says it again after a
+    /// restart. Returns the source's calls in flight now.
+    ///
+    /// # Errors
+    /// [`ControlError::Stopped`].
+    pub async fn retire(&self, source: SourceId, reason: Option<String>) -> Result<usize, ControlError> {
+        self.ask(|reply| Control::Retire { source, reason, reply }).await
+    }
+
+    /// Runs `work` on the pipeline's task between two passes and commits the
+    /// batch it returns `Sync` (docs/design.md section 5, "Admin API"): no
+    /// visit and no outcome flush runs between its reads and the commit, so
+    /// admin work that moves rows (a purge page, a source's dead letters)
+    /// never races the pipeline's own batches.
+    ///
+    /// # Errors
+    /// [`ControlError::Work`] when `work` refused (nothing written);
+    /// [`ControlError::Store`] (the node takes its crash path);
+    /// [`ControlError::Stopped`].
+    pub async fn exclusive(&self, work: ExclusiveWork) -> Result<(), ControlError> {
+        self.ask(|reply| Control::Exclusive { work, reply }).await
     }
 
     /// Every target paused now, by the configuration or the runtime control,
@@ -455,6 +534,11 @@ pub struct Pipeline<K: Kv> {
     /// Tenants whose held rows a resume must look at, with where the last
     /// page stopped: one page of [`ankusa_queue::unhold`] each per pass.
     unhold: BTreeMap<TenantOrd, Option<Cursor>>,
+    /// Tenants no visit touches ([`PipelineHandle::quiesce`]: being purged).
+    quiet: BTreeSet<TenantOrd>,
+    /// Sources being retired, with the dead-letter reason
+    /// ([`PipelineHandle::retire`]).
+    retiring: HashMap<SourceId, String>,
 }
 
 impl<K: Kv> Pipeline<K> {
@@ -518,6 +602,8 @@ impl<K: Kv> Pipeline<K> {
                 paused: BTreeSet::new(),
                 paused_sinks,
                 unhold: BTreeMap::new(),
+                quiet: BTreeSet::new(),
+                retiring: HashMap::new(),
             },
             handle,
         )
@@ -540,6 +626,8 @@ impl<K: Kv> Pipeline<K> {
     /// # Errors
     /// A store failure ([`PipelineError`]); the caller exits the process.
     pub async fn run(mut self) -> Result<(), PipelineError> {
+        // Tenants being purged are left alone from the first pass.
+        self.quiet = ankusa_queue::read_purges(&*self.kv)?.into_keys().collect();
         self.recover()?;
         // The runtime pauses an earlier run (or the admin API) left in the
         // store, with the configuration's; every tenant's held rows are looked
@@ -627,7 +715,55 @@ impl<K: Kv> Pipeline<K> {
     /// Applies a runtime control call: the pause is committed to `meta` first
     /// (`Sync`: the caller is told it survives a restart), then applied.
     fn control(&mut self, c: Control) -> Result<(), PipelineError> {
-        let Control::SetPause { target, reason, reply } = c;
+        let (target, reason, reply) = match c {
+            Control::SetPause { target, reason, reply } => (target, reason, reply),
+            Control::Quiesce { tenant, quiet, reply } => {
+                if quiet {
+                    self.quiet.insert(tenant);
+                    self.resume.remove(&tenant);
+                } else if self.quiet.remove(&tenant) {
+                    // Rows may have come in since: look again.
+                    self.unhold.insert(tenant, None);
+                }
+                info!(tenant = tenant.0, quiet, "tenant visits changed by the runtime control");
+                let _ = reply.send(Ok(()));
+                return Ok(());
+            }
+            Control::Retire { source, reason, reply } => {
+                match reason {
+                    Some(r) => {
+                        if self.retiring.insert(source, r).is_none() {
+                            info!(source = source.0, "source retired: its rows are dead-lettered as they are met");
+                        }
+                    }
+                    None => {
+                        if self.retiring.remove(&source).is_some() {
+                            info!(source = source.0, "source retirement ended");
+                        }
+                    }
+                }
+                let busy = self.in_flight.iter().filter(|(k, _)| k.1 == source).map(|(_, n)| *n).sum();
+                let _ = reply.send(Ok(busy));
+                return Ok(());
+            }
+            Control::Exclusive { work, reply } => {
+                let batch = match work() {
+                    Ok(b) => b,
+                    Err(why) => {
+                        let _ = reply.send(Err(ControlError::Work(why)));
+                        return Ok(());
+                    }
+                };
+                if !batch.is_empty()
+                    && let Err(e) = self.kv.write(batch, Durability::Sync)
+                {
+                    let _ = reply.send(Err(ControlError::Store(e.to_string())));
+                    return Err(e.into());
+                }
+                let _ = reply.send(Ok(()));
+                return Ok(());
+            }
+        };
         let configured = match target {
             PauseTarget::Source(s) => self.routes.source_known(s),
             PauseTarget::Sink(s, k) => self.routes.sinks.contains_key(&(s, k)),
@@ -678,6 +814,11 @@ impl<K: Kv> Pipeline<K> {
         let todo: Vec<(TenantOrd, Option<Cursor>)> = std::mem::take(&mut self.unhold).into_iter().collect();
         let mut moved = 0;
         for (tenant, cursor) in todo {
+            if self.quiet.contains(&tenant) {
+                // Its turn comes when it is no longer quiet.
+                self.unhold.insert(tenant, cursor);
+                continue;
+            }
             let paused = self.paused.clone();
             let still = |s: SourceId, k: SinkIx| {
                 paused.contains(&PauseTarget::Source(s)) || paused.contains(&PauseTarget::Sink(s, k))
@@ -719,6 +860,9 @@ impl<K: Kv> Pipeline<K> {
         let active = self.kv.scan(Cf::Index, &family_range(Family::Active), Direction::Forward, 4096)?;
         for (k, _) in active {
             let tenant = ankusa_keys::ActiveKey::decode(&k).map_err(QueueError::from)?.tenant;
+            if self.quiet.contains(&tenant) {
+                continue;
+            }
             self.visit(tenant)?;
         }
         Ok(())
@@ -806,6 +950,11 @@ impl<K: Kv> Pipeline<K> {
                         continue;
                     }
                 };
+                if let Some(reason) = self.retiring.get(&envelope.source) {
+                    debug!(%row_id, "a row of a retired source: dead-lettered");
+                    dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, now)?);
+                    continue;
+                }
                 let key = (tenant, envelope.source, dk.sink);
                 if saturated.contains(&key) {
                     continue;
@@ -994,9 +1143,9 @@ impl<K: Kv> Pipeline<K> {
                 Ok(b) => {
                     batch.extend(b);
                 }
-                Err(QueueError::NotInState { row, expected }) => {
+                Err(QueueError::NotInState { row, .. } | QueueError::MissingRow { row }) => {
                     // Purged or dead-lettered by an admin while the call ran.
-                    debug!(%row, expected, "outcome of a row that has moved on: dropped");
+                    debug!(%row, "outcome of a row that has moved on: dropped");
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -1018,6 +1167,13 @@ impl<K: Kv> Pipeline<K> {
         if d.trial {
             breaker.trial_in_flight = false;
             breaker.last_failed_trial = (!matches!(d.outcome, Outcome::Ok)).then_some(d.row);
+        }
+        // A retired source's attempt that did not deliver is not retried.
+        if !matches!(d.outcome, Outcome::Ok)
+            && let Some(reason) = self.retiring.get(&d.key.1)
+        {
+            warn!(row = %d.row, "an attempt of a retired source failed: dead-lettered");
+            return ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, reason, now);
         }
         match &d.outcome {
             Outcome::Ok => {

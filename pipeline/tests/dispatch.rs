@@ -132,6 +132,7 @@ fn request(n: u64, key: Option<&str>, ordered: bool) -> IngestRequest {
         body: format!("hook-{n}").into_bytes(),
         dedupe_key: None,
         idempotency_key: [0; 16],
+        replay_of: None,
     };
     let lane = ordered.then(|| lanes::assign(SinkIx(0), SOURCE, key.map(str::as_bytes)));
     IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane }], dedupe_ttl_ms: None }

@@ -140,6 +140,30 @@ pub fn new_ops(batch: &mut Batch, hook: &Hook<'_>, rows: &[NewRow], now_ms: u64)
     rows_ops(batch, hook.tenant, hook.seq, size, rows, now_ms);
 }
 
+/// Archive replay (docs/design.md section 4, `replay`; section 5, "Replayer";
+/// ADR 4.8): appends a copy of a stored hook as a new hook under `hook.seq`:
+/// the envelope (whose `replay_of` names the original's seq, and which keeps
+/// the original's idempotency key and received time), its archive entry, and
+/// the rows of [`new_ops`] (a laned row joins its lane as a member, ADR 4.1),
+/// but no dedupe record: a copy takes no part in dedupe, so the record of the
+/// provider's hook stays as it is.
+///
+/// Blind puts, no reads. Precondition: `hook.seq` is new (the Writer assigned
+/// it), `rows` has distinct sinks. Keeps every invariant, as [`new_ops`].
+pub fn replay(batch: &mut Batch, hook: &Hook<'_>, rows: &[NewRow], now_ms: u64) {
+    debug_assert!(hook.envelope.replay_of.is_some(), "replay of {} without replay_of", hook.seq);
+    let env = hook.envelope;
+    let encoded = env.encode();
+    let size = size_of_encoded(encoded.len());
+    batch.put(Cf::Hooks, hook_key(hook.tenant, hook.seq), encoded);
+    batch.put(
+        Cf::Archive,
+        archive_key(hook.tenant, env.received_at_ms, hook.seq),
+        EMPTY_VALUE,
+    );
+    rows_ops(batch, hook.tenant, hook.seq, size, rows, now_ms);
+}
+
 /// Quarantine (docs/design.md section 4): appends the envelope, the archive entry
 /// and ?Q (`reason`), quarantined +1. No delivery row: the hook is held back
 /// until [`release`] or [`drop_quarantined`]. No dedupe record either, even

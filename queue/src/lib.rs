@@ -58,6 +58,12 @@
 //!   the archive entry with the ?Q.
 //! - [`expire_dedupe`] is the Writer's to run: it is the only task that writes
 //!   ?K, so an expired record it deletes cannot have been renewed meanwhile.
+//! - [`purge_tenant_page`] purges a tenant page by page (members before heads,
+//!   so no member is ever stranded), each page moving the counters of what it
+//!   deletes; the last page subtracts what is left of the tenant's counters
+//!   (its `_total` fields) from the aggregate and deletes them.
+//! - [`replay`] is [`new_ops`] without the dedupe record: an archive replay's
+//!   copy takes no part in dedupe, so the provider's own record stays as it is.
 //!
 //! # Errors
 //! Operating errors (the engine failed, a stored value does not decode, a row is
@@ -77,6 +83,7 @@ mod admin;
 mod check;
 mod ingest;
 mod pause;
+mod purge;
 mod registry;
 mod transitions;
 mod unconfigured;
@@ -91,8 +98,9 @@ pub use check::{Violation, check_invariants};
 pub use registry::{Registry, register};
 pub use ingest::{
     Hook, NewRow, QuarantinePage, Quarantined, drop_quarantined, hook_size, list_quarantined,
-    new_ops, quarantine, release,
+    new_ops, quarantine, release, replay,
 };
+pub use purge::{clear_purge, purge_phase, purge_tenant_page, read_purges, set_purge};
 pub use pause::{PauseMap, clear_pause, hold, read_pauses, set_pause, unhold};
 pub use unconfigured::pending_rows;
 pub use transitions::{
@@ -118,6 +126,25 @@ pub enum Origin {
 pub struct Cursor {
     phase: u8,
     key: Vec<u8>,
+}
+
+impl Cursor {
+    /// The cursor as bytes (`phase:8`, then the key), for a caller that
+    /// persists where a bounded job stopped (an admin job's state,
+    /// docs/design.md section 5, "Admin API"). Read back with
+    /// [`Cursor::from_bytes`].
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(1 + self.key.len());
+        out.push(self.phase);
+        out.extend_from_slice(&self.key);
+        out
+    }
+
+    /// A cursor from [`Cursor::to_bytes`]; `None` for empty bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Option<Cursor> {
+        let (&phase, key) = bytes.split_first()?;
+        Some(Cursor { phase, key: key.to_vec() })
+    }
 }
 
 /// What a bounded builder built: one batch, and where to continue.

@@ -46,6 +46,7 @@ fn envelope(source: SourceId, body: &str, dedupe: Option<&str>) -> Envelope {
         body: body.as_bytes().to_vec(),
         dedupe_key: dedupe.map(|d| d.as_bytes().to_vec()),
         idempotency_key: [7; 16],
+        replay_of: None,
     }
 }
 
@@ -2005,5 +2006,123 @@ fn drop_dead_of_a_released_quarantined_hook_keeps_the_genuine_hooks_dedupe_recor
     let v = kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt")).expect("get").expect("the genuine hook's record");
     assert_eq!(DedupeValue::decode(&v).expect("decode").seq, Seq(1));
     assert!(has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
+    clean(&kv);
+}
+
+// ---- purge_tenant_page ------------------------------------------------------
+
+/// Every key and value of `tenant` in every column family.
+fn tenant_state(kv: &MemoryKv, tenant: TenantOrd) -> Vec<(Cf, Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    for (cf, range) in ankusa_keys::tenant_ranges(tenant) {
+        for (k, v) in kv.scan(cf, &range, Direction::Forward, 100_000).expect("scan") {
+            out.push((cf, k.to_vec(), v.to_vec()));
+        }
+    }
+    out
+}
+
+/// Tenant 1 with every kind of state: a lane with a blocked head and a
+/// member, a lane whose head is in flight with a member behind it, a held
+/// row (paused sink), an unordered due row, a dead row, a quarantined hook,
+/// dedupe records; tenant 2 with an unordered row and a dead one.
+fn busy_store() -> MemoryKv {
+    let kv = store();
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    ingest(&kv, T1, 2, &[laned(S0, "k"), plain(S1)]);
+    ingest(&kv, T1, 3, &[laned(S0, "j")]);
+    ingest(&kv, T1, 4, &[laned(S0, "j")]);
+    ingest_dedupe(&kv, 5, "evt_5", &[plain(S0), plain(S1)]);
+    sweep(&kv, T1, NOW);
+    // Lane k: head 1 retried (kind 3, blocked), member 2.
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(&kv, retry(&kv, id(T1, 1, S0), NOW + 5, "x", NOW).expect("retry"));
+    // Lane j: head 3 in flight, member 4.
+    commit(&kv, claim(&kv, dk(T1, NOW, 3, S0), NOW).expect("claim"));
+    // Hook 2's unordered row dead; hook 5's row for S1 held.
+    commit(&kv, claim(&kv, dk(T1, NOW, 2, S1), NOW).expect("claim"));
+    commit(&kv, dead_letter(&kv, id(T1, 2, S1), Origin::InFlight, "x", NOW).expect("dead"));
+    commit(&kv, hold(&kv, dk(T1, NOW, 5, S1)).expect("hold"));
+    hold_in_quarantine(&kv, T1, 9, "source under quarantine");
+    ingest(&kv, T2, 6, &[plain(S0)]);
+    ingest(&kv, T2, 7, &[plain(S1)]);
+    commit(&kv, claim(&kv, dk(T2, NOW, 7, S1), NOW).expect("claim"));
+    commit(&kv, dead_letter(&kv, id(T2, 7, S1), Origin::InFlight, "x", NOW).expect("dead"));
+    clean(&kv);
+    kv
+}
+
+/// The bounded purge, one page at a time with pages of 1, 2, 3 and 1000
+/// entries: check_invariants is clean and the aggregate is the sum over
+/// tenants after every page; at the end no key of tenant 1 is left in any
+/// column family, the aggregate equals tenant 2's counters, and tenant 2's
+/// state is byte for byte what it was.
+#[test]
+fn purge_tenant_page_keeps_every_invariant_after_each_page_and_leaves_nothing() {
+    for limit in [1, 2, 3, 1000] {
+        let kv = busy_store();
+        let c1 = counters(&kv, T1);
+        assert_eq!(
+            (c1.get(&F::Lanes), c1.get(&F::LanesBlocked), c1.get(&F::LaneMembers), c1.get(&F::InFlight)),
+            (Some(&2), Some(&1), Some(&2), Some(&1)),
+            "{c1:?}"
+        );
+        let other = tenant_state(&kv, T2);
+        let mut cursor: Option<Cursor> = None;
+        let mut pages = 0;
+        let mut moved = 0;
+        let mut phases = Vec::new();
+        loop {
+            phases.push(purge_phase(cursor.as_ref()));
+            let page = purge_tenant_page(&kv, T1, cursor.as_ref(), limit).expect("page");
+            moved += page.moved;
+            assert!(page.moved <= limit, "a page of {limit} moved {}", page.moved);
+            commit(&kv, page.batch);
+            pages += 1;
+            clean(&kv);
+            // The round trip an admin job's state makes.
+            cursor = page.next.map(|c| Cursor::from_bytes(&c.to_bytes()).expect("cursor"));
+            if cursor.is_none() {
+                break;
+            }
+            assert!(pages < 500, "the purge does not end");
+        }
+        // 6 pending rows (2 members, 1 in flight, 3 due, the held one
+        // included) + 1 dead + 1 quarantined hook.
+        assert_eq!(moved, 8, "limit {limit}");
+        assert_eq!(phases.first(), Some(&"lane members"));
+        assert_eq!(phases.last(), Some(&"counters"));
+        assert!(tenant_state(&kv, T1).is_empty(), "limit {limit}: {:?}", tenant_state(&kv, T1));
+        assert!(counters(&kv, T1).is_empty());
+        assert_eq!(counters(&kv, TenantOrd::NODE), counters(&kv, T2));
+        assert_eq!(tenant_state(&kv, T2), other, "tenant 2 changed");
+        for (cf, key) in sentinels() {
+            assert!(kv.get(cf, &key).expect("get").is_some(), "a sentinel went");
+        }
+    }
+}
+
+/// An archive replay's copy: a new seq, the original's idempotency key and
+/// received time, rows as at ingest (a laned row a member behind the lane's
+/// head), and no dedupe record (the original's stays as it is).
+#[test]
+fn replay_copies_a_hook_under_a_new_seq_without_a_dedupe_record() {
+    let kv = store();
+    ingest_dedupe(&kv, 1, "evt_1", &[laned(S0, "cust_1")]);
+    sweep(&kv, T1, NOW);
+    let raw = kv.get(Cf::Hooks, &hook_key(T1, Seq(1))).expect("get").expect("envelope");
+    let mut copy = Envelope::decode(&raw).expect("decode");
+    copy.replay_of = Some(Seq(1));
+    let mut b = Batch::new();
+    replay(&mut b, &Hook { tenant: T1, seq: Seq(2), envelope: &copy, dedupe_expires_at_ms: 0 }, &[laned(S0, "cust_1")], NOW + 1);
+    let d = commit_delta(&kv, T1, b);
+    let size = i64::from(hook_size(&copy));
+    assert_eq!(d, map(&[(F::Pending, 1), (F::Bytes, size), (F::LaneMembers, 1)]));
+    let stored = Envelope::decode(&kv.get(Cf::Hooks, &hook_key(T1, Seq(2))).expect("get").expect("copy")).expect("decode");
+    assert_eq!(stored, copy);
+    assert!(has(&kv, Cf::Archive, &archive_key(T1, copy.received_at_ms, Seq(2))));
+    assert_eq!(row(&kv, id(T1, 2, S0)).expect("row").state, RowState::Member);
+    let v = kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_1")).expect("get").expect("record");
+    assert_eq!(DedupeValue::decode(&v).expect("decode").seq, Seq(1), "the copy rewrote the dedupe record");
     clean(&kv);
 }

@@ -26,11 +26,24 @@
 //!   a page of dedupe expiry ([`WriterHandle::expire_dedupe`]: the Writer is
 //!   the only task that writes ?K, so a record it renews is never deleted by
 //!   an expiry that read it before). Each joins the group it arrives in.
+//! - An admin job's step ([`WriterHandle::job_step`], docs/design.md section
+//!   5, "Replayer"): archive replays (each copy gets the next seq,
+//!   [`crate::replay`]), quarantine releases and drops, and the job's new
+//!   state, all in the group's one batch, the state put only if the stored
+//!   state is still the one the step was built from (compare and set). A
+//!   SIGKILL leaves either the step's hooks and the job's advanced cursor, or
+//!   neither: a replay never copies a hook twice.
+//! - A tenant's purge mark ([`WriterHandle::purge_mark`], docs/design.md
+//!   section 5, "Purge a tenant"): from the group that commits the mark until
+//!   the one that clears it, every ingest, quarantine, release, drop and
+//!   replay of the tenant is refused ([`WriteError::TenantPurging`]), so
+//!   nothing the Writer commits races the purge's pages. The marks the store
+//!   holds are read at [`Writer::new`].
 //!
 //! This module needs tokio and is behind the `writer` feature, so the pure
 //! builders of this crate stay usable without a runtime (the loom model).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use ankusa_engine::{Batch, Cf, Durability, EngineError, Kv, Read};
@@ -109,9 +122,18 @@ pub enum WriteError {
         seq: Seq,
     },
     /// A request the store's state refuses (a quarantined hook whose envelope
-    /// is gone, a value that does not decode): nothing was written for it.
+    /// is gone, a value that does not decode, a job step built from a job
+    /// state that changed since): nothing was written for it.
     #[error("refused: {0}")]
     Refused(String),
+    /// The tenant is being purged (docs/design.md section 5, "Purge a
+    /// tenant"): nothing is committed for it until the purge ends. The edge
+    /// answers 503 with a Retry-After.
+    #[error("tenant {tenant} is being purged")]
+    TenantPurging {
+        /// The tenant.
+        tenant: TenantOrd,
+    },
 }
 
 impl WriteError {
@@ -145,6 +167,70 @@ pub struct Expired {
     pub next: Option<Cursor>,
 }
 
+/// An admin job's new state, written in the batch of its step only if the
+/// stored state is still `expect` (compare and set: a step built from a state
+/// that changed since is refused, and writes nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobState {
+    /// The job's key in `meta` (`keys::meta::job_key`).
+    pub key: Vec<u8>,
+    /// The stored value the step was built from; `None`: the key is absent.
+    pub expect: Option<Vec<u8>>,
+    /// The value to put.
+    pub value: Vec<u8>,
+}
+
+/// One operation of an admin job step ([`WriterHandle::job_step`]).
+#[derive(Clone, Debug)]
+pub enum JobOp {
+    /// Archive replay: a copy of a stored hook as a new hook of `tenant`
+    /// ([`crate::replay`]: the next seq, no dedupe record). `envelope` is the
+    /// stored one with `replay_of` set to the original's seq.
+    Replay {
+        /// The tenant.
+        tenant: TenantOrd,
+        /// The copy's envelope.
+        envelope: Envelope,
+        /// Its rows, resolved as at ingest for the chosen sinks.
+        rows: Vec<NewRow>,
+    },
+    /// [`crate::release`] of quarantined hook `seq` with `rows`.
+    Release {
+        /// The tenant.
+        tenant: TenantOrd,
+        /// The hook.
+        seq: Seq,
+        /// Its rows.
+        rows: Vec<NewRow>,
+    },
+    /// [`crate::drop_quarantined`] of quarantined hook `seq`.
+    DropQuarantined {
+        /// The tenant.
+        tenant: TenantOrd,
+        /// The hook.
+        seq: Seq,
+    },
+}
+
+impl JobOp {
+    fn tenant(&self) -> TenantOrd {
+        match self {
+            JobOp::Replay { tenant, .. } | JobOp::Release { tenant, .. } | JobOp::DropQuarantined { tenant, .. } => {
+                *tenant
+            }
+        }
+    }
+}
+
+/// A step of an admin job: its operations and its new state, one batch.
+#[derive(Clone, Debug)]
+pub struct JobStep {
+    /// The job's new state (compare and set).
+    pub state: JobState,
+    /// What the step does, in order.
+    pub ops: Vec<JobOp>,
+}
+
 type ReplyTo<T> = oneshot::Sender<Result<T, WriteError>>;
 
 /// One request to the Writer.
@@ -154,6 +240,8 @@ enum Request {
     Release { tenant: TenantOrd, seq: Seq, rows: Vec<NewRow>, reply: ReplyTo<()> },
     Drop { tenant: TenantOrd, seq: Seq, reply: ReplyTo<()> },
     ExpireDedupe { tenant: TenantOrd, cursor: Option<Cursor>, limit: usize, reply: ReplyTo<Expired> },
+    JobStep(JobStep, ReplyTo<Vec<Seq>>),
+    PurgeMark { tenant: TenantOrd, job: Option<u64>, state: JobState, reply: ReplyTo<()> },
 }
 
 impl Request {
@@ -162,6 +250,14 @@ impl Request {
         match self {
             Request::Ingest(r, _) => r.envelope.body.len(),
             Request::Quarantine(r, _) => r.envelope.body.len(),
+            Request::JobStep(step, _) => step
+                .ops
+                .iter()
+                .map(|op| match op {
+                    JobOp::Replay { envelope, .. } => envelope.body.len(),
+                    _ => 0,
+                })
+                .sum(),
             _ => 0,
         }
     }
@@ -173,6 +269,7 @@ enum Answer {
     Seq(ReplyTo<Seq>, Seq),
     Done(ReplyTo<()>),
     Expired(ReplyTo<Expired>, Expired),
+    Seqs(ReplyTo<Vec<Seq>>, Vec<Seq>),
 }
 
 impl Answer {
@@ -182,6 +279,7 @@ impl Answer {
             Answer::Seq(r, v) => drop(r.send(Ok(v))),
             Answer::Done(r) => drop(r.send(Ok(()))),
             Answer::Expired(r, v) => drop(r.send(Ok(v))),
+            Answer::Seqs(r, v) => drop(r.send(Ok(v))),
         }
     }
 
@@ -191,6 +289,7 @@ impl Answer {
             Answer::Seq(r, _) => drop(r.send(Err(e.clone()))),
             Answer::Done(r) => drop(r.send(Err(e.clone()))),
             Answer::Expired(r, _) => drop(r.send(Err(e.clone()))),
+            Answer::Seqs(r, _) => drop(r.send(Err(e.clone()))),
         }
     }
 }
@@ -265,6 +364,37 @@ impl WriterHandle {
     pub async fn expire_dedupe(&self, tenant: TenantOrd, cursor: Option<Cursor>, limit: usize) -> Result<Expired, WriteError> {
         self.ask(|reply| Request::ExpireDedupe { tenant, cursor, limit, reply }).await
     }
+
+    /// Commits one step of an admin job (docs/design.md section 5, "Admin
+    /// API" and "Replayer"): every operation of `step` and the job's new
+    /// state in one `Sync` batch of the group, or nothing. Each replay gets
+    /// the next seq (returned in operation order); releases and drops are
+    /// built from the live store at commit time like
+    /// [`WriterHandle::release`]. The state is put only if the stored one is
+    /// still `step.state.expect`.
+    ///
+    /// # Errors
+    /// [`WriteError::Refused`] when the job's state changed, or an operation
+    /// cannot be built (a hook no longer quarantined is
+    /// [`WriteError::NotQuarantined`]); [`WriteError::TenantPurging`];
+    /// [`WriteError::Store`]; [`WriteError::Stopped`]. Nothing is written on
+    /// an error.
+    pub async fn job_step(&self, step: JobStep) -> Result<Vec<Seq>, WriteError> {
+        self.ask(|reply| Request::JobStep(step, reply)).await
+    }
+
+    /// Sets (`job: Some(id)`) or clears (`None`) the purge mark of `tenant`
+    /// with the purge job's new `state` (compare and set), `Sync`, in one
+    /// batch (docs/design.md section 5, "Purge a tenant"). From the commit
+    /// that sets it, every request of the tenant is refused
+    /// ([`WriteError::TenantPurging`]) until the commit that clears it.
+    ///
+    /// # Errors
+    /// [`WriteError::Refused`] when the job's state changed;
+    /// [`WriteError::Store`]; [`WriteError::Stopped`].
+    pub async fn purge_mark(&self, tenant: TenantOrd, job: Option<u64>, state: JobState) -> Result<(), WriteError> {
+        self.ask(|reply| Request::PurgeMark { tenant, job, state, reply }).await
+    }
 }
 
 /// The Writer task's state. Build with [`Writer::new`], run with [`Writer::run`].
@@ -274,6 +404,8 @@ pub struct Writer<K: Kv> {
     rx: mpsc::Receiver<Request>,
     next_seq: u64,
     clock: Box<dyn Fn() -> u64 + Send>,
+    /// Tenants being purged: their requests are refused.
+    purging: BTreeSet<TenantOrd>,
 }
 
 impl<K: Kv> std::fmt::Debug for Writer<K> {
@@ -295,6 +427,10 @@ impl<K: Kv> Writer<K> {
         clock: impl Fn() -> u64 + Send + 'static,
     ) -> Result<(Writer<K>, WriterHandle), EngineError> {
         let high = seq_high_water(&*kv)?.0;
+        let purging = crate::read_purges(&*kv)
+            .map_err(|e| EngineError::Corrupt { what: format!("purge marks: {e}") })?
+            .into_keys()
+            .collect();
         let (tx, rx) = mpsc::channel(cfg.queue_depth.max(1));
         Ok((
             Writer {
@@ -303,6 +439,7 @@ impl<K: Kv> Writer<K> {
                 rx,
                 next_seq: high + 1,
                 clock: Box::new(clock),
+                purging,
             },
             WriterHandle { tx },
         ))
@@ -337,6 +474,7 @@ impl<K: Kv> Writer<K> {
         let mut answers: Vec<Answer> = Vec::with_capacity(group.len());
         let mut seen: HashMap<Vec<u8>, Seq> = HashMap::new();
         let mut held_touched: HashSet<(TenantOrd, Seq)> = HashSet::new();
+        let mut jobs_touched: HashSet<Vec<u8>> = HashSet::new();
         let first_seq = self.next_seq;
         // Dedupe expiry goes first in the batch: an ingest of this group that
         // renews an expired record puts it after the expiry's delete, so the
@@ -353,6 +491,41 @@ impl<K: Kv> Writer<K> {
                         }
                         Err(e) => drop(reply.send(Err(WriteError::of(e)))),
                     }
+                }
+                Request::JobStep(step, reply) => {
+                    match self.job_step(&mut batch, step, now_ms, &mut held_touched, &mut jobs_touched) {
+                        Ok(seqs) => answers.push(Answer::Seqs(reply, seqs)),
+                        Err(e) => drop(reply.send(Err(e))),
+                    }
+                }
+                Request::PurgeMark { tenant, job, state, reply } => {
+                    if let Err(e) = self.check_job(&state, &mut jobs_touched) {
+                        let _ = reply.send(Err(e));
+                        continue;
+                    }
+                    match job {
+                        Some(id) => {
+                            self.purging.insert(tenant);
+                            crate::set_purge(&mut batch, tenant, id);
+                        }
+                        None => {
+                            self.purging.remove(&tenant);
+                            crate::clear_purge(&mut batch, tenant);
+                        }
+                    }
+                    batch.put(Cf::Meta, state.key, state.value);
+                    answers.push(Answer::Done(reply));
+                }
+                Request::Release { tenant, reply, .. } | Request::Drop { tenant, reply, .. }
+                    if self.purging.contains(&tenant) =>
+                {
+                    let _ = reply.send(Err(WriteError::TenantPurging { tenant }));
+                }
+                Request::Quarantine(req, reply) if self.purging.contains(&req.tenant) => {
+                    let _ = reply.send(Err(WriteError::TenantPurging { tenant: req.tenant }));
+                }
+                Request::Ingest(req, reply) if self.purging.contains(&req.tenant) => {
+                    let _ = reply.send(Err(WriteError::TenantPurging { tenant: req.tenant }));
                 }
                 Request::Release { tenant, seq, rows, reply } => {
                     if !held_touched.insert((tenant, seq)) {
@@ -452,6 +625,70 @@ impl<K: Kv> Writer<K> {
     }
 }
 
+impl<K: Kv> Writer<K> {
+    /// The compare and set of a job's state: refused when the job was touched
+    /// earlier in this group or its stored state is not the one expected.
+    fn check_job(&self, state: &JobState, touched: &mut HashSet<Vec<u8>>) -> Result<(), WriteError> {
+        if !touched.insert(state.key.clone()) {
+            return Err(WriteError::Refused("the job has another step in this group".into()));
+        }
+        let stored = self.kv.get(Cf::Meta, &state.key).map_err(|e| WriteError::Store(e.to_string()))?;
+        if stored.as_deref() != state.expect.as_deref() {
+            return Err(WriteError::Refused("the job's state changed since its step was built".into()));
+        }
+        Ok(())
+    }
+
+    /// Builds one job step into `group` (all of it, or nothing) and returns
+    /// the seqs of its replays.
+    fn job_step(
+        &mut self,
+        group: &mut Batch,
+        step: JobStep,
+        now_ms: u64,
+        held_touched: &mut HashSet<(TenantOrd, Seq)>,
+        jobs_touched: &mut HashSet<Vec<u8>>,
+    ) -> Result<Vec<Seq>, WriteError> {
+        self.check_job(&step.state, jobs_touched)?;
+        if let Some(op) = step.ops.iter().find(|op| self.purging.contains(&op.tenant())) {
+            return Err(WriteError::TenantPurging { tenant: op.tenant() });
+        }
+        let mut batch = Batch::new();
+        let mut seqs = Vec::new();
+        let mut next = self.next_seq;
+        let mut touched = Vec::new();
+        for op in &step.ops {
+            match op {
+                JobOp::Replay { tenant, envelope, rows } => {
+                    let hook = Hook { tenant: *tenant, seq: Seq(next), envelope, dedupe_expires_at_ms: 0 };
+                    crate::replay(&mut batch, &hook, rows, now_ms);
+                    seqs.push(Seq(next));
+                    next += 1;
+                }
+                JobOp::Release { tenant, seq, rows } => {
+                    if held_touched.contains(&(*tenant, *seq)) || touched.contains(&(*tenant, *seq)) {
+                        return Err(WriteError::NotQuarantined { tenant: *tenant, seq: *seq });
+                    }
+                    touched.push((*tenant, *seq));
+                    batch.extend(crate::release(&*self.kv, *tenant, *seq, rows, now_ms).map_err(WriteError::of)?);
+                }
+                JobOp::DropQuarantined { tenant, seq } => {
+                    if held_touched.contains(&(*tenant, *seq)) || touched.contains(&(*tenant, *seq)) {
+                        return Err(WriteError::NotQuarantined { tenant: *tenant, seq: *seq });
+                    }
+                    touched.push((*tenant, *seq));
+                    batch.extend(crate::drop_quarantined(&*self.kv, *tenant, *seq).map_err(WriteError::of)?);
+                }
+            }
+        }
+        held_touched.extend(touched);
+        self.next_seq = next;
+        group.extend(batch);
+        group.put(Cf::Meta, step.state.key, step.state.value);
+        Ok(seqs)
+    }
+}
+
 /// Reads the seq high-water mark (the highest seq committed), 0 for a new store.
 ///
 /// # Errors
@@ -488,6 +725,7 @@ mod tests {
             body: format!("{{\"n\":{n}}}").into_bytes(),
             dedupe_key: dedupe.map(|d| d.as_bytes().to_vec()),
             idempotency_key: [n as u8; 16],
+            replay_of: None,
         }
     }
 
@@ -645,5 +883,85 @@ mod tests {
         drop(handle);
         task.await.unwrap().unwrap();
         assert_eq!(seq_high_water(&*kv).unwrap(), Seq(4));
+    }
+
+    fn state(key: &[u8], expect: Option<&[u8]>, value: &[u8]) -> JobState {
+        JobState { key: key.to_vec(), expect: expect.map(<[u8]>::to_vec), value: value.to_vec() }
+    }
+
+    /// A job step: its replays take the next seqs, its release applies, and
+    /// its state is put, all in one commit; a step built from a stale state
+    /// is refused and writes nothing (no seq taken); a step whose release
+    /// cannot be built writes nothing either.
+    #[tokio::test]
+    async fn a_job_step_commits_its_replays_releases_and_state_together_or_not_at_all() {
+        let kv = Arc::new(MemoryKv::new());
+        kv.write(crate::init_store(), Durability::Sync).unwrap();
+        let (task, handle) = start(&kv);
+        assert_eq!(handle.ingest(req(1, Some("evt_1"))).await.unwrap(), Ingested::Committed(Seq(1)));
+        let q = QuarantineRequest { tenant: TenantOrd(1), envelope: envelope(2, None), reason: "review".into() };
+        assert_eq!(handle.quarantine(q).await.unwrap(), Seq(2));
+        let mut copy = envelope(1, Some("evt_1"));
+        copy.replay_of = Some(Seq(1));
+        let rows = vec![NewRow { sink: SinkIx(0), lane: None }];
+        let replay = JobOp::Replay { tenant: TenantOrd(1), envelope: copy.clone(), rows: rows.clone() };
+        let step = JobStep {
+            state: state(b"job/x", None, b"one"),
+            ops: vec![replay.clone(), JobOp::Release { tenant: TenantOrd(1), seq: Seq(2), rows: rows.clone() }, replay.clone()],
+        };
+        assert_eq!(handle.job_step(step).await.unwrap(), vec![Seq(3), Seq(4)]);
+        assert_eq!(kv.get(Cf::Meta, b"job/x").unwrap().as_deref(), Some(&b"one"[..]));
+        let stored = Envelope::decode(&kv.get(Cf::Hooks, &ankusa_keys::hook_key(TenantOrd(1), Seq(4))).unwrap().unwrap()).unwrap();
+        assert_eq!((stored.replay_of, stored.idempotency_key), (Some(Seq(1)), copy.idempotency_key));
+        // The copies wrote no dedupe record: the provider's names seq 1.
+        let rec = kv.get(Cf::Index, &dedupe_key(TenantOrd(1), SourceId(1), b"evt_1")).unwrap().unwrap();
+        assert_eq!(DedupeValue::decode(&rec).unwrap().seq, Seq(1));
+        assert_eq!(kv.counter(&ankusa_keys::counter_key(TenantOrd(1), ankusa_keys::CounterField::Pending)).unwrap(), 4);
+        assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
+        // Stale: the stored state is "one", not absent.
+        let stale = JobStep { state: state(b"job/x", None, b"two"), ops: vec![replay.clone()] };
+        assert!(matches!(handle.job_step(stale).await, Err(WriteError::Refused(_))));
+        // A release of a hook no longer quarantined sinks the whole step.
+        let step = JobStep {
+            state: state(b"job/x", Some(b"one"), b"two"),
+            ops: vec![replay.clone(), JobOp::Release { tenant: TenantOrd(1), seq: Seq(2), rows }],
+        };
+        assert_eq!(handle.job_step(step).await.unwrap_err(), WriteError::NotQuarantined { tenant: TenantOrd(1), seq: Seq(2) });
+        assert_eq!(kv.get(Cf::Meta, b"job/x").unwrap().as_deref(), Some(&b"one"[..]));
+        // No seq was taken by the refused steps.
+        assert_eq!(handle.ingest(req(5, None)).await.unwrap(), Ingested::Committed(Seq(5)));
+        drop(handle);
+        task.await.unwrap().unwrap();
+        assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
+    }
+
+    /// A purge mark: from its commit every request of the tenant is refused
+    /// (another tenant's are not), a new Writer over the store refuses too
+    /// (the marks are read at start), and clearing it lets hooks in again.
+    #[tokio::test]
+    async fn a_purge_mark_refuses_the_tenants_requests_until_it_is_cleared() {
+        let kv = Arc::new(MemoryKv::new());
+        kv.write(crate::init_store(), Durability::Sync).unwrap();
+        let (task, handle) = start(&kv);
+        let t1 = TenantOrd(1);
+        handle.purge_mark(t1, Some(7), state(b"job/7", None, b"purging")).await.unwrap();
+        assert_eq!(crate::read_purges(&*kv).unwrap().into_iter().collect::<Vec<_>>(), vec![(t1, 7)]);
+        let refused = WriteError::TenantPurging { tenant: t1 };
+        assert_eq!(handle.ingest(req(1, None)).await.unwrap_err(), refused);
+        let q = QuarantineRequest { tenant: t1, envelope: envelope(2, None), reason: "r".into() };
+        assert_eq!(handle.quarantine(q).await.unwrap_err(), refused);
+        assert_eq!(handle.drop_quarantined(t1, Seq(9)).await.unwrap_err(), refused);
+        let mut other = req(3, None);
+        other.tenant = TenantOrd(2);
+        assert_eq!(handle.ingest(other).await.unwrap(), Ingested::Committed(Seq(1)));
+        drop(handle);
+        task.await.unwrap().unwrap();
+        let (task, handle) = start(&kv);
+        assert_eq!(handle.ingest(req(4, None)).await.unwrap_err(), refused);
+        handle.purge_mark(t1, None, state(b"job/7", Some(b"purging"), b"done")).await.unwrap();
+        assert!(crate::read_purges(&*kv).unwrap().is_empty());
+        assert_eq!(handle.ingest(req(5, None)).await.unwrap(), Ingested::Committed(Seq(2)));
+        drop(handle);
+        task.await.unwrap().unwrap();
     }
 }

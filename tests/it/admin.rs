@@ -21,7 +21,7 @@ const LONG: Duration = Duration::from_secs(120);
 
 /// Validates `body` against the schema of `(method, pattern, status)` in the
 /// OpenAPI document (its `$ref`s resolved against the whole document).
-fn validate(method: &str, pattern: &str, status: u16, body: &Value) {
+pub(crate) fn validate(method: &str, pattern: &str, status: u16, body: &Value) {
     let doc: Value = serde_json::from_str(OPENAPI).expect("openapi.json");
     let esc = pattern.replace('~', "~0").replace('/', "~1");
     let pointer = format!("#/paths/{esc}/{}/responses/{status}/content/application~1json/schema", method.to_ascii_lowercase());
@@ -38,20 +38,20 @@ fn validate(method: &str, pattern: &str, status: u16, body: &Value) {
 }
 
 /// A client of one relay's admin API, validating every answer.
-struct Admin {
+pub(crate) struct Admin {
     base: String,
     token: Option<String>,
     http: reqwest::Client,
 }
 
 impl Admin {
-    fn new(relay: &Relay, token: Option<&str>) -> Admin {
+    pub(crate) fn new(relay: &Relay, token: Option<&str>) -> Admin {
         Admin { base: format!("http://{}", relay.admin), token: token.map(str::to_owned), http: client() }
     }
 
     /// `method path` (with `pattern`, its route, for the schema): status and
     /// JSON body.
-    async fn call(&self, method: &str, pattern: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) async fn call(&self, method: &str, pattern: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let mut req = self.http.request(reqwest::Method::from_bytes(method.as_bytes()).expect("method"), format!("{}{path}", self.base));
         if let Some(t) = &self.token {
             req = req.header("authorization", format!("Bearer {t}"));
@@ -67,22 +67,22 @@ impl Admin {
         (status, v)
     }
 
-    async fn ok(&self, method: &str, pattern: &str, path: &str, body: Option<Value>) -> Value {
+    pub(crate) async fn ok(&self, method: &str, pattern: &str, path: &str, body: Option<Value>) -> Value {
         let (status, v) = self.call(method, pattern, path, body).await;
         assert!((200..300).contains(&status), "{method} {path}: {status} {v}");
         v
     }
 
-    async fn dead(&self, query: &str) -> Vec<Value> {
+    pub(crate) async fn dead(&self, query: &str) -> Vec<Value> {
         let v = self.ok("GET", "/v1/dead-letters", &format!("/v1/dead-letters?{query}"), None).await;
         v["items"].as_array().expect("items").clone()
     }
 
-    async fn tenant(&self, name: &str) -> Value {
+    pub(crate) async fn tenant(&self, name: &str) -> Value {
         self.ok("GET", "/v1/tenants/{tenant}", &format!("/v1/tenants/{name}"), None).await
     }
 
-    async fn job(&self, id: u64) -> Value {
+    pub(crate) async fn job(&self, id: u64) -> Value {
         self.ok("GET", "/v1/jobs/{id}", &format!("/v1/jobs/{id}"), None).await
     }
 }
@@ -487,7 +487,7 @@ async fn bad_input_to_every_route_is_a_4xx_json_error() {
 
 /// Runs the binary with `args` (and `ANKUSA_ADMIN_TOKEN` when given): exit
 /// code and stdout, stderr.
-fn cli(args: &[&str], token: Option<&str>) -> (i32, String, String) {
+pub(crate) fn cli(args: &[&str], token: Option<&str>) -> (i32, String, String) {
     let mut c = std::process::Command::new(BIN);
     c.args(args).env_remove("ANKUSA_ADMIN_TOKEN").env_remove("HTTP_PROXY").env_remove("http_proxy");
     if let Some(t) = token {

@@ -19,6 +19,7 @@ mod ops;
 mod breaker;
 mod challenge;
 mod admin;
+mod operate;
 mod stripe;
 #[cfg(feature = "redis")]
 mod redis;

@@ -80,6 +80,8 @@ pub enum Reply {
     /// Hold the request open until [`Sink::release`] (then 200), or until the
     /// relay gives up on it (its timeout, or it was killed).
     Hold,
+    /// Like [`Reply::Hold`], answering this status when released.
+    HoldThen(u16),
     /// This status after this long.
     Delay(Duration, u16),
 }
@@ -252,6 +254,11 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>>
             let mut rx = st.release.subscribe();
             let _ = rx.wait_for(|released| *released).await;
             (200, None)
+        }
+        Reply::HoldThen(status) => {
+            let mut rx = st.release.subscribe();
+            let _ = rx.wait_for(|released| *released).await;
+            (status, None)
         }
     };
     st.answers.lock().expect("lock").push((r.n, status));

@@ -364,6 +364,7 @@ impl<K: Kv> Edge<K> {
             body: body.to_vec(),
             dedupe_key: dedupe,
             idempotency_key,
+            replay_of: None,
         };
         let req = IngestRequest {
             tenant: tenant.ord,
@@ -389,6 +390,7 @@ impl<K: Kv> Edge<K> {
                 json(StatusCode::OK, serde_json::json!({ "id": id, "duplicate": true }))
             }
             Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
+            Err(WriteError::TenantPurging { .. }) => self.purging(&tenant.name),
             Err(WriteError::Store(msg)) => {
                 warn!(error = %msg, "store failed the commit");
                 self.unavailable(format!("store failed: {msg}"))
@@ -442,6 +444,7 @@ impl<K: Kv> Edge<K> {
             // A quarantined hook takes no part in dedupe.
             dedupe_key: None,
             idempotency_key,
+            replay_of: None,
         };
         let req = QuarantineRequest { tenant: h.tenant.ord, envelope, reason: h.reason };
         match self.writer.quarantine(req).await {
@@ -451,6 +454,7 @@ impl<K: Kv> Edge<K> {
                 json(StatusCode::ACCEPTED, serde_json::json!({ "id": uuid_text(&idempotency_key), "quarantined": true }))
             }
             Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
+            Err(WriteError::TenantPurging { .. }) => self.purging(&h.tenant.name),
             Err(e) => {
                 warn!(error = %e, "store failed the commit");
                 self.unavailable(e.to_string())
@@ -513,6 +517,13 @@ impl<K: Kv> Edge<K> {
             Err(WriteError::NotQuarantined { tenant, seq }) => Err(ReleaseError::NotQuarantined { tenant, seq }),
             Err(e) => Err(ReleaseError::Write(e)),
         }
+    }
+
+    /// 503 with `Retry-After: 30`: the tenant is being purged (docs/design.md
+    /// section 5, "Purge a tenant"); the provider retries after the purge.
+    fn purging(&self, tenant: &str) -> Resp {
+        self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
+        retry_after(error(StatusCode::SERVICE_UNAVAILABLE, format!("tenant {tenant} is being purged; retry later")), 30)
     }
 
     fn unavailable(&self, msg: String) -> Resp {

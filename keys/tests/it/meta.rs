@@ -19,6 +19,7 @@ fn meta_key() -> impl Strategy<Value = MetaKey> {
         source().prop_map(|s| MetaKey::Paused(PauseTarget::Source(s))),
         (source(), sink()).prop_map(|(s, k)| MetaKey::Paused(PauseTarget::Sink(s, k))),
         any::<u64>().prop_map(MetaKey::Job),
+        tenant().prop_map(MetaKey::Purge),
     ]
 }
 
@@ -39,6 +40,7 @@ proptest! {
             (source_sinks_range(), matches!(k, MetaKey::SourceSinks(_))),
             (paused_range(), matches!(k, MetaKey::Paused(_))),
             (jobs_range(), matches!(k, MetaKey::Job(_))),
+            (purges_range(), matches!(k, MetaKey::Purge(_))),
         ];
         for (range, holds) in ranges {
             prop_assert_eq!(range.contains(&key), holds, "{:?} in {:?}", k, range);

@@ -20,6 +20,7 @@ fn envelope() -> impl Strategy<Value = Envelope> {
         bytes(256),
         option::of(bytes(32)),
         any::<[u8; 16]>(),
+        option::of(any::<u64>().prop_map(Seq)),
     )
         .prop_map(
             |(
@@ -32,6 +33,7 @@ fn envelope() -> impl Strategy<Value = Envelope> {
                 body,
                 dedupe_key,
                 idempotency_key,
+                replay_of,
             )| Envelope {
                 source,
                 received_at_ms,
@@ -42,6 +44,7 @@ fn envelope() -> impl Strategy<Value = Envelope> {
                 body,
                 dedupe_key,
                 idempotency_key,
+                replay_of,
             },
         )
 }
@@ -111,7 +114,7 @@ proptest! {
     }
 
     #[test]
-    fn envelope_skips_unknown_fields(e in envelope(), tag in 10..=u8::MAX, data in bytes(40)) {
+    fn envelope_skips_unknown_fields(e in envelope(), tag in 11..=u8::MAX, data in bytes(40)) {
         prop_assert_eq!(Envelope::decode(&with_unknown_fields(&e.encode(), tag, &data)), Ok(e));
     }
 
@@ -314,12 +317,31 @@ fn an_envelope_has_a_stable_layout() {
             body: b"{}".to_vec(),
             dedupe_key: None,
             idempotency_key: [9; 16],
+            replay_of: None,
         })
     );
     assert_eq!(
         decoded.map(|e| e.encode()),
         Ok(envelope_value(&envelope_fields()))
     );
+}
+
+/// Tag 10 (replay_of, docs/design.md section 5, "Replayer"): a replay copy's
+/// original seq, 8 bytes big endian after the idempotency key; any other
+/// length is refused.
+#[test]
+fn a_replay_copy_carries_its_originals_seq_in_tag_10() {
+    let mut fields = envelope_fields();
+    fields.push((10, 42u64.to_be_bytes().to_vec()));
+    let decoded = Envelope::decode(&envelope_value(&fields)).expect("decodes");
+    assert_eq!(decoded.replay_of, Some(Seq(42)));
+    assert_eq!(decoded.encode(), envelope_value(&fields));
+    let mut bad = envelope_fields();
+    bad.push((10, vec![1, 2, 3]));
+    assert!(matches!(
+        Envelope::decode(&envelope_value(&bad)),
+        Err(ValueError::InvalidField { field: "replay_of", .. })
+    ));
 }
 
 #[test]

@@ -76,6 +76,7 @@ impl Store {
             body: b"{}".to_vec(),
             dedupe_key: None,
             idempotency_key: u128::from(seq).to_be_bytes(),
+            replay_of: None,
         };
         let rows = [queue::NewRow {
             sink: SINK,

@@ -103,6 +103,7 @@ impl<'k, K: Kv> Machine<'k, K> {
             body: vec![b'x'; (hk.size % 300) as usize],
             dedupe_key: Some(format!("evt_{seq}").into_bytes()),
             idempotency_key: u128::from(seq).to_be_bytes(),
+            replay_of: None,
         };
         let size = u32::try_from(envelope.encode().len()).expect("small envelope");
         (envelope, size)

@@ -5,6 +5,7 @@ mod equivalence;
 mod machine;
 mod model;
 mod mutations;
+mod purge;
 mod regressions;
 mod steps;
 mod view;

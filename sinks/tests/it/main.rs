@@ -50,6 +50,7 @@ pub fn hook(body: &[u8]) -> Envelope {
         body: body.to_vec(),
         dedupe_key: None,
         idempotency_key: IDEMPOTENCY_KEY,
+        replay_of: None,
     }
 }
 

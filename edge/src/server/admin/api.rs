@@ -25,8 +25,8 @@ const CURSOR_KEY_MAX: usize = 128;
 
 /// An answer other than 2xx: its status, a stable machine-readable `code`
 /// (`bad_request`, `unauthorized`, `not_found`, `method_not_allowed`,
-/// `conflict`, `payload_too_large`, `unprocessable`, `store_failed`) and a
-/// message for the operator.
+/// `conflict`, `payload_too_large`, `unprocessable`, `unavailable`,
+/// `store_failed`) and a message for the operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     /// The HTTP status.
@@ -53,6 +53,11 @@ impl ApiError {
     /// 422 `unprocessable`: well-formed, but it cannot be done as asked.
     pub fn unprocessable(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::UNPROCESSABLE_ENTITY, code: "unprocessable", message: message.into() }
+    }
+    /// 503 `unavailable`: a task the request needs (the Writer, the
+    /// pipeline) is not running (the relay is starting or stopping).
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, code: "unavailable", message: message.into() }
     }
     /// 503 `store_failed`: the store failed a read or a write.
     pub fn store(e: impl std::fmt::Display) -> ApiError {
@@ -178,6 +183,8 @@ pub enum CursorKind {
     DeadLetters = 3,
     /// `GET /v1/jobs`: the id below which to continue (newest first).
     Jobs = 4,
+    /// `GET /v1/tenants/{tenant}/quarantine`: the seq after which to continue.
+    Quarantine = 5,
 }
 
 /// An opaque cursor: base64url (no padding) of `version:8, kind:8, key`.

@@ -281,12 +281,22 @@ pub(crate) fn commit<K: Kv>(state: &AdminState<K>, batch: Batch) -> Result<(), A
     Ok(())
 }
 
+/// A 409 for a row of a tenant being purged (its rows are the purge's).
+fn refuse_purging<K: Kv>(state: &AdminState<K>, row: RowId) -> Result<(), ApiError> {
+    if super::steps::purging(state, row.tenant)? {
+        let tenant = state.registry.tenant_name(row.tenant).unwrap_or("?");
+        return Err(ApiError::conflict(format!("tenant {tenant:?} is being purged")));
+    }
+    Ok(())
+}
+
 /// `POST /v1/dead-letters/{id}/revive`: `queue::revive` of one row (ADR 0004
 /// section 4.8). A row not in the DLQ is a 409 and nothing changes.
 pub(crate) fn revive<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
     q.finish()?;
     let row = parse_row_id(&state.registry, id)?;
     let _writes = state.writes.blocking_lock();
+    refuse_purging(state, row)?;
     let batch = match ankusa_queue::revive(&*state.kv, row, (state.clock)()) {
         Ok(b) => b,
         Err(QueueError::NotInDlq { .. }) => return Err(not_dead(id)),
@@ -308,6 +318,7 @@ pub(crate) fn drop_one<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Resu
     q.finish()?;
     let row = parse_row_id(&state.registry, id)?;
     let _writes = state.writes.blocking_lock();
+    refuse_purging(state, row)?;
     let batch = match ankusa_queue::drop_dead(&*state.kv, &[row]) {
         Ok(b) => b,
         Err(QueueError::NotInDlq { .. }) => return Err(not_dead(id)),

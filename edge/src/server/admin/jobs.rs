@@ -1,28 +1,35 @@
-//! Admin jobs (docs/design.md section 5, "Admin API"): a DLQ revive or drop by
-//! filter, run in bounded steps by a task of the admin listener.
+//! Admin jobs (docs/design.md section 5, "Admin API"), run in bounded steps by
+//! a task of the admin listener: a DLQ revive or drop by filter, an archive
+//! replay, a tenant purge, a source's dead letters (a retired source), and a
+//! release or drop of quarantined hooks. [`JobKind`] names them.
 //!
 //! # Durability: a step is one batch
 //! A job's state is versioned JSON in cf `meta` under `keys::meta::job_key`.
-//! Each step examines at most [`JOB_STEP_ENTRIES`] ?X entries from the job's
-//! cursor, builds the revives (`queue::revive`) or the drop
-//! (`queue::drop_dead`) of the ones its filter matches, and puts the job's
-//! advanced cursor and counts IN THE SAME BATCH, written `Sync` under the
-//! admin write lock. A SIGKILL between two steps loses nothing and repeats
-//! nothing: the store holds either the rows moved and the cursor past them, or
-//! neither. `serve` resumes every `running` job at start
-//! ([`resume`]). The cursor also keeps a revived row that dies again from
-//! being revived twice by the same job (its ?X key is behind the cursor).
+//! Each step does a bounded piece of work and puts the job's advanced cursor
+//! and counts IN THE SAME BATCH, written `Sync` under the admin write lock. A
+//! SIGKILL between two steps loses nothing and repeats nothing: the store
+//! holds either the step's work and the cursor past it, or neither. `serve`
+//! resumes every `running` job at start ([`resume`]). Who commits a step's
+//! batch depends on what it touches:
+//! - revive and drop: the admin API itself (at most [`JOB_STEP_ENTRIES`] ?X
+//!   entries, `queue::revive` / `queue::drop_dead`); the cursor also keeps a
+//!   revived row that dies again from being revived twice by the same job;
+//! - replay, release and drop of quarantined hooks: the Writer
+//!   (`WriterHandle::job_step`: the hooks, releases or drops and the job's
+//!   state in one group batch, the state compare-and-set);
+//! - purge and dead letters of a source: the pipeline's task
+//!   (`PipelineHandle::exclusive`), between its passes.
 //!
 //! # States
-//! `running` -> `done` (the range is exhausted), `cancelled` (`POST
+//! `running` -> `done` (the work is exhausted), `cancelled` (`POST
 //! /v1/jobs/{id}/cancel`; the step in progress, if any, completes first: both
-//! take the write lock) or `failed` (a store error, in `error`).
+//! take the write lock; a cancelled purge lifts the tenant's purge mark, a
+//! cancelled retirement ends it) or `failed` (in `error`).
 
 use std::sync::Arc;
 
 use ankusa_engine::{Batch, Cf, Direction, KeyRange, Kv, Read, scan_pages};
 use ankusa_keys::meta::{job_key, jobs_range};
-use ankusa_keys::{CounterField, TenantOrd, counter_key};
 use ankusa_queue::QueueError;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -31,8 +38,9 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::AdminState;
-use super::api::{ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_time_ms, rfc3339, tenant_ord};
+use super::api::{ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_time_ms, rfc3339};
 use super::dlq::{self, DlqFilter};
+use super::steps::{self, Next};
 
 /// Most ?X entries one step of a job examines (and so the most rows one step's
 /// batch moves).
@@ -42,17 +50,33 @@ pub const JOB_STEP_ENTRIES: usize = 256;
 /// lock to ingest, the pipeline and other admin requests (a 10,000-row job
 /// takes 40 steps, so at least 0.8 s).
 pub const JOB_STEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+/// How long a job that waits (a replay over half its tenant's queue bounds, a
+/// retired source's calls in flight, a pipeline still recovering) sleeps
+/// before it looks again.
+pub const JOB_WAIT_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 /// The version of the job state this binary writes; another is refused.
 const JOB_VERSION: u8 = 1;
 
-/// What a job does to the dead letters its filter matches.
+/// What a job does (docs/design.md section 5, "Admin API").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobKind {
-    /// `queue::revive` each.
+    /// `queue::revive` each dead letter the filter matches.
     Revive,
-    /// `queue::drop_dead` each.
+    /// `queue::drop_dead` each dead letter the filter matches.
     Drop,
+    /// Archive replay of a source's hooks received in `[since, until)`
+    /// (docs/design.md section 5, "Replayer").
+    Replay,
+    /// Purge of a tenant (`queue::purge_tenant_page`; "Purge a tenant").
+    PurgeTenant,
+    /// Dead letters of a source's queued rows (`queue::dead_letter_source`;
+    /// "Retire a source").
+    DeadLetterSource,
+    /// Release of every quarantined hook the filter (tenant, source) matches.
+    ReleaseQuarantined,
+    /// Drop of every quarantined hook the filter matches.
+    DropQuarantined,
 }
 
 /// Where a job is.
@@ -93,14 +117,33 @@ pub struct Job {
     pub cursor: Option<String>,
     /// ?X entries examined so far.
     pub examined: u64,
-    /// Rows revived or dropped so far.
+    /// What it did so far: rows revived or dropped, hooks replayed, released
+    /// or dropped, rows and quarantined hooks purged, rows dead-lettered.
     pub done: u64,
-    /// The dead letters in the job's scope (the tenant's `dead` counter, or
-    /// the node's) when it was created: how many entries it expects to
-    /// examine.
-    pub total: u64,
+    /// What it examined and could not act on (a replay: an archive entry
+    /// whose envelope is gone, a hook still in quarantine; a release: a hook
+    /// whose source is no longer configured).
+    #[serde(default)]
+    pub skipped: u64,
+    /// What it expects to examine, from the maintained counters when it was
+    /// created (dead letters of its scope; a purge: the tenant's pending,
+    /// dead and quarantined; a source's dead letters: its tenants' pending,
+    /// an upper bound; quarantined hooks of its scope); `None` for a replay
+    /// (unknown without a scan).
+    pub total: Option<u64>,
     /// Why it failed.
     pub error: Option<String>,
+    /// A replay's sink entries (`None`: every sink of the source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sinks: Option<Vec<String>>,
+    /// A replay's bound: the seq high-water mark when it was created (hooks
+    /// committed later, its own copies included, are not in its range).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seq: Option<u64>,
+    /// What the job is doing now, for operators (a purge's family, "waiting
+    /// for ...").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
 }
 
 impl Job {
@@ -117,8 +160,11 @@ impl Job {
             "finished_at_ms": self.finished_at_ms,
             "examined": self.examined,
             "done": self.done,
+            "skipped": self.skipped,
             "total": self.total,
             "error": self.error,
+            "sinks": self.sinks,
+            "phase": self.phase,
         })
     }
 }
@@ -139,8 +185,16 @@ fn filter_view(f: &DlqFilter) -> Value {
 /// # Errors
 /// 503 for a store failure or a state this binary cannot read.
 pub fn read_job(read: &impl Read, id: u64) -> Result<Option<Job>, ApiError> {
+    Ok(read_job_raw(read, id)?.map(|(job, _)| job))
+}
+
+/// Reads job `id` with its stored bytes (what a Writer step compares).
+///
+/// # Errors
+/// As [`read_job`].
+pub(crate) fn read_job_raw(read: &impl Read, id: u64) -> Result<Option<(Job, Vec<u8>)>, ApiError> {
     match read.get(Cf::Meta, &job_key(id))? {
-        Some(raw) => decode(&raw).map(Some),
+        Some(raw) => decode(&raw).map(|j| Some((j, raw.to_vec()))),
         None => Ok(None),
     }
 }
@@ -153,9 +207,14 @@ fn decode(raw: &[u8]) -> Result<Job, ApiError> {
     Ok(job)
 }
 
-fn put(batch: &mut Batch, job: &Job) -> Result<(), ApiError> {
-    let value = serde_json::to_vec(job).map_err(ApiError::store)?;
-    batch.put(Cf::Meta, job_key(job.id), value);
+/// The stored bytes of `job`.
+pub(crate) fn encode(job: &Job) -> Result<Vec<u8>, ApiError> {
+    serde_json::to_vec(job).map_err(ApiError::store)
+}
+
+/// Puts `job`'s state into `batch`.
+pub(crate) fn put(batch: &mut Batch, job: &Job) -> Result<(), ApiError> {
+    batch.put(Cf::Meta, job_key(job.id), encode(job)?);
     Ok(())
 }
 
@@ -166,6 +225,9 @@ struct JobRequest {
     kind: JobKind,
     #[serde(default)]
     filter: FilterRequest,
+    /// A replay's sink entries (default: every sink of the source).
+    #[serde(default)]
+    sinks: Option<Vec<String>>,
 }
 
 /// A filter as a request gives it: `since`/`until` as unix ms or RFC 3339.
@@ -190,14 +252,14 @@ fn time_of(name: &str, v: Option<Value>) -> Result<Option<u64>, ApiError> {
     }
 }
 
-/// `POST /v1/jobs`: body `{"kind": "revive" | "drop", "filter": {tenant,
-/// source, sink, reason, since, until}}`; answers 202 with the job, whose
-/// steps then run in the background.
+/// `POST /v1/jobs`: body `{"kind", "filter": {tenant, source, sink, reason,
+/// since, until}, "sinks": [...]}` (which fields a kind takes: [`steps::plan`]);
+/// answers 202 with the job, whose steps then run in the background.
 pub(crate) fn create<K: Kv>(state: &Arc<AdminState<K>>, body: &[u8], q: Query) -> Result<Value, ApiError> {
     q.finish()?;
     let req: JobRequest = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body is not a job request: {e}")))?;
     let f = req.filter;
-    let filter = DlqFilter {
+    let mut filter = DlqFilter {
         tenant: f.tenant.filter(|s| !s.is_empty()),
         source: f.source.filter(|s| !s.is_empty()),
         sink: f.sink.filter(|s| !s.is_empty()),
@@ -205,13 +267,9 @@ pub(crate) fn create<K: Kv>(state: &Arc<AdminState<K>>, body: &[u8], q: Query) -
         since_ms: time_of("since", f.since)?,
         until_ms: time_of("until", f.until)?,
     };
-    filter.check(state)?;
-    let scope = match &filter.tenant {
-        Some(t) => tenant_ord(&state.registry, t)?,
-        None => TenantOrd::NODE,
-    };
     let writes = state.writes.blocking_lock();
-    let total = state.kv.counter(&counter_key(scope, CounterField::Dead))?.max(0) as u64;
+    let now = (state.clock)();
+    let plan = steps::plan(state, req.kind, &mut filter, req.sinks, now)?;
     let last = state.kv.first(Cf::Meta, &jobs_range(), Direction::Reverse)?;
     let id = match last {
         Some((k, _)) => match ankusa_keys::meta::MetaKey::decode(&k) {
@@ -220,7 +278,6 @@ pub(crate) fn create<K: Kv>(state: &Arc<AdminState<K>>, body: &[u8], q: Query) -
         },
         None => 1,
     };
-    let now = (state.clock)();
     let job = Job {
         v: JOB_VERSION,
         id,
@@ -233,12 +290,21 @@ pub(crate) fn create<K: Kv>(state: &Arc<AdminState<K>>, body: &[u8], q: Query) -
         cursor: None,
         examined: 0,
         done: 0,
-        total,
+        skipped: 0,
+        total: plan.total,
         error: None,
+        sinks: plan.sinks,
+        max_seq: plan.max_seq,
+        phase: plan.phase,
     };
-    let mut batch = Batch::new();
-    put(&mut batch, &job)?;
-    dlq::commit(state, batch)?;
+    if job.kind == JobKind::PurgeTenant {
+        // The purge mark goes in with the job, through the Writer.
+        steps::begin_purge(state, &job)?;
+    } else {
+        let mut batch = Batch::new();
+        put(&mut batch, &job)?;
+        dlq::commit(state, batch)?;
+    }
     drop(writes);
     info!(job = id, kind = ?job.kind, filter = ?job.filter, "admin job created");
     spawn(Arc::clone(state), id);
@@ -288,34 +354,25 @@ pub(crate) fn get<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Va
     Ok(read_job(&*state.kv, id)?.ok_or_else(|| ApiError::not_found(format!("no job {id}")))?.view())
 }
 
-/// `POST /v1/jobs/{id}/cancel`: a running job stops before its next step; a
-/// job no longer running is a 409.
+/// `POST /v1/jobs/{id}/cancel`: a running job stops before its next step (a
+/// purge lifts its tenant's purge mark, a source's retirement ends); a job no
+/// longer running is a 409.
 pub(crate) fn cancel<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
     q.finish()?;
     let id = parse_id(id)?;
     let _writes = state.writes.blocking_lock();
-    let mut job = read_job(&*state.kv, id)?.ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
+    let (job, raw) = read_job_raw(&*state.kv, id)?.ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
     if job.state != JobState::Running {
         return Err(ApiError::conflict(format!("job {id} is {}: only a running job can be cancelled", serde_json::to_value(job.state).unwrap_or_default().as_str().unwrap_or("finished"))));
     }
-    let now = (state.clock)();
-    job.state = JobState::Cancelled;
-    job.updated_at_ms = now;
-    job.finished_at_ms = Some(now);
-    let mut batch = Batch::new();
-    put(&mut batch, &job)?;
-    dlq::commit(state, batch)?;
+    let job = steps::finish(state, job, raw, JobState::Cancelled, None)?;
     info!(job = id, "admin job cancelled");
     Ok(job.view())
 }
 
-/// One step of job `id`: true when it is still running afterwards.
-fn step<K: Kv>(state: &AdminState<K>, id: u64) -> Result<bool, ApiError> {
-    let _writes = state.writes.blocking_lock();
-    let Some(mut job) = read_job(&*state.kv, id)? else { return Ok(false) };
-    if job.state != JobState::Running {
-        return Ok(false);
-    }
+/// One step of a DLQ revive or drop job (the write lock held).
+fn dlq_step<K: Kv>(state: &AdminState<K>, mut job: Job) -> Result<Next, ApiError> {
+    let id = job.id;
     let from = match &job.cursor {
         Some(c) => URL_SAFE_NO_PAD.decode(c.as_bytes()).map_err(|_| ApiError::store(format!("job {id}'s cursor does not decode")))?,
         None => Vec::new(),
@@ -323,7 +380,10 @@ fn step<K: Kv>(state: &AdminState<K>, id: u64) -> Result<bool, ApiError> {
     let found = dlq::scan(state, &job.filter, &from, JOB_STEP_ENTRIES, usize::MAX)?;
     let now = (state.clock)();
     let mut batch = Batch::new();
-    let rows: Vec<_> = found.matched.iter().map(|d| d.row).collect();
+    // Rows of a tenant being purged are left to the purge.
+    let purging = ankusa_queue::read_purges(&*state.kv)?;
+    let rows: Vec<_> = found.matched.iter().map(|d| d.row).filter(|r| !purging.contains_key(&r.tenant)).collect();
+    job.skipped += (found.matched.len() - rows.len()) as u64;
     match job.kind {
         JobKind::Revive => {
             for &row in &rows {
@@ -341,7 +401,7 @@ fn step<K: Kv>(state: &AdminState<K>, id: u64) -> Result<bool, ApiError> {
         JobKind::Drop if !rows.is_empty() => {
             batch.extend(ankusa_queue::drop_dead(&*state.kv, &rows)?);
         }
-        JobKind::Drop => {}
+        _ => {}
     }
     job.examined += found.examined as u64;
     job.done += rows.len() as u64;
@@ -358,24 +418,33 @@ fn step<K: Kv>(state: &AdminState<K>, id: u64) -> Result<bool, ApiError> {
     }
     if job.state == JobState::Done {
         info!(job = id, done = job.done, examined = job.examined, "admin job done");
+        return Ok(Next::Stop);
     }
-    Ok(job.state == JobState::Running)
+    Ok(Next::More)
+}
+
+/// One step of job `id`: what the job's task does next.
+fn step<K: Kv>(state: &AdminState<K>, id: u64) -> Result<Next, ApiError> {
+    let _writes = state.writes.blocking_lock();
+    let Some((job, raw)) = read_job_raw(&*state.kv, id)? else { return Ok(Next::Stop) };
+    if job.state != JobState::Running {
+        return Ok(Next::Stop);
+    }
+    match job.kind {
+        JobKind::Revive | JobKind::Drop => dlq_step(state, job),
+        _ => steps::step(state, job, raw),
+    }
 }
 
 /// Marks job `id` failed with `error` (best effort: the store may be what
-/// failed).
+/// failed), lifting a purge's mark or ending a retirement.
 fn fail<K: Kv>(state: &AdminState<K>, id: u64, error: &ApiError) {
     let _writes = state.writes.blocking_lock();
-    if let Ok(Some(mut job)) = read_job(&*state.kv, id) {
-        let now = (state.clock)();
-        job.state = JobState::Failed;
-        job.error = Some(error.message.clone());
-        job.updated_at_ms = now;
-        job.finished_at_ms = Some(now);
-        let mut batch = Batch::new();
-        if put(&mut batch, &job).is_ok() {
-            let _ = dlq::commit(state, batch);
-        }
+    if let Ok(Some((job, raw))) = read_job_raw(&*state.kv, id)
+        && job.state == JobState::Running
+        && let Err(e) = steps::finish(state, job, raw, JobState::Failed, Some(error.message.clone()))
+    {
+        warn!(job = id, error = %e.message, "could not record the job's failure");
     }
 }
 
@@ -390,8 +459,13 @@ pub fn spawn<K: Kv>(state: Arc<AdminState<K>>, id: u64) {
             }
             let st = Arc::clone(&state);
             match tokio::task::spawn_blocking(move || step(&st, id)).await {
-                Ok(Ok(true)) => tokio::time::sleep(JOB_STEP_PAUSE).await,
-                Ok(Ok(false)) => return,
+                Ok(Ok(Next::More)) => tokio::time::sleep(JOB_STEP_PAUSE).await,
+                Ok(Ok(Next::Wait)) => tokio::time::sleep(JOB_WAIT_PAUSE).await,
+                Ok(Ok(Next::Stop)) => return,
+                Ok(Err(e)) if state.shutting_down.load(std::sync::atomic::Ordering::SeqCst) => {
+                    info!(job = id, error = %e.message, "relay stopping: the job's step did not finish; it resumes at the next start");
+                    return;
+                }
                 Ok(Err(e)) => {
                     warn!(job = id, error = %e.message, "admin job failed");
                     let st = Arc::clone(&state);

@@ -23,8 +23,12 @@
 //! # Mutations
 //! One at a time ([`AdminState::writes`]), each one batch built by a pure
 //! builder of `queue`, written `Durability::Sync`; a revive wakes the
-//! pipeline. Bulk revives and drops are jobs ([`jobs`]) that survive a
-//! restart.
+//! pipeline. Writes that must be serialised with ingest (a quarantine
+//! release or drop, an archive replay, a tenant's purge mark) go through the
+//! Writer ([`AdminState::ingest`]); writes that move rows the pipeline moves
+//! (a purge page, a retired source's dead letters) and pauses go through the
+//! pipeline ([`AdminState::pipeline`], [`PipelineControl`]). Bulk work is a
+//! job ([`jobs`]) that survives a restart.
 //!
 //! Gauges of `/metrics` come from the store's maintained counters of the node
 //! aggregate, read at scrape time, never from scans (ADR 0004 section 7); no
@@ -33,15 +37,21 @@
 pub mod api;
 mod dlq;
 pub mod jobs;
+mod pause;
+mod quarantine;
+mod steps;
 mod views;
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ankusa_config::Config;
-use ankusa_engine::Kv;
+use ankusa_engine::{Batch, Kv};
+use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{CounterField, SinkIx, SourceId, TenantOrd, counter_key};
 use ankusa_queue::Registry;
 use bytes::Bytes;
@@ -60,7 +70,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::EdgeStats;
+use super::{Edge, EdgeStats};
 use api::{ApiError, Query};
 pub use dlq::{DlqFilter, LIST_SCAN_BUDGET};
 pub use views::BreakerReport;
@@ -98,11 +108,54 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/dead-letters/{id}"),
     ("DELETE", "/v1/dead-letters/{id}"),
     ("POST", "/v1/dead-letters/{id}/revive"),
+    ("POST", "/v1/sources/{source}/pause"),
+    ("POST", "/v1/sources/{source}/resume"),
+    ("POST", "/v1/sources/{source}/sinks/{sink}/pause"),
+    ("POST", "/v1/sources/{source}/sinks/{sink}/resume"),
+    ("GET", "/v1/tenants/{tenant}/quarantine"),
+    ("GET", "/v1/tenants/{tenant}/quarantine/{seq}"),
+    ("DELETE", "/v1/tenants/{tenant}/quarantine/{seq}"),
+    ("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release"),
     ("GET", "/v1/jobs"),
     ("POST", "/v1/jobs"),
     ("GET", "/v1/jobs/{id}"),
     ("POST", "/v1/jobs/{id}/cancel"),
 ];
+
+/// A future the admin API waits on from its blocking threads.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Admin work run on the pipeline's task (`pipeline::PipelineHandle::
+/// exclusive`): reads the live store, returns the batch the pipeline commits.
+pub type PipelineWork = Box<dyn FnOnce() -> Result<Batch, String> + Send>;
+
+/// Why the pipeline did not do what the admin API asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlFailure {
+    /// The target is not a configured source or sink entry.
+    NotConfigured,
+    /// The work refused to build its batch (its message).
+    Refused(String),
+    /// The pipeline has stopped, or the store failed.
+    Unavailable(String),
+}
+
+/// What the admin API asks of the pipeline (docs/design.md section 5,
+/// "Pause", "Purge a tenant", "Retire a source"). `serve` implements it over
+/// `pipeline::PipelineHandle`; the edge crate does not depend on the
+/// pipeline. Each call is awaited from a blocking thread of the admin API.
+pub trait PipelineControl: Send + Sync {
+    /// Pauses `target` at run time (`Some(reason)`) or lifts its runtime
+    /// pause (`None`), committed `Sync` and applied before it returns.
+    fn set_pause(&self, target: PauseTarget, reason: Option<String>) -> BoxFuture<'_, Result<(), ControlFailure>>;
+    /// Stops (`true`) or restarts the pipeline's visits of `tenant`.
+    fn quiesce(&self, tenant: TenantOrd, quiet: bool) -> BoxFuture<'_, Result<(), ControlFailure>>;
+    /// Retires `source` (`Some(reason)`) or ends it (`None`); the source's
+    /// calls in flight now.
+    fn retire(&self, source: SourceId, reason: Option<String>) -> BoxFuture<'_, Result<usize, ControlFailure>>;
+    /// Runs `work` on the pipeline's task and commits its batch `Sync`.
+    fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>>;
+}
 
 /// Reads a breaker: `(tenant, source, sink index, now_ms)`.
 pub type BreakerFn = Box<dyn Fn(TenantOrd, SourceId, SinkIx, u64) -> BreakerReport + Send + Sync>;
@@ -144,6 +197,16 @@ pub struct AdminState<K: Kv> {
     /// Expired dedupe records the sweep has deleted since the start
     /// (`ankusa_retention_dedupe_expired_total`).
     pub retention_dedupe_expired: Arc<AtomicU64>,
+    /// The ingest edge: its Writer handle and its routes (quarantine
+    /// releases and drops, archive replays, purge marks). `None` before it
+    /// is attached and after [`AdminState::detach_edge`]: the Writer stops
+    /// only when every handle is gone, so the relay detaches it when it
+    /// begins to stop; a job step that finds none stops and is resumed at the
+    /// next start.
+    pub ingest: std::sync::Mutex<Option<Arc<Edge<K>>>>,
+    /// The pipeline's controls (pauses, quiesce, retire, exclusive work);
+    /// `None` answers those routes 503.
+    pub pipeline: Option<Box<dyn PipelineControl>>,
 }
 
 impl<K: Kv> AdminState<K> {
@@ -175,8 +238,39 @@ impl<K: Kv> AdminState<K> {
             paused_sinks: Arc::new(AtomicU64::new(0)),
             retention_hooks_deleted: Arc::new(AtomicU64::new(0)),
             retention_dedupe_expired: Arc::new(AtomicU64::new(0)),
+            ingest: std::sync::Mutex::new(None),
+            pipeline: None,
         }
     }
+
+    /// Gives the admin API the edge (its Writer and routes).
+    pub fn attach_edge(&self, edge: Arc<Edge<K>>) {
+        *self.ingest.lock().unwrap_or_else(|p| p.into_inner()) = Some(edge);
+    }
+
+    /// Drops the admin API's hold on the edge (and so on the Writer), as the
+    /// relay begins to stop.
+    pub fn detach_edge(&self) {
+        self.ingest.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// The edge, while attached.
+    pub(crate) fn edge(&self) -> Option<Arc<Edge<K>>> {
+        self.ingest.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The pipeline's controls.
+    ///
+    /// # Errors
+    /// 503 when there is none.
+    pub(crate) fn pipeline(&self) -> Result<&dyn PipelineControl, ApiError> {
+        self.pipeline.as_deref().ok_or_else(|| ApiError::unavailable("the pipeline is not running"))
+    }
+}
+
+/// Waits on `fut` from one of the admin API's blocking threads.
+pub(crate) fn block<T>(fut: impl Future<Output = T>) -> T {
+    tokio::runtime::Handle::current().block_on(fut)
 }
 
 struct StoreCollector<K: Kv> {
@@ -510,6 +604,14 @@ fn route<K: Kv>(
         ("GET", "/v1/dead-letters/{id}") => ok(dlq::get(state, arg(0), q)?),
         ("DELETE", "/v1/dead-letters/{id}") => ok(dlq::drop_one(state, arg(0), q)?),
         ("POST", "/v1/dead-letters/{id}/revive") => ok(dlq::revive(state, arg(0), q)?),
+        ("POST", "/v1/sources/{source}/pause") => ok(pause::change(state, arg(0), None, true, body, q)?),
+        ("POST", "/v1/sources/{source}/resume") => ok(pause::change(state, arg(0), None, false, body, q)?),
+        ("POST", "/v1/sources/{source}/sinks/{sink}/pause") => ok(pause::change(state, arg(0), Some(arg(1)), true, body, q)?),
+        ("POST", "/v1/sources/{source}/sinks/{sink}/resume") => ok(pause::change(state, arg(0), Some(arg(1)), false, body, q)?),
+        ("GET", "/v1/tenants/{tenant}/quarantine") => ok(quarantine::list(state, arg(0), q)?),
+        ("GET", "/v1/tenants/{tenant}/quarantine/{seq}") => ok(quarantine::get(state, arg(0), arg(1), q)?),
+        ("DELETE", "/v1/tenants/{tenant}/quarantine/{seq}") => ok(quarantine::drop_one(state, arg(0), arg(1), q)?),
+        ("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release") => ok(quarantine::release(state, arg(0), arg(1), q)?),
         ("GET", "/v1/jobs") => ok(jobs::list(state, q)?),
         ("POST", "/v1/jobs") => Ok((StatusCode::ACCEPTED, jobs::create(state, body, q)?)),
         ("GET", "/v1/jobs/{id}") => ok(jobs::get(state, arg(0), q)?),

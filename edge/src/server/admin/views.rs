@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::AdminState;
 use super::api::{ApiError, CursorKind, Query, b64, decode_cursor, encode_cursor, rfc3339, row_id_text, tenant_ord, utf8, uuid_text};
+use super::pause::pause_info;
 
 /// The counter fields as the API names them (`bytes` is `pending_bytes`).
 pub(crate) fn counter_name(field: CounterField) -> &'static str {
@@ -139,14 +140,18 @@ pub enum BreakerReport {
     HalfOpen,
 }
 
-/// One source: never a secret, only the verification scheme's name.
-fn source_view<K: Kv>(state: &AdminState<K>, s: &Source) -> Value {
+/// One source: never a secret, only the verification scheme's name; the
+/// pauses in force on it and on each sink entry (the configuration's and the
+/// runtime ones of `runtime`, docs/design.md section 5, "Pause").
+fn source_view<K: Kv>(state: &AdminState<K>, s: &Source, runtime: &ankusa_queue::PauseMap) -> Value {
     let now = (state.clock)();
+    let id = state.registry.sources.get(&s.name).copied();
+    let source_runtime = id.and_then(|id| runtime.get(&PauseTarget::Source(id)));
+    let source_paused = s.paused || source_runtime.is_some();
     let tenants: Vec<&str> = match &s.tenant {
         TenantBinding::Fixed(t) => vec![t.as_str()],
         TenantBinding::Path => state.config.tenants.iter().map(|t| t.name.as_str()).collect(),
     };
-    let id = state.registry.sources.get(&s.name).copied();
     let sinks: Vec<Value> = s
         .sinks
         .iter()
@@ -166,6 +171,7 @@ fn source_view<K: Kv>(state: &AdminState<K>, s: &Source) -> Value {
                     .collect(),
                 None => Vec::new(),
             };
+            let sink_runtime = id.and_then(|id| runtime.get(&PauseTarget::Sink(id, SinkIx(e.index))));
             json!({
                 "name": e.name,
                 "type": e.kind.as_str(),
@@ -173,6 +179,8 @@ fn source_view<K: Kv>(state: &AdminState<K>, s: &Source) -> Value {
                 "ordered": ordered,
                 "ordering_key": key,
                 "breakers": breakers,
+                "pause": pause_info(e.paused, sink_runtime),
+                "paused": source_paused || e.paused || sink_runtime.is_some(),
             })
         })
         .collect();
@@ -185,6 +193,8 @@ fn source_view<K: Kv>(state: &AdminState<K>, s: &Source) -> Value {
         },
         "verification": scheme(&s.verification),
         "dedupe": s.dedupe.as_ref().map(|d| json!({ "key": key_source(&d.key), "ttl_ms": d.ttl_ms })),
+        "pause": pause_info(s.paused, source_runtime),
+        "paused": source_paused,
         "sinks": sinks,
     })
 }
@@ -199,7 +209,8 @@ pub(crate) fn list_sources<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result
     let start = cursor.unwrap_or_default();
     let rest: Vec<&Source> = sources.into_iter().filter(|s| s.name.as_bytes() >= start.as_slice()).collect();
     let next = rest.get(limit).map(|s| encode_cursor(CursorKind::Sources, s.name.as_bytes()));
-    let items: Vec<Value> = rest.iter().take(limit).map(|s| source_view(state, s)).collect();
+    let runtime = ankusa_queue::read_pauses(&*state.kv)?;
+    let items: Vec<Value> = rest.iter().take(limit).map(|s| source_view(state, s, &runtime)).collect();
     Ok(json!({ "items": items, "next_cursor": next }))
 }
 
@@ -207,7 +218,8 @@ pub(crate) fn list_sources<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result
 pub(crate) fn get_source<K: Kv>(state: &AdminState<K>, name: &str, q: Query) -> Result<Value, ApiError> {
     q.finish()?;
     let s = state.config.source(name).ok_or_else(|| ApiError::not_found(format!("no source {name:?} in the configuration")))?;
-    Ok(source_view(state, s))
+    let runtime = ankusa_queue::read_pauses(&*state.kv)?;
+    Ok(source_view(state, s, &runtime))
 }
 
 /// The sink entry name of `(source, index)` in the configuration.
@@ -318,7 +330,7 @@ fn held_sinks<K: Kv>(
 }
 
 /// A hook: its envelope as stored and every delivery row it still has.
-fn hook_view<K: Kv>(state: &AdminState<K>, tenant: &str, ord: TenantOrd, seq: Seq, env: &Envelope) -> Result<Value, ApiError> {
+pub(crate) fn hook_view<K: Kv>(state: &AdminState<K>, tenant: &str, ord: TenantOrd, seq: Seq, env: &Envelope) -> Result<Value, ApiError> {
     let source = state.registry.source_name(env.source).map(str::to_owned);
     let rows = state.kv.scan(Cf::Deliveries, &deliveries_of_hook_range(ord, seq), Direction::Forward, usize::from(u16::MAX) + 1)?;
     let mut decoded = Vec::with_capacity(rows.len());
@@ -353,11 +365,12 @@ fn hook_view<K: Kv>(state: &AdminState<K>, tenant: &str, ord: TenantOrd, seq: Se
         "body_text": utf8(&env.body),
         "dedupe_key": env.dedupe_key.as_deref().map(utf8),
         "dedupe_key_base64": env.dedupe_key.as_deref().map(b64),
+        "replay_of": env.replay_of.map(|s| s.0),
         "deliveries": deliveries,
     }))
 }
 
-fn read_envelope(read: &impl Read, ord: TenantOrd, seq: Seq) -> Result<Option<Envelope>, ApiError> {
+pub(crate) fn read_envelope(read: &impl Read, ord: TenantOrd, seq: Seq) -> Result<Option<Envelope>, ApiError> {
     match read.get(Cf::Hooks, &hook_key(ord, seq))? {
         Some(raw) => Ok(Some(Envelope::decode(&raw).map_err(ApiError::store)?)),
         None => Ok(None),
@@ -448,6 +461,7 @@ mod tests {
             body: b"{}".to_vec(),
             dedupe_key: None,
             idempotency_key: [seq as u8; 16],
+            replay_of: None,
         };
         let mut b = Batch::new();
         let hook = Hook { tenant: ord, seq: Seq(seq), envelope: &env, dedupe_expires_at_ms: 0 };
