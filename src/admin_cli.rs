@@ -35,22 +35,22 @@ pub struct Conn {
 #[derive(Args, Debug, Clone, Default)]
 pub struct Filter {
     /// Tenant name.
-    #[arg(long)]
+    #[arg(long, value_parser = non_empty)]
     pub tenant: Option<String>,
     /// Source name.
-    #[arg(long)]
+    #[arg(long, value_parser = non_empty)]
     pub source: Option<String>,
     /// Sink entry name.
-    #[arg(long)]
+    #[arg(long, value_parser = non_empty)]
     pub sink: Option<String>,
     /// Prefix of the dead-letter reason (e.g. "permanent: HTTP 400").
-    #[arg(long)]
+    #[arg(long, value_parser = non_empty)]
     pub reason: Option<String>,
     /// Dead at or after: unix ms or RFC 3339.
-    #[arg(long)]
+    #[arg(long, value_parser = non_empty)]
     pub since: Option<String>,
     /// Dead before: unix ms or RFC 3339.
-    #[arg(long)]
+    #[arg(long, value_parser = non_empty)]
     pub until: Option<String>,
 }
 
@@ -108,7 +108,7 @@ pub enum DlqCmd {
         #[arg(long)]
         limit: Option<u64>,
         /// The cursor a previous page printed.
-        #[arg(long)]
+        #[arg(long, value_parser = non_empty)]
         cursor: Option<String>,
     },
     /// Revive one dead letter (ROW, e.g. default.42.0), or every one a filter
@@ -153,10 +153,10 @@ pub enum QuarantineCmd {
     /// or of every tenant.
     List {
         /// Tenant name (default: every tenant, every page).
-        #[arg(long)]
+        #[arg(long, value_parser = non_empty)]
         tenant: Option<String>,
         /// Only this source's hooks.
-        #[arg(long)]
+        #[arg(long, value_parser = non_empty)]
         source: Option<String>,
         /// Items per page (1-1000), with --tenant.
         #[arg(long, requires = "tenant")]
@@ -180,10 +180,10 @@ pub enum QuarantineCmd {
         #[arg(long)]
         all: bool,
         /// Tenant name.
-        #[arg(long)]
+        #[arg(long, value_parser = non_empty)]
         tenant: Option<String>,
         /// Source name.
-        #[arg(long)]
+        #[arg(long, value_parser = non_empty)]
         source: Option<String>,
         /// Wait for the job with a progress bar.
         #[arg(long)]
@@ -199,10 +199,10 @@ pub enum QuarantineCmd {
         #[arg(long)]
         all: bool,
         /// Tenant name.
-        #[arg(long)]
+        #[arg(long, value_parser = non_empty)]
         tenant: Option<String>,
         /// Source name.
-        #[arg(long)]
+        #[arg(long, value_parser = non_empty)]
         source: Option<String>,
         /// Confirm: a dropped hook is gone for good.
         #[arg(long)]
@@ -223,10 +223,10 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub since: String,
     /// Received before: unix ms or RFC 3339 (default: now).
-    #[arg(long)]
+    #[arg(long, value_parser = non_empty)]
     pub until: Option<String>,
     /// Only this tenant's hooks (a tenant_path source).
-    #[arg(long)]
+    #[arg(long, value_parser = non_empty)]
     pub tenant: Option<String>,
     /// Only to this sink entry of the source (repeat for several; default:
     /// every sink).
@@ -329,12 +329,28 @@ pub fn main(conn: &Conn, command: Command) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    match reqwest::Url::parse(&conn.admin) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+        _ => {
+            return Fail::Usage(format!(
+                "--admin {:?} is not an http:// or https:// address (e.g. http://127.0.0.1:8081)",
+                ankusa_config::redact_url(&conn.admin)
+            ))
+            .exit();
+        }
+    }
+    // A token HTTP cannot carry (a trailing newline from a file, a space) is
+    // a usage error, not an unreachable listener.
+    let token = std::env::var("ANKUSA_ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
+    if token.as_ref().is_some_and(|t| !t.bytes().all(|b| b.is_ascii_graphic())) {
+        return Fail::Usage("ANKUSA_ADMIN_TOKEN has spaces, control bytes or non-ASCII (a trailing newline?)".to_owned()).exit();
+    }
     ankusa_sinks::http::install_crypto_provider();
     let client = match reqwest::Client::builder().timeout(Duration::from_secs(60)).build() {
         Ok(c) => c,
         Err(e) => return Fail::Unreachable(format!("cannot build an HTTP client: {e}")).exit(),
     };
-    let api = Api { base: conn.admin.clone(), token: std::env::var("ANKUSA_ADMIN_TOKEN").ok().filter(|t| !t.is_empty()), client };
+    let api = Api { base: conn.admin.clone(), token, client };
     match rt.block_on(run(&api, conn.json, command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => f.exit(),
@@ -405,8 +421,8 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
         }
         Command::Hooks(HooksCmd::Show { id, tenant, seq }) => {
             let path = match (id, tenant, seq) {
-                (Some(id), _, _) => format!("/v1/hooks/{id}"),
-                (None, Some(t), Some(n)) => format!("/v1/tenants/{t}/hooks/{n}"),
+                (Some(id), _, _) => format!("/v1/hooks/{}", seg(&id)),
+                (None, Some(t), Some(n)) => format!("/v1/tenants/{}/hooks/{}", seg(&t), seg(&n)),
                 _ => return Err(Fail::Usage("give an idempotency key, or --tenant and --seq".into())),
             };
             let h = api.get(&path, &[]).await?;
@@ -472,14 +488,14 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             act(api, json_out, target, "drop", &filter, wait).await?;
         }
         Command::Jobs { cmd: Some(JobsCmd::Cancel { id }), .. } => {
-            let j = api.call(reqwest::Method::POST, &format!("/v1/jobs/{id}/cancel"), &[], None).await?;
+            let j = api.call(reqwest::Method::POST, &format!("/v1/jobs/{}/cancel", seg(&id)), &[], None).await?;
             if json_out {
                 return print_json(&j);
             }
             print_jobs(&[j]);
         }
         Command::Jobs { id: Some(id), wait, cmd: None } => {
-            let j = if wait { wait_job(api, id, !json_out).await? } else { api.get(&format!("/v1/jobs/{id}"), &[]).await? };
+            let j = if wait { wait_job(api, id, !json_out).await? } else { api.get(&format!("/v1/jobs/{}", seg(&id)), &[]).await? };
             if json_out {
                 print_json(&j)?;
             } else {
@@ -497,8 +513,8 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
         Command::Pause { source, sink, reason, resume } => {
             let verb = if resume { "resume" } else { "pause" };
             let path = match &sink {
-                Some(k) => format!("/v1/sources/{source}/sinks/{k}/{verb}"),
-                None => format!("/v1/sources/{source}/{verb}"),
+                Some(k) => format!("/v1/sources/{}/sinks/{}/{}", seg(&source), seg(&k), seg(&verb)),
+                None => format!("/v1/sources/{}/{}", seg(&source), seg(&verb)),
             };
             let body = reason.map(|r| json!({ "reason": r }));
             let v = api.call(reqwest::Method::POST, &path, &[], body).await?;
@@ -625,7 +641,7 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
                 Some(t) => {
                     q.extend(limit.map(|l| ("limit", l.to_string())));
                     q.extend(cursor.map(|c| ("cursor", c)));
-                    api.get(&format!("/v1/tenants/{t}/quarantine"), &q).await?
+                    api.get(&format!("/v1/tenants/{}/quarantine", seg(&t)), &q).await?
                 }
                 None => {
                     let tenants = all_pages(api, "/v1/tenants").await?;
@@ -637,7 +653,7 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
                             let mut qq = q.clone();
                             qq.push(("limit", "1000".into()));
                             qq.extend(cursor.take().map(|c| ("cursor", c)));
-                            let page = api.get(&format!("/v1/tenants/{name}/quarantine"), &qq).await?;
+                            let page = api.get(&format!("/v1/tenants/{}/quarantine", seg(&name)), &qq).await?;
                             all.extend(items(&page));
                             match page["next_cursor"].as_str() {
                                 Some(c) => cursor = Some(c.to_owned()),
@@ -662,7 +678,7 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
         }
         QuarantineCmd::Show { hook } => {
             let (t, seq) = hook_ref(&hook)?;
-            let v = api.get(&format!("/v1/tenants/{t}/quarantine/{seq}"), &[]).await?;
+            let v = api.get(&format!("/v1/tenants/{}/quarantine/{}", seg(&t), seg(&seq)), &[]).await?;
             if json_out {
                 return print_json(&v);
             }
@@ -679,7 +695,7 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
         }
         QuarantineCmd::Release { hook: Some(hook), wait: _, .. } => {
             let (t, seq) = hook_ref(&hook)?;
-            let v = api.call(reqwest::Method::POST, &format!("/v1/tenants/{t}/quarantine/{seq}/release"), &[], None).await?;
+            let v = api.call(reqwest::Method::POST, &format!("/v1/tenants/{}/quarantine/{}/release", seg(&t), seg(&seq)), &[], None).await?;
             if json_out {
                 return print_json(&v);
             }
@@ -691,7 +707,7 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
             if !yes {
                 return Err(Fail::Usage("refusing to drop a quarantined hook without --yes: it is gone for good".into()));
             }
-            let v = api.call(reqwest::Method::DELETE, &format!("/v1/tenants/{t}/quarantine/{seq}"), &[], None).await?;
+            let v = api.call(reqwest::Method::DELETE, &format!("/v1/tenants/{}/quarantine/{}", seg(&t), seg(&seq)), &[], None).await?;
             if json_out {
                 return print_json(&v);
             }
@@ -744,9 +760,9 @@ async fn act(api: &Api, json_out: bool, target: Target, verb: &str, filter: &Fil
     match target {
         Target::Row(row) => {
             let v = if verb == "revive" {
-                api.call(reqwest::Method::POST, &format!("/v1/dead-letters/{row}/revive"), &[], None).await?
+                api.call(reqwest::Method::POST, &format!("/v1/dead-letters/{}/revive", seg(&row)), &[], None).await?
             } else {
-                api.call(reqwest::Method::DELETE, &format!("/v1/dead-letters/{row}"), &[], None).await?
+                api.call(reqwest::Method::DELETE, &format!("/v1/dead-letters/{}", seg(&row)), &[], None).await?
             };
             if json_out {
                 return print_json(&v);
@@ -786,7 +802,7 @@ async fn wait_job(api: &Api, id: u64, bar: bool) -> Result<Value, Fail> {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     loop {
-        let j = api.get(&format!("/v1/jobs/{id}"), &[]).await?;
+        let j = api.get(&format!("/v1/jobs/{}", seg(&id)), &[]).await?;
         let examined = j["examined"].as_u64().unwrap_or(0);
         pb.set_length(j["total"].as_u64().unwrap_or(0).max(examined));
         pb.set_position(examined);
@@ -898,3 +914,28 @@ fn table(head: &[&str], rows: &[Vec<String>]) {
         println!("(none)");
     }
 }
+
+/// One path segment of an admin URL, percent-encoded: whatever an operator
+/// types as a row id, job id or name stays inside its segment (`../jobs/1`
+/// cannot reach another route).
+fn seg(text: &impl ToString) -> String {
+    let text = text.to_string();
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    // `.` and `..` alone would still be dot-segments.
+    if out == "." || out == ".." { out.replace('.', "%2E") } else { out }
+}
+
+/// A clap value parser for names and filter fields: an empty value is a
+/// usage error, never "no filter" (a script's unset variable must not widen
+/// a destructive command to everything).
+pub fn non_empty(text: &str) -> Result<String, String> {
+    if text.is_empty() { Err("must not be empty (leave the option out instead)".to_owned()) } else { Ok(text.to_owned()) }
+}
+

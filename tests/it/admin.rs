@@ -453,6 +453,15 @@ async fn bad_input_to_every_route_is_a_4xx_json_error() {
         ("POST", "/v1/jobs", "/v1/jobs".into(), Some(json!({ "kind": "drop", "filter": { "since": -1 } })), 400),
         ("POST", "/v1/jobs", "/v1/jobs".into(), Some(json!({ "kind": "drop", "filter": { "until": "soon" } })), 400),
         ("POST", "/v1/jobs", "/v1/jobs".into(), Some(json!({ "kind": "revive", "filter": { "source": "spare", "sink": "web" } })), 404),
+        // An empty field is not "every": a drop of tenant "" dropped every
+        // tenant's dead letters (break-it pass).
+        ("POST", "/v1/jobs", "/v1/jobs".into(), Some(json!({ "kind": "drop", "filter": { "tenant": "" } })), 400),
+        ("POST", "/v1/jobs", "/v1/jobs".into(), Some(json!({ "kind": "revive", "filter": { "reason": "" } })), 400),
+        // One row, one id: no sign, no leading zero.
+        ("DELETE", "/v1/dead-letters/{id}", "/v1/dead-letters/other.+1.0".into(), None, 400),
+        ("POST", "/v1/dead-letters/{id}/revive", "/v1/dead-letters/other.01.0/revive".into(), None, 400),
+        ("GET", "/v1/tenants/{tenant}/hooks/{seq}", "/v1/tenants/other/hooks/+1".into(), None, 400),
+        ("GET", "/v1/jobs/{id}", "/v1/jobs/01".into(), None, 400),
     ];
     for (m, pattern, path, body, want) in cases {
         let (status, e) = api.call(m, pattern, &path, body.clone()).await;
@@ -550,6 +559,16 @@ async fn the_cli_prints_json_refuses_drops_without_yes_and_exits_with_its_codes(
     assert_eq!(cli(&["tenants", "--admin", &format!("http://{closed}")], Some(TOKEN)).0, 3);
     assert_eq!(cli(&["dlq", "revive", "--admin", a], Some(TOKEN)).0, 2);
     assert_eq!(cli(&["jobs", "cancel", "x"], Some(TOKEN)).0, 2);
+    // An empty filter value, an address that is not http(s), a token HTTP
+    // cannot carry: usage errors (2), nothing sent (break-it pass).
+    assert_eq!(cli(&["dlq", "drop", "--tenant", "", "--yes", "--admin", a], Some(TOKEN)).0, 2);
+    assert_eq!(cli(&["tenants", "--admin", "ftp://127.0.0.1:1"], Some(TOKEN)).0, 2);
+    assert_eq!(cli(&["tenants", "--admin", a], Some("cli-token\n")).0, 2);
+    // A row id stays in its path segment: `../jobs/..` reaches no other route.
+    let (code, _, err) = cli(&["dlq", "revive", "../jobs/1/cancel#", "--admin", a], Some(TOKEN));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("400") && err.contains("not a row id"), "{err}");
+    assert_eq!(api.dead("").await.len(), 1);
     // The API refuses: 1.
     let (code, _, err) = cli(&["dlq", "revive", "other.9.0", "--admin", a], Some(TOKEN));
     assert_eq!(code, 1, "{err}");

@@ -225,8 +225,8 @@ pub fn parse_row_id(registry: &Registry, text: &str) -> Result<RowId, ApiError> 
     let (Some(sink), Some(seq), Some(tenant)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(bad());
     };
-    let seq: u64 = seq.parse().map_err(|_| bad())?;
-    let sink: u16 = sink.parse().map_err(|_| bad())?;
+    let seq: u64 = canonical(seq).ok_or_else(bad)?;
+    let sink: u16 = canonical(sink).ok_or_else(bad)?;
     let ord = tenant_ord(registry, tenant)?;
     Ok(RowId::new(ord, Seq(seq), SinkIx(sink)))
 }
@@ -244,7 +244,17 @@ pub fn tenant_ord(registry: &Registry, name: &str) -> Result<TenantOrd, ApiError
 /// # Errors
 /// 400 when it is not a number.
 pub fn parse_seq(text: &str) -> Result<Seq, ApiError> {
-    text.parse::<u64>().map(Seq).map_err(|_| ApiError::bad_request(format!("seq {text:?} is not a number")))
+    canonical(text).map(Seq).ok_or_else(|| ApiError::bad_request(format!("seq {text:?} is not a number")))
+}
+
+/// A number written the one way the API writes it: decimal digits, no sign,
+/// no leading zero (`+8` and `07` are refused, so one row has one id).
+pub fn canonical<N: std::str::FromStr>(text: &str) -> Option<N> {
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits || (text.len() > 1 && text.starts_with('0')) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// `bytes` as JSON text when it is UTF-8, else `null`.
@@ -306,7 +316,8 @@ mod tests {
         assert_eq!(row, RowId::new(TenantOrd(3), Seq(42), SinkIx(7)));
         assert_eq!(row_id_text("acme-1", row), "acme-1.42.7");
         assert_eq!(parse_row_id(&reg, "nobody.1.0").unwrap_err().status, StatusCode::NOT_FOUND);
-        for bad in ["", "acme-1", "acme-1.1", "acme-1.x.0", "acme-1.1.70000", "acme-1.-1.0", ".."] {
+        // One row, one id: a sign or a leading zero is another spelling.
+        for bad in ["", "acme-1", "acme-1.1", "acme-1.x.0", "acme-1.1.70000", "acme-1.-1.0", "..", "acme-1.+8.0", "acme-1.07.0", "acme-1.7.00"] {
             assert_eq!(parse_row_id(&reg, bad).unwrap_err().status, StatusCode::BAD_REQUEST, "{bad}");
         }
     }

@@ -263,6 +263,27 @@ fn one<K: Kv>(state: &AdminState<K>, id: &str) -> Result<(RowId, Option<DeadLett
     Ok((row, value.map(|v| DeadLetterValue::decode(&v)).transpose().map_err(ApiError::store)?))
 }
 
+/// A dead row whose source, or sink entry, is no longer in the
+/// configuration would only be dead-lettered again at once (and lose its
+/// reason): refused with 409, nothing changed. A row whose envelope is gone
+/// is left to `queue::revive`, which refuses it.
+fn refuse_unconfigured<K: Kv>(state: &AdminState<K>, row: ankusa_queue::RowId, id: &str) -> Result<(), ApiError> {
+    let Some(raw) = state.kv.get(Cf::Hooks, &hook_key(row.tenant, row.seq))? else { return Ok(()) };
+    let Ok(env) = Envelope::decode(&raw) else { return Ok(()) };
+    let name = state.registry.source_name(env.source);
+    let configured = name.and_then(|n| state.config.source(n)).is_some_and(|s| s.sinks.iter().any(|e| e.index == row.sink.0));
+    if configured {
+        return Ok(());
+    }
+    Err(ApiError::conflict(format!(
+        "row {id} cannot be revived: its {} is no longer in the configuration (it would be dead-lettered again at once)",
+        match name.and_then(|n| state.config.source(n)) {
+            Some(_) => "sink entry".to_owned(),
+            None => format!("source {:?}", name.unwrap_or("?")),
+        }
+    )))
+}
+
 fn not_dead(id: &str) -> ApiError {
     ApiError::conflict(format!("row {id} is not in the dead-letter queue"))
 }
@@ -297,6 +318,7 @@ pub(crate) fn revive<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result
     let row = parse_row_id(&state.registry, id)?;
     let _writes = state.writes.blocking_lock();
     refuse_purging(state, row)?;
+    refuse_unconfigured(state, row, id)?;
     let batch = match ankusa_queue::revive(&*state.kv, row, (state.clock)()) {
         Ok(b) => b,
         Err(QueueError::NotInDlq { .. }) => return Err(not_dead(id)),

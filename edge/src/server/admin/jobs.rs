@@ -259,11 +259,21 @@ pub(crate) fn create<K: Kv>(state: &Arc<AdminState<K>>, body: &[u8], q: Query) -
     q.finish()?;
     let req: JobRequest = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body is not a job request: {e}")))?;
     let f = req.filter;
+    // An empty field is refused, never read as "no filter": a script passing
+    // an unset variable must not turn a drop of one tenant's dead letters
+    // into a drop of every tenant's (found by the break-it pass).
+    for (name, value) in [("tenant", &f.tenant), ("source", &f.source), ("sink", &f.sink), ("reason", &f.reason)] {
+        if value.as_deref() == Some("") {
+            return Err(ApiError::bad_request(format!(
+                "filter.{name} is empty: leave it out to mean every {name}, or name one"
+            )));
+        }
+    }
     let mut filter = DlqFilter {
-        tenant: f.tenant.filter(|s| !s.is_empty()),
-        source: f.source.filter(|s| !s.is_empty()),
-        sink: f.sink.filter(|s| !s.is_empty()),
-        reason: f.reason.filter(|s| !s.is_empty()),
+        tenant: f.tenant,
+        source: f.source,
+        sink: f.sink,
+        reason: f.reason,
         since_ms: time_of("since", f.since)?,
         until_ms: time_of("until", f.until)?,
     };
@@ -344,7 +354,7 @@ pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, 
 /// # Errors
 /// 400 when it is not a number.
 pub fn parse_id(text: &str) -> Result<u64, ApiError> {
-    text.parse::<u64>().map_err(|_| ApiError::bad_request(format!("job id {text:?} is not a number")))
+    super::api::canonical(text).ok_or_else(|| ApiError::bad_request(format!("job id {text:?} is not a number")))
 }
 
 /// `GET /v1/jobs/{id}`.

@@ -388,9 +388,13 @@ fn error_resp(e: &ApiError) -> Resp {
 
 /// True when `header` (the request's Authorization) carries `token`: SHA-256
 /// of both, compared in constant time, so neither the bytes nor the length of
-/// the token leak through timing.
+/// the token leak through timing. The scheme name is case-insensitive
+/// (RFC 9110 section 11.1): `bearer` and `BEARER` are `Bearer`.
 fn token_matches(header: Option<&HeaderValue>, token: &str) -> bool {
-    let Some(given) = header.and_then(|h| h.as_bytes().strip_prefix(b"Bearer ")) else {
+    let Some(given) = header
+        .map(HeaderValue::as_bytes)
+        .and_then(|h| (h.len() > 7 && h[..7].eq_ignore_ascii_case(b"bearer ")).then(|| &h[7..]))
+    else {
         return false;
     };
     let a = Sha256::digest(given);
@@ -638,7 +642,9 @@ mod tests {
     fn the_token_must_match_exactly() {
         let h = |s: &str| HeaderValue::from_str(s).unwrap();
         assert!(token_matches(Some(&h("Bearer s3cret")), "s3cret"));
-        for bad in ["Bearer s3cres", "Bearer s3cret ", "bearer s3cret", "s3cret", "Bearer ", "Basic s3cret"] {
+        assert!(token_matches(Some(&h("bearer s3cret")), "s3cret"));
+        assert!(token_matches(Some(&h("BEARER s3cret")), "s3cret"));
+        for bad in ["Bearer s3cres", "Bearer s3cret ", "s3cret", "Bearer ", "Basic s3cret", "Bearers3cret"] {
             assert!(!token_matches(Some(&h(bad)), "s3cret"), "{bad}");
         }
         assert!(!token_matches(None, "s3cret"));
