@@ -195,6 +195,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. }) {
+        // A command whose output is piped into `head` stops quietly when the
+        // pipe closes, as other command-line tools do, instead of panicking
+        // on the failed write (Rust ignores SIGPIPE by default). `serve` keeps
+        // ignoring it: a closed socket must be an error, not a kill.
+        // SAFETY: called once at start, before any other thread exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     match cli.command {
         Command::Serve { config, drop_unconfigured } => serve::main(config, drop_unconfigured),
         Command::Send { files, url, path, keep_going, timeout_ms } => {

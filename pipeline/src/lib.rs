@@ -1173,7 +1173,7 @@ impl<K: Kv> Pipeline<K> {
             && let Some(reason) = self.retiring.get(&d.key.1)
         {
             warn!(row = %d.row, "an attempt of a retired source failed: dead-lettered");
-            return ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, reason, now);
+            return ankusa_queue::dead_letter_attempted(&*self.kv, d.row, reason, now);
         }
         match &d.outcome {
             Outcome::Ok => {
@@ -1201,7 +1201,7 @@ impl<K: Kv> Pipeline<K> {
                 let delay = self.retry.delay_ms(attempts, *after, rng);
                 if now.saturating_add(delay).saturating_sub(first) > self.retry.max_elapsed_ms {
                     warn!(row = %d.row, %reason, "retry horizon passed: dead-lettered");
-                    return ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, &format!("retry horizon passed: {reason}"), now);
+                    return ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("retry horizon passed: {reason}"), now);
                 }
                 warn!(row = %d.row, attempt = attempts, delay_ms = delay, %reason, "delivery failed; will retry");
                 let due = now.saturating_add(delay);
@@ -1211,11 +1211,11 @@ impl<K: Kv> Pipeline<K> {
             Outcome::Permanent { reason } => {
                 breaker.failures = 0;
                 warn!(row = %d.row, %reason, "permanent failure: dead-lettered");
-                ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, &format!("permanent: {reason}"), now)
+                ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("permanent: {reason}"), now)
             }
             Outcome::SinkGone { reason } => {
                 warn!(row = %d.row, %reason, "sink gone: dead-lettered");
-                ankusa_queue::dead_letter(&*self.kv, d.row, Origin::InFlight, &format!("sink gone: {reason}"), now)
+                ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("sink gone: {reason}"), now)
             }
             Outcome::SourceGone { reason } => {
                 warn!(row = %d.row, %reason, "source gone: dead-lettered as an orphan");

@@ -204,7 +204,7 @@ pub fn dead_letter_sinks(
             }
         };
         if src == Some(source) {
-            dead_into(read, &mut page.batch, id, from, reason, now_ms, false)?;
+            dead_into(read, &mut page.batch, id, from, reason, now_ms, false, false)?;
             page.moved += 1;
         }
     }

@@ -104,7 +104,7 @@ pub use purge::{clear_purge, purge_phase, purge_tenant_page, read_purges, set_pu
 pub use pause::{PauseMap, clear_pause, hold, read_pauses, set_pause, unhold};
 pub use unconfigured::pending_rows;
 pub use transitions::{
-    claim, dead_letter, delivered, orphan, park, recover_inflight, retry, revive,
+    claim, dead_letter, dead_letter_attempted, delivered, orphan, park, recover_inflight, retry, revive,
 };
 
 /// Where a row is taken from by [`dead_letter`] and [`orphan`].

@@ -2126,3 +2126,24 @@ fn replay_copies_a_hook_under_a_new_seq_without_a_dedupe_record() {
     assert_eq!(DedupeValue::decode(&v).expect("decode").seq, Seq(1), "the copy rewrote the dedupe record");
     clean(&kv);
 }
+
+/// A row dead-lettered by its first attempt's outcome shows that attempt
+/// (attempts 1, last_error the reason); `dead_letter` at a claim (nothing
+/// ran) counts none. Found by the operator walkthrough of issue 11: rows dead
+/// on a 410 showed attempts 0 and no error.
+#[test]
+fn a_row_dead_after_its_attempt_counts_the_attempt() {
+    let kv = store();
+    ingest(&kv, T1, 1, &[plain(S0)]);
+    ingest(&kv, T1, 2, &[plain(S0)]);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(&kv, claim(&kv, dk(T1, NOW, 2, S0), NOW).expect("claim"));
+    commit(&kv, crate::dead_letter_attempted(&kv, id(T1, 1, S0), "sink gone: HTTP 410", NOW + 1).expect("dead"));
+    commit(&kv, dead_letter(&kv, id(T1, 2, S0), Origin::InFlight, "retry horizon passed", NOW + 1).expect("dead"));
+    let r = row(&kv, id(T1, 1, S0)).expect("row");
+    assert_eq!((r.state, r.attempts, r.last_error.as_deref()), (RowState::Dead, 1, Some("sink gone: HTTP 410")));
+    let r = row(&kv, id(T1, 2, S0)).expect("row");
+    assert_eq!((r.state, r.attempts, r.last_error.as_deref()), (RowState::Dead, 0, None));
+    clean(&kv);
+}
+

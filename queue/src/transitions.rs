@@ -209,6 +209,7 @@ pub(crate) fn dead_into(
     reason: &str,
     now_ms: u64,
     tolerant: bool,
+    attempted: bool,
 ) -> Result<(), QueueError> {
     let decoded = read_row(read, id);
     let stored = match decoded {
@@ -271,6 +272,11 @@ pub(crate) fn dead_into(
         row.state
     );
     row.state = RowState::Dead;
+    if attempted {
+        // The attempt that ended here ran: count it, and keep its error.
+        row.attempts = row.attempts.saturating_add(1);
+        row.last_error = Some(reason.to_owned());
+    }
     batch.put(
         Cf::Index,
         dead_letter_key(id.tenant, id.seq, id.sink),
@@ -320,7 +326,23 @@ pub fn dead_letter(
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
     let mut batch = Batch::new();
-    dead_into(read, &mut batch, row, from, reason, now_ms, false)?;
+    dead_into(read, &mut batch, row, from, reason, now_ms, false, false)?;
+    Ok(batch)
+}
+
+/// [`dead_letter`] of a claimed row whose attempt just ended (a permanent
+/// failure, a gone sink, a failure past the retry horizon): as
+/// `dead_letter(read, row, Origin::InFlight, reason, now_ms)`, and the row's
+/// attempts +1 and last_error = `reason`, so the dead row says how many
+/// attempts it had (a row dead on its first attempt shows 1, not 0).
+///
+/// Precondition: `row` is in ?F. Keeps invariants 1-3.
+///
+/// # Errors
+/// As [`dead_letter`].
+pub fn dead_letter_attempted(read: &impl Read, row: RowId, reason: &str, now_ms: u64) -> Result<Batch, QueueError> {
+    let mut batch = Batch::new();
+    dead_into(read, &mut batch, row, Origin::InFlight, reason, now_ms, false, true)?;
     Ok(batch)
 }
 
@@ -342,7 +364,7 @@ pub fn orphan(
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
     let mut batch = Batch::new();
-    dead_into(read, &mut batch, row, from, reason, now_ms, true)?;
+    dead_into(read, &mut batch, row, from, reason, now_ms, true, false)?;
     Ok(batch)
 }
 

@@ -539,7 +539,13 @@ async fn the_cli_prints_json_refuses_drops_without_yes_and_exits_with_its_codes(
     assert!(out.contains("other.1.0") && out.contains("REASON"), "{out}");
     let (code, out, _) = cli(&["hooks", "show", &id, "--admin", a, "--json"], Some(TOKEN));
     assert_eq!(code, 0);
-    assert_eq!(serde_json::from_str::<Value>(&out).expect("hooks show --json")["seq"], 1);
+    let hook: Value = serde_json::from_str(&out).expect("hooks show --json");
+    assert_eq!(hook["seq"], 1);
+    // Dead on its first attempt's 400: that attempt is counted and its error
+    // kept (it showed attempts 0 and no error).
+    let row = &hook["deliveries"][0];
+    assert_eq!((row["state"].as_str(), row["attempts"].as_u64()), (Some("dead"), Some(1)), "{row}");
+    assert!(row["last_error"].as_str().is_some_and(|e| e.starts_with("permanent: HTTP 400")), "{row}");
     let (code, out, _) = cli(&["sources", "--admin", a], Some(TOKEN));
     assert_eq!(code, 0);
     assert!(out.contains("orders") && out.contains("web#0") && out.contains("header:x-entity-id"), "{out}");
