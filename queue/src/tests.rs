@@ -514,9 +514,13 @@ fn kind_2_and_3_claim_retry_and_park_move_lanes_blocked() {
         DueKind::HeadRetry
     );
     clean(&kv);
-    // Park of the head: kind 3, lanes_blocked +1, no attempt, no retry counted.
-    let d = commit_delta(&kv, T1, park(&kv, head, NOW + 20, NOW + 11).expect("park"));
-    assert_eq!(d, map(&[(F::InFlight, -1), (F::LanesBlocked, 1)]));
+    // A retry of the head again, then a park of the due head (a breaker open
+    // when the visit meets it): it stays kind 3, lanes_blocked unchanged, no
+    // attempt and no retry counted, nothing claimed.
+    commit(&kv, retry(&kv, head, NOW + 12, "boom", NOW + 11).expect("retry"));
+    assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), Some(&1));
+    let d = commit_delta(&kv, T1, park(&kv, dk(T1, NOW + 12, 1, S0), NOW + 20, NOW + 12).expect("park"));
+    assert_eq!(d, map(&[]));
     assert_eq!(
         due_value(&kv, T1, NOW + 20, head),
         Some(DueValue {
@@ -524,23 +528,25 @@ fn kind_2_and_3_claim_retry_and_park_move_lanes_blocked() {
             kind: DueKind::HeadRetry
         })
     );
+    assert_eq!(due_value(&kv, T1, NOW + 12, head), None);
     let r = row(&kv, head).expect("row");
-    assert_eq!((r.attempts, r.last_error.as_deref()), (1, Some("boom")));
+    assert_eq!((r.state, r.attempts, r.last_error.as_deref()), (RowState::Due, 2, Some("boom")));
+    assert_eq!(r.first_attempt_at_ms, Some(NOW));
     assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), Some(&1));
+    assert_eq!(head_of(&kv, T1, lane), Some(head));
     clean(&kv);
 }
 
 #[test]
-fn park_of_an_unordered_row_counts_nothing_but_in_flight() {
+fn park_of_an_unordered_row_counts_nothing_and_claims_nothing() {
     let kv = store();
     let size = ingest(&kv, T1, 1, &[plain(S0)]);
-    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
     let d = commit_delta(
         &kv,
         T1,
-        park(&kv, id(T1, 1, S0), NOW + 9, NOW).expect("park"),
+        park(&kv, dk(T1, NOW, 1, S0), NOW + 9, NOW).expect("park"),
     );
-    assert_eq!(d, map(&[(F::InFlight, -1)]));
+    assert_eq!(d, map(&[]));
     assert_eq!(
         due_value(&kv, T1, NOW + 9, id(T1, 1, S0)),
         Some(DueValue {
@@ -548,7 +554,54 @@ fn park_of_an_unordered_row_counts_nothing_but_in_flight() {
             kind: DueKind::Retry
         })
     );
-    assert_eq!(row(&kv, id(T1, 1, S0)).expect("row").attempts, 0);
+    assert!(keys(&kv, Family::InFlight, T1).is_empty());
+    let r = row(&kv, id(T1, 1, S0)).expect("row");
+    assert_eq!((r.state, r.attempts, r.first_attempt_at_ms), (RowState::Due, 0, None));
+    clean(&kv);
+    // A park of a ?D key that is not there is refused.
+    let err = park(&kv, dk(T1, NOW, 1, S0), NOW + 9, NOW).expect_err("not due");
+    assert!(matches!(
+        err,
+        QueueError::NotInState {
+            expected: "due",
+            ..
+        }
+    ));
+}
+
+/// Issue 12: a row claimed only to be parked by an open breaker got its
+/// first_attempt_at at that claim, so a breaker open longer than the retry
+/// horizon dead-lettered a hook the sink never saw. A park claims nothing: the
+/// horizon starts at the first real attempt, however often and long the row
+/// was parked.
+#[test]
+fn a_parked_row_starts_its_horizon_at_its_first_real_attempt() {
+    let kv = store();
+    ingest(&kv, T1, 1, &[plain(S0)]);
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    assert_eq!(sweep(&kv, T1, NOW), 1);
+    let (plain_row, head) = (id(T1, 1, S0), id(T1, 2, S0));
+    // Parked three times, for much longer than any horizon.
+    let mut at = NOW;
+    for until in [NOW + 60_000, NOW + 3_600_000, NOW + 90_000_000] {
+        commit(&kv, park(&kv, dk(T1, at, 1, S0), until, at).expect("park"));
+        commit(&kv, park(&kv, dk(T1, at, 2, S0), until, at).expect("park"));
+        at = until;
+        for r in [plain_row, head] {
+            let r = row(&kv, r).expect("row");
+            assert_eq!((r.state, r.attempts, r.first_attempt_at_ms), (RowState::Due, 0, None));
+        }
+        clean(&kv);
+    }
+    assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), Some(&1));
+    // The first real attempt stamps the horizon's start.
+    commit(&kv, claim(&kv, dk(T1, at, 1, S0), at + 5).expect("claim"));
+    commit(&kv, claim(&kv, dk(T1, at, 2, S0), at + 5).expect("claim"));
+    for r in [plain_row, head] {
+        let r = row(&kv, r).expect("row");
+        assert_eq!((r.state, r.attempts, r.first_attempt_at_ms), (RowState::InFlight, 0, Some(at + 5)));
+    }
+    assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), None);
     clean(&kv);
 }
 

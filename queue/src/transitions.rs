@@ -88,52 +88,6 @@ pub fn claim(read: &impl Read, due: DueKey, now_ms: u64) -> Result<Batch, QueueE
     Ok(batch)
 }
 
-/// ?F -> ?D due at `due_ms` with the retry kind; `attempt` is the error of an
-/// attempt that ran (a retry), `None` for a park.
-fn reschedule(
-    read: &impl Read,
-    id: RowId,
-    due_ms: u64,
-    attempt: Option<&str>,
-    now_ms: u64,
-) -> Result<Batch, QueueError> {
-    debug_assert!(due_ms >= now_ms, "{id} rescheduled into the past");
-    let fv = read_in_flight(read, id)?;
-    let mut row = read_row(read, id)?;
-    debug_assert_eq!(
-        row.state,
-        RowState::InFlight,
-        "reschedule of {id}: row state"
-    );
-    let kind = fv.kind.as_retry();
-    let mut batch = Batch::new();
-    batch.delete(Cf::Index, in_flight_key(id.tenant, id.seq, id.sink));
-    batch.put(
-        Cf::Index,
-        due_key(id.tenant, due_ms, id.seq, id.sink),
-        DueValue {
-            size: fv.size,
-            kind,
-        }
-        .encode(),
-    );
-    batch.put(Cf::Index, active_key(id.tenant), EMPTY_VALUE);
-    row.state = RowState::Due;
-    if let Some(error) = attempt {
-        row.attempts = row.attempts.saturating_add(1);
-        row.last_error = Some(error.to_owned());
-    }
-    put_row(&mut batch, id, &row);
-    count(&mut batch, id.tenant, CounterField::InFlight, -1);
-    if attempt.is_some() {
-        count(&mut batch, id.tenant, CounterField::RetriesTotal, 1);
-    }
-    if kind == DueKind::HeadRetry {
-        ankusa_lanes::block_head(&mut batch, id.tenant);
-    }
-    Ok(batch)
-}
-
 /// Retry (docs/design.md section 4): ?F → ?D due at `due_ms`, kind 1 (kind 3 for a lane
 /// head, lanes_blocked +1, ADR 4.3); attempts +1, last_error = `error`;
 /// in_flight −1, retries_total +1. ?H and the lane's members stay.
@@ -150,19 +104,82 @@ pub fn retry(
     error: &str,
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
-    reschedule(read, row, due_ms, Some(error), now_ms)
+    let id = row;
+    debug_assert!(due_ms >= now_ms, "{id} retried into the past");
+    let fv = read_in_flight(read, id)?;
+    let mut row = read_row(read, id)?;
+    debug_assert_eq!(
+        row.state,
+        RowState::InFlight,
+        "retry of {id}: row state"
+    );
+    let kind = fv.kind.as_retry();
+    let mut batch = Batch::new();
+    batch.delete(Cf::Index, in_flight_key(id.tenant, id.seq, id.sink));
+    batch.put(
+        Cf::Index,
+        due_key(id.tenant, due_ms, id.seq, id.sink),
+        DueValue {
+            size: fv.size,
+            kind,
+        }
+        .encode(),
+    );
+    batch.put(Cf::Index, active_key(id.tenant), EMPTY_VALUE);
+    row.state = RowState::Due;
+    row.attempts = row.attempts.saturating_add(1);
+    row.last_error = Some(error.to_owned());
+    put_row(&mut batch, id, &row);
+    count(&mut batch, id.tenant, CounterField::InFlight, -1);
+    count(&mut batch, id.tenant, CounterField::RetriesTotal, 1);
+    if kind == DueKind::HeadRetry {
+        ankusa_lanes::block_head(&mut batch, id.tenant);
+    }
+    Ok(batch)
 }
 
-/// Breaker park (docs/design.md section 4): as [`retry`] but the attempt never ran: no
-/// attempts +1, no retries_total +1, last_error unchanged. ?F → ?D due at
-/// `due_ms`, kind 1 (kind 3 for a lane head, lanes_blocked +1); in_flight −1.
+/// Breaker park (docs/design.md section 4): a due row that the pipeline does
+/// not attempt because its sink's breaker is open moves, unclaimed, to
+/// `due_ms` (when the breaker half-opens): ?D `due` → ?D at `due_ms`, kind 1
+/// (kind 3 for a lane head, lanes_blocked +1 when it was not kind 3
+/// already), with the tenant's ?A. The row record is not touched: the attempt
+/// never ran, so no attempts +1, no retries_total +1, last_error kept, and a
+/// row never attempted keeps no first_attempt_at: its retry horizon starts at
+/// its first real attempt, however long it was parked.
 ///
-/// Precondition: `row` is in ?F, `due_ms >= now_ms`. Keeps invariants 1-4.
+/// Precondition: `due` is in ?D and not held, `due_ms >= now_ms`. Keeps
+/// invariants 1-4 (a head stays the one row of its lane in ?D/?F).
 ///
 /// # Errors
-/// As [`retry`].
-pub fn park(read: &impl Read, row: RowId, due_ms: u64, now_ms: u64) -> Result<Batch, QueueError> {
-    reschedule(read, row, due_ms, None, now_ms)
+/// [`QueueError::NotInState`] when `due` is not in ?D; engine and decode
+/// errors.
+pub fn park(read: &impl Read, due: DueKey, due_ms: u64, now_ms: u64) -> Result<Batch, QueueError> {
+    let id = RowId::new(due.tenant, due.seq, due.sink);
+    debug_assert!(due_ms >= now_ms, "{id} parked into the past");
+    debug_assert!(!due.is_held(), "park of a held row {due:?}");
+    let key = due.encode();
+    let raw = read.get(Cf::Index, &key)?.ok_or(QueueError::NotInState {
+        row: id,
+        expected: "due",
+    })?;
+    let dv = DueValue::decode(&raw)?;
+    let kind = dv.kind.as_retry();
+    let mut batch = Batch::new();
+    batch.delete(Cf::Index, key);
+    batch.put(
+        Cf::Index,
+        due_key(id.tenant, due_ms, id.seq, id.sink),
+        DueValue {
+            size: dv.size,
+            kind,
+        }
+        .encode(),
+    );
+    batch.put(Cf::Index, active_key(id.tenant), EMPTY_VALUE);
+    if kind == DueKind::HeadRetry && dv.kind != DueKind::HeadRetry {
+        ankusa_lanes::block_head(&mut batch, id.tenant);
+    }
+    Ok(batch)
 }
 
 /// Delivered (docs/design.md section 4): deletes ?F and the row; pending −1, bytes

@@ -275,21 +275,39 @@ impl<'k, K: Kv> Machine<'k, K> {
                 self.write("claim", b)?;
                 self.model.claim(&id)?;
             }
-            Step::Retry(p, d) | Step::Park(p, d) => {
+            Step::Retry(p, d) => {
                 let Some(id) = Self::pick(&Self::in_flight(&self.view()), p) else { return Ok(()) };
-                let attempt = matches!(step, Step::Retry(..));
                 let due = now + u64::from(d);
-                let b = if attempt {
-                    queue::retry(self.kv, rid(&id), due, "503 from sink", now).map_err(err("retry"))?
-                } else {
-                    queue::park(self.kv, rid(&id), due, now).map_err(err("park"))?
-                };
+                let b = queue::retry(self.kv, rid(&id), due, "503 from sink", now).map_err(err("retry"))?;
                 self.write("retry", b)?;
-                self.hit(if attempt { "retry" } else { "park" });
+                self.hit("retry");
                 if self.model.row(&id).lane.is_some() {
                     self.hit("retry or park of a head");
                 }
-                self.model.retry(&id, u64::from(d), attempt);
+                self.model.retry(&id, u64::from(d));
+            }
+            Step::Park(p, d) => {
+                // A breaker park: a due row the pipeline does not claim.
+                let v = self.view();
+                let due: Vec<(RowId, u64)> =
+                    v.due.iter().filter(|(_, (d, _))| *d <= now).map(|(id, (d, _))| (*id, *d)).collect();
+                let Some((id, due_ms)) = Self::pick(&due, p) else { return Ok(()) };
+                let key = DueKey {
+                    tenant: TenantOrd(id.0),
+                    due_ms,
+                    seq: Seq(id.1),
+                    sink: SinkIx(id.2),
+                };
+                let b = queue::park(self.kv, key, now + u64::from(d), now).map_err(err("park"))?;
+                self.write("park", b)?;
+                self.hit("park");
+                if self.model.row(&id).lane.is_some() {
+                    self.hit("retry or park of a head");
+                }
+                if self.model.row(&id).attempts == 0 {
+                    self.hit("park of a row never attempted");
+                }
+                self.model.park(&id, u64::from(d));
             }
             Step::Delivered(p, race) => {
                 let Some(id) = Self::pick(&Self::in_flight(&self.view()), p) else { return Ok(()) };
@@ -686,6 +704,7 @@ fn machine_reaches_every_transition_and_race() {
         "claim of a head recovered by a restart",
         "retry",
         "park",
+        "park of a row never attempted",
         "retry or park of a head",
         "delivered",
         "delivered: release promotes",

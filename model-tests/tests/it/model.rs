@@ -272,17 +272,26 @@ impl Model {
         Ok(())
     }
 
-    /// ?F -> ?D later (retry or park); kind 1, or 3 for a head.
-    pub fn retry(&mut self, id: &RowId, delay: u64, attempt: bool) {
+    /// ?F -> ?D later (a retry): kind 1, or 3 for a head; an attempt counted.
+    pub fn retry(&mut self, id: &RowId, delay: u64) {
         let due_ms = self.now + delay;
-        if attempt {
-            *self.retries_total.entry(id.0).or_default() += 1;
-        }
+        *self.retries_total.entry(id.0).or_default() += 1;
         let row = self.row_mut(id);
-        if attempt {
-            row.attempts += 1;
-        }
+        row.attempts += 1;
         let MState::InFlight { kind } = row.state else { panic!("retry of {id:?} not in flight") };
+        row.state = MState::Due {
+            due_ms,
+            kind: kind.as_retry(),
+        };
+    }
+
+    /// A breaker park: ?D -> ?D later, unclaimed: kind 1, or 3 for a head; no
+    /// attempt counted and first_attempt_ms untouched (issue 12: the retry
+    /// horizon starts at the first real attempt).
+    pub fn park(&mut self, id: &RowId, delay: u64) {
+        let due_ms = self.now + delay;
+        let row = self.row_mut(id);
+        let MState::Due { kind, .. } = row.state else { panic!("park of {id:?} not due") };
         row.state = MState::Due {
             due_ms,
             kind: kind.as_retry(),

@@ -106,7 +106,7 @@ pub enum Step {
     Claim(u8),
     /// A claimed row's attempt failed: due again `delay` ms from now.
     Retry(u8, u16),
-    /// A breaker park of a claimed row.
+    /// A breaker park of a due row (not claimed): due again `delay` ms from now.
     Park(u8, u16),
     /// A claimed row was delivered. With a hook, a writer commits it between
     /// the release's read of the next member and the release's write (ADR 4.5).
