@@ -25,7 +25,7 @@ use ankusa_keys::meta::{decode_format, encode_format};
 use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx, SourceId, TenantOrd};
 use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
-use ankusa_pipeline::{BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route, Routes};
+use ankusa_pipeline::{BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RateLimit, RetryPolicy, Route, Routes};
 use ankusa_queue::writer::{Writer, WriterConfig};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -216,6 +216,11 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         for e in s.sinks.iter().filter(|e| e.paused) {
             routes.paused.insert(PauseTarget::Sink(id, SinkIx(e.index)));
         }
+        for e in &s.sinks {
+            if let Some(rl) = e.rate_limit {
+                routes.rate_limits.insert((id, SinkIx(e.index)), RateLimit { per_second: rl.per_second, burst: rl.burst });
+            }
+        }
     }
     let mut destinations = Vec::new();
     for s in &cfg.sources {
@@ -223,7 +228,8 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         for e in &s.sinks {
             let sink = crate::sinks::build(&s.name, e).await?;
             let paused = if s.paused || e.paused { " [paused]" } else { "" };
-            destinations.push(format!("{} -> {} {} {}{paused}", s.path, e.kind.as_str(), e.name, describe(s, e)));
+            let rate = e.rate_limit.map(|r| format!(" [at most {}/s, burst {}]", r.per_second, r.burst)).unwrap_or_default();
+            destinations.push(format!("{} -> {} {} {}{paused}{rate}", s.path, e.kind.as_str(), e.name, describe(s, e)));
             routes.sinks.insert(
                 (id, SinkIx(e.index)),
                 Route { sink, sink_name: e.name.clone(), source_name: s.name.clone() },
@@ -244,7 +250,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         ..DispatchConfig::default()
     };
     let retry = RetryPolicy { base_ms: cfg.retry.base_ms, max_ms: cfg.retry.max_ms, max_elapsed_ms: cfg.retry.max_elapsed_ms };
-    let breaker = BreakerPolicy { failures: cfg.breaker.failures, open_ms: cfg.breaker.open_ms };
+    let breaker = BreakerPolicy { failures: cfg.breaker.failures, distinct: cfg.breaker.distinct, open_ms: cfg.breaker.open_ms };
     let (pipeline, pipeline_handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
 
     let ingest = tokio::net::TcpListener::bind(cfg.listeners.ingest)

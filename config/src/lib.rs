@@ -101,6 +101,7 @@ pub use model::{
     OnInvalidSignature, Order, OrderingKey, Retention, Retry, SignatureEncoding, SinkEntry,
     SinkKind, Source, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification,
 };
+pub use model::RateLimit;
 pub use secret::{EnvLookup, Secret, SecretOrigin, process_env, redact_url};
 
 /// A check the load runs on each source once it parsed, for what other layers
@@ -152,6 +153,8 @@ pub mod defaults {
     pub const RETRY_MAX_ELAPSED_MS: u64 = 86_400_000;
     /// `breaker.failures`.
     pub const BREAKER_FAILURES: u32 = 5;
+    /// `breaker.distinct`, at most: the default is min(this, `failures`).
+    pub const BREAKER_DISTINCT: u32 = 3;
     /// `breaker.open_ms`: 30 s.
     pub const BREAKER_OPEN_MS: u64 = 30_000;
     /// `retention.keep_ms`: 7 days.

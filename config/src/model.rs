@@ -193,11 +193,16 @@ impl Retry {
     }
 }
 
-/// `breaker`: one per (tenant, sink) (docs/design.md section 5).
+/// `breaker`: one per (tenant, source, sink entry) (docs/design.md section 5,
+/// "Breaker").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Breaker {
     /// Consecutive failures that open it. Default 5.
     pub failures: u32,
+    /// How many different lanes (rows, for an unordered sink) those failures
+    /// must come from, at least, so one key the receiver always refuses
+    /// cannot open it. Default min(3, `failures`); at most `failures`.
+    pub distinct: u32,
     /// How long it stays open before it half-opens. Default 30 s.
     pub open_ms: u64,
 }
@@ -650,6 +655,9 @@ pub struct SinkEntry {
     /// sink) until it is resumed; the source's other sinks deliver as usual.
     /// Default false.
     pub paused: bool,
+    /// `rate_limit: {per_second, burst}`: at most this many hooks a second go
+    /// to the sink (docs/design.md section 5, "Rate limit"). Default none.
+    pub rate_limit: Option<RateLimit>,
     /// The sink's own options: the entry without the keys core reads
     /// (`type`, `name`, `ordered`, and `ordering_key` except a Pub/Sub legacy
     /// key, which stays: ADR 0004 section 1). Every string written `env:NAME`
@@ -657,6 +665,19 @@ pub struct SinkEntry {
     pub options: serde_yaml_ng::Mapping,
     /// The options checked here (http, file).
     pub typed: TypedOptions,
+}
+
+/// A sink entry's `rate_limit` (docs/design.md section 5, "Rate limit"):
+/// applied in dispatch, shared by every tenant of the source; rows over the
+/// rate wait due, holding no call slot and no admission window room.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateLimit {
+    /// Hooks per second on average: above 0, at most 1,000,000; a fraction
+    /// is allowed (0.5 is one hook every 2 s).
+    pub per_second: f64,
+    /// Hooks that may go back to back after a quiet spell: 1 to 1,000,000.
+    /// Default `per_second` rounded up.
+    pub burst: u32,
 }
 
 impl SinkEntry {

@@ -90,6 +90,7 @@ pub(crate) struct RawRetry {
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct RawBreaker {
     pub failures: Option<u32>,
+    pub distinct: Option<u32>,
     pub open_ms: Option<u64>,
 }
 

@@ -10,8 +10,8 @@ use serde_yaml_ng::{Mapping, Value};
 use crate::defaults as d;
 use crate::error::{Problems, Scope};
 use crate::model::{
-    FileSink, HeaderAction, HeaderPolicy, HttpSink, Order, OrderingKey, SinkEntry, SinkKind,
-    TypedOptions,
+    FileSink, HeaderAction, HeaderPolicy, HttpSink, Order, OrderingKey, RateLimit, SinkEntry,
+    SinkKind, TypedOptions,
 };
 use crate::secret::{self, EnvLookup, Secret, SecretOrigin};
 use crate::validate::{check_header_name, check_name, json_path};
@@ -34,7 +34,7 @@ pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
     }
 }
 
-const CORE_KEYS: [&str; 5] = ["type", "name", "ordered", "ordering_key", "paused"];
+const CORE_KEYS: [&str; 6] = ["type", "name", "ordered", "ordering_key", "paused", "rate_limit"];
 const KEY_FORMS: &str = "{header: NAME} or {json: a.b.c}";
 
 /// Builds entry `index` of a source's `sinks`; `None` when it is too broken
@@ -112,6 +112,7 @@ pub(crate) fn entry(
             false
         }
     };
+    let rate_limit = raw.get("rate_limit").and_then(|v| rate_limit(v, &scope, p));
     let keep_legacy_key = kind == SinkKind::Pubsub && !order.is_ordered();
 
     // The sink's own options: the entry less the keys core reads, `env:`
@@ -179,9 +180,66 @@ pub(crate) fn entry(
         index,
         order,
         paused,
+        rate_limit,
         options,
         typed,
     })
+}
+
+/// The most `rate_limit.per_second` and `rate_limit.burst` may be.
+const RATE_LIMIT_MAX: u32 = 1_000_000;
+
+/// `rate_limit: {per_second: N, burst: M}` (docs/design.md section 5, "Rate
+/// limit"); every problem reported, `None` when any.
+fn rate_limit(v: &Value, scope: &Scope, p: &mut Problems) -> Option<RateLimit> {
+    const FORM: &str = "{per_second: N, burst: M} (hooks per second, burst optional)";
+    let Value::Mapping(m) = v else {
+        p.push(scope, "rate_limit", format!("must be {FORM}, found {}", show(Some(v))));
+        return None;
+    };
+    let mut ok = true;
+    for k in m.keys() {
+        let key = key_text(k);
+        if key != "per_second" && key != "burst" {
+            p.push(scope, format!("rate_limit.{key}"), format!("unknown option of rate_limit (its options: per_second, burst)"));
+            ok = false;
+        }
+    }
+    let per_second = match m.get("per_second") {
+        None => {
+            p.push(scope, "rate_limit.per_second", format!("required: hooks per second, above 0 and at most {RATE_LIMIT_MAX}"));
+            None
+        }
+        Some(x) => match x.as_f64() {
+            Some(n) if n.is_finite() && n > 0.0 && n <= f64::from(RATE_LIMIT_MAX) => Some(n),
+            _ => {
+                p.push(
+                    scope,
+                    "rate_limit.per_second",
+                    format!("must be a number of hooks per second above 0 and at most {RATE_LIMIT_MAX}, found {}", show(Some(x))),
+                );
+                None
+            }
+        },
+    };
+    let burst = match m.get("burst") {
+        None => per_second.map(|n| n.ceil().max(1.0) as u32),
+        Some(x) => match x.as_u64() {
+            Some(n) if (1..=u64::from(RATE_LIMIT_MAX)).contains(&n) => u32::try_from(n).ok(),
+            _ => {
+                p.push(
+                    scope,
+                    "rate_limit.burst",
+                    format!("must be a whole number of hooks from 1 to {RATE_LIMIT_MAX}, found {}", show(Some(x))),
+                );
+                None
+            }
+        },
+    };
+    match (ok, per_second, burst) {
+        (true, Some(per_second), Some(burst)) => Some(RateLimit { per_second, burst }),
+        _ => None,
+    }
 }
 
 /// `ordered` and `ordering_key` (ADR 0004 section 1), and the store_headers

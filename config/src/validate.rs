@@ -302,14 +302,30 @@ fn retry(raw: &RawConfig, p: &mut Problems) -> Retry {
 
 fn breaker(raw: &RawConfig, p: &mut Problems) -> Breaker {
     let scope = Scope::Section("breaker");
-    Breaker {
-        failures: positive(
-            raw.breaker.failures,
-            d::BREAKER_FAILURES,
+    let failures = positive(
+        raw.breaker.failures,
+        d::BREAKER_FAILURES,
+        &scope,
+        "failures",
+        p,
+    );
+    let distinct = positive(
+        raw.breaker.distinct,
+        d::BREAKER_DISTINCT.min(failures),
+        &scope,
+        "distinct",
+        p,
+    );
+    if distinct > failures {
+        p.push(
             &scope,
-            "failures",
-            p,
-        ),
+            "distinct",
+            format!("{distinct} is greater than failures ({failures}): {failures} failures come from at most {failures} lanes, so the breaker could never open"),
+        );
+    }
+    Breaker {
+        failures,
+        distinct: distinct.min(failures),
         open_ms: positive(
             raw.breaker.open_ms,
             d::BREAKER_OPEN_MS,

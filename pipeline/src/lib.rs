@@ -12,8 +12,9 @@
 //! 2. Visit every tenant with an `?A` marker in turn (fair share): sweep its
 //!    lanes while the node's lane_members > 0 (ADR 4.6), claim its due rows up
 //!    to `batch`, the admission window and `sink_concurrency` per (tenant,
-//!    sink), park them instead when that sink's breaker is open, and start the
-//!    sink calls; a tenant with nothing due gets its stale `?A` swept.
+//!    sink), park them unclaimed instead when that sink's breaker is open,
+//!    leave them due when the sink is over its rate limit, and start the sink
+//!    calls; a tenant with nothing due gets its stale `?A` swept.
 //! 3. Wait for a finished call, a wake-up from the edge, or the idle tick.
 //!
 //! Paused sources and sink entries (docs/design.md section 5, "Pause"): a visit
@@ -50,7 +51,7 @@ use std::time::Duration;
 
 use ankusa_engine::{Batch, Cf, Direction, Durability, EngineError, Kv, Read};
 use ankusa_keys::{
-    CounterField, DeliveryRow, DueKey, DueValue, Envelope, Family, SinkIx, SourceId, TenantOrd, counter_key, delivery_key,
+    CounterField, DeliveryRow, DueKey, DueValue, Envelope, Family, LaneId, SinkIx, SourceId, TenantOrd, counter_key, delivery_key,
     due_range_until, family_range, hook_key,
 };
 use ankusa_keys::meta::{PauseTarget, PausedValue};
@@ -96,11 +97,19 @@ impl RetryPolicy {
     }
 }
 
-/// Circuit breaker per (tenant, sink) (docs/design.md section 5).
+/// Circuit breaker per (tenant, source, sink entry) (docs/design.md section 5,
+/// "Breaker"): it opens on `failures` consecutive failed attempts (no `Ok` in
+/// between) that came from at least `distinct` different lanes (rows, for an
+/// unordered sink), so one key whose head the receiver always refuses cannot
+/// open it for every other key of the sink.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BreakerPolicy {
     /// Consecutive failed attempts that open the breaker.
     pub failures: u32,
+    /// How many different lanes (or rows of an unordered sink) those
+    /// failures must come from, at least (1 = any failures, as before issue
+    /// 12). At most `failures`.
+    pub distinct: u32,
     /// How long it stays open before one trial call (half-open), ms.
     pub open_ms: u64,
 }
@@ -109,9 +118,23 @@ impl Default for BreakerPolicy {
     fn default() -> Self {
         BreakerPolicy {
             failures: 10,
+            distinct: 3,
             open_ms: 30_000,
         }
     }
+}
+
+/// A sink entry's rate limit (docs/design.md section 5, "Rate limit"): at
+/// most `per_second` calls a second on average, `burst` at once after a quiet
+/// spell. Shared by every tenant of the source (it limits what reaches one
+/// destination).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateLimit {
+    /// Calls per second, on average (> 0; a fraction is allowed: 0.5 is one
+    /// call every 2 s).
+    pub per_second: f64,
+    /// Calls that may start back to back after the sink was idle (>= 1).
+    pub burst: u32,
 }
 
 /// How much the pipeline does at once (docs/design.md section 5, `dispatch`).
@@ -179,6 +202,9 @@ pub struct Routes {
     /// What the configuration pauses (`paused: true` on a source or a sink
     /// entry). The runtime pauses the store holds are added at start.
     pub paused: BTreeSet<PauseTarget>,
+    /// The sink entries with a `rate_limit` (docs/design.md section 5, "Rate
+    /// limit"); an entry not here is not limited.
+    pub rate_limits: HashMap<(SourceId, SinkIx), RateLimit>,
 }
 
 impl Routes {
@@ -222,12 +248,13 @@ pub struct PipelineHandle {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BreakerState {
     /// Calls go through; `failures` consecutive `Retry` outcomes so far (it
-    /// opens at `breaker.failures`).
+    /// opens at `breaker.failures` of them from `breaker.distinct` lanes or
+    /// rows).
     Closed {
         /// Consecutive failed attempts.
         failures: u32,
     },
-    /// Claimed rows are parked until `until_ms` (unix ms).
+    /// Due rows are parked until `until_ms` (unix ms).
     Open {
         /// When it half-opens, unix ms.
         until_ms: u64,
@@ -236,30 +263,37 @@ pub enum BreakerState {
     HalfOpen,
 }
 
+/// What the pipeline publishes of one breaker: consecutive failures, open
+/// until (unix ms), open or not.
+#[derive(Clone, Copy, Debug, Default)]
+struct Published {
+    failures: u32,
+    open_until_ms: u64,
+    open: bool,
+}
+
 /// A read-only view of the pipeline's in-memory breakers, shared through an
 /// `Arc` with the admin API. The pipeline publishes a copy after every
 /// outcome flush (the only place a breaker's failures and open time change);
 /// a breaker never published is closed with no failures.
 #[derive(Clone, Debug, Default)]
 pub struct PipelineStatus {
-    breakers: Arc<std::sync::RwLock<HashMap<BreakerKey, (u32, u64)>>>,
-    failures_to_open: Arc<std::sync::atomic::AtomicU32>,
+    breakers: Arc<std::sync::RwLock<HashMap<BreakerKey, Published>>>,
 }
 
 impl PipelineStatus {
     /// The breaker of `(tenant, source, sink)` as of `now_ms`.
     pub fn breaker(&self, tenant: TenantOrd, source: SourceId, sink: SinkIx, now_ms: u64) -> BreakerState {
-        let (failures, open_until_ms) = self
+        let b = self
             .breakers
             .read()
             .map(|m| m.get(&(tenant, source, sink)).copied())
             .unwrap_or_default()
             .unwrap_or_default();
-        let threshold = self.failures_to_open.load(Ordering::Relaxed).max(1);
-        if failures < threshold {
-            BreakerState::Closed { failures }
-        } else if now_ms < open_until_ms {
-            BreakerState::Open { until_ms: open_until_ms }
+        if !b.open {
+            BreakerState::Closed { failures: b.failures }
+        } else if now_ms < b.open_until_ms {
+            BreakerState::Open { until_ms: b.open_until_ms }
         } else {
             BreakerState::HalfOpen
         }
@@ -470,26 +504,135 @@ impl PipelineHandle {
 
 type BreakerKey = (TenantOrd, SourceId, SinkIx);
 
-/// A (tenant, sink)'s breaker: closed while `failures < policy.failures`;
-/// then open until `open_until_ms` (claimed rows are parked until then); then
-/// half-open: one trial call at a time, whose Ok closes it and whose failure
-/// opens it again for `open_ms`.
-#[derive(Debug, Default, Clone, Copy)]
+/// Where a failed attempt came from, for the breaker: a laned row's lane, or
+/// an unordered row itself (each unordered row fails on its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Site {
+    Lane(LaneId),
+    Row(RowId),
+}
+
+impl Site {
+    fn of(id: RowId, row: &DeliveryRow) -> Site {
+        row.lane.map_or(Site::Row(id), Site::Lane)
+    }
+}
+
+/// How many different failing sites a breaker remembers (more when
+/// `breaker.distinct` is larger): enough to steer its half-open trials to
+/// lanes that have not failed.
+const SITES_KEPT: usize = 16;
+
+/// A (tenant, source, sink entry)'s breaker (docs/design.md section 5,
+/// "Breaker"): closed until `policy.failures` consecutive failed attempts came
+/// from at least `policy.distinct` different sites; then open until
+/// `open_until_ms` (due rows are parked until then); then half-open: one trial
+/// call at a time, whose Ok closes it and whose failure opens it again for
+/// `open_ms`.
+#[derive(Debug, Default, Clone)]
 struct Breaker {
+    /// Consecutive failed attempts (no `Ok` or permanent answer between).
     failures: u32,
+    /// The different sites of those failures, first seen first (at most
+    /// `SITES_KEPT`, or `policy.distinct` when that is more).
+    sites: Vec<Site>,
+    /// Open; half-open once `open_until_ms` has passed.
+    open: bool,
     open_until_ms: u64,
     trial_in_flight: bool,
-    /// The row whose trial failed last: the next half-open trial goes to
-    /// another due row of the sink when the visit finds one, so one lane whose
-    /// head keeps failing does not take every trial while other lanes' heads
+    /// The site whose attempt failed last: the next half-open trial goes to a
+    /// row of another lane when the visit finds one, so one lane whose head
+    /// keeps failing does not take every trial while other lanes' heads
     /// (which might succeed and close the breaker) wait (ADR 0004 4.3: a retry
     /// blocks its lane and nothing else).
-    last_failed_trial: Option<RowId>,
+    last_failed: Option<Site>,
+}
+
+impl Breaker {
+    /// A failed attempt of `site` (`trial`: the half-open trial) at `now_ms`.
+    /// Returns whether it opened the breaker (or opened it again).
+    fn failed(&mut self, site: Site, trial: bool, policy: &BreakerPolicy, now_ms: u64) -> bool {
+        self.failures = self.failures.saturating_add(1);
+        self.last_failed = Some(site);
+        let distinct = usize::try_from(policy.distinct.max(1)).unwrap_or(usize::MAX);
+        if !self.sites.contains(&site) && self.sites.len() < SITES_KEPT.max(distinct) {
+            self.sites.push(site);
+        }
+        let opens = if self.open {
+            // A trial failed, or a call started before it opened failed
+            // after the open time ran out.
+            trial || self.open_until_ms <= now_ms
+        } else {
+            self.failures >= policy.failures && self.sites.len() >= distinct
+        };
+        if opens {
+            self.open = true;
+            self.open_until_ms = now_ms.saturating_add(policy.open_ms);
+        }
+        opens
+    }
+
+    /// The sink answered (delivered, or refused for good: it is up). Returns
+    /// whether the breaker was open.
+    fn answered(&mut self) -> bool {
+        let was_open = self.open;
+        self.failures = 0;
+        self.sites.clear();
+        self.open = false;
+        self.open_until_ms = 0;
+        self.last_failed = None;
+        was_open
+    }
+
+    /// How a row of `site` ranks as a half-open trial: 0, a lane with no
+    /// failure in the current run (taken at once); 1, one that failed; 2, the
+    /// one that failed last.
+    fn trial_rank(&self, site: Site) -> u8 {
+        if self.last_failed == Some(site) {
+            2
+        } else if self.sites.contains(&site) {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// The pipeline's clock (unix ms) as a `governor` clock, so a rate limit
+/// counts time as the rest of dispatch does (and a test's clock drives both).
+#[derive(Clone)]
+struct LimiterClock(Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl governor::clock::Clock for LimiterClock {
+    type Instant = Duration;
+    fn now(&self) -> Duration {
+        Duration::from_millis((self.0)())
+    }
+}
+
+type Limiter = governor::RateLimiter<
+    governor::state::NotKeyed,
+    governor::state::InMemoryState,
+    LimiterClock,
+    governor::middleware::NoOpMiddleware<Duration>,
+>;
+
+/// A GCRA limiter for `limit` on `clock`; `None` for a rate no quota can
+/// express (not above 0, not finite: the configuration refuses them).
+fn limiter(limit: RateLimit, clock: &LimiterClock) -> Option<Limiter> {
+    if !(limit.per_second.is_finite() && limit.per_second > 0.0) {
+        return None;
+    }
+    let period = Duration::try_from_secs_f64(1.0 / limit.per_second).ok()?;
+    let burst = std::num::NonZeroU32::new(limit.burst.max(1))?;
+    let quota = governor::Quota::with_period(period)?.allow_burst(burst);
+    Some(governor::RateLimiter::direct_with_clock(quota, clock.clone()))
 }
 
 struct Done {
     row: RowId,
     key: BreakerKey,
+    site: Site,
     outcome: Outcome,
     attempts_before: u32,
     size: u64,
@@ -514,6 +657,9 @@ pub struct Pipeline<K: Kv> {
     /// so the loop wakes for it on time instead of at the next idle tick.
     next_wake_ms: Option<u64>,
     breakers: HashMap<BreakerKey, Breaker>,
+    /// One limiter per sink entry with a `rate_limit` (docs/design.md section
+    /// 5, "Rate limit"), on the pipeline's clock.
+    limiters: HashMap<(SourceId, SinkIx), Limiter>,
     /// The copy of `breakers` the admin API reads.
     status: PipelineStatus,
     /// Per tenant, where the last visit stopped reading the due index when it
@@ -567,7 +713,19 @@ impl<K: Kv> Pipeline<K> {
                 .count() as u64,
         ));
         let status = PipelineStatus::default();
-        status.failures_to_open.store(breaker.failures, Ordering::Relaxed);
+        let clock: Arc<dyn Fn() -> u64 + Send + Sync> = Arc::new(clock);
+        let limiter_clock = LimiterClock(Arc::clone(&clock));
+        let limiters = routes
+            .rate_limits
+            .iter()
+            .filter_map(|(id, limit)| {
+                let l = limiter(*limit, &limiter_clock);
+                if l.is_none() {
+                    warn!(source = id.0.0, sink = id.1.0, ?limit, "a rate limit no quota can express: not applied");
+                }
+                Some((*id, l?))
+            })
+            .collect();
         let handle = PipelineHandle {
             wake: Arc::clone(&wake),
             shutdown: Arc::new(shutdown_tx),
@@ -584,7 +742,7 @@ impl<K: Kv> Pipeline<K> {
                 dispatch,
                 retry,
                 breaker,
-                clock: Arc::new(clock),
+                clock,
                 wake,
                 shutdown,
                 in_flight: HashMap::new(),
@@ -593,6 +751,7 @@ impl<K: Kv> Pipeline<K> {
                 ready: Arc::clone(&ready),
                 next_wake_ms: None,
                 breakers: HashMap::new(),
+                limiters,
                 status,
                 resume: HashMap::new(),
                 done_tx,
@@ -611,6 +770,21 @@ impl<K: Kv> Pipeline<K> {
 
     fn now(&self) -> u64 {
         (self.clock)()
+    }
+
+    /// `None` when sink entry `id` may start a call now (the call takes its
+    /// place in the entry's rate); else the unix ms from which the next one
+    /// may start. Never sleeps.
+    fn rate_limited(&self, id: (SourceId, SinkIx), now: u64) -> Option<u64> {
+        let limiter = self.limiters.get(&id)?;
+        match limiter.check() {
+            Ok(()) => None,
+            Err(not_until) => {
+                let at = not_until.earliest_possible();
+                let ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX).saturating_add(u64::from(at.subsec_nanos() % 1_000_000 != 0));
+                Some(ms.max(now.saturating_add(1)))
+            }
+        }
     }
 
     fn write(&self, batch: Batch) -> Result<(), PipelineError> {
@@ -895,9 +1069,11 @@ impl<K: Kv> Pipeline<K> {
         let mut saturated: HashSet<BreakerKey> = HashSet::new();
         let mut start_bytes = 0u64;
         let mut horizon: Vec<RowId> = Vec::new();
-        // Per half-open breaker, its last failed trial's row when the scan met
-        // it first: taken as the trial only if no other row of the sink is.
-        let mut deferred: HashMap<BreakerKey, (DueKey, Start)> = HashMap::new();
+        // Per half-open breaker, the best trial candidate the scan met among
+        // rows of lanes that failed in the breaker's current run (the lane
+        // that failed last ranks worst): taken as the trial only if no row of
+        // another lane of the sink is.
+        let mut deferred: HashMap<BreakerKey, (u8, DueKey, Start)> = HashMap::new();
         'pages: while starts.len() + parks.len() < page_len && pages < SCAN_PAGES {
             // After the first page, jump to where the last visit stopped.
             if pages == 1
@@ -977,9 +1153,15 @@ impl<K: Kv> Pipeline<K> {
                     continue;
                 }
                 // Breaker: open -> park; half-open -> one trial call at a time.
-                let breaker = self.breakers.get(&key).copied().unwrap_or_default();
-                let tripped = breaker.failures >= self.breaker.failures;
-                if tripped && breaker.open_until_ms <= now && (breaker.trial_in_flight || starts.iter().any(|s| s.key == key && s.trial)) {
+                let (open, half_open, trial_busy) = match self.breakers.get(&key) {
+                    Some(b) => (
+                        b.open,
+                        b.open && b.open_until_ms <= now,
+                        b.trial_in_flight || starts.iter().any(|s| s.key == key && s.trial),
+                    ),
+                    None => (false, false, false),
+                };
+                if half_open && trial_busy {
                     saturated.insert(key);
                     continue;
                 }
@@ -996,21 +1178,36 @@ impl<K: Kv> Pipeline<K> {
                     horizon.push(row_id);
                     continue;
                 }
-                if tripped
-                    && breaker.open_until_ms <= now
-                    && breaker.last_failed_trial == Some(row_id)
-                    && !deferred.contains_key(&key)
-                {
-                    deferred.insert(key, (dk, Start { row_id, key, route, envelope, row, size, trial: true }));
+                if open && !half_open {
+                    // Parked unclaimed: a park is no attempt, so a row never
+                    // attempted keeps no first_attempt_at (issue 12).
+                    let until = self.breakers.get(&key).map_or(now, |b| b.open_until_ms);
+                    parks.push((dk, until));
+                    continue;
+                }
+                let site = Site::of(row_id, &row);
+                if half_open {
+                    let rank = self.breakers.get(&key).map_or(0, |b| b.trial_rank(site));
+                    if rank > 0 {
+                        // A lane that failed in this run: kept in reserve in
+                        // case no other lane of the sink has a due row.
+                        if deferred.get(&key).is_none_or(|(r, ..)| rank < *r) {
+                            deferred.insert(key, (rank, dk, Start { row_id, key, route, envelope, row, size, trial: true, site }));
+                        }
+                        continue;
+                    }
+                }
+                // Rate limit: a sink over its rate leaves its rows due (no
+                // claim, no slot, no window room; a lane head simply waits)
+                // and the loop wakes when the next call may start.
+                if let Some(at) = self.rate_limited((envelope.source, dk.sink), now) {
+                    saturated.insert(key);
+                    self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
                     continue;
                 }
                 claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
-                if tripped && breaker.open_until_ms > now {
-                    parks.push((row_id, breaker.open_until_ms));
-                    continue;
-                }
                 start_bytes += size;
-                starts.push(Start { row_id, key, route, envelope, row, size, trial: tripped });
+                starts.push(Start { row_id, key, route, envelope, row, size, trial: half_open, site });
             }
             if !full_page {
                 reached_end = true;
@@ -1023,14 +1220,19 @@ impl<K: Kv> Pipeline<K> {
         if !reached_end && pages >= SCAN_PAGES && !saturated.is_empty() {
             self.resume.insert(tenant, range.start.clone());
         }
-        // A half-open sink whose only due row was its last failed trial: that
-        // row is the trial again.
-        for (key, (dk, start)) in deferred {
+        // A half-open sink whose due rows the scan met are all of lanes that
+        // failed in the breaker's current run: the best ranked is the trial.
+        for (key, (_, dk, start)) in deferred {
             let trial_taken = starts.iter().any(|s| s.key == key && s.trial);
-            if !trial_taken && self.in_flight_total + starts.len() < self.dispatch.window {
-                claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
-                starts.push(start);
+            if trial_taken || self.in_flight_total + starts.len() >= self.dispatch.window {
+                continue;
             }
+            if let Some(at) = self.rate_limited((key.1, key.2), now) {
+                self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
+                continue;
+            }
+            claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
+            starts.push(start);
         }
         self.write(dead)?;
         self.write(holds)?;
@@ -1045,8 +1247,8 @@ impl<K: Kv> Pipeline<K> {
         }
         if !parks.is_empty() {
             let mut b = Batch::new();
-            for (row_id, until) in &parks {
-                b.extend(ankusa_queue::park(&*self.kv, *row_id, *until, now)?);
+            for (dk, until) in &parks {
+                b.extend(ankusa_queue::park(&*self.kv, *dk, *until, now)?);
                 self.next_wake_ms = Some(self.next_wake_ms.map_or(*until, |w| w.min(*until)));
             }
             self.write(b)?;
@@ -1094,10 +1296,10 @@ impl<K: Kv> Pipeline<K> {
         self.in_flight_bytes += s.size;
         let tx = self.done_tx.clone();
         let attempts_before = s.row.attempts;
-        let (size, trial) = (s.size, s.trial);
+        let (size, trial, site) = (s.size, s.trial, s.site);
         tokio::spawn(async move {
             let outcome = s.route.sink.deliver(&s.envelope, &ctx).await;
-            let _ = tx.send(Done { row: s.row_id, key: s.key, outcome, attempts_before, size, trial });
+            let _ = tx.send(Done { row: s.row_id, key: s.key, site, outcome, attempts_before, size, trial });
         });
     }
 
@@ -1158,7 +1360,11 @@ impl<K: Kv> Pipeline<K> {
     fn publish_breakers(&self) {
         if let Ok(mut m) = self.status.breakers.write() {
             m.clear();
-            m.extend(self.breakers.iter().map(|(k, b)| (*k, (b.failures, b.open_until_ms))));
+            m.extend(
+                self.breakers
+                    .iter()
+                    .map(|(k, b)| (*k, Published { failures: b.failures, open_until_ms: b.open_until_ms, open: b.open })),
+            );
         }
     }
 
@@ -1166,7 +1372,6 @@ impl<K: Kv> Pipeline<K> {
         let breaker = self.breakers.entry(d.key).or_default();
         if d.trial {
             breaker.trial_in_flight = false;
-            breaker.last_failed_trial = (!matches!(d.outcome, Outcome::Ok)).then_some(d.row);
         }
         // A retired source's attempt that did not deliver is not retried.
         if !matches!(d.outcome, Outcome::Ok)
@@ -1177,18 +1382,15 @@ impl<K: Kv> Pipeline<K> {
         }
         match &d.outcome {
             Outcome::Ok => {
-                if breaker.failures >= self.breaker.failures {
+                if breaker.answered() {
                     info!(row = %d.row, "breaker closed: the trial delivery succeeded");
                 }
-                breaker.failures = 0;
                 debug!(row = %d.row, "delivered");
                 ankusa_queue::delivered(&*self.kv, d.row, now)
             }
             Outcome::Retry { reason, after } => {
-                breaker.failures = breaker.failures.saturating_add(1);
-                if breaker.failures >= self.breaker.failures && (d.trial || breaker.open_until_ms <= now) {
-                    breaker.open_until_ms = now.saturating_add(self.breaker.open_ms);
-                    warn!(row = %d.row, failures = breaker.failures, open_ms = self.breaker.open_ms, "breaker open for this sink");
+                if breaker.failed(d.site, d.trial, &self.breaker, now) {
+                    warn!(row = %d.row, failures = breaker.failures, lanes = breaker.sites.len(), open_ms = self.breaker.open_ms, "breaker open for this sink");
                 }
                 let row = self.kv.get(Cf::Deliveries, &delivery_key(d.row.tenant, d.row.seq, d.row.sink))?;
                 let first = row
@@ -1209,7 +1411,7 @@ impl<K: Kv> Pipeline<K> {
                 ankusa_queue::retry(&*self.kv, d.row, due, reason, now)
             }
             Outcome::Permanent { reason } => {
-                breaker.failures = 0;
+                breaker.answered();
                 warn!(row = %d.row, %reason, "permanent failure: dead-lettered");
                 ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("permanent: {reason}"), now)
             }
@@ -1228,6 +1430,7 @@ impl<K: Kv> Pipeline<K> {
 struct Start {
     row_id: RowId,
     key: BreakerKey,
+    site: Site,
     route: Route,
     envelope: Envelope,
     row: DeliveryRow,
@@ -1248,4 +1451,111 @@ const SCAN_PAGES: usize = 8;
 /// Engine errors.
 pub fn counter(read: &impl Read, tenant: TenantOrd, field: CounterField) -> Result<i64, EngineError> {
     read.counter(&counter_key(tenant, field))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use super::*;
+
+    fn lane(b: u8) -> Site {
+        Site::Lane(LaneId([b; 16]))
+    }
+
+    const POLICY: BreakerPolicy = BreakerPolicy { failures: 5, distinct: 3, open_ms: 1000 };
+
+    #[test]
+    fn one_failing_lane_never_opens_the_breaker() {
+        let mut b = Breaker::default();
+        for now in 0..100 {
+            assert!(!b.failed(lane(1), false, &POLICY, now));
+        }
+        assert_eq!((b.failures, b.open, b.sites.len()), (100, false, 1));
+        // Nor do two (distinct 3).
+        for now in 100..200 {
+            assert!(!b.failed(lane(2), false, &POLICY, now));
+        }
+        assert!(!b.open);
+    }
+
+    #[test]
+    fn failures_from_distinct_lanes_open_it_and_an_answer_closes_it() {
+        let mut b = Breaker::default();
+        // Four failures from three lanes: five are needed.
+        for (now, l) in [1, 2, 1, 3].into_iter().enumerate() {
+            assert!(!b.failed(lane(l), false, &POLICY, now as u64));
+        }
+        assert!(b.failed(lane(1), false, &POLICY, 10));
+        assert_eq!((b.open, b.open_until_ms), (true, 1010));
+        // A call started before it opened fails while open: no extension.
+        assert!(!b.failed(lane(2), false, &POLICY, 20));
+        assert_eq!(b.open_until_ms, 1010);
+        // A failed trial opens it again.
+        assert!(b.failed(lane(4), true, &POLICY, 1500));
+        assert_eq!(b.open_until_ms, 2500);
+        assert!(b.answered());
+        assert_eq!((b.failures, b.open, b.sites.len(), b.last_failed), (0, false, 0, None));
+        assert!(!b.answered());
+    }
+
+    #[test]
+    fn unordered_rows_are_sites_of_their_own() {
+        let row = |seq| Site::Row(RowId::new(TenantOrd(1), ankusa_keys::Seq(seq), SinkIx(0)));
+        let mut b = Breaker::default();
+        for (now, seq) in [1, 1, 1, 1, 2].into_iter().enumerate() {
+            assert!(!b.failed(row(seq), false, &POLICY, now as u64));
+        }
+        assert!(b.failed(row(3), false, &POLICY, 9), "five failures, three rows");
+        // distinct 1: any five failures.
+        let one = BreakerPolicy { distinct: 1, ..POLICY };
+        let mut b = Breaker::default();
+        for now in 0..4 {
+            assert!(!b.failed(row(1), false, &one, now));
+        }
+        assert!(b.failed(row(1), false, &one, 4));
+    }
+
+    #[test]
+    fn half_open_trials_rank_other_lanes_first() {
+        let mut b = Breaker::default();
+        for (now, l) in [1, 2, 3, 1, 2].into_iter().enumerate() {
+            b.failed(lane(l), false, &POLICY, now as u64);
+        }
+        assert!(b.open);
+        assert_eq!(b.trial_rank(lane(9)), 0, "a lane that has not failed");
+        assert_eq!(b.trial_rank(lane(1)), 1, "a lane that failed");
+        assert_eq!(b.trial_rank(lane(2)), 2, "the lane that failed last");
+        b.failed(lane(9), true, &POLICY, 2000);
+        assert_eq!((b.trial_rank(lane(9)), b.trial_rank(lane(2))), (2, 1));
+    }
+
+    #[test]
+    fn the_rate_limit_counts_on_the_pipeline_clock() {
+        let now = Arc::new(AtomicU64::new(1_000_000));
+        let n = Arc::clone(&now);
+        let clock = LimiterClock(Arc::new(move || n.load(Ordering::SeqCst)));
+        let l = limiter(RateLimit { per_second: 20.0, burst: 20 }, &clock).expect("a quota");
+        for _ in 0..20 {
+            assert!(l.check().is_ok(), "the burst");
+        }
+        let next = l.check().expect_err("over the rate").earliest_possible();
+        assert!(next > Duration::from_millis(1_000_000) && next <= Duration::from_millis(1_000_050), "{next:?}");
+        now.store(1_000_049, Ordering::SeqCst);
+        assert!(l.check().is_err());
+        now.store(1_000_050, Ordering::SeqCst);
+        assert!(l.check().is_ok(), "one every 50 ms");
+        assert!(l.check().is_err());
+        // A fraction: one every 2 s.
+        let slow = limiter(RateLimit { per_second: 0.5, burst: 1 }, &clock).expect("a quota");
+        assert!(slow.check().is_ok());
+        now.store(1_002_049, Ordering::SeqCst);
+        assert!(slow.check().is_err());
+        now.store(1_002_050, Ordering::SeqCst);
+        assert!(slow.check().is_ok());
+        // Rates no quota can express are refused, not a panic.
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(limiter(RateLimit { per_second: bad, burst: 1 }, &clock).is_none(), "{bad}");
+        }
+    }
 }

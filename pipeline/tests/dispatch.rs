@@ -342,7 +342,7 @@ async fn extreme_retry_after_and_breaker_do_not_overflow() {
     );
     let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
     let retry = RetryPolicy { base_ms: 1, max_ms: u64::MAX, max_elapsed_ms: u64::MAX };
-    let breaker = BreakerPolicy { failures: 1, open_ms: u64::MAX };
+    let breaker = BreakerPolicy { failures: 1, distinct: 1, open_ms: u64::MAX };
     let dispatch = DispatchConfig { idle_ms: 2, flush_interval_ms: 1, ..DispatchConfig::default() };
     let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
     let writer_task = tokio::spawn(writer.run());

@@ -17,6 +17,7 @@ mod routes;
 mod starvation;
 mod ops;
 mod breaker;
+mod ratelimit;
 mod challenge;
 mod admin;
 mod operate;

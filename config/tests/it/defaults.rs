@@ -68,6 +68,7 @@ fn an_almost_empty_file_takes_every_default() {
         c.breaker,
         Breaker {
             failures: 5,
+            distinct: 3,
             open_ms: 30_000,
         }
     );
@@ -111,7 +112,7 @@ listeners: {ingest: '0.0.0.0:9000', admin: '[::1]:9001', admin_token: t0ken, met
 store_headers: {default: drop, headers: {X-Entity-Id: keep, authorization: hash}}
 dispatch: {batch: 16, sink_concurrency: 2, admission_window: 100, admission_window_bytes: 1000, flush_interval_ms: 0}
 retry: {base_ms: 10, max_ms: 10, max_elapsed_ms: 60000}
-breaker: {failures: 3, open_ms: 1500}
+breaker: {failures: 3, distinct: 2, open_ms: 1500}
 tenants: [{name: acme, max_pending: 7, max_pending_bytes: 700}, {name: globex}]
 sources:
   - {name: a, tenant: acme, sinks: [{type: file, path: a.ndjson}]}
@@ -156,6 +157,7 @@ sources:
         c.breaker,
         Breaker {
             failures: 3,
+            distinct: 2,
             open_ms: 1500,
         }
     );
@@ -419,4 +421,36 @@ fn zero_sources_is_a_valid_node() {
         one("tenants: []\n"),
         "tenants: option \"tenants\": at least one tenant is required"
     );
+}
+
+/// Issue 12: `breaker.distinct` defaults to min(3, failures); a sink's
+/// `rate_limit` is read as written, its burst defaulting to per_second rounded
+/// up; it is a core key, not one of the sink's own options.
+#[test]
+fn breaker_distinct_and_rate_limit_defaults() {
+    for (failures, distinct) in [(1, 1), (2, 2), (3, 3), (5, 3), (100, 3)] {
+        let c = ok(&format!("breaker: {{failures: {failures}}}\n"));
+        assert_eq!(c.breaker.distinct, distinct, "failures {failures}");
+    }
+    let c = ok("
+sources:
+  - name: a
+    sinks:
+      - {type: file, name: f, path: a.ndjson, rate_limit: {per_second: 20}}
+      - {type: file, name: g, path: b.ndjson, rate_limit: {per_second: 0.5, burst: 3}}
+      - {type: redis, name: r, url: 'redis://127.0.0.1', stream: s, rate_limit: {per_second: 2.5}}
+      - {type: file, name: h, path: c.ndjson}
+");
+    let s = &c.sources[0];
+    let limits: Vec<Option<ankusa_config::RateLimit>> = s.sinks.iter().map(|e| e.rate_limit).collect();
+    assert_eq!(
+        limits,
+        vec![
+            Some(ankusa_config::RateLimit { per_second: 20.0, burst: 20 }),
+            Some(ankusa_config::RateLimit { per_second: 0.5, burst: 3 }),
+            Some(ankusa_config::RateLimit { per_second: 2.5, burst: 3 }),
+            None,
+        ]
+    );
+    assert!(s.sinks.iter().all(|e| e.options.get("rate_limit").is_none()));
 }

@@ -153,6 +153,11 @@ fn the_example_file_loads_into_the_model_it_documents() {
         sh.sinks[0].order.key(),
         Some(&OrderingKey::Header("x-shopify-product-id".into()))
     );
+    assert_eq!(
+        sh.sinks[0].rate_limit,
+        Some(ankusa_config::RateLimit { per_second: 20.0, burst: 20 })
+    );
+    assert_eq!(c.breaker.distinct, 3);
 
     // Generic HMAC.
     let bi = c.source("billing").expect("billing");

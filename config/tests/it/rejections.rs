@@ -305,6 +305,7 @@ fn zero_limits() {
         ("retry", "base_ms"),
         ("retry", "max_elapsed_ms"),
         ("breaker", "failures"),
+        ("breaker", "distinct"),
         ("breaker", "open_ms"),
         ("node", "max_pending"),
         ("node", "max_pending_bytes"),
@@ -495,4 +496,36 @@ fn node_names_may_be_host_names() {
         one("node: {name: 'relay 1'}\n"),
         "node: option \"name\": \"relay 1\" is not a valid node name: 1-64 characters of A-Z a-z 0-9 _ - ., starting with a letter or digit"
     );
+}
+
+/// Issue 12: a breaker that could never open, and every bad `rate_limit`,
+/// each naming the source, the sink and the option; every problem of the
+/// file in one run.
+#[test]
+fn breaker_distinct_and_rate_limit_rejections() {
+    assert_eq!(
+        one("breaker: {failures: 2, distinct: 3}\n"),
+        "breaker: option \"distinct\": 3 is greater than failures (2): 2 failures come from at most 2 lanes, so the breaker could never open"
+    );
+    let sink = |rl: &str| format!("sources:\n  - name: shop\n    sinks:\n      - {{type: file, name: out, path: x, rate_limit: {rl}}}\n");
+    for (rl, option, message) in [
+        ("20", "rate_limit", "must be {per_second: N, burst: M} (hooks per second, burst optional), found 20"),
+        ("{burst: 5}", "rate_limit.per_second", "required: hooks per second, above 0 and at most 1000000"),
+        ("{per_second: 0}", "rate_limit.per_second", "must be a number of hooks per second above 0 and at most 1000000, found 0"),
+        ("{per_second: -3}", "rate_limit.per_second", "must be a number of hooks per second above 0 and at most 1000000, found -3"),
+        ("{per_second: fast}", "rate_limit.per_second", "must be a number of hooks per second above 0 and at most 1000000, found \"fast\""),
+        ("{per_second: 2000000}", "rate_limit.per_second", "must be a number of hooks per second above 0 and at most 1000000, found 2000000"),
+        ("{per_second: 5, burst: 0}", "rate_limit.burst", "must be a whole number of hooks from 1 to 1000000, found 0"),
+        ("{per_second: 5, burst: 2.5}", "rate_limit.burst", "must be a whole number of hooks from 1 to 1000000, found 2.5"),
+        ("{per_second: 5, per_minute: 9}", "rate_limit.per_minute", "unknown option of rate_limit (its options: per_second, burst)"),
+    ] {
+        assert_eq!(
+            one(&sink(rl)),
+            format!("source \"shop\", sink \"out\" (file): option \"{option}\": {message}"),
+            "{rl}"
+        );
+    }
+    // Every problem in one run.
+    let p = problems(load(&sink("{per_second: 0, burst: 0, every: 2}")));
+    assert_eq!(p.len(), 3, "{p:#?}");
 }
