@@ -201,7 +201,7 @@ fn rate_limit(v: &Value, scope: &Scope, p: &mut Problems) -> Option<RateLimit> {
     for k in m.keys() {
         let key = key_text(k);
         if key != "per_second" && key != "burst" {
-            p.push(scope, format!("rate_limit.{key}"), format!("unknown option of rate_limit (its options: per_second, burst)"));
+            p.push(scope, format!("rate_limit.{key}"), "unknown option of rate_limit (its options: per_second, burst)");
             ok = false;
         }
     }
