@@ -131,7 +131,7 @@ pub enum BreakerReport {
         /// Consecutive `Retry` outcomes.
         failures: u32,
     },
-    /// Claimed rows are parked until `until_ms` (unix ms).
+    /// Due rows are parked (unclaimed) until `until_ms` (unix ms).
     Open {
         /// When it half-opens.
         until_ms: u64,
