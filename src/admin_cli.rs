@@ -374,6 +374,7 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                         s(&c["pending_bytes"]),
                         s(&c["in_flight"]),
                         s(&c["dead"]),
+                        s(&c["quarantined"]),
                         s(&c["lanes"]),
                         s(&c["lanes_blocked"]),
                         s(&c["lane_members"]),
@@ -382,7 +383,7 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                     ]
                 })
                 .collect();
-            table(&["TENANT", "PENDING", "BYTES", "IN_FLIGHT", "DEAD", "LANES", "BLOCKED", "MEMBERS", "OLDEST_DUE", "BOUNDS"], &rows);
+            table(&["TENANT", "PENDING", "BYTES", "IN_FLIGHT", "DEAD", "QUARANTINED", "LANES", "BLOCKED", "MEMBERS", "OLDEST_DUE", "BOUNDS"], &rows);
         }
         Command::Sources => {
             let v = all_pages(api, "/v1/sources").await?;
@@ -750,9 +751,28 @@ enum Target {
 fn target(row: Option<String>, all: bool, filter: &Filter, verb: &str) -> Result<Target, Fail> {
     match (row, all, filter.is_empty()) {
         (Some(_), _, false) => Err(Fail::Usage(format!("{verb}: give a row id or filters, not both"))),
+        (Some(r), _, true) if !is_row_id(&r) => Err(Fail::Usage(format!(
+            "{verb}: {r:?} is not a row id: write <tenant>.<seq>.<sink index>, e.g. default.42.0 (`ankusa dlq list` shows them)"
+        ))),
         (Some(r), _, true) => Ok(Target::Row(r)),
         (None, true, _) | (None, false, false) => Ok(Target::Filter),
         (None, false, true) => Err(Fail::Usage(format!("{verb}: give a row id (e.g. default.42.0), --all, or a filter (--tenant, --source, --sink, --reason, --since, --until)"))),
+    }
+}
+
+/// `<tenant>.<seq>.<sink index>`: a tenant name (letters, digits, `-`, `_`)
+/// and two numbers without sign or leading zero, as the API writes them.
+fn is_row_id(text: &str) -> bool {
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
+    let mut parts = text.rsplitn(3, '.');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(sink), Some(seq), Some(tenant)) => {
+            number(sink)
+                && number(seq)
+                && !tenant.is_empty()
+                && tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        }
+        _ => false,
     }
 }
 

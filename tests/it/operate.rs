@@ -693,7 +693,13 @@ sources:
     relay.post("/hooks/shop", &[JSON], "{}").await.id();
     assert_eq!(relay.post("/hooks/review", &[JSON], "{}").await.status, 202);
     until("the shop hook delivered", WAIT, async || (sink.delivered().len() == 1).then_some(())).await;
-    let before = api.tenant("default").await;
+    // The receiver has the hook before the relay commits its outcome: wait
+    // for the commit, so that `before` is a state nothing is still changing.
+    let before = until("the shop hook's delivery committed", WAIT, async || {
+        let t = api.tenant("default").await;
+        (t["counters"]["delivered_total"] == 1 && t["counters"]["in_flight"] == 0).then_some(t)
+    })
+    .await;
     let job = |v: Value| Some(v);
     let cases: Vec<(&str, &str, String, Option<Value>, u16)> = vec![
         ("POST", "/v1/sources/{source}/pause", "/v1/sources/nope/pause".into(), None, 404),
