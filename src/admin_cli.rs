@@ -5,7 +5,7 @@
 //! (docs/design.md section 5, "Admin API") and prints a table, or the API's
 //! JSON with `--json`.
 //!
-//! The admin URL is `--admin` (default `http://127.0.0.1:8081`); the token is
+//! The admin URL is `--admin` or `ANKUSA_ADMIN` (default `http://127.0.0.1:8081`); the token is
 //! read from `ANKUSA_ADMIN_TOKEN`. Exit codes ([`EXIT_CODES`]): 0 ok, 1 the
 //! API refused (its error is printed), 2 usage (clap's own, and a destructive
 //! command without `--yes`), 3 the admin listener cannot be reached, 4
@@ -23,8 +23,8 @@ pub const EXIT_CODES: &str = "Exit codes: 0 ok; 1 the admin API refused the requ
 /// Where the admin API is and how to print.
 #[derive(Args, Debug, Clone)]
 pub struct Conn {
-    /// The relay's admin listener.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:8081")]
+    /// The relay's admin listener (or the `ANKUSA_ADMIN` variable).
+    #[arg(long, global = true, env = "ANKUSA_ADMIN", default_value = "http://127.0.0.1:8081")]
     pub admin: String,
     /// Print the API's JSON instead of a table (for scripts).
     #[arg(long, global = true)]
@@ -434,6 +434,9 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             println!("source {}  received {}  {} {}{}", s(&h["source"]), s(&h["received_at"]), s(&h["method"]), s(&h["path"]), h["query"].as_str().map(|q| format!("?{q}")).unwrap_or_default());
             if let Some(d) = h["dedupe_key"].as_str() {
                 println!("dedupe key {d}");
+            }
+            if let Some(why) = h["quarantined"].as_str() {
+                println!("quarantined: {why} (no deliveries until `ankusa quarantine release {}.{}`)", s(&h["tenant"]), s(&h["seq"]));
             }
             for hd in h["headers"].as_array().cloned().unwrap_or_default() {
                 println!("  {}: {}", s(&hd["name"]), hd["value"].as_str().map_or_else(|| format!("(base64) {}", s(&hd["value_base64"])), str::to_owned));

@@ -273,6 +273,12 @@ sources:
     }
     let shown = api.ok("GET", "/v1/tenants/{tenant}/quarantine/{seq}", "/v1/tenants/default/quarantine/1", None).await;
     assert_eq!(shown["reason"], "source under quarantine");
+    // The hook's own view says it is held (it has no rows to show).
+    let hook = api.ok("GET", "/v1/tenants/{tenant}/hooks/{seq}", "/v1/tenants/default/hooks/1", None).await;
+    assert_eq!((hook["quarantined"].as_str(), hook["deliveries"].as_array().map(Vec::len)), (Some("source under quarantine"), Some(0)), "{hook}");
+    let (code, out, err) = cli(&["hooks", "show", "--tenant", "default", "--seq", "1", "--admin", a], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("quarantined: source under quarantine"), "{out}");
     // The source's store_headers keeps the ordering header and nothing else.
     let headers = shown["hook"]["headers"].as_array().expect("headers");
     assert_eq!(headers.len(), 1, "{shown}");
@@ -285,6 +291,7 @@ sources:
         let r = api.ok("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release", &format!("/v1/tenants/default/quarantine/{seq}/release"), None).await;
         assert_eq!(r, json!({ "id": format!("default.{seq}"), "released": true, "source": "review", "rows": 1 }));
     }
+    assert_eq!(api.ok("GET", "/v1/tenants/{tenant}/hooks/{seq}", "/v1/tenants/default/hooks/1", None).await["quarantined"], Value::Null);
     for seq in [7, 8] {
         let (code, out, err) = cli(&["quarantine", "release", &format!("default.{seq}"), "--admin", a], None);
         assert_eq!(code, 0, "{err}");
