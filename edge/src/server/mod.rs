@@ -86,6 +86,23 @@ pub struct EdgeStats {
     pub unmatched: AtomicU64,
 }
 
+impl EdgeStats {
+    /// Counts one row not made for each sink entry named in `sinks` (of
+    /// source `source`) because its filter did not match:
+    /// `ankusa_ingest_filtered_total{source,sink}`. Called once the hook's
+    /// rows are committed (ingest, quarantine release).
+    pub fn count_filtered<'a>(&self, source: &str, sinks: impl IntoIterator<Item = &'a str>) {
+        let mut sinks = sinks.into_iter().peekable();
+        if sinks.peek().is_none() {
+            return;
+        }
+        let mut m = self.filtered.lock().unwrap_or_else(|p| p.into_inner());
+        for sink in sinks {
+            *m.entry((source.to_owned(), sink.to_owned())).or_default() += 1;
+        }
+    }
+}
+
 /// Everything the ingest handler reads.
 pub struct Edge<K: Kv> {
     /// The store (dedupe pre-check, counters for the bounds).
@@ -428,12 +445,7 @@ impl<K: Kv> Edge<K> {
         if unmatched {
             self.stats.unmatched.fetch_add(1, Ordering::Relaxed);
         }
-        if !filtered.is_empty() {
-            let mut m = self.stats.filtered.lock().unwrap_or_else(|p| p.into_inner());
-            for sink in filtered {
-                *m.entry((route.name.clone(), (*sink).to_owned())).or_default() += 1;
-            }
-        }
+        self.stats.count_filtered(&route.name, filtered.iter().copied());
     }
 
     /// Holds a hook in quarantine: the tenant's bound (its `max_pending`
