@@ -12,11 +12,11 @@ use serde_yaml_ng::Value;
 
 use crate::helpers::load_env;
 
-fn example_path() -> PathBuf {
+pub(crate) fn example_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("ankusa.example.yaml")
 }
 
-const EXAMPLE_ENV: [(&str, &str); 9] = [
+pub(crate) const EXAMPLE_ENV: [(&str, &str); 9] = [
     ("ANKUSA_ADMIN_TOKEN", "admin-token"),
     ("GITHUB_WEBHOOK_SECRET", "It's a Secret to Everybody"),
     ("GITHUB_WEBHOOK_SECRET_OLD", "old github secret"),
