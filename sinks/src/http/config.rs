@@ -2,6 +2,7 @@
 
 use reqwest::header::{HeaderName, HeaderValue};
 
+use super::signing::{self, Signing};
 use crate::{OptionProblems, Options, SinkError};
 
 /// `timeout_ms` when the option is absent: 10 s.
@@ -17,7 +18,7 @@ const RESERVED: &[&str] = &[
 ];
 
 /// The options of an http sink.
-const OPTIONS: &[&str] = &["url", "timeout_ms", "headers"];
+const OPTIONS: &[&str] = &["url", "timeout_ms", "headers", "signing"];
 
 /// One extra header, parsed: a name the sink does not own and a legal value.
 /// The error names `headers.<name>`.
@@ -45,6 +46,9 @@ fn parsed_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), S
 ///     url: https://example.com/hooks      # required, http or https
 ///     timeout_ms: 5000                    # optional, > 0, default 10000
 ///     headers: { authorization: "Bearer ..." }  # optional extra headers
+///     signing:                            # optional (crate::http::signing)
+///       type: standard_webhooks           # or hmac (secret, header, algorithm, encoding, prefix)
+///       secrets: [whsec_..., env:OLD_SECRET]
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpSinkConfig {
@@ -58,6 +62,10 @@ pub struct HttpSinkConfig {
     /// `transfer-encoding` or `host`. Secrets (`env:NAME`) are resolved by the
     /// config crate before the sink sees them.
     pub headers: Vec<(String, String)>,
+    /// How each delivery is signed ([`Signing`], docs of
+    /// [`crate::http::signing`]); `None`: not signed. The headers it writes
+    /// may not be among [`HttpSinkConfig::headers`].
+    pub signing: Option<Signing>,
 }
 
 impl HttpSinkConfig {
@@ -73,10 +81,12 @@ impl HttpSinkConfig {
             url: url.into(),
             timeout_ms: DEFAULT_TIMEOUT_MS,
             headers: Vec::new(),
+            signing: None,
         }
     }
 
-    /// Reads and validates the options `url`, `timeout_ms` and `headers`; any
+    /// Reads and validates the options `url`, `timeout_ms`, `headers` and
+    /// `signing` (`signing.<key>` in its errors); any
     /// other option is an error, as is a wrong type or value. Every error names
     /// the option (`headers.<name>` for one header), and every problem of
     /// `options` is reported, in the order of the options
@@ -105,6 +115,7 @@ impl HttpSinkConfig {
                         }
                     }
                 },
+                "signing" => config.signing = signing::parse(value, &mut p),
                 _ => p.unknown(name.clone(), OPTIONS),
             }
         }
@@ -136,8 +147,19 @@ impl HttpSinkConfig {
         if p.ok("timeout_ms") && self.timeout_ms == 0 {
             p.invalid("timeout_ms", "must be more than 0");
         }
+        // The signature headers are the signing's: a configured header of
+        // the same name would be a second, wrong signature.
+        let owned = self.signing.as_ref().map(|s| (s.type_name(), s.owned_headers()));
         for (name, value) in &self.headers {
-            p.take(parsed_header(name, value));
+            let Some((n, _)) = p.take(parsed_header(name, value)) else { continue };
+            if let Some((kind, owned)) = &owned
+                && owned.contains(&n)
+            {
+                p.invalid(
+                    format!("headers.{name}"),
+                    format!("is written by the sink's signing (type {kind}) and cannot be configured"),
+                );
+            }
         }
     }
 
