@@ -125,6 +125,13 @@ impl HttpSinkConfig {
             None => {}
         }
         config.check(&mut p);
+        // A signing with problems of its own still owns its headers: a
+        // configured one of them is reported in the same run.
+        if config.signing.is_none()
+            && let Some(owned) = options.get("signing").and_then(signing::owned_headers_of)
+        {
+            config.check_owned(Some(owned), &mut p);
+        }
         p.sort_as_written(options);
         p.finish(config)
     }
@@ -147,12 +154,22 @@ impl HttpSinkConfig {
         if p.ok("timeout_ms") && self.timeout_ms == 0 {
             p.invalid("timeout_ms", "must be more than 0");
         }
-        // The signature headers are the signing's: a configured header of
-        // the same name would be a second, wrong signature.
-        let owned = self.signing.as_ref().map(|s| (s.type_name(), s.owned_headers()));
         for (name, value) in &self.headers {
-            let Some((n, _)) = p.take(parsed_header(name, value)) else { continue };
-            if let Some((kind, owned)) = &owned
+            p.take(parsed_header(name, value));
+        }
+        self.check_owned(
+            self.signing.as_ref().map(|s| (s.type_name(), s.owned_headers())),
+            p,
+        );
+    }
+
+    /// The signature headers are the signing's (`owned`: its type and
+    /// headers): a configured header of the same name would be a second,
+    /// wrong signature. Headers with a problem of their own are skipped.
+    fn check_owned(&self, owned: Option<(&'static str, Vec<HeaderName>)>, p: &mut OptionProblems) {
+        let Some((kind, owned)) = owned else { return };
+        for (name, value) in &self.headers {
+            if let Ok((n, _)) = parsed_header(name, value)
                 && owned.contains(&n)
             {
                 p.invalid(

@@ -280,6 +280,28 @@ fn mac(algorithm: HmacAlgorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     }
 }
 
+/// The type and headers a `signing` value would own, read from the value
+/// alone (its type, and an `hmac` signing's `header` when that is a legal
+/// name), so a configured header that clashes with them is reported even
+/// when the signing has problems of its own. `None` when the type is not
+/// known.
+pub(crate) fn owned_headers_of(value: &Value) -> Option<(&'static str, Vec<HeaderName>)> {
+    match value.get("type")?.as_str()? {
+        "standard_webhooks" => Some((
+            "standard_webhooks",
+            vec![WEBHOOK_ID, WEBHOOK_TIMESTAMP, WEBHOOK_SIGNATURE],
+        )),
+        "hmac" => {
+            let header = match value.get("header") {
+                None => HeaderName::from_static(DEFAULT_HMAC_HEADER),
+                Some(h) => hmac_header(h.as_str()?).ok()?,
+            };
+            Some(("hmac", vec![header]))
+        }
+        _ => None,
+    }
+}
+
 /// Reads `signing`, recording every problem in `p`; `None` when it has one.
 pub(crate) fn parse(value: &Value, p: &mut OptionProblems) -> Option<Signing> {
     let before = p.len();

@@ -690,3 +690,25 @@ fn signing_conflicts_and_problems_name_the_option() {
     c.headers = vec![("X-Ankusa-Signature".into(), "x".into())];
     assert_eq!(invalid_option(HttpSink::new(&c).expect_err("reserved")), "headers.X-Ankusa-Signature");
 }
+
+/// A signing with problems of its own still owns its headers: a clash with
+/// the configured headers is reported in the same run.
+#[test]
+fn a_header_clash_is_reported_beside_a_broken_signing() {
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "http://h/",
+        "headers": {"webhook-id": "x"},
+        "signing": {"type": "standard_webhooks", "secrets": []},
+    })))
+    .expect_err("problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(names, ["headers.webhook-id", "signing.secrets"]);
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "http://h/",
+        "headers": {"X-Sig": "x"},
+        "signing": {"type": "hmac", "header": "x-sig"},
+    })))
+    .expect_err("problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(names, ["headers.X-Sig", "signing.secret"]);
+}
