@@ -273,7 +273,7 @@ sources:
     let deadline = Duration::from_secs(60);
     let gh = until("the GitHub hooks", deadline, async || (github_rx.delivered().len() >= 3).then(|| github_rx.delivered())).await;
     let plain = until("the GitHub hooks (plain)", deadline, async || (plain_rx.delivered().len() >= 3).then(|| plain_rx.delivered())).await;
-    let sh = until("the Shopify hook", deadline, async || (shopify_rx.delivered().len() >= 1).then(|| shopify_rx.delivered())).await;
+    let sh = until("the Shopify hook", deadline, async || (!shopify_rx.delivered().is_empty()).then(|| shopify_rx.delivered())).await;
     for h in &github {
         let r = gh.iter().find(|r| r.body == h.body).unwrap_or_else(|| panic!("{} not delivered byte for byte", h.file));
         assert_eq!(r.header_count("x-hub-signature-256"), 1, "{}", h.file);
