@@ -133,6 +133,25 @@ pub(crate) fn entry(
         if let Value::Mapping(entries) = v {
             let mut resolved = Mapping::new();
             for (ek, ev) in entries {
+                // A list in a map option (the http sink's
+                // `signing.secrets`) resolves item by item: an unset secret
+                // is named `<option>.<entry>[i]` and left as null, so the
+                // other items keep their index for the sink's own checks
+                // (which then name the same option, reported once).
+                if let Value::Sequence(items) = ev {
+                    let mut out = Vec::with_capacity(items.len());
+                    for (i, item) in items.iter().enumerate() {
+                        match resolve_env(item, ctx.env) {
+                            Ok(v) => out.push(v),
+                            Err(m) => {
+                                p.push(&scope, format!("{key}.{}[{i}]", key_text(ek)), m);
+                                out.push(Value::Null);
+                            }
+                        }
+                    }
+                    resolved.insert(ek.clone(), Value::Sequence(out));
+                    continue;
+                }
                 match resolve_env(ev, ctx.env) {
                     Ok(ev) => {
                         resolved.insert(ek.clone(), ev);
@@ -498,7 +517,9 @@ fn ordering_key(v: &Value) -> Result<OrderingKey, String> {
     }
 }
 
-const HTTP_OPTIONS: [&str; 3] = ["url", "timeout_ms", "headers"];
+/// The http sink's options. `signing` (issue 12) is checked by the sinks
+/// crate (`ankusa_sinks::http::signing`), through the binary's load check.
+const HTTP_OPTIONS: [&str; 4] = ["url", "timeout_ms", "headers", "signing"];
 /// Headers the http sink sets itself (besides `x-ankusa-*`, its metadata): the
 /// hook's original content type and the body's framing. The same list as the
 /// sinks crate's http adapter, plus `connection`.

@@ -22,6 +22,7 @@ mod admin;
 mod operate;
 mod stripe;
 mod filter;
+mod signing;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]
