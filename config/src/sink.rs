@@ -166,6 +166,10 @@ pub(crate) fn entry(
         }
     }
 
+    if !matches!(kind, SinkKind::Http | SinkKind::File) {
+        forward_headers_kept(ctx, &options, &scope, p);
+    }
+
     let typed = match kind {
         SinkKind::Http => http(raw, &options, &scope, p).map(TypedOptions::Http),
         SinkKind::File => file(&options, &scope, p).map(TypedOptions::File),
@@ -263,6 +267,44 @@ fn order(
             }
         }
         Ok(k) => Order::Ordered { key: Some(k) },
+    }
+}
+
+/// The store_headers rule of a broker sink's `forward_headers` (its shape and
+/// the medium's limits are the sinks crate's checks): every header it lists
+/// must be kept by the source's policy, or it could never travel (a dropped
+/// header is not stored; a hashed one is stored as its hash). `all` takes
+/// what the policy keeps and needs no check.
+fn forward_headers_kept(ctx: &SourceCtx<'_>, options: &Mapping, scope: &Scope, p: &mut Problems) {
+    let Some(Value::Sequence(names)) = options.get("forward_headers") else {
+        return;
+    };
+    for name in names.iter().filter_map(Value::as_str) {
+        if check_header_name(name).is_err() {
+            continue;
+        }
+        let action = ctx.store_headers.action(name);
+        if action == HeaderAction::Keep {
+            continue;
+        }
+        let lower = name.to_ascii_lowercase();
+        let whose = if ctx.overridden {
+            "the source's store_headers override"
+        } else {
+            "the instance store_headers policy"
+        };
+        let verb = if action == HeaderAction::Drop {
+            "drops"
+        } else {
+            "hashes"
+        };
+        p.push(
+            scope,
+            "forward_headers",
+            format!(
+                "header \"{lower}\" is not kept by the store: {whose} {verb} it, so it could never travel to the sink; set store_headers headers.{lower}: keep, or leave it out"
+            ),
+        );
     }
 }
 
