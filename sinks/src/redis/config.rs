@@ -278,6 +278,23 @@ mod tests {
     }
 
     #[test]
+    fn forward_headers_are_stream_fields_only() {
+        let c = RedisSinkConfig::from_options(&opts(serde_json::json!({
+            "url": "redis://127.0.0.1:6379", "stream": "s", "forward_headers": "all"
+        })))
+        .expect("all");
+        assert_eq!(c.forward_headers, ForwardHeaders::All);
+        assert_eq!(
+            err(serde_json::json!({"url": "redis://127.0.0.1:6379", "mode": "publish", "channel": "c", "forward_headers": ["x-a"]})),
+            "sink option `forward_headers`: `mode: publish` sends the body alone; headers travel as stream fields"
+        );
+        assert_eq!(
+            err(serde_json::json!({"url": "redis://127.0.0.1:6379", "stream": "s", "forward_headers": ["body"]})),
+            "sink option `forward_headers`: \"body\" is a name the redis sink uses itself"
+        );
+    }
+
+    #[test]
     fn reads_stream_and_publish_options() {
         let c = RedisSinkConfig::from_options(&opts(serde_json::json!({
             "url": "redis://127.0.0.1:6379/2", "stream": "h:{tenant}:{source}", "maxlen": 1000, "timeout_ms": 500

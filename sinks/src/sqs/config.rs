@@ -411,6 +411,40 @@ mod tests {
     const Q: &str = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders";
 
     #[test]
+    fn forward_headers_fit_sqs_attribute_names_and_count() {
+        let c = SqsSinkConfig::from_options(&opts(serde_json::json!({
+            "queue_url": Q, "forward_headers": ["X-GitHub-Event", "x-shopify.topic", "a_b", "x-4", "x-5"]
+        })))
+        .expect("five valid names");
+        assert_eq!(
+            c.forward_headers,
+            ForwardHeaders::Listed(vec!["x-github-event".into(), "x-shopify.topic".into(), "a_b".into(), "x-4".into(), "x-5".into()])
+        );
+        // base64 bodies take one more attribute of the sink's own.
+        assert_eq!(
+            err(serde_json::json!({"queue_url": Q, "body_encoding": "base64", "forward_headers": ["a", "b", "c", "d", "e"]})),
+            "sink option `forward_headers`: 5 headers listed; a sqs message carries at most 4 besides the sink's own"
+        );
+        for (name, why) in [
+            ("x-a+b", "has `+`"),
+            (".x", "cannot start or end with `.`"),
+            ("x.", "cannot start or end with `.`"),
+            ("x..y", "cannot start or end with `.` nor hold `..`"),
+            ("aws.x", "SQS reserves attribute names starting `aws.` and `amazon.`"),
+            ("Amazon.x", "SQS reserves attribute names starting `aws.` and `amazon.`"),
+            ("ankusa_tenant", "is a name the sqs sink uses itself"),
+            ("content_type", "is a name the sqs sink uses itself"),
+        ] {
+            let e = err(serde_json::json!({"queue_url": Q, "forward_headers": [name]}));
+            assert!(e.starts_with("sink option `forward_headers`: ") && e.contains(why), "{name}: {e}");
+        }
+        assert!(sqs_attribute_value(b"push"));
+        assert!(!sqs_attribute_value(b""), "SQS refuses an empty attribute value");
+        assert!(!sqs_attribute_value(b"a\x01b"));
+        assert!(!sqs_attribute_value(b"\xff"));
+    }
+
+    #[test]
     fn reads_options() {
         let c = SqsSinkConfig::from_options(&opts(serde_json::json!({
             "queue_url": "http://127.0.0.1:5000/123456789012/o.fifo", "region": "us-east-1",
