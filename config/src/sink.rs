@@ -500,6 +500,21 @@ fn file(options: &Mapping, scope: &Scope, p: &mut Problems) -> Option<FileSink> 
 fn unknown_options(options: &Mapping, known: &[&str], kind: &str, scope: &Scope, p: &mut Problems) {
     for k in options.keys() {
         let key = key_text(k);
+        if key == "forward_headers" {
+            // The broker sinks' option (sinks/src/forward.rs): these kinds
+            // carry every stored header already.
+            let carries = if kind == "http" {
+                "the http sink forwards every stored header already (less hop-by-hop and framing ones)"
+            } else {
+                "the file sink writes every stored header in each line already"
+            };
+            p.push(
+                scope,
+                key,
+                format!("is an option of the broker and cloud sinks; {carries}"),
+            );
+            continue;
+        }
         if !known.contains(&key.as_str()) {
             p.push(
                 scope,

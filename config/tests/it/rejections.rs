@@ -505,6 +505,16 @@ fn node_names_may_be_host_names() {
 fn forward_headers_must_be_kept_by_store_headers() {
     let yaml = "store_headers: {headers: {x-secret: drop, X-Api-Key: hash}}\nsources:\n  - name: a\n    sinks:\n      - {type: kafka, name: k, brokers: b, topic: t, forward_headers: [X-Secret, x-api-key, x-kept, 'bad name', 3]}\n      - {type: sqs, name: q, queue_url: u, forward_headers: all}\n  - name: b\n    store_headers: {default: drop, headers: {x-kept: keep}}\n    sinks:\n      - {type: nats, name: n, url: u, subject: s, forward_headers: [x-kept, x-other]}\n";
     assert_eq!(
+        one("sources:\n  - {name: a, sinks: [{type: http, name: h, url: 'http://x/', forward_headers: all}]}\n"),
+        "source \"a\", sink \"h\" (http): option \"forward_headers\": is an option of the broker and cloud \
+         sinks; the http sink forwards every stored header already (less hop-by-hop and framing ones)"
+    );
+    assert_eq!(
+        one("sources:\n  - {name: a, sinks: [{type: file, name: f, path: x, forward_headers: [x-a]}]}\n"),
+        "source \"a\", sink \"f\" (file): option \"forward_headers\": is an option of the broker and cloud \
+         sinks; the file sink writes every stored header in each line already"
+    );
+    assert_eq!(
         problems(load(yaml)),
         [
             "source \"a\", sink \"k\" (kafka): option \"forward_headers\": header \"x-secret\" is not kept by the store: \
