@@ -281,6 +281,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     admin_state.paused_sinks = Arc::clone(&pipeline_handle.paused_sinks);
     admin_state.retention_hooks_deleted = Arc::clone(&retention_stats.hooks_deleted);
     admin_state.retention_dedupe_expired = Arc::clone(&retention_stats.dedupe_expired);
+    admin_state.forwarded_headers_dropped = Box::new(crate::sinks::forwarded_headers_dropped);
     let status = pipeline_handle.status.clone();
     admin_state.breakers = Box::new(move |tenant, source, sink, now| match status.breaker(tenant, source, sink, now) {
         BreakerState::Closed { failures } => BreakerReport::Closed { failures },

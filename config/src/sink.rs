@@ -189,6 +189,10 @@ pub(crate) fn entry(
         }
     }
 
+    if !matches!(kind, SinkKind::Http | SinkKind::File) {
+        forward_headers_kept(ctx, &options, &scope, p);
+    }
+
     let typed = match kind {
         SinkKind::Http => http(raw, &options, &scope, p).map(TypedOptions::Http),
         SinkKind::File => file(&options, &scope, p).map(TypedOptions::File),
@@ -483,6 +487,44 @@ fn order(
     }
 }
 
+/// The store_headers rule of a broker sink's `forward_headers` (its shape and
+/// the medium's limits are the sinks crate's checks): every header it lists
+/// must be kept by the source's policy, or it could never travel (a dropped
+/// header is not stored; a hashed one is stored as its hash). `all` takes
+/// what the policy keeps and needs no check.
+fn forward_headers_kept(ctx: &SourceCtx<'_>, options: &Mapping, scope: &Scope, p: &mut Problems) {
+    let Some(Value::Sequence(names)) = options.get("forward_headers") else {
+        return;
+    };
+    for name in names.iter().filter_map(Value::as_str) {
+        if check_header_name(name).is_err() {
+            continue;
+        }
+        let action = ctx.store_headers.action(name);
+        if action == HeaderAction::Keep {
+            continue;
+        }
+        let lower = name.to_ascii_lowercase();
+        let whose = if ctx.overridden {
+            "the source's store_headers override"
+        } else {
+            "the instance store_headers policy"
+        };
+        let verb = if action == HeaderAction::Drop {
+            "drops"
+        } else {
+            "hashes"
+        };
+        p.push(
+            scope,
+            "forward_headers",
+            format!(
+                "header \"{lower}\" is not kept by the store: {whose} {verb} it, so it could never travel to the sink; set store_headers headers.{lower}: keep, or leave it out"
+            ),
+        );
+    }
+}
+
 /// The ordering key of an ordered sink: `{header: NAME}` or `{json: a.b.c}`.
 fn ordering_key(v: &Value) -> Result<OrderingKey, String> {
     match v {
@@ -677,6 +719,21 @@ fn file(options: &Mapping, scope: &Scope, p: &mut Problems) -> Option<FileSink> 
 fn unknown_options(options: &Mapping, known: &[&str], kind: &str, scope: &Scope, p: &mut Problems) {
     for k in options.keys() {
         let key = key_text(k);
+        if key == "forward_headers" {
+            // The broker sinks' option (sinks/src/forward.rs): these kinds
+            // carry every stored header already.
+            let carries = if kind == "http" {
+                "the http sink forwards every stored header already (less hop-by-hop and framing ones)"
+            } else {
+                "the file sink writes every stored header in each line already"
+            };
+            p.push(
+                scope,
+                key,
+                format!("is an option of the broker and cloud sinks; {carries}"),
+            );
+            continue;
+        }
         if !known.contains(&key.as_str()) {
             p.push(
                 scope,

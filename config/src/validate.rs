@@ -514,9 +514,11 @@ fn sources(
         };
         // The other layers' checks, on what parsed, so their problems come in
         // the same run as this crate's (an option this crate has already
-        // refused is not reported twice).
+        // refused is not reported twice; every problem another layer finds in
+        // one option is, e.g. two bad names of one `forward_headers` list).
+        let own = p.0.len();
         for extra in check(&source) {
-            if !p.0.iter().any(|q| q.scope == extra.scope && q.option == extra.option) {
+            if !p.0[..own].iter().any(|q| q.scope == extra.scope && q.option == extra.option) {
                 p.0.push(extra);
             }
         }

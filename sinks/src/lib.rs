@@ -29,12 +29,25 @@
 //! | `sqs` (on) | [`sqs`](mod@sqs) | SendMessage with the metadata as String message attributes; FIFO: MessageGroupId = the lane's key (`sha256:` form when SQS refuses it), MessageDeduplicationId = idempotency key; AWS SDK over rustls with ring |
 //! | `rabbitmq` (on) | [`rabbitmq`](mod@rabbitmq) | basic.publish to an exchange with publisher confirms (mandatory: a return is permanent), persistent, `message_id` = idempotency key, metadata as headers; lapin, one connection and a channel pool |
 //!
+//! Broker and cloud sinks also carry the provider's stored headers a sink
+//! entry chooses with `forward_headers` ([`forward`]), within each medium's
+//! limits.
+//!
 //! A sink holds no store handle and no lock across an await: it is given the
 //! envelope and the context, and answers.
 #![deny(missing_docs, clippy::unwrap_used)]
 
 mod ctx;
 mod error;
+#[cfg(any(
+    feature = "redis",
+    feature = "nats",
+    feature = "rabbitmq",
+    feature = "kafka",
+    feature = "pubsub",
+    feature = "sqs"
+))]
+pub mod forward;
 pub mod meta;
 mod outcome;
 mod secret;

@@ -23,6 +23,7 @@ mod operate;
 mod stripe;
 mod filter;
 mod signing;
+mod provider;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]
