@@ -8,5 +8,6 @@ mod example;
 mod helpers;
 mod ops;
 mod rejections;
+mod retry;
 mod secrets;
 mod yaml;
