@@ -21,6 +21,7 @@ mod challenge;
 mod admin;
 mod operate;
 mod stripe;
+mod retry;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]
