@@ -184,6 +184,9 @@ pub struct Retry {
     /// A delivery dead-letters this long after its first attempt. Default
     /// 24 h.
     pub max_elapsed_ms: u64,
+    /// The longest a Retry-After holds a delivery, ms (0: the backoff alone
+    /// decides); `None`: each sink entry's effective `max_ms`.
+    pub retry_after_max_ms: Option<u64>,
 }
 
 impl Retry {
@@ -207,7 +210,8 @@ pub struct SinkRetry {
     /// global).
     pub max_elapsed_ms: u64,
     /// The longest a Retry-After holds a row, ms; 0: a Retry-After holds it
-    /// no longer than the backoff. Default: this entry's effective `max_ms`.
+    /// no longer than the backoff. Default: the global
+    /// `retry.retry_after_max_ms`, else this entry's effective `max_ms`.
     pub retry_after_max_ms: u64,
     /// The HTTP error statuses (400-599, ascending) an http sink retries;
     /// `None` is the default, 408, 425, 429 and 5xx. Only an http entry
@@ -227,7 +231,7 @@ impl SinkRetry {
             base_ms: global.base_ms,
             max_ms: global.max_ms,
             max_elapsed_ms: global.max_elapsed_ms,
-            retry_after_max_ms: global.max_ms,
+            retry_after_max_ms: global.retry_after_max_ms.unwrap_or(global.max_ms),
             retry_statuses: None,
             grace_ms: None,
             overridden: false,

@@ -275,7 +275,7 @@ fn retry(global: &Retry, kind: SinkKind, raw: &Mapping, scope: &Scope, p: &mut P
         }
     }
     if !after_set {
-        r.retry_after_max_ms = r.max_ms;
+        r.retry_after_max_ms = global.retry_after_max_ms.unwrap_or(r.max_ms);
     }
     if (base_set || max_set) && r.base_ms > r.max_ms {
         let whose = if max_set { "" } else { ", the global retry.max_ms" };

@@ -297,6 +297,8 @@ fn retry(raw: &RawConfig, p: &mut Problems) -> Retry {
         base_ms,
         max_ms,
         max_elapsed_ms,
+        // 0 is allowed: the backoff alone decides.
+        retry_after_max_ms: r.retry_after_max_ms,
     }
 }
 

@@ -55,6 +55,13 @@ fn overrides_apply_field_by_field() {
     let r = retry_of(&http("{grace_ms: 0, retry_statuses: ['4XX']}"));
     assert_eq!((r.grace_ms, r.retry_statuses), (None, Some((400..=499).collect())));
     assert_eq!(retry_of(&http("{retry_statuses: []}")).retry_statuses, Some(vec![]));
+    // A global retry_after_max_ms is the default of every entry.
+    let capped = "retry: {max_ms: 5000, retry_after_max_ms: 42}\nsources:\n  - name: s\n    sinks: [{type: file, path: x}, {type: file, path: y, retry: {max_ms: 9000}}, {type: file, path: z, retry: {retry_after_max_ms: 7}}]\n";
+    let c = ok(capped);
+    assert_eq!(c.retry.retry_after_max_ms, Some(42));
+    let caps: Vec<u64> = c.sources[0].sinks.iter().map(|e| e.retry.retry_after_max_ms).collect();
+    assert_eq!(caps, [42, 42, 7]);
+    assert_eq!(ok(plain).retry.retry_after_max_ms, None);
     // Every kind takes the timing fields.
     let file = "sources:\n  - name: s\n    sinks: [{type: file, path: x, retry: {max_elapsed_ms: 5000, retry_after_max_ms: 100}}]\n";
     let r = retry_of(file);
