@@ -204,7 +204,13 @@ const RETRY_MS_LIMIT: u64 = 365 * 24 * 3_600_000;
 
 /// A sink entry's `retry:`: the global section's values with the entry's
 /// overrides, field by field. Every problem is reported as `retry.<option>`.
-fn retry(global: &Retry, kind: SinkKind, raw: &Mapping, scope: &Scope, p: &mut Problems) -> SinkRetry {
+fn retry(
+    global: &Retry,
+    kind: SinkKind,
+    raw: &Mapping,
+    scope: &Scope,
+    p: &mut Problems,
+) -> SinkRetry {
     let mut r = SinkRetry::from_global(global);
     let Some(v) = raw.get("retry") else {
         return r;
@@ -278,8 +284,16 @@ fn retry(global: &Retry, kind: SinkKind, raw: &Mapping, scope: &Scope, p: &mut P
         r.retry_after_max_ms = global.retry_after_max_ms.unwrap_or(r.max_ms);
     }
     if (base_set || max_set) && r.base_ms > r.max_ms {
-        let whose = if max_set { "" } else { ", the global retry.max_ms" };
-        let option = if base_set { "retry.base_ms" } else { "retry.max_ms" };
+        let whose = if max_set {
+            ""
+        } else {
+            ", the global retry.max_ms"
+        };
+        let option = if base_set {
+            "retry.base_ms"
+        } else {
+            "retry.max_ms"
+        };
         p.push(
             scope,
             option,
@@ -313,7 +327,13 @@ fn http_only(kind: SinkKind) -> String {
 
 /// A duration of `retry:` in ms: a whole number, above 0 unless `zero_ok`, at
 /// most [`RETRY_MS_LIMIT`].
-fn retry_ms(v: &Value, option: &str, zero_ok: bool, scope: &Scope, p: &mut Problems) -> Option<u64> {
+fn retry_ms(
+    v: &Value,
+    option: &str,
+    zero_ok: bool,
+    scope: &Scope,
+    p: &mut Problems,
+) -> Option<u64> {
     let above = if zero_ok { "0 or more" } else { "above 0" };
     match v.as_u64() {
         Some(0) if !zero_ok => {

@@ -30,11 +30,22 @@ fn overrides_apply_field_by_field() {
     // No `retry:`: the global values, the Retry-After cap = max_ms.
     let plain = "retry: {base_ms: 200, max_ms: 5000, max_elapsed_ms: 60000}\nsources:\n  - name: s\n    sinks: [{type: file, path: x}]\n";
     assert_eq!(retry_of(plain), global);
-    assert_eq!(retry_of(&http("{}")), SinkRetry { overridden: true, ..global.clone() });
+    assert_eq!(
+        retry_of(&http("{}")),
+        SinkRetry {
+            overridden: true,
+            ..global.clone()
+        }
+    );
     // max_ms overridden: the Retry-After cap follows it.
     assert_eq!(
         retry_of(&http("{max_ms: 800}")),
-        SinkRetry { max_ms: 800, retry_after_max_ms: 800, overridden: true, ..global.clone() }
+        SinkRetry {
+            max_ms: 800,
+            retry_after_max_ms: 800,
+            overridden: true,
+            ..global.clone()
+        }
     );
     assert_eq!(
         retry_of(&http(
@@ -53,13 +64,23 @@ fn overrides_apply_field_by_field() {
     // grace_ms 0 is no grace; "4xx" is the whole class; an empty list
     // retries no status.
     let r = retry_of(&http("{grace_ms: 0, retry_statuses: ['4XX']}"));
-    assert_eq!((r.grace_ms, r.retry_statuses), (None, Some((400..=499).collect())));
-    assert_eq!(retry_of(&http("{retry_statuses: []}")).retry_statuses, Some(vec![]));
+    assert_eq!(
+        (r.grace_ms, r.retry_statuses),
+        (None, Some((400..=499).collect()))
+    );
+    assert_eq!(
+        retry_of(&http("{retry_statuses: []}")).retry_statuses,
+        Some(vec![])
+    );
     // A global retry_after_max_ms is the default of every entry.
     let capped = "retry: {max_ms: 5000, retry_after_max_ms: 42}\nsources:\n  - name: s\n    sinks: [{type: file, path: x}, {type: file, path: y, retry: {max_ms: 9000}}, {type: file, path: z, retry: {retry_after_max_ms: 7}}]\n";
     let c = ok(capped);
     assert_eq!(c.retry.retry_after_max_ms, Some(42));
-    let caps: Vec<u64> = c.sources[0].sinks.iter().map(|e| e.retry.retry_after_max_ms).collect();
+    let caps: Vec<u64> = c.sources[0]
+        .sinks
+        .iter()
+        .map(|e| e.retry.retry_after_max_ms)
+        .collect();
     assert_eq!(caps, [42, 42, 7]);
     assert_eq!(ok(plain).retry.retry_after_max_ms, None);
     // Every kind takes the timing fields.
@@ -67,32 +88,57 @@ fn overrides_apply_field_by_field() {
     let r = retry_of(file);
     assert_eq!((r.max_elapsed_ms, r.retry_after_max_ms), (5000, 100));
     // `retry` is core's: the sink's own options never see it.
-    assert!(ok(&http("{grace_ms: 5}")).sources[0].sinks[0].options.get("retry").is_none());
+    assert!(
+        ok(&http("{grace_ms: 5}")).sources[0].sinks[0]
+            .options
+            .get("retry")
+            .is_none()
+    );
 }
 
 #[test]
 fn each_rejection_names_source_sink_and_option() {
-    let p = |opt: &str, msg: &str| format!("source \"s\", sink \"web\" (http): option \"{opt}\": {msg}");
+    let p = |opt: &str, msg: &str| {
+        format!("source \"s\", sink \"web\" (http): option \"{opt}\": {msg}")
+    };
     assert_eq!(
         one(&http("{base_ms: 6000}")),
-        p("retry.base_ms", "base_ms 6000 is greater than max_ms 5000, the global retry.max_ms: the first backoff cannot exceed the largest")
+        p(
+            "retry.base_ms",
+            "base_ms 6000 is greater than max_ms 5000, the global retry.max_ms: the first backoff cannot exceed the largest"
+        )
     );
     assert_eq!(
         one(&http("{max_ms: 100}")),
-        p("retry.max_ms", "base_ms 200 is greater than max_ms 100: the first backoff cannot exceed the largest")
+        p(
+            "retry.max_ms",
+            "base_ms 200 is greater than max_ms 100: the first backoff cannot exceed the largest"
+        )
     );
-    assert_eq!(one(&http("{max_elapsed_ms: 0}")), p("retry.max_elapsed_ms", "must be greater than 0"));
+    assert_eq!(
+        one(&http("{max_elapsed_ms: 0}")),
+        p("retry.max_elapsed_ms", "must be greater than 0")
+    );
     assert_eq!(
         one(&http("{max_ms: -5}")),
-        p("retry.max_ms", "must be a whole number of milliseconds, above 0, found -5")
+        p(
+            "retry.max_ms",
+            "must be a whole number of milliseconds, above 0, found -5"
+        )
     );
     assert_eq!(
         one(&http("{retry_after_max_ms: '10s'}")),
-        p("retry.retry_after_max_ms", "must be a whole number of milliseconds, 0 or more, found \"10s\"")
+        p(
+            "retry.retry_after_max_ms",
+            "must be a whole number of milliseconds, 0 or more, found \"10s\""
+        )
     );
     assert_eq!(
         one(&http("{max_elapsed_ms: 31536000001}")),
-        p("retry.max_elapsed_ms", "31536000001 is more than a year (31536000000 ms): write milliseconds")
+        p(
+            "retry.max_elapsed_ms",
+            "31536000001 is more than a year (31536000000 ms): write milliseconds"
+        )
     );
     assert_eq!(
         one(&http("{grace_ms: 70000}")),
@@ -103,15 +149,24 @@ fn each_rejection_names_source_sink_and_option() {
     );
     assert_eq!(
         one(&http("{retry_statuses: [200]}")),
-        p("retry.retry_statuses", "200 is a success (2xx): it is delivered, never retried")
+        p(
+            "retry.retry_statuses",
+            "200 is a success (2xx): it is delivered, never retried"
+        )
     );
     assert_eq!(
         one(&http("{retry_statuses: [399]}")),
-        p("retry.retry_statuses", "399 is not an HTTP error status: list statuses from 400 to 599")
+        p(
+            "retry.retry_statuses",
+            "399 is not an HTTP error status: list statuses from 400 to 599"
+        )
     );
     assert_eq!(
         one(&http("{retry_statuses: [600]}")),
-        p("retry.retry_statuses", "600 is not an HTTP error status: list statuses from 400 to 599")
+        p(
+            "retry.retry_statuses",
+            "600 is not an HTTP error status: list statuses from 400 to 599"
+        )
     );
     assert_eq!(
         one(&http("{retry_statuses: [503, '5xx']}")),
@@ -148,6 +203,8 @@ fn each_rejection_names_source_sink_and_option() {
         ]
     );
     // Every problem of one entry in one run.
-    let all = problems(load(&http("{base_ms: 0, max_ms: x, retry_statuses: [1, 2], grace_ms: -1, what: 1}")));
+    let all = problems(load(&http(
+        "{base_ms: 0, max_ms: x, retry_statuses: [1, 2], grace_ms: -1, what: 1}",
+    )));
     assert_eq!(all.len(), 6, "{all:#?}");
 }
