@@ -284,10 +284,12 @@ fn retry(
         r.retry_after_max_ms = global.retry_after_max_ms.unwrap_or(r.max_ms);
     }
     if (base_set || max_set) && r.base_ms > r.max_ms {
-        let whose = if max_set {
-            ""
-        } else {
-            ", the global retry.max_ms"
+        let global_of = |set: bool, name: &str| {
+            if set {
+                String::new()
+            } else {
+                format!(" (the global retry.{name})")
+            }
         };
         let option = if base_set {
             "retry.base_ms"
@@ -298,8 +300,11 @@ fn retry(
             scope,
             option,
             format!(
-                "base_ms {} is greater than max_ms {}{whose}: the first backoff cannot exceed the largest",
-                r.base_ms, r.max_ms
+                "base_ms {}{} is greater than max_ms {}{}: the first backoff cannot exceed the largest",
+                r.base_ms,
+                global_of(base_set, "base_ms"),
+                r.max_ms,
+                global_of(max_set, "max_ms"),
             ),
         );
     }

@@ -277,7 +277,7 @@ sources:
         "source \"billing\", sink \"web\" (http): option \"retry.retry_statuses\": 404 is listed twice",
         "source \"billing\", sink \"web\" (http): option \"retry.grace_ms\": must be a whole number of milliseconds, 0 or more, found -1",
         "source \"billing\", sink \"web\" (http): option \"retry.jitter\": unknown retry option",
-        "source \"billing\", sink \"web\" (http): option \"retry.base_ms\": base_ms 5000 is greater than max_ms 1000, the global retry.max_ms",
+        "source \"billing\", sink \"web\" (http): option \"retry.base_ms\": base_ms 5000 is greater than max_ms 1000 (the global retry.max_ms): the first backoff cannot exceed the largest",
         "source \"billing\", sink \"slow\" (http): option \"retry.max_elapsed_ms\": 100000000000000 is more than a year",
         "source \"billing\", sink \"slow\" (http): option \"retry.retry_after_max_ms\": must be a whole number of milliseconds, 0 or more, found 1.5",
         "source \"billing\", sink \"slow\" (http): option \"retry.max_ms\": must be greater than 0",

@@ -105,14 +105,14 @@ fn each_rejection_names_source_sink_and_option() {
         one(&http("{base_ms: 6000}")),
         p(
             "retry.base_ms",
-            "base_ms 6000 is greater than max_ms 5000, the global retry.max_ms: the first backoff cannot exceed the largest"
+            "base_ms 6000 is greater than max_ms 5000 (the global retry.max_ms): the first backoff cannot exceed the largest"
         )
     );
     assert_eq!(
         one(&http("{max_ms: 100}")),
         p(
             "retry.max_ms",
-            "base_ms 200 is greater than max_ms 100: the first backoff cannot exceed the largest"
+            "base_ms 200 (the global retry.base_ms) is greater than max_ms 100: the first backoff cannot exceed the largest"
         )
     );
     assert_eq!(
