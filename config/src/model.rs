@@ -706,6 +706,11 @@ pub struct SinkEntry {
     pub options: serde_yaml_ng::Mapping,
     /// The options checked here (http, file).
     pub typed: TypedOptions,
+    /// `filter`: the conditions a hook must all meet for this sink to get a
+    /// delivery row, decided at ingest (and again, with the stored headers,
+    /// at a quarantine release or an archive replay). Empty (no `filter`):
+    /// every hook of the source.
+    pub filter: Vec<FilterCondition>,
 }
 
 impl SinkEntry {
@@ -718,4 +723,38 @@ impl SinkEntry {
             .map(|(k, v)| (crate::sink::key_text(k), crate::sink::yaml_to_json(v)))
             .collect()
     }
+}
+
+/// One condition of a sink entry's `filter` (YAML
+/// `{header: NAME, <test>}` or `{json: a.b.c, <test>}`): what it reads, and
+/// the test that value must pass. A list of conditions matches when every
+/// condition does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilterCondition {
+    /// What the condition reads: the first value of a header (the name is
+    /// stored lowercased, matched case-insensitively; the source's
+    /// store_headers policy keeps it), or the value at a JSON dot path of the
+    /// body (object members only).
+    pub on: KeySource,
+    /// The test.
+    pub test: FilterTest,
+}
+
+/// The test of a [`FilterCondition`]. Every compared value is a string: a
+/// header value is compared byte for byte with the UTF-8 of the string, a
+/// JSON value must be a JSON string (a number, boolean, null, object or array
+/// never equals, is never one of, never has a prefix). A body that is not
+/// JSON (or is over 1 MiB, the JSON key limit) has no JSON value at any path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FilterTest {
+    /// `equals: TEXT`: the value is exactly this (case-sensitive).
+    Equals(String),
+    /// `one_of: [A, B, ...]` (at least one): the value is exactly one of these.
+    OneOf(Vec<String>),
+    /// `prefix: TEXT` (not empty): the value starts with this.
+    Prefix(String),
+    /// `exists: true`: the header is present (any value, empty included), or
+    /// the JSON path holds a value other than null (any type). `exists:
+    /// false`: the opposite, a body that is not JSON included.
+    Exists(bool),
 }

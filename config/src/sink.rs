@@ -10,8 +10,8 @@ use serde_yaml_ng::{Mapping, Value};
 use crate::defaults as d;
 use crate::error::{Problems, Scope};
 use crate::model::{
-    FileSink, HeaderAction, HeaderPolicy, HttpSink, Order, OrderingKey, Retry, SinkEntry, SinkKind,
-    SinkRetry, TypedOptions,
+    FileSink, FilterCondition, FilterTest, HeaderAction, HeaderPolicy, HttpSink, KeySource, Order,
+    OrderingKey, Retry, SinkEntry, SinkKind, SinkRetry, TypedOptions,
 };
 use crate::secret::{self, EnvLookup, Secret, SecretOrigin};
 use crate::validate::{check_header_name, check_name, json_path};
@@ -36,7 +36,15 @@ pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
     }
 }
 
-const CORE_KEYS: [&str; 6] = ["type", "name", "ordered", "ordering_key", "paused", "retry"];
+const CORE_KEYS: [&str; 7] = [
+    "type",
+    "name",
+    "ordered",
+    "ordering_key",
+    "paused",
+    "retry",
+    "filter",
+];
 const KEY_FORMS: &str = "{header: NAME} or {json: a.b.c}";
 
 /// Builds entry `index` of a source's `sinks`; `None` when it is too broken
@@ -114,6 +122,10 @@ pub(crate) fn entry(
             false
         }
     };
+    let filter = match raw.get("filter") {
+        None => Vec::new(),
+        Some(v) => filter(ctx, v, &scope, p),
+    };
     let keep_legacy_key = kind == SinkKind::Pubsub && !order.is_ordered();
     let retry = retry(ctx.retry, kind, raw, &scope, p);
 
@@ -132,6 +144,25 @@ pub(crate) fn entry(
         if let Value::Mapping(entries) = v {
             let mut resolved = Mapping::new();
             for (ek, ev) in entries {
+                // A list in a map option (the http sink's
+                // `signing.secrets`) resolves item by item: an unset secret
+                // is named `<option>.<entry>[i]` and left as null, so the
+                // other items keep their index for the sink's own checks
+                // (which then name the same option, reported once).
+                if let Value::Sequence(items) = ev {
+                    let mut out = Vec::with_capacity(items.len());
+                    for (i, item) in items.iter().enumerate() {
+                        match resolve_env(item, ctx.env) {
+                            Ok(v) => out.push(v),
+                            Err(m) => {
+                                p.push(&scope, format!("{key}.{}[{i}]", key_text(ek)), m);
+                                out.push(Value::Null);
+                            }
+                        }
+                    }
+                    resolved.insert(ek.clone(), Value::Sequence(out));
+                    continue;
+                }
                 match resolve_env(ev, ctx.env) {
                     Ok(ev) => {
                         resolved.insert(ek.clone(), ev);
@@ -185,6 +216,7 @@ pub(crate) fn entry(
         retry,
         options,
         typed,
+        filter,
     })
 }
 
@@ -426,6 +458,199 @@ fn retry_statuses(v: &Value, option: &str, scope: &Scope, p: &mut Problems) -> O
     ok.then_some(out)
 }
 
+/// The forms of a filter condition, for messages.
+const FILTER_FORMS: &str = "{header: NAME} or {json: a.b.c} with one of equals: TEXT, one_of: [TEXT, ...], prefix: TEXT, exists: true|false";
+const FILTER_TESTS: [&str; 4] = ["equals", "one_of", "prefix", "exists"];
+
+/// `filter` (issue 12): one condition (a map) or a list of conditions that
+/// must all match. Every problem is reported, each under `filter` (or
+/// `filter[i]` for the i-th condition of a list).
+fn filter(ctx: &SourceCtx<'_>, v: &Value, scope: &Scope, p: &mut Problems) -> Vec<FilterCondition> {
+    match v {
+        Value::Mapping(m) => condition(ctx, m, "filter", scope, p).into_iter().collect(),
+        Value::Sequence(items) if items.is_empty() => {
+            p.push(scope, "filter", "an empty list: omit filter to take every hook");
+            Vec::new()
+        }
+        Value::Sequence(items) => {
+            let mut out = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                let option = format!("filter[{i}]");
+                match item {
+                    Value::Mapping(m) => out.extend(condition(ctx, m, &option, scope, p)),
+                    other => p.push(
+                        scope,
+                        option,
+                        format!("must be a condition, {FILTER_FORMS}; found {}", show(Some(other))),
+                    ),
+                }
+            }
+            out
+        }
+        other => {
+            p.push(
+                scope,
+                "filter",
+                format!(
+                    "must be a condition, {FILTER_FORMS}, or a list of conditions that must all match; found {}",
+                    show(Some(other))
+                ),
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// One filter condition; `None` after reporting its problems.
+fn condition(
+    ctx: &SourceCtx<'_>,
+    m: &Mapping,
+    option: &str,
+    scope: &Scope,
+    p: &mut Problems,
+) -> Option<FilterCondition> {
+    let before = p.0.len();
+    for k in m.keys() {
+        let key = key_text(k);
+        if !matches!(key.as_str(), "header" | "json") && !FILTER_TESTS.contains(&key.as_str()) {
+            p.push(
+                scope,
+                option,
+                format!("unknown key \"{key}\" of a filter condition: write {FILTER_FORMS}"),
+            );
+        }
+    }
+    let on = match (m.get("header"), m.get("json")) {
+        (Some(_), Some(_)) => {
+            p.push(
+                scope,
+                option,
+                "has both header and json: a condition reads one (a list of conditions must all match)",
+            );
+            None
+        }
+        (None, None) => {
+            p.push(scope, option, format!("reads nothing: write {FILTER_FORMS}"));
+            None
+        }
+        (Some(Value::String(h)), None) => match check_header_name(h) {
+            Err(msg) => {
+                p.push(scope, option, format!("header: {msg}"));
+                None
+            }
+            Ok(()) => {
+                let h = h.to_ascii_lowercase();
+                kept_header(ctx, &h, option, "filter", scope, p);
+                Some(KeySource::Header(h))
+            }
+        },
+        (None, Some(Value::String(j))) => match json_path(j) {
+            Err(msg) => {
+                p.push(scope, option, format!("json: {msg}"));
+                None
+            }
+            Ok(path) => Some(KeySource::Json(path)),
+        },
+        (Some(other), None) => {
+            p.push(scope, option, format!("header: must be a header name, found {}", show(Some(other))));
+            None
+        }
+        (None, Some(other)) => {
+            p.push(scope, option, format!("json: must be a dot path, found {}", show(Some(other))));
+            None
+        }
+    };
+    let given: Vec<&str> = FILTER_TESTS.iter().copied().filter(|t| m.get(*t).is_some()).collect();
+    let test = match given.as_slice() {
+        [] => {
+            p.push(
+                scope,
+                option,
+                format!("has no test: add one of {}", FILTER_TESTS.join(", ")),
+            );
+            None
+        }
+        [one] => filter_test(one, m.get(*one).unwrap_or(&Value::Null), option, scope, p),
+        many => {
+            p.push(
+                scope,
+                option,
+                format!(
+                    "has {} tests ({}): give one per condition (a list of conditions must all match)",
+                    many.len(),
+                    many.join(", ")
+                ),
+            );
+            None
+        }
+    };
+    if p.0.len() > before {
+        return None;
+    }
+    Some(FilterCondition { on: on?, test: test? })
+}
+
+/// The test `name` of a filter condition, its value `v`.
+fn filter_test(name: &str, v: &Value, option: &str, scope: &Scope, p: &mut Problems) -> Option<FilterTest> {
+    let text = |v: &Value| match v {
+        Value::String(s) => Ok(s.clone()),
+        other => Err(format!(
+            "must be a string, found {}: a filter compares header values and JSON strings (quote a number or a boolean: \"42\")",
+            show(Some(other))
+        )),
+    };
+    let r = match name {
+        "equals" => text(v).map(FilterTest::Equals),
+        "prefix" => text(v).and_then(|s| {
+            if s.is_empty() {
+                Err("is empty, so it would match every string: use exists: true, or omit filter".to_owned())
+            } else {
+                Ok(FilterTest::Prefix(s))
+            }
+        }),
+        "one_of" => match v {
+            Value::Sequence(items) if items.is_empty() => {
+                Err("is empty, so nothing would match: list at least one value".to_owned())
+            }
+            Value::Sequence(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, x)| text(x).map_err(|m| format!("value {i} {m}")))
+                .collect::<Result<Vec<_>, _>>()
+                .map(FilterTest::OneOf),
+            other => Err(format!("must be a list of strings, found {}", show(Some(other)))),
+        },
+        _ => match v {
+            Value::Bool(b) => Ok(FilterTest::Exists(*b)),
+            other => Err(format!("must be true or false, found {}", show(Some(other)))),
+        },
+    };
+    r.map_err(|m| p.push(scope, option, format!("{name} {m}"))).ok()
+}
+
+/// The store_headers rule of ADR 0004 section 2 for a header that `option`
+/// reads: it must be kept as received, or a replay or a quarantine release
+/// (which resolve from the stored headers) would decide otherwise than ingest.
+fn kept_header(ctx: &SourceCtx<'_>, h: &str, option: &str, what: &str, scope: &Scope, p: &mut Problems) {
+    let action = ctx.store_headers.action(h);
+    if action == HeaderAction::Keep {
+        return;
+    }
+    let whose = if ctx.overridden {
+        "the source's store_headers override"
+    } else {
+        "the instance store_headers policy"
+    };
+    let verb = if action == HeaderAction::Drop { "drops" } else { "hashes" };
+    p.push(
+        scope,
+        option,
+        format!(
+            "header \"{h}\" is not kept by the store: {whose} {verb} it, so a quarantine release or a replay could not apply the same {what} (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.{h}: keep"
+        ),
+    );
+}
+
 /// `ordered` and `ordering_key` (ADR 0004 section 1), and the store_headers
 /// rule of section 2.
 fn order(
@@ -542,7 +767,9 @@ fn ordering_key(v: &Value) -> Result<OrderingKey, String> {
     }
 }
 
-const HTTP_OPTIONS: [&str; 3] = ["url", "timeout_ms", "headers"];
+/// The http sink's options. `signing` (issue 12) is checked by the sinks
+/// crate (`ankusa_sinks::http::signing`), through the binary's load check.
+const HTTP_OPTIONS: [&str; 4] = ["url", "timeout_ms", "headers", "signing"];
 /// Headers the http sink sets itself (besides `x-ankusa-*`, its metadata): the
 /// hook's original content type and the body's framing. The same list as the
 /// sinks crate's http adapter, plus `connection`.

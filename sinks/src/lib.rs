@@ -23,7 +23,7 @@
 //! # Adapters and features
 //! | feature (default) | module | sink |
 //! | --- | --- | --- |
-//! | `http` (on) | [`http`](mod@http) | POST to a URL; reqwest over rustls with ring (no aws-lc-sys, no OpenSSL) |
+//! | `http` (on) | [`http`](mod@http) | POST to a URL, optionally signed (Standard Webhooks or one HMAC header); reqwest over rustls with ring (no aws-lc-sys, no OpenSSL) |
 //! | `file` (on) | [`file`](mod@file) | NDJSON lines, base64 body, fsync per batch in [`Sink::flush`] |
 //! | `redis` (on) | [`redis`](mod@redis) | XADD to a stream (body and metadata as fields), or PUBLISH (fire-and-forget); one multiplexed connection |
 //! | `nats` (on) | [`nats`](mod@nats) | JetStream publish, ack awaited, `Nats-Msg-Id` = idempotency key (or core publish + flush); metadata as headers |

@@ -22,6 +22,8 @@ mod admin;
 mod operate;
 mod stripe;
 mod retry;
+mod filter;
+mod signing;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]

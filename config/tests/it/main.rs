@@ -5,6 +5,7 @@
 mod adr;
 mod defaults;
 mod example;
+mod filter;
 mod helpers;
 mod ops;
 mod rejections;

@@ -170,7 +170,7 @@ fn http_sink_options() {
         one(&sink(
             "{type: http, name: h, url: 'http://h/', urll: 'http://h/'}"
         )),
-        "source \"a\", sink \"h\" (http): option \"urll\": unknown option of a http sink (its options: url, timeout_ms, headers; every sink: type, name, ordered, ordering_key)"
+        "source \"a\", sink \"h\" (http): option \"urll\": unknown option of a http sink (its options: url, timeout_ms, headers, signing; every sink: type, name, ordered, ordering_key)"
     );
     let p = problems(load(&sink("{type: http, name: h, urll: 'http://h/'}")));
     assert_eq!(

@@ -13,6 +13,10 @@
 //!   newline) is sent as `sha256:<hex of its bytes>`, the same stable form
 //!   docs/design.md section 10 gives the SQS group id.
 //! - The configured extra headers ([`HttpSinkConfig::headers`]).
+//! - With `signing`, the signature headers ([`signing`]): Standard Webhooks'
+//!   `webhook-id` (the idempotency key), `webhook-timestamp` (the attempt's
+//!   unix seconds) and `webhook-signature`, or one HMAC header. They replace
+//!   a provider's stored header of the same name.
 //!
 //! # Outcomes
 //! | answer | outcome |
@@ -55,7 +59,9 @@
 //! back to the pool.
 
 mod config;
+pub mod signing;
 mod sink;
 
 pub use config::{DEFAULT_TIMEOUT_MS, HttpSinkConfig};
+pub use signing::Signing;
 pub use sink::{HttpSink, classify, client, install_crypto_provider, retry_after};

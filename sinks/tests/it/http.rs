@@ -477,6 +477,7 @@ fn config_from_options() {
             url: "https://hooks.example.com/in?k=1".into(),
             timeout_ms: 2500,
             headers: vec![("Authorization".into(), "Bearer x".into())],
+            signing: None,
         }
     );
     let d = HttpSinkConfig::from_options(&options(json!({"url": "http://127.0.0.1:9/"})))
@@ -570,7 +571,7 @@ fn every_config_problem_is_reported_at_once() {
             "sink option `headers.x-b`: is not a valid header value (control character)",
             "sink option `headers.x-c`: must be a string",
             "sink option `timeout_ms`: must be more than 0",
-            "unknown sink option `timout` (valid: url, timeout_ms, headers)",
+            "unknown sink option `timout` (valid: url, timeout_ms, headers, signing)",
             "sink option `url`: scheme `ftp` is not http or https",
         ]
     );
@@ -617,4 +618,134 @@ async fn provider_headers_are_forwarded_except_reserved_ones() {
     assert_eq!(r.header("transfer-encoding"), None);
     assert_eq!(r.header("content-length"), Some("2"), "framing is the sink's own");
     assert_ne!(r.header("connection"), Some("close"));
+}
+
+const WHSEC_A: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const WHSEC_B: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+fn unix_s() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
+
+/// A signed delivery carries each Standard Webhooks header once: the id is
+/// the idempotency key, the timestamp the attempt's, the signature one `v1,`
+/// entry per secret over the body as sent; a provider's own `webhook-*`
+/// headers (stored from a Standard Webhooks source) are replaced, not sent
+/// beside ours. (The root package's tests/it/signing.rs verifies the
+/// signatures with the scheme's own library.)
+#[tokio::test]
+async fn standard_webhooks_signing_replaces_the_providers_headers() {
+    let server = ok_server().await;
+    let config = HttpSinkConfig::from_options(&options(json!({
+        "url": server.url("/in"),
+        "signing": {"type": "standard_webhooks", "secrets": [WHSEC_A, WHSEC_B]},
+    })))
+    .expect("valid");
+    let signing = config.signing.clone().expect("signing");
+    let s = HttpSink::new(&config).expect("sink");
+    let mut h = hook(SHOPIFY_BODY);
+    h.headers.extend([
+        (b"webhook-id".to_vec(), b"msg_provider".to_vec()),
+        (b"Webhook-Timestamp".to_vec(), b"1614265330".to_vec()),
+        (b"webhook-signature".to_vec(), b"v1,providers/own=".to_vec()),
+    ]);
+    let before = unix_s();
+    assert_eq!(s.deliver(&h, &ctx()).await, Outcome::Ok);
+    let after = unix_s();
+    let r = only(&server);
+    assert_eq!(r.body, SHOPIFY_BODY);
+    assert_eq!(r.header("webhook-id"), Some("01932c4e-5f60-7abc-8def-0123456789ab"));
+    assert_eq!(r.header("webhook-id"), r.header("x-ankusa-idempotency-key"));
+    let ts: u64 = r.header("webhook-timestamp").expect("timestamp").parse().expect("unix seconds");
+    assert!((before..=after).contains(&ts), "{before} <= {ts} <= {after}");
+    let sig = r.header("webhook-signature").expect("signature");
+    assert_eq!(sig.split(' ').count(), 2, "{sig}");
+    assert!(sig.split(' ').all(|e| e.starts_with("v1,") && e.len() == 3 + 44), "{sig}");
+    let expected = signing.headers("01932c4e-5f60-7abc-8def-0123456789ab", ts, SHOPIFY_BODY);
+    assert_eq!(expected[2].1.to_str().expect("ascii"), sig);
+    assert_eq!(r.header("x-shopify-topic"), Some("orders/create"), "other provider headers still travel");
+}
+
+/// The hmac type: one header, GitHub's form when asked, over the exact body.
+#[tokio::test]
+async fn hmac_signing_writes_one_header() {
+    let server = ok_server().await;
+    let config = HttpSinkConfig::from_options(&options(json!({
+        "url": server.url("/in"),
+        "signing": {"type": "hmac", "secret": "It's a Secret to Everybody", "header": "X-Hub-Signature-256", "prefix": "sha256="},
+    })))
+    .expect("valid");
+    let s = HttpSink::new(&config).expect("sink");
+    let mut h = hook(b"Hello, World!");
+    h.headers.push((b"X-Hub-Signature-256".to_vec(), b"sha256=from-the-provider".to_vec()));
+    assert_eq!(s.deliver(&h, &ctx()).await, Outcome::Ok);
+    let r = only(&server);
+    // GitHub's documented test vector for this secret and payload.
+    assert_eq!(
+        r.header("x-hub-signature-256"),
+        Some("sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
+    );
+    assert_eq!(r.header("webhook-signature"), None);
+}
+
+/// The configured headers cannot write the signing's headers, and a broken
+/// signing is named option by option beside the sink's other problems.
+#[test]
+fn signing_conflicts_and_problems_name_the_option() {
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "http://h/",
+        "headers": {"Webhook-Signature": "v1,x", "x-team": "a"},
+        "signing": {"type": "standard_webhooks", "secrets": [WHSEC_A]},
+    })))
+    .expect_err("conflict");
+    assert_eq!(
+        e.to_string(),
+        "sink option `headers.Webhook-Signature`: is written by the sink's signing (type standard_webhooks) and cannot be configured"
+    );
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "http://h/",
+        "headers": {"x-signature": "s"},
+        "signing": {"type": "hmac", "secret": "k", "header": "X-Signature"},
+    })))
+    .expect_err("conflict");
+    assert_eq!(invalid_option(e), "headers.x-signature");
+    // Without signing, webhook-* are ordinary headers.
+    HttpSinkConfig::from_options(&options(json!({"url": "http://h/", "headers": {"webhook-id": "x"}}))).expect("valid");
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "ftp://h/",
+        "signing": {"type": "standard_webhooks", "secrets": ["whsec_!!", WHSEC_A, ""]},
+    })))
+    .expect_err("problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(names, ["signing.secrets[0]", "signing.secrets[2]", "url"]);
+    // A config built in code is checked by the constructor too.
+    let mut c = HttpSinkConfig::new("http://h/");
+    c.signing = Some(ankusa_sinks::http::Signing::from_option(&json!({"type": "hmac", "secret": "k"})).expect("valid"));
+    c.headers = vec![("X-Ankusa-Signature".into(), "x".into())];
+    assert_eq!(invalid_option(HttpSink::new(&c).expect_err("reserved")), "headers.X-Ankusa-Signature");
+}
+
+/// A signing with problems of its own still owns its headers: a clash with
+/// the configured headers is reported in the same run.
+#[test]
+fn a_header_clash_is_reported_beside_a_broken_signing() {
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "http://h/",
+        "headers": {"webhook-id": "x"},
+        "signing": {"type": "standard_webhooks", "secrets": []},
+    })))
+    .expect_err("problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(names, ["headers.webhook-id", "signing.secrets"]);
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "http://h/",
+        "headers": {"X-Sig": "x"},
+        "signing": {"type": "hmac", "header": "x-sig"},
+    })))
+    .expect_err("problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(names, ["headers.X-Sig", "signing.secret"]);
 }

@@ -332,8 +332,9 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
             c.encode(m)?;
         }
-        let edge: [(&str, &str, &AtomicU64); 7] = [
+        let edge: [(&str, &str, &AtomicU64); 8] = [
             ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
+            ("ankusa_ingest_unmatched", "Hooks committed that no sink's filter took (no delivery row)", &s.unmatched),
             ("ankusa_ingest_duplicates", "Provider retries answered from the dedupe record", &s.duplicates),
             ("ankusa_ingest_unauthorized", "Hooks refused by verification (401)", &s.unauthorized),
             ("ankusa_ingest_too_large", "Hooks refused for size (413)", &s.too_large),
@@ -359,6 +360,20 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let labels = [("sink", kind)];
             let m = family.encode_family(&labels)?;
             ConstCounter::new(n).encode(m)?;
+        }
+        // Labelled by source and sink entry names: bounded by the
+        // configuration, never by keys or tenants.
+        let filtered = s.filtered.lock().map(|m| m.clone()).unwrap_or_default();
+        let mut family = encoder.encode_descriptor(
+            "ankusa_ingest_filtered",
+            "Delivery rows not made because the sink entry's filter did not match the hook, by source and sink",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for ((source, sink), n) in &filtered {
+            let labels = [("source", source.as_str()), ("sink", sink.as_str())];
+            let m = family.encode_family(&labels)?;
+            ConstCounter::new(*n).encode(m)?;
         }
         Ok(())
     }
