@@ -184,12 +184,58 @@ pub struct Retry {
     /// A delivery dead-letters this long after its first attempt. Default
     /// 24 h.
     pub max_elapsed_ms: u64,
+    /// The longest a Retry-After holds a delivery, ms (0: the backoff alone
+    /// decides); `None`: each sink entry's effective `max_ms`.
+    pub retry_after_max_ms: Option<u64>,
 }
 
 impl Retry {
     /// `max_elapsed_ms` as a duration.
     pub fn max_elapsed(&self) -> Duration {
         Duration::from_millis(self.max_elapsed_ms)
+    }
+}
+
+/// A sink entry's retry policy (`retry:` on the entry, docs/design.md section
+/// 5, "Retry policy"): the global [`Retry`] with the entry's overrides
+/// applied field by field, and what only an entry can set. Every sink entry
+/// has one (the global values when it sets nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SinkRetry {
+    /// The first backoff, ms (the entry's `retry.base_ms`, else `retry.base_ms`).
+    pub base_ms: u64,
+    /// The largest backoff, ms (the entry's, else the global).
+    pub max_ms: u64,
+    /// The retry horizon, ms after the first attempt (the entry's, else the
+    /// global).
+    pub max_elapsed_ms: u64,
+    /// The longest a Retry-After holds a row, ms; 0: a Retry-After holds it
+    /// no longer than the backoff. Default: the global
+    /// `retry.retry_after_max_ms`, else this entry's effective `max_ms`.
+    pub retry_after_max_ms: u64,
+    /// The HTTP error statuses (400-599, ascending) an http sink retries;
+    /// `None` is the default, 408, 425, 429 and 5xx. Only an http entry
+    /// takes the option.
+    pub retry_statuses: Option<Vec<u16>>,
+    /// For this long after a row's first attempt, every 4xx answer is
+    /// retried, ms (http entries only); `None` (or 0) is no grace.
+    pub grace_ms: Option<u64>,
+    /// Whether the entry has a `retry:` key of its own.
+    pub overridden: bool,
+}
+
+impl SinkRetry {
+    /// The global policy, nothing overridden.
+    pub fn from_global(global: &Retry) -> SinkRetry {
+        SinkRetry {
+            base_ms: global.base_ms,
+            max_ms: global.max_ms,
+            max_elapsed_ms: global.max_elapsed_ms,
+            retry_after_max_ms: global.retry_after_max_ms.unwrap_or(global.max_ms),
+            retry_statuses: None,
+            grace_ms: None,
+            overridden: false,
+        }
     }
 }
 
@@ -650,6 +696,9 @@ pub struct SinkEntry {
     /// sink) until it is resumed; the source's other sinks deliver as usual.
     /// Default false.
     pub paused: bool,
+    /// The retry policy: the global `retry` section with the entry's
+    /// `retry:` overrides (docs/design.md section 5, "Retry policy").
+    pub retry: SinkRetry,
     /// The sink's own options: the entry without the keys core reads
     /// (`type`, `name`, `ordered`, and `ordering_key` except a Pub/Sub legacy
     /// key, which stays: ADR 0004 section 1). Every string written `env:NAME`

@@ -11,7 +11,7 @@ use crate::defaults as d;
 use crate::error::{Problems, Scope};
 use crate::model::{
     FileSink, FilterCondition, FilterTest, HeaderAction, HeaderPolicy, HttpSink, KeySource, Order,
-    OrderingKey, SinkEntry, SinkKind, TypedOptions,
+    OrderingKey, Retry, SinkEntry, SinkKind, SinkRetry, TypedOptions,
 };
 use crate::secret::{self, EnvLookup, Secret, SecretOrigin};
 use crate::validate::{check_header_name, check_name, json_path};
@@ -24,6 +24,8 @@ pub(crate) struct SourceCtx<'a> {
     /// Whether that policy is the source's own override.
     pub overridden: bool,
     pub env: EnvLookup<'a>,
+    /// The global `retry` section, which a sink entry's `retry:` overrides.
+    pub retry: &'a Retry,
 }
 
 pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
@@ -34,7 +36,15 @@ pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
     }
 }
 
-const CORE_KEYS: [&str; 6] = ["type", "name", "ordered", "ordering_key", "paused", "filter"];
+const CORE_KEYS: [&str; 7] = [
+    "type",
+    "name",
+    "ordered",
+    "ordering_key",
+    "paused",
+    "retry",
+    "filter",
+];
 const KEY_FORMS: &str = "{header: NAME} or {json: a.b.c}";
 
 /// Builds entry `index` of a source's `sinks`; `None` when it is too broken
@@ -117,6 +127,7 @@ pub(crate) fn entry(
         Some(v) => filter(ctx, v, &scope, p),
     };
     let keep_legacy_key = kind == SinkKind::Pubsub && !order.is_ordered();
+    let retry = retry(ctx.retry, kind, raw, &scope, p);
 
     // The sink's own options: the entry less the keys core reads, `env:`
     // resolved everywhere.
@@ -206,10 +217,249 @@ pub(crate) fn entry(
         index,
         order,
         paused,
+        retry,
         options,
         typed,
         filter,
     })
+}
+
+/// The options of a sink entry's `retry:` (docs/design.md section 5, "Retry
+/// policy").
+const RETRY_OPTIONS: [&str; 6] = [
+    "base_ms",
+    "max_ms",
+    "max_elapsed_ms",
+    "retry_after_max_ms",
+    "retry_statuses",
+    "grace_ms",
+];
+/// The longest duration a `retry:` option takes: a year, in ms (a larger one
+/// is a unit mistake, and sums of times stay far from overflowing).
+const RETRY_MS_LIMIT: u64 = 365 * 24 * 3_600_000;
+
+/// A sink entry's `retry:`: the global section's values with the entry's
+/// overrides, field by field. Every problem is reported as `retry.<option>`.
+fn retry(
+    global: &Retry,
+    kind: SinkKind,
+    raw: &Mapping,
+    scope: &Scope,
+    p: &mut Problems,
+) -> SinkRetry {
+    let mut r = SinkRetry::from_global(global);
+    let Some(v) = raw.get("retry") else {
+        return r;
+    };
+    r.overridden = true;
+    let Value::Mapping(m) = v else {
+        p.push(
+            scope,
+            "retry",
+            format!(
+                "must be a map of retry options ({}), found {}",
+                RETRY_OPTIONS.join(", "),
+                show(Some(v))
+            ),
+        );
+        return r;
+    };
+    let (mut base_set, mut max_set, mut after_set) = (false, false, false);
+    for (k, val) in m {
+        let key = key_text(k);
+        let option = format!("retry.{key}");
+        match key.as_str() {
+            "base_ms" => {
+                if let Some(n) = retry_ms(val, &option, false, scope, p) {
+                    r.base_ms = n;
+                    base_set = true;
+                }
+            }
+            "max_ms" => {
+                if let Some(n) = retry_ms(val, &option, false, scope, p) {
+                    r.max_ms = n;
+                    max_set = true;
+                }
+            }
+            "max_elapsed_ms" => {
+                if let Some(n) = retry_ms(val, &option, false, scope, p) {
+                    r.max_elapsed_ms = n;
+                }
+            }
+            "retry_after_max_ms" => {
+                if let Some(n) = retry_ms(val, &option, true, scope, p) {
+                    r.retry_after_max_ms = n;
+                    after_set = true;
+                }
+            }
+            "grace_ms" => {
+                if kind != SinkKind::Http {
+                    p.push(scope, option, http_only(kind));
+                } else if let Some(n) = retry_ms(val, &option, true, scope, p) {
+                    r.grace_ms = (n > 0).then_some(n);
+                }
+            }
+            "retry_statuses" => {
+                if kind != SinkKind::Http {
+                    p.push(scope, option, http_only(kind));
+                } else {
+                    r.retry_statuses = retry_statuses(val, &option, scope, p);
+                }
+            }
+            _ => p.push(
+                scope,
+                option,
+                format!(
+                    "unknown retry option (the options: {})",
+                    RETRY_OPTIONS.join(", ")
+                ),
+            ),
+        }
+    }
+    if !after_set {
+        r.retry_after_max_ms = global.retry_after_max_ms.unwrap_or(r.max_ms);
+    }
+    if (base_set || max_set) && r.base_ms > r.max_ms {
+        let global_of = |set: bool, name: &str| {
+            if set {
+                String::new()
+            } else {
+                format!(" (the global retry.{name})")
+            }
+        };
+        let option = if base_set {
+            "retry.base_ms"
+        } else {
+            "retry.max_ms"
+        };
+        p.push(
+            scope,
+            option,
+            format!(
+                "base_ms {}{} is greater than max_ms {}{}: the first backoff cannot exceed the largest",
+                r.base_ms,
+                global_of(base_set, "base_ms"),
+                r.max_ms,
+                global_of(max_set, "max_ms"),
+            ),
+        );
+    }
+    if let Some(g) = r.grace_ms
+        && g > r.max_elapsed_ms
+    {
+        p.push(
+            scope,
+            "retry.grace_ms",
+            format!(
+                "{g} is longer than the retry horizon max_elapsed_ms ({}): the horizon dead-letters a row before its grace period ends",
+                r.max_elapsed_ms
+            ),
+        );
+    }
+    r
+}
+
+fn http_only(kind: SinkKind) -> String {
+    format!(
+        "only an http sink takes it (HTTP statuses); a {} sink's failures are retried by their kind",
+        kind.as_str()
+    )
+}
+
+/// A duration of `retry:` in ms: a whole number, above 0 unless `zero_ok`, at
+/// most [`RETRY_MS_LIMIT`].
+fn retry_ms(
+    v: &Value,
+    option: &str,
+    zero_ok: bool,
+    scope: &Scope,
+    p: &mut Problems,
+) -> Option<u64> {
+    let above = if zero_ok { "0 or more" } else { "above 0" };
+    match v.as_u64() {
+        Some(0) if !zero_ok => {
+            p.push(scope, option, "must be greater than 0");
+            None
+        }
+        Some(n) if n > RETRY_MS_LIMIT => {
+            p.push(
+                scope,
+                option,
+                format!("{n} is more than a year ({RETRY_MS_LIMIT} ms): write milliseconds"),
+            );
+            None
+        }
+        Some(n) => Some(n),
+        None => {
+            p.push(
+                scope,
+                option,
+                format!(
+                    "must be a whole number of milliseconds, {above}, found {}",
+                    show(Some(v))
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// `retry_statuses`: a list of HTTP error statuses (400-599) and the classes
+/// "4xx" and "5xx", as a sorted list without repeats.
+fn retry_statuses(v: &Value, option: &str, scope: &Scope, p: &mut Problems) -> Option<Vec<u16>> {
+    let Value::Sequence(items) = v else {
+        p.push(
+            scope,
+            option,
+            format!(
+                "must be a list of HTTP statuses (400-599) or \"4xx\" / \"5xx\", e.g. [408, 425, 429, 404, \"5xx\"]; found {}",
+                show(Some(v))
+            ),
+        );
+        return None;
+    };
+    let mut out: Vec<u16> = Vec::new();
+    let mut ok = true;
+    for item in items {
+        let found: Result<Vec<u16>, String> = match item {
+            Value::Number(n) => match n.as_u64() {
+                Some(s @ 400..=599) => Ok(vec![u16::try_from(s).unwrap_or(599)]),
+                Some(s @ 200..=299) => Err(format!(
+                    "{s} is a success (2xx): it is delivered, never retried"
+                )),
+                _ => Err(format!(
+                    "{} is not an HTTP error status: list statuses from 400 to 599",
+                    show(Some(item))
+                )),
+            },
+            Value::String(c) if c.eq_ignore_ascii_case("4xx") => Ok((400..=499).collect()),
+            Value::String(c) if c.eq_ignore_ascii_case("5xx") => Ok((500..=599).collect()),
+            other => Err(format!(
+                "{} is not an HTTP error status: list statuses from 400 to 599, or \"4xx\" / \"5xx\"",
+                show(Some(other))
+            )),
+        };
+        match found {
+            Ok(list) => {
+                if list.iter().any(|s| out.contains(s)) {
+                    p.push(
+                        scope,
+                        option,
+                        format!("{} is listed twice", show(Some(item))),
+                    );
+                    ok = false;
+                }
+                out.extend(list);
+            }
+            Err(m) => {
+                p.push(scope, option, m);
+                ok = false;
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    ok.then_some(out)
 }
 
 /// The forms of a filter condition, for messages.

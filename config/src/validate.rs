@@ -39,7 +39,7 @@ pub(crate) fn config(
     let breaker = breaker(&raw, &mut p);
     let retention = retention(&raw, &mut p);
     let tenants = tenants(&raw, &mut p);
-    let sources = sources(&raw.sources, &tenants, &store_headers, env, check, &mut p);
+    let sources = sources(&raw.sources, &tenants, &store_headers, &retry, env, check, &mut p);
 
     if !p.0.is_empty() {
         return Err(ConfigError::Invalid { problems: p.0 });
@@ -297,6 +297,8 @@ fn retry(raw: &RawConfig, p: &mut Problems) -> Retry {
         base_ms,
         max_ms,
         max_elapsed_ms,
+        // 0 is allowed: the backoff alone decides.
+        retry_after_max_ms: r.retry_after_max_ms,
     }
 }
 
@@ -371,6 +373,7 @@ fn sources(
     raw: &[RawSource],
     tenants: &[Tenant],
     instance_headers: &HeaderPolicy,
+    global_retry: &Retry,
     env: EnvLookup<'_>,
     check: crate::SourceCheck<'_>,
     p: &mut Problems,
@@ -467,6 +470,7 @@ fn sources(
             store_headers: &store_headers,
             overridden,
             env,
+            retry: global_retry,
         };
         let mut sink_names = HashSet::new();
         let mut sinks = Vec::with_capacity(rs.sinks.len());

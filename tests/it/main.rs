@@ -21,6 +21,7 @@ mod challenge;
 mod admin;
 mod operate;
 mod stripe;
+mod retry;
 mod filter;
 mod signing;
 mod provider;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use ankusa_config::{
     Config, DEFAULT_YAML, Dedupe, FileSink, HeaderAction, KeySource, OnInvalidSignature, Order,
-    OrderingKey, Retention, SinkKind, StoreBackend, TenantBinding, TypedOptions, Verification,
+    OrderingKey, Retention, SinkKind, SinkRetry, StoreBackend, TenantBinding, TypedOptions, Verification,
 };
 use serde_yaml_ng::Value;
 
@@ -103,6 +103,28 @@ fn the_example_file_loads_into_the_model_it_documents() {
         ("ci", "https://ci.internal.example/github", 5000)
     );
     assert_eq!(h.headers["authorization"].expose(), "Bearer ci");
+    // Its own retry policy over the global one.
+    assert_eq!(
+        gh.sinks[0].retry,
+        SinkRetry {
+            base_ms: 1_000,
+            max_ms: 600_000,
+            max_elapsed_ms: 21_600_000,
+            retry_after_max_ms: 60_000,
+            retry_statuses: Some(
+                [408, 409, 425, 429]
+                    .into_iter()
+                    .chain(500..=599)
+                    .collect()
+            ),
+            grace_ms: Some(600_000),
+            overridden: true,
+        }
+    );
+    assert_eq!(
+        c.source("stripe").expect("stripe").sinks[0].retry,
+        SinkRetry::from_global(&c.retry)
+    );
     // Its signing is the sinks crate's option, resolved here item by item.
     assert_eq!(
         gh.sinks[0].options_json()["signing"],

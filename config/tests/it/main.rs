@@ -9,5 +9,6 @@ mod filter;
 mod helpers;
 mod ops;
 mod rejections;
+mod retry;
 mod secrets;
 mod yaml;

@@ -22,11 +22,17 @@
 //! | answer | outcome |
 //! | --- | --- |
 //! | 2xx | [`Outcome::Ok`](crate::Outcome::Ok) |
-//! | 408, 425, 429, 5xx | `Retry`, `after` from Retry-After (delay-seconds or an HTTP date) |
+//! | 4xx, 5xx | [`HttpStatus`](crate::Outcome::HttpStatus), reason `HTTP <status> <phrase>: <body excerpt>`, `after` from Retry-After (delay-seconds or an HTTP date) |
 //! | connection refused/reset, DNS, TLS, timeout (`timeout_ms`) | `Retry`, no `after` |
-//! | 410 Gone | `SinkGone` |
-//! | any other 4xx | `Permanent`, reason `HTTP <status>: <body excerpt>` |
 //! | 1xx/3xx (redirects are not followed: a POST turned into a GET would lose the hook) | `Permanent` |
+//!
+//! The pipeline resolves an `HttpStatus` with the sink entry's retry policy
+//! ([`Outcome::resolve_status`](crate::Outcome::resolve_status); docs/design.md
+//! section 5, "Retry policy"). By default ([`Outcome::retried_by_default`](crate::Outcome::retried_by_default))
+//! 408, 425, 429 and 5xx are retried, 410 Gone is `SinkGone` and any other
+//! 4xx is `Permanent`; an entry's `retry.retry_statuses` replaces that list
+//! and its `retry.grace_ms` retries every 4xx for a while after a row's first
+//! attempt.
 //!
 //! In ordered mode the pipeline calls the sink one hook at a time per lane, so
 //! a lane's hooks reach the endpoint in order; the endpoint sees the key in

@@ -220,14 +220,13 @@ pub fn classify(
     };
     match status.as_u16() {
         200..=299 => Outcome::Ok,
-        408 | 425 | 429 | 500..=599 => Outcome::Retry {
+        // Retried or not: the sink entry's retry policy decides
+        // (`Outcome::resolve_status`, applied by the pipeline).
+        code @ 400..=599 => Outcome::HttpStatus {
+            status: code,
             reason: with_excerpt(what),
             after: retry_after_header.and_then(|v| retry_after(v, now)),
         },
-        410 => Outcome::SinkGone {
-            reason: with_excerpt(what),
-        },
-        400..=499 => Outcome::permanent(with_excerpt(what)),
         _ => Outcome::permanent(what),
     }
 }

@@ -265,6 +265,7 @@ mod tests {
             Outcome::Permanent { .. } => "permanent",
             Outcome::SinkGone { .. } => "sink_gone",
             Outcome::SourceGone { .. } => "source_gone",
+            Outcome::HttpStatus { .. } => "http_status",
         }
     }
 

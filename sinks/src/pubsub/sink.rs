@@ -297,7 +297,7 @@ impl Sink for PubSubSink {
             Outcome::SinkGone { reason } => Outcome::SinkGone {
                 reason: format!("{what}: {reason}"),
             },
-            other @ Outcome::SourceGone { .. } => other,
+            other @ (Outcome::SourceGone { .. } | Outcome::HttpStatus { .. }) => other,
         }
     }
 

@@ -219,19 +219,21 @@ async fn each_status_maps_to_its_outcome() {
     assert_eq!(deliver(204).await, Outcome::Ok);
     assert_eq!(
         deliver(408).await,
-        Outcome::Retry {
+        Outcome::HttpStatus {
+            status: 408,
             reason: "HTTP 408 Request Timeout".into(),
             after: None
         }
     );
     assert_eq!(
         deliver(429).await,
-        Outcome::Retry {
+        Outcome::HttpStatus {
+            status: 429,
             reason: "HTTP 429 Too Many Requests: slow down".into(),
             after: Some(Duration::from_secs(7))
         }
     );
-    match deliver(503).await {
+    match deliver(503).await.resolve_status(Outcome::retried_by_default) {
         Outcome::Retry { reason, after } => {
             assert_eq!(reason, "HTTP 503 Service Unavailable: maintenance");
             let after = after.expect("HTTP-date Retry-After");
@@ -244,20 +246,30 @@ async fn each_status_maps_to_its_outcome() {
         }
         other => panic!("503: {other:?}"),
     }
+    // Under the default policy (no `retry.retry_statuses` on the entry).
+    let default = |o: Outcome| o.resolve_status(Outcome::retried_by_default);
     assert_eq!(
-        deliver(410).await,
+        default(deliver(410).await),
         Outcome::SinkGone {
             reason: "HTTP 410 Gone".into()
         }
     );
     assert_eq!(
-        deliver(400).await,
+        default(deliver(400).await),
         Outcome::Permanent {
             reason: "HTTP 400 Bad Request: {\"error\":\"missing field `amount`\"}".into()
         }
     );
     assert_eq!(
         deliver(404).await,
+        Outcome::HttpStatus {
+            status: 404,
+            reason: "HTTP 404 Not Found: no such hook endpoint".into(),
+            after: None
+        }
+    );
+    assert_eq!(
+        default(deliver(404).await),
         Outcome::Permanent {
             reason: "HTTP 404 Not Found: no such hook endpoint".into()
         }
@@ -271,18 +283,18 @@ async fn each_status_maps_to_its_outcome() {
         }
     );
     assert!(matches!(
-        deliver(500).await,
+        default(deliver(500).await),
         Outcome::Retry { after: None, .. }
     ));
     assert!(matches!(
-        deliver(425).await,
+        default(deliver(425).await),
         Outcome::Retry { after: None, .. }
     ));
     // One request per delivery: nothing retried or redirected inside the sink.
     let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
     assert_eq!(
         paths,
-        [200, 204, 408, 429, 503, 410, 400, 404, 301, 500, 425]
+        [200, 204, 408, 429, 503, 410, 400, 404, 404, 301, 500, 425]
             .map(|c| format!("/status/{c}"))
             .to_vec()
     );
@@ -353,7 +365,9 @@ async fn connections_are_pooled_per_sink() {
 #[test]
 fn classify_table() {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-    let c = |code: u16| classify(StatusCode::from_u16(code).expect("code"), None, b"", now);
+    let raw = |code: u16| classify(StatusCode::from_u16(code).expect("code"), None, b"", now);
+    // Under the default policy (no `retry.retry_statuses` on the entry).
+    let c = |code: u16| raw(code).resolve_status(Outcome::retried_by_default);
     for code in [200, 201, 202, 204, 299] {
         assert_eq!(c(code), Outcome::Ok, "{code}");
     }
@@ -364,6 +378,29 @@ fn classify_table() {
         );
     }
     assert!(matches!(c(410), Outcome::SinkGone { .. }));
+    // Every 4xx and 5xx comes out as its status, for the policy to decide.
+    for code in [400, 404, 408, 409, 410, 425, 429, 499, 500, 503, 599] {
+        assert!(
+            matches!(raw(code), Outcome::HttpStatus { status, after: None, .. } if status == code),
+            "{code}"
+        );
+    }
+    // A policy that retries 404 and 409 but not 503.
+    let custom = |code: u16| raw(code).resolve_status(|s| matches!(s, 404 | 409));
+    assert!(matches!(custom(404), Outcome::Retry { .. }));
+    assert!(matches!(custom(409), Outcome::Retry { .. }));
+    assert!(matches!(custom(503), Outcome::Permanent { .. }));
+    assert!(matches!(custom(410), Outcome::SinkGone { .. }));
+    // A Retry-After travels with the status and is kept when it is retried.
+    let with_after = classify(StatusCode::NOT_FOUND, Some(b"5"), b"", now);
+    assert!(matches!(
+        with_after.clone(),
+        Outcome::HttpStatus { status: 404, after: Some(d), .. } if d == Duration::from_secs(5)
+    ));
+    assert!(matches!(
+        with_after.resolve_status(|_| true),
+        Outcome::Retry { after: Some(d), .. } if d == Duration::from_secs(5)
+    ));
     for code in [400, 401, 403, 404, 405, 409, 413, 415, 422, 451, 499] {
         assert!(matches!(c(code), Outcome::Permanent { .. }), "{code}");
     }
@@ -373,7 +410,7 @@ fn classify_table() {
     // A long body is cut to 200 characters and marked.
     let long = "x".repeat(1000);
     match classify(StatusCode::BAD_REQUEST, None, long.as_bytes(), now) {
-        Outcome::Permanent { reason } => {
+        Outcome::HttpStatus { reason, .. } => {
             assert_eq!(
                 reason,
                 format!("HTTP 400 Bad Request: {}…", "x".repeat(200))
