@@ -251,10 +251,13 @@ sources:
     }
     let tenant = api.ok("GET", "/v1/tenants", "/v1/tenants", None).await["items"][0]["name"].as_str().expect("tenant").to_owned();
     // The audit rows are delivered; the ledger's lane head is held once the
-    // pipeline has met it: then no live due row is left.
+    // pipeline has met it: then no live due row is left. (The receiver has a
+    // delivery before the relay commits it, and an in-flight row is not due
+    // either: wait for the audit rows' commits, pending down to the ledger's 3.)
     let t = until("the audit sink delivered and the ledger head is held", LONG, async || {
         let t = api.tenant(&tenant).await;
-        (sink.delivered().len() == 3 && t["oldest_due_at_ms"].is_null()).then_some(t)
+        (sink.delivered().len() == 3 && t["oldest_due_at_ms"].is_null() && t["counters"]["pending"] == 3 && t["counters"]["in_flight"] == 0)
+            .then_some(t)
     })
     .await;
     assert_eq!((t["counters"]["pending"].as_i64(), t["counters"]["lanes"].as_i64(), t["counters"]["lane_members"].as_i64()), (Some(3), Some(1), Some(2)), "{t}");
