@@ -5,7 +5,7 @@
 //! (docs/design.md section 5, "Admin API") and prints a table, or the API's
 //! JSON with `--json`.
 //!
-//! The admin URL is `--admin` (default `http://127.0.0.1:8081`); the token is
+//! The admin URL is `--admin` or `ANKUSA_ADMIN` (default `http://127.0.0.1:8081`); the token is
 //! read from `ANKUSA_ADMIN_TOKEN`. Exit codes ([`EXIT_CODES`]): 0 ok, 1 the
 //! API refused (its error is printed), 2 usage (clap's own, and a destructive
 //! command without `--yes`), 3 the admin listener cannot be reached, 4
@@ -23,8 +23,8 @@ pub const EXIT_CODES: &str = "Exit codes: 0 ok; 1 the admin API refused the requ
 /// Where the admin API is and how to print.
 #[derive(Args, Debug, Clone)]
 pub struct Conn {
-    /// The relay's admin listener.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:8081")]
+    /// The relay's admin listener (or the `ANKUSA_ADMIN` variable).
+    #[arg(long, global = true, env = "ANKUSA_ADMIN", default_value = "http://127.0.0.1:8081")]
     pub admin: String,
     /// Print the API's JSON instead of a table (for scripts).
     #[arg(long, global = true)]
@@ -374,6 +374,7 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                         s(&c["pending_bytes"]),
                         s(&c["in_flight"]),
                         s(&c["dead"]),
+                        s(&c["quarantined"]),
                         s(&c["lanes"]),
                         s(&c["lanes_blocked"]),
                         s(&c["lane_members"]),
@@ -382,7 +383,7 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                     ]
                 })
                 .collect();
-            table(&["TENANT", "PENDING", "BYTES", "IN_FLIGHT", "DEAD", "LANES", "BLOCKED", "MEMBERS", "OLDEST_DUE", "BOUNDS"], &rows);
+            table(&["TENANT", "PENDING", "BYTES", "IN_FLIGHT", "DEAD", "QUARANTINED", "LANES", "BLOCKED", "MEMBERS", "OLDEST_DUE", "BOUNDS"], &rows);
         }
         Command::Sources => {
             let v = all_pages(api, "/v1/sources").await?;
@@ -433,6 +434,9 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             println!("source {}  received {}  {} {}{}", s(&h["source"]), s(&h["received_at"]), s(&h["method"]), s(&h["path"]), h["query"].as_str().map(|q| format!("?{q}")).unwrap_or_default());
             if let Some(d) = h["dedupe_key"].as_str() {
                 println!("dedupe key {d}");
+            }
+            if let Some(why) = h["quarantined"].as_str() {
+                println!("quarantined: {why} (no deliveries until `ankusa quarantine release {}.{}`)", s(&h["tenant"]), s(&h["seq"]));
             }
             for hd in h["headers"].as_array().cloned().unwrap_or_default() {
                 println!("  {}: {}", s(&hd["name"]), hd["value"].as_str().map_or_else(|| format!("(base64) {}", s(&hd["value_base64"])), str::to_owned));
@@ -750,9 +754,28 @@ enum Target {
 fn target(row: Option<String>, all: bool, filter: &Filter, verb: &str) -> Result<Target, Fail> {
     match (row, all, filter.is_empty()) {
         (Some(_), _, false) => Err(Fail::Usage(format!("{verb}: give a row id or filters, not both"))),
+        (Some(r), _, true) if !is_row_id(&r) => Err(Fail::Usage(format!(
+            "{verb}: {r:?} is not a row id: write <tenant>.<seq>.<sink index>, e.g. default.42.0 (`ankusa dlq list` shows them)"
+        ))),
         (Some(r), _, true) => Ok(Target::Row(r)),
         (None, true, _) | (None, false, false) => Ok(Target::Filter),
         (None, false, true) => Err(Fail::Usage(format!("{verb}: give a row id (e.g. default.42.0), --all, or a filter (--tenant, --source, --sink, --reason, --since, --until)"))),
+    }
+}
+
+/// `<tenant>.<seq>.<sink index>`: a tenant name (letters, digits, `-`, `_`)
+/// and two numbers without sign or leading zero, as the API writes them.
+fn is_row_id(text: &str) -> bool {
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
+    let mut parts = text.rsplitn(3, '.');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(sink), Some(seq), Some(tenant)) => {
+            number(sink)
+                && number(seq)
+                && !tenant.is_empty()
+                && tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        }
+        _ => false,
     }
 }
 

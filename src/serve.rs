@@ -25,7 +25,7 @@ use ankusa_keys::meta::{decode_format, encode_format};
 use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx, SourceId, TenantOrd};
 use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
-use ankusa_pipeline::{BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RateLimit, RetryPolicy, Route, Routes};
+use ankusa_pipeline::{BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RateLimit, RetryPolicy, RetryStatuses, Route, Routes};
 use ankusa_queue::writer::{Writer, WriterConfig};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -234,6 +234,9 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
                 (id, SinkIx(e.index)),
                 Route { sink, sink_name: e.name.clone(), source_name: s.name.clone() },
             );
+            if e.retry.overridden {
+                routes.retry.insert((id, SinkIx(e.index)), sink_retry_policy(&e.retry));
+            }
         }
     }
     let edge_routes = build_routes(&cfg, &registry)?;
@@ -249,7 +252,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         flush_interval_ms: d.flush_interval_ms,
         ..DispatchConfig::default()
     };
-    let retry = RetryPolicy { base_ms: cfg.retry.base_ms, max_ms: cfg.retry.max_ms, max_elapsed_ms: cfg.retry.max_elapsed_ms };
+    let retry = sink_retry_policy(&ankusa_config::SinkRetry::from_global(&cfg.retry));
     let breaker = BreakerPolicy { failures: cfg.breaker.failures, distinct: cfg.breaker.distinct, open_ms: cfg.breaker.open_ms };
     let (pipeline, pipeline_handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
 
@@ -287,6 +290,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     admin_state.paused_sinks = Arc::clone(&pipeline_handle.paused_sinks);
     admin_state.retention_hooks_deleted = Arc::clone(&retention_stats.hooks_deleted);
     admin_state.retention_dedupe_expired = Arc::clone(&retention_stats.dedupe_expired);
+    admin_state.forwarded_headers_dropped = Box::new(crate::sinks::forwarded_headers_dropped);
     let status = pipeline_handle.status.clone();
     admin_state.breakers = Box::new(move |tenant, source, sink, now| match status.breaker(tenant, source, sink, now) {
         BreakerState::Closed { failures } => BreakerReport::Closed { failures },
@@ -433,5 +437,19 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+/// The pipeline's retry policy of a sink entry (docs/design.md section 5,
+/// "Retry policy"): the config's effective values, the default statuses when
+/// the entry lists none.
+fn sink_retry_policy(r: &ankusa_config::SinkRetry) -> RetryPolicy {
+    RetryPolicy {
+        base_ms: r.base_ms,
+        max_ms: r.max_ms,
+        max_elapsed_ms: r.max_elapsed_ms,
+        retry_after_max_ms: Some(r.retry_after_max_ms),
+        grace_ms: r.grace_ms.unwrap_or(0),
+        statuses: r.retry_statuses.as_ref().map_or_else(RetryStatuses::default, |l| RetryStatuses::from_statuses(l.iter().copied())),
     }
 }

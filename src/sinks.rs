@@ -183,3 +183,31 @@ pub fn target(entry: &SinkEntry) -> String {
     };
     target.unwrap_or_default()
 }
+
+/// Provider headers the broker sinks of this binary dropped at delivery, by
+/// kind (`ankusa_forwarded_headers_dropped_total{sink}`); none without a
+/// broker sink built in.
+pub fn forwarded_headers_dropped() -> Vec<(&'static str, u64)> {
+    #[cfg(any(
+        feature = "redis",
+        feature = "nats",
+        feature = "rabbitmq",
+        feature = "kafka",
+        feature = "pubsub",
+        feature = "sqs"
+    ))]
+    {
+        ankusa_sinks::forward::dropped_totals()
+    }
+    #[cfg(not(any(
+        feature = "redis",
+        feature = "nats",
+        feature = "rabbitmq",
+        feature = "kafka",
+        feature = "pubsub",
+        feature = "sqs"
+    )))]
+    {
+        Vec::new()
+    }
+}

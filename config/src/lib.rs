@@ -96,9 +96,9 @@ use std::path::Path;
 
 pub use error::{ConfigError, Problem, Scope};
 pub use model::{
-    Breaker, Challenge, Config, Dedupe, Dispatch, FileSink, HeaderAction, HeaderPolicy,
+    Breaker, Challenge, Config, Dedupe, Dispatch, FileSink, FilterCondition, FilterTest, HeaderAction, HeaderPolicy,
     HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner, KeyInput, KeySource, Listeners, Node,
-    OnInvalidSignature, Order, OrderingKey, Retention, Retry, SignatureEncoding, SinkEntry,
+    OnInvalidSignature, Order, OrderingKey, Retention, Retry, SignatureEncoding, SinkEntry, SinkRetry,
     SinkKind, Source, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification,
 };
 pub use model::RateLimit;

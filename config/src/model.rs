@@ -184,12 +184,58 @@ pub struct Retry {
     /// A delivery dead-letters this long after its first attempt. Default
     /// 24 h.
     pub max_elapsed_ms: u64,
+    /// The longest a Retry-After holds a delivery, ms (0: the backoff alone
+    /// decides); `None`: each sink entry's effective `max_ms`.
+    pub retry_after_max_ms: Option<u64>,
 }
 
 impl Retry {
     /// `max_elapsed_ms` as a duration.
     pub fn max_elapsed(&self) -> Duration {
         Duration::from_millis(self.max_elapsed_ms)
+    }
+}
+
+/// A sink entry's retry policy (`retry:` on the entry, docs/design.md section
+/// 5, "Retry policy"): the global [`Retry`] with the entry's overrides
+/// applied field by field, and what only an entry can set. Every sink entry
+/// has one (the global values when it sets nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SinkRetry {
+    /// The first backoff, ms (the entry's `retry.base_ms`, else `retry.base_ms`).
+    pub base_ms: u64,
+    /// The largest backoff, ms (the entry's, else the global).
+    pub max_ms: u64,
+    /// The retry horizon, ms after the first attempt (the entry's, else the
+    /// global).
+    pub max_elapsed_ms: u64,
+    /// The longest a Retry-After holds a row, ms; 0: a Retry-After holds it
+    /// no longer than the backoff. Default: the global
+    /// `retry.retry_after_max_ms`, else this entry's effective `max_ms`.
+    pub retry_after_max_ms: u64,
+    /// The HTTP error statuses (400-599, ascending) an http sink retries;
+    /// `None` is the default, 408, 425, 429 and 5xx. Only an http entry
+    /// takes the option.
+    pub retry_statuses: Option<Vec<u16>>,
+    /// For this long after a row's first attempt, every 4xx answer is
+    /// retried, ms (http entries only); `None` (or 0) is no grace.
+    pub grace_ms: Option<u64>,
+    /// Whether the entry has a `retry:` key of its own.
+    pub overridden: bool,
+}
+
+impl SinkRetry {
+    /// The global policy, nothing overridden.
+    pub fn from_global(global: &Retry) -> SinkRetry {
+        SinkRetry {
+            base_ms: global.base_ms,
+            max_ms: global.max_ms,
+            max_elapsed_ms: global.max_elapsed_ms,
+            retry_after_max_ms: global.retry_after_max_ms.unwrap_or(global.max_ms),
+            retry_statuses: None,
+            grace_ms: None,
+            overridden: false,
+        }
     }
 }
 
@@ -658,6 +704,9 @@ pub struct SinkEntry {
     /// `rate_limit: {per_second, burst}`: at most this many hooks a second go
     /// to the sink (docs/design.md section 5, "Rate limit"). Default none.
     pub rate_limit: Option<RateLimit>,
+    /// The retry policy: the global `retry` section with the entry's
+    /// `retry:` overrides (docs/design.md section 5, "Retry policy").
+    pub retry: SinkRetry,
     /// The sink's own options: the entry without the keys core reads
     /// (`type`, `name`, `ordered`, and `ordering_key` except a Pub/Sub legacy
     /// key, which stays: ADR 0004 section 1). Every string written `env:NAME`
@@ -665,6 +714,11 @@ pub struct SinkEntry {
     pub options: serde_yaml_ng::Mapping,
     /// The options checked here (http, file).
     pub typed: TypedOptions,
+    /// `filter`: the conditions a hook must all meet for this sink to get a
+    /// delivery row, decided at ingest (and again, with the stored headers,
+    /// at a quarantine release or an archive replay). Empty (no `filter`):
+    /// every hook of the source.
+    pub filter: Vec<FilterCondition>,
 }
 
 /// A sink entry's `rate_limit` (docs/design.md section 5, "Rate limit"):
@@ -690,4 +744,38 @@ impl SinkEntry {
             .map(|(k, v)| (crate::sink::key_text(k), crate::sink::yaml_to_json(v)))
             .collect()
     }
+}
+
+/// One condition of a sink entry's `filter` (YAML
+/// `{header: NAME, <test>}` or `{json: a.b.c, <test>}`): what it reads, and
+/// the test that value must pass. A list of conditions matches when every
+/// condition does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilterCondition {
+    /// What the condition reads: the first value of a header (the name is
+    /// stored lowercased, matched case-insensitively; the source's
+    /// store_headers policy keeps it), or the value at a JSON dot path of the
+    /// body (object members only).
+    pub on: KeySource,
+    /// The test.
+    pub test: FilterTest,
+}
+
+/// The test of a [`FilterCondition`]. Every compared value is a string: a
+/// header value is compared byte for byte with the UTF-8 of the string, a
+/// JSON value must be a JSON string (a number, boolean, null, object or array
+/// never equals, is never one of, never has a prefix). A body that is not
+/// JSON (or is over 1 MiB, the JSON key limit) has no JSON value at any path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FilterTest {
+    /// `equals: TEXT`: the value is exactly this (case-sensitive).
+    Equals(String),
+    /// `one_of: [A, B, ...]` (at least one): the value is exactly one of these.
+    OneOf(Vec<String>),
+    /// `prefix: TEXT` (not empty): the value starts with this.
+    Prefix(String),
+    /// `exists: true`: the header is present (any value, empty included), or
+    /// the JSON path holds a value other than null (any type). `exists:
+    /// false`: the opposite, a body that is not JSON included.
+    Exists(bool),
 }

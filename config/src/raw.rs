@@ -84,6 +84,7 @@ pub(crate) struct RawRetry {
     pub base_ms: Option<u64>,
     pub max_ms: Option<u64>,
     pub max_elapsed_ms: Option<u64>,
+    pub retry_after_max_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

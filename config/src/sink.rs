@@ -10,8 +10,8 @@ use serde_yaml_ng::{Mapping, Value};
 use crate::defaults as d;
 use crate::error::{Problems, Scope};
 use crate::model::{
-    FileSink, HeaderAction, HeaderPolicy, HttpSink, Order, OrderingKey, RateLimit, SinkEntry,
-    SinkKind, TypedOptions,
+    FileSink, FilterCondition, FilterTest, HeaderAction, HeaderPolicy, HttpSink, KeySource, Order,
+    OrderingKey, RateLimit, Retry, SinkEntry, SinkKind, SinkRetry, TypedOptions,
 };
 use crate::secret::{self, EnvLookup, Secret, SecretOrigin};
 use crate::validate::{check_header_name, check_name, json_path};
@@ -24,6 +24,8 @@ pub(crate) struct SourceCtx<'a> {
     /// Whether that policy is the source's own override.
     pub overridden: bool,
     pub env: EnvLookup<'a>,
+    /// The global `retry` section, which a sink entry's `retry:` overrides.
+    pub retry: &'a Retry,
 }
 
 pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
@@ -34,7 +36,16 @@ pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
     }
 }
 
-const CORE_KEYS: [&str; 6] = ["type", "name", "ordered", "ordering_key", "paused", "rate_limit"];
+const CORE_KEYS: [&str; 8] = [
+    "type",
+    "name",
+    "ordered",
+    "ordering_key",
+    "paused",
+    "retry",
+    "filter",
+    "rate_limit",
+];
 const KEY_FORMS: &str = "{header: NAME} or {json: a.b.c}";
 
 /// Builds entry `index` of a source's `sinks`; `None` when it is too broken
@@ -113,7 +124,12 @@ pub(crate) fn entry(
         }
     };
     let rate_limit = raw.get("rate_limit").and_then(|v| rate_limit(v, &scope, p));
+    let filter = match raw.get("filter") {
+        None => Vec::new(),
+        Some(v) => filter(ctx, v, &scope, p),
+    };
     let keep_legacy_key = kind == SinkKind::Pubsub && !order.is_ordered();
+    let retry = retry(ctx.retry, kind, raw, &scope, p);
 
     // The sink's own options: the entry less the keys core reads, `env:`
     // resolved everywhere.
@@ -130,6 +146,25 @@ pub(crate) fn entry(
         if let Value::Mapping(entries) = v {
             let mut resolved = Mapping::new();
             for (ek, ev) in entries {
+                // A list in a map option (the http sink's
+                // `signing.secrets`) resolves item by item: an unset secret
+                // is named `<option>.<entry>[i]` and left as null, so the
+                // other items keep their index for the sink's own checks
+                // (which then name the same option, reported once).
+                if let Value::Sequence(items) = ev {
+                    let mut out = Vec::with_capacity(items.len());
+                    for (i, item) in items.iter().enumerate() {
+                        match resolve_env(item, ctx.env) {
+                            Ok(v) => out.push(v),
+                            Err(m) => {
+                                p.push(&scope, format!("{key}.{}[{i}]", key_text(ek)), m);
+                                out.push(Value::Null);
+                            }
+                        }
+                    }
+                    resolved.insert(ek.clone(), Value::Sequence(out));
+                    continue;
+                }
                 match resolve_env(ev, ctx.env) {
                     Ok(ev) => {
                         resolved.insert(ek.clone(), ev);
@@ -167,6 +202,10 @@ pub(crate) fn entry(
         }
     }
 
+    if !matches!(kind, SinkKind::Http | SinkKind::File) {
+        forward_headers_kept(ctx, &options, &scope, p);
+    }
+
     let typed = match kind {
         SinkKind::Http => http(raw, &options, &scope, p).map(TypedOptions::Http),
         SinkKind::File => file(&options, &scope, p).map(TypedOptions::File),
@@ -181,8 +220,10 @@ pub(crate) fn entry(
         order,
         paused,
         rate_limit,
+        retry,
         options,
         typed,
+        filter,
     })
 }
 
@@ -240,6 +281,437 @@ fn rate_limit(v: &Value, scope: &Scope, p: &mut Problems) -> Option<RateLimit> {
         (true, Some(per_second), Some(burst)) => Some(RateLimit { per_second, burst }),
         _ => None,
     }
+}
+
+/// The options of a sink entry's `retry:` (docs/design.md section 5, "Retry
+/// policy").
+const RETRY_OPTIONS: [&str; 6] = [
+    "base_ms",
+    "max_ms",
+    "max_elapsed_ms",
+    "retry_after_max_ms",
+    "retry_statuses",
+    "grace_ms",
+];
+/// The longest duration a `retry:` option takes: a year, in ms (a larger one
+/// is a unit mistake, and sums of times stay far from overflowing).
+const RETRY_MS_LIMIT: u64 = 365 * 24 * 3_600_000;
+
+/// A sink entry's `retry:`: the global section's values with the entry's
+/// overrides, field by field. Every problem is reported as `retry.<option>`.
+fn retry(
+    global: &Retry,
+    kind: SinkKind,
+    raw: &Mapping,
+    scope: &Scope,
+    p: &mut Problems,
+) -> SinkRetry {
+    let mut r = SinkRetry::from_global(global);
+    let Some(v) = raw.get("retry") else {
+        return r;
+    };
+    r.overridden = true;
+    let Value::Mapping(m) = v else {
+        p.push(
+            scope,
+            "retry",
+            format!(
+                "must be a map of retry options ({}), found {}",
+                RETRY_OPTIONS.join(", "),
+                show(Some(v))
+            ),
+        );
+        return r;
+    };
+    let (mut base_set, mut max_set, mut after_set) = (false, false, false);
+    for (k, val) in m {
+        let key = key_text(k);
+        let option = format!("retry.{key}");
+        match key.as_str() {
+            "base_ms" => {
+                if let Some(n) = retry_ms(val, &option, false, scope, p) {
+                    r.base_ms = n;
+                    base_set = true;
+                }
+            }
+            "max_ms" => {
+                if let Some(n) = retry_ms(val, &option, false, scope, p) {
+                    r.max_ms = n;
+                    max_set = true;
+                }
+            }
+            "max_elapsed_ms" => {
+                if let Some(n) = retry_ms(val, &option, false, scope, p) {
+                    r.max_elapsed_ms = n;
+                }
+            }
+            "retry_after_max_ms" => {
+                if let Some(n) = retry_ms(val, &option, true, scope, p) {
+                    r.retry_after_max_ms = n;
+                    after_set = true;
+                }
+            }
+            "grace_ms" => {
+                if kind != SinkKind::Http {
+                    p.push(scope, option, http_only(kind));
+                } else if let Some(n) = retry_ms(val, &option, true, scope, p) {
+                    r.grace_ms = (n > 0).then_some(n);
+                }
+            }
+            "retry_statuses" => {
+                if kind != SinkKind::Http {
+                    p.push(scope, option, http_only(kind));
+                } else {
+                    r.retry_statuses = retry_statuses(val, &option, scope, p);
+                }
+            }
+            _ => p.push(
+                scope,
+                option,
+                format!(
+                    "unknown retry option (the options: {})",
+                    RETRY_OPTIONS.join(", ")
+                ),
+            ),
+        }
+    }
+    if !after_set {
+        r.retry_after_max_ms = global.retry_after_max_ms.unwrap_or(r.max_ms);
+    }
+    if (base_set || max_set) && r.base_ms > r.max_ms {
+        let global_of = |set: bool, name: &str| {
+            if set {
+                String::new()
+            } else {
+                format!(" (the global retry.{name})")
+            }
+        };
+        let option = if base_set {
+            "retry.base_ms"
+        } else {
+            "retry.max_ms"
+        };
+        p.push(
+            scope,
+            option,
+            format!(
+                "base_ms {}{} is greater than max_ms {}{}: the first backoff cannot exceed the largest",
+                r.base_ms,
+                global_of(base_set, "base_ms"),
+                r.max_ms,
+                global_of(max_set, "max_ms"),
+            ),
+        );
+    }
+    if let Some(g) = r.grace_ms
+        && g > r.max_elapsed_ms
+    {
+        p.push(
+            scope,
+            "retry.grace_ms",
+            format!(
+                "{g} is longer than the retry horizon max_elapsed_ms ({}): the horizon dead-letters a row before its grace period ends",
+                r.max_elapsed_ms
+            ),
+        );
+    }
+    r
+}
+
+fn http_only(kind: SinkKind) -> String {
+    format!(
+        "only an http sink takes it (HTTP statuses); a {} sink's failures are retried by their kind",
+        kind.as_str()
+    )
+}
+
+/// A duration of `retry:` in ms: a whole number, above 0 unless `zero_ok`, at
+/// most [`RETRY_MS_LIMIT`].
+fn retry_ms(
+    v: &Value,
+    option: &str,
+    zero_ok: bool,
+    scope: &Scope,
+    p: &mut Problems,
+) -> Option<u64> {
+    let above = if zero_ok { "0 or more" } else { "above 0" };
+    match v.as_u64() {
+        Some(0) if !zero_ok => {
+            p.push(scope, option, "must be greater than 0");
+            None
+        }
+        Some(n) if n > RETRY_MS_LIMIT => {
+            p.push(
+                scope,
+                option,
+                format!("{n} is more than a year ({RETRY_MS_LIMIT} ms): write milliseconds"),
+            );
+            None
+        }
+        Some(n) => Some(n),
+        None => {
+            p.push(
+                scope,
+                option,
+                format!(
+                    "must be a whole number of milliseconds, {above}, found {}",
+                    show(Some(v))
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// `retry_statuses`: a list of HTTP error statuses (400-599) and the classes
+/// "4xx" and "5xx", as a sorted list without repeats.
+fn retry_statuses(v: &Value, option: &str, scope: &Scope, p: &mut Problems) -> Option<Vec<u16>> {
+    let Value::Sequence(items) = v else {
+        p.push(
+            scope,
+            option,
+            format!(
+                "must be a list of HTTP statuses (400-599) or \"4xx\" / \"5xx\", e.g. [408, 425, 429, 404, \"5xx\"]; found {}",
+                show(Some(v))
+            ),
+        );
+        return None;
+    };
+    let mut out: Vec<u16> = Vec::new();
+    let mut ok = true;
+    for item in items {
+        let found: Result<Vec<u16>, String> = match item {
+            Value::Number(n) => match n.as_u64() {
+                Some(s @ 400..=599) => Ok(vec![u16::try_from(s).unwrap_or(599)]),
+                Some(s @ 200..=299) => Err(format!(
+                    "{s} is a success (2xx): it is delivered, never retried"
+                )),
+                _ => Err(format!(
+                    "{} is not an HTTP error status: list statuses from 400 to 599",
+                    show(Some(item))
+                )),
+            },
+            Value::String(c) if c.eq_ignore_ascii_case("4xx") => Ok((400..=499).collect()),
+            Value::String(c) if c.eq_ignore_ascii_case("5xx") => Ok((500..=599).collect()),
+            other => Err(format!(
+                "{} is not an HTTP error status: list statuses from 400 to 599, or \"4xx\" / \"5xx\"",
+                show(Some(other))
+            )),
+        };
+        match found {
+            Ok(list) => {
+                if list.iter().any(|s| out.contains(s)) {
+                    p.push(
+                        scope,
+                        option,
+                        format!("{} is listed twice", show(Some(item))),
+                    );
+                    ok = false;
+                }
+                out.extend(list);
+            }
+            Err(m) => {
+                p.push(scope, option, m);
+                ok = false;
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    ok.then_some(out)
+}
+
+/// The forms of a filter condition, for messages.
+const FILTER_FORMS: &str = "{header: NAME} or {json: a.b.c} with one of equals: TEXT, one_of: [TEXT, ...], prefix: TEXT, exists: true|false";
+const FILTER_TESTS: [&str; 4] = ["equals", "one_of", "prefix", "exists"];
+
+/// `filter` (issue 12): one condition (a map) or a list of conditions that
+/// must all match. Every problem is reported, each under `filter` (or
+/// `filter[i]` for the i-th condition of a list).
+fn filter(ctx: &SourceCtx<'_>, v: &Value, scope: &Scope, p: &mut Problems) -> Vec<FilterCondition> {
+    match v {
+        Value::Mapping(m) => condition(ctx, m, "filter", scope, p).into_iter().collect(),
+        Value::Sequence(items) if items.is_empty() => {
+            p.push(scope, "filter", "an empty list: omit filter to take every hook");
+            Vec::new()
+        }
+        Value::Sequence(items) => {
+            let mut out = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                let option = format!("filter[{i}]");
+                match item {
+                    Value::Mapping(m) => out.extend(condition(ctx, m, &option, scope, p)),
+                    other => p.push(
+                        scope,
+                        option,
+                        format!("must be a condition, {FILTER_FORMS}; found {}", show(Some(other))),
+                    ),
+                }
+            }
+            out
+        }
+        other => {
+            p.push(
+                scope,
+                "filter",
+                format!(
+                    "must be a condition, {FILTER_FORMS}, or a list of conditions that must all match; found {}",
+                    show(Some(other))
+                ),
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// One filter condition; `None` after reporting its problems.
+fn condition(
+    ctx: &SourceCtx<'_>,
+    m: &Mapping,
+    option: &str,
+    scope: &Scope,
+    p: &mut Problems,
+) -> Option<FilterCondition> {
+    let before = p.0.len();
+    for k in m.keys() {
+        let key = key_text(k);
+        if !matches!(key.as_str(), "header" | "json") && !FILTER_TESTS.contains(&key.as_str()) {
+            p.push(
+                scope,
+                option,
+                format!("unknown key \"{key}\" of a filter condition: write {FILTER_FORMS}"),
+            );
+        }
+    }
+    let on = match (m.get("header"), m.get("json")) {
+        (Some(_), Some(_)) => {
+            p.push(
+                scope,
+                option,
+                "has both header and json: a condition reads one (a list of conditions must all match)",
+            );
+            None
+        }
+        (None, None) => {
+            p.push(scope, option, format!("reads nothing: write {FILTER_FORMS}"));
+            None
+        }
+        (Some(Value::String(h)), None) => match check_header_name(h) {
+            Err(msg) => {
+                p.push(scope, option, format!("header: {msg}"));
+                None
+            }
+            Ok(()) => {
+                let h = h.to_ascii_lowercase();
+                kept_header(ctx, &h, option, "filter", scope, p);
+                Some(KeySource::Header(h))
+            }
+        },
+        (None, Some(Value::String(j))) => match json_path(j) {
+            Err(msg) => {
+                p.push(scope, option, format!("json: {msg}"));
+                None
+            }
+            Ok(path) => Some(KeySource::Json(path)),
+        },
+        (Some(other), None) => {
+            p.push(scope, option, format!("header: must be a header name, found {}", show(Some(other))));
+            None
+        }
+        (None, Some(other)) => {
+            p.push(scope, option, format!("json: must be a dot path, found {}", show(Some(other))));
+            None
+        }
+    };
+    let given: Vec<&str> = FILTER_TESTS.iter().copied().filter(|t| m.get(*t).is_some()).collect();
+    let test = match given.as_slice() {
+        [] => {
+            p.push(
+                scope,
+                option,
+                format!("has no test: add one of {}", FILTER_TESTS.join(", ")),
+            );
+            None
+        }
+        [one] => filter_test(one, m.get(*one).unwrap_or(&Value::Null), option, scope, p),
+        many => {
+            p.push(
+                scope,
+                option,
+                format!(
+                    "has {} tests ({}): give one per condition (a list of conditions must all match)",
+                    many.len(),
+                    many.join(", ")
+                ),
+            );
+            None
+        }
+    };
+    if p.0.len() > before {
+        return None;
+    }
+    Some(FilterCondition { on: on?, test: test? })
+}
+
+/// The test `name` of a filter condition, its value `v`.
+fn filter_test(name: &str, v: &Value, option: &str, scope: &Scope, p: &mut Problems) -> Option<FilterTest> {
+    let text = |v: &Value| match v {
+        Value::String(s) => Ok(s.clone()),
+        other => Err(format!(
+            "must be a string, found {}: a filter compares header values and JSON strings (quote a number or a boolean: \"42\")",
+            show(Some(other))
+        )),
+    };
+    let r = match name {
+        "equals" => text(v).map(FilterTest::Equals),
+        "prefix" => text(v).and_then(|s| {
+            if s.is_empty() {
+                Err("is empty, so it would match every string: use exists: true, or omit filter".to_owned())
+            } else {
+                Ok(FilterTest::Prefix(s))
+            }
+        }),
+        "one_of" => match v {
+            Value::Sequence(items) if items.is_empty() => {
+                Err("is empty, so nothing would match: list at least one value".to_owned())
+            }
+            Value::Sequence(items) => items
+                .iter()
+                .enumerate()
+                .map(|(i, x)| text(x).map_err(|m| format!("value {i} {m}")))
+                .collect::<Result<Vec<_>, _>>()
+                .map(FilterTest::OneOf),
+            other => Err(format!("must be a list of strings, found {}", show(Some(other)))),
+        },
+        _ => match v {
+            Value::Bool(b) => Ok(FilterTest::Exists(*b)),
+            other => Err(format!("must be true or false, found {}", show(Some(other)))),
+        },
+    };
+    r.map_err(|m| p.push(scope, option, format!("{name} {m}"))).ok()
+}
+
+/// The store_headers rule of ADR 0004 section 2 for a header that `option`
+/// reads: it must be kept as received, or a replay or a quarantine release
+/// (which resolve from the stored headers) would decide otherwise than ingest.
+fn kept_header(ctx: &SourceCtx<'_>, h: &str, option: &str, what: &str, scope: &Scope, p: &mut Problems) {
+    let action = ctx.store_headers.action(h);
+    if action == HeaderAction::Keep {
+        return;
+    }
+    let whose = if ctx.overridden {
+        "the source's store_headers override"
+    } else {
+        "the instance store_headers policy"
+    };
+    let verb = if action == HeaderAction::Drop { "drops" } else { "hashes" };
+    p.push(
+        scope,
+        option,
+        format!(
+            "header \"{h}\" is not kept by the store: {whose} {verb} it, so a quarantine release or a replay could not apply the same {what} (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.{h}: keep"
+        ),
+    );
 }
 
 /// `ordered` and `ordering_key` (ADR 0004 section 1), and the store_headers
@@ -324,6 +796,44 @@ fn order(
     }
 }
 
+/// The store_headers rule of a broker sink's `forward_headers` (its shape and
+/// the medium's limits are the sinks crate's checks): every header it lists
+/// must be kept by the source's policy, or it could never travel (a dropped
+/// header is not stored; a hashed one is stored as its hash). `all` takes
+/// what the policy keeps and needs no check.
+fn forward_headers_kept(ctx: &SourceCtx<'_>, options: &Mapping, scope: &Scope, p: &mut Problems) {
+    let Some(Value::Sequence(names)) = options.get("forward_headers") else {
+        return;
+    };
+    for name in names.iter().filter_map(Value::as_str) {
+        if check_header_name(name).is_err() {
+            continue;
+        }
+        let action = ctx.store_headers.action(name);
+        if action == HeaderAction::Keep {
+            continue;
+        }
+        let lower = name.to_ascii_lowercase();
+        let whose = if ctx.overridden {
+            "the source's store_headers override"
+        } else {
+            "the instance store_headers policy"
+        };
+        let verb = if action == HeaderAction::Drop {
+            "drops"
+        } else {
+            "hashes"
+        };
+        p.push(
+            scope,
+            "forward_headers",
+            format!(
+                "header \"{lower}\" is not kept by the store: {whose} {verb} it, so it could never travel to the sink; set store_headers headers.{lower}: keep, or leave it out"
+            ),
+        );
+    }
+}
+
 /// The ordering key of an ordered sink: `{header: NAME}` or `{json: a.b.c}`.
 fn ordering_key(v: &Value) -> Result<OrderingKey, String> {
     match v {
@@ -358,7 +868,9 @@ fn ordering_key(v: &Value) -> Result<OrderingKey, String> {
     }
 }
 
-const HTTP_OPTIONS: [&str; 3] = ["url", "timeout_ms", "headers"];
+/// The http sink's options. `signing` (issue 12) is checked by the sinks
+/// crate (`ankusa_sinks::http::signing`), through the binary's load check.
+const HTTP_OPTIONS: [&str; 4] = ["url", "timeout_ms", "headers", "signing"];
 /// Headers the http sink sets itself (besides `x-ankusa-*`, its metadata): the
 /// hook's original content type and the body's framing. The same list as the
 /// sinks crate's http adapter, plus `connection`.
@@ -516,6 +1028,21 @@ fn file(options: &Mapping, scope: &Scope, p: &mut Problems) -> Option<FileSink> 
 fn unknown_options(options: &Mapping, known: &[&str], kind: &str, scope: &Scope, p: &mut Problems) {
     for k in options.keys() {
         let key = key_text(k);
+        if key == "forward_headers" {
+            // The broker sinks' option (sinks/src/forward.rs): these kinds
+            // carry every stored header already.
+            let carries = if kind == "http" {
+                "the http sink forwards every stored header already (less hop-by-hop and framing ones)"
+            } else {
+                "the file sink writes every stored header in each line already"
+            };
+            p.push(
+                scope,
+                key,
+                format!("is an option of the broker and cloud sinks; {carries}"),
+            );
+            continue;
+        }
         if !known.contains(&key.as_str()) {
             p.push(
                 scope,

@@ -39,7 +39,7 @@ pub(crate) fn config(
     let breaker = breaker(&raw, &mut p);
     let retention = retention(&raw, &mut p);
     let tenants = tenants(&raw, &mut p);
-    let sources = sources(&raw.sources, &tenants, &store_headers, env, check, &mut p);
+    let sources = sources(&raw.sources, &tenants, &store_headers, &retry, env, check, &mut p);
 
     if !p.0.is_empty() {
         return Err(ConfigError::Invalid { problems: p.0 });
@@ -297,6 +297,8 @@ fn retry(raw: &RawConfig, p: &mut Problems) -> Retry {
         base_ms,
         max_ms,
         max_elapsed_ms,
+        // 0 is allowed: the backoff alone decides.
+        retry_after_max_ms: r.retry_after_max_ms,
     }
 }
 
@@ -387,6 +389,7 @@ fn sources(
     raw: &[RawSource],
     tenants: &[Tenant],
     instance_headers: &HeaderPolicy,
+    global_retry: &Retry,
     env: EnvLookup<'_>,
     check: crate::SourceCheck<'_>,
     p: &mut Problems,
@@ -483,6 +486,7 @@ fn sources(
             store_headers: &store_headers,
             overridden,
             env,
+            retry: global_retry,
         };
         let mut sink_names = HashSet::new();
         let mut sinks = Vec::with_capacity(rs.sinks.len());
@@ -530,9 +534,11 @@ fn sources(
         };
         // The other layers' checks, on what parsed, so their problems come in
         // the same run as this crate's (an option this crate has already
-        // refused is not reported twice).
+        // refused is not reported twice; every problem another layer finds in
+        // one option is, e.g. two bad names of one `forward_headers` list).
+        let own = p.0.len();
         for extra in check(&source) {
-            if !p.0.iter().any(|q| q.scope == extra.scope && q.option == extra.option) {
+            if !p.0[..own].iter().any(|q| q.scope == extra.scope && q.option == extra.option) {
                 p.0.push(extra);
             }
         }

@@ -54,11 +54,18 @@ impl<'a> ParsedBody<'a> {
     /// view, a member is missing, a step is not an object, or the value is not
     /// a string. An empty `path` is the root value.
     pub fn str_at(&self, path: &[String]) -> Option<&str> {
+        self.value_at(path)?.as_str()
+    }
+
+    /// The JSON value at `path` (object members only), of any type, null
+    /// included; `None` as for [`ParsedBody::str_at`] when there is none.
+    /// Shares the one decode.
+    pub fn value_at(&self, path: &[String]) -> Option<&Value> {
         let mut value = self.json()?;
         for segment in path {
             value = value.as_object()?.get(segment)?;
         }
-        value.as_str()
+        Some(value)
     }
 
     fn json(&self) -> Option<&Value> {

@@ -11,9 +11,12 @@
 //!   [`dedupe::DEDUPE_KEY_MAX_BYTES`].
 //! - [`ordering`]: the ordering key of a laned sink, resolved at ingest; `None`
 //!   is the sink's keyless lane.
+//! - [`filter`]: whether a sink takes a hook at all (its `filter`), decided
+//!   with the ordering keys: a sink whose filter fails gets no row.
 //! - [`slack`]: the `url_verification` handshake the edge answers itself.
 //! - [`KeySpec`] and [`ParsedBody`]: where a key comes from, and the one lazy
-//!   JSON decode that dedupe and every ordering key of a hook share.
+//!   JSON decode that dedupe, every ordering key and every filter of a hook
+//!   share.
 //!
 //! # Invariants it keeps
 //! - The body is only read: nothing here re-serialises it, so the stored bytes
@@ -32,6 +35,7 @@
 
 mod body;
 pub mod dedupe;
+pub mod filter;
 mod hex;
 mod keyspec;
 pub mod ordering;

@@ -61,41 +61,9 @@ use rand::Rng;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 pub mod retention;
+mod retry;
+pub use retry::{RetryPolicy, RetryStatuses};
 use tracing::{debug, info, warn};
-
-/// Retry schedule (docs/design.md section 5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// First backoff cap, milliseconds.
-    pub base_ms: u64,
-    /// Largest backoff cap, milliseconds.
-    pub max_ms: u64,
-    /// Dead-letter once this long has passed since the first attempt, ms.
-    pub max_elapsed_ms: u64,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            base_ms: 1_000,
-            max_ms: 300_000,
-            max_elapsed_ms: 24 * 3600 * 1000,
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// The wait before attempt `attempts + 1`, after `attempts` failed ones
-    /// (>= 1): full jitter, uniform in `[0, min(max_ms, base_ms * 2^(attempts-1))]`;
-    /// at least `after` when the sink said how long (Retry-After).
-    pub fn delay_ms(&self, attempts: u32, after: Option<Duration>, rng: &mut impl Rng) -> u64 {
-        let exp = attempts.saturating_sub(1).min(40);
-        let cap = self.base_ms.saturating_mul(1u64 << exp).min(self.max_ms);
-        let jitter = rng.random_range(0..=cap);
-        let floor = after.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        jitter.max(floor)
-    }
-}
 
 /// Circuit breaker per (tenant, source, sink entry) (docs/design.md section 5,
 /// "Breaker"): it opens on `failures` consecutive failed attempts (no `Ok` in
@@ -205,11 +173,21 @@ pub struct Routes {
     /// The sink entries with a `rate_limit` (docs/design.md section 5, "Rate
     /// limit"); an entry not here is not limited.
     pub rate_limits: HashMap<(SourceId, SinkIx), RateLimit>,
+    /// The retry policy of each sink entry that has its own (`retry:` on the
+    /// entry, docs/design.md section 5, "Retry policy"); an entry not here
+    /// has the pipeline's global policy.
+    pub retry: HashMap<(SourceId, SinkIx), RetryPolicy>,
 }
 
 impl Routes {
     fn source_known(&self, source: SourceId) -> bool {
         self.sinks.keys().any(|(s, _)| *s == source)
+    }
+
+    /// The retry policy of sink entry `sink` of `source`: its own, else
+    /// `global`.
+    fn retry_policy(&self, source: SourceId, sink: SinkIx, global: RetryPolicy) -> RetryPolicy {
+        self.retry.get(&(source, sink)).copied().unwrap_or(global)
     }
 }
 
@@ -1170,9 +1148,10 @@ impl<K: Kv> Pipeline<K> {
                 };
                 let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
                 // The horizon is checked again when the row is claimed: a
-                // retry due just inside it must not start an attempt outside it.
+                // retry due just inside it must not start an attempt outside
+                // it (a row due at or past it gets its attempt: RetryPolicy::dead_at_claim).
                 if let Some(first) = row.first_attempt_at_ms
-                    && now.saturating_sub(first) > self.retry.max_elapsed_ms
+                    && self.routes.retry_policy(envelope.source, dk.sink, self.retry).dead_at_claim(first, dk.due_ms, now)
                 {
                     claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
                     horizon.push(row_id);
@@ -1369,6 +1348,15 @@ impl<K: Kv> Pipeline<K> {
     }
 
     fn outcome_batch(&mut self, d: &Done, now: u64, rng: &mut impl Rng) -> Result<Batch, QueueError> {
+        // The sink entry's retry policy decides an HTTP status (retry,
+        // permanent, sink gone) and a retry's next attempt (docs/design.md
+        // section 5, "Retry policy").
+        let policy = self.routes.retry_policy(d.key.1, d.key.2, self.retry);
+        let first = match d.outcome {
+            Outcome::Retry { .. } | Outcome::HttpStatus { .. } => self.first_attempt_ms(d.row)?.unwrap_or(now),
+            _ => now,
+        };
+        let outcome = policy.resolve(d.outcome.clone(), first, now);
         let breaker = self.breakers.entry(d.key).or_default();
         if d.trial {
             breaker.trial_in_flight = false;
@@ -1380,7 +1368,7 @@ impl<K: Kv> Pipeline<K> {
             warn!(row = %d.row, "an attempt of a retired source failed: dead-lettered");
             return ankusa_queue::dead_letter_attempted(&*self.kv, d.row, reason, now);
         }
-        match &d.outcome {
+        match &outcome {
             Outcome::Ok => {
                 if breaker.answered() {
                     info!(row = %d.row, "breaker closed: the trial delivery succeeded");
@@ -1392,21 +1380,13 @@ impl<K: Kv> Pipeline<K> {
                 if breaker.failed(d.site, d.trial, &self.breaker, now) {
                     warn!(row = %d.row, failures = breaker.failures, lanes = breaker.sites.len(), open_ms = self.breaker.open_ms, "breaker open for this sink");
                 }
-                let row = self.kv.get(Cf::Deliveries, &delivery_key(d.row.tenant, d.row.seq, d.row.sink))?;
-                let first = row
-                    .as_deref()
-                    .map(DeliveryRow::decode)
-                    .transpose()?
-                    .and_then(|r| r.first_attempt_at_ms)
-                    .unwrap_or(now);
                 let attempts = d.attempts_before + 1;
-                let delay = self.retry.delay_ms(attempts, *after, rng);
-                if now.saturating_add(delay).saturating_sub(first) > self.retry.max_elapsed_ms {
+                let Some(due) = policy.next_attempt(attempts, *after, first, now, rng) else {
                     warn!(row = %d.row, %reason, "retry horizon passed: dead-lettered");
                     return ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("retry horizon passed: {reason}"), now);
-                }
+                };
+                let delay = due.saturating_sub(now);
                 warn!(row = %d.row, attempt = attempts, delay_ms = delay, %reason, "delivery failed; will retry");
-                let due = now.saturating_add(delay);
                 self.next_wake_ms = Some(self.next_wake_ms.map_or(due, |w| w.min(due)));
                 ankusa_queue::retry(&*self.kv, d.row, due, reason, now)
             }
@@ -1423,7 +1403,14 @@ impl<K: Kv> Pipeline<K> {
                 warn!(row = %d.row, %reason, "source gone: dead-lettered as an orphan");
                 ankusa_queue::orphan(&*self.kv, d.row, Origin::InFlight, &format!("source gone: {reason}"), now)
             }
+            Outcome::HttpStatus { .. } => unreachable!("resolved by the retry policy above"),
         }
+    }
+
+    /// The first attempt time of `row` (None when the row has none or is gone).
+    fn first_attempt_ms(&self, row: RowId) -> Result<Option<u64>, QueueError> {
+        let raw = self.kv.get(Cf::Deliveries, &delivery_key(row.tenant, row.seq, row.sink))?;
+        Ok(raw.as_deref().map(DeliveryRow::decode).transpose()?.and_then(|r| r.first_attempt_at_ms))
     }
 }
 

@@ -109,7 +109,7 @@ fn start(kv: Arc<MemoryKv>, script: Arc<Mutex<Script>>, slow_key: Option<&str>) 
     );
     routes.tenants.insert(TENANT, "acme".into());
     let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
-    let retry = RetryPolicy { base_ms: 2, max_ms: 10, max_elapsed_ms: 60_000 };
+    let retry = RetryPolicy { base_ms: 2, max_ms: 10, max_elapsed_ms: 60_000, ..RetryPolicy::default() };
     let dispatch = DispatchConfig { batch: 16, sink_concurrency: 8, window: 64, idle_ms: 2, flush_interval_ms: 1, ..DispatchConfig::default() };
     let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, BreakerPolicy::default(), now_ms);
     let tasks = vec![
@@ -341,7 +341,7 @@ async fn extreme_retry_after_and_breaker_do_not_overflow() {
         Route { sink: Arc::new(RetryForever(Arc::clone(&calls))), sink_name: "r".into(), source_name: "demo".into() },
     );
     let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
-    let retry = RetryPolicy { base_ms: 1, max_ms: u64::MAX, max_elapsed_ms: u64::MAX };
+    let retry = RetryPolicy { base_ms: 1, max_ms: u64::MAX, max_elapsed_ms: u64::MAX, ..RetryPolicy::default() };
     let breaker = BreakerPolicy { failures: 1, distinct: 1, open_ms: u64::MAX };
     let dispatch = DispatchConfig { idle_ms: 2, flush_interval_ms: 1, ..DispatchConfig::default() };
     let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
@@ -419,7 +419,7 @@ fn start_two(kv: Arc<MemoryKv>, rec: &Recorder, paused: &[ankusa_keys::meta::Pau
     routes.tenants.insert(TENANT, "acme".into());
     routes.paused = paused.iter().copied().collect();
     let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
-    let retry = RetryPolicy { base_ms: 2, max_ms: 10, max_elapsed_ms: 60_000 };
+    let retry = RetryPolicy { base_ms: 2, max_ms: 10, max_elapsed_ms: 60_000, ..RetryPolicy::default() };
     let dispatch = DispatchConfig { batch: 16, sink_concurrency: 8, window: 64, idle_ms: 2, flush_interval_ms: 1, ..DispatchConfig::default() };
     let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, BreakerPolicy::default(), now_ms);
     let tasks = vec![

@@ -1283,6 +1283,40 @@ fn retention_deletes_only_unreferenced_envelopes_before_the_cutoff() {
     clean(&kv);
 }
 
+/// A hook no sink's filter took (issue 12): the edge passes no row. Its
+/// envelope, archive entry and dedupe record are committed, no counter moves
+/// but none is wrong, and retention deletes it like a delivered hook. A
+/// release with no row only ends the quarantine.
+#[test]
+fn a_hook_with_no_row_is_stored_deduped_and_reclaimed_by_retention() {
+    let kv = store();
+    ingest_dedupe(&kv, 1, "evt_filtered", &[]);
+    assert!(kv.get(Cf::Hooks, &hook_key(T1, Seq(1))).expect("get").is_some());
+    assert!(kv.get(Cf::Archive, &archive_key(T1, NOW - 10, Seq(1))).expect("get").is_some());
+    let d = kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_filtered")).expect("get").expect("?K");
+    assert_eq!(DedupeValue::decode(&d).expect("decode").seq, Seq(1));
+    assert!(counters(&kv, T1).values().all(|v| *v == 0), "{:?}", counters(&kv, T1));
+    assert!(keys(&kv, Family::Active, T1).is_empty(), "no ?A without a due row");
+    clean(&kv);
+
+    let env = envelope(SRC, "q", None);
+    let mut b = Batch::new();
+    quarantine(&mut b, &Hook { tenant: T1, seq: Seq(2), envelope: &env, dedupe_expires_at_ms: NOW }, "r");
+    commit(&kv, b);
+    let d = commit_delta(&kv, T1, release(&kv, T1, Seq(2), &[], NOW).expect("release"));
+    assert_eq!(d, map(&[(F::Quarantined, -1)]));
+    clean(&kv);
+
+    let p = retention(&kv, T1, NOW, None, 10).expect("retention");
+    assert_eq!(p.moved, 2);
+    commit(&kv, p.batch);
+    for seq in [1, 2] {
+        assert!(kv.get(Cf::Hooks, &hook_key(T1, Seq(seq))).expect("get").is_none());
+        assert!(kv.get(Cf::Archive, &archive_key(T1, NOW - 10, Seq(seq))).expect("get").is_none());
+    }
+    clean(&kv);
+}
+
 // ---- drop_dead --------------------------------------------------------------------
 
 /// Ingests hook `seq` of T1 (with dedupe key `dedupe`) with `rows`; returns its size.

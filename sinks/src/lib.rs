@@ -15,12 +15,15 @@
 //! - every answer maps to exactly one [`Outcome`]: nothing is "dropped"
 //!   (docs/contributing.md, "Explicit outcomes"; Vector issue #12145).
 //!   Throttling, timeouts and connection failures retry; a rejected message
-//!   is permanent; a deleted destination is [`Outcome::SinkGone`].
+//!   is permanent; a deleted destination is [`Outcome::SinkGone`]. An HTTP
+//!   error status is [`Outcome::HttpStatus`], which the sink entry's retry
+//!   policy resolves into one of those (docs/design.md section 5, "Retry
+//!   policy").
 //!
 //! # Adapters and features
 //! | feature (default) | module | sink |
 //! | --- | --- | --- |
-//! | `http` (on) | [`http`](mod@http) | POST to a URL; reqwest over rustls with ring (no aws-lc-sys, no OpenSSL) |
+//! | `http` (on) | [`http`](mod@http) | POST to a URL, optionally signed (Standard Webhooks or one HMAC header); reqwest over rustls with ring (no aws-lc-sys, no OpenSSL) |
 //! | `file` (on) | [`file`](mod@file) | NDJSON lines, base64 body, fsync per batch in [`Sink::flush`] |
 //! | `redis` (on) | [`redis`](mod@redis) | XADD to a stream (body and metadata as fields), or PUBLISH (fire-and-forget); one multiplexed connection |
 //! | `nats` (on) | [`nats`](mod@nats) | JetStream publish, ack awaited, `Nats-Msg-Id` = idempotency key (or core publish + flush); metadata as headers |
@@ -29,12 +32,25 @@
 //! | `sqs` (on) | [`sqs`](mod@sqs) | SendMessage with the metadata as String message attributes; FIFO: MessageGroupId = the lane's key (`sha256:` form when SQS refuses it), MessageDeduplicationId = idempotency key; AWS SDK over rustls with ring |
 //! | `rabbitmq` (on) | [`rabbitmq`](mod@rabbitmq) | basic.publish to an exchange with publisher confirms (mandatory: a return is permanent), persistent, `message_id` = idempotency key, metadata as headers; lapin, one connection and a channel pool |
 //!
+//! Broker and cloud sinks also carry the provider's stored headers a sink
+//! entry chooses with `forward_headers` ([`forward`]), within each medium's
+//! limits.
+//!
 //! A sink holds no store handle and no lock across an await: it is given the
 //! envelope and the context, and answers.
 #![deny(missing_docs, clippy::unwrap_used)]
 
 mod ctx;
 mod error;
+#[cfg(any(
+    feature = "redis",
+    feature = "nats",
+    feature = "rabbitmq",
+    feature = "kafka",
+    feature = "pubsub",
+    feature = "sqs"
+))]
+pub mod forward;
 pub mod meta;
 mod outcome;
 mod secret;

@@ -37,6 +37,21 @@ pub enum Outcome {
         /// Why, for the DLQ entry.
         reason: String,
     },
+    /// The destination answered an HTTP error status (400-599). Whether that
+    /// is a retry, a permanent rejection or the sink gone is the sink entry's
+    /// retry policy's call (`retry.retry_statuses` and `retry.grace_ms`,
+    /// docs/design.md section 5, "Retry policy"): the pipeline resolves it
+    /// with [`Outcome::resolve_status`] before it becomes a row transition.
+    HttpStatus {
+        /// The status code, 400-599.
+        status: u16,
+        /// `HTTP <status> <reason phrase>[: <body excerpt>]`, for
+        /// `last_error`, the DLQ entry and logs.
+        reason: String,
+        /// How long the destination asked to wait (Retry-After), if it said;
+        /// used when the status is retried.
+        after: Option<Duration>,
+    },
 }
 
 impl Outcome {
@@ -56,8 +71,41 @@ impl Outcome {
     }
 
     /// Whether the row is done with this attempt (delivered or dead-lettered),
-    /// i.e. anything but a retry.
+    /// i.e. anything but a retry. An unresolved [`Outcome::HttpStatus`] is
+    /// not final (its policy may retry it): resolve it first.
     pub fn is_final(&self) -> bool {
-        !matches!(self, Outcome::Retry { .. })
+        !matches!(self, Outcome::Retry { .. } | Outcome::HttpStatus { .. })
+    }
+
+    /// Resolves an [`Outcome::HttpStatus`]: a [`Outcome::Retry`] (with its
+    /// Retry-After) when `retried(status)` says so; else
+    /// [`Outcome::SinkGone`] for 410 and [`Outcome::Permanent`] for any
+    /// other status, with the same reason. Every other outcome is returned
+    /// as it is. [`Outcome::retried_by_default`] is the policy when a sink
+    /// entry sets none.
+    pub fn resolve_status(self, retried: impl FnOnce(u16) -> bool) -> Outcome {
+        match self {
+            Outcome::HttpStatus {
+                status,
+                reason,
+                after,
+            } => {
+                if retried(status) {
+                    Outcome::Retry { reason, after }
+                } else if status == 410 {
+                    Outcome::SinkGone { reason }
+                } else {
+                    Outcome::Permanent { reason }
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// The HTTP statuses retried when a sink entry's retry policy lists none:
+    /// 408 Request Timeout, 425 Too Early, 429 Too Many Requests and every
+    /// 5xx. Any other 4xx is permanent (410: the sink is gone).
+    pub fn retried_by_default(status: u16) -> bool {
+        matches!(status, 408 | 425 | 429 | 500..=599)
     }
 }

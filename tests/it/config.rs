@@ -160,7 +160,7 @@ sources:
             "source \"billing\", sink \"c\" (file): option \"ordering_key\": \"k\" is a plain string",
             "source \"billing\", sink \"r\" (redis): option \"url\": ",
             "source \"events\": option \"tenant\": unknown tenant \"nobody\"",
-            "source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties; every sink: type, name, ordered, ordering_key)",
+            "source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties, forward_headers; every sink: type, name, ordered, ordering_key)",
         ];
         let mut at = 0;
         for e in expected {
@@ -220,7 +220,7 @@ sources:
     let every = "every sink: type, name, ordered, ordering_key";
     let expected = [
         "source \"billing\", sink \"r\" (redis): option \"stream\": must not be empty".to_owned(),
-        format!("source \"billing\", sink \"r\" (redis): option \"strem\": unknown option of a redis sink (its options: url, mode, stream, channel, maxlen, timeout_ms; {every})"),
+        format!("source \"billing\", sink \"r\" (redis): option \"strem\": unknown option of a redis sink (its options: url, mode, stream, channel, maxlen, timeout_ms, forward_headers; {every})"),
         "source \"billing\", sink \"r\" (redis): option \"url\": `http://x` is not a redis:// URL".to_owned(),
         "source \"billing\", sink \"n\" (nats): option \"mode\": `bogus` is not `jetstream` or `core`".to_owned(),
         "source \"billing\", sink \"n\" (nats): option \"subject\": `a.*` has the wildcard `*`".to_owned(),
@@ -230,13 +230,13 @@ sources:
         "source \"billing\", sink \"q\" (rabbitmq): option \"mandatory\": must be true or false".to_owned(),
         "source \"billing\", sink \"h\" (http): option \"headers.x-a\": is not a valid header value (control character)".to_owned(),
         "source \"billing\", sink \"h\" (http): option \"headers.x-b\": is not a valid header value (control character)".to_owned(),
-        format!("source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties; {every})"),
+        format!("source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties, forward_headers; {every})"),
         "source \"events\", sink \"k\" (kafka): option \"properties.acks\": cannot be set".to_owned(),
         "source \"events\", sink \"k\" (kafka): option \"properties.linger.ms\": ".to_owned(),
         "source \"events\", sink \"k\" (kafka): option \"properties.no.such.property\": ".to_owned(),
         "source \"events\", sink \"s\" (sqs): option \"body_encoding\": `hex` is not `raw` or `base64`".to_owned(),
         "source \"events\", sink \"s\" (sqs): option \"region\": `EU` is not a region name".to_owned(),
-        format!("source \"events\", sink \"s\" (sqs): option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes; {every})"),
+        format!("source \"events\", sink \"s\" (sqs): option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, forward_headers; {every})"),
         "source \"events\", sink \"p\" (pubsub): option \"project\": `a/b` has `/`".to_owned(),
         "source \"events\", sink \"p\" (pubsub): option \"timeout_ms\": must be more than 0".to_owned(),
         "source \"events\", sink \"p\" (pubsub): option \"topic\": must not start with `goog`".to_owned(),

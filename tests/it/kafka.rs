@@ -340,3 +340,30 @@ async fn the_relay_starts_while_no_broker_listens_and_delivers_once_it_does() {
     check_partitions(&records);
     drop(relay);
 }
+
+/// Issue 12: GitHub and Shopify hooks through a sink with
+/// `forward_headers`: each record carries the chosen provider headers as
+/// record headers (lower-case names, the provider's values) beside the
+/// `ankusa_*` metadata and `content_type`, and none of the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_headers_chosen_arrive_as_record_headers() {
+    use crate::provider;
+    let topic = unique("headers");
+    let mock = cluster(&topic);
+    let servers = mock.bootstrap_servers();
+    let sink = format!("{{type: kafka, name: events, brokers: '{servers}', topic: '{topic}', forward_headers: {}}}", provider::CHOSEN_YAML);
+    let relay = Relay::start(&config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink)))).await;
+    let sent = provider::send(&relay, &provider::FILES).await;
+    let m = drained(&relay, Duration::from_secs(60)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 4.0, "{m:?}");
+    let records = consume(&servers, &topic).await;
+    let got: Vec<Received> = records.iter().map(|r| r.received.clone()).collect();
+    let by_id = provider::check(&sent, &got, &provider::CHOSEN);
+    for s in &sent {
+        assert_eq!(by_id[&s.id].attrs.get("content_type").map(String::as_str), s.hook.header("content-type"));
+    }
+    assert_eq!(by_id[&sent[2].id].attrs["x-github-event"], "issues");
+    assert_eq!(by_id[&sent[1].id].attrs["x-shopify-topic"], "orders/create");
+    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"kafka\"}"], 0.0);
+    drop(relay);
+}

@@ -22,6 +22,10 @@ mod challenge;
 mod admin;
 mod operate;
 mod stripe;
+mod retry;
+mod filter;
+mod signing;
+mod provider;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]

@@ -210,3 +210,49 @@ async fn a_subject_no_stream_captures_dead_letters_the_head_and_releases_the_lan
     .await;
     check_nats_headers(&got);
 }
+
+/// Issue 12: GitHub and Shopify hooks through two JetStream sinks, one with
+/// a list of `forward_headers`, one with `all`: each message carries the
+/// chosen provider headers as NATS headers (lower-case names, the provider's
+/// values), the listed sink none of the others, the `all` sink every stored
+/// one but the framing and the content type (which travels as the sink's own
+/// `Content-Type`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_headers_chosen_arrive_as_nats_headers() {
+    use crate::provider;
+    let (listed, all) = (unique("listed"), unique("all"));
+    let _a = create_stream(SHARED, &listed).await;
+    let _b = create_stream(SHARED, &all).await;
+    let sinks = format!(
+        "{{type: nats, name: listed, url: '{SHARED}', subject: '{listed}.{{SOURCE}}', forward_headers: {}}}, {{type: nats, name: all, url: '{SHARED}', subject: '{all}.{{SOURCE}}', forward_headers: all}}",
+        provider::CHOSEN_YAML
+    );
+    let relay = Relay::start(&config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sinks)))).await;
+    let sent = provider::send(&relay, &provider::FILES).await;
+    let m = drained(&relay, Duration::from_secs(60)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 8.0, "{m:?}");
+    let got = read_stream(SHARED, &listed).await;
+    let got_all = read_stream(SHARED, &all).await;
+    delete_stream(SHARED, &listed).await;
+    delete_stream(SHARED, &all).await;
+
+    let by_id = provider::check(&sent, &got, &provider::CHOSEN);
+    assert_eq!(by_id[&sent[0].id].attrs["x-github-event"], "push");
+    assert_eq!(by_id[&sent[2].id].attrs["x-github-event"], "issues");
+    assert_eq!(by_id[&sent[1].id].attrs["x-shopify-topic"], "orders/create");
+    assert_eq!(by_id[&sent[3].id].attrs["x-shopify-topic"], "products/update");
+
+    assert_eq!(got_all.len(), 4);
+    for s in &sent {
+        let r = got_all.iter().find(|r| r.attrs.get("ankusa_idempotency_key") == Some(&s.id)).unwrap_or_else(|| panic!("{} missing", s.hook.file));
+        for (name, value) in provider::all_forwarded(&s.hook) {
+            assert_eq!(r.attrs.get(&name), Some(&value), "{}: {name}; got {:?}", s.hook.file, r.attrs);
+        }
+        for never in ["content-type", "content-length", "host"] {
+            assert!(!r.attrs.contains_key(never), "{}: {never} forwarded: {:?}", s.hook.file, r.attrs);
+        }
+        assert_eq!(r.attrs.get("Content-Type").map(String::as_str), s.hook.header("content-type"));
+        assert_eq!(r.attrs.get("Nats-Msg-Id"), Some(&format!("{}.1", s.id)));
+    }
+    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"nats\"}"], 0.0);
+}

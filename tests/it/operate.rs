@@ -273,6 +273,12 @@ sources:
     }
     let shown = api.ok("GET", "/v1/tenants/{tenant}/quarantine/{seq}", "/v1/tenants/default/quarantine/1", None).await;
     assert_eq!(shown["reason"], "source under quarantine");
+    // The hook's own view says it is held (it has no rows to show).
+    let hook = api.ok("GET", "/v1/tenants/{tenant}/hooks/{seq}", "/v1/tenants/default/hooks/1", None).await;
+    assert_eq!((hook["quarantined"].as_str(), hook["deliveries"].as_array().map(Vec::len)), (Some("source under quarantine"), Some(0)), "{hook}");
+    let (code, out, err) = cli(&["hooks", "show", "--tenant", "default", "--seq", "1", "--admin", a], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("quarantined: source under quarantine"), "{out}");
     // The source's store_headers keeps the ordering header and nothing else.
     let headers = shown["hook"]["headers"].as_array().expect("headers");
     assert_eq!(headers.len(), 1, "{shown}");
@@ -285,6 +291,7 @@ sources:
         let r = api.ok("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release", &format!("/v1/tenants/default/quarantine/{seq}/release"), None).await;
         assert_eq!(r, json!({ "id": format!("default.{seq}"), "released": true, "source": "review", "rows": 1 }));
     }
+    assert_eq!(api.ok("GET", "/v1/tenants/{tenant}/hooks/{seq}", "/v1/tenants/default/hooks/1", None).await["quarantined"], Value::Null);
     for seq in [7, 8] {
         let (code, out, err) = cli(&["quarantine", "release", &format!("default.{seq}"), "--admin", a], None);
         assert_eq!(code, 0, "{err}");
@@ -693,7 +700,13 @@ sources:
     relay.post("/hooks/shop", &[JSON], "{}").await.id();
     assert_eq!(relay.post("/hooks/review", &[JSON], "{}").await.status, 202);
     until("the shop hook delivered", WAIT, async || (sink.delivered().len() == 1).then_some(())).await;
-    let before = api.tenant("default").await;
+    // The receiver has the hook before the relay commits its outcome: wait
+    // for the commit, so that `before` is a state nothing is still changing.
+    let before = until("the shop hook's delivery committed", WAIT, async || {
+        let t = api.tenant("default").await;
+        (t["counters"]["delivered_total"] == 1 && t["counters"]["in_flight"] == 0).then_some(t)
+    })
+    .await;
     let job = |v: Value| Some(v);
     let cases: Vec<(&str, &str, String, Option<Value>, u16)> = vec![
         ("POST", "/v1/sources/{source}/pause", "/v1/sources/nope/pause".into(), None, 404),

@@ -97,7 +97,7 @@ fn two_tenants(sink: &Sink, timeout_ms: u64, dispatch: &str) -> String {
         "memory",
         &format!(
             "
-retry: {{base_ms: 10, max_ms: 20}}
+retry: {{base_ms: 10, max_ms: 20, retry_after_max_ms: 60000}}
 dispatch: {{{dispatch}}}
 tenants: [{{name: default}}, {{name: other}}]
 sources:

@@ -346,3 +346,33 @@ fn pubsub_sinks_are_checked_by_check_config() {
         assert!(ok, "check-config refused {sink}:\n{out}");
     }
 }
+
+/// Issue 12: GitHub and Shopify hooks through a sink with
+/// `forward_headers`: each published message carries the chosen provider
+/// headers as attributes (lower-case names, the provider's values) beside
+/// the `ankusa_*` metadata and `content_type`, and none of the others. The
+/// local REST peer stands in for Pub/Sub (docs/contributing.md, "Test
+/// peers").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_headers_chosen_arrive_as_attributes() {
+    use crate::provider;
+    let peer = PubSubPeer::start().await;
+    let topic = unique("headers");
+    let sink = format!(
+        "{{type: pubsub, name: events, project: {PROJECT}, topic: '{topic}', emulator_host: '{}', forward_headers: {}}}",
+        peer.addr,
+        provider::CHOSEN_YAML
+    );
+    let relay = Relay::start(&config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink)))).await;
+    let sent = provider::send(&relay, &provider::FILES).await;
+    let m = drained(&relay, Duration::from_secs(60)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 4.0, "{m:?}");
+    let got = peer.messages(&topic);
+    let by_id = provider::check(&sent, &got, &provider::CHOSEN);
+    for s in &sent {
+        assert_eq!(by_id[&s.id].attrs.get("content_type").map(String::as_str), s.hook.header("content-type"));
+    }
+    assert_eq!(by_id[&sent[0].id].attrs["x-github-delivery"], "083ba102-9da5-5bfc-b88a-a15b3705922e");
+    assert_eq!(by_id[&sent[3].id].attrs["x-shopify-topic"], "products/update");
+    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"pubsub\"}"], 0.0);
+}

@@ -249,3 +249,33 @@ async fn an_unroutable_publish_dead_letters_the_head_and_releases_the_lane() {
     let got = stripe::dead_lettered_head_releases_the_lane(&relay, "NO_ROUTE", bind, read).await;
     check_properties(&got);
 }
+
+/// Issue 12: GitHub and Shopify hooks through a sink with
+/// `forward_headers`: each message's headers table carries the chosen
+/// provider headers (lower-case names, the provider's values) beside the
+/// `ankusa_*` metadata, and none of the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_headers_chosen_arrive_in_the_headers_table() {
+    use crate::provider;
+    let _broker = BROKER.lock().await;
+    let (_conn, ch) = checker().await;
+    let q = unique("headers");
+    queue(&ch, &q).await;
+    let sink = format!("{{type: rabbitmq, name: amqp, url: '{URL}', exchange: '', routing_key: '{q}', forward_headers: {}}}", provider::CHOSEN_YAML);
+    let relay = Relay::start(&config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink)))).await;
+    let sent = provider::send(&relay, &provider::FILES).await;
+    let m = drained(&relay, Duration::from_secs(60)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 4.0, "{m:?}");
+    assert_eq!(depth(&ch, &q).await, 4);
+    let got = take_all(&ch, &q).await;
+    ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await.expect("queue.delete");
+    let by_id = provider::check(&sent, &got, &provider::CHOSEN);
+    for s in &sent {
+        let r = by_id[&s.id];
+        assert_eq!(r.attrs.get("message_id"), Some(&s.id));
+        assert_eq!(r.attrs.get("content_type").map(String::as_str), s.hook.header("content-type"));
+    }
+    assert_eq!(by_id[&sent[0].id].attrs["x-github-event"], "push");
+    assert_eq!(by_id[&sent[3].id].attrs["x-shopify-shop-domain"], "corpus-test-shop.myshopify.com");
+    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"rabbitmq\"}"], 0.0);
+}

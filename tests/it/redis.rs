@@ -169,3 +169,31 @@ async fn wrongtype_dead_letters_the_head_and_releases_the_lane() {
     })
     .await;
 }
+
+/// Issue 12: GitHub and Shopify hooks through a stream sink with
+/// `forward_headers`: each entry carries the chosen provider headers as
+/// fields, with the provider's values, and none of the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_headers_chosen_arrive_as_stream_fields() {
+    use crate::provider;
+    let stream = unique("headers");
+    let sink = format!("{{type: redis, name: stream, url: '{SHARED}', stream: '{stream}', forward_headers: {}}}", provider::CHOSEN_YAML);
+    let relay = Relay::start(&config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink)))).await;
+    let sent = provider::send(&relay, &provider::FILES).await;
+    let m = drained(&relay, Duration::from_secs(60)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 4.0, "{m:?}");
+    let got = read_stream(SHARED, &stream).await;
+    del(SHARED, &stream).await;
+    let by_id = provider::check(&sent, &got, &provider::CHOSEN);
+    // The sink's own fields are still there, unchanged.
+    for s in &sent {
+        let r = by_id[&s.id];
+        assert_eq!(r.attrs.get("content_type").map(String::as_str), s.hook.header("content-type"));
+        assert_eq!(r.attrs["ankusa_source"], s.hook.provider());
+    }
+    let github = &by_id[&sent[0].id].attrs;
+    assert_eq!(github["x-github-event"], "push");
+    assert!(!github.contains_key("x-shopify-topic"));
+    assert_eq!(by_id[&sent[1].id].attrs["x-shopify-topic"], "orders/create");
+    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"redis\"}"], 0.0);
+}

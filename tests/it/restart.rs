@@ -43,7 +43,7 @@ async fn sigkill_with_busy_lanes_then_restart_keeps_the_order() {
         "rocksdb",
         &format!(
             "
-retry: {{base_ms: 10, max_ms: 20}}
+retry: {{base_ms: 10, max_ms: 20, retry_after_max_ms: 60000}}
 sources:
   - name: s
     sinks: [{{type: http, url: '{}', timeout_ms: 30000, ordered: true, ordering_key: {{header: x-entity-id}}}}]

@@ -205,7 +205,7 @@ fn sqs_sinks_are_checked_by_their_adapter() {
         ("{type: sqs, name: orders, region: eu-west-1}".to_owned(), "option \"queue_url\": required"),
         (format!("{{type: sqs, name: orders, queue_url: '{q}', endpoint_url: 'localhost:5000'}}"), "option \"endpoint_url\": "),
         (format!("{{type: sqs, name: orders, queue_url: '{q}', body_encoding: hex}}"), "option \"body_encoding\": "),
-        (format!("{{type: sqs, name: orders, queue_url: '{q}', visibility: 30}}"), "option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes; every sink: type, name, ordered, ordering_key)"),
+        (format!("{{type: sqs, name: orders, queue_url: '{q}', visibility: 30}}"), "option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, forward_headers; every sink: type, name, ordered, ordering_key)"),
     ] {
         let file = dir.join("bad.yaml");
         std::fs::write(&file, yaml(&sink)).expect("write");
@@ -224,4 +224,88 @@ fn sqs_sinks_are_checked_by_their_adapter() {
     .expect("write");
     let (status, out) = crate::relay::run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
     assert!(status.success(), "{out}");
+}
+
+/// Issue 12: GitHub and Shopify hooks through a sink with
+/// `forward_headers`: each message carries the chosen provider headers as
+/// String message attributes (lower-case names, the provider's values)
+/// beside the `ankusa_*` metadata and `content_type`, and none of the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_headers_chosen_arrive_as_message_attributes() {
+    use crate::provider;
+    let url = fifo_queue("headers").await;
+    let sink = format!(
+        "{{type: sqs, name: queue, queue_url: '{url}', endpoint_url: '{}', region: {REGION}, forward_headers: {}}}",
+        endpoint(),
+        provider::CHOSEN_YAML
+    );
+    let relay = Relay::start_with_env(
+        &config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink))),
+        &AWS_ENV,
+    )
+    .await;
+    let sent = provider::send(&relay, &provider::FILES).await;
+    let m = crate::peer::drained(&relay, Duration::from_secs(60)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 4.0, "log:\n{}", relay.log());
+    let got = receive(&url, sent.len()).await;
+    let _ = admin().await.delete_queue().queue_url(&url).send().await;
+    let received: Vec<Received> = got.iter().map(|g| g.received.clone()).collect();
+    let by_id = provider::check(&sent, &received, &provider::CHOSEN);
+    for s in &sent {
+        assert_eq!(by_id[&s.id].attrs.get("content_type").map(String::as_str), s.hook.header("content-type"));
+    }
+    let github: Vec<&str> = by_id[&sent[0].id].attrs.keys().map(String::as_str).collect();
+    assert_eq!(
+        github,
+        [
+            "ankusa_idempotency_key",
+            "ankusa_message_version",
+            "ankusa_received_at",
+            "ankusa_source",
+            "ankusa_tenant",
+            "content_type",
+            "x-github-delivery",
+            "x-github-event",
+        ]
+    );
+    assert_eq!(by_id[&sent[1].id].attrs["x-shopify-topic"], "orders/create");
+    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"sqs\"}"], 0.0);
+}
+
+/// Issue 12: SQS takes 10 message attributes. A GitHub hook through a sink
+/// that forwards five headers has six attributes of the sink's own (the five
+/// `ankusa_*` and `content_type`): the first four listed travel, the fifth
+/// (`user-agent`) is dropped and counted, and every hook is still delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_over_the_sqs_attribute_limit_are_dropped_and_counted_the_hook_delivered() {
+    use crate::provider;
+    let url = fifo_queue("limit").await;
+    let listed = ["x-github-event", "x-github-delivery", "x-hub-signature-256", "x-github-hook-id", "user-agent"];
+    let sink = format!(
+        "{{type: sqs, name: queue, queue_url: '{url}', endpoint_url: '{}', region: {REGION}, forward_headers: [{}]}}",
+        endpoint(),
+        listed.join(", ")
+    );
+    let relay = Relay::start_with_env(
+        &config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink))),
+        &AWS_ENV,
+    )
+    .await;
+    let files = ["github/push_new_branch.json", "github/issues_opened.json", "github/pull_request_opened.json"];
+    let sent = provider::send(&relay, &files).await;
+    let m = crate::peer::drained(&relay, Duration::from_secs(60)).await;
+    assert_eq!(m["ankusa_dispatch_delivered_total"], 3.0, "log:\n{}", relay.log());
+    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
+    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"sqs\"}"], 3.0, "one per hook: {m:?}");
+    assert_eq!(m["ankusa_forwarded_headers_dropped_total"], 3.0, "no other sink dropped any");
+    let got = receive(&url, sent.len()).await;
+    let _ = admin().await.delete_queue().queue_url(&url).send().await;
+    let received: Vec<Received> = got.iter().map(|g| g.received.clone()).collect();
+    let by_id = provider::check(&sent, &received, &listed[..4]);
+    for s in &sent {
+        let attrs = &by_id[&s.id].attrs;
+        assert_eq!(attrs.len(), 10, "{}: {attrs:?}", s.hook.file);
+        assert!(!attrs.contains_key("user-agent"), "{}: {attrs:?}", s.hook.file);
+        assert!(s.hook.header("user-agent").is_some(), "{}: the corpus hook has a User-Agent", s.hook.file);
+    }
 }

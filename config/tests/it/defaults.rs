@@ -58,6 +58,7 @@ fn an_almost_empty_file_takes_every_default() {
             base_ms: 1000,
             max_ms: 600_000,
             max_elapsed_ms: 86_400_000,
+            retry_after_max_ms: None,
         }
     );
     assert_eq!(
@@ -151,6 +152,7 @@ sources:
             base_ms: 10,
             max_ms: 10,
             max_elapsed_ms: 60_000,
+            retry_after_max_ms: None,
         }
     );
     assert_eq!(

@@ -6,21 +6,23 @@ use std::path::{Path, PathBuf};
 
 use ankusa_config::{
     Config, DEFAULT_YAML, Dedupe, FileSink, HeaderAction, KeySource, OnInvalidSignature, Order,
-    OrderingKey, Retention, SinkKind, StoreBackend, TenantBinding, TypedOptions, Verification,
+    OrderingKey, Retention, SinkKind, SinkRetry, StoreBackend, TenantBinding, TypedOptions, Verification,
 };
 use serde_yaml_ng::Value;
 
 use crate::helpers::load_env;
 
-fn example_path() -> PathBuf {
+pub(crate) fn example_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("ankusa.example.yaml")
 }
 
-const EXAMPLE_ENV: [(&str, &str); 9] = [
+pub(crate) const EXAMPLE_ENV: [(&str, &str); 11] = [
     ("ANKUSA_ADMIN_TOKEN", "admin-token"),
     ("GITHUB_WEBHOOK_SECRET", "It's a Secret to Everybody"),
     ("GITHUB_WEBHOOK_SECRET_OLD", "old github secret"),
     ("CI_TOKEN", "Bearer ci"),
+    ("CI_SIGNING_SECRET", "whsec_YW5rdXNhLW91dGJvdW5kLXNpZ25pbmcta2V5LW5ldzI="),
+    ("CI_SIGNING_SECRET_OLD", "whsec_YW5rdXNhLW91dGJvdW5kLXNpZ25pbmcta2V5LW9sZDE="),
     ("STRIPE_WEBHOOK_SECRET", "whsec_corpus_test_secret_0001"),
     ("SHOPIFY_WEBHOOK_SECRET", "shpss_corpus_test_secret_0001"),
     ("BILLING_SECRET", "billing"),
@@ -101,6 +103,39 @@ fn the_example_file_loads_into_the_model_it_documents() {
         ("ci", "https://ci.internal.example/github", 5000)
     );
     assert_eq!(h.headers["authorization"].expose(), "Bearer ci");
+    // Its own retry policy over the global one.
+    assert_eq!(
+        gh.sinks[0].retry,
+        SinkRetry {
+            base_ms: 1_000,
+            max_ms: 600_000,
+            max_elapsed_ms: 21_600_000,
+            retry_after_max_ms: 60_000,
+            retry_statuses: Some(
+                [408, 409, 425, 429]
+                    .into_iter()
+                    .chain(500..=599)
+                    .collect()
+            ),
+            grace_ms: Some(600_000),
+            overridden: true,
+        }
+    );
+    assert_eq!(
+        c.source("stripe").expect("stripe").sinks[0].retry,
+        SinkRetry::from_global(&c.retry)
+    );
+    // Its signing is the sinks crate's option, resolved here item by item.
+    assert_eq!(
+        gh.sinks[0].options_json()["signing"],
+        serde_json::json!({
+            "type": "standard_webhooks",
+            "secrets": [
+                "whsec_YW5rdXNhLW91dGJvdW5kLXNpZ25pbmcta2V5LW5ldzI=",
+                "whsec_YW5rdXNhLW91dGJvdW5kLXNpZ25pbmcta2V5LW9sZDE="
+            ]
+        })
+    );
 
     // Stripe: an ordered FIFO sink keyed on data.object.customer, and a file sink.
     let st = c.source("stripe").expect("stripe");
@@ -198,6 +233,8 @@ fn the_example_file_names_every_variable_it_needs() {
             "environment variable GITHUB_WEBHOOK_SECRET is not set",
             "environment variable GITHUB_WEBHOOK_SECRET_OLD is not set",
             "environment variable CI_TOKEN is not set",
+            "environment variable CI_SIGNING_SECRET is not set",
+            "environment variable CI_SIGNING_SECRET_OLD is not set",
             "environment variable STRIPE_WEBHOOK_SECRET is not set",
             "environment variable SHOPIFY_WEBHOOK_SECRET is not set",
             "environment variable BILLING_SECRET is not set",

@@ -5,8 +5,10 @@
 mod adr;
 mod defaults;
 mod example;
+mod filter;
 mod helpers;
 mod ops;
 mod rejections;
+mod retry;
 mod secrets;
 mod yaml;

@@ -170,7 +170,7 @@ fn http_sink_options() {
         one(&sink(
             "{type: http, name: h, url: 'http://h/', urll: 'http://h/'}"
         )),
-        "source \"a\", sink \"h\" (http): option \"urll\": unknown option of a http sink (its options: url, timeout_ms, headers; every sink: type, name, ordered, ordering_key)"
+        "source \"a\", sink \"h\" (http): option \"urll\": unknown option of a http sink (its options: url, timeout_ms, headers, signing; every sink: type, name, ordered, ordering_key)"
     );
     let p = problems(load(&sink("{type: http, name: h, urll: 'http://h/'}")));
     assert_eq!(
@@ -528,4 +528,37 @@ fn breaker_distinct_and_rate_limit_rejections() {
     // Every problem in one run.
     let p = problems(load(&sink("{per_second: 0, burst: 0, every: 2}")));
     assert_eq!(p.len(), 3, "{p:#?}");
+}
+
+/// A broker sink's `forward_headers` may list only headers the store keeps
+/// (issue 12): a dropped or hashed one could never travel. `all`, kept
+/// headers and the http/file kinds (whose own checks refuse the option) are
+/// not this rule's.
+#[test]
+fn forward_headers_must_be_kept_by_store_headers() {
+    let yaml = "store_headers: {headers: {x-secret: drop, X-Api-Key: hash}}\nsources:\n  - name: a\n    sinks:\n      - {type: kafka, name: k, brokers: b, topic: t, forward_headers: [X-Secret, x-api-key, x-kept, 'bad name', 3]}\n      - {type: sqs, name: q, queue_url: u, forward_headers: all}\n  - name: b\n    store_headers: {default: drop, headers: {x-kept: keep}}\n    sinks:\n      - {type: nats, name: n, url: u, subject: s, forward_headers: [x-kept, x-other]}\n";
+    assert_eq!(
+        one("sources:\n  - {name: a, sinks: [{type: http, name: h, url: 'http://x/', forward_headers: all}]}\n"),
+        "source \"a\", sink \"h\" (http): option \"forward_headers\": is an option of the broker and cloud \
+         sinks; the http sink forwards every stored header already (less hop-by-hop and framing ones)"
+    );
+    assert_eq!(
+        one("sources:\n  - {name: a, sinks: [{type: file, name: f, path: x, forward_headers: [x-a]}]}\n"),
+        "source \"a\", sink \"f\" (file): option \"forward_headers\": is an option of the broker and cloud \
+         sinks; the file sink writes every stored header in each line already"
+    );
+    assert_eq!(
+        problems(load(yaml)),
+        [
+            "source \"a\", sink \"k\" (kafka): option \"forward_headers\": header \"x-secret\" is not kept by the store: \
+             the instance store_headers policy drops it, so it could never travel to the sink; set store_headers \
+             headers.x-secret: keep, or leave it out",
+            "source \"a\", sink \"k\" (kafka): option \"forward_headers\": header \"x-api-key\" is not kept by the store: \
+             the instance store_headers policy hashes it, so it could never travel to the sink; set store_headers \
+             headers.x-api-key: keep, or leave it out",
+            "source \"b\", sink \"n\" (nats): option \"forward_headers\": header \"x-other\" is not kept by the store: \
+             the source's store_headers override drops it, so it could never travel to the sink; set store_headers \
+             headers.x-other: keep, or leave it out",
+        ]
+    );
 }

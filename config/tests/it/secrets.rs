@@ -149,3 +149,20 @@ fn the_process_environment_is_the_default_lookup() {
     assert!(ankusa_config::process_env("PATH").is_some());
     assert!(ankusa_config::process_env("ANKUSA_CONFIG_TEST_SURELY_UNSET_9F1C").is_none());
 }
+
+/// A list inside a map option (the http sink's `signing.secrets`) resolves
+/// item by item: an unset variable is named with its index, and the other
+/// items keep their places (the unset one is null) for the sink's checks.
+#[test]
+fn a_list_in_a_map_option_names_the_unset_item() {
+    let yaml = "sources:\n  - name: s\n    sinks:\n      - {type: http, name: h, url: 'http://h/', signing: {type: standard_webhooks, secrets: ['env:NEW', 'env:OLD', whsec_literal]}}\n";
+    assert_eq!(
+        problems(load_env(yaml, &[("NEW", "whsec_new")])),
+        ["source \"s\", sink \"h\" (http): option \"signing.secrets[1]\": environment variable OLD is not set"]
+    );
+    let c = load_env(yaml, &[("NEW", "whsec_new"), ("OLD", "whsec_old")]).expect("all set");
+    assert_eq!(
+        c.sources[0].sinks[0].options_json()["signing"],
+        serde_json::json!({"type": "standard_webhooks", "secrets": ["whsec_new", "whsec_old", "whsec_literal"]})
+    );
+}

@@ -5,9 +5,12 @@
 //! or, with `on_invalid_signature: quarantine`, held in quarantine and 202),
 //! Slack's url_verification handshake (answered here, nothing stored), a
 //! `quarantine: true` source's hold (202), dedupe (a hit answers 200 with the
-//! first hook's id and writes nothing), tenant bounds (429 + Retry-After), node
+//! first hook's id and writes nothing), the sinks' filters and ordering keys
+//! (the rows), tenant bounds (429 + Retry-After), node
 //! bounds / shutting down (503 + Retry-After), then the Writer's `Sync` commit,
-//! then `200 {"id": idempotency_key}`. A store failure is 503; no input makes
+//! then `200 {"id": idempotency_key}`. A hook no sink's filter takes is
+//! committed all the same (envelope, archive entry, dedupe record) with no
+//! delivery row, and answered 200 like any other. A store failure is 503; no input makes
 //! the edge panic or answer another 5xx.
 //!
 //! Quarantine (docs/design.md section 5, "Quarantine"): a held hook is committed
@@ -47,7 +50,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-pub use routes::{ChallengeRoute, RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes, check_source};
+pub use routes::{ChallengeRoute, Resolved, RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes, check_source};
 
 use crate::{Header, ParsedBody, dedupe, slack};
 
@@ -73,6 +76,31 @@ pub struct EdgeStats {
     /// (`http`, `file`, ...): `ankusa_dispatch_lane_key_missing_total{sink}`,
     /// ADR 0004 section 7.
     pub lane_key_missing: std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    /// Rows not made because the sink entry's `filter` did not match the
+    /// hook, by (source, sink entry) name: `ankusa_ingest_filtered_total`
+    /// (committed hooks and quarantine releases).
+    pub filtered: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
+    /// Hooks committed with no delivery row at all: no sink's filter matched
+    /// (they are stored, archived and deduped like any hook, answered 200,
+    /// and deleted by retention): `ankusa_ingest_unmatched_total`.
+    pub unmatched: AtomicU64,
+}
+
+impl EdgeStats {
+    /// Counts one row not made for each sink entry named in `sinks` (of
+    /// source `source`) because its filter did not match:
+    /// `ankusa_ingest_filtered_total{source,sink}`. Called once the hook's
+    /// rows are committed (ingest, quarantine release).
+    pub fn count_filtered<'a>(&self, source: &str, sinks: impl IntoIterator<Item = &'a str>) {
+        let mut sinks = sinks.into_iter().peekable();
+        if sinks.peek().is_none() {
+            return;
+        }
+        let mut m = self.filtered.lock().unwrap_or_else(|p| p.into_inner());
+        for sink in sinks {
+            *m.entry((source.to_owned(), sink.to_owned())).or_default() += 1;
+        }
+    }
 }
 
 /// Everything the ingest handler reads.
@@ -339,7 +367,13 @@ impl<K: Kv> Edge<K> {
                 Err(msg) => return self.unavailable(msg),
             }
         }
-        let rows_n = route.sinks.len() as u64;
+        // The sinks' filters and ordering keys (one JSON decode, shared with
+        // the dedupe key): only the rows made count against the bounds. The
+        // keyless and filtered rows are counted only once the rows are
+        // committed (not for a Writer-side duplicate, a store failure or a
+        // shutdown).
+        let Resolved { rows, keyless, filtered } = route.resolve(&headers, &parsed);
+        let rows_n = rows.len() as u64;
         let bytes_n = (body.len() as u64).saturating_mul(rows_n);
         let reservation = match self.reserve(&tenant, rows_n, bytes_n) {
             Ok(Ok(r)) => r,
@@ -349,9 +383,6 @@ impl<K: Kv> Edge<K> {
         if self.shutting_down.load(Ordering::SeqCst) {
             return self.unavailable("shutting down".into());
         }
-        // The keyless rows are counted only once the rows are committed (not
-        // for a Writer-side duplicate, a store failure or a shutdown).
-        let (rows, keyless) = route.rows_for(&headers, &parsed);
         let idempotency_key = idempotency_key_at(now);
         let stored_headers = route.store_headers(&owned);
         let envelope = Envelope {
@@ -381,7 +412,8 @@ impl<K: Kv> Edge<K> {
                 (self.on_commit)();
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
                 self.count_keyless(&keyless);
-                debug!(source = %route.name, tenant = %tenant.name, seq = seq.0, "hook accepted");
+                self.count_filtered(route, &filtered, rows_n == 0);
+                debug!(source = %route.name, tenant = %tenant.name, seq = seq.0, rows = rows_n, "hook accepted");
                 json(StatusCode::OK, serde_json::json!({ "id": uuid_text(&idempotency_key) }))
             }
             Ok(Ingested::Duplicate(seq)) => {
@@ -407,6 +439,13 @@ impl<K: Kv> Edge<K> {
                 *m.entry(*kind).or_default() += 1;
             }
         }
+    }
+
+    fn count_filtered(&self, route: &SourceRoute, filtered: &[&str], unmatched: bool) {
+        if unmatched {
+            self.stats.unmatched.fetch_add(1, Ordering::Relaxed);
+        }
+        self.stats.count_filtered(&route.name, filtered.iter().copied());
     }
 
     /// Holds a hook in quarantine: the tenant's bound (its `max_pending`
@@ -465,8 +504,9 @@ impl<K: Kv> Edge<K> {
     /// Releases quarantined hook `seq` of `tenant` (docs/design.md section 5,
     /// "Quarantine"; the admin API's entry point): reads its stored envelope,
     /// resolves its rows with the current configuration of its source by the
-    /// ingest path's own function ([`SourceRoute::rows_for`]: ordering keys
-    /// from the stored headers and body, ADR 0004 section 2), and commits the
+    /// ingest path's own function ([`SourceRoute::resolve`]: the sinks'
+    /// filters and ordering keys from the stored headers and body, ADR 0004
+    /// section 2; a hook no filter takes is released with no row), and commits the
     /// release through the Writer (`Sync`, serialised with every other release
     /// and drop of the hook). The hook keeps its seq; the pipeline is woken.
     ///
@@ -489,12 +529,15 @@ impl<K: Kv> Edge<K> {
             .ok_or(ReleaseError::SourceNotConfigured { source_id: envelope.source })?;
         let headers: Vec<Header<'_>> = envelope.headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
         let parsed = ParsedBody::new(&envelope.body);
-        let (rows, keyless) = route.rows_for(&headers, &parsed);
+        let Resolved { rows, keyless, filtered } = route.resolve(&headers, &parsed);
         let n = rows.len();
         match self.writer.release(tenant, seq, rows).await {
             Ok(()) => {
                 (self.on_commit)();
                 self.count_keyless(&keyless);
+                // A released hook no filter takes is not "unmatched": that
+                // counts hooks at ingest.
+                self.count_filtered(route, &filtered, false);
                 info!(source = %route.name, tenant = tenant.0, seq = seq.0, rows = n, "quarantined hook released");
                 Ok(Released { source: route.name.clone(), rows: n })
             }
@@ -624,7 +667,8 @@ struct Hold<'a> {
 pub struct Released {
     /// The hook's source.
     pub source: String,
-    /// Delivery rows made (one per sink entry of the source).
+    /// Delivery rows made (one per sink entry of the source whose filter
+    /// the hook matches).
     pub rows: usize,
 }
 

@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 
 use ankusa_config::{
-    Config, HeaderAction, HeaderPolicy, KeySource, OnInvalidSignature, Order, OrderingKey, Problem,
-    Scope, SinkEntry, Source, TenantBinding, Verification,
+    Config, FilterTest, HeaderAction, HeaderPolicy, KeySource, OnInvalidSignature, Order, OrderingKey,
+    Problem, Scope, SinkEntry, Source, TenantBinding, Verification,
 };
 use ankusa_keys::{SinkIx, SourceId, TenantOrd};
 use ankusa_queue::{NewRow, Registry, lanes};
 use sha2::{Digest, Sha256};
 
+use crate::filter::{Condition, Filter, Test};
 use crate::{
     Header, HmacAlgorithm, HmacHeader, KeySpec, ParsedBody, Secret, SignatureEncoding, Verifier,
     ordering,
@@ -40,6 +41,25 @@ pub struct SinkRoute {
     /// `None`: unordered. `Some(None)`: ordered, keyless lane only.
     /// `Some(Some(spec))`: ordered by that key.
     pub ordered: Option<Option<KeySpec>>,
+    /// The entry's name, the `sink` label of `ankusa_ingest_filtered_total`.
+    pub name: String,
+    /// The entry's `filter`: a hook that does not match gets no row for this
+    /// sink (empty: every hook).
+    pub filter: Filter,
+}
+
+/// What [`SourceRoute::resolve`] decided for one hook.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resolved<'a> {
+    /// The delivery rows: one per sink entry whose filter the hook matches,
+    /// in entry order.
+    pub rows: Vec<NewRow>,
+    /// The kind of each ordered sink (of those rows) that resolved no key,
+    /// for `ankusa_dispatch_lane_key_missing_total{sink}`.
+    pub keyless: Vec<&'static str>,
+    /// The name of each sink entry whose filter the hook did not match (no
+    /// row), for `ankusa_ingest_filtered_total{source,sink}`.
+    pub filtered: Vec<&'a str>,
 }
 
 /// One source, as ingest needs it.
@@ -83,31 +103,40 @@ pub struct ChallengeRoute {
 }
 
 impl SourceRoute {
-    /// The delivery rows of a hook of this source: one per sink entry, with
-    /// its lane for an ordered sink, the key resolved from `headers` and `body`
-    /// by [`ordering::ordering_key`] (ADR 0004 section 2). The one function
-    /// both ingest (the request's headers) and a quarantine release (the
-    /// stored envelope's headers, which keep every header a key names: the
-    /// configuration enforces it) resolve rows with. Also returns the kind of
-    /// each ordered sink that resolved no key (the keyless lane), for
-    /// `ankusa_dispatch_lane_key_missing_total{sink}`.
+    /// The delivery rows of a hook of this source: one per sink entry whose
+    /// `filter` the hook matches ([`Filter::matches`]), with its lane for an
+    /// ordered sink, the key resolved from `headers` and `body` by
+    /// [`ordering::ordering_key`] (ADR 0004 section 2). The one function
+    /// ingest (the request's headers), a quarantine release and an archive
+    /// replay (the stored envelope's headers, which keep every header a key
+    /// or a filter names: the configuration enforces it) resolve rows with.
+    /// Filters, ordering keys and the dedupe key of a hook share `body`'s one
+    /// JSON decode. A sink that filters the hook out resolves no key (it is
+    /// not counted keyless).
+    pub fn resolve<'a>(&'a self, headers: &[Header<'_>], body: &ParsedBody<'_>) -> Resolved<'a> {
+        let mut out = Resolved::default();
+        for s in &self.sinks {
+            if !s.filter.matches(headers, body) {
+                out.filtered.push(s.name.as_str());
+                continue;
+            }
+            let lane = s.ordered.as_ref().map(|spec| {
+                let key = spec.as_ref().and_then(|spec| ordering::ordering_key(spec, headers, body));
+                if key.is_none() {
+                    out.keyless.push(s.kind);
+                }
+                lanes::assign(s.index, self.id, key.as_deref())
+            });
+            out.rows.push(NewRow { sink: s.index, lane });
+        }
+        out
+    }
+
+    /// [`SourceRoute::resolve`]'s rows and keyless sink kinds (filters
+    /// applied).
     pub fn rows_for(&self, headers: &[Header<'_>], body: &ParsedBody<'_>) -> (Vec<NewRow>, Vec<&'static str>) {
-        let mut keyless = Vec::new();
-        let rows = self
-            .sinks
-            .iter()
-            .map(|s| NewRow {
-                sink: s.index,
-                lane: s.ordered.as_ref().map(|spec| {
-                    let key = spec.as_ref().and_then(|spec| ordering::ordering_key(spec, headers, body));
-                    if key.is_none() {
-                        keyless.push(s.kind);
-                    }
-                    lanes::assign(s.index, self.id, key.as_deref())
-                }),
-            })
-            .collect();
-        (rows, keyless)
+        let r = self.resolve(headers, body);
+        (r.rows, r.keyless)
     }
 
     /// The headers to store, after the policy: kept as received, dropped, or
@@ -213,6 +242,24 @@ fn sink_order(source: &str, e: &SinkEntry) -> Result<Option<Option<KeySpec>>, Ro
     })
 }
 
+/// An entry's `filter` as ingest evaluates it (values as bytes).
+fn sink_filter(source: &str, e: &SinkEntry) -> Result<Filter, RouteError> {
+    let bytes = |s: &String| s.as_bytes().to_vec();
+    let mut conditions = Vec::with_capacity(e.filter.len());
+    for c in &e.filter {
+        conditions.push(Condition {
+            on: spec(source, "filter", &c.on)?,
+            test: match &c.test {
+                FilterTest::Equals(v) => Test::Equals(bytes(v)),
+                FilterTest::OneOf(vs) => Test::OneOf(vs.iter().map(bytes).collect()),
+                FilterTest::Prefix(v) => Test::Prefix(bytes(v)),
+                FilterTest::Exists(b) => Test::Exists(*b),
+            },
+        });
+    }
+    Ok(Filter::new(conditions))
+}
+
 /// Every option of `source` that the edge cannot serve, as configuration
 /// problems (empty: the edge can serve it). The binary runs this on each
 /// source while the file loads (`ankusa_config::Config::load_checked`), so
@@ -234,13 +281,16 @@ pub fn check_source(source: &Source) -> Vec<Problem> {
         out.push(problem(source_scope(), e));
     }
     for e in &source.sinks {
+        let scope = || Scope::Sink {
+            source_name: source.name.clone(),
+            sink: e.name.clone(),
+            kind: e.kind.as_str().to_owned(),
+        };
         if let Err(err) = sink_order(&source.name, e) {
-            let scope = Scope::Sink {
-                source_name: source.name.clone(),
-                sink: e.name.clone(),
-                kind: e.kind.as_str().to_owned(),
-            };
-            out.push(problem(scope, err));
+            out.push(problem(scope(), err));
+        }
+        if let Err(err) = sink_filter(&source.name, e) {
+            out.push(problem(scope(), err));
         }
     }
     out
@@ -279,7 +329,8 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
         let mut sinks = Vec::new();
         for e in &s.sinks {
             let ordered = sink_order(&s.name, e)?;
-            sinks.push(SinkRoute { index: SinkIx(e.index), kind: e.kind.as_str(), ordered });
+            let filter = sink_filter(&s.name, e)?;
+            sinks.push(SinkRoute { index: SinkIx(e.index), kind: e.kind.as_str(), ordered, name: e.name.clone(), filter });
         }
         out.push(SourceRoute {
             name: s.name.clone(),
@@ -304,4 +355,55 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(yaml: &str) -> SourceRoute {
+        let config = Config::from_yaml(yaml, &|_| None).unwrap_or_else(|e| panic!("{e}"));
+        let registry = Registry {
+            tenants: [("default".to_owned(), TenantOrd(1))].into(),
+            sources: [("stripe".to_owned(), SourceId(3))].into(),
+        };
+        let mut routes = build_routes(&config, &registry).unwrap_or_else(|e| panic!("{e}"));
+        routes.remove(0)
+    }
+
+    /// Issue 12: only the sinks whose filter the hook matches get a row (in
+    /// entry order, each with its own index); a filtered-out ordered sink
+    /// resolves no key and is not counted keyless; its name is reported.
+    #[test]
+    fn resolve_makes_rows_only_for_the_sinks_whose_filter_matches() {
+        let r = route(
+            "sources:
+  - name: stripe
+    sinks:
+      - {type: http, name: all, url: 'http://h/a'}
+      - {type: http, name: invoices, url: 'http://h/i', ordered: true, ordering_key: {json: data.object.customer}, filter: {json: type, prefix: 'invoice.'}}
+      - {type: http, name: live, url: 'http://h/l', ordered: true, ordering_key: {json: data.object.customer}, filter: [{header: x-live, exists: true}, {json: type, one_of: [charge.succeeded, invoice.paid]}]}
+",
+        );
+        assert_eq!(r.sinks.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["all", "invoices", "live"]);
+        let invoice = br#"{"type":"invoice.paid","data":{"object":{"customer":"cus_1"}}}"#;
+        let body = ParsedBody::new(invoice);
+        let got = r.resolve(&[], &body);
+        assert_eq!(got.rows.iter().map(|row| row.sink).collect::<Vec<_>>(), [SinkIx(0), SinkIx(1)]);
+        assert_eq!(got.rows[1].lane, Some(lanes::assign(SinkIx(1), SourceId(3), Some(b"cus_1"))));
+        assert_eq!((got.keyless, got.filtered), (vec![], vec!["live"]));
+
+        let headers: Vec<Header<'_>> = vec![(&b"X-Live"[..], &b"1"[..])];
+        let got = r.resolve(&headers, &ParsedBody::new(br#"{"type":"charge.succeeded","data":{"object":{}}}"#));
+        assert_eq!(got.rows.iter().map(|row| row.sink).collect::<Vec<_>>(), [SinkIx(0), SinkIx(2)]);
+        assert_eq!((got.keyless, got.filtered), (vec!["http"], vec!["invoices"]), "live's row has no customer");
+
+        // Not JSON: only the unfiltered sink; the filtered ordered sinks are
+        // not counted keyless.
+        let got = r.resolve(&headers, &ParsedBody::new(b"type=invoice.paid"));
+        assert_eq!(got.rows, [NewRow { sink: SinkIx(0), lane: None }]);
+        assert_eq!((got.keyless, got.filtered), (vec![], vec!["invoices", "live"]));
+        let (rows, keyless) = r.rows_for(&headers, &ParsedBody::new(b"type=invoice.paid"));
+        assert_eq!((rows.len(), keyless.len()), (1, 0), "rows_for applies the filters too");
+    }
 }

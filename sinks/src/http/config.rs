@@ -2,6 +2,7 @@
 
 use reqwest::header::{HeaderName, HeaderValue};
 
+use super::signing::{self, Signing};
 use crate::{OptionProblems, Options, SinkError};
 
 /// `timeout_ms` when the option is absent: 10 s.
@@ -17,7 +18,7 @@ const RESERVED: &[&str] = &[
 ];
 
 /// The options of an http sink.
-const OPTIONS: &[&str] = &["url", "timeout_ms", "headers"];
+const OPTIONS: &[&str] = &["url", "timeout_ms", "headers", "signing"];
 
 /// One extra header, parsed: a name the sink does not own and a legal value.
 /// The error names `headers.<name>`.
@@ -45,6 +46,9 @@ fn parsed_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), S
 ///     url: https://example.com/hooks      # required, http or https
 ///     timeout_ms: 5000                    # optional, > 0, default 10000
 ///     headers: { authorization: "Bearer ..." }  # optional extra headers
+///     signing:                            # optional (crate::http::signing)
+///       type: standard_webhooks           # or hmac (secret, header, algorithm, encoding, prefix)
+///       secrets: [whsec_..., env:OLD_SECRET]
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpSinkConfig {
@@ -58,6 +62,10 @@ pub struct HttpSinkConfig {
     /// `transfer-encoding` or `host`. Secrets (`env:NAME`) are resolved by the
     /// config crate before the sink sees them.
     pub headers: Vec<(String, String)>,
+    /// How each delivery is signed ([`Signing`], docs of
+    /// [`crate::http::signing`]); `None`: not signed. The headers it writes
+    /// may not be among [`HttpSinkConfig::headers`].
+    pub signing: Option<Signing>,
 }
 
 impl HttpSinkConfig {
@@ -73,10 +81,12 @@ impl HttpSinkConfig {
             url: url.into(),
             timeout_ms: DEFAULT_TIMEOUT_MS,
             headers: Vec::new(),
+            signing: None,
         }
     }
 
-    /// Reads and validates the options `url`, `timeout_ms` and `headers`; any
+    /// Reads and validates the options `url`, `timeout_ms`, `headers` and
+    /// `signing` (`signing.<key>` in its errors); any
     /// other option is an error, as is a wrong type or value. Every error names
     /// the option (`headers.<name>` for one header), and every problem of
     /// `options` is reported, in the order of the options
@@ -105,6 +115,7 @@ impl HttpSinkConfig {
                         }
                     }
                 },
+                "signing" => config.signing = signing::parse(value, &mut p),
                 _ => p.unknown(name.clone(), OPTIONS),
             }
         }
@@ -114,6 +125,13 @@ impl HttpSinkConfig {
             None => {}
         }
         config.check(&mut p);
+        // A signing with problems of its own still owns its headers: a
+        // configured one of them is reported in the same run.
+        if config.signing.is_none()
+            && let Some(owned) = options.get("signing").and_then(signing::owned_headers_of)
+        {
+            config.check_owned(Some(owned), &mut p);
+        }
         p.sort_as_written(options);
         p.finish(config)
     }
@@ -138,6 +156,27 @@ impl HttpSinkConfig {
         }
         for (name, value) in &self.headers {
             p.take(parsed_header(name, value));
+        }
+        self.check_owned(
+            self.signing.as_ref().map(|s| (s.type_name(), s.owned_headers())),
+            p,
+        );
+    }
+
+    /// The signature headers are the signing's (`owned`: its type and
+    /// headers): a configured header of the same name would be a second,
+    /// wrong signature. Headers with a problem of their own are skipped.
+    fn check_owned(&self, owned: Option<(&'static str, Vec<HeaderName>)>, p: &mut OptionProblems) {
+        let Some((kind, owned)) = owned else { return };
+        for (name, value) in &self.headers {
+            if let Ok((n, _)) = parsed_header(name, value)
+                && owned.contains(&n)
+            {
+                p.invalid(
+                    format!("headers.{name}"),
+                    format!("is written by the sink's signing (type {kind}) and cannot be configured"),
+                );
+            }
         }
     }
 

@@ -13,16 +13,26 @@
 //!   newline) is sent as `sha256:<hex of its bytes>`, the same stable form
 //!   docs/design.md section 10 gives the SQS group id.
 //! - The configured extra headers ([`HttpSinkConfig::headers`]).
+//! - With `signing`, the signature headers ([`signing`]): Standard Webhooks'
+//!   `webhook-id` (the idempotency key), `webhook-timestamp` (the attempt's
+//!   unix seconds) and `webhook-signature`, or one HMAC header. They replace
+//!   a provider's stored header of the same name.
 //!
 //! # Outcomes
 //! | answer | outcome |
 //! | --- | --- |
 //! | 2xx | [`Outcome::Ok`](crate::Outcome::Ok) |
-//! | 408, 425, 429, 5xx | `Retry`, `after` from Retry-After (delay-seconds or an HTTP date) |
+//! | 4xx, 5xx | [`HttpStatus`](crate::Outcome::HttpStatus), reason `HTTP <status> <phrase>: <body excerpt>`, `after` from Retry-After (delay-seconds or an HTTP date) |
 //! | connection refused/reset, DNS, TLS, timeout (`timeout_ms`) | `Retry`, no `after` |
-//! | 410 Gone | `SinkGone` |
-//! | any other 4xx | `Permanent`, reason `HTTP <status>: <body excerpt>` |
 //! | 1xx/3xx (redirects are not followed: a POST turned into a GET would lose the hook) | `Permanent` |
+//!
+//! The pipeline resolves an `HttpStatus` with the sink entry's retry policy
+//! ([`Outcome::resolve_status`](crate::Outcome::resolve_status); docs/design.md
+//! section 5, "Retry policy"). By default ([`Outcome::retried_by_default`](crate::Outcome::retried_by_default))
+//! 408, 425, 429 and 5xx are retried, 410 Gone is `SinkGone` and any other
+//! 4xx is `Permanent`; an entry's `retry.retry_statuses` replaces that list
+//! and its `retry.grace_ms` retries every 4xx for a while after a row's first
+//! attempt.
 //!
 //! In ordered mode the pipeline calls the sink one hook at a time per lane, so
 //! a lane's hooks reach the endpoint in order; the endpoint sees the key in
@@ -49,7 +59,9 @@
 //! back to the pool.
 
 mod config;
+pub mod signing;
 mod sink;
 
 pub use config::{DEFAULT_TIMEOUT_MS, HttpSinkConfig};
+pub use signing::Signing;
 pub use sink::{HttpSink, classify, client, install_crypto_provider, retry_after};

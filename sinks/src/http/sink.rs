@@ -9,6 +9,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AF
 use sha2::{Digest, Sha256};
 
 use super::config::HttpSinkConfig;
+use super::signing::Signing;
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError, meta};
 
 /// How much of an answer's body is read so its connection can be reused.
@@ -25,6 +26,9 @@ pub struct HttpSink {
     /// The configured extra headers, validated.
     headers: HeaderMap,
     timeout_ms: u64,
+    /// How each delivery is signed, if it is (its keys' `Debug` shows only
+    /// their length).
+    signing: Option<Signing>,
 }
 
 /// Installs ring as the process's rustls crypto provider unless one is
@@ -66,11 +70,14 @@ impl HttpSink {
             url,
             headers,
             timeout_ms: config.timeout_ms,
+            signing: config.signing.clone(),
         })
     }
 
-    /// The headers of one delivery: extra headers, content type, metadata.
-    fn request_headers(&self, hook: &Envelope, ctx: &DeliveryCtx) -> HeaderMap {
+    /// The headers of one delivery: extra headers, content type, metadata,
+    /// and the signature headers of `signing` for `timestamp_s` (unix
+    /// seconds), which replace any provider header of the same name.
+    fn request_headers(&self, hook: &Envelope, ctx: &DeliveryCtx, timestamp_s: u64) -> HeaderMap {
         let mut h = self.headers.clone();
         // The provider's own headers as stored (after the store_headers
         // policy), so the destination sees `X-GitHub-Event`, `Stripe-Signature`
@@ -116,6 +123,13 @@ impl HttpSink {
         if let Some(key) = ctx.ordering_key() {
             put(meta::ORDERING_KEY_HEADER, key);
         }
+        if let Some(signing) = &self.signing {
+            // The body signed is the body sent: `hook.body`, as stored.
+            for (name, value) in signing.headers(&ctx.idempotency_key, timestamp_s, &hook.body) {
+                // `insert` drops every forwarded value of the name first.
+                h.insert(name, value);
+            }
+        }
         h
     }
 }
@@ -123,10 +137,13 @@ impl HttpSink {
 #[async_trait]
 impl Sink for HttpSink {
     async fn deliver(&self, hook: &Envelope, ctx: &DeliveryCtx) -> Outcome {
+        let timestamp_s = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let request = self
             .client
             .post(self.url.clone())
-            .headers(self.request_headers(hook, ctx))
+            .headers(self.request_headers(hook, ctx, timestamp_s))
             .body(hook.body.clone());
         let mut response = match request.send().await {
             Ok(r) => r,
@@ -203,14 +220,13 @@ pub fn classify(
     };
     match status.as_u16() {
         200..=299 => Outcome::Ok,
-        408 | 425 | 429 | 500..=599 => Outcome::Retry {
+        // Retried or not: the sink entry's retry policy decides
+        // (`Outcome::resolve_status`, applied by the pipeline).
+        code @ 400..=599 => Outcome::HttpStatus {
+            status: code,
             reason: with_excerpt(what),
             after: retry_after_header.and_then(|v| retry_after(v, now)),
         },
-        410 => Outcome::SinkGone {
-            reason: with_excerpt(what),
-        },
-        400..=499 => Outcome::permanent(with_excerpt(what)),
         _ => Outcome::permanent(what),
     }
 }

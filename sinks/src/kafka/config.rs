@@ -5,10 +5,29 @@ use std::collections::BTreeMap;
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 
+use crate::forward::{self, ForwardHeaders, Medium};
 use crate::{OptionProblems, Options, SinkError, template};
 
 /// The options of a kafka sink.
-const OPTIONS: &[&str] = &["brokers", "topic", "key", "timeout_ms", "properties"];
+const OPTIONS: &[&str] = &["brokers", "topic", "key", "timeout_ms", "properties", "forward_headers"];
+
+/// What a record carries of the provider's headers (`forward_headers`,
+/// [`crate::forward`]): record headers named as the lower-case header, values
+/// of any bytes; never an `ankusa_*` name or `content_type` (the sink's own);
+/// at most 64 of them, a value at most 8 KiB, 64 KiB in all (headers count
+/// against the broker's `message.max.bytes`).
+pub const FORWARD_MEDIUM: Medium = Medium {
+    kind: "kafka",
+    max_headers: 64,
+    max_name_bytes: 256,
+    max_value_bytes: 8 * 1024,
+    overhead_bytes: 0,
+    max_total_bytes: 64 * 1024,
+    reserved: &["content_type"],
+    reserved_prefixes: &["ankusa_"],
+    name_rule: forward::any_name,
+    value_ok: forward::any_value,
+};
 
 /// `timeout_ms` when the option is absent: 30 s (librdkafka's own
 /// `message.timeout.ms` default is 300 s).
@@ -71,6 +90,7 @@ const RESERVED: &[(&str, &str)] = &[
 ///       sasl.mechanism: PLAIN
 ///       sasl.username: relay
 ///       sasl.password: secret
+///     # forward_headers: [x-github-event]     # optional: stored headers as record headers
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct KafkaSinkConfig {
@@ -94,6 +114,9 @@ pub struct KafkaSinkConfig {
     /// acks, partitioner, retries, transactions, the timeout and the brokers)
     /// are refused, and `max.in.flight` must stay from 1 to 5.
     pub properties: BTreeMap<String, String>,
+    /// The stored headers each record carries as record headers
+    /// ([`FORWARD_MEDIUM`]). Default none.
+    pub forward_headers: ForwardHeaders,
 }
 
 impl std::fmt::Debug for KafkaSinkConfig {
@@ -105,6 +128,7 @@ impl std::fmt::Debug for KafkaSinkConfig {
             .field("key", &self.key)
             .field("timeout_ms", &self.timeout_ms)
             .field("properties", &self.properties.keys().collect::<Vec<_>>())
+            .field("forward_headers", &self.forward_headers)
             .finish()
     }
 }
@@ -125,6 +149,7 @@ impl KafkaSinkConfig {
             key: None,
             timeout_ms: DEFAULT_TIMEOUT_MS,
             properties: BTreeMap::new(),
+            forward_headers: ForwardHeaders::None,
         }
     }
 
@@ -140,8 +165,10 @@ impl KafkaSinkConfig {
         let (mut brokers, mut topic, mut key) = (None, None, None);
         let mut timeout_ms = DEFAULT_TIMEOUT_MS;
         let mut properties = BTreeMap::new();
+        let mut forward_headers = ForwardHeaders::None;
         for (name, value) in options {
             match name.as_str() {
+                forward::OPTION => forward_headers = ForwardHeaders::read(value, &mut p),
                 "brokers" => {
                     brokers = match value {
                         serde_json::Value::Array(list) => {
@@ -198,6 +225,7 @@ impl KafkaSinkConfig {
             key,
             timeout_ms,
             properties,
+            forward_headers,
         };
         config.check(&mut p);
         p.sort_as_written(options);
@@ -218,6 +246,7 @@ impl KafkaSinkConfig {
     /// ([`OptionProblems::ok`]), each property's, and the rules between
     /// properties and `timeout_ms` where their inputs are real.
     fn check(&self, p: &mut OptionProblems) {
+        self.forward_headers.check(&FORWARD_MEDIUM, p);
         if p.ok("brokers") && self.brokers.split(',').map(str::trim).any(str::is_empty) {
             p.invalid(
                 "brokers",
@@ -623,7 +652,7 @@ mod tests {
                 "sink option `properties.max.in.flight`: must be 1 to 5 (the idempotent producer's limit)",
                 "sink option `timeout_ms`: must be from 100 to 2147483647",
                 "sink option `topic`: must not be empty",
-                "unknown sink option `topik` (valid: brokers, topic, key, timeout_ms, properties)",
+                "unknown sink option `topik` (valid: brokers, topic, key, timeout_ms, properties, forward_headers)",
                 "sink option `brokers` is required",
             ]
         );

@@ -15,7 +15,9 @@
 //!   only for a laned row, `ankusa_ordering_key`), then `content_type`: the
 //!   provider's content type (the context's, else the stored `content-type`
 //!   header; absent if neither). Header values are UTF-8 text except
-//!   `content_type`, which is the stored bytes;
+//!   `content_type`, which is the stored bytes; with `forward_headers`, the
+//!   chosen provider headers follow, named as the lower-case header
+//!   ([`crate::forward`], [`FORWARD_MEDIUM`](crate::kafka::FORWARD_MEDIUM));
 //! - topic: the `topic` template with `{tenant}` and `{source}` replaced; a
 //!   rendered name Kafka would refuse (other than `a-z A-Z 0-9 . _ -`, or
 //!   longer than 249) is `Permanent`;
@@ -104,5 +106,5 @@ mod config;
 mod context;
 mod sink;
 
-pub use config::{DEFAULT_TIMEOUT_MS, KafkaSinkConfig, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
+pub use config::{DEFAULT_TIMEOUT_MS, FORWARD_MEDIUM, KafkaSinkConfig, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
 pub use sink::{CONTENT_TYPE_HEADER, KafkaSink, outcome_of};

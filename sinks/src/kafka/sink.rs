@@ -12,7 +12,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 
-use super::config::{KafkaSinkConfig, check_topic, render};
+use super::config::{FORWARD_MEDIUM, KafkaSinkConfig, check_topic, render};
+use crate::forward::{ForwardHeaders, Room};
 use super::context::KafkaContext;
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError};
 
@@ -34,6 +35,8 @@ pub struct KafkaSink {
     topic: String,
     key: Option<String>,
     timeout: Duration,
+    /// The stored headers each record carries (`forward_headers`).
+    forward: ForwardHeaders,
 }
 
 impl std::fmt::Debug for KafkaSink {
@@ -64,6 +67,7 @@ impl KafkaSink {
             topic: config.topic.clone(),
             key: config.key.clone(),
             timeout: Duration::from_millis(config.timeout_ms),
+            forward: config.forward_headers.clone(),
         })
     }
 
@@ -114,8 +118,9 @@ fn create(
 }
 
 /// The record headers: the metadata of [`DeliveryCtx::attributes`], then the
-/// content type (the context's, else the stored header's) if there is one.
-fn headers(hook: &Envelope, ctx: &DeliveryCtx) -> OwnedHeaders {
+/// content type (the context's, else the stored header's) if there is one,
+/// then the chosen provider headers (`forward`).
+fn headers(hook: &Envelope, ctx: &DeliveryCtx, forward: &ForwardHeaders) -> OwnedHeaders {
     let attributes = ctx.attributes();
     let mut headers = OwnedHeaders::new_with_capacity(attributes.len() + 1);
     for (name, value) in &attributes {
@@ -136,6 +141,12 @@ fn headers(hook: &Envelope, ctx: &DeliveryCtx) -> OwnedHeaders {
             value: Some(ct),
         });
     }
+    for (name, value) in forward.select(&FORWARD_MEDIUM, hook, ctx, Room::UNLIMITED) {
+        headers = headers.insert(Header {
+            key: name.as_str(),
+            value: Some(value.as_slice()),
+        });
+    }
     headers
 }
 
@@ -149,7 +160,7 @@ impl Sink for KafkaSink {
         let key = self.key(ctx);
         let mut record = FutureRecord::<[u8], [u8]>::to(&topic)
             .payload(hook.body.as_slice())
-            .headers(headers(hook, ctx));
+            .headers(headers(hook, ctx, &self.forward));
         if let Some(k) = key.as_deref() {
             record = record.key(k);
         }
@@ -254,6 +265,7 @@ mod tests {
             Outcome::Permanent { .. } => "permanent",
             Outcome::SinkGone { .. } => "sink_gone",
             Outcome::SourceGone { .. } => "source_gone",
+            Outcome::HttpStatus { .. } => "http_status",
         }
     }
 

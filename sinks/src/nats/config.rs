@@ -2,10 +2,31 @@
 
 use std::str::FromStr as _;
 
+use crate::forward::{self, ForwardHeaders, Medium};
 use crate::{OptionProblems, Options, SinkError, template};
 
 /// The options of a nats sink.
-const OPTIONS: &[&str] = &["url", "subject", "mode", "timeout_ms"];
+const OPTIONS: &[&str] = &["url", "subject", "mode", "timeout_ms", "forward_headers"];
+
+/// What a message carries of the provider's headers (`forward_headers`,
+/// [`crate::forward`]): NATS headers named as the lower-case header, values
+/// UTF-8 without CR or LF; never an `ankusa_*` name, `content_type`, nor a
+/// `nats-*` one (JetStream reads `Nats-Msg-Id`, `Nats-Expected-*`,
+/// `Nats-Rollup`, `Nats-TTL` ... from a published message); at most 64 of
+/// them, a value at most 4 KiB, 32 KiB in all (headers count against the
+/// server's `max_payload`).
+pub const FORWARD_MEDIUM: Medium = Medium {
+    kind: "nats",
+    max_headers: 64,
+    max_name_bytes: 256,
+    max_value_bytes: 4 * 1024,
+    overhead_bytes: 0,
+    max_total_bytes: 32 * 1024,
+    reserved: &["content_type"],
+    reserved_prefixes: &["ankusa_", "nats-"],
+    name_rule: forward::any_name,
+    value_ok: forward::text_value,
+};
 
 /// `timeout_ms` when the option is absent: 10 s.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -29,6 +50,7 @@ pub enum NatsMode {
 ///     subject: "hooks.{tenant}.{source}"   # required, a template
 ///     # mode: core                         # optional: `jetstream` (default) or `core`
 ///     timeout_ms: 5000                     # optional, > 0, default 10000
+///     # forward_headers: [x-github-event]  # optional: stored headers as NATS headers
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct NatsSinkConfig {
@@ -42,6 +64,9 @@ pub struct NatsSinkConfig {
     /// The bound on one delivery (connecting at start, the publish, the
     /// JetStream ack or the flush), milliseconds; more than 0.
     pub timeout_ms: u64,
+    /// The stored headers each message carries as NATS headers
+    /// ([`FORWARD_MEDIUM`]). Default none.
+    pub forward_headers: ForwardHeaders,
 }
 
 impl std::fmt::Debug for NatsSinkConfig {
@@ -51,6 +76,7 @@ impl std::fmt::Debug for NatsSinkConfig {
             .field("mode", &self.mode)
             .field("subject", &self.subject)
             .field("timeout_ms", &self.timeout_ms)
+            .field("forward_headers", &self.forward_headers)
             .finish_non_exhaustive()
     }
 }
@@ -72,6 +98,7 @@ impl NatsSinkConfig {
             mode: NatsMode::JetStream,
             subject: subject.into(),
             timeout_ms: DEFAULT_TIMEOUT_MS,
+            forward_headers: ForwardHeaders::None,
         }
     }
 
@@ -92,10 +119,12 @@ impl NatsSinkConfig {
         let mut p = OptionProblems::new();
         let (mut url, mut subject, mut mode) = (None, None, NatsMode::JetStream);
         let mut timeout_ms = DEFAULT_TIMEOUT_MS;
+        let mut forward_headers = ForwardHeaders::None;
         for (name, value) in options {
             match name.as_str() {
                 "url" => url = p.string("url", value),
                 "subject" => subject = p.string("subject", value),
+                forward::OPTION => forward_headers = ForwardHeaders::read(value, &mut p),
                 "mode" => match p.string("mode", value).as_deref() {
                     Some("jetstream") => mode = NatsMode::JetStream,
                     Some("core") => mode = NatsMode::Core,
@@ -123,6 +152,7 @@ impl NatsSinkConfig {
             mode,
             subject: subject.unwrap_or_default(),
             timeout_ms,
+            forward_headers,
         };
         config.check(&mut p);
         p.sort_as_written(options);
@@ -152,6 +182,7 @@ impl NatsSinkConfig {
         if p.ok("timeout_ms") && self.timeout_ms == 0 {
             p.invalid("timeout_ms", "must be more than 0");
         }
+        self.forward_headers.check(&FORWARD_MEDIUM, p);
     }
 
     /// The server address of [`NatsSinkConfig::url`] (parsing only; no
@@ -314,7 +345,7 @@ mod tests {
         assert_eq!(
             problems(serde_json::json!({"timeout_ms": 0, "stream": "S", "subject": 1})),
             [
-                "unknown sink option `stream` (valid: url, subject, mode, timeout_ms)",
+                "unknown sink option `stream` (valid: url, subject, mode, timeout_ms, forward_headers)",
                 "sink option `subject`: must be a string",
                 "sink option `timeout_ms`: must be more than 0",
                 "sink option `url` is required",

@@ -16,7 +16,10 @@
 //!   captures are both stored). A value holding a CR or LF (which no
 //!   NATS header value may) is sent as `sha256:<hex>` of its bytes; an
 //!   ordering key that is not UTF-8 is decoded lossily
-//!   ([`crate::DeliveryCtx::ordering_key_text`]).
+//!   ([`crate::DeliveryCtx::ordering_key_text`]). With `forward_headers`,
+//!   the chosen provider headers too, named as the lower-case header
+//!   ([`crate::forward`], [`FORWARD_MEDIUM`](crate::nats::FORWARD_MEDIUM):
+//!   never a `nats-*` name JetStream would act on).
 //!
 //! `subject` is a template: `{tenant}` and `{source}` are replaced by the
 //! hook's tenant and source names (`hooks.{tenant}.{source}`). The template is
@@ -80,5 +83,5 @@
 mod config;
 mod sink;
 
-pub use config::{DEFAULT_TIMEOUT_MS, NatsMode, NatsSinkConfig};
+pub use config::{DEFAULT_TIMEOUT_MS, FORWARD_MEDIUM, NatsMode, NatsSinkConfig};
 pub use sink::{CONTENT_TYPE_HEADER, NatsSink, classify_publish};

@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
-use super::config::{NatsMode, NatsSinkConfig, check_subject, render};
+use super::config::{FORWARD_MEDIUM, NatsMode, NatsSinkConfig, check_subject, render};
+use crate::forward::{ForwardHeaders, Room};
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError};
 
 /// The header carrying the provider's content type.
@@ -33,6 +34,7 @@ pub struct NatsSink {
     mode: NatsMode,
     subject: String,
     timeout: Duration,
+    forward: ForwardHeaders,
 }
 
 impl std::fmt::Debug for NatsSink {
@@ -79,6 +81,7 @@ impl NatsSink {
             mode: config.mode,
             subject: config.subject.clone(),
             timeout,
+            forward: config.forward_headers.clone(),
         })
     }
 
@@ -107,6 +110,14 @@ impl NatsSink {
         });
         if let Some(ct) = content_type {
             headers.insert(CONTENT_TYPE_HEADER, header_value(ct));
+        }
+        // The chosen provider headers: lower-case names the sink never uses
+        // itself, values without CR or LF (FORWARD_MEDIUM), so both parse.
+        for (name, value) in self.forward.select(&FORWARD_MEDIUM, hook, ctx, Room::UNLIMITED) {
+            let value = std::str::from_utf8(&value).ok().and_then(|v| v.parse::<HeaderValue>().ok());
+            if let (Ok(name), Some(value)) = (name.parse::<async_nats::HeaderName>(), value) {
+                headers.insert(name, value);
+            }
         }
         Ok((subject, headers))
     }

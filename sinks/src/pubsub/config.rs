@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::forward::{self, ForwardHeaders, Medium};
 use crate::{Envelope, OptionProblems, Options, SinkError, template};
 
 /// The options of a pubsub sink (`ordering_key` in its legacy string form,
@@ -15,7 +16,30 @@ const OPTIONS: &[&str] = &[
     "emulator_host",
     "timeout_ms",
     "ordering_key",
+    "forward_headers",
 ];
+
+/// The most attributes Pub/Sub takes on one message.
+pub const MAX_ATTRIBUTES: usize = 100;
+
+/// What a message carries of the provider's headers (`forward_headers`,
+/// [`crate::forward`]): attributes named as the lower-case header (a key of
+/// at most 256 bytes, not starting `goog`, which Google reserves), UTF-8
+/// values of at most 1,024 bytes (Pub/Sub's limits); never an `ankusa_*` name
+/// or `content_type`. The count is what is left of Pub/Sub's 100 attributes
+/// after the sink's own (5 to 7); 64 KiB in all.
+pub const FORWARD_MEDIUM: Medium = Medium {
+    kind: "pubsub",
+    max_headers: MAX_ATTRIBUTES - 5,
+    max_name_bytes: 256,
+    max_value_bytes: 1024,
+    max_total_bytes: 64 * 1024,
+    overhead_bytes: 0,
+    reserved: &["content_type"],
+    reserved_prefixes: &["ankusa_", "goog"],
+    name_rule: forward::any_name,
+    value_ok: forward::text_value,
+};
 
 /// `endpoint` when the option is absent: Google's global endpoint.
 pub const DEFAULT_ENDPOINT: &str = "https://pubsub.googleapis.com";
@@ -79,6 +103,7 @@ impl Eq for LegacyOrderingKey {}
 ///     timeout_ms: 5000                          # optional, > 0, default 10000
 ///     # emulator_host: 127.0.0.1:8085           # optional, like PUBSUB_EMULATOR_HOST
 ///     # ordering_key: fixed-key                 # legacy form, only without ordered: true
+///     # forward_headers: [x-github-event]       # optional: stored headers as attributes
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PubSubSinkConfig {
@@ -105,6 +130,9 @@ pub struct PubSubSinkConfig {
     pub timeout_ms: u64,
     /// The legacy ordering key of an unordered sink, if any.
     pub legacy_ordering_key: Option<LegacyOrderingKey>,
+    /// The stored headers each message carries as attributes
+    /// ([`FORWARD_MEDIUM`]), as many as fit. Default none.
+    pub forward_headers: ForwardHeaders,
 }
 
 impl PubSubSinkConfig {
@@ -126,6 +154,7 @@ impl PubSubSinkConfig {
             emulator_host: None,
             timeout_ms: DEFAULT_TIMEOUT_MS,
             legacy_ordering_key: None,
+            forward_headers: ForwardHeaders::None,
         }
     }
 
@@ -162,6 +191,7 @@ impl PubSubSinkConfig {
                 }
                 "credentials" => config.credentials = p.string("credentials", value).map(PathBuf::from),
                 "emulator_host" => config.emulator_host = p.string("emulator_host", value),
+                forward::OPTION => config.forward_headers = ForwardHeaders::read(value, &mut p),
                 "timeout_ms" => {
                     if let Some(ms) = p.whole("timeout_ms", value, "milliseconds") {
                         config.timeout_ms = ms;
@@ -243,6 +273,7 @@ impl PubSubSinkConfig {
         if p.ok("timeout_ms") && self.timeout_ms == 0 {
             p.invalid("timeout_ms", "must be more than 0");
         }
+        self.forward_headers.check(&FORWARD_MEDIUM, p);
         if let Some(LegacyOrderingKey::Fixed(key)) = &self.legacy_ordering_key {
             if key.is_empty() {
                 p.invalid("ordering_key", "must not be empty");
@@ -585,7 +616,7 @@ mod tests {
                 "sink option `project`: `a/b` has `/`: a project id is letters, digits, `-`, `.` and `:`",
                 "sink option `timeout_ms`: must be more than 0",
                 "sink option `topic`: must not start with `goog` (reserved by Google)",
-                "unknown sink option `topik` (valid: project, topic, endpoint, credentials, emulator_host, timeout_ms, ordering_key)",
+                "unknown sink option `topik` (valid: project, topic, endpoint, credentials, emulator_host, timeout_ms, ordering_key, forward_headers)",
             ]
         );
         // Whether an emulator is used is unknown: the credentials file is not read.

@@ -12,7 +12,10 @@
 //!   `ankusa_tenant`, `ankusa_source`, `ankusa_received_at` in unix ms and,
 //!   for a laned row, `ankusa_ordering_key`), and `content_type`, the
 //!   provider's content type ([`crate::DeliveryCtx::content_type`], else the
-//!   stored `content-type` header; absent if neither);
+//!   stored `content-type` header; absent if neither); with
+//!   `forward_headers`, the chosen provider headers too, named as the
+//!   lower-case header, in what is left of Pub/Sub's 100 attributes
+//!   ([`crate::forward`], [`FORWARD_MEDIUM`](crate::pubsub::FORWARD_MEDIUM));
 //! - `orderingKey`: see below; absent when there is none.
 //!
 //! `topic` is a template: `{tenant}` and `{source}` are replaced by the
@@ -104,6 +107,7 @@ mod config;
 mod sink;
 
 pub use config::{
+    FORWARD_MEDIUM, MAX_ATTRIBUTES,
     DEFAULT_ENDPOINT, DEFAULT_TIMEOUT_MS, EMULATOR_HOST_ENV, LegacyOrderingKey,
     MAX_ORDERING_KEY_BYTES, OrderingKeyFn, PubSubSinkConfig,
 };

@@ -11,7 +11,8 @@ use gcp_auth::TokenProvider;
 use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 
-use super::config::{LegacyOrderingKey, PubSubSinkConfig, render};
+use super::config::{FORWARD_MEDIUM, LegacyOrderingKey, MAX_ATTRIBUTES, PubSubSinkConfig, render};
+use crate::forward::{ForwardHeaders, Room};
 use crate::http::{client, retry_after};
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError};
 
@@ -51,6 +52,8 @@ pub struct PubSubSink {
     auth: Auth,
     timeout: Duration,
     legacy_key: Option<LegacyOrderingKey>,
+    /// The stored headers each message carries (`forward_headers`).
+    forward: ForwardHeaders,
 }
 
 impl std::fmt::Debug for PubSubSink {
@@ -105,6 +108,7 @@ impl PubSubSink {
             auth,
             timeout,
             legacy_key: config.legacy_ordering_key.clone(),
+            forward: config.forward_headers.clone(),
         })
     }
 
@@ -163,6 +167,17 @@ impl PubSubSink {
                 CONTENT_TYPE_ATTR.to_owned(),
                 serde_json::Value::String(String::from_utf8_lossy(ct).into_owned()),
             );
+        }
+        // The chosen provider headers, in what is left of Pub/Sub's 100
+        // attributes; the medium takes UTF-8 values only.
+        let room = Room {
+            count: MAX_ATTRIBUTES.saturating_sub(attributes.len()),
+            bytes: usize::MAX,
+        };
+        for (name, value) in self.forward.select(&FORWARD_MEDIUM, hook, ctx, room) {
+            if let Ok(value) = String::from_utf8(value) {
+                attributes.insert(name, serde_json::Value::String(value));
+            }
         }
         let mut message = serde_json::Map::new();
         message.insert(
@@ -282,7 +297,7 @@ impl Sink for PubSubSink {
             Outcome::SinkGone { reason } => Outcome::SinkGone {
                 reason: format!("{what}: {reason}"),
             },
-            other @ Outcome::SourceGone { .. } => other,
+            other @ (Outcome::SourceGone { .. } | Outcome::HttpStatus { .. }) => other,
         }
     }
 

@@ -2,11 +2,33 @@
 
 use lapin::uri::{AMQPScheme, AMQPUri};
 
+use crate::forward::{self, ForwardHeaders, Medium};
 use crate::secret::redact_url as redact;
 use crate::{OptionProblems, Options, SinkError, template};
 
 /// The options of a rabbitmq sink.
-const OPTIONS: &[&str] = &["url", "exchange", "routing_key", "mandatory", "declare", "timeout_ms"];
+const OPTIONS: &[&str] = &["url", "exchange", "routing_key", "mandatory", "declare", "timeout_ms", "forward_headers"];
+
+/// What a message carries of the provider's headers (`forward_headers`,
+/// [`crate::forward`]): entries of the `headers` table named as the
+/// lower-case header (a short string: at most 255 bytes), long-string values
+/// of any bytes; never an `ankusa_*` name or `content_type`, nor a header the
+/// broker or its plugins act on (`cc`, `bcc`: sender-selected distribution;
+/// `x-delay`; `x-death` and `x-first-death-*` / `x-last-death-*`:
+/// dead-lettering; `x-delivery-count`; `x-received-from`); at most 64 of them,
+/// a value at most 8 KiB, 64 KiB in all.
+pub const FORWARD_MEDIUM: Medium = Medium {
+    kind: "rabbitmq",
+    max_headers: 64,
+    max_name_bytes: MAX_NAME_BYTES,
+    max_value_bytes: 8 * 1024,
+    overhead_bytes: 0,
+    max_total_bytes: 64 * 1024,
+    reserved: &["content_type", "cc", "bcc", "x-death", "x-delay", "x-delivery-count", "x-received-from"],
+    reserved_prefixes: &["ankusa_", "x-first-death-", "x-last-death-"],
+    name_rule: forward::any_name,
+    value_ok: forward::any_value,
+};
 
 /// The keys of the `declare` option.
 const DECLARE_OPTIONS: &[&str] = &["declare.type", "declare.durable"];
@@ -75,6 +97,7 @@ pub struct Declare {
 ///     # mandatory: true                  # optional, default true: unroutable is an error
 ///     # declare: {type: topic, durable: true}   # optional; default: not declared
 ///     timeout_ms: 5000                   # optional, > 0, default 10000
+///     # forward_headers: [x-github-event] # optional: stored headers in the message's headers table
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct RabbitMqSinkConfig {
@@ -98,6 +121,9 @@ pub struct RabbitMqSinkConfig {
     /// The bound on one delivery (connecting when needed, opening a channel,
     /// the publish and its confirm), milliseconds; more than 0.
     pub timeout_ms: u64,
+    /// The stored headers each message carries in its headers table
+    /// ([`FORWARD_MEDIUM`]). Default none.
+    pub forward_headers: ForwardHeaders,
 }
 
 impl std::fmt::Debug for RabbitMqSinkConfig {
@@ -109,6 +135,7 @@ impl std::fmt::Debug for RabbitMqSinkConfig {
             .field("mandatory", &self.mandatory)
             .field("declare", &self.declare)
             .field("timeout_ms", &self.timeout_ms)
+            .field("forward_headers", &self.forward_headers)
             .finish_non_exhaustive()
     }
 }
@@ -139,6 +166,7 @@ impl RabbitMqSinkConfig {
             mandatory: true,
             declare: None,
             timeout_ms: DEFAULT_TIMEOUT_MS,
+            forward_headers: ForwardHeaders::None,
         }
     }
 
@@ -153,10 +181,12 @@ impl RabbitMqSinkConfig {
         let (mut url, mut exchange, mut routing_key, mut declare) = (None, None, None, None);
         let mut mandatory = true;
         let mut timeout_ms = DEFAULT_TIMEOUT_MS;
+        let mut forward_headers = ForwardHeaders::None;
         for (name, value) in options {
             match name.as_str() {
                 "url" => url = p.string("url", value),
                 "exchange" => exchange = p.string("exchange", value),
+                forward::OPTION => forward_headers = ForwardHeaders::read(value, &mut p),
                 "routing_key" => routing_key = p.string("routing_key", value),
                 "mandatory" => {
                     if let Some(b) = p.boolean("mandatory", value) {
@@ -185,6 +215,7 @@ impl RabbitMqSinkConfig {
             mandatory,
             declare,
             timeout_ms,
+            forward_headers,
         };
         config.check(&mut p);
         p.sort_as_written(options);
@@ -242,6 +273,7 @@ impl RabbitMqSinkConfig {
         if p.ok("timeout_ms") && self.timeout_ms == 0 {
             p.invalid("timeout_ms", "must be more than 0");
         }
+        self.forward_headers.check(&FORWARD_MEDIUM, p);
     }
 
     /// The parsed [`RabbitMqSinkConfig::url`] (no connection).
@@ -483,7 +515,7 @@ mod tests {
             [
                 "sink option `declare.type` is required",
                 "sink option `exchange`: must be a string",
-                "unknown sink option `queue` (valid: url, exchange, routing_key, mandatory, declare, timeout_ms)",
+                "unknown sink option `queue` (valid: url, exchange, routing_key, mandatory, declare, timeout_ms, forward_headers)",
                 "sink option `url`: `http://guest:***@h` is not an amqp:// or amqps:// URL",
             ]
         );

@@ -16,7 +16,10 @@
 //! - headers (long strings), from [`crate::DeliveryCtx::attributes`]:
 //!   `ankusa_message_version` (`"1"`), `ankusa_idempotency_key`,
 //!   `ankusa_tenant`, `ankusa_source`, `ankusa_received_at` (unix ms, decimal)
-//!   and, only for a laned row, `ankusa_ordering_key`.
+//!   and, only for a laned row, `ankusa_ordering_key`; with
+//!   `forward_headers`, the chosen provider headers too, named as the
+//!   lower-case header ([`crate::forward`],
+//!   [`FORWARD_MEDIUM`](crate::rabbitmq::FORWARD_MEDIUM)).
 //!
 //! `routing_key` is a template: `{tenant}` and `{source}` are replaced by the
 //! hook's tenant and source names and `{ordering_key}` by the lane's ordering
@@ -94,6 +97,7 @@ mod config;
 mod sink;
 
 pub use config::{
+    FORWARD_MEDIUM,
     DEFAULT_TIMEOUT_MS, Declare, ExchangeType, MAX_NAME_BYTES, RabbitMqSinkConfig,
 };
 pub use sink::{PERSISTENT, RabbitMqSink};

@@ -12,7 +12,8 @@ use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ErrorKind};
 use tokio::time::Instant;
 
-use super::config::{Declare, MAX_NAME_BYTES, RabbitMqSinkConfig, render};
+use super::config::{Declare, FORWARD_MEDIUM, MAX_NAME_BYTES, RabbitMqSinkConfig, render};
+use crate::forward::{ForwardHeaders, Room};
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError};
 
 /// AMQP `delivery-mode` 2: the broker writes the message to disk in a durable
@@ -37,6 +38,8 @@ pub struct RabbitMqSink {
     mandatory: bool,
     declare: Option<Declare>,
     timeout: Duration,
+    /// The stored headers each message carries (`forward_headers`).
+    forward: ForwardHeaders,
     /// The current connection with its idle channels; `None` before the first
     /// delivery and after a connection was found broken. Locked only to read
     /// or swap the `Arc`, never across an await.
@@ -96,6 +99,7 @@ impl RabbitMqSink {
             mandatory: config.mandatory,
             declare: config.declare,
             timeout: Duration::from_millis(config.timeout_ms),
+            forward: config.forward_headers.clone(),
             link: Mutex::new(None),
             reconnect: tokio::sync::Mutex::new(Backoff::default()),
         })
@@ -241,11 +245,19 @@ impl RabbitMqSink {
     }
 
     /// The message's properties: persistent, `message_id` = the idempotency
-    /// key, the content type, and the metadata as headers.
-    fn properties(hook: &Envelope, ctx: &DeliveryCtx) -> BasicProperties {
+    /// key, the content type, and the metadata and the chosen provider
+    /// headers as headers.
+    fn properties(&self, hook: &Envelope, ctx: &DeliveryCtx) -> BasicProperties {
         let mut headers = FieldTable::default();
         for (name, value) in ctx.attributes() {
             headers.insert(name.into(), AMQPValue::LongString(LongString::from(value)));
+        }
+        // Names of at most 255 bytes the sink never uses itself
+        // (FORWARD_MEDIUM), so each is a short string and overwrites nothing.
+        for (name, value) in self.forward.select(&FORWARD_MEDIUM, hook, ctx, Room::UNLIMITED) {
+            if let Ok(name) = ShortString::try_new(name) {
+                headers.insert(name, AMQPValue::LongString(LongString::from(value)));
+            }
         }
         let mut properties = BasicProperties::default()
             .with_delivery_mode(PERSISTENT)
@@ -355,7 +367,7 @@ impl Sink for RabbitMqSink {
             Ok(key) => key,
             Err(outcome) => return outcome,
         };
-        let properties = Self::properties(hook, ctx);
+        let properties = self.properties(hook, ctx);
         let deadline = Instant::now() + self.timeout;
         match tokio::time::timeout_at(
             deadline,

@@ -1,10 +1,28 @@
 //! The Redis sink's options.
 
+use crate::forward::{self, ForwardHeaders, Medium};
 use crate::secret::redact_url;
 use crate::{OptionProblems, Options, SinkError, template};
 
 /// The options of a redis sink.
-const OPTIONS: &[&str] = &["url", "mode", "stream", "channel", "maxlen", "timeout_ms"];
+const OPTIONS: &[&str] = &["url", "mode", "stream", "channel", "maxlen", "timeout_ms", "forward_headers"];
+
+/// What a stream entry carries of the provider's headers (`forward_headers`,
+/// [`crate::forward`]): each one a field named as the lower-case header, any
+/// bytes; never `body`, `content_type` or an `ankusa_*` name (the sink's own
+/// fields); at most 64 of them, a value at most 8 KiB, 64 KiB in all.
+pub const FORWARD_MEDIUM: Medium = Medium {
+    kind: "redis",
+    max_headers: 64,
+    max_name_bytes: 256,
+    max_value_bytes: 8 * 1024,
+    overhead_bytes: 0,
+    max_total_bytes: 64 * 1024,
+    reserved: &["body", "content_type"],
+    reserved_prefixes: &["ankusa_"],
+    name_rule: forward::any_name,
+    value_ok: forward::any_value,
+};
 
 /// Records the problem of a stream or channel name (`option`), if any: empty,
 /// or a template with another placeholder than `{tenant}` and `{source}`.
@@ -40,6 +58,7 @@ pub enum RedisMode {
 ///     # mode: publish                      # optional: publish instead of XADD
 ///     # channel: "hooks:{source}"          # publish mode: required, a template
 ///     timeout_ms: 5000                     # optional, > 0, default 10000
+///     # forward_headers: [x-github-event]  # stream mode, optional: stored headers as fields
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisSinkConfig {
@@ -54,6 +73,9 @@ pub struct RedisSinkConfig {
     pub maxlen: Option<u64>,
     /// The bound on connecting and on one command, milliseconds; more than 0.
     pub timeout_ms: u64,
+    /// The stored headers each stream entry carries as fields (stream mode
+    /// only; [`FORWARD_MEDIUM`]). Default none.
+    pub forward_headers: ForwardHeaders,
 }
 
 impl RedisSinkConfig {
@@ -74,6 +96,7 @@ impl RedisSinkConfig {
             target: stream.into(),
             maxlen: None,
             timeout_ms: DEFAULT_TIMEOUT_MS,
+            forward_headers: ForwardHeaders::None,
         }
     }
 
@@ -104,9 +127,11 @@ impl RedisSinkConfig {
         let mut p = OptionProblems::new();
         let (mut url, mut mode, mut stream, mut channel, mut maxlen) = (None, None, None, None, None);
         let mut timeout_ms = DEFAULT_TIMEOUT_MS;
+        let mut forward_headers = ForwardHeaders::None;
         for (name, value) in options {
             match name.as_str() {
                 "url" => url = p.string("url", value),
+                forward::OPTION => forward_headers = ForwardHeaders::read(value, &mut p),
                 "mode" => {
                     mode = match p.string("mode", value).as_deref() {
                         Some("stream") => Some(RedisMode::Stream),
@@ -177,6 +202,7 @@ impl RedisSinkConfig {
             target: target.unwrap_or_default(),
             maxlen,
             timeout_ms,
+            forward_headers,
         };
         config.check(&mut p);
         p.sort_as_written(options);
@@ -213,6 +239,10 @@ impl RedisSinkConfig {
         if p.ok("timeout_ms") && self.timeout_ms == 0 {
             p.invalid("timeout_ms", "must be more than 0");
         }
+        if self.mode == RedisMode::Publish && !self.forward_headers.is_none() && p.ok("mode") {
+            p.invalid(forward::OPTION, "`mode: publish` sends the body alone; headers travel as stream fields");
+        }
+        self.forward_headers.check(&FORWARD_MEDIUM, p);
     }
 
     /// The client for [`RedisSinkConfig::url`] (parsing only; no connection).
@@ -245,6 +275,23 @@ mod tests {
 
     fn err(v: serde_json::Value) -> String {
         error_of(RedisSinkConfig::from_options, v)
+    }
+
+    #[test]
+    fn forward_headers_are_stream_fields_only() {
+        let c = RedisSinkConfig::from_options(&opts(serde_json::json!({
+            "url": "redis://127.0.0.1:6379", "stream": "s", "forward_headers": "all"
+        })))
+        .expect("all");
+        assert_eq!(c.forward_headers, ForwardHeaders::All);
+        assert_eq!(
+            err(serde_json::json!({"url": "redis://127.0.0.1:6379", "mode": "publish", "channel": "c", "forward_headers": ["x-a"]})),
+            "sink option `forward_headers`: `mode: publish` sends the body alone; headers travel as stream fields"
+        );
+        assert_eq!(
+            err(serde_json::json!({"url": "redis://127.0.0.1:6379", "stream": "s", "forward_headers": ["body"]})),
+            "sink option `forward_headers`: \"body\" is a name the redis sink uses itself"
+        );
     }
 
     #[test]
@@ -309,7 +356,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "3 problems: sink option `stream`: must not be empty; \
-             unknown sink option `strem` (valid: url, mode, stream, channel, maxlen, timeout_ms); \
+             unknown sink option `strem` (valid: url, mode, stream, channel, maxlen, timeout_ms, forward_headers); \
              sink option `url`: `http://x` is not a redis:// URL (this build has no TLS for rediss://)"
         );
         // A wrong mode: stream and channel are each checked as names, neither

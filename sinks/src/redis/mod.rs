@@ -11,7 +11,10 @@
 //!   only for a laned row, `ankusa_ordering_key`;
 //! - `content_type`: the provider's content type
 //!   ([`crate::DeliveryCtx::content_type`], else the envelope's stored
-//!   `content-type` header); absent if neither.
+//!   `content-type` header); absent if neither;
+//! - with `forward_headers`, the chosen provider headers, one field each
+//!   named as the lower-case header ([`crate::forward`],
+//!   [`FORWARD_MEDIUM`](crate::redis::FORWARD_MEDIUM)).
 //!
 //! `stream` is a template: `{tenant}` and `{source}` are replaced by the
 //! hook's tenant and source names. `maxlen` trims the stream approximately
@@ -57,5 +60,5 @@
 mod config;
 mod sink;
 
-pub use config::{DEFAULT_TIMEOUT_MS, RedisMode, RedisSinkConfig};
+pub use config::{DEFAULT_TIMEOUT_MS, FORWARD_MEDIUM, RedisMode, RedisSinkConfig};
 pub use sink::{RedisSink, classify_server_code};

@@ -5,7 +5,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::config::{RedisMode, RedisSinkConfig, render};
+use super::config::{FORWARD_MEDIUM, RedisMode, RedisSinkConfig, render};
+use crate::forward::{ForwardHeaders, Room};
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError};
 
 /// The stream field holding the body.
@@ -22,6 +23,7 @@ pub struct RedisSink {
     target: String,
     maxlen: Option<u64>,
     timeout: Duration,
+    forward: ForwardHeaders,
 }
 
 impl std::fmt::Debug for RedisSink {
@@ -32,6 +34,7 @@ impl std::fmt::Debug for RedisSink {
             .field("target", &self.target)
             .field("maxlen", &self.maxlen)
             .field("timeout", &self.timeout)
+            .field("forward", &self.forward)
             .finish_non_exhaustive()
     }
 }
@@ -61,6 +64,7 @@ impl RedisSink {
             target: config.target.clone(),
             maxlen: config.maxlen,
             timeout,
+            forward: config.forward_headers.clone(),
         })
     }
 
@@ -91,6 +95,11 @@ impl RedisSink {
                 });
                 if let Some(ct) = content_type {
                     cmd.arg(CONTENT_TYPE_FIELD).arg(ct);
+                }
+                // The chosen provider headers, after the sink's own fields
+                // (whose names they never take).
+                for (name, value) in self.forward.select(&FORWARD_MEDIUM, hook, ctx, Room::UNLIMITED) {
+                    cmd.arg(name).arg(value);
                 }
                 cmd
             }

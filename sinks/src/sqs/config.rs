@@ -1,5 +1,6 @@
 //! The SQS sink's options.
 
+use crate::forward::{self, ForwardHeaders, Medium};
 use crate::{OptionProblems, Options, SinkError};
 
 /// The options of an sqs sink (`ordered` is core's in a configuration file;
@@ -12,7 +13,63 @@ const OPTIONS: &[&str] = &[
     "body_encoding",
     "max_message_bytes",
     "ordered",
+    "forward_headers",
 ];
+
+/// The most message attributes SQS takes on one message.
+pub const MAX_ATTRIBUTES: usize = 10;
+
+/// Attributes the sink sends itself on every message: the five `ankusa_*`
+/// metadata attributes (`ankusa_ordering_key`, `content_type` and
+/// `ankusa_body_encoding` come on top when there is one).
+pub const OWN_ATTRIBUTES_AT_LEAST: usize = 5;
+
+/// What a message carries of the provider's headers (`forward_headers`,
+/// [`crate::forward`]): String message attributes named as the lower-case
+/// header, which SQS allows only of `a-z 0-9 _ - .` (no leading or trailing
+/// `.`, no `..`, not starting `aws.` or `amazon.`), values of the characters
+/// SQS takes in a String attribute, not empty; never an `ankusa_*` name or
+/// `content_type`. The count is what is left of SQS's 10 attributes after the
+/// sink's own (5 to 8), and the bytes what is left of `max_message_bytes`
+/// after the body and the sink's own attributes (each forwarded one counts
+/// its name, `String` and its value).
+pub const FORWARD_MEDIUM: Medium = Medium {
+    kind: "sqs",
+    max_headers: MAX_ATTRIBUTES - OWN_ATTRIBUTES_AT_LEAST,
+    max_name_bytes: 256,
+    max_value_bytes: MAX_MESSAGE_BYTES_LIMIT as usize,
+    max_total_bytes: MAX_MESSAGE_BYTES_LIMIT as usize,
+    overhead_bytes: "String".len(),
+    reserved: &["content_type"],
+    reserved_prefixes: &["ankusa_"],
+    name_rule: sqs_attribute_name,
+    value_ok: sqs_attribute_value,
+};
+
+/// SQS's rule on a message attribute name (lower-case here): `a-z 0-9 _ - .`,
+/// no leading or trailing `.`, no `..`, not starting `aws.` or `amazon.`.
+pub fn sqs_attribute_name(name: &str) -> Result<(), String> {
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))) {
+        return Err(format!(
+            "\"{name}\" has `{c}`; an SQS message attribute name has only letters, digits, `_`, `-` and `.`"
+        ));
+    }
+    let lower = name.to_ascii_lowercase();
+    if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
+        return Err(format!("\"{name}\": an SQS message attribute name cannot start or end with `.` nor hold `..`"));
+    }
+    if lower.starts_with("aws.") || lower.starts_with("amazon.") {
+        return Err(format!("\"{name}\": SQS reserves attribute names starting `aws.` and `amazon.`"));
+    }
+    Ok(())
+}
+
+/// Whether SQS takes `value` as a String attribute's value as it is: UTF-8,
+/// not empty, every character one SQS allows
+/// ([`crate::sqs::sqs_char_allowed`]).
+pub fn sqs_attribute_value(value: &[u8]) -> bool {
+    std::str::from_utf8(value).is_ok_and(|v| !v.is_empty() && v.chars().all(super::sink::sqs_char_allowed))
+}
 
 /// `timeout_ms` when the option is absent: 10 s.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -110,6 +167,9 @@ pub struct SqsSinkConfig {
     /// Static credentials instead of the standard chain (module docs); not an
     /// option of the YAML.
     pub credentials: Option<StaticCredentials>,
+    /// The stored headers each message carries as String message attributes
+    /// ([`FORWARD_MEDIUM`]), as many as fit. Default none.
+    pub forward_headers: ForwardHeaders,
 }
 
 impl SqsSinkConfig {
@@ -131,6 +191,7 @@ impl SqsSinkConfig {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             ordered: false,
             credentials: None,
+            forward_headers: ForwardHeaders::None,
         }
     }
 
@@ -153,6 +214,7 @@ impl SqsSinkConfig {
             match name.as_str() {
                 "queue_url" => queue_url = p.string("queue_url", value),
                 "region" => config.region = p.string("region", value),
+                forward::OPTION => config.forward_headers = ForwardHeaders::read(value, &mut p),
                 "endpoint_url" => config.endpoint_url = p.string("endpoint_url", value),
                 "timeout_ms" => {
                     if let Some(ms) = p.whole("timeout_ms", value, "milliseconds") {
@@ -253,6 +315,19 @@ impl SqsSinkConfig {
         {
             p.invalid("credentials", "key id and secret must not be empty");
         }
+        self.forward_headers.check(&self.forward_medium(), p);
+    }
+
+    /// [`FORWARD_MEDIUM`] with room for one attribute fewer when bodies are
+    /// base64 (`ankusa_body_encoding`); an ordered sink's
+    /// `ankusa_ordering_key` and a hook's `content_type` are left to the
+    /// delivery (what does not fit then is dropped).
+    pub fn forward_medium(&self) -> Medium {
+        let mut m = FORWARD_MEDIUM;
+        if self.body_encoding == BodyEncoding::Base64 {
+            m.max_headers -= 1;
+        }
+        m
     }
 
     /// The region to use when [`SqsSinkConfig::region`] is not set: the
@@ -336,6 +411,40 @@ mod tests {
     const Q: &str = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders";
 
     #[test]
+    fn forward_headers_fit_sqs_attribute_names_and_count() {
+        let c = SqsSinkConfig::from_options(&opts(serde_json::json!({
+            "queue_url": Q, "forward_headers": ["X-GitHub-Event", "x-shopify.topic", "a_b", "x-4", "x-5"]
+        })))
+        .expect("five valid names");
+        assert_eq!(
+            c.forward_headers,
+            ForwardHeaders::Listed(vec!["x-github-event".into(), "x-shopify.topic".into(), "a_b".into(), "x-4".into(), "x-5".into()])
+        );
+        // base64 bodies take one more attribute of the sink's own.
+        assert_eq!(
+            err(serde_json::json!({"queue_url": Q, "body_encoding": "base64", "forward_headers": ["a", "b", "c", "d", "e"]})),
+            "sink option `forward_headers`: 5 headers listed; a sqs message carries at most 4 besides the sink's own"
+        );
+        for (name, why) in [
+            ("x-a+b", "has `+`"),
+            (".x", "cannot start or end with `.`"),
+            ("x.", "cannot start or end with `.`"),
+            ("x..y", "cannot start or end with `.` nor hold `..`"),
+            ("aws.x", "SQS reserves attribute names starting `aws.` and `amazon.`"),
+            ("Amazon.x", "SQS reserves attribute names starting `aws.` and `amazon.`"),
+            ("ankusa_tenant", "is a name the sqs sink uses itself"),
+            ("content_type", "is a name the sqs sink uses itself"),
+        ] {
+            let e = err(serde_json::json!({"queue_url": Q, "forward_headers": [name]}));
+            assert!(e.starts_with("sink option `forward_headers`: ") && e.contains(why), "{name}: {e}");
+        }
+        assert!(sqs_attribute_value(b"push"));
+        assert!(!sqs_attribute_value(b""), "SQS refuses an empty attribute value");
+        assert!(!sqs_attribute_value(b"a\x01b"));
+        assert!(!sqs_attribute_value(b"\xff"));
+    }
+
+    #[test]
     fn reads_options() {
         let c = SqsSinkConfig::from_options(&opts(serde_json::json!({
             "queue_url": "http://127.0.0.1:5000/123456789012/o.fifo", "region": "us-east-1",
@@ -416,7 +525,7 @@ mod tests {
                 "sink option `body_encoding`: `hex` is not `raw` or `base64`",
                 "sink option `endpoint_url`: must be a string",
                 "sink option `max_message_bytes`: must be 1024 to 1048576 (SQS's MaximumMessageSize range)",
-                "unknown sink option `queue` (valid: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, ordered)",
+                "unknown sink option `queue` (valid: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, ordered, forward_headers)",
                 "sink option `queue_url`: `https://x` has no queue name (expected https://sqs.<region>.amazonaws.com/<account>/<name>)",
                 "sink option `region`: `EU` is not a region name (like `eu-west-1`)",
                 "sink option `timeout_ms`: must be more than 0",

@@ -22,6 +22,10 @@
 //!   and `ankusa_body_encoding` in base64 mode. An attribute value's
 //!   characters that SQS refuses become U+FFFD (a non-UTF-8 ordering key
 //!   already reads lossily); the MessageGroupId below keeps the key exact.
+//!   With `forward_headers`, the chosen provider headers too, named as the
+//!   lower-case header, in what is left of SQS's 10 attributes and of
+//!   `max_message_bytes` ([`crate::forward`],
+//!   [`FORWARD_MEDIUM`](crate::sqs::FORWARD_MEDIUM)).
 //! - Size: SQS counts the body plus each attribute's name, type and value.
 //!   Over `max_message_bytes` (default 262,144 = 256 KiB, SQS's classic
 //!   limit) is Permanent before any call; no fallback (no S3 offload, no
@@ -82,6 +86,7 @@ mod config;
 mod sink;
 
 pub use config::{
+    FORWARD_MEDIUM, MAX_ATTRIBUTES, OWN_ATTRIBUTES_AT_LEAST, sqs_attribute_name, sqs_attribute_value,
     BodyEncoding, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_MS, MAX_MESSAGE_BYTES_LIMIT,
     MIN_MESSAGE_BYTES, SqsSinkConfig, StaticCredentials,
 };

@@ -17,7 +17,8 @@ use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 use base64::Engine as _;
 use sha2::Digest as _;
 
-use super::config::{BodyEncoding, SqsSinkConfig};
+use super::config::{BodyEncoding, MAX_ATTRIBUTES, SqsSinkConfig};
+use crate::forward::{ForwardHeaders, Medium, Room};
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError};
 
 /// The message attribute holding the provider's content type.
@@ -37,6 +38,10 @@ pub struct SqsSink {
     body_encoding: BodyEncoding,
     max_message_bytes: u64,
     timeout: Duration,
+    /// The stored headers each message carries (`forward_headers`), on this
+    /// medium.
+    forward: ForwardHeaders,
+    medium: Medium,
 }
 
 impl std::fmt::Debug for SqsSink {
@@ -47,6 +52,7 @@ impl std::fmt::Debug for SqsSink {
             .field("body_encoding", &self.body_encoding)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("timeout", &self.timeout)
+            .field("forward", &self.forward)
             .finish_non_exhaustive()
     }
 }
@@ -115,6 +121,8 @@ impl SqsSink {
             body_encoding: config.body_encoding,
             max_message_bytes: config.max_message_bytes,
             timeout,
+            forward: config.forward_headers.clone(),
+            medium: config.forward_medium(),
         })
     }
 
@@ -132,10 +140,10 @@ impl SqsSink {
                 "SQS refuses an empty message body, and the hook's body is empty",
             ));
         }
-        let mut attributes: Vec<(&'static str, String)> = ctx
+        let mut attributes: Vec<(String, String)> = ctx
             .attributes()
             .into_iter()
-            .map(|(name, value)| (name, attribute_text(&value).into_owned()))
+            .map(|(name, value)| (name.to_owned(), attribute_text(&value).into_owned()))
             .collect();
         let content_type = ctx.content_type.as_deref().map(Cow::Borrowed).or_else(|| {
             hook.headers
@@ -144,10 +152,10 @@ impl SqsSink {
                 .map(|(_, v)| String::from_utf8_lossy(v))
         });
         if let Some(ct) = content_type.filter(|ct| !ct.is_empty()) {
-            attributes.push((CONTENT_TYPE_ATTR, attribute_text(&ct).into_owned()));
+            attributes.push((CONTENT_TYPE_ATTR.to_owned(), attribute_text(&ct).into_owned()));
         }
         if self.body_encoding == BodyEncoding::Base64 {
-            attributes.push((BODY_ENCODING_ATTR, "base64".to_owned()));
+            attributes.push((BODY_ENCODING_ATTR.to_owned(), "base64".to_owned()));
         }
         // SQS refuses an attribute with an empty value.
         attributes.retain(|(_, v)| !v.is_empty());
@@ -163,6 +171,19 @@ impl SqsSink {
                 },
                 self.max_message_bytes
             )));
+        }
+        // The chosen provider headers in what is left of SQS's 10 attributes
+        // and of max_message_bytes: what does not fit is dropped, never the
+        // hook.
+        let room = Room {
+            count: MAX_ATTRIBUTES.saturating_sub(attributes.len()),
+            bytes: usize::try_from(self.max_message_bytes - size).unwrap_or(usize::MAX),
+        };
+        for (name, value) in self.forward.select(&self.medium, hook, ctx, room) {
+            // The medium takes only values SQS allows as they are (UTF-8).
+            if let Ok(value) = String::from_utf8(value) {
+                attributes.push((name, value));
+            }
         }
         let (group_id, dedup_id) = if self.fifo {
             let group = match ctx.ordering_key() {
@@ -187,7 +208,7 @@ impl SqsSink {
 /// One SendMessage's fields.
 struct Message {
     body: String,
-    attributes: Vec<(&'static str, String)>,
+    attributes: Vec<(String, String)>,
     group_id: Option<String>,
     dedup_id: Option<String>,
 }
@@ -207,7 +228,7 @@ impl Sink for SqsSink {
                 .build()
             {
                 Ok(v) => {
-                    attributes.insert(name.to_owned(), v);
+                    attributes.insert(name, v);
                 }
                 // Only a missing data type fails, and it is set above.
                 Err(e) => return Outcome::permanent(format!("SQS attribute {name}: {e}")),
@@ -433,10 +454,10 @@ fn attribute_text(value: &str) -> Cow<'_, str> {
 
 /// The message's size as SQS counts it: the body plus each attribute's
 /// name, data type and value, bytes.
-fn message_size(body: &str, attributes: &[(&str, String)]) -> u64 {
+fn message_size<N: AsRef<str>>(body: &str, attributes: &[(N, String)]) -> u64 {
     let attrs: usize = attributes
         .iter()
-        .map(|(n, v)| n.len() + STRING.len() + v.len())
+        .map(|(n, v)| n.as_ref().len() + STRING.len() + v.len())
         .sum();
     u64::try_from(body.len() + attrs).unwrap_or(u64::MAX)
 }

@@ -219,19 +219,21 @@ async fn each_status_maps_to_its_outcome() {
     assert_eq!(deliver(204).await, Outcome::Ok);
     assert_eq!(
         deliver(408).await,
-        Outcome::Retry {
+        Outcome::HttpStatus {
+            status: 408,
             reason: "HTTP 408 Request Timeout".into(),
             after: None
         }
     );
     assert_eq!(
         deliver(429).await,
-        Outcome::Retry {
+        Outcome::HttpStatus {
+            status: 429,
             reason: "HTTP 429 Too Many Requests: slow down".into(),
             after: Some(Duration::from_secs(7))
         }
     );
-    match deliver(503).await {
+    match deliver(503).await.resolve_status(Outcome::retried_by_default) {
         Outcome::Retry { reason, after } => {
             assert_eq!(reason, "HTTP 503 Service Unavailable: maintenance");
             let after = after.expect("HTTP-date Retry-After");
@@ -244,20 +246,30 @@ async fn each_status_maps_to_its_outcome() {
         }
         other => panic!("503: {other:?}"),
     }
+    // Under the default policy (no `retry.retry_statuses` on the entry).
+    let default = |o: Outcome| o.resolve_status(Outcome::retried_by_default);
     assert_eq!(
-        deliver(410).await,
+        default(deliver(410).await),
         Outcome::SinkGone {
             reason: "HTTP 410 Gone".into()
         }
     );
     assert_eq!(
-        deliver(400).await,
+        default(deliver(400).await),
         Outcome::Permanent {
             reason: "HTTP 400 Bad Request: {\"error\":\"missing field `amount`\"}".into()
         }
     );
     assert_eq!(
         deliver(404).await,
+        Outcome::HttpStatus {
+            status: 404,
+            reason: "HTTP 404 Not Found: no such hook endpoint".into(),
+            after: None
+        }
+    );
+    assert_eq!(
+        default(deliver(404).await),
         Outcome::Permanent {
             reason: "HTTP 404 Not Found: no such hook endpoint".into()
         }
@@ -271,18 +283,18 @@ async fn each_status_maps_to_its_outcome() {
         }
     );
     assert!(matches!(
-        deliver(500).await,
+        default(deliver(500).await),
         Outcome::Retry { after: None, .. }
     ));
     assert!(matches!(
-        deliver(425).await,
+        default(deliver(425).await),
         Outcome::Retry { after: None, .. }
     ));
     // One request per delivery: nothing retried or redirected inside the sink.
     let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
     assert_eq!(
         paths,
-        [200, 204, 408, 429, 503, 410, 400, 404, 301, 500, 425]
+        [200, 204, 408, 429, 503, 410, 400, 404, 404, 301, 500, 425]
             .map(|c| format!("/status/{c}"))
             .to_vec()
     );
@@ -353,7 +365,9 @@ async fn connections_are_pooled_per_sink() {
 #[test]
 fn classify_table() {
     let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-    let c = |code: u16| classify(StatusCode::from_u16(code).expect("code"), None, b"", now);
+    let raw = |code: u16| classify(StatusCode::from_u16(code).expect("code"), None, b"", now);
+    // Under the default policy (no `retry.retry_statuses` on the entry).
+    let c = |code: u16| raw(code).resolve_status(Outcome::retried_by_default);
     for code in [200, 201, 202, 204, 299] {
         assert_eq!(c(code), Outcome::Ok, "{code}");
     }
@@ -364,6 +378,29 @@ fn classify_table() {
         );
     }
     assert!(matches!(c(410), Outcome::SinkGone { .. }));
+    // Every 4xx and 5xx comes out as its status, for the policy to decide.
+    for code in [400, 404, 408, 409, 410, 425, 429, 499, 500, 503, 599] {
+        assert!(
+            matches!(raw(code), Outcome::HttpStatus { status, after: None, .. } if status == code),
+            "{code}"
+        );
+    }
+    // A policy that retries 404 and 409 but not 503.
+    let custom = |code: u16| raw(code).resolve_status(|s| matches!(s, 404 | 409));
+    assert!(matches!(custom(404), Outcome::Retry { .. }));
+    assert!(matches!(custom(409), Outcome::Retry { .. }));
+    assert!(matches!(custom(503), Outcome::Permanent { .. }));
+    assert!(matches!(custom(410), Outcome::SinkGone { .. }));
+    // A Retry-After travels with the status and is kept when it is retried.
+    let with_after = classify(StatusCode::NOT_FOUND, Some(b"5"), b"", now);
+    assert!(matches!(
+        with_after.clone(),
+        Outcome::HttpStatus { status: 404, after: Some(d), .. } if d == Duration::from_secs(5)
+    ));
+    assert!(matches!(
+        with_after.resolve_status(|_| true),
+        Outcome::Retry { after: Some(d), .. } if d == Duration::from_secs(5)
+    ));
     for code in [400, 401, 403, 404, 405, 409, 413, 415, 422, 451, 499] {
         assert!(matches!(c(code), Outcome::Permanent { .. }), "{code}");
     }
@@ -373,7 +410,7 @@ fn classify_table() {
     // A long body is cut to 200 characters and marked.
     let long = "x".repeat(1000);
     match classify(StatusCode::BAD_REQUEST, None, long.as_bytes(), now) {
-        Outcome::Permanent { reason } => {
+        Outcome::HttpStatus { reason, .. } => {
             assert_eq!(
                 reason,
                 format!("HTTP 400 Bad Request: {}…", "x".repeat(200))
@@ -440,6 +477,7 @@ fn config_from_options() {
             url: "https://hooks.example.com/in?k=1".into(),
             timeout_ms: 2500,
             headers: vec![("Authorization".into(), "Bearer x".into())],
+            signing: None,
         }
     );
     let d = HttpSinkConfig::from_options(&options(json!({"url": "http://127.0.0.1:9/"})))
@@ -533,7 +571,7 @@ fn every_config_problem_is_reported_at_once() {
             "sink option `headers.x-b`: is not a valid header value (control character)",
             "sink option `headers.x-c`: must be a string",
             "sink option `timeout_ms`: must be more than 0",
-            "unknown sink option `timout` (valid: url, timeout_ms, headers)",
+            "unknown sink option `timout` (valid: url, timeout_ms, headers, signing)",
             "sink option `url`: scheme `ftp` is not http or https",
         ]
     );
@@ -580,4 +618,134 @@ async fn provider_headers_are_forwarded_except_reserved_ones() {
     assert_eq!(r.header("transfer-encoding"), None);
     assert_eq!(r.header("content-length"), Some("2"), "framing is the sink's own");
     assert_ne!(r.header("connection"), Some("close"));
+}
+
+const WHSEC_A: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const WHSEC_B: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+
+fn unix_s() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
+
+/// A signed delivery carries each Standard Webhooks header once: the id is
+/// the idempotency key, the timestamp the attempt's, the signature one `v1,`
+/// entry per secret over the body as sent; a provider's own `webhook-*`
+/// headers (stored from a Standard Webhooks source) are replaced, not sent
+/// beside ours. (The root package's tests/it/signing.rs verifies the
+/// signatures with the scheme's own library.)
+#[tokio::test]
+async fn standard_webhooks_signing_replaces_the_providers_headers() {
+    let server = ok_server().await;
+    let config = HttpSinkConfig::from_options(&options(json!({
+        "url": server.url("/in"),
+        "signing": {"type": "standard_webhooks", "secrets": [WHSEC_A, WHSEC_B]},
+    })))
+    .expect("valid");
+    let signing = config.signing.clone().expect("signing");
+    let s = HttpSink::new(&config).expect("sink");
+    let mut h = hook(SHOPIFY_BODY);
+    h.headers.extend([
+        (b"webhook-id".to_vec(), b"msg_provider".to_vec()),
+        (b"Webhook-Timestamp".to_vec(), b"1614265330".to_vec()),
+        (b"webhook-signature".to_vec(), b"v1,providers/own=".to_vec()),
+    ]);
+    let before = unix_s();
+    assert_eq!(s.deliver(&h, &ctx()).await, Outcome::Ok);
+    let after = unix_s();
+    let r = only(&server);
+    assert_eq!(r.body, SHOPIFY_BODY);
+    assert_eq!(r.header("webhook-id"), Some("01932c4e-5f60-7abc-8def-0123456789ab"));
+    assert_eq!(r.header("webhook-id"), r.header("x-ankusa-idempotency-key"));
+    let ts: u64 = r.header("webhook-timestamp").expect("timestamp").parse().expect("unix seconds");
+    assert!((before..=after).contains(&ts), "{before} <= {ts} <= {after}");
+    let sig = r.header("webhook-signature").expect("signature");
+    assert_eq!(sig.split(' ').count(), 2, "{sig}");
+    assert!(sig.split(' ').all(|e| e.starts_with("v1,") && e.len() == 3 + 44), "{sig}");
+    let expected = signing.headers("01932c4e-5f60-7abc-8def-0123456789ab", ts, SHOPIFY_BODY);
+    assert_eq!(expected[2].1.to_str().expect("ascii"), sig);
+    assert_eq!(r.header("x-shopify-topic"), Some("orders/create"), "other provider headers still travel");
+}
+
+/// The hmac type: one header, GitHub's form when asked, over the exact body.
+#[tokio::test]
+async fn hmac_signing_writes_one_header() {
+    let server = ok_server().await;
+    let config = HttpSinkConfig::from_options(&options(json!({
+        "url": server.url("/in"),
+        "signing": {"type": "hmac", "secret": "It's a Secret to Everybody", "header": "X-Hub-Signature-256", "prefix": "sha256="},
+    })))
+    .expect("valid");
+    let s = HttpSink::new(&config).expect("sink");
+    let mut h = hook(b"Hello, World!");
+    h.headers.push((b"X-Hub-Signature-256".to_vec(), b"sha256=from-the-provider".to_vec()));
+    assert_eq!(s.deliver(&h, &ctx()).await, Outcome::Ok);
+    let r = only(&server);
+    // GitHub's documented test vector for this secret and payload.
+    assert_eq!(
+        r.header("x-hub-signature-256"),
+        Some("sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
+    );
+    assert_eq!(r.header("webhook-signature"), None);
+}
+
+/// The configured headers cannot write the signing's headers, and a broken
+/// signing is named option by option beside the sink's other problems.
+#[test]
+fn signing_conflicts_and_problems_name_the_option() {
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "http://h/",
+        "headers": {"Webhook-Signature": "v1,x", "x-team": "a"},
+        "signing": {"type": "standard_webhooks", "secrets": [WHSEC_A]},
+    })))
+    .expect_err("conflict");
+    assert_eq!(
+        e.to_string(),
+        "sink option `headers.Webhook-Signature`: is written by the sink's signing (type standard_webhooks) and cannot be configured"
+    );
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "http://h/",
+        "headers": {"x-signature": "s"},
+        "signing": {"type": "hmac", "secret": "k", "header": "X-Signature"},
+    })))
+    .expect_err("conflict");
+    assert_eq!(invalid_option(e), "headers.x-signature");
+    // Without signing, webhook-* are ordinary headers.
+    HttpSinkConfig::from_options(&options(json!({"url": "http://h/", "headers": {"webhook-id": "x"}}))).expect("valid");
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "ftp://h/",
+        "signing": {"type": "standard_webhooks", "secrets": ["whsec_!!", WHSEC_A, ""]},
+    })))
+    .expect_err("problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(names, ["signing.secrets[0]", "signing.secrets[2]", "url"]);
+    // A config built in code is checked by the constructor too.
+    let mut c = HttpSinkConfig::new("http://h/");
+    c.signing = Some(ankusa_sinks::http::Signing::from_option(&json!({"type": "hmac", "secret": "k"})).expect("valid"));
+    c.headers = vec![("X-Ankusa-Signature".into(), "x".into())];
+    assert_eq!(invalid_option(HttpSink::new(&c).expect_err("reserved")), "headers.X-Ankusa-Signature");
+}
+
+/// A signing with problems of its own still owns its headers: a clash with
+/// the configured headers is reported in the same run.
+#[test]
+fn a_header_clash_is_reported_beside_a_broken_signing() {
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "http://h/",
+        "headers": {"webhook-id": "x"},
+        "signing": {"type": "standard_webhooks", "secrets": []},
+    })))
+    .expect_err("problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(names, ["headers.webhook-id", "signing.secrets"]);
+    let e = HttpSinkConfig::from_options(&options(json!({
+        "url": "http://h/",
+        "headers": {"X-Sig": "x"},
+        "signing": {"type": "hmac", "header": "x-sig"},
+    })))
+    .expect_err("problems");
+    let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
+    assert_eq!(names, ["headers.X-Sig", "signing.secret"]);
 }

@@ -197,6 +197,11 @@ pub struct AdminState<K: Kv> {
     /// Expired dedupe records the sweep has deleted since the start
     /// (`ankusa_retention_dedupe_expired_total`).
     pub retention_dedupe_expired: Arc<AtomicU64>,
+    /// Provider headers the broker sinks dropped at delivery because they did
+    /// not fit the message (`forward_headers`), by sink kind: the
+    /// `ankusa_forwarded_headers_dropped_total{sink}` counter. The relay wires
+    /// the sinks crate's totals; the default has none.
+    pub forwarded_headers_dropped: Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>,
     /// The ingest edge: its Writer handle and its routes (quarantine
     /// releases and drops, archive replays, purge marks). `None` before it
     /// is attached and after [`AdminState::detach_edge`]: the Writer stops
@@ -238,6 +243,7 @@ impl<K: Kv> AdminState<K> {
             paused_sinks: Arc::new(AtomicU64::new(0)),
             retention_hooks_deleted: Arc::new(AtomicU64::new(0)),
             retention_dedupe_expired: Arc::new(AtomicU64::new(0)),
+            forwarded_headers_dropped: Box::new(Vec::<(&'static str, u64)>::new),
             ingest: std::sync::Mutex::new(None),
             pipeline: None,
         }
@@ -332,8 +338,9 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
             c.encode(m)?;
         }
-        let edge: [(&str, &str, &AtomicU64); 7] = [
+        let edge: [(&str, &str, &AtomicU64); 8] = [
             ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
+            ("ankusa_ingest_unmatched", "Hooks committed that no sink's filter took (no delivery row)", &s.unmatched),
             ("ankusa_ingest_duplicates", "Provider retries answered from the dedupe record", &s.duplicates),
             ("ankusa_ingest_unauthorized", "Hooks refused by verification (401)", &s.unauthorized),
             ("ankusa_ingest_too_large", "Hooks refused for size (413)", &s.too_large),
@@ -356,6 +363,32 @@ impl<K: Kv> Collector for StoreCollector<K> {
             prometheus_client::metrics::MetricType::Counter,
         )?;
         for (kind, n) in missing {
+            let labels = [("sink", kind)];
+            let m = family.encode_family(&labels)?;
+            ConstCounter::new(n).encode(m)?;
+        }
+        // Labelled by source and sink entry names: bounded by the
+        // configuration, never by keys or tenants.
+        let filtered = s.filtered.lock().map(|m| m.clone()).unwrap_or_default();
+        let mut family = encoder.encode_descriptor(
+            "ankusa_ingest_filtered",
+            "Delivery rows not made because the sink entry's filter did not match the hook, by source and sink",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for ((source, sink), n) in &filtered {
+            let labels = [("source", source.as_str()), ("sink", sink.as_str())];
+            let m = family.encode_family(&labels)?;
+            ConstCounter::new(*n).encode(m)?;
+        }
+        let dropped = (self.state.forwarded_headers_dropped)();
+        let mut family = encoder.encode_descriptor(
+            "ankusa_forwarded_headers_dropped",
+            "Provider headers (forward_headers) a broker sink left out of a message because they did not fit the medium, by sink kind",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (kind, n) in dropped {
             let labels = [("sink", kind)];
             let m = family.encode_family(&labels)?;
             ConstCounter::new(n).encode(m)?;

@@ -525,6 +525,9 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
     };
     let (mut ti, mut resume) = position(&tenants, cursor_of(&job)?);
     let mut ops = Vec::new();
+    // (source, sink) of each row a filter kept a release from making, counted
+    // once the step commits.
+    let mut filtered: Vec<(String, String)> = Vec::new();
     let mut budget = STEP_ENTRIES;
     while let Some(&ord) = tenants.get(ti) {
         let after_seq = (resume.len() == 8).then(|| Seq(u64::from_be_bytes(resume.as_slice().try_into().unwrap_or([0; 8]))));
@@ -546,8 +549,9 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
                         continue;
                     };
                     let headers: Vec<Header<'_>> = env.headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
-                    let (rows, _) = route.rows_for(&headers, &ParsedBody::new(&env.body));
-                    ops.push(JobOp::Release { tenant: ord, seq: h.seq, rows });
+                    let r = route.resolve(&headers, &ParsedBody::new(&env.body));
+                    filtered.extend(r.filtered.iter().map(|sink| (route.name.clone(), (*sink).to_owned())));
+                    ops.push(JobOp::Release { tenant: ord, seq: h.seq, rows: r.rows });
                 }
                 _ => ops.push(JobOp::DropQuarantined { tenant: ord, seq: h.seq }),
             }
@@ -571,8 +575,12 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
     }
     let released = job.kind == JobKind::ReleaseQuarantined && !ops.is_empty();
     let writer = edge.writer.clone();
+    let stats = Arc::clone(&edge.stats);
     drop(edge);
     block(writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error)?;
+    for (source, sink) in &filtered {
+        stats.count_filtered(source, [sink.as_str()]);
+    }
     if released {
         (state.wake)();
     }

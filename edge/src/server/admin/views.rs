@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 
 use ankusa_keys::meta::{PauseTarget, decode_name, tenant_by_ord_key, tenant_ords_range};
 use ankusa_keys::{
-    CounterField, DeadLetterValue, DeliveryKey, DeliveryRow, DueKey, Envelope, RowState, Seq, SinkIx, SourceId, TenantOrd,
-    archive_time_range, counter_key, dead_letter_key, deliveries_of_hook_range, due_key, held_due_ms, held_due_range,
-    hook_key, live_due_range,
+    CounterField, DeadLetterValue, DeliveryKey, DeliveryRow, DueKey, Envelope, QuarantinedValue, RowState, Seq, SinkIx,
+    SourceId, TenantOrd, archive_time_range, counter_key, dead_letter_key, deliveries_of_hook_range, due_key, held_due_ms, held_due_range,
+    hook_key, live_due_range, quarantined_key,
 };
 use ankusa_queue::RowId;
 use serde_json::{Value, json};
@@ -350,6 +350,12 @@ pub(crate) fn hook_view<K: Kv>(state: &AdminState<K>, tenant: &str, ord: TenantO
         .iter()
         .map(|(n, v)| json!({ "name": String::from_utf8_lossy(n), "value": utf8(v), "value_base64": b64(v) }))
         .collect();
+    // A quarantined hook has no rows yet: say why, or the operator sees a
+    // hook that goes nowhere.
+    let quarantined = match state.kv.get(Cf::Index, &quarantined_key(ord, seq))? {
+        Some(v) => Some(QuarantinedValue::decode(&v).map_err(ApiError::store)?.reason),
+        None => None,
+    };
     Ok(json!({
         "tenant": tenant,
         "seq": seq.0,
@@ -366,6 +372,7 @@ pub(crate) fn hook_view<K: Kv>(state: &AdminState<K>, tenant: &str, ord: TenantO
         "dedupe_key": env.dedupe_key.as_deref().map(utf8),
         "dedupe_key_base64": env.dedupe_key.as_deref().map(b64),
         "replay_of": env.replay_of.map(|s| s.0),
+        "quarantined": quarantined,
         "deliveries": deliveries,
     }))
 }
