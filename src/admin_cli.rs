@@ -341,7 +341,14 @@ pub fn main(conn: &Conn, command: Command) -> ExitCode {
     }
     // A token HTTP cannot carry (a trailing newline from a file, a space) is
     // a usage error, not an unreachable listener.
-    let token = std::env::var("ANKUSA_ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
+    let token = match std::env::var("ANKUSA_ADMIN_TOKEN") {
+        Ok(t) => Some(t).filter(|t| !t.is_empty()),
+        Err(std::env::VarError::NotPresent) => None,
+        // Bytes that are not UTF-8: not unset, and not a token HTTP can carry.
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Fail::Usage("ANKUSA_ADMIN_TOKEN has spaces, control bytes or non-ASCII (a trailing newline?)".to_owned()).exit();
+        }
+    };
     if token.as_ref().is_some_and(|t| !t.bytes().all(|b| b.is_ascii_graphic())) {
         return Fail::Usage("ANKUSA_ADMIN_TOKEN has spaces, control bytes or non-ASCII (a trailing newline?)".to_owned()).exit();
     }
@@ -505,7 +512,11 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             } else {
                 print_jobs(std::slice::from_ref(&j));
             }
-            job_outcome(&j)?;
+            // Exit 1 for a job that failed or was cancelled only when it was
+            // waited for: a look at a job that is done is a success.
+            if wait {
+                job_outcome(&j)?;
+            }
         }
         Command::Jobs { id: None, wait: _, cmd: None } => {
             let v = api.get("/v1/jobs", &[]).await?;
@@ -763,15 +774,18 @@ fn target(row: Option<String>, all: bool, filter: &Filter, verb: &str) -> Result
     }
 }
 
-/// `<tenant>.<seq>.<sink index>`: a tenant name (letters, digits, `-`, `_`)
-/// and two numbers without sign or leading zero, as the API writes them.
+/// `<tenant>.<seq>.<sink index>`: a tenant name (letters, digits, `-`, `_`),
+/// a seq (u64) and a sink index (u16), numbers without sign or leading zero,
+/// as the API writes them.
 fn is_row_id(text: &str) -> bool {
     let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
     let mut parts = text.rsplitn(3, '.');
     match (parts.next(), parts.next(), parts.next()) {
         (Some(sink), Some(seq), Some(tenant)) => {
             number(sink)
+                && sink.parse::<u16>().is_ok()
                 && number(seq)
+                && seq.parse::<u64>().is_ok()
                 && !tenant.is_empty()
                 && tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         }

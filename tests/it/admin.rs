@@ -586,7 +586,7 @@ async fn the_cli_prints_json_refuses_drops_without_yes_and_exits_with_its_codes(
     assert_eq!(cli(&["tenants", "--admin", a], Some("cli-token\n")).0, 2);
     // What is not a row id never leaves the CLI (`../jobs/..` reaches no other
     // route; the API's own refusal is tested on the API).
-    for bad in ["../jobs/1/cancel#", "other.1", "other.x.0", "other.01.0", ""] {
+    for bad in ["../jobs/1/cancel#", "other.1", "other.x.0", "other.01.0", "", "other.99999999999999999999.0", "other.1.65536"] {
         let (code, _, err) = cli(&["dlq", "revive", bad, "--admin", a], Some(TOKEN));
         assert_eq!(code, 2, "{bad:?}: {err}");
         assert!(err.contains("not a row id"), "{err}");
@@ -612,4 +612,12 @@ async fn the_cli_prints_json_refuses_drops_without_yes_and_exits_with_its_codes(
     assert!(out.contains("drop") && out.contains("done"), "{out}");
     let (code, _, err) = cli(&["jobs", "cancel", "1", "--admin", a], Some(TOKEN));
     assert_eq!(code, 1, "cancel of a finished job: {err}");
+    // A token that is not UTF-8 is a usage error, not an unset token (4).
+    let odd = std::process::Command::new(BIN)
+        .args(["tenants", "--admin", a])
+        .env("ANKUSA_ADMIN_TOKEN", <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"t\xffk"))
+        .output()
+        .expect("run ankusa");
+    assert_eq!(odd.status.code(), Some(2), "{}", String::from_utf8_lossy(&odd.stderr));
+    assert!(String::from_utf8_lossy(&odd.stderr).contains("ANKUSA_ADMIN_TOKEN has"), "{}", String::from_utf8_lossy(&odd.stderr));
 }
