@@ -1048,8 +1048,9 @@ fn unknown_options(options: &Mapping, known: &[&str], kind: &str, scope: &Scope,
                 scope,
                 key,
                 format!(
-                    "unknown option of a {kind} sink (its options: {}; every sink: type, name, ordered, ordering_key)",
-                    known.join(", ")
+                    "unknown option of a {kind} sink (its options: {}; every sink: {})",
+                    known.join(", "),
+                    CORE_KEYS.join(", ")
                 ),
             );
         }

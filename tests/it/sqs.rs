@@ -205,7 +205,7 @@ fn sqs_sinks_are_checked_by_their_adapter() {
         ("{type: sqs, name: orders, region: eu-west-1}".to_owned(), "option \"queue_url\": required"),
         (format!("{{type: sqs, name: orders, queue_url: '{q}', endpoint_url: 'localhost:5000'}}"), "option \"endpoint_url\": "),
         (format!("{{type: sqs, name: orders, queue_url: '{q}', body_encoding: hex}}"), "option \"body_encoding\": "),
-        (format!("{{type: sqs, name: orders, queue_url: '{q}', visibility: 30}}"), "option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, forward_headers; every sink: type, name, ordered, ordering_key)"),
+        (format!("{{type: sqs, name: orders, queue_url: '{q}', visibility: 30}}"), "option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, forward_headers; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit)"),
     ] {
         let file = dir.join("bad.yaml");
         std::fs::write(&file, yaml(&sink)).expect("write");
