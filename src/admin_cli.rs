@@ -82,10 +82,12 @@ impl Filter {
 /// `ankusa hooks ...`.
 #[derive(Subcommand, Debug)]
 pub enum HooksCmd {
-    /// A hook's envelope and every delivery row: by idempotency key, or by
-    /// --tenant and --seq.
+    /// A hook's envelope and every delivery row: by idempotency key,
+    /// `<tenant>.<seq>`, a row id `<tenant>.<seq>.<sink index>`, or --tenant
+    /// and --seq.
     Show {
-        /// The idempotency key the relay answered the provider with.
+        /// The idempotency key the relay answered the provider with, or
+        /// `<tenant>.<seq>` (e.g. default.42), or a row id (default.42.0).
         #[arg(conflicts_with_all = ["tenant", "seq"], required_unless_present_all = ["tenant", "seq"])]
         id: Option<String>,
         /// Tenant name (with --seq).
@@ -429,6 +431,19 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
         }
         Command::Hooks(HooksCmd::Show { id, tenant, seq }) => {
             let path = match (id, tenant, seq) {
+                // `<tenant>.<seq>` as `hooks show` prints it, or a row id
+                // `<tenant>.<seq>.<sink index>` as `dlq list` does (tenant
+                // names have no dots; an idempotency key has none either).
+                (Some(id), _, _) if id.contains('.') => {
+                    let parts: Vec<&str> = id.split('.').collect();
+                    let bad = || Fail::Usage(format!("{id:?} is not a hook: give its idempotency key, <tenant>.<seq> (e.g. default.42) or a row id (default.42.0)"));
+                    let (t, n) = match parts.as_slice() {
+                        [t, n] | [t, n, _] if !t.is_empty() => (*t, *n),
+                        _ => return Err(bad()),
+                    };
+                    let n: u64 = n.parse().map_err(|_| bad())?;
+                    format!("/v1/tenants/{}/hooks/{n}", seg(&t))
+                }
                 (Some(id), _, _) => format!("/v1/hooks/{}", seg(&id)),
                 (None, Some(t), Some(n)) => format!("/v1/tenants/{}/hooks/{}", seg(&t), seg(&n)),
                 _ => return Err(Fail::Usage("give an idempotency key, or --tenant and --seq".into())),
@@ -631,6 +646,8 @@ async fn start_job(api: &Api, json_out: bool, body: Value, wait: bool) -> Result
         print_jobs(std::slice::from_ref(&job));
         if !wait {
             println!("follow it with: ankusa jobs {id} --wait");
+        } else if job["state"] == "done" && job["done"].as_u64() == Some(0) {
+            eprintln!("job {id} matched nothing: check its filter (--reason is a prefix of the reason `ankusa dlq list` shows)");
         }
     }
     job_outcome(&job)

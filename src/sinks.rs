@@ -39,7 +39,7 @@ fn not_built(kind: SinkKind) -> String {
 /// The options core reads from every sink entry (the config crate removes
 /// them before the adapter sees the rest; the sqs and pubsub adapters read
 /// `ordered` / a legacy `ordering_key` too, so their lists name them).
-const CORE_OPTIONS: &[&str] = &["type", "name", "ordered", "ordering_key"];
+const CORE_OPTIONS: &[&str] = &ankusa_config::SINK_CORE_KEYS;
 
 /// Validates one sink entry's options as its adapter reads them (each
 /// `from_options` validates), without connecting anywhere. The error is every

@@ -102,6 +102,7 @@ pub use model::{
     SinkKind, Source, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification,
 };
 pub use model::RateLimit;
+pub use sink::CORE_KEYS as SINK_CORE_KEYS;
 pub use secret::{EnvLookup, Secret, SecretOrigin, process_env, redact_url};
 
 /// A check the load runs on each source once it parsed, for what other layers

@@ -36,7 +36,9 @@ pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
     }
 }
 
-const CORE_KEYS: [&str; 8] = [
+/// The keys of a sink entry that core reads itself (docs/design.md section
+/// 7); every other key is the adapter's own option.
+pub const CORE_KEYS: [&str; 8] = [
     "type",
     "name",
     "ordered",
@@ -709,7 +711,7 @@ fn kept_header(ctx: &SourceCtx<'_>, h: &str, option: &str, what: &str, scope: &S
         scope,
         option,
         format!(
-            "header \"{h}\" is not kept by the store: {whose} {verb} it, so a quarantine release or a replay could not apply the same {what} (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.{h}: keep"
+            "header \"{h}\" is not kept by the store: {whose} {verb} it, so a quarantine release or a replay could not apply the same {what} (docs/design.md section 5, \"Quarantine\"); set store_headers headers.{h}: keep"
         ),
     );
 }

@@ -543,6 +543,13 @@ async fn the_cli_prints_json_refuses_drops_without_yes_and_exits_with_its_codes(
     let (code, out, _) = cli(&["hooks", "show", &id, "--admin", a, "--json"], Some(TOKEN));
     assert_eq!(code, 0);
     let hook: Value = serde_json::from_str(&out).expect("hooks show --json");
+    // The same hook by <tenant>.<seq> and by its row id.
+    for by in ["other.1", "other.1.0"] {
+        let (code, same, err) = cli(&["hooks", "show", by, "--admin", a, "--json"], Some(TOKEN));
+        assert_eq!(code, 0, "{by}: {err}");
+        assert_eq!(serde_json::from_str::<Value>(&same).expect("hooks show --json"), hook, "{by}");
+    }
+    assert_eq!(cli(&["hooks", "show", "other.x", "--admin", a], Some(TOKEN)).0, 2);
     assert_eq!(hook["seq"], 1);
     // Dead on its first attempt's 400: that attempt is counted and its error
     // kept (it showed attempts 0 and no error).

@@ -173,7 +173,7 @@ fn a_header_the_store_does_not_keep_is_refused() {
     assert_eq!(
         one(&yaml),
         format!(
-            "{AT} \"filter\": header \"x-github-event\" is not kept by the store: the instance store_headers policy drops it, so a quarantine release or a replay could not apply the same filter (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.x-github-event: keep"
+            "{AT} \"filter\": header \"x-github-event\" is not kept by the store: the instance store_headers policy drops it, so a quarantine release or a replay could not apply the same filter (docs/design.md section 5, \"Quarantine\"); set store_headers headers.x-github-event: keep"
         )
     );
     // The source's override hashes it by default; in a list, by position.
@@ -184,7 +184,7 @@ fn a_header_the_store_does_not_keep_is_refused() {
     assert_eq!(
         one(&yaml),
         format!(
-            "{AT} \"filter[1]\": header \"x-foo\" is not kept by the store: the source's store_headers override hashes it, so a quarantine release or a replay could not apply the same filter (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.x-foo: keep"
+            "{AT} \"filter[1]\": header \"x-foo\" is not kept by the store: the source's store_headers override hashes it, so a quarantine release or a replay could not apply the same filter (docs/design.md section 5, \"Quarantine\"); set store_headers headers.x-foo: keep"
         )
     );
     // A JSON path reads the stored body: any policy.
