@@ -787,3 +787,133 @@ sources:
     assert_eq!(api.tenant("default").await["counters"], before["counters"], "a refused request changed something");
     assert_eq!(api.ok("GET", "/v1/tenants/{tenant}/quarantine", "/v1/tenants/default/quarantine", None).await["items"].as_array().map(Vec::len), Some(1));
 }
+
+fn purge_dedupe_config(url: &str) -> String {
+    config(
+        "rocksdb",
+        &format!(
+            "
+tenants: [{{name: doomed}}, {{name: keeper}}]
+sources:
+  - name: d_orders
+    tenant: doomed
+    dedupe: {{header: x-delivery}}
+    sinks: [{{type: http, name: web, url: '{url}'}}]
+  - name: d_review
+    tenant: doomed
+    quarantine: true
+    sinks: [{{type: http, name: web, url: '{url}'}}]
+  - name: k_orders
+    tenant: keeper
+    dedupe: {{header: x-delivery}}
+    sinks: [{{type: http, name: web, url: '{url}k'}}]
+"
+        ),
+    )
+}
+
+/// The answer to every hook of a tenant being purged: 503, Retry-After 30.
+fn assert_purge_refusal(what: &str, a: &crate::relay::Answer) {
+    assert_eq!((a.status, a.retry_after.as_deref()), (503, Some("30")), "{what}: {a:?}");
+    let msg = a.body["error"].as_str().unwrap_or_default();
+    assert!(msg.contains("tenant doomed is being purged"), "{what}: {a:?}");
+}
+
+async fn start_purge(api: &Admin) -> u64 {
+    let job = api.ok("POST", "/v1/jobs", "/v1/jobs", Some(json!({ "kind": "purge_tenant", "filter": { "tenant": "doomed" } }))).await;
+    job["id"].as_u64().expect("job id")
+}
+
+async fn job_ended(api: &Admin, id: u64) -> Value {
+    until("the job ended", WAIT, async || {
+        let j = api.job(id).await;
+        (j["state"] != "running").then_some(j)
+    })
+    .await
+}
+
+/// Posts hook `delivery` of d_orders; its id (a new hook, not a duplicate).
+async fn post_new(relay: &Relay, delivery: &str) -> String {
+    let a = relay.post("/hooks/d_orders", &[JSON, ("x-delivery", delivery)], body(delivery, 0)).await;
+    assert_eq!(a.body["duplicate"], Value::Null, "{a:?}");
+    a.id()
+}
+
+/// A tenant purge refuses every hook of the tenant before the dedupe check
+/// (docs/design.md section 5, "Edge" and "Purge a tenant"): while the job
+/// runs, a provider's resend of a hook whose dedupe record is still stored
+/// gets 503 + Retry-After 30 like a new hook and a quarantined one (not 200
+/// "duplicate": the purge deletes the hook it duplicates, and the provider
+/// would never send it again); another tenant's hooks are accepted; after
+/// the purge the resend is taken as a new hook. The same after a SIGKILL
+/// mid-purge and a restart (the mark is read from the store). An answer
+/// counts only when the job was still running after it arrived (the purge
+/// may end first: then the round is tried again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_refuses_a_providers_resend_before_dedupe_also_after_a_restart() {
+    let sink = Sink::ok().await;
+    let mut relay = Relay::start(&purge_dedupe_config(&sink.url())).await;
+    let api = Admin::new(&relay, None);
+    let first = post_new(&relay, "evt_1").await;
+    let dup = relay.post("/hooks/d_orders", &[JSON, ("x-delivery", "evt_1")], body("evt_1", 0)).await;
+    assert_eq!((dup.status, dup.body["duplicate"].as_bool(), dup.body["id"].as_str()), (200, Some(true), Some(first.as_str())), "{dup:?}");
+    relay.post("/hooks/k_orders", &[JSON, ("x-delivery", "evt_1")], body("evt_1", 0)).await.id();
+
+    // Live: the answers while the job runs.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no answer arrived while a purge ran");
+        let id = start_purge(&api).await;
+        let resend = relay.post("/hooks/d_orders", &[JSON, ("x-delivery", "evt_1")], body("evt_1", 0)).await;
+        let new = relay.post("/hooks/d_orders", &[JSON, ("x-delivery", "evt_new")], body("evt_new", 0)).await;
+        let held = relay.post("/hooks/d_review", &[JSON], body("q", 0)).await;
+        let keeper = relay.post("/hooks/k_orders", &[JSON, ("x-delivery", "evt_2")], body("evt_2", 0)).await;
+        let during = api.job(id).await["state"] == "running";
+        assert_eq!(keeper.status, 200, "another tenant's hook: {keeper:?}");
+        let done = job_ended(&api, id).await;
+        assert_eq!(done["state"], "done", "{done}");
+        if during {
+            assert_purge_refusal("a resend of a stored hook", &resend);
+            assert_purge_refusal("a new hook", &new);
+            assert_purge_refusal("a hook held in quarantine", &held);
+            break;
+        }
+        // The purge ended first: the tenant has nothing; start again.
+        post_new(&relay, "evt_1").await;
+    }
+    // After the purge: the provider's retry is a new hook.
+    let after = post_new(&relay, "evt_1").await;
+    assert_ne!(after, first);
+
+    // Restart mid-purge: SIGKILL while the job runs, the store still has the
+    // mark and the dedupe record; the restarted relay refuses the resend.
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no answer arrived while a resumed purge ran");
+        let id = start_purge(&api).await;
+        relay.kill();
+        let (marked, recorded) = {
+            let kv = open_store(&relay);
+            let marks = ankusa_queue::read_purges(&kv).expect("purges");
+            let ord = marks.keys().next().copied();
+            let recorded = ord.is_some_and(|o| {
+                kv.scan(Cf::Index, &ankusa_keys::tenant_range(ankusa_keys::Family::Dedupe, o), Direction::Forward, 10).expect("scan").len() == 1
+            });
+            (!marks.is_empty(), recorded)
+        };
+        relay.restart().await;
+        let resend = relay.post("/hooks/d_orders", &[JSON, ("x-delivery", "evt_1")], body("evt_1", 0)).await;
+        let during = api.job(id).await["state"] == "running";
+        let done = job_ended(&api, id).await;
+        assert_eq!(done["state"], "done", "{done}");
+        if marked && recorded && during {
+            assert_purge_refusal("a resend after a restart mid-purge", &resend);
+            break;
+        }
+        if resend.status == 200 {
+            continue; // taken after the purge ended: the tenant has evt_1 again
+        }
+        post_new(&relay, "evt_1").await;
+    }
+    stop(&mut relay).await;
+    assert_clean(&open_store(&relay));
+}

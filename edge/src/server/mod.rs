@@ -4,7 +4,8 @@
 //! in order: route (404), method (405), body limit (413), verification (401,
 //! or, with `on_invalid_signature: quarantine`, held in quarantine and 202),
 //! Slack's url_verification handshake (answered here, nothing stored), a
-//! `quarantine: true` source's hold (202), dedupe (a hit answers 200 with the
+//! `quarantine: true` source's hold (202), a tenant being purged (503 +
+//! Retry-After 30, before dedupe and before a hold), dedupe (a hit answers 200 with the
 //! first hook's id and writes nothing), the sinks' filters and ordering keys
 //! (the rows), tenant bounds (429 + Retry-After), node
 //! bounds / shutting down (503 + Retry-After), then the Writer's `Sync` commit,
@@ -355,6 +356,14 @@ impl<K: Kv> Edge<K> {
         if route.quarantine {
             return self.hold(held("source under quarantine".into(), false)).await;
         }
+        // A tenant being purged refuses every hook before the dedupe check: a
+        // provider's resend answered "duplicate" now would never be sent again,
+        // and the purge deletes the hook it duplicates.
+        match self.is_purging(tenant.ord) {
+            Ok(true) => return self.purging(&tenant.name),
+            Ok(false) => {}
+            Err(msg) => return self.unavailable(msg),
+        }
         let dedupe = route.dedupe.as_ref().and_then(|(spec, _)| dedupe::dedupe_key(spec, &headers, &parsed));
         if let Some(dk) = &dedupe {
             match self.dedupe_hit(tenant.ord, route, dk, now) {
@@ -452,6 +461,11 @@ impl<K: Kv> Edge<K> {
     /// quarantined hooks: 429, or 401 for a bad signature), the Writer's `Sync`
     /// commit (no dedupe), then 202.
     async fn hold(&self, h: Hold<'_>) -> Resp {
+        match self.is_purging(h.tenant.ord) {
+            Ok(true) => return self.purging(&h.tenant.name),
+            Ok(false) => {}
+            Err(msg) => return self.unavailable(msg),
+        }
         let held = match self.kv.counter(&counter_key(h.tenant.ord, CounterField::Quarantined)) {
             Ok(n) => n.max(0) as u64,
             Err(e) => return self.unavailable(format!("store failed: {e}")),
@@ -567,6 +581,17 @@ impl<K: Kv> Edge<K> {
     fn purging(&self, tenant: &str) -> Resp {
         self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
         retry_after(error(StatusCode::SERVICE_UNAVAILABLE, format!("tenant {tenant} is being purged; retry later")), 30)
+    }
+
+    /// Whether `tenant` has a purge mark in `meta` (docs/design.md section 5,
+    /// "Purge a tenant"): one point get, read from the store on every hook so a
+    /// purge resumed after a restart refuses hooks too. The Writer refuses the
+    /// tenant's commits as well; this check answers before the edge's own
+    /// dedupe pre-check (and the bounds), so a provider's resend of a hook the
+    /// purge deletes is refused (503, it retries) rather than answered
+    /// "duplicate".
+    fn is_purging(&self, tenant: TenantOrd) -> Result<bool, String> {
+        Ok(self.kv.get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant)).map_err(|e| e.to_string())?.is_some())
     }
 
     fn unavailable(&self, msg: String) -> Resp {
