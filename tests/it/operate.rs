@@ -917,3 +917,63 @@ async fn a_purge_refuses_a_providers_resend_before_dedupe_also_after_a_restart()
     stop(&mut relay).await;
     assert_clean(&open_store(&relay));
 }
+
+/// A replay waiting on its tenant's bounds and then stopped by a purge of
+/// the tenant fails saying the tenant's name, and its phase says why it
+/// stopped instead of "waiting ..."; a cancelled replay's phase says it was
+/// cancelled. A round counts only when the replay failed (the purge may end
+/// before the replay's next step: then it is tried again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_stopped_by_a_purge_names_the_tenant_and_its_phase_says_why() {
+    let sink = Sink::start(|_| Reply::Hold).await;
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "
+tenants: [{{name: doomed, max_pending: 4000}}]
+sources:
+  - name: d_orders
+    tenant: doomed
+    sinks: [{sinks}]
+",
+            sinks = (0..8).map(|i| format!("{{type: http, name: s{i}, url: '{url}', timeout_ms: 120000}}", url = sink.url())).collect::<Vec<_>>().join(", ")
+        ),
+    ))
+    .await;
+    let api = Admin::new(&relay, None);
+    let replay = async || -> u64 {
+        // 2000 rows (8 per hook): half the bounds, so the replay waits; and
+        // enough pages of the purge after its first one (rows, envelopes,
+        // archive entries) that the replay's next look usually falls in it.
+        for i in 0..250 {
+            relay.post("/hooks/d_orders", &[JSON], body("r", i)).await.id();
+        }
+        let job = api.ok("POST", "/v1/jobs", "/v1/jobs", Some(json!({ "kind": "replay", "filter": { "source": "d_orders", "since": 0 } }))).await;
+        let id = job["id"].as_u64().expect("job id");
+        until("the replay waiting on the tenant's bounds", WAIT, async || {
+            let j = api.job(id).await;
+            (j["state"] == "running" && j["phase"].as_str().is_some_and(|p| p.starts_with("waiting"))).then_some(())
+        })
+        .await;
+        id
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "the replay never stepped while the purge ran");
+        let id = replay().await;
+        let purge = start_purge(&api).await;
+        let r = job_ended(&api, id).await;
+        assert_eq!(job_ended(&api, purge).await["state"], "done");
+        if r["state"] == "failed" {
+            assert_eq!(r["error"], "tenant \"doomed\" is being purged", "{r}");
+            assert_eq!(r["phase"], "stopped: tenant \"doomed\" is being purged", "{r}");
+            break;
+        }
+        assert_eq!(r["state"], "done", "{r}");
+    }
+    // Cancelled while waiting (the purge left the tenant empty).
+    let id = replay().await;
+    let c = api.ok("POST", "/v1/jobs/{id}/cancel", &format!("/v1/jobs/{id}/cancel"), None).await;
+    assert_eq!((c["state"].as_str(), c["phase"].as_str()), (Some("cancelled"), Some("cancelled by an operator")), "{c}");
+    assert_eq!(api.job(id).await["phase"], "cancelled by an operator");
+}

@@ -141,7 +141,8 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_seq: Option<u64>,
     /// What the job is doing now, for operators (a purge's family, "waiting
-    /// for ...").
+    /// for ..."); once it stopped, why ("cancelled by an operator",
+    /// "stopped: <error>"); `None` once done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
 }

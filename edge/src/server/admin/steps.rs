@@ -245,10 +245,20 @@ pub(crate) fn plan<K: Kv>(state: &AdminState<K>, kind: JobKind, filter: &mut Dlq
     Ok(plan)
 }
 
-/// An error of the Writer as the API reports it.
-fn write_error(e: WriteError) -> ApiError {
+/// The name of tenant `ord` in the registry (its ordinal when the registry
+/// does not have it).
+fn tenant_name<K: Kv>(state: &AdminState<K>, ord: TenantOrd) -> String {
+    state.registry.tenants.iter().find(|(_, o)| **o == ord).map_or_else(|| format!("#{}", ord.0), |(n, _)| format!("{n:?}"))
+}
+
+/// An error of the Writer as the API reports it (a tenant by its name).
+fn write_error<K: Kv>(state: &AdminState<K>) -> impl Fn(WriteError) -> ApiError + '_ {
+    move |e| write_error_of(state, e)
+}
+
+fn write_error_of<K: Kv>(state: &AdminState<K>, e: WriteError) -> ApiError {
     match e {
-        WriteError::TenantPurging { tenant } => ApiError::conflict(format!("tenant {tenant} is being purged")),
+        WriteError::TenantPurging { tenant } => ApiError::conflict(format!("tenant {} is being purged", tenant_name(state, tenant))),
         WriteError::NotQuarantined { tenant, seq } => ApiError::conflict(format!("hook {seq} of tenant {tenant} is not quarantined")),
         WriteError::Refused(m) => ApiError::conflict(m),
         WriteError::Stopped => ApiError::unavailable("the Writer has stopped (the relay is stopping)"),
@@ -330,6 +340,15 @@ pub(crate) fn step<K: Kv>(state: &AdminState<K>, job: Job, raw: Vec<u8>) -> Resu
 pub(crate) fn finish<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>, to: JobState, error: Option<String>) -> Result<Job, ApiError> {
     let now = (state.clock)();
     job.state = to;
+    // The phase says what a running job is doing; once it stops, why it
+    // stopped (a replay waiting on its bounds and then failed must not keep
+    // saying it waits).
+    job.phase = match to {
+        JobState::Running => job.phase,
+        JobState::Done => None,
+        JobState::Cancelled => Some("cancelled by an operator".to_owned()),
+        JobState::Failed => Some(format!("stopped: {}", error.as_deref().unwrap_or("failed"))),
+    };
     job.error = error;
     job.updated_at_ms = now;
     job.finished_at_ms = Some(now);
@@ -338,7 +357,7 @@ pub(crate) fn finish<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>, t
             let tenant = job.filter.tenant.clone().unwrap_or_default();
             let ord = tenant_ord(&state.registry, &tenant)?;
             let edge = state.edge().ok_or_else(|| ApiError::unavailable("the relay is stopping: the purge's mark is lifted at the next start"))?;
-            block(edge.writer.purge_mark(ord, None, stored(&job, raw)?)).map_err(write_error)?;
+            block(edge.writer.purge_mark(ord, None, stored(&job, raw)?)).map_err(write_error(state))?;
             if let Ok(control) = state.pipeline()
                 && let Err(e) = block(control.quiesce(ord, false))
             {
@@ -498,7 +517,7 @@ fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Resu
     let n = ops.len();
     let edge_writer = edge.writer.clone();
     drop(edge);
-    block(edge_writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error)?;
+    block(edge_writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error(state))?;
     if n > 0 {
         (state.wake)();
     }
@@ -577,7 +596,7 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
     let writer = edge.writer.clone();
     let stats = Arc::clone(&edge.stats);
     drop(edge);
-    block(writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error)?;
+    block(writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error(state))?;
     for (source, sink) in &filtered {
         stats.count_filtered(source, [sink.as_str()]);
     }
@@ -605,7 +624,7 @@ pub(crate) fn begin_purge<K: Kv>(state: &AdminState<K>, job: &Job) -> Result<(),
     let ord = tenant_ord(&state.registry, &tenant)?;
     let edge = state.edge().ok_or_else(|| ApiError::unavailable("the Writer is not running"))?;
     let st = StoredState { key: job_key(job.id), expect: None, value: encode(job)? };
-    block(edge.writer.purge_mark(ord, Some(job.id), st)).map_err(write_error)?;
+    block(edge.writer.purge_mark(ord, Some(job.id), st)).map_err(write_error(state))?;
     info!(job = job.id, tenant = %tenant, "tenant purge started: its hooks are refused until it ends");
     Ok(())
 }
