@@ -83,7 +83,8 @@ pub struct EdgeStats {
     pub filtered: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
     /// Hooks committed with no delivery row at all: no sink's filter matched
     /// (they are stored, archived and deduped like any hook, answered 200,
-    /// and deleted by retention): `ankusa_ingest_unmatched_total`.
+    /// and deleted by retention), at ingest or at a quarantine release (one
+    /// hook or a job's): `ankusa_ingest_unmatched_total`.
     pub unmatched: AtomicU64,
 }
 
@@ -377,7 +378,8 @@ impl<K: Kv> Edge<K> {
             }
         }
         // The sinks' filters and ordering keys (one JSON decode, shared with
-        // the dedupe key): only the rows made count against the bounds. The
+        // the dedupe key): only the rows made count against the bounds (a hook
+        // with no row adds nothing to the queue and is never refused by them). The
         // keyless and filtered rows are counted only once the rows are
         // committed (not for a Writer-side duplicate, a store failure or a
         // shutdown).
@@ -549,9 +551,9 @@ impl<K: Kv> Edge<K> {
             Ok(()) => {
                 (self.on_commit)();
                 self.count_keyless(&keyless);
-                // A released hook no filter takes is not "unmatched": that
-                // counts hooks at ingest.
-                self.count_filtered(route, &filtered, false);
+                // A released hook no filter takes is committed with no row:
+                // unmatched, as at ingest.
+                self.count_filtered(route, &filtered, n == 0);
                 info!(source = %route.name, tenant = tenant.0, seq = seq.0, rows = n, "quarantined hook released");
                 Ok(Released { source: route.name.clone(), rows: n })
             }
@@ -644,6 +646,11 @@ impl<K: Kv> Edge<K> {
     /// reservation, held until the Writer answers), so concurrent requests
     /// cannot all pass on the same stale counter.
     fn reserve(&self, tenant: &TenantRoute, rows: u64, bytes: u64) -> Result<Result<Reservation<'_>, Resp>, String> {
+        // No row: nothing is added to the queue, so no bound can refuse it
+        // (docs/design.md section 5, "Edge", step 8 counts only the rows made).
+        if rows == 0 {
+            return Ok(Ok(Reservation { edge_reservations: &self.reservations, tenant: tenant.ord, rows: 0, bytes: 0 }));
+        }
         let read = |t: TenantOrd, f: CounterField| -> Result<u64, String> {
             Ok(self.kv.counter(&counter_key(t, f)).map_err(|e| e.to_string())?.max(0) as u64)
         };

@@ -340,7 +340,7 @@ impl<K: Kv> Collector for StoreCollector<K> {
         }
         let edge: [(&str, &str, &AtomicU64); 8] = [
             ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
-            ("ankusa_ingest_unmatched", "Hooks committed that no sink's filter took (no delivery row)", &s.unmatched),
+            ("ankusa_ingest_unmatched", "Hooks committed, or released from quarantine, that no sink's filter took (no delivery row)", &s.unmatched),
             ("ankusa_ingest_duplicates", "Provider retries answered from the dedupe record", &s.duplicates),
             ("ankusa_ingest_unauthorized", "Hooks refused by verification (401)", &s.unauthorized),
             ("ankusa_ingest_too_large", "Hooks refused for size (413)", &s.too_large),

@@ -547,6 +547,8 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
     // (source, sink) of each row a filter kept a release from making, counted
     // once the step commits.
     let mut filtered: Vec<(String, String)> = Vec::new();
+    // Releases that make no row (no sink's filter takes the hook).
+    let mut unmatched = 0u64;
     let mut budget = STEP_ENTRIES;
     while let Some(&ord) = tenants.get(ti) {
         let after_seq = (resume.len() == 8).then(|| Seq(u64::from_be_bytes(resume.as_slice().try_into().unwrap_or([0; 8]))));
@@ -570,6 +572,7 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
                     let headers: Vec<Header<'_>> = env.headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
                     let r = route.resolve(&headers, &ParsedBody::new(&env.body));
                     filtered.extend(r.filtered.iter().map(|sink| (route.name.clone(), (*sink).to_owned())));
+                    unmatched += u64::from(r.rows.is_empty());
                     ops.push(JobOp::Release { tenant: ord, seq: h.seq, rows: r.rows });
                 }
                 _ => ops.push(JobOp::DropQuarantined { tenant: ord, seq: h.seq }),
@@ -600,6 +603,7 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
     for (source, sink) in &filtered {
         stats.count_filtered(source, [sink.as_str()]);
     }
+    stats.unmatched.fetch_add(unmatched, std::sync::atomic::Ordering::Relaxed);
     if released {
         (state.wake)();
     }
