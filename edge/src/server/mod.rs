@@ -429,7 +429,8 @@ impl<K: Kv> Edge<K> {
             }
             Ok(Ingested::Duplicate(seq)) => {
                 self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
-                let id = self.id_of(tenant.ord, seq).unwrap_or_default();
+                // `null` when the first hook's envelope is gone (see `dedupe_hit`).
+                let id = self.id_of(tenant.ord, seq);
                 json(StatusCode::OK, serde_json::json!({ "id": id, "duplicate": true }))
             }
             Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
@@ -623,7 +624,12 @@ impl<K: Kv> Edge<K> {
         None
     }
 
-    fn dedupe_hit(&self, tenant: TenantOrd, route: &SourceRoute, dk: &[u8], now: u64) -> Result<Option<String>, String> {
+    /// The dedupe pre-check: `Some(id)` on a live record, where `id` is the
+    /// first hook's idempotency key read from its envelope, or `None` when
+    /// retention (whose `keep_ms` may be shorter than the dedupe lifetime)
+    /// deleted that envelope: the record keeps only the seq, so the answer is
+    /// `"id": null` (docs/design.md section 5, "Edge", step 7).
+    fn dedupe_hit(&self, tenant: TenantOrd, route: &SourceRoute, dk: &[u8], now: u64) -> Result<Option<Option<String>>, String> {
         let key = dedupe_key(tenant, route.id, dk);
         let Some(v) = self.kv.get(Cf::Index, &key).map_err(|e| e.to_string())? else {
             return Ok(None);
@@ -632,7 +638,7 @@ impl<K: Kv> Edge<K> {
         if d.expires_at_ms <= now {
             return Ok(None);
         }
-        Ok(Some(self.id_of(tenant, d.seq).unwrap_or_default()))
+        Ok(Some(self.id_of(tenant, d.seq)))
     }
 
     fn id_of(&self, tenant: TenantOrd, seq: Seq) -> Option<String> {
