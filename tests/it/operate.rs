@@ -644,6 +644,17 @@ sources:
     .await;
     assert_eq!((c["lane_members"].as_i64(), c["lanes"].as_i64()), (Some(0), Some(3)), "{c}");
     assert_eq!(api.job(id).await["state"], "running", "the job ended with calls of the source out");
+    // Hooks of the source received while it is retired: the pipeline
+    // dead-letters their due rows (a new lane's head and the flaky rows) with
+    // the job's reason, and the job counts them in its `done`.
+    for i in 30..35 {
+        relay.post("/hooks/old", &[JSON, ("x-entity-id", "cus_z")], body("cus_z", i)).await.id();
+    }
+    until("the new hooks' rows dead-lettered by the pipeline", WAIT, async || {
+        let c = api.tenant("default").await["counters"].clone();
+        (c["dead"] == 67 && c["in_flight"] == 3).then_some(())
+    })
+    .await;
     sink.release();
     let done = until("the job done", WAIT, async || {
         let j = api.job(id).await;
@@ -651,15 +662,20 @@ sources:
     })
     .await;
     assert_eq!(done["state"], "done", "{done}");
+    // Every row dead-lettered for the retirement: 27 members and 30 flaky
+    // rows by the job's pages, the 3 heads whose attempts failed and the 10
+    // rows of the later hooks by the pipeline.
+    assert_eq!(done["done"].as_u64(), Some(70), "{done}");
+    assert_eq!(done["phase"], Value::Null, "a done job does nothing now: {done}");
     until("nothing pending", WAIT, async || (api.tenant("default").await["counters"]["pending"] == 0).then_some(())).await;
     let dead = api.dead("source=old&limit=1000").await;
-    assert_eq!(dead.len(), 60, "every row of the retired source is dead");
+    assert_eq!(dead.len(), 70, "every row of the retired source is dead");
     assert!(dead.iter().all(|d| d["reason"] == "retired: provider gone"), "{dead:?}");
     let ledger: Vec<&Value> = dead.iter().filter(|d| d["sink"] == "ledger").collect();
-    assert_eq!(ledger.len(), 30);
+    assert_eq!(ledger.len(), 35);
     assert_eq!(api.dead("source=new").await.len(), 0);
     let c = api.tenant("default").await["counters"].clone();
-    assert_eq!((c["dead"].as_i64(), c["delivered_total"].as_i64(), c["lanes"].as_i64(), c["in_flight"].as_i64()), (Some(60), Some(5), Some(0), Some(0)), "{c}");
+    assert_eq!((c["dead"].as_i64(), c["delivered_total"].as_i64(), c["lanes"].as_i64(), c["in_flight"].as_i64()), (Some(70), Some(5), Some(0), Some(0)), "{c}");
     assert_eq!(sink.requests().iter().filter(|r| r.path == "/in").count(), 3, "a lane member of the retired source was delivered");
     let src = api.ok("GET", "/v1/sources/{source}", "/v1/sources/new", None).await;
     assert_eq!(src["paused"], false);

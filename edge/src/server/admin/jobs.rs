@@ -118,7 +118,9 @@ pub struct Job {
     /// ?X entries examined so far.
     pub examined: u64,
     /// What it did so far: rows revived or dropped, hooks replayed, released
-    /// or dropped, rows and quarantined hooks purged, rows dead-lettered.
+    /// or dropped, rows and quarantined hooks purged, rows dead-lettered (a
+    /// retirement: its pages' and the pipeline's, docs/design.md section 5,
+    /// "Retire a source").
     pub done: u64,
     /// What it examined and could not act on (a replay: an archive entry
     /// whose envelope is gone, a hook still in quarantine; a release: a hook

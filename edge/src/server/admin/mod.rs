@@ -151,8 +151,9 @@ pub trait PipelineControl: Send + Sync {
     /// Stops (`true`) or restarts the pipeline's visits of `tenant`.
     fn quiesce(&self, tenant: TenantOrd, quiet: bool) -> BoxFuture<'_, Result<(), ControlFailure>>;
     /// Retires `source` (`Some(reason)`) or ends it (`None`); the source's
-    /// calls in flight now.
-    fn retire(&self, source: SourceId, reason: Option<String>) -> BoxFuture<'_, Result<usize, ControlFailure>>;
+    /// calls in flight now, and the rows the pipeline dead-lettered for the
+    /// retirement since the previous call (taken by this one).
+    fn retire(&self, source: SourceId, reason: Option<String>) -> BoxFuture<'_, Result<(usize, u64), ControlFailure>>;
     /// Runs `work` on the pipeline's task and commits its batch `Sync`.
     fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>>;
 }

@@ -366,15 +366,19 @@ pub(crate) fn finish<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>, t
             info!(job = job.id, tenant = %tenant, state = ?job.state, "tenant purge ended; the tenant takes hooks again");
         }
         JobKind::DeadLetterSource => {
+            // The retirement ends first, so the rows the pipeline dead-lettered
+            // for it up to its end are in the job's final `done`.
+            if let Some(id) = job.filter.source.as_deref().and_then(|s| state.registry.sources.get(s)).copied()
+                && let Ok(control) = state.pipeline()
+            {
+                match block(control.retire(id, None)) {
+                    Ok((_, by_pipeline)) => job.done += by_pipeline,
+                    Err(e) => warn!(source = id.0, error = ?e, "the pipeline did not end the source's retirement"),
+                }
+            }
             let mut batch = Batch::new();
             put(&mut batch, &job)?;
             dlq::commit(state, batch)?;
-            if let Some(id) = job.filter.source.as_deref().and_then(|s| state.registry.sources.get(s)).copied()
-                && let Ok(control) = state.pipeline()
-                && let Err(e) = block(control.retire(id, None))
-            {
-                warn!(source = id.0, error = ?e, "the pipeline did not end the source's retirement");
-            }
         }
         _ => {
             let mut batch = Batch::new();
@@ -712,9 +716,19 @@ fn retire_step<K: Kv>(state: &AdminState<K>, job: Job) -> Result<Next, ApiError>
     let reason = job.filter.reason.clone().unwrap_or_else(|| DEFAULT_RETIRE_REASON.to_owned());
     let tenants = source_tenants(state, &source, job.filter.tenant.as_deref())?;
     let control = state.pipeline()?;
-    let busy = block(control.retire(id, Some(reason.clone()))).map_err(control_error)?;
+    let (busy, by_pipeline) = block(control.retire(id, Some(reason.clone()))).map_err(control_error)?;
+    // `done` counts every row dead-lettered for the retirement: the pages'
+    // and the pipeline's (due rows its visits met, attempts that failed).
+    let mut job = job;
+    job.done += by_pipeline;
     if job.phase.as_deref() == Some(WAITING_CALLS) {
         if busy > 0 {
+            if by_pipeline > 0 {
+                job.updated_at_ms = (state.clock)();
+                let mut batch = Batch::new();
+                put(&mut batch, &job)?;
+                dlq::commit(state, batch)?;
+            }
             return Ok(Next::Wait);
         }
         let raw = encode(&job)?;
@@ -724,7 +738,6 @@ fn retire_step<K: Kv>(state: &AdminState<K>, job: Job) -> Result<Next, ApiError>
     }
     let (ti, resume) = position(&tenants, cursor_of(&job)?);
     let Some(&ord) = tenants.get(ti) else {
-        let mut job = job;
         job.phase = Some(WAITING_CALLS.to_owned());
         let mut batch = Batch::new();
         put(&mut batch, &job)?;
