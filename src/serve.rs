@@ -398,8 +398,8 @@ impl PipelineControl for Control {
         Box::pin(async move { self.0.quiesce(tenant, quiet).await.map_err(failure) })
     }
 
-    fn retire(&self, source: SourceId, reason: Option<String>) -> BoxFuture<'_, Result<usize, ControlFailure>> {
-        Box::pin(async move { self.0.retire(source, reason).await.map_err(failure) })
+    fn retire(&self, source: SourceId, reason: Option<String>) -> BoxFuture<'_, Result<(usize, u64), ControlFailure>> {
+        Box::pin(async move { self.0.retire(source, reason).await.map(|r| (r.in_flight, r.dead_lettered)).map_err(failure) })
     }
 
     fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>> {

@@ -278,6 +278,18 @@ impl PipelineStatus {
     }
 }
 
+/// What [`PipelineHandle::retire`] reports about a source's retirement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retirement {
+    /// The source's calls in flight now.
+    pub in_flight: usize,
+    /// Rows of the source the pipeline dead-lettered with the retirement's
+    /// reason (due rows met by a visit, attempts that did not deliver) since
+    /// the previous call; taken by this call (in memory: a restart starts
+    /// again from zero).
+    pub dead_lettered: u64,
+}
+
 /// Why a runtime control call failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ControlError {
@@ -360,7 +372,7 @@ enum Control {
         source: SourceId,
         /// `Some` retires (with the dead-letter reason), `None` ends it.
         reason: Option<String>,
-        reply: oneshot::Sender<Result<usize, ControlError>>,
+        reply: oneshot::Sender<Result<Retirement, ControlError>>,
     },
     Exclusive {
         work: ExclusiveWork,
@@ -441,11 +453,13 @@ impl PipelineHandle {
     /// instead of claiming it, and an attempt of the source that ends in
     /// anything but `Ok` is dead-lettered instead of retried. In memory
     /// only: the admin job that retires a source says it again after a
-    /// restart. Returns the source's calls in flight now.
+    /// restart. Returns the source's calls in flight now and the rows the
+    /// pipeline dead-lettered for the retirement since the last call
+    /// ([`Retirement`]).
     ///
     /// # Errors
     /// [`ControlError::Stopped`].
-    pub async fn retire(&self, source: SourceId, reason: Option<String>) -> Result<usize, ControlError> {
+    pub async fn retire(&self, source: SourceId, reason: Option<String>) -> Result<Retirement, ControlError> {
         self.ask(|reply| Control::Retire { source, reason, reply }).await
     }
 
@@ -663,6 +677,11 @@ pub struct Pipeline<K: Kv> {
     /// Sources being retired, with the dead-letter reason
     /// ([`PipelineHandle::retire`]).
     retiring: HashMap<SourceId, String>,
+    /// Rows of each retiring source this task dead-lettered with the
+    /// retirement's reason (a due row met by a visit, an attempt that did not
+    /// deliver) and not yet reported: [`PipelineHandle::retire`] takes them,
+    /// so the admin job counts them in its `done`.
+    retired_dead: HashMap<SourceId, u64>,
 }
 
 impl<K: Kv> Pipeline<K> {
@@ -741,6 +760,7 @@ impl<K: Kv> Pipeline<K> {
                 unhold: BTreeMap::new(),
                 quiet: BTreeSet::new(),
                 retiring: HashMap::new(),
+                retired_dead: HashMap::new(),
             },
             handle,
         )
@@ -894,8 +914,9 @@ impl<K: Kv> Pipeline<K> {
                         }
                     }
                 }
-                let busy = self.in_flight.iter().filter(|(k, _)| k.1 == source).map(|(_, n)| *n).sum();
-                let _ = reply.send(Ok(busy));
+                let in_flight = self.in_flight.iter().filter(|(k, _)| k.1 == source).map(|(_, n)| *n).sum();
+                let dead_lettered = self.retired_dead.remove(&source).unwrap_or(0);
+                let _ = reply.send(Ok(Retirement { in_flight, dead_lettered }));
                 return Ok(());
             }
             Control::Exclusive { work, reply } => {
@@ -1107,6 +1128,7 @@ impl<K: Kv> Pipeline<K> {
                 if let Some(reason) = self.retiring.get(&envelope.source) {
                     debug!(%row_id, "a row of a retired source: dead-lettered");
                     dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, now)?);
+                    *self.retired_dead.entry(envelope.source).or_default() += 1;
                     continue;
                 }
                 let key = (tenant, envelope.source, dk.sink);
@@ -1366,7 +1388,9 @@ impl<K: Kv> Pipeline<K> {
             && let Some(reason) = self.retiring.get(&d.key.1)
         {
             warn!(row = %d.row, "an attempt of a retired source failed: dead-lettered");
-            return ankusa_queue::dead_letter_attempted(&*self.kv, d.row, reason, now);
+            let batch = ankusa_queue::dead_letter_attempted(&*self.kv, d.row, reason, now)?;
+            *self.retired_dead.entry(d.key.1).or_default() += 1;
+            return Ok(batch);
         }
         match &outcome {
             Outcome::Ok => {

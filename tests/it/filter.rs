@@ -344,3 +344,82 @@ sources:
     }
     assert!(!data.exists(), "serve created the data_dir of an invalid config");
 }
+
+/// A hook no sink's filter takes makes no row, adds nothing to the queue and
+/// is accepted even while its tenant is over its queue bounds (only the rows
+/// made count); a hook that makes rows is still refused (429). A quarantine
+/// release that makes no row (through the API or a job) counts
+/// `ankusa_ingest_unmatched_total` like such a hook at ingest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_with_no_row_passes_the_bounds_and_a_release_with_no_row_is_unmatched() {
+    let sink = crate::sink::Sink::start(|_| crate::sink::Reply::Hold).await;
+    let url = sink.url();
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "
+tenants: [{{name: default, max_pending: 2}}]
+sources:
+  - name: gh
+    tenant: default
+    sinks:
+      - {{type: http, name: pushes, url: '{url}', timeout_ms: 120000, filter: {{header: x-event, equals: push}}}}
+  - name: review
+    tenant: default
+    quarantine: true
+    sinks:
+      - {{type: http, name: a, url: '{url}', timeout_ms: 120000, filter: {{header: x-event, equals: push}}}}
+      - {{type: http, name: b, url: '{url}', timeout_ms: 120000, filter: {{header: x-event, equals: push}}}}
+"
+        ),
+    ))
+    .await;
+    let api = Admin::new(&relay, None);
+    let json_ct = ("content-type", "application/json");
+    let push = [json_ct, ("x-event", "push")];
+    let ping = [json_ct, ("x-event", "ping")];
+    // Two held pushes released: four rows, over the tenant's bound of two
+    // (a release does not check the bounds).
+    for i in 0..2 {
+        let a = relay.post("/hooks/review", &push, format!("{{\"i\":{i}}}")).await;
+        assert_eq!(a.status, 202, "{a:?}");
+    }
+    for seq in [1, 2] {
+        let r = api.ok("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release", &format!("/v1/tenants/default/quarantine/{seq}/release"), None).await;
+        assert_eq!(r["rows"], 2, "{r}");
+    }
+    assert_eq!(api.tenant("default").await["counters"]["pending"], 4);
+    let m = relay.metrics().await;
+    assert_eq!(m["ankusa_ingest_unmatched_total"], 0.0, "{m:?}");
+
+    // A held ping released through the API, another by a job: no row.
+    let a = relay.post("/hooks/review", &ping, "{\"i\":2}").await;
+    assert_eq!(a.status, 202, "{a:?}");
+    let r = api.ok("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release", "/v1/tenants/default/quarantine/3/release", None).await;
+    assert_eq!(r["rows"], 0, "{r}");
+    assert_eq!(relay.metrics().await["ankusa_ingest_unmatched_total"], 1.0);
+    let a = relay.post("/hooks/review", &ping, "{\"i\":3}").await;
+    assert_eq!(a.status, 202, "{a:?}");
+    let job = api.ok("POST", "/v1/jobs", "/v1/jobs", Some(json!({ "kind": "release_quarantined", "filter": { "source": "review" } }))).await;
+    let id = job["id"].as_u64().expect("job id");
+    let done = until("the release job done", WAIT, async || {
+        let j = api.job(id).await;
+        (j["state"] != "running").then_some(j)
+    })
+    .await;
+    assert_eq!((done["state"].as_str(), done["done"].as_u64()), (Some("done"), Some(1)), "{done}");
+    let m = relay.metrics().await;
+    assert_eq!(m["ankusa_ingest_unmatched_total"], 2.0, "{m:?}");
+    assert_eq!(m["ankusa_ingest_filtered_total{source=\"review\",sink=\"a\"}"], 2.0, "{m:?}");
+
+    // Over its bounds: a push is refused, a ping (no row) is accepted.
+    let refused = relay.post("/hooks/gh", &push, "{\"i\":4}").await;
+    assert_eq!((refused.status, refused.retry_after.as_deref()), (429, Some("30")), "{refused:?}");
+    let taken = relay.post("/hooks/gh", &ping, "{\"i\":5}").await;
+    assert_eq!(taken.status, 200, "a hook with no row refused by the bounds: {taken:?}");
+    let hook = api.ok("GET", "/v1/hooks/{idempotency_key}", &format!("/v1/hooks/{}", taken.id()), None).await;
+    assert_eq!(hook["deliveries"].as_array().map(Vec::len), Some(0), "{hook}");
+    let m = relay.metrics().await;
+    assert_eq!((m["ankusa_ingest_unmatched_total"], m["ankusa_ingest_accepted_total"], m["ankusa_ingest_throttled_total"]), (3.0, 1.0, 1.0), "{m:?}");
+    assert_eq!(api.tenant("default").await["counters"]["pending"], 4, "the ping added nothing");
+}

@@ -644,6 +644,17 @@ sources:
     .await;
     assert_eq!((c["lane_members"].as_i64(), c["lanes"].as_i64()), (Some(0), Some(3)), "{c}");
     assert_eq!(api.job(id).await["state"], "running", "the job ended with calls of the source out");
+    // Hooks of the source received while it is retired: the pipeline
+    // dead-letters their due rows (a new lane's head and the flaky rows) with
+    // the job's reason, and the job counts them in its `done`.
+    for i in 30..35 {
+        relay.post("/hooks/old", &[JSON, ("x-entity-id", "cus_z")], body("cus_z", i)).await.id();
+    }
+    until("the new hooks' rows dead-lettered by the pipeline", WAIT, async || {
+        let c = api.tenant("default").await["counters"].clone();
+        (c["dead"] == 67 && c["in_flight"] == 3).then_some(())
+    })
+    .await;
     sink.release();
     let done = until("the job done", WAIT, async || {
         let j = api.job(id).await;
@@ -651,15 +662,20 @@ sources:
     })
     .await;
     assert_eq!(done["state"], "done", "{done}");
+    // Every row dead-lettered for the retirement: 27 members and 30 flaky
+    // rows by the job's pages, the 3 heads whose attempts failed and the 10
+    // rows of the later hooks by the pipeline.
+    assert_eq!(done["done"].as_u64(), Some(70), "{done}");
+    assert_eq!(done["phase"], Value::Null, "a done job does nothing now: {done}");
     until("nothing pending", WAIT, async || (api.tenant("default").await["counters"]["pending"] == 0).then_some(())).await;
     let dead = api.dead("source=old&limit=1000").await;
-    assert_eq!(dead.len(), 60, "every row of the retired source is dead");
+    assert_eq!(dead.len(), 70, "every row of the retired source is dead");
     assert!(dead.iter().all(|d| d["reason"] == "retired: provider gone"), "{dead:?}");
     let ledger: Vec<&Value> = dead.iter().filter(|d| d["sink"] == "ledger").collect();
-    assert_eq!(ledger.len(), 30);
+    assert_eq!(ledger.len(), 35);
     assert_eq!(api.dead("source=new").await.len(), 0);
     let c = api.tenant("default").await["counters"].clone();
-    assert_eq!((c["dead"].as_i64(), c["delivered_total"].as_i64(), c["lanes"].as_i64(), c["in_flight"].as_i64()), (Some(60), Some(5), Some(0), Some(0)), "{c}");
+    assert_eq!((c["dead"].as_i64(), c["delivered_total"].as_i64(), c["lanes"].as_i64(), c["in_flight"].as_i64()), (Some(70), Some(5), Some(0), Some(0)), "{c}");
     assert_eq!(sink.requests().iter().filter(|r| r.path == "/in").count(), 3, "a lane member of the retired source was delivered");
     let src = api.ok("GET", "/v1/sources/{source}", "/v1/sources/new", None).await;
     assert_eq!(src["paused"], false);
@@ -786,4 +802,194 @@ sources:
     }
     assert_eq!(api.tenant("default").await["counters"], before["counters"], "a refused request changed something");
     assert_eq!(api.ok("GET", "/v1/tenants/{tenant}/quarantine", "/v1/tenants/default/quarantine", None).await["items"].as_array().map(Vec::len), Some(1));
+}
+
+fn purge_dedupe_config(url: &str) -> String {
+    config(
+        "rocksdb",
+        &format!(
+            "
+tenants: [{{name: doomed}}, {{name: keeper}}]
+sources:
+  - name: d_orders
+    tenant: doomed
+    dedupe: {{header: x-delivery}}
+    sinks: [{{type: http, name: web, url: '{url}'}}]
+  - name: d_review
+    tenant: doomed
+    quarantine: true
+    sinks: [{{type: http, name: web, url: '{url}'}}]
+  - name: k_orders
+    tenant: keeper
+    dedupe: {{header: x-delivery}}
+    sinks: [{{type: http, name: web, url: '{url}k'}}]
+"
+        ),
+    )
+}
+
+/// The answer to every hook of a tenant being purged: 503, Retry-After 30.
+fn assert_purge_refusal(what: &str, a: &crate::relay::Answer) {
+    assert_eq!((a.status, a.retry_after.as_deref()), (503, Some("30")), "{what}: {a:?}");
+    let msg = a.body["error"].as_str().unwrap_or_default();
+    assert!(msg.contains("tenant doomed is being purged"), "{what}: {a:?}");
+}
+
+async fn start_purge(api: &Admin) -> u64 {
+    let job = api.ok("POST", "/v1/jobs", "/v1/jobs", Some(json!({ "kind": "purge_tenant", "filter": { "tenant": "doomed" } }))).await;
+    job["id"].as_u64().expect("job id")
+}
+
+async fn job_ended(api: &Admin, id: u64) -> Value {
+    until("the job ended", WAIT, async || {
+        let j = api.job(id).await;
+        (j["state"] != "running").then_some(j)
+    })
+    .await
+}
+
+/// Posts hook `delivery` of d_orders; its id (a new hook, not a duplicate).
+async fn post_new(relay: &Relay, delivery: &str) -> String {
+    let a = relay.post("/hooks/d_orders", &[JSON, ("x-delivery", delivery)], body(delivery, 0)).await;
+    assert_eq!(a.body["duplicate"], Value::Null, "{a:?}");
+    a.id()
+}
+
+/// A tenant purge refuses every hook of the tenant before the dedupe check
+/// (docs/design.md section 5, "Edge" and "Purge a tenant"): while the job
+/// runs, a provider's resend of a hook whose dedupe record is still stored
+/// gets 503 + Retry-After 30 like a new hook and a quarantined one (not 200
+/// "duplicate": the purge deletes the hook it duplicates, and the provider
+/// would never send it again); another tenant's hooks are accepted; after
+/// the purge the resend is taken as a new hook. The same after a SIGKILL
+/// mid-purge and a restart (the mark is read from the store). An answer
+/// counts only when the job was still running after it arrived (the purge
+/// may end first: then the round is tried again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_refuses_a_providers_resend_before_dedupe_also_after_a_restart() {
+    let sink = Sink::ok().await;
+    let mut relay = Relay::start(&purge_dedupe_config(&sink.url())).await;
+    let api = Admin::new(&relay, None);
+    let first = post_new(&relay, "evt_1").await;
+    let dup = relay.post("/hooks/d_orders", &[JSON, ("x-delivery", "evt_1")], body("evt_1", 0)).await;
+    assert_eq!((dup.status, dup.body["duplicate"].as_bool(), dup.body["id"].as_str()), (200, Some(true), Some(first.as_str())), "{dup:?}");
+    relay.post("/hooks/k_orders", &[JSON, ("x-delivery", "evt_1")], body("evt_1", 0)).await.id();
+
+    // Live: the answers while the job runs.
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no answer arrived while a purge ran");
+        let id = start_purge(&api).await;
+        let resend = relay.post("/hooks/d_orders", &[JSON, ("x-delivery", "evt_1")], body("evt_1", 0)).await;
+        let new = relay.post("/hooks/d_orders", &[JSON, ("x-delivery", "evt_new")], body("evt_new", 0)).await;
+        let held = relay.post("/hooks/d_review", &[JSON], body("q", 0)).await;
+        let keeper = relay.post("/hooks/k_orders", &[JSON, ("x-delivery", "evt_2")], body("evt_2", 0)).await;
+        let during = api.job(id).await["state"] == "running";
+        assert_eq!(keeper.status, 200, "another tenant's hook: {keeper:?}");
+        let done = job_ended(&api, id).await;
+        assert_eq!(done["state"], "done", "{done}");
+        if during {
+            assert_purge_refusal("a resend of a stored hook", &resend);
+            assert_purge_refusal("a new hook", &new);
+            assert_purge_refusal("a hook held in quarantine", &held);
+            break;
+        }
+        // The purge ended first: the tenant has nothing; start again.
+        post_new(&relay, "evt_1").await;
+    }
+    // After the purge: the provider's retry is a new hook.
+    let after = post_new(&relay, "evt_1").await;
+    assert_ne!(after, first);
+
+    // Restart mid-purge: SIGKILL while the job runs, the store still has the
+    // mark and the dedupe record; the restarted relay refuses the resend.
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no answer arrived while a resumed purge ran");
+        let id = start_purge(&api).await;
+        relay.kill();
+        let (marked, recorded) = {
+            let kv = open_store(&relay);
+            let marks = ankusa_queue::read_purges(&kv).expect("purges");
+            let ord = marks.keys().next().copied();
+            let recorded = ord.is_some_and(|o| {
+                kv.scan(Cf::Index, &ankusa_keys::tenant_range(ankusa_keys::Family::Dedupe, o), Direction::Forward, 10).expect("scan").len() == 1
+            });
+            (!marks.is_empty(), recorded)
+        };
+        relay.restart().await;
+        let resend = relay.post("/hooks/d_orders", &[JSON, ("x-delivery", "evt_1")], body("evt_1", 0)).await;
+        let during = api.job(id).await["state"] == "running";
+        let done = job_ended(&api, id).await;
+        assert_eq!(done["state"], "done", "{done}");
+        if marked && recorded && during {
+            assert_purge_refusal("a resend after a restart mid-purge", &resend);
+            break;
+        }
+        if resend.status == 200 {
+            continue; // taken after the purge ended: the tenant has evt_1 again
+        }
+        post_new(&relay, "evt_1").await;
+    }
+    stop(&mut relay).await;
+    assert_clean(&open_store(&relay));
+}
+
+/// A replay waiting on its tenant's bounds and then stopped by a purge of
+/// the tenant fails saying the tenant's name, and its phase says why it
+/// stopped instead of "waiting ..."; a cancelled replay's phase says it was
+/// cancelled. A round counts only when the replay failed (the purge may end
+/// before the replay's next step: then it is tried again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_stopped_by_a_purge_names_the_tenant_and_its_phase_says_why() {
+    let sink = Sink::start(|_| Reply::Hold).await;
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "
+tenants: [{{name: doomed, max_pending: 4000}}]
+sources:
+  - name: d_orders
+    tenant: doomed
+    sinks: [{sinks}]
+",
+            sinks = (0..8).map(|i| format!("{{type: http, name: s{i}, url: '{url}', timeout_ms: 120000}}", url = sink.url())).collect::<Vec<_>>().join(", ")
+        ),
+    ))
+    .await;
+    let api = Admin::new(&relay, None);
+    let replay = async || -> u64 {
+        // 2000 rows (8 per hook): half the bounds, so the replay waits; and
+        // enough pages of the purge after its first one (rows, envelopes,
+        // archive entries) that the replay's next look usually falls in it.
+        for i in 0..250 {
+            relay.post("/hooks/d_orders", &[JSON], body("r", i)).await.id();
+        }
+        let job = api.ok("POST", "/v1/jobs", "/v1/jobs", Some(json!({ "kind": "replay", "filter": { "source": "d_orders", "since": 0 } }))).await;
+        let id = job["id"].as_u64().expect("job id");
+        until("the replay waiting on the tenant's bounds", WAIT, async || {
+            let j = api.job(id).await;
+            (j["state"] == "running" && j["phase"].as_str().is_some_and(|p| p.starts_with("waiting"))).then_some(())
+        })
+        .await;
+        id
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "the replay never stepped while the purge ran");
+        let id = replay().await;
+        let purge = start_purge(&api).await;
+        let r = job_ended(&api, id).await;
+        assert_eq!(job_ended(&api, purge).await["state"], "done");
+        if r["state"] == "failed" {
+            assert_eq!(r["error"], "tenant \"doomed\" is being purged", "{r}");
+            assert_eq!(r["phase"], "stopped: tenant \"doomed\" is being purged", "{r}");
+            break;
+        }
+        assert_eq!(r["state"], "done", "{r}");
+    }
+    // Cancelled while waiting (the purge left the tenant empty).
+    let id = replay().await;
+    let c = api.ok("POST", "/v1/jobs/{id}/cancel", &format!("/v1/jobs/{id}/cancel"), None).await;
+    assert_eq!((c["state"].as_str(), c["phase"].as_str()), (Some("cancelled"), Some("cancelled by an operator")), "{c}");
+    assert_eq!(api.job(id).await["phase"], "cancelled by an operator");
 }

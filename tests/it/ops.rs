@@ -507,3 +507,44 @@ sources:
     assert!(within(hooks, empty_bytes.0), "hooks: {hooks} SST bytes, the empty store's {}", empty_bytes.0);
     assert!(within(archive, empty_bytes.1), "archive: {archive} SST bytes, the empty store's {}", empty_bytes.1);
 }
+
+/// With retention shorter than the dedupe lifetime, a provider's resend
+/// after the first hook's envelope was deleted is still a duplicate (200,
+/// nothing stored), and its `id` is `null`, not an empty string: the dedupe
+/// record keeps only the seq, so the first hook's idempotency key is not
+/// known any more (docs/design.md section 5, "Edge", step 7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_after_retention_deleted_the_hook_is_a_duplicate_with_a_null_id() {
+    let sink = Sink::ok().await;
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "
+retention: {{keep_ms: 2000, interval_ms: 200}}
+sources:
+  - name: s
+    dedupe: {{header: x-delivery}}
+    sinks: [{{type: http, url: '{}'}}]
+",
+            sink.url()
+        ),
+    ))
+    .await;
+    let headers = [JSON, ("x-delivery", "evt_1")];
+    let first = relay.post("/hooks/s", &headers, "{\"i\":1}").await.id();
+    let dup = relay.post("/hooks/s", &headers, "{\"i\":1}").await;
+    assert_eq!((dup.status, dup.body["duplicate"].as_bool(), dup.body["id"].as_str()), (200, Some(true), Some(first.as_str())), "{dup:?}");
+    until("the hook delivered and its envelope deleted by retention", WAIT, async || {
+        let m = relay.metrics().await;
+        (m["ankusa_dispatch_delivered_total"] == 1.0 && m["ankusa_retention_hooks_deleted_total"] == 1.0).then_some(())
+    })
+    .await;
+    let late = relay.post("/hooks/s", &headers, "{\"i\":1}").await;
+    assert_eq!(late.status, 200, "{late:?}");
+    let obj = late.body.as_object().expect("a JSON object");
+    assert_eq!(obj.get("duplicate"), Some(&serde_json::Value::Bool(true)), "{late:?}");
+    assert_eq!(obj.get("id"), Some(&serde_json::Value::Null), "{late:?}");
+    let m = relay.metrics().await;
+    assert_eq!((m["ankusa_ingest_accepted_total"], m["ankusa_ingest_duplicates_total"]), (1.0, 2.0), "{m:?}");
+    assert_eq!(sink.requests().len(), 1, "a duplicate was delivered");
+}

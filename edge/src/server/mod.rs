@@ -4,7 +4,8 @@
 //! in order: route (404), method (405), body limit (413), verification (401,
 //! or, with `on_invalid_signature: quarantine`, held in quarantine and 202),
 //! Slack's url_verification handshake (answered here, nothing stored), a
-//! `quarantine: true` source's hold (202), dedupe (a hit answers 200 with the
+//! `quarantine: true` source's hold (202), a tenant being purged (503 +
+//! Retry-After 30, before dedupe and before a hold), dedupe (a hit answers 200 with the
 //! first hook's id and writes nothing), the sinks' filters and ordering keys
 //! (the rows), tenant bounds (429 + Retry-After), node
 //! bounds / shutting down (503 + Retry-After), then the Writer's `Sync` commit,
@@ -82,7 +83,8 @@ pub struct EdgeStats {
     pub filtered: std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>,
     /// Hooks committed with no delivery row at all: no sink's filter matched
     /// (they are stored, archived and deduped like any hook, answered 200,
-    /// and deleted by retention): `ankusa_ingest_unmatched_total`.
+    /// and deleted by retention), at ingest or at a quarantine release (one
+    /// hook or a job's): `ankusa_ingest_unmatched_total`.
     pub unmatched: AtomicU64,
 }
 
@@ -355,6 +357,14 @@ impl<K: Kv> Edge<K> {
         if route.quarantine {
             return self.hold(held("source under quarantine".into(), false)).await;
         }
+        // A tenant being purged refuses every hook before the dedupe check: a
+        // provider's resend answered "duplicate" now would never be sent again,
+        // and the purge deletes the hook it duplicates.
+        match self.is_purging(tenant.ord) {
+            Ok(true) => return self.purging(&tenant.name),
+            Ok(false) => {}
+            Err(msg) => return self.unavailable(msg),
+        }
         let dedupe = route.dedupe.as_ref().and_then(|(spec, _)| dedupe::dedupe_key(spec, &headers, &parsed));
         if let Some(dk) = &dedupe {
             match self.dedupe_hit(tenant.ord, route, dk, now) {
@@ -368,7 +378,8 @@ impl<K: Kv> Edge<K> {
             }
         }
         // The sinks' filters and ordering keys (one JSON decode, shared with
-        // the dedupe key): only the rows made count against the bounds. The
+        // the dedupe key): only the rows made count against the bounds (a hook
+        // with no row adds nothing to the queue and is never refused by them). The
         // keyless and filtered rows are counted only once the rows are
         // committed (not for a Writer-side duplicate, a store failure or a
         // shutdown).
@@ -418,7 +429,8 @@ impl<K: Kv> Edge<K> {
             }
             Ok(Ingested::Duplicate(seq)) => {
                 self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
-                let id = self.id_of(tenant.ord, seq).unwrap_or_default();
+                // `null` when the first hook's envelope is gone (see `dedupe_hit`).
+                let id = self.id_of(tenant.ord, seq);
                 json(StatusCode::OK, serde_json::json!({ "id": id, "duplicate": true }))
             }
             Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
@@ -452,6 +464,11 @@ impl<K: Kv> Edge<K> {
     /// quarantined hooks: 429, or 401 for a bad signature), the Writer's `Sync`
     /// commit (no dedupe), then 202.
     async fn hold(&self, h: Hold<'_>) -> Resp {
+        match self.is_purging(h.tenant.ord) {
+            Ok(true) => return self.purging(&h.tenant.name),
+            Ok(false) => {}
+            Err(msg) => return self.unavailable(msg),
+        }
         let held = match self.kv.counter(&counter_key(h.tenant.ord, CounterField::Quarantined)) {
             Ok(n) => n.max(0) as u64,
             Err(e) => return self.unavailable(format!("store failed: {e}")),
@@ -535,9 +552,9 @@ impl<K: Kv> Edge<K> {
             Ok(()) => {
                 (self.on_commit)();
                 self.count_keyless(&keyless);
-                // A released hook no filter takes is not "unmatched": that
-                // counts hooks at ingest.
-                self.count_filtered(route, &filtered, false);
+                // A released hook no filter takes is committed with no row:
+                // unmatched, as at ingest.
+                self.count_filtered(route, &filtered, n == 0);
                 info!(source = %route.name, tenant = tenant.0, seq = seq.0, rows = n, "quarantined hook released");
                 Ok(Released { source: route.name.clone(), rows: n })
             }
@@ -569,6 +586,17 @@ impl<K: Kv> Edge<K> {
         retry_after(error(StatusCode::SERVICE_UNAVAILABLE, format!("tenant {tenant} is being purged; retry later")), 30)
     }
 
+    /// Whether `tenant` has a purge mark in `meta` (docs/design.md section 5,
+    /// "Purge a tenant"): one point get, read from the store on every hook so a
+    /// purge resumed after a restart refuses hooks too. The Writer refuses the
+    /// tenant's commits as well; this check answers before the edge's own
+    /// dedupe pre-check (and the bounds), so a provider's resend of a hook the
+    /// purge deletes is refused (503, it retries) rather than answered
+    /// "duplicate".
+    fn is_purging(&self, tenant: TenantOrd) -> Result<bool, String> {
+        Ok(self.kv.get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant)).map_err(|e| e.to_string())?.is_some())
+    }
+
     fn unavailable(&self, msg: String) -> Resp {
         self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
         retry_after(error(StatusCode::SERVICE_UNAVAILABLE, msg), 5)
@@ -596,7 +624,12 @@ impl<K: Kv> Edge<K> {
         None
     }
 
-    fn dedupe_hit(&self, tenant: TenantOrd, route: &SourceRoute, dk: &[u8], now: u64) -> Result<Option<String>, String> {
+    /// The dedupe pre-check: `Some(id)` on a live record, where `id` is the
+    /// first hook's idempotency key read from its envelope, or `None` when
+    /// retention (whose `keep_ms` may be shorter than the dedupe lifetime)
+    /// deleted that envelope: the record keeps only the seq, so the answer is
+    /// `"id": null` (docs/design.md section 5, "Edge", step 7).
+    fn dedupe_hit(&self, tenant: TenantOrd, route: &SourceRoute, dk: &[u8], now: u64) -> Result<Option<Option<String>>, String> {
         let key = dedupe_key(tenant, route.id, dk);
         let Some(v) = self.kv.get(Cf::Index, &key).map_err(|e| e.to_string())? else {
             return Ok(None);
@@ -605,7 +638,7 @@ impl<K: Kv> Edge<K> {
         if d.expires_at_ms <= now {
             return Ok(None);
         }
-        Ok(Some(self.id_of(tenant, d.seq).unwrap_or_default()))
+        Ok(Some(self.id_of(tenant, d.seq)))
     }
 
     fn id_of(&self, tenant: TenantOrd, seq: Seq) -> Option<String> {
@@ -619,6 +652,11 @@ impl<K: Kv> Edge<K> {
     /// reservation, held until the Writer answers), so concurrent requests
     /// cannot all pass on the same stale counter.
     fn reserve(&self, tenant: &TenantRoute, rows: u64, bytes: u64) -> Result<Result<Reservation<'_>, Resp>, String> {
+        // No row: nothing is added to the queue, so no bound can refuse it
+        // (docs/design.md section 5, "Edge", step 8 counts only the rows made).
+        if rows == 0 {
+            return Ok(Ok(Reservation { edge_reservations: &self.reservations, tenant: tenant.ord, rows: 0, bytes: 0 }));
+        }
         let read = |t: TenantOrd, f: CounterField| -> Result<u64, String> {
             Ok(self.kv.counter(&counter_key(t, f)).map_err(|e| e.to_string())?.max(0) as u64)
         };

@@ -118,7 +118,9 @@ pub struct Job {
     /// ?X entries examined so far.
     pub examined: u64,
     /// What it did so far: rows revived or dropped, hooks replayed, released
-    /// or dropped, rows and quarantined hooks purged, rows dead-lettered.
+    /// or dropped, rows and quarantined hooks purged, rows dead-lettered (a
+    /// retirement: its pages' and the pipeline's, docs/design.md section 5,
+    /// "Retire a source").
     pub done: u64,
     /// What it examined and could not act on (a replay: an archive entry
     /// whose envelope is gone, a hook still in quarantine; a release: a hook
@@ -141,7 +143,8 @@ pub struct Job {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_seq: Option<u64>,
     /// What the job is doing now, for operators (a purge's family, "waiting
-    /// for ...").
+    /// for ..."); once it stopped, why ("cancelled by an operator",
+    /// "stopped: <error>"); `None` once done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
 }

@@ -151,8 +151,9 @@ pub trait PipelineControl: Send + Sync {
     /// Stops (`true`) or restarts the pipeline's visits of `tenant`.
     fn quiesce(&self, tenant: TenantOrd, quiet: bool) -> BoxFuture<'_, Result<(), ControlFailure>>;
     /// Retires `source` (`Some(reason)`) or ends it (`None`); the source's
-    /// calls in flight now.
-    fn retire(&self, source: SourceId, reason: Option<String>) -> BoxFuture<'_, Result<usize, ControlFailure>>;
+    /// calls in flight now, and the rows the pipeline dead-lettered for the
+    /// retirement since the previous call (taken by this one).
+    fn retire(&self, source: SourceId, reason: Option<String>) -> BoxFuture<'_, Result<(usize, u64), ControlFailure>>;
     /// Runs `work` on the pipeline's task and commits its batch `Sync`.
     fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>>;
 }
@@ -340,7 +341,7 @@ impl<K: Kv> Collector for StoreCollector<K> {
         }
         let edge: [(&str, &str, &AtomicU64); 8] = [
             ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
-            ("ankusa_ingest_unmatched", "Hooks committed that no sink's filter took (no delivery row)", &s.unmatched),
+            ("ankusa_ingest_unmatched", "Hooks committed, or released from quarantine, that no sink's filter took (no delivery row)", &s.unmatched),
             ("ankusa_ingest_duplicates", "Provider retries answered from the dedupe record", &s.duplicates),
             ("ankusa_ingest_unauthorized", "Hooks refused by verification (401)", &s.unauthorized),
             ("ankusa_ingest_too_large", "Hooks refused for size (413)", &s.too_large),

@@ -245,10 +245,20 @@ pub(crate) fn plan<K: Kv>(state: &AdminState<K>, kind: JobKind, filter: &mut Dlq
     Ok(plan)
 }
 
-/// An error of the Writer as the API reports it.
-fn write_error(e: WriteError) -> ApiError {
+/// The name of tenant `ord` in the registry (its ordinal when the registry
+/// does not have it).
+fn tenant_name<K: Kv>(state: &AdminState<K>, ord: TenantOrd) -> String {
+    state.registry.tenants.iter().find(|(_, o)| **o == ord).map_or_else(|| format!("#{}", ord.0), |(n, _)| format!("{n:?}"))
+}
+
+/// An error of the Writer as the API reports it (a tenant by its name).
+fn write_error<K: Kv>(state: &AdminState<K>) -> impl Fn(WriteError) -> ApiError + '_ {
+    move |e| write_error_of(state, e)
+}
+
+fn write_error_of<K: Kv>(state: &AdminState<K>, e: WriteError) -> ApiError {
     match e {
-        WriteError::TenantPurging { tenant } => ApiError::conflict(format!("tenant {tenant} is being purged")),
+        WriteError::TenantPurging { tenant } => ApiError::conflict(format!("tenant {} is being purged", tenant_name(state, tenant))),
         WriteError::NotQuarantined { tenant, seq } => ApiError::conflict(format!("hook {seq} of tenant {tenant} is not quarantined")),
         WriteError::Refused(m) => ApiError::conflict(m),
         WriteError::Stopped => ApiError::unavailable("the Writer has stopped (the relay is stopping)"),
@@ -330,6 +340,15 @@ pub(crate) fn step<K: Kv>(state: &AdminState<K>, job: Job, raw: Vec<u8>) -> Resu
 pub(crate) fn finish<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>, to: JobState, error: Option<String>) -> Result<Job, ApiError> {
     let now = (state.clock)();
     job.state = to;
+    // The phase says what a running job is doing; once it stops, why it
+    // stopped (a replay waiting on its bounds and then failed must not keep
+    // saying it waits).
+    job.phase = match to {
+        JobState::Running => job.phase,
+        JobState::Done => None,
+        JobState::Cancelled => Some("cancelled by an operator".to_owned()),
+        JobState::Failed => Some(format!("stopped: {}", error.as_deref().unwrap_or("failed"))),
+    };
     job.error = error;
     job.updated_at_ms = now;
     job.finished_at_ms = Some(now);
@@ -338,7 +357,7 @@ pub(crate) fn finish<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>, t
             let tenant = job.filter.tenant.clone().unwrap_or_default();
             let ord = tenant_ord(&state.registry, &tenant)?;
             let edge = state.edge().ok_or_else(|| ApiError::unavailable("the relay is stopping: the purge's mark is lifted at the next start"))?;
-            block(edge.writer.purge_mark(ord, None, stored(&job, raw)?)).map_err(write_error)?;
+            block(edge.writer.purge_mark(ord, None, stored(&job, raw)?)).map_err(write_error(state))?;
             if let Ok(control) = state.pipeline()
                 && let Err(e) = block(control.quiesce(ord, false))
             {
@@ -347,15 +366,19 @@ pub(crate) fn finish<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>, t
             info!(job = job.id, tenant = %tenant, state = ?job.state, "tenant purge ended; the tenant takes hooks again");
         }
         JobKind::DeadLetterSource => {
+            // The retirement ends first, so the rows the pipeline dead-lettered
+            // for it up to its end are in the job's final `done`.
+            if let Some(id) = job.filter.source.as_deref().and_then(|s| state.registry.sources.get(s)).copied()
+                && let Ok(control) = state.pipeline()
+            {
+                match block(control.retire(id, None)) {
+                    Ok((_, by_pipeline)) => job.done += by_pipeline,
+                    Err(e) => warn!(source = id.0, error = ?e, "the pipeline did not end the source's retirement"),
+                }
+            }
             let mut batch = Batch::new();
             put(&mut batch, &job)?;
             dlq::commit(state, batch)?;
-            if let Some(id) = job.filter.source.as_deref().and_then(|s| state.registry.sources.get(s)).copied()
-                && let Ok(control) = state.pipeline()
-                && let Err(e) = block(control.retire(id, None))
-            {
-                warn!(source = id.0, error = ?e, "the pipeline did not end the source's retirement");
-            }
         }
         _ => {
             let mut batch = Batch::new();
@@ -498,7 +521,7 @@ fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Resu
     let n = ops.len();
     let edge_writer = edge.writer.clone();
     drop(edge);
-    block(edge_writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error)?;
+    block(edge_writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error(state))?;
     if n > 0 {
         (state.wake)();
     }
@@ -528,6 +551,8 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
     // (source, sink) of each row a filter kept a release from making, counted
     // once the step commits.
     let mut filtered: Vec<(String, String)> = Vec::new();
+    // Releases that make no row (no sink's filter takes the hook).
+    let mut unmatched = 0u64;
     let mut budget = STEP_ENTRIES;
     while let Some(&ord) = tenants.get(ti) {
         let after_seq = (resume.len() == 8).then(|| Seq(u64::from_be_bytes(resume.as_slice().try_into().unwrap_or([0; 8]))));
@@ -551,6 +576,7 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
                     let headers: Vec<Header<'_>> = env.headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
                     let r = route.resolve(&headers, &ParsedBody::new(&env.body));
                     filtered.extend(r.filtered.iter().map(|sink| (route.name.clone(), (*sink).to_owned())));
+                    unmatched += u64::from(r.rows.is_empty());
                     ops.push(JobOp::Release { tenant: ord, seq: h.seq, rows: r.rows });
                 }
                 _ => ops.push(JobOp::DropQuarantined { tenant: ord, seq: h.seq }),
@@ -577,10 +603,11 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
     let writer = edge.writer.clone();
     let stats = Arc::clone(&edge.stats);
     drop(edge);
-    block(writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error)?;
+    block(writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error(state))?;
     for (source, sink) in &filtered {
         stats.count_filtered(source, [sink.as_str()]);
     }
+    stats.unmatched.fetch_add(unmatched, std::sync::atomic::Ordering::Relaxed);
     if released {
         (state.wake)();
     }
@@ -605,7 +632,7 @@ pub(crate) fn begin_purge<K: Kv>(state: &AdminState<K>, job: &Job) -> Result<(),
     let ord = tenant_ord(&state.registry, &tenant)?;
     let edge = state.edge().ok_or_else(|| ApiError::unavailable("the Writer is not running"))?;
     let st = StoredState { key: job_key(job.id), expect: None, value: encode(job)? };
-    block(edge.writer.purge_mark(ord, Some(job.id), st)).map_err(write_error)?;
+    block(edge.writer.purge_mark(ord, Some(job.id), st)).map_err(write_error(state))?;
     info!(job = job.id, tenant = %tenant, "tenant purge started: its hooks are refused until it ends");
     Ok(())
 }
@@ -689,9 +716,19 @@ fn retire_step<K: Kv>(state: &AdminState<K>, job: Job) -> Result<Next, ApiError>
     let reason = job.filter.reason.clone().unwrap_or_else(|| DEFAULT_RETIRE_REASON.to_owned());
     let tenants = source_tenants(state, &source, job.filter.tenant.as_deref())?;
     let control = state.pipeline()?;
-    let busy = block(control.retire(id, Some(reason.clone()))).map_err(control_error)?;
+    let (busy, by_pipeline) = block(control.retire(id, Some(reason.clone()))).map_err(control_error)?;
+    // `done` counts every row dead-lettered for the retirement: the pages'
+    // and the pipeline's (due rows its visits met, attempts that failed).
+    let mut job = job;
+    job.done += by_pipeline;
     if job.phase.as_deref() == Some(WAITING_CALLS) {
         if busy > 0 {
+            if by_pipeline > 0 {
+                job.updated_at_ms = (state.clock)();
+                let mut batch = Batch::new();
+                put(&mut batch, &job)?;
+                dlq::commit(state, batch)?;
+            }
             return Ok(Next::Wait);
         }
         let raw = encode(&job)?;
@@ -701,7 +738,6 @@ fn retire_step<K: Kv>(state: &AdminState<K>, job: Job) -> Result<Next, ApiError>
     }
     let (ti, resume) = position(&tenants, cursor_of(&job)?);
     let Some(&ord) = tenants.get(ti) else {
-        let mut job = job;
         job.phase = Some(WAITING_CALLS.to_owned());
         let mut batch = Batch::new();
         put(&mut batch, &job)?;
