@@ -231,6 +231,10 @@ pub(crate) fn entry(
 
 /// The most `rate_limit.per_second` and `rate_limit.burst` may be.
 const RATE_LIMIT_MAX: u32 = 1_000_000;
+/// The least `rate_limit.per_second` may be: one hook in 1,000 s. A slower
+/// rate times the largest burst would not fit the limiter's nanosecond
+/// arithmetic (584 years), and is a paused sink in all but name.
+const RATE_LIMIT_MIN: f64 = 0.001;
 
 /// `rate_limit: {per_second: N, burst: M}` (docs/design.md section 5, "Rate
 /// limit"); every problem reported, `None` when any.
@@ -250,16 +254,16 @@ fn rate_limit(v: &Value, scope: &Scope, p: &mut Problems) -> Option<RateLimit> {
     }
     let per_second = match m.get("per_second") {
         None => {
-            p.push(scope, "rate_limit.per_second", format!("required: hooks per second, above 0 and at most {RATE_LIMIT_MAX}"));
+            p.push(scope, "rate_limit.per_second", format!("required: hooks per second, from {RATE_LIMIT_MIN} to {RATE_LIMIT_MAX}"));
             None
         }
         Some(x) => match x.as_f64() {
-            Some(n) if n.is_finite() && n > 0.0 && n <= f64::from(RATE_LIMIT_MAX) => Some(n),
+            Some(n) if n.is_finite() && (RATE_LIMIT_MIN..=f64::from(RATE_LIMIT_MAX)).contains(&n) => Some(n),
             _ => {
                 p.push(
                     scope,
                     "rate_limit.per_second",
-                    format!("must be a number of hooks per second above 0 and at most {RATE_LIMIT_MAX}, found {}", show(Some(x))),
+                    format!("must be a number of hooks per second from {RATE_LIMIT_MIN} (one in 1000 s; pause the sink to stop it) to {RATE_LIMIT_MAX}, found {}", show(Some(x))),
                 );
                 None
             }
@@ -479,7 +483,17 @@ fn retry_statuses(v: &Value, option: &str, scope: &Scope, p: &mut Problems) -> O
         );
         return None;
     };
+    if items.is_empty() {
+        p.push(
+            scope,
+            option,
+            "is empty: nothing would be retried, not even a 503 or a 429; leave it out for the default [408, 425, 429, \"5xx\"]",
+        );
+        return None;
+    }
     let mut out: Vec<u16> = Vec::new();
+    // Each item listed so far, as written, with the statuses it stands for.
+    let mut listed: Vec<(String, Vec<u16>)> = Vec::new();
     let mut ok = true;
     for item in items {
         let found: Result<Vec<u16>, String> = match item {
@@ -502,15 +516,20 @@ fn retry_statuses(v: &Value, option: &str, scope: &Scope, p: &mut Problems) -> O
         };
         match found {
             Ok(list) => {
-                if list.iter().any(|s| out.contains(s)) {
-                    p.push(
-                        scope,
-                        option,
-                        format!("{} is listed twice", show(Some(item))),
-                    );
+                let this = show(Some(item));
+                if let Some((before, _)) = listed.iter().find(|(_, l)| list.iter().any(|s| l.contains(s))) {
+                    let message = if before.eq_ignore_ascii_case(&this) {
+                        format!("{this} is listed twice")
+                    } else if list.len() == 1 {
+                        format!("{this} is already covered by {before}")
+                    } else {
+                        format!("{this} covers {before}, listed before it: list one of them")
+                    };
+                    p.push(scope, option, message);
                     ok = false;
                 }
-                out.extend(list);
+                out.extend(list.iter().copied());
+                listed.push((this, list));
             }
             Err(m) => {
                 p.push(scope, option, m);

@@ -293,6 +293,17 @@ fn retry(raw: &RawConfig, p: &mut Problems) -> Retry {
             format!("{base_ms} is greater than max_ms ({max_ms}): the first backoff cannot exceed the largest"),
         );
     }
+    // The same bound as a sink entry's `retry:` (config/src/sink.rs).
+    for (option, value) in [
+        ("base_ms", Some(base_ms)),
+        ("max_ms", Some(max_ms)),
+        ("max_elapsed_ms", Some(max_elapsed_ms)),
+        ("retry_after_max_ms", r.retry_after_max_ms),
+    ] {
+        if let Some(n) = value.filter(|n| *n > YEAR_MS) {
+            p.push(&scope, option, format!("{n} is more than a year ({YEAR_MS} ms): write milliseconds"));
+        }
+    }
     Retry {
         base_ms,
         max_ms,
@@ -325,18 +336,25 @@ fn breaker(raw: &RawConfig, p: &mut Problems) -> Breaker {
             format!("{distinct} is greater than failures ({failures}): {failures} failures come from at most {failures} lanes, so the breaker could never open"),
         );
     }
+    let open_ms = positive(raw.breaker.open_ms, d::BREAKER_OPEN_MS, &scope, "open_ms", p);
+    if open_ms > DAY_MS {
+        p.push(
+            &scope,
+            "open_ms",
+            format!("{open_ms} is more than a day ({DAY_MS} ms): an open breaker parks every row of its sink that long; write milliseconds"),
+        );
+    }
     Breaker {
         failures,
         distinct: distinct.min(failures),
-        open_ms: positive(
-            raw.breaker.open_ms,
-            d::BREAKER_OPEN_MS,
-            &scope,
-            "open_ms",
-            p,
-        ),
+        open_ms,
     }
 }
+
+/// The most a global retry duration may be (as a sink entry's `retry:`).
+const YEAR_MS: u64 = 365 * 24 * 3_600_000;
+/// The most `breaker.open_ms` may be.
+const DAY_MS: u64 = 24 * 3_600_000;
 
 fn tenants(raw: &RawConfig, p: &mut Problems) -> Vec<Tenant> {
     let Some(list) = &raw.tenants else {

@@ -617,6 +617,12 @@ fn limiter(limit: RateLimit, clock: &LimiterClock) -> Option<Limiter> {
     }
     let period = Duration::try_from_secs_f64(1.0 / limit.per_second).ok()?;
     let burst = std::num::NonZeroU32::new(limit.burst.max(1))?;
+    // governor keeps period x burst in u64 nanoseconds and panics past it;
+    // the configuration's bounds keep far below (1000 s x 10^6 = 10^18 ns).
+    let span_ns = period.as_nanos().checked_mul(u128::from(burst.get()))?;
+    if span_ns >= u128::from(u64::MAX / 2) {
+        return None;
+    }
     let quota = governor::Quota::with_period(period)?.allow_burst(burst);
     Some(governor::RateLimiter::direct_with_clock(quota, clock.clone()))
 }

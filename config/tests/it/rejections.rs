@@ -507,14 +507,24 @@ fn breaker_distinct_and_rate_limit_rejections() {
         one("breaker: {failures: 2, distinct: 3}\n"),
         "breaker: option \"distinct\": 3 is greater than failures (2): 2 failures come from at most 2 lanes, so the breaker could never open"
     );
+    assert_eq!(
+        one("retry: {max_elapsed_ms: 99999999999999}\n"),
+        "retry: option \"max_elapsed_ms\": 99999999999999 is more than a year (31536000000 ms): write milliseconds"
+    );
+    assert_eq!(
+        one("breaker: {open_ms: 99999999999}\n"),
+        "breaker: option \"open_ms\": 99999999999 is more than a day (86400000 ms): an open breaker parks every row of its sink that long; write milliseconds"
+    );
     let sink = |rl: &str| format!("sources:\n  - name: shop\n    sinks:\n      - {{type: file, name: out, path: x, rate_limit: {rl}}}\n");
     for (rl, option, message) in [
         ("20", "rate_limit", "must be {per_second: N, burst: M} (hooks per second, burst optional), found 20"),
-        ("{burst: 5}", "rate_limit.per_second", "required: hooks per second, above 0 and at most 1000000"),
-        ("{per_second: 0}", "rate_limit.per_second", "must be a number of hooks per second above 0 and at most 1000000, found 0"),
-        ("{per_second: -3}", "rate_limit.per_second", "must be a number of hooks per second above 0 and at most 1000000, found -3"),
-        ("{per_second: fast}", "rate_limit.per_second", "must be a number of hooks per second above 0 and at most 1000000, found \"fast\""),
-        ("{per_second: 2000000}", "rate_limit.per_second", "must be a number of hooks per second above 0 and at most 1000000, found 2000000"),
+        ("{burst: 5}", "rate_limit.per_second", "required: hooks per second, from 0.001 to 1000000"),
+        ("{per_second: 0}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 0"),
+        ("{per_second: -3}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found -3"),
+        ("{per_second: fast}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found \"fast\""),
+        ("{per_second: 2000000}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 2000000"),
+        ("{per_second: 0.0001}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 0.0001"),
+        ("{per_second: 0.0009, burst: 1000000}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 0.0009"),
         ("{per_second: 5, burst: 0}", "rate_limit.burst", "must be a whole number of hooks from 1 to 1000000, found 0"),
         ("{per_second: 5, burst: 2.5}", "rate_limit.burst", "must be a whole number of hooks from 1 to 1000000, found 2.5"),
         ("{per_second: 5, per_minute: 9}", "rate_limit.per_minute", "unknown option of rate_limit (its options: per_second, burst)"),

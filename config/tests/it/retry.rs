@@ -68,10 +68,6 @@ fn overrides_apply_field_by_field() {
         (r.grace_ms, r.retry_statuses),
         (None, Some((400..=499).collect()))
     );
-    assert_eq!(
-        retry_of(&http("{retry_statuses: []}")).retry_statuses,
-        Some(vec![])
-    );
     // A global retry_after_max_ms is the default of every entry.
     let capped = "retry: {max_ms: 5000, retry_after_max_ms: 42}\nsources:\n  - name: s\n    sinks: [{type: file, path: x}, {type: file, path: y, retry: {max_ms: 9000}}, {type: file, path: z, retry: {retry_after_max_ms: 7}}]\n";
     let c = ok(capped);
@@ -170,7 +166,19 @@ fn each_rejection_names_source_sink_and_option() {
     );
     assert_eq!(
         one(&http("{retry_statuses: [503, '5xx']}")),
-        p("retry.retry_statuses", "\"5xx\" is listed twice")
+        p("retry.retry_statuses", "\"5xx\" covers 503, listed before it: list one of them")
+    );
+    assert_eq!(
+        one(&http("{retry_statuses: ['4xx', '5xx', 418]}")),
+        p("retry.retry_statuses", "418 is already covered by \"4xx\"")
+    );
+    assert_eq!(one(&http("{retry_statuses: [404, 404]}")), p("retry.retry_statuses", "404 is listed twice"));
+    assert_eq!(
+        one(&http("{retry_statuses: []}")),
+        p(
+            "retry.retry_statuses",
+            "is empty: nothing would be retried, not even a 503 or a 429; leave it out for the default [408, 425, 429, \"5xx\"]"
+        )
     );
     assert_eq!(
         one(&http("{retry_statuses: 404}")),

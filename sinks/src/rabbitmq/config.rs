@@ -25,7 +25,7 @@ pub const FORWARD_MEDIUM: Medium = Medium {
     overhead_bytes: 0,
     max_total_bytes: 64 * 1024,
     reserved: &["content_type", "cc", "bcc", "x-death", "x-delay", "x-delivery-count", "x-received-from"],
-    reserved_prefixes: &["ankusa_", "x-first-death-", "x-last-death-"],
+    reserved_prefixes: &["ankusa_", "x-death", "x-first-death-", "x-last-death-"],
     name_rule: forward::any_name,
     value_ok: forward::any_value,
 };
