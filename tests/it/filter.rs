@@ -95,7 +95,7 @@ async fn the_stripe_corpus_reaches_an_invoice_sink_only_with_invoice_events_in_o
     }
     let m = relay.metrics().await;
     assert_eq!(m["ankusa_queue_pending"], 52.0, "40 rows of all and 12 of invoices: {m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total{source=\"stripe\",sink=\"invoices\"}"], 28.0, "{m:?}");
+    assert_eq!(m["ankusa_ingest_filtered_total{source=\"stripe\",sink_name=\"invoices\"}"], 28.0, "{m:?}");
     assert_eq!(m["ankusa_ingest_filtered_total"], 28.0, "no row of all was filtered: {m:?}");
     assert_eq!(m["ankusa_ingest_unmatched_total"], 0.0, "every hook has a row for all");
     assert_eq!(m["ankusa_ingest_accepted_total"], 40.0);
@@ -205,8 +205,8 @@ sources:
     let m = crate::peer::drained(&relay, WAIT).await;
     assert_eq!(m["ankusa_ingest_accepted_total"], 27.0, "{m:?}");
     assert_eq!(m["ankusa_ingest_unmatched_total"], 13.0, "{m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total{source=\"github\",sink=\"deploys\"}"], 13.0, "{m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total{source=\"github\",sink=\"prs\"}"], 23.0, "{m:?}");
+    assert_eq!(m["ankusa_ingest_filtered_total{source=\"github\",sink_name=\"deploys\"}"], 13.0, "{m:?}");
+    assert_eq!(m["ankusa_ingest_filtered_total{source=\"github\",sink_name=\"prs\"}"], 23.0, "{m:?}");
     assert_eq!(m["ankusa_dispatch_delivered_total"], 18.0, "{m:?}");
 
     // A hook no sink took is stored all the same, with no delivery row.
@@ -269,7 +269,7 @@ async fn quarantine_release_and_archive_replay_apply_the_filters() {
     assert_eq!((done["state"].as_str(), done["done"].as_u64()), (Some("done"), Some(10)), "{done}");
     let m = crate::peer::drained(&relay, WAIT).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 15.0, "11 to all, 4 to invoices: {m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total{source=\"stripe\",sink=\"invoices\"}"], 7.0, "{m:?}");
+    assert_eq!(m["ankusa_ingest_filtered_total{source=\"stripe\",sink_name=\"invoices\"}"], 7.0, "{m:?}");
     let got = sink.delivered();
     let invoice_ids: BTreeSet<String> = held.iter().filter(|(_, inv)| *inv).map(|(id, _)| id.clone()).collect();
     let at = |reqs: &[Req], p: &str| reqs.iter().filter(|r| r.path == p).map(Req::id).collect::<Vec<String>>();
@@ -410,7 +410,7 @@ sources:
     assert_eq!((done["state"].as_str(), done["done"].as_u64()), (Some("done"), Some(1)), "{done}");
     let m = relay.metrics().await;
     assert_eq!(m["ankusa_ingest_unmatched_total"], 2.0, "{m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total{source=\"review\",sink=\"a\"}"], 2.0, "{m:?}");
+    assert_eq!(m["ankusa_ingest_filtered_total{source=\"review\",sink_name=\"a\"}"], 2.0, "{m:?}");
 
     // Over its bounds: a push is refused, a ping (no row) is accepted.
     let refused = relay.post("/hooks/gh", &push, "{\"i\":4}").await;

@@ -91,7 +91,7 @@ pub struct EdgeStats {
 impl EdgeStats {
     /// Counts one row not made for each sink entry named in `sinks` (of
     /// source `source`) because its filter did not match:
-    /// `ankusa_ingest_filtered_total{source,sink}`. Called once the hook's
+    /// `ankusa_ingest_filtered_total{source,sink_name}`. Called once the hook's
     /// rows are committed (ingest, quarantine release).
     pub fn count_filtered<'a>(&self, source: &str, sinks: impl IntoIterator<Item = &'a str>) {
         let mut sinks = sinks.into_iter().peekable();

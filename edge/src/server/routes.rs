@@ -41,7 +41,7 @@ pub struct SinkRoute {
     /// `None`: unordered. `Some(None)`: ordered, keyless lane only.
     /// `Some(Some(spec))`: ordered by that key.
     pub ordered: Option<Option<KeySpec>>,
-    /// The entry's name, the `sink` label of `ankusa_ingest_filtered_total`.
+    /// The entry's name, the `sink_name` label of `ankusa_ingest_filtered_total`.
     pub name: String,
     /// The entry's `filter`: a hook that does not match gets no row for this
     /// sink (empty: every hook).
@@ -58,7 +58,7 @@ pub struct Resolved<'a> {
     /// for `ankusa_dispatch_lane_key_missing_total{sink}`.
     pub keyless: Vec<&'static str>,
     /// The name of each sink entry whose filter the hook did not match (no
-    /// row), for `ankusa_ingest_filtered_total{source,sink}`.
+    /// row), for `ankusa_ingest_filtered_total{source,sink_name}`.
     pub filtered: Vec<&'a str>,
 }
 

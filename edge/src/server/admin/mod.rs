@@ -373,12 +373,12 @@ impl<K: Kv> Collector for StoreCollector<K> {
         let filtered = s.filtered.lock().map(|m| m.clone()).unwrap_or_default();
         let mut family = encoder.encode_descriptor(
             "ankusa_ingest_filtered",
-            "Delivery rows not made because the sink entry's filter did not match the hook, by source and sink",
+            "Delivery rows not made because the sink entry's filter did not match the hook, by source and sink entry name",
             None,
             prometheus_client::metrics::MetricType::Counter,
         )?;
         for ((source, sink), n) in &filtered {
-            let labels = [("source", source.as_str()), ("sink", sink.as_str())];
+            let labels = [("source", source.as_str()), ("sink_name", sink.as_str())];
             let m = family.encode_family(&labels)?;
             ConstCounter::new(*n).encode(m)?;
         }
