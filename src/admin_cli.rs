@@ -483,7 +483,12 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                     ]
                 })
                 .collect();
-            table(&["ROW", "SINK", "STATE", "ATTEMPTS", "ORDERING KEY", "DEAD REASON / LAST ERROR"], &rows);
+            if rows.is_empty() && h["quarantined"].is_null() {
+                // A delivered row is deleted, and a filter may have made none.
+                println!("no delivery rows: delivered to every sink it had, or no sink's filter took it");
+            } else {
+                table(&["ROW", "SINK", "STATE", "ATTEMPTS", "ORDERING KEY", "DEAD REASON / LAST ERROR"], &rows);
+            }
         }
         Command::Dlq(DlqCmd::List { filter, limit, cursor }) => {
             let mut q = filter.pairs();

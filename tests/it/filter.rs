@@ -213,6 +213,9 @@ sources:
     let (ping, _) = &ids["github/ping.json"];
     let hook = api.ok("GET", "/v1/hooks/{idempotency_key}", &format!("/v1/hooks/{ping}"), None).await;
     assert_eq!((hook["source"].as_str(), hook["deliveries"].as_array().map(Vec::len)), (Some("github"), Some(0)), "{hook}");
+    let (code, out, err) = crate::admin::cli(&["hooks", "show", ping, "--admin", &format!("http://{}", relay.admin)], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("no delivery rows: delivered to every sink it had, or no sink's filter took it"), "{out}");
     // ... and its dedupe record answers a provider retry.
     let h = Hook::load("github/ping.json");
     let a = relay.post("/hooks/github", &h.send_headers(), h.body.clone()).await;
