@@ -229,7 +229,22 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
             let sink = crate::sinks::build(&s.name, e).await?;
             let paused = if s.paused || e.paused { " [paused]" } else { "" };
             let rate = e.rate_limit.map(|r| format!(" [at most {}/s, burst {}]", r.per_second, r.burst)).unwrap_or_default();
-            destinations.push(format!("{} -> {} {} {}{paused}{rate}", s.path, e.kind.as_str(), e.name, describe(s, e)));
+            // The options that change what this sink gets or how, by name, so
+            // the banner shows what the configuration turned on.
+            let mut set: Vec<&str> = Vec::new();
+            if !e.filter.is_empty() {
+                set.push("filter");
+            }
+            if e.retry.overridden {
+                set.push("retry");
+            }
+            for key in ["signing", "forward_headers"] {
+                if e.options.contains_key(key) {
+                    set.push(key);
+                }
+            }
+            let set = if set.is_empty() { String::new() } else { format!(" [{}]", set.join(", ")) };
+            destinations.push(format!("{} -> {} {} {}{paused}{rate}{set}", s.path, e.kind.as_str(), e.name, describe(s, e)));
             routes.sinks.insert(
                 (id, SinkIx(e.index)),
                 Route { sink, sink_name: e.name.clone(), source_name: s.name.clone() },

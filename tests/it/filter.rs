@@ -84,6 +84,10 @@ async fn the_stripe_corpus_reaches_an_invoice_sink_only_with_invoice_events_in_o
         assert_eq!(p["paused"], true, "{p}");
     }
 
+    // The banner says which sink filters.
+    let log = relay.log();
+    assert!(log.lines().any(|l| l.contains("http invoices") && l.contains("[filter]")), "{log}");
+    assert!(!log.lines().any(|l| l.contains("http all") && l.contains("[filter]")), "{log}");
     let sent = stripe::send(&relay, &stripe::hooks(4)).await;
     assert_eq!(sent.len(), 40);
     let invoices: Vec<&stripe::Sent> = sent.iter().filter(|s| event_type(&s.body).starts_with("invoice.")).collect();
