@@ -45,26 +45,7 @@ use crate::{DeliveryCtx, Envelope, OptionProblems, SinkError};
 /// The option's name in a sink entry.
 pub const OPTION: &str = "forward_headers";
 
-/// Headers no sink forwards: hop-by-hop headers (RFC 9110 section 7.6.1),
-/// the framing of the provider's request, and the content type (every sink
-/// carries it already: `content_type`, or the message's property). `all`
-/// skips them (uncounted: they are not the provider's hook); listing one is
-/// an error. `proxy-*` and `x-ankusa-*` names are skipped the same way.
-pub const NEVER_FORWARDED: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "content-type",
-    "expect",
-];
-
-/// Name prefixes no sink forwards (see [`NEVER_FORWARDED`]).
-pub const NEVER_FORWARDED_PREFIXES: &[&str] = &["proxy-", "x-ankusa-"];
+pub use crate::meta::{NEVER_FORWARDED, NEVER_FORWARDED_PREFIXES, never_forwarded};
 
 /// Which stored headers a sink forwards: the parsed `forward_headers` option.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -188,12 +169,6 @@ pub fn is_header_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
-/// Whether no sink forwards `name` (lower-case): [`NEVER_FORWARDED`] and its
-/// prefixes.
-pub fn never_forwarded(name: &str) -> bool {
-    NEVER_FORWARDED.contains(&name) || NEVER_FORWARDED_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 impl Medium {

@@ -36,3 +36,32 @@ pub const RECEIVED_AT_HEADER: &str = "x-ankusa-received-at";
 pub const ATTEMPT_HEADER: &str = "x-ankusa-attempt";
 /// HTTP header: the ordering key, in ordered mode only (ADR 0004 section 6).
 pub const ORDERING_KEY_HEADER: &str = "x-ankusa-ordering-key";
+
+/// Stored provider headers no sink forwards: hop-by-hop headers (RFC 9110
+/// section 7.6.1), the framing of the provider's request, and the content
+/// type (every sink carries it already: the HTTP sink's `content-type`,
+/// `content_type`, or the message's property). The HTTP sink skips them; a
+/// broker sink's `forward_headers: all` skips them (uncounted: they are not
+/// the provider's hook), and listing one is an error. `proxy-*` and
+/// `x-ankusa-*` names ([`NEVER_FORWARDED_PREFIXES`]) are skipped the same way.
+pub const NEVER_FORWARDED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "expect",
+];
+
+/// Name prefixes no sink forwards (see [`NEVER_FORWARDED`]).
+pub const NEVER_FORWARDED_PREFIXES: &[&str] = &["proxy-", "x-ankusa-"];
+
+/// Whether no sink forwards `name` (lower-case): [`NEVER_FORWARDED`] and its
+/// prefixes.
+pub fn never_forwarded(name: &str) -> bool {
+    NEVER_FORWARDED.contains(&name) || NEVER_FORWARDED_PREFIXES.iter().any(|p| name.starts_with(p))
+}

@@ -38,22 +38,6 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Request headers of the provider that the HTTP sink does not forward:
-/// hop-by-hop headers (RFC 9110 section 7.6.1), the framing of the original
-/// request, and the content type (sent from the stored value separately).
-const FORWARD_SKIP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "content-type",
-    "expect",
-];
-
 impl HttpSink {
     /// Validates `config` and builds the sink's client. Installs ring as the
     /// process's rustls crypto provider if none is installed yet (module docs).
@@ -85,11 +69,8 @@ impl HttpSink {
         // our own `x-ankusa-*` names are never forwarded.
         for (name, value) in &hook.headers {
             let Ok(name) = HeaderName::from_bytes(name) else { continue };
-            if FORWARD_SKIP.contains(&name.as_str())
-                || name.as_str().starts_with("x-ankusa-")
-                || name.as_str().starts_with("proxy-")
-                || self.headers.contains_key(&name)
-            {
+            // The list every sink shares ([`crate::meta::NEVER_FORWARDED`]).
+            if crate::meta::never_forwarded(name.as_str()) || self.headers.contains_key(&name) {
                 continue;
             }
             if let Ok(v) = HeaderValue::from_bytes(value) {
