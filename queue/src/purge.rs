@@ -41,10 +41,10 @@ use ankusa_keys::meta::{MetaKey, decode_purge, encode_purge, purge_key, purges_r
 use ankusa_keys::{
     CounterField, DeadLetterKey, DeliveryRow, DueKey, DueKind, DueValue, Family, InFlightKey,
     InFlightValue, LaneHeadKey, LaneMarkerKey, LaneMemberKey, LaneMemberValue, QuarantinedKey,
-    TenantOrd, active_key, archive_tenant_range, counter_key, delivery_key,
-    deliveries_tenant_range, hooks_tenant_range, tenant_range, tenant_ranges,
+    TenantOrd, active_key, archive_tenant_range, delivery_key,
+    deliveries_tenant_range, hooks_tenant_range, tenant_range,
 };
-use ankusa_lanes::{LANE_FAMILIES, Member, count};
+use ankusa_lanes::{Member, count};
 
 use crate::{Cursor, Page, QueueError, RowId};
 
@@ -136,24 +136,10 @@ fn head_leaves(
 /// The last page: ?A, the counters, and a range delete of every range of the
 /// tenant (empty after a clean run).
 fn final_page(read: &impl Read, tenant: TenantOrd) -> Result<Batch, QueueError> {
-    let mut batch = Batch::new();
+    // What is left is the one-batch purge's work (counters, range deletes,
+    // the lanes' own families), plus the tenant's ?A entry.
+    let mut batch = crate::admin::purge_tenant(read, tenant)?;
     batch.delete(Cf::Index, active_key(tenant));
-    for field in CounterField::ALL {
-        let value = read.counter(&counter_key(tenant, field))?;
-        batch.counter_add(counter_key(TenantOrd::NODE, field), -value);
-    }
-    let lane_ranges: Vec<KeyRange> = LANE_FAMILIES
-        .into_iter()
-        .map(|f| tenant_range(f, tenant))
-        .collect();
-    for (cf, range) in tenant_ranges(tenant) {
-        // The lane families are lanes' to write (ADR 4.9).
-        if cf == Cf::Index && lane_ranges.contains(&range) {
-            continue;
-        }
-        batch.delete_range(cf, range);
-    }
-    ankusa_lanes::purge_ops(&mut batch, tenant);
     Ok(batch)
 }
 

@@ -291,6 +291,21 @@ fn cursor_of(job: &Job) -> Result<Option<(TenantOrd, Vec<u8>)>, ApiError> {
     Ok(Some((TenantOrd(ord), rest.to_vec())))
 }
 
+/// The end of a step that walks tenants in order: `done` more ops, and the
+/// cursor at `(next tenant, resume)`, or the job done when no tenant is left.
+fn advance(job: &mut Job, now: u64, done: usize, next: Option<TenantOrd>, resume: &[u8]) {
+    job.updated_at_ms = now;
+    job.done += done as u64;
+    match next {
+        Some(ord) => set_cursor(job, Some((ord, resume))),
+        None => {
+            set_cursor(job, None);
+            job.state = JobState::Done;
+            job.finished_at_ms = Some(now);
+        }
+    }
+}
+
 fn set_cursor(job: &mut Job, at: Option<(TenantOrd, &[u8])>) {
     job.cursor = at.map(|(ord, rest)| {
         let mut raw = ord.0.to_be_bytes().to_vec();
@@ -507,17 +522,7 @@ fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Resu
         ti += 1;
         resume = Vec::new();
     }
-    let now = (state.clock)();
-    job.updated_at_ms = now;
-    job.done += ops.len() as u64;
-    match tenants.get(ti) {
-        Some(&ord) => set_cursor(&mut job, Some((ord, &resume))),
-        None => {
-            set_cursor(&mut job, None);
-            job.state = JobState::Done;
-            job.finished_at_ms = Some(now);
-        }
-    }
+    advance(&mut job, (state.clock)(), ops.len(), tenants.get(ti).copied(), &resume);
     let n = ops.len();
     let edge_writer = edge.writer.clone();
     drop(edge);
@@ -588,17 +593,7 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
         ti += 1;
         resume = Vec::new();
     }
-    let now = (state.clock)();
-    job.updated_at_ms = now;
-    job.done += ops.len() as u64;
-    match tenants.get(ti) {
-        Some(&ord) => set_cursor(&mut job, Some((ord, &resume))),
-        None => {
-            set_cursor(&mut job, None);
-            job.state = JobState::Done;
-            job.finished_at_ms = Some(now);
-        }
-    }
+    advance(&mut job, (state.clock)(), ops.len(), tenants.get(ti).copied(), &resume);
     let released = job.kind == JobKind::ReleaseQuarantined && !ops.is_empty();
     let writer = edge.writer.clone();
     let stats = Arc::clone(&edge.stats);
