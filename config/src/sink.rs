@@ -715,17 +715,21 @@ fn filter_test(name: &str, v: &Value, option: &str, scope: &Scope, p: &mut Probl
 /// The store_headers rule of ADR 0004 section 2 for a header that `option`
 /// reads: it must be kept as received, or a replay or a quarantine release
 /// (which resolve from the stored headers) would decide otherwise than ingest.
+/// Whose store_headers policy drops or hashes a header, and which it does,
+/// for the messages that refuse such a header (ordering_key, filter,
+/// forward_headers).
+fn policy_words(ctx: &SourceCtx<'_>, action: HeaderAction) -> (&'static str, &'static str) {
+    let whose = if ctx.overridden { "the source's store_headers override" } else { "the instance store_headers policy" };
+    let verb = if action == HeaderAction::Drop { "drops" } else { "hashes" };
+    (whose, verb)
+}
+
 fn kept_header(ctx: &SourceCtx<'_>, h: &str, option: &str, what: &str, scope: &Scope, p: &mut Problems) {
     let action = ctx.store_headers.action(h);
     if action == HeaderAction::Keep {
         return;
     }
-    let whose = if ctx.overridden {
-        "the source's store_headers override"
-    } else {
-        "the instance store_headers policy"
-    };
-    let verb = if action == HeaderAction::Drop { "drops" } else { "hashes" };
+    let (whose, verb) = policy_words(ctx, action);
     p.push(
         scope,
         option,
@@ -791,16 +795,7 @@ fn order(
         Ok(OrderingKey::Header(h)) => {
             let action = ctx.store_headers.action(&h);
             if action != HeaderAction::Keep {
-                let whose = if ctx.overridden {
-                    "the source's store_headers override"
-                } else {
-                    "the instance store_headers policy"
-                };
-                let verb = if action == HeaderAction::Drop {
-                    "drops"
-                } else {
-                    "hashes"
-                };
+                let (whose, verb) = policy_words(ctx, action);
                 p.push(
                     scope,
                     "ordering_key",
@@ -835,16 +830,7 @@ fn forward_headers_kept(ctx: &SourceCtx<'_>, options: &Mapping, scope: &Scope, p
             continue;
         }
         let lower = name.to_ascii_lowercase();
-        let whose = if ctx.overridden {
-            "the source's store_headers override"
-        } else {
-            "the instance store_headers policy"
-        };
-        let verb = if action == HeaderAction::Drop {
-            "drops"
-        } else {
-            "hashes"
-        };
+        let (whose, verb) = policy_words(ctx, action);
         p.push(
             scope,
             "forward_headers",
