@@ -210,6 +210,9 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     }
     for s in &cfg.sources {
         let id = registry.sources[&s.name];
+        if let Some(t) = registry.tenants.get(&s.tenant) {
+            routes.source_tenants.insert(id, *t);
+        }
         if s.paused {
             routes.paused.insert(PauseTarget::Source(id));
         }
@@ -262,6 +265,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     let dispatch = DispatchConfig {
         batch: d.batch as usize,
         sink_concurrency: d.sink_concurrency as usize,
+        pipelined_concurrency: d.pipelined_concurrency as usize,
         window: d.admission_window as usize,
         window_bytes: d.admission_window_bytes,
         flush_interval_ms: d.flush_interval_ms,

@@ -140,12 +140,14 @@ pub mod defaults {
     pub const BATCH: u32 = 64;
     /// `dispatch.sink_concurrency`.
     pub const SINK_CONCURRENCY: u32 = 8;
+    /// `dispatch.pipelined_concurrency`.
+    pub const PIPELINED_CONCURRENCY: u32 = 256;
     /// `dispatch.admission_window`.
     pub const ADMISSION_WINDOW: u32 = 1024;
     /// `dispatch.admission_window_bytes`: 64 MiB.
     pub const ADMISSION_WINDOW_BYTES: u64 = 64 << 20;
     /// `dispatch.flush_interval_ms`.
-    pub const FLUSH_INTERVAL_MS: u64 = 5;
+    pub const FLUSH_INTERVAL_MS: u64 = 0;
     /// `retry.base_ms`: 1 s.
     pub const RETRY_BASE_MS: u64 = 1_000;
     /// `retry.max_ms`: 10 min.

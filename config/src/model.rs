@@ -162,15 +162,20 @@ pub struct Dispatch {
     /// Due rows claimed per tenant visit, and the lane promotion budget per
     /// visit (ADR 0004 section 1). Default 64.
     pub batch: u32,
-    /// Sink calls at once per sink and tenant. Default 8.
+    /// Sink calls at once per sink and tenant (HTTP, file). Default 8.
     pub sink_concurrency: u32,
+    /// Sink calls at once per sink and tenant for the sinks whose client
+    /// pipelines them (Kafka, NATS, Redis, RabbitMQ, Pub/Sub, SQS): unordered
+    /// hooks and lanes, each lane one call at a time. Default 256.
+    pub pipelined_concurrency: u32,
     /// The admission window: claimed (in-flight) deliveries the node holds at
     /// once, all tenants together. Default 1024.
     pub admission_window: u32,
     /// The admission window in bytes of claimed deliveries. Default 64 MiB.
     pub admission_window_bytes: u64,
-    /// How long the pipeline buffers outcomes before it flushes them as one
-    /// batch. Default 5 ms.
+    /// How long the pipeline collects outcomes before it commits them as one
+    /// batch. Default 0: the next engine step commits every outcome that came
+    /// in meanwhile (docs/design.md section 5, "Committer").
     pub flush_interval_ms: u64,
 }
 

@@ -73,6 +73,7 @@ pub(crate) struct RawHeaderPolicy {
 pub(crate) struct RawDispatch {
     pub batch: Option<u32>,
     pub sink_concurrency: Option<u32>,
+    pub pipelined_concurrency: Option<u32>,
     pub admission_window: Option<u32>,
     pub admission_window_bytes: Option<u64>,
     pub flush_interval_ms: Option<u64>,

@@ -251,6 +251,13 @@ fn dispatch(raw: &RawConfig, p: &mut Problems) -> Dispatch {
         "sink_concurrency",
         p,
     );
+    let pipelined_concurrency = positive(
+        r.pipelined_concurrency,
+        d::PIPELINED_CONCURRENCY,
+        &scope,
+        "pipelined_concurrency",
+        p,
+    );
     let admission_window = positive(
         r.admission_window,
         d::ADMISSION_WINDOW,
@@ -268,6 +275,7 @@ fn dispatch(raw: &RawConfig, p: &mut Problems) -> Dispatch {
     Dispatch {
         batch,
         sink_concurrency,
+        pipelined_concurrency,
         admission_window,
         admission_window_bytes,
         flush_interval_ms: r.flush_interval_ms.unwrap_or(d::FLUSH_INTERVAL_MS),

@@ -238,6 +238,27 @@ impl Envelope {
         out
     }
 
+    /// The source of a stored envelope, read without decoding the rest
+    /// (the dispatcher's scan needs only the source until it claims a row:
+    /// docs/design.md section 5, "Scan and claim"). The fields are walked up
+    /// to the source's (the first one [`Envelope::encode`] writes); a value
+    /// [`Envelope::decode`] refuses may still give its source here, and the
+    /// claim decodes it in full.
+    ///
+    /// # Errors
+    /// [`ValueError::UnknownVersion`], [`ValueError::Truncated`],
+    /// [`ValueError::MissingField`], [`ValueError::InvalidField`].
+    pub fn peek_source(value: &[u8]) -> Result<SourceId, ValueError> {
+        const WHAT: &str = "envelope";
+        for field in open(value, WHAT, ENVELOPE_VERSION)? {
+            let (tag, bytes) = field?;
+            if tag == ENV_SOURCE {
+                return Ok(SourceId(u32::from_be_bytes(fixed(bytes, WHAT, "source")?)));
+            }
+        }
+        Err(ValueError::MissingField { what: WHAT, field: "source" })
+    }
+
     /// Decodes a stored envelope.
     ///
     /// # Errors

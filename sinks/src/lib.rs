@@ -106,6 +106,17 @@ pub trait Sink: Send + Sync {
     /// The adapter's kind, as in the configuration and as the `sink` label of
     /// metrics (`"http"`, `"file"`, ...): never a tenant, key or URL.
     fn kind(&self) -> &'static str;
+
+    /// Whether the adapter's client pipelines its calls (many in flight on
+    /// one connection, answered as they complete: Kafka, NATS JetStream,
+    /// Redis, RabbitMQ with confirms, Pub/Sub, SQS), so the pipeline may keep
+    /// up to `dispatch.pipelined_concurrency` unordered hooks and lanes in
+    /// flight per (tenant, sink) instead of `dispatch.sink_concurrency`
+    /// (docs/design.md section 5, "Concurrency"). Each lane is still one call
+    /// at a time. The default (HTTP, file): no.
+    fn pipelined(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(feature = "file")]

@@ -47,9 +47,10 @@ fn an_almost_empty_file_takes_every_default() {
         Dispatch {
             batch: 64,
             sink_concurrency: 8,
+            pipelined_concurrency: 256,
             admission_window: 1024,
             admission_window_bytes: 64 << 20,
-            flush_interval_ms: 5,
+            flush_interval_ms: 0,
         }
     );
     assert_eq!(
@@ -111,7 +112,7 @@ fn every_section_option_is_read() {
 node: {name: relay-2, data_dir: /var/lib/ankusa, store: fjall, max_pending: 50, max_pending_bytes: 4096}
 listeners: {ingest: '0.0.0.0:9000', admin: '[::1]:9001', admin_token: t0ken, metrics_require_token: true, body_limit_bytes: 2048}
 store_headers: {default: drop, headers: {X-Entity-Id: keep, authorization: hash}}
-dispatch: {batch: 16, sink_concurrency: 2, admission_window: 100, admission_window_bytes: 1000, flush_interval_ms: 0}
+dispatch: {batch: 16, sink_concurrency: 2, pipelined_concurrency: 9, admission_window: 100, admission_window_bytes: 1000, flush_interval_ms: 3}
 retry: {base_ms: 10, max_ms: 10, max_elapsed_ms: 60000}
 breaker: {failures: 3, distinct: 2, open_ms: 1500}
 tenants: [{name: acme, max_pending: 7, max_pending_bytes: 700}, {name: globex}]
@@ -141,9 +142,10 @@ sources:
         Dispatch {
             batch: 16,
             sink_concurrency: 2,
+            pipelined_concurrency: 9,
             admission_window: 100,
             admission_window_bytes: 1000,
-            flush_interval_ms: 0,
+            flush_interval_ms: 3,
         }
     );
     assert_eq!(

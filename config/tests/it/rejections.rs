@@ -300,6 +300,7 @@ fn zero_limits() {
     for (section, option) in [
         ("dispatch", "batch"),
         ("dispatch", "sink_concurrency"),
+        ("dispatch", "pipelined_concurrency"),
         ("dispatch", "admission_window"),
         ("dispatch", "admission_window_bytes"),
         ("retry", "base_ms"),

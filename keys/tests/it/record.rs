@@ -110,7 +110,9 @@ proptest! {
         prop_assert_eq!(bytes[0], ENVELOPE_VERSION);
         let decoded = Envelope::decode(&bytes);
         prop_assert_eq!(decoded.as_ref(), Ok(&e));
-        prop_assert_eq!(decoded.map(|d| d.encode()), Ok(bytes));
+        prop_assert_eq!(decoded.map(|d| d.encode()), Ok(bytes.clone()));
+        // The dispatcher's scan reads the source without decoding the rest.
+        prop_assert_eq!(Envelope::peek_source(&bytes), Ok(e.source));
     }
 
     #[test]
@@ -421,4 +423,15 @@ fn an_envelope_with_bad_fields_is_refused() {
             supported: 1
         })
     );
+}
+
+#[test]
+fn peeking_the_source_refuses_what_has_none() {
+    let without: Vec<(u8, Vec<u8>)> = envelope_fields().into_iter().filter(|(t, _)| *t != 1).collect();
+    assert_eq!(
+        Envelope::peek_source(&envelope_value(&without)),
+        Err(ValueError::MissingField { what: "envelope", field: "source" })
+    );
+    assert!(matches!(Envelope::peek_source(&[]), Err(ValueError::UnknownVersion { .. })));
+    assert!(matches!(Envelope::peek_source(&[ENVELOPE_VERSION, 1, 0]), Err(ValueError::Truncated { .. })));
 }

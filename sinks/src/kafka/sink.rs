@@ -194,6 +194,10 @@ impl Sink for KafkaSink {
     fn kind(&self) -> &'static str {
         "kafka"
     }
+
+    fn pipelined(&self) -> bool {
+        true
+    }
 }
 
 /// The outcome of a failed produce.

@@ -204,6 +204,10 @@ impl Sink for NatsSink {
     fn kind(&self) -> &'static str {
         "nats"
     }
+
+    fn pipelined(&self) -> bool {
+        true
+    }
 }
 
 /// The delay before reconnect attempt `attempts` (1 for the first): none, then

@@ -304,6 +304,10 @@ impl Sink for PubSubSink {
     fn kind(&self) -> &'static str {
         "pubsub"
     }
+
+    fn pipelined(&self) -> bool {
+        true
+    }
 }
 
 /// The outcome of a `:publish` answer (table in the [`crate::pubsub`] docs),

@@ -387,6 +387,10 @@ impl Sink for RabbitMqSink {
     fn kind(&self) -> &'static str {
         "rabbitmq"
     }
+
+    fn pipelined(&self) -> bool {
+        true
+    }
 }
 
 /// The provider's content type: the context's, else the envelope's stored

@@ -136,6 +136,10 @@ impl Sink for RedisSink {
     fn kind(&self) -> &'static str {
         "redis"
     }
+
+    fn pipelined(&self) -> bool {
+        true
+    }
 }
 
 /// The outcome of a failed command.

@@ -258,6 +258,10 @@ impl Sink for SqsSink {
     fn kind(&self) -> &'static str {
         "sqs"
     }
+
+    fn pipelined(&self) -> bool {
+        true
+    }
 }
 
 /// The outcome of a failed SendMessage.

@@ -1,0 +1,146 @@
+//! The calls stage (docs/design.md section 5): a claimed row ([`Start`])
+//! becomes a [`Call`] (its delivery context built by the dispatcher, which
+//! takes its sink slot), the call runs as its own task on the async runtime
+//! and holds no store handle and no lock, and its [`Done`] goes back to the
+//! committer. A slot is free again when the outcome is committed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ankusa_engine::Kv;
+use ankusa_keys::{Envelope, SinkIx, SourceId};
+use ankusa_queue::RowId;
+use ankusa_sinks::{DeliveryCtx, Outcome};
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::breaker::{BreakerKey, Site};
+use crate::dispatcher::Dispatcher;
+use crate::scan::Start;
+use crate::{Route, Routes};
+
+/// A finished call: the boundary between the calls stage and the committer.
+pub(crate) struct Done {
+    pub(crate) row: RowId,
+    pub(crate) key: BreakerKey,
+    pub(crate) site: Site,
+    pub(crate) outcome: Outcome,
+    pub(crate) attempts_before: u32,
+    pub(crate) size: u64,
+    pub(crate) trial: bool,
+}
+
+/// A call ready to start: what the task needs and what its [`Done`] carries.
+pub(crate) struct Call {
+    route: Route,
+    envelope: Envelope,
+    ctx: DeliveryCtx,
+    row: RowId,
+    key: BreakerKey,
+    site: Site,
+    attempts_before: u32,
+    size: u64,
+    trial: bool,
+}
+
+impl<K: Kv> Dispatcher<K> {
+    /// Takes the sink slot and window room of a claimed row and queues its
+    /// call in [`Dispatcher::calls`].
+    pub(crate) fn launch(&mut self, s: Start) {
+        let tenant_name = self.routes.tenants.get(&s.row_id.tenant).cloned().unwrap_or_else(|| s.row_id.tenant.to_string());
+        let content_type = s
+            .envelope
+            .headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(b"content-type"))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+        let ordered = s.row.lane.is_some();
+        let ordering_key = if ordered {
+            Some(s.row.ordering_key.clone().unwrap_or_else(|| format!("{}/{}", tenant_name, s.route.source_name).into_bytes()))
+        } else {
+            None
+        };
+        let ctx = DeliveryCtx {
+            tenant: tenant_name,
+            source: s.route.source_name.clone(),
+            sink_name: s.route.sink_name.clone(),
+            sink: s.row_id.sink,
+            seq: s.row_id.seq,
+            attempt: s.row.attempts + 1,
+            idempotency_key: ankusa_sinks::uuid_text(&s.envelope.idempotency_key),
+            ordering_key,
+            lane_hex: s.row.lane.map(|l| l.to_hex()),
+            ordered,
+            received_at_ms: s.envelope.received_at_ms,
+            content_type,
+        };
+        *self.in_flight.entry(s.key).or_default() += 1;
+        self.in_flight_total += 1;
+        self.in_flight_bytes += s.size;
+        self.calls.push(Call {
+            route: s.route,
+            envelope: s.envelope,
+            ctx,
+            row: s.row_id,
+            key: s.key,
+            site: s.site,
+            attempts_before: s.row.attempts,
+            size: s.size,
+            trial: s.trial,
+        });
+    }
+}
+
+impl Call {
+    /// The call's [`Done`] with `outcome`.
+    pub(crate) fn finish(self, outcome: Outcome) -> Done {
+        Done {
+            row: self.row,
+            key: self.key,
+            site: self.site,
+            outcome,
+            attempts_before: self.attempts_before,
+            size: self.size,
+            trial: self.trial,
+        }
+    }
+}
+
+/// Starts `call` as its own task; its [`Done`] is sent on `tx`.
+pub(crate) fn spawn(call: Call, tx: &mpsc::UnboundedSender<Done>) {
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        let outcome = call.route.sink.deliver(&call.envelope, &call.ctx).await;
+        let _ = tx.send(call.finish(outcome));
+    });
+}
+
+/// Sinks that buffer ([`ankusa_sinks::Sink::flush`]) make their part of
+/// `done` durable before the committer deletes any of its rows; a sink whose
+/// flush fails gets its `Ok` outcomes turned into retries (those deliveries
+/// are not durable at the destination). Runs on the async side, before the
+/// engine step that commits `done`.
+pub(crate) async fn flush_sinks(routes: &Arc<Routes>, done: &mut [Done]) {
+    let mut flushed: HashMap<(SourceId, SinkIx), bool> = HashMap::new();
+    for d in done.iter() {
+        let id = (d.key.1, d.key.2);
+        if matches!(d.outcome, Outcome::Ok)
+            && !flushed.contains_key(&id)
+            && let Some(route) = routes.sinks.get(&id)
+        {
+            let ok = match route.sink.flush().await {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(sink = %route.sink_name, error = %e, "sink flush failed; its deliveries of this batch will be retried");
+                    false
+                }
+            };
+            flushed.insert(id, ok);
+        }
+    }
+    for d in done.iter_mut() {
+        if matches!(d.outcome, Outcome::Ok) && flushed.get(&(d.key.1, d.key.2)) == Some(&false) {
+            d.outcome = Outcome::Retry { reason: "sink flush failed".into(), after: None };
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! Scan and claim (docs/design.md section 5): a visit of one tenant reads its
+//! due index from the low-water cursor, decides for each due row (hold,
+//! dead-letter, skip a saturated sink, park under an open breaker, keep for a
+//! half-open trial, wait out a rate limit, or claim), commits the claims, and
+//! hands the claimed rows to the calls stage as [`Start`]s.
+
+use std::collections::{HashMap, HashSet};
+
+use ankusa_engine::{Batch, Cf, Direction, Kv};
+use ankusa_keys::{
+    CounterField, DeliveryRow, DueKey, DueValue, Envelope, Family, Seq, SinkIx, TenantOrd, counter_key, delivery_key, due_key,
+    due_range_until, family_range, hook_key,
+};
+use ankusa_queue::{Origin, QueueError, RowId};
+use tracing::{debug, info, warn};
+
+use crate::breaker::{BreakerKey, Site};
+use crate::dispatcher::Dispatcher;
+use crate::{PipelineError, Route};
+
+/// A claimed row on its way to its sink: the boundary between scan and claim
+/// and the calls stage.
+pub(crate) struct Start {
+    pub(crate) row_id: RowId,
+    pub(crate) key: BreakerKey,
+    pub(crate) site: Site,
+    pub(crate) route: Route,
+    pub(crate) envelope: Envelope,
+    pub(crate) row: DeliveryRow,
+    pub(crate) size: u64,
+    pub(crate) trial: bool,
+}
+
+/// Pages of `dispatch.batch` due entries a tenant visit reads at most.
+const SCAN_PAGES: usize = 8;
+
+impl<K: Kv> Dispatcher<K> {
+    /// One visit of every active tenant.
+    pub(crate) fn pass(&mut self) -> Result<(), PipelineError> {
+        self.unhold_pass()?;
+        let active = self.kv.scan(Cf::Index, &family_range(Family::Active), Direction::Forward, 4096)?;
+        for (k, _) in active {
+            let tenant = ankusa_keys::ActiveKey::decode(&k).map_err(QueueError::from)?.tenant;
+            if self.quiet.contains(&tenant) {
+                continue;
+            }
+            self.visit(tenant)?;
+        }
+        Ok(())
+    }
+
+    fn visit(&mut self, tenant: TenantOrd) -> Result<(), PipelineError> {
+        let now = self.now();
+        // ADR 4.6: lane sweep while the node has lane members; one read when not.
+        if self.kv.counter(&counter_key(TenantOrd::NODE, CounterField::LaneMembers))? > 0 {
+            let out = ankusa_lanes::sweep(&*self.kv, tenant, self.dispatch.batch, now).map_err(QueueError::from)?;
+            self.write(out.batch)?;
+            if !out.recheck.is_empty() {
+                let again = ankusa_lanes::sweep_recheck(&*self.kv, tenant, &out.recheck).map_err(QueueError::from)?;
+                self.write(again)?;
+            }
+        }
+        let mut range = due_range_until(tenant, now);
+        // Low-water cursor: the first live due entry of the last visit. Every
+        // row that becomes due later is due at or after it (ingest, a
+        // promote, a recovery and a revive are due "now"; a retry or a park
+        // later), so the scan skips the deleted entries of every row claimed
+        // before it instead of walking their tombstones again.
+        if let Some(&low) = self.low_water.get(&tenant) {
+            let from = due_key(tenant, low, Seq(0), SinkIx(0));
+            if from.as_slice() > range.start.as_slice() && from.as_slice() < range.end.as_slice() {
+                range.start = from.to_vec();
+            }
+        }
+        let mut resume = self.resume.remove(&tenant);
+        let mut reached_end = false;
+        let page_len = self.dispatch.batch.max(1);
+        // The first page is no larger than the free call slots: in the steady
+        // state a visit reads the rows it claims and no more.
+        let free = self.free_slots(tenant);
+        let first_len = free.map_or(page_len, |f| f.clamp(1, page_len));
+        // Rows of a saturated sink are skipped, not claimed, so a visit reads on
+        // past them (up to SCAN_PAGES pages) to reach other sinks' rows: one
+        // slow sink does not starve the tenant's other sinks.
+        let mut pages = 0;
+        let mut claims = Batch::new();
+        let mut starts: Vec<Start> = Vec::new();
+        let mut parks = Vec::new();
+        let mut dead = Batch::new();
+        let mut holds = Batch::new();
+        let mut saturated: HashSet<BreakerKey> = HashSet::new();
+        let mut start_bytes = 0u64;
+        let mut horizon: Vec<RowId> = Vec::new();
+        // Per half-open breaker, the best trial candidate the scan met among
+        // rows of lanes that failed in the breaker's current run (the lane
+        // that failed last ranks worst): taken as the trial only if no row of
+        // another lane of the sink is.
+        let mut deferred: HashMap<BreakerKey, (u8, DueKey, Start)> = HashMap::new();
+        'pages: while starts.len() + parks.len() < page_len && pages < SCAN_PAGES && free.is_none_or(|f| starts.len() < f) {
+            // After the first page, jump to where the last visit stopped.
+            if pages == 1
+                && let Some(at) = resume.take()
+                && at > range.start
+                && at < range.end
+            {
+                range.start = at;
+            }
+            let len = if pages == 0 { first_len } else { page_len };
+            let due = self.kv.scan(Cf::Index, &range, Direction::Forward, len)?;
+            pages += 1;
+            if pages == 1
+                && let Some((first, _)) = due.first()
+            {
+                let first = DueKey::decode(first).map_err(QueueError::from)?;
+                self.low_water.insert(tenant, first.due_ms);
+            }
+            if due.is_empty() {
+                if pages == 1 {
+                    let b = ankusa_queue::sweep_markers(&*self.kv, tenant)?;
+                    if !b.is_empty() {
+                        self.write(b)?;
+                        let again = ankusa_queue::sweep_markers_recheck(&*self.kv, tenant)?;
+                        self.write(again)?;
+                    }
+                    return Ok(());
+                }
+                reached_end = true;
+                break;
+            }
+            let full_page = due.len() == len;
+            if let Some((last, _)) = due.last() {
+                let mut next = last.to_vec();
+                next.push(0);
+                range.start = next;
+            }
+            for (k, v) in due {
+                if self.in_flight_total + starts.len() >= self.dispatch.window
+                    || self.in_flight_bytes + start_bytes >= self.dispatch.window_bytes
+                {
+                    break 'pages;
+                }
+                let dk = DueKey::decode(&k).map_err(QueueError::from)?;
+                let size = u64::from(DueValue::decode(&v).map_err(QueueError::from)?.size);
+                let row_id = RowId::new(tenant, dk.seq, dk.sink);
+                let Some(raw) = self.kv.get(Cf::Hooks, &hook_key(tenant, dk.seq))? else {
+                    warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
+                    dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope missing", now)?);
+                    continue;
+                };
+                // The source decides everything up to the claim; the whole
+                // envelope is decoded only for a row that is claimed.
+                let source = match Envelope::peek_source(&raw) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
+                        dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", now)?);
+                        continue;
+                    }
+                };
+                if let Some(reason) = self.retiring.get(&source) {
+                    debug!(%row_id, "a row of a retired source: dead-lettered");
+                    dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, now)?);
+                    *self.retired_dead.entry(source).or_default() += 1;
+                    continue;
+                }
+                let key = (tenant, source, dk.sink);
+                if saturated.contains(&key) {
+                    continue;
+                }
+                let Some(route) = self.routes.sinks.get(&(source, dk.sink)).cloned() else {
+                    let reason = if self.routes.source_known(source) { "sink gone: not configured" } else { "source gone: not configured" };
+                    warn!(%row_id, reason, "dead-lettering a row nobody can deliver");
+                    dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, now)?);
+                    continue;
+                };
+                // A paused sink: its row leaves the due scan until a resume
+                // (a head stays its lane's head; nothing behind it moves).
+                if self.is_paused(source, dk.sink) {
+                    holds.extend(ankusa_queue::hold(&*self.kv, dk)?);
+                    continue;
+                }
+                let busy = self.in_flight.get(&key).copied().unwrap_or(0) + starts.iter().filter(|s| s.key == key).count();
+                let cap = if route.sink.pipelined() { self.dispatch.pipelined_concurrency } else { self.dispatch.sink_concurrency };
+                if busy >= cap {
+                    saturated.insert(key);
+                    if self.all_saturated(tenant, &saturated) {
+                        break 'pages;
+                    }
+                    continue;
+                }
+                // Breaker: open -> park; half-open -> one trial call at a time.
+                let (open, half_open, trial_busy) = match self.breakers.get(&key) {
+                    Some(b) => (
+                        b.open,
+                        b.open && b.open_until_ms <= now,
+                        b.trial_in_flight || starts.iter().any(|s| s.key == key && s.trial),
+                    ),
+                    None => (false, false, false),
+                };
+                if half_open && trial_busy {
+                    saturated.insert(key);
+                    if self.all_saturated(tenant, &saturated) {
+                        break 'pages;
+                    }
+                    continue;
+                }
+                let Some(row) = self.kv.get(Cf::Deliveries, &delivery_key(tenant, dk.seq, dk.sink))? else {
+                    continue; // claim would fail the same way; the checker reports it
+                };
+                let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
+                // The horizon is checked again when the row is claimed: a
+                // retry due just inside it must not start an attempt outside
+                // it (a row due at or past it gets its attempt: RetryPolicy::dead_at_claim).
+                if let Some(first) = row.first_attempt_at_ms
+                    && self.routes.retry_policy(source, dk.sink, self.retry).dead_at_claim(first, dk.due_ms, now)
+                {
+                    claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
+                    horizon.push(row_id);
+                    continue;
+                }
+                if open && !half_open {
+                    // Parked unclaimed: a park is no attempt, so a row never
+                    // attempted keeps no first_attempt_at (issue 12).
+                    let until = self.breakers.get(&key).map_or(now, |b| b.open_until_ms);
+                    parks.push((dk, until));
+                    continue;
+                }
+                let site = Site::of(row_id, &row);
+                if half_open {
+                    let rank = self.breakers.get(&key).map_or(0, |b| b.trial_rank(site));
+                    if rank > 0 {
+                        // A lane that failed in this run: kept in reserve in
+                        // case no other lane of the sink has a due row.
+                        if deferred.get(&key).is_none_or(|(r, ..)| rank < *r) {
+                            let Some(envelope) = self.envelope(&raw, row_id, dk, now, &mut dead)? else { continue };
+                            deferred.insert(key, (rank, dk, Start { row_id, key, route, envelope, row, size, trial: true, site }));
+                        }
+                        continue;
+                    }
+                }
+                // Rate limit: a sink over its rate leaves its rows due (no
+                // claim, no slot, no window room; a lane head simply waits)
+                // and the loop wakes when the next call may start.
+                if let Some(at) = self.rate_limited((source, dk.sink), now) {
+                    saturated.insert(key);
+                    self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
+                    if self.all_saturated(tenant, &saturated) {
+                        break 'pages;
+                    }
+                    continue;
+                }
+                let Some(envelope) = self.envelope(&raw, row_id, dk, now, &mut dead)? else { continue };
+                claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
+                start_bytes += size;
+                starts.push(Start { row_id, key, route, envelope, row, size, trial: half_open, site });
+            }
+            if !full_page {
+                reached_end = true;
+                break;
+            }
+        }
+        // Stopped at the page limit with saturated sinks' rows skipped: the
+        // next visit goes on from here (after its first page) instead of
+        // re-reading the same backlog and never reaching what lies behind it.
+        if !reached_end && pages >= SCAN_PAGES && !saturated.is_empty() {
+            self.resume.insert(tenant, range.start.clone());
+        }
+        // A half-open sink whose due rows the scan met are all of lanes that
+        // failed in the breaker's current run: the best ranked is the trial.
+        for (key, (_, dk, start)) in deferred {
+            let trial_taken = starts.iter().any(|s| s.key == key && s.trial);
+            if trial_taken || self.in_flight_total + starts.len() >= self.dispatch.window {
+                continue;
+            }
+            if let Some(at) = self.rate_limited((key.1, key.2), now) {
+                self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
+                continue;
+            }
+            claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
+            starts.push(start);
+        }
+        self.write(dead)?;
+        self.write(holds)?;
+        self.write(claims)?;
+        if !horizon.is_empty() {
+            let mut b = Batch::new();
+            for row_id in &horizon {
+                warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
+                b.extend(ankusa_queue::dead_letter(&*self.kv, *row_id, Origin::InFlight, "retry horizon passed", now)?);
+            }
+            self.write(b)?;
+        }
+        if !parks.is_empty() {
+            let mut b = Batch::new();
+            for (dk, until) in &parks {
+                b.extend(ankusa_queue::park(&*self.kv, *dk, *until, now)?);
+                self.next_wake_ms = Some(self.next_wake_ms.map_or(*until, |w| w.min(*until)));
+            }
+            self.write(b)?;
+        }
+        if starts.len() + parks.len() >= page_len {
+            // Stopped at the claim budget, not at the end of what is due.
+            self.more = true;
+        }
+        for s in starts {
+            if s.trial {
+                self.breakers.entry(s.key).or_default().trial_in_flight = true;
+                info!(row = %s.row_id, "breaker half-open: one trial delivery");
+            }
+            self.launch(s);
+        }
+        Ok(())
+    }
+
+    /// Whether every sink entry of `tenant`'s sources is in `saturated` (at
+    /// its concurrency, waiting for a half-open trial, or over its rate): what
+    /// lies further down the due index waits for a slot anyway, so the visit
+    /// stops reading (false for a tenant whose sources
+    /// [`crate::Routes::source_tenants`] does not list).
+    fn all_saturated(&self, tenant: TenantOrd, saturated: &HashSet<BreakerKey>) -> bool {
+        self.tenant_routes.get(&tenant).is_some_and(|r| saturated.len() >= r.len())
+    }
+
+    /// The free call slots of `tenant`'s sink entries (`None` when
+    /// [`crate::Routes::source_tenants`] does not list its sources): the
+    /// first page of a visit reads no more due entries than that (at least
+    /// 1), and the visit reads no further page once it has claimed that many,
+    /// so it does not read rows it cannot claim. Later pages read
+    /// `dispatch.batch`.
+    fn free_slots(&self, tenant: TenantOrd) -> Option<usize> {
+        let routes = self.tenant_routes.get(&tenant)?;
+        let free: usize = routes
+            .iter()
+            .map(|id| {
+                let cap = match self.routes.sinks.get(id) {
+                    Some(r) if r.sink.pipelined() => self.dispatch.pipelined_concurrency,
+                    _ => self.dispatch.sink_concurrency,
+                };
+                cap.saturating_sub(self.in_flight.get(&(tenant, id.0, id.1)).copied().unwrap_or(0))
+            })
+            .sum();
+        Some(free)
+    }
+
+    /// The decoded envelope of a row about to be claimed; `None` (and the row
+    /// dead-lettered as an orphan into `dead`) when it does not decode.
+    fn envelope(&self, raw: &[u8], row_id: RowId, dk: DueKey, now: u64, dead: &mut Batch) -> Result<Option<Envelope>, PipelineError> {
+        match Envelope::decode(raw) {
+            Ok(e) => Ok(Some(e)),
+            Err(e) => {
+                warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
+                dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", now)?);
+                Ok(None)
+            }
+        }
+    }
+
+}
