@@ -31,6 +31,54 @@ pub(crate) struct Start {
     pub(crate) trial: bool,
 }
 
+/// What one tenant visit has decided so far (the batches it commits at its
+/// end and the rows it claimed).
+struct Visit {
+    tenant: TenantOrd,
+    now: u64,
+    claims: Batch,
+    starts: Vec<Start>,
+    /// Rows to park unclaimed until the breaker's open time.
+    parks: Vec<(DueKey, u64)>,
+    dead: Batch,
+    holds: Batch,
+    /// Sink entries at their concurrency, waiting for a trial, or over their
+    /// rate: their further rows are skipped.
+    saturated: HashSet<BreakerKey>,
+    start_bytes: u64,
+    /// Rows claimed only to be dead-lettered: their retry horizon passed.
+    horizon: Vec<RowId>,
+    /// Per half-open breaker, the best trial candidate the scan met among
+    /// rows of lanes that failed in the breaker's current run (the lane that
+    /// failed last ranks worst): taken as the trial only if no row of another
+    /// lane of the sink is.
+    deferred: HashMap<BreakerKey, (u8, DueKey, Start)>,
+}
+
+impl Visit {
+    fn new(tenant: TenantOrd, now: u64) -> Visit {
+        Visit {
+            tenant,
+            now,
+            claims: Batch::new(),
+            starts: Vec::new(),
+            parks: Vec::new(),
+            dead: Batch::new(),
+            holds: Batch::new(),
+            saturated: HashSet::new(),
+            start_bytes: 0,
+            horizon: Vec::new(),
+            deferred: HashMap::new(),
+        }
+    }
+}
+
+/// Whether a visit reads on after a due entry.
+enum Flow {
+    Next,
+    Stop,
+}
+
 /// Pages of `dispatch.batch` due entries a tenant visit reads at most.
 const SCAN_PAGES: usize = 8;
 
@@ -83,20 +131,8 @@ impl<K: Kv> Dispatcher<K> {
         // past them (up to SCAN_PAGES pages) to reach other sinks' rows: one
         // slow sink does not starve the tenant's other sinks.
         let mut pages = 0;
-        let mut claims = Batch::new();
-        let mut starts: Vec<Start> = Vec::new();
-        let mut parks = Vec::new();
-        let mut dead = Batch::new();
-        let mut holds = Batch::new();
-        let mut saturated: HashSet<BreakerKey> = HashSet::new();
-        let mut start_bytes = 0u64;
-        let mut horizon: Vec<RowId> = Vec::new();
-        // Per half-open breaker, the best trial candidate the scan met among
-        // rows of lanes that failed in the breaker's current run (the lane
-        // that failed last ranks worst): taken as the trial only if no row of
-        // another lane of the sink is.
-        let mut deferred: HashMap<BreakerKey, (u8, DueKey, Start)> = HashMap::new();
-        'pages: while starts.len() + parks.len() < page_len && pages < SCAN_PAGES && free.is_none_or(|f| starts.len() < f) {
+        let mut v = Visit::new(tenant, now);
+        'pages: while v.starts.len() + v.parks.len() < page_len && pages < SCAN_PAGES && free.is_none_or(|f| v.starts.len() < f) {
             // After the first page, jump to where the last visit stopped.
             if pages == 1
                 && let Some(at) = resume.take()
@@ -133,126 +169,10 @@ impl<K: Kv> Dispatcher<K> {
                 next.push(0);
                 range.start = next;
             }
-            for (k, v) in due {
-                if self.in_flight_total + starts.len() >= self.dispatch.window
-                    || self.in_flight_bytes + start_bytes >= self.dispatch.window_bytes
-                {
+            for (k, val) in due {
+                if let Flow::Stop = self.consider(&mut v, &k, &val)? {
                     break 'pages;
                 }
-                let dk = DueKey::decode(&k).map_err(QueueError::from)?;
-                let size = u64::from(DueValue::decode(&v).map_err(QueueError::from)?.size);
-                let row_id = RowId::new(tenant, dk.seq, dk.sink);
-                let Some(raw) = self.kv.get(Cf::Hooks, &hook_key(tenant, dk.seq))? else {
-                    warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
-                    dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope missing", now)?);
-                    continue;
-                };
-                // The source decides everything up to the claim; the whole
-                // envelope is decoded only for a row that is claimed.
-                let source = match Envelope::peek_source(&raw) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
-                        dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", now)?);
-                        continue;
-                    }
-                };
-                if let Some(reason) = self.retiring.get(&source) {
-                    debug!(%row_id, "a row of a retired source: dead-lettered");
-                    dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, now)?);
-                    *self.retired_dead.entry(source).or_default() += 1;
-                    continue;
-                }
-                let key = (tenant, source, dk.sink);
-                if saturated.contains(&key) {
-                    continue;
-                }
-                let Some(route) = self.routes.sinks.get(&(source, dk.sink)).cloned() else {
-                    let reason = if self.routes.source_known(source) { "sink gone: not configured" } else { "source gone: not configured" };
-                    warn!(%row_id, reason, "dead-lettering a row nobody can deliver");
-                    dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, now)?);
-                    continue;
-                };
-                // A paused sink: its row leaves the due scan until a resume
-                // (a head stays its lane's head; nothing behind it moves).
-                if self.is_paused(source, dk.sink) {
-                    holds.extend(ankusa_queue::hold(&*self.kv, dk)?);
-                    continue;
-                }
-                let busy = self.in_flight.get(&key).copied().unwrap_or(0) + starts.iter().filter(|s| s.key == key).count();
-                let cap = if route.sink.pipelined() { self.dispatch.pipelined_concurrency } else { self.dispatch.sink_concurrency };
-                if busy >= cap {
-                    saturated.insert(key);
-                    if self.all_saturated(tenant, &saturated) {
-                        break 'pages;
-                    }
-                    continue;
-                }
-                // Breaker: open -> park; half-open -> one trial call at a time.
-                let (open, half_open, trial_busy) = match self.breakers.get(&key) {
-                    Some(b) => (
-                        b.open,
-                        b.open && b.open_until_ms <= now,
-                        b.trial_in_flight || starts.iter().any(|s| s.key == key && s.trial),
-                    ),
-                    None => (false, false, false),
-                };
-                if half_open && trial_busy {
-                    saturated.insert(key);
-                    if self.all_saturated(tenant, &saturated) {
-                        break 'pages;
-                    }
-                    continue;
-                }
-                let Some(row) = self.kv.get(Cf::Deliveries, &delivery_key(tenant, dk.seq, dk.sink))? else {
-                    continue; // claim would fail the same way; the checker reports it
-                };
-                let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
-                // The horizon is checked again when the row is claimed: a
-                // retry due just inside it must not start an attempt outside
-                // it (a row due at or past it gets its attempt: RetryPolicy::dead_at_claim).
-                if let Some(first) = row.first_attempt_at_ms
-                    && self.routes.retry_policy(source, dk.sink, self.retry).dead_at_claim(first, dk.due_ms, now)
-                {
-                    claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
-                    horizon.push(row_id);
-                    continue;
-                }
-                if open && !half_open {
-                    // Parked unclaimed: a park is no attempt, so a row never
-                    // attempted keeps no first_attempt_at (issue 12).
-                    let until = self.breakers.get(&key).map_or(now, |b| b.open_until_ms);
-                    parks.push((dk, until));
-                    continue;
-                }
-                let site = Site::of(row_id, &row);
-                if half_open {
-                    let rank = self.breakers.get(&key).map_or(0, |b| b.trial_rank(site));
-                    if rank > 0 {
-                        // A lane that failed in this run: kept in reserve in
-                        // case no other lane of the sink has a due row.
-                        if deferred.get(&key).is_none_or(|(r, ..)| rank < *r) {
-                            let Some(envelope) = self.envelope(&raw, row_id, dk, now, &mut dead)? else { continue };
-                            deferred.insert(key, (rank, dk, Start { row_id, key, route, envelope, row, size, trial: true, site }));
-                        }
-                        continue;
-                    }
-                }
-                // Rate limit: a sink over its rate leaves its rows due (no
-                // claim, no slot, no window room; a lane head simply waits)
-                // and the loop wakes when the next call may start.
-                if let Some(at) = self.rate_limited((source, dk.sink), now) {
-                    saturated.insert(key);
-                    self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
-                    if self.all_saturated(tenant, &saturated) {
-                        break 'pages;
-                    }
-                    continue;
-                }
-                let Some(envelope) = self.envelope(&raw, row_id, dk, now, &mut dead)? else { continue };
-                claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
-                start_bytes += size;
-                starts.push(Start { row_id, key, route, envelope, row, size, trial: half_open, site });
             }
             if !full_page {
                 reached_end = true;
@@ -262,47 +182,47 @@ impl<K: Kv> Dispatcher<K> {
         // Stopped at the page limit with saturated sinks' rows skipped: the
         // next visit goes on from here (after its first page) instead of
         // re-reading the same backlog and never reaching what lies behind it.
-        if !reached_end && pages >= SCAN_PAGES && !saturated.is_empty() {
+        if !reached_end && pages >= SCAN_PAGES && !v.saturated.is_empty() {
             self.resume.insert(tenant, range.start.clone());
         }
         // A half-open sink whose due rows the scan met are all of lanes that
         // failed in the breaker's current run: the best ranked is the trial.
-        for (key, (_, dk, start)) in deferred {
-            let trial_taken = starts.iter().any(|s| s.key == key && s.trial);
-            if trial_taken || self.in_flight_total + starts.len() >= self.dispatch.window {
+        for (key, (_, dk, start)) in v.deferred {
+            let trial_taken = v.starts.iter().any(|s| s.key == key && s.trial);
+            if trial_taken || self.in_flight_total + v.starts.len() >= self.dispatch.window {
                 continue;
             }
             if let Some(at) = self.rate_limited((key.1, key.2), now) {
                 self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
                 continue;
             }
-            claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
-            starts.push(start);
+            v.claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
+            v.starts.push(start);
         }
-        self.write(dead)?;
-        self.write(holds)?;
-        self.write(claims)?;
-        if !horizon.is_empty() {
+        self.write(v.dead)?;
+        self.write(v.holds)?;
+        self.write(v.claims)?;
+        if !v.horizon.is_empty() {
             let mut b = Batch::new();
-            for row_id in &horizon {
-                warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
-                b.extend(ankusa_queue::dead_letter(&*self.kv, *row_id, Origin::InFlight, "retry horizon passed", now)?);
+            for row_id in &v.horizon {
+                warn!(row = %row_id, "retry v.horizon passed before the next attempt: v.dead-lettered");
+                b.extend(ankusa_queue::dead_letter(&*self.kv, *row_id, Origin::InFlight, "retry v.horizon passed", now)?);
             }
             self.write(b)?;
         }
-        if !parks.is_empty() {
+        if !v.parks.is_empty() {
             let mut b = Batch::new();
-            for (dk, until) in &parks {
+            for (dk, until) in &v.parks {
                 b.extend(ankusa_queue::park(&*self.kv, *dk, *until, now)?);
                 self.next_wake_ms = Some(self.next_wake_ms.map_or(*until, |w| w.min(*until)));
             }
             self.write(b)?;
         }
-        if starts.len() + parks.len() >= page_len {
+        if v.starts.len() + v.parks.len() >= page_len {
             // Stopped at the claim budget, not at the end of what is due.
             self.more = true;
         }
-        for s in starts {
+        for s in v.starts {
             if s.trial {
                 self.breakers.entry(s.key).or_default().trial_in_flight = true;
                 info!(row = %s.row_id, "breaker half-open: one trial delivery");
@@ -310,6 +230,134 @@ impl<K: Kv> Dispatcher<K> {
             self.launch(s);
         }
         Ok(())
+    }
+
+    /// Decides one due entry `(k, val)` of a visit: hold it (paused sink),
+    /// dead-letter it (envelope gone, source retired or not configured, retry
+    /// horizon passed), skip it (its sink saturated), park it (breaker open),
+    /// keep it as a half-open trial candidate, leave it due (rate limit), or
+    /// claim it into `v.starts`. [`Flow::Stop`] ends the visit's reading.
+    fn consider(&mut self, v: &mut Visit, k: &[u8], val: &[u8]) -> Result<Flow, PipelineError> {
+        if self.in_flight_total + v.starts.len() >= self.dispatch.window
+            || self.in_flight_bytes + v.start_bytes >= self.dispatch.window_bytes
+        {
+            return Ok(Flow::Stop);
+        }
+        let dk = DueKey::decode(k).map_err(QueueError::from)?;
+        let size = u64::from(DueValue::decode(val).map_err(QueueError::from)?.size);
+        let row_id = RowId::new(v.tenant, dk.seq, dk.sink);
+        let Some(raw) = self.kv.get(Cf::Hooks, &hook_key(v.tenant, dk.seq))? else {
+            warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
+            v.dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope missing", v.now)?);
+            return Ok(Flow::Next);
+        };
+        // The source decides everything up to the claim; the whole
+        // envelope is decoded only for a row that is claimed.
+        let source = match Envelope::peek_source(&raw) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
+                v.dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", v.now)?);
+                return Ok(Flow::Next);
+            }
+        };
+        if let Some(reason) = self.retiring.get(&source) {
+            debug!(%row_id, "a row of a retired source: dead-lettered");
+            v.dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, v.now)?);
+            *self.retired_dead.entry(source).or_default() += 1;
+            return Ok(Flow::Next);
+        }
+        let key = (v.tenant, source, dk.sink);
+        if v.saturated.contains(&key) {
+            return Ok(Flow::Next);
+        }
+        let Some(route) = self.routes.sinks.get(&(source, dk.sink)).cloned() else {
+            let reason = if self.routes.source_known(source) { "sink gone: not configured" } else { "source gone: not configured" };
+            warn!(%row_id, reason, "dead-lettering a row nobody can deliver");
+            v.dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, v.now)?);
+            return Ok(Flow::Next);
+        };
+        // A paused sink: its row leaves the due scan until a resume
+        // (a head stays its lane's head; nothing behind it moves).
+        if self.is_paused(source, dk.sink) {
+            v.holds.extend(ankusa_queue::hold(&*self.kv, dk)?);
+            return Ok(Flow::Next);
+        }
+        let busy = self.in_flight.get(&key).copied().unwrap_or(0) + v.starts.iter().filter(|s| s.key == key).count();
+        let cap = if route.sink.pipelined() { self.dispatch.pipelined_concurrency } else { self.dispatch.sink_concurrency };
+        if busy >= cap {
+            v.saturated.insert(key);
+            if self.all_saturated(v.tenant, &v.saturated) {
+                return Ok(Flow::Stop);
+            }
+            return Ok(Flow::Next);
+        }
+        // Breaker: open -> park; half-open -> one trial call at a time.
+        let (open, half_open, trial_busy) = match self.breakers.get(&key) {
+            Some(b) => (
+                b.open,
+                b.open && b.open_until_ms <= v.now,
+                b.trial_in_flight || v.starts.iter().any(|s| s.key == key && s.trial),
+            ),
+            None => (false, false, false),
+        };
+        if half_open && trial_busy {
+            v.saturated.insert(key);
+            if self.all_saturated(v.tenant, &v.saturated) {
+                return Ok(Flow::Stop);
+            }
+            return Ok(Flow::Next);
+        }
+        let Some(row) = self.kv.get(Cf::Deliveries, &delivery_key(v.tenant, dk.seq, dk.sink))? else {
+            return Ok(Flow::Next); // claim would fail the same way; the checker reports it
+        };
+        let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
+        // The v.horizon is checked again when the row is claimed: a
+        // retry due just inside it must not start an attempt outside
+        // it (a row due at or past it gets its attempt: RetryPolicy::dead_at_claim).
+        if let Some(first) = row.first_attempt_at_ms
+            && self.routes.retry_policy(source, dk.sink, self.retry).dead_at_claim(first, dk.due_ms, v.now)
+        {
+            v.claims.extend(ankusa_queue::claim(&*self.kv, dk, v.now)?);
+            v.horizon.push(row_id);
+            return Ok(Flow::Next);
+        }
+        if open && !half_open {
+            // Parked unclaimed: a park is no attempt, so a row never
+            // attempted keeps no first_attempt_at (issue 12).
+            let until = self.breakers.get(&key).map_or(v.now, |b| b.open_until_ms);
+            v.parks.push((dk, until));
+            return Ok(Flow::Next);
+        }
+        let site = Site::of(row_id, &row);
+        if half_open {
+            let rank = self.breakers.get(&key).map_or(0, |b| b.trial_rank(site));
+            if rank > 0 {
+                // A lane that failed in this run: kept in reserve in
+                // case no other lane of the sink has a due row.
+                if v.deferred.get(&key).is_none_or(|(r, ..)| rank < *r) {
+                    let Some(envelope) = self.envelope(&raw, row_id, dk, v.now, &mut v.dead)? else { return Ok(Flow::Next) };
+                    v.deferred.insert(key, (rank, dk, Start { row_id, key, route, envelope, row, size, trial: true, site }));
+                }
+                return Ok(Flow::Next);
+            }
+        }
+        // Rate limit: a sink over its rate leaves its rows due (no
+        // claim, no slot, no window room; a lane head simply waits)
+        // and the loop wakes when the next call may start.
+        if let Some(at) = self.rate_limited((source, dk.sink), v.now) {
+            v.saturated.insert(key);
+            self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
+            if self.all_saturated(v.tenant, &v.saturated) {
+                return Ok(Flow::Stop);
+            }
+            return Ok(Flow::Next);
+        }
+        let Some(envelope) = self.envelope(&raw, row_id, dk, v.now, &mut v.dead)? else { return Ok(Flow::Next) };
+        v.claims.extend(ankusa_queue::claim(&*self.kv, dk, v.now)?);
+        v.start_bytes += size;
+        v.starts.push(Start { row_id, key, route, envelope, row, size, trial: half_open, site });
+        Ok(Flow::Next)
     }
 
     /// Whether every sink entry of `tenant`'s sources is in `saturated` (at
