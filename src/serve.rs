@@ -210,8 +210,12 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     }
     for s in &cfg.sources {
         let id = registry.sources[&s.name];
-        if let Some(t) = registry.tenants.get(&s.tenant) {
-            routes.source_tenants.insert(id, *t);
+        // A source bound to one tenant; a `{tenant}` path source may carry
+        // any tenant's hooks and is left out (Routes::source_tenants).
+        if let ankusa_config::TenantBinding::Fixed(t) = &s.tenant
+            && let Some(ord) = registry.tenants.get(t)
+        {
+            routes.source_tenants.insert(id, *ord);
         }
         if s.paused {
             routes.paused.insert(PauseTarget::Source(id));

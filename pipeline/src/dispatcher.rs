@@ -76,10 +76,10 @@ pub(crate) struct Dispatcher<K: Kv> {
     /// deliver) and not yet reported: [`PipelineHandle::retire`] takes them,
     /// so the admin job counts them in its `done`.
     pub(crate) retired_dead: HashMap<SourceId, u64>,
-    /// Per tenant, the sink entries of its sources (from
-    /// [`Routes::source_tenants`]): a visit reads pages no larger than their
-    /// free call slots, and stops reading when it has found all of them
-    /// saturated.
+    /// Per tenant, the sink entries its rows may be for (its sources' and
+    /// those of the sources [`Routes::source_tenants`] does not bind): a
+    /// visit reads a first page no larger than their free call slots, and
+    /// stops reading when it has found all of them saturated.
     pub(crate) tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>>,
     /// Calls the last step claimed, for the async side to start.
     pub(crate) calls: Vec<Call>,

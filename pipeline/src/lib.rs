@@ -170,10 +170,12 @@ pub struct Routes {
     /// entry, docs/design.md section 5, "Retry policy"); an entry not here
     /// has the pipeline's global policy.
     pub retry: HashMap<(SourceId, SinkIx), RetryPolicy>,
-    /// The tenant of each source. A visit that finds every sink entry of
-    /// its tenant's sources saturated stops reading (docs/design.md section
-    /// 5, "A pass"); a tenant with a source not listed here never stops
-    /// early (only slower, never wrong).
+    /// The tenant of each source bound to one. A source not listed may carry
+    /// hooks of any tenant (a `{tenant}` path source, or a test that does not
+    /// say): its sink entries count for every tenant. A visit sizes its first
+    /// page by the free call slots of its tenant's sink entries and stops
+    /// reading when it has found all of them saturated (docs/design.md
+    /// section 5, "A pass").
     pub source_tenants: HashMap<SourceId, TenantOrd>,
 }
 
@@ -250,12 +252,14 @@ impl<K: Kv> Pipeline<K> {
                 Some((*id, l?))
             })
             .collect();
-        let mut tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>> = HashMap::new();
-        for id in routes.sinks.keys() {
-            if let Some(t) = routes.source_tenants.get(&id.0) {
-                tenant_routes.entry(*t).or_default().push(*id);
-            }
-        }
+        let tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>> = routes
+            .tenants
+            .keys()
+            .map(|t| {
+                let mine = routes.sinks.keys().filter(|id| routes.source_tenants.get(&id.0).is_none_or(|o| o == t)).copied().collect();
+                (*t, mine)
+            })
+            .collect();
         let handle = PipelineHandle {
             wake: Arc::clone(&wake),
             shutdown: Arc::new(shutdown_tx),

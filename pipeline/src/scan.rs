@@ -132,7 +132,7 @@ impl<K: Kv> Dispatcher<K> {
         // slow sink does not starve the tenant's other sinks.
         let mut pages = 0;
         let mut v = Visit::new(tenant, now);
-        'pages: while v.starts.len() + v.parks.len() < page_len && pages < SCAN_PAGES && free.is_none_or(|f| v.starts.len() < f) {
+        'pages: while v.starts.len() + v.parks.len() < page_len && pages < SCAN_PAGES && free.is_none_or(|f| v.starts.len() < f.max(1)) {
             // After the first page, jump to where the last visit stopped.
             if pages == 1
                 && let Some(at) = resume.take()
@@ -363,14 +363,14 @@ impl<K: Kv> Dispatcher<K> {
     /// Whether every sink entry of `tenant`'s sources is in `saturated` (at
     /// its concurrency, waiting for a half-open trial, or over its rate): what
     /// lies further down the due index waits for a slot anyway, so the visit
-    /// stops reading (false for a tenant whose sources
-    /// [`crate::Routes::source_tenants`] does not list).
+    /// stops reading (false for a tenant [`crate::Routes::tenants`] does not
+    /// name).
     fn all_saturated(&self, tenant: TenantOrd, saturated: &HashSet<BreakerKey>) -> bool {
         self.tenant_routes.get(&tenant).is_some_and(|r| saturated.len() >= r.len())
     }
 
-    /// The free call slots of `tenant`'s sink entries (`None` when
-    /// [`crate::Routes::source_tenants`] does not list its sources): the
+    /// The free call slots of `tenant`'s sink entries (`None` for a tenant
+    /// [`crate::Routes::tenants`] does not name): the
     /// first page of a visit reads no more due entries than that (at least
     /// 1), and the visit reads no further page once it has claimed that many,
     /// so it does not read rows it cannot claim. Later pages read
