@@ -53,10 +53,16 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
             .with_context(|| format!("creating data_dir {}", cfg.node.data_dir.display()))?;
         let store_dir = cfg.node.data_dir.join(format!("store-{}", cfg.node.store.as_str()));
         match cfg.node.store {
+            #[cfg(feature = "rocksdb")]
             StoreBackend::RocksDb => {
                 let kv = ankusa_engine_rocksdb::RocksKv::open(&store_dir).map_err(|e| in_use(&store_dir, e.into()))?;
                 run(Arc::new(kv), cfg, drop_unconfigured).await
             }
+            #[cfg(not(feature = "rocksdb"))]
+            StoreBackend::RocksDb => anyhow::bail!(
+                "node.store is rocksdb, but this binary was built without the `rocksdb` feature \
+                 (cargo build --no-default-features): build it with the feature, or set node.store: fjall"
+            ),
             StoreBackend::Fjall => {
                 let kv = ankusa_engine_fjall::FjallKv::open(&store_dir).map_err(|e| in_use(&store_dir, e.into()))?;
                 run(Arc::new(kv), cfg, drop_unconfigured).await
