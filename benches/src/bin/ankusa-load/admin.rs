@@ -37,8 +37,17 @@ impl Admin {
         Ok(Admin { base, auth, client: Client::builder(TokioExecutor::new()).build_http() })
     }
 
-    /// GETs `path`; the status and the body, within 10 s.
+    /// GETs `path`; the status and the body, within 10 s. A request that
+    /// fails is sent once more: a pooled connection to a relay that was
+    /// restarted fails once.
     async fn get(&self, path: &str) -> Result<(u16, Bytes), String> {
+        match self.get_once(path).await {
+            Ok(r) => Ok(r),
+            Err(_) => self.get_once(path).await,
+        }
+    }
+
+    async fn get_once(&self, path: &str) -> Result<(u16, Bytes), String> {
         let uri = format!("{}{path}", self.base);
         let mut req = Request::get(&uri).body(Full::new(Bytes::new())).map_err(|e| format!("GET {uri}: {e}"))?;
         if let Some(a) = &self.auth {

@@ -101,6 +101,12 @@ pub struct Args {
     /// How long the receiver stays down (--sink-outage-at-s), seconds.
     #[arg(long, requires = "sink_outage_at_s")]
     pub sink_outage_s: Option<f64>,
+    /// Fault injection: the receiver answers 400 to its first N deliveries
+    /// and does not count them (the relay dead-letters those hooks: they are
+    /// lost until revived, and a revived hook of an ordered key arrives out
+    /// of order).
+    #[arg(long, default_value_t = 0)]
+    pub sink_reject_first: u64,
     /// The relay's admin listener, e.g. http://127.0.0.1:8081: /metrics every
     /// second (backlog), and each hook's seq where the order check needs it.
     #[arg(long)]
@@ -251,7 +257,7 @@ fn check(a: &Args) -> Result<(), String> {
     if a.hooks == Some(0) {
         return Err("--hooks must be more than 0".into());
     }
-    if a.baseline && (a.sink_outage_at_s.is_some() || a.sink_delay_ms > 0) {
+    if a.baseline && (a.sink_outage_at_s.is_some() || a.sink_delay_ms > 0 || a.sink_reject_first > 0) {
         return Err("--baseline runs no receiver: --sink-* options do not apply".into());
     }
     hyper::header::HeaderName::from_bytes(a.key_header.as_bytes())
@@ -288,7 +294,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         };
         let expect_bytes = plan.generated_len();
         let listen = SocketAddr::from(([127, 0, 0, 1], args.sink_port));
-        let r = receiver::Receiver::start(listen, Duration::from_millis(args.sink_delay_ms), outage, expect_bytes, clock)
+        let r = receiver::Receiver::start(listen, Duration::from_millis(args.sink_delay_ms), outage, expect_bytes, args.sink_reject_first, clock)
             .await
             .map_err(|e| format!("receiver: cannot listen on {listen}: {e}"))?;
         eprintln!("ankusa-load: receiver listening on {}", r.addr());
@@ -326,12 +332,12 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     if let Some(p) = progress {
         p.abort();
     }
-    let (deliveries, corrupt) = match &receiver {
+    let (deliveries, corrupt, rejected) = match &receiver {
         Some(r) => {
             r.stop();
-            (r.take(), r.corrupt())
+            (r.take(), r.corrupt(), r.rejected())
         }
-        None => (Vec::new(), 0),
+        None => (Vec::new(), 0, 0),
     };
 
     let mut input = report::Input {
@@ -342,6 +348,8 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         post_end_us: posted.end_us,
         open_loop: args.rate.is_some(),
         corrupt,
+        connect_failures: plan.live.connect_failures.load(Ordering::Relaxed),
+        rejected,
     };
     // The relay's HTTP sink sends no seq: where send and ack times cannot
     // decide the order of two deliveries of a key, ask the admin API.
@@ -379,7 +387,14 @@ pub struct Drain {
     pub end_us: u64,
     /// When the last acked hook was received (µs since the start), if all were.
     pub all_acked_at_us: Option<u64>,
+    /// The wait ended early: hooks were missing while the relay had nothing
+    /// pending or in flight for `IDLE_GIVE_UP_US` (dead-lettered, or lost).
+    pub relay_idle: bool,
 }
+
+/// How long the relay may have nothing pending while acked hooks are still
+/// missing before the wait ends (nothing more can come), µs.
+const IDLE_GIVE_UP_US: u64 = 5_000_000;
 
 /// Waits until every acked hook has been received and, with `--admin`, the
 /// relay has nothing pending (so late duplicates are counted too), for at
@@ -396,6 +411,7 @@ async fn drain(
     let mut acked = report::AckedSet::new(&posted.sent);
     let mut seen = 0;
     let mut all_at = None;
+    let mut idle_since = None;
     // After the last acked hook arrived: at most this long for the relay's
     // pending count to reach 0.
     let settle_us = 10_000_000;
@@ -411,11 +427,22 @@ async fn drain(
                 Some(s) => s.relay_idle().await || now >= at + settle_us,
             };
             if settled {
-                return Drain { complete: true, end_us: clock.now_us(), all_acked_at_us: Some(at) };
+                return Drain { complete: true, end_us: clock.now_us(), all_acked_at_us: Some(at), relay_idle: false };
+            }
+        } else if let Some(s) = sampler {
+            // The 1 s samples: a relay with nothing pending will deliver nothing more.
+            match s.last_sample() {
+                Some(x) if x.phase == metrics::Phase::Draining && x.gauges.pending == Some(0.0) && x.gauges.in_flight.is_none_or(|f| f == 0.0) => {
+                    let since = *idle_since.get_or_insert(x.at_us);
+                    if now >= since + IDLE_GIVE_UP_US {
+                        return Drain { complete: false, end_us: now, all_acked_at_us: None, relay_idle: true };
+                    }
+                }
+                _ => idle_since = None,
             }
         }
         if now >= deadline || stop.draining() {
-            return Drain { complete: acked.missing() == 0, end_us: now, all_acked_at_us: all_at };
+            return Drain { complete: acked.missing() == 0, end_us: now, all_acked_at_us: all_at, relay_idle: false };
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

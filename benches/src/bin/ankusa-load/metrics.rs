@@ -164,6 +164,11 @@ impl Sampler {
         self.scrape().await.is_some_and(|g| g.pending == Some(0.0) && g.in_flight.is_none_or(|f| f == 0.0))
     }
 
+    /// The last sample.
+    pub fn last_sample(&self) -> Option<Sample> {
+        self.inner.samples.lock().ok().and_then(|s| s.last().copied())
+    }
+
     /// The last backlog read.
     pub fn last_pending(&self) -> Option<f64> {
         self.inner.samples.lock().ok().and_then(|s| s.last().and_then(|x| x.gauges.pending))

@@ -74,6 +74,8 @@ pub struct Live {
     pub acked: AtomicU64,
     /// Hooks answered otherwise, or not at all.
     pub failed: AtomicU64,
+    /// Connects that failed (refused, timed out), each retried after 50 ms.
+    pub connect_failures: AtomicU64,
 }
 
 /// The request target: where to connect and what to send.
@@ -325,7 +327,6 @@ pub async fn run(plan: Arc<Plan>, stop: Arc<Stop>) -> Posted {
 /// Opens one connection to the target; retries every 50 ms while it is
 /// refused, until posting must stop.
 async fn connect(plan: &Plan, stop: &Stop) -> Option<SendRequest<Full<Bytes>>> {
-    let mut refused = 0u64;
     loop {
         if stop.posting() || plan.past_deadline(plan.clock.now_us()) {
             return None;
@@ -343,12 +344,14 @@ async fn connect(plan: &Plan, stop: &Stop) -> Option<SendRequest<Full<Bytes>>> {
                 return Some(sender);
             }
             Ok(Err(e)) => {
-                refused += 1;
-                if refused == 1 {
+                // Printed once per run; the report counts them all.
+                if plan.live.connect_failures.fetch_add(1, Ordering::Relaxed) == 0 {
                     eprintln!("ankusa-load: connect to {}:{} failed: {e}; retrying every 50 ms", plan.target.host, plan.target.port);
                 }
             }
-            Err(_) => refused += 1,
+            Err(_) => {
+                plan.live.connect_failures.fetch_add(1, Ordering::Relaxed);
+            }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

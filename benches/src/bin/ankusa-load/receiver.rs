@@ -66,6 +66,10 @@ struct Inner {
     /// is not their header's.
     corrupt: AtomicU64,
     clock: Clock,
+    /// Deliveries still to be refused with 400 (`--sink-reject-first`).
+    reject_left: AtomicU64,
+    /// Deliveries refused so (not recorded: the relay dead-letters them).
+    rejected: AtomicU64,
     /// Bumped to close every open connection (an outage, the end).
     kill: watch::Sender<u64>,
     stopped: AtomicBool,
@@ -95,6 +99,7 @@ impl Receiver {
         delay: Duration,
         outage: Option<(u64, Duration)>,
         expect_bytes: Option<usize>,
+        reject_first: u64,
         clock: Clock,
     ) -> std::io::Result<Receiver> {
         let listener = bind(listen)?;
@@ -104,6 +109,8 @@ impl Receiver {
             delay,
             expect_bytes,
             corrupt: AtomicU64::new(0),
+            reject_left: AtomicU64::new(reject_first),
+            rejected: AtomicU64::new(0),
             clock,
             kill: watch::channel(0).0,
             stopped: AtomicBool::new(false),
@@ -135,6 +142,11 @@ impl Receiver {
     /// Deliveries whose body was not what was sent.
     pub fn corrupt(&self) -> u64 {
         self.inner.corrupt.load(Ordering::Relaxed)
+    }
+
+    /// Deliveries refused with 400 (`--sink-reject-first`).
+    pub fn rejected(&self) -> u64 {
+        self.inner.rejected.load(Ordering::Relaxed)
     }
 
     /// Stops listening and closes every connection.
@@ -253,6 +265,15 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Fu
         *r.status_mut() = StatusCode::BAD_REQUEST;
         return Ok(r);
     };
+    if inner.reject_left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+        // A permanent refusal: the relay dead-letters the hook, and an
+        // ordered lane goes on without it (a revive then delivers it out of
+        // order: ADR 0004 section 4.8).
+        inner.rejected.fetch_add(1, Ordering::Relaxed);
+        let mut r = Response::new(Full::new(Bytes::from_static(b"refused by --sink-reject-first\n")));
+        *r.status_mut() = StatusCode::BAD_REQUEST;
+        return Ok(r);
+    }
     let at_us = inner.clock.now_us();
     let h = &parts.headers;
     let header_id = header(h, LOAD_ID_HEADER).and_then(|v| v.parse().ok());

@@ -45,6 +45,10 @@ pub struct Input<'a> {
     pub open_loop: bool,
     /// Deliveries whose body was not what was sent (the receiver's count).
     pub corrupt: u64,
+    /// Connects that failed while posting.
+    pub connect_failures: u64,
+    /// Deliveries the receiver refused (`--sink-reject-first`).
+    pub rejected: u64,
 }
 
 fn find(sent: &[Sent], id: u64) -> Option<&Sent> {
@@ -175,13 +179,11 @@ pub fn order(input: &Input<'_>) -> Order {
                 Pair::Violation => {
                     o.violations += 1;
                     if o.first_violation.is_none() {
-                        o.first_violation = Some(format!(
-                            "key {key}: hook {} (seq {}) delivered after hook {} (seq {})",
-                            w[1].id.unwrap_or(0),
-                            seq_of(input, w[1]).map_or("?".into(), |s| s.to_string()),
-                            w[0].id.unwrap_or(0),
-                            seq_of(input, w[0]).map_or("?".into(), |s| s.to_string()),
-                        ));
+                        let (a, b) = (w[0].id.unwrap_or(0), w[1].id.unwrap_or(0));
+                        o.first_violation = Some(match (seq_of(input, w[0]), seq_of(input, w[1])) {
+                            (Some(x), Some(y)) => format!("key {key}: hook {b} (seq {y}) delivered after hook {a} (seq {x})"),
+                            _ => format!("key {key}: hook {b} delivered after hook {a}, which was sent after hook {b}'s 200"),
+                        });
                     }
                 }
                 Pair::Unknown => {
@@ -300,6 +302,22 @@ fn backlog(samples: &[Sample], post_start_us: u64, post_end_us: u64) -> Backlog 
     }
 }
 
+/// How much a counter grew over its reads, as Prometheus' `increase()`:
+/// a read lower than the one before is a reset (a relay restart: the edge's
+/// `ankusa_ingest_*` counters live in memory), counted from 0. `None` with
+/// fewer than two reads.
+pub fn increase(reads: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut prev = None::<f64>;
+    let mut total = None::<f64>;
+    for v in reads {
+        if let Some(p) = prev {
+            *total.get_or_insert(0.0) += if v >= p { v - p } else { v };
+        }
+        prev = Some(v);
+    }
+    total
+}
+
 /// Everything a run measured.
 #[derive(Debug)]
 pub struct Report {
@@ -307,6 +325,7 @@ pub struct Report {
     acked: u64,
     non2xx: BTreeMap<u16, u64>,
     errors: BTreeMap<&'static str, u64>,
+    connect_failures: u64,
     post_s: f64,
     ack: Latency,
     max_lag_ms: Option<f64>,
@@ -323,6 +342,7 @@ pub struct Report {
     unknown_ids: u64,
     corrupt: u64,
     wrong_key: u64,
+    rejected: u64,
     retried_receipts: u64,
     order: Order,
     seq_lookups: Option<(usize, usize)>,
@@ -407,33 +427,28 @@ impl Report {
                 lost += 1;
             }
         }
-        let relay_delta = {
-            let first = samples.first().map(|s| s.gauges);
-            let last = samples.last().map(|s| s.gauges);
-            match (first, last) {
-                (Some(a), Some(b)) => {
-                    let d = |x: Option<f64>, y: Option<f64>| Some(y? - x?);
-                    Some(Gauges {
-                        pending: b.pending,
-                        in_flight: b.in_flight,
-                        lane_members: b.lane_members,
-                        lanes: b.lanes,
-                        accepted: d(a.accepted, b.accepted),
-                        delivered: d(a.delivered, b.delivered),
-                        retries: d(a.retries, b.retries),
-                        dead_lettered: d(a.dead_lettered, b.dead_lettered),
-                        throttled: d(a.throttled, b.throttled),
-                        unavailable: d(a.unavailable, b.unavailable),
-                    })
-                }
-                _ => None,
+        let relay_delta = samples.last().map(|last| {
+            let b = last.gauges;
+            let d = |f: fn(&Gauges) -> Option<f64>| increase(samples.iter().filter_map(|s| f(&s.gauges)));
+            Gauges {
+                pending: b.pending,
+                in_flight: b.in_flight,
+                lane_members: b.lane_members,
+                lanes: b.lanes,
+                accepted: d(|g| g.accepted),
+                delivered: d(|g| g.delivered),
+                retries: d(|g| g.retries),
+                dead_lettered: d(|g| g.dead_lettered),
+                throttled: d(|g| g.throttled),
+                unavailable: d(|g| g.unavailable),
             }
-        };
+        });
         Report {
             posted: input.sent.len() as u64,
             acked,
             non2xx,
             errors,
+            connect_failures: input.connect_failures,
             post_s: (input.post_end_us.saturating_sub(input.post_start_us)) as f64 / 1e6,
             ack: latency(&ack_h),
             max_lag_ms: max_lag.map(|l| l as f64 / 1000.0),
@@ -450,6 +465,7 @@ impl Report {
             unknown_ids,
             corrupt: input.corrupt,
             wrong_key,
+            rejected: input.rejected,
             retried_receipts: retried,
             order: order(input),
             seq_lookups: lookups,
@@ -514,7 +530,7 @@ impl Report {
         let non2xx: u64 = self.non2xx.values().sum();
         let errors: u64 = self.errors.values().sum();
         line(format!(
-            "posting     {:.2} s: {} posted, {} acked ({}/s), non-2xx {}{}, errors {}{}",
+            "posting     {:.2} s: {} posted, {} acked ({}/s), non-2xx {}{}, errors {}{}, failed connects {}",
             self.post_s,
             self.posted,
             self.acked,
@@ -523,6 +539,7 @@ impl Report {
             if self.non2xx.is_empty() { String::new() } else { format!(" {:?}", self.non2xx) },
             errors,
             if self.errors.is_empty() { String::new() } else { format!(" {:?}", self.errors) },
+            self.connect_failures,
         ));
         line(format!(
             "ack latency {}{}",
@@ -546,6 +563,9 @@ impl Report {
             f(self.last_first_arrival_s, 2),
         ));
         line(format!("e2e latency {}  (from send to first arrival)", lat(&self.e2e)));
+        if self.rejected > 0 {
+            line(format!("rejected    {} deliveries refused with 400 (--sink-reject-first), not counted as receipts", self.rejected));
+        }
         line(format!(
             "integrity   lost {}  duplicated {} (extra receipts {})  unexpected {} (after a non-2xx {})  unknown ids {}  corrupt {}  wrong key {}",
             self.lost,
@@ -608,10 +628,12 @@ impl Report {
             line(match (d.complete, d.all_acked_at_us) {
                 (true, Some(t)) => format!("drain       every acked hook received {:.2} s after posting ended; waited {:.2} s in all", since(t), since(d.end_us)),
                 _ => format!(
-                    "drain       gave up {:.2} s after posting ended: {} acked hooks not received (relay pending {})",
+                    "drain       gave up {:.2} s after posting ended{}: {} acked hooks not received (relay pending {}, dead-lettered +{})",
                     since(d.end_us),
+                    if d.relay_idle { ", the relay having had nothing pending for 5 s" } else { "" },
                     self.lost,
-                    f(self.backlog.end, 0)
+                    f(self.backlog.end, 0),
+                    f(self.relay_delta.and_then(|r| r.dead_lettered), 0),
                 ),
             });
         }
@@ -656,6 +678,7 @@ impl Report {
         put("non2xx_by_status", json!(self.non2xx.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>()));
         put("errors", json!(self.errors.values().sum::<u64>()));
         put("errors_by_kind", json!(self.errors));
+        put("connect_failures", json!(self.connect_failures));
         put("post_s", json!(self.post_s));
         put("acked_per_s", json!(self.acked_per_s()));
         put("max_send_lag_ms", json!(self.max_lag_ms));
@@ -674,6 +697,7 @@ impl Report {
             put("unknown_ids", json!(self.unknown_ids));
             put("corrupt", json!(self.corrupt));
             put("wrong_key", json!(self.wrong_key));
+            put("rejected", json!(self.rejected));
             put("ordered_keys", json!(self.order.keys));
             put("order_pairs", json!(self.order.pairs));
             put("out_of_order", json!(self.order.violations));
@@ -719,7 +743,17 @@ mod tests {
     }
 
     fn input<'a>(s: &'a [Sent], d: &'a [Delivery]) -> Input<'a> {
-        Input { sent: s, deliveries: d, seqs: HashMap::new(), post_start_us: 0, post_end_us: 1_000_000, open_loop: false, corrupt: 0 }
+        Input {
+            sent: s,
+            deliveries: d,
+            seqs: HashMap::new(),
+            post_start_us: 0,
+            post_end_us: 1_000_000,
+            open_loop: false,
+            corrupt: 0,
+            connect_failures: 0,
+            rejected: 0,
+        }
     }
 
     /// Hooks 0..3 of one key, each sent after the previous one's 200.
@@ -759,7 +793,7 @@ mod tests {
         let d = vec![got(0, Some("k"), 1), got(2, Some("k"), 2), got(1, Some("k"), 3), got(3, Some("k"), 4)];
         let r = Report::build(&input(&s, &d), &[], None, None);
         assert_eq!(r.order.violations, 1);
-        assert!(r.order.first_violation.as_deref().is_some_and(|v| v.contains("hook 1")));
+        assert_eq!(r.order.first_violation.as_deref(), Some("key k: hook 1 delivered after hook 2, which was sent after hook 1's 200"));
     }
 
     #[test]
@@ -827,6 +861,13 @@ mod tests {
         let b = backlog(&samples, 0, 3_000_000);
         assert_eq!((b.start, b.middle, b.post_end, b.end, b.max), (Some(0.0), Some(100.0), Some(300.0), Some(0.0), Some(300.0)));
         assert_eq!(b.slope_per_s.map(|x| x.round()), Some(100.0));
+    }
+
+    #[test]
+    fn a_counter_reset_counts_from_zero() {
+        assert_eq!(increase([10.0, 15.0, 3.0, 7.0].into_iter()), Some(12.0));
+        assert_eq!(increase([10.0, 15.0].into_iter()), Some(5.0));
+        assert_eq!(increase([10.0].into_iter()), None);
     }
 
     #[test]
