@@ -26,7 +26,8 @@
 # Knobs (environment): DURATION (20, seconds), CONNS (64), CELLS (all five),
 # STORE (rocksdb | fjall), RATE (empty: closed loop; hooks/s for baseline,
 # unordered and ordered), KEYS (1000), BODY_BYTES (2048), ONE_KEY_HOOKS (3000),
-# ONE_KEY_SLOW_HOOKS (500), DRAIN_TIMEOUT (120), BIN_DIR, RUST_LOG (info), KEEP.
+# ONE_KEY_SLOW_HOOKS (500), DRAIN_TIMEOUT (120), BIN_DIR, RUST_LOG (info), KEEP,
+# FAULT (receiver | relay-kill: below).
 #
 # Binaries: $BIN_DIR/ankusa, $BIN_DIR/plain-hyper and $BIN_DIR/ankusa-load, built with
 #   . .ci/env.sh && CARGO_TARGET_DIR=/var/cache/ankusa/bench-target \
@@ -47,9 +48,16 @@ BODY_BYTES=${BODY_BYTES:-2048}
 ONE_KEY_HOOKS=${ONE_KEY_HOOKS:-3000}
 ONE_KEY_SLOW_HOOKS=${ONE_KEY_SLOW_HOOKS:-500}
 DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-120}
+# A check of the counting, not a measurement: `receiver` kills ankusa-load's
+# receiver for 2 s at DURATION/2; `relay-kill` SIGKILLs the relay at
+# DURATION/2 and starts it again on the same store 2 s later. Either must
+# show up as duplicates (and, for relay-kill, errors and maybe unexpected
+# hooks), never as lost or out of order.
+FAULT=${FAULT:-}
 # The baseline's connection counts: CONNS (every relay cell's) and 256.
 BASELINE_CONNS=$(printf '%s\n' "$CONNS" 256 | awk '!seen[$0]++' | tr '\n' ' ')
 
+case $FAULT in ''|receiver|relay-kill) ;; *) echo "e2e.sh: FAULT is receiver or relay-kill, not $FAULT" >&2; exit 2 ;; esac
 case $STORE in rocksdb|fjall) ;; *) echo "e2e.sh: STORE is rocksdb or fjall, not $STORE" >&2; exit 2 ;; esac
 for cell in $CELLS; do
   case $cell in baseline|unordered|ordered|onekey-20ms|onekey) ;; *) echo "e2e.sh: unknown cell $cell (CELLS)" >&2; exit 2 ;; esac
@@ -71,6 +79,12 @@ stop_all() {
     wait "$p" 2>/dev/null || true
   done
   PIDS=()
+}
+# Drops pid $1 from PIDS (a process already waited for).
+forget() {
+  local keep=() p
+  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
 }
 finish() {
   stop_all
@@ -181,6 +195,16 @@ run_baseline() {
   stop_all
 }
 
+# Starts the relay of cell dir $1 (its log appended to $1/relay.log); its pid
+# in RELAY.
+start_relay() {
+  RUST_LOG=${RUST_LOG:-info} "$BIN_DIR/ankusa" serve --config "$1/ankusa.yaml" >>"$1/relay.log" 2>&1 &
+  RELAY=$!
+  PIDS+=("$RELAY")
+  wait_port "$INGEST" "$RELAY" || { tail -n 20 "$1/relay.log" >&2; exit 2; }
+  wait_port "$ADMIN" "$RELAY" || { tail -n 20 "$1/relay.log" >&2; exit 2; }
+}
+
 # Runs relay cell $1 with a fresh relay; its JSON line goes to $WORK/$1.json
 # and its exit code to $WORK/$1.rc.
 run_cell() {
@@ -193,18 +217,35 @@ run_cell() {
     onekey) args=(--keys 1 --hooks "$ONE_KEY_HOOKS") ;;
     *) echo "e2e.sh: unknown cell $cell" >&2; exit 2 ;;
   esac
+  local half=$(( (DURATION + 1) / 2 ))
+  [ "$FAULT" = receiver ] && args+=(--sink-outage-at-s "$half" --sink-outage-s 2)
   mkdir -p "$dir"
   INGEST=$(free_port); ADMIN=$(free_port); SINK=$(free_port)
   write_config "$dir"
   "$BIN_DIR/ankusa" check-config "$dir/ankusa.yaml" >/dev/null
-  RUST_LOG=${RUST_LOG:-info} "$BIN_DIR/ankusa" serve --config "$dir/ankusa.yaml" >"$dir/relay.log" 2>&1 &
-  relay=$!
-  PIDS+=("$relay")
-  wait_port "$INGEST" "$relay" || { tail -n 20 "$dir/relay.log" >&2; exit 2; }
-  wait_port "$ADMIN" "$relay" || { tail -n 20 "$dir/relay.log" >&2; exit 2; }
+  start_relay "$dir"
+  relay=$RELAY
   echo "== $cell, $CONNS connections, relay pid $relay" >&2
   "$BIN_DIR/ankusa-load" --label "$cell" --target "http://127.0.0.1:$INGEST$path" --admin "http://127.0.0.1:$ADMIN" \
-    --sink-port "$SINK" --connections "$CONNS" "${args[@]}" "${TOOL_COMMON[@]}" >"$dir.json" || rc=$?
+    --sink-port "$SINK" --connections "$CONNS" "${args[@]}" "${TOOL_COMMON[@]}" >"$dir.json" &
+  local tool=$!
+  # Stopped with the rest on Ctrl-C (a background job of a script ignores SIGINT).
+  PIDS+=("$tool")
+  if [ "$FAULT" = relay-kill ]; then
+    sleep "$half"
+  fi
+  if [ "$FAULT" = relay-kill ] && ! kill -0 "$tool" 2>/dev/null; then
+    echo "== FAULT: not done, $cell ended before ${half} s" >&2
+  elif [ "$FAULT" = relay-kill ]; then
+    echo "== FAULT: SIGKILL of relay $relay" >&2
+    kill -9 "$relay" 2>/dev/null || true
+    wait "$relay" 2>/dev/null || true
+    sleep 2
+    start_relay "$dir"
+    echo "== FAULT: relay started again, pid $RELAY" >&2
+  fi
+  wait "$tool" || rc=$?
+  forget "$tool"
   echo "$rc" > "$dir.rc"
   stop_all
   [ -n "${KEEP:-}" ] || rm -rf "$dir/data"
@@ -229,7 +270,7 @@ echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 # connection count (throughput: relay / plain; latency: relay / plain, how
 # many times slower). Delivered/s is divided by plain hyper's acked/s.
 echo
-echo "store: $STORE, body: $BODY_BYTES bytes, keys: $KEYS, duration: $DURATION s, rate: ${RATE:-closed loop}"
+echo "store: $STORE, body: $BODY_BYTES bytes, keys: $KEYS, duration: $DURATION s, rate: ${RATE:-closed loop}${FAULT:+, fault: $FAULT}"
 echo
 echo "| cell | conns | acked/s | x plain | ack p50 ms | ack p99 ms | ack p99.9 ms | p99 x plain | delivered/s in window | delivered/s overall | x plain | e2e p50 ms | e2e p99 ms | e2e p99.9 ms | lost | dup | out of order (unknown) | unexpected | non-2xx / errors | backlog start / mid / end of posting / end | slope /s | ok |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"
