@@ -10,6 +10,7 @@ use std::path::Path;
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Batch, Durability, EngineError, Kv};
 use ankusa_engine_fjall::FjallKv;
+#[cfg(feature = "rocksdb")]
 use ankusa_engine_rocksdb::RocksKv;
 
 /// The backends, by the name benches print.
@@ -22,7 +23,10 @@ pub const BACKENDS: [&str; 3] = ["memory", "rocksdb", "fjall"];
 pub fn with_backend<R>(name: &str, dir: &Path, f: impl FnOnce(&dyn DynKv) -> R) -> R {
     match name {
         "memory" => f(&MemoryKv::new()),
+        #[cfg(feature = "rocksdb")]
         "rocksdb" => f(&RocksKv::open(dir).expect("open rocksdb")),
+        #[cfg(not(feature = "rocksdb"))]
+        "rocksdb" => panic!("ankusa-benches was built without its rocksdb feature"),
         "fjall" => f(&FjallKv::open(dir).expect("open fjall")),
         other => panic!("unknown backend {other}"),
     }
