@@ -34,6 +34,11 @@ pub const SOURCE_HEADER: &str = "x-ankusa-source";
 pub const RECEIVED_AT_HEADER: &str = "x-ankusa-received-at";
 /// HTTP header: this attempt's number, 1 for the first.
 pub const ATTEMPT_HEADER: &str = "x-ankusa-attempt";
+/// HTTP header: the hook's seq, its commit order on the node that accepted
+/// it (decimal). Along one lane it increases; a redelivery (after a restart,
+/// or an attempt whose answer was lost) repeats the lane's last one, so a
+/// receiver can check a key's order by it (ADR 0004 section 7).
+pub const SEQ_HEADER: &str = "x-ankusa-seq";
 /// HTTP header: the ordering key, in ordered mode only (ADR 0004 section 6).
 pub const ORDERING_KEY_HEADER: &str = "x-ankusa-ordering-key";
 

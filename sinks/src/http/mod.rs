@@ -8,7 +8,8 @@
 //! - Metadata headers ([`crate::meta`]): `x-ankusa-message-version: 1`,
 //!   `x-ankusa-idempotency-key`, `x-ankusa-tenant`, `x-ankusa-source`,
 //!   `x-ankusa-received-at` (unix ms), `x-ankusa-attempt` (1 for the first),
-//!   and, only for a laned row, `x-ankusa-ordering-key`. A value that is not a
+//!   `x-ankusa-seq` (the hook's commit order on the node), and, only for a
+//!   laned row, `x-ankusa-ordering-key`. A value that is not a
 //!   legal header value (a control byte, e.g. a `{json}` key holding a
 //!   newline) is sent as `sha256:<hex of its bytes>`, the same stable form
 //!   docs/design.md section 10 gives the SQS group id.

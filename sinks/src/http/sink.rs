@@ -101,6 +101,7 @@ impl HttpSink {
             ctx.received_at_ms.to_string().as_bytes(),
         );
         put(meta::ATTEMPT_HEADER, ctx.attempt.to_string().as_bytes());
+        put(meta::SEQ_HEADER, ctx.seq.0.to_string().as_bytes());
         if let Some(key) = ctx.ordering_key() {
             put(meta::ORDERING_KEY_HEADER, key);
         }

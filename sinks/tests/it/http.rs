@@ -107,6 +107,7 @@ async fn metadata_headers_have_the_right_values() {
     assert_eq!(r.header("x-ankusa-source"), Some("shopify"));
     assert_eq!(r.header("x-ankusa-received-at"), Some("1764500000123"));
     assert_eq!(r.header("x-ankusa-attempt"), Some("3"));
+    assert_eq!(r.header("x-ankusa-seq"), Some("42"));
     assert_eq!(r.header("authorization"), Some("Bearer t0ken"));
     assert_eq!(r.header("x-team"), Some("payments"));
     assert_eq!(r.header("x-ankusa-ordering-key"), None, "unordered");
