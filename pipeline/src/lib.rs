@@ -69,6 +69,8 @@ use tokio::sync::{Notify, mpsc, watch};
 use tracing::{info, warn};
 
 mod breaker;
+#[cfg(test)]
+mod breakit;
 mod calls;
 mod commit;
 mod dispatcher;

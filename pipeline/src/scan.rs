@@ -53,6 +53,12 @@ struct Visit {
     /// failed last ranks worst): taken as the trial only if no row of another
     /// lane of the sink is.
     deferred: HashMap<BreakerKey, (u8, DueKey, Start)>,
+    /// The visit met a row of a sink entry that is not one of the tenant's
+    /// (`Dispatcher::tenant_routes`: a source since bound to another tenant
+    /// left rows of this one): the tenant's free slots and saturated entries
+    /// no longer tell what lies further down, so the visit reads on as if
+    /// neither were known.
+    unlisted: bool,
 }
 
 impl Visit {
@@ -69,6 +75,7 @@ impl Visit {
             start_bytes: 0,
             horizon: Vec::new(),
             deferred: HashMap::new(),
+            unlisted: false,
         }
     }
 }
@@ -132,7 +139,7 @@ impl<K: Kv> Dispatcher<K> {
         // slow sink does not starve the tenant's other sinks.
         let mut pages = 0;
         let mut v = Visit::new(tenant, now);
-        'pages: while v.starts.len() + v.parks.len() < page_len && pages < SCAN_PAGES && free.is_none_or(|f| v.starts.len() < f.max(1)) {
+        'pages: while v.starts.len() + v.parks.len() < page_len && pages < SCAN_PAGES && (v.unlisted || free.is_none_or(|f| v.starts.len() < f.max(1))) {
             // After the first page, jump to where the last visit stopped.
             if pages == 1
                 && let Some(at) = resume.take()
@@ -277,6 +284,9 @@ impl<K: Kv> Dispatcher<K> {
             v.dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, v.now)?);
             return Ok(Flow::Next);
         };
+        if !v.unlisted && !self.tenant_routes.get(&v.tenant).is_some_and(|r| r.contains(&(source, dk.sink))) {
+            v.unlisted = true;
+        }
         // A paused sink: its row leaves the due scan until a resume
         // (a head stays its lane's head; nothing behind it moves).
         if self.is_paused(source, dk.sink) {
@@ -287,7 +297,7 @@ impl<K: Kv> Dispatcher<K> {
         let cap = if route.sink.pipelined() { self.dispatch.pipelined_concurrency } else { self.dispatch.sink_concurrency };
         if busy >= cap {
             v.saturated.insert(key);
-            if self.all_saturated(v.tenant, &v.saturated) {
+            if self.all_saturated(v) {
                 return Ok(Flow::Stop);
             }
             return Ok(Flow::Next);
@@ -303,7 +313,7 @@ impl<K: Kv> Dispatcher<K> {
         };
         if half_open && trial_busy {
             v.saturated.insert(key);
-            if self.all_saturated(v.tenant, &v.saturated) {
+            if self.all_saturated(v) {
                 return Ok(Flow::Stop);
             }
             return Ok(Flow::Next);
@@ -348,7 +358,7 @@ impl<K: Kv> Dispatcher<K> {
         if let Some(at) = self.rate_limited((source, dk.sink), v.now) {
             v.saturated.insert(key);
             self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
-            if self.all_saturated(v.tenant, &v.saturated) {
+            if self.all_saturated(v) {
                 return Ok(Flow::Stop);
             }
             return Ok(Flow::Next);
@@ -360,13 +370,18 @@ impl<K: Kv> Dispatcher<K> {
         Ok(Flow::Next)
     }
 
-    /// Whether every sink entry of `tenant`'s sources is in `saturated` (at
-    /// its concurrency, waiting for a half-open trial, or over its rate): what
-    /// lies further down the due index waits for a slot anyway, so the visit
-    /// stops reading (false for a tenant [`crate::Routes::tenants`] does not
-    /// name).
-    fn all_saturated(&self, tenant: TenantOrd, saturated: &HashSet<BreakerKey>) -> bool {
-        self.tenant_routes.get(&tenant).is_some_and(|r| saturated.len() >= r.len())
+    /// Whether every sink entry of the visited tenant's sources is in
+    /// `v.saturated` (at its concurrency, waiting for a half-open trial, or
+    /// over its rate): what lies further down the due index waits for a slot
+    /// anyway, so the visit stops reading (false for a tenant
+    /// [`crate::Routes::tenants`] does not name, and once the visit met a row
+    /// of a sink entry that is not the tenant's: `Visit::unlisted`).
+    fn all_saturated(&self, v: &Visit) -> bool {
+        !v.unlisted
+            && self
+                .tenant_routes
+                .get(&v.tenant)
+                .is_some_and(|r| r.iter().all(|id| v.saturated.contains(&(v.tenant, id.0, id.1))))
     }
 
     /// The free call slots of `tenant`'s sink entries (`None` for a tenant

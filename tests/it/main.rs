@@ -15,6 +15,7 @@ mod config;
 mod send;
 mod routes;
 mod starvation;
+mod breakit;
 mod ops;
 mod breaker;
 mod ratelimit;
