@@ -299,7 +299,8 @@ async fn a_hook_committed_after_a_visit_that_read_a_later_row_is_claimed_by_the_
         Pipeline::new(Arc::clone(&kv), routes, DispatchConfig::default(), RetryPolicy::default(), BreakerPolicy::default(), move || {
             pc.load(Ordering::SeqCst)
         });
-    let mut d = pipeline.dispatcher;
+    // As `ankusa serve` wires it (Pipeline::due_floor).
+    let mut d = pipeline.due_floor(handle.due_floor()).dispatcher;
     // The cursor reset is a wall-clock second; this test is about the steps
     // before it.
     d.low_water_reset = std::time::Duration::MAX;

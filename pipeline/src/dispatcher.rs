@@ -96,6 +96,12 @@ pub(crate) struct Dispatcher<K: Kv> {
     /// [`LOW_WATER_RESET`]; the bench gate turns it off (its counts must not
     /// depend on how long a run takes).
     pub(crate) low_water_reset: Duration,
+    /// The Writer's due floor ([`crate::Pipeline::due_floor`]): taken before
+    /// each pass, it lowers the cursors to the rows committed meanwhile.
+    pub(crate) due_floor: Option<Arc<AtomicU64>>,
+    /// The tenant the last pass visited first: the next pass starts after it,
+    /// so the tenants take turns at the room a step frees (fair share).
+    pub(crate) first_visited: Option<TenantOrd>,
 }
 
 impl<K: Kv> Dispatcher<K> {
@@ -317,6 +323,14 @@ impl<K: Kv> Dispatcher<K> {
             self.commit(done)?;
         }
         if visit {
+            if let Some(floor) = &self.due_floor {
+                let low = floor.swap(u64::MAX, Ordering::SeqCst);
+                if low != u64::MAX {
+                    for cursor in self.low_water.values_mut() {
+                        *cursor = (*cursor).min(low);
+                    }
+                }
+            }
             if self.low_water_since.elapsed() >= self.low_water_reset {
                 self.low_water.clear();
                 self.low_water_since = Instant::now();

@@ -302,6 +302,8 @@ impl<K: Kv> Pipeline<K> {
                 low_water: HashMap::new(),
                 low_water_since: Instant::now(),
                 low_water_reset: dispatcher::LOW_WATER_RESET,
+                due_floor: None,
+                first_visited: None,
                 },
                 wake,
                 shutdown,
@@ -311,6 +313,17 @@ impl<K: Kv> Pipeline<K> {
             },
             handle,
         )
+    }
+
+    /// Takes the Writer's due floor ([`ankusa_queue::writer::WriterHandle::due_floor`]):
+    /// before each pass the dispatcher lowers its low-water cursors to the
+    /// rows the Writer committed meanwhile, so a hook dated before a visit
+    /// that set a cursor above it is read by the next visit (without it, by
+    /// the next cursor reset, at most a second later).
+    #[must_use]
+    pub fn due_floor(mut self, floor: Arc<std::sync::atomic::AtomicU64>) -> Self {
+        self.dispatcher.due_floor = Some(floor);
+        self
     }
 
     /// Runs: recovers claimed rows of a previous run (ADR 4.7), then loops until

@@ -84,6 +84,9 @@ impl Visit {
 enum Flow {
     Next,
     Stop,
+    /// Every sink entry of the tenant is saturated: a later visit may go on
+    /// from this entry (inclusive) after its first page.
+    Saturated,
 }
 
 /// Pages of `dispatch.batch` due entries a tenant visit reads at most.
@@ -94,8 +97,17 @@ impl<K: Kv> Dispatcher<K> {
     pub(crate) fn pass(&mut self) -> Result<(), PipelineError> {
         self.unhold_pass()?;
         let active = self.kv.scan(Cf::Index, &family_range(Family::Active), Direction::Forward, 4096)?;
+        let mut tenants = Vec::with_capacity(active.len());
         for (k, _) in active {
-            let tenant = ankusa_keys::ActiveKey::decode(&k).map_err(QueueError::from)?.tenant;
+            tenants.push(ankusa_keys::ActiveKey::decode(&k).map_err(QueueError::from)?.tenant);
+        }
+        // Each pass starts one tenant further (fair share): the tenant
+        // visited first takes the room the last step freed, and a tenant
+        // later in key order would otherwise wait for the others' backlogs.
+        let start = self.first_visited.map_or(0, |t| tenants.iter().position(|x| *x > t).unwrap_or(0));
+        tenants.rotate_left(start);
+        self.first_visited = tenants.first().copied();
+        for tenant in tenants {
             if self.quiet.contains(&tenant) {
                 continue;
             }
@@ -138,6 +150,7 @@ impl<K: Kv> Dispatcher<K> {
         // past them (up to SCAN_PAGES pages) to reach other sinks' rows: one
         // slow sink does not starve the tenant's other sinks.
         let mut pages = 0;
+        let mut saturated_at: Option<Vec<u8>> = None;
         let mut v = Visit::new(tenant, now);
         'pages: while v.starts.len() + v.parks.len() < page_len && pages < SCAN_PAGES && (v.unlisted || free.is_none_or(|f| v.starts.len() < f.max(1))) {
             // After the first page, jump to where the last visit stopped.
@@ -177,8 +190,19 @@ impl<K: Kv> Dispatcher<K> {
                 range.start = next;
             }
             for (k, val) in due {
-                if let Flow::Stop = self.consider(&mut v, &k, &val)? {
-                    break 'pages;
+                match self.consider(&mut v, &k, &val)? {
+                    Flow::Next => {}
+                    Flow::Stop => break 'pages,
+                    Flow::Saturated => {
+                        // Stopped past the first page with every sink entry
+                        // saturated: the next visit reads its first page from
+                        // the top and goes on from here, instead of walking
+                        // again what this one skipped (as at the page limit).
+                        if pages >= 2 {
+                            saturated_at = Some(k.to_vec());
+                        }
+                        break 'pages;
+                    }
                 }
             }
             if !full_page {
@@ -189,7 +213,9 @@ impl<K: Kv> Dispatcher<K> {
         // Stopped at the page limit with saturated sinks' rows skipped: the
         // next visit goes on from here (after its first page) instead of
         // re-reading the same backlog and never reaching what lies behind it.
-        if !reached_end && pages >= SCAN_PAGES && !v.saturated.is_empty() {
+        if let Some(at) = saturated_at {
+            self.resume.insert(tenant, at);
+        } else if !reached_end && pages >= SCAN_PAGES && !v.saturated.is_empty() {
             self.resume.insert(tenant, range.start.clone());
         }
         // A half-open sink whose due rows the scan met are all of lanes that
@@ -298,7 +324,7 @@ impl<K: Kv> Dispatcher<K> {
         if busy >= cap {
             v.saturated.insert(key);
             if self.all_saturated(v) {
-                return Ok(Flow::Stop);
+                return Ok(Flow::Saturated);
             }
             return Ok(Flow::Next);
         }
@@ -314,7 +340,7 @@ impl<K: Kv> Dispatcher<K> {
         if half_open && trial_busy {
             v.saturated.insert(key);
             if self.all_saturated(v) {
-                return Ok(Flow::Stop);
+                return Ok(Flow::Saturated);
             }
             return Ok(Flow::Next);
         }
@@ -359,7 +385,7 @@ impl<K: Kv> Dispatcher<K> {
             v.saturated.insert(key);
             self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
             if self.all_saturated(v) {
-                return Ok(Flow::Stop);
+                return Ok(Flow::Saturated);
             }
             return Ok(Flow::Next);
         }

@@ -45,6 +45,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use ankusa_engine::{Batch, Cf, Durability, EngineError, Kv, Read};
 use ankusa_keys::meta::{decode_seq_high_water, encode_seq_high_water};
@@ -298,6 +299,7 @@ impl Answer {
 #[derive(Clone)]
 pub struct WriterHandle {
     tx: mpsc::Sender<Request>,
+    due_floor: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for WriterHandle {
@@ -307,6 +309,16 @@ impl std::fmt::Debug for WriterHandle {
 }
 
 impl WriterHandle {
+    /// The lowest due time (unix ms) of the rows the Writer committed since
+    /// the dispatcher last took it (`u64::MAX`: none): the Writer lowers it
+    /// after each commit, the dispatcher swaps it out before each visit and
+    /// lowers its low-water cursors to it (docs/design.md section 5,
+    /// "Low-water cursor"): a group dates its rows before it commits, so a
+    /// visit in between may have set a cursor above them.
+    pub fn due_floor(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.due_floor)
+    }
+
     async fn ask<T>(&self, make: impl FnOnce(ReplyTo<T>) -> Request) -> Result<T, WriteError> {
         let (reply, rx) = oneshot::channel();
         self.tx.send(make(reply)).await.map_err(|_| WriteError::Stopped)?;
@@ -406,6 +418,8 @@ pub struct Writer<K: Kv> {
     clock: Box<dyn Fn() -> u64 + Send>,
     /// Tenants being purged: their requests are refused.
     purging: BTreeSet<TenantOrd>,
+    /// [`WriterHandle::due_floor`].
+    due_floor: Arc<AtomicU64>,
 }
 
 impl<K: Kv> std::fmt::Debug for Writer<K> {
@@ -432,6 +446,7 @@ impl<K: Kv> Writer<K> {
             .into_keys()
             .collect();
         let (tx, rx) = mpsc::channel(cfg.queue_depth.max(1));
+        let due_floor = Arc::new(AtomicU64::new(u64::MAX));
         Ok((
             Writer {
                 kv,
@@ -440,8 +455,9 @@ impl<K: Kv> Writer<K> {
                 next_seq: high + 1,
                 clock: Box::new(clock),
                 purging,
+                due_floor: Arc::clone(&due_floor),
             },
-            WriterHandle { tx },
+            WriterHandle { tx, due_floor },
         ))
     }
 
@@ -617,6 +633,8 @@ impl<K: Kv> Writer<K> {
                 self.rx.close();
                 return Err(e);
             }
+            // After the commit: a visit that takes the floor sees the rows.
+            self.due_floor.fetch_min(now_ms, std::sync::atomic::Ordering::SeqCst);
         }
         for a in answers {
             a.send();
