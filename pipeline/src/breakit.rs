@@ -20,26 +20,13 @@ use ankusa_sinks::{DeliveryCtx, Outcome, Sink};
 use async_trait::async_trait;
 
 use crate::calls::Done;
+use crate::gate::{Answered, CLOCK_MS};
 use crate::{BreakerPolicy, DispatchConfig, Pipeline, RetryPolicy, Route, Routes, counter};
 
 const TENANT: TenantOrd = TenantOrd(1);
 const SOURCE: SourceId = SourceId(1);
 const SLOW: SinkIx = SinkIx(0);
 const FAST: SinkIx = SinkIx(1);
-const CLOCK_MS: u64 = 1_780_000_000_000;
-
-/// A sink the test never calls: the steps answer the calls themselves.
-struct Answered;
-
-#[async_trait]
-impl Sink for Answered {
-    async fn deliver(&self, _: &Envelope, _: &DeliveryCtx) -> Outcome {
-        Outcome::Ok
-    }
-    fn kind(&self) -> &'static str {
-        "breakit"
-    }
-}
 
 fn request(n: u64) -> IngestRequest {
     let envelope = Envelope {

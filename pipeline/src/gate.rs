@@ -28,15 +28,16 @@ use crate::{BreakerPolicy, DispatchConfig, Pipeline, RetryPolicy, Route, Routes,
 
 const TENANT: TenantOrd = TenantOrd(1);
 const SOURCE: SourceId = SourceId(1);
-/// The frozen clock of the gate, unix ms.
-const CLOCK_MS: u64 = 1_780_000_000_000;
+/// The frozen clock of the gate (and of the break-it checks), unix ms.
+pub(crate) const CLOCK_MS: u64 = 1_780_000_000_000;
 /// Hooks per case.
 const HOOKS: u64 = 512;
 /// The body of every hook: 2 KiB, as in the load runs.
 const BODY_BYTES: usize = 2048;
 
-/// A sink the gate never calls: its steps answer every call `Ok` themselves.
-struct Answered;
+/// A sink the gate (and the break-it checks) never call: the steps answer
+/// every call themselves.
+pub(crate) struct Answered;
 
 #[async_trait]
 impl Sink for Answered {
