@@ -68,18 +68,7 @@ done
 
 WORK=$(mktemp -d /var/tmp/ankusa-e2e.XXXXXX)
 PIDS=()
-stop_all() {
-  for p in "${PIDS[@]}"; do
-    kill "$p" 2>/dev/null || true
-  done
-  for p in "${PIDS[@]}"; do
-    # SIGTERM first (the relay drains); SIGKILL whatever is left after 20 s.
-    for _ in $(seq 1 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-  PIDS=()
-}
+. "$(dirname "$0")/lib.sh"
 # Drops pid $1 from PIDS (a process already waited for).
 forget() {
   local keep=() p
@@ -93,16 +82,6 @@ finish() {
 trap finish EXIT
 trap 'exit 130' INT TERM
 
-# A 127.0.0.1 port nothing listens on (the host is shared: never assume a
-# fixed port is ours).
-free_port() {
-  local p
-  for p in $(shuf -i 20000-45000 -n 100); do
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
-  done
-  echo "e2e.sh: no free port found" >&2
-  return 1
-}
 
 # Waits until 127.0.0.1:$1 accepts connections, at most 30 s, served by
 # process $2 (a server that failed to bind is an error, not a measurement of

@@ -40,25 +40,10 @@ done
 
 WORK=$(mktemp -d /var/tmp/ankusa-sinks.XXXXXX)
 PIDS=()
-stop_all() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do
-    for _ in $(seq 1 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-  PIDS=()
-}
+. ./lib.sh
 trap 'stop_all; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  local p
-  for p in $(shuf -i 20000-45000 -n 100); do
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
-  done
-  return 1
-}
 wait_port() {
   for _ in $(seq 1 300); do
     kill -0 "$2" 2>/dev/null || { echo "sinks.sh: process $2 exited" >&2; return 1; }
