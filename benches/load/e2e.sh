@@ -27,7 +27,8 @@
 # STORE (rocksdb | fjall), RATE (empty: closed loop; hooks/s for baseline,
 # unordered and ordered), KEYS (1000), BODY_BYTES (2048), ONE_KEY_HOOKS (3000),
 # ONE_KEY_SLOW_HOOKS (500), DRAIN_TIMEOUT (120), BIN_DIR, RUST_LOG (info), KEEP,
-# FAULT (receiver | relay-kill: below).
+# FAULT (receiver | relay-kill: below), SINK_CONCURRENCY (empty: the relay's
+# default `dispatch.sink_concurrency`, 8; else written to the config).
 #
 # Binaries: $BIN_DIR/ankusa, $BIN_DIR/plain-hyper and $BIN_DIR/ankusa-load, built with
 #   . .ci/env.sh && CARGO_TARGET_DIR=/var/cache/ankusa/bench-target \
@@ -48,6 +49,7 @@ BODY_BYTES=${BODY_BYTES:-2048}
 ONE_KEY_HOOKS=${ONE_KEY_HOOKS:-3000}
 ONE_KEY_SLOW_HOOKS=${ONE_KEY_SLOW_HOOKS:-500}
 DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-120}
+SINK_CONCURRENCY=${SINK_CONCURRENCY:-}
 # A check of the counting, not a measurement: `receiver` kills ankusa-load's
 # receiver for 2 s at DURATION/2; `relay-kill` SIGKILLs the relay at
 # DURATION/2 and starts it again on the same store 2 s later. Either must
@@ -114,7 +116,9 @@ node:
   store: $STORE
   max_pending: 100000000
   max_pending_bytes: 1000000000000
-listeners:
+${SINK_CONCURRENCY:+dispatch:
+  sink_concurrency: $SINK_CONCURRENCY
+}listeners:
   ingest: 127.0.0.1:$INGEST
   admin: 127.0.0.1:$ADMIN
 tenants:

@@ -1,9 +1,18 @@
 //! The RocksDB backend of the Ankusa storage engine: production default.
 //!
 //! - One RocksDB column family per [`Cf`], all created when the store is opened.
-//! - The WAL is always on. [`Durability::Sync`] writes with `sync = true` (the
-//!   WAL is fsynced before `write` returns); [`Durability::Buffered`] writes the
-//!   WAL to the OS without fsync, which a process crash does not lose.
+//! - The WAL is always on. [`Durability::Buffered`] writes the WAL to the OS
+//!   without fsync, which a process crash does not lose. [`Durability::Sync`]
+//!   writes the same way and then syncs the WAL (`FlushWAL(sync = true)`, i.e.
+//!   `SyncWAL`) before `write` returns. A write with RocksDB's own
+//!   `sync = true` would hold RocksDB's write queue through the fsync, so every
+//!   other batch (the dispatcher's Buffered claims and outcomes) would queue
+//!   behind the ingest's fsync; `SyncWAL` runs beside later writes. What a
+//!   caller of `write` is promised is the same: on return the batch is on
+//!   stable storage, and the WAL is recovered as a prefix after a crash. The
+//!   difference is visibility: other readers may see a Sync batch a few
+//!   milliseconds before it is durable (docs/design.md section 4,
+//!   "Durability"), which at-least-once delivery allows.
 //! - Counters are a merge operator (`ankusa_counter_add`) on the counter column
 //!   family: an add is a blind merge of an 8-byte big-endian `i64` delta.
 //! - Every scan sets both `iterate_lower_bound` and `iterate_upper_bound`, so a
@@ -250,11 +259,19 @@ impl Kv for RocksKv {
         batch.validate()?;
         let size = batch.size_bytes();
         let wb = self.native_batch(batch);
+        // Never `sync = true`: see the crate docs (a sync write holds the
+        // write queue through its fsync).
         let mut wo = WriteOptions::default();
-        wo.set_sync(durability == Durability::Sync);
+        wo.set_sync(false);
         if let Err(e) = self.db.write_opt(wb, &wo) {
             self.poison.set();
             return Err(backend_err("write", e));
+        }
+        if durability == Durability::Sync
+            && let Err(e) = self.db.flush_wal(true)
+        {
+            self.poison.set();
+            return Err(backend_err("sync", e));
         }
         self.counters.batch(size);
         Ok(())
