@@ -238,8 +238,8 @@ impl<K: Kv> Dispatcher<K> {
         if !v.horizon.is_empty() {
             let mut b = Batch::new();
             for row_id in &v.horizon {
-                warn!(row = %row_id, "retry v.horizon passed before the next attempt: v.dead-lettered");
-                b.extend(ankusa_queue::dead_letter(&*self.kv, *row_id, Origin::InFlight, "retry v.horizon passed", now)?);
+                warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
+                b.extend(ankusa_queue::dead_letter(&*self.kv, *row_id, Origin::InFlight, "retry horizon passed", now)?);
             }
             self.write(b)?;
         }
@@ -348,7 +348,7 @@ impl<K: Kv> Dispatcher<K> {
             return Ok(Flow::Next); // claim would fail the same way; the checker reports it
         };
         let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
-        // The v.horizon is checked again when the row is claimed: a
+        // The horizon is checked again when the row is claimed: a
         // retry due just inside it must not start an attempt outside
         // it (a row due at or past it gets its attempt: RetryPolicy::dead_at_claim).
         if let Some(first) = row.first_attempt_at_ms

@@ -330,6 +330,21 @@ impl<K: Kv> Collector for StoreCollector<K> {
             paused.metric_type(),
         )?;
         paused.encode(m)?;
+        // The store's own operation counts (exact, `Kv::stats`): what the
+        // bench gate counts per hook, on the live node.
+        let ops = self.state.kv.stats();
+        let engine: [(&str, &str, u64); 5] = [
+            ("ankusa_engine_gets", "Store point reads (counter reads included)", ops.gets),
+            ("ankusa_engine_seeks", "Store scans started", ops.seeks),
+            ("ankusa_engine_entries_scanned", "Store entries returned by scans", ops.entries_scanned),
+            ("ankusa_engine_batches", "Store batches committed", ops.batches),
+            ("ankusa_engine_written_bytes", "Bytes of keys and values in committed store batches", ops.bytes_written),
+        ];
+        for (name, help, v) in engine {
+            let c = ConstCounter::new(v);
+            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(m)?;
+        }
         let retention: [(&str, &str, &AtomicU64); 2] = [
             ("ankusa_retention_hooks_deleted", "Delivered hooks whose envelope and archive entry the retention sweep deleted", &self.state.retention_hooks_deleted),
             ("ankusa_retention_dedupe_expired", "Expired dedupe records the retention sweep deleted", &self.state.retention_dedupe_expired),
