@@ -11,7 +11,7 @@ use crate::relay::run_cli;
 fn base(kind: &str) -> &'static str {
     match kind {
         "http" => "url: 'http://127.0.0.1:9/hooks'",
-        "file" => "path: DATA/out.ndjson",
+        "file" => "path: DATA.out.ndjson",
         other => panic!("no kind {other}"),
     }
 }
@@ -138,7 +138,7 @@ sources:
   - name: billing
     sinks:
       - {{type: http, name: a, url: 'http://127.0.0.1:9/x', ordering_key: {{header: k}}}}
-      - {{type: file, name: c, path: '{d}/x', ordered: true, ordering_key: k}}
+      - {{type: file, name: c, path: '{d}.x', ordered: true, ordering_key: k}}
       - {{type: redis, name: r, url: 'http://127.0.0.1:6379', stream: s}}
   - name: events
     tenant: nobody
@@ -176,8 +176,8 @@ sources:
   - name: billing
     sinks:
       - {{type: http, name: a, url: 'http://127.0.0.1:9/x', ordered: true, ordering_key: {{header: X-Entity-Id}}}}
-      - {{type: file, name: c, path: '{d}/x', ordered: true, ordering_key: {{json: data.object.customer}}}}
-      - {{type: file, name: d, path: '{d}/y', ordered: true}}
+      - {{type: file, name: c, path: '{d}.x', ordered: true, ordering_key: {{json: data.object.customer}}}}
+      - {{type: file, name: d, path: '{d}.y', ordered: true}}
 ",
         d = data.display()
     );
