@@ -944,31 +944,41 @@ fn sink_paths_outside(data_dir: &Path, sources: &[Source], p: &mut Problems) {
 }
 
 /// `path` as the node will reach it: absolute (a relative path is taken from
-/// the working directory, as the node takes it), the longest prefix that
-/// exists resolved by the file system (symlinks, `..` inside it), and the
-/// rest resolved by its components (`.` dropped, `..` removing the one before).
+/// the working directory, as the node takes it), each part that is a
+/// symlink replaced by its target (a dangling one too), `.` dropped and `..`
+/// removing the part before it, after the symlinks before it were followed
+/// (as the file system does). Parts that do not exist are taken as written.
 pub(crate) fn resolved(path: &Path) -> PathBuf {
     let absolute = if path.is_absolute() {
         path.to_path_buf()
     } else {
         std::env::current_dir().map_or_else(|_| path.to_path_buf(), |d| d.join(path))
     };
-    let parts: Vec<Component<'_>> = absolute.components().collect();
-    for existing in (1..=parts.len()).rev() {
-        let prefix: PathBuf = parts[..existing].iter().collect();
-        let Ok(mut out) = prefix.canonicalize() else { continue };
-        for part in &parts[existing..] {
-            match part {
-                Component::ParentDir => {
+    // The parts still to walk, the next one last.
+    let mut todo: Vec<PathBuf> = absolute.components().rev().map(|c| PathBuf::from(c.as_os_str())).collect();
+    let mut out = PathBuf::new();
+    // Links followed: a loop stops being followed (the kernel's own limit).
+    let mut hops = 0;
+    while let Some(part) = todo.pop() {
+        match part.components().next() {
+            Some(Component::ParentDir) => {
+                out.pop();
+            }
+            Some(Component::CurDir) | None => {}
+            Some(Component::RootDir | Component::Prefix(_)) => out = part,
+            Some(Component::Normal(name)) => {
+                out.push(name);
+                if hops < 40
+                    && let Ok(target) = std::fs::read_link(&out)
+                {
+                    hops += 1;
                     out.pop();
+                    todo.extend(target.components().rev().map(|c| PathBuf::from(c.as_os_str())));
                 }
-                Component::CurDir => {}
-                other => out.push(other),
             }
         }
-        return out;
     }
-    absolute
+    out
 }
 
 /// Replaces, in every problem's message, each value an `env:` reference
