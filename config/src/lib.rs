@@ -216,8 +216,10 @@ pub mod limits {
     pub const RETENTION_KEEP_MS: u64 = 3_650 * 24 * 3_600_000;
     /// `retention.interval_ms`: 24 h.
     pub const RETENTION_INTERVAL_MS: u64 = 24 * 3_600_000;
-    /// `verification.tolerance_ms`: 24 h.
-    pub const TOLERANCE_MS: u64 = 24 * 3_600_000;
+    /// `verification.tolerance_ms`: 10 years (3,650 days). A window a
+    /// signed timestamp is compared with, never waited on; tests verify
+    /// recorded provider payloads years old with it.
+    pub const TOLERANCE_MS: u64 = 3_650 * 24 * 3_600_000;
     /// `dedupe.ttl_ms`: 365 days.
     pub const DEDUPE_TTL_MS: u64 = 365 * 24 * 3_600_000;
     /// The durations of `retry` and of a sink entry's `retry:`: 365 days.
