@@ -204,6 +204,10 @@ fn a_sink_path_inside_the_data_dir_is_refused_direct_via_dotdot_and_via_a_symlin
     // Through a symlink to the data dir, and the data dir given through one.
     refused(format!("{}/store-rocksdb/CURRENT", link.display()), &data);
     refused(format!("{d}/CURRENT"), &link);
+    // A symlink to a data_dir not made yet (a dangling link) is followed too.
+    let later_link = s.path().join("later-link");
+    std::os::unix::fs::symlink(s.path().join("not-yet"), &later_link).expect("symlink");
+    refused(format!("{}/CURRENT", later_link.display()), &s.path().join("not-yet"));
     // A data_dir that does not exist yet, given with `..`.
     let later = s.path().join("later");
     refused(format!("{}/x.ndjson", later.display()), &s.path().join("sub/../later"));
