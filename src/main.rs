@@ -4,7 +4,7 @@
 //! - `ankusa serve [--config FILE] [--drop-unconfigured]`: runs the relay (without `--config`, the
 //!   embedded demo configuration: RocksDB under `./data`, ingest on
 //!   127.0.0.1:8080, admin on 127.0.0.1:8081, source `/hooks/demo` delivering
-//!   to `./data/deliveries.ndjson` ordered by `x-entity-id`).
+//!   to `./deliveries.ndjson` ordered by `x-entity-id`).
 //! - `ankusa send FILE...`: posts corpus files to a running relay.
 //! - `ankusa check-config FILE`: loads a configuration and reports what is wrong.
 //! - `ankusa tenants`, `sources`, `hooks show`, `dlq list|revive|drop`,

@@ -408,7 +408,12 @@ fn failure(e: ControlError) -> ControlFailure {
     match e {
         ControlError::NotConfigured(_) => ControlFailure::NotConfigured,
         ControlError::Work(m) => ControlFailure::Refused(m),
-        ControlError::Store(m) => ControlFailure::Unavailable(format!("store failed: {m}")),
+        // The store's error may name its files (so the data_dir): logged,
+        // never answered (issue 14).
+        ControlError::Store(m) => {
+            warn!(error = %m, "a control request: the store failed (answered 503)");
+            ControlFailure::Unavailable(ankusa_edge::server::admin::api::STORE_FAILED_MESSAGE.to_owned())
+        }
         ControlError::Stopped => ControlFailure::Unavailable("the pipeline has stopped".into()),
     }
 }

@@ -103,7 +103,7 @@ pub use model::{
 };
 pub use model::RateLimit;
 pub use sink::CORE_KEYS as SINK_CORE_KEYS;
-pub use secret::{EnvLookup, Secret, SecretOrigin, process_env, redact_url};
+pub use secret::{EnvLookup, Secret, SecretOrigin, process_env, redact_url, secret_param};
 
 /// A check the load runs on each source once it parsed, for what other layers
 /// refuse (a sink adapter's options, what the edge cannot serve): the problems
@@ -114,7 +114,7 @@ pub type SourceCheck<'a> = &'a dyn Fn(&Source) -> Vec<Problem>;
 /// `--config` (issue 4's demo). RocksDB under `./data`, ingest on
 /// 127.0.0.1:8080, admin on 127.0.0.1:8081, one tenant `default`, and a
 /// source `demo` at `/hooks/demo` (no verification, dedupe on the
-/// `webhook-id` header) delivering to the file sink `./data/deliveries.ndjson`,
+/// `webhook-id` header) delivering to the file sink `./deliveries.ndjson` (outside the data dir: issue 14),
 /// ordered by the `x-entity-id` header.
 pub const DEFAULT_YAML: &str = include_str!("default.yaml");
 
@@ -177,6 +177,61 @@ pub mod defaults {
     pub const DEDUPE_TTL_MS: u64 = 259_200_000;
     /// `timeout_ms` of an http sink: 10 s.
     pub const HTTP_TIMEOUT_MS: u64 = 10_000;
+}
+
+/// The upper bound of every numeric option, in the option's unit, checked at
+/// load: a larger value is refused by name (issue 14, "Limits that hold"). A
+/// value without a bound could stop the node in all but name (a
+/// `flush_interval_ms` of 2^64-1 never flushes, so nothing is delivered and
+/// SIGTERM no longer stops it) or allocate without end. Each bound is far
+/// above any real use; config/ankusa.example.yaml lists them beside the
+/// options. `retry.*` and a sink entry's `retry:` take at most a year, and
+/// `rate_limit` at most 1,000,000 hooks per second (their own checks).
+pub mod limits {
+    /// `node.max_pending` and `tenants[].max_pending`: 1,000,000,000 rows.
+    pub const MAX_PENDING: u64 = 1_000_000_000;
+    /// `node.max_pending_bytes` and `tenants[].max_pending_bytes`: 1 TiB.
+    pub const MAX_PENDING_BYTES: u64 = 1 << 40;
+    /// `listeners.body_limit_bytes`: 256 MiB (a body is held in memory
+    /// whole while it is verified and committed).
+    pub const BODY_LIMIT_BYTES: u64 = 256 << 20;
+    /// `dispatch.batch`: 10,000 rows claimed per scan.
+    pub const BATCH: u32 = 10_000;
+    /// `dispatch.sink_concurrency`: 10,000 calls at once per sink.
+    pub const SINK_CONCURRENCY: u32 = 10_000;
+    /// `dispatch.pipelined_concurrency`: 100,000 calls at once per pipelined
+    /// sink.
+    pub const PIPELINED_CONCURRENCY: u32 = 100_000;
+    /// `dispatch.admission_window`: 1,000,000 rows.
+    pub const ADMISSION_WINDOW: u32 = 1_000_000;
+    /// `dispatch.admission_window_bytes`: 16 GiB.
+    pub const ADMISSION_WINDOW_BYTES: u64 = 16 << 30;
+    /// `dispatch.flush_interval_ms`: 10 s (0, the default, flushes at once).
+    pub const FLUSH_INTERVAL_MS: u64 = 10_000;
+    /// `breaker.failures` and `breaker.distinct`: 1,000,000.
+    pub const BREAKER_FAILURES: u32 = 1_000_000;
+    /// `breaker.open_ms`: 24 h.
+    pub const BREAKER_OPEN_MS: u64 = 24 * 3_600_000;
+    /// `retention.keep_ms`: 10 years (3,650 days).
+    pub const RETENTION_KEEP_MS: u64 = 3_650 * 24 * 3_600_000;
+    /// `retention.interval_ms`: 24 h.
+    pub const RETENTION_INTERVAL_MS: u64 = 24 * 3_600_000;
+    /// `verification.tolerance_ms`: 10 years (3,650 days). A window a
+    /// signed timestamp is compared with, never waited on; tests verify
+    /// recorded provider payloads years old with it.
+    pub const TOLERANCE_MS: u64 = 3_650 * 24 * 3_600_000;
+    /// `dedupe.ttl_ms`: 365 days.
+    pub const DEDUPE_TTL_MS: u64 = 365 * 24 * 3_600_000;
+    /// The durations of `retry` and of a sink entry's `retry:`: 365 days.
+    pub const RETRY_MS: u64 = 365 * 24 * 3_600_000;
+    /// `timeout_ms` of every sink type that takes one (http, sqs, pubsub,
+    /// kafka, nats, redis, rabbitmq): 10 min.
+    pub const SINK_TIMEOUT_MS: u64 = 600_000;
+    /// `maxlen` of a redis sink: 1,000,000,000 stream entries.
+    pub const REDIS_MAXLEN: u64 = 1_000_000_000;
+    /// `max_message_bytes` of an sqs sink: 1 MiB, SQS's own limit (the sinks
+    /// crate checks its lower bound, 1,024).
+    pub const SQS_MAX_MESSAGE_BYTES: u64 = 1 << 20;
 }
 
 impl Config {

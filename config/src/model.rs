@@ -57,9 +57,11 @@ pub struct Node {
     /// The storage engine. Default RocksDB.
     pub store: StoreBackend,
     /// The node's bound on pending deliveries, all tenants together (the edge
-    /// answers 503 + Retry-After above it). Default 1,000,000.
+    /// answers 503 + Retry-After above it). Default 1,000,000; at most
+    /// [`crate::limits::MAX_PENDING`].
     pub max_pending: u64,
-    /// The node's bound on the bytes of pending deliveries. Default 1 GiB.
+    /// The node's bound on the bytes of pending deliveries. Default 1 GiB;
+    /// at most [`crate::limits::MAX_PENDING_BYTES`].
     pub max_pending_bytes: u64,
 }
 
@@ -99,7 +101,8 @@ pub struct Listeners {
     /// configured). Default false: a Prometheus scraper needs no secret;
     /// `/healthz` and `/readyz` never ask.
     pub metrics_require_token: bool,
-    /// The largest body the edge accepts (413 above). Default 1 MiB.
+    /// The largest body the edge accepts (413 above). Default 25 MiB; at
+    /// most [`crate::limits::BODY_LIMIT_BYTES`].
     pub body_limit_bytes: u64,
 }
 
@@ -160,22 +163,27 @@ impl Default for HeaderPolicy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dispatch {
     /// Due rows claimed per tenant visit, and the lane promotion budget per
-    /// visit (ADR 0004 section 1). Default 64.
+    /// visit (ADR 0004 section 1). Default 64; at most [`crate::limits::BATCH`].
     pub batch: u32,
-    /// Sink calls at once per sink and tenant (HTTP, file). Default 8.
+    /// Sink calls at once per sink and tenant (HTTP, file). Default 8; at
+    /// most [`crate::limits::SINK_CONCURRENCY`].
     pub sink_concurrency: u32,
     /// Sink calls at once per sink and tenant for the sinks whose client
     /// pipelines them (Kafka, NATS, Redis, RabbitMQ, Pub/Sub, SQS): unordered
-    /// hooks and lanes, each lane one call at a time. Default 256.
+    /// hooks and lanes, each lane one call at a time. Default 256; at most
+    /// [`crate::limits::PIPELINED_CONCURRENCY`].
     pub pipelined_concurrency: u32,
     /// The admission window: claimed (in-flight) deliveries the node holds at
-    /// once, all tenants together. Default 1024.
+    /// once, all tenants together. Default 1024; at most
+    /// [`crate::limits::ADMISSION_WINDOW`].
     pub admission_window: u32,
-    /// The admission window in bytes of claimed deliveries. Default 64 MiB.
+    /// The admission window in bytes of claimed deliveries. Default 64 MiB;
+    /// at most [`crate::limits::ADMISSION_WINDOW_BYTES`].
     pub admission_window_bytes: u64,
     /// How long the pipeline collects outcomes before it commits them as one
     /// batch. Default 0: the next engine step commits every outcome that came
-    /// in meanwhile (docs/design.md section 5, "Committer").
+    /// in meanwhile (docs/design.md section 5, "Committer"). At most
+    /// [`crate::limits::FLUSH_INTERVAL_MS`] (10 s).
     pub flush_interval_ms: u64,
 }
 
@@ -248,13 +256,15 @@ impl SinkRetry {
 /// "Breaker").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Breaker {
-    /// Consecutive failures that open it. Default 5.
+    /// Consecutive failures that open it. Default 5; at most
+    /// [`crate::limits::BREAKER_FAILURES`].
     pub failures: u32,
     /// How many different lanes (rows, for an unordered sink) those failures
     /// must come from, at least, so one key the receiver always refuses
     /// cannot open it. Default min(3, `failures`); at most `failures`.
     pub distinct: u32,
-    /// How long it stays open before it half-opens. Default 30 s.
+    /// How long it stays open before it half-opens. Default 30 s; at most
+    /// [`crate::limits::BREAKER_OPEN_MS`].
     pub open_ms: u64,
 }
 
@@ -265,11 +275,12 @@ pub struct Breaker {
 pub struct Retention {
     /// A hook's envelope and archive entry are deleted once it was received
     /// this long ago and no delivery row (pending or dead-lettered) and no
-    /// quarantine refers to it. Default 7 days.
+    /// quarantine refers to it. Default 7 days; at most
+    /// [`crate::limits::RETENTION_KEEP_MS`].
     pub keep_ms: u64,
     /// How often the background sweep runs (each run reads every tenant's
     /// archive in bounded pages, and expires stale dedupe records). Default
-    /// 60 s.
+    /// 60 s; at most [`crate::limits::RETENTION_INTERVAL_MS`].
     pub interval_ms: u64,
 }
 
@@ -290,9 +301,11 @@ pub enum OnInvalidSignature {
 pub struct Tenant {
     /// The name (in a TenantPath URL, the admin API, the store registry).
     pub name: String,
-    /// Pending deliveries (lane members included). Default 100,000.
+    /// Pending deliveries (lane members included). Default 100,000; at most
+    /// [`crate::limits::MAX_PENDING`].
     pub max_pending: u64,
-    /// Bytes of pending deliveries. Default 256 MiB.
+    /// Bytes of pending deliveries. Default 256 MiB; at most
+    /// [`crate::limits::MAX_PENDING_BYTES`].
     pub max_pending_bytes: u64,
 }
 
@@ -390,7 +403,8 @@ pub enum Verification {
     Stripe {
         /// The secrets.
         secrets: Vec<Secret>,
-        /// Allowed clock difference, both directions. Default 300,000.
+        /// Allowed clock difference, both directions, in ms. Default
+        /// 300,000; at most [`crate::limits::TOLERANCE_MS`].
         tolerance_ms: u64,
     },
     /// Shopify: `X-Shopify-Hmac-Sha256: base64(HMAC-SHA256(secret, body))`.
@@ -402,7 +416,8 @@ pub enum Verification {
     Slack {
         /// The secrets.
         secrets: Vec<Secret>,
-        /// Allowed clock difference, both directions. Default 300,000.
+        /// Allowed clock difference, both directions, in ms. Default
+        /// 300,000; at most [`crate::limits::TOLERANCE_MS`].
         tolerance_ms: u64,
     },
     /// Standard Webhooks / Svix: `webhook-id`, `webhook-timestamp`,
@@ -410,7 +425,8 @@ pub enum Verification {
     StandardWebhooks {
         /// The secrets.
         secrets: Vec<Secret>,
-        /// Allowed clock difference, both directions. Default 300,000.
+        /// Allowed clock difference, both directions, in ms. Default
+        /// 300,000; at most [`crate::limits::TOLERANCE_MS`].
         tolerance_ms: u64,
     },
     /// A generic HMAC of the body in one header.
@@ -495,7 +511,7 @@ pub struct Dedupe {
     /// Where the dedupe key comes from.
     pub key: KeySource,
     /// How long a key is remembered. Default 72 h (Stripe retries for up to
-    /// three days).
+    /// three days); at most [`crate::limits::DEDUPE_TTL_MS`].
     pub ttl_ms: u64,
 }
 
@@ -666,7 +682,8 @@ impl SinkKind {
 pub struct HttpSink {
     /// Where hooks are POSTed: an `http://` or `https://` URL with a host.
     pub url: String,
-    /// Timeout of one request. Default 10,000.
+    /// Timeout of one request, in ms. Default 10,000; at most
+    /// [`crate::limits::SINK_TIMEOUT_MS`].
     pub timeout_ms: u64,
     /// Extra request headers, by lowercased name; a value written `env:NAME`
     /// is resolved at load.

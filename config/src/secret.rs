@@ -103,18 +103,53 @@ pub(crate) fn resolve(raw: &str, env: EnvLookup<'_>) -> Result<Secret, String> {
 /// comes from an `env:` secret: the password of its authority's
 /// `user:password@` replaced by `***` (`amqp://guest:***@h/vhost`,
 /// `redis://:***@h:6379`), or the whole userinfo when it has no `:` (a token
-/// used as the user name: `nats://***@h:4222`). Only the authority is looked at
-/// (an `@` in the path stays); anything else is returned as it is. The sinks
-/// use the same function for their errors and start-up lines.
+/// used as the user name: `nats://***@h:4222`), and the value of every query
+/// parameter whose name looks like a secret replaced by `***`
+/// (`https://h/in?token=***&v=2`: see [`secret_param`]). An `@` in the path
+/// stays; the fragment is kept as it is; a text without `://` is returned as
+/// it is. The sinks use the same function for their errors and start-up
+/// lines, the binary for its banner.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else { return url.to_owned() };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-        None => format!("{scheme}://***@{host}{tail}"),
-    }
+    let authority = match authority.rsplit_once('@') {
+        None => authority.to_owned(),
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("***@{host}"),
+        },
+    };
+    format!("{scheme}://{authority}{}", redact_query(tail))
+}
+
+/// The path, query and fragment of a URL with the values of secret-looking
+/// query parameters replaced by `***`.
+fn redact_query(tail: &str) -> String {
+    let (before_fragment, fragment) = match tail.find('#') {
+        Some(i) => tail.split_at(i),
+        None => (tail, ""),
+    };
+    let Some((path, query)) = before_fragment.split_once('?') else { return tail.to_owned() };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((name, value)) if secret_param(name) && !value.is_empty() => format!("{name}=***"),
+            _ => param.to_owned(),
+        })
+        .collect();
+    format!("{path}?{}{fragment}", params.join("&"))
+}
+
+/// Whether a query parameter of this name carries a secret, by its name,
+/// case-insensitive: it contains `token`, `key`, `secret`, `pass`, `pwd`,
+/// `sig` (`sig`, `signature`, `X-Amz-Signature`), `auth` or `credential`
+/// (`access_token`, `api_key`, `apikey`, `client_secret`, `password`, ...).
+/// A false positive only hides a harmless value.
+pub fn secret_param(name: &str) -> bool {
+    const WORDS: [&str; 8] = ["token", "key", "secret", "pass", "pwd", "sig", "auth", "credential"];
+    let lower = name.to_ascii_lowercase();
+    WORDS.iter().any(|w| lower.contains(w))
 }
 
 #[cfg(test)]
@@ -129,5 +164,21 @@ mod redaction_tests {
         assert_eq!(redacted_url("http://127.0.0.1:18099/a@b"), "http://127.0.0.1:18099/a@b");
         assert_eq!(redacted_url("gopher://u:s@x/"), "gopher://u:***@x/");
         assert_eq!(redacted_url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn secret_query_parameters_are_hidden() {
+        assert_eq!(
+            redacted_url("https://u:pw@h.example/in?token=t0k&v=2&API_Key=k1#frag"),
+            "https://u:***@h.example/in?token=***&v=2&API_Key=***#frag"
+        );
+        assert_eq!(
+            redacted_url("https://h/x?sig=a&Signature=b&access_token=c&password=d&secret=e&page=3"),
+            "https://h/x?sig=***&Signature=***&access_token=***&password=***&secret=***&page=3"
+        );
+        // No query, an empty value, a name without a value: unchanged.
+        assert_eq!(redacted_url("https://h/x?token=&flag"), "https://h/x?token=&flag");
+        assert_eq!(redacted_url("https://h/x#token=abc"), "https://h/x#token=abc");
+        assert_eq!(redacted_url("http://h?key=v"), "http://h?key=***");
     }
 }

@@ -207,6 +207,7 @@ pub(crate) fn entry(
     if !matches!(kind, SinkKind::Http | SinkKind::File) {
         forward_headers_kept(ctx, &options, &scope, p);
     }
+    numbers_bounded(kind, &options, &scope, p);
 
     let typed = match kind {
         SinkKind::Http => http(raw, &options, &scope, p).map(TypedOptions::Http),
@@ -227,6 +228,34 @@ pub(crate) fn entry(
         typed,
         filter,
     })
+}
+
+/// The numeric options of the sinks' own that have an upper bound
+/// ([`crate::limits`]), by kind: `timeout_ms` of every kind that takes one,
+/// a redis sink's `maxlen`, an sqs sink's `max_message_bytes`. Their other
+/// checks (a whole number, the lower bounds) are the sinks crate's, through
+/// the load check; only a whole number above its bound is refused here, so
+/// `check-config` and `serve` refuse it by name even without that check.
+fn numbers_bounded(kind: SinkKind, options: &Mapping, scope: &Scope, p: &mut Problems) {
+    let bounded: &[(&str, u64)] = match kind {
+        SinkKind::File => &[],
+        SinkKind::Redis => &[
+            ("timeout_ms", crate::limits::SINK_TIMEOUT_MS),
+            ("maxlen", crate::limits::REDIS_MAXLEN),
+        ],
+        SinkKind::Sqs => &[
+            ("timeout_ms", crate::limits::SINK_TIMEOUT_MS),
+            ("max_message_bytes", crate::limits::SQS_MAX_MESSAGE_BYTES),
+        ],
+        _ => &[("timeout_ms", crate::limits::SINK_TIMEOUT_MS)],
+    };
+    for (option, limit) in bounded {
+        if let Some(n) = options.get(*option).and_then(Value::as_u64)
+            && n > *limit
+        {
+            crate::validate::above(scope, option, n, limit, p);
+        }
+    }
 }
 
 /// The most `rate_limit.per_second` and `rate_limit.burst` may be.
@@ -301,7 +330,7 @@ const RETRY_OPTIONS: [&str; 6] = [
 ];
 /// The longest duration a `retry:` option takes: a year, in ms (a larger one
 /// is a unit mistake, and sums of times stay far from overflowing).
-const RETRY_MS_LIMIT: u64 = 365 * 24 * 3_600_000;
+const RETRY_MS_LIMIT: u64 = crate::limits::RETRY_MS;
 
 /// A sink entry's `retry:`: the global section's values with the entry's
 /// overrides, field by field. Every problem is reported as `retry.<option>`.
@@ -931,6 +960,8 @@ fn http(raw: &Mapping, options: &Mapping, scope: &Scope, p: &mut Problems) -> Op
                 );
                 d::HTTP_TIMEOUT_MS
             }
+            // Above its bound: reported by `numbers_bounded`.
+            Some(n) if n > crate::limits::SINK_TIMEOUT_MS => d::HTTP_TIMEOUT_MS,
             Some(n) => n,
         },
     };

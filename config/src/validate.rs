@@ -1,16 +1,18 @@
 //! Raw file → typed model: defaults, checks, env secrets. Every problem is
 //! collected (in file order) before the load fails, so one run shows them all.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 
 use crate::defaults as d;
+use crate::limits as max;
 use crate::error::{ConfigError, Problems, Scope};
 use crate::model::{
     Breaker, Challenge, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy, HmacAlgorithm,
     JsonPath, KeySource, Listeners, Node, OnInvalidSignature, Retention, Retry, SignatureEncoding,
-    Source, StoreBackend, Tenant, TenantBinding, Verification,
+    SinkKind, Source, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification,
 };
 use crate::raw::{
     RawAction, RawAlgorithm, RawConfig, RawDedupe, RawEncoding, RawHeaderPolicy, RawOnInvalid,
@@ -25,6 +27,17 @@ pub(crate) fn config(
     check: crate::SourceCheck<'_>,
 ) -> Result<Config, ConfigError> {
     let mut p = Problems::default();
+    // Every variable an `env:` read, with its value, so no problem's message
+    // can carry a value (`scrub_env_values`): an error names the variable.
+    let read: RefCell<Vec<(String, String)>> = RefCell::default();
+    let recording = |name: &str| {
+        let value = env(name);
+        if let Some(v) = value.as_ref().and_then(|v| v.to_str()) {
+            read.borrow_mut().push((name.to_owned(), v.to_owned()));
+        }
+        value
+    };
+    let env: EnvLookup<'_> = &recording;
 
     let node = node(&raw, &mut p);
     let listeners = listeners(&raw, env, &mut p);
@@ -40,8 +53,10 @@ pub(crate) fn config(
     let retention = retention(&raw, &mut p);
     let tenants = tenants(&raw, &mut p);
     let sources = sources(&raw.sources, &tenants, &store_headers, &retry, env, check, &mut p);
+    sink_paths_outside(&node.data_dir, &sources, &mut p);
 
     if !p.0.is_empty() {
+        scrub_env_values(&mut p.0, &read.borrow());
         return Err(ConfigError::Invalid { problems: p.0 });
     }
     Ok(Config {
@@ -60,16 +75,18 @@ pub(crate) fn config(
 fn retention(raw: &RawConfig, p: &mut Problems) -> Retention {
     let scope = Scope::Section("retention");
     Retention {
-        keep_ms: positive(
+        keep_ms: bounded(
             raw.retention.keep_ms,
             d::RETENTION_KEEP_MS,
+            max::RETENTION_KEEP_MS,
             &scope,
             "keep_ms",
             p,
         ),
-        interval_ms: positive(
+        interval_ms: bounded(
             raw.retention.interval_ms,
             d::RETENTION_INTERVAL_MS,
+            max::RETENTION_INTERVAL_MS,
             &scope,
             "interval_ms",
             p,
@@ -101,16 +118,28 @@ fn node(raw: &RawConfig, p: &mut Problems) -> Node {
         .unwrap_or_else(|| PathBuf::from(d::DATA_DIR));
     if data_dir.as_os_str().is_empty() {
         p.push(&scope, "data_dir", "must not be empty");
+    } else if let Ok(m) = std::fs::metadata(&data_dir)
+        && !m.is_dir()
+    {
+        p.push(
+            &scope,
+            "data_dir",
+            format!(
+                "\"{}\" exists and is not a directory: name a directory (it is created when missing)",
+                data_dir.display()
+            ),
+        );
     }
     let store = match n.store {
         None | Some(RawStore::Rocksdb) => StoreBackend::RocksDb,
         Some(RawStore::Fjall) => StoreBackend::Fjall,
         Some(RawStore::Memory) => StoreBackend::Memory,
     };
-    let max_pending = positive(n.max_pending, d::NODE_MAX_PENDING, &scope, "max_pending", p);
-    let max_pending_bytes = positive(
+    let max_pending = bounded(n.max_pending, d::NODE_MAX_PENDING, max::MAX_PENDING, &scope, "max_pending", p);
+    let max_pending_bytes = bounded(
         n.max_pending_bytes,
         d::NODE_MAX_PENDING_BYTES,
+        max::MAX_PENDING_BYTES,
         &scope,
         "max_pending_bytes",
         p,
@@ -189,9 +218,10 @@ fn listeners(raw: &RawConfig, env: EnvLookup<'_>, p: &mut Problems) -> Listeners
     if metrics_require_token && l.admin_token.is_none() {
         p.push(&scope, "metrics_require_token", "requires admin_token (there is no token to require)");
     }
-    let body_limit_bytes = positive(
+    let body_limit_bytes = bounded(
         l.body_limit_bytes,
         d::BODY_LIMIT_BYTES,
+        max::BODY_LIMIT_BYTES,
         &scope,
         "body_limit_bytes",
         p,
@@ -243,42 +273,54 @@ fn action_of(a: RawAction) -> HeaderAction {
 fn dispatch(raw: &RawConfig, p: &mut Problems) -> Dispatch {
     let scope = Scope::Section("dispatch");
     let r = &raw.dispatch;
-    let batch = positive(r.batch, d::BATCH, &scope, "batch", p);
-    let sink_concurrency = positive(
+    let batch = bounded(r.batch, d::BATCH, max::BATCH, &scope, "batch", p);
+    let sink_concurrency = bounded(
         r.sink_concurrency,
         d::SINK_CONCURRENCY,
+        max::SINK_CONCURRENCY,
         &scope,
         "sink_concurrency",
         p,
     );
-    let pipelined_concurrency = positive(
+    let pipelined_concurrency = bounded(
         r.pipelined_concurrency,
         d::PIPELINED_CONCURRENCY,
+        max::PIPELINED_CONCURRENCY,
         &scope,
         "pipelined_concurrency",
         p,
     );
-    let admission_window = positive(
+    let admission_window = bounded(
         r.admission_window,
         d::ADMISSION_WINDOW,
+        max::ADMISSION_WINDOW,
         &scope,
         "admission_window",
         p,
     );
-    let admission_window_bytes = positive(
+    let admission_window_bytes = bounded(
         r.admission_window_bytes,
         d::ADMISSION_WINDOW_BYTES,
+        max::ADMISSION_WINDOW_BYTES,
         &scope,
         "admission_window_bytes",
         p,
     );
+    // 0 is allowed: the outcomes of a pass are flushed at once.
+    let flush_interval_ms = match r.flush_interval_ms {
+        Some(n) if n > max::FLUSH_INTERVAL_MS => {
+            above(&scope, "flush_interval_ms", n, max::FLUSH_INTERVAL_MS, p);
+            d::FLUSH_INTERVAL_MS
+        }
+        n => n.unwrap_or(d::FLUSH_INTERVAL_MS),
+    };
     Dispatch {
         batch,
         sink_concurrency,
         pipelined_concurrency,
         admission_window,
         admission_window_bytes,
-        flush_interval_ms: r.flush_interval_ms.unwrap_or(d::FLUSH_INTERVAL_MS),
+        flush_interval_ms,
     }
 }
 
@@ -323,16 +365,18 @@ fn retry(raw: &RawConfig, p: &mut Problems) -> Retry {
 
 fn breaker(raw: &RawConfig, p: &mut Problems) -> Breaker {
     let scope = Scope::Section("breaker");
-    let failures = positive(
+    let failures = bounded(
         raw.breaker.failures,
         d::BREAKER_FAILURES,
+        max::BREAKER_FAILURES,
         &scope,
         "failures",
         p,
     );
-    let distinct = positive(
+    let distinct = bounded(
         raw.breaker.distinct,
         d::BREAKER_DISTINCT.min(failures),
+        max::BREAKER_FAILURES,
         &scope,
         "distinct",
         p,
@@ -360,9 +404,9 @@ fn breaker(raw: &RawConfig, p: &mut Problems) -> Breaker {
 }
 
 /// The most a global retry duration may be (as a sink entry's `retry:`).
-const YEAR_MS: u64 = 365 * 24 * 3_600_000;
+const YEAR_MS: u64 = max::RETRY_MS;
 /// The most `breaker.open_ms` may be.
-const DAY_MS: u64 = 24 * 3_600_000;
+const DAY_MS: u64 = max::BREAKER_OPEN_MS;
 
 fn tenants(raw: &RawConfig, p: &mut Problems) -> Vec<Tenant> {
     let Some(list) = &raw.tenants else {
@@ -392,16 +436,18 @@ fn tenants(raw: &RawConfig, p: &mut Problems) -> Vec<Tenant> {
         }
         out.push(Tenant {
             name: t.name.clone(),
-            max_pending: positive(
+            max_pending: bounded(
                 t.max_pending,
                 d::TENANT_MAX_PENDING,
+                max::MAX_PENDING,
                 &scope,
                 "max_pending",
                 p,
             ),
-            max_pending_bytes: positive(
+            max_pending_bytes: bounded(
                 t.max_pending_bytes,
                 d::TENANT_MAX_PENDING_BYTES,
+                max::MAX_PENDING_BYTES,
                 &scope,
                 "max_pending_bytes",
                 p,
@@ -672,9 +718,10 @@ fn verification(
             }
         }
     }
-    let tolerance_ms = positive(
+    let tolerance_ms = bounded(
         r.tolerance_ms,
         d::TOLERANCE_MS,
+        max::TOLERANCE_MS,
         scope,
         "verification.tolerance_ms",
         p,
@@ -754,7 +801,7 @@ fn scheme_name(kind: RawScheme) -> &'static str {
 }
 
 fn dedupe(r: &RawDedupe, scope: &Scope, p: &mut Problems) -> Option<Dedupe> {
-    let ttl_ms = positive(r.ttl_ms, d::DEDUPE_TTL_MS, scope, "dedupe.ttl_ms", p);
+    let ttl_ms = bounded(r.ttl_ms, d::DEDUPE_TTL_MS, max::DEDUPE_TTL_MS, scope, "dedupe.ttl_ms", p);
     let key = match (&r.header, &r.json) {
         (Some(_), Some(_)) => {
             p.push(scope, "dedupe", "give one of header or json, not both");
@@ -860,6 +907,107 @@ fn standard_webhooks_secret(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
 }
 
+/// No sink option that is a local path may lie inside `node.data_dir` (issue
+/// 14): a file sink writing there can overwrite the store's own files (its
+/// first delivery once replaced RocksDB's CURRENT, and the store never opened
+/// again). The paths: a file sink's `path`, a pubsub sink's `credentials`.
+/// Both sides are compared after [`resolved`] (absolute, `..` resolved,
+/// symlinks resolved where the parts exist).
+fn sink_paths_outside(data_dir: &Path, sources: &[Source], p: &mut Problems) {
+    if data_dir.as_os_str().is_empty() {
+        return;
+    }
+    let store = resolved(data_dir);
+    for s in sources {
+        for e in &s.sinks {
+            let (option, path) = match (&e.typed, e.kind) {
+                (TypedOptions::File(f), _) => ("path", f.path.clone()),
+                (_, SinkKind::Pubsub) => match e.options.get("credentials").and_then(serde_yaml_ng::Value::as_str) {
+                    Some(c) if !c.is_empty() => ("credentials", PathBuf::from(c)),
+                    _ => continue,
+                },
+                _ => continue,
+            };
+            if resolved(&path).starts_with(&store) {
+                p.push(
+                    &sink::scope_of(&s.name, &e.name, e.kind.as_str()),
+                    option,
+                    format!(
+                        "\"{}\" is inside node.data_dir (\"{}\"), where the store keeps its files: name a path outside it",
+                        path.display(),
+                        data_dir.display()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// `path` as the node will reach it: absolute (a relative path is taken from
+/// the working directory, as the node takes it), each part that is a
+/// symlink replaced by its target (a dangling one too), `.` dropped and `..`
+/// removing the part before it, after the symlinks before it were followed
+/// (as the file system does). Parts that do not exist are taken as written.
+pub(crate) fn resolved(path: &Path) -> PathBuf {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().map_or_else(|_| path.to_path_buf(), |d| d.join(path))
+    };
+    // The parts still to walk, the next one last.
+    let mut todo: Vec<PathBuf> = absolute.components().rev().map(|c| PathBuf::from(c.as_os_str())).collect();
+    let mut out = PathBuf::new();
+    // Links followed: a loop stops being followed (the kernel's own limit).
+    let mut hops = 0;
+    while let Some(part) = todo.pop() {
+        match part.components().next() {
+            Some(Component::ParentDir) => {
+                out.pop();
+            }
+            Some(Component::CurDir) | None => {}
+            Some(Component::RootDir | Component::Prefix(_)) => out = part,
+            Some(Component::Normal(name)) => {
+                out.push(name);
+                if hops < 40
+                    && let Ok(target) = std::fs::read_link(&out)
+                {
+                    hops += 1;
+                    out.pop();
+                    todo.extend(target.components().rev().map(|c| PathBuf::from(c.as_os_str())));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Replaces, in every problem's message, each value an `env:` reference
+/// resolved to by `the value of env:NAME`, so an error names the variable and
+/// never shows its value (issue 14: an invalid value was echoed). A value of 8
+/// bytes or more is replaced wherever it appears; a shorter one where a
+/// message quotes it (`"v"`, `` `v` ``, `'v'`), so a digit in a message's own
+/// text is not taken for it.
+fn scrub_env_values(problems: &mut [crate::Problem], read: &[(String, String)]) {
+    let mut values: Vec<&(String, String)> = read.iter().filter(|(_, v)| !v.is_empty()).collect();
+    // The longest first, so a value that contains another is replaced whole.
+    values.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+    for problem in problems {
+        for (name, value) in &values {
+            let shown = format!("the value of env:{name}");
+            // A URL is shown with its credentials hidden: that form too.
+            let redacted = secret::redact_url(value);
+            for form in [redacted.as_str(), value.as_str()] {
+                for (open, close) in [("\"", "\""), ("`", "`"), ("'", "'")] {
+                    problem.message = problem.message.replace(&format!("{open}{form}{close}"), &shown);
+                }
+                if value.len() >= 8 {
+                    problem.message = problem.message.replace(form, &shown);
+                }
+            }
+        }
+    }
+}
+
 // ---- shared checks ---------------------------------------------------------
 
 /// `value`, or `default` when omitted; 0 is refused (none of these limits
@@ -879,6 +1027,40 @@ pub(crate) fn positive<T: Copy + PartialEq + Default + std::fmt::Display>(
         }
         Some(v) => v,
     }
+}
+
+/// `value`, or `default` when omitted; 0 is refused as by [`positive`], and
+/// so is a value above `limit` (its upper bound, [`crate::limits`]).
+pub(crate) fn bounded<T: Copy + PartialOrd + Default + std::fmt::Display>(
+    value: Option<T>,
+    default: T,
+    limit: T,
+    scope: &Scope,
+    option: &str,
+    p: &mut Problems,
+) -> T {
+    match positive(value, default, scope, option, p) {
+        v if v > limit => {
+            above(scope, option, v, limit, p);
+            default
+        }
+        v => v,
+    }
+}
+
+/// Reports `value` of `option` above its upper bound `limit`.
+pub(crate) fn above(
+    scope: &Scope,
+    option: &str,
+    value: impl std::fmt::Display,
+    limit: impl std::fmt::Display,
+    p: &mut Problems,
+) {
+    p.push(
+        scope,
+        option,
+        format!("{value} is above its upper bound, {limit} (config/ankusa.example.yaml lists every bound)"),
+    );
 }
 
 /// Tenant, source and sink names: 1-64 of `A-Z a-z 0-9 _ -`, starting with a

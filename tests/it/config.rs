@@ -11,7 +11,7 @@ use crate::relay::run_cli;
 fn base(kind: &str) -> &'static str {
     match kind {
         "http" => "url: 'http://127.0.0.1:9/hooks'",
-        "file" => "path: DATA/out.ndjson",
+        "file" => "path: DATA.out.ndjson",
         other => panic!("no kind {other}"),
     }
 }
@@ -138,7 +138,7 @@ sources:
   - name: billing
     sinks:
       - {{type: http, name: a, url: 'http://127.0.0.1:9/x', ordering_key: {{header: k}}}}
-      - {{type: file, name: c, path: '{d}/x', ordered: true, ordering_key: k}}
+      - {{type: file, name: c, path: '{d}.x', ordered: true, ordering_key: k}}
       - {{type: redis, name: r, url: 'http://127.0.0.1:6379', stream: s}}
   - name: events
     tenant: nobody
@@ -176,8 +176,8 @@ sources:
   - name: billing
     sinks:
       - {{type: http, name: a, url: 'http://127.0.0.1:9/x', ordered: true, ordering_key: {{header: X-Entity-Id}}}}
-      - {{type: file, name: c, path: '{d}/x', ordered: true, ordering_key: {{json: data.object.customer}}}}
-      - {{type: file, name: d, path: '{d}/y', ordered: true}}
+      - {{type: file, name: c, path: '{d}.x', ordered: true, ordering_key: {{json: data.object.customer}}}}
+      - {{type: file, name: d, path: '{d}.y', ordered: true}}
 ",
         d = data.display()
     );
@@ -297,3 +297,75 @@ fn a_file_sink_path_that_is_a_directory_is_refused() {
     refused(&yaml(dir, "", "", &sink), dir, &format!("{}{} is a directory, not a file", prefix("file", "path"), taken.display()));
 }
 
+
+/// Issue 14: an option above its upper bound is refused by check-config and
+/// serve, naming it (the examples of the issue: a flush interval and an http
+/// timeout of 2^64-1 ms).
+#[test]
+fn options_above_their_bound_are_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let max = u64::MAX;
+    refused(
+        &yaml(dir, &format!("dispatch: {{flush_interval_ms: {max}}}"), "", "{type: http, name: orders, url: 'http://127.0.0.1:9/hooks'}"),
+        dir,
+        &format!("dispatch: option \"flush_interval_ms\": {max} is above its upper bound, 10000"),
+    );
+    refused(
+        &yaml(dir, "", "", &format!("{{type: http, name: orders, url: 'http://127.0.0.1:9/hooks', timeout_ms: {max}}}")),
+        dir,
+        &format!("{}{max} is above its upper bound, 600000", prefix("http", "timeout_ms")),
+    );
+    refused(
+        &yaml(dir, "", "", "{type: redis, name: orders, url: 'redis://127.0.0.1:6379', stream: s, timeout_ms: 600001}"),
+        dir,
+        &format!("{}600001 is above its upper bound, 600000", prefix("redis", "timeout_ms")),
+    );
+}
+
+/// Issue 14: a file sink writing into the data_dir (there, its first
+/// delivery once replaced RocksDB's CURRENT) is refused by check-config and
+/// serve, directly, through `..` and through a symlink.
+#[test]
+fn a_file_sink_inside_the_data_dir_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().canonicalize().expect("canonicalize");
+    let data = dir.join("data");
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&data, &link).expect("symlink");
+    for path in [
+        format!("{}/store-rocksdb/CURRENT", data.display()),
+        format!("{}/other/../data/out.ndjson", dir.display()),
+        format!("{}/store-rocksdb/CURRENT", link.display()),
+    ] {
+        refused(
+            &yaml(&dir, "", "", &format!("{{type: file, name: orders, path: '{path}'}}")),
+            &dir,
+            &format!(
+                "{}\"{path}\" is inside node.data_dir (\"{}\"), where the store keeps its files",
+                prefix("file", "path"),
+                data.display()
+            ),
+        );
+    }
+}
+
+/// Issue 14: a data_dir that exists as a file is refused at load (serve used
+/// to fail only when it opened the store).
+#[test]
+fn a_data_dir_that_is_a_file_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let file = dir.join("data");
+    std::fs::write(&file, b"x").expect("write");
+    let yaml = yaml(dir, "", "", "{type: http, name: orders, url: 'http://127.0.0.1:9/hooks'}");
+    let path = dir.join("bad.yaml");
+    std::fs::write(&path, &yaml).expect("write");
+    let expected = format!("node: option \"data_dir\": \"{}\" exists and is not a directory", file.display());
+    for args in [vec![OsStr::new("check-config"), path.as_os_str()], vec![OsStr::new("serve"), OsStr::new("--config"), path.as_os_str()]] {
+        let (status, out) = run_cli(&args, dir);
+        assert!(!status.success(), "{args:?} accepted:\n{out}");
+        assert!(out.contains(&expected), "{args:?}: lacks\n  {expected}\ngot:\n{out}");
+    }
+    assert!(file.is_file());
+}

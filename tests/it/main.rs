@@ -27,6 +27,7 @@ mod retry;
 mod filter;
 mod signing;
 mod provider;
+mod leaks;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]

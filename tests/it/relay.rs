@@ -33,7 +33,9 @@ impl Answer {
 
 pub struct Relay {
     pub dir: TempDir,
-    /// The YAML with `{INGEST}`, `{ADMIN}` and `{DATA}` still in it.
+    /// The YAML with `{INGEST}`, `{ADMIN}`, `{DATA}` and `{DIR}` (the
+    /// temporary directory that holds the data_dir, for a file sink's path:
+    /// none may be inside the data_dir) still in it.
     template: String,
     pub ingest: SocketAddr,
     pub admin: SocketAddr,
@@ -148,7 +150,8 @@ impl Relay {
             .template
             .replace("{INGEST}", &self.ingest.to_string())
             .replace("{ADMIN}", &self.admin.to_string())
-            .replace("{DATA}", &self.data_dir().display().to_string());
+            .replace("{DATA}", &self.data_dir().display().to_string())
+            .replace("{DIR}", &self.dir.path().display().to_string());
         std::fs::write(self.config_path(), yaml).expect("write config");
         self.runs += 1;
         let log = self.dir.path().join(format!("relay-{}.log", self.runs));

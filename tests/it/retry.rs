@@ -273,7 +273,7 @@ sources:
     sinks:
       - {{type: http, name: web, url: 'http://127.0.0.1:9/', retry: {{base_ms: 5000, retry_statuses: [404, 204, 700, \"3xx\", 404], grace_ms: -1, jitter: true}}}}
       - {{type: http, name: slow, url: 'http://127.0.0.1:9/', retry: {{max_elapsed_ms: 100000000000000, retry_after_max_ms: 1.5, grace_ms: 9000, max_ms: 0}}}}
-      - {{type: file, name: disk, path: '{data}/out.ndjson', retry: {{retry_statuses: [404], grace_ms: 1000, base_ms: 10}}}}
+      - {{type: file, name: disk, path: '{data}.out.ndjson', retry: {{retry_statuses: [404], grace_ms: 1000, base_ms: 10}}}}
       - {{type: http, name: flat, url: 'http://127.0.0.1:9/', retry: 5}}
       - {{type: http, name: tight, url: 'http://127.0.0.1:9/', retry: {{max_elapsed_ms: 1000, grace_ms: 2000}}}}
 ",
@@ -319,7 +319,7 @@ sources:
     sinks:
       - {{type: http, name: web, url: 'http://127.0.0.1:9/', retry: {{base_ms: 10, max_ms: 100, max_elapsed_ms: 60000, retry_after_max_ms: 0, grace_ms: 5000, retry_statuses: [408, 425, 429, 404, 409, \"5xx\"]}}}}
       - {{type: http, name: all4xx, url: 'http://127.0.0.1:9/', retry: {{retry_statuses: [\"4xx\"], base_ms: 1000}}}}
-      - {{type: file, name: disk, path: '{data}/out.ndjson', retry: {{max_elapsed_ms: 5000, retry_after_max_ms: 100}}}}
+      - {{type: file, name: disk, path: '{data}.out.ndjson', retry: {{max_elapsed_ms: 5000, retry_after_max_ms: 100}}}}
 ",
         data = data.display()
     );

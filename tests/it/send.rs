@@ -22,7 +22,7 @@ sources:
     path: /hooks/demo
     dedupe: {header: webhook-id}
     sinks:
-      - {type: file, name: deliveries, path: '{DATA}/deliveries.ndjson', ordered: true, ordering_key: {header: x-entity-id}}
+      - {type: file, name: deliveries, path: '{DIR}/deliveries.ndjson', ordered: true, ordering_key: {header: x-entity-id}}
 ",
     ))
     .await;
@@ -39,7 +39,7 @@ sources:
     assert!(status.success(), "ankusa send: {out}");
     assert!(out.contains(&format!("{} sent, 0 not accepted", files.len())), "{out}");
 
-    let path = relay.data_dir().join("deliveries.ndjson");
+    let path = relay.dir.path().join("deliveries.ndjson");
     let lines = until("every hook in the NDJSON file", Duration::from_secs(60), async || {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         // Only complete lines: the sink may be writing the next one (a 1 MiB
@@ -93,7 +93,7 @@ sources:
   - name: demo
     path: /hooks/demo
     sinks:
-      - {type: file, name: deliveries, path: '{DATA}/deliveries.ndjson'}
+      - {type: file, name: deliveries, path: '{DIR}/deliveries.ndjson'}
 ",
     ))
     .await;

@@ -234,13 +234,14 @@ fn ordered_sqs_needs_a_fifo_queue() {
         "source \"stripe\", sink \"orders\" (sqs): option \"ordered\": requires a FIFO queue \
          (queue_url must end in .fifo), and queue_url is missing"
     );
-    // The URL is checked after env: is resolved.
+    // The URL is checked after env: is resolved; the message names the
+    // variable, never its value (issue 14).
     let yaml = with_sink("{type: sqs, name: orders, queue_url: 'env:QUEUE', ordered: true}");
     assert_eq!(
         problems(load_env(&yaml, &[("QUEUE", "https://q/1/std")])),
         [
             "source \"stripe\", sink \"orders\" (sqs): option \"ordered\": requires a FIFO queue \
-          (queue_url must end in .fifo); queue_url is \"https://q/1/std\""
+          (queue_url must end in .fifo); queue_url is the value of env:QUEUE"
         ]
     );
     // An unset variable is reported once, as itself.

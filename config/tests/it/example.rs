@@ -278,7 +278,7 @@ fn the_embedded_default_is_issue_4s_demo() {
     assert_eq!(
         sink.typed,
         TypedOptions::File(FileSink {
-            path: "./data/deliveries.ndjson".into()
+            path: "./deliveries.ndjson".into()
         })
     );
     assert_eq!(
@@ -289,6 +289,6 @@ fn the_embedded_default_is_issue_4s_demo() {
     );
     assert_eq!(
         serde_json::Value::Object(sink.options_json()),
-        serde_json::json!({"path": "./data/deliveries.ndjson"})
+        serde_json::json!({"path": "./deliveries.ndjson"})
     );
 }

@@ -7,6 +7,7 @@ mod defaults;
 mod example;
 mod filter;
 mod helpers;
+mod limits;
 mod ops;
 mod rejections;
 mod retry;

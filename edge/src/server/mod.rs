@@ -166,6 +166,18 @@ fn error(status: StatusCode, message: impl Into<String>) -> Resp {
     json(status, serde_json::json!({ "error": message.into() }))
 }
 
+/// The body text of an ingest 503 when the store failed a read or a write
+/// (`{"error": STORE_FAILED}`, with `Retry-After: 5`). It never carries the
+/// store's error, which can name its files and so the data_dir (issue 14):
+/// that goes to the log.
+pub const STORE_FAILED: &str = "store_failed: the relay could not read or write its store; retry later";
+
+/// The answer to a store failure on ingest; logs `detail`.
+fn store_failure(detail: &dyn std::fmt::Display) -> Resp {
+    warn!(error = %detail, "the store failed: answered 503 store_failed");
+    retry_after(error(StatusCode::SERVICE_UNAVAILABLE, STORE_FAILED), 5)
+}
+
 fn retry_after(mut r: Resp, seconds: u64) -> Resp {
     if let Ok(v) = HeaderValue::from_str(&seconds.to_string()) {
         r.headers_mut().insert(RETRY_AFTER, v);
@@ -363,7 +375,7 @@ impl<K: Kv> Edge<K> {
         match self.is_purging(tenant.ord) {
             Ok(true) => return self.purging(&tenant.name),
             Ok(false) => {}
-            Err(msg) => return self.unavailable(msg),
+            Err(msg) => return self.store_failed(msg),
         }
         let dedupe = route.dedupe.as_ref().and_then(|(spec, _)| dedupe::dedupe_key(spec, &headers, &parsed));
         if let Some(dk) = &dedupe {
@@ -374,7 +386,7 @@ impl<K: Kv> Edge<K> {
                     return json(StatusCode::OK, serde_json::json!({ "id": id, "duplicate": true }));
                 }
                 Ok(None) => {}
-                Err(msg) => return self.unavailable(msg),
+                Err(msg) => return self.store_failed(msg),
             }
         }
         // The sinks' filters and ordering keys (one JSON decode, shared with
@@ -389,7 +401,7 @@ impl<K: Kv> Edge<K> {
         let reservation = match self.reserve(&tenant, rows_n, bytes_n) {
             Ok(Ok(r)) => r,
             Ok(Err(resp)) => return resp,
-            Err(msg) => return self.unavailable(msg),
+            Err(msg) => return self.store_failed(msg),
         };
         if self.shutting_down.load(Ordering::SeqCst) {
             return self.unavailable("shutting down".into());
@@ -436,8 +448,7 @@ impl<K: Kv> Edge<K> {
             Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
             Err(WriteError::TenantPurging { .. }) => self.purging(&tenant.name),
             Err(WriteError::Store(msg)) => {
-                warn!(error = %msg, "store failed the commit");
-                self.unavailable(format!("store failed: {msg}"))
+                self.store_failed(msg)
             }
             // Never for an ingest: nothing was committed.
             Err(e @ (WriteError::NotQuarantined { .. } | WriteError::Refused(_))) => self.unavailable(e.to_string()),
@@ -467,11 +478,11 @@ impl<K: Kv> Edge<K> {
         match self.is_purging(h.tenant.ord) {
             Ok(true) => return self.purging(&h.tenant.name),
             Ok(false) => {}
-            Err(msg) => return self.unavailable(msg),
+            Err(msg) => return self.store_failed(msg),
         }
         let held = match self.kv.counter(&counter_key(h.tenant.ord, CounterField::Quarantined)) {
             Ok(n) => n.max(0) as u64,
-            Err(e) => return self.unavailable(format!("store failed: {e}")),
+            Err(e) => return self.store_failed(e),
         };
         if held >= h.tenant.max_pending {
             info!(source = %h.route.name, tenant = %h.tenant.name, held, "hook refused: the tenant's quarantine is full");
@@ -511,8 +522,9 @@ impl<K: Kv> Edge<K> {
             }
             Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
             Err(WriteError::TenantPurging { .. }) => self.purging(&h.tenant.name),
+            Err(WriteError::Store(msg)) => self.store_failed(msg),
             Err(e) => {
-                warn!(error = %e, "store failed the commit");
+                warn!(error = %e, "the quarantine commit was refused");
                 self.unavailable(e.to_string())
             }
         }
@@ -595,6 +607,13 @@ impl<K: Kv> Edge<K> {
     /// "duplicate".
     fn is_purging(&self, tenant: TenantOrd) -> Result<bool, String> {
         Ok(self.kv.get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant)).map_err(|e| e.to_string())?.is_some())
+    }
+
+    /// 503 for a store failure: the detail (a backend's error, which may
+    /// name the store's files) is logged, the client gets [`STORE_FAILED`].
+    fn store_failed(&self, detail: impl std::fmt::Display) -> Resp {
+        self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
+        store_failure(&detail)
     }
 
     fn unavailable(&self, msg: String) -> Resp {
@@ -764,3 +783,31 @@ impl Drop for Reservation<'_> {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use http_body_util::BodyExt;
+
+    /// Issue 14: a store failure on ingest answers 503 with a generic body;
+    /// the store's error, which names its files (so the data_dir), is not in
+    /// it.
+    #[tokio::test]
+    async fn a_store_failure_on_ingest_answers_without_the_store_path() {
+        let path = "/srv/ankusa/data/store-rocksdb/000012.log";
+        let e = ankusa_engine::EngineError::Backend {
+            backend: "rocksdb",
+            op: "sync",
+            message: format!("IO error: No space left on device: While appending to file: {path}"),
+        };
+        assert!(e.to_string().contains(path));
+        let r = store_failure(&e);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers().get("retry-after").unwrap(), "5");
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body, serde_json::json!({ "error": STORE_FAILED }));
+        assert!(!body.to_string().contains("/srv/ankusa"));
+    }
+}

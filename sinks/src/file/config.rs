@@ -12,7 +12,7 @@ const OPTIONS: &[&str] = &["path"];
 /// ```yaml
 /// sinks:
 ///   - type: file
-///     path: ./data/deliveries.ndjson   # required; created (with its directory) if missing
+///     path: ./deliveries.ndjson   # required; created (with its directory) if missing; not inside node.data_dir
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileSinkConfig {

@@ -23,6 +23,10 @@ const CURSOR_VERSION: u8 = 1;
 /// key, 15 bytes; source names are at most 64).
 const CURSOR_KEY_MAX: usize = 128;
 
+/// The message of every 503 `store_failed` of the admin API; the detail is in
+/// the relay's log.
+pub const STORE_FAILED_MESSAGE: &str = "the store failed a read or a write; the relay's log has the detail";
+
 /// An answer other than 2xx: its status, a stable machine-readable `code`
 /// (`bad_request`, `unauthorized`, `not_found`, `method_not_allowed`,
 /// `conflict`, `payload_too_large`, `unprocessable`, `unavailable`,
@@ -59,9 +63,13 @@ impl ApiError {
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError { status: StatusCode::SERVICE_UNAVAILABLE, code: "unavailable", message: message.into() }
     }
-    /// 503 `store_failed`: the store failed a read or a write.
+    /// 503 `store_failed`: the store failed a read or a write. The detail
+    /// (a backend's error, which may name the store's files and so the
+    /// data_dir) is logged here, never answered: the body says only
+    /// [`STORE_FAILED_MESSAGE`] (issue 14, secrets never leak).
     pub fn store(e: impl std::fmt::Display) -> ApiError {
-        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, code: "store_failed", message: format!("store failed: {e}") }
+        tracing::warn!(error = %e, "admin request: the store failed (answered 503 store_failed)");
+        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, code: "store_failed", message: STORE_FAILED_MESSAGE.to_owned() }
     }
 
     /// The JSON body.
@@ -276,6 +284,29 @@ pub fn uuid_text(bytes: &[u8; 16]) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// Issue 14: a store error's text (which names the store's files, so
+    /// the data_dir) is never in the body; the code says what happened.
+    #[test]
+    fn a_store_failure_answers_without_the_store_path() {
+        let path = "/srv/ankusa/data/store-rocksdb/000012.log";
+        let e = ankusa_engine::EngineError::Backend {
+            backend: "rocksdb",
+            op: "write",
+            message: format!("IO error: No space left on device: While appending to file: {path}"),
+        };
+        assert!(e.to_string().contains(path));
+        let api = ApiError::from(e);
+        assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
+        let body = api.body().to_string();
+        assert!(!body.contains("/srv/ankusa"), "{body}");
+        assert_eq!(
+            api.body(),
+            serde_json::json!({"error": {"code": "store_failed", "message": STORE_FAILED_MESSAGE}})
+        );
+        let q = ApiError::from(QueueError::from(ankusa_engine::EngineError::Corrupt { what: format!("a row at {path}") }));
+        assert!(!q.body().to_string().contains("/srv/ankusa"));
+    }
 
     #[test]
     fn cursors_round_trip_and_refuse_what_they_are_not() {
