@@ -102,6 +102,23 @@ pub(crate) struct Dispatcher<K: Kv> {
     /// The tenant the last pass visited first: the next pass starts after it,
     /// so the tenants take turns at the room a step frees (fair share).
     pub(crate) first_visited: Option<TenantOrd>,
+    /// The source of each hook a visit read the envelope of (at most
+    /// [`crate::scan::SOURCES_KEPT`]): a row met again, its sink saturated,
+    /// is skipped without reading its envelope again (issue 13: in the load
+    /// run, a tenant with an idle second source read 125 envelopes per hook
+    /// delivered, half of the relay's CPU).
+    pub(crate) sources: HashMap<(TenantOrd, ankusa_keys::Seq), SourceId>,
+    /// Per tenant, the sink entries whose rows its recent visits met: a
+    /// shallow visit sizes its first page by their free slots and stops when
+    /// they are saturated, so an entry with no rows (an idle source of the
+    /// tenant) does not make every visit read `SCAN_PAGES` pages (issue 13:
+    /// 137 due entries read per hook delivered in the load run). Replaced by
+    /// each deep visit (every [`crate::scan::SHALLOW_VISITS`]-th, and the first
+    /// after the entries were dropped: with the low-water cursors, on control
+    /// calls and when held rows come back).
+    pub(crate) met: HashMap<TenantOrd, std::collections::HashSet<(SourceId, SinkIx)>>,
+    /// Per tenant, the shallow visits since its last deep one.
+    pub(crate) shallow_visits: HashMap<TenantOrd, u32>,
 }
 
 impl<K: Kv> Dispatcher<K> {
@@ -260,8 +277,9 @@ impl<K: Kv> Dispatcher<K> {
             moved += page.moved;
             if page.moved > 0 {
                 // Held rows come back at their own due times, maybe below
-                // the cursor.
+                // the cursor, and for entries no recent visit met.
                 self.low_water.remove(&tenant);
+                self.met.remove(&tenant);
             }
             self.write(page.batch)?;
             if let Some(next) = page.next {
@@ -317,6 +335,7 @@ impl<K: Kv> Dispatcher<K> {
         for c in controls {
             // Admin work may move rows below a cursor: read from the top.
             self.low_water.clear();
+            self.met.clear();
             self.control(c)?;
         }
         if !done.is_empty() {
@@ -333,6 +352,7 @@ impl<K: Kv> Dispatcher<K> {
             }
             if self.low_water_since.elapsed() >= self.low_water_reset {
                 self.low_water.clear();
+                self.met.clear();
                 self.low_water_since = Instant::now();
             }
             self.pass()?;

@@ -6,9 +6,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use ankusa_engine::{Batch, Cf, Direction, Kv};
+use ankusa_engine::{Batch, Bytes, Cf, Direction, Kv};
 use ankusa_keys::{
-    CounterField, DeliveryRow, DueKey, DueValue, Envelope, Family, Seq, SinkIx, TenantOrd, counter_key, delivery_key, due_key,
+    CounterField, DeliveryRow, DueKey, DueValue, Envelope, Family, Seq, SinkIx, SourceId, TenantOrd, counter_key, delivery_key, due_key,
     due_range_until, family_range, hook_key,
 };
 use ankusa_queue::{Origin, QueueError, RowId};
@@ -59,11 +59,19 @@ struct Visit {
     /// no longer tell what lies further down, so the visit reads on as if
     /// neither were known.
     unlisted: bool,
+    /// The sink entries whose rows this visit met (in any state).
+    met: HashSet<(SourceId, SinkIx)>,
+    /// The entries a shallow visit takes as the tenant's busy ones
+    /// (`Dispatcher::met`); `None` for a deep visit (every entry of the
+    /// tenant counts, as the free slots and saturation checks always did).
+    busy: Option<HashSet<(SourceId, SinkIx)>>,
 }
 
 impl Visit {
     fn new(tenant: TenantOrd, now: u64) -> Visit {
         Visit {
+            met: HashSet::new(),
+            busy: None,
             tenant,
             now,
             claims: Batch::new(),
@@ -91,6 +99,14 @@ enum Flow {
 
 /// Pages of `dispatch.batch` due entries a tenant visit reads at most.
 const SCAN_PAGES: usize = 8;
+
+/// A tenant's visits between two deep ones ([`Dispatcher::met`]): a shallow
+/// visit counts only the sink entries that recent visits met rows of.
+pub(crate) const SHALLOW_VISITS: u32 = 16;
+
+/// Hooks whose source the dispatcher keeps ([`Dispatcher::sources`]): about
+/// 2 MiB at this size.
+pub(crate) const SOURCES_KEPT: usize = 65_536;
 
 impl<K: Kv> Dispatcher<K> {
     /// One visit of every active tenant.
@@ -142,16 +158,30 @@ impl<K: Kv> Dispatcher<K> {
         let mut resume = self.resume.remove(&tenant);
         let mut reached_end = false;
         let page_len = self.dispatch.batch.max(1);
+        let mut v = Visit::new(tenant, now);
+        // Deep or shallow: a shallow visit sizes its reading by the sink
+        // entries recent visits met rows of, so an entry of the tenant that
+        // has no rows (an idle source) does not keep every visit reading
+        // SCAN_PAGES pages for it. Every SHALLOW_VISITS-th visit, and the
+        // first after the met entries were dropped, is deep.
+        let shallow = self.shallow_visits.get(&tenant).copied().unwrap_or(0);
+        if shallow < SHALLOW_VISITS
+            && let Some(busy) = self.met.get(&tenant)
+        {
+            v.busy = Some(busy.clone());
+            self.shallow_visits.insert(tenant, shallow + 1);
+        } else {
+            self.shallow_visits.insert(tenant, 0);
+        }
         // The first page is no larger than the free call slots: in the steady
         // state a visit reads the rows it claims and no more.
-        let free = self.free_slots(tenant);
+        let free = self.free_slots(tenant, v.busy.as_ref());
         let first_len = free.map_or(page_len, |f| f.clamp(1, page_len));
         // Rows of a saturated sink are skipped, not claimed, so a visit reads on
         // past them (up to SCAN_PAGES pages) to reach other sinks' rows: one
         // slow sink does not starve the tenant's other sinks.
         let mut pages = 0;
         let mut saturated_at: Option<Vec<u8>> = None;
-        let mut v = Visit::new(tenant, now);
         'pages: while v.starts.len() + v.parks.len() < page_len && pages < SCAN_PAGES && (v.unlisted || free.is_none_or(|f| v.starts.len() < f.max(1))) {
             // After the first page, jump to where the last visit stopped.
             if pages == 1
@@ -218,6 +248,14 @@ impl<K: Kv> Dispatcher<K> {
         } else if !reached_end && pages >= SCAN_PAGES && !v.saturated.is_empty() {
             self.resume.insert(tenant, range.start.clone());
         }
+        // What this visit met: a deep visit's view replaces the tenant's met
+        // entries, a shallow one adds to them.
+        let met = std::mem::take(&mut v.met);
+        if v.busy.is_some() {
+            self.met.entry(tenant).or_default().extend(met);
+        } else {
+            self.met.insert(tenant, met);
+        }
         // A half-open sink whose due rows the scan met are all of lanes that
         // failed in the breaker's current run: the best ranked is the trial.
         for (key, (_, dk, start)) in v.deferred {
@@ -279,19 +317,30 @@ impl<K: Kv> Dispatcher<K> {
         let dk = DueKey::decode(k).map_err(QueueError::from)?;
         let size = u64::from(DueValue::decode(val).map_err(QueueError::from)?.size);
         let row_id = RowId::new(v.tenant, dk.seq, dk.sink);
-        let Some(raw) = self.kv.get(Cf::Hooks, &hook_key(v.tenant, dk.seq))? else {
-            warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
-            v.dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope missing", v.now)?);
-            return Ok(Flow::Next);
-        };
-        // The source decides everything up to the claim; the whole
-        // envelope is decoded only for a row that is claimed.
-        let source = match Envelope::peek_source(&raw) {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
-                v.dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", v.now)?);
-                return Ok(Flow::Next);
+        // The source decides everything up to the claim. It is read from
+        // the envelope once per hook (`Dispatcher::sources` keeps it), so a
+        // row skipped because its sink is saturated costs no read of its
+        // envelope on the next visits; the whole envelope is read and
+        // decoded only for a row that is claimed.
+        let mut raw: Option<Bytes> = None;
+        let source = match self.sources.get(&(v.tenant, dk.seq)) {
+            Some(s) => *s,
+            None => {
+                let Some(r) = self.kv.get(Cf::Hooks, &hook_key(v.tenant, dk.seq))? else {
+                    self.envelope_missing(v, row_id, dk)?;
+                    return Ok(Flow::Next);
+                };
+                let source = match Envelope::peek_source(&r) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
+                        v.dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", v.now)?);
+                        return Ok(Flow::Next);
+                    }
+                };
+                self.remember_source(v.tenant, dk.seq, source);
+                raw = Some(r);
+                source
             }
         };
         if let Some(reason) = self.retiring.get(&source) {
@@ -301,6 +350,7 @@ impl<K: Kv> Dispatcher<K> {
             return Ok(Flow::Next);
         }
         let key = (v.tenant, source, dk.sink);
+        v.met.insert((source, dk.sink));
         if v.saturated.contains(&key) {
             return Ok(Flow::Next);
         }
@@ -372,7 +422,7 @@ impl<K: Kv> Dispatcher<K> {
                 // A lane that failed in this run: kept in reserve in
                 // case no other lane of the sink has a due row.
                 if v.deferred.get(&key).is_none_or(|(r, ..)| rank < *r) {
-                    let Some(envelope) = self.envelope(&raw, row_id, dk, v.now, &mut v.dead)? else { return Ok(Flow::Next) };
+                    let Some(envelope) = self.envelope(raw, v, row_id, dk)? else { return Ok(Flow::Next) };
                     v.deferred.insert(key, (rank, dk, Start { row_id, key, route, envelope, row, size, trial: true, site }));
                 }
                 return Ok(Flow::Next);
@@ -389,7 +439,7 @@ impl<K: Kv> Dispatcher<K> {
             }
             return Ok(Flow::Next);
         }
-        let Some(envelope) = self.envelope(&raw, row_id, dk, v.now, &mut v.dead)? else { return Ok(Flow::Next) };
+        let Some(envelope) = self.envelope(raw, v, row_id, dk)? else { return Ok(Flow::Next) };
         v.claims.extend(ankusa_queue::claim(&*self.kv, dk, v.now)?);
         v.start_bytes += size;
         v.starts.push(Start { row_id, key, route, envelope, row, size, trial: half_open, site });
@@ -404,10 +454,11 @@ impl<K: Kv> Dispatcher<K> {
     /// of a sink entry that is not the tenant's: `Visit::unlisted`).
     fn all_saturated(&self, v: &Visit) -> bool {
         !v.unlisted
-            && self
-                .tenant_routes
-                .get(&v.tenant)
-                .is_some_and(|r| r.iter().all(|id| v.saturated.contains(&(v.tenant, id.0, id.1))))
+            && self.tenant_routes.get(&v.tenant).is_some_and(|r| {
+                r.iter()
+                    .filter(|id| v.busy.as_ref().is_none_or(|b| b.contains(id) || v.met.contains(id)))
+                    .all(|id| v.saturated.contains(&(v.tenant, id.0, id.1)))
+            })
     }
 
     /// The free call slots of `tenant`'s sink entries (`None` for a tenant
@@ -415,11 +466,12 @@ impl<K: Kv> Dispatcher<K> {
     /// first page of a visit reads no more due entries than that (at least
     /// 1), and the visit reads no further page once it has claimed that many,
     /// so it does not read rows it cannot claim. Later pages read
-    /// `dispatch.batch`.
-    fn free_slots(&self, tenant: TenantOrd) -> Option<usize> {
+    /// `dispatch.batch`. `busy`: a shallow visit counts only these entries.
+    fn free_slots(&self, tenant: TenantOrd, busy: Option<&HashSet<(SourceId, SinkIx)>>) -> Option<usize> {
         let routes = self.tenant_routes.get(&tenant)?;
         let free: usize = routes
             .iter()
+            .filter(|id| busy.is_none_or(|b| b.contains(id)))
             .map(|id| {
                 let cap = match self.routes.sinks.get(id) {
                     Some(r) if r.sink.pipelined() => self.dispatch.pipelined_concurrency,
@@ -431,17 +483,46 @@ impl<K: Kv> Dispatcher<K> {
         Some(free)
     }
 
-    /// The decoded envelope of a row about to be claimed; `None` (and the row
-    /// dead-lettered as an orphan into `dead`) when it does not decode.
-    fn envelope(&self, raw: &[u8], row_id: RowId, dk: DueKey, now: u64, dead: &mut Batch) -> Result<Option<Envelope>, PipelineError> {
-        match Envelope::decode(raw) {
+    /// The decoded envelope of a row about to be claimed (`raw`: its bytes
+    /// when this visit read them already, else they are read now); `None`,
+    /// and the row dead-lettered as an orphan into `v.dead`, when it is gone
+    /// or does not decode.
+    fn envelope(&self, raw: Option<Bytes>, v: &mut Visit, row_id: RowId, dk: DueKey) -> Result<Option<Envelope>, PipelineError> {
+        let raw = match raw {
+            Some(r) => r,
+            None => match self.kv.get(Cf::Hooks, &hook_key(v.tenant, dk.seq))? {
+                Some(r) => r,
+                None => {
+                    self.envelope_missing(v, row_id, dk)?;
+                    return Ok(None);
+                }
+            },
+        };
+        match Envelope::decode(&raw) {
             Ok(e) => Ok(Some(e)),
             Err(e) => {
                 warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
-                dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", now)?);
+                v.dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", v.now)?);
                 Ok(None)
             }
         }
+    }
+
+    /// A due row whose hook has no envelope: dead-lettered as an orphan.
+    fn envelope_missing(&self, v: &mut Visit, row_id: RowId, dk: DueKey) -> Result<(), PipelineError> {
+        warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
+        v.dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope missing", v.now)?);
+        Ok(())
+    }
+
+    /// Keeps the source of hook `seq` of `tenant` for later visits. A hook's
+    /// source never changes and seqs are never reused, so an entry is never
+    /// stale; the map is dropped whole at [`SOURCES_KEPT`] entries.
+    fn remember_source(&mut self, tenant: TenantOrd, seq: Seq, source: SourceId) {
+        if self.sources.len() >= SOURCES_KEPT {
+            self.sources.clear();
+        }
+        self.sources.insert((tenant, seq), source);
     }
 
 }

@@ -4,7 +4,9 @@
 
 /// `url` with the secret part of its userinfo replaced by `***`: the
 /// configuration crate's [`ankusa_config::redact_url`], so a URL reads the same
-/// in a load error, a sink's error and the start-up lines.
+/// in a load error, a sink's error and the start-up lines. (Unused in a build
+/// with only the `file` sink.)
+#[allow(unused_imports)]
 pub(crate) use ankusa_config::redact_url;
 
 #[cfg(test)]
