@@ -284,7 +284,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     let retry = sink_retry_policy(&ankusa_config::SinkRetry::from_global(&cfg.retry));
     let breaker = BreakerPolicy { failures: cfg.breaker.failures, distinct: cfg.breaker.distinct, open_ms: cfg.breaker.open_ms };
     let (pipeline, pipeline_handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
-    let pipeline = pipeline.due_floor(writer_handle.due_floor());
+    let pipeline = pipeline.due_floor(writer_handle.due_floor()).lane_rows(writer_handle.lane_rows());
 
     let ingest = tokio::net::TcpListener::bind(cfg.listeners.ingest)
         .await

@@ -306,6 +306,8 @@ impl<K: Kv> Pipeline<K> {
                 first_visited: None,
                 sources: HashMap::new(),
                 met: HashMap::new(),
+                lane_rows: None,
+                sweep: true,
                 shallow_visits: HashMap::new(),
                 },
                 wake,
@@ -326,6 +328,18 @@ impl<K: Kv> Pipeline<K> {
     #[must_use]
     pub fn due_floor(mut self, floor: Arc<std::sync::atomic::AtomicU64>) -> Self {
         self.dispatcher.due_floor = Some(floor);
+        self
+    }
+
+    /// Takes the Writer's lane-rows flag ([`ankusa_queue::writer::WriterHandle::lane_rows`]):
+    /// the lane sweep (ADR 0004 4.6) then runs in a pass only after the
+    /// Writer committed rows that may be lane members, after a sweep that
+    /// read a full budget of markers, after a control call, and at least
+    /// once a second (docs/design.md section 5, "Lane sweep"). Without it,
+    /// every visit sweeps while the node has lane members.
+    #[must_use]
+    pub fn lane_rows(mut self, flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.dispatcher.lane_rows = Some(flag);
         self
     }
 

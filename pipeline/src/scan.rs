@@ -112,6 +112,8 @@ impl<K: Kv> Dispatcher<K> {
     /// One visit of every active tenant.
     pub(crate) fn pass(&mut self) -> Result<(), PipelineError> {
         self.unhold_pass()?;
+        // Set again by a visit whose sweep read a full budget of markers.
+        let sweep = std::mem::replace(&mut self.sweep, false);
         let active = self.kv.scan(Cf::Index, &family_range(Family::Active), Direction::Forward, 4096)?;
         let mut tenants = Vec::with_capacity(active.len());
         for (k, _) in active {
@@ -127,16 +129,24 @@ impl<K: Kv> Dispatcher<K> {
             if self.quiet.contains(&tenant) {
                 continue;
             }
-            self.visit(tenant)?;
+            self.visit(tenant, sweep)?;
         }
         Ok(())
     }
 
-    fn visit(&mut self, tenant: TenantOrd) -> Result<(), PipelineError> {
+    fn visit(&mut self, tenant: TenantOrd, sweep: bool) -> Result<(), PipelineError> {
         let now = self.now();
-        // ADR 4.6: lane sweep while the node has lane members; one read when not.
-        if self.kv.counter(&counter_key(TenantOrd::NODE, CounterField::LaneMembers))? > 0 {
+        // ADR 4.6: lane sweep while the node has lane members; one read when
+        // not. Only in a pass after lane rows may have been written
+        // (`Dispatcher::sweep`): a member and its ?P come from the Writer
+        // (ingest, release, an admin job step) or a control call, and what a
+        // release promotes it promotes itself.
+        if sweep && self.kv.counter(&counter_key(TenantOrd::NODE, CounterField::LaneMembers))? > 0 {
             let out = ankusa_lanes::sweep(&*self.kv, tenant, self.dispatch.batch, now).map_err(QueueError::from)?;
+            if out.markers >= self.dispatch.batch {
+                // More markers than one budget: the next pass sweeps on.
+                self.sweep = true;
+            }
             self.write(out.batch)?;
             if !out.recheck.is_empty() {
                 let again = ankusa_lanes::sweep_recheck(&*self.kv, tenant, &out.recheck).map_err(QueueError::from)?;

@@ -45,7 +45,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use ankusa_engine::{Batch, Cf, Durability, EngineError, Kv, Read};
 use ankusa_keys::meta::{decode_seq_high_water, encode_seq_high_water};
@@ -300,6 +300,7 @@ impl Answer {
 pub struct WriterHandle {
     tx: mpsc::Sender<Request>,
     due_floor: Arc<AtomicU64>,
+    lane_rows: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for WriterHandle {
@@ -317,6 +318,16 @@ impl WriterHandle {
     /// visit in between may have set a cursor above them.
     pub fn due_floor(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.due_floor)
+    }
+
+    /// Set by the Writer after each commit that may have written lane members
+    /// or their ?P markers (an ingest with an ordered row, a quarantine
+    /// release, an admin job step); the dispatcher swaps it out before each
+    /// pass and runs the lane sweep (ADR 0004 4.6) in a pass only when it was
+    /// set (or it swept a full budget last time, or a second has passed):
+    /// docs/design.md section 5, "Lane sweep".
+    pub fn lane_rows(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.lane_rows)
     }
 
     async fn ask<T>(&self, make: impl FnOnce(ReplyTo<T>) -> Request) -> Result<T, WriteError> {
@@ -420,6 +431,8 @@ pub struct Writer<K: Kv> {
     purging: BTreeSet<TenantOrd>,
     /// [`WriterHandle::due_floor`].
     due_floor: Arc<AtomicU64>,
+    /// [`WriterHandle::lane_rows`].
+    lane_rows: Arc<AtomicBool>,
 }
 
 impl<K: Kv> std::fmt::Debug for Writer<K> {
@@ -447,6 +460,7 @@ impl<K: Kv> Writer<K> {
             .collect();
         let (tx, rx) = mpsc::channel(cfg.queue_depth.max(1));
         let due_floor = Arc::new(AtomicU64::new(u64::MAX));
+        let lane_rows = Arc::new(AtomicBool::new(false));
         Ok((
             Writer {
                 kv,
@@ -456,8 +470,9 @@ impl<K: Kv> Writer<K> {
                 clock: Box::new(clock),
                 purging,
                 due_floor: Arc::clone(&due_floor),
+                lane_rows: Arc::clone(&lane_rows),
             },
-            WriterHandle { tx, due_floor },
+            WriterHandle { tx, due_floor, lane_rows },
         ))
     }
 
@@ -492,6 +507,8 @@ impl<K: Kv> Writer<K> {
         let mut held_touched: HashSet<(TenantOrd, Seq)> = HashSet::new();
         let mut jobs_touched: HashSet<Vec<u8>> = HashSet::new();
         let first_seq = self.next_seq;
+        // Whether this group may write lane members (WriterHandle::lane_rows).
+        let mut lane_rows = false;
         // Dedupe expiry goes first in the batch: an ingest of this group that
         // renews an expired record puts it after the expiry's delete, so the
         // renewed record stays.
@@ -509,6 +526,7 @@ impl<K: Kv> Writer<K> {
                     }
                 }
                 Request::JobStep(step, reply) => {
+                    lane_rows = true;
                     match self.job_step(&mut batch, step, now_ms, &mut held_touched, &mut jobs_touched) {
                         Ok(seqs) => answers.push(Answer::Seqs(reply, seqs)),
                         Err(e) => drop(reply.send(Err(e))),
@@ -544,6 +562,7 @@ impl<K: Kv> Writer<K> {
                     let _ = reply.send(Err(WriteError::TenantPurging { tenant: req.tenant }));
                 }
                 Request::Release { tenant, seq, rows, reply } => {
+                    lane_rows |= rows.iter().any(|r| r.lane.is_some());
                     if !held_touched.insert((tenant, seq)) {
                         let _ = reply.send(Err(WriteError::NotQuarantined { tenant, seq }));
                         continue;
@@ -611,6 +630,7 @@ impl<K: Kv> Writer<K> {
                         envelope: &req.envelope,
                         dedupe_expires_at_ms: now_ms.saturating_add(req.dedupe_ttl_ms.unwrap_or(self.cfg.dedupe_ttl_ms)),
                     };
+                    lane_rows |= req.rows.iter().any(|r| r.lane.is_some());
                     new_ops(&mut batch, &hook, &req.rows, now_ms);
                     answers.push(Answer::Ingest(reply, Ingested::Committed(seq)));
                 }
@@ -635,6 +655,9 @@ impl<K: Kv> Writer<K> {
             }
             // After the commit: a visit that takes the floor sees the rows.
             self.due_floor.fetch_min(now_ms, std::sync::atomic::Ordering::SeqCst);
+            if lane_rows {
+                self.lane_rows.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
         }
         for a in answers {
             a.send();
