@@ -1,4 +1,4 @@
-# Shared by the load scripts (e2e.sh, sinks.sh): the processes a script
+# Shared by the load scripts (run.sh, e2e.sh, sinks.sh): the processes a script
 # started, stopped at its end, and free loopback ports. Source it after
 # setting PIDS=().
 

@@ -43,19 +43,8 @@ done
 
 WORK=$(mktemp -d /var/tmp/ankusa-load.XXXXXX)
 PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do
-    kill "$p" 2>/dev/null || true
-  done
-  for p in "${PIDS[@]}"; do
-    # SIGTERM first (the relay drains); SIGKILL whatever is left after 20 s.
-    for _ in $(seq 1 200); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$p" 2>/dev/null || true
-    wait "$p" 2>/dev/null || true
-  done
-  PIDS=()
-}
-trap 'cleanup; rm -rf "$WORK"' EXIT
+. "$(dirname "$0")/lib.sh"
+trap 'stop_all; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 
 # wrk's script: a 2 KiB JSON body, an ordering key header over 1000 keys, and
@@ -219,7 +208,7 @@ for target in $TARGETS; do
         ;;
       *) echo "run.sh: unknown target $target" >&2; exit 2 ;;
     esac
-    cleanup
+    stop_all
     [ "${target#relay}" != "$target" ] && rm -rf "$cell"
     echo "$target c=$c $res ${extra}"
     ROWS+=("$target|$c|$res|$extra")
