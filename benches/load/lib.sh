@@ -15,10 +15,15 @@ stop_all() {
 }
 
 # A 127.0.0.1 port nothing listens on (the host is shared: never assume a
-# fixed port is ours).
+# fixed port is ours), below the kernel's ephemeral range: a port in that
+# range can be taken between this check and the bind by the local end of
+# an outgoing connection (the load tool's, the relay's sink client's), and
+# the relay then fails to start with "Address already in use".
 free_port() {
-  local p
-  for p in $(shuf -i 20000-45000 -n 100); do
+  local p lo
+  lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "$lo" -gt 11000 ] 2>/dev/null || lo=32768
+  for p in $(shuf -i "10000-$((lo - 1))" -n 100); do
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
   done
   echo "$(basename "$0"): no free port found" >&2
