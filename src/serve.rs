@@ -188,6 +188,8 @@ fn prepare_store<K: Kv>(kv: &K) -> anyhow::Result<()> {
 }
 
 async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow::Result<()> {
+    // First: a SIGTERM from here on is a clean shutdown (shutdown_signal).
+    let mut shutdown = Box::pin(shutdown_signal());
     prepare_store(&*kv)?;
     let (batch, registry) = ankusa_queue::register(
         &*kv,
@@ -368,7 +370,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
             error!("the retention sweep stopped: {r:?}");
             bail!("the retention sweep stopped unexpectedly (store failure): {r:?}");
         }
-        _ = shutdown_signal() => info!("shutting down: no new hooks; finishing commits and deliveries in flight"),
+        _ = &mut shutdown => info!("shutting down: no new hooks; finishing commits and deliveries in flight"),
         r = &mut pipeline_task => {
             error!("the pipeline stopped: {r:?}");
             bail!("the pipeline stopped unexpectedly: {r:?}");
@@ -462,16 +464,25 @@ fn describe(s: &ankusa_config::Source, e: &ankusa_config::SinkEntry) -> String {
     format!("{target} (ordered by {by}; hooks without one: the keyless lane, key {keyless})")
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this is
+/// called, not when the future is first polled: `run` calls it before it
+/// binds its listeners, so a SIGTERM that arrives as soon as the ports answer
+/// (an orchestrator, a test) is a clean shutdown, not the default action of
+/// the signal (the stress run caught a relay killed by a SIGTERM sent while it
+/// was still starting its tasks).
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        // Without signal handlers the process still stops on SIGKILL.
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    let handlers = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            // Without signal handlers the process still stops on SIGKILL.
+            std::future::pending::<()>().await;
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
     }
 }
 

@@ -548,3 +548,30 @@ sources:
     assert_eq!((m["ankusa_ingest_accepted_total"], m["ankusa_ingest_duplicates_total"]), (1.0, 2.0), "{m:?}");
     assert_eq!(sink.requests().len(), 1, "a duplicate was delivered");
 }
+
+/// Regression (found by `.ci/stress.sh`: `retention_reclaims_delivered_hooks_and_their_space`
+/// failed with "the relay did not stop cleanly: signal: 15"): `/readyz` answers 200 once the
+/// pipeline has recovered, which can be before `serve` installed its SIGTERM handler, and a
+/// SIGTERM in that window killed the process with the signal's default action. The handlers are
+/// now installed before the listeners are bound: a SIGTERM sent as soon as the relay is ready
+/// stops it cleanly (exit 0), every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_as_soon_as_the_relay_is_ready_stops_it_cleanly() {
+    let sink = Sink::ok().await;
+    let yaml = config(
+        "rocksdb",
+        &format!(
+            "
+sources:
+  - name: s
+    sinks: [{{type: http, url: '{}'}}]
+",
+            sink.url()
+        ),
+    );
+    for _ in 0..3 {
+        let mut relay = Relay::start(&yaml).await;
+        stop(&mut relay).await;
+        assert!(relay.log().contains("shutting down"), "{}", relay.log());
+    }
+}
