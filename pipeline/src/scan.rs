@@ -175,10 +175,11 @@ impl<K: Kv> Dispatcher<K> {
         // SCAN_PAGES pages for it. Every SHALLOW_VISITS-th visit, and the
         // first after the met entries were dropped, is deep.
         let shallow = self.shallow_visits.get(&tenant).copied().unwrap_or(0);
-        if shallow < SHALLOW_VISITS
-            && let Some(busy) = self.met.get(&tenant)
-        {
-            v.busy = Some(busy.clone());
+        // The visit takes the met entries and puts them back (with what it
+        // met) when it ends.
+        let met = self.met.remove(&tenant);
+        if shallow < SHALLOW_VISITS && met.is_some() {
+            v.busy = met;
             self.shallow_visits.insert(tenant, shallow + 1);
         } else {
             self.shallow_visits.insert(tenant, 0);
@@ -217,6 +218,9 @@ impl<K: Kv> Dispatcher<K> {
                         self.write(b)?;
                         let again = ankusa_queue::sweep_markers_recheck(&*self.kv, tenant)?;
                         self.write(again)?;
+                    }
+                    if let Some(busy) = v.busy.take() {
+                        self.met.insert(tenant, busy);
                     }
                     return Ok(());
                 }
@@ -260,12 +264,14 @@ impl<K: Kv> Dispatcher<K> {
         }
         // What this visit met: a deep visit's view replaces the tenant's met
         // entries, a shallow one adds to them.
-        let met = std::mem::take(&mut v.met);
-        if v.busy.is_some() {
-            self.met.entry(tenant).or_default().extend(met);
-        } else {
-            self.met.insert(tenant, met);
-        }
+        let met = match v.busy.take() {
+            Some(mut busy) => {
+                busy.extend(v.met.drain());
+                busy
+            }
+            None => std::mem::take(&mut v.met),
+        };
+        self.met.insert(tenant, met);
         // A half-open sink whose due rows the scan met are all of lanes that
         // failed in the breaker's current run: the best ranked is the trial.
         for (key, (_, dk, start)) in v.deferred {
