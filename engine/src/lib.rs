@@ -23,10 +23,15 @@
 //! in the WAL/journal in the OS page cache: a process crash (SIGKILL) loses
 //! nothing, a machine crash may lose the last buffered batches.
 //!
+//! [`Kv::sync`] is the split form of a `Sync` write: batches written
+//! `Buffered`, then one sync makes all of them durable (the Writer's pipelined
+//! group commit).
+//!
 //! # Poisoning
 //! A failed commit or sync poisons the handle: every later write fails with
 //! [`EngineError::Poisoned`] and the process is expected to take its crash path
-//! (restart and recover from what the store holds).
+//! (restart and recover from what the store holds). [`fault::FaultKv`] fails
+//! chosen writes and syncs of any backend, for tests of those paths.
 #![deny(missing_docs, clippy::unwrap_used)]
 
 use std::ops::Sub;
@@ -35,6 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub use bytes::Bytes;
 
 mod batch;
+pub mod fault;
 pub mod memory;
 
 pub use batch::{Batch, MAX_KEY_BYTES, MAX_VALUE_BYTES, Op};
@@ -294,6 +300,23 @@ pub trait Kv: Read + Send + Sync + 'static {
     /// when this commit or sync fails (the handle is then poisoned);
     /// [`EngineError::InvalidBatch`] for a batch refused before anything is written.
     fn write(&self, batch: Batch, durability: Durability) -> Result<(), EngineError>;
+
+    /// Makes every batch whose [`Kv::write`] returned before this call as
+    /// durable as [`Durability::Sync`] makes it (the WAL or journal fsynced).
+    ///
+    /// `write(b, Buffered)` then `sync()` is the split form of
+    /// `write(b, Sync)`: a caller that commits many batches (the Writer's group
+    /// commit, docs/design.md section 5) writes the next batch while the sync
+    /// of the earlier ones runs, and answers each batch's requests only after a
+    /// sync that began after that batch's write returned. Writes from other
+    /// threads during the sync are not blocked by it on RocksDB (`SyncWAL`);
+    /// on fjall they wait for the journal's lock.
+    ///
+    /// # Errors
+    /// [`EngineError::Poisoned`] after an earlier failure; [`EngineError::Backend`]
+    /// when the sync fails (the handle is then poisoned: what was written since
+    /// the last successful sync may or may not be durable).
+    fn sync(&self) -> Result<(), EngineError>;
 
     /// Operation counts since the store was opened (exact, unlike timings).
     fn stats(&self) -> OpStats;

@@ -162,6 +162,11 @@ impl Kv for MemoryKv {
         }
     }
 
+    /// Nothing to make durable; fails only on a poisoned handle.
+    fn sync(&self) -> Result<(), EngineError> {
+        self.poison.check(BACKEND)
+    }
+
     fn write(&self, batch: Batch, _durability: Durability) -> Result<(), EngineError> {
         self.poison.check(BACKEND)?;
         batch.validate()?;

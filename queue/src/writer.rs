@@ -1,12 +1,16 @@
 //! The Writer (docs/design.md section 5): the one task per node that assigns `seq` and
-//! commits ingested hooks, several at a time (group commit), with
-//! [`Durability::Sync`], before any of them is acknowledged.
+//! commits ingested hooks, several at a time (group commit), durably (the WAL
+//! fsynced, as [`Durability::Sync`] promises) before any of them is
+//! acknowledged.
 //!
 //! - Requests arrive on a bounded channel ([`WriterHandle::ingest`]); the task
 //!   takes the first, then every request already waiting (up to
 //!   [`WriterConfig::max_group_hooks`] / [`WriterConfig::max_group_bytes`]),
 //!   builds one batch with [`crate::new_ops`] for each, the seq high-water mark
-//!   in the same batch, writes it `Sync`, and only then answers every request.
+//!   in the same batch, writes it `Buffered`, and answers every request only
+//!   after a [`Kv::sync`] that began after that write returned. The group
+//!   commit is pipelined: while one sync runs, the next groups are collected
+//!   and written, and the next sync covers all of them ([`Writer::run`]).
 //! - Seq is assigned in arrival order and batches commit one after the other,
 //!   so commit order is seq order, which is what lanes rely on (ADR 0004,
 //!   Consequences). Nothing else assigns seq.
@@ -420,6 +424,20 @@ impl WriterHandle {
     }
 }
 
+/// The sync in flight ([`Writer::run`]).
+type SyncJob = tokio::task::JoinHandle<Result<(), EngineError>>;
+
+/// What woke the Writer's loop.
+enum Next {
+    Synced(Result<(), EngineError>),
+    Request(Option<Request>),
+}
+
+/// A finished blocking task's result; a panic in it is a failed engine call.
+fn joined(r: Result<Result<(), EngineError>, tokio::task::JoinError>) -> Result<(), EngineError> {
+    r.unwrap_or_else(|e| Err(EngineError::Backend { backend: "writer", op: "sync", message: e.to_string() }))
+}
+
 /// The Writer task's state. Build with [`Writer::new`], run with [`Writer::run`].
 pub struct Writer<K: Kv> {
     kv: Arc<K>,
@@ -476,13 +494,45 @@ impl<K: Kv> Writer<K> {
         ))
     }
 
-    /// Runs until every [`WriterHandle`] is dropped (returns `Ok`) or a commit
-    /// fails (returns the error after failing that group's requests).
+    /// Runs until every [`WriterHandle`] is dropped (returns `Ok` once every
+    /// written group is synced and answered) or a commit or sync fails
+    /// (returns the error after failing every request not yet answered).
+    ///
+    /// The group commit is pipelined (docs/design.md section 5, "Writer"):
+    /// a group's batch is written `Buffered`, then one [`Kv::sync`] at a time
+    /// runs off the task while the next groups are collected and written. A
+    /// sync answers the groups written before it began, never a group written
+    /// during it; groups are written one after the other, so commit order is
+    /// still seq order.
     ///
     /// # Errors
-    /// The engine error of the failed commit.
+    /// The engine error of the failed commit or sync.
     pub async fn run(mut self) -> Result<(), EngineError> {
-        while let Some(first) = self.rx.recv().await {
+        // Groups written since the sync in flight began: the next sync's.
+        let mut written: Vec<Answer> = Vec::new();
+        // The sync in flight and the answers it makes durable.
+        let mut syncing: Option<(SyncJob, Vec<Answer>)> = None;
+        loop {
+            if syncing.is_none() && !written.is_empty() {
+                syncing = Some((self.start_sync(), std::mem::take(&mut written)));
+            }
+            let next = match syncing.as_mut() {
+                Some((job, _)) => tokio::select! {
+                    biased;
+                    done = job => Next::Synced(joined(done)),
+                    req = self.rx.recv() => Next::Request(req),
+                },
+                None => Next::Request(self.rx.recv().await),
+            };
+            let first = match next {
+                Next::Synced(result) => {
+                    let (_, answers) = syncing.take().expect("a sync was in flight");
+                    self.synced(result, answers, &mut written)?;
+                    continue;
+                }
+                Next::Request(Some(first)) => first,
+                Next::Request(None) => break,
+            };
             let mut bytes = first.bytes();
             let mut group = vec![first];
             while group.len() < self.cfg.max_group_hooks && bytes < self.cfg.max_group_bytes {
@@ -494,12 +544,73 @@ impl<K: Kv> Writer<K> {
                     Err(_) => break,
                 }
             }
-            self.commit_group(group).await?;
+            match self.commit_group(group).await {
+                Ok(answers) => written.extend(answers),
+                Err(e) => {
+                    // The group's own requests were failed. What was written
+                    // before is as durable as the sync in flight makes it.
+                    if let Some((job, answers)) = syncing.take() {
+                        let result = joined(job.await);
+                        let _ = self.synced(result, answers, &mut Vec::new());
+                    }
+                    let err = WriteError::Store(e.to_string());
+                    for a in written {
+                        a.fail(&err);
+                    }
+                    self.rx.close();
+                    return Err(e);
+                }
+            }
+        }
+        // Every handle is gone: answer what is written, once it is durable.
+        if let Some((job, answers)) = syncing.take() {
+            let result = joined(job.await);
+            self.synced(result, answers, &mut written)?;
+        }
+        if !written.is_empty() {
+            let result = joined(self.start_sync().await);
+            self.synced(result, std::mem::take(&mut written), &mut Vec::new())?;
         }
         Ok(())
     }
 
-    async fn commit_group(&mut self, group: Vec<Request>) -> Result<(), EngineError> {
+    /// A sync of everything written so far, off the async workers (it blocks
+    /// on the fsync).
+    fn start_sync(&self) -> SyncJob {
+        let kv = Arc::clone(&self.kv);
+        tokio::task::spawn_blocking(move || kv.sync())
+    }
+
+    /// Answers the groups a finished sync made durable; on its failure fails
+    /// them and every group written after it began (`written`) and stops.
+    fn synced(
+        &mut self,
+        result: Result<(), EngineError>,
+        answers: Vec<Answer>,
+        written: &mut Vec<Answer>,
+    ) -> Result<(), EngineError> {
+        match result {
+            Ok(()) => {
+                for a in answers {
+                    a.send();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let err = WriteError::Store(e.to_string());
+                for a in answers.into_iter().chain(written.drain(..)) {
+                    a.fail(&err);
+                }
+                self.rx.close();
+                Err(e)
+            }
+        }
+    }
+
+    /// Builds one group's batch and writes it `Buffered`; returns the answers
+    /// that wait for the next sync. On a failed write, fails the group's
+    /// requests and returns the error.
+    async fn commit_group(&mut self, group: Vec<Request>) -> Result<Vec<Answer>, EngineError> {
         let now_ms = (self.clock)();
         let mut batch = Batch::new();
         let mut answers: Vec<Answer> = Vec::with_capacity(group.len());
@@ -641,8 +752,8 @@ impl<K: Kv> Writer<K> {
         }
         if !batch.is_empty() {
             let kv = Arc::clone(&self.kv);
-            // fsync blocks: keep it off the async workers.
-            let result = tokio::task::spawn_blocking(move || kv.write(batch, Durability::Sync))
+            // A write can stall (RocksDB's write stalls): off the async workers.
+            let result = tokio::task::spawn_blocking(move || kv.write(batch, Durability::Buffered))
                 .await
                 .unwrap_or_else(|e| Err(EngineError::Backend { backend: "writer", op: "write", message: e.to_string() }));
             if let Err(e) = result {
@@ -650,19 +761,17 @@ impl<K: Kv> Writer<K> {
                 for a in answers {
                     a.fail(&err);
                 }
-                self.rx.close();
                 return Err(e);
             }
-            // After the commit: a visit that takes the floor sees the rows.
+            // After the write: a visit that takes the floor sees the rows. They
+            // may be delivered before they are durable; none is acknowledged
+            // before (docs/design.md section 2, "Durability").
             self.due_floor.fetch_min(now_ms, std::sync::atomic::Ordering::SeqCst);
             if lane_rows {
                 self.lane_rows.store(true, std::sync::atomic::Ordering::SeqCst);
             }
         }
-        for a in answers {
-            a.send();
-        }
-        Ok(())
+        Ok(answers)
     }
 }
 
@@ -866,6 +975,85 @@ mod tests {
         assert!(task.await.unwrap().is_err());
         assert_eq!(handle.ingest(req(3, None)).await.unwrap_err(), WriteError::Stopped);
         assert_eq!(seq_high_water(&*kv).unwrap(), Seq(1));
+    }
+
+    /// The pipelined group commit: a group is written while the sync of the
+    /// one before runs, and is answered only by a sync that began after its
+    /// write, never by the one in flight.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_group_is_written_during_the_previous_sync_and_answered_by_the_next() {
+        use ankusa_engine::fault::FaultKv;
+        let kv = Arc::new(FaultKv::new(MemoryKv::new()));
+        kv.write(crate::init_store(), Durability::Buffered).unwrap();
+        let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || 5_000).unwrap();
+        let task = tokio::spawn(writer.run());
+        kv.hold_syncs();
+        let wait = |what: &'static str, cond: Box<dyn Fn() -> bool>| async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while !cond() {
+                assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        };
+        let h = handle.clone();
+        let a = tokio::spawn(async move { h.ingest(req(1, None)).await });
+        let k = Arc::clone(&kv);
+        wait("the first group's sync", Box::new(move || k.syncs_started() == 1)).await;
+        let h = handle.clone();
+        let b = tokio::spawn(async move { h.ingest(req(2, None)).await });
+        // Written while the first sync is held: visible, not answered.
+        let k = Arc::clone(&kv);
+        wait("the second group's write", Box::new(move || k.inner().get(Cf::Hooks, &ankusa_keys::hook_key(TenantOrd(1), Seq(2))).unwrap().is_some())).await;
+        assert!(!a.is_finished() && !b.is_finished(), "answered before any sync returned");
+        kv.release_syncs(1);
+        assert_eq!(a.await.unwrap().unwrap(), Ingested::Committed(Seq(1)));
+        // The second group waits for the sync after it, which is held.
+        let k = Arc::clone(&kv);
+        wait("the second sync", Box::new(move || k.syncs_started() == 2)).await;
+        assert!(!b.is_finished(), "the second group was answered by a sync that began before its write");
+        kv.release_syncs(1);
+        assert_eq!(b.await.unwrap().unwrap(), Ingested::Committed(Seq(2)));
+        kv.stop_holding_syncs();
+        drop(handle);
+        task.await.unwrap().unwrap();
+        assert_eq!(kv.syncs(), 2);
+        assert_eq!(seq_high_water(&*kv).unwrap(), Seq(2));
+    }
+
+    /// A failed sync fails the groups it was to answer and the group written
+    /// during it, and stops the Writer; a group that a successful sync covered
+    /// keeps its answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_sync_fails_every_unanswered_group_and_stops() {
+        use ankusa_engine::fault::FaultKv;
+        let kv = Arc::new(FaultKv::new(MemoryKv::new()));
+        let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || 5_000).unwrap();
+        let task = tokio::spawn(writer.run());
+        assert_eq!(handle.ingest(req(1, None)).await.unwrap(), Ingested::Committed(Seq(1)));
+        kv.hold_syncs();
+        kv.fail_next_syncs(1);
+        let h = handle.clone();
+        let a = tokio::spawn(async move { h.ingest(req(2, None)).await });
+        let k = Arc::clone(&kv);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while k.syncs_started() < 2 {
+            assert!(std::time::Instant::now() < deadline, "timed out waiting for the second sync");
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        let h = handle.clone();
+        let b = tokio::spawn(async move { h.ingest(req(3, None)).await });
+        while k.writes() < 3 {
+            assert!(std::time::Instant::now() < deadline, "timed out waiting for the third write");
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        kv.stop_holding_syncs();
+        for r in [a.await.unwrap(), b.await.unwrap()] {
+            let err = r.unwrap_err();
+            assert!(matches!(err, WriteError::Store(ref m) if m.contains("injected sync failure")), "{err}");
+        }
+        let err = task.await.unwrap().unwrap_err();
+        assert!(matches!(err, EngineError::Backend { op: "sync", .. }), "{err}");
+        assert_eq!(handle.ingest(req(4, None)).await.unwrap_err(), WriteError::Stopped);
     }
 
     /// A quarantined hook takes the next seq, writes no dedupe record and is

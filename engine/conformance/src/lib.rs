@@ -393,6 +393,10 @@ pub fn reopen_durability<K: Kv>(dir: &Path, open: impl Fn(&Path) -> K) {
             .put(Cf::Meta, "format", "2");
         kv.write(w, Durability::Sync).unwrap();
         let mut w = Batch::new();
+        w.put(Cf::Meta, "split", "1");
+        kv.write(w, Durability::Buffered).unwrap();
+        kv.sync().unwrap();
+        let mut w = Batch::new();
         w.put(Cf::Meta, "buffered", "1");
         kv.write(w, Durability::Buffered).unwrap();
     }
@@ -405,6 +409,7 @@ pub fn reopen_durability<K: Kv>(dir: &Path, open: impl Fn(&Path) -> K) {
     assert_eq!(kv.get(Cf::Hooks, &20u32.to_be_bytes()).unwrap().map(|v| v.len()), Some(1024));
     assert_eq!(kv.counter(b"n").unwrap(), 89);
     assert_eq!(kv.get(Cf::Meta, b"format").unwrap(), Some(b("2")));
+    assert_eq!(kv.get(Cf::Meta, b"split").unwrap(), Some(b("1")));
     // A clean close keeps Buffered writes too.
     assert_eq!(kv.get(Cf::Meta, b"buffered").unwrap(), Some(b("1")));
 }

@@ -19,6 +19,7 @@ mod memory {
         w2.put(Cf::Meta, "b", "2");
         assert!(matches!(kv.write(w2.clone(), Durability::Sync), Err(EngineError::Backend { op: "write", .. })));
         assert!(matches!(kv.write(w2, Durability::Sync), Err(EngineError::Poisoned { backend: "memory" })));
+        assert!(matches!(kv.sync(), Err(EngineError::Poisoned { backend: "memory" })));
         assert_eq!(kv.get(Cf::Meta, b"b").unwrap(), None);
         assert_eq!(kv.get(Cf::Meta, b"a").unwrap().as_deref(), Some(&b"1"[..]));
     }

@@ -210,6 +210,17 @@ impl Kv for FjallKv {
         Ok(())
     }
 
+    /// `persist(SyncAll)`: fsyncs the journal; fjall holds the journal's lock
+    /// through the fsync, so writes from other threads wait for it.
+    fn sync(&self) -> Result<(), EngineError> {
+        self.poison.check(BACKEND)?;
+        if let Err(e) = self.db.persist(PersistMode::SyncAll) {
+            self.poison.set();
+            return Err(backend_err("sync", e));
+        }
+        Ok(())
+    }
+
     fn stats(&self) -> OpStats {
         self.counters.read()
     }

@@ -292,13 +292,21 @@ impl Kv for RocksKv {
             self.poison.set();
             return Err(backend_err("write", e));
         }
-        if durability == Durability::Sync
-            && let Err(e) = self.db.flush_wal(true)
-        {
+        self.counters.batch(size);
+        if durability == Durability::Sync {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// `FlushWAL(sync = true)`: writes what RocksDB buffers of the WAL and
+    /// fsyncs it, beside later writes.
+    fn sync(&self) -> Result<(), EngineError> {
+        self.poison.check(BACKEND)?;
+        if let Err(e) = self.db.flush_wal(true) {
             self.poison.set();
             return Err(backend_err("sync", e));
         }
-        self.counters.batch(size);
         Ok(())
     }
 

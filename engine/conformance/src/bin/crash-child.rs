@@ -1,8 +1,9 @@
 //! The child process of the crash test (`tests/crash.rs`).
 //!
 //! `crash-child BACKEND DIR` opens the store, finds how many batches it already
-//! holds, then commits batch after batch with `Durability::Sync` and prints each
-//! batch's number on stdout once `write` has returned (its acknowledgement),
+//! holds, then commits batch after batch with `Durability::Sync` (or a Buffered
+//! write and `Kv::sync`, every other batch) and prints each batch's number on
+//! stdout once it is durable (its acknowledgement),
 //! until it is killed or has written `MAX_BATCHES`.
 //!
 //! Batch `i` puts `crash/<i>` in every column family (256 bytes of `i % 251`)
@@ -28,7 +29,15 @@ fn run<K: Kv>(kv: K) {
             w.put(cf, ankusa_engine_conformance::crash_key(next), vec![(next % 251) as u8; 256]);
         }
         w.counter_add(ankusa_engine_conformance::CRASH_COUNTER, 1);
-        kv.write(w, Durability::Sync).expect("commit");
+        // Odd batches take the split form the Writer uses (write Buffered,
+        // then `Kv::sync`), even ones `Durability::Sync`: both acknowledge
+        // only once durable, and the check below holds for both.
+        if next % 2 == 0 {
+            kv.write(w, Durability::Sync).expect("commit");
+        } else {
+            kv.write(w, Durability::Buffered).expect("commit");
+            kv.sync().expect("sync");
+        }
         writeln!(out, "{next}").expect("stdout");
         out.flush().expect("stdout");
         next += 1;
