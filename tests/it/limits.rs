@@ -76,8 +76,9 @@ fn log_field(log: &str, name: &str) -> Option<u64> {
 /// How a client connection ended.
 #[derive(Debug, PartialEq, Eq)]
 enum End {
-    /// The relay answered this status, then closed.
-    Answered(u16),
+    /// The relay answered this status (and this text, head and body), then
+    /// closed.
+    Answered(u16, String),
     /// The relay closed without sending a byte.
     Closed,
 }
@@ -105,7 +106,8 @@ async fn until_closed(mut stream: TcpStream) -> End {
     if got.is_empty() {
         return End::Closed;
     }
-    End::Answered(status_of(&got).unwrap_or_else(|| panic!("not an HTTP answer: {:?}", String::from_utf8_lossy(&got))))
+    let text = String::from_utf8_lossy(&got).into_owned();
+    End::Answered(status_of(&got).unwrap_or_else(|| panic!("not an HTTP answer: {text:?}")), text)
 }
 
 /// The status of an HTTP/1.1 answer's first line.
@@ -189,7 +191,7 @@ async fn under_a_low_fd_limit_connections_past_the_cap_are_refused_and_nothing_i
         let refused_now = Arc::clone(&refused_now);
         flood.push(tokio::spawn(async move {
             let end = until_closed(s).await;
-            if end == End::Answered(503) {
+            if matches!(end, End::Answered(503, _)) {
                 refused_now.fetch_add(1, Ordering::SeqCst);
             }
             end
@@ -212,8 +214,12 @@ async fn under_a_low_fd_limit_connections_past_the_cap_are_refused_and_nothing_i
     for t in flood {
         ends.push(t.await.expect("flood task"));
     }
-    let refused = ends.iter().filter(|e| **e == End::Answered(503)).count();
+    let refused = ends.iter().filter(|e| matches!(e, End::Answered(503, _))).count();
     let closed = ends.iter().filter(|e| **e == End::Closed).count();
+    let answer = ends.iter().find_map(|e| if let End::Answered(_, t) = e { Some(t.as_str()) } else { None }).unwrap_or_default();
+    for want in ["retry-after: 5", "connection: close", &format!("{{\"error\":\"the ingest listener holds its cap of {cap} connections; retry later\"}}")] {
+        assert!(answer.contains(want), "{want} not in the refusal: {answer}");
+    }
     assert_eq!(refused + closed, FLOOD, "{ends:?}");
     assert!(refused >= FLOOD - cap, "{refused} refused of {FLOOD} with a cap of {cap}");
     let m = relay.metrics().await;
@@ -399,8 +405,11 @@ async fn the_admin_listener_closes_connections_that_send_half_a_request() {
     for t in conns {
         ends.push(t.await.expect("connection task"));
     }
-    let refused = ends.iter().filter(|e| **e == End::Answered(503)).count();
+    let refused = ends.iter().filter(|e| matches!(e, End::Answered(503, _))).count();
     let timed_out = ends.iter().filter(|e| **e == End::Closed).count();
+    let answer = ends.iter().find_map(|e| if let End::Answered(_, t) = e { Some(t.as_str()) } else { None }).unwrap_or_default();
+    let want = format!("{{\"error\":{{\"code\":\"unavailable\",\"message\":\"the admin listener holds its cap of {cap} connections; retry later\"}}}}");
+    assert!(answer.contains(&want) && answer.contains("retry-after: 5"), "not the admin API's refusal: {answer}");
     assert_eq!(refused + timed_out, n, "every connection refused or closed unanswered: {ends:?}");
     assert!(timed_out >= 1, "no connection was held: {refused} refused");
     assert!(refused >= n - cap, "{refused} refused of {n} with a cap of {cap}");

@@ -192,13 +192,18 @@ pub struct ConnStats {
     pub refused: AtomicU64,
 }
 
+/// The message of the 503 a connection past a listener's cap gets.
+pub fn cap_message(listener: &str, cap: usize) -> String {
+    format!("the {listener} listener holds its cap of {cap} connections; retry later")
+}
+
 /// Answers a connection the listener will not serve because it holds its cap
 /// of connections: whatever the client has sent already is read (so the close
-/// is not a reset that could discard the answer), `503` with `Retry-After`
-/// and `Connection: close` is written if the socket takes it at once, and the
-/// connection is closed. Nothing waits: the listener goes on accepting, and
-/// the file descriptor is free again before this returns.
-pub fn refuse_connection(stream: TcpStream, listener: &str, cap: usize) {
+/// is not a reset that could discard the answer), `503` with `Retry-After`,
+/// `Connection: close` and the JSON `body` is written if the socket takes it
+/// at once, and the connection is closed. Nothing waits: the listener goes on
+/// accepting, and the file descriptor is free again before this returns.
+pub fn refuse_connection(stream: TcpStream, body: &str) {
     use std::io::{Read, Write};
     // The std socket (still non-blocking): tokio's `try_read`/`try_write`
     // would see no readiness yet on a socket accepted this instant.
@@ -210,9 +215,6 @@ pub fn refuse_connection(stream: TcpStream, listener: &str, cap: usize) {
             _ => break,
         }
     }
-    let body = format!(
-        "{{\"error\":\"the {listener} listener holds its cap of {cap} connections; retry later\"}}"
-    );
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {BUSY_RETRY_AFTER_S}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()

@@ -284,7 +284,8 @@ impl<K: Kv> Edge<K> {
                     if conns.len() >= cap {
                         counts.refused.fetch_add(1, Ordering::Relaxed);
                         debug!(%peer, cap, "ingest connection refused: the listener holds its cap");
-                        limits::refuse_connection(stream, "ingest", cap);
+                        let body = serde_json::json!({ "error": limits::cap_message("ingest", cap) });
+                        limits::refuse_connection(stream, &body.to_string());
                         continue;
                     }
                     let edge = Arc::clone(&self);

@@ -400,7 +400,8 @@ impl<K: Kv> Collector for StoreCollector<K> {
         )?;
         c.encode(m)?;
         let listeners = [("ingest", &s.ingest_connections), ("admin", &s.admin_connections)];
-        let families: [(&str, &str, fn(&limits::ConnStats) -> &AtomicU64, bool); 3] = [
+        type Field = fn(&limits::ConnStats) -> &AtomicU64;
+        let families: [(&str, &str, Field, bool); 3] = [
             ("ankusa_listener_connections", "Connections open now, by listener", |c| &c.open, false),
             ("ankusa_listener_connections_max", "The connection cap of each listener (derived from the file-descriptor limit at start)", |c| &c.cap, false),
             ("ankusa_listener_connections_refused", "Connections answered 503 and closed because the listener held its cap, by listener", |c| &c.refused, true),
@@ -559,7 +560,8 @@ pub async fn serve_admin<K: Kv>(state: Arc<AdminState<K>>, listener: TcpListener
                 if conns.len() >= cap {
                     counts.refused.fetch_add(1, Ordering::Relaxed);
                     debug!(%peer, cap, "admin connection refused: the listener holds its cap");
-                    limits::refuse_connection(stream, "admin", cap);
+                    let body = ApiError::unavailable(limits::cap_message("admin", cap)).body();
+                    limits::refuse_connection(stream, &body.to_string());
                     continue;
                 }
                 let state = Arc::clone(&state);
