@@ -13,6 +13,7 @@
 //!   the admin API of a running relay (`admin_cli`).
 
 mod admin_cli;
+mod limits;
 mod send;
 mod serve;
 mod sinks;

@@ -28,6 +28,7 @@ mod filter;
 mod signing;
 mod provider;
 mod leaks;
+mod limits;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]

@@ -47,6 +47,9 @@ pub struct Relay {
     env: Vec<(String, String)>,
     /// Extra arguments of `serve` (`--drop-unconfigured`).
     args: Vec<String>,
+    /// The child's `RLIMIT_NOFILE`, soft and hard (set before it execs), or
+    /// the test process's own.
+    nofile: Option<u64>,
 }
 
 /// Two distinct free ports (bound together, then released).
@@ -90,6 +93,28 @@ impl Relay {
             runs: 0,
             env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             args: Vec::new(),
+            nofile: None,
+        };
+        r.boot().await;
+        r
+    }
+
+    /// [`Relay::start`] with the child's file-descriptor limit, soft and hard,
+    /// set to `nofile` (as `prlimit --nofile=N:N` would) before it execs.
+    pub async fn start_with_nofile(template: &str, nofile: u64) -> Relay {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ingest, admin) = free_ports();
+        let mut r = Relay {
+            dir,
+            template: template.to_owned(),
+            ingest,
+            admin,
+            child: None,
+            client: client(),
+            runs: 0,
+            env: Vec::new(),
+            args: Vec::new(),
+            nofile: Some(nofile),
         };
         r.boot().await;
         r
@@ -156,7 +181,22 @@ impl Relay {
         self.runs += 1;
         let log = self.dir.path().join(format!("relay-{}.log", self.runs));
         let out = File::create(&log).expect("log file");
-        Command::new(BIN)
+        let mut command = Command::new(BIN);
+        if let Some(n) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe, and the closure touches
+            // nothing else of the parent's state.
+            unsafe {
+                command.pre_exec(move || {
+                    let lim = libc::rlimit { rlim_cur: n as libc::rlim_t, rlim_max: n as libc::rlim_t };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        command
             .arg("serve")
             .arg("--config")
             .arg(self.config_path())
