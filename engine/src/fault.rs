@@ -187,10 +187,11 @@ impl<K: Kv> FaultKv<K> {
     }
 
     fn injected(&self, op: &'static str) -> EngineError {
+        let e = EngineError::Backend { backend: BACKEND, op, message: format!("injected {op} failure") };
         if !self.transient {
-            self.poison.set();
+            self.poison.set_by(&e);
         }
-        EngineError::Backend { backend: BACKEND, op, message: format!("injected {op} failure") }
+        e
     }
 
     fn sync_inner(&self) -> Result<(), EngineError> {
@@ -277,7 +278,8 @@ mod tests {
         let err = kv.write(put("b"), Durability::Buffered).unwrap_err();
         assert!(matches!(err, EngineError::Backend { backend: "fault", op: "write", .. }), "{err}");
         assert_eq!(kv.get(Cf::Meta, b"b").unwrap(), None);
-        assert!(matches!(kv.write(put("c"), Durability::Buffered), Err(EngineError::Poisoned { .. })));
+        let refused = kv.write(put("c"), Durability::Buffered).unwrap_err();
+        assert!(matches!(&refused, EngineError::Poisoned { cause, .. } if cause.contains("injected write failure")), "{refused}");
         assert!(matches!(kv.sync(), Err(EngineError::Poisoned { .. })));
         assert_eq!(kv.get(Cf::Meta, b"a").unwrap().as_deref(), Some(&b"1"[..]));
         assert_eq!(kv.writes(), 2);

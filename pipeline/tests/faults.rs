@@ -390,7 +390,7 @@ async fn a_failed_flush_after_the_sink_took_a_head_holds_its_lane_until_the_rest
     // The handle is poisoned: nothing more is acknowledged, and the Writer
     // stops at its next commit.
     let err = node.ingest("a-5", Some("a")).await.unwrap_err();
-    assert!(matches!(err, WriteError::Store(ref m) if m.contains("poisoned")), "{err:?}");
+    assert!(matches!(err, WriteError::Store(ref m) if m.contains("poisoned") && m.contains("injected write failure")), "{err:?}");
     let ended = node.writer_ended().await.unwrap_err();
     assert!(matches!(ended, EngineError::Poisoned { .. }), "{ended}");
     let kv = node.crash().await;

@@ -28,6 +28,7 @@ mod filter;
 mod signing;
 mod provider;
 mod leaks;
+mod faults;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]
