@@ -259,6 +259,7 @@ impl<K: Kv> Kv for FaultKv<K> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use std::sync::Arc;
 
     use super::*;

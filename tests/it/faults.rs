@@ -289,8 +289,78 @@ fn free_bytes(path: &Path) -> u64 {
 }
 
 fn hook_body(i: usize, key: &str) -> String {
-    // 16 KiB of payload: the 16 MiB disk fills after some hundreds of hooks.
-    format!("{{\"i\":{i},\"key\":\"{key}\",\"pad\":\"{}\"}}", "x".repeat(16 << 10))
+    // 16 KiB of payload that does not compress (RocksDB compresses its SST
+    // files with lz4): the 16 MiB disk fills after some hundreds of hooks,
+    // and what the WAL holds takes as much again once flushed.
+    let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let pad: String = (0..16 << 10)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b"0123456789abcdef"[(x & 15) as usize])
+        })
+        .collect();
+    format!("{{\"i\":{i},\"key\":\"{key}\",\"pad\":\"{pad}\"}}")
+}
+
+const KEYS: [&str; 8] = ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"];
+
+/// Posts hooks (numbered from `next`, keys in turn) one after the other to
+/// the running relay until one is not answered 200, then three more: none
+/// may get a 200 (each is a 503, or no answer once the process is gone).
+/// Then the node must exit 1 with one error line naming the disk's error
+/// and what it does. The 200s go to `acked`, the others to `refused`.
+async fn fill(relay: &mut Relay, disk: &Tmpfs, next: &mut usize, acked: &mut Vec<(String, String)>, refused: &mut Vec<String>) {
+    let started = Instant::now();
+    let from = *next;
+    loop {
+        let i = *next;
+        *next += 1;
+        let key = KEYS[i % KEYS.len()];
+        match relay.try_post("/hooks/s", &[JSON, ("x-entity-id", key)], hook_body(i, key)).await {
+            Ok(a) if a.status == 200 => acked.push((key.to_owned(), a.id())),
+            Ok(a) => {
+                assert_eq!(a.status, 503, "hook {i}: {a:?}");
+                refused.push(format!("hook {i}: 503 {}", a.body));
+                break;
+            }
+            Err(e) => {
+                refused.push(format!("hook {i}: no answer ({e})"));
+                break;
+            }
+        }
+        assert!(
+            *next - from < 20_000 && started.elapsed() < WAIT,
+            "the 16 MiB disk never filled: {} hooks, {} bytes free",
+            *next - from,
+            free_bytes(disk.path())
+        );
+    }
+    // Nothing more is acknowledged.
+    for _ in 0..3 {
+        let i = *next;
+        *next += 1;
+        let key = KEYS[i % KEYS.len()];
+        match relay.try_post("/hooks/s", &[JSON, ("x-entity-id", key)], hook_body(i, key)).await {
+            Ok(a) => {
+                assert_eq!(a.status, 503, "a hook after the disk filled: {a:?}");
+                refused.push(format!("hook {i}: 503 {}", a.body));
+            }
+            Err(e) => refused.push(format!("hook {i}: no answer ({e})")),
+        }
+    }
+    let status = relay.wait_exit(WAIT).await;
+    let log = relay.log();
+    assert_eq!(status.code(), Some(1), "the node stops (fail-stop) on the full disk: {status}\n{log}");
+    // One line says what failed (the disk's error, whichever task met it
+    // first or its poisoned handle after) and what the node does.
+    let line = log.lines().find(|l| l.contains("stopping the node")).unwrap_or_else(|| panic!("no fail-stop line:\n{log}"));
+    assert!(line.contains("ERROR") && line.contains("No space left on device"), "the fail-stop line does not name the disk's error: {line}");
+    eprintln!("full disk after {} hooks acknowledged in all; then {:?}", acked.len(), &refused[refused.len() - 4..]);
+    for l in log.lines().filter(|l| l.contains("ERROR") || l.contains("WARN ") && l.contains("store") || l.starts_with("ankusa:")) {
+        eprintln!("  relay: {l}");
+    }
 }
 
 /// A full disk (issue 14): the relay's RocksDB data_dir on a 16 MiB tmpfs,
@@ -298,7 +368,8 @@ fn hook_body(i: usize, key: &str) -> String {
 /// answering 200. The node never answers 200 for a hook it could not
 /// commit: what it answers instead is 503 (or nothing, once it has exited);
 /// it logs the store's error (ENOSPC) and what it does about it, and stops
-/// with exit status 1 (fail-stop). After the tmpfs is grown (space returns),
+/// with exit status 1 (fail-stop). A restart on the still full disk is
+/// refused at open or stops the same way. After the tmpfs is grown (space returns),
 /// a restart on the same data_dir delivers every hook that got a 200 to the
 /// HTTP sink, each key in the order of its acknowledgements (a duplicate
 /// only repeats the lane's head), and the stopped store passes the
@@ -326,51 +397,27 @@ sources:
         sink.url()
     );
     let mut relay = Relay::start(&template).await;
-    let keys = ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"];
     // (key, idempotency key) of every 200, in the order they came.
     let mut acked: Vec<(String, String)> = Vec::new();
     let mut refused: Vec<String> = Vec::new();
-    let started = Instant::now();
-    let mut i = 0usize;
-    loop {
-        let key = keys[i % keys.len()];
-        match relay.try_post("/hooks/s", &[JSON, ("x-entity-id", key)], hook_body(i, key)).await {
-            Ok(a) if a.status == 200 => acked.push((key.to_owned(), a.id())),
-            Ok(a) => {
-                assert_eq!(a.status, 503, "hook {i}: {a:?}");
-                refused.push(format!("hook {i}: 503 {}", a.body));
-                break;
-            }
-            Err(e) => {
-                refused.push(format!("hook {i}: no answer ({e})"));
-                break;
-            }
-        }
-        i += 1;
-        assert!(i < 20_000 && started.elapsed() < WAIT, "the 16 MiB disk never filled: {i} hooks, {} bytes free", free_bytes(disk.path()));
-    }
-    // Nothing more is acknowledged: a few more hooks, each refused.
-    for j in 1..=3 {
-        let key = keys[(i + j) % keys.len()];
-        match relay.try_post("/hooks/s", &[JSON, ("x-entity-id", key)], hook_body(i + j, key)).await {
-            Ok(a) => {
-                assert_eq!(a.status, 503, "a hook after the disk filled: {a:?}");
-                refused.push(format!("hook {}: 503 {}", i + j, a.body));
-            }
-            Err(e) => refused.push(format!("hook {}: no answer ({e})", i + j)),
-        }
-    }
+    let mut next = 0usize;
+    fill(&mut relay, &disk, &mut next, &mut acked, &mut refused).await;
     assert!(acked.len() > 50, "only {} hooks before the disk filled", acked.len());
-    let status = relay.wait_exit(WAIT).await;
-    let log = relay.log();
-    assert_eq!(status.code(), Some(1), "the node stops (fail-stop) on the full disk: {status}\n{log}");
-    // One line says what failed (the disk's error, whichever task met it
-    // first or its poisoned handle after) and what the node does.
-    let line = log.lines().find(|l| l.contains("stopping the node")).unwrap_or_else(|| panic!("no fail-stop line:\n{log}"));
-    assert!(line.contains("ERROR") && line.contains("No space left on device"), "the fail-stop line does not name the disk's error: {line}");
-    eprintln!("full disk after {} acknowledged hooks; then {refused:?}", acked.len());
-    for l in log.lines().filter(|l| l.contains("ERROR") || l.contains("WARN") || l.starts_with("ankusa:")) {
-        eprintln!("  relay: {l}");
+    let first = acked.len();
+
+    // A restart while the disk is still full (an orchestrator restarting
+    // the relay): RocksDB's open either fails, naming the error, or recovers
+    // in what the exit freed, and the node then takes hooks while they fit
+    // and stops the same way.
+    match relay.restart_ready_or_exit().await {
+        Some((status, log)) => {
+            assert!(!status.success() && log.contains("No space left on device"), "a start on the full disk: {status}\n{log}");
+            eprintln!("the restart on the full disk was refused: {}", log.lines().last().unwrap_or(""));
+        }
+        None => {
+            fill(&mut relay, &disk, &mut next, &mut acked, &mut refused).await;
+            eprintln!("the restart on the full disk took {} more hooks and stopped again", acked.len() - first);
+        }
     }
 
     // Space returns: the volume is grown; the same data_dir starts again.
