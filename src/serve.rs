@@ -375,15 +375,16 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         r = &mut writer_task => Some(("the Writer", ended(r))),
     };
     if let Some((task, why)) = failed {
-        // Fail-stop (docs/design.md section 2, "Poisoning"): a failed commit
-        // or sync poisoned the store handle, or a task met a store it cannot
-        // carry on with. Nothing more is committed or acknowledged; the
-        // requests in progress get their 503 before the process exits.
+        // Fail-stop (docs/design.md section 5, "A store failure"): a failed
+        // commit or sync poisoned the store handle, or a task met a store it
+        // cannot carry on with (or panicked). Nothing more is committed or
+        // acknowledged; the requests in progress get their 503 before the
+        // process exits.
         error!(
             error = %why,
-            "{task} stopped: the store failed; stopping the node (fail-stop, exit status 1). \
+            "{task} stopped; stopping the node (fail-stop, exit status 1). \
              Every hook answered 200 was committed before its answer and is delivered after a restart; \
-             restart once the store can be written again (a full disk: free space first)"
+             if the store failed, restart once it can be written again (a full disk: free space first)"
         );
         shutting_down.store(true, Ordering::SeqCst);
         admin_hold.detach_edge();
