@@ -426,20 +426,34 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate
     let mut pipeline_task = pipeline_task;
     let mut writer_task = writer_task;
     let mut retention_task = retention_task;
-    tokio::select! {
-        r = &mut retention_task => {
-            error!("the retention sweep stopped: {r:?}");
-            bail!("the retention sweep stopped unexpectedly (store failure): {r:?}");
+    let failed = tokio::select! {
+        r = &mut retention_task => Some(("the retention sweep", ended(r))),
+        _ = &mut shutdown => {
+            info!("shutting down: no new hooks; finishing commits and deliveries in flight");
+            None
         }
-        _ = &mut shutdown => info!("shutting down: no new hooks; finishing commits and deliveries in flight"),
-        r = &mut pipeline_task => {
-            error!("the pipeline stopped: {r:?}");
-            bail!("the pipeline stopped unexpectedly: {r:?}");
+        r = &mut pipeline_task => Some(("the pipeline", ended(r))),
+        r = &mut writer_task => Some(("the Writer", ended(r))),
+    };
+    if let Some((task, why)) = failed {
+        // Fail-stop (docs/design.md section 5, "A store failure"): a failed
+        // commit or sync poisoned the store handle, or a task met a store it
+        // cannot carry on with (or panicked). Nothing more is committed or
+        // acknowledged; the requests in progress get their 503 before the
+        // process exits.
+        error!(
+            error = %why,
+            "{task} stopped; stopping the node (fail-stop, exit status 1). \
+             Every hook answered 200 was committed before its answer and is delivered after a restart; \
+             if the store failed, restart once it can be written again (a full disk: free space first)"
+        );
+        shutting_down.store(true, Ordering::SeqCst);
+        admin_hold.detach_edge();
+        let _ = shutdown_tx.send(true);
+        if tokio::time::timeout(FAIL_STOP_GRACE, edge_task).await.is_err() {
+            warn!(grace_s = FAIL_STOP_GRACE.as_secs(), "ingest requests still open at the fail-stop; closing them");
         }
-        r = &mut writer_task => {
-            error!("the writer stopped: {r:?}");
-            bail!("the writer stopped unexpectedly (store failure): {r:?}");
-        }
+        bail!("{task} stopped: {why}");
     }
     shutting_down.store(true, Ordering::SeqCst);
     // The admin API's hold on the edge keeps the Writer alive: let it go.
@@ -461,6 +475,20 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate
     let _ = admin_task.await;
     info!("stopped cleanly");
     Ok(())
+}
+
+/// How long a failing node lets the ingest requests in progress get their
+/// answers (503: the Writer is gone or the store poisoned) before it exits.
+const FAIL_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What a task that must not end on its own (the Writer, the pipeline, the
+/// retention sweep) ended with, for the fail-stop's log line and exit error.
+fn ended<E: std::fmt::Display>(r: Result<Result<(), E>, tokio::task::JoinError>) -> String {
+    match r {
+        Ok(Err(e)) => e.to_string(),
+        Ok(Ok(())) => "it returned while the node was running".to_owned(),
+        Err(e) => format!("its task failed: {e}"),
+    }
 }
 
 /// The pipeline's controls as the admin API calls them (docs/design.md

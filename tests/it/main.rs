@@ -29,6 +29,7 @@ mod signing;
 mod provider;
 mod leaks;
 mod limits;
+mod faults;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]

@@ -231,8 +231,9 @@ impl Kv for FjallKv {
             }
         }
         if let Err(e) = tx.commit() {
-            self.poison.set();
-            return Err(backend_err("write", e));
+            let e = backend_err("write", e);
+            self.poison.set_by(&e);
+            return Err(e);
         }
         self.counters.batch(size);
         Ok(())
@@ -243,8 +244,9 @@ impl Kv for FjallKv {
     fn sync(&self) -> Result<(), EngineError> {
         self.poison.check(BACKEND)?;
         if let Err(e) = self.db.persist(PersistMode::SyncAll) {
-            self.poison.set();
-            return Err(backend_err("sync", e));
+            let e = backend_err("sync", e);
+            self.poison.set_by(&e);
+            return Err(e);
         }
         Ok(())
     }

@@ -322,8 +322,9 @@ impl Kv for RocksKv {
         let mut wo = WriteOptions::default();
         wo.set_sync(false);
         if let Err(e) = self.db.write_opt(wb, &wo) {
-            self.poison.set();
-            return Err(backend_err("write", e));
+            let e = backend_err("write", e);
+            self.poison.set_by(&e);
+            return Err(e);
         }
         self.counters.batch(size);
         if durability == Durability::Sync {
@@ -337,8 +338,9 @@ impl Kv for RocksKv {
     fn sync(&self) -> Result<(), EngineError> {
         self.poison.check(BACKEND)?;
         if let Err(e) = self.db.flush_wal(true) {
-            self.poison.set();
-            return Err(backend_err("sync", e));
+            let e = backend_err("sync", e);
+            self.poison.set_by(&e);
+            return Err(e);
         }
         Ok(())
     }
