@@ -47,7 +47,7 @@ use subtle::ConstantTimeEq;
 use crate::{Header, first_header, hex};
 
 /// Standard base64 (`+/`); trailing `=` padding optional when decoding.
-const BASE64: GeneralPurpose = GeneralPurpose::new(
+pub(crate) const BASE64: GeneralPurpose = GeneralPurpose::new(
     &alphabet::STANDARD,
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
@@ -80,7 +80,7 @@ impl Secret {
         Ok(Secret(key))
     }
 
-    fn key(&self) -> &[u8] {
+    pub(crate) fn key(&self) -> &[u8] {
         &self.0
     }
 }
@@ -460,15 +460,7 @@ fn twilio(
     let tag = BASE64
         .decode(value)
         .map_err(|_| malformed(NAME, "not base64"))?;
-    let mut params: Vec<(Vec<u8>, Vec<u8>)> = body
-        .split(|&b| b == b'&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| match pair.iter().position(|&b| b == b'=') {
-            Some(eq) => (form_decode(&pair[..eq]), form_decode(&pair[eq + 1..])),
-            None => (form_decode(pair), Vec::new()),
-        })
-        .collect();
-    params.sort();
+    let params = twilio_params(body);
     let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + 2 * params.len());
     parts.push(url.as_bytes());
     for (k, v) in &params {
@@ -481,6 +473,22 @@ fn twilio(
         secret_ix: Some(ix),
         timestamp_s: None,
     })
+}
+
+/// The name/value pairs of a form-encoded Twilio body, decoded and sorted by
+/// name (then value): what Twilio signs after the URL. Shared with the fuzz
+/// targets' signer ([`crate::fuzz`]).
+pub(crate) fn twilio_params(body: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut params: Vec<(Vec<u8>, Vec<u8>)> = body
+        .split(|&b| b == b'&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.iter().position(|&b| b == b'=') {
+            Some(eq) => (form_decode(&pair[..eq]), form_decode(&pair[eq + 1..])),
+            None => (form_decode(pair), Vec::new()),
+        })
+        .collect();
+    params.sort();
+    params
 }
 
 // ---- helpers ----------------------------------------------------------------
@@ -556,7 +564,7 @@ fn matching_secret(
     })
 }
 
-fn mac(algorithm: HmacAlgorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+pub(crate) fn mac(algorithm: HmacAlgorithm, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     fn run<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
         // HMAC takes a key of any length: new_from_slice cannot fail.
         let mut m = <M as KeyInit>::new_from_slice(key).expect("HMAC accepts any key length");

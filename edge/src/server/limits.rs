@@ -137,7 +137,7 @@ pub enum BodyReadError {
     /// The body budget has no room for the rest of it (503).
     Budget,
     /// The connection failed or the body was malformed (400).
-    Read(hyper::Error),
+    Read(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Reads a request body whole into one buffer, holding its bytes in
@@ -145,22 +145,28 @@ pub enum BodyReadError {
 /// and already held by the permit) sizes the buffer once; a body without one
 /// grows the buffer (and the permit, by at least 64 KiB at a time) as it
 /// arrives. Each chunk is copied out of hyper's read buffer as it comes, so a
-/// body costs its length once, not once more for a list of chunks.
+/// body costs its length once, not once more for a list of chunks. Generic
+/// over the body: hyper's `Incoming` on the listener, a `Full` in the fuzz
+/// target of the request path ([`crate::fuzz::request`]).
 ///
 /// # Errors
 /// [`BodyReadError::TooLarge`] past `limit`, [`BodyReadError::Budget`] when
 /// the permit cannot grow (nothing more of the body is read), and
 /// [`BodyReadError::Read`].
-pub async fn read_body(
-    mut body: hyper::body::Incoming,
+pub async fn read_body<B>(
+    mut body: B,
     limit: u64,
     declared: Option<u64>,
     permit: &mut BodyPermit<'_>,
-) -> Result<Vec<u8>, BodyReadError> {
+) -> Result<Vec<u8>, BodyReadError>
+where
+    B: hyper::body::Body<Data = bytes::Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     use http_body_util::BodyExt;
     let mut buf: Vec<u8> = Vec::with_capacity(usize::try_from(declared.unwrap_or(0).min(limit)).unwrap_or(0));
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(BodyReadError::Read)?;
+        let frame = frame.map_err(|e| BodyReadError::Read(e.into()))?;
         let Ok(data) = frame.into_data() else { continue };
         let len = buf.len() as u64 + data.len() as u64;
         if len > limit {

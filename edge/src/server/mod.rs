@@ -55,7 +55,6 @@ use ankusa_keys::{CounterField, DedupeValue, Envelope, Seq, SourceId, TenantOrd,
 use ankusa_queue::writer::{IngestRequest, Ingested, QuarantineRequest, WriteError, WriterHandle};
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -326,7 +325,14 @@ impl<K: Kv> Edge<K> {
     }
 
     /// Handles one request (public for tests that drive the handler directly).
-    pub async fn handle(&self, req: Request<Incoming>, peer: SocketAddr) -> Resp {
+    /// Generic over the body so the fuzz target of the request path
+    /// ([`crate::fuzz::request`]) drives it in process with a
+    /// `Request<Full<Bytes>>`; the listener passes hyper's `Incoming`.
+    pub async fn handle<B>(&self, req: Request<B>, peer: SocketAddr) -> Resp
+    where
+        B: hyper::body::Body<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let path = req.uri().path().to_owned();
         let Some((route, tenant)) = self.route(&path) else {
             return error(StatusCode::NOT_FOUND, format!("no source at {path}"));

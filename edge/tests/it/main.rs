@@ -3,6 +3,7 @@
 //! integration-test binary per crate").
 
 mod corpus;
+mod fuzz;
 mod keys;
 mod slack;
 mod verify;
