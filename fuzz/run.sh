@@ -43,9 +43,9 @@ run_one() {
   local target="$1" seconds="$2" log rc=0
   mkdir -p "fuzz/corpus/$target"
   log=$(mktemp)
-  echo "+ cargo +nightly fuzz run -a $target fuzz/corpus/$target fuzz/seeds -- -max_total_time=$seconds -max_len=131072 -timeout=10 ${FUZZ_ARGS:-}" >&2
+  echo "+ cargo +nightly fuzz run -a $target fuzz/corpus/$target fuzz/seeds -- -max_total_time=$seconds -max_len=131072 -timeout=10 -dict=fuzz/dict.txt ${FUZZ_ARGS:-}" >&2
   fuzz run -a "$target" "fuzz/corpus/$target" fuzz/seeds -- \
-    -max_total_time="$seconds" -max_len=131072 -timeout=10 -print_final_stats=1 ${FUZZ_ARGS:-} >"$log" 2>&1 || rc=$?
+    -max_total_time="$seconds" -max_len=131072 -timeout=10 -dict=fuzz/dict.txt -print_final_stats=1 ${FUZZ_ARGS:-} >"$log" 2>&1 || rc=$?
   tail -n 25 "$log" | grep -E 'Done [0-9]+ runs|stat::number_of_executed_units|stat::peak_rss_mb|ERROR|panicked|Test unit written' >&2 || true
   local runs secs
   runs=$(sed -n 's/^Done \([0-9]*\) runs in \([0-9]*\) second.*/\1/p' "$log" | tail -n 1)

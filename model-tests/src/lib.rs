@@ -4,7 +4,9 @@
 //!
 //! - `machine`: a proptest state machine over random interleavings of every
 //!   transition, checked after each step against `queue::check_invariants` and
-//!   a reference model. `ANKUSA_SOAK_CASES=N` raises the case count.
+//!   a reference model. `ANKUSA_SOAK_CASES=N` raises the case count and
+//!   `ANKUSA_MODEL_BACKEND=rocksdb|fjall` runs it on that store (a fresh one
+//!   per case) instead of memory.
 //! - `equivalence`: the same step sequences on memory, RocksDB and fjall give
 //!   byte-identical dumps.
 //! - `mutations`: every planted bug of `ankusa_lanes::mutation` is caught.
@@ -12,3 +14,7 @@
 //!
 //! The loom model of ADR 0004 sections 4.5-4.6 is the separate crate
 //! `model-tests/loom` (`ankusa-loom-model`).
+//!
+//! `check.sh` runs them the ways a user does (the README's "Model checks"):
+//! `quick`, `soak --cases N --backend B`, `loom --preemptions N`,
+//! `mutation NAME`.

@@ -613,14 +613,74 @@ pub fn run_case(steps: &[Step]) -> Result<(), TestCaseError> {
     run_memory(steps).map_err(TestCaseError::fail)
 }
 
+/// A store the state machine can run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// `ankusa_engine::memory` (the default: fastest).
+    Memory,
+    /// RocksDB, a fresh store in a temporary directory per case.
+    Rocksdb,
+    /// fjall, a fresh store in a temporary directory per case.
+    Fjall,
+}
+
+impl Backend {
+    /// Its name as `ANKUSA_MODEL_BACKEND` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Rocksdb => "rocksdb",
+            Backend::Fjall => "fjall",
+        }
+    }
+}
+
+/// The backend of `lanes_state_machine`: `ANKUSA_MODEL_BACKEND` (`memory`,
+/// `rocksdb` or `fjall`; default `memory`). Any other value panics, so a typo
+/// never soaks the wrong store.
+pub fn backend() -> Backend {
+    match std::env::var("ANKUSA_MODEL_BACKEND").as_deref() {
+        Err(_) | Ok("memory") => Backend::Memory,
+        Ok("rocksdb") => Backend::Rocksdb,
+        Ok("fjall") => Backend::Fjall,
+        Ok(other) => panic!("ANKUSA_MODEL_BACKEND={other:?}: not memory, rocksdb or fjall"),
+    }
+}
+
+/// One case on a fresh store of `backend`.
+pub fn run_on(backend: Backend, steps: &[Step]) -> Check {
+    match backend {
+        Backend::Memory => run_memory(steps),
+        Backend::Rocksdb => {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let kv = ankusa_engine_rocksdb::RocksKv::open(dir.path()).map_err(|e| e.to_string())?;
+            Machine::new(&kv)?.run(steps, |_, _| {})
+        }
+        Backend::Fjall => {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let kv = ankusa_engine_fjall::FjallKv::open(dir.path()).map_err(|e| e.to_string())?;
+            Machine::new(&kv)?.run(steps, |_, _| {})
+        }
+    }
+}
+
+/// Says once, on stderr, what the state machine is about to run (a soak is
+/// long: its first line should say what it is).
+fn announce(cases: u32, backend: Backend) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| eprintln!("lanes_state_machine: {cases} cases on {} (ANKUSA_SOAK_CASES, ANKUSA_MODEL_BACKEND)", backend.name()));
+}
+
 proptest! {
     #![proptest_config(config(cases(DEFAULT_CASES)))]
 
     /// The state machine (issue 3): random interleavings of every transition,
-    /// checked after every step.
+    /// checked after every step, on `ANKUSA_MODEL_BACKEND` (memory by default).
     #[test]
     fn lanes_state_machine(steps in steps(MAX_STEPS)) {
-        run_case(&steps)?;
+        let backend = backend();
+        announce(cases(DEFAULT_CASES), backend);
+        run_on(backend, &steps).map_err(TestCaseError::fail)?;
     }
 }
 
