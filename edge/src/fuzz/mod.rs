@@ -56,9 +56,8 @@ use sha2::{Digest, Sha256};
 
 use crate::verify::{BASE64, mac, twilio_params};
 use crate::{
-    DEFAULT_TOLERANCE_MS, Header, HmacAlgorithm, HmacHeader, JSON_KEY_MAX_BYTES, KeySpec,
-    ParsedBody, Secret, SignatureEncoding, Verified, Verifier, VerifyError, dedupe, filter, hex,
-    ordering, slack,
+    DEFAULT_TOLERANCE_MS, Header, HmacAlgorithm, HmacHeader, JSON_KEY_MAX_BYTES, KeySpec, ParsedBody, Secret,
+    SignatureEncoding, Verified, Verifier, VerifyError, dedupe, filter, hex, ordering, slack,
 };
 use base64::Engine as _;
 
@@ -148,7 +147,10 @@ impl Case {
     /// the parts hold no line ends).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(
-            self.control.len() + self.body.len() + 2 + self.headers.iter().map(|(n, v)| n.len() + v.len() + 3).sum::<usize>(),
+            self.control.len()
+                + self.body.len()
+                + 2
+                + self.headers.iter().map(|(n, v)| n.len() + v.len() + 3).sum::<usize>(),
         );
         out.extend_from_slice(&self.control);
         out.push(b'\n');
@@ -198,15 +200,12 @@ impl Case {
 
     /// Whether the control line holds the word `flag`.
     pub fn flag(&self, flag: &str) -> bool {
-        self.words().iter().any(|w| *w == flag.as_bytes())
+        self.words().contains(&flag.as_bytes())
     }
 
     /// The values of the control words `key=...`, in order.
     pub fn values(&self, key: &str) -> Vec<&[u8]> {
-        self.words()
-            .into_iter()
-            .filter_map(|w| w.strip_prefix(key.as_bytes())?.strip_prefix(b"="))
-            .collect()
+        self.words().into_iter().filter_map(|w| w.strip_prefix(key.as_bytes())?.strip_prefix(b"=")).collect()
     }
 
     /// The clock of the case in unix seconds: `now=S` (decimal digits; a
@@ -576,7 +575,11 @@ pub fn key(from: KeyFrom, data: &[u8]) -> usize {
         };
         let ordering = ordering::ordering_key(spec, &headers, &parsed);
         resolved += usize::from(ordering.is_some());
-        assert_eq!(ordering, raw.and_then(|r| expected_key(r, ordering::ORDERING_KEY_MAX_BYTES)), "ordering key of {spec:?}");
+        assert_eq!(
+            ordering,
+            raw.and_then(|r| expected_key(r, ordering::ORDERING_KEY_MAX_BYTES)),
+            "ordering key of {spec:?}"
+        );
         assert!(ordering.as_ref().is_none_or(|k| !k.is_empty() && k.len() <= ordering::ORDERING_KEY_MAX_BYTES));
         let dk = dedupe::dedupe_key(spec, &headers, &parsed);
         assert_eq!(dk, raw.and_then(|r| expected_key(r, dedupe::DEDUPE_KEY_MAX_BYTES)), "dedupe key of {spec:?}");
@@ -590,7 +593,10 @@ pub fn key(from: KeyFrom, data: &[u8]) -> usize {
             assert!(cond(filter::Test::OneOf(vec![b"\xff".to_vec(), raw.to_vec()])).matches(&headers, &parsed));
             let mut other = raw.to_vec();
             other.push(0);
-            assert!(!cond(filter::Test::Equals(other)).matches(&headers, &parsed), "equals of a longer value, {spec:?}");
+            assert!(
+                !cond(filter::Test::Equals(other)).matches(&headers, &parsed),
+                "equals of a longer value, {spec:?}"
+            );
         } else {
             assert!(!cond(filter::Test::Prefix(Vec::new())).matches(&headers, &parsed), "prefix of no value, {spec:?}");
         }

@@ -220,7 +220,11 @@ pub fn request(data: &[u8]) -> Option<u16> {
             } else {
                 assert_ne!(status, StatusCode::OK, "a tampered request accepted: {text}");
                 let held = path.starts_with(b"/hooks/held");
-                assert!(status != StatusCode::ACCEPTED || held, "a tampered request held by {:?}", String::from_utf8_lossy(&path));
+                assert!(
+                    status != StatusCode::ACCEPTED || held,
+                    "a tampered request held by {:?}",
+                    String::from_utf8_lossy(&path)
+                );
             }
         }
         Some(status.as_u16())
