@@ -28,6 +28,9 @@ mod filter;
 mod signing;
 mod provider;
 mod leaks;
+mod store;
+mod crash;
+mod hangup;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]
