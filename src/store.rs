@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use ankusa_engine::{Cf, Durability, Kv, Read, hex};
+use ankusa_engine::{Cf, Durability, Kv, hex};
 use ankusa_keys::meta::decode_format;
 use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, TenantOrd};
 use ankusa_queue::{CheckReport, CounterFix, Registry, RowId, Violation, check_store, counter_fix_batch};

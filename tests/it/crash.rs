@@ -24,7 +24,7 @@
 //!   whose 200 the client never read);
 //! - it prints kills, acked, delivered, duplicates, violations.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,6 +45,10 @@ const FAIL_EVERY: usize = 7;
 /// this many kills, before the relay restarts on it; the other restarts
 /// recover from what the kill left, untouched.
 const CHECK_EVERY: usize = 5;
+/// A kill comes after at most this many new acknowledgements (while
+/// posting) and this many new requests at the receiver (while delivering).
+const MAX_ACKS_PER_KILL: u64 = 150;
+const MAX_REQUESTS_PER_KILL: u64 = 100;
 
 /// splitmix64: a small seeded generator (the kill moments).
 struct Rng(u64);
@@ -157,6 +161,20 @@ fn seed() -> u64 {
     })
 }
 
+/// Pauses (or resumes) both sources through the admin API.
+async fn pause(relay: &Relay, on: bool) {
+    let http = crate::relay::client();
+    for source in ["o", "u"] {
+        let url = format!("http://{}/v1/sources/{source}/{}", relay.admin, if on { "pause" } else { "resume" });
+        let mut req = http.post(url);
+        if on {
+            req = req.header("content-type", "application/json").body(r#"{"reason":"crash test backlog"}"#);
+        }
+        let resp = req.send().await.expect("admin API");
+        assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap_or_default());
+    }
+}
+
 /// The `N hooks` of `store check`'s clean summary.
 fn hooks_in(summary: &str) -> usize {
     let (_, rest) = summary.split_once(": clean (").unwrap_or_else(|| panic!("not a clean summary: {summary}"));
@@ -172,6 +190,85 @@ struct Figures {
     delivered: usize,
     duplicates: usize,
     violations: Vec<String>,
+}
+
+/// One request the receiver recorded, as [`verify`] reads it.
+#[derive(Clone, Debug)]
+struct Seen {
+    /// Arrival index at the receiver.
+    n: usize,
+    /// The hook: its key (`k..` ordered, `u..` unordered) and number.
+    key: String,
+    i: u64,
+    /// `x-ankusa-idempotency-key`.
+    id: String,
+    /// Answered 2xx (a delivery).
+    ok: bool,
+}
+
+/// What [`verify`] found.
+#[derive(Debug, Default)]
+struct Verdict {
+    /// Hooks delivered (2xx) at least once.
+    delivered: usize,
+    /// 2xx deliveries beyond each hook's first.
+    duplicates: usize,
+    violations: Vec<String>,
+}
+
+/// The crash test's checks on what the receiver recorded (`seen`, in arrival
+/// order) against what the relay acknowledged (`acked`, in ack order): every
+/// acknowledged hook delivered; per ordered key (`k..`), each request carries
+/// the same hook as the key's request before it (a repeat of the lane's most
+/// recent head) or a later one, and the first deliveries of the acknowledged
+/// hooks come in ack order; each hook under one idempotency key.
+fn verify(seen: &[Seen], acked: &[Ack]) -> Verdict {
+    let mut out = Verdict::default();
+    let mut per_hook: HashMap<(&str, u64), usize> = HashMap::new();
+    for s in seen.iter().filter(|s| s.ok) {
+        *per_hook.entry((s.key.as_str(), s.i)).or_default() += 1;
+    }
+    out.delivered = per_hook.len();
+    out.duplicates = per_hook.values().map(|n| n - 1).sum();
+    for a in acked {
+        if !per_hook.contains_key(&(a.key.as_str(), a.i)) {
+            out.violations.push(format!("acknowledged {}/{} (id {}) never delivered", a.key, a.i, a.id));
+        }
+    }
+    let mut by_key: BTreeMap<&str, Vec<&Seen>> = BTreeMap::new();
+    let mut ids: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
+    for s in seen {
+        ids.entry((s.key.as_str(), s.i)).or_default().insert(s.id.as_str());
+        if s.key.starts_with('k') {
+            by_key.entry(s.key.as_str()).or_default().push(s);
+        }
+    }
+    for (key, reqs) in &by_key {
+        for w in reqs.windows(2) {
+            if w[1].i < w[0].i {
+                out.violations.push(format!(
+                    "{key}: request {} carries hook {} after hook {} (not the lane's most recent head)",
+                    w[1].n, w[1].i, w[0].i
+                ));
+            }
+        }
+        let mut first = HashSet::new();
+        let acked_order: Vec<u64> = acked.iter().filter(|a| a.key == *key).map(|a| a.i).collect();
+        let delivered_order: Vec<u64> = reqs
+            .iter()
+            .filter(|s| s.ok && first.insert(s.i) && acked_order.contains(&s.i))
+            .map(|s| s.i)
+            .collect();
+        if delivered_order != acked_order {
+            out.violations.push(format!("{key}: acknowledged hooks delivered in the order {delivered_order:?}, acknowledged {acked_order:?}"));
+        }
+    }
+    for ((key, i), set) in &ids {
+        if set.len() != 1 {
+            out.violations.push(format!("{key}/{i} went out under {} idempotency keys: {set:?}", set.len()));
+        }
+    }
+    out
 }
 
 async fn crash_run(backend: &str) {
@@ -215,12 +312,26 @@ sources:
     for k in 0..kills {
         // 0: while posting (group commits); 1: while delivering only
         // (outcome flushes); 2: both.
-        let mode = rng.below(3);
+        let mut mode = rng.below(3);
+        let mut want_reqs = sink.requests().len() + 1 + rng.below(MAX_REQUESTS_PER_KILL) as usize;
+        if mode == 1 {
+            // A backlog to deliver: both sources paused (through the admin
+            // API) while the clients post, then resumed with the clients held;
+            // the kill comes before the backlog is through.
+            pause(&relay, true).await;
+            let acked0 = load.acked.lock().expect("lock").len();
+            let backlog = 20 + rng.below(MAX_REQUESTS_PER_KILL) as usize;
+            load.posting.store(true, Ordering::SeqCst);
+            until("a backlog acknowledged", Duration::from_secs(120), async || {
+                (load.acked.lock().expect("lock").len() >= acked0 + backlog).then_some(())
+            })
+            .await;
+            load.posting.store(false, Ordering::SeqCst);
+            want_reqs = sink.requests().len() + 1 + rng.below(backlog as u64) as usize;
+            pause(&relay, false).await;
+        }
         load.posting.store(mode != 1, Ordering::SeqCst);
-        let acked0 = load.acked.lock().expect("lock").len();
-        let reqs0 = sink.requests().len();
-        let want_acks = acked0 + 1 + rng.below(60) as usize;
-        let want_reqs = reqs0 + 1 + rng.below(40) as usize;
+        let want_acks = load.acked.lock().expect("lock").len() + 1 + rng.below(MAX_ACKS_PER_KILL) as usize;
         match mode {
             0 | 2 => {
                 until("hooks acknowledged before the kill", Duration::from_secs(120), async || {
@@ -236,14 +347,17 @@ sources:
             }
             _ => {
                 // With nothing pending there is nothing to deliver: kill anyway.
-                until("requests delivered before the kill", Duration::from_secs(120), async || {
+                let delivering = until("requests delivered before the kill", Duration::from_secs(120), async || {
                     if sink.requests().len() >= want_reqs {
-                        return Some(());
+                        return Some(true);
                     }
                     let m = relay.metrics().await;
-                    (m.get("ankusa_queue_pending") == Some(&0.0)).then_some(())
+                    (m.get("ankusa_queue_pending") == Some(&0.0)).then_some(false)
                 })
                 .await;
+                if !delivering {
+                    mode = 3;
+                }
             }
         }
         let extra_ms = if rng.below(2) == 0 { rng.below(30) } else { 0 };
@@ -251,7 +365,7 @@ sources:
             // Only to vary the moment; nothing is asserted about it.
             tokio::time::sleep(Duration::from_millis(extra_ms)).await;
         }
-        *moments.entry(["posting", "delivering", "posting+delivering"][mode as usize]).or_default() += 1;
+        *moments.entry(["posting", "delivering", "posting+delivering", "idle (queue empty)"][mode as usize]).or_default() += 1;
         load.up.store(false, Ordering::SeqCst);
         relay.kill();
         fig.kills += 1;
@@ -290,55 +404,21 @@ sources:
     assert!(status.success(), "final exit: {status}\n{}", relay.log());
 
     let reqs = sink.requests();
-    let delivered = sink.delivered();
-    let mut per_hook: HashMap<(String, u64), usize> = HashMap::new();
-    for r in &delivered {
-        if let Some(l) = label(r) {
-            *per_hook.entry(l).or_default() += 1;
-        }
-    }
-    fig.delivered = per_hook.len();
-    fig.duplicates = per_hook.values().map(|n| n - 1).sum();
-    for a in &acked {
-        if !per_hook.contains_key(&(a.key.clone(), a.i)) {
-            fig.violations.push(format!("acknowledged {}/{} (id {}) never delivered", a.key, a.i, a.id));
-        }
-    }
-    // Per ordered key, every request in arrival order: the same hook as the
-    // one before it (a repeat of the lane's most recent head) or a later one.
-    let mut by_key: BTreeMap<String, Vec<(u64, usize)>> = BTreeMap::new();
-    let mut ids: HashMap<(String, u64), HashSet<String>> = HashMap::new();
-    for r in &reqs {
-        let Some((key, i)) = label(r) else { continue };
-        ids.entry((key.clone(), i)).or_default().insert(r.id());
-        if key.starts_with('k') {
-            assert_eq!(r.key().as_deref(), Some(key.as_str()), "ordering key of {key}/{i}");
-            by_key.entry(key).or_default().push((i, r.n));
-        }
-    }
-    for (key, seq) in &by_key {
-        for w in seq.windows(2) {
-            let ((a, _), (b, n)) = (w[0], w[1]);
-            if b < a {
-                fig.violations.push(format!("{key}: request {n} carries hook {b} after hook {a} (not the lane's most recent head)"));
+    let ok: HashSet<usize> = sink.delivered().iter().map(|r| r.n).collect();
+    let seen: Vec<Seen> = reqs
+        .iter()
+        .filter_map(|r| {
+            let (key, i) = label(r)?;
+            if key.starts_with('k') {
+                assert_eq!(r.key().as_deref(), Some(key.as_str()), "ordering key of {key}/{i}");
             }
-        }
-        let firsts: Vec<u64> = {
-            let ok: HashSet<usize> = delivered.iter().map(|r| r.n).collect();
-            let mut seen = HashSet::new();
-            seq.iter().filter(|(_, n)| ok.contains(n)).map(|(i, _)| *i).filter(|i| seen.insert(*i)).collect()
-        };
-        let acked_order: Vec<u64> = acked.iter().filter(|a| &a.key == key).map(|a| a.i).collect();
-        let firsts_acked: Vec<u64> = firsts.iter().copied().filter(|i| acked_order.contains(i)).collect();
-        if firsts_acked != acked_order {
-            fig.violations.push(format!("{key}: delivered {firsts_acked:?}, acknowledged {acked_order:?}"));
-        }
-    }
-    for ((key, i), set) in &ids {
-        if set.len() != 1 {
-            fig.violations.push(format!("{key}/{i} went out under {} idempotency keys: {set:?}", set.len()));
-        }
-    }
+            Some(Seen { n: r.n, key, i, id: r.id(), ok: ok.contains(&r.n) })
+        })
+        .collect();
+    let v = verify(&seen, &acked);
+    fig.delivered = v.delivered;
+    fig.duplicates = v.duplicates;
+    fig.violations.extend(v.violations);
     // The final store: clean, nothing pending or dead, and exactly the hooks
     // the receiver got (a committed hook whose 200 was never read included).
     let (status, out) = store_check(&data, &[]);
@@ -381,4 +461,56 @@ async fn sigkill_at_random_moments_loses_and_reorders_nothing_on_rocksdb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_loses_and_reorders_nothing_on_fjall() {
     crash_run("fjall").await;
+}
+
+/// The checks of the crash test catch what they are there for: a lost hook,
+/// a reordered key, a duplicate of a head already released, a hook under two
+/// idempotency keys; and pass a repeated head, a retry after a 500 and an
+/// unordered duplicate.
+#[test]
+fn the_crash_checks_catch_a_lost_a_reordered_and_a_stale_hook() {
+    let ack = |key: &str, i: u64| Ack { key: key.to_owned(), i, id: format!("{key}-{i}") };
+    let mut n = 0;
+    let mut req = |key: &str, i: u64, ok: bool| {
+        n += 1;
+        Seen { n, key: key.to_owned(), i, id: format!("{key}-{i}"), ok }
+    };
+    let fine = vec![
+        req("k0", 0, false),
+        req("k0", 0, true),
+        req("k0", 0, true),
+        req("k0", 1, true),
+        req("k0", 2, true),
+        req("u0", 0, true),
+        req("u0", 0, true),
+        req("k1", 1, true),
+    ];
+    let acked = [ack("k0", 0), ack("k0", 2), ack("u0", 0), ack("k1", 1)];
+    let v = verify(&fine, &acked);
+    assert_eq!(v.violations, Vec::<String>::new());
+    assert_eq!((v.delivered, v.duplicates), (5, 2));
+
+    let mut bad = fine.clone();
+    // k0: hook 1 again after hook 2 went out (a released head resent).
+    bad.push(req("k0", 1, true));
+    // k1: hook 0 (acknowledged first) delivered after hook 1.
+    bad.push(req("k1", 0, true));
+    // k2: acknowledged, never delivered. u1: one hook, two ids.
+    let mut twice = req("u1", 0, true);
+    bad.push(twice.clone());
+    twice.id = "another".into();
+    bad.push(twice);
+    let acked = [ack("k0", 0), ack("k0", 2), ack("u0", 0), ack("k1", 0), ack("k1", 1), ack("k2", 0), ack("u1", 0)];
+    let v = verify(&bad, &acked);
+    assert_eq!(
+        v.violations,
+        [
+            "acknowledged k2/0 (id k2-0) never delivered".to_owned(),
+            "k0: request 9 carries hook 1 after hook 2 (not the lane's most recent head)".to_owned(),
+            "k1: request 10 carries hook 0 after hook 1 (not the lane's most recent head)".to_owned(),
+            "k1: acknowledged hooks delivered in the order [1, 0], acknowledged [0, 1]".to_owned(),
+            "u1/0 went out under 2 idempotency keys: {\"another\", \"u1-0\"}".to_owned(),
+        ],
+        "{v:#?}"
+    );
 }
