@@ -313,7 +313,7 @@ sources:
         // 0: while posting (group commits); 1: while delivering only
         // (outcome flushes); 2: both.
         let mut mode = rng.below(3);
-        let mut want_reqs = sink.requests().len() + 1 + rng.below(MAX_REQUESTS_PER_KILL) as usize;
+        let mut want_reqs = sink.request_count() + 1 + rng.below(MAX_REQUESTS_PER_KILL) as usize;
         if mode == 1 {
             // A backlog to deliver: both sources paused (through the admin
             // API) while the clients post, then resumed with the clients held;
@@ -327,7 +327,7 @@ sources:
             })
             .await;
             load.posting.store(false, Ordering::SeqCst);
-            want_reqs = sink.requests().len() + 1 + rng.below(backlog as u64) as usize;
+            want_reqs = sink.request_count() + 1 + rng.below(backlog as u64) as usize;
             pause(&relay, false).await;
         }
         load.posting.store(mode != 1, Ordering::SeqCst);
@@ -340,7 +340,7 @@ sources:
                 .await;
                 if mode == 2 {
                     until("requests delivered before the kill", Duration::from_secs(120), async || {
-                        (sink.requests().len() >= want_reqs).then_some(())
+                        (sink.request_count() >= want_reqs).then_some(())
                     })
                     .await;
                 }
@@ -348,7 +348,7 @@ sources:
             _ => {
                 // With nothing pending there is nothing to deliver: kill anyway.
                 let delivering = until("requests delivered before the kill", Duration::from_secs(120), async || {
-                    if sink.requests().len() >= want_reqs {
+                    if sink.request_count() >= want_reqs {
                         return Some(true);
                     }
                     let m = relay.metrics().await;
@@ -376,6 +376,9 @@ sources:
             }
         }
         relay.restart().await;
+        if (k + 1) % 10 == 0 {
+            println!("crash test on {backend}: {} kills, {} acked, {:.0} s", k + 1, load.acked.lock().expect("lock").len(), started.elapsed().as_secs_f64());
+        }
         *load.base.lock().expect("lock") = format!("http://{}", relay.ingest);
         load.up.store(true, Ordering::SeqCst);
     }
@@ -389,19 +392,29 @@ sources:
     let want: HashSet<(String, u64)> = acked.iter().map(|a| (a.key.clone(), a.i)).collect();
     assert_eq!(want.len(), acked.len(), "a hook acknowledged twice");
 
-    // Drain: every acknowledged hook delivered and nothing pending.
-    until("every acknowledged hook delivered and the queue empty", Duration::from_secs(300), async || {
+    // Drain: every acknowledged hook delivered and nothing pending. Past the
+    // deadline the run goes on to its checks, which name what is missing.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
         let got: HashSet<(String, u64)> = sink.delivered().iter().filter_map(label).collect();
-        if !want.is_subset(&got) {
-            return None;
-        }
         let m = relay.metrics().await;
-        (m.get("ankusa_queue_pending") == Some(&0.0)).then_some(())
-    })
-    .await;
+        if want.is_subset(&got) && m.get("ankusa_queue_pending") == Some(&0.0) {
+            break;
+        }
+        if Instant::now() > deadline {
+            let mut gauges: Vec<String> =
+                m.iter().filter(|(k, _)| k.starts_with("ankusa_queue") || k.starts_with("ankusa_dispatch") || k.starts_with("ankusa_dlq")).map(|(k, v)| format!("{k} {v}")).collect();
+            gauges.sort();
+            fig.violations.push(format!("not drained 300 s after the last kill: {gauges:?}"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     relay.sigterm();
     let status = relay.wait_exit(Duration::from_secs(120)).await;
-    assert!(status.success(), "final exit: {status}\n{}", relay.log());
+    if !status.success() {
+        fig.violations.push(format!("final exit: {status}\n{}", relay.log()));
+    }
 
     let reqs = sink.requests();
     let ok: HashSet<usize> = sink.delivered().iter().map(|r| r.n).collect();
@@ -435,7 +448,7 @@ sources:
     }
     println!(
         "crash test on {backend} (seed {seed}): kills {}, acked {}, delivered {}, duplicates {}, violations {} \
-         ({} posts unanswered, {} refused, {} requests, kill moments {moments:?}, {:.0} s)",
+         ({} posts unanswered, {} refused, {} requests, {} failed accepts at the receiver, kill moments {moments:?}, {:.0} s)",
         fig.kills,
         fig.acked,
         fig.delivered,
@@ -444,10 +457,24 @@ sources:
         load.unanswered.load(Ordering::SeqCst),
         load.refused.load(Ordering::SeqCst),
         reqs.len(),
+        sink.accept_errors(),
         started.elapsed().as_secs_f64(),
     );
     for v in &fig.violations {
         println!("violation: {v}");
+    }
+    if !fig.violations.is_empty() {
+        // Keep the store, the logs and the receiver's record for a post-mortem.
+        let keep = std::env::temp_dir().join(format!("ankusa-crash-{backend}-{seed}"));
+        let copied = std::process::Command::new("cp").arg("-a").arg(relay.dir.path()).arg(&keep).status();
+        let record: Vec<String> = reqs
+            .iter()
+            .map(|r| format!("{} {:?} {} {:?} {}", r.n, sink.answer_of(r.n), r.id(), r.key(), String::from_utf8_lossy(&r.body)))
+            .collect();
+        let _ = std::fs::write(keep.join("receiver.txt"), record.join("\n"));
+        let acks: Vec<String> = acked.iter().map(|a| format!("{} {} {}", a.key, a.i, a.id)).collect();
+        let _ = std::fs::write(keep.join("acked.txt"), acks.join("\n"));
+        println!("kept the store, the relay's logs and the record in {} ({copied:?})", keep.display());
     }
     assert!(fig.violations.is_empty(), "{} violations (seed {seed}): {:#?}", fig.violations.len(), fig.violations);
     assert!(fig.kills >= kills && fig.acked > 0 && fig.delivered >= fig.acked, "{fig:?}");
