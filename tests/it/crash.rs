@@ -49,6 +49,9 @@ const CHECK_EVERY: usize = 5;
 /// posting) and this many new requests at the receiver (while delivering).
 const MAX_ACKS_PER_KILL: u64 = 150;
 const MAX_REQUESTS_PER_KILL: u64 = 100;
+/// The clients wait before a kill cycle while the relay has this many
+/// deliveries pending.
+const MAX_BACKLOG: f64 = 400.0;
 
 /// splitmix64: a small seeded generator (the kill moments).
 struct Rng(u64);
@@ -312,6 +315,15 @@ sources:
     for k in 0..kills {
         // 0: while posting (group commits); 1: while delivering only
         // (outcome flushes); 2: both.
+        // Backpressure: when the relay has more than MAX_BACKLOG pending,
+        // the clients wait until it delivers below that, so the backlog (and
+        // the final drain) stays bounded however slow the store is.
+        load.posting.store(false, Ordering::SeqCst);
+        until("the backlog below its bound", Duration::from_secs(600), async || {
+            let m = relay.metrics().await;
+            m.get("ankusa_queue_pending").is_some_and(|p| *p < MAX_BACKLOG).then_some(())
+        })
+        .await;
         let mut mode = rng.below(3);
         let mut want_reqs = sink.request_count() + 1 + rng.below(MAX_REQUESTS_PER_KILL) as usize;
         if mode == 1 {

@@ -142,11 +142,12 @@ impl Sink {
             loop {
                 let stream = match listener.accept().await {
                     Ok((stream, _)) => stream,
-                    // A connection aborted before it was accepted (the relay
-                    // SIGKILLed while it connects: the crash test). The
-                    // receiver keeps listening: when this loop ended on it,
-                    // the port was free for another test's server, whose
-                    // answers the relay then took for this receiver's.
+                    // A connection aborted before it was accepted (a relay
+                    // SIGKILLed while it connects, as the crash test does
+                    // hundreds of times). The receiver keeps listening: an
+                    // accept loop that ended on it would free the port for
+                    // any other server. Counted (`accept_errors`); none seen
+                    // so far.
                     Err(_) => {
                         st.accept_errors.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(1)).await;
