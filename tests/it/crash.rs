@@ -312,6 +312,7 @@ sources:
     let mut fig = Figures::default();
     let started = Instant::now();
     let mut moments: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut restarts: Vec<Duration> = Vec::new();
     for k in 0..kills {
         // 0: while posting (group commits); 1: while delivering only
         // (outcome flushes); 2: both.
@@ -387,9 +388,17 @@ sources:
                 fig.violations.push(format!("store check after kill {}: {status}: {out}", k + 1));
             }
         }
+        let restart = Instant::now();
         relay.restart().await;
+        restarts.push(restart.elapsed());
         if (k + 1) % 10 == 0 {
-            println!("crash test on {backend}: {} kills, {} acked, {:.0} s", k + 1, load.acked.lock().expect("lock").len(), started.elapsed().as_secs_f64());
+            let last: Vec<u128> = restarts[restarts.len() - 10..].iter().map(Duration::as_millis).collect();
+            println!(
+                "crash test on {backend}: {} kills, {} acked, {:.0} s (the last 10 restarts until ready, ms: {last:?})",
+                k + 1,
+                load.acked.lock().expect("lock").len(),
+                started.elapsed().as_secs_f64()
+            );
         }
         *load.base.lock().expect("lock") = format!("http://{}", relay.ingest);
         load.up.store(true, Ordering::SeqCst);
