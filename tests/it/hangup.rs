@@ -4,7 +4,12 @@
 //! many moments around the commit (many at once, so group commits mix them).
 //! A hook that was committed is delivered although its 200 was never read;
 //! one that was not leaves nothing behind: after a clean stop, `ankusa store
-//! check` counts exactly the hooks the receiver got. Then the provider's
+//! check` counts exactly the hooks the receiver got. The stop (SIGTERM) comes
+//! as soon as the last client has hung up, so the hooks whose handlers are
+//! still running then are refused (503, never read) and not committed: how
+//! many is a matter of timing (0 to a few dozen in the runs so far; the edge
+//! finished every other hook whatever the manner of the hang-up), and the
+//! checks hold for any split. Then the provider's
 //! retries (same `webhook-id`) are each answered 200: "duplicate" with the
 //! delivered hook's id for a committed one, a new hook for the others, and in
 //! the end every hook went out under exactly one idempotency key.
@@ -21,7 +26,7 @@ use crate::store::store_check;
 
 const HOOKS: u64 = 160;
 /// Hangups at once.
-const AT_ONCE: usize = 12;
+const AT_ONCE: usize = 40;
 /// The delays (ms) between the last byte written and the hang-up.
 const DELAYS_MS: [u64; 8] = [0, 0, 1, 2, 3, 5, 8, 13];
 
@@ -131,10 +136,12 @@ sources:
     let delivered: HashSet<u64> = sink.delivered().iter().filter_map(number).collect();
     assert_eq!(delivered.len(), first.len(), "every request the receiver got was answered 200");
     assert_eq!(stored, delivered.len(), "the store holds exactly the hooks the receiver got: {delivered:?}");
+    let mut missing: Vec<u64> = (0..HOOKS).filter(|i| !delivered.contains(i)).collect();
+    missing.sort_unstable();
     println!(
-        "hang-ups: {HOOKS}, committed (delivered without the client reading its 200) {}, not committed {}",
+        "hang-ups: {HOOKS}, committed (delivered without the client reading its 200) {}, not committed {} {missing:?}",
         delivered.len(),
-        HOOKS as usize - delivered.len()
+        missing.len()
     );
 
     // The provider retries every hook it got no answer for: all of them.
