@@ -8,8 +8,9 @@ use ankusa_keys::{
     ActiveKey, CounterField, CounterKey, DeadLetterKey, DeadLetterValue, DedupeKey, DedupeValue,
     DeliveryKey, DeliveryRow, DueKey, DueKind, DueValue, Family, HookKey, InFlightKey,
     InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey,
-    LaneMemberValue, QuarantinedKey, QuarantinedValue, RowState, TenantOrd, counter_key, decode_counter_value,
-    decode_empty_value, deliveries_range, family_range, hooks_range, is_sentinel,
+    LaneMemberValue, QuarantinedKey, QuarantinedValue, RowState, TenantOrd, counter_key,
+    decode_counter_value, decode_empty_value, deliveries_range, family_range, hooks_range,
+    is_sentinel,
 };
 
 use crate::{QueueError, RowId};
@@ -636,12 +637,24 @@ impl Checker {
         let sum = |field: CounterField| -> u64 {
             self.tallies
                 .values()
-                .map(|t| t.counts.get(&field).copied().unwrap_or(0).max(0).unsigned_abs())
+                .map(|t| {
+                    t.counts
+                        .get(&field)
+                        .copied()
+                        .unwrap_or(0)
+                        .max(0)
+                        .unsigned_abs()
+                })
                 .sum()
         };
         let mut tenants: BTreeSet<TenantOrd> = self.tallies.keys().copied().collect();
         tenants.extend(self.hooks.iter().map(|(t, _)| *t));
-        tenants.extend(self.counters.keys().map(|(t, _)| *t).filter(|t| t.is_tenant()));
+        tenants.extend(
+            self.counters
+                .keys()
+                .map(|(t, _)| *t)
+                .filter(|t| t.is_tenant()),
+        );
         Census {
             tenants: tenants.len() as u64,
             hooks: self.hooks.len() as u64,
