@@ -15,6 +15,7 @@
 //!   on a stopped store (`store`).
 
 mod admin_cli;
+mod limits;
 mod send;
 mod serve;
 mod sinks;

@@ -9,6 +9,13 @@
 //! destination that does not answer: those rows stay claimed and are
 //! delivered again after the next start), then the process exits 0. Nothing acknowledged is lost: it
 //! was committed `Sync` before its 200.
+//!
+//! Limits (issue 14; [`crate::limits`]): before anything else `serve` fixes
+//! the allocator's mmap threshold, raises its file-descriptor soft limit to
+//! the hard limit and splits it between the store, the sinks and the two
+//! listeners' connection caps (one log line gives the limit and the caps; a
+//! limit too low for the configuration refuses the start, saying how many it
+//! needs). The body budget is `listeners.body_budget_bytes`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +38,8 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
+    // Before any thread exists (mallopt is not for a running program).
+    let large_blocks_returned = crate::limits::return_large_blocks();
     init_logs();
     let cfg = match load(config.as_deref()) {
         Ok(c) => c,
@@ -40,6 +49,16 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let fds = match file_descriptors(&cfg) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("ankusa: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !large_blocks_returned {
+        tracing::debug!("the C library's mmap threshold is its own: large freed blocks may stay resident");
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -55,8 +74,9 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
         match cfg.node.store {
             #[cfg(feature = "rocksdb")]
             StoreBackend::RocksDb => {
-                let kv = ankusa_engine_rocksdb::RocksKv::open(&store_dir).map_err(|e| in_use(&store_dir, e.into()))?;
-                run(Arc::new(kv), cfg, drop_unconfigured).await
+                let kv = ankusa_engine_rocksdb::RocksKv::open_with_file_limit(&store_dir, fds.store_files)
+                    .map_err(|e| in_use(&store_dir, e.into()))?;
+                run(Arc::new(kv), cfg, drop_unconfigured, fds).await
             }
             #[cfg(not(feature = "rocksdb"))]
             StoreBackend::RocksDb => anyhow::bail!(
@@ -64,10 +84,11 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
                  (cargo build --no-default-features): build it with the feature, or set node.store: fjall"
             ),
             StoreBackend::Fjall => {
-                let kv = ankusa_engine_fjall::FjallKv::open(&store_dir).map_err(|e| in_use(&store_dir, e.into()))?;
-                run(Arc::new(kv), cfg, drop_unconfigured).await
+                let kv = ankusa_engine_fjall::FjallKv::open_with_file_limit(&store_dir, fds.store_files)
+                    .map_err(|e| in_use(&store_dir, e.into()))?;
+                run(Arc::new(kv), cfg, drop_unconfigured, fds).await
             }
-            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured).await,
+            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured, fds).await,
         }
     });
     match result {
@@ -84,6 +105,41 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
 /// looks for).
 pub fn store_dir(data_dir: &std::path::Path, backend: &str) -> PathBuf {
     data_dir.join(format!("store-{backend}"))
+}
+
+/// Raises the file-descriptor soft limit to the hard limit and splits it
+/// ([`crate::limits::budget`]); logs the limit and the shares in one line.
+///
+/// # Errors
+/// The limit is too low for `cfg` (the message says how many it needs).
+fn file_descriptors(cfg: &Config) -> Result<crate::limits::FdBudget, String> {
+    let nofile = match crate::limits::raise_nofile() {
+        Ok(n) => n,
+        Err((e, Some(n))) => {
+            warn!(error = %e, soft = n.soft, hard = n.hard, "could not raise the file-descriptor soft limit to the hard limit");
+            n
+        }
+        Err((e, None)) => return Err(format!("cannot read the file-descriptor limit (getrlimit): {e}")),
+    };
+    let b = crate::limits::budget(nofile.soft, crate::limits::sink_fds(cfg))?;
+    info!(
+        nofile = b.nofile,
+        soft_at_start = nofile.before,
+        hard = nofile.hard,
+        store_files = b.store_files,
+        sink_fds = b.sink_fds,
+        ingest_connections = b.ingest_connections,
+        admin_connections = b.admin_connections,
+        body_budget_bytes = cfg.listeners.body_budget_bytes,
+        "file-descriptor limit {} (soft limit at start {}): store {} files, sinks {}, ingest {} connections, admin {} connections",
+        b.nofile,
+        nofile.before,
+        b.store_files,
+        b.sink_fds,
+        b.ingest_connections,
+        b.admin_connections,
+    );
+    Ok(b)
 }
 
 /// A store that cannot be opened because its lock is held says so: another
@@ -194,7 +250,7 @@ fn prepare_store<K: Kv>(kv: &K) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow::Result<()> {
+async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate::limits::FdBudget) -> anyhow::Result<()> {
     // First: a SIGTERM from here on is a clean shutdown (shutdown_signal).
     let mut shutdown = Box::pin(shutdown_signal());
     prepare_store(&*kv)?;
@@ -303,13 +359,17 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         .with_context(|| format!("listeners.admin: cannot bind {}", cfg.listeners.admin))?;
     let wake = pipeline_handle.clone();
     let shutting_down = Arc::new(AtomicBool::new(false));
-    let stats = Arc::new(EdgeStats::default());
+    let stats = Arc::new(EdgeStats {
+        body_budget: ankusa_edge::server::limits::BodyBudget::new(cfg.listeners.body_budget_bytes),
+        ..EdgeStats::default()
+    });
     let edge = Arc::new(Edge {
         kv: Arc::clone(&kv),
         writer: writer_handle,
         on_commit: Box::new(move || wake.wake()),
         sources: edge_routes,
         body_limit_bytes: cfg.listeners.body_limit_bytes,
+        max_connections: fds.ingest_connections,
         node_max_pending: cfg.node.max_pending,
         node_max_pending_bytes: cfg.node.max_pending_bytes,
         shutting_down: Arc::clone(&shutting_down),
@@ -326,6 +386,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
         Arc::new(cfg.clone()),
         registry.clone(),
     );
+    admin_state.max_connections = fds.admin_connections;
     admin_state.paused_sinks = Arc::clone(&pipeline_handle.paused_sinks);
     admin_state.retention_hooks_deleted = Arc::clone(&retention_stats.hooks_deleted);
     admin_state.retention_dedupe_expired = Arc::clone(&retention_stats.dedupe_expired);
@@ -372,20 +433,34 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     let mut pipeline_task = pipeline_task;
     let mut writer_task = writer_task;
     let mut retention_task = retention_task;
-    tokio::select! {
-        r = &mut retention_task => {
-            error!("the retention sweep stopped: {r:?}");
-            bail!("the retention sweep stopped unexpectedly (store failure): {r:?}");
+    let failed = tokio::select! {
+        r = &mut retention_task => Some(("the retention sweep", ended(r))),
+        _ = &mut shutdown => {
+            info!("shutting down: no new hooks; finishing commits and deliveries in flight");
+            None
         }
-        _ = &mut shutdown => info!("shutting down: no new hooks; finishing commits and deliveries in flight"),
-        r = &mut pipeline_task => {
-            error!("the pipeline stopped: {r:?}");
-            bail!("the pipeline stopped unexpectedly: {r:?}");
+        r = &mut pipeline_task => Some(("the pipeline", ended(r))),
+        r = &mut writer_task => Some(("the Writer", ended(r))),
+    };
+    if let Some((task, why)) = failed {
+        // Fail-stop (docs/design.md section 5, "A store failure"): a failed
+        // commit or sync poisoned the store handle, or a task met a store it
+        // cannot carry on with (or panicked). Nothing more is committed or
+        // acknowledged; the requests in progress get their 503 before the
+        // process exits.
+        error!(
+            error = %why,
+            "{task} stopped; stopping the node (fail-stop, exit status 1). \
+             Every hook answered 200 was committed before its answer and is delivered after a restart; \
+             if the store failed, restart once it can be written again (a full disk: free space first)"
+        );
+        shutting_down.store(true, Ordering::SeqCst);
+        admin_hold.detach_edge();
+        let _ = shutdown_tx.send(true);
+        if tokio::time::timeout(FAIL_STOP_GRACE, edge_task).await.is_err() {
+            warn!(grace_s = FAIL_STOP_GRACE.as_secs(), "ingest requests still open at the fail-stop; closing them");
         }
-        r = &mut writer_task => {
-            error!("the writer stopped: {r:?}");
-            bail!("the writer stopped unexpectedly (store failure): {r:?}");
-        }
+        bail!("{task} stopped: {why}");
     }
     shutting_down.store(true, Ordering::SeqCst);
     // The admin API's hold on the edge keeps the Writer alive: let it go.
@@ -407,6 +482,20 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool) -> anyhow:
     let _ = admin_task.await;
     info!("stopped cleanly");
     Ok(())
+}
+
+/// How long a failing node lets the ingest requests in progress get their
+/// answers (503: the Writer is gone or the store poisoned) before it exits.
+const FAIL_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What a task that must not end on its own (the Writer, the pipeline, the
+/// retention sweep) ended with, for the fail-stop's log line and exit error.
+fn ended<E: std::fmt::Display>(r: Result<Result<(), E>, tokio::task::JoinError>) -> String {
+    match r {
+        Ok(Err(e)) => e.to_string(),
+        Ok(Ok(())) => "it returned while the node was running".to_owned(),
+        Err(e) => format!("its task failed: {e}"),
+    }
 }
 
 /// The pipeline's controls as the admin API calls them (docs/design.md

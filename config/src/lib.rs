@@ -136,6 +136,10 @@ pub mod defaults {
     /// payloads (the largest of the providers we know), so no real provider
     /// delivery is refused by default.
     pub const BODY_LIMIT_BYTES: u64 = 25 << 20;
+    /// `listeners.body_budget_bytes`: 256 MiB of request bodies in memory at
+    /// once, all ingest connections together (ten bodies of the default
+    /// `body_limit_bytes`).
+    pub const BODY_BUDGET_BYTES: u64 = 256 << 20;
     /// `dispatch.batch`.
     pub const BATCH: u32 = 64;
     /// `dispatch.sink_concurrency`.
@@ -195,6 +199,9 @@ pub mod limits {
     /// `listeners.body_limit_bytes`: 256 MiB (a body is held in memory
     /// whole while it is verified and committed).
     pub const BODY_LIMIT_BYTES: u64 = 256 << 20;
+    /// `listeners.body_budget_bytes`: 16 GiB (it is memory the node may
+    /// hold at once).
+    pub const BODY_BUDGET_BYTES: u64 = 16 << 30;
     /// `dispatch.batch`: 10,000 rows claimed per scan.
     pub const BATCH: u32 = 10_000;
     /// `dispatch.sink_concurrency`: 10,000 calls at once per sink.

@@ -51,6 +51,7 @@ pub(crate) struct RawListeners {
     pub admin_token: Option<String>,
     pub metrics_require_token: Option<bool>,
     pub body_limit_bytes: Option<u64>,
+    pub body_budget_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

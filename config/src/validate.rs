@@ -226,12 +226,29 @@ fn listeners(raw: &RawConfig, env: EnvLookup<'_>, p: &mut Problems) -> Listeners
         "body_limit_bytes",
         p,
     );
+    let body_budget_bytes = bounded(
+        l.body_budget_bytes,
+        d::BODY_BUDGET_BYTES,
+        max::BODY_BUDGET_BYTES,
+        &scope,
+        "body_budget_bytes",
+        p,
+    );
+    // A body the limit lets in must fit the budget, or it could never be read.
+    if body_budget_bytes < body_limit_bytes {
+        p.push(
+            &scope,
+            "body_budget_bytes",
+            format!("{body_budget_bytes} is below body_limit_bytes ({body_limit_bytes}): a body of the largest size accepted could never be read"),
+        );
+    }
     Listeners {
         ingest,
         admin,
         admin_token,
         metrics_require_token,
         body_limit_bytes,
+        body_budget_bytes,
     }
 }
 

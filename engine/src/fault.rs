@@ -12,6 +12,10 @@
 //! caller that retries, or a store that fails "for a while" (a full disk
 //! that gets space back).
 //!
+//! A write can also be chosen by what it writes ([`FaultKv::fail_write_where`]:
+//! the first batch a predicate accepts), so a test fails exactly the commit it
+//! means (one pipeline flush, say) whatever other writes run beside it.
+//!
 //! Reads are never failed: they go to the wrapped store unchanged.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,18 +25,22 @@ use crate::{Batch, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, K
 
 const BACKEND: &str = "fault";
 
+/// Chooses a batch to fail ([`FaultKv::fail_write_where`]).
+type BatchFilter = Box<dyn Fn(&Batch) -> bool + Send + Sync>;
+
 /// A [`Kv`] that fails chosen writes and syncs of the store it wraps.
 ///
 /// Counting: [`FaultKv::writes`] and [`FaultKv::syncs`] count calls (injected
 /// failures included, calls refused because the wrapper is poisoned not);
 /// [`Kv::stats`] is the wrapped store's.
-#[derive(Debug)]
 pub struct FaultKv<K> {
     inner: K,
     transient: bool,
     poison: Poison,
     /// Writes to fail: the next `n` from the moment it was set.
     fail_writes: AtomicU64,
+    /// The next write whose batch this accepts fails (then it is cleared).
+    fail_where: Mutex<Option<BatchFilter>>,
     /// Syncs to fail, likewise.
     fail_syncs: AtomicU64,
     writes: AtomicU64,
@@ -44,6 +52,19 @@ pub struct FaultKv<K> {
     permits_changed: Condvar,
 }
 
+impl<K: std::fmt::Debug> std::fmt::Debug for FaultKv<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultKv")
+            .field("inner", &self.inner)
+            .field("transient", &self.transient)
+            .field("fail_writes", &self.fail_writes)
+            .field("fail_syncs", &self.fail_syncs)
+            .field("writes", &self.writes)
+            .field("syncs", &self.syncs)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<K: Kv> FaultKv<K> {
     /// Wraps `inner`; an injected failure poisons the wrapper, as a real
     /// engine's failed commit or sync poisons its handle.
@@ -53,6 +74,7 @@ impl<K: Kv> FaultKv<K> {
             transient: false,
             poison: Poison::default(),
             fail_writes: AtomicU64::new(0),
+            fail_where: Mutex::new(None),
             fail_syncs: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
@@ -73,9 +95,31 @@ impl<K: Kv> FaultKv<K> {
         &self.inner
     }
 
+    /// The wrapped store, the wrapper gone: what a restart after a failure
+    /// opens again (an injected failure never poisons the wrapped store, only
+    /// the wrapper).
+    pub fn into_inner(self) -> K {
+        self.inner
+    }
+
     /// The next `n` writes fail (each applies nothing).
     pub fn fail_next_writes(&self, n: u64) {
         self.fail_writes.store(n, Ordering::SeqCst);
+    }
+
+    /// The first later write whose batch `chosen` accepts fails (it applies
+    /// nothing, as [`FaultKv::fail_next_writes`]); the writes before it, and
+    /// every write after it on a transient wrapper, go through. A second call
+    /// replaces a choice not yet used. `chosen` runs for each write until it
+    /// accepts one, under a lock: keep it cheap and never write from it.
+    pub fn fail_write_where(&self, chosen: impl Fn(&Batch) -> bool + Send + Sync + 'static) {
+        *self.fail_where.lock().unwrap_or_else(PoisonError::into_inner) = Some(Box::new(chosen));
+    }
+
+    /// Whether a choice of [`FaultKv::fail_write_where`] is still waiting for
+    /// its batch.
+    pub fn write_choice_pending(&self) -> bool {
+        self.fail_where.lock().unwrap_or_else(PoisonError::into_inner).is_some()
     }
 
     /// The next `n` syncs fail (and so does a `Durability::Sync` write, whose
@@ -131,11 +175,23 @@ impl<K: Kv> FaultKv<K> {
         counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
     }
 
-    fn injected(&self, op: &'static str) -> EngineError {
-        if !self.transient {
-            self.poison.set();
+    /// Whether `batch` is the one [`FaultKv::fail_write_where`] waits for
+    /// (the choice is then used up).
+    fn chosen(&self, batch: &Batch) -> bool {
+        let mut f = self.fail_where.lock().unwrap_or_else(PoisonError::into_inner);
+        if f.as_ref().is_some_and(|f| f(batch)) {
+            *f = None;
+            return true;
         }
-        EngineError::Backend { backend: BACKEND, op, message: format!("injected {op} failure") }
+        false
+    }
+
+    fn injected(&self, op: &'static str) -> EngineError {
+        let e = EngineError::Backend { backend: BACKEND, op, message: format!("injected {op} failure") };
+        if !self.transient {
+            self.poison.set_by(&e);
+        }
+        e
     }
 
     fn sync_inner(&self) -> Result<(), EngineError> {
@@ -177,7 +233,7 @@ impl<K: Kv> Kv for FaultKv<K> {
     fn write(&self, batch: Batch, durability: Durability) -> Result<(), EngineError> {
         self.poison.check(BACKEND)?;
         self.writes.fetch_add(1, Ordering::SeqCst);
-        if FaultKv::<K>::take(&self.fail_writes) {
+        if FaultKv::<K>::take(&self.fail_writes) || self.chosen(&batch) {
             return Err(self.injected("write"));
         }
         self.inner.write(batch, Durability::Buffered)?;
@@ -203,6 +259,7 @@ impl<K: Kv> Kv for FaultKv<K> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use std::sync::Arc;
 
     use super::*;
@@ -222,7 +279,8 @@ mod tests {
         let err = kv.write(put("b"), Durability::Buffered).unwrap_err();
         assert!(matches!(err, EngineError::Backend { backend: "fault", op: "write", .. }), "{err}");
         assert_eq!(kv.get(Cf::Meta, b"b").unwrap(), None);
-        assert!(matches!(kv.write(put("c"), Durability::Buffered), Err(EngineError::Poisoned { .. })));
+        let refused = kv.write(put("c"), Durability::Buffered).unwrap_err();
+        assert!(matches!(&refused, EngineError::Poisoned { cause, .. } if cause.contains("injected write failure")), "{refused}");
         assert!(matches!(kv.sync(), Err(EngineError::Poisoned { .. })));
         assert_eq!(kv.get(Cf::Meta, b"a").unwrap().as_deref(), Some(&b"1"[..]));
         assert_eq!(kv.writes(), 2);
@@ -244,6 +302,25 @@ mod tests {
         assert!(kv.write(put("b"), Durability::Sync).is_err());
         assert_eq!(kv.get(Cf::Meta, b"b").unwrap().as_deref(), Some(&b"1"[..]));
         assert_eq!((kv.writes(), kv.syncs(), kv.syncs_started()), (4, 3, 3));
+    }
+
+    #[test]
+    fn a_write_chosen_by_its_batch_fails_and_the_others_pass() {
+        let kv = FaultKv::transient(MemoryKv::new());
+        kv.fail_write_where(|b| b.ops().iter().any(|op| matches!(op, crate::Op::Put { key, .. } if key == b"b")));
+        assert!(kv.write_choice_pending());
+        kv.write(put("a"), Durability::Buffered).unwrap();
+        let err = kv.write(put("b"), Durability::Buffered).unwrap_err();
+        assert!(matches!(err, EngineError::Backend { op: "write", .. }), "{err}");
+        assert!(!kv.write_choice_pending());
+        assert_eq!(kv.get(Cf::Meta, b"b").unwrap(), None);
+        // Used up: the same batch goes through now.
+        kv.write(put("b"), Durability::Buffered).unwrap();
+        // Unwrapped, the store is what the wrapper let through.
+        let inner = kv.into_inner();
+        assert_eq!(inner.get(Cf::Meta, b"a").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(inner.get(Cf::Meta, b"b").unwrap().as_deref(), Some(&b"1"[..]));
+        inner.write(put("c"), Durability::Sync).unwrap();
     }
 
     #[test]

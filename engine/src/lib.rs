@@ -201,10 +201,14 @@ pub enum EngineError {
         message: String,
     },
     /// An earlier commit or sync failed; this handle accepts no more writes.
-    #[error("{backend}: the store handle is poisoned by an earlier failed commit or sync; restart to recover")]
+    #[error("{backend}: the store handle is poisoned by an earlier failed commit or sync ({cause}); restart to recover")]
     Poisoned {
         /// `memory`, `rocksdb` or `fjall`.
         backend: &'static str,
+        /// The error of the commit or sync that poisoned the handle (a full
+        /// disk: `rocksdb: write failed: IO error: No space left on device:
+        /// ...`), so every later refusal names the cause.
+        cause: String,
     },
     /// A stored value does not have the shape this layer expects.
     #[error("corrupt store: {what}")]
@@ -393,29 +397,40 @@ impl OpCounters {
     }
 }
 
-/// The poison flag of a store handle: set by the first failed commit or sync.
+/// The poison flag of a store handle: set by the first failed commit or
+/// sync, with that failure's error as the cause every later refusal names.
 #[derive(Debug, Default)]
-pub struct Poison(AtomicBool);
+pub struct Poison {
+    set: AtomicBool,
+    cause: std::sync::OnceLock<String>,
+}
 
 impl Poison {
     /// Fails with [`EngineError::Poisoned`] once the handle is poisoned.
     ///
     /// # Errors
-    /// [`EngineError::Poisoned`] after [`Poison::set`].
+    /// [`EngineError::Poisoned`] after [`Poison::set`] or [`Poison::set_by`].
     pub fn check(&self, backend: &'static str) -> Result<(), EngineError> {
-        if self.0.load(Ordering::Acquire) {
-            Err(EngineError::Poisoned { backend })
+        if self.set.load(Ordering::Acquire) {
+            let cause = self.cause.get().cloned().unwrap_or_else(|| "its error was not recorded".to_owned());
+            Err(EngineError::Poisoned { backend, cause })
         } else {
             Ok(())
         }
     }
-    /// Poisons the handle for good.
+    /// Poisons the handle for good, with no recorded cause.
     pub fn set(&self) {
-        self.0.store(true, Ordering::Release);
+        self.set.store(true, Ordering::Release);
+    }
+    /// Poisons the handle for good because of `cause` (the failed commit's or
+    /// sync's error; the first one is kept).
+    pub fn set_by(&self, cause: &EngineError) {
+        let _ = self.cause.set(cause.to_string());
+        self.set();
     }
     /// True once poisoned.
     pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.set.load(Ordering::Acquire)
     }
 }
 

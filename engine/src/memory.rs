@@ -176,12 +176,13 @@ impl Kv for MemoryKv {
             Err(poisoned) => poisoned.into_inner(),
         };
         if self.fail_next_write.swap(false, Ordering::SeqCst) {
-            self.poison.set();
-            return Err(EngineError::Backend {
+            let e = EngineError::Backend {
                 backend: BACKEND,
                 op: "write",
                 message: "injected write failure".into(),
-            });
+            };
+            self.poison.set_by(&e);
+            return Err(e);
         }
         // Copy-on-write: the maps are cloned only while a snapshot holds them.
         // A failing op (a corrupt counter) rolls back what the batch applied, so

@@ -28,6 +28,8 @@ mod filter;
 mod signing;
 mod provider;
 mod leaks;
+mod limits;
+mod faults;
 mod store;
 mod crash;
 mod hangup;

@@ -384,6 +384,7 @@ sources:
         }),
         sources: build_routes(&cfg, &registry).expect("routes"),
         body_limit_bytes: 1 << 20,
+        max_connections: ankusa_edge::server::MAX_CONNECTIONS,
         node_max_pending: 1000,
         node_max_pending_bytes: 1 << 30,
         shutting_down: Arc::new(AtomicBool::new(false)),

@@ -47,6 +47,9 @@ pub struct Relay {
     env: Vec<(String, String)>,
     /// Extra arguments of `serve` (`--drop-unconfigured`).
     args: Vec<String>,
+    /// The child's `RLIMIT_NOFILE`, soft and hard (set before it execs), or
+    /// the test process's own.
+    nofile: Option<u64>,
 }
 
 /// Two distinct free ports (bound together, then released).
@@ -90,6 +93,28 @@ impl Relay {
             runs: 0,
             env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             args: Vec::new(),
+            nofile: None,
+        };
+        r.boot().await;
+        r
+    }
+
+    /// [`Relay::start`] with the child's file-descriptor limit, soft and hard,
+    /// set to `nofile` (as `prlimit --nofile=N:N` would) before it execs.
+    pub async fn start_with_nofile(template: &str, nofile: u64) -> Relay {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (ingest, admin) = free_ports();
+        let mut r = Relay {
+            dir,
+            template: template.to_owned(),
+            ingest,
+            admin,
+            child: None,
+            client: client(),
+            runs: 0,
+            env: Vec::new(),
+            args: Vec::new(),
+            nofile: Some(nofile),
         };
         r.boot().await;
         r
@@ -124,6 +149,15 @@ impl Relay {
     /// Starts the process on the same data_dir and waits for it to exit
     /// without becoming ready (a refused start): its status and its log.
     pub async fn restart_refused(&mut self) -> (ExitStatus, String) {
+        match self.restart_ready_or_exit().await {
+            Some(exited) => exited,
+            None => panic!("the relay started, expected a refusal:\n{}", self.log()),
+        }
+    }
+
+    /// Starts the process on the same data_dir and waits until it is ready
+    /// (`None`) or has exited without becoming ready (its status and log).
+    pub async fn restart_ready_or_exit(&mut self) -> Option<(ExitStatus, String)> {
         assert!(self.child.is_none(), "restart of a running relay");
         let child = self.spawn();
         self.child = Some(child);
@@ -131,7 +165,7 @@ impl Relay {
         loop {
             if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().expect("try_wait")) {
                 self.child = None;
-                return (status, self.log());
+                return Some((status, self.log()));
             }
             let ready = self
                 .client
@@ -139,7 +173,9 @@ impl Relay {
                 .send()
                 .await
                 .is_ok_and(|r| r.status() == 200);
-            assert!(!ready, "the relay started, expected a refusal:\n{}", self.log());
+            if ready {
+                return None;
+            }
             assert!(Instant::now() < deadline, "relay neither ready nor exited after 120 s:\n{}", self.log());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -156,7 +192,22 @@ impl Relay {
         self.runs += 1;
         let log = self.dir.path().join(format!("relay-{}.log", self.runs));
         let out = File::create(&log).expect("log file");
-        Command::new(BIN)
+        let mut command = Command::new(BIN);
+        if let Some(n) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe, and the closure touches
+            // nothing else of the parent's state.
+            unsafe {
+                command.pre_exec(move || {
+                    let lim = libc::rlimit { rlim_cur: n as libc::rlim_t, rlim_max: n as libc::rlim_t };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        command
             .arg("serve")
             .arg("--config")
             .arg(self.config_path())

@@ -211,6 +211,21 @@ impl Sink {
         self.requests().into_iter().filter(|r| ok.contains(&r.n)).collect()
     }
 
+    /// The `x-ankusa-idempotency-key` of every request answered 2xx so far,
+    /// in arrival order (no copy of the bodies: for large hooks).
+    pub fn delivered_ids(&self) -> Vec<String> {
+        let ok: std::collections::HashSet<usize> = self
+            .state
+            .answers
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(_, s)| (200..300).contains(s))
+            .map(|(n, _)| *n)
+            .collect();
+        self.state.reqs.lock().expect("lock").iter().filter(|r| ok.contains(&r.n)).map(Req::id).collect()
+    }
+
     /// The status this sink answered request `n` with, if it answered.
     pub fn answer_of(&self, n: usize) -> Option<u16> {
         self.state.answers.lock().expect("lock").iter().find(|(i, _)| *i == n).map(|(_, s)| *s)

@@ -38,6 +38,7 @@ fn an_almost_empty_file_takes_every_default() {
             admin_token: None,
             metrics_require_token: false,
             body_limit_bytes: 26_214_400,
+            body_budget_bytes: 268_435_456,
         }
     );
     assert_eq!(c.store_headers, HeaderPolicy::default());
@@ -110,7 +111,7 @@ fn an_almost_empty_file_takes_every_default() {
 fn every_section_option_is_read() {
     let c = ok("
 node: {name: relay-2, data_dir: /var/lib/ankusa, store: fjall, max_pending: 50, max_pending_bytes: 4096}
-listeners: {ingest: '0.0.0.0:9000', admin: '[::1]:9001', admin_token: t0ken, metrics_require_token: true, body_limit_bytes: 2048}
+listeners: {ingest: '0.0.0.0:9000', admin: '[::1]:9001', admin_token: t0ken, metrics_require_token: true, body_limit_bytes: 2048, body_budget_bytes: 4096}
 store_headers: {default: drop, headers: {X-Entity-Id: keep, authorization: hash}}
 dispatch: {batch: 16, sink_concurrency: 2, pipelined_concurrency: 9, admission_window: 100, admission_window_bytes: 1000, flush_interval_ms: 3}
 retry: {base_ms: 10, max_ms: 10, max_elapsed_ms: 60000}
@@ -126,6 +127,7 @@ sources:
     assert_eq!(c.listeners.ingest, addr("0.0.0.0:9000"));
     assert_eq!(c.listeners.admin, addr("[::1]:9001"));
     assert_eq!(c.listeners.body_limit_bytes, 2048);
+    assert_eq!(c.listeners.body_budget_bytes, 4096);
     assert!(c.listeners.metrics_require_token);
     assert_eq!(c.store_headers.default, HeaderAction::Drop);
     assert_eq!(

@@ -32,6 +32,7 @@ fn table() -> Vec<Bounded> {
         b("node: {max_pending: N}", "node", "max_pending", max::MAX_PENDING),
         b("node: {max_pending_bytes: N}", "node", "max_pending_bytes", max::MAX_PENDING_BYTES),
         b("listeners: {body_limit_bytes: N}", "listeners", "body_limit_bytes", max::BODY_LIMIT_BYTES),
+        b("listeners: {body_budget_bytes: N}", "listeners", "body_budget_bytes", max::BODY_BUDGET_BYTES),
         b("dispatch: {batch: N}", "dispatch", "batch", u(max::BATCH)),
         b("dispatch: {sink_concurrency: N}", "dispatch", "sink_concurrency", u(max::SINK_CONCURRENCY)),
         b("dispatch: {pipelined_concurrency: N}", "dispatch", "pipelined_concurrency", u(max::PIPELINED_CONCURRENCY)),
@@ -123,7 +124,7 @@ fn every_bounded_option_is_refused_by_name_above_its_bound_and_accepted_at_it() 
         check_bound(&yaml, &format!("source \"stripe\", sink \"s\" ({kind})"), option, limit);
         n += 1;
     }
-    assert_eq!(n, 34);
+    assert_eq!(n, 35);
 }
 
 #[test]

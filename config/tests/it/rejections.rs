@@ -295,6 +295,19 @@ fn listener_addresses() {
     );
 }
 
+/// Issue 14: the body budget must hold one body of the largest size the
+/// limit accepts, or such a body could never be read.
+#[test]
+fn a_body_budget_below_the_body_limit_is_refused() {
+    assert_eq!(
+        one("listeners: {body_limit_bytes: 2048, body_budget_bytes: 2047}\n"),
+        "listeners: option \"body_budget_bytes\": 2047 is below body_limit_bytes (2048): a body of the largest size accepted could never be read"
+    );
+    assert!(load("listeners: {body_limit_bytes: 2048, body_budget_bytes: 2048}\n").is_ok());
+    // The default budget (256 MiB) holds the largest limit (256 MiB).
+    assert!(load("listeners: {body_limit_bytes: 268435456}\n").is_ok());
+}
+
 #[test]
 fn zero_limits() {
     for (section, option) in [

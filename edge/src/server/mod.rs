@@ -1,7 +1,8 @@
 //! The ingest listener (docs/design.md section 5, "Edge"): hyper 1.x, HTTP/1.1.
 //!
 //! `POST {path}` (and `{path}/{tenant}` for a TenantPath source) goes through,
-//! in order: route (404), method (405), body limit (413), verification (401,
+//! in order: route (404), method (405), body limit (413), the node's body
+//! budget (503 + Retry-After, before the body is read), verification (401,
 //! or, with `on_invalid_signature: quarantine`, held in quarantine and 202),
 //! Slack's url_verification handshake (answered here, nothing stored), a
 //! `quarantine: true` source's hold (202), a tenant being purged (503 +
@@ -26,8 +27,20 @@
 //!
 //! Nothing here blocks: the Writer commits on a blocking thread and the
 //! handler awaits its answer.
+//!
+//! Limits (issue 14, "Limits that hold"; [`limits`]): at most
+//! [`Edge::max_connections`] connections (the relay derives it from its
+//! file-descriptor limit; past it a connection is answered 503 and closed),
+//! headers within [`HEADER_READ_TIMEOUT`], a body within
+//! [`BODY_READ_TIMEOUT`], and the node-wide body budget
+//! ([`limits::BodyBudget`], `listeners.body_budget_bytes`): a body is read
+//! only once its bytes are taken from the budget (by `Content-Length` before
+//! any of it is read, or as a chunked body arrives), else 503 with
+//! `Retry-After` and `Connection: close`, and no more of it is read. A body
+//! is read into one buffer and held until its request is answered.
 
 pub mod admin;
+pub mod limits;
 mod routes;
 
 use std::convert::Infallible;
@@ -41,9 +54,9 @@ use ankusa_engine::{Cf, Kv};
 use ankusa_keys::{CounterField, DedupeValue, Envelope, Seq, SourceId, TenantOrd, counter_key, dedupe_key, hook_key};
 use ankusa_queue::writer::{IngestRequest, Ingested, QuarantineRequest, WriteError, WriterHandle};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -86,6 +99,14 @@ pub struct EdgeStats {
     /// and deleted by retention), at ingest or at a quarantine release (one
     /// hook or a job's): `ankusa_ingest_unmatched_total`.
     pub unmatched: AtomicU64,
+    /// The node's budget of request body bytes being read, verified and
+    /// committed at once (`listeners.body_budget_bytes`); its bytes in use
+    /// and its refusals are on `/metrics`.
+    pub body_budget: limits::BodyBudget,
+    /// The ingest listener's connections: open, cap, refused.
+    pub ingest_connections: limits::ConnStats,
+    /// The admin listener's connections: open, cap, refused.
+    pub admin_connections: limits::ConnStats,
 }
 
 impl EdgeStats {
@@ -117,6 +138,10 @@ pub struct Edge<K: Kv> {
     pub sources: Vec<SourceRoute>,
     /// Body limit, bytes.
     pub body_limit_bytes: u64,
+    /// Most ingest connections open at once (at most [`MAX_CONNECTIONS`]);
+    /// the relay derives it from its file-descriptor limit. Past it a new
+    /// connection is answered 503 (`Retry-After`) and closed.
+    pub max_connections: usize,
     /// Node-wide pending bound (rows), 503 past it.
     pub node_max_pending: u64,
     /// Node-wide pending bytes bound, 503 past it.
@@ -141,9 +166,11 @@ impl<K: Kv> std::fmt::Debug for Edge<K> {
 
 type Resp = Response<Full<Bytes>>;
 
-/// Most ingest connections open at once; past it the listener stops accepting
-/// until one closes (the kernel's backlog holds the rest), so idle sockets can
-/// not exhaust the process's file descriptors and starve the admin listener.
+/// The most ingest connections a relay holds open at once, whatever its
+/// file-descriptor limit ([`Edge::max_connections`] is derived from that limit,
+/// at most this). Past the cap a connection is answered 503 and closed, so
+/// idle sockets can not exhaust the process's file descriptors and starve the
+/// store or the admin listener.
 pub const MAX_CONNECTIONS: usize = 4096;
 /// How long a connection may take to send a request's headers (also the idle
 /// time allowed between keep-alive requests).
@@ -236,19 +263,31 @@ impl<K: Kv> Edge<K> {
         // ends can be ended: each holds the edge (and its Writer handle),
         // which the Writer waits for before it stops.
         let mut conns = tokio::task::JoinSet::new();
+        let cap = self.max_connections.max(1);
+        let counts = &self.stats.ingest_connections;
+        counts.cap.store(cap as u64, Ordering::Relaxed);
+        let mut accept_errors = limits::AcceptErrors::default();
         loop {
+            counts.open.store(conns.len() as u64, Ordering::Relaxed);
             tokio::select! {
                 // Reap finished connections as they end.
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                accepted = listener.accept(), if conns.len() < MAX_CONNECTIONS => {
+                accepted = listener.accept() => {
                     let (stream, peer) = match accepted {
                         Ok(a) => a,
+                        // EMFILE and the like: never the end of the listener.
                         Err(e) => {
-                            warn!(error = %e, "accept failed");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            tokio::time::sleep(accept_errors.failed("ingest", &e)).await;
                             continue;
                         }
                     };
+                    if conns.len() >= cap {
+                        counts.refused.fetch_add(1, Ordering::Relaxed);
+                        debug!(%peer, cap, "ingest connection refused: the listener holds its cap");
+                        let body = serde_json::json!({ "error": limits::cap_message("ingest", cap) });
+                        limits::refuse_connection(stream, &body.to_string());
+                        continue;
+                    }
                     let edge = Arc::clone(&self);
                     let svc = service_fn(move |req| {
                         let edge = Arc::clone(&edge);
@@ -283,6 +322,7 @@ impl<K: Kv> Edge<K> {
             conns.abort_all();
         }
         while conns.join_next().await.is_some() {}
+        counts.open.store(0, Ordering::Relaxed);
     }
 
     /// Handles one request (public for tests that drive the handler directly).
@@ -303,16 +343,33 @@ impl<K: Kv> Edge<K> {
         if req.method() != Method::POST {
             return error(StatusCode::METHOD_NOT_ALLOWED, "hooks are POSTed");
         }
-        if let Some(len) = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+        // hyper refuses a request whose Content-Length does not parse, and
+        // ends the body at exactly that length.
+        let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        if let Some(len) = declared
             && len > self.body_limit_bytes
         {
             self.stats.too_large.fetch_add(1, Ordering::Relaxed);
             return error(StatusCode::PAYLOAD_TOO_LARGE, format!("body of {len} bytes is over the {} byte limit", self.body_limit_bytes));
         }
+        // The body's bytes come out of the node's budget before any of it is
+        // read, and go back when this request is answered (`_permit` lives
+        // to the end of this function).
+        let Some(mut permit) = self.stats.body_budget.try_take(declared.unwrap_or(0)) else {
+            return self.body_budget_spent(&route.name, peer);
+        };
         let (parts, body) = req.into_parts();
-        let limit = usize::try_from(self.body_limit_bytes).unwrap_or(usize::MAX);
-        let collected = match tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect()).await {
-            Ok(c) => c,
+        let read = limits::read_body(body, self.body_limit_bytes, declared, &mut permit);
+        let body = match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(limits::BodyReadError::TooLarge)) => {
+                self.stats.too_large.fetch_add(1, Ordering::Relaxed);
+                return error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is over the {} byte limit", self.body_limit_bytes));
+            }
+            Ok(Err(limits::BodyReadError::Budget)) => return self.body_budget_spent(&route.name, peer),
+            Ok(Err(limits::BodyReadError::Read(e))) => {
+                return error(StatusCode::BAD_REQUEST, format!("could not read the body: {e}"));
+            }
             Err(_) => {
                 return error(
                     StatusCode::REQUEST_TIMEOUT,
@@ -320,16 +377,7 @@ impl<K: Kv> Edge<K> {
                 );
             }
         };
-        let body = match collected {
-            Ok(b) => b.to_bytes(),
-            Err(e) => {
-                if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                    self.stats.too_large.fetch_add(1, Ordering::Relaxed);
-                    return error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is over the {} byte limit", self.body_limit_bytes));
-                }
-                return error(StatusCode::BAD_REQUEST, format!("could not read the body: {e}"));
-            }
-        };
+        let _permit = permit;
         let owned: Vec<(Vec<u8>, Vec<u8>)> = parts
             .headers
             .iter()
@@ -415,7 +463,8 @@ impl<K: Kv> Edge<K> {
             path: path.clone(),
             query: parts.uri.query().map(str::to_owned),
             headers: stored_headers,
-            body: body.to_vec(),
+            // The body moves into the envelope: no second copy of it.
+            body,
             dedupe_key: dedupe,
             idempotency_key,
             replay_of: None,
@@ -614,6 +663,24 @@ impl<K: Kv> Edge<K> {
     fn store_failed(&self, detail: impl std::fmt::Display) -> Resp {
         self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
         store_failure(&detail)
+    }
+
+    /// 503 with `Retry-After` and `Connection: close`: the node's body budget
+    /// has no room for this body; nothing more of it is read.
+    fn body_budget_spent(&self, source: &str, peer: SocketAddr) -> Resp {
+        self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
+        self.stats.body_budget.count_refused();
+        let budget = &self.stats.body_budget;
+        debug!(source, %peer, in_use = budget.in_use_bytes(), limit = budget.limit_bytes(), "hook refused: the body budget is spent");
+        let mut r = retry_after(
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the relay is reading its limit of request bodies ({} bytes at once); retry later", budget.limit_bytes()),
+            ),
+            limits::BUSY_RETRY_AFTER_S,
+        );
+        r.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        r
     }
 
     fn unavailable(&self, msg: String) -> Resp {

@@ -18,8 +18,13 @@ mod memory {
         let mut w2 = Batch::new();
         w2.put(Cf::Meta, "b", "2");
         assert!(matches!(kv.write(w2.clone(), Durability::Sync), Err(EngineError::Backend { op: "write", .. })));
-        assert!(matches!(kv.write(w2, Durability::Sync), Err(EngineError::Poisoned { backend: "memory" })));
-        assert!(matches!(kv.sync(), Err(EngineError::Poisoned { backend: "memory" })));
+        // The refusal names the failure that poisoned the handle.
+        let refused = kv.write(w2, Durability::Sync).unwrap_err();
+        assert!(
+            matches!(&refused, EngineError::Poisoned { backend: "memory", cause } if cause == "memory: write failed: injected write failure"),
+            "{refused}"
+        );
+        assert!(matches!(kv.sync(), Err(EngineError::Poisoned { backend: "memory", .. })));
         assert_eq!(kv.get(Cf::Meta, b"b").unwrap(), None);
         assert_eq!(kv.get(Cf::Meta, b"a").unwrap().as_deref(), Some(&b"1"[..]));
     }

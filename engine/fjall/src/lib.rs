@@ -37,6 +37,14 @@ fn backend_err(op: &'static str, e: impl std::fmt::Display) -> EngineError {
     }
 }
 
+/// The file descriptors [`FjallKv::open_with_file_limit`] keeps out of
+/// fjall's file cache for the store's other files (journals, the lock,
+/// version files, what flushes and compactions write).
+pub const NON_TABLE_FILES: usize = 24;
+/// The fewest files [`FjallKv::open_with_file_limit`] lets fjall cache
+/// (fjall refuses fewer than 10).
+const MIN_TABLE_FILES: usize = 16;
+
 /// A fjall store.
 pub struct FjallKv {
     db: SingleWriterTxDatabase,
@@ -58,9 +66,29 @@ impl FjallKv {
     /// [`EngineError::Backend`] with fjall's message (a lock held by another
     /// process, a corrupt journal, permissions).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
-        let db = SingleWriterTxDatabase::builder(path.as_ref())
-            .open()
-            .map_err(|e| backend_err("open", e))?;
+        Self::open_with(path, None)
+    }
+
+    /// [`FjallKv::open`] with at most `max_files` file descriptors for the
+    /// store (issue 14, "Limits that hold": the relay sizes it from its
+    /// file-descriptor limit): fjall's cache of open table and blob files
+    /// (`max_cached_files`, 900 by default) is `max_files` less
+    /// [`NON_TABLE_FILES`], kept for the journal, the lock and the files a
+    /// flush or a compaction writes.
+    ///
+    /// # Errors
+    /// As [`FjallKv::open`].
+    pub fn open_with_file_limit(path: impl AsRef<Path>, max_files: usize) -> Result<Self, EngineError> {
+        Self::open_with(path, Some(max_files))
+    }
+
+    fn open_with(path: impl AsRef<Path>, max_files: Option<usize>) -> Result<Self, EngineError> {
+        let mut builder = SingleWriterTxDatabase::builder(path.as_ref());
+        if let Some(files) = max_files {
+            // fjall panics below 10 cached files.
+            builder = builder.max_cached_files(Some(files.saturating_sub(NON_TABLE_FILES).max(MIN_TABLE_FILES)));
+        }
+        let db = builder.open().map_err(|e| backend_err("open", e))?;
         let keyspaces = Cf::ALL
             .iter()
             .map(|cf| db.keyspace(cf.name(), KeyspaceCreateOptions::default))
@@ -203,8 +231,9 @@ impl Kv for FjallKv {
             }
         }
         if let Err(e) = tx.commit() {
-            self.poison.set();
-            return Err(backend_err("write", e));
+            let e = backend_err("write", e);
+            self.poison.set_by(&e);
+            return Err(e);
         }
         self.counters.batch(size);
         Ok(())
@@ -215,8 +244,9 @@ impl Kv for FjallKv {
     fn sync(&self) -> Result<(), EngineError> {
         self.poison.check(BACKEND)?;
         if let Err(e) = self.db.persist(PersistMode::SyncAll) {
-            self.poison.set();
-            return Err(backend_err("sync", e));
+            let e = backend_err("sync", e);
+            self.poison.set_by(&e);
+            return Err(e);
         }
         Ok(())
     }

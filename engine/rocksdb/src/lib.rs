@@ -63,6 +63,15 @@ const BLOOM_BITS_PER_KEY: f64 = 10.0;
 /// Share of a memtable's size its whole-key bloom filter takes.
 const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
 
+/// The file descriptors [`RocksKv::open_with_file_limit`] keeps out of
+/// RocksDB's table cache for the store's other files: the WAL (and the one a
+/// memtable switch opens), the MANIFEST, the info log, the lock, the
+/// directories it syncs, and the SST files flushes and compactions write.
+pub const NON_TABLE_FILES: usize = 24;
+/// The fewest table files [`RocksKv::open_with_file_limit`] lets RocksDB keep
+/// open, whatever it is given.
+const MIN_TABLE_FILES: usize = 16;
+
 /// A RocksDB store.
 pub struct RocksKv {
     db: DB,
@@ -99,14 +108,38 @@ fn counter_merge(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands)
 
 impl RocksKv {
     /// Opens the store at `path`, creating it and every column family if missing.
+    /// RocksDB keeps every SST file open (its default `max_open_files` of -1).
     ///
     /// # Errors
     /// [`EngineError::Backend`] with RocksDB's message (a lock held by another
     /// process, a corrupt manifest, permissions).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
+        Self::open_with(path, None)
+    }
+
+    /// [`RocksKv::open`] with at most `max_files` file descriptors for the
+    /// store (issue 14, "Limits that hold": the relay sizes it from its
+    /// file-descriptor limit): RocksDB's `max_open_files` (its table cache of
+    /// SST files) is `max_files` less [`NON_TABLE_FILES`], kept for the WAL,
+    /// the MANIFEST, the info log, the lock and the files a flush or a
+    /// compaction writes. `None`: RocksDB's default, every SST file open.
+    ///
+    /// # Errors
+    /// As [`RocksKv::open`].
+    pub fn open_with_file_limit(path: impl AsRef<Path>, max_files: usize) -> Result<Self, EngineError> {
+        Self::open_with(path, Some(max_files))
+    }
+
+    fn open_with(path: impl AsRef<Path>, max_files: Option<usize>) -> Result<Self, EngineError> {
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
+        if let Some(files) = max_files {
+            // RocksDB itself takes 10 off `max_open_files` for its own
+            // non-table files; at least 16 table files stay cacheable.
+            let table_files = files.saturating_sub(NON_TABLE_FILES).max(MIN_TABLE_FILES);
+            db_opts.set_max_open_files(i32::try_from(table_files).unwrap_or(i32::MAX));
+        }
         // Point reads (an envelope per claimed row, its delivery row, lane
         // heads) dominate the dispatcher's store work (issue 13's profile:
         // half of the relay's CPU in `DB::Get` with RocksDB's defaults: no
@@ -289,8 +322,9 @@ impl Kv for RocksKv {
         let mut wo = WriteOptions::default();
         wo.set_sync(false);
         if let Err(e) = self.db.write_opt(wb, &wo) {
-            self.poison.set();
-            return Err(backend_err("write", e));
+            let e = backend_err("write", e);
+            self.poison.set_by(&e);
+            return Err(e);
         }
         self.counters.batch(size);
         if durability == Durability::Sync {
@@ -304,8 +338,9 @@ impl Kv for RocksKv {
     fn sync(&self) -> Result<(), EngineError> {
         self.poison.check(BACKEND)?;
         if let Err(e) = self.db.flush_wal(true) {
-            self.poison.set();
-            return Err(backend_err("sync", e));
+            let e = backend_err("sync", e);
+            self.poison.set_by(&e);
+            return Err(e);
         }
         Ok(())
     }

@@ -332,6 +332,9 @@ pub struct Report {
     delivered: u64,
     receipts: u64,
     delivered_in_window: u64,
+    /// Hooks whose first arrival fell in each whole minute of the posting
+    /// window (a run of at least two minutes; [`Report::minutes`]).
+    per_minute: Vec<u64>,
     last_first_arrival_s: Option<f64>,
     e2e: Latency,
     lost: u64,
@@ -403,12 +406,19 @@ impl Report {
         let mut e2e_h = histogram();
         let (mut delivered, mut in_window, mut lost, mut dup, mut extra, mut unexpected, mut after_non2xx) = (0, 0, 0, 0, 0, 0, 0);
         let mut last_first = None::<u64>;
+        let whole_minutes = (input.post_end_us.saturating_sub(input.post_start_us) / 60_000_000) as usize;
+        let mut per_minute = vec![0u64; if whole_minutes >= 2 { whole_minutes } else { 0 }];
         for s in input.sent {
             let (c, f) = (count[s.id as usize], first[s.id as usize]);
             if c > 0 {
                 delivered += 1;
                 if f <= input.post_end_us {
                     in_window += 1;
+                }
+                if let Some(m) = f.checked_sub(input.post_start_us).map(|t| (t / 60_000_000) as usize)
+                    && let Some(n) = per_minute.get_mut(m)
+                {
+                    *n += 1;
                 }
                 last_first = Some(last_first.unwrap_or(0).max(f));
                 if c > 1 {
@@ -455,6 +465,7 @@ impl Report {
             delivered,
             receipts: input.deliveries.len() as u64,
             delivered_in_window: in_window,
+            per_minute,
             last_first_arrival_s: last_first.map(|t| t.saturating_sub(input.post_start_us) as f64 / 1e6),
             e2e: latency(&e2e_h),
             lost,
@@ -492,6 +503,20 @@ impl Report {
 
     fn delivered_per_s_post(&self) -> Option<f64> {
         Self::per_s(self.delivered_in_window, Some(self.post_s))
+    }
+
+    /// Delivered hooks/s in each whole minute of the posting window (first
+    /// arrivals), and the lowest and highest of them as a ratio to the first
+    /// minute's: a soak is flat when both stay within 0.9-1.1 (issue 13).
+    /// Empty for a run shorter than two minutes.
+    pub fn minutes(&self) -> (Vec<f64>, Option<(f64, f64)>) {
+        let rates: Vec<f64> = self.per_minute.iter().map(|n| *n as f64 / 60.0).collect();
+        let spread = rates.first().filter(|f| **f > 0.0).map(|first| {
+            let lo = rates.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = rates.iter().copied().fold(0.0, f64::max);
+            (lo / first, hi / first)
+        });
+        (rates, spread)
     }
 
     fn delivered_per_s(&self) -> Option<f64> {
@@ -563,6 +588,15 @@ impl Report {
             f(self.last_first_arrival_s, 2),
         ));
         line(format!("e2e latency {}  (from send to first arrival)", lat(&self.e2e)));
+        let (rates, spread) = self.minutes();
+        if !rates.is_empty() {
+            line(format!(
+                "per minute  delivered/s {}; lowest {} and highest {} x the first minute's",
+                rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(" "),
+                f(spread.map(|s| s.0), 3),
+                f(spread.map(|s| s.1), 3),
+            ));
+        }
         if self.rejected > 0 {
             line(format!("rejected    {} deliveries refused with 400 (--sink-reject-first), not counted as receipts", self.rejected));
         }
@@ -689,6 +723,10 @@ impl Report {
             put("retried_receipts", json!(self.retried_receipts));
             put("delivered_per_s_post", json!(self.delivered_per_s_post()));
             put("delivered_per_s", json!(self.delivered_per_s()));
+            let (rates, spread) = self.minutes();
+            put("delivered_per_s_by_minute", json!(rates));
+            put("minute_rate_low_ratio", json!(spread.map(|s| s.0)));
+            put("minute_rate_high_ratio", json!(spread.map(|s| s.1)));
             put("lost", json!(self.lost));
             put("duplicated", json!(self.duplicated));
             put("extra_receipts", json!(self.extra_receipts));
@@ -769,6 +807,26 @@ mod tests {
         assert_eq!((r.acked, r.delivered, r.lost, r.duplicated, r.unexpected), (4, 4, 0, 0, 0));
         assert_eq!((r.order.pairs, r.order.by_time, r.order.violations, r.order.unknown), (3, 3, 0, 0));
         assert!(r.ok(false));
+    }
+
+    /// A soak's delivered rate per whole minute of the posting window, and
+    /// the spread against the first minute; a shorter run has none.
+    #[test]
+    fn first_arrivals_are_counted_per_whole_minute_of_the_posting_window() {
+        let min = 60_000_000u64;
+        let s: Vec<Sent> = (0..5).map(|i| sent(i, i, i + 1)).collect();
+        // Minute 0: hooks 0, 1 (and 1 again: counted once); minute 1: 2, 3;
+        // minute 2: 4 (a partial third minute is not a bucket).
+        let d = vec![got(0, None, 10), got(1, None, min - 1), got(1, None, min + 5), got(2, None, min), got(3, None, 2 * min - 1), got(4, None, 2 * min + 1)];
+        let mut i = input(&s, &d);
+        i.post_end_us = 2 * min + 30_000_000;
+        let r = Report::build(&i, &[], None, None);
+        assert_eq!(r.per_minute, vec![2, 2]);
+        let (rates, spread) = r.minutes();
+        assert_eq!(rates, vec![2.0 / 60.0, 2.0 / 60.0]);
+        assert_eq!(spread, Some((1.0, 1.0)));
+        let r = Report::build(&input(&s, &d), &[], None, None);
+        assert_eq!(r.minutes(), (vec![], None));
     }
 
     #[test]

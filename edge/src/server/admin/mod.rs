@@ -12,8 +12,11 @@
 //!   is 401 `unauthorized` with nothing changed.
 //! - Without a token the configuration only binds loopback (a load rule) and
 //!   [`serve_admin`] logs at start that the API is open.
-//! - At most [`MAX_ADMIN_CONNECTIONS`] connections; headers within
-//!   [`ADMIN_HEADER_READ_TIMEOUT`]; request bodies at most
+//! - At most [`AdminState::max_connections`] connections (the relay derives
+//!   it from its file-descriptor limit, at most [`MAX_ADMIN_CONNECTIONS`]; past
+//!   it a connection is answered 503 and closed); a request's headers within
+//!   [`ADMIN_HEADER_READ_TIMEOUT`] (a connection that sends half a request, or
+//!   stays idle that long, is closed); request bodies at most
 //!   [`ADMIN_BODY_LIMIT_BYTES`] (413) within [`ADMIN_BODY_READ_TIMEOUT`].
 //!
 //! # Errors
@@ -70,13 +73,15 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Edge, EdgeStats};
+use super::{Edge, EdgeStats, limits};
 use api::{ApiError, Query};
 pub use dlq::{DlqFilter, LIST_SCAN_BUDGET};
 pub use views::BreakerReport;
 
-/// Most admin connections open at once (past it the listener stops accepting
-/// until one closes), so idle sockets cannot exhaust file descriptors.
+/// The most admin connections a relay holds open at once, whatever its
+/// file-descriptor limit ([`AdminState::max_connections`] is derived from that
+/// limit, at most this); past the cap a connection is answered 503 and
+/// closed, so idle sockets cannot exhaust file descriptors.
 pub const MAX_ADMIN_CONNECTIONS: usize = 256;
 /// How long a connection may take to send a request's headers (and the idle
 /// time allowed between keep-alive requests).
@@ -213,6 +218,10 @@ pub struct AdminState<K: Kv> {
     /// The pipeline's controls (pauses, quiesce, retire, exclusive work);
     /// `None` answers those routes 503.
     pub pipeline: Option<Box<dyn PipelineControl>>,
+    /// Most admin connections open at once (default
+    /// [`MAX_ADMIN_CONNECTIONS`]; the relay derives it from its
+    /// file-descriptor limit).
+    pub max_connections: usize,
 }
 
 impl<K: Kv> AdminState<K> {
@@ -247,6 +256,7 @@ impl<K: Kv> AdminState<K> {
             forwarded_headers_dropped: Box::new(Vec::<(&'static str, u64)>::new),
             ingest: std::sync::Mutex::new(None),
             pipeline: None,
+            max_connections: MAX_ADMIN_CONNECTIONS,
         }
     }
 
@@ -369,6 +379,47 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
             c.encode(m)?;
         }
+        // Issue 14, "Limits that hold": the body budget and each listener's
+        // connections (labelled by listener: two series each).
+        let budget = &s.body_budget;
+        let gauges: [(&str, &str, u64); 2] = [
+            ("ankusa_ingest_body_budget_bytes", "The node's budget of request body bytes read, verified and committed at once (listeners.body_budget_bytes)", budget.limit_bytes()),
+            ("ankusa_ingest_body_bytes_in_flight", "Request body bytes held now against the body budget", budget.in_use_bytes()),
+        ];
+        for (name, help, v) in gauges {
+            let g = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
+            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
+            g.encode(m)?;
+        }
+        let c = ConstCounter::new(budget.refused());
+        let m = encoder.encode_descriptor(
+            "ankusa_ingest_body_budget_refused",
+            "Requests answered 503 because the body budget had no room for their body (also in ankusa_ingest_unavailable_total)",
+            None,
+            c.metric_type(),
+        )?;
+        c.encode(m)?;
+        let listeners = [("ingest", &s.ingest_connections), ("admin", &s.admin_connections)];
+        type Field = fn(&limits::ConnStats) -> &AtomicU64;
+        let families: [(&str, &str, Field, bool); 3] = [
+            ("ankusa_listener_connections", "Connections open now, by listener", |c| &c.open, false),
+            ("ankusa_listener_connections_max", "The connection cap of each listener (derived from the file-descriptor limit at start)", |c| &c.cap, false),
+            ("ankusa_listener_connections_refused", "Connections answered 503 and closed because the listener held its cap, by listener", |c| &c.refused, true),
+        ];
+        for (name, help, field, total) in families {
+            let kind = if total { prometheus_client::metrics::MetricType::Counter } else { prometheus_client::metrics::MetricType::Gauge };
+            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+            for (listener, conns) in listeners {
+                let v = field(conns).load(Ordering::Relaxed);
+                let labels = [("listener", listener)];
+                let m = family.encode_family(&labels)?;
+                if total {
+                    ConstCounter::new(v).encode(m)?;
+                } else {
+                    ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m)?;
+                }
+            }
+        }
         // Labelled by sink kind only: the series count never depends on keys,
         // tenants or lanes (ADR 0004 section 7).
         let missing = s.lane_key_missing.lock().map(|m| m.clone()).unwrap_or_default();
@@ -489,18 +540,30 @@ pub async fn serve_admin<K: Kv>(state: Arc<AdminState<K>>, listener: TcpListener
     registry.register_collector(Box::new(StoreCollector { state: Arc::clone(&state) }));
     let registry = Arc::new(registry);
     let mut conns = tokio::task::JoinSet::new();
+    let cap = state.max_connections.max(1);
+    let counts = &state.edge.admin_connections;
+    counts.cap.store(cap as u64, Ordering::Relaxed);
+    let mut accept_errors = limits::AcceptErrors::default();
     loop {
+        counts.open.store(conns.len() as u64, Ordering::Relaxed);
         tokio::select! {
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            accepted = listener.accept(), if conns.len() < MAX_ADMIN_CONNECTIONS => {
+            accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
+                    // EMFILE and the like: never the end of the listener.
                     Err(e) => {
-                        warn!(error = %e, "admin accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        tokio::time::sleep(accept_errors.failed("admin", &e)).await;
                         continue;
                     }
                 };
+                if conns.len() >= cap {
+                    counts.refused.fetch_add(1, Ordering::Relaxed);
+                    debug!(%peer, cap, "admin connection refused: the listener holds its cap");
+                    let body = ApiError::unavailable(limits::cap_message("admin", cap)).body();
+                    limits::refuse_connection(stream, &body.to_string());
+                    continue;
+                }
                 let state = Arc::clone(&state);
                 let registry = Arc::clone(&registry);
                 let svc = service_fn(move |req: Request<hyper::body::Incoming>| {

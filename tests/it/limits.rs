@@ -1,0 +1,425 @@
+//! Issue 14, "Limits that hold", through the real binary: the relay under a
+//! low file-descriptor limit refuses connections past its cap and loses
+//! nothing, store writes that open new files included; 160 parallel 25 MiB
+//! bodies to a verified source stay within the body budget, under a peak
+//! resident size the README documents, and the memory comes back; the admin
+//! listener closes connections that send half a request.
+//!
+//! Client connections here are raw TCP (tokio), so a test sees exactly what
+//! the relay sends and when it closes. No fixed sleep: each wait is for a
+//! condition, with a generous deadline.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::relay::{Relay, config, post};
+use crate::sink::{Sink, until};
+
+/// Every wait's deadline.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The peak resident size (VmHWM) test (b) holds the relay to, and the
+/// README documents: 160 parallel 25 MiB bodies under the default 256 MiB
+/// body budget. Before the budget the same load took a relay to 2.78 GB.
+const PEAK_RSS_BOUND_KIB: u64 = 512 * 1024;
+/// How far above its resident size before the burst the relay must come
+/// back once the burst is over (test (b)); the issue measured 1.57 GB idle
+/// after such a burst.
+const RSS_AFTER_BOUND_KIB: u64 = 64 * 1024;
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+/// Raises this test process's own soft file-descriptor limit to its hard
+/// limit (its tests hold hundreds or thousands of sockets) and returns it.
+fn raise_own_nofile() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write a valid local struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0, "getrlimit");
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0, "setrlimit");
+        }
+    }
+    lim.rlim_cur as u64
+}
+
+/// A field of `/proc/PID/status` in KiB (`VmHWM`, `VmRSS`).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{text}"))
+}
+
+/// The soft and hard "Max open files" of `/proc/PID/limits`.
+fn open_files_limit(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("read /proc/PID/limits");
+    let line = text.lines().find(|l| l.starts_with("Max open files")).expect("Max open files");
+    let v: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    (v[0], v[1])
+}
+
+/// The number after ` NAME=` in the relay's log (its start-up line of the
+/// file-descriptor split).
+fn log_field(log: &str, name: &str) -> Option<u64> {
+    let at = log.find(&format!(" {name}="))? + name.len() + 2;
+    log[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// How a client connection ended.
+#[derive(Debug, PartialEq, Eq)]
+enum End {
+    /// The relay answered this status (and this text, head and body), then
+    /// closed.
+    Answered(u16, String),
+    /// The relay closed without sending a byte.
+    Closed,
+}
+
+/// Reads what the relay sends on `stream` until it closes it: the status of
+/// its answer, if it sent one. Panics after [`WAIT`] (the connection is still
+/// open) or on a reset before any answer.
+async fn until_closed(mut stream: TcpStream) -> End {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Err(_) => panic!("the connection is still open after {WAIT:?} (got {:?})", String::from_utf8_lossy(&got)),
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            // A reset after the answer: the answer counts.
+            Ok(Err(e)) => {
+                assert!(!got.is_empty(), "reset before any answer: {e}");
+                break;
+            }
+        }
+    }
+    if got.is_empty() {
+        return End::Closed;
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    End::Answered(status_of(&got).unwrap_or_else(|| panic!("not an HTTP answer: {text:?}")), text)
+}
+
+/// The status of an HTTP/1.1 answer's first line.
+fn status_of(bytes: &[u8]) -> Option<u16> {
+    let text = std::str::from_utf8(bytes.get(..12)?).ok()?;
+    text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+}
+
+/// POSTs `body` until the relay commits it (a 503, a refused or reset
+/// connection is a provider's retry), within [`WAIT`]: the hook's id.
+async fn post_until_accepted(client: &reqwest::Client, url: &str, body: Vec<u8>) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match post(client, url, &[JSON], body.clone()).await {
+            Ok(a) if a.status == 200 => return a.id(),
+            Ok(a) => assert!(a.status == 503, "only a 503 may refuse a hook here: {a:?}"),
+            Err(_) => {}
+        }
+        assert!(Instant::now() < deadline, "a hook was not accepted within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn hook(i: usize, pad: usize) -> Vec<u8> {
+    format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(pad)).into_bytes()
+}
+
+/// (a) The relay started with a file-descriptor limit of 256 (soft and hard,
+/// as `prlimit --nofile=256:256`) sizes its store and its connection caps to
+/// fit, and 300 idle connections (more than the limit) do not starve it: the
+/// ingest listener holds its cap and answers the rest 503 at once; hooks sent
+/// on a connection opened before the flood, 100 MiB of them (enough to fill
+/// RocksDB's 64 MiB memtable: the flush opens a new WAL and a new SST file
+/// while the listener is full) are committed; the idle connections are
+/// closed by the header timeout; hooks posted afterwards are accepted; every
+/// acknowledged hook is delivered; the relay stops cleanly. Before issue 14
+/// the listener took connections up to the limit and the next store file
+/// RocksDB opened failed with "Too many open files", which stopped the relay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_low_fd_limit_connections_past_the_cap_are_refused_and_nothing_is_lost() {
+    const NOFILE: u64 = 256;
+    const FLOOD: usize = 300;
+    let own = raise_own_nofile();
+    assert!(own >= 2 * FLOOD as u64, "this test needs {} file descriptors of its own, has {own}", 2 * FLOOD);
+    let sink = Sink::ok().await;
+    let template = config(
+        "rocksdb",
+        &format!("sources:\n  - name: flood\n    tenant: default\n    sinks:\n      - {{type: http, url: '{}'}}\n", sink.url()),
+    );
+    let mut relay = Relay::start_with_nofile(&template, NOFILE).await;
+    assert_eq!(open_files_limit(relay.pid()), (NOFILE, NOFILE));
+    let log = relay.log();
+    assert_eq!(log_field(&log, "nofile"), Some(NOFILE), "{log}");
+    let field = |name| log_field(&log, name).unwrap_or_else(|| panic!("no {name}= in the log:\n{log}")) as usize;
+    let (cap, admin_cap, store_files, sink_fds) =
+        (field("ingest_connections"), field("admin_connections"), field("store_files"), field("sink_fds"));
+    assert!(64 + cap + admin_cap + store_files + sink_fds <= NOFILE as usize, "the shares exceed the limit:\n{log}");
+    assert!(cap >= 16 && cap < FLOOD, "{log}");
+    let m = relay.metrics().await;
+    assert_eq!(m["ankusa_listener_connections_max{listener=\"ingest\"}"], cap as f64);
+    assert_eq!(m["ankusa_listener_connections_max{listener=\"admin\"}"], admin_cap as f64);
+
+    // A keep-alive connection, open before the flood.
+    let keep = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(1)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client");
+    let url = relay.url("/hooks/flood");
+    let mut acked = vec![post_until_accepted(&keep, &url, hook(0, 10)).await];
+
+    // The flood: idle connections, each read until the relay closes it.
+    let refused_now = Arc::new(AtomicUsize::new(0));
+    let mut flood = Vec::with_capacity(FLOOD);
+    for _ in 0..FLOOD {
+        let s = tokio::time::timeout(WAIT, TcpStream::connect(relay.ingest))
+            .await
+            .expect("connect within 60 s")
+            .expect("connect to the ingest listener");
+        let refused_now = Arc::clone(&refused_now);
+        flood.push(tokio::spawn(async move {
+            let end = until_closed(s).await;
+            if matches!(end, End::Answered(503, _)) {
+                refused_now.fetch_add(1, Ordering::SeqCst);
+            }
+            end
+        }));
+    }
+    until("a flood connection refused", WAIT, async || (refused_now.load(Ordering::SeqCst) > 0).then_some(())).await;
+
+    // While the listener is full: small hooks, then 5 x 20 MiB.
+    for i in 1..=10 {
+        acked.push(post_until_accepted(&keep, &url, hook(i, 100)).await);
+    }
+    for i in 11..=15 {
+        acked.push(post_until_accepted(&keep, &url, hook(i, 20 << 20)).await);
+    }
+    drop(keep);
+
+    // Every flood connection ends: refused at once, or closed by the header
+    // timeout (no answer); at most `cap` of them were ever served.
+    let mut ends = Vec::with_capacity(FLOOD);
+    for t in flood {
+        ends.push(t.await.expect("flood task"));
+    }
+    let refused = ends.iter().filter(|e| matches!(e, End::Answered(503, _))).count();
+    let closed = ends.iter().filter(|e| **e == End::Closed).count();
+    let answer = ends.iter().find_map(|e| if let End::Answered(_, t) = e { Some(t.as_str()) } else { None }).unwrap_or_default();
+    for want in ["retry-after: 5", "connection: close", &format!("{{\"error\":\"the ingest listener holds its cap of {cap} connections; retry later\"}}")] {
+        assert!(answer.contains(want), "{want} not in the refusal: {answer}");
+    }
+    assert_eq!(refused + closed, FLOOD, "{ends:?}");
+    assert!(refused >= FLOOD - cap, "{refused} refused of {FLOOD} with a cap of {cap}");
+    let m = relay.metrics().await;
+    assert!(m["ankusa_listener_connections_refused_total{listener=\"ingest\"}"] >= refused as f64);
+    eprintln!("fd limit {NOFILE}: ingest cap {cap}, admin cap {admin_cap}, store {store_files}, sinks {sink_fds}; {FLOOD} idle connections: {refused} refused, {closed} closed by the header timeout");
+
+    // The relay is up: more hooks, on fresh connections.
+    assert_eq!(relay.readyz().await.map(|r| r.0), Some(200));
+    let fresh = crate::relay::client();
+    for i in 16..26 {
+        acked.push(post_until_accepted(&fresh, &url, hook(i, 100)).await);
+    }
+
+    // RocksDB flushed the filled memtable: a new SST file, opened while the
+    // ingest listener held its cap.
+    let store = relay.data_dir().join("store-rocksdb");
+    until("an SST file written by a flush", WAIT, async || {
+        std::fs::read_dir(&store).ok()?.flatten().any(|e| e.path().extension().is_some_and(|x| x == "sst")).then_some(())
+    })
+    .await;
+
+    // Nothing lost: every acknowledged hook delivered.
+    until("every acknowledged hook delivered", WAIT, async || {
+        let delivered: std::collections::HashSet<String> = sink.delivered_ids().into_iter().collect();
+        acked.iter().all(|id| delivered.contains(id)).then_some(())
+    })
+    .await;
+    assert_eq!(acked.len(), 26);
+
+    relay.sigterm();
+    let status = relay.wait_exit(WAIT).await;
+    let log = relay.log();
+    assert!(status.success(), "{status}\n{log}");
+    assert!(!log.contains("Too many open files"), "{log}");
+}
+
+const GITHUB_SECRET: &str = "limits-secret";
+
+fn github_signature(body: &[u8]) -> String {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(GITHUB_SECRET.as_bytes()).expect("any key length");
+    mac.update(body);
+    let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256={hex}")
+}
+
+/// Sends a POST whose body is `len` bytes of spaces with a wrong GitHub
+/// signature, reading the answer while the body goes out; stops sending once
+/// the answer came. The answer's status.
+async fn post_large_unsigned(addr: std::net::SocketAddr, path: &str, len: usize, chunk: Arc<Vec<u8>>) -> u16 {
+    let stream = tokio::time::timeout(WAIT, TcpStream::connect(addr)).await.expect("connect within 60 s").expect("connect");
+    let (mut rd, mut wr) = stream.into_split();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: relay\r\ncontent-type: application/json\r\nx-github-event: push\r\nx-hub-signature-256: sha256={}\r\ncontent-length: {len}\r\n\r\n",
+        "0".repeat(64)
+    );
+    let writer = tokio::spawn(async move {
+        wr.write_all(head.as_bytes()).await?;
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            wr.write_all(&chunk[..n]).await?;
+            left -= n;
+        }
+        Ok::<_, std::io::Error>(wr)
+    });
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, rd.read(&mut buf)).await {
+            Err(_) => panic!("no answer within 120 s"),
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Ok(Err(e)) => {
+                assert!(!got.is_empty(), "reset before any answer: {e}");
+                break;
+            }
+        }
+    }
+    writer.abort();
+    status_of(&got).unwrap_or_else(|| panic!("not an HTTP answer: {:?}", String::from_utf8_lossy(&got)))
+}
+
+/// (b) 160 parallel requests with 25 MiB bodies (the default body limit) to
+/// a GitHub-verified source, every signature wrong: each is answered 401
+/// (its body was admitted by the node's 256 MiB body budget, read and
+/// verified; 408 if it took over 10 s to arrive) or 503 with Retry-After
+/// (the budget had no room: nothing more of it read), the relay's peak resident size stays under
+/// [`PEAK_RSS_BOUND_KIB`] (the README's bound), its resident size comes back
+/// to within [`RSS_AFTER_BOUND_KIB`] of where it was, and it still takes a
+/// correctly signed hook. Before issue 14 the same load took the relay to
+/// 2.78 GB and left it at 1.57 GB idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_large_bodies_stay_within_the_body_budget_and_the_memory_comes_back() {
+    const BODIES: usize = 160;
+    const LEN: usize = 25 << 20;
+    raise_own_nofile();
+    let sink = Sink::ok().await;
+    let relay = Relay::start(&config(
+        "rocksdb",
+        &format!(
+            "sources:\n  - name: gh\n    tenant: default\n    verification: {{type: github, secrets: ['{GITHUB_SECRET}']}}\n    sinks:\n      - {{type: http, url: '{}'}}\n",
+            sink.url()
+        ),
+    ))
+    .await;
+    let pid = relay.pid();
+    let m = relay.metrics().await;
+    assert_eq!(m["ankusa_ingest_body_budget_bytes"], f64::from(256u32 << 20));
+    let rss_before = status_kib(pid, "VmRSS");
+
+    let chunk = Arc::new(vec![b' '; 64 << 10]);
+    let tasks: Vec<_> =
+        (0..BODIES).map(|_| tokio::spawn(post_large_unsigned(relay.ingest, "/hooks/gh", LEN, Arc::clone(&chunk)))).collect();
+    let mut statuses = Vec::with_capacity(BODIES);
+    for t in tasks {
+        statuses.push(t.await.expect("request task"));
+    }
+    // 401: admitted, read and refused by verification; 408: admitted, but
+    // the body took longer than 10 s to arrive (a loaded machine); 503: the
+    // budget had no room.
+    assert!(statuses.iter().all(|s| (400..500).contains(s) || *s == 503), "only 4xx and 503: {statuses:?}");
+    let unauthorized = statuses.iter().filter(|s| **s == 401).count();
+    let busy = statuses.iter().filter(|s| **s == 503).count();
+    assert!(busy < BODIES, "no body was admitted: {statuses:?}");
+    assert!(busy >= 1, "the budget never refused a body: {statuses:?}");
+
+    let peak = status_kib(pid, "VmHWM");
+    assert!(
+        peak < PEAK_RSS_BOUND_KIB,
+        "peak resident size {peak} KiB is over the bound {PEAK_RSS_BOUND_KIB} KiB (before: {rss_before} KiB)"
+    );
+    let m = relay.metrics().await;
+    assert_eq!(m["ankusa_ingest_unauthorized_total"], unauthorized as f64);
+    assert_eq!(m["ankusa_ingest_body_budget_refused_total"], busy as f64);
+    assert_eq!(m["ankusa_ingest_accepted_total"], 0.0);
+
+    // The memory comes back: the budget is free and the buffers unmapped.
+    until("the body budget free again", WAIT, async || {
+        (relay.metrics().await["ankusa_ingest_body_bytes_in_flight"] == 0.0).then_some(())
+    })
+    .await;
+    let after = until("the resident size back near its start", WAIT, async || {
+        let now = status_kib(pid, "VmRSS");
+        (now <= rss_before + RSS_AFTER_BOUND_KIB).then_some(now)
+    })
+    .await;
+    eprintln!("relay resident size: {rss_before} KiB before, peak {peak} KiB, {after} KiB after; {unauthorized} x 401, {busy} x 503");
+
+    // Still up: a correctly signed hook is accepted and delivered.
+    let body = hook(1, 100);
+    let a = post(&crate::relay::client(), &relay.url("/hooks/gh"), &[JSON, ("x-github-event", "push"), ("x-hub-signature-256", &github_signature(&body))], body)
+        .await
+        .expect("post");
+    let id = a.id();
+    until("the signed hook delivered", WAIT, async || sink.delivered_ids().contains(&id).then_some(())).await;
+}
+
+/// (c) Thousands of connections to the admin listener, each sending half a
+/// request and nothing more: the listener holds its cap (the rest are
+/// answered 503 at once) and closes every held one after its header timeout
+/// (10 s), none left open; the listener then serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_closes_connections_that_send_half_a_request() {
+    let own = raise_own_nofile() as usize;
+    let n = 3_000.min(own.saturating_sub(1_000) / 2);
+    let relay = Relay::start(&config("memory", "sources: []\n")).await;
+    let cap = relay.metrics().await["ankusa_listener_connections_max{listener=\"admin\"}"] as usize;
+    assert!(n > cap, "this test needs more than {cap} connections, can open {n}");
+
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut s = tokio::time::timeout(WAIT, TcpStream::connect(relay.admin))
+            .await
+            .expect("connect within 60 s")
+            .expect("connect to the admin listener");
+        // Half a request head: never the blank line that ends it.
+        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: relay\r\nx-half: ").await.expect("write half a request");
+        conns.push(tokio::spawn(until_closed(s)));
+    }
+    let mut ends = Vec::with_capacity(n);
+    for t in conns {
+        ends.push(t.await.expect("connection task"));
+    }
+    let refused = ends.iter().filter(|e| matches!(e, End::Answered(503, _))).count();
+    let timed_out = ends.iter().filter(|e| **e == End::Closed).count();
+    let answer = ends.iter().find_map(|e| if let End::Answered(_, t) = e { Some(t.as_str()) } else { None }).unwrap_or_default();
+    let want = format!("{{\"error\":{{\"code\":\"unavailable\",\"message\":\"the admin listener holds its cap of {cap} connections; retry later\"}}}}");
+    assert!(answer.contains(&want) && answer.contains("retry-after: 5"), "not the admin API's refusal: {answer}");
+    assert_eq!(refused + timed_out, n, "every connection refused or closed unanswered: {ends:?}");
+    assert!(timed_out >= 1, "no connection was held: {refused} refused");
+    assert!(refused >= n - cap, "{refused} refused of {n} with a cap of {cap}");
+
+    // Serving again, with only this scrape's connection open.
+    assert_eq!(relay.readyz().await.map(|r| r.0), Some(200));
+    let m = relay.metrics().await;
+    assert_eq!(m["ankusa_listener_connections_refused_total{listener=\"admin\"}"], refused as f64);
+    until("the admin listener back to one open connection", WAIT, async || {
+        (relay.metrics().await["ankusa_listener_connections{listener=\"admin\"}"] == 1.0).then_some(())
+    })
+    .await;
+}
