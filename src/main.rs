@@ -11,12 +11,15 @@
 //!   `pause`, `resume`, `quarantine list|show|release|drop`, `replay`,
 //!   `purge-tenant`, `retire-source`, `jobs`: the operator's commands, over
 //!   the admin API of a running relay (`admin_cli`).
+//! - `ankusa store check DATA_DIR [--repair-counters]`: the invariant checker
+//!   on a stopped store (`store`).
 
 mod admin_cli;
 mod limits;
 mod send;
 mod serve;
 mod sinks;
+mod store;
 mod unconfigured;
 
 use std::path::PathBuf;
@@ -66,6 +69,10 @@ enum Command {
         #[arg(long, default_value_t = send::DEFAULT_TIMEOUT_MS)]
         timeout_ms: u64,
     },
+    /// A stopped relay's store: `store check DATA_DIR` runs the invariant
+    /// checker on it.
+    #[command(subcommand)]
+    Store(StoreCmd),
     /// Load a configuration file and report every problem in it.
     CheckConfig {
         /// The YAML configuration.
@@ -194,6 +201,29 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum StoreCmd {
+    /// Check every invariant of a stopped store (docs/design.md section 4)
+    /// and print every violation: exit 0 and a one-line summary when it is
+    /// clean, 1 when there is a violation, 2 when DATA_DIR holds no store, 3
+    /// when the store cannot be opened (a running relay has it open).
+    Check {
+        /// The relay's node.data_dir (with store-rocksdb/ or store-fjall/ in
+        /// it), or a store directory itself. Its backend is read from its
+        /// files.
+        data_dir: PathBuf,
+        /// Only this backend's store (when data_dir holds both).
+        #[arg(long, value_enum)]
+        store: Option<store::Backend>,
+        /// Set every maintained counter (pending, bytes, in_flight, dead,
+        /// dead_bytes, quarantined, lanes, lanes_blocked, lane_members, and
+        /// the node aggregate of every field) to what the keys add up to, in
+        /// one batch; print each old and new value, then check again.
+        #[arg(long)]
+        repair_counters: bool,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Serve { .. }) {
@@ -227,6 +257,9 @@ fn main() -> ExitCode {
         Command::PurgeTenant { conn, tenant, yes, wait } => admin_cli::main(&conn, admin_cli::Command::PurgeTenant { tenant, yes, wait }),
         Command::RetireSource { conn, source, tenant, reason, yes, wait } => {
             admin_cli::main(&conn, admin_cli::Command::RetireSource { source, tenant, reason, yes, wait })
+        }
+        Command::Store(StoreCmd::Check { data_dir, store, repair_counters }) => {
+            store::main(&store::Args { dir: &data_dir, store, repair_counters })
         }
         Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {

@@ -70,7 +70,7 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
         warn_other_stores(&cfg);
         std::fs::create_dir_all(&cfg.node.data_dir)
             .with_context(|| format!("creating data_dir {}", cfg.node.data_dir.display()))?;
-        let store_dir = cfg.node.data_dir.join(format!("store-{}", cfg.node.store.as_str()));
+        let store_dir = store_dir(&cfg.node.data_dir, cfg.node.store.as_str());
         match cfg.node.store {
             #[cfg(feature = "rocksdb")]
             StoreBackend::RocksDb => {
@@ -98,6 +98,13 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The directory of the `backend` store (`rocksdb`, `fjall`) inside a
+/// relay's data_dir: `<data_dir>/store-<backend>` (what `ankusa store check`
+/// looks for).
+pub fn store_dir(data_dir: &std::path::Path, backend: &str) -> PathBuf {
+    data_dir.join(format!("store-{backend}"))
 }
 
 /// Raises the file-descriptor soft limit to the hard limit and splits it
@@ -201,7 +208,7 @@ pub fn load(path: Option<&std::path::Path>) -> Result<Config, ankusa_config::Con
 /// hooks undelivered until it is switched back.
 fn warn_other_stores(cfg: &Config) {
     for other in ["rocksdb", "fjall"] {
-        if other != cfg.node.store.as_str() && cfg.node.data_dir.join(format!("store-{other}")).exists() {
+        if other != cfg.node.store.as_str() && store_dir(&cfg.node.data_dir, other).exists() {
             tracing::warn!(
                 data_dir = %cfg.node.data_dir.display(),
                 other,

@@ -3,13 +3,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ankusa_engine::{Cf, Direction, Read, scan_pages};
+use ankusa_engine::{Batch, COUNTER_CF, Cf, Direction, Read, encode_counter, scan_pages};
 use ankusa_keys::{
     ActiveKey, CounterField, CounterKey, DeadLetterKey, DeadLetterValue, DedupeKey, DedupeValue,
     DeliveryKey, DeliveryRow, DueKey, DueKind, DueValue, Family, HookKey, InFlightKey,
     InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey,
-    LaneMemberValue, QuarantinedKey, QuarantinedValue, RowState, TenantOrd, decode_counter_value,
-    decode_empty_value, deliveries_range, family_range, hooks_range, is_sentinel,
+    LaneMemberValue, QuarantinedKey, QuarantinedValue, RowState, TenantOrd, counter_key,
+    decode_counter_value, decode_empty_value, deliveries_range, family_range, hooks_range,
+    is_sentinel,
 };
 
 use crate::{QueueError, RowId};
@@ -149,6 +150,74 @@ pub enum Violation {
 /// Engine errors. (A value that does not decode is a [`Violation`], not an
 /// error.)
 pub fn check_invariants(read: &impl Read) -> Result<Vec<Violation>, QueueError> {
+    Ok(check_store(read)?.violations)
+}
+
+/// What one pass of [`check_store`] found: every violation, what the store
+/// holds, and the counter values its keys call for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Every broken invariant, as [`check_invariants`] returns them.
+    pub violations: Vec<Violation>,
+    /// What the store holds, counted from its keys.
+    pub census: Census,
+    /// Every counter whose stored value differs from what the keys call for
+    /// (invariant 3), with the value to give it: what `ankusa store check
+    /// --repair-counters` writes ([`counter_fix_batch`]).
+    pub counter_fixes: Vec<CounterFix>,
+}
+
+/// What a store holds, counted from its keys (not from its counters), over
+/// every tenant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Tenants with a key or a counter.
+    pub tenants: u64,
+    /// Envelopes in cf `hooks` (delivered hooks too, until retention deletes
+    /// them; quarantined ones too).
+    pub hooks: u64,
+    /// Delivery rows in cf `deliveries`.
+    pub rows: u64,
+    /// Rows in ?D, ?F or ?O.
+    pub pending: u64,
+    /// Rows in ?F.
+    pub in_flight: u64,
+    /// Rows in ?O.
+    pub lane_members: u64,
+    /// Lane heads (?H).
+    pub lanes: u64,
+    /// Rows in ?X.
+    pub dead: u64,
+    /// Hooks in ?Q.
+    pub quarantined: u64,
+}
+
+/// One counter to set: `field` of `tenant` (or of [`TenantOrd::NODE`], the
+/// aggregate) holds `stored`; its keys (for the aggregate: the tenants'
+/// values, once fixed) add up to `expected`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CounterFix {
+    /// The tenant, or the node aggregate.
+    pub tenant: TenantOrd,
+    /// The field.
+    pub field: CounterField,
+    /// The value stored now (0 when the counter was never written).
+    pub stored: i64,
+    /// The value the keys call for.
+    pub expected: i64,
+}
+
+/// Runs the checker of [`check_invariants`] and also returns what the store
+/// holds ([`Census`]) and the counter values the keys call for
+/// ([`CounterFix`]): per tenant, each keyed field (pending, bytes, in_flight,
+/// dead, dead_bytes, quarantined, lanes, lanes_blocked, lane_members) is its
+/// keys' count or byte sum, and the `_total` fields keep their stored value
+/// (they have no keys); the aggregate of every field is the sum of the
+/// tenants' values once fixed. Reads as [`check_invariants`] does.
+///
+/// # Errors
+/// Engine errors.
+pub fn check_store(read: &impl Read) -> Result<CheckReport, QueueError> {
     let mut c = Checker::default();
     for family in Family::ALL {
         for kv in scan_pages(
@@ -203,7 +272,29 @@ pub fn check_invariants(read: &impl Read) -> Result<Vec<Violation>, QueueError> 
     c.lanes(&rows);
     c.counters();
     c.active();
-    Ok(c.out)
+    let census = c.census(rows.len());
+    let counter_fixes = c.counter_fixes();
+    Ok(CheckReport {
+        violations: c.out,
+        census,
+        counter_fixes,
+    })
+}
+
+/// The batch that sets every counter of `fixes` to its expected value (a put
+/// of the value, not an add: it is right whatever the counter held). For a
+/// stopped store only: a counter add committed by a running relay between the
+/// check and this batch would be overwritten.
+pub fn counter_fix_batch(fixes: &[CounterFix]) -> Batch {
+    let mut batch = Batch::new();
+    for f in fixes {
+        batch.put(
+            COUNTER_CF,
+            counter_key(f.tenant, f.field).to_vec(),
+            encode_counter(f.expected).to_vec(),
+        );
+    }
+    batch
 }
 
 /// Per-tenant tallies of what the keys add up to (invariant 3).
@@ -539,6 +630,96 @@ impl Checker {
                 });
             }
         }
+    }
+
+    /// The census of what the keys hold (`rows`: the delivery rows read).
+    fn census(&self, rows: usize) -> Census {
+        let sum = |field: CounterField| -> u64 {
+            self.tallies
+                .values()
+                .map(|t| {
+                    t.counts
+                        .get(&field)
+                        .copied()
+                        .unwrap_or(0)
+                        .max(0)
+                        .unsigned_abs()
+                })
+                .sum()
+        };
+        let mut tenants: BTreeSet<TenantOrd> = self.tallies.keys().copied().collect();
+        tenants.extend(self.hooks.iter().map(|(t, _)| *t));
+        tenants.extend(
+            self.counters
+                .keys()
+                .map(|(t, _)| *t)
+                .filter(|t| t.is_tenant()),
+        );
+        Census {
+            tenants: tenants.len() as u64,
+            hooks: self.hooks.len() as u64,
+            rows: rows as u64,
+            pending: sum(CounterField::Pending),
+            in_flight: sum(CounterField::InFlight),
+            lane_members: sum(CounterField::LaneMembers),
+            lanes: sum(CounterField::Lanes),
+            dead: sum(CounterField::Dead),
+            quarantined: sum(CounterField::Quarantined),
+        }
+    }
+
+    /// Every counter whose stored value is not what the keys call for
+    /// ([`check_store`]), tenants first (in ordinal and field order), then the
+    /// aggregate.
+    fn counter_fixes(&self) -> Vec<CounterFix> {
+        let mut tenants: BTreeSet<TenantOrd> = self.tallies.keys().copied().collect();
+        tenants.extend(
+            self.counters
+                .keys()
+                .map(|(t, _)| *t)
+                .filter(|t| t.is_tenant()),
+        );
+        let mut out = Vec::new();
+        let mut sums: BTreeMap<CounterField, i64> = BTreeMap::new();
+        for &tenant in &tenants {
+            for field in CounterField::ALL {
+                let stored = self.counters.get(&(tenant, field)).copied().unwrap_or(0);
+                let expected = if KEYED_FIELDS.contains(&field) {
+                    self.tallies
+                        .get(&tenant)
+                        .and_then(|t| t.counts.get(&field).copied())
+                        .unwrap_or(0)
+                } else {
+                    stored
+                };
+                *sums.entry(field).or_default() += expected;
+                if stored != expected {
+                    out.push(CounterFix {
+                        tenant,
+                        field,
+                        stored,
+                        expected,
+                    });
+                }
+            }
+        }
+        for field in CounterField::ALL {
+            let stored = self
+                .counters
+                .get(&(TenantOrd::NODE, field))
+                .copied()
+                .unwrap_or(0);
+            let expected = sums.get(&field).copied().unwrap_or(0);
+            if stored != expected {
+                out.push(CounterFix {
+                    tenant: TenantOrd::NODE,
+                    field,
+                    stored,
+                    expected,
+                });
+            }
+        }
+        out
     }
 
     /// Invariant 4.

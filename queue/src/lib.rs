@@ -96,7 +96,7 @@ pub use admin::{
     dead_letter_sinks, dead_letter_source, drop_dead, expire_dedupe, init_store, purge_tenant,
     retention, sweep_markers, sweep_markers_recheck,
 };
-pub use check::{Violation, check_invariants};
+pub use check::{Census, CheckReport, CounterFix, Violation, check_invariants, check_store, counter_fix_batch};
 pub use registry::{Registry, register};
 pub use ingest::{
     Hook, NewRow, QuarantinePage, Quarantined, drop_quarantined, hook_size, list_quarantined,

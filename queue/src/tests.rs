@@ -1586,6 +1586,65 @@ fn check_invariants_reports_every_planted_inconsistency() {
     assert_eq!(v.len(), expect.len() + 1, "{v:#?}");
 }
 
+/// `check_store` (what `ankusa store check` runs): the census counts keys, not
+/// counters; a drift of a tenant's keyed counter, of a tenant's `_total` field
+/// and of the aggregate each get the value the keys call for, and the batch
+/// of the fixes leaves a clean store whatever the counters held.
+#[test]
+fn check_store_counts_the_keys_and_fixes_every_drifted_counter() {
+    let kv = store();
+    let s1 = ingest(&kv, T1, 1, &[plain(S0), laned(S1, "k")]);
+    let s2 = ingest(&kv, T1, 2, &[laned(S1, "k")]);
+    let s3 = ingest(&kv, T2, 3, &[plain(S0)]);
+    sweep(&kv, T1, NOW);
+    let report = check_store(&kv.snapshot()).expect("check");
+    assert_eq!(report.violations, vec![]);
+    assert_eq!(report.counter_fixes, vec![]);
+    assert_eq!(
+        report.census,
+        Census {
+            tenants: 2,
+            hooks: 3,
+            rows: 4,
+            pending: 4,
+            in_flight: 0,
+            lane_members: 1,
+            lanes: 1,
+            dead: 0,
+            quarantined: 0,
+        }
+    );
+
+    let mut bad = Batch::new();
+    // A tenant's keyed field off (the aggregate moved with it, as a wrong
+    // builder would move both), a tenant's `_total` field with the aggregate
+    // left behind, and the aggregate alone off.
+    bad.counter_add(counter_key(T1, F::Bytes).to_vec(), 100);
+    bad.counter_add(counter_key(TenantOrd::NODE, F::Bytes).to_vec(), 100);
+    bad.counter_add(counter_key(T2, F::DeliveredTotal).to_vec(), 7);
+    bad.counter_add(counter_key(TenantOrd::NODE, F::LaneMembers).to_vec(), -1);
+    commit(&kv, bad);
+    let report = check_store(&kv.snapshot()).expect("check");
+    let bytes_t1 = i64::from(s1) * 2 + i64::from(s2);
+    let bytes_all = bytes_t1 + i64::from(s3);
+    assert_eq!(
+        report.counter_fixes,
+        vec![
+            CounterFix { tenant: T1, field: F::Bytes, stored: bytes_t1 + 100, expected: bytes_t1 },
+            CounterFix { tenant: TenantOrd::NODE, field: F::Bytes, stored: bytes_all + 100, expected: bytes_all },
+            CounterFix { tenant: TenantOrd::NODE, field: F::DeliveredTotal, stored: 0, expected: 7 },
+            CounterFix { tenant: TenantOrd::NODE, field: F::LaneMembers, stored: 0, expected: 1 },
+        ]
+    );
+    assert_eq!(report.violations.len(), 3, "the aggregate of bytes is the sum of the stored tenants: {:#?}", report.violations);
+    assert_eq!(report.census.pending, 4, "the census counts keys, not counters");
+    commit(&kv, counter_fix_batch(&report.counter_fixes));
+    let after = check_store(&kv.snapshot()).expect("check");
+    assert_eq!(after.violations, vec![]);
+    assert_eq!(after.counter_fixes, vec![]);
+    assert_eq!(kv.counter(&counter_key(T2, F::DeliveredTotal)).expect("counter"), 7, "a `_total` field keeps its value");
+}
+
 #[test]
 fn check_invariants_finds_a_stranded_member_and_two_live_rows_in_a_lane() {
     let kv = store();

@@ -30,6 +30,9 @@ mod provider;
 mod leaks;
 mod limits;
 mod faults;
+mod store;
+mod crash;
+mod hangup;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]

@@ -97,6 +97,8 @@ struct State {
     open: Mutex<HashMap<String, (usize, usize)>>,
     script: RwLock<Script>,
     release: watch::Sender<bool>,
+    /// Connections `accept` failed on (and went past).
+    accept_errors: std::sync::atomic::AtomicUsize,
 }
 
 /// Decrements the open count of its key when the request ends, however it ends
@@ -133,11 +135,25 @@ impl Sink {
             open: Mutex::new(HashMap::new()),
             script: RwLock::new(Arc::new(script)),
             release,
+            accept_errors: Default::default(),
         });
         let st = Arc::clone(&state);
         let accept = tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    // A connection aborted before it was accepted (a relay
+                    // SIGKILLed while it connects, as the crash test does
+                    // hundreds of times). The receiver keeps listening: an
+                    // accept loop that ended on it would free the port for
+                    // any other server. Counted (`accept_errors`); none seen
+                    // so far.
+                    Err(_) => {
+                        st.accept_errors.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        continue;
+                    }
+                };
                 let st = Arc::clone(&st);
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
@@ -168,6 +184,11 @@ impl Sink {
     /// Answers every held request (and every later `Hold`) with 200.
     pub fn release(&self) {
         self.state.release.send_replace(true);
+    }
+
+    /// How many requests arrived so far (without copying them).
+    pub fn request_count(&self) -> usize {
+        self.state.reqs.lock().expect("lock").len()
     }
 
     /// Every request so far, in arrival order.
@@ -208,6 +229,12 @@ impl Sink {
     /// The status this sink answered request `n` with, if it answered.
     pub fn answer_of(&self, n: usize) -> Option<u16> {
         self.state.answers.lock().expect("lock").iter().find(|(i, _)| *i == n).map(|(_, s)| *s)
+    }
+
+    /// How many connections `accept` failed on (the receiver went on
+    /// listening).
+    pub fn accept_errors(&self) -> usize {
+        self.state.accept_errors.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Requests of lane `key` ([`lane`]) open right now.
