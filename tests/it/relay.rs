@@ -81,6 +81,18 @@ impl Relay {
     /// [`Relay::start`] with extra environment variables for the child (kept
     /// across [`Relay::restart`]).
     pub async fn start_with_env(template: &str, env: &[(&str, &str)]) -> Relay {
+        Relay::start_as(template, env, None).await
+    }
+
+    /// [`Relay::start`] with the child's file-descriptor limit, soft and hard,
+    /// set to `nofile` (as `prlimit --nofile=N:N` would) before it execs.
+    pub async fn start_with_nofile(template: &str, nofile: u64) -> Relay {
+        Relay::start_as(template, &[], Some(nofile)).await
+    }
+
+    /// The one constructor: a new temporary directory, free ports, the
+    /// child's environment and file-descriptor limit; waits until ready.
+    async fn start_as(template: &str, env: &[(&str, &str)], nofile: Option<u64>) -> Relay {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ingest, admin) = free_ports();
         let mut r = Relay {
@@ -93,28 +105,7 @@ impl Relay {
             runs: 0,
             env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             args: Vec::new(),
-            nofile: None,
-        };
-        r.boot().await;
-        r
-    }
-
-    /// [`Relay::start`] with the child's file-descriptor limit, soft and hard,
-    /// set to `nofile` (as `prlimit --nofile=N:N` would) before it execs.
-    pub async fn start_with_nofile(template: &str, nofile: u64) -> Relay {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (ingest, admin) = free_ports();
-        let mut r = Relay {
-            dir,
-            template: template.to_owned(),
-            ingest,
-            admin,
-            child: None,
-            client: client(),
-            runs: 0,
-            env: Vec::new(),
-            args: Vec::new(),
-            nofile: Some(nofile),
+            nofile,
         };
         r.boot().await;
         r
