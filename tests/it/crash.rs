@@ -53,23 +53,8 @@ const MAX_REQUESTS_PER_KILL: u64 = 100;
 /// deliveries pending.
 const MAX_BACKLOG: f64 = 400.0;
 
-/// splitmix64: a small seeded generator (the kill moments).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+/// `fastrand`'s seeded generator: the kill moments, the same for a seed.
+type Rng = fastrand::Rng;
 
 /// One hook the relay answered 200: its key, its number within the key, its id.
 #[derive(Clone, Debug)]
@@ -278,7 +263,7 @@ async fn crash_run(backend: &str) {
     let seed = seed();
     let kills = kills();
     println!("crash test on {backend}: seed {seed} (ANKUSA_CRASH_SEED={seed} repeats it), {kills} kills");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::with_seed(seed);
     let sink = Sink::start(|r| if r.n % FAIL_EVERY == FAIL_EVERY - 1 { Reply::Status(500) } else { Reply::Status(200) }).await;
     let mut relay = Relay::start(&config(
         backend,
@@ -325,26 +310,26 @@ sources:
             m.get("ankusa_queue_pending").is_some_and(|p| *p < MAX_BACKLOG).then_some(())
         })
         .await;
-        let mut mode = rng.below(3);
-        let mut want_reqs = sink.request_count() + 1 + rng.below(MAX_REQUESTS_PER_KILL) as usize;
+        let mut mode = rng.u64(..3);
+        let mut want_reqs = sink.request_count() + 1 + rng.u64(..MAX_REQUESTS_PER_KILL) as usize;
         if mode == 1 {
             // A backlog to deliver: both sources paused (through the admin
             // API) while the clients post, then resumed with the clients held;
             // the kill comes before the backlog is through.
             pause(&relay, true).await;
             let acked0 = load.acked.lock().expect("lock").len();
-            let backlog = 20 + rng.below(MAX_REQUESTS_PER_KILL) as usize;
+            let backlog = 20 + rng.u64(..MAX_REQUESTS_PER_KILL) as usize;
             load.posting.store(true, Ordering::SeqCst);
             until("a backlog acknowledged", Duration::from_secs(120), async || {
                 (load.acked.lock().expect("lock").len() >= acked0 + backlog).then_some(())
             })
             .await;
             load.posting.store(false, Ordering::SeqCst);
-            want_reqs = sink.request_count() + 1 + rng.below(backlog as u64) as usize;
+            want_reqs = sink.request_count() + 1 + rng.u64(..backlog as u64) as usize;
             pause(&relay, false).await;
         }
         load.posting.store(mode != 1, Ordering::SeqCst);
-        let want_acks = load.acked.lock().expect("lock").len() + 1 + rng.below(MAX_ACKS_PER_KILL) as usize;
+        let want_acks = load.acked.lock().expect("lock").len() + 1 + rng.u64(..MAX_ACKS_PER_KILL) as usize;
         match mode {
             0 | 2 => {
                 until("hooks acknowledged before the kill", Duration::from_secs(120), async || {
@@ -373,7 +358,7 @@ sources:
                 }
             }
         }
-        let extra_ms = if rng.below(2) == 0 { rng.below(30) } else { 0 };
+        let extra_ms = if rng.u64(..2) == 0 { rng.u64(..30) } else { 0 };
         if extra_ms > 0 {
             // Only to vary the moment; nothing is asserted about it.
             tokio::time::sleep(Duration::from_millis(extra_ms)).await;

@@ -32,35 +32,13 @@ fn seed() -> u64 {
     std::env::var("ANKUSA_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x00a1_c05a_f022)
 }
 
-/// SplitMix64: small, seeded, the same sequence on every machine.
-struct Rng(u64);
+/// `fastrand`'s seeded generator (wyrand): the same sequence on every
+/// machine for a seed.
+type Rng = fastrand::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// True with probability `1 / n`.
-    fn one_in(&mut self, n: usize) -> bool {
-        self.below(n) == 0
-    }
-
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len())]
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
+/// One of `xs`, uniformly.
+fn pick<'a, T>(rng: &mut Rng, xs: &'a [T]) -> &'a T {
+    &xs[rng.usize(..xs.len())]
 }
 
 /// A corpus file as a seed: its provider and its case.
@@ -260,118 +238,118 @@ fn set_word(case: &mut Case, ix: usize, word: &str) {
 /// One mutation of `case`; `seeds` are the splice partners.
 fn mutate(rng: &mut Rng, case: &mut Case, seeds: &[Seed]) {
     let body = &mut case.body;
-    match rng.below(22) {
+    match rng.usize(..22) {
         0 if !body.is_empty() => {
-            let i = rng.below(body.len());
-            body[i] ^= 1 << rng.below(8);
+            let i = rng.usize(..body.len());
+            body[i] ^= 1 << rng.usize(..8);
         }
         1 if !body.is_empty() => {
-            let i = rng.below(body.len());
-            body[i] = *rng.pick(INTERESTING);
+            let i = rng.usize(..body.len());
+            body[i] = *pick(rng, INTERESTING);
         }
         2 => {
-            let at = rng.below(body.len() + 1);
-            let s = *rng.pick(SNIPPETS);
+            let at = rng.usize(..body.len() + 1);
+            let s = *pick(rng, SNIPPETS);
             body.splice(at..at, s.iter().copied());
         }
         3 => {
-            let at = rng.below(body.len() + 1);
+            let at = rng.usize(..body.len() + 1);
             body.truncate(at);
         }
         4 if !body.is_empty() => {
-            let a = rng.below(body.len());
-            let b = a + rng.below(body.len() - a + 1).min(64);
+            let a = rng.usize(..body.len());
+            let b = a + rng.usize(..body.len() - a + 1).min(64);
             body.drain(a..b);
         }
         5 if !body.is_empty() => {
-            let a = rng.below(body.len());
-            let b = a + rng.below(body.len() - a + 1).min(256);
+            let a = rng.usize(..body.len());
+            let b = a + rng.usize(..body.len() - a + 1).min(256);
             let chunk = body[a..b].to_vec();
-            let at = rng.below(body.len() + 1);
+            let at = rng.usize(..body.len() + 1);
             body.splice(at..at, chunk);
         }
         6 => {
-            let other = &rng.pick(seeds).case.body;
-            let cut = rng.below(body.len() + 1);
-            let from = rng.below(other.len() + 1);
+            let other = &pick(rng, seeds).case.body;
+            let cut = rng.usize(..body.len() + 1);
+            let from = rng.usize(..other.len() + 1);
             body.truncate(cut);
             body.extend_from_slice(&other[from..]);
         }
-        7 => *body = rng.pick(seeds).case.body.clone(),
+        7 => *body = pick(rng, seeds).case.body.clone(),
         8 if !case.headers.is_empty() => {
-            let i = rng.below(case.headers.len());
+            let i = rng.usize(..case.headers.len());
             case.headers.remove(i);
         }
         9 if !case.headers.is_empty() => {
-            let i = rng.below(case.headers.len());
+            let i = rng.usize(..case.headers.len());
             let mut h = case.headers[i].clone();
-            if rng.one_in(2) {
-                h.1 = rng.pick(HEADER_VALUES).to_vec();
+            if rng.bool() {
+                h.1 = pick(rng, HEADER_VALUES).to_vec();
             }
-            let at = if rng.one_in(2) { i } else { i + 1 };
+            let at = if rng.bool() { i } else { i + 1 };
             case.headers.insert(at, h);
         }
         10 if case.headers.len() > 1 => {
-            let (a, b) = (rng.below(case.headers.len()), rng.below(case.headers.len()));
+            let (a, b) = (rng.usize(..case.headers.len()), rng.usize(..case.headers.len()));
             case.headers.swap(a, b);
         }
         11 if !case.headers.is_empty() => {
-            let i = rng.below(case.headers.len());
+            let i = rng.usize(..case.headers.len());
             let v = &mut case.headers[i].1;
-            match rng.below(4) {
-                0 => *v = rng.pick(HEADER_VALUES).to_vec(),
-                1 => v.truncate(rng.below(v.len() + 1)),
+            match rng.usize(..4) {
+                0 => *v = pick(rng, HEADER_VALUES).to_vec(),
+                1 => v.truncate(rng.usize(..v.len() + 1)),
                 2 => {
-                    let n = rng.below(8);
-                    v.extend(rng.bytes(n).into_iter().map(|b| if b == b'\n' || b == b'\r' { b'x' } else { b }));
+                    let n = rng.usize(..8);
+                    v.extend(std::iter::repeat_with(|| rng.u8(..)).take(n).map(|b| if b == b'\n' || b == b'\r' { b'x' } else { b }));
                 }
                 _ if !v.is_empty() => {
-                    let j = rng.below(v.len());
-                    v[j] = *rng.pick(INTERESTING);
+                    let j = rng.usize(..v.len());
+                    v[j] = *pick(rng, INTERESTING);
                 }
                 _ => {}
             }
         }
         12 if !case.headers.is_empty() => {
-            let i = rng.below(case.headers.len());
+            let i = rng.usize(..case.headers.len());
             let n = &mut case.headers[i].0;
-            match rng.below(3) {
+            match rng.usize(..3) {
                 0 => n.make_ascii_uppercase(),
                 1 => n.make_ascii_lowercase(),
-                _ => *n = rng.pick(HEADER_NAMES).as_bytes().to_vec(),
+                _ => *n = pick(rng, HEADER_NAMES).as_bytes().to_vec(),
             }
         }
         13 => {
-            let name = rng.pick(HEADER_NAMES).as_bytes().to_vec();
-            let value = rng.pick(HEADER_VALUES).to_vec();
-            let at = rng.below(case.headers.len() + 1);
+            let name = pick(rng, HEADER_NAMES).as_bytes().to_vec();
+            let value = pick(rng, HEADER_VALUES).to_vec();
+            let at = rng.usize(..case.headers.len() + 1);
             case.headers.insert(at, (name, value));
         }
         14 => {
-            let other = &rng.pick(seeds).case;
+            let other = &pick(rng, seeds).case;
             if !other.headers.is_empty() {
-                let h = rng.pick(&other.headers).clone();
-                let at = rng.below(case.headers.len() + 1);
+                let h = pick(rng, &other.headers).clone();
+                let at = rng.usize(..case.headers.len() + 1);
                 case.headers.insert(at, h);
             }
         }
         15 => case.headers.clear(),
-        16 => set_word(case, 0, rng.pick::<&str>(METHODS)),
-        17 => set_word(case, 1, rng.pick::<&str>(PATHS)),
+        16 => set_word(case, 0, pick::<&str>(rng, METHODS)),
+        17 => set_word(case, 1, pick::<&str>(rng, PATHS)),
         18 => {
-            let w = *rng.pick(NOWS);
+            let w = *pick(rng, NOWS);
             word_toggle(case, w);
         }
         19 => {
-            let w = *rng.pick(JSON_PATHS);
+            let w = *pick(rng, JSON_PATHS);
             word_toggle(case, w);
         }
         20 => {
-            let w = *rng.pick(HEADER_SPECS);
+            let w = *pick(rng, HEADER_SPECS);
             word_toggle(case, w);
         }
         _ => {
-            let w = *rng.pick(&["tamper", "stale", "sign"]);
+            let w = *pick(rng, &["tamper", "stale", "sign"]);
             word_toggle(case, w);
         }
     }
@@ -393,25 +371,25 @@ fn home(target: &str) -> &'static [&'static str] {
 
 /// The `i`th case of `target` under `seed`, as bytes: the same on every run.
 fn case_bytes(target: &str, seeds: &[Seed], seed: u64, i: usize) -> Vec<u8> {
-    let mut rng = Rng(seed ^ (i as u64).wrapping_mul(0xd134_2543_de82_ef95) ^ fxhash(target));
+    let mut rng = Rng::with_seed(seed ^ (i as u64).wrapping_mul(0xd134_2543_de82_ef95) ^ fxhash(target));
     let homes: Vec<&Seed> = seeds.iter().filter(|s| home(target).contains(&s.provider.as_str())).collect();
-    let start = if !homes.is_empty() && rng.one_in(2) { *rng.pick(&homes) } else { rng.pick(seeds) };
+    let start = if !homes.is_empty() && rng.bool() { *pick(&mut rng, &homes) } else { pick(&mut rng, seeds) };
     let mut case = start.case.clone();
     // Every 16th case is a corpus file unmutated (signed or not, below).
     if !i.is_multiple_of(16) {
-        for _ in 0..1 + rng.below(4) {
+        for _ in 0..1 + rng.usize(..4) {
             mutate(&mut rng, &mut case, seeds);
         }
     }
     // Most cases are signed after the mutation, to reach past verification.
-    if rng.below(10) < 4 && !case.flag("sign") {
+    if rng.usize(..10) < 4 && !case.flag("sign") {
         word_toggle(&mut case, "sign");
     }
     let mut bytes = case.encode();
-    if rng.one_in(8) && !bytes.is_empty() {
-        for _ in 0..1 + rng.below(3) {
-            let j = rng.below(bytes.len());
-            bytes[j] = rng.next() as u8;
+    if rng.usize(..8) == 0 && !bytes.is_empty() {
+        for _ in 0..1 + rng.usize(..3) {
+            let j = rng.usize(..bytes.len());
+            bytes[j] = rng.u8(..);
         }
     }
     bytes
