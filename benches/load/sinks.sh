@@ -4,12 +4,18 @@
 #   load  unordered, the sink of the kind
 #   lane  the same sink, ordered on the x-entity-id header
 # then `sink-load` (benches/src/bin/sink-load.rs) posts HOOKS hooks to `load`
-# (32 at once, each its own key) and ORDERED hooks with one key to `lane` (one
-# lane: one delivery at a time), and reads /metrics until all are delivered.
+# (32 at once, each its own key), HOOKS hooks over KEYS keys to `lane` (KEYS
+# lanes, each in order; KEYS=0 skips it) and ORDERED hooks with one key to
+# `lane` (one lane: one delivery at a time), and reads /metrics until all are
+# delivered.
 # The peer's own count is printed beside (messages it holds after the run).
 #
 #   benches/load/sinks.sh                       # every kind below
 #   SINKS="redis nats" HOOKS=2000 benches/load/sinks.sh
+#   SINKS="redis nats kafka" HOOKS=200000 KEYS=1000 SINK_CONCURRENCY=64 CONC=64 benches/load/sinks.sh
+#
+# SINK_CONCURRENCY (empty: the relay's default `dispatch.sink_concurrency`)
+# is written to the config.
 #
 # Peers: the machine's Redis 6379, RabbitMQ 5672 and NATS 4222, moto 5000
 # (.ci/moto.sh), plain-hyper for `http`, a Python Pub/Sub REST peer
@@ -29,6 +35,8 @@ SINKS=${SINKS:-"http file redis rabbitmq nats sqs pubsub kafka"}
 HOOKS=${HOOKS:-10000}
 ORDERED=${ORDERED:-2000}
 CONC=${CONC:-32}
+KEYS=${KEYS:-1000}
+SINK_CONCURRENCY=${SINK_CONCURRENCY:-}
 VENV=${VENV:-/var/cache/ankusa/moto-venv}
 PY="$VENV/bin/python"
 
@@ -100,6 +108,8 @@ for kind in $SINKS; do
 node: {data_dir: '$DIR/data', store: rocksdb, max_pending: 100000000, max_pending_bytes: 1000000000000}
 listeners: {ingest: '127.0.0.1:$INGEST', admin: '127.0.0.1:$ADMIN'}
 tenants: [{name: load, max_pending: 10000000, max_pending_bytes: 100000000000}]
+${SINK_CONCURRENCY:+dispatch:
+  sink_concurrency: $SINK_CONCURRENCY}
 sources:
   - {name: load, tenant: load, sinks: [$sink]}
   - {name: lane, tenant: load, sinks: [$lane_sink]}
@@ -110,10 +120,16 @@ YAML
   wait_port "$ADMIN" "$relay" || { tail -20 "$DIR/relay.log" >&2; exit 1; }
   wait_port "$INGEST" "$relay"
   unordered=$("$BIN_DIR/sink-load" --ingest "127.0.0.1:$INGEST" --admin "127.0.0.1:$ADMIN" --source load --hooks "$HOOKS" --concurrency "$CONC")
+  keyed='{}'; expected=$((HOOKS + ORDERED))
+  if [ "$KEYS" -gt 0 ]; then
+    keyed=$("$BIN_DIR/sink-load" --ingest "127.0.0.1:$INGEST" --admin "127.0.0.1:$ADMIN" --source lane --hooks "$HOOKS" --concurrency "$CONC" --keys "$KEYS")
+    expected=$((expected + HOOKS))
+  fi
   ordered=$("$BIN_DIR/sink-load" --ingest "127.0.0.1:$INGEST" --admin "127.0.0.1:$ADMIN" --source lane --hooks "$ORDERED" --concurrency "$CONC" --key one-lane)
   echo "$kind unordered $unordered"
+  [ "$KEYS" -gt 0 ] && echo "$kind $KEYS-keys $keyed"
   echo "$kind one-lane  $ordered"
-  echo "$kind peer holds $(peer_count "$kind") messages (expected $((HOOKS + ORDERED)))"
+  echo "$kind peer holds $(peer_count "$kind") messages (expected $expected)"
   kill "$relay"; wait "$relay" 2>/dev/null || true
   case $kind in rabbitmq|nats|sqs) "$PY" peers.py teardown "$kind" ;; redis) redis-cli DEL ankusa-load:load ankusa-load:lane >/dev/null ;; esac
 done

@@ -5,11 +5,13 @@
 //!
 //! ```text
 //! sink-load --ingest 127.0.0.1:8080 --admin 127.0.0.1:9090 --source load \
-//!           --hooks 10000 --concurrency 32 [--key one-lane] [--body-bytes 1024]
+//!           --hooks 10000 --concurrency 32 [--key one-lane | --keys 1000] [--body-bytes 1024]
 //! ```
-//! Without `--key` every hook carries `x-entity-id: entity-<i>` (its own key;
-//! the unordered run ignores it); with `--key K` every hook carries `K`, so an
-//! ordered sink keyed on that header puts all of them in one lane.
+//! Without `--key` or `--keys` every hook carries `x-entity-id: entity-<i>`
+//! (its own key; the unordered run ignores it); with `--key K` every hook
+//! carries `K`, so an ordered sink keyed on that header puts all of them in
+//! one lane; with `--keys N` hook `i` carries `entity-<i mod N>`: N lanes,
+//! each in order.
 //!
 //! Printed figures: `ingest_s` (first post to last 200), `deliver_s` (first
 //! post to the last delivery), `delivered_per_s` = N / deliver_s, and
@@ -37,6 +39,8 @@ struct Args {
     hooks: usize,
     concurrency: usize,
     key: Option<String>,
+    /// `--keys N`: hook `i` carries key `entity-<i mod N>`.
+    keys: Option<usize>,
     body_bytes: usize,
 }
 
@@ -48,6 +52,7 @@ fn parse() -> Result<Args, String> {
         hooks: 10_000,
         concurrency: 32,
         key: None,
+        keys: None,
         body_bytes: 1024,
     };
     let mut it = std::env::args().skip(1);
@@ -61,12 +66,16 @@ fn parse() -> Result<Args, String> {
             "--hooks" => a.hooks = value.parse().map_err(|e| bad(&e))?,
             "--concurrency" => a.concurrency = value.parse().map_err(|e| bad(&e))?,
             "--key" => a.key = Some(value),
+            "--keys" => a.keys = Some(value.parse().map_err(|e| bad(&e))?),
             "--body-bytes" => a.body_bytes = value.parse().map_err(|e| bad(&e))?,
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
-    if a.hooks == 0 || a.concurrency == 0 {
-        return Err("--hooks and --concurrency must be more than 0".into());
+    if a.hooks == 0 || a.concurrency == 0 || a.keys == Some(0) {
+        return Err("--hooks, --concurrency and --keys must be more than 0".into());
+    }
+    if a.key.is_some() && a.keys.is_some() {
+        return Err("--key (one key) and --keys (N keys) exclude each other".into());
     }
     Ok(a)
 }
@@ -121,7 +130,7 @@ async fn run(a: Args) -> Result<String, String> {
     let mut workers = Vec::new();
     for _ in 0..a.concurrency {
         let (client, next, failed, padding) = (client.clone(), Arc::clone(&next), Arc::clone(&failed), padding.clone());
-        let (uri, key, n) = (format!("http://{}/hooks/{}", a.ingest, a.source), a.key.clone(), a.hooks);
+        let (uri, key, keys, n) = (format!("http://{}/hooks/{}", a.ingest, a.source), a.key.clone(), a.keys, a.hooks);
         workers.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -129,7 +138,7 @@ async fn run(a: Args) -> Result<String, String> {
                     break;
                 }
                 let body = format!("{{\"id\":\"evt_{i}\",\"type\":\"load.test\",\"pad\":\"{padding}\"}}");
-                let key = key.clone().unwrap_or_else(|| format!("entity-{i}"));
+                let key = key.clone().unwrap_or_else(|| format!("entity-{}", keys.map_or(i, |k| i % k)));
                 let req = Request::builder()
                     .method(Method::POST)
                     .uri(&uri)
@@ -176,10 +185,11 @@ async fn run(a: Args) -> Result<String, String> {
     let drain_s = deliver_s - ingest_s;
     let drain_per_s = if drain_s > 0.0 && target > at_ingest_end { (target - at_ingest_end) / drain_s } else { f64::NAN };
     Ok(format!(
-        "{{\"hooks\":{},\"concurrency\":{},\"one_key\":{},\"ingest_s\":{ingest_s:.3},\"deliver_s\":{deliver_s:.3},\"delivered_at_ingest_end\":{at_ingest_end},\"delivered_per_s\":{:.1},\"drain_per_s\":{drain_per_s:.1}}}",
+        "{{\"hooks\":{},\"concurrency\":{},\"one_key\":{},\"keys\":{},\"ingest_s\":{ingest_s:.3},\"deliver_s\":{deliver_s:.3},\"delivered_at_ingest_end\":{at_ingest_end},\"delivered_per_s\":{:.1},\"drain_per_s\":{drain_per_s:.1}}}",
         a.hooks,
         a.concurrency,
         a.key.is_some(),
+        a.keys.map_or("null".to_string(), |k| k.to_string()),
         target / deliver_s
     ))
 }
