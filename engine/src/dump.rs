@@ -167,10 +167,16 @@ fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> DumpError {
     move |source| DumpError::Io { what, source }
 }
 
-/// An exclusive upper bound above every key a store may hold (keys are at
-/// most [`MAX_KEY_BYTES`] long).
+/// Every key a store may hold but [`top_key`]: the longest bound a backend
+/// takes is [`MAX_KEY_BYTES`] long (fjall refuses a longer one).
 fn all_keys() -> KeyRange {
-    KeyRange::new(Vec::new(), vec![0xff; MAX_KEY_BYTES + 1])
+    KeyRange::new(Vec::new(), top_key())
+}
+
+/// The greatest key a store may hold ([`MAX_KEY_BYTES`] bytes of `0xff`),
+/// which [`all_keys`] leaves out: read with a point get after the scan.
+fn top_key() -> Vec<u8> {
+    vec![0xff; MAX_KEY_BYTES]
 }
 
 fn cf_of(byte: u8) -> Option<Cf> {
@@ -265,6 +271,14 @@ pub fn export<R: Read + ?Sized, W: Write>(
                 _ => break,
             }
             limit = (PAGE_BYTES / largest).clamp(1, PAGE_ENTRIES);
+        }
+        let top = top_key();
+        if let Some(v) = read.get(cf, &top)? {
+            encode_record(&mut record, cf, &top, &v);
+            digest.update(&record);
+            record_bytes += record.len() as u64;
+            out.put(&record)?;
+            counts[cf.index()] += 1;
         }
     }
     let digest = digest.finalize();
@@ -533,7 +547,7 @@ pub fn import<K: Kv, R: io::Read>(
 }
 
 fn read_first<K: Kv>(kv: &K, cf: Cf) -> Result<bool, EngineError> {
-    Ok(kv.first(cf, &all_keys(), Direction::Forward)?.is_some())
+    Ok(kv.first(cf, &all_keys(), Direction::Forward)?.is_some() || kv.get(cf, &top_key())?.is_some())
 }
 
 #[cfg(test)]
@@ -556,6 +570,7 @@ mod tests {
         b.put(Cf::Index, vec![0xff; 5], Vec::new());
         b.counter_add(b"C\0\0\0\x01\x01".to_vec(), -42);
         b.put(Cf::Archive, vec![1], Vec::new());
+        b.put(Cf::Archive, top_key(), b"the greatest key".to_vec());
         kv.write(b, Durability::Sync).unwrap();
         kv
     }
@@ -578,6 +593,9 @@ mod tests {
             for (k, v) in kv.scan(cf, &all_keys(), Direction::Forward, usize::MAX).unwrap() {
                 all.push((cf, k.to_vec(), v.to_vec()));
             }
+            if let Some(v) = kv.get(cf, &top_key()).unwrap() {
+                all.push((cf, top_key(), v.to_vec()));
+            }
         }
         all
     }
@@ -588,7 +606,7 @@ mod tests {
         let first = dump_of(&kv, "rocksdb");
         let (copy, summary) = load(&first);
         let summary = summary.unwrap();
-        assert_eq!(summary.counts, [1, 300, 300, 2, 1]);
+        assert_eq!(summary.counts, [1, 300, 300, 2, 2]);
         assert_eq!(summary.header.backend, "rocksdb");
         assert_eq!(summary.header.store_format, 2);
         assert_eq!(summary.file_bytes, first.len() as u64);
