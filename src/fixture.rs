@@ -16,6 +16,12 @@
 //!   `orders`, `audit`) and tenant `globex`, source `billing` (sink
 //!   `ledger`); unordered rows due, claimed (in flight) and waiting out a
 //!   retry, dead letters, dedupe records, and a delivered hook.
+//!
+//! A retried row waits for its last attempt at its retry horizon (a
+//! Retry-After beyond it), so a relay started on a fixture years after
+//! [`T0_MS`] attempts it instead of dead-lettering it (a retry due before the
+//! horizon and claimed after it is dead-lettered: docs/design.md section 5,
+//! "Retry policy"); the configuration must keep the default 24 h horizon.
 //! - Format 2: the same names, `orders` ordered by `x-entity-id`: lane `A`
 //!   busy with its head claimed and two members behind it; lane `B` whose
 //!   head waits out a retry (kind 3) with two members behind it; the keyless
@@ -37,6 +43,9 @@ use ankusa_queue::{Hook, NewRow, RowId, lanes};
 pub const T0_MS: u64 = 1_700_000_000_000;
 /// How long a dedupe record of a fixture hook lasts (one day).
 const DEDUPE_MS: u64 = 86_400_000;
+/// The retry horizon the fixtures' retried rows are due at: the default
+/// `retry.max_elapsed_ms` (24 h), which fixtures/store/relay.yaml keeps.
+const HORIZON_MS: u64 = 86_400_000;
 
 /// The UUIDv7 idempotency key of fixture hook `seq` received at
 /// `received_at_ms`: the 48-bit time, version 7, `seq` in the random bits
@@ -154,11 +163,16 @@ impl Script {
         self.write(b)
     }
 
-    /// Claims `row`, then its attempt fails and it waits `wait_ms` for its retry.
-    fn retry(&mut self, row: RowId, wait_ms: u64, error: &str) -> anyhow::Result<()> {
+    /// Claims `row`, then its attempt fails with `error` and a Retry-After
+    /// beyond the retry horizon, so its next attempt is due at the horizon
+    /// ([`HORIZON_MS`] after the claim: the last attempt, which a relay makes
+    /// however late it starts; a retry due before the horizon would be
+    /// dead-lettered by a relay started more than a day after [`T0_MS`]).
+    fn retry(&mut self, row: RowId, error: &str) -> anyhow::Result<()> {
         self.claim(row)?;
+        let claimed = self.now_ms;
         let now = self.tick();
-        let b = ankusa_queue::retry(&self.kv, row, now + wait_ms, error, now)?;
+        let b = ankusa_queue::retry(&self.kv, row, claimed + HORIZON_MS, error, now)?;
         self.write(b)
     }
 
@@ -215,7 +229,7 @@ fn build(format: u32) -> anyhow::Result<MemoryKv> {
         let bill: Vec<Sent> = (0..3).map(|i| s.ingest(globex, billing, "billing", None, i, &[(0, false)], None)).collect::<Result<_, _>>()?;
         s.claim(row(&shop_hooks[0], 0))?;
         s.claim(row(&shop_hooks[1], 1))?;
-        s.retry(row(&shop_hooks[2], 0), 30_000, "HTTP 503 from the fixture's sink")?;
+        s.retry(row(&shop_hooks[2], 0), "HTTP 503 with Retry-After: 172800 from the fixture's sink")?;
         s.dead(row(&shop_hooks[3], 1), "HTTP 410 from the fixture's sink")?;
         s.deliver(row(&shop_hooks[4], 1))?;
         s.claim(row(&bill[0], 0))?;
@@ -237,7 +251,7 @@ fn build(format: u32) -> anyhow::Result<MemoryKv> {
         s.claim(row(&a[0], 0))?;
         // Lane B: its head waits out a retry (kind 3), B1 and B2 behind it.
         s.promote(acme, shop, 0, Some("B"))?;
-        s.retry(row(&bb[0], 0), 60_000, "HTTP 503 from the fixture's sink")?;
+        s.retry(row(&bb[0], 0), "HTTP 503 with Retry-After: 172800 from the fixture's sink")?;
         // The keyless lane: its head due (kind 2), K1 behind it.
         s.promote(acme, shop, 0, None)?;
         // Lane D: its head dead-lettered, which released the lane.
@@ -245,7 +259,7 @@ fn build(format: u32) -> anyhow::Result<MemoryKv> {
         s.dead(row(&d, 0), "HTTP 410 from the fixture's sink")?;
         // The unordered audit sink: one claimed, one retrying, one delivered.
         s.claim(row(&a[1], 1))?;
-        s.retry(row(&bb[1], 1), 45_000, "connection refused (fixture)")?;
+        s.retry(row(&bb[1], 1), "HTTP 429 with Retry-After: 172800 from the fixture's sink")?;
         s.deliver(row(&k[0], 1))?;
         // billing: one claimed.
         s.claim(row(&bill[0], 0))?;
