@@ -13,8 +13,13 @@
 //!   the admin API of a running relay (`admin_cli`).
 //! - `ankusa store check DATA_DIR [--repair-counters]`: the invariant checker
 //!   on a stopped store (`store`).
+//! - `ankusa store export DATA_DIR FILE`, `ankusa store import FILE DATA_DIR
+//!   --store B`: a stopped store to and from a backend-neutral dump (`store`).
+//! - `ankusa fixture --format N OUT_FILE`: the checked-in store fixture of a
+//!   format, built deterministically (`fixture`).
 
 mod admin_cli;
+mod fixture;
 mod limits;
 mod send;
 mod serve;
@@ -70,9 +75,20 @@ enum Command {
         timeout_ms: u64,
     },
     /// A stopped relay's store: `store check DATA_DIR` runs the invariant
-    /// checker on it.
+    /// checker on it; `store export` and `store import` move it between
+    /// backends through a backend-neutral dump.
     #[command(subcommand)]
     Store(StoreCmd),
+    /// Write the store fixture of a store format (a dump of a scripted
+    /// scenario, the same bytes every run; fixtures/README.md): exit 0
+    /// written, 2 an unknown format or OUT_FILE cannot be written.
+    Fixture {
+        /// The store format: 1 (no lanes) or 2 (ordering lanes).
+        #[arg(long)]
+        format: u32,
+        /// The dump to write.
+        out_file: PathBuf,
+    },
     /// Load a configuration file and report every problem in it.
     CheckConfig {
         /// The YAML configuration.
@@ -222,6 +238,38 @@ enum StoreCmd {
         #[arg(long)]
         repair_counters: bool,
     },
+    /// Write a stopped store to FILE as a backend-neutral dump (docs/design.md
+    /// section 8): every key of every column family, each with a CRC32, and
+    /// a trailer with counts and a digest. FILE must not exist; it appears
+    /// only once complete. Exit 0 written, 2 usage (no store at DATA_DIR,
+    /// two stores and no --store, FILE exists), 3 the store cannot be opened
+    /// (a running relay has it open) or read, 4 FILE cannot be written.
+    Export {
+        /// The relay's node.data_dir, or a store directory itself.
+        data_dir: PathBuf,
+        /// The dump to write.
+        file: PathBuf,
+        /// Only this backend's store (when data_dir holds both).
+        #[arg(long, value_enum)]
+        store: Option<store::Backend>,
+    },
+    /// Load a dump into a new store of the backend --store names, in
+    /// DATA_DIR/store-<backend>/ (DATA_DIR is created if missing). Every
+    /// record's CRC32, the counts and the digest are checked; the store is
+    /// written into a new directory beside the target and moved into place
+    /// only when all of it verified, so a refused dump leaves DATA_DIR as it
+    /// was. Exit 0 loaded, 1 the dump is refused (the record and its byte
+    /// offset are named), 2 usage (FILE missing, the target store exists),
+    /// 3 the new store cannot be created or written, 4 FILE cannot be read.
+    Import {
+        /// The dump.
+        file: PathBuf,
+        /// The relay's node.data_dir to create the store in.
+        data_dir: PathBuf,
+        /// The backend to load it into.
+        #[arg(long, value_enum)]
+        store: store::Backend,
+    },
 }
 
 fn main() -> ExitCode {
@@ -261,6 +309,13 @@ fn main() -> ExitCode {
         Command::Store(StoreCmd::Check { data_dir, store, repair_counters }) => {
             store::main(&store::Args { dir: &data_dir, store, repair_counters })
         }
+        Command::Store(StoreCmd::Export { data_dir, file, store }) => {
+            store::export_main(&store::ExportArgs { dir: &data_dir, file: &file, store })
+        }
+        Command::Store(StoreCmd::Import { file, data_dir, store }) => {
+            store::import_main(&store::ImportArgs { file: &file, dir: &data_dir, store })
+        }
+        Command::Fixture { format, out_file } => fixture::main(format, &out_file),
         Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {
                 println!(

@@ -17,6 +17,14 @@
 //! Exit codes: 0 clean (after the repair, with `--repair-counters`), 1 a
 //! violation, 2 usage (no store at `DATA_DIR`), 3 the store cannot be opened
 //! (in use by a running relay, a newer store format, an engine error).
+//!
+//! `ankusa store export DATA_DIR FILE [--store B]` and `ankusa store import
+//! FILE DATA_DIR --store B` move a stopped store between backends through the
+//! backend-neutral dump of `ankusa_engine::dump` (docs/design.md section 8):
+//! the export writes FILE beside itself and renames it into place when
+//! complete; the import loads into a new directory beside the target and
+//! renames it into place only when the whole dump verified, so a refused dump
+//! leaves the target as it was. Both show a progress bar on a terminal.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -24,7 +32,7 @@ use std::process::ExitCode;
 
 use ankusa_engine::{Cf, Durability, Kv, hex};
 use ankusa_keys::meta::decode_format;
-use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, TenantOrd};
+use ankusa_keys::{FORMAT_KEY, ORIGIN_KEY, STORE_FORMAT, TenantOrd};
 use ankusa_queue::{CheckReport, CounterFix, Registry, RowId, Violation, check_store, counter_fix_batch};
 
 /// A store backend `store check` can open.
@@ -309,4 +317,275 @@ fn describe(v: &Violation, names: &Registry) -> String {
 
 fn describe_fix(f: &CounterFix, names: &Registry) -> String {
     format!("{} of {}: {} -> {}", f.field.name(), tenant(f.tenant, names), f.stored, f.expected)
+}
+
+// ---- export / import (docs/design.md section 8, "Dumps") -------------------
+
+/// The block cache `store export` opens RocksDB with: the export reads every
+/// block once, so a large cache would only grow the process (the export of a
+/// store of any size stays in bounded memory; tests/it/dump.rs measures it).
+const EXPORT_BLOCK_CACHE_BYTES: usize = 8 << 20;
+
+/// The arguments of `ankusa store export`.
+pub struct ExportArgs<'a> {
+    /// The relay's data_dir, or a store directory.
+    pub dir: &'a Path,
+    /// The dump file to write (must not exist).
+    pub file: &'a Path,
+    /// Which store, when `dir` holds both.
+    pub store: Option<Backend>,
+}
+
+/// The arguments of `ankusa store import`.
+pub struct ImportArgs<'a> {
+    /// The dump file.
+    pub file: &'a Path,
+    /// The relay's data_dir to create the store in (`store-<backend>/`).
+    pub dir: &'a Path,
+    /// The backend to load it into.
+    pub store: Backend,
+}
+
+/// A progress bar on stderr when it is a terminal, hidden otherwise.
+fn progress_bar(len: Option<u64>, template: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    let pb = match len {
+        Some(n) => indicatif::ProgressBar::new(n),
+        None => indicatif::ProgressBar::new_spinner(),
+    };
+    if std::io::stderr().is_terminal() {
+        pb.set_style(indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    } else {
+        pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    pb
+}
+
+/// `ankusa store export DATA_DIR FILE [--store B]`: exit 0 written, 2 usage
+/// (no store, two stores and no `--store`, FILE exists), 3 the store cannot
+/// be opened or read, 4 FILE cannot be written.
+pub fn export_main(args: &ExportArgs<'_>) -> ExitCode {
+    match export(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail(code, msg)) => {
+            eprintln!("ankusa store export: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn export(args: &ExportArgs<'_>) -> Result<(), Fail> {
+    let mut stores = find(args.dir, args.store)?;
+    if stores.len() > 1 {
+        return Err(Fail(2, format!("{}: holds a rocksdb and a fjall store; say which with --store", args.dir.display())));
+    }
+    let Some((backend, dir)) = stores.pop() else {
+        return Err(Fail(2, format!("{}: no ankusa store here", args.dir.display())));
+    };
+    if args.file.exists() {
+        return Err(Fail(2, format!("{}: exists; export writes a new file (remove it or give another name)", args.file.display())));
+    }
+    match backend {
+        #[cfg(feature = "rocksdb")]
+        Backend::Rocksdb => {
+            let kv = ankusa_engine_rocksdb::RocksKv::open_with_block_cache(&dir, EXPORT_BLOCK_CACHE_BYTES).map_err(|e| open_failed(&dir, &e))?;
+            export_from(&kv, &dir, args.file)
+        }
+        #[cfg(not(feature = "rocksdb"))]
+        Backend::Rocksdb => Err(Fail(3, "a rocksdb store, but this binary was built without the `rocksdb` feature".into())),
+        Backend::Fjall => {
+            let kv = ankusa_engine_fjall::FjallKv::open(&dir).map_err(|e| open_failed(&dir, &e))?;
+            export_from(&kv, &dir, args.file)
+        }
+    }
+}
+
+/// A temporary name beside `path`: `.<name>.<what>-<pid>`.
+fn beside(path: &Path, what: &str) -> PathBuf {
+    let name = path.file_name().map_or_else(|| "ankusa".into(), |n| n.to_string_lossy().into_owned());
+    path.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
+}
+
+fn export_from<K: Kv>(kv: &K, dir: &Path, file: &Path) -> Result<(), Fail> {
+    let format = match kv.get(Cf::Meta, FORMAT_KEY).map_err(store_err)? {
+        None => return Err(Fail(2, format!("{}: no store format stamp: not a store a relay has opened", dir.display()))),
+        Some(v) => decode_format(&v).map_err(|e| Fail(3, format!("store format stamp: {e}")))?,
+    };
+    // Written beside FILE and renamed into place when complete: an export
+    // that fails leaves no partial dump under FILE's name.
+    let tmp = beside(file, "partial");
+    let out = std::fs::File::create(&tmp).map_err(|e| Fail(4, format!("{}: cannot create: {e}", tmp.display())))?;
+    let pb = progress_bar(None, "{spinner} exporting: {pos} records, {msg}");
+    let snapshot = kv.snapshot();
+    let result = ankusa_engine::dump::export(
+        &snapshot,
+        kv.backend(),
+        format,
+        ORIGIN_KEY,
+        std::io::BufWriter::with_capacity(1 << 20, &out),
+        &mut |records, bytes| {
+            pb.set_position(records);
+            pb.set_message(bytes_text(bytes));
+        },
+    )
+    .and_then(|s| {
+        out.sync_all().map_err(|source| ankusa_engine::dump::DumpError::Io { what: "writing the dump", source })?;
+        Ok(s)
+    });
+    pb.finish_and_clear();
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            let code = if matches!(e, ankusa_engine::dump::DumpError::Io { .. }) { 4 } else { 3 };
+            return Err(Fail(code, format!("{}: {e}", dir.display())));
+        }
+    };
+    if let Err(e) = std::fs::rename(&tmp, file) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Fail(4, format!("{}: cannot rename {} into place: {e}", file.display(), tmp.display())));
+    }
+    sync_parent(file);
+    println!(
+        "{}: exported {} ({}) of {} (format {}, origin {}) to {}",
+        dir.display(),
+        plural(summary.records() as usize, "record", "records"),
+        bytes_text(summary.file_bytes),
+        kv.backend(),
+        summary.header.store_format,
+        summary.header.backend,
+        file.display()
+    );
+    Ok(())
+}
+
+/// `12.3 MiB`.
+fn bytes_text(bytes: u64) -> String {
+    if bytes < 1 << 20 {
+        format!("{:.1} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+    }
+}
+
+/// fsyncs the directory that holds `path` (a rename is durable only then).
+fn sync_parent(path: &Path) {
+    if let Some(parent) = path.parent() {
+        let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+        if let Ok(d) = std::fs::File::open(parent) {
+            let _ = d.sync_all();
+        }
+    }
+}
+
+/// `ankusa store import FILE DATA_DIR --store B`: exit 0 loaded, 1 the dump
+/// does not verify (a CRC, a count, the digest, cut short: the record is
+/// named), 2 usage (FILE missing, the target store exists), 3 the new store
+/// cannot be created or written, 4 FILE cannot be read.
+pub fn import_main(args: &ImportArgs<'_>) -> ExitCode {
+    match import(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail(code, msg)) => {
+            eprintln!("ankusa store import: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
+    let file = std::fs::File::open(args.file).map_err(|e| Fail(2, format!("{}: cannot open: {e}", args.file.display())))?;
+    let len = file.metadata().map(|m| m.len()).ok();
+    let dir = args.dir;
+    for b in [Backend::Rocksdb, Backend::Fjall] {
+        if b.wrote(dir) {
+            return Err(Fail(2, format!("{}: is a {} store directory; give the relay's data_dir (the store is created in store-{}/ inside it)", dir.display(), b.name(), args.store.name())));
+        }
+    }
+    let target = crate::serve::store_dir(dir, args.store.name());
+    if target.exists() && std::fs::read_dir(&target).map_or(true, |mut d| d.next().is_some()) {
+        return Err(Fail(2, format!("{}: exists and is not empty; import creates a new store (move it away first)", target.display())));
+    }
+    // Everything is written into a new directory beside the target and
+    // renamed into place only when the dump verified and its last batch is
+    // synced: a refused or failed import leaves the target as it was.
+    let (staging, store_in_staging, rename_to) = if dir.is_dir() {
+        let s = beside(&target, "import");
+        (s.clone(), s, target.clone())
+    } else {
+        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if !parent.is_dir() {
+            return Err(Fail(2, format!("{}: not a directory (the parent of DATA_DIR must exist)", parent.display())));
+        }
+        let s = beside(dir, "import");
+        (s.clone(), crate::serve::store_dir(&s, args.store.name()), dir.to_path_buf())
+    };
+    let _ = std::fs::remove_dir_all(&staging);
+    let result = import_into(args.store, &store_in_staging, file, len);
+    let summary = match result {
+        Ok(s) => s,
+        Err(f) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(f);
+        }
+    };
+    if target.is_dir() {
+        // An empty directory (checked above) is replaced.
+        let _ = std::fs::remove_dir(&target);
+    }
+    if let Err(e) = std::fs::rename(&staging, &rename_to) {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(Fail(3, format!("cannot rename {} to {}: {e}", staging.display(), rename_to.display())));
+    }
+    sync_parent(&rename_to);
+    println!(
+        "{}: imported {} (format {}, origin {}) into {} ({})",
+        args.file.display(),
+        plural(summary.records() as usize, "record", "records"),
+        summary.header.store_format,
+        summary.header.backend,
+        target.display(),
+        args.store.name()
+    );
+    Ok(())
+}
+
+fn import_into(backend: Backend, dir: &Path, file: std::fs::File, len: Option<u64>) -> Result<ankusa_engine::dump::Summary, Fail> {
+    std::fs::create_dir_all(dir).map_err(|e| Fail(3, format!("{}: cannot create: {e}", dir.display())))?;
+    match backend {
+        #[cfg(feature = "rocksdb")]
+        Backend::Rocksdb => {
+            let kv = ankusa_engine_rocksdb::RocksKv::open(dir).map_err(|e| open_failed(dir, &e))?;
+            import_to(&kv, file, len)
+        }
+        #[cfg(not(feature = "rocksdb"))]
+        Backend::Rocksdb => Err(Fail(3, "--store rocksdb, but this binary was built without the `rocksdb` feature".into())),
+        Backend::Fjall => {
+            let kv = ankusa_engine_fjall::FjallKv::open(dir).map_err(|e| open_failed(dir, &e))?;
+            import_to(&kv, file, len)
+        }
+    }
+}
+
+fn import_to<K: Kv>(kv: &K, file: std::fs::File, len: Option<u64>) -> Result<ankusa_engine::dump::Summary, Fail> {
+    use ankusa_engine::dump::DumpError;
+    let pb = progress_bar(len, "importing [{bar:40}] {bytes}/{total_bytes} {msg}");
+    let result = ankusa_engine::dump::import(kv, std::io::BufReader::with_capacity(1 << 20, file), ORIGIN_KEY, &mut |records, bytes| {
+        pb.set_position(bytes);
+        pb.set_message(format!("{records} records"));
+    });
+    pb.finish_and_clear();
+    let summary = result.map_err(|e| match e {
+        DumpError::Corrupt { .. } | DumpError::Version { .. } => Fail(1, format!("the dump is refused, nothing was imported: {e}")),
+        DumpError::Io { .. } => Fail(4, format!("{e}; nothing was imported")),
+        DumpError::NotEmpty { .. } | DumpError::Engine(_) => Fail(3, format!("{e}; nothing was imported")),
+    })?;
+    // The stamp the header announced is the one the records hold.
+    let stamped = kv.get(Cf::Meta, FORMAT_KEY).map_err(store_err)?.map(|v| decode_format(&v));
+    if summary.header.store_format != 0 && !matches!(stamped, Some(Ok(f)) if f == summary.header.store_format) {
+        return Err(Fail(
+            1,
+            format!("the dump is refused, nothing was imported: its header says store format {}, its records stamp {stamped:?}", summary.header.store_format),
+        ));
+    }
+    Ok(summary)
 }

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub use bytes::Bytes;
 
 mod batch;
+pub mod dump;
 pub mod fault;
 pub mod memory;
 

@@ -6,6 +6,7 @@
 //! | [`FORMAT_KEY`] `format` | store format, `u32` ([`STORE_FORMAT`] for a store this binary writes) |
 //! | [`NODE_ID_KEY`] `node_id` | the node id, 16 bytes, fixed when the store is created |
 //! | [`SEQ_HIGH_WATER_KEY`] `seq_high_water` | the highest seq assigned, `u64` (written in the Writer's batch) |
+//! | [`ORIGIN_KEY`] `origin` | the backend a store loaded from a dump was first exported from, ASCII (`ankusa store import` writes it; a dump's header carries it instead of a record: docs/design.md section 8) |
 //! | `tenant/name/` name | the tenant's ordinal, `u32` |
 //! | `tenant/ord/` ord:32 | the tenant's name, UTF-8 |
 //! | `source/name/` name | the source's number ([`SourceId`]), `u32` |
@@ -37,6 +38,9 @@ pub const FORMAT_KEY: &[u8] = b"format";
 pub const NODE_ID_KEY: &[u8] = b"node_id";
 /// Key of the seq high-water mark; the value is a `u64` ([`encode_seq_high_water`]).
 pub const SEQ_HIGH_WATER_KEY: &[u8] = b"seq_high_water";
+/// Key of the origin backend of an imported store; the value is the backend's
+/// name (`ankusa_engine::dump`: the dump's header carries it, not a record).
+pub const ORIGIN_KEY: &[u8] = b"origin";
 
 const TENANT_BY_NAME: &[u8] = b"tenant/name/";
 const TENANT_BY_ORD: &[u8] = b"tenant/ord/";
@@ -202,6 +206,8 @@ pub enum MetaKey {
     NodeId,
     /// [`SEQ_HIGH_WATER_KEY`].
     SeqHighWater,
+    /// [`ORIGIN_KEY`].
+    Origin,
     /// The tenant registry's entry for this name.
     TenantByName(String),
     /// The tenant registry's entry for this ordinal.
@@ -230,6 +236,7 @@ impl MetaKey {
             MetaKey::Format => FORMAT_KEY.to_vec(),
             MetaKey::NodeId => NODE_ID_KEY.to_vec(),
             MetaKey::SeqHighWater => SEQ_HIGH_WATER_KEY.to_vec(),
+            MetaKey::Origin => ORIGIN_KEY.to_vec(),
             MetaKey::TenantByName(name) => tenant_by_name_key(name),
             MetaKey::TenantByOrd(tenant) => tenant_by_ord_key(*tenant),
             MetaKey::SourceByName(name) => source_by_name_key(name),
@@ -256,6 +263,9 @@ impl MetaKey {
         }
         if key == SEQ_HIGH_WATER_KEY {
             return Ok(MetaKey::SeqHighWater);
+        }
+        if key == ORIGIN_KEY {
+            return Ok(MetaKey::Origin);
         }
         if let Some(name) = key.strip_prefix(TENANT_BY_NAME) {
             return name_of(name, "tenant by name").map(MetaKey::TenantByName);

@@ -81,18 +81,25 @@ impl Relay {
     /// [`Relay::start`] with extra environment variables for the child (kept
     /// across [`Relay::restart`]).
     pub async fn start_with_env(template: &str, env: &[(&str, &str)]) -> Relay {
-        Relay::start_as(template, env, None).await
+        Relay::start_as(template, env, None, &|_| {}).await
     }
 
     /// [`Relay::start`] with the child's file-descriptor limit, soft and hard,
     /// set to `nofile` (as `prlimit --nofile=N:N` would) before it execs.
     pub async fn start_with_nofile(template: &str, nofile: u64) -> Relay {
-        Relay::start_as(template, &[], Some(nofile)).await
+        Relay::start_as(template, &[], Some(nofile), &|_| {}).await
+    }
+
+    /// [`Relay::start`] after `prepare` has run on the data_dir path (which
+    /// does not exist yet): a test that loads a store into it first.
+    pub async fn start_prepared(template: &str, prepare: &dyn Fn(&Path)) -> Relay {
+        Relay::start_as(template, &[], None, prepare).await
     }
 
     /// The one constructor: a new temporary directory, free ports, the
-    /// child's environment and file-descriptor limit; waits until ready.
-    async fn start_as(template: &str, env: &[(&str, &str)], nofile: Option<u64>) -> Relay {
+    /// child's environment and file-descriptor limit, `prepare` run on the
+    /// data_dir path; waits until ready.
+    async fn start_as(template: &str, env: &[(&str, &str)], nofile: Option<u64>, prepare: &dyn Fn(&Path)) -> Relay {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ingest, admin) = free_ports();
         let mut r = Relay {
@@ -107,6 +114,7 @@ impl Relay {
             args: Vec::new(),
             nofile,
         };
+        prepare(&r.data_dir());
         r.boot().await;
         r
     }

@@ -114,7 +114,18 @@ impl RocksKv {
     /// [`EngineError::Backend`] with RocksDB's message (a lock held by another
     /// process, a corrupt manifest, permissions).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
-        Self::open_with(path, None)
+        Self::open_with(path, None, BLOCK_CACHE_BYTES)
+    }
+
+    /// [`RocksKv::open`] with a block cache of `cache_bytes` instead of
+    /// [`BLOCK_CACHE_BYTES`]: for a tool that reads a whole store once
+    /// (`ankusa store export`), where a large cache only grows the process
+    /// and is never read twice.
+    ///
+    /// # Errors
+    /// As [`RocksKv::open`].
+    pub fn open_with_block_cache(path: impl AsRef<Path>, cache_bytes: usize) -> Result<Self, EngineError> {
+        Self::open_with(path, None, cache_bytes)
     }
 
     /// [`RocksKv::open`] with at most `max_files` file descriptors for the
@@ -127,10 +138,10 @@ impl RocksKv {
     /// # Errors
     /// As [`RocksKv::open`].
     pub fn open_with_file_limit(path: impl AsRef<Path>, max_files: usize) -> Result<Self, EngineError> {
-        Self::open_with(path, Some(max_files))
+        Self::open_with(path, Some(max_files), BLOCK_CACHE_BYTES)
     }
 
-    fn open_with(path: impl AsRef<Path>, max_files: Option<usize>) -> Result<Self, EngineError> {
+    fn open_with(path: impl AsRef<Path>, max_files: Option<usize>, cache_bytes: usize) -> Result<Self, EngineError> {
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
@@ -147,7 +158,7 @@ impl RocksKv {
         // family, a full bloom filter per SST file and a whole-key bloom
         // filter per memtable, so a read for a key a file or memtable does
         // not hold skips it.
-        let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
+        let cache = Cache::new_lru_cache(cache_bytes);
         let mut table = BlockBasedOptions::default();
         table.set_block_cache(&cache);
         table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
@@ -198,6 +209,19 @@ impl RocksKv {
         for cf in Cf::ALL {
             self.db.flush_cf(self.cf(cf)).map_err(|e| backend_err("flush", e))?;
             self.db.compact_range_cf_opt(self.cf(cf), None::<&[u8]>, None::<&[u8]>, &opts);
+        }
+        Ok(())
+    }
+
+    /// Flushes every column family's memtable to an SST file now, so the next
+    /// open replays no WAL (for tools and tests that build a large store and
+    /// then measure what reading it costs).
+    ///
+    /// # Errors
+    /// [`EngineError::Backend`] when a flush fails.
+    pub fn flush_all(&self) -> Result<(), EngineError> {
+        for cf in Cf::ALL {
+            self.db.flush_cf(self.cf(cf)).map_err(|e| backend_err("flush", e))?;
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ fn meta_key() -> impl Strategy<Value = MetaKey> {
     prop_oneof![
         Just(MetaKey::Format),
         Just(MetaKey::NodeId),
+        Just(MetaKey::Origin),
         Just(MetaKey::SeqHighWater),
         ".{0,20}".prop_map(MetaKey::TenantByName),
         tenant().prop_map(MetaKey::TenantByOrd),
