@@ -13,9 +13,12 @@
 //!   the admin API of a running relay (`admin_cli`).
 //! - `ankusa store check DATA_DIR [--repair-counters]`: the invariant checker
 //!   on a stopped store (`store`).
+//! - `ankusa store migrate DATA_DIR [--dry-run]`: the store format migrations
+//!   on a stopped store (`migrate`).
 
 mod admin_cli;
 mod limits;
+mod migrate;
 mod send;
 mod serve;
 mod sinks;
@@ -70,7 +73,8 @@ enum Command {
         timeout_ms: u64,
     },
     /// A stopped relay's store: `store check DATA_DIR` runs the invariant
-    /// checker on it.
+    /// checker on it, `store migrate DATA_DIR` brings it to this ankusa's
+    /// store format.
     #[command(subcommand)]
     Store(StoreCmd),
     /// Load a configuration file and report every problem in it.
@@ -222,6 +226,25 @@ enum StoreCmd {
         #[arg(long)]
         repair_counters: bool,
     },
+    /// Bring a stopped store to the store format this ankusa reads (what
+    /// `serve` does at start; docs/design.md section 8). Forward only: a
+    /// store cannot go back to an older format, so export a backup first.
+    /// Exit 0 when migrated, nothing to do, or the dry run printed; 1 when a
+    /// batch failed (run it again: it resumes); 2 when DATA_DIR holds no
+    /// store; 3 when the store cannot be opened (a running relay has it
+    /// open) or this ankusa cannot migrate it (a newer store format).
+    Migrate {
+        /// The relay's node.data_dir (with store-rocksdb/ or store-fjall/ in
+        /// it), or a store directory itself.
+        data_dir: PathBuf,
+        /// Only this backend's store (when data_dir holds both).
+        #[arg(long, value_enum)]
+        store: Option<store::Backend>,
+        /// Print each migration that would run (from -> to, what it
+        /// rewrites, whether it only stamps) and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -260,6 +283,9 @@ fn main() -> ExitCode {
         }
         Command::Store(StoreCmd::Check { data_dir, store, repair_counters }) => {
             store::main(&store::Args { dir: &data_dir, store, repair_counters })
+        }
+        Command::Store(StoreCmd::Migrate { data_dir, store, dry_run }) => {
+            migrate::main(&migrate::Args { dir: &data_dir, store, dry_run })
         }
         Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {

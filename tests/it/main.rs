@@ -31,6 +31,7 @@ mod leaks;
 mod limits;
 mod faults;
 mod store;
+mod migrate;
 mod crash;
 mod hangup;
 #[cfg(feature = "redis")]
