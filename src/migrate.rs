@@ -247,7 +247,7 @@ fn migrate_store<K: Kv>(kv: &K, backend: Backend, dir: &Path, supported: &Suppor
         );
         for m in &chain {
             let how = if m.stamp_only { "stamp only".to_owned() } else { format!("rewrites rows, at most {} per batch", m.batch_rows) };
-            println!("  {} -> {} ({how}): rewrites {}", m.from, m.to, m.rewrites);
+            println!("  {} -> {} ({how}): {}", m.from, m.to, m.rewrites);
         }
         if let Some(p) = read_progress(kv).map_err(failed)? {
             println!(

@@ -75,7 +75,8 @@ pub struct Migration {
     pub from: u32,
     /// The store format it leaves (above `from`).
     pub to: u32,
-    /// What it rewrites, in words (`ankusa store migrate --dry-run` prints it).
+    /// What it rewrites, in words, from `rewrites ...` (`ankusa store
+    /// migrate --dry-run` prints it).
     pub rewrites: &'static str,
     /// True when it rewrites nothing and only moves the stamp.
     pub stamp_only: bool,
@@ -90,7 +91,7 @@ pub struct Migration {
 pub const REGISTRY: &[Migration] = &[Migration {
     from: 1,
     to: 2,
-    rewrites: "nothing: format 2 adds ordering lanes (ADR 0004 section 5), and no lane can exist in a format 1 store; stamps format 2",
+    rewrites: "rewrites nothing: format 2 adds ordering lanes (ADR 0004 section 5), and no lane can exist in a format 1 store; stamps format 2",
     stamp_only: true,
     batch_rows: MIGRATION_BATCH_ROWS,
     step: stamp_only,
@@ -117,7 +118,7 @@ pub const TEST_FORMAT: u32 = 3;
 pub const TEST_MIGRATION: Migration = Migration {
     from: 2,
     to: TEST_FORMAT,
-    rewrites: "test only: counts each envelope of cf hooks once under a meta key migration-test/<hook key>",
+    rewrites: "rewrites a test mark per envelope of cf hooks (test only): adds 1 to meta key migration-test/<hook key>",
     stamp_only: false,
     batch_rows: 8,
     step: test_step,

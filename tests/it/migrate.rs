@@ -186,6 +186,14 @@ async fn a_migration_killed_in_the_middle_resumes_at_the_next_start() {
     assert_eq!(marks.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), hooks[..16].to_vec());
     assert!(marks.iter().all(|(_, n)| *n == 1), "{marks:?}");
 
+    // The dry run says where it stopped, and writes nothing.
+    let (status, out) = store_cmd("migrate", &data, &["--dry-run"], &[("ANKUSA_TEST_SUPPORTED_FORMAT", "3")]);
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(out.contains("(rocksdb, format 2): would migrate to format 3 in 1 step (--dry-run: nothing written)"), "{out}");
+    assert!(out.contains("  2 -> 3 (rewrites rows, at most 8 per batch): rewrites a test mark per envelope of cf hooks (test only)"), "{out}");
+    assert!(out.contains("  2 -> 3 is in the middle: 2 batches and 16 rows committed by an earlier run; it resumes there"), "{out}");
+    assert!(listing(backend, &data) == middle, "the dry run wrote nothing");
+
     // The next start resumes: 3 more batches, 5 and 37 rows in all.
     relay.set_env(&[("ANKUSA_TEST_SUPPORTED_FORMAT", "3")]);
     relay.restart().await;
