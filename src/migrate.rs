@@ -9,7 +9,9 @@
 //! A store newer than this binary is refused before anything is written,
 //! with `StoreFormatNewer { found, supported }` and what to do (run an
 //! ankusa that reads that format): `serve` exits 3, `store check` and
-//! `store migrate` exit 3.
+//! `store migrate` exit 3. So is a store in the middle of a migration to a
+//! newer format (a newer binary started it, then stopped): its stamp is
+//! still old, its rows may not be.
 //!
 //! # Test settings (hidden; read only here, for tests/it/migrate.rs)
 //! - `ANKUSA_TEST_SUPPORTED_FORMAT=1`: the binary reads formats up to 1 (as
@@ -28,7 +30,9 @@ use std::process::ExitCode;
 
 use ankusa_engine::{Durability, Kv};
 use ankusa_keys::STORE_FORMAT;
-use ankusa_queue::migrate::{MigrateError, Migration, REGISTRY, TEST_FORMAT, TEST_MIGRATION, next_batch, plan, read_format, read_progress};
+use ankusa_queue::migrate::{
+    MigrateError, Migration, REGISTRY, TEST_FORMAT, TEST_MIGRATION, check_readable, next_batch, plan, read_format, read_progress,
+};
 use tracing::info;
 
 use crate::store::{Backend, Fail};
@@ -104,6 +108,7 @@ pub struct Ran {
 /// after the last one that was).
 pub fn run<K: Kv>(kv: &K, supported: &Supported) -> Result<Vec<Ran>, MigrateError> {
     let found = read_format(kv)?.ok_or(MigrateError::NoStamp)?;
+    check_readable(found, read_progress(kv)?.as_ref(), supported.format)?;
     let chain = plan(&supported.registry, found, supported.format)?;
     let mut out = Vec::with_capacity(chain.len());
     let mut committed = 0u64;
@@ -225,7 +230,10 @@ fn migrate_one(backend: Backend, dir: &Path, supported: &Supported, dry_run: boo
 /// the store at all (newer, no path), 1 when a batch failed on the way.
 fn failed(e: MigrateError) -> Fail {
     match e {
-        MigrateError::StoreFormatNewer { .. } | MigrateError::NoPath { .. } | MigrateError::Registry(_) => Fail(3, e.to_string()),
+        MigrateError::StoreFormatNewer { .. }
+        | MigrateError::MigrationNewer { .. }
+        | MigrateError::NoPath { .. }
+        | MigrateError::Registry(_) => Fail(3, e.to_string()),
         MigrateError::NoStamp => Fail(2, e.to_string()),
         e => Fail(1, format!("the migration stopped: {e} (the store is at its last committed batch; run store migrate again to resume)")),
     }
@@ -234,6 +242,8 @@ fn failed(e: MigrateError) -> Fail {
 fn migrate_store<K: Kv>(kv: &K, backend: Backend, dir: &Path, supported: &Supported, dry_run: bool) -> Result<(), Fail> {
     let found = read_format(kv).map_err(failed)?.ok_or_else(|| failed(MigrateError::NoStamp))?;
     let what = format!("{} ({}, format {found})", dir.display(), backend.name());
+    let progress = read_progress(kv).map_err(failed)?;
+    check_readable(found, progress.as_ref(), supported.format).map_err(failed)?;
     let chain = plan(&supported.registry, found, supported.format).map_err(failed)?;
     if chain.is_empty() {
         println!("{what}: nothing to do (this ankusa reads store format {})", supported.format);
@@ -249,7 +259,7 @@ fn migrate_store<K: Kv>(kv: &K, backend: Backend, dir: &Path, supported: &Suppor
             let how = if m.stamp_only { "stamp only".to_owned() } else { format!("rewrites rows, at most {} per batch", m.batch_rows) };
             println!("  {} -> {} ({how}): {}", m.from, m.to, m.rewrites);
         }
-        if let Some(p) = read_progress(kv).map_err(failed)? {
+        if let Some(p) = progress {
             println!(
                 "  {} -> {} is in the middle: {} and {} committed by an earlier run; it resumes there",
                 p.from,

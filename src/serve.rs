@@ -247,7 +247,10 @@ fn prepare_store<K: Kv>(kv: &K) -> anyhow::Result<()> {
 /// True when `e` is the refusal of a store newer than this binary (exit
 /// status 3: restarting the same binary cannot help).
 fn store_newer(e: &anyhow::Error) -> bool {
-    matches!(e.downcast_ref::<MigrateError>(), Some(MigrateError::StoreFormatNewer { .. }))
+    matches!(
+        e.downcast_ref::<MigrateError>(),
+        Some(MigrateError::StoreFormatNewer { .. } | MigrateError::MigrationNewer { .. })
+    )
 }
 
 async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate::limits::FdBudget) -> anyhow::Result<()> {

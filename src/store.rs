@@ -27,7 +27,7 @@ use std::process::ExitCode;
 use ankusa_engine::{Cf, Durability, Kv, hex};
 use ankusa_keys::meta::decode_format;
 use ankusa_keys::{FORMAT_KEY, TenantOrd};
-use ankusa_queue::migrate::MigrateError;
+use ankusa_queue::migrate::{check_readable, read_progress};
 use ankusa_queue::{CheckReport, CounterFix, Registry, RowId, Violation, check_store, counter_fix_batch};
 
 /// A store backend `store check` can open.
@@ -167,9 +167,8 @@ fn run<K: Kv>(kv: &K, backend: Backend, dir: &Path, repair: bool) -> Result<bool
     // The refusal of `serve` and `store migrate`, word for word (and the
     // same test setting: src/migrate.rs).
     let supported = crate::migrate::Supported::from_env().map_err(|e| Fail(2, e))?.format;
-    if format > supported {
-        return Err(Fail(3, MigrateError::StoreFormatNewer { found: format, supported }.to_string()));
-    }
+    let progress = read_progress(kv).map_err(store_err)?;
+    check_readable(format, progress.as_ref(), supported).map_err(|e| Fail(3, e.to_string()))?;
     let names = Registry::read(kv).map_err(store_err)?;
     let what = format!("{} ({}, format {format})", dir.display(), backend.name());
     let report = check_store(&kv.snapshot()).map_err(store_err)?;

@@ -180,6 +180,22 @@ pub enum MigrateError {
         /// The newest format this binary reads.
         supported: u32,
     },
+    /// A migration to a format newer than this binary's is in the middle
+    /// (a newer binary started it and stopped): the stamp is still one this
+    /// binary reads, but the rows may be part rewritten. Nothing was written.
+    #[error(
+        "StoreFormatNewer {{ found: {to}, supported: {supported} }}: a migration of this store from format {from} to format {to} \
+         is in the middle (a newer ankusa started it); this ankusa reads store formats up to {supported} and changed nothing. \
+         Run an ankusa that reads format {to} on it: it resumes the migration"
+    )]
+    MigrationNewer {
+        /// The store's stamp (the step's `from`).
+        from: u32,
+        /// The step's `to`.
+        to: u32,
+        /// The newest format this binary reads.
+        supported: u32,
+    },
     /// No chain of registry entries leads from the store's format to the
     /// binary's (a format below the oldest one this code can migrate).
     #[error(
@@ -290,6 +306,25 @@ pub fn plan(registry: &[Migration], found: u32, supported: u32) -> Result<Vec<Mi
         }
     }
     Ok(chain)
+}
+
+/// Refuses a store this binary must not touch: a stamp above `supported`
+/// ([`MigrateError::StoreFormatNewer`]), or a migration in the middle whose
+/// `to` is above it ([`MigrateError::MigrationNewer`]: the stamp is still
+/// old, but a newer binary has rewritten part of the rows).
+///
+/// # Errors
+/// Those two.
+pub fn check_readable(found: u32, progress: Option<&MigrationProgress>, supported: u32) -> Result<(), MigrateError> {
+    if found > supported {
+        return Err(MigrateError::StoreFormatNewer { found, supported });
+    }
+    if let Some(p) = progress
+        && p.to > supported
+    {
+        return Err(MigrateError::MigrationNewer { from: p.from, to: p.to, supported });
+    }
+    Ok(())
 }
 
 /// The store's format stamp, or `None` for a store never opened by a relay.
@@ -487,6 +522,18 @@ mod tests {
         // Under the test setting of a binary that reads only format 1.
         let e = plan(&[], 2, 1).unwrap_err();
         assert!(matches!(e, MigrateError::StoreFormatNewer { found: 2, supported: 1 }), "{e:?}");
+    }
+
+    #[test]
+    fn a_migration_in_the_middle_toward_a_newer_format_is_refused() {
+        let p = MigrationProgress { from: 2, to: 3, batches: 2, rows: 16, cursor: vec![1] };
+        check_readable(2, Some(&p), 3).unwrap();
+        check_readable(2, None, 2).unwrap();
+        let e = check_readable(2, Some(&p), 2).unwrap_err();
+        assert!(matches!(e, MigrateError::MigrationNewer { from: 2, to: 3, supported: 2 }), "{e:?}");
+        assert!(e.to_string().contains("a migration of this store from format 2 to format 3 is in the middle"), "{e}");
+        assert!(e.to_string().contains("Run an ankusa that reads format 3 on it: it resumes the migration"), "{e}");
+        assert!(matches!(check_readable(3, None, 2), Err(MigrateError::StoreFormatNewer { found: 3, supported: 2 })));
     }
 
     #[test]

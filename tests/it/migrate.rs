@@ -8,7 +8,9 @@
 //! - a migration SIGKILLed in the middle (the test-only migration 2 -> 3 of
 //!   `ANKUSA_TEST_SUPPORTED_FORMAT=3`, paused after 2 of its 5 batches by
 //!   `ANKUSA_TEST_MIGRATION_PAUSE_AFTER`) left the stamp at 2 and its progress
-//!   in the store; the next start resumes it and rewrites each row exactly once;
+//!   in the store; the binary that reads format 2 refuses that store; the
+//!   dry run says where the step stopped; the next start of the format 3
+//!   binary resumes it and rewrites each row exactly once;
 //! - `store migrate --dry-run` on a format 1 store prints the step and writes
 //!   nothing; `store migrate` stamps 2; on a current store it has nothing to
 //!   do; `serve` migrates a format 1 store at start and logs it.
@@ -185,6 +187,18 @@ async fn a_migration_killed_in_the_middle_resumes_at_the_next_start() {
     let (_, marks) = hooks_and_marks(&middle);
     assert_eq!(marks.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), hooks[..16].to_vec());
     assert!(marks.iter().all(|(_, n)| *n == 1), "{marks:?}");
+
+    // The binary that reads format 2 does not touch a store a newer one is
+    // migrating (its stamp is still 2, its rows are part rewritten).
+    relay.set_env(&[]);
+    let (status, log) = relay.restart_refused().await;
+    assert_eq!(status.code(), Some(3), "{log}");
+    assert!(log.contains("StoreFormatNewer { found: 3, supported: 2 }: a migration of this store from format 2 to format 3 is in the middle"), "{log}");
+    assert!(log.contains("Run an ankusa that reads format 3 on it: it resumes the migration"), "{log}");
+    let (status, out) = store_cmd("check", &data, &[], &[]);
+    assert_eq!(status.code(), Some(3), "{out}");
+    assert!(out.contains("a migration of this store from format 2 to format 3 is in the middle"), "{out}");
+    assert!(listing(backend, &data) == middle, "the refusal wrote nothing");
 
     // The dry run says where it stopped, and writes nothing.
     let (status, out) = store_cmd("migrate", &data, &["--dry-run"], &[("ANKUSA_TEST_SUPPORTED_FORMAT", "3")]);
