@@ -17,10 +17,13 @@
 //!   --store B`: a stopped store to and from a backend-neutral dump (`store`).
 //! - `ankusa fixture --format N OUT_FILE`: the checked-in store fixture of a
 //!   format, built deterministically (`fixture`).
+//! - `ankusa store migrate DATA_DIR [--dry-run]`: the store format migrations
+//!   on a stopped store (`migrate`).
 
 mod admin_cli;
 mod fixture;
 mod limits;
+mod migrate;
 mod send;
 mod serve;
 mod sinks;
@@ -75,7 +78,8 @@ enum Command {
         timeout_ms: u64,
     },
     /// A stopped relay's store: `store check DATA_DIR` runs the invariant
-    /// checker on it; `store export` and `store import` move it between
+    /// checker on it, `store migrate DATA_DIR` brings it to this ankusa's
+    /// store format, `store export` and `store import` move it between
     /// backends through a backend-neutral dump.
     #[command(subcommand)]
     Store(StoreCmd),
@@ -270,6 +274,25 @@ enum StoreCmd {
         #[arg(long, value_enum)]
         store: store::Backend,
     },
+    /// Bring a stopped store to the store format this ankusa reads (what
+    /// `serve` does at start; docs/design.md section 8). Forward only: a
+    /// store cannot go back to an older format, so export a backup first.
+    /// Exit 0 when migrated, nothing to do, or the dry run printed; 1 when a
+    /// batch failed (run it again: it resumes); 2 when DATA_DIR holds no
+    /// store; 3 when the store cannot be opened (a running relay has it
+    /// open) or this ankusa cannot migrate it (a newer store format).
+    Migrate {
+        /// The relay's node.data_dir (with store-rocksdb/ or store-fjall/ in
+        /// it), or a store directory itself.
+        data_dir: PathBuf,
+        /// Only this backend's store (when data_dir holds both).
+        #[arg(long, value_enum)]
+        store: Option<store::Backend>,
+        /// Print each migration that would run (from -> to, what it
+        /// rewrites, whether it only stamps) and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -316,6 +339,9 @@ fn main() -> ExitCode {
             store::import_main(&store::ImportArgs { file: &file, dir: &data_dir, store })
         }
         Command::Fixture { format, out_file } => fixture::main(format, &out_file),
+        Command::Store(StoreCmd::Migrate { data_dir, store, dry_run }) => {
+            migrate::main(&migrate::Args { dir: &data_dir, store, dry_run })
+        }
         Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {
                 println!(

@@ -28,11 +28,11 @@ use ankusa_edge::server::admin::{AdminState, BoxFuture, BreakerReport, ControlFa
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Cf, Durability, Kv};
-use ankusa_keys::meta::{decode_format, encode_format};
 use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx, SourceId, TenantOrd};
 use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
 use ankusa_pipeline::{BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RateLimit, RetryPolicy, RetryStatuses, Route, Routes};
+use ankusa_queue::migrate::MigrateError;
 use ankusa_queue::writer::{Writer, WriterConfig};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -95,7 +95,7 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ankusa: {e:#}");
-            ExitCode::FAILURE
+            if store_newer(&e) { ExitCode::from(3) } else { ExitCode::FAILURE }
         }
     }
 }
@@ -226,34 +226,40 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Stamps a new store; refuses one newer than this binary (docs/design.md section 8).
+/// Stamps a new store, or brings an existing one to the format this binary
+/// reads through the migration registry (`crate::migrate`, docs/design.md
+/// section 8), logging a line per migration; refuses a store newer than this
+/// binary before anything is written (`ankusa_queue::migrate::MigrateError::StoreFormatNewer`,
+/// exit status 3).
 fn prepare_store<K: Kv>(kv: &K) -> anyhow::Result<()> {
-    match kv.get(Cf::Meta, FORMAT_KEY)? {
-        None => {
-            kv.write(ankusa_queue::init_store(), Durability::Sync)?;
-            info!(format = STORE_FORMAT, "new store");
+    let supported = crate::migrate::Supported::from_env().map_err(|e| anyhow!(e))?;
+    if kv.get(Cf::Meta, FORMAT_KEY)?.is_none() {
+        if supported.format < STORE_FORMAT {
+            bail!("a new store: this ankusa reads store formats up to {} (a test setting) and creates none", supported.format);
         }
-        Some(v) => {
-            let found = decode_format(&v).map_err(|e| anyhow!("store format stamp: {e}"))?;
-            if found > STORE_FORMAT {
-                bail!("StoreFormatNewer {{ found: {found}, supported: {STORE_FORMAT} }}: this store was written by a newer ankusa");
-            }
-            if found < STORE_FORMAT {
-                // Format 1 -> 2 (ADR 0004 section 5) rewrites nothing: stamp only.
-                let mut b = ankusa_engine::Batch::new();
-                b.put(Cf::Meta, FORMAT_KEY, encode_format(STORE_FORMAT));
-                kv.write(b, Durability::Sync)?;
-                info!(from = found, to = STORE_FORMAT, "store format migrated");
-            }
-        }
+        kv.write(ankusa_queue::init_store(), Durability::Sync)?;
+        info!(format = STORE_FORMAT, "new store");
     }
+    crate::migrate::run(kv, &supported)?;
     Ok(())
 }
 
+/// True when `e` is the refusal of a store newer than this binary (exit
+/// status 3: restarting the same binary cannot help).
+fn store_newer(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<MigrateError>(),
+        Some(MigrateError::StoreFormatNewer { .. } | MigrateError::MigrationNewer { .. })
+    )
+}
+
 async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate::limits::FdBudget) -> anyhow::Result<()> {
-    // First: a SIGTERM from here on is a clean shutdown (shutdown_signal).
-    let mut shutdown = Box::pin(shutdown_signal());
+    // Migrations first, before the signal handlers: a SIGTERM (or a crash)
+    // in the middle of one ends the process, and the next start resumes it
+    // after its last committed batch (docs/design.md section 8).
     prepare_store(&*kv)?;
+    // A SIGTERM from here on is a clean shutdown (shutdown_signal).
+    let mut shutdown = Box::pin(shutdown_signal());
     let (batch, registry) = ankusa_queue::register(
         &*kv,
         cfg.tenants.iter().map(|t| t.name.as_str()),

@@ -16,7 +16,9 @@
 //!
 //! Exit codes: 0 clean (after the repair, with `--repair-counters`), 1 a
 //! violation, 2 usage (no store at `DATA_DIR`), 3 the store cannot be opened
-//! (in use by a running relay, a newer store format, an engine error).
+//! (in use by a running relay, a newer store format, an engine error). A
+//! newer store format gets the message `serve` refuses it with
+//! (`StoreFormatNewer { found, supported }` and what to do; src/migrate.rs).
 //!
 //! `ankusa store export DATA_DIR FILE [--store B]` and `ankusa store import
 //! FILE DATA_DIR --store B` move a stopped store between backends through the
@@ -32,7 +34,8 @@ use std::process::ExitCode;
 
 use ankusa_engine::{Cf, Durability, Kv, hex};
 use ankusa_keys::meta::decode_format;
-use ankusa_keys::{FORMAT_KEY, ORIGIN_KEY, STORE_FORMAT, TenantOrd};
+use ankusa_keys::{FORMAT_KEY, ORIGIN_KEY, TenantOrd};
+use ankusa_queue::migrate::{check_readable, read_progress};
 use ankusa_queue::{CheckReport, CounterFix, Registry, RowId, Violation, check_store, counter_fix_batch};
 
 /// A store backend `store check` can open.
@@ -45,7 +48,7 @@ pub enum Backend {
 }
 
 impl Backend {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Backend::Rocksdb => "rocksdb",
             Backend::Fjall => "fjall",
@@ -72,7 +75,7 @@ pub struct Args<'a> {
 }
 
 /// A failure that ends the command: its message and exit code.
-struct Fail(u8, String);
+pub(crate) struct Fail(pub(crate) u8, pub(crate) String);
 
 pub fn main(args: &Args<'_>) -> ExitCode {
     let stores = match find(args.dir, args.store) {
@@ -98,7 +101,7 @@ pub fn main(args: &Args<'_>) -> ExitCode {
 
 /// The stores under `dir`: `dir` itself when a backend wrote it, else its
 /// `store-<backend>` directories that one did.
-fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, PathBuf)>, Fail> {
+pub(crate) fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, PathBuf)>, Fail> {
     if !dir.is_dir() {
         return Err(Fail(2, format!("{}: not a directory (give the relay's node.data_dir, or a store directory in it)", dir.display())));
     }
@@ -146,7 +149,7 @@ fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
 }
 
 /// The engine's open error; a held lock is a running relay.
-fn open_failed(dir: &Path, e: &ankusa_engine::EngineError) -> Fail {
+pub(crate) fn open_failed(dir: &Path, e: &ankusa_engine::EngineError) -> Fail {
     let text = e.to_string();
     if text.to_lowercase().contains("lock") {
         Fail(
@@ -169,9 +172,11 @@ fn run<K: Kv>(kv: &K, backend: Backend, dir: &Path, repair: bool) -> Result<bool
         None => return Err(Fail(2, "no store format stamp: not a store a relay has opened".into())),
         Some(v) => decode_format(&v).map_err(|e| Fail(3, format!("store format stamp: {e}")))?,
     };
-    if format > STORE_FORMAT {
-        return Err(Fail(3, format!("store format {format}, written by a newer ankusa (this one reads up to {STORE_FORMAT})")));
-    }
+    // The refusal of `serve` and `store migrate`, word for word (and the
+    // same test setting: src/migrate.rs).
+    let supported = crate::migrate::Supported::from_env().map_err(|e| Fail(2, e))?.format;
+    let progress = read_progress(kv).map_err(store_err)?;
+    check_readable(format, progress.as_ref(), supported).map_err(|e| Fail(3, e.to_string()))?;
     let names = Registry::read(kv).map_err(store_err)?;
     let what = format!("{} ({}, format {format})", dir.display(), backend.name());
     let report = check_store(&kv.snapshot()).map_err(store_err)?;

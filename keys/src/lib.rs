@@ -49,7 +49,7 @@ pub use index::{
     in_flight_key, lane_head_key, lane_marker_key, lane_member_key, lane_members_range,
     quarantined_key, tenant_range,
 };
-pub use meta::{FORMAT_KEY, MetaKey, NODE_ID_KEY, ORIGIN_KEY, SEQ_HIGH_WATER_KEY, STORE_FORMAT};
+pub use meta::{FORMAT_KEY, MIGRATION_KEY, MetaKey, MigrationProgress, NODE_ID_KEY, ORIGIN_KEY, SEQ_HIGH_WATER_KEY, STORE_FORMAT};
 pub use record::{DeliveryRow, Envelope, ORDERING_KEY_MAX_BYTES, RowState};
 pub use rows::{
     ArchiveKey, DeliveryKey, HookKey, archive_key, archive_range, archive_tenant_range,

@@ -4,6 +4,7 @@
 //! | key | value |
 //! | --- | --- |
 //! | [`FORMAT_KEY`] `format` | store format, `u32` ([`STORE_FORMAT`] for a store this binary writes) |
+//! | [`MIGRATION_KEY`] `migration` | present only while a format migration is in the middle: where it stopped ([`MigrationProgress`]; docs/design.md section 8) |
 //! | [`NODE_ID_KEY`] `node_id` | the node id, 16 bytes, fixed when the store is created |
 //! | [`SEQ_HIGH_WATER_KEY`] `seq_high_water` | the highest seq assigned, `u64` (written in the Writer's batch) |
 //! | [`ORIGIN_KEY`] `origin` | the backend a store loaded from a dump was first exported from, ASCII (`ankusa store import` writes it; a dump's header carries it instead of a record: docs/design.md section 8) |
@@ -34,6 +35,11 @@ pub const STORE_FORMAT: u32 = 2;
 
 /// Key of the store format stamp; the value is a `u32` ([`encode_format`]).
 pub const FORMAT_KEY: &[u8] = b"format";
+/// Key of a format migration's progress (docs/design.md section 8): present
+/// only between the first and the last batch of a migration step, written in
+/// the same batch as each of the step's changes, deleted in the batch that
+/// moves [`FORMAT_KEY`]. The value is a [`MigrationProgress`].
+pub const MIGRATION_KEY: &[u8] = b"migration";
 /// Key of the node id; the value is the id's 16 bytes ([`decode_node_id`]).
 pub const NODE_ID_KEY: &[u8] = b"node_id";
 /// Key of the seq high-water mark; the value is a `u64` ([`encode_seq_high_water`]).
@@ -202,6 +208,8 @@ pub fn purges_range() -> KeyRange {
 pub enum MetaKey {
     /// [`FORMAT_KEY`].
     Format,
+    /// [`MIGRATION_KEY`].
+    Migration,
     /// [`NODE_ID_KEY`].
     NodeId,
     /// [`SEQ_HIGH_WATER_KEY`].
@@ -234,6 +242,7 @@ impl MetaKey {
     pub fn encode(&self) -> Vec<u8> {
         match self {
             MetaKey::Format => FORMAT_KEY.to_vec(),
+            MetaKey::Migration => MIGRATION_KEY.to_vec(),
             MetaKey::NodeId => NODE_ID_KEY.to_vec(),
             MetaKey::SeqHighWater => SEQ_HIGH_WATER_KEY.to_vec(),
             MetaKey::Origin => ORIGIN_KEY.to_vec(),
@@ -257,6 +266,9 @@ impl MetaKey {
     pub fn decode(key: &[u8]) -> Result<MetaKey, KeyError> {
         if key == FORMAT_KEY {
             return Ok(MetaKey::Format);
+        }
+        if key == MIGRATION_KEY {
+            return Ok(MetaKey::Migration);
         }
         if key == NODE_ID_KEY {
             return Ok(MetaKey::NodeId);
@@ -354,6 +366,63 @@ pub fn encode_format(format: u32) -> [u8; 4] {
 /// [`ValueError::WrongLength`].
 pub fn decode_format(value: &[u8]) -> Result<u32, ValueError> {
     Ok(u32::from_be_bytes(value_len(value, "store format")?))
+}
+
+/// The value under [`MIGRATION_KEY`]: where a format migration step stopped
+/// (docs/design.md section 8). Layout: `from:32, to:32, batches:64, rows:64`,
+/// then the step's cursor (opaque to this crate, possibly empty).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrationProgress {
+    /// The store format the step migrates from (the stamp still in [`FORMAT_KEY`]).
+    pub from: u32,
+    /// The store format the step migrates to.
+    pub to: u32,
+    /// Batches of the step committed so far (this one included).
+    pub batches: u64,
+    /// Rows the step has rewritten so far.
+    pub rows: u64,
+    /// Where the step's next batch starts (the step's own encoding).
+    pub cursor: Vec<u8>,
+}
+
+impl MigrationProgress {
+    const FIXED: usize = 4 + 4 + 8 + 8;
+
+    /// The value bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Self::FIXED + self.cursor.len());
+        out.extend_from_slice(&self.from.to_be_bytes());
+        out.extend_from_slice(&self.to.to_be_bytes());
+        out.extend_from_slice(&self.batches.to_be_bytes());
+        out.extend_from_slice(&self.rows.to_be_bytes());
+        out.extend_from_slice(&self.cursor);
+        out
+    }
+
+    /// Decodes the value under [`MIGRATION_KEY`].
+    ///
+    /// # Errors
+    /// [`ValueError::Truncated`] when it is shorter than its fixed fields.
+    pub fn decode(value: &[u8]) -> Result<MigrationProgress, ValueError> {
+        const WHAT: &str = "migration progress";
+        if value.len() < Self::FIXED {
+            return Err(ValueError::Truncated { what: WHAT });
+        }
+        let (fixed, cursor) = value.split_at(Self::FIXED);
+        let u32_at = |i: usize| u32::from_be_bytes([fixed[i], fixed[i + 1], fixed[i + 2], fixed[i + 3]]);
+        let u64_at = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&fixed[i..i + 8]);
+            u64::from_be_bytes(b)
+        };
+        Ok(MigrationProgress {
+            from: u32_at(0),
+            to: u32_at(4),
+            batches: u64_at(8),
+            rows: u64_at(16),
+            cursor: cursor.to_vec(),
+        })
+    }
 }
 
 /// Decodes the value under [`NODE_ID_KEY`].

@@ -32,6 +32,7 @@ mod limits;
 mod faults;
 mod store;
 mod dump;
+mod migrate;
 mod crash;
 mod hangup;
 #[cfg(feature = "redis")]

@@ -140,6 +140,21 @@ impl Relay {
         template.clone_into(&mut self.template);
     }
 
+    /// The extra environment variables of the next runs (in place of those
+    /// given at start).
+    pub fn set_env(&mut self, env: &[(&str, &str)]) {
+        self.env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    }
+
+    /// Starts the process on the same data_dir and returns at once: the test
+    /// waits for what it needs in [`Relay::log`] (then kills it, or waits for
+    /// its exit).
+    pub fn spawn_detached(&mut self) {
+        assert!(self.child.is_none(), "spawn of a running relay");
+        let child = self.spawn();
+        self.child = Some(child);
+    }
+
     /// Extra arguments of `serve` for the next [`Relay::restart`].
     pub fn set_args(&mut self, args: &[&str]) {
         self.args = args.iter().map(|a| (*a).to_owned()).collect();
@@ -375,10 +390,16 @@ pub async fn post(client: &reqwest::Client, url: &str, headers: &[(&str, &str)],
 /// Runs `ankusa <args>` to completion (killed after 20 s): (exit status,
 /// stdout + stderr).
 pub fn run_cli(args: &[&std::ffi::OsStr], cwd: &Path) -> (ExitStatus, String) {
+    run_cli_env(args, cwd, &[])
+}
+
+/// [`run_cli`] with extra environment variables.
+pub fn run_cli_env(args: &[&std::ffi::OsStr], cwd: &Path, env: &[(&str, &str)]) -> (ExitStatus, String) {
     let log = cwd.join(format!("cli-{}.log", std::process::id()));
     let out = File::create(&log).expect("log file");
     let mut child = Command::new(BIN)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(out.try_clone().expect("log"))

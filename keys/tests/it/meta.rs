@@ -9,6 +9,7 @@ use crate::strategies::*;
 fn meta_key() -> impl Strategy<Value = MetaKey> {
     prop_oneof![
         Just(MetaKey::Format),
+        Just(MetaKey::Migration),
         Just(MetaKey::NodeId),
         Just(MetaKey::Origin),
         Just(MetaKey::SeqHighWater),
@@ -88,6 +89,21 @@ proptest! {
         prop_assert_eq!(decode_source_id(&encode_source_id(s)), Ok(s));
         prop_assert_eq!(decode_name(name.as_bytes()), Ok(name));
     }
+
+    #[test]
+    fn migration_progress_round_trips(from in any::<u32>(), to in any::<u32>(), batches in any::<u64>(), rows in any::<u64>(), cursor in proptest::collection::vec(any::<u8>(), 0..40)) {
+        let p = MigrationProgress { from, to, batches, rows, cursor };
+        prop_assert_eq!(MigrationProgress::decode(&p.encode()), Ok(p));
+    }
+}
+
+#[test]
+fn a_short_migration_progress_is_refused() {
+    let p = MigrationProgress { from: 1, to: 2, batches: 3, rows: 4, cursor: Vec::new() };
+    let bytes = p.encode();
+    assert_eq!(bytes.len(), 24);
+    assert_eq!(MetaKey::decode(MIGRATION_KEY), Ok(MetaKey::Migration));
+    assert_eq!(MigrationProgress::decode(&bytes[..23]), Err(ValueError::Truncated { what: "migration progress" }));
 }
 
 #[test]
