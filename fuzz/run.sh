@@ -38,6 +38,18 @@ fuzz() {
   CARGO_TARGET_DIR="$fuzz_dir" cargo +nightly fuzz "$@"
 }
 
+# What the fuzz build needs, checked before anything runs.
+needs() {
+  if ! cargo +nightly --version >/dev/null 2>&1; then
+    echo "run.sh: no nightly toolchain: rustup toolchain install nightly (libFuzzer's instrumentation needs it)" >&2
+    exit 2
+  fi
+  if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    echo "run.sh: cargo-fuzz is not installed: cargo install cargo-fuzz" >&2
+    exit 2
+  fi
+}
+
 # One target for $2 seconds; prints "TARGET: N executions in S s".
 run_one() {
   local target="$1" seconds="$2" log rc=0
@@ -64,11 +76,13 @@ case "$cmd" in
   replay)
     [ $# -ge 3 ] || usage
     target="$2"; shift 2
+    needs
     echo "+ cargo +nightly fuzz run -a $target $*" >&2
     fuzz run -a "$target" "$@"
     ;;
   all)
     seconds="${2:-300}"
+    needs
     seeds
     fuzz build -a
     failed=0
@@ -80,6 +94,7 @@ case "$cmd" in
   ''|-*) usage ;;
   *)
     printf '%s\n' $targets | grep -qx "$cmd" || { echo "run.sh: no target $cmd (bash fuzz/run.sh list)" >&2; exit 2; }
+    needs
     seeds
     run_one "$cmd" "${2:-300}"
     ;;

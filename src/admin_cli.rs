@@ -640,6 +640,18 @@ fn time_json(t: &str) -> Value {
     }
 }
 
+/// What a job that ended done with nothing done says, by its kind: the
+/// filter hint only where there is a filter to check.
+fn nothing_matched(id: u64, kind: &str) -> String {
+    match kind {
+        "purge_tenant" => format!(
+            "job {id}: the tenant had no pending, dead-lettered or quarantined rows; its delivered hooks, archive and dedupe records were deleted"
+        ),
+        "replay" => format!("job {id} matched nothing: no archived hook of the source in that time range (see the source's retention)"),
+        _ => format!("job {id} matched nothing: check its filter (--reason is a prefix of the reason `ankusa dlq list` shows)"),
+    }
+}
+
 /// Starts a job and prints it (or waits for it).
 async fn start_job(api: &Api, json_out: bool, body: Value, wait: bool) -> Result<(), Fail> {
     let job = api.call(reqwest::Method::POST, "/v1/jobs", &[], Some(body)).await?;
@@ -652,7 +664,7 @@ async fn start_job(api: &Api, json_out: bool, body: Value, wait: bool) -> Result
         if !wait {
             println!("follow it with: ankusa jobs {id} --wait");
         } else if job["state"] == "done" && job["done"].as_u64() == Some(0) {
-            eprintln!("job {id} matched nothing: check its filter (--reason is a prefix of the reason `ankusa dlq list` shows)");
+            eprintln!("{}", nothing_matched(id, job["kind"].as_str().unwrap_or("")));
         }
     }
     job_outcome(&job)

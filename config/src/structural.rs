@@ -38,6 +38,24 @@ pub(crate) fn every_problem(
         }
         let Value::Sequence(list) = value else {
             problems.push(problem(key, None, value, value));
+            // A mapping section: keep its options that fit alone, so the
+            // checks that read them (sink paths against node.data_dir) see
+            // the file's values, not the defaults: one bad option is one
+            // problem.
+            if let Value::Mapping(options) = value {
+                let fitting: Mapping = options
+                    .iter()
+                    .filter(|(k, v)| {
+                        let mut one = Mapping::new();
+                        one.insert((*k).clone(), (*v).clone());
+                        fits(key, &Value::Mapping(one))
+                    })
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                if !fitting.is_empty() && fits(key, &Value::Mapping(fitting.clone())) {
+                    kept.insert(key.clone(), Value::Mapping(fitting));
+                }
+            }
             continue;
         };
         // A list section: keep the elements that fit, report the others.

@@ -220,6 +220,23 @@ fn a_sink_path_inside_the_data_dir_is_refused_direct_via_dotdot_and_via_a_symlin
     }
 }
 
+/// The new user's report: one mistyped `node` option (`store: rocks`) made
+/// the node section fall back to its defaults, so the file sinks under the
+/// default `./data` were refused as inside node.data_dir: one typo, three
+/// problems. The section's other options are kept: one typo, one problem.
+#[test]
+fn one_bad_node_option_is_one_problem_not_a_default_data_dir_as_well() {
+    let yaml = "node: {data_dir: ./relay-data, store: rocks}\nsources:\n  - name: stripe\n    sinks:\n      - {type: file, name: out, path: ./data/stripe.ndjson}\n";
+    let err = load(yaml).expect_err("store: rocks").to_string();
+    assert!(err.contains("node.store: unknown variant `rocks`"), "{err}");
+    assert!(!err.contains("data_dir"), "one typo, one problem: {err}");
+    // With the data_dir that the file names, the path check still runs.
+    let inside = "node: {data_dir: ./data, store: rocks}\nsources:\n  - name: stripe\n    sinks:\n      - {type: file, name: out, path: ./data/stripe.ndjson}\n";
+    let all = problems(load(inside));
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(all[1].contains("is inside node.data_dir (\"./data\")"), "{all:?}");
+}
+
 #[test]
 fn a_pubsub_credentials_file_inside_the_data_dir_is_refused() {
     let s = Scratch::new("creds");
