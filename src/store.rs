@@ -125,6 +125,9 @@ fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
+            if let Some(pid) = rocksdb_lock_holder(dir) {
+                return Err(in_use(&format!("process {pid} holds {}", dir.join("LOCK").display())));
+            }
             let kv = ankusa_engine_rocksdb::RocksKv::open(dir).map_err(|e| open_failed(dir, &e))?;
             run(&kv, backend, dir, repair)
         }
@@ -137,16 +140,44 @@ fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
     }
 }
 
-/// The engine's open error; a held lock is a running relay.
+/// The process that holds RocksDB's `LOCK` file in `dir` (a running relay),
+/// if another one does. RocksDB takes it with `fcntl(F_SETLK)`; `F_GETLK`
+/// asks without taking it or writing anything. Asked before the open, because
+/// RocksDB creates its info log before it takes the lock: an open that then
+/// fails on the lock has already renamed the running relay's `LOG` to
+/// `LOG.old.<time>` (the relay goes on writing to the renamed file).
+#[cfg(feature = "rocksdb")]
+fn rocksdb_lock_holder(dir: &Path) -> Option<libc::pid_t> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(dir.join("LOCK")).ok()?;
+    // SAFETY: `flock` is plain data; all-zero is a valid value of it.
+    let mut query: libc::flock = unsafe { std::mem::zeroed() };
+    query.l_type = libc::F_WRLCK as libc::c_short;
+    query.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: F_GETLK reads and writes the `flock` it is given, a valid
+    // local, on a descriptor that stays open for the call.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut query) };
+    (rc == 0 && query.l_type != libc::F_UNLCK as libc::c_short).then_some(query.l_pid)
+}
+
+/// Exit 3 for a store another process has open; `why` is what says so.
+fn in_use(why: &str) -> Fail {
+    Fail(
+        3,
+        format!("the store is in use: a running relay (or another ankusa process) has it open; stop the relay first, store check reads a stopped store ({why})"),
+    )
+}
+
+/// The engine's open error; a held lock is a running relay. Only the
+/// engines' own lock errors say so (RocksDB's `While lock file: .../LOCK` or
+/// `lock hold by current process`, fjall's `Locked`): any other error, even
+/// one whose text has "lock" in it (a `block checksum mismatch`, a path such
+/// as `/srv/blocks/`), is a store that cannot be opened.
 fn open_failed(dir: &Path, e: &ankusa_engine::EngineError) -> Fail {
     let text = e.to_string();
-    if text.to_lowercase().contains("lock") {
-        Fail(
-            3,
-            format!(
-                "the store is in use: a running relay (or another ankusa process) has it open; stop the relay first, store check reads a stopped store ({text})"
-            ),
-        )
+    let locked = ["While lock file", "lock hold by current process", "FjallError: Locked"].iter().any(|m| text.contains(m));
+    if locked {
+        in_use(&text)
     } else {
         Fail(3, format!("cannot open the store at {}: {text}", dir.display()))
     }
