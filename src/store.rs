@@ -91,8 +91,12 @@ pub fn main(args: &Args<'_>) -> ExitCode {
 /// The stores under `dir`: `dir` itself when a backend wrote it, else its
 /// `store-<backend>` directories that one did.
 fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, PathBuf)>, Fail> {
-    if !dir.is_dir() {
-        return Err(Fail(2, format!("{}: not a directory (give the relay's node.data_dir, or a store directory in it)", dir.display())));
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Err(e) if !absent(&e) => return Err(unreadable(dir, &e)),
+        _ => {
+            return Err(Fail(2, format!("{}: not a directory (give the relay's node.data_dir, or a store directory in it)", dir.display())));
+        }
     }
     let wanted = |b: Backend| only.is_none_or(|o| o == b);
     let backends = [Backend::Rocksdb, Backend::Fjall];
@@ -103,6 +107,17 @@ fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, PathBuf)>, Fa
             .map(|b| (b, crate::serve::store_dir(dir, b.name())))
             .filter(|(b, d)| b.wrote(d))
             .collect();
+    }
+    if out.is_empty() {
+        // A directory it may not read hides a store: that is not "no store".
+        let dirs = std::iter::once(dir.to_path_buf()).chain(backends.iter().map(|b| crate::serve::store_dir(dir, b.name())));
+        for d in dirs {
+            if let Err(e) = std::fs::read_dir(&d)
+                && !absent(&e)
+            {
+                return Err(unreadable(&d, &e));
+            }
+        }
     }
     let found: Vec<&str> = out.iter().map(|(b, _)| b.name()).collect();
     out.retain(|(b, _)| wanted(*b));
@@ -117,6 +132,19 @@ fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, PathBuf)>, Fa
         return Err(Fail(2, msg));
     }
     Ok(out)
+}
+
+/// True for an error that means nothing is there: no such file, or a file
+/// where a directory was looked for.
+fn absent(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory)
+}
+
+/// Exit 3 for a directory that exists but cannot be read (permissions, a
+/// symlink loop, an I/O error), naming it and the OS error.
+fn unreadable(dir: &Path, e: &std::io::Error) -> Fail {
+    let hint = if e.kind() == std::io::ErrorKind::PermissionDenied { "; run store check as the relay's user" } else { "" };
+    Fail(3, format!("{}: cannot read it ({e}){hint}", dir.display()))
 }
 
 /// Checks (and with `repair`, repairs the counters of) one store; `Ok(true)`

@@ -209,3 +209,23 @@ async fn store_check_names_a_broken_store_under_a_blocks_dir_as_broken_not_in_us
     assert!(out.contains("MANIFEST-999999"), "the engine's error: {out}");
     assert!(!out.contains("in use"), "no relay holds it: {out}");
 }
+
+/// A directory store check may not read can hide a store: that is exit 3
+/// naming it and the OS error, not exit 2 "no ankusa store here". Permissions
+/// do this to a non-root operator (root reads through them); a symlink loop
+/// does it to anyone, so it stands in for them here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_check_names_a_store_dir_it_cannot_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    let store = data.join("store-rocksdb");
+    std::os::unix::fs::symlink(&store, &store).expect("a symlink to itself");
+    let (status, out) = store_check(&data, &[]);
+    assert_eq!(status.code(), Some(3), "{out}");
+    assert!(out.contains(&format!("{}: cannot read it (", store.display())), "{out}");
+    assert!(!out.contains("no ankusa store here"), "{out}");
+    let (status, out) = store_check(&store, &[]);
+    assert_eq!(status.code(), Some(3), "the store dir itself: {out}");
+    assert!(out.contains(&format!("{}: cannot read it (", store.display())), "{out}");
+}
