@@ -8,7 +8,12 @@
 //! fjall's `version` and `keyspaces/`). Every store found is checked, or the
 //! one `--store` names. The store is opened for writing, as the relay opens
 //! it, so the engine's lock tells a store that a running relay holds (refused,
-//! naming that) from a stopped one; the check itself writes nothing.
+//! naming that) from a stopped one; RocksDB's lock is asked first, without
+//! opening (`F_GETLK`), so a running relay's store is not touched. The check
+//! itself writes no key; the open does the engine's own recovery as `serve`
+//! would (RocksDB: a new MANIFEST, OPTIONS file and info LOG, its WAL flushed;
+//! fjall: its journal replayed, truncated at the first entry that does not
+//! decode).
 //!
 //! `--repair-counters` then sets every maintained counter to what the keys
 //! call for (`CheckReport::counter_fixes`), in one `Sync` batch, prints each
