@@ -214,6 +214,7 @@ fn migrate_one(backend: Backend, dir: &Path, supported: &Supported, dry_run: boo
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
+            crate::store::refuse_if_locked(dir)?;
             let kv = ankusa_engine_rocksdb::RocksKv::open(dir).map_err(|e| crate::store::open_failed(dir, &e))?;
             migrate_store(&kv, backend, dir, supported, dry_run)
         }

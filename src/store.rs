@@ -8,7 +8,12 @@
 //! fjall's `version` and `keyspaces/`). Every store found is checked, or the
 //! one `--store` names. The store is opened for writing, as the relay opens
 //! it, so the engine's lock tells a store that a running relay holds (refused,
-//! naming that) from a stopped one; the check itself writes nothing.
+//! naming that) from a stopped one; RocksDB's lock is asked first, without
+//! opening (`F_GETLK`), so a running relay's store is not touched. The check
+//! itself writes no key; the open does the engine's own recovery as `serve`
+//! would (RocksDB: a new MANIFEST, OPTIONS file and info LOG, its WAL flushed;
+//! fjall: its journal replayed, truncated at the first entry that does not
+//! decode).
 //!
 //! `--repair-counters` then sets every maintained counter to what the keys
 //! call for (`CheckReport::counter_fixes`), in one `Sync` batch, prints each
@@ -102,8 +107,12 @@ pub fn main(args: &Args<'_>) -> ExitCode {
 /// The stores under `dir`: `dir` itself when a backend wrote it, else its
 /// `store-<backend>` directories that one did.
 pub(crate) fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, PathBuf)>, Fail> {
-    if !dir.is_dir() {
-        return Err(Fail(2, format!("{}: not a directory (give the relay's node.data_dir, or a store directory in it)", dir.display())));
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Err(e) if !absent(&e) => return Err(unreadable(dir, &e)),
+        _ => {
+            return Err(Fail(2, format!("{}: not a directory (give the relay's node.data_dir, or a store directory in it)", dir.display())));
+        }
     }
     let wanted = |b: Backend| only.is_none_or(|o| o == b);
     let backends = [Backend::Rocksdb, Backend::Fjall];
@@ -114,6 +123,17 @@ pub(crate) fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, Pa
             .map(|b| (b, crate::serve::store_dir(dir, b.name())))
             .filter(|(b, d)| b.wrote(d))
             .collect();
+    }
+    if out.is_empty() {
+        // A directory it may not read hides a store: that is not "no store".
+        let dirs = std::iter::once(dir.to_path_buf()).chain(backends.iter().map(|b| crate::serve::store_dir(dir, b.name())));
+        for d in dirs {
+            if let Err(e) = std::fs::read_dir(&d)
+                && !absent(&e)
+            {
+                return Err(unreadable(&d, &e));
+            }
+        }
     }
     let found: Vec<&str> = out.iter().map(|(b, _)| b.name()).collect();
     out.retain(|(b, _)| wanted(*b));
@@ -130,12 +150,26 @@ pub(crate) fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, Pa
     Ok(out)
 }
 
+/// True for an error that means nothing is there: no such file, or a file
+/// where a directory was looked for.
+fn absent(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory)
+}
+
+/// Exit 3 for a directory that exists but cannot be read (permissions, a
+/// symlink loop, an I/O error), naming it and the OS error.
+fn unreadable(dir: &Path, e: &std::io::Error) -> Fail {
+    let hint = if e.kind() == std::io::ErrorKind::PermissionDenied { "; run store check as the relay's user" } else { "" };
+    Fail(3, format!("{}: cannot read it ({e}){hint}", dir.display()))
+}
+
 /// Checks (and with `repair`, repairs the counters of) one store; `Ok(true)`
 /// when it ends clean.
 fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
+            refuse_if_locked(dir)?;
             let kv = ankusa_engine_rocksdb::RocksKv::open(dir).map_err(|e| open_failed(dir, &e))?;
             run(&kv, backend, dir, repair)
         }
@@ -148,16 +182,55 @@ fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
     }
 }
 
-/// The engine's open error; a held lock is a running relay.
+/// The process that holds RocksDB's `LOCK` file in `dir` (a running relay),
+/// if another one does. RocksDB takes it with `fcntl(F_SETLK)`; `F_GETLK`
+/// asks without taking it or writing anything. Asked before the open, because
+/// RocksDB creates its info log before it takes the lock: an open that then
+/// fails on the lock has already renamed the running relay's `LOG` to
+/// `LOG.old.<time>` (the relay goes on writing to the renamed file).
+#[cfg(feature = "rocksdb")]
+fn rocksdb_lock_holder(dir: &Path) -> Option<libc::pid_t> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(dir.join("LOCK")).ok()?;
+    // SAFETY: `flock` is plain data; all-zero is a valid value of it.
+    let mut query: libc::flock = unsafe { std::mem::zeroed() };
+    query.l_type = libc::F_WRLCK as libc::c_short;
+    query.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: F_GETLK reads and writes the `flock` it is given, a valid
+    // local, on a descriptor that stays open for the call.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut query) };
+    (rc == 0 && query.l_type != libc::F_UNLCK as libc::c_short).then_some(query.l_pid)
+}
+
+/// Exit 3 when another process (a running relay) holds the RocksDB store in
+/// `dir`: asked before every open of the `store` commands
+/// ([`rocksdb_lock_holder`]).
+#[cfg(feature = "rocksdb")]
+pub(crate) fn refuse_if_locked(dir: &Path) -> Result<(), Fail> {
+    match rocksdb_lock_holder(dir) {
+        Some(pid) => Err(in_use(&format!("process {pid} holds {}", dir.join("LOCK").display()))),
+        None => Ok(()),
+    }
+}
+
+/// Exit 3 for a store another process has open; `why` is what says so.
+fn in_use(why: &str) -> Fail {
+    Fail(
+        3,
+        format!("the store is in use: a running relay (or another ankusa process) has it open; stop the relay first, store check reads a stopped store ({why})"),
+    )
+}
+
+/// The engine's open error; a held lock is a running relay. Only the
+/// engines' own lock errors say so (RocksDB's `While lock file: .../LOCK` or
+/// `lock hold by current process`, fjall's `Locked`): any other error, even
+/// one whose text has "lock" in it (a `block checksum mismatch`, a path such
+/// as `/srv/blocks/`), is a store that cannot be opened.
 pub(crate) fn open_failed(dir: &Path, e: &ankusa_engine::EngineError) -> Fail {
     let text = e.to_string();
-    if text.to_lowercase().contains("lock") {
-        Fail(
-            3,
-            format!(
-                "the store is in use: a running relay (or another ankusa process) has it open; stop the relay first, store check reads a stopped store ({text})"
-            ),
-        )
+    let locked = ["While lock file", "lock hold by current process", "FjallError: Locked"].iter().any(|m| text.contains(m));
+    if locked {
+        in_use(&text)
     } else {
         Fail(3, format!("cannot open the store at {}: {text}", dir.display()))
     }
@@ -393,6 +466,7 @@ fn export(args: &ExportArgs<'_>) -> Result<(), Fail> {
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
+            refuse_if_locked(&dir)?;
             let kv = ankusa_engine_rocksdb::RocksKv::open_with_block_cache(&dir, EXPORT_BLOCK_CACHE_BYTES).map_err(|e| open_failed(&dir, &e))?;
             export_from(&kv, &dir, args.file)
         }
@@ -559,6 +633,7 @@ fn import_into(backend: Backend, dir: &Path, file: std::fs::File, len: Option<u6
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
+            refuse_if_locked(dir)?;
             let kv = ankusa_engine_rocksdb::RocksKv::open(dir).map_err(|e| open_failed(dir, &e))?;
             import_to(&kv, file, len)
         }

@@ -77,6 +77,17 @@ sources:
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(3), "a running relay's store: {out}");
     assert!(out.contains("the store is in use: a running relay"), "{out}");
+    if backend == "rocksdb" {
+        // Refused before RocksDB's open: an open that fails on the lock has
+        // already rotated the running relay's info log (LOG -> LOG.old.*).
+        assert!(out.contains("/store-rocksdb/LOCK)"), "names the lock and its holder: {out}");
+        let rotated: Vec<String> = std::fs::read_dir(data.join("store-rocksdb"))
+            .expect("read the store dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("LOG.old"))
+            .collect();
+        assert!(rotated.is_empty(), "store check renamed the running relay's LOG: {rotated:?}");
+    }
 
     relay.sigterm();
     let status = relay.wait_exit(Duration::from_secs(90)).await;
@@ -180,4 +191,41 @@ async fn store_check_without_a_store_is_a_usage_error() {
     let (status, out) = store_check(&data.join("missing"), &[]);
     assert_eq!(status.code(), Some(2), "{out}");
     assert!(out.contains("not a directory"), "{out}");
+}
+
+/// An open error whose text has "lock" in it but is no lock (here the path,
+/// `.../blocks/...`; RocksDB's `block checksum mismatch` too) is a store that
+/// cannot be opened, not "in use by a running relay".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_check_names_a_broken_store_under_a_blocks_dir_as_broken_not_in_use() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("blocks");
+    let store = data.join("store-rocksdb");
+    drop(ankusa_engine_rocksdb::RocksKv::open(&store).expect("create the store"));
+    std::fs::write(store.join("CURRENT"), "MANIFEST-999999\n").expect("point CURRENT at a missing manifest");
+    let (status, out) = store_check(&data, &[]);
+    assert_eq!(status.code(), Some(3), "{out}");
+    assert!(out.contains(&format!("cannot open the store at {}", store.display())), "{out}");
+    assert!(out.contains("MANIFEST-999999"), "the engine's error: {out}");
+    assert!(!out.contains("in use"), "no relay holds it: {out}");
+}
+
+/// A directory store check may not read can hide a store: that is exit 3
+/// naming it and the OS error, not exit 2 "no ankusa store here". Permissions
+/// do this to a non-root operator (root reads through them); a symlink loop
+/// does it to anyone, so it stands in for them here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_check_names_a_store_dir_it_cannot_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).expect("mkdir");
+    let store = data.join("store-rocksdb");
+    std::os::unix::fs::symlink(&store, &store).expect("a symlink to itself");
+    let (status, out) = store_check(&data, &[]);
+    assert_eq!(status.code(), Some(3), "{out}");
+    assert!(out.contains(&format!("{}: cannot read it (", store.display())), "{out}");
+    assert!(!out.contains("no ankusa store here"), "{out}");
+    let (status, out) = store_check(&store, &[]);
+    assert_eq!(status.code(), Some(3), "the store dir itself: {out}");
+    assert!(out.contains(&format!("{}: cannot read it (", store.display())), "{out}");
 }
