@@ -2,7 +2,7 @@
 //!
 //! `POST {path}` (and `{path}/{tenant}` for a TenantPath source) goes through,
 //! in order: route (404), method (405), body limit (413), the node's body
-//! budget (503 + Retry-After, before the body is read), verification (401,
+//! budget (503 + Retry-After, as the body's bytes arrive), verification (401,
 //! or, with `on_invalid_signature: quarantine`, held in quarantine and 202),
 //! Slack's url_verification handshake (answered here, nothing stored), a
 //! `quarantine: true` source's hold (202), a tenant being purged (503 +
@@ -33,11 +33,15 @@
 //! file-descriptor limit; past it a connection is answered 503 and closed),
 //! headers within [`HEADER_READ_TIMEOUT`], a body within
 //! [`BODY_READ_TIMEOUT`], and the node-wide body budget
-//! ([`limits::BodyBudget`], `listeners.body_budget_bytes`): a body is read
-//! only once its bytes are taken from the budget (by `Content-Length` before
-//! any of it is read, or as a chunked body arrives), else 503 with
-//! `Retry-After` and `Connection: close`, and no more of it is read. A body
-//! is read into one buffer and held until its request is answered.
+//! ([`limits::BodyBudget`], `listeners.body_budget_bytes`): it bounds the
+//! body bytes received and held in memory, all connections together. Each
+//! chunk's bytes are taken from it as they arrive (a `Content-Length` takes
+//! nothing ahead of them, so a client declaring a large body holds only what
+//! it has sent); a chunk that does not fit is answered 503 with
+//! `Retry-After` and `Connection: close`, and no more of that body is read.
+//! A body is read into one buffer and held until its request is answered.
+//! There is no minimum rate: holding budget costs a client the bytes it
+//! holds, re-sent at least every [`BODY_READ_TIMEOUT`].
 
 pub mod admin;
 pub mod limits;
@@ -358,12 +362,10 @@ impl<K: Kv> Edge<K> {
             self.stats.too_large.fetch_add(1, Ordering::Relaxed);
             return error(StatusCode::PAYLOAD_TOO_LARGE, format!("body of {len} bytes is over the {} byte limit", self.body_limit_bytes));
         }
-        // The body's bytes come out of the node's budget before any of it is
-        // read, and go back when this request is answered (`_permit` lives
-        // to the end of this function).
-        let Some(mut permit) = self.stats.body_budget.try_take(declared.unwrap_or(0)) else {
-            return self.body_budget_spent(&route.name, peer);
-        };
+        // The body's bytes come out of the node's budget as they arrive (not
+        // by its Content-Length ahead of them), and go back when this request
+        // is answered (`_permit` lives to the end of this function).
+        let mut permit = self.stats.body_budget.empty_permit();
         let (parts, body) = req.into_parts();
         let read = limits::read_body(body, self.body_limit_bytes, declared, &mut permit);
         let body = match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
@@ -672,7 +674,8 @@ impl<K: Kv> Edge<K> {
     }
 
     /// 503 with `Retry-After` and `Connection: close`: the node's body budget
-    /// has no room for this body; nothing more of it is read.
+    /// has no room for the bytes of this body that arrived; nothing more of
+    /// it is read.
     fn body_budget_spent(&self, source: &str, peer: SocketAddr) -> Resp {
         self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
         self.stats.body_budget.count_refused();
