@@ -104,10 +104,12 @@ pub struct Listeners {
     /// The largest body the edge accepts (413 above). Default 25 MiB; at
     /// most [`crate::limits::BODY_LIMIT_BYTES`].
     pub body_limit_bytes: u64,
-    /// The bytes of request bodies the edge reads, verifies and commits at
-    /// once, all ingest connections together (issue 14): a request whose body
-    /// does not fit gets 503 with `Retry-After` and nothing more of its body
-    /// is read. Default 256 MiB; at least `body_limit_bytes`; at most
+    /// The bytes of request bodies the edge holds in memory at once (received
+    /// so far and being read, verified and committed), all ingest connections
+    /// together (issue 14): each body's bytes are taken from it as they
+    /// arrive (never by `Content-Length` ahead of them); a request whose
+    /// bytes do not fit gets 503 with `Retry-After` and nothing more of its
+    /// body is read. Default 256 MiB; at least `body_limit_bytes`; at most
     /// [`crate::limits::BODY_BUDGET_BYTES`].
     pub body_budget_bytes: u64,
 }
