@@ -263,7 +263,7 @@ enum StoreCmd {
     /// written into a new directory beside the target and moved into place
     /// only when all of it verified, so a refused dump leaves DATA_DIR as it
     /// was. Exit 0 loaded, 1 the dump is refused (the record and its byte
-    /// offset are named), 2 usage (FILE missing, the target store exists),
+    /// offset are named), 2 usage (FILE missing, the target store exists, DATA_DIR is a file),
     /// 3 the new store cannot be created or written, 4 FILE cannot be read.
     Import {
         /// The dump.
