@@ -527,7 +527,8 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
     } else {
         let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         if !parent.is_dir() {
-            return Err(Fail(2, format!("{}: not a directory (the parent of DATA_DIR must exist)", parent.display())));
+            let what = if parent.exists() { "not a directory" } else { "does not exist" };
+            return Err(Fail(2, format!("{}: {what} (import creates DATA_DIR, not its parents: the parent of DATA_DIR must exist)", parent.display())));
         }
         let s = beside(dir, "import");
         (s.clone(), crate::serve::store_dir(&s, args.store.name()), dir.to_path_buf())

@@ -222,6 +222,16 @@ fn import_refuses_a_data_dir_that_is_a_file_and_a_stamp_the_header_does_not_anno
     let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read").map(|e| e.expect("entry").file_name()).collect();
     assert!(left.iter().all(|n| !n.to_string_lossy().contains(".import-")), "a staging directory was left: {left:?}");
 
+    // A DATA_DIR whose parent does not exist: refused (2) naming the parent,
+    // nothing created.
+    let deep = dir.path().join("no-parent").join("data");
+    let fixture = fixture_path(2);
+    let args = [OsStr::new("store"), OsStr::new("import"), fixture.as_os_str(), deep.as_os_str(), OsStr::new("--store"), OsStr::new("fjall")];
+    let (status, out) = cli(&args, dir.path());
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains(&format!("{}: does not exist (import creates DATA_DIR, not its parents", deep.parent().expect("parent").display())), "{out}");
+    assert!(!dir.path().join("no-parent").exists());
+
     let stamp: &[u8] = b"format";
     let cases: [(u32, Vec<u8>, &str); 4] = [
         (
