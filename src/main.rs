@@ -258,12 +258,12 @@ enum StoreCmd {
         store: Option<store::Backend>,
     },
     /// Load a dump into a new store of the backend --store names, in
-    /// DATA_DIR/store-<backend>/ (DATA_DIR is created if missing). Every
+    /// DATA_DIR/store-<backend>/ (DATA_DIR is created if missing; its parent must exist). Every
     /// record's CRC32, the counts and the digest are checked; the store is
     /// written into a new directory beside the target and moved into place
     /// only when all of it verified, so a refused dump leaves DATA_DIR as it
     /// was. Exit 0 loaded, 1 the dump is refused (the record and its byte
-    /// offset are named), 2 usage (FILE missing, the target store exists),
+    /// offset are named), 2 usage (FILE missing, the target store exists, DATA_DIR is a file),
     /// 3 the new store cannot be created or written, 4 FILE cannot be read.
     Import {
         /// The dump.

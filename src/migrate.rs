@@ -184,7 +184,7 @@ pub struct Args<'a> {
 /// or start resumes there); 2 usage (no store at `DATA_DIR`, a store without
 /// a stamp); 3 the store cannot be opened or this binary cannot migrate it
 /// (in use by a running relay, a newer store format, no migration from its
-/// format, an engine error).
+/// format, a stamp that does not decode, an engine error).
 pub fn main(args: &Args<'_>) -> ExitCode {
     let supported = match Supported::from_env() {
         Ok(s) => s,
@@ -228,12 +228,14 @@ fn migrate_one(backend: Backend, dir: &Path, supported: &Supported, dry_run: boo
 }
 
 /// The exit code of a migration error: 3 when this binary cannot migrate
-/// the store at all (newer, no path), 1 when a batch failed on the way.
+/// the store at all (newer, no path, a stamp or progress that does not
+/// decode: running it again cannot help), 1 when a batch failed on the way.
 fn failed(e: MigrateError) -> Fail {
     match e {
         MigrateError::StoreFormatNewer { .. }
         | MigrateError::MigrationNewer { .. }
         | MigrateError::NoPath { .. }
+        | MigrateError::Undecodable { .. }
         | MigrateError::Registry(_) => Fail(3, e.to_string()),
         MigrateError::NoStamp => Fail(2, e.to_string()),
         e => Fail(1, format!("the migration stopped: {e} (the store is at its last committed batch; run store migrate again to resume)")),

@@ -244,12 +244,13 @@ fn prepare_store<K: Kv>(kv: &K) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// True when `e` is the refusal of a store newer than this binary (exit
-/// status 3: restarting the same binary cannot help).
+/// True when `e` is the refusal of a store newer than this binary, or of one
+/// whose stamp (or migration progress) does not decode (exit status 3:
+/// restarting the same binary cannot help).
 fn store_newer(e: &anyhow::Error) -> bool {
     matches!(
         e.downcast_ref::<MigrateError>(),
-        Some(MigrateError::StoreFormatNewer { .. } | MigrateError::MigrationNewer { .. })
+        Some(MigrateError::StoreFormatNewer { .. } | MigrateError::MigrationNewer { .. } | MigrateError::Undecodable { .. })
     )
 }
 

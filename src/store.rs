@@ -40,7 +40,7 @@ use std::process::ExitCode;
 use ankusa_engine::{Cf, Durability, Kv, hex};
 use ankusa_keys::meta::decode_format;
 use ankusa_keys::{FORMAT_KEY, ORIGIN_KEY, TenantOrd};
-use ankusa_queue::migrate::{check_readable, read_progress};
+use ankusa_queue::migrate::{check_readable, read_format, read_progress};
 use ankusa_queue::{CheckReport, CounterFix, Registry, RowId, Violation, check_store, counter_fix_batch};
 
 /// A store backend `store check` can open.
@@ -111,7 +111,8 @@ pub(crate) fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, Pa
         Ok(m) if m.is_dir() => {}
         Err(e) if !absent(&e) => return Err(unreadable(dir, &e)),
         _ => {
-            return Err(Fail(2, format!("{}: not a directory (give the relay's node.data_dir, or a store directory in it)", dir.display())));
+            let what = if dir.exists() { "not a directory" } else { "not a directory (it does not exist)" };
+            return Err(Fail(2, format!("{}: {what}; give the relay's node.data_dir, or a store directory in it", dir.display())));
         }
     }
     let wanted = |b: Backend| only.is_none_or(|o| o == b);
@@ -217,7 +218,7 @@ pub(crate) fn refuse_if_locked(dir: &Path) -> Result<(), Fail> {
 fn in_use(why: &str) -> Fail {
     Fail(
         3,
-        format!("the store is in use: a running relay (or another ankusa process) has it open; stop the relay first, store check reads a stopped store ({why})"),
+        format!("the store is in use: a running relay (or another ankusa process) has it open; stop the relay first, this command reads a stopped store ({why})"),
     )
 }
 
@@ -241,14 +242,13 @@ fn store_err(e: impl std::fmt::Display) -> Fail {
 }
 
 fn run<K: Kv>(kv: &K, backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
-    let format = match kv.get(Cf::Meta, FORMAT_KEY).map_err(store_err)? {
-        None => return Err(Fail(2, "no store format stamp: not a store a relay has opened".into())),
-        Some(v) => decode_format(&v).map_err(|e| Fail(3, format!("store format stamp: {e}")))?,
-    };
-    // The refusal of `serve` and `store migrate`, word for word (and the
+    // The refusals of `serve` and `store migrate`, word for word (and the
     // same test setting: src/migrate.rs).
+    let Some(format) = read_format(kv).map_err(|e| Fail(3, e.to_string()))? else {
+        return Err(Fail(2, "no store format stamp: not a store a relay has opened".into()));
+    };
     let supported = crate::migrate::Supported::from_env().map_err(|e| Fail(2, e))?.format;
-    let progress = read_progress(kv).map_err(store_err)?;
+    let progress = read_progress(kv).map_err(|e| Fail(3, e.to_string()))?;
     check_readable(format, progress.as_ref(), supported).map_err(|e| Fail(3, e.to_string()))?;
     let names = Registry::read(kv).map_err(store_err)?;
     let what = format!("{} ({}, format {format})", dir.display(), backend.name());
@@ -488,12 +488,13 @@ fn beside(path: &Path, what: &str) -> PathBuf {
 fn export_from<K: Kv>(kv: &K, dir: &Path, file: &Path) -> Result<(), Fail> {
     let format = match kv.get(Cf::Meta, FORMAT_KEY).map_err(store_err)? {
         None => return Err(Fail(2, format!("{}: no store format stamp: not a store a relay has opened", dir.display()))),
-        Some(v) => decode_format(&v).map_err(|e| Fail(3, format!("store format stamp: {e}")))?,
+        Some(v) => decode_format(&v).map_err(|e| Fail(3, format!("{}: the store format stamp (meta key `format`) does not decode: {e}", dir.display())))?,
     };
     // Written beside FILE and renamed into place when complete: an export
     // that fails leaves no partial dump under FILE's name.
     let tmp = beside(file, "partial");
-    let out = std::fs::File::create(&tmp).map_err(|e| Fail(4, format!("{}: cannot create: {e}", tmp.display())))?;
+    let out = std::fs::File::create(&tmp)
+        .map_err(|e| Fail(4, format!("{}: cannot be written (creating {} beside it): {e}", file.display(), tmp.display())))?;
     let pb = progress_bar(None, "{spinner} exporting: {pos} records, {msg}");
     let snapshot = kv.snapshot();
     let result = ankusa_engine::dump::export(
@@ -516,14 +517,15 @@ fn export_from<K: Kv>(kv: &K, dir: &Path, file: &Path) -> Result<(), Fail> {
         Ok(s) => s,
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
-            let code = if matches!(e, ankusa_engine::dump::DumpError::Io { .. }) { 4 } else { 3 };
-            return Err(Fail(code, format!("{}: {e}", dir.display())));
+            // A failed write names FILE (exit 4), a failed read the store (3).
+            return Err(if matches!(e, ankusa_engine::dump::DumpError::Io { .. }) {
+                Fail(4, format!("{}: {e} (nothing written under this name)", file.display()))
+            } else {
+                Fail(3, format!("{}: {e}", dir.display()))
+            });
         }
     };
-    if let Err(e) = std::fs::rename(&tmp, file) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Fail(4, format!("{}: cannot rename {} into place: {e}", file.display(), tmp.display())));
-    }
+    publish(&tmp, file)?;
     sync_parent(file);
     println!(
         "{}: exported {} ({}) of {} (format {}, origin {}) to {}",
@@ -536,6 +538,28 @@ fn export_from<K: Kv>(kv: &K, dir: &Path, file: &Path) -> Result<(), Fail> {
         file.display()
     );
     Ok(())
+}
+
+/// Moves the complete dump `tmp` to `file` without ever replacing a file:
+/// a hard link fails when `file` exists (one that appeared while the export
+/// ran, checked at the start), then `tmp` goes. A `rename` would overwrite it.
+/// Exit 2 when `file` exists (the dump stays at `tmp`, named), 4 when it
+/// cannot be linked.
+fn publish(tmp: &Path, file: &Path) -> Result<(), Fail> {
+    match std::fs::hard_link(tmp, file) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(tmp);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Fail(
+            2,
+            format!("{}: appeared while the export ran; it is left as it is, and the dump is at {}", file.display(), tmp.display()),
+        )),
+        Err(e) => {
+            let _ = std::fs::remove_file(tmp);
+            Err(Fail(4, format!("{}: cannot move {} into place: {e}", file.display(), tmp.display())))
+        }
+    }
 }
 
 /// `12.3 MiB`.
@@ -559,7 +583,7 @@ fn sync_parent(path: &Path) {
 
 /// `ankusa store import FILE DATA_DIR --store B`: exit 0 loaded, 1 the dump
 /// does not verify (a CRC, a count, the digest, cut short: the record is
-/// named), 2 usage (FILE missing, the target store exists), 3 the new store
+/// named), 2 usage (FILE missing, the target store exists, DATA_DIR is a file), 3 the new store
 /// cannot be created or written, 4 FILE cannot be read.
 pub fn import_main(args: &ImportArgs<'_>) -> ExitCode {
     match import(args) {
@@ -580,6 +604,9 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
             return Err(Fail(2, format!("{}: is a {} store directory; give the relay's data_dir (the store is created in store-{}/ inside it)", dir.display(), b.name(), args.store.name())));
         }
     }
+    if dir.exists() && !dir.is_dir() {
+        return Err(Fail(2, format!("{}: exists and is not a directory (DATA_DIR is the relay's node.data_dir, created when missing)", dir.display())));
+    }
     let target = crate::serve::store_dir(dir, args.store.name());
     if target.exists() && std::fs::read_dir(&target).map_or(true, |mut d| d.next().is_some()) {
         return Err(Fail(2, format!("{}: exists and is not empty; import creates a new store (move it away first)", target.display())));
@@ -593,7 +620,8 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
     } else {
         let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         if !parent.is_dir() {
-            return Err(Fail(2, format!("{}: not a directory (the parent of DATA_DIR must exist)", parent.display())));
+            let what = if parent.exists() { "not a directory" } else { "does not exist" };
+            return Err(Fail(2, format!("{}: {what} (import creates DATA_DIR, not its parents: the parent of DATA_DIR must exist)", parent.display())));
         }
         let s = beside(dir, "import");
         (s.clone(), crate::serve::store_dir(&s, args.store.name()), dir.to_path_buf())
@@ -659,13 +687,43 @@ fn import_to<K: Kv>(kv: &K, file: std::fs::File, len: Option<u64>) -> Result<ank
         DumpError::Io { .. } => Fail(4, format!("{e}; nothing was imported")),
         DumpError::NotEmpty { .. } | DumpError::Engine(_) => Fail(3, format!("{e}; nothing was imported")),
     })?;
-    // The stamp the header announced is the one the records hold.
-    let stamped = kv.get(Cf::Meta, FORMAT_KEY).map_err(store_err)?.map(|v| decode_format(&v));
-    if summary.header.store_format != 0 && !matches!(stamped, Some(Ok(f)) if f == summary.header.store_format) {
-        return Err(Fail(
-            1,
-            format!("the dump is refused, nothing was imported: its header says store format {}, its records stamp {stamped:?}", summary.header.store_format),
-        ));
+    // The stamp the header announced is the one the records hold (a header
+    // format of 0 says the store had no stamp: then no record may hold one).
+    let announced = summary.header.store_format;
+    let stamped = match kv.get(Cf::Meta, FORMAT_KEY).map_err(store_err)? {
+        None => None,
+        Some(v) => Some(decode_format(&v).map_err(|e| {
+            Fail(1, format!("the dump is refused, nothing was imported: its record of the store format stamp (meta key `format`) does not decode: {e}"))
+        })?),
+    };
+    if stamped != (announced != 0).then_some(announced) {
+        let header = if announced == 0 { "no store format".to_owned() } else { format!("store format {announced}") };
+        let records = stamped.map_or_else(|| "no store format stamp".to_owned(), |f| format!("a store format stamp of {f}"));
+        return Err(Fail(1, format!("the dump is refused, nothing was imported: its header says {header}, its records hold {records}")));
     }
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The break-it report: a FILE that appeared while the export ran was
+    /// overwritten by the final rename. `publish` never replaces a file.
+    #[test]
+    fn publish_never_replaces_a_file_that_appeared_meanwhile() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (tmp, file) = (dir.path().join(".out.partial-1"), dir.path().join("out.dump"));
+        std::fs::write(&tmp, b"ANKUSADP the dump").expect("write");
+        std::fs::write(&file, b"precious").expect("write");
+        let Err(Fail(code, msg)) = publish(&tmp, &file) else { panic!("a file that exists was replaced") };
+        assert_eq!(code, 2, "{msg}");
+        assert!(msg.contains("appeared while the export ran") && msg.contains(".out.partial-1"), "{msg}");
+        assert_eq!(std::fs::read(&file).expect("read"), b"precious");
+        assert_eq!(std::fs::read(&tmp).expect("read"), b"ANKUSADP the dump", "the dump is kept where the message says");
+        std::fs::remove_file(&file).expect("rm");
+        assert!(publish(&tmp, &file).is_ok());
+        assert_eq!(std::fs::read(&file).expect("read"), b"ANKUSADP the dump");
+        assert!(!tmp.exists(), "the temporary name is gone");
+    }
 }

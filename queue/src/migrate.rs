@@ -239,6 +239,23 @@ pub enum MigrateError {
         /// The progress's `to`.
         to: u32,
     },
+    /// The stamp (meta key `format`) or the progress (meta key `migration`)
+    /// does not decode: not a value an ankusa wrote (a damaged store, or a
+    /// hand-made dump). No migration can start from it; nothing was written.
+    /// (The decode error is in the message, not a source: `{:#}` shows it
+    /// once.)
+    #[error(
+        "the store's meta key `{key}` ({what}) does not decode: {error}; this ankusa cannot tell the store's format and changed \
+         nothing (restore the store from a backup dump)"
+    )]
+    Undecodable {
+        /// The meta key: `format` or `migration`.
+        key: &'static str,
+        /// What the key holds.
+        what: &'static str,
+        /// Why it does not decode.
+        error: ValueError,
+    },
     /// The engine failed a read.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -330,10 +347,13 @@ pub fn check_readable(found: u32, progress: Option<&MigrationProgress>, supporte
 /// The store's format stamp, or `None` for a store never opened by a relay.
 ///
 /// # Errors
-/// The reader's errors; [`MigrateError::Value`] for a stamp that is not 4 bytes.
+/// The reader's errors; [`MigrateError::Undecodable`] for a stamp that is not
+/// 4 bytes.
 pub fn read_format(read: &dyn Read) -> Result<Option<u32>, MigrateError> {
     match read.get(Cf::Meta, FORMAT_KEY)? {
-        Some(v) => Ok(Some(decode_format(&v)?)),
+        Some(v) => Ok(Some(
+            decode_format(&v).map_err(|error| MigrateError::Undecodable { key: "format", what: "the store format stamp", error })?,
+        )),
         None => Ok(None),
     }
 }
@@ -341,10 +361,15 @@ pub fn read_format(read: &dyn Read) -> Result<Option<u32>, MigrateError> {
 /// The progress of a migration step in the middle, if one is.
 ///
 /// # Errors
-/// The reader's errors; [`MigrateError::Value`] for a value that does not decode.
+/// The reader's errors; [`MigrateError::Undecodable`] for a value that does
+/// not decode.
 pub fn read_progress(read: &dyn Read) -> Result<Option<MigrationProgress>, MigrateError> {
     match read.get(Cf::Meta, MIGRATION_KEY)? {
-        Some(v) => Ok(Some(MigrationProgress::decode(&v)?)),
+        Some(v) => Ok(Some(MigrationProgress::decode(&v).map_err(|error| MigrateError::Undecodable {
+            key: "migration",
+            what: "the progress of a migration in the middle",
+            error,
+        })?)),
         None => Ok(None),
     }
 }

@@ -192,6 +192,81 @@ fn a_flipped_byte_or_a_truncated_dump_is_refused_and_the_target_left_as_it_was()
     assert!(!data.join("store-fjall").exists());
 }
 
+/// A dump of `entries` whose header announces `store_format`, made with the
+/// engine's exporter (the records need not be a relay's store).
+fn dump_with(store_format: u32, entries: &[(Cf, &[u8], &[u8])]) -> Vec<u8> {
+    let kv = ankusa_engine::memory::MemoryKv::new();
+    let mut b = Batch::new();
+    for (cf, k, v) in entries {
+        b.put(*cf, k.to_vec(), v.to_vec());
+    }
+    kv.write(b, Durability::Sync).expect("write");
+    let mut out = Vec::new();
+    ankusa_engine::dump::export(&kv, "rocksdb", store_format, ankusa_keys::ORIGIN_KEY, &mut out, &mut |_, _| {}).expect("export");
+    out
+}
+
+/// A DATA_DIR that is a file is refused up front (2) and left as it was; a
+/// dump whose header's store format is not the stamp its records hold (a
+/// stamp that is not a u32, a header of 0 with a stamp, two formats) is
+/// refused (1) naming both, and no store appears.
+#[test]
+fn import_refuses_a_data_dir_that_is_a_file_and_a_stamp_the_header_does_not_announce() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file_dir = dir.path().join("data-file");
+    std::fs::write(&file_dir, b"not a data dir").expect("write");
+    let (status, out) = import(&fixture_path(2), &file_dir, "fjall");
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains(&format!("{}: exists and is not a directory", file_dir.display())), "{out}");
+    assert_eq!(std::fs::read(&file_dir).expect("read"), b"not a data dir");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read").map(|e| e.expect("entry").file_name()).collect();
+    assert!(left.iter().all(|n| !n.to_string_lossy().contains(".import-")), "a staging directory was left: {left:?}");
+
+    // A DATA_DIR whose parent does not exist: refused (2) naming the parent,
+    // nothing created.
+    let deep = dir.path().join("no-parent").join("data");
+    let fixture = fixture_path(2);
+    let args = [OsStr::new("store"), OsStr::new("import"), fixture.as_os_str(), deep.as_os_str(), OsStr::new("--store"), OsStr::new("fjall")];
+    let (status, out) = cli(&args, dir.path());
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains(&format!("{}: does not exist (import creates DATA_DIR, not its parents", deep.parent().expect("parent").display())), "{out}");
+    assert!(!dir.path().join("no-parent").exists());
+
+    let stamp: &[u8] = b"format";
+    let cases: [(u32, Vec<u8>, &str); 4] = [
+        (
+            0,
+            vec![0xff, 0xfe],
+            "its record of the store format stamp (meta key `format`) does not decode: store format value is 2 bytes, expected 4",
+        ),
+        (
+            2,
+            vec![0xff, 0xfe],
+            "its record of the store format stamp (meta key `format`) does not decode: store format value is 2 bytes, expected 4",
+        ),
+        (0, 2u32.to_be_bytes().to_vec(), "its header says no store format, its records hold a store format stamp of 2"),
+        (2, 3u32.to_be_bytes().to_vec(), "its header says store format 2, its records hold a store format stamp of 3"),
+    ];
+    let data = dir.path().join("data");
+    for (announced, value, problem) in cases {
+        let file = dir.path().join("hand-made.dump");
+        std::fs::write(&file, dump_with(announced, &[(Cf::Meta, stamp, &value), (Cf::Hooks, b"k", b"v")])).expect("write");
+        for backend in ["rocksdb", "fjall"] {
+            let (status, out) = import(&file, &data, backend);
+            assert_eq!(status.code(), Some(1), "{announced} {value:?} into {backend}: {out}");
+            assert!(out.contains(&format!("the dump is refused, nothing was imported: {problem}")), "{out}");
+            assert!(!data.exists(), "the refused import created {}", data.display());
+        }
+        std::fs::remove_file(&file).expect("rm");
+    }
+    // A header of 0 without a stamp record (a store no relay opened) loads.
+    let file = dir.path().join("unstamped.dump");
+    std::fs::write(&file, dump_with(0, &[(Cf::Hooks, b"k", b"v")])).expect("write");
+    let (status, out) = import(&file, &data, "fjall");
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(out.contains("imported 1 record (format 0, origin rocksdb)"), "{out}");
+}
+
 /// Runs `cmd` to its end; its exit code and its peak resident memory
 /// (`VmHWM` of /proc/PID/status, KiB), read every 5 ms while it runs (the
 /// kernel's high-water mark only grows, so the last reading holds every

@@ -321,3 +321,68 @@ async fn store_migrate_without_a_store_is_a_usage_error() {
     assert_eq!(status.code(), Some(2), "{out}");
     assert!(out.contains("ANKUSA_TEST_SUPPORTED_FORMAT=7: a test setting that takes 1 or 3"), "{out}");
 }
+
+/// A stamp that is not a u32 (2 bytes), or a migration progress that does
+/// not decode, in a stopped store: `serve` exits 3 (restarting cannot help)
+/// naming the key and the decode error once; `store check` and `store
+/// migrate [--dry-run]` exit 3 with the same words (not "run it again to
+/// resume": a rerun cannot help either); nothing is written.
+async fn a_stamp_that_does_not_decode_is_refused(backend: &str) {
+    let (mut relay, _sink) = stopped_relay_with_hooks(backend, 2).await;
+    let data = relay.data_dir();
+    let cases: [(&[u8], &[u8], &str); 2] = [
+        (
+            FORMAT_KEY,
+            &[0xff, 0xfe],
+            "the store's meta key `format` (the store format stamp) does not decode: store format value is 2 bytes, expected 4; \
+             this ankusa cannot tell the store's format and changed nothing",
+        ),
+        // The decode error of a progress is the keys crate's words: the key is
+        // what this test pins.
+        (MIGRATION_KEY, &[1, 2, 3], "the store's meta key `migration` (the progress of a migration in the middle) does not decode: "),
+    ];
+    for (key, value, refusal) in cases {
+        with_store(backend, &data, |_, write| {
+            let mut b = Batch::new();
+            b.put(Cf::Meta, key, value.to_vec());
+            write(b);
+        });
+        let before = listing(backend, &data);
+        let (status, log) = relay.restart_refused().await;
+        assert_eq!(status.code(), Some(3), "serve refuses it with exit 3:\n{log}");
+        assert_eq!(log.matches(refusal).count(), 1, "named once: {refusal}\n{log}");
+        assert!(log.contains("changed nothing"), "{log}");
+        assert!(!log.contains("store format migrated"), "{log}");
+        let (status, out) = store_cmd("check", &data, &[], &[]);
+        assert_eq!(status.code(), Some(3), "{out}");
+        assert!(out.contains(refusal), "store check: {out}");
+        for extra in [&["--dry-run"][..], &[]] {
+            let (status, out) = store_cmd("migrate", &data, extra, &[]);
+            assert_eq!(status.code(), Some(3), "store migrate {extra:?}: {out}");
+            assert!(out.contains(refusal), "store migrate {extra:?}: {out}");
+            assert!(!out.contains("run store migrate again"), "store migrate {extra:?}: {out}");
+        }
+        assert!(listing(backend, &data) == before, "the refused store changed");
+        // Put the key back as a relay leaves it: the stamp 2, no progress.
+        with_store(backend, &data, |_, write| {
+            let mut b = Batch::new();
+            if key == FORMAT_KEY {
+                b.put(Cf::Meta, FORMAT_KEY, encode_format(2));
+            } else {
+                b.delete(Cf::Meta, MIGRATION_KEY);
+            }
+            write(b);
+        });
+    }
+    relay.restart().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rocksdb_store_whose_stamp_does_not_decode_is_refused_with_exit_3() {
+    a_stamp_that_does_not_decode_is_refused("rocksdb").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fjall_store_whose_stamp_does_not_decode_is_refused_with_exit_3() {
+    a_stamp_that_does_not_decode_is_refused("fjall").await;
+}
