@@ -15,7 +15,8 @@
 #   SINKS="redis nats kafka" HOOKS=200000 KEYS=1000 SINK_CONCURRENCY=64 CONC=64 benches/load/sinks.sh
 #
 # SINK_CONCURRENCY (empty: the relay's default `dispatch.sink_concurrency`)
-# is written to the config.
+# is written to the config; KAFKA_LINGER_MS (empty: librdkafka's 5 ms) sets
+# the Kafka sink's `linger.ms`.
 #
 # Peers: the machine's Redis 6379, RabbitMQ 5672 and NATS 4222, moto 5000
 # (.ci/moto.sh), plain-hyper for `http`, a Python Pub/Sub REST peer
@@ -72,7 +73,7 @@ sink_yaml() {
     nats) echo "{type: nats, url: 'nats://127.0.0.1:4222', subject: 'ankusa.load.{source}'}" ;;
     sqs) echo "{type: sqs, queue_url: 'http://127.0.0.1:5000/123456789012/ankusa-load-{source}', endpoint_url: 'http://127.0.0.1:5000', region: us-east-1}" ;;
     pubsub) echo "{type: pubsub, project: ankusa-load, topic: '{source}', emulator_host: '127.0.0.1:$PUBSUB_PORT'}" ;;
-    kafka) echo "{type: kafka, brokers: '127.0.0.1:9', topic: 'ankusa-load-{source}', properties: {test.mock.num.brokers: '3', allow.auto.create.topics: 'true'}}" ;;
+    kafka) echo "{type: kafka, brokers: '127.0.0.1:9', topic: 'ankusa-load-{source}', properties: {test.mock.num.brokers: '3', allow.auto.create.topics: 'true'${KAFKA_LINGER_MS:+, linger.ms: '$KAFKA_LINGER_MS'}}}" ;;
   esac
 }
 
