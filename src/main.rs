@@ -226,7 +226,12 @@ enum StoreCmd {
     /// Check every invariant of a stopped store (docs/design.md section 4)
     /// and print every violation: exit 0 and a one-line summary when it is
     /// clean, 1 when there is a violation, 2 when DATA_DIR holds no store, 3
-    /// when the store cannot be opened (a running relay has it open).
+    /// when the store cannot be opened (a running relay has it open, its WAL
+    /// is damaged, it has data files but no format stamp). A RocksDB store
+    /// is opened read-only (nothing written: a full or read-only disk is
+    /// fine); a fjall store is opened as a start opens it (fjall cuts its
+    /// journal at the first entry that does not decode, for good: check a
+    /// copy, `cp -a`, to keep the original as it is).
     Check {
         /// The relay's node.data_dir (with store-rocksdb/ or store-fjall/ in
         /// it), or a store directory itself. Its backend is read from its

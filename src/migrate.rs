@@ -181,10 +181,12 @@ pub struct Args<'a> {
 ///
 /// Exit codes: 0 migrated, nothing to do, or the dry run printed; 1 a batch
 /// failed (the store is left at the last committed batch, and the next run
-/// or start resumes there); 2 usage (no store at `DATA_DIR`, a store without
-/// a stamp); 3 the store cannot be opened or this binary cannot migrate it
-/// (in use by a running relay, a newer store format, no migration from its
-/// format, a stamp that does not decode, an engine error).
+/// or start resumes there); 2 usage (no store at `DATA_DIR`, a new store
+/// whose first start was interrupted before its stamp); 3 the store cannot
+/// be opened or this binary cannot migrate it (in use by a running relay, a
+/// damaged WAL, data files but no format stamp, a newer store format, no
+/// migration from its format, a stamp that does not decode, an engine
+/// error).
 pub fn main(args: &Args<'_>) -> ExitCode {
     let supported = match Supported::from_env() {
         Ok(s) => s,
@@ -243,7 +245,7 @@ fn failed(e: MigrateError) -> Fail {
 }
 
 fn migrate_store<K: Kv>(kv: &K, backend: Backend, dir: &Path, supported: &Supported, dry_run: bool) -> Result<(), Fail> {
-    let found = read_format(kv).map_err(failed)?.ok_or_else(|| failed(MigrateError::NoStamp))?;
+    let found = read_format(kv).map_err(failed)?.ok_or_else(|| crate::store::no_stamp(dir, backend))?;
     let what = format!("{} ({}, format {found})", dir.display(), backend.name());
     let progress = read_progress(kv).map_err(failed)?;
     check_readable(found, progress.as_ref(), supported.format).map_err(failed)?;

@@ -6,29 +6,50 @@
 //! `store-fjall/` or both: `serve` names the store directory after its
 //! backend) or a store directory itself (RocksDB's `CURRENT` and `IDENTITY`,
 //! fjall's `version` and `keyspaces/`). Every store found is checked, or the
-//! one `--store` names. The store is opened for writing, as the relay opens
-//! it, so the engine's lock tells a store that a running relay holds (refused,
-//! naming that) from a stopped one; RocksDB's lock is asked first, without
-//! opening (`F_GETLK`), so a running relay's store is not touched. The check
-//! itself writes no key; the open does the engine's own recovery as `serve`
-//! would (RocksDB: a new MANIFEST, OPTIONS file and info LOG, its WAL flushed;
-//! fjall: its journal replayed, truncated at the first entry that does not
-//! decode).
+//! one `--store` names.
+//!
+//! RocksDB: a running relay's lock is refused first, asked without opening
+//! (`F_GETLK`); the store is then opened read-only
+//! (`RocksKv::open_read_only`): no byte of the directory is written (no lock,
+//! no info log, no MANIFEST, its WAL replayed in memory, not flushed), so the
+//! check runs on a full or read-only disk and cannot make a cut of the WAL
+//! permanent. The WAL must verify to its last record
+//! (`WalRecovery::Absolute`); when only its end does not (a write a crash
+//! cut short, which `serve` drops too, or damage in its last 32 KiB block:
+//! RocksDB cannot tell them apart) the check says so in a `note:` line and
+//! checks what precedes it; a WAL damaged before its end is exit 3 naming
+//! RocksDB's corruption, as `serve` refuses it.
+//!
+//! fjall has no read-only open and no recovery mode but its own (3.1): the
+//! store is opened for writing as the relay opens it (its lock refuses a
+//! running relay's store), and the open recovers the journal as a start
+//! does, cutting it at the first entry that does not decode, for good. To
+//! keep a store as it is, check a copy (`cp -a`).
+//!
+//! A store with data files but no format stamp (damaged, or its journal/WAL
+//! cut at an open) is exit 3 with what to do ([`no_stamp`]), as `serve`
+//! refuses it; one whose first start was interrupted before the stamp (its
+//! creation marker, [`creating_marker`], is still there) is exit 2.
 //!
 //! `--repair-counters` then sets every maintained counter to what the keys
 //! call for (`CheckReport::counter_fixes`), in one `Sync` batch, prints each
 //! old and new value, and checks again. Other violations are left as they are.
 //!
+//! `--repair-counters` opens the store for writing (RocksDB as `serve` does:
+//! a torn last record dropped, a WAL damaged before its end refused).
+//!
 //! Exit codes: 0 clean (after the repair, with `--repair-counters`), 1 a
 //! violation, 2 usage (no store at `DATA_DIR`), 3 the store cannot be opened
-//! (in use by a running relay, a newer store format, an engine error). A
+//! (in use by a running relay, a damaged WAL, no format stamp, a newer store
+//! format, an engine error). A
 //! newer store format gets the message `serve` refuses it with
 //! (`StoreFormatNewer { found, supported }` and what to do; src/migrate.rs).
 //!
 //! `ankusa store export DATA_DIR FILE [--store B]` and `ankusa store import
 //! FILE DATA_DIR --store B` move a stopped store between backends through the
 //! backend-neutral dump of `ankusa_engine::dump` (docs/design.md section 8):
-//! the export writes FILE beside itself and renames it into place when
+//! the export opens RocksDB read-only (a torn last record of the WAL
+//! dropped, a WAL damaged before its end refused), writes FILE beside itself and renames it into place when
 //! complete; the import loads into a new directory beside the target and
 //! renames it into place only when the whole dump verified, so a refused dump
 //! leaves the target as it was. Both show a progress bar on a terminal.
@@ -170,8 +191,25 @@ fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
+            use ankusa_engine_rocksdb::{RocksKv, WalRecovery};
             refuse_if_locked(dir)?;
-            let kv = ankusa_engine_rocksdb::RocksKv::open(dir).map_err(|e| open_failed(dir, &e))?;
+            if repair {
+                let kv = RocksKv::open(dir).map_err(|e| open_failed(dir, &e))?;
+                return run(&kv, backend, dir, repair);
+            }
+            let kv = match RocksKv::open_read_only(dir, WalRecovery::Absolute) {
+                Ok(kv) => kv,
+                Err(strict) if is_corruption(&strict) => {
+                    // Is it only the WAL's end? Then check what precedes it.
+                    let kv = RocksKv::open_read_only(dir, WalRecovery::TornTail).map_err(|e| open_failed(dir, &e))?;
+                    println!(
+                        "{}: note: the end of the WAL does not verify ({strict}): a write a crash cut short (never acknowledged; serve drops it too), or damage in the WAL's last 32 KiB block; checked without it (read-only: nothing was changed)",
+                        dir.display()
+                    );
+                    kv
+                }
+                Err(e) => return Err(open_failed(dir, &e)),
+            };
             run(&kv, backend, dir, repair)
         }
         #[cfg(not(feature = "rocksdb"))]
@@ -181,6 +219,69 @@ fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
             run(&kv, backend, dir, repair)
         }
     }
+}
+
+/// True for an engine error that says the store's files do not verify
+/// (RocksDB's `Corruption` status: a damaged WAL, MANIFEST or SST file).
+pub(crate) fn is_corruption(e: &ankusa_engine::EngineError) -> bool {
+    e.to_string().contains("Corruption:")
+}
+
+/// The file beside the store directory `dir` (`<parent>/.<name>.creating`)
+/// that `serve` writes before it creates a new store there and removes once
+/// the store's format stamp is durable: a store without a stamp and with
+/// this marker is one whose first start was interrupted (it holds no hooks);
+/// without it, a damaged one ([`no_stamp`]).
+pub fn creating_marker(dir: &Path) -> PathBuf {
+    let name = dir.file_name().map_or_else(|| "store".into(), |n| n.to_string_lossy().into_owned());
+    dir.with_file_name(format!(".{name}.creating"))
+}
+
+/// True when `dir` is missing or holds nothing (a `lost+found` of a fresh
+/// filesystem mounted there aside): the only store directory `serve` may
+/// create a new store in.
+///
+/// # Errors
+/// The directory exists but cannot be read.
+pub fn is_new_store_dir(dir: &Path) -> std::io::Result<bool> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            for e in entries {
+                if e?.file_name() != "lost+found" {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        Err(e) if absent(&e) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// The refusal of a store directory with the engine's data files but no
+/// format stamp (it is never taken for a new, empty store): what it means
+/// and what to do.
+pub fn no_stamp_message(dir: &Path, backend: &str) -> String {
+    format!(
+        "the store has data files but no format stamp: it is damaged, or its journal/WAL was cut when it was opened \
+         (an engine drops a journal or WAL from its first entry that does not verify, and the stamp is in the first batch a relay writes), \
+         so the hooks it held are not all there. Refusing to use it as a new, empty store. Restore a backup dump with \
+         `ankusa store import DUMP DATA_DIR --store {backend}` (into a data_dir without this store), or move {dir} away to start with an empty store",
+        dir = dir.display()
+    )
+}
+
+/// [`no_stamp_message`] as the `store` commands' failure (exit 3), or exit 2
+/// for a store whose first start was interrupted before its stamp
+/// ([`creating_marker`]).
+pub(crate) fn no_stamp(dir: &Path, backend: Backend) -> Fail {
+    if creating_marker(dir).exists() {
+        return Fail(
+            2,
+            "no store format stamp: a relay's first start was interrupted before it stamped this new store; it holds no hooks, and the next `ankusa serve` stamps it".into(),
+        );
+    }
+    Fail(3, no_stamp_message(dir, backend.name()))
 }
 
 /// The process that holds RocksDB's `LOCK` file in `dir` (a running relay),
@@ -222,7 +323,8 @@ fn in_use(why: &str) -> Fail {
     )
 }
 
-/// The engine's open error; a held lock is a running relay. Only the
+/// The engine's open error; a held lock is a running relay, a corruption
+/// is named as damage (with what to do). Only the
 /// engines' own lock errors say so (RocksDB's `While lock file: .../LOCK` or
 /// `lock hold by current process`, fjall's `Locked`): any other error, even
 /// one whose text has "lock" in it (a `block checksum mismatch`, a path such
@@ -232,10 +334,18 @@ pub(crate) fn open_failed(dir: &Path, e: &ankusa_engine::EngineError) -> Fail {
     let locked = ["While lock file", "lock hold by current process", "FjallError: Locked"].iter().any(|m| text.contains(m));
     if locked {
         in_use(&text)
+    } else if is_corruption(e) {
+        Fail(3, format!("cannot open the store at {}: it is damaged: {text}. {}", dir.display(), DAMAGED_ADVICE))
     } else {
         Fail(3, format!("cannot open the store at {}: {text}", dir.display()))
     }
 }
+
+/// What to do about a store whose files do not verify (RocksDB's
+/// `Corruption` at open), said by `serve` and the `store` commands.
+pub const DAMAGED_ADVICE: &str = "Nothing was changed: a WAL damaged before its end is refused, not cut (every batch after the damage would be lost without a word). \
+     Restore a backup dump with `ankusa store import`, or keep what precedes the damage: start the relay once with \
+     ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time (the WAL is cut at the damage, for good; check the store after with `ankusa store check`)";
 
 fn store_err(e: impl std::fmt::Display) -> Fail {
     Fail(3, format!("the store failed: {e}"))
@@ -245,7 +355,7 @@ fn run<K: Kv>(kv: &K, backend: Backend, dir: &Path, repair: bool) -> Result<bool
     // The refusals of `serve` and `store migrate`, word for word (and the
     // same test setting: src/migrate.rs).
     let Some(format) = read_format(kv).map_err(|e| Fail(3, e.to_string()))? else {
-        return Err(Fail(2, "no store format stamp: not a store a relay has opened".into()));
+        return Err(no_stamp(dir, backend));
     };
     let supported = crate::migrate::Supported::from_env().map_err(|e| Fail(2, e))?.format;
     let progress = read_progress(kv).map_err(|e| Fail(3, e.to_string()))?;
@@ -399,11 +509,6 @@ fn describe_fix(f: &CounterFix, names: &Registry) -> String {
 
 // ---- export / import (docs/design.md section 8, "Dumps") -------------------
 
-/// The block cache `store export` opens RocksDB with: the export reads every
-/// block once, so a large cache would only grow the process (the export of a
-/// store of any size stays in bounded memory; tests/it/dump.rs measures it).
-const EXPORT_BLOCK_CACHE_BYTES: usize = 8 << 20;
-
 /// The arguments of `ankusa store export`.
 pub struct ExportArgs<'a> {
     /// The relay's data_dir, or a store directory.
@@ -466,15 +571,20 @@ fn export(args: &ExportArgs<'_>) -> Result<(), Fail> {
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
+            // Read-only, with its small block cache: the export reads every
+            // block once, so a large cache would only grow the process (the
+            // export of a store of any size stays in bounded memory;
+            // tests/it/dump.rs measures it), and it writes nothing in the store.
             refuse_if_locked(&dir)?;
-            let kv = ankusa_engine_rocksdb::RocksKv::open_with_block_cache(&dir, EXPORT_BLOCK_CACHE_BYTES).map_err(|e| open_failed(&dir, &e))?;
-            export_from(&kv, &dir, args.file)
+            let kv = ankusa_engine_rocksdb::RocksKv::open_read_only(&dir, ankusa_engine_rocksdb::WalRecovery::TornTail)
+                .map_err(|e| open_failed(&dir, &e))?;
+            export_from(&kv, backend, &dir, args.file)
         }
         #[cfg(not(feature = "rocksdb"))]
         Backend::Rocksdb => Err(Fail(3, "a rocksdb store, but this binary was built without the `rocksdb` feature".into())),
         Backend::Fjall => {
             let kv = ankusa_engine_fjall::FjallKv::open(&dir).map_err(|e| open_failed(&dir, &e))?;
-            export_from(&kv, &dir, args.file)
+            export_from(&kv, backend, &dir, args.file)
         }
     }
 }
@@ -485,9 +595,12 @@ fn beside(path: &Path, what: &str) -> PathBuf {
     path.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
 }
 
-fn export_from<K: Kv>(kv: &K, dir: &Path, file: &Path) -> Result<(), Fail> {
+fn export_from<K: Kv>(kv: &K, backend: Backend, dir: &Path, file: &Path) -> Result<(), Fail> {
     let format = match kv.get(Cf::Meta, FORMAT_KEY).map_err(store_err)? {
-        None => return Err(Fail(2, format!("{}: no store format stamp: not a store a relay has opened", dir.display()))),
+        None => {
+            let Fail(code, msg) = no_stamp(dir, backend);
+            return Err(Fail(code, format!("{}: {msg}", dir.display())));
+        }
         Some(v) => decode_format(&v).map_err(|e| Fail(3, format!("{}: the store format stamp (meta key `format`) does not decode: {e}", dir.display())))?,
     };
     // Written beside FILE and renamed into place when complete: an export

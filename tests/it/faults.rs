@@ -236,14 +236,14 @@ fn idempotency_key(i: usize) -> [u8; 16] {
 
 /// A tmpfs mounted for one test, unmounted (and its directory removed) when
 /// dropped, whatever the test did.
-struct Tmpfs {
+pub(crate) struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
     /// Mounts a tmpfs of `size` (mount(8) syntax: `16m`) on a new directory,
     /// or says why it cannot.
-    fn mount(size: &str) -> Result<Tmpfs, String> {
+    pub(crate) fn mount(size: &str) -> Result<Tmpfs, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -256,14 +256,20 @@ impl Tmpfs {
         Ok(Tmpfs { dir })
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// Grows (or shrinks) the mounted tmpfs; its files stay.
-    fn resize(&self, size: &str) {
+    pub(crate) fn resize(&self, size: &str) {
+        self.remount(&format!("size={size}"));
+    }
+
+    /// Remounts the tmpfs with `options` (mount(8) syntax: `ro`, `size=16m`);
+    /// its files stay.
+    pub(crate) fn remount(&self, options: &str) {
         let out = Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
+            .args(["-o", &format!("remount,{options}")])
             .arg(self.path())
             .output()
             .expect("run mount");

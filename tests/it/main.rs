@@ -31,6 +31,7 @@ mod leaks;
 mod limits;
 mod faults;
 mod store;
+mod damage;
 mod dump;
 mod migrate;
 mod crash;

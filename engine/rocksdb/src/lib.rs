@@ -28,6 +28,16 @@
 //!   deletes are dense in it, so deleted data does not wait for the level's
 //!   size trigger to leave the disk. [`RocksKv::compact_all`] compacts now (tools
 //!   and tests).
+//! - WAL recovery at open ([`WalRecovery`]): by default a WAL whose last record
+//!   was torn by a crash is accepted (that record was never acknowledged), and
+//!   a WAL damaged before its end refuses the open (RocksDB's
+//!   `kTolerateCorruptedTailRecords`) instead of being cut there with every
+//!   later batch (its `kPointInTimeRecovery`, RocksDB's own default, which an
+//!   operator can still ask for: [`WalRecovery::PointInTime`]).
+//! - [`RocksKv::open_read_only`] opens a store without writing anything (no
+//!   lock, no info log, no flush of the WAL, which it reads into memory): for
+//!   tools that only read (`ankusa store check`, `store export`), on a
+//!   read-only or full filesystem too.
 #![deny(missing_docs, clippy::unwrap_used)]
 
 use std::path::Path;
@@ -38,7 +48,7 @@ use ankusa_engine::{
 };
 use rocksdb::{
     BlockBasedOptions, BottommostLevelCompaction, Cache, ColumnFamily, CompactOptions, ColumnFamilyDescriptor, DB, DBRawIteratorWithThreadMode, MergeOperands, Options,
-    ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions,
+    DBRecoveryMode, ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions,
 };
 
 const BACKEND: &str = "rocksdb";
@@ -72,11 +82,52 @@ pub const NON_TABLE_FILES: usize = 24;
 /// open, whatever it is given.
 const MIN_TABLE_FILES: usize = 16;
 
+/// The block cache of [`RocksKv::open_read_only`], bytes: the tools that
+/// open a store read-only read each block about once.
+pub const READ_ONLY_BLOCK_CACHE_BYTES: usize = 8 << 20;
+
+/// How an open replays the WAL (RocksDB's `WALRecoveryMode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WalRecovery {
+    /// A record torn at the end of the WAL (a crash in the middle of a
+    /// write: never acknowledged) is dropped; a record that does not verify
+    /// before the end (a checksum mismatch, a bad length: damage, not a
+    /// crash) fails the open with RocksDB's `Corruption` error naming it
+    /// (`kTolerateCorruptedTailRecords`).
+    #[default]
+    TornTail,
+    /// Replays up to the first record that does not verify and drops it and
+    /// everything after it, without an error (`kPointInTimeRecovery`,
+    /// RocksDB's default). A writable open then flushes what it kept and
+    /// deletes the WAL, so the cut is permanent: an operator's choice to keep
+    /// what precedes a damaged record, never the default.
+    PointInTime,
+    /// Every record must verify, the last one too (`kAbsoluteConsistency`):
+    /// a record torn by a crash fails the open as damage does. For a check
+    /// that must not pass over anything; RocksDB cannot tell a torn last
+    /// record from a damaged length field in the WAL's last 32 KiB block
+    /// (both are a record longer than what follows it), which
+    /// [`WalRecovery::TornTail`] drops and this mode reports.
+    Absolute,
+}
+
+impl WalRecovery {
+    fn mode(self) -> DBRecoveryMode {
+        match self {
+            WalRecovery::TornTail => DBRecoveryMode::TolerateCorruptedTailRecords,
+            WalRecovery::PointInTime => DBRecoveryMode::PointInTime,
+            WalRecovery::Absolute => DBRecoveryMode::AbsoluteConsistency,
+        }
+    }
+}
+
 /// A RocksDB store.
 pub struct RocksKv {
     db: DB,
     counters: OpCounters,
     poison: Poison,
+    /// Opened with [`RocksKv::open_read_only`]: every write fails.
+    read_only: bool,
 }
 
 impl std::fmt::Debug for RocksKv {
@@ -109,12 +160,51 @@ fn counter_merge(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands)
 impl RocksKv {
     /// Opens the store at `path`, creating it and every column family if missing.
     /// RocksDB keeps every SST file open (its default `max_open_files` of -1).
+    /// The WAL is recovered as [`WalRecovery::TornTail`].
     ///
     /// # Errors
     /// [`EngineError::Backend`] with RocksDB's message (a lock held by another
-    /// process, a corrupt manifest, permissions).
+    /// process, a corrupt manifest, a WAL damaged before its end, permissions).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
-        Self::open_with(path, None, BLOCK_CACHE_BYTES)
+        Self::open_with(path, None, BLOCK_CACHE_BYTES, WalRecovery::TornTail)
+    }
+
+    /// Opens the existing store at `path` read-only (RocksDB's
+    /// `OpenForReadOnly`): nothing in the directory is created, written,
+    /// renamed or locked (no `LOCK`, no info `LOG`, no new MANIFEST or
+    /// OPTIONS file, no flush), so it works on a read-only or full
+    /// filesystem and beside nothing but a stopped store (it does not take
+    /// the lock: a caller that must not read a running relay's store asks
+    /// the lock first). The WAL is replayed into memory as `recovery` says
+    /// (what it drops stays in the file). The block cache is
+    /// [`READ_ONLY_BLOCK_CACHE_BYTES`]. [`Kv::write`] and [`Kv::sync`] fail
+    /// with [`EngineError::Backend`] (`op` `write`/`sync`).
+    ///
+    /// # Errors
+    /// [`EngineError::Backend`] with RocksDB's message (no store at `path`,
+    /// a corrupt manifest, a WAL `recovery` does not accept, a column family
+    /// missing, permissions).
+    pub fn open_read_only(path: impl AsRef<Path>, recovery: WalRecovery) -> Result<Self, EngineError> {
+        let path = path.as_ref();
+        // rust-rocksdb creates the directory before every open, read-only
+        // ones too: a missing store must not be made.
+        if !path.is_dir() {
+            return Err(backend_err("open", format!("{}: no such store directory", path.display())));
+        }
+        let mut db_opts = Options::default();
+        db_opts.set_wal_recovery_mode(recovery.mode());
+        let cfs = cf_descriptors(READ_ONLY_BLOCK_CACHE_BYTES);
+        let db = DB::open_cf_descriptors_read_only(&db_opts, path, cfs, false).map_err(|e| backend_err("open", e))?;
+        Self::checked(db, true)
+    }
+
+    /// [`RocksKv::open_with_file_limit`] (or [`RocksKv::open`], `max_files`
+    /// `None`) with the WAL recovered as `recovery` says.
+    ///
+    /// # Errors
+    /// As [`RocksKv::open`].
+    pub fn open_with_recovery(path: impl AsRef<Path>, max_files: Option<usize>, recovery: WalRecovery) -> Result<Self, EngineError> {
+        Self::open_with(path, max_files, BLOCK_CACHE_BYTES, recovery)
     }
 
     /// [`RocksKv::open`] with a block cache of `cache_bytes` instead of
@@ -125,7 +215,7 @@ impl RocksKv {
     /// # Errors
     /// As [`RocksKv::open`].
     pub fn open_with_block_cache(path: impl AsRef<Path>, cache_bytes: usize) -> Result<Self, EngineError> {
-        Self::open_with(path, None, cache_bytes)
+        Self::open_with(path, None, cache_bytes, WalRecovery::TornTail)
     }
 
     /// [`RocksKv::open`] with at most `max_files` file descriptors for the
@@ -138,49 +228,26 @@ impl RocksKv {
     /// # Errors
     /// As [`RocksKv::open`].
     pub fn open_with_file_limit(path: impl AsRef<Path>, max_files: usize) -> Result<Self, EngineError> {
-        Self::open_with(path, Some(max_files), BLOCK_CACHE_BYTES)
+        Self::open_with(path, Some(max_files), BLOCK_CACHE_BYTES, WalRecovery::TornTail)
     }
 
-    fn open_with(path: impl AsRef<Path>, max_files: Option<usize>, cache_bytes: usize) -> Result<Self, EngineError> {
+    fn open_with(path: impl AsRef<Path>, max_files: Option<usize>, cache_bytes: usize, recovery: WalRecovery) -> Result<Self, EngineError> {
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
+        db_opts.set_wal_recovery_mode(recovery.mode());
         if let Some(files) = max_files {
             // RocksDB itself takes 10 off `max_open_files` for its own
             // non-table files; at least 16 table files stay cacheable.
             let table_files = files.saturating_sub(NON_TABLE_FILES).max(MIN_TABLE_FILES);
             db_opts.set_max_open_files(i32::try_from(table_files).unwrap_or(i32::MAX));
         }
-        // Point reads (an envelope per claimed row, its delivery row, lane
-        // heads) dominate the dispatcher's store work (issue 13's profile:
-        // half of the relay's CPU in `DB::Get` with RocksDB's defaults: no
-        // filter, a 32 MiB block cache). One block cache for every column
-        // family, a full bloom filter per SST file and a whole-key bloom
-        // filter per memtable, so a read for a key a file or memtable does
-        // not hold skips it.
-        let cache = Cache::new_lru_cache(cache_bytes);
-        let mut table = BlockBasedOptions::default();
-        table.set_block_cache(&cache);
-        table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
-        let cfs = Cf::ALL.iter().map(|cf| {
-            let mut opts = Options::default();
-            opts.set_block_based_table_factory(&table);
-            opts.set_memtable_whole_key_filtering(true);
-            opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
-            if *cf == COUNTER_CF {
-                opts.set_merge_operator_associative(COUNTER_MERGE, counter_merge);
-                // Counters are hot keys (every transition adds to a dozen):
-                // without a bound, a read walks every merge operand since the
-                // last flush, which the load run measured at 75% of the
-                // relay's CPU. Past this many operands a write folds them.
-                opts.set_max_successive_merges(MAX_SUCCESSIVE_MERGES);
-            }
-            if matches!(cf, Cf::Hooks | Cf::Archive | Cf::Deliveries) {
-                opts.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, DELETION_RATIO);
-            }
-            ColumnFamilyDescriptor::new(cf.name(), opts)
-        });
-        let db = DB::open_cf_descriptors(&db_opts, path.as_ref(), cfs).map_err(|e| backend_err("open", e))?;
+        let db = DB::open_cf_descriptors(&db_opts, path.as_ref(), cf_descriptors(cache_bytes)).map_err(|e| backend_err("open", e))?;
+        Self::checked(db, false)
+    }
+
+    /// The handle over `db`, once every column family is there.
+    fn checked(db: DB, read_only: bool) -> Result<Self, EngineError> {
         for cf in Cf::ALL {
             if db.cf_handle(cf.name()).is_none() {
                 return Err(backend_err("open", format!("column family {} missing after open", cf.name())));
@@ -190,6 +257,7 @@ impl RocksKv {
             db,
             counters: OpCounters::default(),
             poison: Poison::default(),
+            read_only,
         })
     }
 
@@ -199,8 +267,10 @@ impl RocksKv {
     /// deletion-triggered compaction set at open.
     ///
     /// # Errors
-    /// [`EngineError::Backend`] when the flush fails.
+    /// [`EngineError::Backend`] when the flush fails, or the store is open
+    /// read-only.
     pub fn compact_all(&self) -> Result<(), EngineError> {
+        self.refuse_if_read_only("flush")?;
         // Force: the bottommost level is rewritten too, so tombstones that a
         // trivial move would have carried down are dropped with what they
         // delete.
@@ -218,8 +288,10 @@ impl RocksKv {
     /// then measure what reading it costs).
     ///
     /// # Errors
-    /// [`EngineError::Backend`] when a flush fails.
+    /// [`EngineError::Backend`] when a flush fails, or the store is open
+    /// read-only.
     pub fn flush_all(&self) -> Result<(), EngineError> {
+        self.refuse_if_read_only("flush")?;
         for cf in Cf::ALL {
             self.db.flush_cf(self.cf(cf)).map_err(|e| backend_err("flush", e))?;
         }
@@ -237,6 +309,18 @@ impl RocksKv {
             .property_int_value_cf(self.cf(cf), "rocksdb.total-sst-files-size")
             .map_err(|e| backend_err("property", e))?
             .ok_or_else(|| backend_err("property", "rocksdb.total-sst-files-size not reported"))
+    }
+
+    /// True when opened with [`RocksKv::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn refuse_if_read_only(&self, op: &'static str) -> Result<(), EngineError> {
+        if self.read_only {
+            return Err(backend_err(op, "the store is open read-only"));
+        }
+        Ok(())
     }
 
     fn cf(&self, cf: Cf) -> &ColumnFamily {
@@ -257,6 +341,43 @@ impl RocksKv {
         }
         wb
     }
+}
+
+/// The column families of [`Cf::ALL`] with their options, over one block
+/// cache of `cache_bytes`.
+fn cf_descriptors(cache_bytes: usize) -> Vec<ColumnFamilyDescriptor> {
+    // Point reads (an envelope per claimed row, its delivery row, lane
+    // heads) dominate the dispatcher's store work (issue 13's profile:
+    // half of the relay's CPU in `DB::Get` with RocksDB's defaults: no
+    // filter, a 32 MiB block cache). One block cache for every column
+    // family, a full bloom filter per SST file and a whole-key bloom
+    // filter per memtable, so a read for a key a file or memtable does
+    // not hold skips it.
+    let cache = Cache::new_lru_cache(cache_bytes);
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(&cache);
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, false);
+    Cf::ALL
+        .iter()
+        .map(|cf| {
+            let mut opts = Options::default();
+            opts.set_block_based_table_factory(&table);
+            opts.set_memtable_whole_key_filtering(true);
+            opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
+            if *cf == COUNTER_CF {
+                opts.set_merge_operator_associative(COUNTER_MERGE, counter_merge);
+                // Counters are hot keys (every transition adds to a dozen):
+                // without a bound, a read walks every merge operand since the
+                // last flush, which the load run measured at 75% of the
+                // relay's CPU. Past this many operands a write folds them.
+                opts.set_max_successive_merges(MAX_SUCCESSIVE_MERGES);
+            }
+            if matches!(cf, Cf::Hooks | Cf::Archive | Cf::Deliveries) {
+                opts.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, DELETION_RATIO);
+            }
+            ColumnFamilyDescriptor::new(cf.name(), opts)
+        })
+        .collect()
 }
 
 fn bounded(range: &KeyRange) -> ReadOptions {
@@ -337,6 +458,7 @@ impl Kv for RocksKv {
     }
 
     fn write(&self, batch: Batch, durability: Durability) -> Result<(), EngineError> {
+        self.refuse_if_read_only("write")?;
         self.poison.check(BACKEND)?;
         batch.validate()?;
         let size = batch.size_bytes();
@@ -360,6 +482,7 @@ impl Kv for RocksKv {
     /// `FlushWAL(sync = true)`: writes what RocksDB buffers of the WAL and
     /// fsyncs it, beside later writes.
     fn sync(&self) -> Result<(), EngineError> {
+        self.refuse_if_read_only("sync")?;
         self.poison.check(BACKEND)?;
         if let Err(e) = self.db.flush_wal(true) {
             let e = backend_err("sync", e);
