@@ -67,7 +67,7 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
         }
     };
     let result = rt.block_on(async move {
-        warn_other_stores(&cfg);
+        other_stores(&cfg)?;
         std::fs::create_dir_all(&cfg.node.data_dir)
             .with_context(|| format!("creating data_dir {}", cfg.node.data_dir.display()))?;
         let store_dir = store_dir(&cfg.node.data_dir, cfg.node.store.as_str());
@@ -299,20 +299,41 @@ pub fn load(path: Option<&std::path::Path>) -> Result<Config, ankusa_config::Con
     }
 }
 
-/// Warns when `data_dir` holds a store of another backend: switching
-/// `node.store` starts an empty store and leaves the other one's pending
-/// hooks undelivered until it is switched back.
-fn warn_other_stores(cfg: &Config) {
+/// A store of another backend in `data_dir`. When this backend has no store
+/// there yet, the start is refused: a switched `node.store` would start an
+/// empty store and leave the other one's hooks undelivered, most likely a
+/// store that was meant to be moved (`ankusa store import`) first. An empty
+/// `store-<backend>` directory made on purpose is a new store and starts.
+/// When both exist, a warning says the other one's pending hooks wait.
+fn other_stores(cfg: &Config) -> anyhow::Result<()> {
+    let this = cfg.node.store.as_str();
+    if this == "memory" {
+        return Ok(());
+    }
+    let own = store_dir(&cfg.node.data_dir, this);
     for other in ["rocksdb", "fjall"] {
-        if other != cfg.node.store.as_str() && store_dir(&cfg.node.data_dir, other).exists() {
-            tracing::warn!(
-                data_dir = %cfg.node.data_dir.display(),
-                other,
-                "data_dir also holds a {other} store; its pending hooks are not delivered by this {} store",
-                cfg.node.store.as_str()
+        if other == this || !store_dir(&cfg.node.data_dir, other).exists() {
+            continue;
+        }
+        if !own.exists() {
+            bail!(
+                "node.store is {this}, and data_dir {} holds a {other} store but no {this} store: starting would create an empty \
+                 {this} store and leave the {other} store's hooks undelivered. To move the store: stop, `ankusa store export {} FILE --store {other}`, \
+                 `ankusa store import FILE {} --store {this}` (README, \"Moving a store between backends\"). To start an empty {this} store beside it \
+                 on purpose: `mkdir {}`. Or set node.store back to {other}",
+                cfg.node.data_dir.display(),
+                cfg.node.data_dir.display(),
+                cfg.node.data_dir.display(),
+                own.display()
             );
         }
+        tracing::warn!(
+            data_dir = %cfg.node.data_dir.display(),
+            other,
+            "data_dir also holds a {other} store; its pending hooks are not delivered by this {this} store"
+        );
     }
+    Ok(())
 }
 
 fn now_ms() -> u64 {

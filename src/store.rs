@@ -595,6 +595,31 @@ fn beside(path: &Path, what: &str) -> PathBuf {
     path.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
 }
 
+/// Removes what a killed export or import left beside `path`
+/// (`.<name>.<what>-<pid>` of a process that no longer runs, [`beside`]),
+/// saying so on stderr: a SIGKILL mid-import can leave a store-sized
+/// directory that nothing else would ever remove. Best effort.
+fn remove_leftovers(path: &Path, what: &str) {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let prefix = format!(".{name}.{what}-");
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for e in entries.flatten() {
+        let file_name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = file_name.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok()) else { continue };
+        // SAFETY: kill with signal 0 sends nothing; it asks whether `pid` exists.
+        let alive = pid == std::process::id() as i32 || unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if alive {
+            continue;
+        }
+        let p = e.path();
+        let removed = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+        if removed.is_ok() {
+            eprintln!("removed {}, left by an {what} (process {pid}) that did not finish", p.display());
+        }
+    }
+}
+
 fn export_from<K: Kv>(kv: &K, backend: Backend, dir: &Path, file: &Path) -> Result<(), Fail> {
     let format = match kv.get(Cf::Meta, FORMAT_KEY).map_err(store_err)? {
         None => {
@@ -605,6 +630,7 @@ fn export_from<K: Kv>(kv: &K, backend: Backend, dir: &Path, file: &Path) -> Resu
     };
     // Written beside FILE and renamed into place when complete: an export
     // that fails leaves no partial dump under FILE's name.
+    remove_leftovers(file, "partial");
     let tmp = beside(file, "partial");
     let out = std::fs::File::create(&tmp)
         .map_err(|e| Fail(4, format!("{}: cannot be written (creating {} beside it): {e}", file.display(), tmp.display())))?;
@@ -720,6 +746,20 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
     if dir.exists() && !dir.is_dir() {
         return Err(Fail(2, format!("{}: exists and is not a directory (DATA_DIR is the relay's node.data_dir, created when missing)", dir.display())));
     }
+    // DATA_DIR is the relay's data_dir: a store directory given instead would
+    // get the store nested in it, where neither `serve` nor `store check`
+    // looks (the new user's report).
+    let named_like_a_store = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n == "store-rocksdb" || n == "store-fjall");
+    if named_like_a_store || [Backend::Rocksdb, Backend::Fjall].into_iter().any(|b| b.wrote(dir)) {
+        return Err(Fail(
+            2,
+            format!(
+                "{}: a store directory; import takes the relay's node.data_dir and creates store-{} in it (give its parent)",
+                dir.display(),
+                args.store.name()
+            ),
+        ));
+    }
     let target = crate::serve::store_dir(dir, args.store.name());
     if target.exists() && std::fs::read_dir(&target).map_or(true, |mut d| d.next().is_some()) {
         return Err(Fail(2, format!("{}: exists and is not empty; import creates a new store (move it away first)", target.display())));
@@ -739,6 +779,7 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
         let s = beside(dir, "import");
         (s.clone(), crate::serve::store_dir(&s, args.store.name()), dir.to_path_buf())
     };
+    remove_leftovers(if dir.is_dir() { &target } else { dir }, "import");
     let _ = std::fs::remove_dir_all(&staging);
     let result = import_into(args.store, &store_in_staging, file, len);
     let summary = match result {
@@ -820,6 +861,25 @@ fn import_to<K: Kv>(kv: &K, file: std::fs::File, len: Option<u64>) -> Result<ank
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The break-it report: killed imports left `.store-<backend>.import-<pid>`
+    /// directories (925 MB after six kills) that nothing removed. Those of
+    /// processes that no longer run go; a live one's and other files stay.
+    #[test]
+    fn leftovers_of_dead_processes_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("store-fjall");
+        // A pid above the kernel's pid_max (4,194,304 at most) never runs.
+        let dead = dir.path().join(".store-fjall.import-2147483000");
+        let live = dir.path().join(format!(".store-fjall.import-{}", std::process::id()));
+        let other = dir.path().join(".store-rocksdb.import-2147483000");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir_all(d.join("keyspaces")).expect("mkdir");
+        }
+        remove_leftovers(&target, "import");
+        assert!(!dead.exists(), "a dead import's staging dir stays");
+        assert!(live.exists() && other.exists(), "a live process's or another backend's dir went");
+    }
 
     /// The break-it report: a FILE that appeared while the export ran was
     /// overwritten by the final rename. `publish` never replaces a file.

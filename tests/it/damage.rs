@@ -360,3 +360,36 @@ async fn store_check_on_rocksdb_writes_nothing_and_runs_on_a_full_or_read_only_d
     assert_unchanged(&copied, &before, "store check on a read-only disk");
     drop(disk);
 }
+
+/// The new user's report: `node.store` switched to fjall on a data_dir that
+/// holds only a RocksDB store started an empty fjall store and left the
+/// RocksDB store's hooks undelivered, with a warning. The start is refused,
+/// saying how to move the store or start empty on purpose, and nothing is
+/// created; an empty `store-fjall` directory made on purpose starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_node_store_without_moving_the_store_is_refused() {
+    let sink = Sink::ok().await;
+    let mut relay = relay("rocksdb", &sink).await;
+    for i in 0..3 {
+        relay.post("/hooks/s", &[JSON], body(i)).await.id();
+    }
+    relay.sigterm();
+    assert!(relay.wait_exit(Duration::from_secs(120)).await.success(), "{}", relay.log());
+    let data = relay.data_dir();
+    let fjall = data.join("store-fjall");
+    relay.set_template(&config("fjall", &format!("sources:\n  - name: s\n    sinks: [{{type: http, url: '{}', paused: true}}]\n", sink.url())));
+    let (status, log) = relay.restart_refused().await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("node.store is fjall, and data_dir") && log.contains("holds a rocksdb store but no fjall store"), "{log}");
+    assert!(log.contains("ankusa store import FILE") && log.contains(&format!("mkdir {}", fjall.display())), "{log}");
+    assert!(!fjall.exists(), "the refused start created {}", fjall.display());
+    let (code, out) = store_check(&data, &[]);
+    assert_eq!(code.code(), Some(0), "{out}");
+    assert_eq!(hooks_in(&out), 3, "{out}");
+
+    std::fs::create_dir(&fjall).expect("mkdir");
+    relay.restart().await;
+    assert!(relay.log().contains("data_dir also holds a rocksdb store"), "{}", relay.log());
+    relay.sigterm();
+    assert!(relay.wait_exit(Duration::from_secs(120)).await.success(), "{}", relay.log());
+}

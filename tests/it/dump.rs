@@ -232,6 +232,16 @@ fn import_refuses_a_data_dir_that_is_a_file_and_a_stamp_the_header_does_not_anno
     assert!(out.contains(&format!("{}: does not exist (import creates DATA_DIR, not its parents", deep.parent().expect("parent").display())), "{out}");
     assert!(!dir.path().join("no-parent").exists());
 
+    // A store directory given as DATA_DIR (the new user's report: the store
+    // was nested in it, where neither serve nor store check looks): refused
+    // (2), nothing created in it.
+    let named = dir.path().join("d2").join("store-fjall");
+    std::fs::create_dir_all(&named).expect("mkdir");
+    let (status, out) = import(&fixture_path(2), &named, "fjall");
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains("a store directory; import takes the relay's node.data_dir and creates store-fjall in it (give its parent)"), "{out}");
+    assert_eq!(std::fs::read_dir(&named).expect("read").count(), 0, "something was created in {}", named.display());
+
     let stamp: &[u8] = b"format";
     let cases: [(u32, Vec<u8>, &str); 4] = [
         (
