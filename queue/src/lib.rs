@@ -84,6 +84,7 @@ pub use ankusa_lanes::{LaneAssignment, RowId, count, mutation};
 mod admin;
 mod check;
 mod ingest;
+pub mod metrics;
 pub mod migrate;
 mod pause;
 mod purge;
