@@ -35,6 +35,7 @@ mod dump;
 mod migrate;
 mod crash;
 mod hangup;
+mod metrics;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]
