@@ -349,10 +349,12 @@ sources:
         (r#"ankusa_dispatch_lane_key_missing_total{sink="http"}"#, 1.0),
         // The dead rows are due in 10 minutes: nothing is due now.
         ("ankusa_dispatch_oldest_due_age_seconds", 0.0),
-        (r#"ankusa_build_info{version="0.1.0"}"#, 1.0),
     ]
     .into_iter()
     .collect();
+    let build = format!(r#"ankusa_build_info{{version="{}"}}"#, env!("CARGO_PKG_VERSION"));
+    let mut expected = expected;
+    expected.insert(build.as_str(), 1.0);
     let (families, samples) = until("every figure of the run", LONG, async || {
         let (families, samples) = parse(&scrape(&relay).await);
         let got = by_id(&samples);
