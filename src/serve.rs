@@ -494,6 +494,8 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate
         body_budget: ankusa_edge::server::limits::BodyBudget::new(cfg.listeners.body_budget_bytes),
         ..EdgeStats::default()
     });
+    stats.ingest.register_sources(&edge_routes);
+    let writer_metrics = writer_handle.metrics();
     let edge = Arc::new(Edge {
         kv: Arc::clone(&kv),
         writer: writer_handle,
@@ -522,6 +524,13 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate
     admin_state.retention_hooks_deleted = Arc::clone(&retention_stats.hooks_deleted);
     admin_state.retention_dedupe_expired = Arc::clone(&retention_stats.dedupe_expired);
     admin_state.forwarded_headers_dropped = Box::new(crate::sinks::forwarded_headers_dropped);
+    admin_state.writer = writer_metrics;
+    admin_state.version = env!("CARGO_PKG_VERSION");
+    admin_state.delivery = pipeline_handle.status.delivery();
+    let status = pipeline_handle.status.clone();
+    admin_state.breakers_by_kind = Box::new(move |now| {
+        status.breakers_by_kind(now).into_iter().map(|(kind, c)| (kind, c.open, c.half_open)).collect()
+    });
     let status = pipeline_handle.status.clone();
     admin_state.breakers = Box::new(move |tenant, source, sink, now| match status.breaker(tenant, source, sink, now) {
         BreakerState::Closed { failures } => BreakerReport::Closed { failures },

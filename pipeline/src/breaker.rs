@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use ankusa_keys::{DeliveryRow, LaneId, SinkIx, SourceId, TenantOrd};
 use ankusa_queue::RowId;
+use ankusa_queue::metrics::DeliveryMetrics;
 
 /// Circuit breaker per (tenant, source, sink entry) (docs/design.md section 5,
 /// "Breaker"): it opens on `failures` consecutive failed attempts (no `Ok` in
@@ -66,6 +67,8 @@ pub(crate) struct Published {
     pub(crate) failures: u32,
     pub(crate) open_until_ms: u64,
     pub(crate) open: bool,
+    /// The sink's kind (`Sink::kind`), for the per-kind breaker gauges.
+    pub(crate) kind: &'static str,
 }
 
 /// A read-only view of the pipeline's in-memory breakers, shared through an
@@ -75,9 +78,50 @@ pub(crate) struct Published {
 #[derive(Clone, Debug, Default)]
 pub struct PipelineStatus {
     pub(crate) breakers: Arc<std::sync::RwLock<HashMap<BreakerKey, Published>>>,
+    /// Delivery attempts, call and ingest-to-delivery latencies by sink kind
+    /// (`/metrics`), kept by the committer.
+    pub(crate) delivery: Arc<DeliveryMetrics>,
+}
+
+/// How many breakers of one sink kind are open and half-open
+/// ([`PipelineStatus::breakers_by_kind`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BreakerCounts {
+    /// Open: the sink's due rows are parked.
+    pub open: u64,
+    /// Half-open: one trial call at a time.
+    pub half_open: u64,
 }
 
 impl PipelineStatus {
+    /// The delivery figures by sink kind (`ankusa_dispatch_attempts_total`,
+    /// `ankusa_dispatch_call_seconds`,
+    /// `ankusa_dispatch_ingest_to_delivery_seconds`).
+    pub fn delivery(&self) -> Arc<DeliveryMetrics> {
+        Arc::clone(&self.delivery)
+    }
+
+    /// Open and half-open breakers of each configured sink kind as of
+    /// `now_ms` (zeros included), in kind order: the
+    /// `ankusa_dispatch_breakers{sink,state}` gauges. Reads the published
+    /// copy (memory only, one entry per breaker that has seen a failure).
+    pub fn breakers_by_kind(&self, now_ms: u64) -> Vec<(&'static str, BreakerCounts)> {
+        let mut out: Vec<(&'static str, BreakerCounts)> =
+            self.delivery.kinds().iter().map(|k| (k.kind, BreakerCounts::default())).collect();
+        if let Ok(m) = self.breakers.read() {
+            for b in m.values().filter(|b| b.open) {
+                if let Some((_, c)) = out.iter_mut().find(|(k, _)| *k == b.kind) {
+                    if now_ms < b.open_until_ms {
+                        c.open += 1;
+                    } else {
+                        c.half_open += 1;
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The breaker of `(tenant, source, sink)` as of `now_ms`.
     pub fn breaker(&self, tenant: TenantOrd, source: SourceId, sink: SinkIx, now_ms: u64) -> BreakerState {
         let b = self

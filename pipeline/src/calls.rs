@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ankusa_engine::Kv;
 use ankusa_keys::{Envelope, SinkIx, SourceId};
@@ -28,6 +29,13 @@ pub(crate) struct Done {
     pub(crate) attempts_before: u32,
     pub(crate) size: u64,
     pub(crate) trial: bool,
+    /// The sink's kind (`Sink::kind`): the `sink` label of the delivery
+    /// metrics.
+    pub(crate) kind: &'static str,
+    /// How long the sink call took (zero for a `Done` not from a call).
+    pub(crate) elapsed: Duration,
+    /// The hook's `received_at`, unix ms (ingest-to-delivery latency).
+    pub(crate) received_at_ms: u64,
 }
 
 /// A call ready to start: what the task needs and what its [`Done`] carries.
@@ -102,6 +110,9 @@ impl Call {
             attempts_before: self.attempts_before,
             size: self.size,
             trial: self.trial,
+            kind: self.route.sink.kind(),
+            elapsed: Duration::ZERO,
+            received_at_ms: self.ctx.received_at_ms,
         }
     }
 }
@@ -110,8 +121,12 @@ impl Call {
 pub(crate) fn spawn(call: Call, tx: &mpsc::UnboundedSender<Done>) {
     let tx = tx.clone();
     tokio::spawn(async move {
+        let started = Instant::now();
         let outcome = call.route.sink.deliver(&call.envelope, &call.ctx).await;
-        let _ = tx.send(call.finish(outcome));
+        let elapsed = started.elapsed();
+        let mut done = call.finish(outcome);
+        done.elapsed = elapsed;
+        let _ = tx.send(done);
     });
 }
 

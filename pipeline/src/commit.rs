@@ -8,6 +8,7 @@
 
 use ankusa_engine::{Batch, Cf, Kv};
 use ankusa_keys::{DeliveryRow, delivery_key};
+use ankusa_queue::metrics::AttemptOutcome;
 use ankusa_queue::{Origin, QueueError, RowId};
 use ankusa_sinks::Outcome;
 use rand::Rng;
@@ -25,6 +26,10 @@ impl<K: Kv> Dispatcher<K> {
         let now = self.now();
         let mut batch = Batch::new();
         let mut rng = rand::rng();
+        let delivery = std::sync::Arc::clone(&self.status.delivery);
+        // The delivered rows' (kind, received_at), for the ingest-to-delivery
+        // latency once their batch is written (the buffer is kept).
+        let mut delivered = std::mem::take(&mut self.delivered_scratch);
         for d in done {
             let slot = self.in_flight.entry(d.key).or_default();
             *slot = slot.saturating_sub(1);
@@ -32,8 +37,15 @@ impl<K: Kv> Dispatcher<K> {
             self.in_flight_bytes = self.in_flight_bytes.saturating_sub(d.size);
             let built = self.outcome_batch(&d, now, &mut rng);
             match built {
-                Ok(b) => {
+                Ok((b, outcome)) => {
                     batch.extend(b);
+                    if let Some(m) = delivery.kind(d.kind) {
+                        m.attempt(outcome);
+                        m.call_latency.observe_duration(d.elapsed);
+                        if outcome == AttemptOutcome::Delivered {
+                            delivered.push((d.kind, d.received_at_ms));
+                        }
+                    }
                 }
                 Err(QueueError::NotInState { row, .. } | QueueError::MissingRow { row }) => {
                     // Purged or dead-lettered by an admin while the call ran.
@@ -43,7 +55,17 @@ impl<K: Kv> Dispatcher<K> {
             }
         }
         self.publish_breakers();
-        self.write(batch)
+        self.write(batch)?;
+        if !delivered.is_empty() {
+            let committed = self.now();
+            for (kind, received) in delivered.drain(..) {
+                if let Some(m) = delivery.kind(kind) {
+                    m.ingest_to_delivery.observe_ms(committed.saturating_sub(received));
+                }
+            }
+        }
+        self.delivered_scratch = delivered;
+        Ok(())
     }
 
     /// Copies the breakers' failures and open times for the admin API.
@@ -53,12 +75,17 @@ impl<K: Kv> Dispatcher<K> {
             m.extend(
                 self.breakers
                     .iter()
-                    .map(|(k, b)| (*k, Published { failures: b.failures, open_until_ms: b.open_until_ms, open: b.open })),
+                    .map(|(k, b)| {
+                        let kind = self.routes.sinks.get(&(k.1, k.2)).map_or("", |r| r.sink.kind());
+                        (*k, Published { failures: b.failures, open_until_ms: b.open_until_ms, open: b.open, kind })
+                    }),
             );
         }
     }
 
-    fn outcome_batch(&mut self, d: &Done, now: u64, rng: &mut impl Rng) -> Result<Batch, QueueError> {
+    /// The row transition of one finished call, and how the attempt ended
+    /// (`ankusa_dispatch_attempts_total`'s outcome).
+    fn outcome_batch(&mut self, d: &Done, now: u64, rng: &mut impl Rng) -> Result<(Batch, AttemptOutcome), QueueError> {
         // The sink entry's retry policy decides an HTTP status (retry,
         // permanent, sink gone) and a retry's next attempt (docs/design.md
         // section 5, "Retry policy").
@@ -79,7 +106,7 @@ impl<K: Kv> Dispatcher<K> {
             warn!(row = %d.row, "an attempt of a retired source failed: dead-lettered");
             let batch = ankusa_queue::dead_letter_attempted(&*self.kv, d.row, reason, now)?;
             *self.retired_dead.entry(d.key.1).or_default() += 1;
-            return Ok(batch);
+            return Ok((batch, AttemptOutcome::Retired));
         }
         match &outcome {
             Outcome::Ok => {
@@ -87,7 +114,7 @@ impl<K: Kv> Dispatcher<K> {
                     info!(row = %d.row, "breaker closed: the trial delivery succeeded");
                 }
                 debug!(row = %d.row, "delivered");
-                ankusa_queue::delivered(&*self.kv, d.row, now)
+                Ok((ankusa_queue::delivered(&*self.kv, d.row, now)?, AttemptOutcome::Delivered))
             }
             Outcome::Retry { reason, after } => {
                 if breaker.failed(d.site, d.trial, &self.breaker, now) {
@@ -96,25 +123,26 @@ impl<K: Kv> Dispatcher<K> {
                 let attempts = d.attempts_before + 1;
                 let Some(due) = policy.next_attempt(attempts, *after, first, now, rng) else {
                     warn!(row = %d.row, %reason, "retry horizon passed: dead-lettered");
-                    return ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("retry horizon passed: {reason}"), now);
+                    let b = ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("retry horizon passed: {reason}"), now)?;
+                    return Ok((b, AttemptOutcome::HorizonPassed));
                 };
                 let delay = due.saturating_sub(now);
                 warn!(row = %d.row, attempt = attempts, delay_ms = delay, %reason, "delivery failed; will retry");
                 self.next_wake_ms = Some(self.next_wake_ms.map_or(due, |w| w.min(due)));
-                ankusa_queue::retry(&*self.kv, d.row, due, reason, now)
+                Ok((ankusa_queue::retry(&*self.kv, d.row, due, reason, now)?, AttemptOutcome::Retry))
             }
             Outcome::Permanent { reason } => {
                 breaker.answered();
                 warn!(row = %d.row, %reason, "permanent failure: dead-lettered");
-                ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("permanent: {reason}"), now)
+                Ok((ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("permanent: {reason}"), now)?, AttemptOutcome::Permanent))
             }
             Outcome::SinkGone { reason } => {
                 warn!(row = %d.row, %reason, "sink gone: dead-lettered");
-                ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("sink gone: {reason}"), now)
+                Ok((ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("sink gone: {reason}"), now)?, AttemptOutcome::SinkGone))
             }
             Outcome::SourceGone { reason } => {
                 warn!(row = %d.row, %reason, "source gone: dead-lettered as an orphan");
-                ankusa_queue::orphan(&*self.kv, d.row, Origin::InFlight, &format!("source gone: {reason}"), now)
+                Ok((ankusa_queue::orphan(&*self.kv, d.row, Origin::InFlight, &format!("source gone: {reason}"), now)?, AttemptOutcome::SourceGone))
             }
             Outcome::HttpStatus { .. } => unreachable!("resolved by the retry policy above"),
         }

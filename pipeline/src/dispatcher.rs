@@ -127,6 +127,9 @@ pub(crate) struct Dispatcher<K: Kv> {
     /// memtable was flushed; in the 1,000-key load run it was 73% of the
     /// relay's CPU while nothing new came in).
     pub(crate) sweep: bool,
+    /// The committer's buffer of delivered rows (sink kind, received_at),
+    /// kept between commits.
+    pub(crate) delivered_scratch: Vec<(&'static str, u64)>,
 }
 
 impl<K: Kv> Dispatcher<K> {

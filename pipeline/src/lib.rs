@@ -82,7 +82,7 @@ pub mod retention;
 mod retry;
 mod scan;
 
-pub use breaker::{BreakerPolicy, BreakerState, PipelineStatus};
+pub use breaker::{BreakerCounts, BreakerPolicy, BreakerState, PipelineStatus};
 pub use handle::{ControlError, ExclusiveWork, PauseStatus, PipelineHandle, Retirement};
 pub use limit::RateLimit;
 pub use retry::{RetryPolicy, RetryStatuses};
@@ -240,7 +240,10 @@ impl<K: Kv> Pipeline<K> {
                 .filter(|(s, k)| routes.paused.contains(&PauseTarget::Source(*s)) || routes.paused.contains(&PauseTarget::Sink(*s, *k)))
                 .count() as u64,
         ));
-        let status = PipelineStatus::default();
+        let status = PipelineStatus {
+            delivery: Arc::new(ankusa_queue::metrics::DeliveryMetrics::new(routes.sinks.values().map(|r| r.sink.kind()))),
+            ..PipelineStatus::default()
+        };
         let clock: Arc<dyn Fn() -> u64 + Send + Sync> = Arc::new(clock);
         let limiter_clock = LimiterClock(Arc::clone(&clock));
         let limiters = routes
@@ -309,6 +312,7 @@ impl<K: Kv> Pipeline<K> {
                 lane_rows: None,
                 sweep: true,
                 shallow_visits: HashMap::new(),
+                delivered_scratch: Vec::new(),
                 },
                 wake,
                 shutdown,

@@ -28,6 +28,31 @@ fn has_due_or_marker(read: &impl Read, tenant: TenantOrd) -> Result<bool, QueueE
     Ok(false)
 }
 
+/// Most active tenants [`oldest_due`] reads (the dispatch pass reads as many).
+pub const OLDEST_DUE_TENANTS: usize = 4096;
+
+/// The due time (unix ms) of the node's oldest row due at `now_ms` and not
+/// held, `None` when nothing is due: the `ankusa_dispatch_oldest_due_age_seconds`
+/// gauge. It reads the ?A markers (one per tenant with due rows, at most
+/// [`OLDEST_DUE_TENANTS`]) and takes one seek per such tenant on its due range
+/// up to `now_ms` ([`ankusa_keys::due_range_until`]: held rows are above every
+/// real time), never a scan of rows.
+///
+/// # Errors
+/// The engine's; a corrupt ?A or ?D key.
+pub fn oldest_due(read: &impl Read, now_ms: u64) -> Result<Option<u64>, QueueError> {
+    let active = read.scan(Cf::Index, &ankusa_keys::family_range(Family::Active), Direction::Forward, OLDEST_DUE_TENANTS)?;
+    let mut oldest: Option<u64> = None;
+    for (k, _) in active {
+        let tenant = ankusa_keys::ActiveKey::decode(&k)?.tenant;
+        if let Some((k, _)) = read.first(Cf::Index, &ankusa_keys::due_range_until(tenant, now_ms), Direction::Forward)? {
+            let due = DueKey::decode(&k)?.due_ms;
+            oldest = Some(oldest.map_or(due, |o| o.min(due)));
+        }
+    }
+    Ok(oldest)
+}
+
 /// The key just above `key`: where a forward scan resumes.
 fn after(key: &[u8]) -> Vec<u8> {
     let mut next = key.to_vec();

@@ -84,6 +84,7 @@ pub use ankusa_lanes::{LaneAssignment, RowId, count, mutation};
 mod admin;
 mod check;
 mod ingest;
+pub mod metrics;
 pub mod migrate;
 mod pause;
 mod purge;
@@ -94,8 +95,8 @@ mod unconfigured;
 pub mod writer;
 
 pub use admin::{
-    dead_letter_sinks, dead_letter_source, drop_dead, expire_dedupe, init_store, purge_tenant,
-    retention, sweep_markers, sweep_markers_recheck,
+    OLDEST_DUE_TENANTS, dead_letter_sinks, dead_letter_source, drop_dead, expire_dedupe, init_store,
+    oldest_due, purge_tenant, retention, sweep_markers, sweep_markers_recheck,
 };
 pub use check::{Census, CheckReport, CounterFix, Violation, check_invariants, check_store, counter_fix_batch};
 pub use registry::{Registry, register};

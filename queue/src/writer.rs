@@ -50,12 +50,14 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::time::Instant;
 
 use ankusa_engine::{Batch, Cf, Durability, EngineError, Kv, Read};
 use ankusa_keys::meta::{decode_seq_high_water, encode_seq_high_water};
 use ankusa_keys::{DedupeValue, Envelope, SEQ_HIGH_WATER_KEY, Seq, TenantOrd, dedupe_key};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::metrics::WriterMetrics;
 use crate::{Cursor, Hook, NewRow, QueueError, new_ops};
 
 /// Tuning of the Writer. Defaults suit a 2-core node.
@@ -305,6 +307,7 @@ pub struct WriterHandle {
     tx: mpsc::Sender<Request>,
     due_floor: Arc<AtomicU64>,
     lane_rows: Arc<AtomicBool>,
+    metrics: Arc<WriterMetrics>,
 }
 
 impl std::fmt::Debug for WriterHandle {
@@ -332,6 +335,12 @@ impl WriterHandle {
     /// docs/design.md section 5, "Lane sweep".
     pub fn lane_rows(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.lane_rows)
+    }
+
+    /// The Writer's group sizes and commit latencies (`/metrics`): the
+    /// admin listener holds this, not the handle, so the Writer can stop.
+    pub fn metrics(&self) -> Arc<WriterMetrics> {
+        Arc::clone(&self.metrics)
     }
 
     async fn ask<T>(&self, make: impl FnOnce(ReplyTo<T>) -> Request) -> Result<T, WriteError> {
@@ -451,6 +460,8 @@ pub struct Writer<K: Kv> {
     due_floor: Arc<AtomicU64>,
     /// [`WriterHandle::lane_rows`].
     lane_rows: Arc<AtomicBool>,
+    /// [`WriterHandle::metrics`].
+    metrics: Arc<WriterMetrics>,
 }
 
 impl<K: Kv> std::fmt::Debug for Writer<K> {
@@ -479,6 +490,7 @@ impl<K: Kv> Writer<K> {
         let (tx, rx) = mpsc::channel(cfg.queue_depth.max(1));
         let due_floor = Arc::new(AtomicU64::new(u64::MAX));
         let lane_rows = Arc::new(AtomicBool::new(false));
+        let metrics = Arc::new(WriterMetrics::default());
         Ok((
             Writer {
                 kv,
@@ -489,8 +501,9 @@ impl<K: Kv> Writer<K> {
                 purging,
                 due_floor: Arc::clone(&due_floor),
                 lane_rows: Arc::clone(&lane_rows),
+                metrics: Arc::clone(&metrics),
             },
-            WriterHandle { tx, due_floor, lane_rows },
+            WriterHandle { tx, due_floor, lane_rows, metrics },
         ))
     }
 
@@ -510,14 +523,18 @@ impl<K: Kv> Writer<K> {
     pub async fn run(mut self) -> Result<(), EngineError> {
         // Groups written since the sync in flight began: the next sync's.
         let mut written: Vec<Answer> = Vec::new();
-        // The sync in flight and the answers it makes durable.
-        let mut syncing: Option<(SyncJob, Vec<Answer>)> = None;
+        // When each group written since then began its write (the commit
+        // latency of `WriterMetrics`).
+        let mut written_at: Vec<Instant> = Vec::new();
+        // The sync in flight, the answers it makes durable and their groups'
+        // start times.
+        let mut syncing: Option<(SyncJob, Vec<Answer>, Vec<Instant>)> = None;
         loop {
-            if syncing.is_none() && !written.is_empty() {
-                syncing = Some((self.start_sync(), std::mem::take(&mut written)));
+            if syncing.is_none() && (!written.is_empty() || !written_at.is_empty()) {
+                syncing = Some((self.start_sync(), std::mem::take(&mut written), std::mem::take(&mut written_at)));
             }
             let next = match syncing.as_mut() {
-                Some((job, _)) => tokio::select! {
+                Some((job, _, _)) => tokio::select! {
                     biased;
                     done = job => Next::Synced(joined(done)),
                     req = self.rx.recv() => Next::Request(req),
@@ -526,8 +543,8 @@ impl<K: Kv> Writer<K> {
             };
             let first = match next {
                 Next::Synced(result) => {
-                    let (_, answers) = syncing.take().expect("a sync was in flight");
-                    self.synced(result, answers, &mut written)?;
+                    let (_, answers, started) = syncing.take().expect("a sync was in flight");
+                    self.synced(result, answers, &started, &mut written)?;
                     continue;
                 }
                 Next::Request(Some(first)) => first,
@@ -544,14 +561,20 @@ impl<K: Kv> Writer<K> {
                     Err(_) => break,
                 }
             }
+            let started = Instant::now();
             match self.commit_group(group).await {
-                Ok(answers) => written.extend(answers),
+                Ok((answers, wrote)) => {
+                    written.extend(answers);
+                    if wrote {
+                        written_at.push(started);
+                    }
+                }
                 Err(e) => {
                     // The group's own requests were failed. What was written
                     // before is as durable as the sync in flight makes it.
-                    if let Some((job, answers)) = syncing.take() {
+                    if let Some((job, answers, started)) = syncing.take() {
                         let result = joined(job.await);
-                        let _ = self.synced(result, answers, &mut Vec::new());
+                        let _ = self.synced(result, answers, &started, &mut Vec::new());
                     }
                     let err = WriteError::Store(e.to_string());
                     for a in written {
@@ -563,13 +586,13 @@ impl<K: Kv> Writer<K> {
             }
         }
         // Every handle is gone: answer what is written, once it is durable.
-        if let Some((job, answers)) = syncing.take() {
+        if let Some((job, answers, started)) = syncing.take() {
             let result = joined(job.await);
-            self.synced(result, answers, &mut written)?;
+            self.synced(result, answers, &started, &mut written)?;
         }
-        if !written.is_empty() {
+        if !written.is_empty() || !written_at.is_empty() {
             let result = joined(self.start_sync().await);
-            self.synced(result, std::mem::take(&mut written), &mut Vec::new())?;
+            self.synced(result, std::mem::take(&mut written), &written_at, &mut Vec::new())?;
         }
         Ok(())
     }
@@ -581,18 +604,23 @@ impl<K: Kv> Writer<K> {
         tokio::task::spawn_blocking(move || kv.sync())
     }
 
-    /// Answers the groups a finished sync made durable; on its failure fails
-    /// them and every group written after it began (`written`) and stops.
+    /// Answers the groups a finished sync made durable (and counts the
+    /// commit latency of each, from `started`); on its failure fails them and
+    /// every group written after it began (`written`) and stops.
     fn synced(
         &mut self,
         result: Result<(), EngineError>,
         answers: Vec<Answer>,
+        started: &[Instant],
         written: &mut Vec<Answer>,
     ) -> Result<(), EngineError> {
         match result {
             Ok(()) => {
                 for a in answers {
                     a.send();
+                }
+                for t in started {
+                    self.metrics.commit_latency.observe_duration(t.elapsed());
                 }
                 Ok(())
             }
@@ -608,9 +636,10 @@ impl<K: Kv> Writer<K> {
     }
 
     /// Builds one group's batch and writes it `Buffered`; returns the answers
-    /// that wait for the next sync. On a failed write, fails the group's
-    /// requests and returns the error.
-    async fn commit_group(&mut self, group: Vec<Request>) -> Result<Vec<Answer>, EngineError> {
+    /// that wait for the next sync, and whether a batch was written (it counts
+    /// the group's hooks in `WriterMetrics::group_hooks` then). On a failed
+    /// write, fails the group's requests and returns the error.
+    async fn commit_group(&mut self, group: Vec<Request>) -> Result<(Vec<Answer>, bool), EngineError> {
         let now_ms = (self.clock)();
         let mut batch = Batch::new();
         let mut answers: Vec<Answer> = Vec::with_capacity(group.len());
@@ -750,7 +779,8 @@ impl<K: Kv> Writer<K> {
         if self.next_seq > first_seq {
             batch.put(Cf::Meta, SEQ_HIGH_WATER_KEY, encode_seq_high_water(Seq(self.next_seq - 1)));
         }
-        if !batch.is_empty() {
+        let wrote = !batch.is_empty();
+        if wrote {
             let kv = Arc::clone(&self.kv);
             // A write can stall (RocksDB's write stalls): off the async workers.
             let result = tokio::task::spawn_blocking(move || kv.write(batch, Durability::Buffered))
@@ -770,8 +800,9 @@ impl<K: Kv> Writer<K> {
             if lane_rows {
                 self.lane_rows.store(true, std::sync::atomic::Ordering::SeqCst);
             }
+            self.metrics.group_hooks.observe(self.next_seq - first_seq);
         }
-        Ok(answers)
+        Ok((answers, wrote))
     }
 }
 
@@ -921,8 +952,14 @@ mod tests {
             }
         }
         assert_eq!(all, (1..=200).collect::<BTreeSet<u64>>());
+        let metrics = handle.metrics();
         drop(handle);
         task.await.unwrap().unwrap();
+        // Every hook in some group, each group written once and synced once.
+        let groups = metrics.group_hooks.snapshot();
+        assert_eq!(groups.sum, 200.0);
+        assert!((1..=200).contains(&groups.count), "{groups:?}");
+        assert_eq!(metrics.commit_latency.count(), groups.count);
         assert_eq!(seq_high_water(&*kv).unwrap(), Seq(200));
         let hooks = scan_pages(&*kv, Cf::Hooks, hooks_range(), Direction::Forward, 64).count();
         assert_eq!(hooks, 200);

@@ -36,6 +36,7 @@ mod dump;
 mod migrate;
 mod crash;
 mod hangup;
+mod metrics;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]

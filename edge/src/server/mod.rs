@@ -45,13 +45,14 @@
 
 pub mod admin;
 pub mod limits;
+pub mod metrics;
 mod routes;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ankusa_config::OnInvalidSignature;
 use ankusa_engine::{Cf, Kv};
@@ -110,6 +111,10 @@ pub struct EdgeStats {
     pub ingest_connections: limits::ConnStats,
     /// The admin listener's connections: open, cap, refused.
     pub admin_connections: limits::ConnStats,
+    /// Requests by source and status code, the ack latency and the body size
+    /// (`ankusa_ingest_requests_total`, `ankusa_ingest_ack_seconds`,
+    /// `ankusa_ingest_body_bytes`).
+    pub ingest: metrics::IngestMetrics,
 }
 
 impl EdgeStats {
@@ -332,7 +337,30 @@ impl<K: Kv> Edge<K> {
     /// Generic over the body so the fuzz target of the request path
     /// ([`crate::fuzz::request`]) drives it in process with a
     /// `Request<Full<Bytes>>`; the listener passes hyper's `Incoming`.
+    ///
+    /// Counts the answer by source and status code, and the ack latency of a
+    /// POST answered 2xx ([`metrics::IngestMetrics`]).
     pub async fn handle<B>(&self, req: Request<B>, peer: SocketAddr) -> Resp
+    where
+        B: hyper::body::Body<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let started = Instant::now();
+        let post = req.method() == Method::POST;
+        let mut routed = None;
+        let resp = self.respond(req, peer, &mut routed).await;
+        let status = resp.status();
+        let ingest = &self.stats.ingest;
+        routed.map_or(&ingest.unrouted, |r: &SourceRoute| &*r.requests).count(status.as_u16());
+        if post && status.is_success() {
+            ingest.ack_latency.observe_duration(started.elapsed());
+        }
+        resp
+    }
+
+    /// [`Edge::handle`]'s answer; sets `routed` to the request's source once
+    /// it is known.
+    async fn respond<'s, B>(&'s self, req: Request<B>, peer: SocketAddr, routed: &mut Option<&'s SourceRoute>) -> Resp
     where
         B: hyper::body::Body<Data = Bytes> + Unpin,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -341,6 +369,7 @@ impl<K: Kv> Edge<K> {
         let Some((route, tenant)) = self.route(&path) else {
             return error(StatusCode::NOT_FOUND, format!("no source at {path}"));
         };
+        *routed = Some(route);
         let tenant = match tenant {
             Ok(t) => t,
             Err(msg) => return error(StatusCode::NOT_FOUND, msg),
@@ -386,6 +415,7 @@ impl<K: Kv> Edge<K> {
             }
         };
         let _permit = permit;
+        self.stats.ingest.body_size.observe(body.len() as u64);
         let owned: Vec<(Vec<u8>, Vec<u8>)> = parts
             .headers
             .iter()

@@ -91,6 +91,9 @@ pub struct SourceRoute {
     pub quarantine: bool,
     /// What a failed signature does (401, or quarantine).
     pub on_invalid_signature: OnInvalidSignature,
+    /// This source's requests by status code (`ankusa_ingest_requests_total`,
+    /// made visible by [`super::metrics::IngestMetrics::register_sources`]).
+    pub requests: std::sync::Arc<super::metrics::RequestCounts>,
 }
 
 /// A source's GET handshake (docs/design.md section 5).
@@ -352,6 +355,7 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
             }),
             quarantine: s.quarantine,
             on_invalid_signature: s.on_invalid_signature,
+            requests: Default::default(),
         });
     }
     Ok(out)

@@ -57,6 +57,7 @@ use ankusa_engine::{Batch, Kv};
 use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{CounterField, SinkIx, SourceId, TenantOrd, counter_key};
 use ankusa_queue::Registry;
+use ankusa_queue::metrics::{AttemptOutcome, DeliveryMetrics, Histogram, WriterMetrics};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
@@ -222,6 +223,18 @@ pub struct AdminState<K: Kv> {
     /// [`MAX_ADMIN_CONNECTIONS`]; the relay derives it from its
     /// file-descriptor limit).
     pub max_connections: usize,
+    /// The pipeline's delivery figures by sink kind (attempts by outcome,
+    /// call and ingest-to-delivery latencies); the default has no kind.
+    pub delivery: Arc<DeliveryMetrics>,
+    /// Open and half-open breakers of each configured sink kind at `now_ms`
+    /// (`pipeline::PipelineStatus::breakers_by_kind`); the default has none.
+    pub breakers_by_kind: Box<dyn Fn(u64) -> Vec<(&'static str, u64, u64)> + Send + Sync>,
+    /// The Writer's group sizes and commit latencies
+    /// (`WriterHandle::metrics`); the default is its own zeros.
+    pub writer: Arc<WriterMetrics>,
+    /// The `version` label of `ankusa_build_info` (the relay sets its own;
+    /// the default is this crate's).
+    pub version: &'static str,
 }
 
 impl<K: Kv> AdminState<K> {
@@ -257,6 +270,10 @@ impl<K: Kv> AdminState<K> {
             ingest: std::sync::Mutex::new(None),
             pipeline: None,
             max_connections: MAX_ADMIN_CONNECTIONS,
+            delivery: Arc::new(DeliveryMetrics::default()),
+            breakers_by_kind: Box::new(|_| Vec::new()),
+            writer: Arc::new(WriterMetrics::default()),
+            version: env!("CARGO_PKG_VERSION"),
         }
     }
 
@@ -460,6 +477,99 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = family.encode_family(&labels)?;
             ConstCounter::new(n).encode(m)?;
         }
+        self.encode_issue16(&mut encoder)
+    }
+}
+
+/// Encodes `h` as one histogram series (of a family when `labels` has any).
+fn encode_histogram(m: &mut prometheus_client::encoding::MetricEncoder<'_>, h: &Histogram) -> Result<(), std::fmt::Error> {
+    let s = h.snapshot();
+    m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(s.sum, s.count, &s.buckets, None)
+}
+
+impl<K: Kv> StoreCollector<K> {
+    /// The figures of issue 16: requests by source and code, ack latency and
+    /// body size, delivery attempts and latencies by sink kind, breakers by
+    /// kind, the oldest due age, the Writer's groups, the build. Every label
+    /// is a configured name, a status code, an outcome or a state: the series
+    /// count does not grow with tenants, keys or lanes (ADR 0004 section 7).
+    fn encode_issue16(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::metrics::MetricType;
+        let st = &*self.state;
+        let ingest = &st.edge.ingest;
+        let mut family = encoder.encode_descriptor(
+            "ankusa_ingest_requests",
+            "Requests the ingest listener answered, by source (_none: no configured source) and status code; a series appears with its first request",
+            None,
+            MetricType::Counter,
+        )?;
+        for (source, code, n) in ingest.requests() {
+            let labels = [("source", source.as_str()), ("code", code)];
+            ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+        }
+        let hists: [(&str, &str, &Histogram); 4] = [
+            ("ankusa_ingest_ack_seconds", "From a hook's arrival to its 2xx answer (committed durably, duplicate, or held in quarantine), seconds", &ingest.ack_latency),
+            ("ankusa_ingest_body_bytes", "Size of each request body read whole, bytes", &ingest.body_size),
+            ("ankusa_writer_group_hooks", "Hooks given a seq per Writer group commit (one observation per group written)", &st.writer.group_hooks),
+            ("ankusa_writer_commit_seconds", "From a Writer group's write to the end of the sync that makes it durable, seconds", &st.writer.commit_latency),
+        ];
+        for (name, help, h) in hists {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            encode_histogram(&mut m, h)?;
+        }
+        let kinds = st.delivery.kinds();
+        let mut family = encoder.encode_descriptor(
+            "ankusa_dispatch_attempts",
+            "Delivery attempts by sink kind and outcome (delivered, retry; horizon_passed, permanent, sink_gone, source_gone and retired dead-letter the row)",
+            None,
+            MetricType::Counter,
+        )?;
+        for k in kinds {
+            for o in AttemptOutcome::ALL {
+                let labels = [("sink", k.kind), ("outcome", o.label())];
+                ConstCounter::new(k.attempts(o)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        type Pick = fn(&ankusa_queue::metrics::SinkKindMetrics) -> &Histogram;
+        let per_kind: [(&str, &str, Pick); 2] = [
+            ("ankusa_dispatch_call_seconds", "Duration of each sink call, from its start to the sink's answer, by sink kind, seconds", |k| &k.call_latency),
+            ("ankusa_dispatch_ingest_to_delivery_seconds", "From a hook's receipt to the commit of its delivered row, by sink kind, seconds", |k| &k.ingest_to_delivery),
+        ];
+        for (name, help, pick) in per_kind {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for k in kinds {
+                let labels = [("sink", k.kind)];
+                encode_histogram(&mut family.encode_family(&labels)?, pick(k))?;
+            }
+        }
+        let now = (st.clock)();
+        let mut family = encoder.encode_descriptor(
+            "ankusa_dispatch_breakers",
+            "Breakers (one per tenant, source and sink entry) open or half-open now, by sink kind and state",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (kind, open, half_open) in (st.breakers_by_kind)(now) {
+            for (state, n) in [("open", open), ("half_open", half_open)] {
+                let labels = [("sink", kind), ("state", state)];
+                ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        // One seek per tenant with due rows (its ?A marker), no row scan; a
+        // store read failure leaves the series out of this scrape.
+        if let Ok(oldest) = ankusa_queue::oldest_due(&*st.kv, now) {
+            let age = oldest.map_or(0.0, |d| now.saturating_sub(d) as f64 / 1000.0);
+            let g = ConstGauge::new(age);
+            let m = encoder.encode_descriptor(
+                "ankusa_dispatch_oldest_due_age_seconds",
+                "Age of the node's oldest row that is due and not claimed (0 when none), seconds",
+                None,
+                g.metric_type(),
+            )?;
+            g.encode(m)?;
+        }
+        let mut m = encoder.encode_descriptor("ankusa_build", "The relay's build: its version", None, MetricType::Info)?;
+        m.encode_info(&[("version", st.version)])?;
         Ok(())
     }
 }
