@@ -57,6 +57,12 @@ enum Command {
         /// it, such deliveries stop the start, naming each source and sink.
         #[arg(long)]
         drop_unconfigured: bool,
+        /// The format of the log lines: `text` (human-readable) or `json`
+        /// (one JSON object a line, tracing-subscriber's JSON formatter).
+        /// Overrides `node.log_format`; without either, `text`. `RUST_LOG`
+        /// filters both (README, "Logs").
+        #[arg(long, value_enum)]
+        log_format: Option<serve::LogFormatArg>,
     },
     /// POST provider webhooks saved in the corpus format to a running relay.
     Send {
@@ -313,7 +319,7 @@ fn main() -> ExitCode {
         }
     }
     match cli.command {
-        Command::Serve { config, drop_unconfigured } => serve::main(config, drop_unconfigured),
+        Command::Serve { config, drop_unconfigured, log_format } => serve::main(config, drop_unconfigured, log_format),
         Command::Send { files, url, path, keep_going, timeout_ms } => {
             send::main(&send::Args { files: &files, url: &url, path: path.as_deref(), keep_going, timeout_ms })
         }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, anyhow, bail};
-use ankusa_config::{Config, StoreBackend};
+use ankusa_config::{Config, LogFormat, StoreBackend};
 use ankusa_edge::server::admin::{AdminState, BoxFuture, BreakerReport, ControlFailure, PipelineControl, PipelineWork, serve_admin};
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
@@ -37,10 +37,11 @@ use ankusa_queue::writer::{Writer, WriterConfig};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
+pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option<LogFormatArg>) -> ExitCode {
     // Before any thread exists (mallopt is not for a running program).
     let large_blocks_returned = crate::limits::return_large_blocks();
-    init_logs();
+    // Nothing logs through tracing before the config is loaded (its errors
+    // go to stderr as one line), so the format can come from the file.
     let cfg = match load(config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -49,6 +50,7 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    init_logs(log_format.map_or(cfg.node.log_format, LogFormatArg::format));
     let fds = match file_descriptors(&cfg) {
         Ok(b) => b,
         Err(e) => {
@@ -249,20 +251,47 @@ fn sync_dir_of(path: &std::path::Path) -> anyhow::Result<()> {
         .with_context(|| format!("syncing the directory {}", parent.display()))
 }
 
-fn init_logs() {
+/// `serve --log-format`: overrides `node.log_format`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum LogFormatArg {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+impl LogFormatArg {
+    fn format(self) -> LogFormat {
+        match self {
+            LogFormatArg::Text => LogFormat::Text,
+            LogFormatArg::Json => LogFormat::Json,
+        }
+    }
+}
+
+/// Installs the log subscriber: `RUST_LOG`'s directives (default `info`) in
+/// either format, on stdout. The `ingest` and `delivery` spans (debug) are
+/// written once each, when they close, with all their fields (`FmtSpan::CLOSE`);
+/// events inside them carry them too. In JSON a line is
+/// `{"timestamp","level","fields":{"message",...},"target","span":{...},"spans":[...]}`.
+fn init_logs(format: LogFormat) {
     use std::io::IsTerminal;
+    use tracing_subscriber::fmt::format::FmtSpan;
     // async-nats logs its connect options, password included, at debug: keep
     // it at info unless RUST_LOG names it explicitly.
     let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
     let directives = if directives.contains("async_nats") { directives } else { format!("{directives},async_nats=info") };
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        // Colours only on a terminal: log files and journald get plain text.
-        .with_ansi(std::io::stdout().is_terminal())
-        .try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_span_events(FmtSpan::CLOSE);
+    let _ = match format {
+        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
+        LogFormat::Text => builder
+            .with_target(false)
+            // Colours only on a terminal: log files and journald get plain text.
+            .with_ansi(std::io::stdout().is_terminal())
+            .try_init(),
+    };
 }
 
 /// The checks of the layers the configuration crate does not know, run on

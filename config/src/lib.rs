@@ -99,7 +99,7 @@ pub use model::{
     Breaker, Challenge, Config, Dedupe, Dispatch, FileSink, FilterCondition, FilterTest, HeaderAction, HeaderPolicy,
     HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner, KeyInput, KeySource, Listeners, Node,
     OnInvalidSignature, Order, OrderingKey, Retention, Retry, SignatureEncoding, SinkEntry, SinkRetry,
-    SinkKind, Source, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification,
+    SinkKind, Source, StoreBackend, LogFormat, Tenant, TenantBinding, TypedOptions, Verification,
 };
 pub use model::RateLimit;
 pub use sink::CORE_KEYS as SINK_CORE_KEYS;

@@ -63,6 +63,32 @@ pub struct Node {
     /// The node's bound on the bytes of pending deliveries. Default 1 GiB;
     /// at most [`crate::limits::MAX_PENDING_BYTES`].
     pub max_pending_bytes: u64,
+    /// The format of the log lines (`node.log_format`; `serve --log-format`
+    /// overrides it). Default [`LogFormat::Text`].
+    pub log_format: LogFormat,
+}
+
+/// `node.log_format`: how `serve` writes its log lines (to stdout, one event
+/// a line; `RUST_LOG` filters them in either format).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// `text`: tracing-subscriber's human-readable lines (default).
+    #[default]
+    Text,
+    /// `json`: one JSON object a line (tracing-subscriber's JSON formatter:
+    /// `timestamp`, `level`, `fields`, `target`, and `span`/`spans` for the
+    /// spans an event is in).
+    Json,
+}
+
+impl LogFormat {
+    /// The name as written in the file and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
 }
 
 /// The storage engine of `node.store` (docs/design.md section 2).

@@ -33,6 +33,14 @@ pub(crate) struct RawNode {
     pub store: Option<RawStore>,
     pub max_pending: Option<u64>,
     pub max_pending_bytes: Option<u64>,
+    pub log_format: Option<RawLogFormat>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RawLogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

@@ -12,11 +12,11 @@ use crate::error::{ConfigError, Problems, Scope};
 use crate::model::{
     Breaker, Challenge, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy, HmacAlgorithm,
     JsonPath, KeySource, Listeners, Node, OnInvalidSignature, Retention, Retry, SignatureEncoding,
-    SinkKind, Source, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification,
+    SinkKind, Source, StoreBackend, LogFormat, Tenant, TenantBinding, TypedOptions, Verification,
 };
 use crate::raw::{
     RawAction, RawAlgorithm, RawConfig, RawDedupe, RawEncoding, RawHeaderPolicy, RawOnInvalid,
-    RawScheme, RawSource, RawStore, RawVerification,
+    RawScheme, RawSource, RawStore, RawLogFormat, RawVerification,
 };
 use crate::secret::{self, EnvLookup, Secret};
 use crate::sink;
@@ -144,12 +144,17 @@ fn node(raw: &RawConfig, p: &mut Problems) -> Node {
         "max_pending_bytes",
         p,
     );
+    let log_format = match n.log_format {
+        None | Some(RawLogFormat::Text) => LogFormat::Text,
+        Some(RawLogFormat::Json) => LogFormat::Json,
+    };
     Node {
         name,
         data_dir,
         store,
         max_pending,
         max_pending_bytes,
+        log_format,
     }
 }
 

@@ -13,7 +13,7 @@ use ankusa_keys::{Envelope, SinkIx, SourceId};
 use ankusa_queue::RowId;
 use ankusa_sinks::{DeliveryCtx, Outcome};
 use tokio::sync::mpsc;
-use tracing::warn;
+use tracing::{Instrument, warn};
 
 use crate::breaker::{BreakerKey, Site};
 use crate::dispatcher::Dispatcher;
@@ -36,6 +36,10 @@ pub(crate) struct Done {
     pub(crate) elapsed: Duration,
     /// The hook's `received_at`, unix ms (ingest-to-delivery latency).
     pub(crate) received_at_ms: u64,
+    /// The attempt's `delivery` span ([`delivery_span`]); the committer
+    /// records its `outcome` and `duration_ms`, and it closes when this
+    /// `Done` is dropped. `Span::none()` when the filter leaves it off.
+    pub(crate) span: tracing::Span,
 }
 
 /// A call ready to start: what the task needs and what its [`Done`] carries.
@@ -49,6 +53,32 @@ pub(crate) struct Call {
     attempts_before: u32,
     size: u64,
     trial: bool,
+    span: tracing::Span,
+}
+
+/// The `delivery` span of one attempt (debug level, target
+/// `ankusa_pipeline::calls`: off under the default `info` filter, on with
+/// `RUST_LOG=ankusa=debug`). Fields: `sink_kind` (`Sink::kind`), `sink` (the
+/// sink entry's name), `source`, `tenant` (names), `seq` (the hook's), `attempt`
+/// (1 for the first), `ordered`; the committer adds `outcome`
+/// ([`AttemptOutcome::label`](ankusa_queue::metrics::AttemptOutcome::label),
+/// or `dropped` for a row that moved on while the call ran) and `duration_ms`
+/// (the sink call, fractional). No ordering key and no lane: they may carry
+/// personal data (ADR 0004 section 7). The field values are built only when
+/// the span is enabled.
+fn delivery_span(kind: &'static str, ctx: &DeliveryCtx) -> tracing::Span {
+    tracing::debug_span!(
+        "delivery",
+        sink_kind = kind,
+        sink = %ctx.sink_name,
+        source = %ctx.source,
+        tenant = %ctx.tenant,
+        seq = ctx.seq.0,
+        attempt = ctx.attempt,
+        ordered = ctx.ordered,
+        outcome = tracing::field::Empty,
+        duration_ms = tracing::field::Empty,
+    )
 }
 
 impl<K: Kv> Dispatcher<K> {
@@ -82,6 +112,7 @@ impl<K: Kv> Dispatcher<K> {
             received_at_ms: s.envelope.received_at_ms,
             content_type,
         };
+        let span = delivery_span(s.route.sink.kind(), &ctx);
         *self.in_flight.entry(s.key).or_default() += 1;
         self.in_flight_total += 1;
         self.in_flight_bytes += s.size;
@@ -95,6 +126,7 @@ impl<K: Kv> Dispatcher<K> {
             attempts_before: s.row.attempts,
             size: s.size,
             trial: s.trial,
+            span,
         });
     }
 }
@@ -113,6 +145,7 @@ impl Call {
             kind: self.route.sink.kind(),
             elapsed: Duration::ZERO,
             received_at_ms: self.ctx.received_at_ms,
+            span: self.span,
         }
     }
 }
@@ -120,9 +153,11 @@ impl Call {
 /// Starts `call` as its own task; its [`Done`] is sent on `tx`.
 pub(crate) fn spawn(call: Call, tx: &mpsc::UnboundedSender<Done>) {
     let tx = tx.clone();
+    // The sink's own events during the call are inside the attempt's span.
+    let span = call.span.clone();
     tokio::spawn(async move {
         let started = Instant::now();
-        let outcome = call.route.sink.deliver(&call.envelope, &call.ctx).await;
+        let outcome = call.route.sink.deliver(&call.envelope, &call.ctx).instrument(span).await;
         let elapsed = started.elapsed();
         let mut done = call.finish(outcome);
         done.elapsed = elapsed;

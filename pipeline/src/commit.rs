@@ -39,6 +39,8 @@ impl<K: Kv> Dispatcher<K> {
             match built {
                 Ok((b, outcome)) => {
                     batch.extend(b);
+                    d.span.record("outcome", outcome.label());
+                    d.span.record("duration_ms", d.elapsed.as_secs_f64() * 1000.0);
                     if let Some(m) = delivery.kind(d.kind) {
                         m.attempt(outcome);
                         m.call_latency.observe_duration(d.elapsed);
@@ -49,6 +51,8 @@ impl<K: Kv> Dispatcher<K> {
                 }
                 Err(QueueError::NotInState { row, .. } | QueueError::MissingRow { row }) => {
                     // Purged or dead-lettered by an admin while the call ran.
+                    d.span.record("outcome", "dropped");
+                    d.span.record("duration_ms", d.elapsed.as_secs_f64() * 1000.0);
                     debug!(%row, "outcome of a row that has moved on: dropped");
                 }
                 Err(e) => return Err(e.into()),

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use ankusa_config::{
+use ankusa_config::{LogFormat, 
     Breaker, Dedupe, Dispatch, FileSink, HeaderAction, HeaderPolicy, HmacAlgorithm, HttpSink,
     JsonPath, KeyFn, KeySource, Listeners, Node, Order, OrderingKey, Retry, SignatureEncoding,
     SinkKind, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification, defaults,
@@ -28,6 +28,7 @@ fn an_almost_empty_file_takes_every_default() {
             store: StoreBackend::RocksDb,
             max_pending: 1_000_000,
             max_pending_bytes: 1 << 30,
+            log_format: LogFormat::Text,
         }
     );
     assert_eq!(

@@ -72,6 +72,11 @@ fn wrong_types_and_values_are_named() {
         ),
         "{message}"
     );
+    let (message, _, _) = yaml_error("node: {log_format: xml}\n");
+    assert!(
+        message.starts_with("node.log_format: unknown variant `xml`, expected `text` or `json`"),
+        "{message}"
+    );
     let (message, _, _) = yaml_error("sources:\n  - name: a\n    verification: {type: paypal}\n");
     assert!(
         message.starts_with("sources[0].verification.type: unknown variant `paypal`"),
