@@ -42,7 +42,7 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
     let large_blocks_returned = crate::limits::return_large_blocks();
     // Nothing logs through tracing before the config is loaded (its errors
     // go to stderr as one line), so the format can come from the file.
-    let cfg = match load(config.as_deref()) {
+    let mut cfg = match load(config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             let file = config.as_ref().map_or_else(|| "the embedded demo config".to_owned(), |p| p.display().to_string());
@@ -50,11 +50,14 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
             return ExitCode::from(2);
         }
     };
-    init_logs(log_format.map_or(cfg.node.log_format, LogFormatArg::format));
+    // The flag wins; what runs is in `cfg` for the lines written below.
+    cfg.node.log_format = log_format.map_or(cfg.node.log_format, LogFormatArg::format);
+    let json = cfg.node.log_format == LogFormat::Json;
+    init_logs(cfg.node.log_format);
     let fds = match file_descriptors(&cfg) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("ankusa: {e}");
+            fatal(json, &e);
             return ExitCode::FAILURE;
         }
     };
@@ -64,7 +67,7 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("ankusa: cannot start the runtime: {e}");
+            fatal(json, &format!("cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -102,7 +105,7 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ankusa: {e:#}");
+            fatal(json, &format!("{e:#}"));
             if store_newer(&e) || e.downcast_ref::<StoreRefused>().is_some() { ExitCode::from(3) } else { ExitCode::FAILURE }
         }
     }
@@ -249,6 +252,16 @@ fn sync_dir_of(path: &std::path::Path) -> anyhow::Result<()> {
     std::fs::File::open(parent)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("syncing the directory {}", parent.display()))
+}
+
+/// A fatal error of `serve` once the logs are set up: `ankusa: <message>` on
+/// stderr, or in a JSON log an `error` event (every line stays JSON).
+fn fatal(json: bool, message: &str) {
+    if json {
+        error!("{message}");
+    } else {
+        eprintln!("ankusa: {message}");
+    }
 }
 
 /// `serve --log-format`: overrides `node.log_format`.
@@ -593,10 +606,23 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate
     let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx));
     let admin_task = tokio::spawn(serve_admin(admin_state, admin, admin_shutdown_rx));
 
-    println!("ankusa {} ({} store at {})", env!("CARGO_PKG_VERSION"), cfg.node.store.as_str(), cfg.node.data_dir.display());
-    println!("ingest: http://{}  admin: http://{} (/v1/ API, /metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
-    for d in &destinations {
-        println!("  {d}");
+    if cfg.node.log_format == LogFormat::Json {
+        // Every line of a JSON log is JSON: the banner is one event.
+        info!(
+            version = env!("CARGO_PKG_VERSION"),
+            store = cfg.node.store.as_str(),
+            data_dir = %cfg.node.data_dir.display(),
+            ingest = %cfg.listeners.ingest,
+            admin = %cfg.listeners.admin,
+            destinations = ?destinations,
+            "started"
+        );
+    } else {
+        println!("ankusa {} ({} store at {})", env!("CARGO_PKG_VERSION"), cfg.node.store.as_str(), cfg.node.data_dir.display());
+        println!("ingest: http://{}  admin: http://{} (/v1/ API, /metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
+        for d in &destinations {
+            println!("  {d}");
+        }
     }
 
     let mut pipeline_task = pipeline_task;

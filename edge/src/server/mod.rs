@@ -359,7 +359,7 @@ impl<K: Kv> Edge<K> {
         }
         if !span.is_disabled() {
             if let Some(r) = routed {
-                span.record("source", r.name.as_str());
+                span.record("source", tracing::field::display(&r.name));
             }
             span.record("status", status.as_u16());
             span.record("duration_ms", elapsed.as_secs_f64() * 1000.0);
@@ -389,7 +389,7 @@ impl<K: Kv> Edge<K> {
             Ok(t) => t,
             Err(msg) => return error(StatusCode::NOT_FOUND, msg),
         };
-        span.record("tenant", tenant.name.as_str());
+        span.record("tenant", tracing::field::display(&tenant.name));
         if req.method() == Method::GET
             && let Some(c) = &route.challenge
         {
