@@ -10,6 +10,8 @@
 # --latency, 10 s wrk timeout):
 #   plain-hyper      the baseline: reads the body, answers 200
 #   relay-unordered  one tenant, one source (no verification), a file sink
+#   relay-ingest     the same, the file sink `paused: true`: acknowledged
+#                    ingest alone (every hook stays pending; nothing delivers)
 #   relay-ordered    the same, the file sink ordered on x-entity-id, which
 #                    wrk's Lua script sets to one of 1000 keys per request
 # The relay gets a fresh data_dir (RocksDB) per cell so no cell starts with
@@ -118,9 +120,10 @@ wait_port() {
 
 # Writes the relay's config for a cell into $1/ankusa.yaml; $2 = ordered (true/false).
 write_config() {
-  local dir=$1 ordered=$2
+  local dir=$1 ordered=$2 paused=${3:-false}
   local sink="      - type: file
-        path: $dir/deliveries.ndjson"
+        path: $dir/deliveries.ndjson
+        paused: $paused"
   if [ "$ordered" = true ]; then
     sink="$sink
         ordered: true
@@ -189,14 +192,16 @@ for target in $TARGETS; do
         res=$(run_wrk "http://$PLAIN/hooks/load" "$c" "$LOG")
         extra=""
         ;;
-      relay-unordered|relay-ordered)
+      relay-unordered|relay-ordered|relay-ingest)
         cell="$WORK/$target-$c"
         mkdir -p "$cell"
         INGEST=$(free_addr)
         ADMIN=$(free_addr)
         ordered=false
         [ "$target" = relay-ordered ] && ordered=true
-        write_config "$cell" "$ordered"
+        paused=false
+        [ "$target" = relay-ingest ] && paused=true
+        write_config "$cell" "$ordered" "$paused"
         "$BIN_DIR/ankusa" check-config "$cell/ankusa.yaml" >/dev/null
         RUST_LOG=${RUST_LOG:-info} "$BIN_DIR/ankusa" serve --config "$cell/ankusa.yaml" 2>>"$WORK/relay.log" >&2 &
         pid=$!
