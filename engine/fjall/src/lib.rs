@@ -45,6 +45,13 @@ pub const NON_TABLE_FILES: usize = 24;
 /// (fjall refuses fewer than 10).
 const MIN_TABLE_FILES: usize = 16;
 
+/// fjall's block cache, in bytes: 256 MiB, as RocksDB's
+/// (`ankusa_engine_rocksdb::BLOCK_CACHE_BYTES`). fjall's own default is
+/// 32 MiB, under which a store past a few hundred thousand hooks reads most
+/// table blocks with pread (37% of the relay's CPU in the half-rate soak of
+/// benches/load/RESULTS.md, where delivery fell to about 200 hooks/s).
+pub const BLOCK_CACHE_BYTES: u64 = 256 << 20;
+
 /// A fjall store.
 pub struct FjallKv {
     db: SingleWriterTxDatabase,
@@ -83,7 +90,7 @@ impl FjallKv {
     }
 
     fn open_with(path: impl AsRef<Path>, max_files: Option<usize>) -> Result<Self, EngineError> {
-        let mut builder = SingleWriterTxDatabase::builder(path.as_ref());
+        let mut builder = SingleWriterTxDatabase::builder(path.as_ref()).cache_size(BLOCK_CACHE_BYTES);
         if let Some(files) = max_files {
             // fjall panics below 10 cached files.
             builder = builder.max_cached_files(Some(files.saturating_sub(NON_TABLE_FILES).max(MIN_TABLE_FILES)));
