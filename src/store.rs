@@ -544,17 +544,23 @@ fn progress_bar(len: Option<u64>, template: &str) -> indicatif::ProgressBar {
     pb
 }
 
+/// The exit of a `store` command run once: 0, or the failure's message on
+/// stderr (`ankusa store <command>: ...`) and its code.
+fn exit_with(command: &str, result: Result<(), Fail>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail(code, msg)) => {
+            eprintln!("ankusa store {command}: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
 /// `ankusa store export DATA_DIR FILE [--store B]`: exit 0 written, 2 usage
 /// (no store, two stores and no `--store`, FILE exists), 3 the store cannot
 /// be opened or read, 4 FILE cannot be written.
 pub fn export_main(args: &ExportArgs<'_>) -> ExitCode {
-    match export(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Fail(code, msg)) => {
-            eprintln!("ankusa store export: {msg}");
-            ExitCode::from(code)
-        }
-    }
+    exit_with("export", export(args))
 }
 
 fn export(args: &ExportArgs<'_>) -> Result<(), Fail> {
@@ -725,13 +731,7 @@ fn sync_parent(path: &Path) {
 /// named), 2 usage (FILE missing, the target store exists, DATA_DIR is a file), 3 the new store
 /// cannot be created or written, 4 FILE cannot be read.
 pub fn import_main(args: &ImportArgs<'_>) -> ExitCode {
-    match import(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Fail(code, msg)) => {
-            eprintln!("ankusa store import: {msg}");
-            ExitCode::from(code)
-        }
-    }
+    exit_with("import", import(args))
 }
 
 fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
