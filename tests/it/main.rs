@@ -37,6 +37,7 @@ mod migrate;
 mod crash;
 mod hangup;
 mod metrics;
+mod dashboard;
 mod logs;
 #[cfg(feature = "redis")]
 mod redis;

@@ -21,10 +21,10 @@ const LONG: Duration = Duration::from_secs(120);
 
 /// One sample of the exposition: metric name, labels in order, value.
 #[derive(Clone, Debug, PartialEq)]
-struct Sample {
-    name: String,
-    labels: Vec<(String, String)>,
-    value: f64,
+pub(crate) struct Sample {
+    pub(crate) name: String,
+    pub(crate) labels: Vec<(String, String)>,
+    pub(crate) value: f64,
 }
 
 impl Sample {
@@ -40,7 +40,7 @@ impl Sample {
 
 /// A family's `# TYPE`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Counter,
     Gauge,
     Histogram,
@@ -56,7 +56,7 @@ enum Kind {
 /// histogram's buckets are cumulative, end at `le="+Inf"` and equal its
 /// `_count`, and the text ends with `# EOF`. Any other line is a panic that
 /// names it.
-fn parse(text: &str) -> (BTreeMap<String, Kind>, Vec<Sample>) {
+pub(crate) fn parse(text: &str) -> (BTreeMap<String, Kind>, Vec<Sample>) {
     let mut families: BTreeMap<String, Kind> = BTreeMap::new();
     let mut samples = Vec::new();
     let mut current: Option<(String, Option<Kind>)> = None;
@@ -214,7 +214,7 @@ fn check_histograms(families: &BTreeMap<String, Kind>, samples: &[Sample]) {
     }
 }
 
-async fn scrape(relay: &Relay) -> String {
+pub(crate) async fn scrape(relay: &Relay) -> String {
     client()
         .get(format!("http://{}/metrics", relay.admin))
         .send()
