@@ -50,3 +50,5 @@ mod kafka;
 mod pubsub;
 #[cfg(feature = "sqs")]
 mod sqs;
+#[cfg(feature = "otel")]
+mod otel;
