@@ -28,6 +28,7 @@ mod send;
 mod serve;
 mod sinks;
 mod store;
+mod telemetry;
 mod unconfigured;
 
 use std::path::PathBuf;

@@ -53,24 +53,36 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
     // The flag wins; what runs is in `cfg` for the lines written below.
     cfg.node.log_format = log_format.map_or(cfg.node.log_format, LogFormatArg::format);
     let json = cfg.node.log_format == LogFormat::Json;
-    init_logs(cfg.node.log_format);
-    let fds = match file_descriptors(&cfg) {
-        Ok(b) => b,
+    // The runtime before the log subscriber: the OTel export's batch
+    // processor (a build with `otel`) runs its task on it.
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build();
+    let telemetry = match crate::telemetry::init(cfg.node.log_format, &cfg.node, rt.as_ref().ok().map(|rt| rt.handle())) {
+        Ok(t) => t,
         Err(e) => {
+            // An OTel setting the export cannot run with: a configuration
+            // error, like a file that does not load.
             fatal(json, &e);
-            return ExitCode::FAILURE;
+            return ExitCode::from(2);
         }
     };
-    if !large_blocks_returned {
-        tracing::debug!("the C library's mmap threshold is its own: large freed blocks may stay resident");
-    }
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match rt {
         Ok(rt) => rt,
         Err(e) => {
             fatal(json, &format!("cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
+    let fds = match file_descriptors(&cfg) {
+        Ok(b) => b,
+        Err(e) => {
+            fatal(json, &e);
+            telemetry.shutdown();
+            return ExitCode::FAILURE;
+        }
+    };
+    if !large_blocks_returned {
+        tracing::debug!("the C library's mmap threshold is its own: large freed blocks may stay resident");
+    }
     let result = rt.block_on(async move {
         other_stores(&cfg)?;
         std::fs::create_dir_all(&cfg.node.data_dir)
@@ -102,6 +114,8 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
             StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured, fds, Creation::memory()).await,
         }
     });
+    // The spans still queued go out while the runtime still runs.
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -282,31 +296,6 @@ impl LogFormatArg {
     }
 }
 
-/// Installs the log subscriber: `RUST_LOG`'s directives (default `info`) in
-/// either format, on stdout. The `ingest` and `delivery` spans (debug) are
-/// written once each, when they close, with all their fields (`FmtSpan::CLOSE`);
-/// events inside them carry them too. In JSON a line is
-/// `{"timestamp","level","fields":{"message",...},"target","span":{...},"spans":[...]}`.
-fn init_logs(format: LogFormat) {
-    use std::io::IsTerminal;
-    use tracing_subscriber::fmt::format::FmtSpan;
-    // async-nats logs its connect options, password included, at debug: keep
-    // it at info unless RUST_LOG names it explicitly.
-    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
-    let directives = if directives.contains("async_nats") { directives } else { format!("{directives},async_nats=info") };
-    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_span_events(FmtSpan::CLOSE);
-    let _ = match format {
-        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
-        LogFormat::Text => builder
-            .with_target(false)
-            // Colours only on a terminal: log files and journald get plain text.
-            .with_ansi(std::io::stdout().is_terminal())
-            .try_init(),
-    };
-}
-
 /// The checks of the layers the configuration crate does not know, run on
 /// each source while the file loads: each sink's options as its adapter reads
 /// them (without connecting anywhere), sink types this binary was built
@@ -333,12 +322,20 @@ pub fn check_source(s: &ankusa_config::Source) -> Vec<ankusa_config::Problem> {
 
 /// Loads the configuration `serve` and `check-config` run: the file, or the
 /// embedded demo without one, with every check `serve` would otherwise only
-/// make after opening the store ([`check_source`]).
+/// make after opening the store ([`check_source`]), and the checks of
+/// `node.otel` this build makes ([`crate::telemetry::check`]).
 pub fn load(path: Option<&std::path::Path>) -> Result<Config, ankusa_config::ConfigError> {
-    match path {
-        Some(path) => Config::load_checked(path, &check_source),
-        None => Config::from_yaml_checked(ankusa_config::DEFAULT_YAML, &|_| None, &check_source),
+    let cfg = match path {
+        Some(path) => Config::load_checked(path, &check_source)?,
+        None => Config::from_yaml_checked(ankusa_config::DEFAULT_YAML, &|_| None, &check_source)?,
+    };
+    // `node.otel` as this build reads it (its filter; or no OTel export at
+    // all): once the rest of the file is valid.
+    let problems = crate::telemetry::check(&cfg.node);
+    if !problems.is_empty() {
+        return Err(ankusa_config::ConfigError::Invalid { problems });
     }
+    Ok(cfg)
 }
 
 /// A store of another backend in `data_dir`. When this backend has no store

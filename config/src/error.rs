@@ -64,9 +64,10 @@ impl ConfigError {
 /// The parser names this crate's private types (`expected struct
 /// RawSource`); a user wrote a mapping: say so.
 fn plain_type_names(message: &str) -> String {
-    const NAMES: [(&str, &str); 13] = [
+    const NAMES: [(&str, &str); 14] = [
         ("struct RawConfig", "a mapping of top-level sections (node, listeners, tenants, sources, ...)"),
         ("struct RawNode", "a mapping (the node section)"),
+        ("struct RawOtel", "a mapping (node.otel: endpoint, service_name, filter)"),
         ("struct RawListeners", "a mapping (the listeners section)"),
         ("struct RawHeaderPolicy", "a mapping (a store_headers policy)"),
         ("struct RawDispatch", "a mapping (the dispatch section)"),

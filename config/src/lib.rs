@@ -98,7 +98,7 @@ pub use error::{ConfigError, Problem, Scope};
 pub use model::{
     Breaker, Challenge, Config, Dedupe, Dispatch, FileSink, FilterCondition, FilterTest, HeaderAction, HeaderPolicy,
     HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner, KeyInput, KeySource, Listeners, Node,
-    OnInvalidSignature, Order, OrderingKey, Retention, Retry, SignatureEncoding, SinkEntry, SinkRetry,
+    OnInvalidSignature, Otel, Order, OrderingKey, Retention, Retry, SignatureEncoding, SinkEntry, SinkRetry,
     SinkKind, Source, StoreBackend, LogFormat, Tenant, TenantBinding, TypedOptions, Verification,
 };
 pub use model::RateLimit;
@@ -128,6 +128,9 @@ pub mod defaults {
     pub const NODE_MAX_PENDING: u64 = 1_000_000;
     /// `node.max_pending_bytes`: 1 GiB.
     pub const NODE_MAX_PENDING_BYTES: u64 = 1 << 30;
+    /// `node.otel.filter`: the `ingest` and `delivery` spans (debug level,
+    /// targets `ankusa_edge::...` and `ankusa_pipeline::...`).
+    pub const OTEL_FILTER: &str = "ankusa=debug";
     /// `listeners.ingest`.
     pub const INGEST_ADDR: &str = "127.0.0.1:8080";
     /// `listeners.admin`.

@@ -66,6 +66,34 @@ pub struct Node {
     /// The format of the log lines (`node.log_format`; `serve --log-format`
     /// overrides it). Default [`LogFormat::Text`].
     pub log_format: LogFormat,
+    /// `node.otel`: OpenTelemetry export of the relay's spans; `None` when
+    /// the file has no `otel` (the standard `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// still turns the export on in a binary built with it).
+    pub otel: Option<Otel>,
+}
+
+/// `node.otel`: OpenTelemetry export of the `ingest` and `delivery` spans
+/// over OTLP/HTTP (README, "Logs"). Only a binary built with the cargo
+/// feature `otel` exports; one without it refuses a file that has this
+/// section, naming it. Each value given here wins over its standard
+/// environment variable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Otel {
+    /// `endpoint`: the collector's OTLP/HTTP base URL, `http://` or
+    /// `https://` (`/v1/traces` is appended, as to
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`). `None`: the environment's
+    /// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as is, or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`), else `http://localhost:4318`.
+    pub endpoint: Option<String>,
+    /// `service_name`: the `service.name` of the exported resource. `None`:
+    /// `OTEL_SERVICE_NAME` (or a `service.name` in
+    /// `OTEL_RESOURCE_ATTRIBUTES`), else `ankusa`.
+    pub service_name: Option<String>,
+    /// `filter`: which spans are exported, in `RUST_LOG`'s directive syntax,
+    /// apart from the log lines' `RUST_LOG`. Default
+    /// [`crate::defaults::OTEL_FILTER`] (`ankusa=debug`: both spans, even
+    /// when the log lines are at `info`). The binary checks its syntax.
+    pub filter: String,
 }
 
 /// `node.log_format`: how `serve` writes its log lines (to stdout, one event

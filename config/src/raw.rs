@@ -34,6 +34,15 @@ pub(crate) struct RawNode {
     pub max_pending: Option<u64>,
     pub max_pending_bytes: Option<u64>,
     pub log_format: Option<RawLogFormat>,
+    pub otel: Option<RawOtel>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawOtel {
+    pub endpoint: Option<String>,
+    pub service_name: Option<String>,
+    pub filter: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

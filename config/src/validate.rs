@@ -11,12 +11,12 @@ use crate::limits as max;
 use crate::error::{ConfigError, Problems, Scope};
 use crate::model::{
     Breaker, Challenge, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy, HmacAlgorithm,
-    JsonPath, KeySource, Listeners, Node, OnInvalidSignature, Retention, Retry, SignatureEncoding,
+    JsonPath, KeySource, Listeners, Node, OnInvalidSignature, Otel, Retention, Retry, SignatureEncoding,
     SinkKind, Source, StoreBackend, LogFormat, Tenant, TenantBinding, TypedOptions, Verification,
 };
 use crate::raw::{
     RawAction, RawAlgorithm, RawConfig, RawDedupe, RawEncoding, RawHeaderPolicy, RawOnInvalid,
-    RawScheme, RawSource, RawStore, RawLogFormat, RawVerification,
+    RawOtel, RawScheme, RawSource, RawStore, RawLogFormat, RawVerification,
 };
 use crate::secret::{self, EnvLookup, Secret};
 use crate::sink;
@@ -148,6 +148,7 @@ fn node(raw: &RawConfig, p: &mut Problems) -> Node {
         None | Some(RawLogFormat::Text) => LogFormat::Text,
         Some(RawLogFormat::Json) => LogFormat::Json,
     };
+    let otel = n.otel.as_ref().map(|o| otel(o, p));
     Node {
         name,
         data_dir,
@@ -155,6 +156,44 @@ fn node(raw: &RawConfig, p: &mut Problems) -> Node {
         max_pending,
         max_pending_bytes,
         log_format,
+        otel,
+    }
+}
+
+/// `node.otel`: the endpoint must be an http(s) URL with a host, the service
+/// name and the filter non-empty (the filter's syntax is the binary's
+/// check: this crate knows no tracing).
+fn otel(o: &RawOtel, p: &mut Problems) -> Otel {
+    let scope = Scope::Section("node");
+    if let Some(e) = &o.endpoint {
+        let host = e.strip_prefix("http://").or_else(|| e.strip_prefix("https://"));
+        let ok = host.is_some_and(|h| !h.is_empty() && !h.starts_with('/'))
+            && !e.chars().any(|c| c.is_whitespace() || c.is_control());
+        if !ok {
+            p.push(
+                &scope,
+                "otel.endpoint",
+                format!(
+                    "\"{e}\" is not an OTLP/HTTP endpoint: the collector's http:// or https:// URL \
+                     (http://127.0.0.1:4318; /v1/traces is appended)"
+                ),
+            );
+        }
+    }
+    if o.service_name.as_ref().is_some_and(|s| s.trim().is_empty()) {
+        p.push(&scope, "otel.service_name", "must not be empty (leave it out for OTEL_SERVICE_NAME, else ankusa)");
+    }
+    if o.filter.as_ref().is_some_and(|f| f.trim().is_empty()) {
+        p.push(
+            &scope,
+            "otel.filter",
+            format!("must not be empty (leave it out for {}; `off` exports nothing)", d::OTEL_FILTER),
+        );
+    }
+    Otel {
+        endpoint: o.endpoint.clone(),
+        service_name: o.service_name.clone(),
+        filter: o.filter.clone().unwrap_or_else(|| d::OTEL_FILTER.to_owned()),
     }
 }
 

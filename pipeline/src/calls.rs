@@ -65,7 +65,9 @@ pub(crate) struct Call {
 /// or `dropped` for a row that moved on while the call ran) and `duration_ms`
 /// (the sink call, fractional). No ordering key and no lane: they may carry
 /// personal data (ADR 0004 section 7). The field values are built only when
-/// the span is enabled.
+/// the span is enabled. Integers are `i64`, OpenTelemetry's integer
+/// (tracing-opentelemetry exports a `u64` as its text; a build with the
+/// `otel` feature exports this span).
 fn delivery_span(kind: &'static str, ctx: &DeliveryCtx) -> tracing::Span {
     tracing::debug_span!(
         "delivery",
@@ -73,8 +75,8 @@ fn delivery_span(kind: &'static str, ctx: &DeliveryCtx) -> tracing::Span {
         sink = %ctx.sink_name,
         source = %ctx.source,
         tenant = %ctx.tenant,
-        seq = ctx.seq.0,
-        attempt = ctx.attempt,
+        seq = i64::try_from(ctx.seq.0).unwrap_or(i64::MAX),
+        attempt = i64::from(ctx.attempt),
         ordered = ctx.ordered,
         outcome = tracing::field::Empty,
         duration_ms = tracing::field::Empty,

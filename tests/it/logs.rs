@@ -195,3 +195,44 @@ async fn the_flag_overrides_the_file_and_rust_log_filters_text_lines() {
     }
     assert!(!log.contains(SECRET_KEY), "the ordering key is in the log:\n{log}");
 }
+
+/// A build without the cargo feature `otel` (the default) says so: it
+/// refuses `node.otel` by name (`check-config` and `serve`, exit 2), and a
+/// relay started with `OTEL_EXPORTER_OTLP_ENDPOINT` set warns that it exports
+/// nothing, and runs.
+#[cfg(not(feature = "otel"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_without_otel_says_it_has_no_otel_export() {
+    use std::ffi::OsStr;
+    let sink = Sink::ok().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = template(&sink, "text")
+        .replace("log_format: text}", "log_format: text, otel: {endpoint: 'http://127.0.0.1:4318'}}")
+        .replace("{DATA}", &dir.path().join("data").display().to_string())
+        .replace("{INGEST}", "127.0.0.1:0")
+        .replace("{ADMIN}", "127.0.0.1:0");
+    assert!(yaml.contains("otel: {endpoint"), "{yaml}");
+    let file = dir.path().join("relay.yaml");
+    std::fs::write(&file, &yaml).expect("write");
+    let refusal = "node: option \"otel\": this build has no OTel export (ankusa was built without the cargo feature `otel`): \
+                   build it with `--features otel`, or remove node.otel";
+    for cmd in [&[OsStr::new("check-config"), file.as_os_str()][..], &[OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()]] {
+        let (status, out) = crate::relay::run_cli(cmd, dir.path());
+        assert_eq!(status.code(), Some(2), "{cmd:?}: {out}");
+        assert!(out.contains(refusal), "{cmd:?}: {out}");
+    }
+
+    let relay = Relay::start_with_env(&template(&sink, "text"), &[("RUST_LOG", "info"), ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")]).await;
+    relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], "{\"i\":0}").await.id();
+    until("the hook delivered", LONG, async || (sink.delivered().len() == 1).then_some(())).await;
+    let log = relay.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("OTEL_EXPORTER_OTLP_ENDPOINT is set"))
+        .unwrap_or_else(|| panic!("no warning about OTEL_EXPORTER_OTLP_ENDPOINT:\n{log}"));
+    assert!(
+        line.contains("WARN")
+            && line.contains("but this build has no OTel export (ankusa was built without the cargo feature `otel`): no spans are exported"),
+        "{line}"
+    );
+}

@@ -51,3 +51,5 @@ mod kafka;
 mod pubsub;
 #[cfg(feature = "sqs")]
 mod sqs;
+#[cfg(feature = "otel")]
+mod otel;

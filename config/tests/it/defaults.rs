@@ -29,6 +29,7 @@ fn an_almost_empty_file_takes_every_default() {
             max_pending: 1_000_000,
             max_pending_bytes: 1 << 30,
             log_format: LogFormat::Text,
+            otel: None,
         }
     );
     assert_eq!(
@@ -460,4 +461,29 @@ sources:
         ]
     );
     assert!(s.sinks.iter().all(|e| e.options.get("rate_limit").is_none()));
+}
+
+/// `node.otel` (README, "Logs"): left out, no section; `{}` takes the
+/// defaults (endpoint and service name from the environment, the filter
+/// `ankusa=debug`); every option is read as written.
+#[test]
+fn node_otel_is_read_with_its_defaults() {
+    let file = "sources: []\n";
+    assert_eq!(ok(&format!("node: {{}}\n{file}")).node.otel, None);
+    assert_eq!(
+        ok(&format!("node: {{otel: {{}}}}\n{file}")).node.otel,
+        Some(ankusa_config::Otel { endpoint: None, service_name: None, filter: defaults::OTEL_FILTER.to_owned() })
+    );
+    assert_eq!(defaults::OTEL_FILTER, "ankusa=debug");
+    let c = ok(&format!(
+        "node:\n  otel:\n    endpoint: https://collector.example:4318\n    service_name: relay-eu\n    filter: 'ankusa_pipeline=debug'\n{file}"
+    ));
+    assert_eq!(
+        c.node.otel,
+        Some(ankusa_config::Otel {
+            endpoint: Some("https://collector.example:4318".to_owned()),
+            service_name: Some("relay-eu".to_owned()),
+            filter: "ankusa_pipeline=debug".to_owned(),
+        })
+    );
 }

@@ -586,3 +586,29 @@ fn forward_headers_must_be_kept_by_store_headers() {
         ]
     );
 }
+
+/// `node.otel`: an endpoint that is not an http(s) URL with a host, an empty
+/// service name or filter, each named; an unknown option of the section is
+/// named by the parser.
+#[test]
+fn node_otel_values_are_checked() {
+    for bad in ["collector:4318", "grpc://collector:4317", "http://", "https:///v1", "http://a b"] {
+        assert_eq!(
+            one(&format!("node: {{otel: {{endpoint: '{bad}'}}}}\nsources: []\n")),
+            format!(
+                "node: option \"otel.endpoint\": \"{bad}\" is not an OTLP/HTTP endpoint: the collector's http:// or https:// URL \
+                 (http://127.0.0.1:4318; /v1/traces is appended)"
+            )
+        );
+    }
+    assert_eq!(
+        one("node: {otel: {service_name: ' '}}\nsources: []\n"),
+        "node: option \"otel.service_name\": must not be empty (leave it out for OTEL_SERVICE_NAME, else ankusa)"
+    );
+    assert_eq!(
+        one("node: {otel: {filter: ''}}\nsources: []\n"),
+        "node: option \"otel.filter\": must not be empty (leave it out for ankusa=debug; `off` exports nothing)"
+    );
+    let e = load("node: {otel: {endpont: 'http://x'}}\nsources: []\n").expect_err("unknown option");
+    assert!(e.to_string().contains("node.otel: unknown field `endpont`, expected one of `endpoint`, `service_name`, `filter`"), "{e}");
+}

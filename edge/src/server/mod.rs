@@ -361,7 +361,7 @@ impl<K: Kv> Edge<K> {
             if let Some(r) = routed {
                 span.record("source", tracing::field::display(&r.name));
             }
-            span.record("status", status.as_u16());
+            span.record("status", i64::from(status.as_u16()));
             span.record("duration_ms", elapsed.as_secs_f64() * 1000.0);
         }
         resp
@@ -535,7 +535,7 @@ impl<K: Kv> Edge<K> {
         drop(reservation);
         match ingested {
             Ok(Ingested::Committed(seq)) => {
-                span.record("seq", seq.0);
+                span.record("seq", i64::try_from(seq.0).unwrap_or(i64::MAX));
                 (self.on_commit)();
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
                 self.count_keyless(&keyless);
@@ -914,7 +914,9 @@ impl Drop for Reservation<'_> {
 /// hook's, once committed; absent for a refusal, a duplicate or a held hook),
 /// `status` (the answer's HTTP status) and `duration_ms` (until the answer,
 /// fractional). No header, body or ordering key. A disabled span costs one
-/// check of the filter's interest per request.
+/// check of the filter's interest per request. Integers are recorded as
+/// `i64`, OpenTelemetry's integer (tracing-opentelemetry exports a `u64` as
+/// its text; a build with the `otel` feature exports this span).
 fn ingest_span() -> tracing::Span {
     tracing::debug_span!(
         "ingest",
