@@ -38,6 +38,7 @@ mod crash;
 mod hangup;
 mod metrics;
 mod logs;
+mod top;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]
