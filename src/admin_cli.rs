@@ -336,7 +336,15 @@ impl Api {
         if let Some(b) = body {
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b.to_string());
         }
-        let resp = req.send().await.map_err(|e| Fail::Unreachable(format!("cannot reach the admin listener at {}: {e}", self.base)))?;
+        // The innermost cause says why ("Connection refused (os error
+        // 111)"); reqwest's own message only names the URL.
+        let resp = req.send().await.map_err(|e| {
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(inner) = cause.source() {
+                cause = inner;
+            }
+            Fail::Unreachable(format!("cannot reach the admin listener at {}: {cause}", self.base))
+        })?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| Fail::Unreachable(format!("the admin listener's answer broke off: {e}")))?;
         Ok((status, text))

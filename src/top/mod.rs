@@ -145,35 +145,35 @@ pub fn main(args: &Args) -> ExitCode {
         Ok(api) => api,
         Err(f) => return f.exit(),
     };
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("ankusa: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let stdout_tty = std::io::stdout().is_terminal();
     let header = Header { admin: args.admin.clone(), interval_ms: args.interval_ms, interactive: stdout_tty && !args.once, link: Link::Live };
-    // The first reading: a relay that cannot be read is an exit code, before
-    // any screen is set up.
-    let first = match rt.block_on(read(&api)) {
-        Ok(s) => s,
-        Err(f) => return f.exit(),
-    };
-    let first_at = Instant::now();
     if header.interactive {
-        return interactive(api, header, first, first_at, interval);
+        return interactive(api, header, interval);
     }
-    std::thread::sleep(interval);
-    let second = match rt.block_on(read(&api)) {
-        Ok(s) => s,
+    let rt = match runtime() {
+        Ok(rt) => rt,
         Err(f) => return f.exit(),
     };
-    let mut view = View::compute(Some(&first), &second, millis(first_at.elapsed()));
-    view.header = header;
+    let view = rt.block_on(async {
+        let first = read(&api).await?;
+        let first_at = Instant::now();
+        tokio::time::sleep(interval).await;
+        let second = read(&api).await?;
+        Ok::<View, Fail>(View { header, ..View::compute(Some(&first), &second, millis(first_at.elapsed())) })
+    });
+    let view = match view {
+        Ok(v) => v,
+        Err(f) => return f.exit(),
+    };
     let width = if stdout_tty { ratatui::crossterm::terminal::size().map_or(PLAIN_WIDTH, |(w, _)| w) } else { PLAIN_WIDTH };
     print!("{}", plain_text(&view, width));
     ExitCode::SUCCESS
+}
+
+/// The runtime the readings run on (one per process: the HTTP client's
+/// pooled connections belong to the runtime that opened them).
+fn runtime() -> Result<tokio::runtime::Runtime, Fail> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Fail::Refused(format!("cannot start the runtime: {e}")))
 }
 
 /// Leaves raw mode and the alternate screen when dropped: on a quit, an
@@ -186,27 +186,39 @@ impl Drop for Restore {
     }
 }
 
-/// The interactive view: a thread reads the relay every `interval` and sends
-/// each outcome; this one draws every 100 ms and reads the keys, so a quit
-/// never waits for a reading.
-fn interactive(api: Api, header: Header, first: Snapshot, first_at: Instant, interval: Duration) -> ExitCode {
-    let (tx, rx) = mpsc::channel::<(Result<Snapshot, String>, Instant)>();
+/// The interactive view: a thread reads the relay every `interval` (its
+/// first reading at once) and sends each outcome; this one draws every
+/// 100 ms and reads the keys, so a quit never waits for a reading. A first
+/// reading that fails is an exit code, before any screen is set up.
+fn interactive(api: Api, header: Header, interval: Duration) -> ExitCode {
+    let (tx, rx) = mpsc::channel::<(Result<Snapshot, Fail>, Instant)>();
     std::thread::spawn(move || {
-        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        let rt = match runtime() {
             Ok(rt) => rt,
-            Err(e) => {
-                let _ = tx.send((Err(format!("cannot start the runtime: {e}")), Instant::now()));
+            Err(f) => {
+                let _ = tx.send((Err(f), Instant::now()));
                 return;
             }
         };
-        loop {
-            std::thread::sleep(interval);
-            let outcome = rt.block_on(read(&api)).map_err(|f| f.message().to_owned());
-            if tx.send((outcome, Instant::now())).is_err() {
-                return;
+        // The runtime runs between readings too, so the client's pooled
+        // connections see a relay that went away.
+        rt.block_on(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let outcome = read(&api).await;
+                if tx.send((outcome, Instant::now())).is_err() {
+                    return;
+                }
             }
-        }
+        });
     });
+    let (first, first_at) = match rx.recv() {
+        Ok((Ok(first), at)) => (first, at),
+        Ok((Err(f), _)) => return f.exit(),
+        Err(_) => return Fail::Refused("the reading thread stopped".to_owned()).exit(),
+    };
     let mut tracker = Tracker::new(header, first, first_at);
     let mut terminal = match ratatui::try_init() {
         Ok(t) => t,
@@ -228,7 +240,7 @@ fn interactive(api: Api, header: Header, first: Snapshot, first_at: Instant, int
             }
             loop {
                 match rx.try_recv() {
-                    Ok((outcome, at)) => tracker.reading(outcome, at),
+                    Ok((outcome, at)) => tracker.reading(outcome.map_err(|f| f.message().to_owned()), at),
                     Err(mpsc::TryRecvError::Empty) => break,
                     Err(mpsc::TryRecvError::Disconnected) => {
                         tracker.reading(Err("the reading thread stopped".to_owned()), Instant::now());

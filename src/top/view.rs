@@ -398,13 +398,18 @@ pub fn render(view: &View, frame: &mut Frame) {
     if h.interactive {
         title.push(Span::raw("  (q, Esc: quit)"));
     }
-    let status = match &h.link {
-        Link::Live => Line::from(vec![Span::raw("relay: "), Span::styled("live", Style::new().fg(Color::Green))]),
-        Link::Lost { error, for_ms } => Line::from(vec![
-            Span::raw("relay: "),
-            Span::styled(format!("NO ANSWER for {}", fmt_age_ms(Some(*for_ms))), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
-            Span::raw(format!(" (figures from before): {error}")),
-        ]),
+    // A lost link: the status line says so, and the line below the header
+    // (blank otherwise) says why, with the width of the frame for it.
+    let (status, why) = match &h.link {
+        Link::Live => (Line::from(vec![Span::raw("relay: "), Span::styled("live", Style::new().fg(Color::Green))]), None),
+        Link::Lost { error, for_ms } => (
+            Line::from(vec![
+                Span::raw("relay: "),
+                Span::styled(format!("NO ANSWER for {}", fmt_age_ms(Some(*for_ms))), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
+                Span::raw(" (the figures are from the last answer)"),
+            ]),
+            Some(Line::styled(error.clone(), Style::new().fg(Color::Red))),
+        ),
     };
     let n = &view.node;
     let rows = format!(
@@ -430,7 +435,9 @@ pub fn render(view: &View, frame: &mut Frame) {
         fmt_rate(n.retries_per_s),
         fmt_rate(n.dead_lettered_per_s),
     );
-    let head = Paragraph::new(vec![Line::from(title), status, Line::from(rows), Line::from(lanes), Line::from(rates)]);
+    let mut head = vec![Line::from(title), status, Line::from(rows), Line::from(lanes), Line::from(rates)];
+    head.extend(why);
+    let head = Paragraph::new(head);
 
     let ingest = table(
         &INGEST_COLS,
@@ -505,7 +512,9 @@ pub fn render(view: &View, frame: &mut Frame) {
         y = y.saturating_add(rows).saturating_add(1).min(bottom);
     };
     let len = |n: usize| u16::try_from(n + 1).unwrap_or(u16::MAX);
-    place(frame, 5, &|f, r| f.render_widget(&head, r));
+    // The header's five lines, and the reason of a lost link in the blank
+    // line after them.
+    place(frame, 5, &|f, r| f.render_widget(&head, Rect { height: (r.height + 1).min(bottom - r.y), ..r }));
     place(frame, len(view.ingest.len()), &|f, r| f.render_widget(&ingest, r));
     place(frame, len(view.delivery.len()), &|f, r| f.render_widget(&delivery, r));
     place(frame, len(view.tenants.len()), &|f, r| f.render_widget(&tenants, r));
@@ -815,20 +824,23 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
             interactive: false,
             link: Link::Lost { error: "cannot reach the admin listener".into(), for_ms: 3200 },
         };
-        let buf = rendered(&v, 100, 6);
+        let buf = rendered(&v, 100, 8);
         assert_eq!(
             lines(&buf),
             [
                 "ankusa top  http://127.0.0.1:8081  every 250 ms",
-                "relay: NO ANSWER for 3.2s (figures from before): cannot reach the admin listener",
+                "relay: NO ANSWER for 3.2s (the figures are from the last answer)",
                 "rows:  pending 13  in flight 1  dead 3  quarantined 0  oldest due 2.5s",
                 "lanes: 3 busy  1 blocked  4 members   sinks: 1 paused  1 open breakers",
                 "per s: accepted 10.0  delivered 7.0  retries 2.0  dead-lettered 0.5",
-                "",
+                "cannot reach the admin listener",
+                "SOURCE              REQ/S    2XX/S    4XX/S    5XX/S       2XX       4XX       5XX",
+                "orders               12.0     10.0      0.0      2.0        60         2         4",
             ]
         );
         assert_eq!(buf[(7, 1)].fg, Color::Red);
         assert!(buf[(7, 1)].modifier.contains(Modifier::BOLD));
+        assert_eq!((buf[(0, 5)].fg, buf[(0, 5)].modifier.contains(Modifier::BOLD)), (Color::Red, false));
     }
 
     #[test]

@@ -154,7 +154,7 @@ sources:
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
     let (code, out, err) = cli(&["top", "--once", "--admin", &format!("http://{closed}")], Some(TOKEN));
     assert_eq!((code, out.as_str()), (3, ""), "{err}");
-    assert!(err.contains("cannot reach the admin listener"), "{err}");
+    assert!(err.contains("cannot reach the admin listener") && err.contains("refused"), "{err}");
     let (code, _, err) = cli(&["top", "--once", "--interval-ms", "0", "--admin", &admin], Some(TOKEN));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--interval-ms") && err.contains("must be at least 1"), "{err}");
