@@ -170,15 +170,12 @@ fn parse_sample(line: &str) -> Result<Sample, String> {
     let value = fields.next().ok_or("no value")?;
     let value = parse_value(value).ok_or_else(|| format!("value {value:?} is not a number"))?;
     // An optional timestamp, then an optional exemplar (`# {...} v [ts]`).
-    match fields.next() {
-        None => {}
-        Some("#") => {}
-        Some(ts) if ts.parse::<f64>().is_ok() => {
-            if fields.next().is_some_and(|f| f != "#") {
-                return Err("text after the timestamp".into());
-            }
-        }
-        Some(other) => return Err(format!("unexpected {other:?} after the value")),
+    let mut before_exemplar = fields.take_while(|f| *f != "#");
+    match (before_exemplar.next(), before_exemplar.next()) {
+        (None, _) => {}
+        (Some(ts), _) if ts.parse::<f64>().is_err() => return Err(format!("unexpected {ts:?} after the value")),
+        (Some(_), None) => {}
+        (Some(_), Some(other)) => return Err(format!("unexpected {other:?} after the timestamp")),
     }
     Ok(Sample { name: name.to_owned(), labels, value })
 }
@@ -353,19 +350,19 @@ ankusa_build_info{version="0.1.0"} 1
     #[test]
     fn the_relays_exposition_parses_sample_by_sample() {
         let m = Metrics::parse(EXPOSITION).unwrap();
-        let got: Vec<(&str, Vec<(String, String)>, f64)> = m.samples.iter().map(|s| (s.name.as_str(), s.labels.clone(), s.value)).collect();
+        let sample = |name: &str, l: &[(&str, &str)], value: f64| Sample { name: name.into(), labels: labels(l), value };
         assert_eq!(
-            got,
+            m.samples,
             vec![
-                ("ankusa_queue_pending", vec![], 7.0),
-                ("ankusa_ingest_requests_total", labels(&[("source", "orders"), ("code", "200")]), 12.0),
-                ("ankusa_ingest_requests_total", labels(&[("source", "_none"), ("code", "404")]), 1.0),
-                ("ankusa_dispatch_oldest_due_age_seconds", vec![], 2.5),
-                ("ankusa_ingest_ack_seconds_sum", vec![], 0.25),
-                ("ankusa_ingest_ack_seconds_count", vec![], 3.0),
-                ("ankusa_ingest_ack_seconds_bucket", labels(&[("le", "0.0005")]), 0.0),
-                ("ankusa_ingest_ack_seconds_bucket", labels(&[("le", "+Inf")]), 3.0),
-                ("ankusa_build_info", labels(&[("version", "0.1.0")]), 1.0),
+                sample("ankusa_queue_pending", &[], 7.0),
+                sample("ankusa_ingest_requests_total", &[("source", "orders"), ("code", "200")], 12.0),
+                sample("ankusa_ingest_requests_total", &[("source", "_none"), ("code", "404")], 1.0),
+                sample("ankusa_dispatch_oldest_due_age_seconds", &[], 2.5),
+                sample("ankusa_ingest_ack_seconds_sum", &[], 0.25),
+                sample("ankusa_ingest_ack_seconds_count", &[], 3.0),
+                sample("ankusa_ingest_ack_seconds_bucket", &[("le", "0.0005")], 0.0),
+                sample("ankusa_ingest_ack_seconds_bucket", &[("le", "+Inf")], 3.0),
+                sample("ankusa_build_info", &[("version", "0.1.0")], 1.0),
             ]
         );
         assert_eq!(m.value("ankusa_queue_pending"), Some(7.0));
@@ -404,6 +401,7 @@ ankusa_build_info{version="0.1.0"} 1
             ("m one\n", "/metrics line 1: value \"one\" is not a number"),
             ("m\n", "/metrics line 1: no value"),
             ("m 1 x\n", "/metrics line 1: unexpected \"x\" after the value"),
+            ("m 1 2 x\n", "/metrics line 1: unexpected \"x\" after the timestamp"),
             ("# EOF\nm 1\n", "/metrics line 2: a line after # EOF"),
         ] {
             let e = Metrics::parse(text).unwrap_err();

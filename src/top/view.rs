@@ -390,7 +390,7 @@ fn table(cols: &[Col], width: u16, rows: Vec<Vec<String>>) -> Table<'static> {
 pub fn render(view: &View, frame: &mut Frame) {
     let area = frame.area();
     let h = &view.header;
-    let interval = if h.interval_ms % 1000 == 0 { format!("{} s", h.interval_ms / 1000) } else { format!("{} ms", h.interval_ms) };
+    let interval = if h.interval_ms.is_multiple_of(1000) { format!("{} s", h.interval_ms / 1000) } else { format!("{} ms", h.interval_ms) };
     let mut title = vec![
         Span::styled("ankusa top", Style::new().add_modifier(Modifier::BOLD)),
         Span::raw(format!("  {}  every {interval}", h.admin)),
