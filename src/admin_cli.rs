@@ -249,35 +249,81 @@ pub enum JobsCmd {
     },
 }
 
-/// Why a command failed, mapped to its exit code.
-enum Fail {
+/// Why a command failed, mapped to its exit code ([`EXIT_CODES`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fail {
+    /// 1: the API answered with an error (or an answer the CLI cannot read).
     Refused(String),
+    /// 2: a usage error found before anything was sent.
     Usage(String),
+    /// 3: the admin listener cannot be reached (or its answer broke off).
     Unreachable(String),
+    /// 4: 401 from the API: no or wrong `ANKUSA_ADMIN_TOKEN`.
     Unauthorized(String),
 }
 
 impl Fail {
-    fn exit(self) -> ExitCode {
-        let (code, msg) = match self {
-            Fail::Refused(m) => (1, m),
-            Fail::Usage(m) => (2, m),
-            Fail::Unreachable(m) => (3, m),
-            Fail::Unauthorized(m) => (4, m),
+    /// The message, without the exit code.
+    pub(crate) fn message(&self) -> &str {
+        match self {
+            Fail::Refused(m) | Fail::Usage(m) | Fail::Unreachable(m) | Fail::Unauthorized(m) => m,
+        }
+    }
+
+    /// Prints the message on stderr; the exit code.
+    pub(crate) fn exit(self) -> ExitCode {
+        let code = match &self {
+            Fail::Refused(_) => 1,
+            Fail::Usage(_) => 2,
+            Fail::Unreachable(_) => 3,
+            Fail::Unauthorized(_) => 4,
         };
-        eprintln!("ankusa: {msg}");
+        eprintln!("ankusa: {}", self.message());
         ExitCode::from(code)
     }
 }
 
-struct Api {
+/// A client of one relay's admin API: its base URL, the bearer token, the
+/// HTTP client.
+pub(crate) struct Api {
     base: String,
     token: Option<String>,
     client: reqwest::Client,
 }
 
+/// The client of the admin API at `admin` (`--admin`), with the token of
+/// `ANKUSA_ADMIN_TOKEN` and each request's deadline `timeout`: a usage error
+/// for an address that is not http(s) or a token HTTP cannot carry.
+pub(crate) fn connect(admin: &str, timeout: Duration) -> Result<Api, Fail> {
+    match reqwest::Url::parse(admin) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+        _ => {
+            return Err(Fail::Usage(format!(
+                "--admin {:?} is not an http:// or https:// address (e.g. http://127.0.0.1:8081)",
+                ankusa_config::redact_url(admin)
+            )));
+        }
+    }
+    // A token HTTP cannot carry (a trailing newline from a file, a space) is
+    // a usage error, not an unreachable listener.
+    let bad_token = || Fail::Usage("ANKUSA_ADMIN_TOKEN has spaces, control bytes or non-ASCII (a trailing newline?)".to_owned());
+    let token = match std::env::var("ANKUSA_ADMIN_TOKEN") {
+        Ok(t) => Some(t).filter(|t| !t.is_empty()),
+        Err(std::env::VarError::NotPresent) => None,
+        // Bytes that are not UTF-8: not unset, and not a token HTTP can carry.
+        Err(std::env::VarError::NotUnicode(_)) => return Err(bad_token()),
+    };
+    if token.as_ref().is_some_and(|t| !t.bytes().all(|b| b.is_ascii_graphic())) {
+        return Err(bad_token());
+    }
+    ankusa_sinks::http::install_crypto_provider();
+    let client = reqwest::Client::builder().timeout(timeout).build().map_err(|e| Fail::Unreachable(format!("cannot build an HTTP client: {e}")))?;
+    Ok(Api { base: admin.to_owned(), token, client })
+}
+
 impl Api {
-    async fn call(&self, method: reqwest::Method, path: &str, query: &[(&str, String)], body: Option<Value>) -> Result<Value, Fail> {
+    /// `method path?query` with `body`: the status and the answer's text.
+    async fn send(&self, method: &reqwest::Method, path: &str, query: &[(&str, String)], body: Option<Value>) -> Result<(reqwest::StatusCode, String), Fail> {
         let mut url = reqwest::Url::parse(&format!("{}{path}", self.base.trim_end_matches('/')))
             .map_err(|e| Fail::Usage(format!("--admin {}: not a URL ({e})", self.base)))?;
         if !query.is_empty() {
@@ -290,9 +336,23 @@ impl Api {
         if let Some(b) = body {
             req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b.to_string());
         }
-        let resp = req.send().await.map_err(|e| Fail::Unreachable(format!("cannot reach the admin listener at {}: {e}", self.base)))?;
+        // The innermost cause says why ("Connection refused (os error
+        // 111)"); reqwest's own message only names the URL.
+        let resp = req.send().await.map_err(|e| {
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(inner) = cause.source() {
+                cause = inner;
+            }
+            Fail::Unreachable(format!("cannot reach the admin listener at {}: {cause}", self.base))
+        })?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| Fail::Unreachable(format!("the admin listener's answer broke off: {e}")))?;
+        Ok((status, text))
+    }
+
+    /// `method path?query` with `body`: the answer's JSON, or why not.
+    async fn call(&self, method: reqwest::Method, path: &str, query: &[(&str, String)], body: Option<Value>) -> Result<Value, Fail> {
+        let (status, text) = self.send(&method, path, query, body).await?;
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
             return Ok(v);
@@ -305,6 +365,16 @@ impl Api {
 
     async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, Fail> {
         self.call(reqwest::Method::GET, path, query, None).await
+    }
+
+    /// `GET path` of an answer that is not JSON (`/metrics`): its text.
+    pub(crate) async fn get_text(&self, path: &str) -> Result<String, Fail> {
+        let (status, text) = self.send(&reqwest::Method::GET, path, &[], None).await?;
+        if status.is_success() {
+            return Ok(text);
+        }
+        let line = format!("GET {path}: {}", status.as_u16());
+        Err(if status == reqwest::StatusCode::UNAUTHORIZED { Fail::Unauthorized(format!("{line} (set ANKUSA_ADMIN_TOKEN)")) } else { Fail::Refused(line) })
     }
 }
 
@@ -331,35 +401,10 @@ pub fn main(conn: &Conn, command: Command) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match reqwest::Url::parse(&conn.admin) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
-        _ => {
-            return Fail::Usage(format!(
-                "--admin {:?} is not an http:// or https:// address (e.g. http://127.0.0.1:8081)",
-                ankusa_config::redact_url(&conn.admin)
-            ))
-            .exit();
-        }
-    }
-    // A token HTTP cannot carry (a trailing newline from a file, a space) is
-    // a usage error, not an unreachable listener.
-    let token = match std::env::var("ANKUSA_ADMIN_TOKEN") {
-        Ok(t) => Some(t).filter(|t| !t.is_empty()),
-        Err(std::env::VarError::NotPresent) => None,
-        // Bytes that are not UTF-8: not unset, and not a token HTTP can carry.
-        Err(std::env::VarError::NotUnicode(_)) => {
-            return Fail::Usage("ANKUSA_ADMIN_TOKEN has spaces, control bytes or non-ASCII (a trailing newline?)".to_owned()).exit();
-        }
+    let api = match connect(&conn.admin, Duration::from_secs(60)) {
+        Ok(api) => api,
+        Err(f) => return f.exit(),
     };
-    if token.as_ref().is_some_and(|t| !t.bytes().all(|b| b.is_ascii_graphic())) {
-        return Fail::Usage("ANKUSA_ADMIN_TOKEN has spaces, control bytes or non-ASCII (a trailing newline?)".to_owned()).exit();
-    }
-    ankusa_sinks::http::install_crypto_provider();
-    let client = match reqwest::Client::builder().timeout(Duration::from_secs(60)).build() {
-        Ok(c) => c,
-        Err(e) => return Fail::Unreachable(format!("cannot build an HTTP client: {e}")).exit(),
-    };
-    let api = Api { base: conn.admin.clone(), token, client };
     match rt.block_on(run(&api, conn.json, command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => f.exit(),
@@ -931,8 +976,8 @@ fn print_jobs(jobs: &[Value]) {
     }
 }
 
-/// Every page of a list.
-async fn all_pages(api: &Api, path: &str) -> Result<Value, Fail> {
+/// Every page of a list: `{"items": [...], "next_cursor": null}`.
+pub(crate) async fn all_pages(api: &Api, path: &str) -> Result<Value, Fail> {
     let mut all = Vec::new();
     let mut cursor: Option<String> = None;
     loop {

@@ -11,6 +11,8 @@
 //!   `pause`, `resume`, `quarantine list|show|release|drop`, `replay`,
 //!   `purge-tenant`, `retire-source`, `jobs`: the operator's commands, over
 //!   the admin API of a running relay (`admin_cli`).
+//! - `ankusa top [--once] [--interval-ms N]`: a terminal view of a running
+//!   relay, refreshed every N ms, over the same admin API (`top`).
 //! - `ankusa store check DATA_DIR [--repair-counters]`: the invariant checker
 //!   on a stopped store (`store`).
 //! - `ankusa store export DATA_DIR FILE`, `ankusa store import FILE DATA_DIR
@@ -29,6 +31,7 @@ mod serve;
 mod sinks;
 mod store;
 mod telemetry;
+mod top;
 mod unconfigured;
 
 use std::path::PathBuf;
@@ -111,6 +114,13 @@ enum Command {
         #[command(flatten)]
         conn: admin_cli::Conn,
     },
+    /// A live view of a running relay, refreshed every --interval-ms: ingest
+    /// and delivery rates per source and sink kind, pending, in flight,
+    /// lanes, blocked lanes, dead letters, the oldest due age, per tenant.
+    /// q, Esc or Ctrl-C quit. With --once, or when stdout is not a terminal,
+    /// one plain-text frame.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Top(top::Args),
     /// Every source: its sinks, how they are ordered, their breakers.
     #[command(after_help = admin_cli::EXIT_CODES)]
     Sources {
@@ -325,6 +335,7 @@ fn main() -> ExitCode {
             send::main(&send::Args { files: &files, url: &url, path: path.as_deref(), keep_going, timeout_ms })
         }
         Command::Tenants { conn } => admin_cli::main(&conn, admin_cli::Command::Tenants),
+        Command::Top(args) => top::main(&args),
         Command::Sources { conn } => admin_cli::main(&conn, admin_cli::Command::Sources),
         Command::Hooks { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Hooks(cmd)),
         Command::Dlq { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Dlq(cmd)),

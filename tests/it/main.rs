@@ -39,6 +39,7 @@ mod hangup;
 mod metrics;
 mod dashboard;
 mod logs;
+mod top;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]

@@ -1,0 +1,162 @@
+//! `ankusa top` through the real binary (issue 16): a relay with two
+//! tenants, five sources and two sink kinds is driven to a settled state
+//! (hooks delivered, one dead-lettered, a blocked lane with a member behind
+//! its head and an open breaker, a paused sink holding a hook, a path no
+//! source has), then `ankusa top --once` prints one plain-text frame whose
+//! every figure is asserted; `ankusa top` with stdout piped prints the same
+//! frame. Its exit codes: 2 usage (`--interval-ms 0`), 3 unreachable, 4
+//! unauthorized.
+//!
+//! No timing assertion: every figure is waited for (all of them final: the
+//! blocked lane's head is due again in an hour, the breaker stays open for
+//! an hour) before `top` reads it, so its rates over the window are 0.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::admin::{Admin, cli};
+use crate::relay::{Relay, config};
+use crate::sink::{Reply, Sink, until};
+
+const LONG: Duration = Duration::from_secs(120);
+const TOKEN: &str = "top-token";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_once_shows_every_figure_of_a_settled_relay() {
+    // One receiver: /ok delivers, /refuse is refused for good, /busy asks
+    // to come back in 10 minutes.
+    let sink = Sink::start(|r| match r.path.as_str() {
+        "/refuse" => Reply::Status(422),
+        "/busy" => Reply::RetryAfter(503, "600"),
+        _ => Reply::Status(200),
+    })
+    .await;
+    let url = |path: &str| format!("http://{}{path}", sink.addr);
+    let yaml = config(
+        "memory",
+        &format!(
+            "
+retry: {{base_ms: 10, max_ms: 20}}
+breaker: {{failures: 1, open_ms: 3600000}}
+tenants: [{{name: acme}}, {{name: beta}}]
+sources:
+  - name: orders
+    tenant: acme
+    sinks: [{{type: http, name: web, url: '{ok}'}}]
+  - name: bad
+    tenant: acme
+    sinks: [{{type: http, name: web, url: '{refuse}'}}]
+  - name: lanes
+    tenant: beta
+    sinks: [{{type: http, name: web, url: '{busy}', ordered: true, ordering_key: {{header: x-entity-id}}, retry: {{base_ms: 3600000, max_ms: 3600000}}}}]
+  - name: files
+    tenant: beta
+    sinks: [{{type: file, name: log, path: '{{DIR}}/deliveries.ndjson'}}]
+  - name: held
+    tenant: beta
+    sinks: [{{type: http, name: web, url: '{ok}', paused: true}}]
+",
+            ok = url("/ok"),
+            refuse = url("/refuse"),
+            busy = url("/busy"),
+        ),
+    )
+    .replace("admin: '{ADMIN}'}", &format!("admin: '{{ADMIN}}', admin_token: '{TOKEN}'}}"));
+    let relay = Relay::start(&yaml).await;
+    let api = Admin::new(&relay, Some(TOKEN));
+
+    for n in 0..3 {
+        relay.post("/hooks/orders", &[], format!(r#"{{"n":{n}}}"#)).await.id();
+    }
+    relay.post("/hooks/bad", &[], "{}").await.id();
+    // Lane k1: its head is attempted (503, back in an hour), then a member.
+    relay.post("/hooks/lanes", &[("x-entity-id", "k1")], r#"{"n":1}"#).await.id();
+    until("k1's head attempted", LONG, async || (sink.requests().iter().any(|r| r.path == "/busy")).then_some(())).await;
+    relay.post("/hooks/lanes", &[("x-entity-id", "k1")], r#"{"n":2}"#).await.id();
+    for n in 0..2 {
+        relay.post("/hooks/files", &[], format!(r#"{{"n":{n}}}"#)).await.id();
+    }
+    relay.post("/hooks/held", &[], "{}").await.id();
+    let posted_ms = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_millis() as u64;
+    let r = crate::relay::client().post(relay.url("/hooks/nobody")).body("{}").send().await.expect("POST");
+    assert_eq!(r.status(), 404);
+
+    // Settled: every figure final.
+    let settled: [(&str, f64); 10] = [
+        ("ankusa_dispatch_delivered_total", 5.0),
+        ("ankusa_dispatch_dead_lettered_total", 1.0),
+        ("ankusa_dispatch_retries_total", 1.0),
+        ("ankusa_dispatch_in_flight", 0.0),
+        ("ankusa_queue_pending", 3.0),
+        ("ankusa_dispatch_lanes_blocked", 1.0),
+        ("ankusa_dispatch_lane_members", 1.0),
+        ("ankusa_dispatch_paused", 1.0),
+        (r#"ankusa_dispatch_breakers{sink="http",state="open"}"#, 1.0),
+        (r#"ankusa_ingest_requests_total{source="_none",code="404"}"#, 1.0),
+    ];
+    until("the relay settled", LONG, async || {
+        let m = relay.metrics().await;
+        settled.iter().all(|(k, v)| m.get(*k) == Some(v)).then_some(())
+    })
+    .await;
+    // The paused sink's hook is held: beta's oldest live due row is then the
+    // lane head, due again in an hour (so nothing is due now).
+    until("the paused sink's hook held", LONG, async || {
+        (api.tenant("beta").await["oldest_due_at_ms"].as_u64().is_some_and(|d| d > posted_ms + 60_000)).then_some(())
+    })
+    .await;
+
+    let admin = format!("http://{}", relay.admin);
+    let (code, out, err) = cli(&["top", "--once", "--interval-ms", "300", "--admin", &admin], Some(TOKEN));
+    assert_eq!(code, 0, "{err}");
+    let expected = [
+        format!("ankusa top  {admin}  every 300 ms"),
+        "relay: live".into(),
+        "rows:  pending 3  in flight 0  dead 1  quarantined 0  oldest due 0.0s".into(),
+        "lanes: 1 busy  1 blocked  1 members   sinks: 1 paused  1 open breakers".into(),
+        "per s: accepted 0.0  delivered 0.0  retries 0.0  dead-lettered 0.0".into(),
+        String::new(),
+        "SOURCE              REQ/S    2XX/S    4XX/S    5XX/S       2XX       4XX       5XX".into(),
+        "bad                   0.0      0.0      0.0      0.0         1         0         0".into(),
+        "files                 0.0      0.0      0.0      0.0         2         0         0".into(),
+        "held                  0.0      0.0      0.0      0.0         1         0         0".into(),
+        "lanes                 0.0      0.0      0.0      0.0         2         0         0".into(),
+        "orders                0.0      0.0      0.0      0.0         3         0         0".into(),
+        "_none                 0.0      0.0      0.0      0.0         0         1         0".into(),
+        String::new(),
+        "SINK KIND  ENTRIES PAUSED  DELIV/S  RETRY/S   DEAD/S DELIVERED   RETRIES      DEAD OPEN BRK".into(),
+        "file             1      0      0.0      0.0      0.0         2         0         0        0".into(),
+        "http             4      1      0.0      0.0      0.0         3         1         1        1".into(),
+        String::new(),
+        "TENANT             PENDING IN FLIGHT   LANES BLOCKED      DEAD QUARANTINED OLDEST DUE  DELIV/S".into(),
+        "acme                     0         0       0       0         1           0          -      0.0".into(),
+        "beta                     3         0       1       1         0           0       0.0s      0.0".into(),
+    ];
+    assert_eq!(out.lines().collect::<Vec<_>>(), expected, "{out}");
+
+    // Without --once, stdout a pipe (`ankusa top | cat`): the same frame,
+    // and the address from ANKUSA_ADMIN.
+    let piped = std::process::Command::new(crate::relay::BIN)
+        .args(["top", "--interval-ms", "300"])
+        .env("ANKUSA_ADMIN", &admin)
+        .env("ANKUSA_ADMIN_TOKEN", TOKEN)
+        .env_remove("HTTP_PROXY")
+        .env_remove("http_proxy")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run ankusa top");
+    assert_eq!(piped.status.code(), Some(0), "{}", String::from_utf8_lossy(&piped.stderr));
+    assert_eq!(String::from_utf8_lossy(&piped.stdout), out);
+
+    // The exit codes: no token 4, nothing listening 3, usage 2.
+    let (code, out, err) = cli(&["top", "--once", "--admin", &admin], None);
+    assert_eq!((code, out.as_str()), (4, ""), "{err}");
+    assert!(err.contains("401") && err.contains("ANKUSA_ADMIN_TOKEN"), "{err}");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
+    let (code, out, err) = cli(&["top", "--once", "--admin", &format!("http://{closed}")], Some(TOKEN));
+    assert_eq!((code, out.as_str()), (3, ""), "{err}");
+    assert!(err.contains("cannot reach the admin listener") && err.contains("refused"), "{err}");
+    let (code, _, err) = cli(&["top", "--once", "--interval-ms", "0", "--admin", &admin], Some(TOKEN));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--interval-ms") && err.contains("must be at least 1"), "{err}");
+    assert_eq!(cli(&["top", "--once", "--admin", "ftp://127.0.0.1:1"], Some(TOKEN)).0, 2);
+}
