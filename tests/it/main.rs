@@ -39,6 +39,8 @@ mod hangup;
 mod metrics;
 mod dashboard;
 mod logs;
+mod console;
+mod webdriver;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]
