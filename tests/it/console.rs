@@ -320,7 +320,8 @@ async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser
                 posted += 1;
             }
             let mut seen = String::new();
-            while refreshed().await < from + 3 {
+            let stop = Instant::now() + WAIT;
+            while refreshed().await < from + 3 && Instant::now() < stop {
                 seen = text(b, "[data-rate='ingest'] [data-field='rate']").await.unwrap_or_default();
                 if seen.strip_suffix("/s").and_then(|r| r.replace(',', "").parse::<f64>().ok()).is_some_and(|r| r > 0.0) {
                     return Ok(seen);
