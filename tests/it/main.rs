@@ -40,6 +40,8 @@ mod metrics;
 mod dashboard;
 mod logs;
 mod top;
+mod console;
+mod webdriver;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(feature = "rabbitmq")]

@@ -1,12 +1,14 @@
 //! The admin listener (docs/design.md section 5, "Admin API"): `/metrics`
 //! (Prometheus text through `prometheus-client`, the Prometheus project's own
-//! Rust client), `/healthz`, `/readyz`, and the operator's JSON API under
+//! Rust client), `/healthz`, `/readyz`, the operator's JSON API under
 //! `/v1/` ([`ROUTES`], described by the OpenAPI 3.1 document served at
-//! `/v1/openapi.json`, `openapi.json` beside this file).
+//! `/v1/openapi.json`, `openapi.json` beside this file), and the operator
+//! console, a web page over that API at `/console` ([`console`]).
 //!
 //! # Access
-//! - With `listeners.admin_token`, every route but `/healthz` and `/readyz`
-//!   needs `Authorization: Bearer <token>` (`/metrics` only with
+//! - With `listeners.admin_token`, every route but `/healthz`, `/readyz` and
+//!   the operator console's static files ([`console`]) needs
+//!   `Authorization: Bearer <token>` (`/metrics` only with
 //!   `listeners.metrics_require_token`); the token is compared in constant
 //!   time (SHA-256 of both sides, then `subtle`), and a missing or wrong one
 //!   is 401 `unauthorized` with nothing changed.
@@ -38,6 +40,7 @@
 //! label comes from a key, a tenant or a lane, so the series count is fixed.
 
 pub mod api;
+pub mod console;
 mod dlq;
 pub mod jobs;
 mod pause;
@@ -104,6 +107,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/readyz"),
     ("GET", "/metrics"),
     ("GET", "/v1/openapi.json"),
+    ("GET", console::PAGE),
+    ("GET", console::SCRIPT),
+    ("GET", console::STYLE),
     ("GET", "/v1/tenants"),
     ("GET", "/v1/tenants/{tenant}"),
     ("GET", "/v1/tenants/{tenant}/hooks/{seq}"),
@@ -706,7 +712,9 @@ async fn handle<K: Kv>(state: Arc<AdminState<K>>, registry: Arc<MetricsRegistry>
     let open = match path.as_str() {
         "/healthz" | "/readyz" => true,
         "/metrics" => !state.config.listeners.metrics_require_token,
-        _ => false,
+        // The console's static files hold no data; the page sends the token
+        // with every API call it makes.
+        p => console::is_console_path(p),
     };
     if !open
         && let Some(token) = &token
@@ -753,6 +761,9 @@ async fn handle<K: Kv>(state: Arc<AdminState<K>>, registry: Arc<MetricsRegistry>
             };
         }
         "/v1/openapi.json" => return text(StatusCode::OK, "application/json", OPENAPI_JSON.to_owned()),
+        p if console::is_console_path(p) => {
+            return console::response(p).unwrap_or_else(|| error_resp(&ApiError::not_found(format!("no admin route {path}"))));
+        }
         _ => {}
     }
     let query = match Query::parse(req.uri().query()) {
