@@ -616,7 +616,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate
         );
     } else {
         println!("ankusa {} ({} store at {})", env!("CARGO_PKG_VERSION"), cfg.node.store.as_str(), cfg.node.data_dir.display());
-        println!("ingest: http://{}  admin: http://{} (/v1/ API, /metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
+        println!("ingest: http://{}  admin: http://{} (/console, /v1/ API, /metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
         for d in &destinations {
             println!("  {d}");
         }
