@@ -346,7 +346,7 @@ impl Api {
             Fail::Unreachable(format!("cannot reach the admin listener at {}: {cause}", self.base))
         })?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| Fail::Unreachable(format!("the admin listener's answer broke off: {e}")))?;
+        let text = read_answer(resp, method, path).await?;
         Ok((status, text))
     }
 
@@ -376,6 +376,41 @@ impl Api {
         let line = format!("GET {path}: {}", status.as_u16());
         Err(if status == reqwest::StatusCode::UNAUTHORIZED { Fail::Unauthorized(format!("{line} (set ANKUSA_ADMIN_TOKEN)")) } else { Fail::Refused(line) })
     }
+}
+
+/// The largest answer the CLI reads from the admin listener, bytes: far
+/// above any page of the API (1,000 items) or `/metrics` (its series are
+/// bounded by the configuration), so only something that is not the relay
+/// reaches it.
+pub(crate) const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+/// The body of `resp` as text (bytes that are not UTF-8 replaced), read
+/// chunk by chunk up to [`MAX_ANSWER_BYTES`].
+///
+/// # Errors
+/// [`Fail::Refused`] for a longer answer (nothing more is read),
+/// [`Fail::Unreachable`] for one that broke off.
+async fn read_answer(mut resp: reqwest::Response, method: &reqwest::Method, path: &str) -> Result<String, Fail> {
+    let mut body: Vec<u8> = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                    return Err(Fail::Refused(format!(
+                        "{method} {path}: the answer is over {} MiB: not an answer of the admin API",
+                        MAX_ANSWER_BYTES / (1024 * 1024)
+                    )));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => return Err(Fail::Unreachable(format!("the admin listener's answer broke off: {e}"))),
+        }
+    }
+    Ok(match String::from_utf8(body) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
 }
 
 /// What the admin subcommands run.
@@ -977,15 +1012,31 @@ fn print_jobs(jobs: &[Value]) {
 }
 
 /// Every page of a list: `{"items": [...], "next_cursor": null}`.
+///
+/// # Errors
+/// The API's, and [`Fail::Refused`] for an answer that would page forever:
+/// a `next_cursor` the listing gave before (the API's cursors only move
+/// forward), or a page with no items that still names a next one.
 pub(crate) async fn all_pages(api: &Api, path: &str) -> Result<Value, Fail> {
     let mut all = Vec::new();
     let mut cursor: Option<String> = None;
+    let mut seen = std::collections::HashSet::new();
     loop {
         let mut q = vec![("limit", "1000".to_owned())];
         q.extend(cursor.take().map(|c| ("cursor", c)));
         let v = api.get(path, &q).await?;
-        all.extend(items(&v));
+        let page = items(&v);
+        let empty = page.is_empty();
+        all.extend(page);
         match v["next_cursor"].as_str() {
+            Some(c) if empty || !seen.insert(c.to_owned()) => {
+                return Err(Fail::Refused(format!(
+                    "GET {path}: the listing does not end (a page {} next_cursor {:?}): is {} an Ankusa admin listener?",
+                    if empty { "with no items names" } else { "names again the" },
+                    c.chars().take(64).collect::<String>(),
+                    api.base
+                )));
+            }
             Some(c) => cursor = Some(c.to_owned()),
             None => return Ok(json!({ "items": all, "next_cursor": null })),
         }
