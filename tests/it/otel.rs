@@ -439,8 +439,9 @@ async fn an_unreachable_collector_costs_a_warning_and_the_spans() {
 }
 
 /// Settings the export cannot run with are refused by name: a filter that
-/// does not parse (`check-config`, exit 2) and a protocol this build does not
-/// speak (`serve`, exit 2, before it opens the store).
+/// does not parse (`check-config`, exit 2), a protocol this build does not
+/// speak and a batch processor's queue of 0 (`serve`, exit 2, before it
+/// opens the store).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_the_export_cannot_run_with_are_refused_by_name() {
     let sink = Sink::ok().await;
@@ -467,4 +468,15 @@ async fn settings_the_export_cannot_run_with_are_refused_by_name() {
         "{out}"
     );
     assert!(!dir.path().join("data").exists(), "the store was created: {out}");
+
+    // Regression (brk16): a queue of 0 spans panicked in the SDK at start
+    // ("mpsc bounded channel requires buffer > 0", exit 101).
+    let (status, out) = run_cli_env(
+        &[OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()],
+        dir.path(),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"), ("OTEL_BSP_MAX_QUEUE_SIZE", "0")],
+    );
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains("OTEL_BSP_MAX_QUEUE_SIZE=0: expected the spans queued at most, a whole number from 1 to 1048576"), "{out}");
+    assert!(!out.contains("panicked"), "{out}");
 }
