@@ -438,6 +438,45 @@ async fn an_unreachable_collector_costs_a_warning_and_the_spans() {
     assert!(relay.log().contains("stopped cleanly"), "{}", relay.log());
 }
 
+/// A collector that takes the connection and never answers (every export
+/// held open until the exporter's timeout), with a queue of 4 spans that
+/// is full at once: ingest never waits on it (every hook acknowledged 200
+/// and delivered while the exports hang and spans are dropped), the log
+/// says why, and the relay still stops cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_never_answers_holds_up_neither_ingest_nor_the_stop() {
+    let collector = Sink::start(|_| Reply::Hold).await;
+    let sink = Sink::ok().await;
+    let endpoint = format!("http://{}", collector.addr);
+    let mut relay = Relay::start_with_env(
+        &template(&sink, ""),
+        &[
+            ("RUST_LOG", "info"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "1000"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "4"),
+        ],
+    )
+    .await;
+    until("an export held by the collector", LONG, async || {
+        relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], "{\"warm\":1}").await.id();
+        (collector.request_count() > 0).then_some(())
+    })
+    .await;
+    for i in 0..20 {
+        let a = relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], format!("{{\"i\":{i}}}")).await;
+        assert_eq!(a.status, 200, "{a:?}");
+    }
+    until("the twenty hooks delivered", LONG, async || (sink.delivered().iter().filter(|r| r.json()["i"].is_number()).count() == 20).then_some(())).await;
+    let warning = format!("OTel export to {endpoint}/v1/traces failed (no answer within the timeout)");
+    until("the export's warning", LONG, async || relay.log().contains(&warning).then_some(())).await;
+    relay.sigterm();
+    let status = relay.wait_exit(LONG).await;
+    assert!(status.success(), "{status:?}\n{}", relay.log());
+    assert!(relay.log().contains("stopped cleanly"), "{}", relay.log());
+}
+
 /// Settings the export cannot run with are refused by name: a filter that
 /// does not parse (`check-config`, exit 2), a protocol this build does not
 /// speak and a batch processor's queue of 0 (`serve`, exit 2, before it
