@@ -48,7 +48,7 @@ pub(crate) enum Plan {
     /// `OTEL_SDK_DISABLED=true` while something asked for one.
     Disabled,
     /// Export with these settings.
-    Export(Settings),
+    Export(Box<Settings>),
 }
 
 /// The export's settings, from `node.otel` and the environment.
@@ -209,13 +209,13 @@ pub(crate) fn settings(node: &Node, env: Env<'_>) -> Result<Plan, String> {
         .and_then(|o| o.service_name.clone())
         .or_else(|| env("OTEL_SERVICE_NAME").filter(|v| !v.trim().is_empty()));
     let batching = batching(env)?;
-    Ok(Plan::Export(Settings {
+    Ok(Plan::Export(Box::new(Settings {
         target: Target { url, headers, timeout },
         endpoint_from,
         service_name,
         filter: otel.map_or_else(|| ankusa_config::defaults::OTEL_FILTER.to_owned(), |o| o.filter.clone()),
         batching,
-    }))
+    })))
 }
 
 /// A base endpoint with the traces path appended (the specification's rule
@@ -308,7 +308,7 @@ pub(super) fn start(node: &Node, rt: &tokio::runtime::Handle) -> Result<Started,
     let s = match settings(node, &|v| std::env::var(v).ok())? {
         Plan::Off => return Ok(Started::Off),
         Plan::Disabled => return Ok(Started::Not { warn: false, why: "OTEL_SDK_DISABLED=true: no spans are exported".to_owned() }),
-        Plan::Export(s) => s,
+        Plan::Export(s) => *s,
     };
     let filter = export_filter(&s.filter).map_err(|e| format!("node.otel.filter: {e}"))?;
     let endpoint = ankusa_config::redact_url(s.target.url.as_str());
@@ -420,7 +420,7 @@ mod tests {
 
     fn export(p: Result<Plan, String>) -> Settings {
         match p {
-            Ok(Plan::Export(s)) => s,
+            Ok(Plan::Export(s)) => *s,
             other => panic!("expected an export, got {other:?}"),
         }
     }
