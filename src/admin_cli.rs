@@ -355,6 +355,17 @@ impl Api {
         let (status, text) = self.send(&method, path, query, body).await?;
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
+            // Every 2xx of the API is a JSON object: anything else (an HTML
+            // page, an empty body) is not the relay's, and read as one it
+            // would show an empty relay.
+            if let Value::String(text) = &v {
+                return Err(Fail::Refused(format!(
+                    "{method} {path}: {} with an answer that is not JSON ({:?}): is {} an Ankusa admin listener?",
+                    status.as_u16(),
+                    text.chars().take(80).collect::<String>(),
+                    self.base
+                )));
+            }
             return Ok(v);
         }
         let msg = v["error"]["message"].as_str().map_or_else(|| v.to_string(), str::to_owned);

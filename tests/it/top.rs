@@ -244,8 +244,9 @@ const NO_ITEMS: &str = r#"{"items": [], "next_cursor": null}"#;
 /// page while the answer named a `next_cursor`, so a listener answering the
 /// same page and cursor again kept it reading forever (its memory growing),
 /// and an answer of any size was read whole. Now a listing that does not end
-/// and an answer over 64 MiB are exit 1 with a reason, and `/metrics` that
-/// is not UTF-8 is a parse error naming the line.
+/// and an answer over 64 MiB are exit 1 with a reason, as is a 2xx answer
+/// that is not JSON (it read as a relay with nothing in it), and `/metrics`
+/// that is not UTF-8 is a parse error naming the line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_against_a_listener_that_is_not_the_relay_exits_with_a_reason() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -283,6 +284,16 @@ async fn top_against_a_listener_that_is_not_the_relay_exits_with_a_reason() {
     let (code, out) = top(&empty.url());
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("the listing does not end (a page with no items names next_cursor \"x\")"), "{out}");
+
+    // A web server answering 200 and a page that is not JSON: read as the
+    // API it was an empty relay.
+    let html = NotTheRelay::start(|_| Canned::json("<!doctype html><p>It works!"));
+    let (code, out) = top(&html.url());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("ankusa: GET /v1/tenants: 200 with an answer that is not JSON (\"<!doctype html><p>It works!\"): is {} an Ankusa admin listener?", html.url())),
+        "{out}"
+    );
 
     // /metrics of 65 MiB (comment lines: it would parse).
     let huge = NotTheRelay::start(|path| match path {
