@@ -270,7 +270,8 @@ impl Fail {
         }
     }
 
-    /// Prints the message on stderr; the exit code.
+    /// Prints the message on stderr (its control characters but line breaks
+    /// escaped, [`printable`]); the exit code.
     pub(crate) fn exit(self) -> ExitCode {
         let code = match &self {
             Fail::Refused(_) => 1,
@@ -278,9 +279,16 @@ impl Fail {
             Fail::Unreachable(_) => 3,
             Fail::Unauthorized(_) => 4,
         };
-        eprintln!("ankusa: {}", self.message());
+        eprintln!("ankusa: {}", printable(self.message()));
         ExitCode::from(code)
     }
+}
+
+/// `text` with every control character but `\n` written as its escape
+/// (`\u{1b}`): a message quotes what the admin listener answered, and the
+/// terminal must not run escape sequences from it (a title, the clipboard).
+pub(crate) fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() && c != '\n' { c.escape_unicode().to_string() } else { c.to_string() }).collect()
 }
 
 /// A client of one relay's admin API: its base URL, the bearer token, the
@@ -1117,3 +1125,14 @@ pub fn non_empty(text: &str) -> Result<String, String> {
     if text.is_empty() { Err("must not be empty (leave the option out instead)".to_owned()) } else { Ok(text.to_owned()) }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_prints_without_the_terminals_control_characters() {
+        assert_eq!(printable("GET /v1/tenants: 500 x: \u{1b}]0;pwned\u{7}done\r\nnext"), "GET /v1/tenants: 500 x: \\u{1b}]0;pwned\\u{7}done\\u{d}\nnext");
+        assert_eq!(printable("plain: naïve ✓"), "plain: naïve ✓");
+    }
+}

@@ -295,6 +295,17 @@ async fn top_against_a_listener_that_is_not_the_relay_exits_with_a_reason() {
         "{out}"
     );
 
+    // An error whose message would drive the terminal (set its title): the
+    // escape sequence is printed as text.
+    let escapes = NotTheRelay::start(|_| {
+        let body = br#"{"error": {"code": "x", "message": "\u001b]0;pwned\u0007 boom"}}"#;
+        Canned { status: 500, head: body.to_vec(), fill: b' ', len: body.len() }
+    });
+    let (code, out) = top(&escapes.url());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+    assert!(out.contains("GET /v1/tenants: 500 x: \\u{1b}]0;pwned\\u{7} boom"), "{out}");
+
     // /metrics of 65 MiB (comment lines: it would parse).
     let huge = NotTheRelay::start(|path| match path {
         "/metrics" => Canned { status: 200, head: b"# ".to_vec(), fill: b'#', len: 65 << 20 },
