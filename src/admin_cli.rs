@@ -270,7 +270,8 @@ impl Fail {
         }
     }
 
-    /// Prints the message on stderr; the exit code.
+    /// Prints the message on stderr (its control characters but line breaks
+    /// escaped, [`printable`]); the exit code.
     pub(crate) fn exit(self) -> ExitCode {
         let code = match &self {
             Fail::Refused(_) => 1,
@@ -278,9 +279,16 @@ impl Fail {
             Fail::Unreachable(_) => 3,
             Fail::Unauthorized(_) => 4,
         };
-        eprintln!("ankusa: {}", self.message());
+        eprintln!("ankusa: {}", printable(self.message()));
         ExitCode::from(code)
     }
+}
+
+/// `text` with every control character but `\n` written as its escape
+/// (`\u{1b}`): a message quotes what the admin listener answered, and the
+/// terminal must not run escape sequences from it (a title, the clipboard).
+pub(crate) fn printable(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() && c != '\n' { c.escape_unicode().to_string() } else { c.to_string() }).collect()
 }
 
 /// A client of one relay's admin API: its base URL, the bearer token, the
@@ -346,7 +354,7 @@ impl Api {
             Fail::Unreachable(format!("cannot reach the admin listener at {}: {cause}", self.base))
         })?;
         let status = resp.status();
-        let text = resp.text().await.map_err(|e| Fail::Unreachable(format!("the admin listener's answer broke off: {e}")))?;
+        let text = read_answer(resp, method, path).await?;
         Ok((status, text))
     }
 
@@ -355,6 +363,17 @@ impl Api {
         let (status, text) = self.send(&method, path, query, body).await?;
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
+            // Every 2xx of the API is a JSON object: anything else (an HTML
+            // page, an empty body) is not the relay's, and read as one it
+            // would show an empty relay.
+            if let Value::String(text) = &v {
+                return Err(Fail::Refused(format!(
+                    "{method} {path}: {} with an answer that is not JSON ({:?}): is {} an Ankusa admin listener?",
+                    status.as_u16(),
+                    text.chars().take(80).collect::<String>(),
+                    self.base
+                )));
+            }
             return Ok(v);
         }
         let msg = v["error"]["message"].as_str().map_or_else(|| v.to_string(), str::to_owned);
@@ -376,6 +395,41 @@ impl Api {
         let line = format!("GET {path}: {}", status.as_u16());
         Err(if status == reqwest::StatusCode::UNAUTHORIZED { Fail::Unauthorized(format!("{line} (set ANKUSA_ADMIN_TOKEN)")) } else { Fail::Refused(line) })
     }
+}
+
+/// The largest answer the CLI reads from the admin listener, bytes: far
+/// above any page of the API (1,000 items) or `/metrics` (its series are
+/// bounded by the configuration), so only something that is not the relay
+/// reaches it.
+pub(crate) const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+/// The body of `resp` as text (bytes that are not UTF-8 replaced), read
+/// chunk by chunk up to [`MAX_ANSWER_BYTES`].
+///
+/// # Errors
+/// [`Fail::Refused`] for a longer answer (nothing more is read),
+/// [`Fail::Unreachable`] for one that broke off.
+async fn read_answer(mut resp: reqwest::Response, method: &reqwest::Method, path: &str) -> Result<String, Fail> {
+    let mut body: Vec<u8> = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                    return Err(Fail::Refused(format!(
+                        "{method} {path}: the answer is over {} MiB: not an answer of the admin API",
+                        MAX_ANSWER_BYTES / (1024 * 1024)
+                    )));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => return Err(Fail::Unreachable(format!("the admin listener's answer broke off: {e}"))),
+        }
+    }
+    Ok(match String::from_utf8(body) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
 }
 
 /// What the admin subcommands run.
@@ -977,15 +1031,31 @@ fn print_jobs(jobs: &[Value]) {
 }
 
 /// Every page of a list: `{"items": [...], "next_cursor": null}`.
+///
+/// # Errors
+/// The API's, and [`Fail::Refused`] for an answer that would page forever:
+/// a `next_cursor` the listing gave before (the API's cursors only move
+/// forward), or a page with no items that still names a next one.
 pub(crate) async fn all_pages(api: &Api, path: &str) -> Result<Value, Fail> {
     let mut all = Vec::new();
     let mut cursor: Option<String> = None;
+    let mut seen = std::collections::HashSet::new();
     loop {
         let mut q = vec![("limit", "1000".to_owned())];
         q.extend(cursor.take().map(|c| ("cursor", c)));
         let v = api.get(path, &q).await?;
-        all.extend(items(&v));
+        let page = items(&v);
+        let empty = page.is_empty();
+        all.extend(page);
         match v["next_cursor"].as_str() {
+            Some(c) if empty || !seen.insert(c.to_owned()) => {
+                return Err(Fail::Refused(format!(
+                    "GET {path}: the listing does not end (a page {} next_cursor {:?}): is {} an Ankusa admin listener?",
+                    if empty { "with no items names" } else { "names again the" },
+                    c.chars().take(64).collect::<String>(),
+                    api.base
+                )));
+            }
             Some(c) => cursor = Some(c.to_owned()),
             None => return Ok(json!({ "items": all, "next_cursor": null })),
         }
@@ -1055,3 +1125,14 @@ pub fn non_empty(text: &str) -> Result<String, String> {
     if text.is_empty() { Err("must not be empty (leave the option out instead)".to_owned()) } else { Ok(text.to_owned()) }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_prints_without_the_terminals_control_characters() {
+        assert_eq!(printable("GET /v1/tenants: 500 x: \u{1b}]0;pwned\u{7}done\r\nnext"), "GET /v1/tenants: 500 x: \\u{1b}]0;pwned\\u{7}done\\u{d}\nnext");
+        assert_eq!(printable("plain: naïve ✓"), "plain: naïve ✓");
+    }
+}

@@ -40,11 +40,13 @@ pub const BODY_BOUNDS_BYTES: &[u64] = &[256, 1 << 10, 4 << 10, 16 << 10, 64 << 1
 /// `max_group_hooks`).
 pub const GROUP_BOUNDS_HOOKS: &[u64] = &[0, 1, 2, 4, 8, 16, 32, 64, 128, 256];
 
-/// Nanoseconds to seconds: the scale of a latency histogram.
-pub const NANOS: f64 = 1e-9;
+/// Nanoseconds per second: a latency histogram's integer units per base
+/// unit. Its bounds are divided by it (exact for whole seconds: 30 s is
+/// `30`, where multiplying by the inexact `1e-9` showed `30.000000000000005`).
+pub const NANOS_PER_SECOND: f64 = 1e9;
 
 /// A histogram with fixed bucket bounds, in integer units (nanoseconds,
-/// bytes, hooks) and shown in the base unit (`value * scale`: seconds for
+/// bytes, hooks) and shown in the base unit (`value / per_unit`: seconds for
 /// nanoseconds). [`Histogram::observe`] is two relaxed `fetch_add`s and a
 /// binary search of the bounds; the count is the sum of the buckets, read at
 /// scrape time.
@@ -55,7 +57,7 @@ pub struct Histogram {
     /// the last one values above every bound (`+Inf`).
     counts: Box<[AtomicU64]>,
     sum: AtomicU64,
-    scale: f64,
+    per_unit: f64,
 }
 
 /// A histogram as read at one moment, in the base unit: what the admin
@@ -74,15 +76,15 @@ pub struct HistogramSnapshot {
 
 impl Histogram {
     /// An empty histogram with `bounds` (ascending, in the integer unit) and
-    /// `scale` (base unit per integer unit: [`NANOS`] for seconds, 1.0 for
-    /// bytes and hooks).
-    pub fn new(bounds: &'static [u64], scale: f64) -> Histogram {
-        Histogram { bounds, counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum: AtomicU64::new(0), scale }
+    /// `per_unit` (integer units per base unit: [`NANOS_PER_SECOND`] for
+    /// seconds, 1.0 for bytes and hooks).
+    pub fn new(bounds: &'static [u64], per_unit: f64) -> Histogram {
+        Histogram { bounds, counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum: AtomicU64::new(0), per_unit }
     }
 
     /// A latency histogram ([`LATENCY_BOUNDS_NS`], shown in seconds).
     pub fn latency() -> Histogram {
-        Histogram::new(LATENCY_BOUNDS_NS, NANOS)
+        Histogram::new(LATENCY_BOUNDS_NS, NANOS_PER_SECOND)
     }
 
     /// Counts one value (in the integer unit).
@@ -112,12 +114,12 @@ impl Histogram {
         let buckets: Vec<(f64, u64)> = self
             .bounds
             .iter()
-            .map(|b| *b as f64 * self.scale)
+            .map(|b| *b as f64 / self.per_unit)
             .chain(std::iter::once(f64::INFINITY))
             .zip(self.counts.iter().map(|c| c.load(Ordering::Relaxed)))
             .collect();
         let count = buckets.iter().map(|(_, n)| n).sum();
-        HistogramSnapshot { buckets, count, sum: self.sum.load(Ordering::Relaxed) as f64 * self.scale }
+        HistogramSnapshot { buckets, count, sum: self.sum.load(Ordering::Relaxed) as f64 / self.per_unit }
     }
 }
 
@@ -288,6 +290,20 @@ mod tests {
         assert_eq!(le_5ms.1, 1);
         let le_50ms = s.buckets.iter().find(|(b, _)| (*b - 0.05).abs() < 1e-12).unwrap();
         assert_eq!(le_50ms.1, 1);
+    }
+
+    /// Regression (brk16): the bounds were `ns * 1e-9`, and `/metrics`
+    /// showed the top latency bucket as `le="30.000000000000005"` (a
+    /// dashboard's `le="30"` matched nothing). Each bound is now the
+    /// decimal it is written as.
+    #[test]
+    fn latency_bounds_are_the_decimals_they_are_written_as() {
+        let bounds: Vec<f64> = Histogram::latency().snapshot().buckets.iter().map(|(b, _)| *b).collect();
+        assert_eq!(
+            bounds,
+            [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, f64::INFINITY]
+        );
+        assert_eq!(bounds.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(" "), "0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 inf");
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub(crate) enum Plan {
     /// `OTEL_SDK_DISABLED=true` while something asked for one.
     Disabled,
     /// Export with these settings.
-    Export(Settings),
+    Export(Box<Settings>),
 }
 
 /// The export's settings, from `node.otel` and the environment.
@@ -65,6 +65,79 @@ pub(crate) struct Settings {
     pub service_name: Option<String>,
     /// The export filter's directives as given (`node.otel.filter`).
     pub filter: String,
+    /// The batch span processor's settings (`OTEL_BSP_*`).
+    pub batching: Batching,
+}
+
+/// The batch span processor's settings: the specification's `OTEL_BSP_*`
+/// variables, each a whole number above 0 (unset or empty: the default),
+/// read and checked here so that a value the SDK would ignore silently, or
+/// panic on (a queue of 0), is refused by name instead.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Batching {
+    /// Spans queued at most between the ingest path and the export task
+    /// (`OTEL_BSP_MAX_QUEUE_SIZE`, default 2,048, at most [`MAX_QUEUE`]).
+    pub max_queue_size: usize,
+    /// Time between two exports of what is queued
+    /// (`OTEL_BSP_SCHEDULE_DELAY`, ms, default 5,000).
+    pub scheduled_delay: Duration,
+    /// Spans per export at most (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, default
+    /// 512; above the queue size it is the queue size, as the specification
+    /// says).
+    pub max_export_batch_size: usize,
+    /// The processor's own bound on one export (`OTEL_BSP_EXPORT_TIMEOUT`,
+    /// ms, default 30,000); the exporter's is `OTEL_EXPORTER_OTLP_TIMEOUT`.
+    pub max_export_timeout: Duration,
+    /// Exports running at once (`OTEL_BSP_MAX_CONCURRENT_EXPORTS`, the
+    /// SDK's variable, default 1).
+    pub max_concurrent_exports: usize,
+}
+
+/// The largest `OTEL_BSP_MAX_QUEUE_SIZE` taken: about a gigabyte of spans
+/// (a queue this long is memory, not a buffer against a slow collector).
+pub(crate) const MAX_QUEUE: u64 = 1 << 20;
+
+/// The SDK's variable for concurrent exports (its constant is private).
+const OTEL_BSP_MAX_CONCURRENT_EXPORTS: &str = "OTEL_BSP_MAX_CONCURRENT_EXPORTS";
+
+/// `OTEL_BSP_*` from `env` ([`Batching`]).
+///
+/// # Errors
+/// A variable that is not a whole number above 0 (or a queue above
+/// [`MAX_QUEUE`]), named with its value and what it sets.
+fn batching(env: Env<'_>) -> Result<Batching, String> {
+    use opentelemetry_sdk::trace as sdk;
+    let positive = |var: &'static str, what: &str, default: u64, max: u64| -> Result<u64, String> {
+        let Some((_, v)) = first_var(env, &[var]) else { return Ok(default) };
+        match v.parse::<u64>() {
+            Ok(n) if n > 0 && n <= max => Ok(n),
+            _ if max < u64::MAX => Err(format!("{var}={v}: expected {what}, a whole number from 1 to {max}")),
+            _ => Err(format!("{var}={v}: expected {what}, a whole number above 0")),
+        }
+    };
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let as_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    let max_queue_size = as_usize(positive(sdk::OTEL_BSP_MAX_QUEUE_SIZE, "the spans queued at most", sdk::OTEL_BSP_MAX_QUEUE_SIZE_DEFAULT as u64, MAX_QUEUE)?);
+    let scheduled_delay = Duration::from_millis(positive(
+        sdk::OTEL_BSP_SCHEDULE_DELAY,
+        "the milliseconds between two exports",
+        ms(sdk::OTEL_BSP_SCHEDULE_DELAY_DEFAULT),
+        u64::MAX,
+    )?);
+    let batch = as_usize(positive(
+        sdk::OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
+        "the spans of one export at most",
+        sdk::OTEL_BSP_MAX_EXPORT_BATCH_SIZE_DEFAULT as u64,
+        u64::MAX,
+    )?);
+    let max_export_timeout = Duration::from_millis(positive(
+        sdk::OTEL_BSP_EXPORT_TIMEOUT,
+        "the milliseconds one export may take",
+        ms(sdk::OTEL_BSP_EXPORT_TIMEOUT_DEFAULT),
+        u64::MAX,
+    )?);
+    let max_concurrent_exports = as_usize(positive(OTEL_BSP_MAX_CONCURRENT_EXPORTS, "the exports running at once", 1, u64::MAX)?);
+    Ok(Batching { max_queue_size, scheduled_delay, max_export_batch_size: batch.min(max_queue_size), max_export_timeout, max_concurrent_exports })
 }
 
 /// Reads a variable; unset and empty are the same (the specification's).
@@ -82,7 +155,8 @@ fn first_var(env: Env<'_>, vars: &[&'static str]) -> Option<(&'static str, Strin
 /// A variable the export cannot run with, named with what it accepts:
 /// an endpoint that is not an http(s) URL, a protocol other than
 /// `http/protobuf`, a compression other than `none`, a timeout that is not a
-/// whole number of milliseconds, headers that are not `name=value,...`.
+/// whole number of milliseconds, headers that are not `name=value,...`, an
+/// `OTEL_BSP_*` that is not a whole number above 0 ([`Batching`]).
 /// Header values are never in a message.
 pub(crate) fn settings(node: &Node, env: Env<'_>) -> Result<Plan, String> {
     let otel = node.otel.as_ref();
@@ -134,12 +208,14 @@ pub(crate) fn settings(node: &Node, env: Env<'_>) -> Result<Plan, String> {
     let service_name = otel
         .and_then(|o| o.service_name.clone())
         .or_else(|| env("OTEL_SERVICE_NAME").filter(|v| !v.trim().is_empty()));
-    Ok(Plan::Export(Settings {
+    let batching = batching(env)?;
+    Ok(Plan::Export(Box::new(Settings {
         target: Target { url, headers, timeout },
         endpoint_from,
         service_name,
         filter: otel.map_or_else(|| ankusa_config::defaults::OTEL_FILTER.to_owned(), |o| o.filter.clone()),
-    }))
+        batching,
+    })))
 }
 
 /// A base endpoint with the traces path appended (the specification's rule
@@ -232,7 +308,7 @@ pub(super) fn start(node: &Node, rt: &tokio::runtime::Handle) -> Result<Started,
     let s = match settings(node, &|v| std::env::var(v).ok())? {
         Plan::Off => return Ok(Started::Off),
         Plan::Disabled => return Ok(Started::Not { warn: false, why: "OTEL_SDK_DISABLED=true: no spans are exported".to_owned() }),
-        Plan::Export(s) => s,
+        Plan::Export(s) => *s,
     };
     let filter = export_filter(&s.filter).map_err(|e| format!("node.otel.filter: {e}"))?;
     let endpoint = ankusa_config::redact_url(s.target.url.as_str());
@@ -248,10 +324,20 @@ pub(super) fn start(node: &Node, rt: &tokio::runtime::Handle) -> Result<Started,
         .with_service_name(service_name.clone())
         .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
         .build();
+    // The settings as checked by [`batching`], not as the SDK would read
+    // the variables again.
+    let b = &s.batching;
+    let config = opentelemetry_sdk::trace::BatchConfigBuilder::default()
+        .with_max_queue_size(b.max_queue_size)
+        .with_scheduled_delay(b.scheduled_delay)
+        .with_max_export_batch_size(b.max_export_batch_size)
+        .with_max_export_timeout(b.max_export_timeout)
+        .with_max_concurrent_exports(b.max_concurrent_exports)
+        .build();
     // The processor spawns its task with `tokio::spawn`: in `rt`'s context.
     let processor = {
         let _entered = rt.enter();
-        BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio).build()
+        BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio).with_batch_config(config).build()
     };
     let provider = SdkTracerProvider::builder().with_span_processor(processor).with_resource(resource).build();
     let scope = InstrumentationScope::builder("ankusa").with_version(env!("CARGO_PKG_VERSION")).build();
@@ -334,7 +420,7 @@ mod tests {
 
     fn export(p: Result<Plan, String>) -> Settings {
         match p {
-            Ok(Plan::Export(s)) => s,
+            Ok(Plan::Export(s)) => *s,
             other => panic!("expected an export, got {other:?}"),
         }
     }
@@ -411,6 +497,61 @@ mod tests {
         assert_eq!(e, "OTEL_EXPORTER_OTLP_HEADERS: the value of x is not percent-encoded UTF-8");
         let s = export(plan(&n, &[("OTEL_EXPORTER_OTLP_HEADERS", " authorization = Bearer%20s3cret , x-scope=a%2Cb ")]));
         assert_eq!(s.target.headers, [("authorization".to_owned(), "Bearer s3cret".to_owned()), ("x-scope".to_owned(), "a,b".to_owned())]);
+    }
+
+    /// Regression (brk16): the SDK read `OTEL_BSP_*` itself, ignoring a
+    /// value that is not a number without a word and panicking at start on
+    /// `OTEL_BSP_MAX_QUEUE_SIZE=0` ("mpsc bounded channel requires buffer >
+    /// 0"); a batch size or concurrency of 0 unbounded the batch or the
+    /// exports. Each is now a whole number above 0 or refused by name.
+    #[test]
+    fn batch_processor_variables_are_checked_by_name() {
+        let n = node(Some(("ankusa=debug", None, None)));
+        let b = export(plan(&n, &[])).batching;
+        assert_eq!(
+            b,
+            Batching {
+                max_queue_size: 2048,
+                scheduled_delay: Duration::from_millis(5000),
+                max_export_batch_size: 512,
+                max_export_timeout: Duration::from_millis(30_000),
+                max_concurrent_exports: 1,
+            }
+        );
+        let vars = [
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "100"),
+            ("OTEL_BSP_SCHEDULE_DELAY", " 250 "),
+            ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"),
+            ("OTEL_BSP_EXPORT_TIMEOUT", "2000"),
+            ("OTEL_BSP_MAX_CONCURRENT_EXPORTS", "2"),
+        ];
+        let b = export(plan(&n, &vars)).batching;
+        // A batch larger than the queue is the queue (the specification's rule).
+        assert_eq!((b.max_queue_size, b.scheduled_delay, b.max_export_batch_size), (100, Duration::from_millis(250), 100));
+        assert_eq!((b.max_export_timeout, b.max_concurrent_exports), (Duration::from_secs(2), 2));
+        assert_eq!(export(plan(&n, &[("OTEL_BSP_MAX_QUEUE_SIZE", "")])).batching.max_queue_size, 2048, "empty is unset");
+        let err = |var: &str, v: &str| plan(&n, &[(var, v)]).unwrap_err();
+        assert_eq!(
+            err("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
+            "OTEL_BSP_MAX_QUEUE_SIZE=0: expected the spans queued at most, a whole number from 1 to 1048576"
+        );
+        assert_eq!(
+            err("OTEL_BSP_MAX_QUEUE_SIZE", "18446744073709551615"),
+            "OTEL_BSP_MAX_QUEUE_SIZE=18446744073709551615: expected the spans queued at most, a whole number from 1 to 1048576"
+        );
+        assert_eq!(err("OTEL_BSP_SCHEDULE_DELAY", "5s"), "OTEL_BSP_SCHEDULE_DELAY=5s: expected the milliseconds between two exports, a whole number above 0");
+        assert_eq!(err("OTEL_BSP_SCHEDULE_DELAY", "0"), "OTEL_BSP_SCHEDULE_DELAY=0: expected the milliseconds between two exports, a whole number above 0");
+        assert_eq!(
+            err("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-1"),
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=-1: expected the spans of one export at most, a whole number above 0"
+        );
+        assert_eq!(err("OTEL_BSP_EXPORT_TIMEOUT", "lots"), "OTEL_BSP_EXPORT_TIMEOUT=lots: expected the milliseconds one export may take, a whole number above 0");
+        assert_eq!(
+            err("OTEL_BSP_MAX_CONCURRENT_EXPORTS", "0"),
+            "OTEL_BSP_MAX_CONCURRENT_EXPORTS=0: expected the exports running at once, a whole number above 0"
+        );
+        // Without an export nothing is read.
+        assert_eq!(plan(&node(None), &[("OTEL_BSP_MAX_QUEUE_SIZE", "0")]), Ok(Plan::Off));
     }
 
     /// The exporter's own crates are off unless the filter names them.

@@ -41,6 +41,11 @@ pub(crate) struct Target {
     pub timeout: Duration,
 }
 
+/// The most of a collector's 2xx answer the exporter reads, bytes (an
+/// `ExportTraceServiceResponse` is a few bytes, or a short partial-success
+/// message): a longer body is dropped unread, not buffered.
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
 /// How often a collector that keeps failing is warned about again.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -110,10 +115,18 @@ impl OtlpExporter {
     async fn post(&self, body: Vec<u8>) -> Result<(), String> {
         let r = self.client.post(self.url.clone()).headers(self.headers.clone()).body(body).send().await;
         match r {
-            Ok(r) if r.status().is_success() => {
-                // Read the answer (an ExportTraceServiceResponse) so the
-                // connection goes back to the pool.
-                let _ = r.bytes().await;
+            Ok(mut r) if r.status().is_success() => {
+                // Read the answer (an ExportTraceServiceResponse, a few
+                // bytes) so the connection goes back to the pool; past
+                // MAX_ANSWER_BYTES it is not a collector's answer: stop
+                // reading (the connection is closed, not pooled).
+                let mut read = 0usize;
+                while let Ok(Some(chunk)) = r.chunk().await {
+                    read += chunk.len();
+                    if read > MAX_ANSWER_BYTES {
+                        break;
+                    }
+                }
                 Ok(())
             }
             Ok(r) => Err(format!("HTTP {}", r.status())),

@@ -63,7 +63,7 @@ impl Metrics {
         let mut samples = Vec::new();
         let mut eof = false;
         for (i, line) in text.lines().enumerate() {
-            let err = |what: String| ParseError(format!("/metrics line {}: {what}: {line:?}", i + 1));
+            let err = |what: String| ParseError(format!("/metrics line {}: {}: {:?}", i + 1, clip(&what), clip(line)));
             if eof {
                 return Err(err("a line after # EOF".into()));
             }
@@ -93,6 +93,19 @@ impl Metrics {
     /// The value of an unlabelled sample (a node gauge or counter).
     pub fn value(&self, name: &str) -> Option<f64> {
         self.samples.iter().find(|s| s.name == name && s.labels.is_empty()).map(|s| s.value)
+    }
+}
+
+/// The most characters an error quotes of a line, and of what it says is
+/// wrong with it.
+const QUOTED_CHARS: usize = 120;
+
+/// `s` cut to [`QUOTED_CHARS`] characters (with `...` when cut): an error
+/// about a line of megabytes quotes its start.
+fn clip(s: &str) -> String {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_owned(),
     }
 }
 
@@ -407,6 +420,22 @@ ankusa_build_info{version="0.1.0"} 1
             let e = Metrics::parse(text).unwrap_err();
             assert!(e.0.starts_with(why), "{text:?}: {e}");
         }
+    }
+
+    /// Regression (brk16): the error quoted the whole line, so a relay (or
+    /// something else on its port) that answered one line of megabytes got
+    /// that line printed back on stderr and on the status line. It quotes
+    /// the line's start now, and what it found wrong as briefly.
+    #[test]
+    fn an_error_about_a_huge_line_quotes_only_its_start() {
+        let huge = format!("{} 1\n", "m".repeat(1 << 20)).replacen('m', "9", 1);
+        let e = Metrics::parse(&huge).unwrap_err();
+        let start: String = e.0.chars().take(200).collect();
+        assert!(e.0.starts_with("/metrics line 1: bad metric name \"9mmm"), "{start}");
+        assert!(e.0.len() < 300, "{} bytes: {start}", e.0.len());
+        assert!(e.0.ends_with("mmm...\""), "{start}");
+        let e = Metrics::parse("m{a=\"\u{e9}\u{e9}\"} x\n").unwrap_err();
+        assert_eq!(e.0, "/metrics line 1: value \"x\" is not a number: \"m{a=\\\"\u{e9}\u{e9}\\\"} x\"");
     }
 
     const TENANTS: &str = r#"{"items": [

@@ -21,7 +21,7 @@ pub const DEAD_OUTCOMES: [&str; 5] = ["horizon_passed", "permanent", "sink_gone"
 /// Per second, of a counter read as `prev` then `cur` `elapsed_ms` apart.
 /// `None` without a previous reading or with no time between the two. A
 /// counter lower than before was reset (the relay restarted): it counts from
-/// 0, so the delta is `cur`.
+/// 0, so the delta is `cur`. The store's counters are [`stored_rate`]'s.
 pub fn rate(prev: Option<f64>, cur: f64, elapsed_ms: u64) -> Option<f64> {
     let prev = prev?;
     if elapsed_ms == 0 {
@@ -29,6 +29,21 @@ pub fn rate(prev: Option<f64>, cur: f64, elapsed_ms: u64) -> Option<f64> {
     }
     let delta = if cur >= prev { cur - prev } else { cur };
     Some(delta * 1000.0 / elapsed_ms as f64)
+}
+
+/// Per second, as [`rate`], of a counter the store keeps
+/// (`ankusa_dispatch_{delivered,retries,dead_lettered}_total`, a tenant's
+/// `delivered_total`): it survives a restart, and purging a tenant
+/// subtracts that tenant's counts from the node's (docs/design.md section
+/// 5, "Purge a tenant"). A reading lower than the one before is such a
+/// purge (or another store), not a reset to 0: how much was counted in
+/// between is unknown, so `None` (shown `-`) rather than a rate made of the
+/// whole remaining total.
+pub fn stored_rate(prev: Option<f64>, cur: f64, elapsed_ms: u64) -> Option<f64> {
+    if prev.is_some_and(|p| cur < p) {
+        return None;
+    }
+    rate(prev, cur, elapsed_ms)
 }
 
 /// Where the figures come from and whether they are current.
@@ -199,6 +214,11 @@ impl View {
             let now = m.sum(name, filter).unwrap_or(0.0);
             rate(prev.map(|p| p.metrics.sum(name, filter).unwrap_or(0.0)), now, elapsed_ms)
         };
+        // The same of a counter the store keeps ([`stored_rate`]).
+        let stored_rate_of = |name: &str| -> Option<f64> {
+            let now = m.sum(name, &[]).unwrap_or(0.0);
+            stored_rate(prev.map(|p| p.metrics.sum(name, &[]).unwrap_or(0.0)), now, elapsed_ms)
+        };
         let node = Node {
             pending: m.value("ankusa_queue_pending"),
             in_flight: m.value("ankusa_dispatch_in_flight"),
@@ -211,9 +231,9 @@ impl View {
             paused: m.value("ankusa_dispatch_paused"),
             open_breakers: m.sum("ankusa_dispatch_breakers", &[("state", "open")]),
             accepted_per_s: rate_of("ankusa_ingest_accepted_total", &[]),
-            delivered_per_s: rate_of("ankusa_dispatch_delivered_total", &[]),
-            retries_per_s: rate_of("ankusa_dispatch_retries_total", &[]),
-            dead_lettered_per_s: rate_of("ankusa_dispatch_dead_lettered_total", &[]),
+            delivered_per_s: stored_rate_of("ankusa_dispatch_delivered_total"),
+            retries_per_s: stored_rate_of("ankusa_dispatch_retries_total"),
+            dead_lettered_per_s: stored_rate_of("ankusa_dispatch_dead_lettered_total"),
         };
 
         // Sources: the configured ones, then other labels of the series.
@@ -294,7 +314,7 @@ impl View {
                     dead: t.dead,
                     quarantined: t.quarantined,
                     oldest_due_age_ms: t.oldest_due_age_ms,
-                    delivered_per_s: rate(before, t.delivered_total as f64, elapsed_ms),
+                    delivered_per_s: stored_rate(before, t.delivered_total as f64, elapsed_ms),
                 }
             })
             .collect();
@@ -760,11 +780,40 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
     #[test]
     fn a_restarted_relay_counts_its_counters_from_zero() {
         let (before, mut after) = two_readings();
-        after.metrics = Metrics::parse("ankusa_dispatch_delivered_total 4\nankusa_dispatch_attempts_total{sink=\"http\",outcome=\"delivered\"} 4\n").unwrap();
+        after.metrics = Metrics::parse(
+            "ankusa_ingest_accepted_total 4\nankusa_dispatch_delivered_total 107\nankusa_dispatch_attempts_total{sink=\"http\",outcome=\"delivered\"} 4\n",
+        )
+        .unwrap();
         let v = View::compute(Some(&before), &after, 1000);
-        assert_eq!(v.node.delivered_per_s, Some(4.0));
+        assert_eq!(v.node.accepted_per_s, Some(4.0));
         assert_eq!(v.delivery.iter().find(|r| r.kind == "http").map(|r| r.delivered_per_s), Some(Some(4.0)));
+        // The store's totals survive the restart: nothing delivered since.
+        assert_eq!(v.node.delivered_per_s, Some(0.0));
         assert_eq!(v.node.pending, None, "a series the reading lacks is shown as missing");
+    }
+
+    /// Regression (brk16): purging a tenant subtracts its counts from the
+    /// node's stored totals, and `top` read the lower total as a restart,
+    /// showing the whole remaining total as one second's rate
+    /// (`delivered 100000.0` on an idle relay). A lower stored total is no
+    /// rate; the process's own counters still count from 0 after a restart.
+    #[test]
+    fn a_purge_that_lowers_the_stored_totals_shows_no_rate() {
+        assert_eq!(stored_rate(Some(10.0), 25.0, 1500), Some(10.0));
+        assert_eq!(stored_rate(Some(100_000.0), 40_000.0, 1000), None);
+        assert_eq!(stored_rate(None, 40_000.0, 1000), None);
+        let (before, mut after) = two_readings();
+        after.metrics = Metrics::parse(
+            "ankusa_dispatch_delivered_total 40\nankusa_dispatch_retries_total 1\nankusa_dispatch_dead_lettered_total 0\n\
+             ankusa_ingest_accepted_total 40\n",
+        )
+        .unwrap();
+        // acme purged and made again by a new hook: its total starts over.
+        after.tenants = vec![tenant("acme", 1, 1, None), tenant("beta", 0, 7, None)];
+        let v = View::compute(Some(&before), &after, 1000);
+        assert_eq!((v.node.delivered_per_s, v.node.retries_per_s, v.node.dead_lettered_per_s), (None, None, None));
+        assert_eq!(v.node.accepted_per_s, Some(0.0));
+        assert_eq!(v.tenants.iter().map(|t| t.delivered_per_s).collect::<Vec<_>>(), [None, Some(0.0)]);
     }
 
     fn rendered(view: &View, width: u16, height: u16) -> Buffer {

@@ -163,6 +163,100 @@ sources:
     )
 }
 
+/// Chromium and chromedriver, or a banner on stderr saying the console test
+/// `name` did not run.
+fn browser_tools(name: &str) -> Option<(PathBuf, PathBuf)> {
+    if let (Some(chromium), Some(chromedriver)) = (on_path("chromium"), on_path("chromedriver")) {
+        return Some((chromium, chromedriver));
+    }
+    use std::io::Write as _;
+    let missing = |tool: &str| if on_path(tool).is_some() { "found" } else { "MISSING" };
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n##########################  THE CONSOLE TEST DID NOT RUN  ##########################\n\
+         console::{name} needs Chromium and chromedriver on PATH\n\
+         (chromium: {}, chromedriver: {}). Install them (Debian; .ci/run does):\n\
+         \x20   apt-get install -y chromium chromium-driver\n\
+         This run has NOT tested the operator console.\n\
+         #####################################################################################\n",
+        missing("chromium"),
+        missing("chromedriver"),
+    );
+    None
+}
+
+/// A headless Chromium session on a new empty profile under `profile`.
+async fn browser(chromium: &Path, chromedriver: &Path, profile: &Path) -> (Driver, Session) {
+    let driver = Driver::start(chromedriver, &profile.join("chromedriver.log")).await;
+    let user_data = profile.join("user-data");
+    let caps = json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": chromium,
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1400,1000", "--hide-scrollbars",
+                format!("--user-data-dir={}", user_data.display()),
+            ],
+        },
+    });
+    let session = Session::start(&driver.url, caps).await.expect("a WebDriver session");
+    (driver, session)
+}
+
+/// A relay without `admin_token` (loopback only) refuses requests from other
+/// sites' pages and rebound host names (tests/it/admin.rs): its own console,
+/// at `127.0.0.1` and at `localhost`, opens at once without the token form
+/// and its Revive (a POST with the page's own Origin) goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_of_a_relay_without_a_token_opens_at_once_and_revives() {
+    let Some((chromium, chromedriver)) = browser_tools("the_console_of_a_relay_without_a_token_opens_at_once_and_revives") else { return };
+    let fixed = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&fixed);
+    let sink = Sink::start(move |_| if f.load(Ordering::SeqCst) { Reply::Status(200) } else { Reply::Status(422) }).await;
+    let yaml = relay_config(&sink).replace(&format!(", admin_token: '{TOKEN}'"), "");
+    let relay = Relay::start(&yaml).await;
+    let api = Admin::new(&relay, None);
+    let poison = relay.post("/hooks/billing", &[JSON], "{\"poison\":true}").await.id();
+    until("the hook dead-lettered", WAIT, async || (api.tenant("acme").await["counters"]["dead"] == 1).then_some(())).await;
+    let row = api.dead("").await[0]["id"].as_str().expect("id").to_owned();
+    fixed.store(true, Ordering::SeqCst);
+
+    let profile = tempfile::tempdir().expect("profile dir");
+    let (driver, browser) = browser(&chromium, &chromedriver, profile.path()).await;
+    let b = &browser;
+    let outcome = std::panic::AssertUnwindSafe(async {
+        for host in [format!("localhost:{}", relay.admin.port()), relay.admin.to_string()] {
+            b.goto(&format!("http://{host}/console")).await.expect("open the console");
+            let dead = eventually("the dead letter shown", async || match text(b, &format!("#dead tr[data-id='{row}'] td[data-field='source']")).await {
+                Some(t) if t == "billing" => Ok(t),
+                other => Err(format!("{other:?}")),
+            })
+            .await;
+            assert_eq!(dead, "billing");
+            assert_eq!(count(b, "#login:not([hidden])").await, 0, "{host}: the token form on a relay without a token");
+            assert_eq!(count(b, "#error:not([hidden])").await, 0, "{host}: {:?}", text(b, "#error").await);
+        }
+        let button = format!("#dead tr[data-id='{row}'] button[data-action='revive']");
+        eventually("a click on Revive", async || b.click(&b.find(&button).await?).await).await;
+        until("the revived hook delivered", WAIT, async || sink.delivered().iter().any(|r| r.id() == poison).then_some(())).await;
+        let notice = eventually("the revive's notice", async || match text(b, "#notice:not([hidden])").await {
+            Some(t) if t.starts_with(&format!("Revived {row}")) => Ok(t),
+            other => Err(format!("{other:?}")),
+        })
+        .await;
+        assert_eq!(notice, format!("Revived {row}: due now."));
+    })
+    .catch_unwind()
+    .await;
+    let _ = browser.close().await;
+    drop(driver);
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser() {
     let (Some(chromium), Some(chromedriver)) = (on_path("chromium"), on_path("chromedriver")) else {

@@ -405,6 +405,54 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests_cover_every_alert() {
     }
 }
 
+/// The function whose argument list holds byte `at` of `expr` (the name
+/// before the innermost `(` still open there), if any.
+fn enclosing_function(expr: &str, at: usize) -> Option<&str> {
+    let b = expr.as_bytes();
+    let mut depth = 0usize;
+    for i in (0..at).rev() {
+        match b[i] {
+            b')' => depth += 1,
+            b'(' if depth > 0 => depth -= 1,
+            b'(' => {
+                let name_end = expr[..i].trim_end().len();
+                let name_start = expr[..name_end].rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(0, |j| j + 1);
+                return Some(&expr[name_start..name_end]);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Regression (brk16): the store's totals (`ankusa_dispatch_delivered_total`,
+/// `_retries_total`, `_dead_lettered_total`) survive restarts and drop by a
+/// tenant's share when it is purged, which `rate` and `increase` read as a
+/// reset followed by the whole remainder: AnkusaDeadLetterSpike fired after a
+/// purge and the Delivered panels spiked. No panel and no rule takes a rate of
+/// them; the relay's own `ankusa_dispatch_attempts_total` is for rates.
+#[test]
+fn the_stores_totals_are_never_read_as_rates() {
+    const STORE_TOTALS: [&str; 3] = ["ankusa_dispatch_delivered_total", "ankusa_dispatch_retries_total", "ankusa_dispatch_dead_lettered_total"];
+    const RATES: [&str; 5] = ["rate", "irate", "increase", "deriv", "delta"];
+    assert_eq!(enclosing_function("sum(rate(x{a=\"(\"}[5m])) / y", 10), Some("rate"));
+    assert_eq!(enclosing_function("sum by (i) (increase(x[5m]))", 21), Some("increase"));
+    assert_eq!(enclosing_function("sum(x)", 4), Some("sum"));
+    let mut queries = panel_queries(&dashboard());
+    queries.extend(alert_rules().iter().map(|r| (format!("alert {}", r["alert"]), r["expr"].as_str().unwrap_or_default().to_owned())));
+    let mut shown = 0;
+    for (place, expr) in &queries {
+        for total in STORE_TOTALS {
+            for (at, _) in expr.match_indices(total) {
+                shown += 1;
+                let f = enclosing_function(expr, at);
+                assert!(!f.is_some_and(|f| RATES.contains(&f)), "{place}: {f:?}({total}...): a purge reads as a spike: {expr}");
+            }
+        }
+    }
+    assert!(shown >= 3, "the store's totals are on the dashboard (every family is): {shown}");
+}
+
 #[test]
 fn the_dashboard_is_importable_and_every_panel_queries_the_datasource_variable() {
     let d = dashboard();

@@ -438,9 +438,104 @@ async fn an_unreachable_collector_costs_a_warning_and_the_spans() {
     assert!(relay.log().contains("stopped cleanly"), "{}", relay.log());
 }
 
+/// A collector that takes the connection and never answers (every export
+/// held open until the exporter's timeout), with a queue of 4 spans that
+/// is full at once: ingest never waits on it (every hook acknowledged 200
+/// and delivered while the exports hang and spans are dropped), the log
+/// says why, and the relay still stops cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_never_answers_holds_up_neither_ingest_nor_the_stop() {
+    let collector = Sink::start(|_| Reply::Hold).await;
+    let sink = Sink::ok().await;
+    let endpoint = format!("http://{}", collector.addr);
+    let mut relay = Relay::start_with_env(
+        &template(&sink, ""),
+        &[
+            ("RUST_LOG", "info"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "1000"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "4"),
+        ],
+    )
+    .await;
+    until("an export held by the collector", LONG, async || {
+        relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], "{\"warm\":1}").await.id();
+        (collector.request_count() > 0).then_some(())
+    })
+    .await;
+    for i in 0..20 {
+        let a = relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], format!("{{\"i\":{i}}}")).await;
+        assert_eq!(a.status, 200, "{a:?}");
+    }
+    until("the twenty hooks delivered", LONG, async || (sink.delivered().iter().filter(|r| r.json()["i"].is_number()).count() == 20).then_some(())).await;
+    let warning = format!("OTel export to {endpoint}/v1/traces failed (no answer within the timeout)");
+    until("the export's warning", LONG, async || relay.log().contains(&warning).then_some(())).await;
+    relay.sigterm();
+    let status = relay.wait_exit(LONG).await;
+    assert!(status.success(), "{status:?}\n{}", relay.log());
+    assert!(relay.log().contains("stopped cleanly"), "{}", relay.log());
+}
+
+/// Regression (brk16): the exporter read a collector's 2xx answer whole
+/// (`bytes()`), so a collector (or whatever answers at its address) that
+/// streams an endless body made the relay buffer it until the timeout,
+/// gigabytes on loopback. It reads at most 64 KiB of it now and drops the
+/// connection: the collector below, answering 200 with a 1 GiB body, is cut
+/// off after a few megabytes (what the sockets' buffers hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_answer_that_never_ends_is_not_read_whole() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    const BODY: u64 = 1 << 30;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    // The first export's connection: its request read, then 200 and the body
+    // until the relay stops reading (a write fails) or all of it is sent.
+    let streamer = std::thread::spawn(move || -> u64 {
+        let (stream, _) = listener.accept().expect("accept");
+        let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).expect("request") == 0 || line == "\r\n" {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().expect("content-length");
+            }
+        }
+        let mut body = vec![0u8; length];
+        reader.read_exact(&mut body).expect("the export's body");
+        let mut out = stream;
+        out.write_all(format!("HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: {BODY}\r\n\r\n").as_bytes()).expect("head");
+        let piece = vec![0u8; 1 << 20];
+        let mut written = 0u64;
+        while written < BODY && out.write_all(&piece).is_ok() {
+            written += piece.len() as u64;
+        }
+        written
+    });
+    let sink = Sink::ok().await;
+    let endpoint = format!("http://{addr}");
+    let mut relay = Relay::start_with_env(
+        &template(&sink, ""),
+        &[("RUST_LOG", "info"), ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_EXPORTER_OTLP_TIMEOUT", "600000"), ("OTEL_BSP_SCHEDULE_DELAY", "50")],
+    )
+    .await;
+    relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], "{\"i\":0}").await.id();
+    until("the collector's answer cut off", LONG, async || streamer.is_finished().then_some(())).await;
+    let written = streamer.join().expect("the collector thread");
+    assert!(written < 256 << 20, "the relay read {} MiB of the collector's answer", written >> 20);
+    until("the hook delivered", LONG, async || (sink.delivered().len() == 1).then_some(())).await;
+    relay.sigterm();
+    let status = relay.wait_exit(LONG).await;
+    assert!(status.success(), "{status:?}\n{}", relay.log());
+}
+
 /// Settings the export cannot run with are refused by name: a filter that
-/// does not parse (`check-config`, exit 2) and a protocol this build does not
-/// speak (`serve`, exit 2, before it opens the store).
+/// does not parse (`check-config`, exit 2), a protocol this build does not
+/// speak and a batch processor's queue of 0 (`serve`, exit 2, before it
+/// opens the store).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_the_export_cannot_run_with_are_refused_by_name() {
     let sink = Sink::ok().await;
@@ -467,4 +562,15 @@ async fn settings_the_export_cannot_run_with_are_refused_by_name() {
         "{out}"
     );
     assert!(!dir.path().join("data").exists(), "the store was created: {out}");
+
+    // Regression (brk16): a queue of 0 spans panicked in the SDK at start
+    // ("mpsc bounded channel requires buffer > 0", exit 101).
+    let (status, out) = run_cli_env(
+        &[OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()],
+        dir.path(),
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"), ("OTEL_BSP_MAX_QUEUE_SIZE", "0")],
+    );
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains("OTEL_BSP_MAX_QUEUE_SIZE=0: expected the spans queued at most, a whole number from 1 to 1048576"), "{out}");
+    assert!(!out.contains("panicked"), "{out}");
 }

@@ -160,3 +160,170 @@ sources:
     assert!(err.contains("--interval-ms") && err.contains("must be at least 1"), "{err}");
     assert_eq!(cli(&["top", "--once", "--admin", "ftp://127.0.0.1:1"], Some(TOKEN)).0, 2);
 }
+
+/// What [`NotTheRelay`] answers to a path: a status and a body of `len`
+/// bytes, `head` then `fill` repeated.
+struct Canned {
+    status: u16,
+    head: Vec<u8>,
+    fill: u8,
+    len: usize,
+}
+
+impl Canned {
+    fn json(body: &str) -> Canned {
+        Canned { status: 200, head: body.as_bytes().to_vec(), fill: b' ', len: body.len() }
+    }
+}
+
+/// A plain TCP server on loopback standing in for an admin listener that is
+/// not Ankusa's (or is broken): every request gets `answer(path)`, written
+/// in 1 MiB pieces, then the connection closes. Its thread ends with the
+/// test process.
+struct NotTheRelay {
+    addr: std::net::SocketAddr,
+    requests: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl NotTheRelay {
+    fn start(answer: impl Fn(&str) -> Canned + Send + Sync + 'static) -> NotTheRelay {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = std::sync::Arc::clone(&requests);
+        let answer = std::sync::Arc::new(answer);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let answer = std::sync::Arc::clone(&answer);
+                let count = std::sync::Arc::clone(&count);
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).is_err() {
+                        return;
+                    }
+                    let path = line.split(' ').nth(1).unwrap_or("/").split('?').next().unwrap_or("/").to_owned();
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).map_or(true, |n| n == 0) || h == "\r\n" {
+                            break;
+                        }
+                    }
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let c = answer(&path);
+                    let mut out = stream;
+                    let head = format!("HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", c.status, c.len);
+                    if out.write_all(head.as_bytes()).is_err() || out.write_all(&c.head).is_err() {
+                        return;
+                    }
+                    let piece = vec![c.fill; 1 << 20];
+                    let mut left = c.len.saturating_sub(c.head.len());
+                    while left > 0 {
+                        let n = left.min(piece.len());
+                        if out.write_all(&piece[..n]).is_err() {
+                            return;
+                        }
+                        left -= n;
+                    }
+                });
+            }
+        });
+        NotTheRelay { addr, requests }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+const NO_ITEMS: &str = r#"{"items": [], "next_cursor": null}"#;
+
+/// Regression (brk16): `top` (and `ankusa tenants`, `sources`) read every
+/// page while the answer named a `next_cursor`, so a listener answering the
+/// same page and cursor again kept it reading forever (its memory growing),
+/// and an answer of any size was read whole. Now a listing that does not end
+/// and an answer over 64 MiB are exit 1 with a reason, as is a 2xx answer
+/// that is not JSON (it read as a relay with nothing in it), and `/metrics`
+/// that is not UTF-8 is a parse error naming the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_against_a_listener_that_is_not_the_relay_exits_with_a_reason() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let top = |url: &str| {
+        let (status, out) = crate::relay::run_cli_env(
+            &["top".as_ref(), "--once".as_ref(), "--interval-ms".as_ref(), "10".as_ref(), "--admin".as_ref(), url.as_ref()],
+            dir.path(),
+            &[("ANKUSA_ADMIN_TOKEN", TOKEN)],
+        );
+        (status.code(), out)
+    };
+
+    // The same tenant page and cursor, again and again.
+    let tenant = r#"{"name": "acme", "counters": {"pending": 0, "in_flight": 0, "dead": 0, "quarantined": 0, "lanes": 0,
+        "lanes_blocked": 0, "delivered_total": 0}, "oldest_due_age_ms": null}"#;
+    let page = format!(r#"{{"items": [{tenant}], "next_cursor": "AAAAAQ"}}"#);
+    let looping = NotTheRelay::start(move |path| match path {
+        "/v1/tenants" => Canned::json(&page),
+        "/v1/sources" => Canned::json(NO_ITEMS),
+        _ => Canned::json("# EOF\n"),
+    });
+    let (code, out) = top(&looping.url());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("ankusa: GET /v1/tenants: the listing does not end (a page names again the next_cursor \"AAAAAQ\"): is {} an Ankusa admin listener?", looping.url())),
+        "{out}"
+    );
+    assert_eq!(looping.requests.load(std::sync::atomic::Ordering::SeqCst), 2, "one page, then the same cursor again");
+
+    // An empty page that still names a next one.
+    let empty = NotTheRelay::start(|path| match path {
+        "/v1/tenants" => Canned::json(r#"{"items": [], "next_cursor": "x"}"#),
+        _ => Canned::json(NO_ITEMS),
+    });
+    let (code, out) = top(&empty.url());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("the listing does not end (a page with no items names next_cursor \"x\")"), "{out}");
+
+    // A web server answering 200 and a page that is not JSON: read as the
+    // API it was an empty relay.
+    let html = NotTheRelay::start(|_| Canned::json("<!doctype html><p>It works!"));
+    let (code, out) = top(&html.url());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("ankusa: GET /v1/tenants: 200 with an answer that is not JSON (\"<!doctype html><p>It works!\"): is {} an Ankusa admin listener?", html.url())),
+        "{out}"
+    );
+
+    // An error whose message would drive the terminal (set its title): the
+    // escape sequence is printed as text.
+    let escapes = NotTheRelay::start(|_| {
+        let body = br#"{"error": {"code": "x", "message": "\u001b]0;pwned\u0007 boom"}}"#;
+        Canned { status: 500, head: body.to_vec(), fill: b' ', len: body.len() }
+    });
+    let (code, out) = top(&escapes.url());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+    assert!(out.contains("GET /v1/tenants: 500 x: \\u{1b}]0;pwned\\u{7} boom"), "{out}");
+
+    // /metrics of 65 MiB (comment lines: it would parse).
+    let huge = NotTheRelay::start(|path| match path {
+        "/metrics" => Canned { status: 200, head: b"# ".to_vec(), fill: b'#', len: 65 << 20 },
+        _ => Canned::json(NO_ITEMS),
+    });
+    let (code, out) = top(&huge.url());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("ankusa: GET /metrics: the answer is over 64 MiB: not an answer of the admin API"), "{out}");
+
+    // /metrics that is not UTF-8: the bad bytes are replaced, the line named.
+    let binary = NotTheRelay::start(|path| match path {
+        "/metrics" => {
+            let body = b"ankusa_queue_pending 1\n\xff\xfe 1\n";
+            Canned { status: 200, head: body.to_vec(), fill: b'\n', len: body.len() }
+        }
+        _ => Canned::json(NO_ITEMS),
+    });
+    let (code, out) = top(&binary.url());
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("ankusa: the relay's answer cannot be read: /metrics line 2: bad metric name \"\u{fffd}\u{fffd}\""), "{out}");
+}

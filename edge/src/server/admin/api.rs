@@ -28,7 +28,7 @@ const CURSOR_KEY_MAX: usize = 128;
 pub const STORE_FAILED_MESSAGE: &str = "the store failed a read or a write; the relay's log has the detail";
 
 /// An answer other than 2xx: its status, a stable machine-readable `code`
-/// (`bad_request`, `unauthorized`, `not_found`, `method_not_allowed`,
+/// (`bad_request`, `unauthorized`, `forbidden`, `not_found`, `method_not_allowed`,
 /// `conflict`, `payload_too_large`, `unprocessable`, `unavailable`,
 /// `store_failed`) and a message for the operator.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,13 @@
 //!   time (SHA-256 of both sides, then `subtle`), and a missing or wrong one
 //!   is 401 `unauthorized` with nothing changed.
 //! - Without a token the configuration only binds loopback (a load rule) and
-//!   [`serve_admin`] logs at start that the API is open.
+//!   [`serve_admin`] logs at start that the API is open. A browser on that
+//!   machine reaches loopback for every page it shows, so such a relay
+//!   refuses (403 `forbidden`, [`browser_guard`]) a request whose `Origin`
+//!   is another site (a cross-site form or `fetch`: CSRF) and a `/v1/`
+//!   request whose `Host` is a name other than `localhost` (DNS rebinding).
+//!   Clients that are not browsers send no `Origin`; the console sends its
+//!   own.
 //! - At most [`AdminState::max_connections`] connections (the relay derives
 //!   it from its file-descriptor limit, at most [`MAX_ADMIN_CONNECTIONS`]; past
 //!   it a connection is answered 503 and closed); a request's headers within
@@ -63,7 +69,7 @@ use ankusa_queue::Registry;
 use ankusa_queue::metrics::{AttemptOutcome, DeliveryMetrics, Histogram, WriterMetrics};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use hyper::header::{ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue, ORIGIN, WWW_AUTHENTICATE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -618,6 +624,58 @@ fn token_matches(header: Option<&HeaderValue>, token: &str) -> bool {
     bool::from(subtle::ConstantTimeEq::ct_eq(a.as_slice(), b.as_slice()))
 }
 
+/// The browser's attacks on an admin listener without a token
+/// (docs/design.md section 5, "Admin API"), checked before any route:
+/// `None` to go on, or the 403 `forbidden` to answer.
+///
+/// - `origin` (the `Origin` header) present and not this listener's own
+///   (`http://` or `https://` and the `Host` value): another site's page
+///   posting to it (a form, or `fetch` with `mode: 'no-cors'`, needs no
+///   preflight and so no CORS answer).
+/// - For `/v1/` paths, `host` (the `Host` header) naming anything but an IP
+///   address or `localhost`: a page whose own name was re-pointed at
+///   127.0.0.1 (DNS rebinding) reading the API as its own origin.
+///
+/// A request without `Host` (HTTP/1.0) or `Origin` is not a browser's and
+/// goes on.
+fn browser_guard(path: &str, host: Option<&HeaderValue>, origin: Option<&HeaderValue>) -> Option<ApiError> {
+    let forbidden = |message: String| ApiError { status: StatusCode::FORBIDDEN, code: "forbidden", message };
+    let host = host.map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+    if let Some(origin) = origin {
+        let origin = String::from_utf8_lossy(origin.as_bytes());
+        let own = host.as_deref().is_some_and(|h| {
+            ["http://", "https://"].iter().any(|scheme| origin.len() == scheme.len() + h.len() && origin.eq_ignore_ascii_case(&format!("{scheme}{h}")))
+        });
+        if !own {
+            return Some(forbidden(format!(
+                "a request from another site's page (Origin {:?}) is refused: this admin listener has no listeners.admin_token, \
+                 so a browser on this machine could otherwise act for any page it shows",
+                origin.chars().take(100).collect::<String>()
+            )));
+        }
+    }
+    if path.starts_with("/v1/")
+        && let Some(host) = host
+    {
+        let name = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default().to_owned(),
+            None => match host.rsplit_once(':') {
+                Some((name, port)) if port.parse::<u16>().is_ok() => name.to_owned(),
+                _ => host.clone(),
+            },
+        };
+        if name.parse::<std::net::IpAddr>().is_err() && !name.eq_ignore_ascii_case("localhost") {
+            return Some(forbidden(format!(
+                "Host {:?} is refused: this admin listener has no listeners.admin_token, so it answers the API only \
+                 at an IP address or localhost (a page's own name pointed at 127.0.0.1 must not read it); \
+                 use http://127.0.0.1:PORT or set listeners.admin_token",
+                host.chars().take(100).collect::<String>()
+            )));
+        }
+    }
+    None
+}
+
 /// Matches `path` against a route pattern of [`ROUTES`]: the captured
 /// `{name}` segments in order, or `None`.
 fn match_route<'p>(pattern: &str, path: &'p str) -> Option<Vec<&'p str>> {
@@ -716,6 +774,11 @@ async fn handle<K: Kv>(state: Arc<AdminState<K>>, registry: Arc<MetricsRegistry>
         // with every API call it makes.
         p => console::is_console_path(p),
     };
+    if token.is_none()
+        && let Some(refused) = browser_guard(&path, req.headers().get(HOST), req.headers().get(ORIGIN))
+    {
+        return error_resp(&refused);
+    }
     if !open
         && let Some(token) = &token
         && !token_matches(req.headers().get(AUTHORIZATION), token)
@@ -869,6 +932,45 @@ mod tests {
         assert_eq!(match_route("/v1/jobs/{id}", "/v1/jobs/7/cancel"), None);
         assert_eq!(match_route("/v1/jobs", "/v1/jobs/"), None);
         assert_eq!(match_route("/v1/tenants/{tenant}/hooks/{seq}", "/v1/tenants/a/hooks/x"), Some(vec!["a", "x"]));
+    }
+
+    /// Regression (brk16): a relay without a token took a cross-site
+    /// `text/plain` POST (`curl -H 'Origin: http://evil.example'` purged a
+    /// tenant through `POST /v1/jobs`) and answered the API to any `Host`
+    /// (DNS rebinding). Both are refused; its own origin, IP hosts,
+    /// localhost and clients without `Origin` are not.
+    #[test]
+    fn a_browser_guard_refuses_other_sites_and_rebound_names() {
+        let h = |s: &str| HeaderValue::from_str(s).unwrap();
+        let guard = |path: &str, host: Option<&str>, origin: Option<&str>| {
+            browser_guard(path, host.map(h).as_ref(), origin.map(h).as_ref()).map(|e| (e.status.as_u16(), e.code))
+        };
+        for (host, origin) in [
+            (Some("127.0.0.1:8081"), None),
+            (Some("127.0.0.1:8081"), Some("http://127.0.0.1:8081")),
+            (Some("localhost:8081"), Some("http://LOCALHOST:8081")),
+            (Some("[::1]:8081"), Some("http://[::1]:8081")),
+            (Some("127.0.0.1"), None),
+            (Some("localhost"), None),
+            (None, None),
+        ] {
+            assert_eq!(guard("/v1/jobs", host, origin), None, "{host:?} {origin:?}");
+        }
+        for (path, host, origin) in [
+            ("/v1/jobs", Some("127.0.0.1:8081"), Some("http://evil.example")),
+            ("/v1/jobs", Some("127.0.0.1:8081"), Some("null")),
+            ("/v1/jobs", Some("127.0.0.1:8081"), Some("http://127.0.0.1:8082")),
+            ("/v1/jobs", None, Some("http://127.0.0.1:8081")),
+            ("/metrics", Some("127.0.0.1:8081"), Some("http://evil.example")),
+            ("/v1/tenants", Some("evil.example:8081"), None),
+            ("/v1/tenants", Some("evil.example:8081"), Some("http://evil.example:8081")),
+            ("/v1/tenants", Some("127.0.0.1.evil.example"), None),
+        ] {
+            assert_eq!(guard(path, host, origin), Some((403, "forbidden")), "{path} {host:?} {origin:?}");
+        }
+        // Outside /v1/ the host is not checked (health, /metrics, the console's files).
+        assert_eq!(guard("/metrics", Some("relay-box:8081"), None), None);
+        assert_eq!(guard("/console", Some("relay-box:8081"), None), None);
     }
 
     #[test]
