@@ -78,8 +78,8 @@ const BLOOM_BITS_PER_KEY: f64 = 10.0;
 /// due range steps over every deleted key still in the memtable. A small
 /// memtable flushes often, and a flush drops each put deleted in the same
 /// memtable, so those scans step over fewer entries (issue 13, 1,000 ordered
-/// keys: delivery kept 0.91-0.99 of the ack rate with 4 MiB, 0.46-0.65 with
-/// the default; benches/load/RESULTS.md).
+/// keys side by side on a busy machine: delivery kept 0.91-0.99 of the ack
+/// rate with 4 MiB, 0.46-0.65 with the default; benches/load/RESULTS.md).
 const INDEX_WRITE_BUFFER_BYTES: usize = 4 << 20;
 /// Share of a memtable's size its whole-key bloom filter takes.
 const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
