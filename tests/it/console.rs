@@ -334,21 +334,7 @@ async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser
 
     // The browser: a new empty profile, no network but loopback.
     let profile = tempfile::tempdir().expect("profile dir");
-    let driver = Driver::start(&chromedriver, &profile.path().join("chromedriver.log")).await;
-    let user_data = profile.path().join("user-data");
-    let caps = json!({
-        "browserName": "chrome",
-        "goog:chromeOptions": {
-            "binary": chromium,
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,1000", "--hide-scrollbars",
-                format!("--user-data-dir={}", user_data.display()),
-            ],
-        },
-    });
-    let browser = Session::start(&driver.url, caps).await.expect("a WebDriver session");
+    let (driver, browser) = browser(&chromium, &chromedriver, profile.path()).await;
     let console = format!("http://{}/console", relay.admin);
     let b = &browser;
     let outcome = std::panic::AssertUnwindSafe(async {
