@@ -123,6 +123,19 @@ async fn count(b: &Session, selector: &str) -> u64 {
     v.as_u64().expect("a count")
 }
 
+/// Clicks the Revive `button`, waits until the hook `poison` reaches `sink`
+/// and returns the page's notice about `row`. The table is redrawn at each
+/// refresh: a reference gone stale is looked up again.
+async fn revive(b: &Session, button: &str, sink: &Sink, poison: &str, row: &str) -> String {
+    eventually("a click on Revive", async || b.click(&b.find(button).await?).await).await;
+    until("the revived hook delivered", WAIT, async || sink.delivered().iter().any(|r| r.id() == poison).then_some(())).await;
+    eventually("the revive's notice", async || match text(b, "#notice:not([hidden])").await {
+        Some(t) if t.starts_with(&format!("Revived {row}")) => Ok(t),
+        other => Err(format!("{other:?}")),
+    })
+    .await
+}
+
 /// Types `value` into the token field and submits the form (a real click).
 async fn sign_in(b: &Session, value: &str) {
     let input = eventually("the token field", async || b.find("#login:not([hidden]) #token").await).await;
@@ -238,14 +251,7 @@ async fn the_console_of_a_relay_without_a_token_opens_at_once_and_revives() {
             assert_eq!(count(b, "#login:not([hidden])").await, 0, "{host}: the token form on a relay without a token");
             assert_eq!(count(b, "#error:not([hidden])").await, 0, "{host}: {:?}", text(b, "#error").await);
         }
-        let button = format!("#dead tr[data-id='{row}'] button[data-action='revive']");
-        eventually("a click on Revive", async || b.click(&b.find(&button).await?).await).await;
-        until("the revived hook delivered", WAIT, async || sink.delivered().iter().any(|r| r.id() == poison).then_some(())).await;
-        let notice = eventually("the revive's notice", async || match text(b, "#notice:not([hidden])").await {
-            Some(t) if t.starts_with(&format!("Revived {row}")) => Ok(t),
-            other => Err(format!("{other:?}")),
-        })
-        .await;
+        let notice = revive(b, &format!("#dead tr[data-id='{row}'] button[data-action='revive']"), &sink, &poison, &row).await;
         assert_eq!(notice, format!("Revived {row}: due now."));
     })
     .catch_unwind()
@@ -442,16 +448,7 @@ async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser
 
         // Revive with a click: the sink now takes it.
         fixed.store(true, Ordering::SeqCst);
-        let button = format!("#dead {dl} button[data-action='revive']");
-        // The table is redrawn at each refresh: a reference gone stale is
-        // looked up again.
-        eventually("a click on Revive", async || b.click(&b.find(&button).await?).await).await;
-        until("the revived hook delivered", WAIT, async || sink.delivered().iter().any(|r| r.id() == poison).then_some(())).await;
-        let notice = eventually("the revive's notice", async || match text(b, "#notice:not([hidden])").await {
-            Some(t) if t.starts_with(&format!("Revived {row}")) => Ok(t),
-            other => Err(format!("{other:?}")),
-        })
-        .await;
+        let notice = revive(b, &format!("#dead {dl} button[data-action='revive']"), &sink, &poison, &row).await;
         assert!(notice == format!("Revived {row}: due now.") || notice == format!("Revived {row}: queued in its ordering lane."), "{notice}");
         eventually("the dead letter gone from the page", async || {
             let rows = count(b, &format!("#dead {dl}")).await;
