@@ -265,22 +265,7 @@ async fn the_console_of_a_relay_without_a_token_opens_at_once_and_revives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser() {
-    let (Some(chromium), Some(chromedriver)) = (on_path("chromium"), on_path("chromedriver")) else {
-        // Straight to stderr, not through eprintln!, which the test harness
-        // captures and hides for a passing test: this must be seen.
-        use std::io::Write as _;
-        let missing = |name: &str| if on_path(name).is_some() { "found" } else { "MISSING" };
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n##########################  THE CONSOLE TEST DID NOT RUN  ##########################\n\
-             console::the_console_shows_... needs Chromium and chromedriver on PATH\n\
-             (chromium: {}, chromedriver: {}). Install them (Debian; .ci/run does):\n\
-             \x20   apt-get install -y chromium chromium-driver\n\
-             This run has NOT tested the operator console.\n\
-             #####################################################################################\n",
-            missing("chromium"),
-            missing("chromedriver"),
-        );
+    let Some((chromium, chromedriver)) = browser_tools("the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser") else {
         return;
     };
 
