@@ -217,6 +217,62 @@ fn sweep_promotes_the_lowest_member_then_drops_markers_of_busy_lanes() {
     assert_eq!(keys(&kv, Family::LaneMember).len(), 2);
 }
 
+/// Puts a member of `lane` (row and member put), as ingest does.
+fn ingest_member_in(kv: &MemoryKv, lane: LaneId, seq: u64, size: u32) {
+    let mut b = Batch::new();
+    let r = DeliveryRow {
+        state: RowState::Member,
+        size,
+        attempts: 0,
+        first_attempt_at_ms: None,
+        last_error: None,
+        lane: Some(lane),
+        ordering_key: None,
+    };
+    b.put(Cf::Deliveries, delivery_key(T, Seq(seq), SinkIx(1)), r.encode());
+    member_put(&mut b, row(seq), lane, size);
+    commit(kv, b);
+}
+
+#[test]
+fn sweep_lanes_builds_the_scans_batch_for_the_marked_lanes_it_is_named() {
+    let kv = MemoryKv::new();
+    let key_lane = |k: &[u8]| lane_id(SinkIx(1), SourceId(2), Some(k));
+    let (promote, busy, empty, unmarked) =
+        (key_lane(b"promote"), key_lane(b"busy"), key_lane(b"empty"), key_lane(b"unmarked"));
+    // busy and unmarked: a head (promoted by a sweep), then busy gets a new
+    // member and its marker; unmarked keeps none.
+    ingest_member_in(&kv, busy, 1, 10);
+    ingest_member_in(&kv, unmarked, 2, 10);
+    commit(&kv, sweep(&kv, T, 16, NOW).expect("sweep").batch);
+    ingest_member_in(&kv, busy, 3, 10);
+    // promote: two members, no head.
+    ingest_member_in(&kv, promote, 4, 10);
+    ingest_member_in(&kv, promote, 5, 10);
+    // empty: a marker and nothing else.
+    let mut b = Batch::new();
+    b.put(Cf::Index, lane_marker_key(T, empty), ankusa_keys::EMPTY_VALUE);
+    commit(&kv, b);
+
+    let scanned = sweep(&kv, T, 16, NOW).expect("sweep");
+    assert_eq!((scanned.markers, scanned.promoted), (3, 1));
+    assert_eq!(scanned.recheck, vec![empty]);
+    // Named in any order, with repeats and a lane without a marker: the
+    // same batch, the same outcome.
+    let named = sweep_lanes(&kv, T, &[unmarked, empty, promote, busy, promote], NOW).expect("sweep_lanes");
+    assert_eq!(named, scanned);
+    // Named one lane: only that lane's step.
+    let one = sweep_lanes(&kv, T, &[promote], NOW).expect("sweep_lanes");
+    assert_eq!((one.markers, one.promoted), (1, 1));
+    assert!(one.recheck.is_empty());
+    commit(&kv, one.batch);
+    assert_eq!(head(&kv, T, promote).expect("head"), Some(row(4)));
+    assert_eq!(row_state(&kv, 5), RowState::Member);
+    // Nothing named, nothing read.
+    let none = sweep_lanes(&kv, T, &[], NOW).expect("sweep_lanes");
+    assert_eq!(none, SweepOutcome::default());
+}
+
 #[test]
 fn release_promotes_the_next_member_or_frees_the_lane() {
     let kv = MemoryKv::new();

@@ -13,6 +13,7 @@ use ankusa_engine::{Batch, Durability, Kv};
 use ankusa_keys::meta::{PauseTarget, PausedValue};
 use ankusa_keys::{SinkIx, SourceId, TenantOrd};
 use ankusa_queue::Cursor;
+use ankusa_queue::writer::LaneRows;
 use tracing::info;
 
 use crate::breaker::{Breaker, BreakerKey, BreakerPolicy, PipelineStatus};
@@ -119,9 +120,12 @@ pub(crate) struct Dispatcher<K: Kv> {
     pub(crate) met: HashMap<TenantOrd, std::collections::HashSet<(SourceId, SinkIx)>>,
     /// Per tenant, the shallow visits since its last deep one.
     pub(crate) shallow_visits: HashMap<TenantOrd, u32>,
-    /// The Writer's lane-rows flag ([`crate::Pipeline::lane_rows`]); `None`:
-    /// every visit sweeps.
-    pub(crate) lane_rows: Option<Arc<AtomicBool>>,
+    /// The Writer's lane hints ([`crate::Pipeline::lane_rows`]); `None`:
+    /// every visit sweeps every marker.
+    pub(crate) lane_rows: Option<Arc<LaneRows>>,
+    /// Per tenant, the lanes the Writer named that no visit has swept yet
+    /// (`ankusa_lanes::sweep_lanes`: point reads of their markers).
+    pub(crate) sweep_lanes: HashMap<TenantOrd, Vec<ankusa_keys::LaneId>>,
     /// Whether the visits of the coming pass run the lane sweep (issue 13:
     /// a sweep walks the tombstones of every marker deleted since the
     /// memtable was flushed; in the 1,000-key load run it was 73% of the
@@ -363,8 +367,18 @@ impl<K: Kv> Dispatcher<K> {
                 }
             }
             match &self.lane_rows {
-                Some(flag) => {
-                    if flag.swap(false, Ordering::SeqCst) {
+                Some(hints) => {
+                    let taken = hints.take();
+                    if taken.all {
+                        self.sweep = true;
+                    }
+                    for (tenant, lane) in taken.lanes {
+                        self.sweep_lanes.entry(tenant).or_default().push(lane);
+                    }
+                    // Named lanes of tenants no visit reaches (a purge) must
+                    // not pile up: past the Writer's own bound, scan instead.
+                    if self.sweep_lanes.values().map(Vec::len).sum::<usize>() > ankusa_queue::writer::LANE_ROWS_MAX {
+                        self.sweep_lanes.clear();
                         self.sweep = true;
                     }
                 }

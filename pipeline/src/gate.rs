@@ -95,6 +95,10 @@ fn request(n: u64, keys: Option<u64>) -> IngestRequest {
 async fn run(case: &Case) -> (OpStats, OpStats) {
     let kv = Arc::new(MemoryKv::new());
     let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
+    // Wired as `ankusa serve` wires them: the Writer names the lanes it puts
+    // members into, and the dispatcher sweeps those (docs/design.md section 5,
+    // "Lane sweep").
+    let lane_rows = handle.lane_rows();
     let task = tokio::spawn(writer.run());
     let before = kv.stats();
     for n in 0..HOOKS {
@@ -118,7 +122,7 @@ async fn run(case: &Case) -> (OpStats, OpStats) {
     }
     let (pipeline, _handle) =
         Pipeline::new(Arc::clone(&kv), routes, DispatchConfig::default(), RetryPolicy::default(), BreakerPolicy::default(), || CLOCK_MS);
-    let mut d = pipeline.dispatcher;
+    let mut d = pipeline.lane_rows(lane_rows).dispatcher;
     d.low_water_reset = std::time::Duration::MAX;
     d.start_up().expect("start");
     let before = kv.stats();

@@ -310,6 +310,7 @@ impl<K: Kv> Pipeline<K> {
                 sources: HashMap::new(),
                 met: HashMap::new(),
                 lane_rows: None,
+                sweep_lanes: HashMap::new(),
                 sweep: true,
                 shallow_visits: HashMap::new(),
                 delivered_scratch: Vec::new(),
@@ -335,15 +336,17 @@ impl<K: Kv> Pipeline<K> {
         self
     }
 
-    /// Takes the Writer's lane-rows flag ([`ankusa_queue::writer::WriterHandle::lane_rows`]):
-    /// the lane sweep (ADR 0004 4.6) then runs in a pass only after the
-    /// Writer committed rows that may be lane members, after a sweep that
-    /// read a full budget of markers, after a control call, and at least
-    /// once a second (docs/design.md section 5, "Lane sweep"). Without it,
-    /// every visit sweeps while the node has lane members.
+    /// Takes the Writer's lane hints ([`ankusa_queue::writer::WriterHandle::lane_rows`]):
+    /// the lane sweep (ADR 0004 4.6) then reads the markers of the lanes the
+    /// Writer named (point reads, `ankusa_lanes::sweep_lanes`), and scans
+    /// every marker only at start-up, after a write that named no lanes (an
+    /// admin job step), after a scan that read a full budget of markers,
+    /// after a control call, and at least once a second (docs/design.md
+    /// section 5, "Lane sweep"). Without it, every visit scans every marker
+    /// while the node has lane members.
     #[must_use]
-    pub fn lane_rows(mut self, flag: Arc<std::sync::atomic::AtomicBool>) -> Self {
-        self.dispatcher.lane_rows = Some(flag);
+    pub fn lane_rows(mut self, hints: Arc<ankusa_queue::writer::LaneRows>) -> Self {
+        self.dispatcher.lane_rows = Some(hints);
         self
     }
 

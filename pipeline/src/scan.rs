@@ -134,6 +134,16 @@ impl<K: Kv> Dispatcher<K> {
         Ok(())
     }
 
+    /// Commits a sweep's batch, then its recheck (ADR 4.6).
+    fn commit_sweep(&mut self, tenant: TenantOrd, out: ankusa_lanes::SweepOutcome) -> Result<(), PipelineError> {
+        self.write(out.batch)?;
+        if !out.recheck.is_empty() {
+            let again = ankusa_lanes::sweep_recheck(&*self.kv, tenant, &out.recheck).map_err(QueueError::from)?;
+            self.write(again)?;
+        }
+        Ok(())
+    }
+
     fn visit(&mut self, tenant: TenantOrd, sweep: bool) -> Result<(), PipelineError> {
         let now = self.now();
         // ADR 4.6: lane sweep while the node has lane members; one read when
@@ -141,16 +151,33 @@ impl<K: Kv> Dispatcher<K> {
         // (`Dispatcher::sweep`): a member and its ?P come from the Writer
         // (ingest, release, an admin job step) or a control call, and what a
         // release promotes it promotes itself.
-        if sweep && self.kv.counter(&counter_key(TenantOrd::NODE, CounterField::LaneMembers))? > 0 {
-            let out = ankusa_lanes::sweep(&*self.kv, tenant, self.dispatch.batch, now).map_err(QueueError::from)?;
-            if out.markers >= self.dispatch.batch {
-                // More markers than one budget: the next pass sweeps on.
-                self.sweep = true;
-            }
-            self.write(out.batch)?;
-            if !out.recheck.is_empty() {
-                let again = ankusa_lanes::sweep_recheck(&*self.kv, tenant, &out.recheck).map_err(QueueError::from)?;
-                self.write(again)?;
+        // The lanes the Writer named (`Dispatcher::sweep_lanes`) are swept by
+        // point reads of their markers, a budget of them per visit, in visits
+        // without a full sweep; a full sweep that read every marker of the
+        // tenant covers them, one that read a full budget leaves them to the
+        // sweeps that go on.
+        let named = self.sweep_lanes.remove(&tenant).unwrap_or_default();
+        if self.kv.counter(&counter_key(TenantOrd::NODE, CounterField::LaneMembers))? > 0 {
+            if sweep {
+                let out = ankusa_lanes::sweep(&*self.kv, tenant, self.dispatch.batch, now).map_err(QueueError::from)?;
+                if out.markers >= self.dispatch.batch {
+                    // More markers than one budget: the next pass sweeps on.
+                    self.sweep = true;
+                    if !named.is_empty() {
+                        self.sweep_lanes.insert(tenant, named);
+                    }
+                }
+                self.commit_sweep(tenant, out)?;
+            } else if !named.is_empty() {
+                let budget = self.dispatch.batch.max(1);
+                let (now_named, later) = named.split_at(named.len().min(budget));
+                let out = ankusa_lanes::sweep_lanes(&*self.kv, tenant, now_named, now).map_err(QueueError::from)?;
+                self.commit_sweep(tenant, out)?;
+                if !later.is_empty() {
+                    // More named lanes than one budget: step again at once.
+                    self.sweep_lanes.insert(tenant, later.to_vec());
+                    self.more = true;
+                }
             }
         }
         let mut range = due_range_until(tenant, now);

@@ -49,12 +49,13 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use ankusa_engine::{Batch, Cf, Durability, EngineError, Kv, Read};
 use ankusa_keys::meta::{decode_seq_high_water, encode_seq_high_water};
-use ankusa_keys::{DedupeValue, Envelope, SEQ_HIGH_WATER_KEY, Seq, TenantOrd, dedupe_key};
+use ankusa_keys::{DedupeValue, Envelope, LaneId, SEQ_HIGH_WATER_KEY, Seq, TenantOrd, dedupe_key};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::WriterMetrics;
@@ -301,12 +302,70 @@ impl Answer {
     }
 }
 
+/// The lanes the Writer put members (and their ?P markers) into since the
+/// dispatcher last took them ([`WriterHandle::lane_rows`]; docs/design.md
+/// section 5, "Lane sweep"). A hint, never the truth: the markers in the
+/// store are, and a hint lost in a crash is covered by the full sweep the
+/// dispatcher runs at start-up and periodically.
+#[derive(Debug, Default)]
+pub struct LaneRows {
+    inner: Mutex<LaneRowsTaken>,
+}
+
+/// What [`LaneRows::take`] hands over.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaneRowsTaken {
+    /// Some write may have put members into lanes it did not name (an admin
+    /// job step), or more than [`LANE_ROWS_MAX`] lanes were named: sweep every
+    /// marker of every tenant.
+    pub all: bool,
+    /// The `(tenant, lane)` pairs that got members, when not `all`.
+    pub lanes: HashSet<(TenantOrd, LaneId)>,
+}
+
+/// Most lanes [`LaneRows`] names before it says "all" instead (about 2 MiB).
+pub const LANE_ROWS_MAX: usize = 65_536;
+
+impl LaneRows {
+    /// Adds what one commit wrote: `all`, or members into `lanes`. Call after
+    /// the commit returned, so a taker sees the members in the store.
+    pub fn add(&self, all: bool, lanes: impl IntoIterator<Item = (TenantOrd, LaneId)>) {
+        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if all || inner.all {
+            inner.all = true;
+            inner.lanes.clear();
+            return;
+        }
+        inner.lanes.extend(lanes);
+        if inner.lanes.len() > LANE_ROWS_MAX {
+            inner.all = true;
+            inner.lanes.clear();
+        }
+    }
+
+    /// Lanes named and not taken yet (0 once "all" was added).
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).lanes.len()
+    }
+
+    /// Whether nothing was added since the last take (no lane, not "all").
+    pub fn is_empty(&self) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        !inner.all && inner.lanes.is_empty()
+    }
+
+    /// Takes what was added since the last take (and leaves nothing).
+    pub fn take(&self) -> LaneRowsTaken {
+        std::mem::take(&mut *self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+}
+
 /// The sending side, cloned by every edge connection.
 #[derive(Clone)]
 pub struct WriterHandle {
     tx: mpsc::Sender<Request>,
     due_floor: Arc<AtomicU64>,
-    lane_rows: Arc<AtomicBool>,
+    lane_rows: Arc<LaneRows>,
     metrics: Arc<WriterMetrics>,
 }
 
@@ -327,13 +386,14 @@ impl WriterHandle {
         Arc::clone(&self.due_floor)
     }
 
-    /// Set by the Writer after each commit that may have written lane members
-    /// or their ?P markers (an ingest with an ordered row, a quarantine
-    /// release, an admin job step); the dispatcher swaps it out before each
-    /// pass and runs the lane sweep (ADR 0004 4.6) in a pass only when it was
-    /// set (or it swept a full budget last time, or a second has passed):
-    /// docs/design.md section 5, "Lane sweep".
-    pub fn lane_rows(&self) -> Arc<AtomicBool> {
+    /// Added to by the Writer after each commit that may have written lane
+    /// members or their ?P markers: the lanes of an ingest's ordered rows and
+    /// of a quarantine release, "all" for an admin job step. The dispatcher
+    /// takes it before each pass and sweeps (ADR 0004 4.6) the named lanes
+    /// with point reads, and every marker only when told "all" (or it swept a
+    /// full budget last time, or a second has passed): docs/design.md section
+    /// 5, "Lane sweep".
+    pub fn lane_rows(&self) -> Arc<LaneRows> {
         Arc::clone(&self.lane_rows)
     }
 
@@ -459,7 +519,7 @@ pub struct Writer<K: Kv> {
     /// [`WriterHandle::due_floor`].
     due_floor: Arc<AtomicU64>,
     /// [`WriterHandle::lane_rows`].
-    lane_rows: Arc<AtomicBool>,
+    lane_rows: Arc<LaneRows>,
     /// [`WriterHandle::metrics`].
     metrics: Arc<WriterMetrics>,
 }
@@ -489,7 +549,7 @@ impl<K: Kv> Writer<K> {
             .collect();
         let (tx, rx) = mpsc::channel(cfg.queue_depth.max(1));
         let due_floor = Arc::new(AtomicU64::new(u64::MAX));
-        let lane_rows = Arc::new(AtomicBool::new(false));
+        let lane_rows = Arc::new(LaneRows::default());
         let metrics = Arc::new(WriterMetrics::default());
         Ok((
             Writer {
@@ -647,8 +707,10 @@ impl<K: Kv> Writer<K> {
         let mut held_touched: HashSet<(TenantOrd, Seq)> = HashSet::new();
         let mut jobs_touched: HashSet<Vec<u8>> = HashSet::new();
         let first_seq = self.next_seq;
-        // Whether this group may write lane members (WriterHandle::lane_rows).
-        let mut lane_rows = false;
+        // The lanes this group may write members into (WriterHandle::lane_rows);
+        // `all` when it cannot name them.
+        let mut lane_rows_all = false;
+        let mut lane_rows: Vec<(TenantOrd, LaneId)> = Vec::new();
         // Dedupe expiry goes first in the batch: an ingest of this group that
         // renews an expired record puts it after the expiry's delete, so the
         // renewed record stays.
@@ -666,7 +728,7 @@ impl<K: Kv> Writer<K> {
                     }
                 }
                 Request::JobStep(step, reply) => {
-                    lane_rows = true;
+                    lane_rows_all = true;
                     match self.job_step(&mut batch, step, now_ms, &mut held_touched, &mut jobs_touched) {
                         Ok(seqs) => answers.push(Answer::Seqs(reply, seqs)),
                         Err(e) => drop(reply.send(Err(e))),
@@ -702,7 +764,7 @@ impl<K: Kv> Writer<K> {
                     let _ = reply.send(Err(WriteError::TenantPurging { tenant: req.tenant }));
                 }
                 Request::Release { tenant, seq, rows, reply } => {
-                    lane_rows |= rows.iter().any(|r| r.lane.is_some());
+                    lane_rows.extend(rows.iter().filter_map(|r| r.lane.as_ref()).map(|l| (tenant, l.lane)));
                     if !held_touched.insert((tenant, seq)) {
                         let _ = reply.send(Err(WriteError::NotQuarantined { tenant, seq }));
                         continue;
@@ -770,7 +832,7 @@ impl<K: Kv> Writer<K> {
                         envelope: &req.envelope,
                         dedupe_expires_at_ms: now_ms.saturating_add(req.dedupe_ttl_ms.unwrap_or(self.cfg.dedupe_ttl_ms)),
                     };
-                    lane_rows |= req.rows.iter().any(|r| r.lane.is_some());
+                    lane_rows.extend(req.rows.iter().filter_map(|r| r.lane.as_ref()).map(|l| (req.tenant, l.lane)));
                     new_ops(&mut batch, &hook, &req.rows, now_ms);
                     answers.push(Answer::Ingest(reply, Ingested::Committed(seq)));
                 }
@@ -797,8 +859,8 @@ impl<K: Kv> Writer<K> {
             // may be delivered before they are durable; none is acknowledged
             // before (docs/design.md section 2, "Durability").
             self.due_floor.fetch_min(now_ms, std::sync::atomic::Ordering::SeqCst);
-            if lane_rows {
-                self.lane_rows.store(true, std::sync::atomic::Ordering::SeqCst);
+            if lane_rows_all || !lane_rows.is_empty() {
+                self.lane_rows.add(lane_rows_all, lane_rows);
             }
             self.metrics.group_hooks.observe(self.next_seq - first_seq);
         }

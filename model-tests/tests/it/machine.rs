@@ -460,7 +460,14 @@ impl<'k, K: Kv> Machine<'k, K> {
                     .take(usize::from(budget))
                     .map(|l| (*l, self.model.sweep_plan(l)))
                     .collect();
-                let out = lanes::sweep(self.kv, tenant(t), usize::from(budget), now).map_err(err("sweep"))?;
+                // Budget 3: the named sweep (the Writer's lane hints)
+                // over the lanes the scan would read; its outcome is the same.
+                let out = if budget == 3 {
+                    let named: Vec<_> = plan.iter().map(|(l, _)| l.1).collect();
+                    lanes::sweep_lanes(self.kv, tenant(t), &named, now).map_err(err("sweep_lanes"))?
+                } else {
+                    lanes::sweep(self.kv, tenant(t), usize::from(budget), now).map_err(err("sweep"))?
+                };
                 let want_recheck: Vec<_> =
                     plan.iter().filter(|(_, a)| *a == SweepAct::Empty).map(|(l, _)| l.1).collect();
                 let want_promoted = plan.iter().filter(|(_, a)| *a == SweepAct::Promote).count();
