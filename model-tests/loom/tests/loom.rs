@@ -105,6 +105,17 @@ impl Store {
         self.write(b);
     }
 
+    /// The pipeline's named sweep of the lane (the Writer named it: docs/design.md
+    /// section 5, "Lane sweep"): point reads of its marker, the batch, then
+    /// the recheck.
+    fn sweep_named(&self) {
+        let lane = lanes::assign(SINK, SRC, Some(b"cus_a")).lane;
+        let out = lanes::sweep_lanes(self, T, &[lane], NOW).expect("sweep_lanes");
+        self.write(out.batch);
+        let b = lanes::sweep_recheck(self, T, &out.recheck).expect("sweep_recheck");
+        self.write(b);
+    }
+
     /// Claims the one due row there is.
     fn claim_due(&self) -> queue::RowId {
         let (k, _) = self
@@ -264,6 +275,36 @@ fn sweep_vs_writer_empty_lane() {
 #[test]
 fn sweep_races_a_writer_on_an_empty_lane() {
     explore("sweep vs writer, empty lane", sweep_vs_writer_empty_lane);
+}
+
+/// ADR 4.6 for the named sweep: the same race as [`sweep_vs_writer_empty_lane`]
+/// with the sweep of the lane the Writer named (a point read of its marker)
+/// instead of the scan.
+fn named_sweep_vs_writer_empty_lane() {
+        let store = Arc::new(Store::new());
+        store.ingest(1);
+        let mut cursor = None;
+        loop {
+            let page = queue::dead_letter_source(&*store, T, SRC, "source deleted", cursor.as_ref(), 100, NOW)
+                .expect("dead_letter_source");
+            store.write(page.batch);
+            cursor = page.next;
+            if cursor.is_none() {
+                break;
+            }
+        }
+        let writer = {
+            let store = Arc::clone(&store);
+            loom::thread::spawn(move || store.ingest(2))
+        };
+        store.sweep_named();
+        writer.join().expect("writer");
+        store.check_settled(1);
+}
+
+#[test]
+fn named_sweep_races_a_writer_on_an_empty_lane() {
+    explore("named sweep vs writer, empty lane", named_sweep_vs_writer_empty_lane);
 }
 
 /// Both races at once, with two writers (the Writer's group commits land in
