@@ -213,7 +213,7 @@ impl Kv for FjallKv {
             Durability::Buffered => PersistMode::Buffer,
         };
         let mut tx = self.db.write_tx().durability(Some(mode));
-        for op in batch.into_ops() {
+        for op in batch.into_ops_coalesced() {
             match op {
                 Op::Put { cf, key, value } => tx.insert(self.ks(cf), key, value),
                 Op::Delete { cf, key } => tx.remove(self.ks(cf), key),

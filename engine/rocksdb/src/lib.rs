@@ -342,7 +342,7 @@ impl RocksKv {
 
     fn native_batch(&self, batch: Batch) -> WriteBatch {
         let mut wb = WriteBatch::default();
-        for op in batch.into_ops() {
+        for op in batch.into_ops_coalesced() {
             match op {
                 Op::Put { cf, key, value } => wb.put_cf(self.cf(cf), key, value),
                 Op::Delete { cf, key } => wb.delete_cf(self.cf(cf), key),
