@@ -31,23 +31,7 @@ fn counter(kv: &MemoryKv, tenant: TenantOrd, field: CounterField) -> i64 {
 
 /// Puts a member's delivery row and its member put, as ingest does.
 fn ingest_member(kv: &MemoryKv, seq: u64, size: u32) {
-    let mut b = Batch::new();
-    let r = DeliveryRow {
-        state: RowState::Member,
-        size,
-        attempts: 0,
-        first_attempt_at_ms: None,
-        last_error: None,
-        lane: Some(lane()),
-        ordering_key: Some(b"cust_42".to_vec()),
-    };
-    b.put(
-        Cf::Deliveries,
-        delivery_key(T, Seq(seq), SinkIx(1)),
-        r.encode(),
-    );
-    member_put(&mut b, row(seq), lane(), size);
-    commit(kv, b);
+    ingest_member_in(kv, lane(), Some(b"cust_42"), seq, size);
 }
 
 fn keys(kv: &MemoryKv, family: Family) -> Vec<Vec<u8>> {
@@ -217,8 +201,9 @@ fn sweep_promotes_the_lowest_member_then_drops_markers_of_busy_lanes() {
     assert_eq!(keys(&kv, Family::LaneMember).len(), 2);
 }
 
-/// Puts a member of `lane` (row and member put), as ingest does.
-fn ingest_member_in(kv: &MemoryKv, lane: LaneId, seq: u64, size: u32) {
+/// Puts a member of `lane` with `ordering_key` (row and member put), as
+/// ingest does.
+fn ingest_member_in(kv: &MemoryKv, lane: LaneId, ordering_key: Option<&[u8]>, seq: u64, size: u32) {
     let mut b = Batch::new();
     let r = DeliveryRow {
         state: RowState::Member,
@@ -227,7 +212,7 @@ fn ingest_member_in(kv: &MemoryKv, lane: LaneId, seq: u64, size: u32) {
         first_attempt_at_ms: None,
         last_error: None,
         lane: Some(lane),
-        ordering_key: None,
+        ordering_key: ordering_key.map(<[u8]>::to_vec),
     };
     b.put(Cf::Deliveries, delivery_key(T, Seq(seq), SinkIx(1)), r.encode());
     member_put(&mut b, row(seq), lane, size);
@@ -242,13 +227,13 @@ fn sweep_lanes_builds_the_scans_batch_for_the_marked_lanes_it_is_named() {
         (key_lane(b"promote"), key_lane(b"busy"), key_lane(b"empty"), key_lane(b"unmarked"));
     // busy and unmarked: a head (promoted by a sweep), then busy gets a new
     // member and its marker; unmarked keeps none.
-    ingest_member_in(&kv, busy, 1, 10);
-    ingest_member_in(&kv, unmarked, 2, 10);
+    ingest_member_in(&kv, busy, None, 1, 10);
+    ingest_member_in(&kv, unmarked, None, 2, 10);
     commit(&kv, sweep(&kv, T, 16, NOW).expect("sweep").batch);
-    ingest_member_in(&kv, busy, 3, 10);
+    ingest_member_in(&kv, busy, None, 3, 10);
     // promote: two members, no head.
-    ingest_member_in(&kv, promote, 4, 10);
-    ingest_member_in(&kv, promote, 5, 10);
+    ingest_member_in(&kv, promote, None, 4, 10);
+    ingest_member_in(&kv, promote, None, 5, 10);
     // empty: a marker and nothing else.
     let mut b = Batch::new();
     b.put(Cf::Index, lane_marker_key(T, empty), ankusa_keys::EMPTY_VALUE);

@@ -249,8 +249,9 @@ fn release_races_a_writer_on_a_lane_with_a_member() {
 /// dead-lettered with its source), deletes it and rechecks, while a writer
 /// commits a new member with its ?P. The recheck (or the writer's own ?P
 /// coming after the delete) leaves the member reachable; the next sweep
-/// promotes it.
-fn sweep_vs_writer_empty_lane() {
+/// promotes it. `sweep` is the scan of the markers ([`Store::sweep`]) or the
+/// sweep of the lane the Writer named ([`Store::sweep_named`]).
+fn sweep_vs_writer_empty_lane_with(sweep: fn(&Store)) {
         let store = Arc::new(Store::new());
         store.ingest(1);
         let mut cursor = None;
@@ -267,9 +268,13 @@ fn sweep_vs_writer_empty_lane() {
             let store = Arc::clone(&store);
             loom::thread::spawn(move || store.ingest(2))
         };
-        store.sweep();
+        sweep(&store);
         writer.join().expect("writer");
         store.check_settled(1);
+}
+
+fn sweep_vs_writer_empty_lane() {
+    sweep_vs_writer_empty_lane_with(Store::sweep);
 }
 
 #[test]
@@ -277,34 +282,9 @@ fn sweep_races_a_writer_on_an_empty_lane() {
     explore("sweep vs writer, empty lane", sweep_vs_writer_empty_lane);
 }
 
-/// ADR 4.6 for the named sweep: the same race as [`sweep_vs_writer_empty_lane`]
-/// with the sweep of the lane the Writer named (a point read of its marker)
-/// instead of the scan.
-fn named_sweep_vs_writer_empty_lane() {
-        let store = Arc::new(Store::new());
-        store.ingest(1);
-        let mut cursor = None;
-        loop {
-            let page = queue::dead_letter_source(&*store, T, SRC, "source deleted", cursor.as_ref(), 100, NOW)
-                .expect("dead_letter_source");
-            store.write(page.batch);
-            cursor = page.next;
-            if cursor.is_none() {
-                break;
-            }
-        }
-        let writer = {
-            let store = Arc::clone(&store);
-            loom::thread::spawn(move || store.ingest(2))
-        };
-        store.sweep_named();
-        writer.join().expect("writer");
-        store.check_settled(1);
-}
-
 #[test]
 fn named_sweep_races_a_writer_on_an_empty_lane() {
-    explore("named sweep vs writer, empty lane", named_sweep_vs_writer_empty_lane);
+    explore("named sweep vs writer, empty lane", || sweep_vs_writer_empty_lane_with(Store::sweep_named));
 }
 
 /// Both races at once, with two writers (the Writer's group commits land in
