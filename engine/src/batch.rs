@@ -134,49 +134,51 @@ impl Batch {
     /// CPU in the 1,000-key load run; fjall read and rewrote the counter per
     /// add).
     pub fn into_ops_coalesced(self) -> Vec<Op> {
-        let mut sums: std::collections::HashMap<&[u8], i64> = std::collections::HashMap::new();
-        for op in &self.ops {
+        use std::collections::HashMap;
+        use std::collections::hash_map::Entry;
+        // Per counter key: the index of its first add and the sum of its adds.
+        let mut first: HashMap<&[u8], (usize, i64)> = HashMap::new();
+        let mut repeated = false;
+        for (i, op) in self.ops.iter().enumerate() {
             if let Op::CounterAdd { key, delta } = op {
-                let sum = sums.entry(key.as_slice()).or_insert(0);
-                *sum = sum.wrapping_add(*delta);
-            }
-        }
-        if sums.len() == self.ops.iter().filter(|op| matches!(op, Op::CounterAdd { .. })).count() {
-            // No key added to twice: nothing to sum.
-            return self.ops;
-        }
-        let clash = self.ops.iter().any(|op| match op {
-            Op::Put { cf, key, .. } | Op::Delete { cf, key } => {
-                *cf == crate::COUNTER_CF && sums.contains_key(key.as_slice())
-            }
-            Op::DeleteRange { cf, range } => {
-                *cf == crate::COUNTER_CF
-                    && sums.keys().any(|k| *k >= range.start.as_slice() && *k < range.end.as_slice())
-            }
-            Op::CounterAdd { .. } => false,
-        });
-        if clash {
-            return self.ops;
-        }
-        let sums: std::collections::HashMap<Vec<u8>, i64> = sums.into_iter().map(|(k, v)| (k.to_vec(), v)).collect();
-        let mut out: Vec<Op> = Vec::with_capacity(self.ops.len());
-        let mut done: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
-        for op in self.ops {
-            match op {
-                Op::CounterAdd { key, .. } => {
-                    if done.contains(&key) {
-                        continue;
+                match first.entry(key.as_slice()) {
+                    Entry::Occupied(mut e) => {
+                        repeated = true;
+                        let sum = &mut e.get_mut().1;
+                        *sum = sum.wrapping_add(*delta);
                     }
-                    // A net zero is still written: the counter exists (at 0)
-                    // after it, as after the adds one by one.
-                    let delta = sums.get(&key).copied().unwrap_or(0);
-                    out.push(Op::CounterAdd { key: key.clone(), delta });
-                    done.insert(key);
+                    Entry::Vacant(e) => {
+                        e.insert((i, *delta));
+                    }
                 }
-                other => out.push(other),
             }
         }
-        out
+        let clash = || {
+            self.ops.iter().any(|op| match op {
+                Op::Put { cf, key, .. } | Op::Delete { cf, key } => {
+                    *cf == crate::COUNTER_CF && first.contains_key(key.as_slice())
+                }
+                Op::DeleteRange { cf, range } => {
+                    *cf == crate::COUNTER_CF
+                        && first.keys().any(|k| *k >= range.start.as_slice() && *k < range.end.as_slice())
+                }
+                Op::CounterAdd { .. } => false,
+            })
+        };
+        if !repeated || clash() {
+            return self.ops;
+        }
+        // A net zero is still written: the counter exists (at 0) after it, as
+        // after the adds one by one.
+        let sum_at: HashMap<usize, i64> = first.into_values().collect();
+        self.ops
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, op)| match op {
+                Op::CounterAdd { key, .. } => sum_at.get(&i).map(|&delta| Op::CounterAdd { key, delta }),
+                other => Some(other),
+            })
+            .collect()
     }
 
     /// Number of ops.
