@@ -153,14 +153,24 @@ $sink
 YAML
 }
 
-# The relay's counters of interest from /metrics (one line).
+# The relay's counters of interest from /metrics (one line), with the
+# Writer's wall time over the run: groups committed, hooks per group, the mean
+# time from a group's write to the end of the sync that answers it
+# (`ankusa_writer_commit_seconds`), and that time summed over the run's
+# seconds (`writer_busy`: above 1 means groups overlap in the pipelined sync;
+# well under 1 means the Writer waits for requests, so ingest is bound before
+# it, at the edge).
 metrics() {
   { exec 3<>"/dev/tcp/${ADMIN%:*}/${ADMIN##*:}" &&
     printf 'GET /metrics HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' "$ADMIN" >&3 &&
     timeout 5 cat <&3; } 2>/dev/null |
-    awk '/^ankusa_ingest_accepted(_total)? /{a=$2} /^ankusa_dispatch_delivered(_total)? /{d=$2}
+    awk -v secs="${DURATION%s}" '/^ankusa_ingest_accepted(_total)? /{a=$2} /^ankusa_dispatch_delivered(_total)? /{d=$2}
          /^ankusa_queue_pending /{p=$2}
-         /^ankusa_dispatch_lanes /{l=$2} END{printf "accepted=%s delivered=%s pending=%s lanes=%s", a, d, p, l}'
+         /^ankusa_dispatch_lanes /{l=$2}
+         /^ankusa_writer_group_hooks_sum /{gh=$2} /^ankusa_writer_group_hooks_count /{g=$2}
+         /^ankusa_writer_commit_seconds_sum /{cs=$2}
+         END{printf "accepted=%s delivered=%s pending=%s lanes=%s", a, d, p, l
+             if (g > 0) printf " groups=%d hooks_per_group=%.1f commit_ms=%.2f writer_busy=%.2f", g, gh / g, 1000 * cs / g, cs / secs}'
 }
 
 # Runs wrk against $1 (URL) with $2 connections; prints wrk's output to the

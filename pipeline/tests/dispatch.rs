@@ -156,6 +156,28 @@ async fn wait_delivered(relay: &Relay, n: u64) {
     panic!("only {} of {n} delivered", relay.delivered.load(Ordering::SeqCst));
 }
 
+/// The process dies: both tasks are stopped where they are (nothing more is
+/// flushed), and this returns once nothing of the stopped node holds `kv`.
+/// abort() stops a task at its next await, but an engine step already on a
+/// blocking thread (`spawn_blocking`) runs to its end and may still claim or
+/// commit: a new pipeline started before it ends would share the store with
+/// the old one, which is not a state a real crash leaves (regression: the new
+/// pipeline's claim of the recovered head met the old step's claim of it,
+/// `NotInState { expected: "due" }`, once under CPU load in CI).
+async fn crash(relay: Relay, kv: &Arc<MemoryKv>) {
+    let Relay { kv: own, writer, pipeline, tasks, .. } = relay;
+    for t in tasks {
+        t.abort();
+        assert!(t.await.is_err_and(|e| e.is_cancelled()), "the task ended on its own");
+    }
+    drop((own, writer, pipeline));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while Arc::strong_count(kv) > 1 {
+        assert!(std::time::Instant::now() < deadline, "the store is still held by the stopped node");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn stop(relay: Relay) -> Arc<MemoryKv> {
     relay.pipeline.shutdown();
     drop(relay.writer);
@@ -293,13 +315,7 @@ async fn restart_redelivers_claimed_head_first() {
         assert!(std::time::Instant::now() < deadline, "the head's call never began");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // abort() is cooperative: wait until both tasks have really stopped, or
-    // the old pipeline could still claim beside the new one (two pipelines on
-    // one store is not a state a real crash leaves).
-    for t in relay.tasks {
-        t.abort();
-        assert!(t.await.is_err_and(|e| e.is_cancelled()), "the task ended on its own");
-    }
+    crash(relay, &kv).await;
     assert_eq!(counter(&*kv, TENANT, CounterField::InFlight).unwrap(), 1);
     let script2 = Arc::new(Mutex::new(Script::default()));
     let relay2 = start(Arc::clone(&kv), Arc::clone(&script2), None);
