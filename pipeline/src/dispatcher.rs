@@ -67,6 +67,13 @@ pub(crate) struct Dispatcher<K: Kv> {
     /// Tenants whose held rows a resume must look at, with where the last
     /// page stopped: one page of [`ankusa_queue::unhold`] each per pass.
     pub(crate) unhold: BTreeMap<TenantOrd, Option<Cursor>>,
+    /// Sink entries whose backlog a visit held back (docs/design.md section
+    /// 5, "A sink's backlog held back"): their rows wait in the held band and
+    /// come back, oldest first, in each pass, as many as keep the entry's live
+    /// backlog at [`crate::scan::OVERFLOW_SKIPPED`] pages
+    /// ([`Dispatcher::overflow_pass`]). Not persisted: a restart moves every
+    /// held row of an entry that is not paused back (`start_up`).
+    pub(crate) overflow: HashMap<BreakerKey, Overflow>,
     /// Tenants no visit touches ([`PipelineHandle::quiesce`]: being purged).
     pub(crate) quiet: BTreeSet<TenantOrd>,
     /// Sources being retired, with the dead-letter reason
@@ -136,6 +143,16 @@ pub(crate) struct Dispatcher<K: Kv> {
     pub(crate) delivered_scratch: Vec<(&'static str, u64)>,
 }
 
+/// One sink entry's held-back backlog ([`Dispatcher::overflow`]).
+#[derive(Debug, Default)]
+pub(crate) struct Overflow {
+    /// Where the next release page starts in the tenant's held band.
+    pub(crate) from: Option<Vec<u8>>,
+    /// The entry's rows the last visit that read past them skipped (left
+    /// due): its live backlog.
+    pub(crate) live: usize,
+}
+
 impl<K: Kv> Dispatcher<K> {
     pub(crate) fn now(&self) -> u64 {
         (self.clock)()
@@ -185,6 +202,7 @@ impl<K: Kv> Dispatcher<K> {
                 if quiet {
                     self.quiet.insert(tenant);
                     self.resume.remove(&tenant);
+                    self.overflow.retain(|k, _| k.0 != tenant);
                 } else if self.quiet.remove(&tenant) {
                     // Rows may have come in since: look again.
                     self.unhold.insert(tenant, None);
@@ -303,6 +321,69 @@ impl<K: Kv> Dispatcher<K> {
         }
         if moved > 0 {
             info!(rows = moved, "resumed: held rows back to dispatch");
+        }
+        Ok(())
+    }
+
+    /// Releases held-back backlogs (`overflow`): for each entry, its oldest
+    /// held rows go back to due ([`ankusa_queue::unhold_sink`]), as many as
+    /// bring its live backlog (what the last visit skipped) back to
+    /// [`crate::scan::OVERFLOW_SKIPPED`] pages, and the tenant's low-water
+    /// cursor is lowered to them. Oldest first: a held-back backlog is
+    /// delivered in due order behind at most those pages. An entry with no
+    /// held row left is dropped; a paused one waits for its resume.
+    pub(crate) fn overflow_pass(&mut self) -> Result<(), PipelineError> {
+        if self.overflow.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<BreakerKey> = self.overflow.keys().copied().collect();
+        let examine = self.dispatch.batch.max(1) * crate::scan::SCAN_PAGES;
+        let mut done = Vec::new();
+        for key in keys {
+            let (tenant, source, sink) = key;
+            let Some(o) = self.overflow.get_mut(&key) else { continue };
+            let budget = (crate::scan::OVERFLOW_SKIPPED * self.dispatch.batch.max(1)).saturating_sub(o.live);
+            let from = o.from.clone();
+            if budget == 0 || self.quiet.contains(&tenant) || self.is_paused(source, sink) {
+                continue;
+            }
+            if !self.routes.sinks.contains_key(&(source, sink)) {
+                // Not configured any more: the start-up release and the
+                // visits dead-letter its rows.
+                done.push(key);
+                continue;
+            }
+            let page = ankusa_queue::unhold_sink(&*self.kv, tenant, (source, sink), from.as_deref(), examine, budget)?;
+            if let Some(min) = page.min_due_ms
+                && let Some(low) = self.low_water.get_mut(&tenant)
+            {
+                *low = (*low).min(min);
+            }
+            let moved = page.moved;
+            self.write(page.batch)?;
+            if let Some(o) = self.overflow.get_mut(&key) {
+                // Counted live until a visit reads past them.
+                o.live += moved;
+            }
+            match page.next {
+                Some(next) => {
+                    if let Some(o) = self.overflow.get_mut(&key) {
+                        o.from = Some(next);
+                    }
+                }
+                // From the band's start with nothing moved: nothing of the
+                // entry is held any more.
+                None if moved == 0 && from.is_none() => done.push(key),
+                None => {
+                    if let Some(o) = self.overflow.get_mut(&key) {
+                        o.from = None;
+                    }
+                }
+            }
+        }
+        for key in done {
+            self.overflow.remove(&key);
+            info!(tenant = key.0.0, source = key.1.0, sink = key.2.0, "a sink's held-back backlog is back in dispatch");
         }
         Ok(())
     }

@@ -296,6 +296,7 @@ impl<K: Kv> Pipeline<K> {
                 paused: BTreeSet::new(),
                 paused_sinks,
                 unhold: BTreeMap::new(),
+                overflow: HashMap::new(),
                 quiet: BTreeSet::new(),
                 retiring: HashMap::new(),
                 retired_dead: HashMap::new(),

@@ -45,6 +45,16 @@ struct Visit {
     /// Sink entries at their concurrency, waiting for a trial, or over their
     /// rate: their further rows are skipped.
     saturated: HashSet<BreakerKey>,
+    /// Rows of each saturated entry this visit skipped: past
+    /// [`OVERFLOW_SKIPPED`] pages of them, the entry's further rows are held
+    /// back ([`Dispatcher::overflow`]).
+    skipped: HashMap<BreakerKey, usize>,
+    /// The entries whose rows this visit held back as overflow.
+    overflowed: HashSet<BreakerKey>,
+    /// A deep visit's copy of the entries recent visits met (a shallow one
+    /// has them in `busy`): an entry with rows further down that is not
+    /// saturated is what makes a saturated entry's backlog worth holding back.
+    recent: Option<HashSet<(SourceId, SinkIx)>>,
     start_bytes: u64,
     /// Rows claimed only to be dead-lettered: their retry horizon passed.
     horizon: Vec<RowId>,
@@ -68,6 +78,15 @@ struct Visit {
 }
 
 impl Visit {
+    /// Whether an entry of the tenant other than `key`, met by this visit or
+    /// by recent ones, is not saturated: its rows may lie behind `key`'s
+    /// backlog. (An idle sibling source has no rows to reach: holding back
+    /// a backlog for it would only cost writes.)
+    fn other_entry_waits(&self, key: BreakerKey) -> bool {
+        let open = |e: &(SourceId, SinkIx)| *e != (key.1, key.2) && !self.saturated.contains(&(self.tenant, e.0, e.1));
+        self.met.iter().any(open) || self.busy.as_ref().or(self.recent.as_ref()).is_some_and(|r| r.iter().any(open))
+    }
+
     fn new(tenant: TenantOrd, now: u64) -> Visit {
         Visit {
             met: HashSet::new(),
@@ -80,6 +99,9 @@ impl Visit {
             dead: Batch::new(),
             holds: Batch::new(),
             saturated: HashSet::new(),
+            skipped: HashMap::new(),
+            overflowed: HashSet::new(),
+            recent: None,
             start_bytes: 0,
             horizon: Vec::new(),
             deferred: HashMap::new(),
@@ -98,7 +120,13 @@ enum Flow {
 }
 
 /// Pages of `dispatch.batch` due entries a tenant visit reads at most.
-const SCAN_PAGES: usize = 8;
+pub(crate) const SCAN_PAGES: usize = 8;
+
+/// Pages of `dispatch.batch` rows of one saturated sink entry a visit skips
+/// before it holds the entry's further rows back (docs/design.md section 5,
+/// "A sink's backlog held back"): the rows of a slow or rate-limited sink
+/// never stand between a visit and the rows of the tenant's other sinks.
+pub(crate) const OVERFLOW_SKIPPED: usize = 1;
 
 /// A tenant's visits between two deep ones ([`Dispatcher::met`]): a shallow
 /// visit counts only the sink entries that recent visits met rows of.
@@ -112,6 +140,7 @@ impl<K: Kv> Dispatcher<K> {
     /// One visit of every active tenant.
     pub(crate) fn pass(&mut self) -> Result<(), PipelineError> {
         self.unhold_pass()?;
+        self.overflow_pass()?;
         // Set again by a visit whose sweep read a full budget of markers.
         let sweep = std::mem::replace(&mut self.sweep, false);
         let active = self.kv.scan(Cf::Index, &family_range(Family::Active), Direction::Forward, 4096)?;
@@ -210,6 +239,7 @@ impl<K: Kv> Dispatcher<K> {
             v.busy = met;
             self.shallow_visits.insert(tenant, shallow + 1);
         } else {
+            v.recent = met;
             self.shallow_visits.insert(tenant, 0);
         }
         // The first page is no larger than the free call slots: in the steady
@@ -221,6 +251,9 @@ impl<K: Kv> Dispatcher<K> {
         // slow sink does not starve the tenant's other sinks.
         let mut pages = 0;
         let mut saturated_at: Option<Vec<u8>> = None;
+        // The visit stopped because every entry was saturated: it did not
+        // read on past them, so it says nothing of their live backlog.
+        let mut stopped_saturated = false;
         'pages: while v.starts.len() + v.parks.len() < page_len && pages < SCAN_PAGES && (v.unlisted || free.is_none_or(|f| v.starts.len() < f.max(1))) {
             // After the first page, jump to where the last visit stopped.
             if pages == 1
@@ -278,6 +311,7 @@ impl<K: Kv> Dispatcher<K> {
                     Flow::Next => {}
                     Flow::Stop => break 'pages,
                     Flow::Saturated => {
+                        stopped_saturated = true;
                         // Stopped past the first page with every sink entry
                         // saturated: the next visit reads its first page from
                         // the top and goes on from here, instead of walking
@@ -301,6 +335,33 @@ impl<K: Kv> Dispatcher<K> {
             self.resume.insert(tenant, at);
         } else if !reached_end && pages >= SCAN_PAGES && !v.saturated.is_empty() {
             self.resume.insert(tenant, range.start.clone());
+        } else if let Some(at) = resume.take()
+            && !reached_end
+        {
+            // A visit that stopped on its first page (its claim budget, every
+            // entry saturated) did not use the point: the next one may.
+            self.resume.insert(tenant, at);
+        }
+        // The overflow: entries whose rows this visit held back, and for each
+        // entry of the tenant with rows held, whether this visit found it
+        // saturated (its rows come back only when it was not).
+        for key in v.overflowed.drain() {
+            self.overflow.entry(key).or_insert_with(|| {
+                info!(
+                    tenant = key.0.0,
+                    source = key.1.0,
+                    sink = key.2.0,
+                    "a sink's backlog is deeper than a visit skips while the sink is saturated: its further rows are held back until it frees slots, so the tenant's other sinks go on"
+                );
+                crate::dispatcher::Overflow::default()
+            });
+        }
+        if !stopped_saturated {
+            for (key, o) in self.overflow.iter_mut() {
+                if key.0 == tenant {
+                    o.live = v.skipped.get(key).copied().unwrap_or(0);
+                }
+            }
         }
         // What this visit met: a deep visit's view replaces the tenant's met
         // entries, a shallow one adds to them.
@@ -408,6 +469,16 @@ impl<K: Kv> Dispatcher<K> {
         let key = (v.tenant, source, dk.sink);
         v.met.insert((source, dk.sink));
         if v.saturated.contains(&key) {
+            // A saturated entry's backlog deeper than what the visit skips
+            // is held back (the overflow), so the scan of the tenant's other
+            // entries never walks it: it comes back as the entry frees slots
+            // (`Dispatcher::overflow_pass`), oldest first.
+            let skipped = v.skipped.entry(key).or_insert(0);
+            *skipped += 1;
+            if *skipped > OVERFLOW_SKIPPED * self.dispatch.batch.max(1) && v.other_entry_waits(key) {
+                v.holds.extend(ankusa_queue::hold(&*self.kv, dk)?);
+                v.overflowed.insert(key);
+            }
             return Ok(Flow::Next);
         }
         let Some(route) = self.routes.sinks.get(&(source, dk.sink)).cloned() else {

@@ -105,7 +105,7 @@ pub use ingest::{
     new_ops, quarantine, release, replay,
 };
 pub use purge::{clear_purge, purge_phase, purge_tenant_page, read_purges, set_purge};
-pub use pause::{PauseMap, clear_pause, hold, read_pauses, set_pause, unhold};
+pub use pause::{PauseMap, SinkUnhold, clear_pause, hold, read_pauses, set_pause, unhold, unhold_sink};
 pub use unconfigured::pending_rows;
 pub use transitions::{
     claim, dead_letter, dead_letter_attempted, delivered, orphan, park, recover_inflight, retry, revive,

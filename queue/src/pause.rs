@@ -137,6 +137,101 @@ pub fn unhold(
     Ok(page)
 }
 
+/// One page of [`unhold_sink`]: the batch, the rows it moves back and where
+/// the next page starts.
+#[derive(Debug, Default)]
+pub struct SinkUnhold {
+    /// Deletes of the held keys and puts of the due keys (with the tenant's ?A
+    /// when a row moves).
+    pub batch: Batch,
+    /// Rows moved back to due.
+    pub moved: usize,
+    /// The lowest due time (unix ms) of a moved row: the dispatcher lowers its
+    /// low-water cursor to it (the rows come back at the due times they had).
+    pub min_due_ms: Option<u64>,
+    /// Where the next page starts (the key after the last row moved, or after
+    /// the last entry examined); `None` when the held band ended.
+    pub next: Option<Vec<u8>>,
+}
+
+/// Overflow release (docs/design.md section 5, "A sink's backlog held back"):
+/// moves back to due at most `budget` of `tenant`'s held rows of sink entry
+/// `(source, sink)`, examining at most `examine` held entries from `from`
+/// (the band's start when `None`), in the order of their kept due time.
+/// Rows of other sink entries (a pause's, another entry's overflow) stay held.
+/// The source of a row is read from its envelope; a held row whose envelope is
+/// gone stays for [`unhold`] (which moves it back for the orphan check).
+///
+/// Precondition: the entry is not paused (the caller checks). Keeps every
+/// invariant, as [`unhold`] does (each moved row gets its tenant's ?A).
+///
+/// # Errors
+/// Engine and decode errors.
+pub fn unhold_sink(
+    read: &impl Read,
+    tenant: TenantOrd,
+    entry: (SourceId, SinkIx),
+    from: Option<&[u8]>,
+    examine: usize,
+    budget: usize,
+) -> Result<SinkUnhold, QueueError> {
+    let mut range = held_due_range(tenant);
+    if let Some(k) = from
+        && k > range.start.as_slice()
+    {
+        range.start = k.to_vec();
+    }
+    let mut out = SinkUnhold::default();
+    if budget == 0 || examine == 0 {
+        out.next = Some(range.start);
+        return Ok(out);
+    }
+    let entries = read.scan(Cf::Index, &range, Direction::Forward, examine)?;
+    let mut sources: HashMap<Seq, Option<SourceId>> = HashMap::new();
+    let mut last_examined: Option<&[u8]> = None;
+    for (k, v) in &entries {
+        last_examined = Some(k);
+        let dk = DueKey::decode(k)?;
+        if dk.sink != entry.1 {
+            continue;
+        }
+        let source = match sources.get(&dk.seq) {
+            Some(s) => *s,
+            None => {
+                let s = match read.get(Cf::Hooks, &hook_key(tenant, dk.seq))? {
+                    Some(raw) => Some(Envelope::peek_source(&raw)?),
+                    None => None,
+                };
+                sources.insert(dk.seq, s);
+                s
+            }
+        };
+        if source != Some(entry.0) {
+            continue;
+        }
+        let due_ms = dk.unheld_due_ms();
+        out.batch.delete(Cf::Index, k.to_vec());
+        out.batch.put(Cf::Index, due_key(tenant, due_ms, dk.seq, dk.sink), v.to_vec());
+        out.moved += 1;
+        out.min_due_ms = Some(out.min_due_ms.map_or(due_ms, |m| m.min(due_ms)));
+        if out.moved == budget {
+            break;
+        }
+    }
+    if out.moved > 0 {
+        out.batch.put(Cf::Index, active_key(tenant), EMPTY_VALUE);
+    }
+    out.next = match last_examined {
+        Some(last) if out.moved == budget || entries.len() == examine => {
+            let mut key = last.to_vec();
+            key.push(0);
+            Some(key)
+        }
+        _ => None,
+    };
+    Ok(out)
+}
+
 /// A runtime pause of `target` (the admin API's), persisted in `meta` so it
 /// survives a restart: the batch puts `pause/...` with when and why. Blind put;
 /// pausing what is paused replaces the reason and time.

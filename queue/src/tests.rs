@@ -1822,6 +1822,45 @@ fn due_keys(kv: &MemoryKv, tenant: TenantOrd) -> Vec<DueKey> {
     keys(kv, Family::Due, tenant).iter().map(|k| DueKey::decode(k).expect("decode")).collect()
 }
 
+/// The overflow release (`unhold_sink`): only the named entry's held rows go
+/// back, oldest first, at most `budget` a page, at the due times they had,
+/// with the tenant's ?A; another entry's held rows (a pause's) stay; the
+/// cursor goes on after the last row moved, and a band with none of the
+/// entry's rows left ends with nothing moved.
+#[test]
+fn unhold_sink_moves_back_only_its_entrys_held_rows_oldest_first() {
+    let kv = store();
+    for seq in 1..=4 {
+        ingest(&kv, T1, seq, &[plain(S0), plain(S1)]);
+    }
+    clean(&kv);
+    for d in due_keys(&kv, T1) {
+        commit(&kv, hold(&kv, d).expect("hold"));
+    }
+    assert_eq!(held(&kv, T1).len(), 8);
+    let before = counters(&kv, T1);
+    // Two of S0's rows, the oldest: seq 1 and 2.
+    let p = unhold_sink(&kv, T1, (SRC, S0), None, 100, 2).expect("unhold_sink");
+    assert_eq!((p.moved, p.min_due_ms), (2, Some(NOW)));
+    let next = p.next.clone().expect("a budget filled: more may follow");
+    commit(&kv, p.batch);
+    let due: Vec<(u64, SinkIx)> = due_keys(&kv, T1).iter().filter(|d| !d.is_held()).map(|d| (d.seq.0, d.sink)).collect();
+    assert_eq!(due, vec![(1, S0), (2, S0)]);
+    assert_eq!(keys(&kv, Family::Active, T1).len(), 1, "the release puts ?A");
+    // From the cursor: the other two; then nothing of S0 is held.
+    let p = unhold_sink(&kv, T1, (SRC, S0), Some(&next), 100, 10).expect("unhold_sink");
+    assert_eq!((p.moved, p.next.is_none()), (2, true));
+    commit(&kv, p.batch);
+    let p = unhold_sink(&kv, T1, (SRC, S0), None, 100, 10).expect("unhold_sink");
+    assert_eq!((p.moved, p.next.is_none(), p.batch.is_empty()), (0, true, true));
+    // S1's rows (another entry) and another source's entry stay held.
+    assert_eq!(held(&kv, T1).iter().map(|d| d.sink).collect::<Vec<_>>(), vec![S1; 4]);
+    let p = unhold_sink(&kv, T1, (SourceId(99), S1), None, 100, 10).expect("unhold_sink");
+    assert_eq!(p.moved, 0);
+    assert_eq!(counters(&kv, T1), before, "no counter moves");
+    clean(&kv);
+}
+
 /// A paused sink's due rows and lane head are held: out of every due scan, no
 /// counter moved, the lane keeps its head and members, the tenant's ?A can go;
 /// a resume of another sink moves nothing, a resume of theirs puts each back
