@@ -516,7 +516,8 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                         .collect();
                     rows.push(vec![
                         s(&src["name"]),
-                        s(&src["path"]),
+                        // A tenant_path source takes hooks at {path}/{tenant}.
+                        if src["tenant"]["path"] == true { format!("{}/{{tenant}}", s(&src["path"])) } else { s(&src["path"]) },
                         s(&src["verification"]),
                         format!("{}#{}", s(&sink["name"]), s(&sink["index"])),
                         s(&sink["type"]),
@@ -942,20 +943,7 @@ async fn act(api: &Api, json_out: bool, target: Target, verb: &str, filter: &Fil
                 _ => println!("dropped {row}"),
             }
         }
-        Target::Filter => {
-            let job = api.call(reqwest::Method::POST, "/v1/jobs", &[], Some(json!({ "kind": verb, "filter": filter.json() }))).await?;
-            let id = job["id"].as_u64().unwrap_or(0);
-            let job = if wait { wait_job(api, id, !json_out).await? } else { job };
-            if json_out {
-                print_json(&job)?;
-            } else {
-                print_jobs(std::slice::from_ref(&job));
-                if !wait {
-                    println!("follow it with: ankusa jobs {id} --wait");
-                }
-            }
-            job_outcome(&job)?;
-        }
+        Target::Filter => start_job(api, json_out, json!({ "kind": verb, "filter": filter.json() }), wait).await?,
     }
     Ok(())
 }

@@ -85,6 +85,9 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
     }
     let result = rt.block_on(async move {
         other_stores(&cfg)?;
+        // The listeners before the store: a port in use refuses the start
+        // without leaving a new, empty store behind (a new user's report).
+        let listeners = Listeners::bind(&cfg).await?;
         std::fs::create_dir_all(&cfg.node.data_dir)
             .with_context(|| format!("creating data_dir {}", cfg.node.data_dir.display()))?;
         let store_dir = store_dir(&cfg.node.data_dir, cfg.node.store.as_str());
@@ -98,7 +101,7 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
                 if recovery == ankusa_engine_rocksdb::WalRecovery::PointInTime {
                     warn!(dir = %store_dir.display(), "ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time: the WAL was replayed up to its first record that does not verify, and the rest dropped for good");
                 }
-                run(Arc::new(kv), cfg, drop_unconfigured, fds, creation).await
+                run(Arc::new(kv), cfg, drop_unconfigured, fds, creation, listeners).await
             }
             #[cfg(not(feature = "rocksdb"))]
             StoreBackend::RocksDb => anyhow::bail!(
@@ -109,9 +112,9 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
                 let creation = Creation::before_open(&store_dir, "fjall")?;
                 let kv = ankusa_engine_fjall::FjallKv::open_with_file_limit(&store_dir, fds.store_files)
                     .map_err(|e| open_failed(&store_dir, e))?;
-                run(Arc::new(kv), cfg, drop_unconfigured, fds, creation).await
+                run(Arc::new(kv), cfg, drop_unconfigured, fds, creation, listeners).await
             }
-            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured, fds, Creation::memory()).await,
+            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured, fds, Creation::memory(), listeners).await,
         }
     });
     // The spans still queued go out while the runtime still runs.
@@ -417,7 +420,34 @@ fn store_newer(e: &anyhow::Error) -> bool {
     )
 }
 
-async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate::limits::FdBudget, creation: Creation) -> anyhow::Result<()> {
+/// The ingest and admin listeners, bound before the store is opened.
+struct Listeners {
+    ingest: tokio::net::TcpListener,
+    admin: tokio::net::TcpListener,
+}
+
+impl Listeners {
+    /// Binds `listeners.ingest` and `listeners.admin`; an address in use (or
+    /// not this machine's) is an error naming the option.
+    async fn bind(cfg: &Config) -> anyhow::Result<Self> {
+        let ingest = tokio::net::TcpListener::bind(cfg.listeners.ingest)
+            .await
+            .with_context(|| format!("listeners.ingest: cannot bind {}", cfg.listeners.ingest))?;
+        let admin = tokio::net::TcpListener::bind(cfg.listeners.admin)
+            .await
+            .with_context(|| format!("listeners.admin: cannot bind {}", cfg.listeners.admin))?;
+        Ok(Self { ingest, admin })
+    }
+}
+
+async fn run<K: Kv>(
+    kv: Arc<K>,
+    cfg: Config,
+    drop_unconfigured: bool,
+    fds: crate::limits::FdBudget,
+    creation: Creation,
+    listeners: Listeners,
+) -> anyhow::Result<()> {
     // Migrations first, before the signal handlers: a SIGTERM (or a crash)
     // in the middle of one ends the process, and the next start resumes it
     // after its last committed batch (docs/design.md section 8).
@@ -492,7 +522,12 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate
                 }
             }
             let set = if set.is_empty() { String::new() } else { format!(" [{}]", set.join(", ")) };
-            destinations.push(format!("{} -> {} {} {}{paused}{rate}{set}", s.path, e.kind.as_str(), e.name, describe(s, e)));
+            // A tenant_path source takes hooks at {path}/{tenant}.
+            let path = match s.tenant {
+                ankusa_config::TenantBinding::Path => format!("{}/{{tenant}}", s.path),
+                ankusa_config::TenantBinding::Fixed(_) => s.path.clone(),
+            };
+            destinations.push(format!("{path} -> {} {} {}{paused}{rate}{set}", e.kind.as_str(), e.name, describe(s, e)));
             routes.sinks.insert(
                 (id, SinkIx(e.index)),
                 Route { sink, sink_name: e.name.clone(), source_name: s.name.clone() },
@@ -521,12 +556,7 @@ async fn run<K: Kv>(kv: Arc<K>, cfg: Config, drop_unconfigured: bool, fds: crate
     let (pipeline, pipeline_handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
     let pipeline = pipeline.due_floor(writer_handle.due_floor()).lane_rows(writer_handle.lane_rows());
 
-    let ingest = tokio::net::TcpListener::bind(cfg.listeners.ingest)
-        .await
-        .with_context(|| format!("listeners.ingest: cannot bind {}", cfg.listeners.ingest))?;
-    let admin = tokio::net::TcpListener::bind(cfg.listeners.admin)
-        .await
-        .with_context(|| format!("listeners.admin: cannot bind {}", cfg.listeners.admin))?;
+    let Listeners { ingest, admin } = listeners;
     let wake = pipeline_handle.clone();
     let shutting_down = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EdgeStats {

@@ -674,6 +674,12 @@ async fn the_cli_prints_json_refuses_drops_without_yes_and_exits_with_its_codes(
     assert_eq!(api.dead("").await.len(), 0);
     let t = api.tenant("other").await;
     assert_eq!((t["counters"]["dead"].as_i64(), t["counters"]["dead_bytes"].as_i64()), (Some(0), Some(0)));
+    // The same filter again matches nothing: done with 0, and it says so
+    // (README "Filters"; a new user saw only the table row).
+    let (code, out, err) = cli(&["dlq", "drop", "--tenant", "other", "--yes", "--wait", "--admin", a], Some(TOKEN));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("drop") && out.contains("done"), "{out}");
+    assert!(err.contains("matched nothing") && err.contains("--reason is a prefix"), "{err}");
     let (code, _, _) = cli(&["hooks", "show", &id, "--admin", a], Some(TOKEN));
     assert_eq!(code, 1, "the dropped hook's envelope is gone");
     let (code, out, _) = cli(&["jobs", "--admin", a], Some(TOKEN));

@@ -175,7 +175,7 @@ fn the_example_file_loads_into_the_model_it_documents() {
     assert_eq!(
         st.sinks[1].typed,
         TypedOptions::File(FileSink {
-            path: "./data/stripe.ndjson".into()
+            path: "./relay-deliveries/stripe.ndjson".into()
         })
     );
 
