@@ -101,17 +101,7 @@ pub fn unhold(
     let mut sources: HashMap<Seq, Option<SourceId>> = HashMap::new();
     for (k, v) in &entries {
         let dk = DueKey::decode(k)?;
-        let source = match sources.get(&dk.seq) {
-            Some(s) => *s,
-            None => {
-                let s = match read.get(Cf::Hooks, &hook_key(tenant, dk.seq))? {
-                    Some(raw) => Some(Envelope::decode(&raw)?.source),
-                    None => None,
-                };
-                sources.insert(dk.seq, s);
-                s
-            }
-        };
+        let source = held_source(read, tenant, dk.seq, &mut sources)?;
         if source.is_some_and(|s| still_paused(s, dk.sink)) {
             continue;
         }
@@ -135,6 +125,25 @@ pub fn unhold(
         _ => None,
     };
     Ok(page)
+}
+
+/// The source of held row `seq`'s hook, from its envelope (read once per hook
+/// per call: `seen`); `None` when the envelope is gone.
+fn held_source(
+    read: &impl Read,
+    tenant: TenantOrd,
+    seq: Seq,
+    seen: &mut HashMap<Seq, Option<SourceId>>,
+) -> Result<Option<SourceId>, QueueError> {
+    if let Some(s) = seen.get(&seq) {
+        return Ok(*s);
+    }
+    let s = match read.get(Cf::Hooks, &hook_key(tenant, seq))? {
+        Some(raw) => Some(Envelope::peek_source(&raw)?),
+        None => None,
+    };
+    seen.insert(seq, s);
+    Ok(s)
 }
 
 /// One page of [`unhold_sink`]: the batch, the rows it moves back and where
@@ -195,18 +204,7 @@ pub fn unhold_sink(
         if dk.sink != entry.1 {
             continue;
         }
-        let source = match sources.get(&dk.seq) {
-            Some(s) => *s,
-            None => {
-                let s = match read.get(Cf::Hooks, &hook_key(tenant, dk.seq))? {
-                    Some(raw) => Some(Envelope::peek_source(&raw)?),
-                    None => None,
-                };
-                sources.insert(dk.seq, s);
-                s
-            }
-        };
-        if source != Some(entry.0) {
+        if held_source(read, tenant, dk.seq, &mut sources)? != Some(entry.0) {
             continue;
         }
         let due_ms = dk.unheld_due_ms();
