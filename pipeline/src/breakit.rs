@@ -49,6 +49,18 @@ fn request(n: u64) -> IngestRequest {
     }
 }
 
+/// The tenant's one source with its two sink entries, SLOW and FAST, whose
+/// calls the tests answer by hand ([`Answered`]).
+fn slow_and_fast_routes() -> Routes {
+    let mut routes = Routes::default();
+    for (ix, name) in [(SLOW, "slow"), (FAST, "fast")] {
+        routes.sinks.insert((SOURCE, ix), Route { sink: Arc::new(Answered), sink_name: name.into(), source_name: "s".into() });
+    }
+    routes.tenants.insert(TENANT, "t".into());
+    routes.source_tenants.insert(SOURCE, TENANT);
+    routes
+}
+
 /// What dispatching the fast sink's rows cost.
 #[derive(Debug)]
 struct Cost {
@@ -76,12 +88,7 @@ async fn fast_behind_a_slow_backlog(hooks: u64) -> Cost {
     drop(handle);
     task.await.expect("writer task").expect("writer");
 
-    let mut routes = Routes::default();
-    for (ix, name) in [(SLOW, "slow"), (FAST, "fast")] {
-        routes.sinks.insert((SOURCE, ix), Route { sink: Arc::new(Answered), sink_name: name.into(), source_name: "s".into() });
-    }
-    routes.tenants.insert(TENANT, "t".into());
-    routes.source_tenants.insert(SOURCE, TENANT);
+    let routes = slow_and_fast_routes();
     let dispatch = DispatchConfig::default();
     let (pipeline, _handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, RetryPolicy::default(), BreakerPolicy::default(), || CLOCK_MS);
     let mut d = pipeline.dispatcher;
@@ -189,12 +196,7 @@ async fn lanes_behind_a_slow_backlog(hooks: u64) -> LaneCost {
     drop(handle);
     task.await.expect("writer task").expect("writer");
 
-    let mut routes = Routes::default();
-    for (ix, name) in [(SLOW, "slow"), (FAST, "fast")] {
-        routes.sinks.insert((SOURCE, ix), Route { sink: Arc::new(Answered), sink_name: name.into(), source_name: "s".into() });
-    }
-    routes.tenants.insert(TENANT, "t".into());
-    routes.source_tenants.insert(SOURCE, TENANT);
+    let routes = slow_and_fast_routes();
     let dispatch = DispatchConfig::default();
     // The dispatcher's clock moves on 1 ms a step (the hooks were ingested
     // at CLOCK_MS): a promoted member is due at its promotion, behind every
