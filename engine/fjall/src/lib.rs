@@ -52,6 +52,16 @@ const MIN_TABLE_FILES: usize = 16;
 /// benches/load/RESULTS.md, where delivery fell to about 200 hooks/s).
 pub const BLOCK_CACHE_BYTES: u64 = 256 << 20;
 
+/// Memtable size of the `index` keyspace, bytes (fjall's default: 64 MiB), as
+/// RocksDB's index column family (`ankusa_engine_rocksdb`'s 4 MiB). Its keys
+/// are put and deleted within seconds (a due row, a lane member, a marker),
+/// and a due-range scan walks every version still in the memtable's skiplist:
+/// in the half-rate soak of 2026-12-03 (1,100 hooks/s) 75% of the relay's CPU
+/// was `FjallKv::scan` in `crossbeam_skiplist` range iteration, delivery fell
+/// to about 400 hooks/s after four minutes and the backlog grew until a flush
+/// (benches/load/RESULTS.md). A small memtable flushes often.
+pub const INDEX_MEMTABLE_BYTES: u64 = 4 << 20;
+
 /// A fjall store.
 pub struct FjallKv {
     db: SingleWriterTxDatabase,
@@ -98,7 +108,12 @@ impl FjallKv {
         let db = builder.open().map_err(|e| backend_err("open", e))?;
         let keyspaces = Cf::ALL
             .iter()
-            .map(|cf| db.keyspace(cf.name(), KeyspaceCreateOptions::default))
+            .map(|cf| {
+                db.keyspace(cf.name(), || match cf {
+                    Cf::Index => KeyspaceCreateOptions::default().max_memtable_size(INDEX_MEMTABLE_BYTES),
+                    _ => KeyspaceCreateOptions::default(),
+                })
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| backend_err("open", e))?;
         Ok(FjallKv {
