@@ -61,6 +61,18 @@ fn slow_and_fast_routes() -> Routes {
     routes
 }
 
+/// Every fast row delivered and every slow row still pending (`hooks` of
+/// them, `sink_concurrency` in flight), and the store's invariants hold.
+fn assert_only_slow_rows_pending(kv: &MemoryKv, hooks: u64) {
+    assert_eq!(
+        counter(kv, TENANT, CounterField::Pending).expect("counter"),
+        i64::try_from(hooks).expect("hooks"),
+        "every fast row delivered, every slow row still pending"
+    );
+    let violations = check_invariants(kv).expect("check");
+    assert!(violations.is_empty(), "{violations:?}");
+}
+
 /// What dispatching the fast sink's rows cost.
 #[derive(Debug)]
 struct Cost {
@@ -125,13 +137,7 @@ async fn fast_behind_a_slow_backlog(hooks: u64) -> Cost {
     }
     let spent = kv.stats() - before;
     assert_eq!(held.len(), dispatch.sink_concurrency, "the slow sink holds its concurrency, no more");
-    assert_eq!(
-        counter(&*kv, TENANT, CounterField::Pending).expect("counter"),
-        i64::try_from(hooks).expect("hooks"),
-        "every fast row delivered, every slow row still pending (8 of them in flight)"
-    );
-    let violations = check_invariants(&*kv).expect("check");
-    assert!(violations.is_empty(), "{violations:?}");
+    assert_only_slow_rows_pending(&kv, hooks);
     Cost { steps, idle_steps, entries_per_fast: spent.entries_scanned / hooks, gets_per_fast: spent.gets / hooks }
 }
 
@@ -242,13 +248,7 @@ async fn lanes_behind_a_slow_backlog(hooks: u64) -> LaneCost {
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "lane {lane} out of order: {seqs:?}");
         assert_eq!(seqs.len() as u64, hooks / LANES, "lane {lane}");
     }
-    assert_eq!(
-        counter(&*kv, TENANT, CounterField::Pending).expect("counter"),
-        i64::try_from(hooks).expect("hooks"),
-        "every fast row delivered, every slow row still pending"
-    );
-    let violations = check_invariants(&*kv).expect("check");
-    assert!(violations.is_empty(), "{violations:?}");
+    assert_only_slow_rows_pending(&kv, hooks);
     LaneCost { steps, entries_per_fast: spent.entries_scanned / hooks }
 }
 
