@@ -27,8 +27,9 @@ use ankusa_config::{Config, LogFormat, StoreBackend};
 use ankusa_edge::server::admin::{AdminState, BoxFuture, BreakerReport, ControlFailure, PipelineControl, PipelineWork, serve_admin};
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
-use ankusa_engine::{Cf, Durability, Kv};
+use ankusa_engine::{Cf, CounterMirror, Durability, Kv};
 use ankusa_keys::meta::PauseTarget;
+use ankusa_keys::index::{CounterField, counter_key};
 use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx, SourceId, TenantOrd};
 use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
 use ankusa_pipeline::{BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RateLimit, RetryPolicy, RetryStatuses, Route, Routes};
@@ -475,6 +476,17 @@ async fn run<K: Kv>(
         crate::unconfigured::drop_all(&*kv, &found, now_ms())?;
     }
     crate::unconfigured::remember(&*kv, &cfg, &registry)?;
+    // The start-up writes are done: from here every write goes through the
+    // mirror of the queue bounds' counters (each tenant's and the node's
+    // pending rows and bytes), so the edge's check of the bounds on every
+    // hook reads memory, not the store (issue 13; ankusa_engine::CounterMirror).
+    let bound_counters = registry
+        .tenants
+        .values()
+        .copied()
+        .chain([TenantOrd::NODE])
+        .flat_map(|t| [CounterField::Pending, CounterField::Bytes].map(|f| counter_key(t, f).to_vec()));
+    let kv = Arc::new(CounterMirror::new(kv, bound_counters)?);
     let mut routes = Routes::default();
     for (name, ord) in &registry.tenants {
         routes.tenants.insert(*ord, name.clone());

@@ -43,8 +43,10 @@ mod batch;
 pub mod dump;
 pub mod fault;
 pub mod memory;
+mod mirror;
 
 pub use batch::{Batch, MAX_KEY_BYTES, MAX_VALUE_BYTES, Op};
+pub use mirror::CounterMirror;
 
 /// A column family: a separate, ordered key space inside one store.
 ///
