@@ -174,6 +174,76 @@ pub fn atomic_across_column_families<K: Kv>(kv: &K) {
     assert_eq!(kv.counter(b"rounds").unwrap(), ROUNDS as i64);
 }
 
+/// What a reader saw in [`batch_whole_while_memtables_turn_over`]: batches whose
+/// index entry it found and whose hook it then did not.
+#[derive(Debug, Default)]
+pub struct TurnoverReport {
+    /// Batches written.
+    pub written: u64,
+    /// Index entries the reader met (each once).
+    pub met: u64,
+    /// Index entries met whose hook a later live get did not find.
+    pub hook_missing_live: Vec<u64>,
+    /// Of those, the ones a second get (right after) found.
+    pub found_on_second_get: u64,
+    /// Of those, the ones still missing when the writer and reader are done.
+    pub missing_at_end: u64,
+}
+
+/// The dispatcher's read pattern against the Writer's, over enough bytes
+/// that every memtable fills, is sealed, flushed and dropped many times: a
+/// writer commits `batches` batches, each one 2 KiB value in [`Cf::Hooks`]
+/// and its small entry in [`Cf::Index`] (and the delete of an entry some
+/// batches older, as delivered rows leave); a reader on another thread scans
+/// the index for entries it has not met and gets each one's hook. A batch is
+/// atomic, so every entry met has its hook: the report lists each miss.
+pub fn batch_whole_while_memtables_turn_over<K: Kv>(kv: &K, batches: u64) -> TurnoverReport {
+    let done = AtomicBool::new(false);
+    let value = vec![b'x'; 2048];
+    let key = |i: u64| i.to_be_bytes().to_vec();
+    // Index entries under 0x01 (the counter's key is in the index family too).
+    let entry = |i: u64| [&[1u8][..], &i.to_be_bytes()].concat();
+    let mut report = TurnoverReport { written: batches, ..TurnoverReport::default() };
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut r = TurnoverReport::default();
+            let mut next = 0u64;
+            loop {
+                let finished = done.load(Ordering::Acquire);
+                let page = kv.scan(Cf::Index, &KeyRange::new(entry(next), vec![2u8]), ankusa_engine::Direction::Forward, 256).unwrap();
+                for (k, _) in &page {
+                    let i = u64::from_be_bytes(k[1..9].try_into().unwrap());
+                    r.met += 1;
+                    next = i + 1;
+                    if kv.get(Cf::Hooks, &key(i)).unwrap().is_none() {
+                        if kv.get(Cf::Hooks, &key(i)).unwrap().is_some() {
+                            r.found_on_second_get += 1;
+                        }
+                        r.hook_missing_live.push(i);
+                    }
+                }
+                if finished && page.is_empty() {
+                    return r;
+                }
+            }
+        });
+        for i in 0..batches {
+            let mut w = Batch::new();
+            w.put(Cf::Hooks, key(i), value.clone());
+            w.put(Cf::Index, entry(i), b"due".to_vec());
+            w.counter_add("pending", 1);
+            kv.write(w, Durability::Buffered).unwrap();
+        }
+        done.store(true, Ordering::Release);
+        let r = reader.join().unwrap();
+        report.met = r.met;
+        report.hook_missing_live = r.hook_missing_live;
+        report.found_on_second_get = r.found_on_second_get;
+    });
+    report.missing_at_end = report.hook_missing_live.iter().filter(|i| kv.get(Cf::Hooks, &key(**i)).unwrap().is_none()).count() as u64;
+    report
+}
+
 /// Range deletes remove exactly `[start, end)` and nothing in other families.
 pub fn range_delete<K: Kv>(kv: &K) {
     let mut w = Batch::new();
@@ -491,6 +561,13 @@ macro_rules! conformance_suite {
         fn invalid_batch_writes_nothing() { let (_d, kv) = fresh(); $crate::invalid_batch_writes_nothing(&kv) }
         #[test]
         fn atomic_across_column_families() { let (_d, kv) = fresh(); $crate::atomic_across_column_families(&kv) }
+        #[test]
+        fn batch_whole_while_memtables_turn_over() {
+            let (_d, kv) = fresh();
+            let r = $crate::batch_whole_while_memtables_turn_over(&kv, 20_000);
+            assert_eq!(r.met, 20_000, "{r:?}");
+            assert!(r.hook_missing_live.is_empty(), "index entries met without their hook: {r:?}");
+        }
         #[test]
         fn range_delete() { let (_d, kv) = fresh(); $crate::range_delete(&kv) }
         #[test]

@@ -3,9 +3,18 @@
 //! - One fjall keyspace per [`Cf`], in a single-writer transactional database.
 //! - [`Kv::write`] runs the whole [`Batch`] as one write transaction (fjall
 //!   commits a transaction as one atomic journal batch across keyspaces).
-//!   [`Durability::Sync`] commits with `PersistMode::SyncAll` (journal fsynced);
-//!   [`Durability::Buffered`] with `PersistMode::Buffer` (journal flushed to the
-//!   OS, which a process crash does not lose).
+//!   Every commit writes the journal with `PersistMode::Buffer` (flushed to the
+//!   OS, which a process crash does not lose); [`Durability::Sync`] then
+//!   fsyncs it (`persist(SyncAll)`, as [`Kv::sync`]) before returning.
+//! - A batch seen whole: fjall 3.1.13 gives a flushed memtable's new version a
+//!   fresh sequence number and makes every number below it visible, also that
+//!   of a batch still being applied to its keyspaces; a read that took its
+//!   snapshot then could see some of the batch's keys and not others (a due
+//!   row without its envelope: the relay dead-lettered committed hooks as
+//!   "envelope missing" in an ingest run of 2026-12-03). A read takes its
+//!   snapshot under a lock that a commit holds exclusively while it applies
+//!   the batch (not while it fsyncs), so no snapshot falls inside a commit
+//!   (`ankusa_engine_conformance::batch_whole_while_memtables_turn_over`).
 //! - fjall has no merge operator, so a counter add reads the counter inside the
 //!   write transaction and writes the sum. Write transactions are serialized by
 //!   fjall's single-writer lock, so adds from concurrent writers never lose an
@@ -17,6 +26,7 @@
 #![deny(missing_docs, clippy::unwrap_used)]
 
 use std::path::Path;
+use std::sync::{PoisonError, RwLock};
 
 use ankusa_engine::{
     Batch, Bytes, COUNTER_CF, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Op,
@@ -68,6 +78,10 @@ pub struct FjallKv {
     keyspaces: Vec<SingleWriterTxKeyspace>,
     counters: OpCounters,
     poison: Poison,
+    /// Held exclusively around a commit and shared while a read takes its
+    /// snapshot, so no snapshot is taken while a batch is being applied
+    /// ("A batch seen whole" in the crate docs).
+    gate: RwLock<()>,
 }
 
 impl std::fmt::Debug for FjallKv {
@@ -83,7 +97,19 @@ impl FjallKv {
     /// [`EngineError::Backend`] with fjall's message (a lock held by another
     /// process, a corrupt journal, permissions).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
-        Self::open_with(path, None)
+        Self::open_with(path, None, None)
+    }
+
+    /// [`FjallKv::open`] with every keyspace created with a memtable of
+    /// `memtable_bytes` (an existing keyspace keeps its own), so memtables
+    /// fill, are sealed, flushed and dropped after a few hundred small
+    /// batches: for tests and benches of what happens around a flush
+    /// (`ankusa_engine_conformance::batch_whole_while_memtables_turn_over`).
+    ///
+    /// # Errors
+    /// As [`FjallKv::open`].
+    pub fn open_with_memtable_bytes(path: impl AsRef<Path>, memtable_bytes: u64) -> Result<Self, EngineError> {
+        Self::open_with(path, None, Some(memtable_bytes))
     }
 
     /// [`FjallKv::open`] with at most `max_files` file descriptors for the
@@ -96,10 +122,10 @@ impl FjallKv {
     /// # Errors
     /// As [`FjallKv::open`].
     pub fn open_with_file_limit(path: impl AsRef<Path>, max_files: usize) -> Result<Self, EngineError> {
-        Self::open_with(path, Some(max_files))
+        Self::open_with(path, Some(max_files), None)
     }
 
-    fn open_with(path: impl AsRef<Path>, max_files: Option<usize>) -> Result<Self, EngineError> {
+    fn open_with(path: impl AsRef<Path>, max_files: Option<usize>, memtable_bytes: Option<u64>) -> Result<Self, EngineError> {
         let mut builder = SingleWriterTxDatabase::builder(path.as_ref()).cache_size(BLOCK_CACHE_BYTES);
         if let Some(files) = max_files {
             // fjall panics below 10 cached files.
@@ -109,9 +135,10 @@ impl FjallKv {
         let keyspaces = Cf::ALL
             .iter()
             .map(|cf| {
-                db.keyspace(cf.name(), || match cf {
-                    Cf::Index => KeyspaceCreateOptions::default().max_memtable_size(INDEX_MEMTABLE_BYTES),
-                    _ => KeyspaceCreateOptions::default(),
+                db.keyspace(cf.name(), || match (memtable_bytes, cf) {
+                    (Some(bytes), _) => KeyspaceCreateOptions::default().max_memtable_size(bytes),
+                    (None, Cf::Index) => KeyspaceCreateOptions::default().max_memtable_size(INDEX_MEMTABLE_BYTES),
+                    (None, _) => KeyspaceCreateOptions::default(),
                 })
             })
             .collect::<Result<Vec<_>, _>>()
@@ -121,11 +148,19 @@ impl FjallKv {
             keyspaces,
             counters: OpCounters::default(),
             poison: Poison::default(),
+            gate: RwLock::new(()),
         })
     }
 
     fn ks(&self, cf: Cf) -> &SingleWriterTxKeyspace {
         &self.keyspaces[cf.index()]
+    }
+
+    /// A snapshot of the store as of the last batch committed whole
+    /// ([`FjallKv::gate`]).
+    fn read_snapshot(&self) -> Snapshot {
+        let _gate = self.gate.read().unwrap_or_else(PoisonError::into_inner);
+        self.db.read_tx()
     }
 }
 
@@ -187,10 +222,10 @@ fn snapshot_scan(
 
 impl Read for FjallKv {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
-        snapshot_get(&self.db.read_tx(), self, cf, key)
+        snapshot_get(&self.read_snapshot(), self, cf, key)
     }
     fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
-        snapshot_scan(&self.db.read_tx(), self, cf, range, dir, limit)
+        snapshot_scan(&self.read_snapshot(), self, cf, range, dir, limit)
     }
 }
 
@@ -215,7 +250,7 @@ impl Kv for FjallKv {
     fn snapshot(&self) -> FjallSnapshot<'_> {
         FjallSnapshot {
             kv: self,
-            snap: self.db.read_tx(),
+            snap: self.read_snapshot(),
         }
     }
 
@@ -223,11 +258,9 @@ impl Kv for FjallKv {
         self.poison.check(BACKEND)?;
         batch.validate()?;
         let size = batch.size_bytes();
-        let mode = match durability {
-            Durability::Sync => PersistMode::SyncAll,
-            Durability::Buffered => PersistMode::Buffer,
-        };
-        let mut tx = self.db.write_tx().durability(Some(mode));
+        // Committed to the journal in the OS, then (Sync) fsynced outside the
+        // gate: a read waits for a commit's memtable inserts, never for a disk.
+        let mut tx = self.db.write_tx().durability(Some(PersistMode::Buffer));
         for op in batch.into_ops_coalesced() {
             match op {
                 Op::Put { cf, key, value } => tx.insert(self.ks(cf), key, value),
@@ -252,13 +285,20 @@ impl Kv for FjallKv {
                 }
             }
         }
-        if let Err(e) = tx.commit() {
+        let committed = {
+            let _gate = self.gate.write().unwrap_or_else(PoisonError::into_inner);
+            tx.commit()
+        };
+        if let Err(e) = committed {
             let e = backend_err("write", e);
             self.poison.set_by(&e);
             return Err(e);
         }
         self.counters.batch(size);
-        Ok(())
+        match durability {
+            Durability::Sync => self.sync(),
+            Durability::Buffered => Ok(()),
+        }
     }
 
     /// `persist(SyncAll)`: fsyncs the journal; fjall holds the journal's lock
