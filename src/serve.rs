@@ -237,6 +237,13 @@ impl Creation {
     fn before_open(dir: &std::path::Path, backend: &'static str) -> anyhow::Result<Creation> {
         let marker = crate::store::creating_marker(dir);
         let fresh = crate::store::is_new_store_dir(dir).with_context(|| format!("reading the store directory {}", dir.display()))?;
+        // Files, no creation marker, and not the engine's own record of what
+        // it holds: an open would start a new, empty database there (RocksDB
+        // then deletes the table files it does not know). Refused before the
+        // engine touches anything (a new user's report, 2026-12-03).
+        if !fresh && !marker.exists() {
+            crate::store::engine_record_present(dir, backend)?;
+        }
         if fresh {
             let f = std::fs::File::create(&marker).with_context(|| format!("creating {}", marker.display()))?;
             f.sync_all().with_context(|| format!("syncing {}", marker.display()))?;
@@ -351,6 +358,18 @@ pub fn load(path: Option<&std::path::Path>) -> Result<Config, ankusa_config::Con
 fn other_stores(cfg: &Config) -> anyhow::Result<()> {
     let this = cfg.node.store.as_str();
     if this == "memory" {
+        // Tests and demos: said at every start, with any store it leaves
+        // aside (a new user's report: nothing told them).
+        tracing::warn!("node.store is memory: every hook it takes is lost when the relay stops (a 200 is not durable); use rocksdb or fjall for hooks that matter");
+        for other in ["rocksdb", "fjall"] {
+            if store_dir(&cfg.node.data_dir, other).exists() {
+                tracing::warn!(
+                    data_dir = %cfg.node.data_dir.display(),
+                    other,
+                    "data_dir holds a {other} store; its pending hooks are not delivered by this memory store"
+                );
+            }
+        }
         return Ok(());
     }
     let own = store_dir(&cfg.node.data_dir, this);

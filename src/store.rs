@@ -237,6 +237,36 @@ pub fn creating_marker(dir: &Path) -> PathBuf {
     dir.with_file_name(format!(".{name}.creating"))
 }
 
+/// `Ok` when the store directory `dir` (not new: it holds files) has its
+/// engine's record of what it holds: RocksDB's `CURRENT` (the name of its
+/// MANIFEST), fjall's `version`. Without it an engine's open starts a new,
+/// empty database in the directory (RocksDB then deletes every table file
+/// the new MANIFEST does not name), so `serve` refuses before the open.
+///
+/// # Errors
+/// [`crate::serve::StoreRefused`] (exit 3) naming the missing file, saying
+/// that nothing was changed and what to do.
+pub(crate) fn engine_record_present(dir: &Path, backend: &str) -> anyhow::Result<()> {
+    let (record, repair) = match backend {
+        "rocksdb" => (
+            "CURRENT",
+            "RocksDB's repair can rebuild it from the table files (`ldb repair --db=DIR`, from RocksDB's tools, on a copy); ",
+        ),
+        _ => ("version", ""),
+    };
+    if dir.join(record).is_file() {
+        return Ok(());
+    }
+    Err(crate::serve::StoreRefused(format!(
+        "the store directory {dir} holds files but no {record} ({backend}'s record of what the store holds): it is damaged. \
+         Nothing was changed: opening it would start a new, empty store there and drop the data files. \
+         {repair}or restore a backup dump with `ankusa store import DUMP DATA_DIR --store {backend}` (into a data_dir without this store), \
+         or move {dir} away to start with an empty store",
+        dir = dir.display()
+    ))
+    .into())
+}
+
 /// True when `dir` is missing or holds nothing (a `lost+found` of a fresh
 /// filesystem mounted there aside): the only store directory `serve` may
 /// create a new store in.

@@ -202,6 +202,41 @@ async fn no_stamp_and_first_start(backend: &str) {
     assert_eq!(hooks_in(&out), 0, "{out}");
 }
 
+/// A store whose engine record is gone (RocksDB's CURRENT, fjall's
+/// version): `serve` refuses it before the engine opens it, and every file
+/// stays as it was (a new user's report: RocksDB's open with
+/// create_if_missing made a new database there and deleted the table files).
+async fn engine_record_gone(backend: &str, record: &str) {
+    let sink = Sink::ok().await;
+    let mut relay = relay(backend, &sink).await;
+    post_and_kill(&mut relay).await;
+    let data = relay.data_dir();
+    let store = data.join(format!("store-{backend}"));
+    std::fs::remove_file(store.join(record)).expect("rm the engine record");
+    let before = contents(&store);
+    let (status, log) = relay.restart_refused().await;
+    assert_eq!(status.code(), Some(3), "{log}");
+    for want in [
+        format!("the store directory {} holds files but no {record}", store.display()),
+        "Nothing was changed".to_owned(),
+        format!("or move {} away to start with an empty store", store.display()),
+    ] {
+        assert!(log.contains(&want), "missing {want:?} in:\n{log}");
+    }
+    assert!(!log.contains("new store"), "{log}");
+    assert_unchanged(&store, &before, "serve on a store without its engine record");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_a_rocksdb_store_without_current_and_changes_nothing() {
+    engine_record_gone("rocksdb", "CURRENT").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_a_fjall_store_without_its_version_file_and_changes_nothing() {
+    engine_record_gone("fjall", "version").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_rocksdb_files_without_a_stamp_and_stamps_an_interrupted_first_start() {
     no_stamp_and_first_start("rocksdb").await;

@@ -134,6 +134,8 @@ sources:
         url = sink.url()
     ))
     .await;
+    // The memory store says at the start that nothing it takes survives.
+    assert!(relay.log().contains("node.store is memory: every hook it takes is lost when the relay stops"), "{}", relay.log());
     let json = ("content-type", "application/json");
     let body = |label: &str| format!("{{\"hook\":\"{label}\"}}");
 
