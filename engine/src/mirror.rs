@@ -12,11 +12,10 @@
 //! # What a read returns
 //! A mirrored counter reads the value it was built with plus every add of
 //! every batch this wrapper has committed since: the store's value, except
-//! while a commit is between the store and the mirror (a reader beside it sees
-//! the value before that batch, as if it had read a moment earlier). Adds are
-//! applied after the store returns, never before: a counter the edge bounds
-//! never reads a pending count lower than the store held before its own
-//! commit.
+//! while a commit is under way: its increases are applied before the store
+//! write and its decreases after it returns, so a reader beside a commit may
+//! see a value above the store's, never below it (a bound is then checked
+//! against a little more than is pending, never less).
 //!
 //! A counter stops being mirrored (reads go to the store from then on) when a
 //! batch puts, deletes or range-deletes its key (no running relay does; the
@@ -133,15 +132,27 @@ impl<K: Kv> Kv for CounterMirror<K> {
         for m in &touched {
             m.live.store(false, Ordering::Release);
         }
+        // Increases before the write, decreases after it: the mirror never
+        // reads below the store, also while a row made outside the edge's
+        // reservations (a revive, a replay, a release) is delivered and its
+        // -1 committed before this batch's +1 reached the mirror.
+        for (m, delta) in adds.iter().filter(|(_, d)| *d > 0) {
+            m.value.fetch_add(*delta, Ordering::AcqRel);
+        }
         match self.inner.write(batch, durability) {
             Ok(()) => {
-                for (m, delta) in adds {
-                    m.value.fetch_add(delta, Ordering::AcqRel);
+                for (m, delta) in adds.iter().filter(|(_, d)| *d < 0) {
+                    m.value.fetch_add(*delta, Ordering::AcqRel);
                 }
                 Ok(())
             }
-            // Refused before anything was written: the mirror still holds.
-            Err(e @ EngineError::InvalidBatch(_)) => Err(e),
+            // Refused before anything was written: the increases go back.
+            Err(e @ EngineError::InvalidBatch(_)) => {
+                for (m, delta) in adds.iter().filter(|(_, d)| *d > 0) {
+                    m.value.fetch_sub(*delta, Ordering::AcqRel);
+                }
+                Err(e)
+            }
             Err(e) => {
                 for (m, _) in adds {
                     m.live.store(false, Ordering::Release);

@@ -238,6 +238,26 @@ impl Envelope {
         out
     }
 
+    /// The length of [`Envelope::encode`]'s output, bytes, computed without
+    /// encoding: what the hook counts against its tenant's byte bound
+    /// (`ankusa_queue::hook_size`), which the edge checks before the Writer
+    /// encodes it (docs/design.md section 5, "Edge", step 8).
+    pub fn encoded_len(&self) -> usize {
+        // A field is its tag, a u32 length and its bytes.
+        let field = |len: usize| 5 + len;
+        1 + field(4)
+            + field(8)
+            + field(self.method.len())
+            + field(self.path.len())
+            + self.query.as_ref().map_or(0, |q| field(q.len()))
+            + self.headers.iter().map(|(n, v)| field(4 + n.len() + v.len())).sum::<usize>()
+            + field(self.body.len())
+            + self.dedupe_key.as_ref().map_or(0, |k| field(k.len()))
+            + field(16)
+            + self.replay_of.map_or(0, |_| field(8))
+            + 1
+    }
+
     /// The source of a stored envelope, read without decoding the rest
     /// (the dispatcher's scan needs only the source until it claims a row:
     /// docs/design.md section 5, "Scan and claim"). The fields are walked up

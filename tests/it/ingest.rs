@@ -301,3 +301,44 @@ sources:
     assert_eq!(m["ankusa_queue_pending"], 20.0);
     assert_eq!(m["ankusa_ingest_accepted_total"], 20.0);
 }
+
+/// The tenant's byte bound counts what the Writer adds: each row's stored
+/// envelope (headers and fields too), not the body alone (a break-it run:
+/// 200 hooks of ~100-byte bodies against `max_pending_bytes: 3000` left 3,528
+/// bytes pending). Hooks posted one at a time until the first 429: the bytes
+/// pending are within the bound, and one more hook would not fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_byte_bound_counts_the_stored_envelope_and_holds() {
+    const MAX_BYTES: f64 = 3000.0;
+    let sink = Sink::ok().await;
+    let relay = Relay::start(&format!(
+        "
+node: {{data_dir: '{{DATA}}', store: memory}}
+listeners: {{ingest: '{{INGEST}}', admin: '{{ADMIN}}'}}
+tenants: [{{name: a, max_pending_bytes: {MAX_BYTES}}}]
+sources:
+  - {{name: sa, tenant: a, sinks: [{{type: http, url: '{url}', paused: true}}]}}
+",
+        url = sink.url()
+    ))
+    .await;
+    let json = ("content-type", "application/json");
+    let body = format!("{{\"pad\":\"{}\"}}", "x".repeat(90));
+    let mut accepted = 0.0;
+    loop {
+        let r = relay.post("/hooks/sa", &[json], body.clone()).await;
+        if r.status == 429 {
+            break;
+        }
+        assert_eq!(r.status, 200, "{r:?}");
+        accepted += 1.0;
+        assert!(accepted < 100.0, "no 429 after 100 hooks");
+    }
+    let pending = relay.metric("ankusa_queue_pending").await;
+    let bytes = relay.metric("ankusa_queue_pending_bytes").await;
+    assert_eq!(pending, accepted);
+    let per_hook = bytes / accepted;
+    assert!(per_hook > body.len() as f64, "a row counts its envelope ({per_hook} bytes), more than the body");
+    assert!(bytes <= MAX_BYTES, "{bytes} bytes pending over the bound {MAX_BYTES} ({accepted} hooks)");
+    assert!(bytes + per_hook > MAX_BYTES, "one more hook ({per_hook} bytes) would have fit: {bytes} pending");
+}

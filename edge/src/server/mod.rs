@@ -499,15 +499,6 @@ impl<K: Kv> Edge<K> {
         // shutdown).
         let Resolved { rows, keyless, filtered } = route.resolve(&headers, &parsed);
         let rows_n = rows.len() as u64;
-        let bytes_n = (body.len() as u64).saturating_mul(rows_n);
-        let reservation = match self.reserve(&tenant, rows_n, bytes_n) {
-            Ok(Ok(r)) => r,
-            Ok(Err(resp)) => return resp,
-            Err(msg) => return self.store_failed(msg),
-        };
-        if self.shutting_down.load(Ordering::SeqCst) {
-            return self.unavailable("shutting down".into());
-        }
         let idempotency_key = idempotency_key_at(now);
         let stored_headers = route.store_headers(&owned);
         let envelope = Envelope {
@@ -523,6 +514,20 @@ impl<K: Kv> Edge<K> {
             idempotency_key,
             replay_of: None,
         };
+        // Each row counts the stored envelope's length against the byte
+        // bounds (`ankusa_queue::hook_size`, saturated at u32::MAX), so the
+        // check reserves exactly what the Writer's commit adds (a break-it
+        // run: reserving the body's length let `max_pending_bytes` be
+        // overshot by the envelope's headers and fields).
+        let bytes_n = envelope.encoded_len().min(u32::MAX as usize) as u64 * rows_n;
+        let reservation = match self.reserve(&tenant, rows_n, bytes_n) {
+            Ok(Ok(r)) => r,
+            Ok(Err(resp)) => return resp,
+            Err(msg) => return self.store_failed(msg),
+        };
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return self.unavailable("shutting down".into());
+        }
         let req = IngestRequest {
             tenant: tenant.ord,
             envelope,

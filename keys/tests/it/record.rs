@@ -113,6 +113,8 @@ proptest! {
         prop_assert_eq!(decoded.map(|d| d.encode()), Ok(bytes.clone()));
         // The dispatcher's scan reads the source without decoding the rest.
         prop_assert_eq!(Envelope::peek_source(&bytes), Ok(e.source));
+        // The edge checks the byte bound with the length the Writer counts.
+        prop_assert_eq!(e.encoded_len(), bytes.len());
     }
 
     #[test]
