@@ -589,11 +589,26 @@ impl<K: Kv> Edge<K> {
             Ok(false) => {}
             Err(msg) => return self.store_failed(msg),
         }
-        let held = match self.kv.counter(&counter_key(h.tenant.ord, CounterField::Quarantined)) {
-            Ok(n) => n.max(0) as u64,
+        // The committed count plus the hooks being held right now, under the
+        // reservations' lock, so concurrent requests never hold more than
+        // the bound (a break-it run: 53 held at a bound of 50).
+        let taken = {
+            let mut reservations = self.reservations.lock().unwrap_or_else(|p| p.into_inner());
+            self.kv.counter(&counter_key(h.tenant.ord, CounterField::Quarantined)).map(|committed| {
+                let held = committed.max(0) as u64 + reservations.quarantine.get(&h.tenant.ord).copied().unwrap_or(0);
+                if held < h.tenant.max_pending {
+                    *reservations.quarantine.entry(h.tenant.ord).or_default() += 1;
+                    (held, Some(QuarantineSlot { edge_reservations: &self.reservations, tenant: h.tenant.ord }))
+                } else {
+                    (held, None)
+                }
+            })
+        };
+        let (held, slot) = match taken {
+            Ok(t) => t,
             Err(e) => return self.store_failed(e),
         };
-        if held >= h.tenant.max_pending {
+        if slot.is_none() {
             info!(source = %h.route.name, tenant = %h.tenant.name, held, "hook refused: the tenant's quarantine is full");
             if h.bad_signature {
                 self.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
@@ -623,7 +638,9 @@ impl<K: Kv> Edge<K> {
             replay_of: None,
         };
         let req = QuarantineRequest { tenant: h.tenant.ord, envelope, reason: h.reason };
-        match self.writer.quarantine(req).await {
+        let quarantined = self.writer.quarantine(req).await;
+        drop(slot);
+        match quarantined {
             Ok(seq) => {
                 self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
                 info!(source = %h.route.name, tenant = %h.tenant.name, seq = seq.0, "hook held in quarantine");
@@ -883,11 +900,30 @@ pub enum ReleaseError {
 }
 
 /// Rows and bytes admitted at the edge and not yet committed, per tenant and
-/// for the node.
+/// for the node, and hooks being held in each tenant's quarantine.
 #[derive(Debug, Default)]
 pub struct Reservations {
     tenants: std::collections::HashMap<TenantOrd, (u64, u64)>,
     node: (u64, u64),
+    /// Hooks each tenant is holding in quarantine, not yet committed.
+    quarantine: std::collections::HashMap<TenantOrd, u64>,
+}
+
+/// A hook's place in its tenant's quarantine, released when the request ends
+/// (committed: the `quarantined` counter holds it now; refused or failed: it
+/// never counted).
+struct QuarantineSlot<'a> {
+    edge_reservations: &'a std::sync::Mutex<Reservations>,
+    tenant: TenantOrd,
+}
+
+impl Drop for QuarantineSlot<'_> {
+    fn drop(&mut self) {
+        let mut held = self.edge_reservations.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = held.quarantine.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+        }
+    }
 }
 
 /// A hook's admission, released when the request ends (committed: the
