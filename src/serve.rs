@@ -649,21 +649,9 @@ async fn run<K: Kv>(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (admin_shutdown_tx, admin_shutdown_rx) = watch::channel(false);
 
-    let writer_task = tokio::spawn(writer.run());
-    let pipeline_task = tokio::spawn(pipeline.run());
-    // The retention sweep stops with the ingest listener: it holds a Writer
-    // handle, and the Writer stops only when every handle is gone.
-    let retention_task = tokio::spawn(ankusa_pipeline::retention::run(
-        Arc::clone(&kv),
-        retention_writer,
-        RetentionConfig::new(cfg.retention.keep_ms, cfg.retention.interval_ms),
-        now_ms,
-        retention_stats,
-        shutdown_rx.clone(),
-    ));
-    let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx));
-    let admin_task = tokio::spawn(serve_admin(admin_state, admin, admin_shutdown_rx));
-
+    // The banner before the tasks start: a client that sees the node ready
+    // (`/readyz`) has its whole banner too (the listeners are bound already;
+    // a test read the log between the ready answer and the destinations).
     if cfg.node.log_format == LogFormat::Json {
         // Every line of a JSON log is JSON: the banner is one event.
         info!(
@@ -682,6 +670,21 @@ async fn run<K: Kv>(
             println!("  {d}");
         }
     }
+
+    let writer_task = tokio::spawn(writer.run());
+    let pipeline_task = tokio::spawn(pipeline.run());
+    // The retention sweep stops with the ingest listener: it holds a Writer
+    // handle, and the Writer stops only when every handle is gone.
+    let retention_task = tokio::spawn(ankusa_pipeline::retention::run(
+        Arc::clone(&kv),
+        retention_writer,
+        RetentionConfig::new(cfg.retention.keep_ms, cfg.retention.interval_ms),
+        now_ms,
+        retention_stats,
+        shutdown_rx.clone(),
+    ));
+    let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx));
+    let admin_task = tokio::spawn(serve_admin(admin_state, admin, admin_shutdown_rx));
 
     let mut pipeline_task = pipeline_task;
     let mut writer_task = writer_task;
