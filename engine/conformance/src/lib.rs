@@ -193,8 +193,8 @@ pub struct TurnoverReport {
 /// The dispatcher's read pattern against the Writer's, over enough bytes
 /// that every memtable fills, is sealed, flushed and dropped many times: a
 /// writer commits `batches` batches, each one 2 KiB value in [`Cf::Hooks`]
-/// and its small entry in [`Cf::Index`] (and the delete of an entry some
-/// batches older, as delivered rows leave); a reader on another thread scans
+/// and its small entry in [`Cf::Index`] (under the prefix byte 1), plus a
+/// counter add, as the Writer's ingest batch does; a reader on another thread scans
 /// the index for entries it has not met and gets each one's hook. A batch is
 /// atomic, so every entry met has its hook: the report lists each miss.
 pub fn batch_whole_while_memtables_turn_over<K: Kv>(kv: &K, batches: u64) -> TurnoverReport {
