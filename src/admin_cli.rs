@@ -24,7 +24,12 @@ pub const EXIT_CODES: &str = "Exit codes: 0 ok; 1 the admin API refused the requ
 #[derive(Args, Debug, Clone)]
 pub struct Conn {
     /// The relay's admin listener (or the `ANKUSA_ADMIN` variable).
-    #[arg(long, global = true, env = "ANKUSA_ADMIN", default_value = "http://127.0.0.1:8081")]
+    #[arg(
+        long,
+        global = true,
+        env = "ANKUSA_ADMIN",
+        default_value = "http://127.0.0.1:8081"
+    )]
     pub admin: String,
     /// Print the API's JSON instead of a table (for scripts).
     #[arg(long, global = true)]
@@ -56,14 +61,30 @@ pub struct Filter {
 
 impl Filter {
     fn is_empty(&self) -> bool {
-        [&self.tenant, &self.source, &self.sink, &self.reason, &self.since, &self.until].iter().all(|f| f.is_none())
+        [
+            &self.tenant,
+            &self.source,
+            &self.sink,
+            &self.reason,
+            &self.since,
+            &self.until,
+        ]
+        .iter()
+        .all(|f| f.is_none())
     }
 
     fn pairs(&self) -> Vec<(&'static str, String)> {
-        [("tenant", &self.tenant), ("source", &self.source), ("sink", &self.sink), ("reason", &self.reason), ("since", &self.since), ("until", &self.until)]
-            .into_iter()
-            .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
-            .collect()
+        [
+            ("tenant", &self.tenant),
+            ("source", &self.source),
+            ("sink", &self.sink),
+            ("reason", &self.reason),
+            ("since", &self.since),
+            ("until", &self.until),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.clone().map(|v| (k, v)))
+        .collect()
     }
 
     fn json(&self) -> Value {
@@ -288,7 +309,15 @@ impl Fail {
 /// (`\u{1b}`): a message quotes what the admin listener answered, and the
 /// terminal must not run escape sequences from it (a title, the clipboard).
 pub(crate) fn printable(text: &str) -> String {
-    text.chars().map(|c| if c.is_control() && c != '\n' { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// A client of one relay's admin API: its base URL, the bearer token, the
@@ -314,35 +343,59 @@ pub(crate) fn connect(admin: &str, timeout: Duration) -> Result<Api, Fail> {
     }
     // A token HTTP cannot carry (a trailing newline from a file, a space) is
     // a usage error, not an unreachable listener.
-    let bad_token = || Fail::Usage("ANKUSA_ADMIN_TOKEN has spaces, control bytes or non-ASCII (a trailing newline?)".to_owned());
+    let bad_token = || {
+        Fail::Usage(
+            "ANKUSA_ADMIN_TOKEN has spaces, control bytes or non-ASCII (a trailing newline?)"
+                .to_owned(),
+        )
+    };
     let token = match std::env::var("ANKUSA_ADMIN_TOKEN") {
         Ok(t) => Some(t).filter(|t| !t.is_empty()),
         Err(std::env::VarError::NotPresent) => None,
         // Bytes that are not UTF-8: not unset, and not a token HTTP can carry.
         Err(std::env::VarError::NotUnicode(_)) => return Err(bad_token()),
     };
-    if token.as_ref().is_some_and(|t| !t.bytes().all(|b| b.is_ascii_graphic())) {
+    if token
+        .as_ref()
+        .is_some_and(|t| !t.bytes().all(|b| b.is_ascii_graphic()))
+    {
         return Err(bad_token());
     }
     ankusa_sinks::http::install_crypto_provider();
-    let client = reqwest::Client::builder().timeout(timeout).build().map_err(|e| Fail::Unreachable(format!("cannot build an HTTP client: {e}")))?;
-    Ok(Api { base: admin.to_owned(), token, client })
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| Fail::Unreachable(format!("cannot build an HTTP client: {e}")))?;
+    Ok(Api {
+        base: admin.to_owned(),
+        token,
+        client,
+    })
 }
 
 impl Api {
     /// `method path?query` with `body`: the status and the answer's text.
-    async fn send(&self, method: &reqwest::Method, path: &str, query: &[(&str, String)], body: Option<Value>) -> Result<(reqwest::StatusCode, String), Fail> {
+    async fn send(
+        &self,
+        method: &reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> Result<(reqwest::StatusCode, String), Fail> {
         let mut url = reqwest::Url::parse(&format!("{}{path}", self.base.trim_end_matches('/')))
             .map_err(|e| Fail::Usage(format!("--admin {}: not a URL ({e})", self.base)))?;
         if !query.is_empty() {
-            url.query_pairs_mut().extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
+            url.query_pairs_mut()
+                .extend_pairs(query.iter().map(|(k, v)| (*k, v.as_str())));
         }
         let mut req = self.client.request(method.clone(), url);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
         if let Some(b) = body {
-            req = req.header(reqwest::header::CONTENT_TYPE, "application/json").body(b.to_string());
+            req = req
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(b.to_string());
         }
         // The innermost cause says why ("Connection refused (os error
         // 111)"); reqwest's own message only names the URL.
@@ -351,7 +404,10 @@ impl Api {
             while let Some(inner) = cause.source() {
                 cause = inner;
             }
-            Fail::Unreachable(format!("cannot reach the admin listener at {}: {cause}", self.base))
+            Fail::Unreachable(format!(
+                "cannot reach the admin listener at {}: {cause}",
+                self.base
+            ))
         })?;
         let status = resp.status();
         let text = read_answer(resp, method, path).await?;
@@ -359,7 +415,13 @@ impl Api {
     }
 
     /// `method path?query` with `body`: the answer's JSON, or why not.
-    async fn call(&self, method: reqwest::Method, path: &str, query: &[(&str, String)], body: Option<Value>) -> Result<Value, Fail> {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> Result<Value, Fail> {
         let (status, text) = self.send(&method, path, query, body).await?;
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
@@ -376,10 +438,16 @@ impl Api {
             }
             return Ok(v);
         }
-        let msg = v["error"]["message"].as_str().map_or_else(|| v.to_string(), str::to_owned);
+        let msg = v["error"]["message"]
+            .as_str()
+            .map_or_else(|| v.to_string(), str::to_owned);
         let code = v["error"]["code"].as_str().unwrap_or("error");
         let line = format!("{method} {path}: {} {code}: {msg}", status.as_u16());
-        Err(if status == reqwest::StatusCode::UNAUTHORIZED { Fail::Unauthorized(format!("{line} (set ANKUSA_ADMIN_TOKEN)")) } else { Fail::Refused(line) })
+        Err(if status == reqwest::StatusCode::UNAUTHORIZED {
+            Fail::Unauthorized(format!("{line} (set ANKUSA_ADMIN_TOKEN)"))
+        } else {
+            Fail::Refused(line)
+        })
     }
 
     async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, Fail> {
@@ -393,7 +461,11 @@ impl Api {
             return Ok(text);
         }
         let line = format!("GET {path}: {}", status.as_u16());
-        Err(if status == reqwest::StatusCode::UNAUTHORIZED { Fail::Unauthorized(format!("{line} (set ANKUSA_ADMIN_TOKEN)")) } else { Fail::Refused(line) })
+        Err(if status == reqwest::StatusCode::UNAUTHORIZED {
+            Fail::Unauthorized(format!("{line} (set ANKUSA_ADMIN_TOKEN)"))
+        } else {
+            Fail::Refused(line)
+        })
     }
 }
 
@@ -409,7 +481,11 @@ pub(crate) const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 /// # Errors
 /// [`Fail::Refused`] for a longer answer (nothing more is read),
 /// [`Fail::Unreachable`] for one that broke off.
-async fn read_answer(mut resp: reqwest::Response, method: &reqwest::Method, path: &str) -> Result<String, Fail> {
+async fn read_answer(
+    mut resp: reqwest::Response,
+    method: &reqwest::Method,
+    path: &str,
+) -> Result<String, Fail> {
     let mut body: Vec<u8> = Vec::new();
     loop {
         match resp.chunk().await {
@@ -423,7 +499,11 @@ async fn read_answer(mut resp: reqwest::Response, method: &reqwest::Method, path
                 body.extend_from_slice(&chunk);
             }
             Ok(None) => break,
-            Err(e) => return Err(Fail::Unreachable(format!("the admin listener's answer broke off: {e}"))),
+            Err(e) => {
+                return Err(Fail::Unreachable(format!(
+                    "the admin listener's answer broke off: {e}"
+                )));
+            }
         }
     }
     Ok(match String::from_utf8(body) {
@@ -438,17 +518,39 @@ pub enum Command {
     Sources,
     Hooks(HooksCmd),
     Dlq(DlqCmd),
-    Jobs { id: Option<u64>, wait: bool, cmd: Option<JobsCmd> },
-    Pause { source: String, sink: Option<String>, reason: Option<String>, resume: bool },
+    Jobs {
+        id: Option<u64>,
+        wait: bool,
+        cmd: Option<JobsCmd>,
+    },
+    Pause {
+        source: String,
+        sink: Option<String>,
+        reason: Option<String>,
+        resume: bool,
+    },
     Quarantine(QuarantineCmd),
     Replay(ReplayArgs),
-    PurgeTenant { tenant: String, yes: bool, wait: bool },
-    RetireSource { source: String, tenant: Option<String>, reason: Option<String>, yes: bool, wait: bool },
+    PurgeTenant {
+        tenant: String,
+        yes: bool,
+        wait: bool,
+    },
+    RetireSource {
+        source: String,
+        tenant: Option<String>,
+        reason: Option<String>,
+        yes: bool,
+        wait: bool,
+    },
 }
 
 /// Runs an admin subcommand; the process's exit code.
 pub fn main(conn: &Conn, command: Command) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ankusa: cannot start the runtime: {e}");
@@ -486,12 +588,29 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                         s(&c["lanes"]),
                         s(&c["lanes_blocked"]),
                         s(&c["lane_members"]),
-                        t["oldest_due_age_ms"].as_u64().map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
+                        t["oldest_due_age_ms"]
+                            .as_u64()
+                            .map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
                         format!("{}/{}", s(&t["max_pending"]), s(&t["max_pending_bytes"])),
                     ]
                 })
                 .collect();
-            table(&["TENANT", "PENDING", "BYTES", "IN_FLIGHT", "DEAD", "QUARANTINED", "LANES", "BLOCKED", "MEMBERS", "OLDEST_DUE", "BOUNDS"], &rows);
+            table(
+                &[
+                    "TENANT",
+                    "PENDING",
+                    "BYTES",
+                    "IN_FLIGHT",
+                    "DEAD",
+                    "QUARANTINED",
+                    "LANES",
+                    "BLOCKED",
+                    "MEMBERS",
+                    "OLDEST_DUE",
+                    "BOUNDS",
+                ],
+                &rows,
+            );
         }
         Command::Sources => {
             let v = all_pages(api, "/v1/sources").await?;
@@ -501,7 +620,10 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             let mut rows = Vec::new();
             for src in items(&v) {
                 for sink in src["sinks"].as_array().cloned().unwrap_or_default() {
-                    let order = match sink["ordering_key"].as_object().and_then(|o| o.iter().next()) {
+                    let order = match sink["ordering_key"]
+                        .as_object()
+                        .and_then(|o| o.iter().next())
+                    {
                         Some((k, v)) => format!("{k}:{}", s(v)),
                         None if sink["ordered"] == true => "keyless lane".into(),
                         None => "-".into(),
@@ -511,23 +633,45 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                         .cloned()
                         .unwrap_or_default()
                         .iter()
-                        .filter(|b| b["state"] != "closed" || b["failures"].as_u64().unwrap_or(0) > 0)
+                        .filter(|b| {
+                            b["state"] != "closed" || b["failures"].as_u64().unwrap_or(0) > 0
+                        })
                         .map(|b| format!("{}:{}", s(&b["tenant"]), s(&b["state"])))
                         .collect();
                     rows.push(vec![
                         s(&src["name"]),
                         // A tenant_path source takes hooks at {path}/{tenant}.
-                        if src["tenant"]["path"] == true { format!("{}/{{tenant}}", s(&src["path"])) } else { s(&src["path"]) },
+                        if src["tenant"]["path"] == true {
+                            format!("{}/{{tenant}}", s(&src["path"]))
+                        } else {
+                            s(&src["path"])
+                        },
                         s(&src["verification"]),
                         format!("{}#{}", s(&sink["name"]), s(&sink["index"])),
                         s(&sink["type"]),
                         order,
                         paused_by(&src["pause"], &sink["pause"]),
-                        if breakers.is_empty() { "closed".into() } else { breakers.join(",") },
+                        if breakers.is_empty() {
+                            "closed".into()
+                        } else {
+                            breakers.join(",")
+                        },
                     ]);
                 }
             }
-            table(&["SOURCE", "PATH", "VERIFY", "SINK", "TYPE", "ORDERED BY", "PAUSED", "BREAKER"], &rows);
+            table(
+                &[
+                    "SOURCE",
+                    "PATH",
+                    "VERIFY",
+                    "SINK",
+                    "TYPE",
+                    "ORDERED BY",
+                    "PAUSED",
+                    "BREAKER",
+                ],
+                &rows,
+            );
         }
         Command::Hooks(HooksCmd::Show { id, tenant, seq }) => {
             let path = match (id, tenant, seq) {
@@ -536,7 +680,11 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                 // names have no dots; an idempotency key has none either).
                 (Some(id), _, _) if id.contains('.') => {
                     let parts: Vec<&str> = id.split('.').collect();
-                    let bad = || Fail::Usage(format!("{id:?} is not a hook: give its idempotency key, <tenant>.<seq> (e.g. default.42) or a row id (default.42.0)"));
+                    let bad = || {
+                        Fail::Usage(format!(
+                            "{id:?} is not a hook: give its idempotency key, <tenant>.<seq> (e.g. default.42) or a row id (default.42.0)"
+                        ))
+                    };
                     let (t, n) = match parts.as_slice() {
                         [t, n] | [t, n, _] if !t.is_empty() => (*t, *n),
                         _ => return Err(bad()),
@@ -546,22 +694,52 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                 }
                 (Some(id), _, _) => format!("/v1/hooks/{}", seg(&id)),
                 (None, Some(t), Some(n)) => format!("/v1/tenants/{}/hooks/{}", seg(&t), seg(&n)),
-                _ => return Err(Fail::Usage("give an idempotency key, or --tenant and --seq".into())),
+                _ => {
+                    return Err(Fail::Usage(
+                        "give an idempotency key, or --tenant and --seq".into(),
+                    ));
+                }
             };
             let h = api.get(&path, &[]).await?;
             if json_out {
                 return print_json(&h);
             }
-            println!("hook {}.{}  {}", s(&h["tenant"]), s(&h["seq"]), s(&h["idempotency_key"]));
-            println!("source {}  received {}  {} {}{}", s(&h["source"]), s(&h["received_at"]), s(&h["method"]), s(&h["path"]), h["query"].as_str().map(|q| format!("?{q}")).unwrap_or_default());
+            println!(
+                "hook {}.{}  {}",
+                s(&h["tenant"]),
+                s(&h["seq"]),
+                s(&h["idempotency_key"])
+            );
+            println!(
+                "source {}  received {}  {} {}{}",
+                s(&h["source"]),
+                s(&h["received_at"]),
+                s(&h["method"]),
+                s(&h["path"]),
+                h["query"]
+                    .as_str()
+                    .map(|q| format!("?{q}"))
+                    .unwrap_or_default()
+            );
             if let Some(d) = h["dedupe_key"].as_str() {
                 println!("dedupe key {d}");
             }
             if let Some(why) = h["quarantined"].as_str() {
-                println!("quarantined: {why} (no deliveries until `ankusa quarantine release {}.{}`)", s(&h["tenant"]), s(&h["seq"]));
+                println!(
+                    "quarantined: {why} (no deliveries until `ankusa quarantine release {}.{}`)",
+                    s(&h["tenant"]),
+                    s(&h["seq"])
+                );
             }
             for hd in h["headers"].as_array().cloned().unwrap_or_default() {
-                println!("  {}: {}", s(&hd["name"]), hd["value"].as_str().map_or_else(|| format!("(base64) {}", s(&hd["value_base64"])), str::to_owned));
+                println!(
+                    "  {}: {}",
+                    s(&hd["name"]),
+                    hd["value"].as_str().map_or_else(
+                        || format!("(base64) {}", s(&hd["value_base64"])),
+                        str::to_owned
+                    )
+                );
             }
             match h["body_text"].as_str() {
                 Some(b) => println!("body: {b}"),
@@ -578,19 +756,41 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                         s(&d["sink"]),
                         s(&d["state"]),
                         s(&d["attempts"]),
-                        d["ordering_key"].as_str().map_or("-".into(), |k| format!("{k} ({})", s(&d["lane_position"]))),
-                        d["dead"]["reason"].as_str().or(d["last_error"].as_str()).unwrap_or("-").to_owned(),
+                        d["ordering_key"]
+                            .as_str()
+                            .map_or("-".into(), |k| format!("{k} ({})", s(&d["lane_position"]))),
+                        d["dead"]["reason"]
+                            .as_str()
+                            .or(d["last_error"].as_str())
+                            .unwrap_or("-")
+                            .to_owned(),
                     ]
                 })
                 .collect();
             if rows.is_empty() && h["quarantined"].is_null() {
                 // A delivered row is deleted, and a filter may have made none.
-                println!("no delivery rows: delivered to every sink it had, or no sink's filter took it");
+                println!(
+                    "no delivery rows: delivered to every sink it had, or no sink's filter took it"
+                );
             } else {
-                table(&["ROW", "SINK", "STATE", "ATTEMPTS", "ORDERING KEY", "DEAD REASON / LAST ERROR"], &rows);
+                table(
+                    &[
+                        "ROW",
+                        "SINK",
+                        "STATE",
+                        "ATTEMPTS",
+                        "ORDERING KEY",
+                        "DEAD REASON / LAST ERROR",
+                    ],
+                    &rows,
+                );
             }
         }
-        Command::Dlq(DlqCmd::List { filter, limit, cursor }) => {
+        Command::Dlq(DlqCmd::List {
+            filter,
+            limit,
+            cursor,
+        }) => {
             let mut q = filter.pairs();
             q.extend(limit.map(|l| ("limit", l.to_string())));
             q.extend(cursor.map(|c| ("cursor", c)));
@@ -600,33 +800,74 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             }
             let rows: Vec<Vec<String>> = items(&v)
                 .iter()
-                .map(|d| vec![s(&d["id"]), s(&d["source"]), s(&d["sink"]), s(&d["dead_at"]), s(&d["attempts"]), s(&d["reason"])])
+                .map(|d| {
+                    vec![
+                        s(&d["id"]),
+                        s(&d["source"]),
+                        s(&d["sink"]),
+                        s(&d["dead_at"]),
+                        s(&d["attempts"]),
+                        s(&d["reason"]),
+                    ]
+                })
                 .collect();
-            table(&["ROW", "SOURCE", "SINK", "DEAD AT", "ATTEMPTS", "REASON"], &rows);
+            table(
+                &["ROW", "SOURCE", "SINK", "DEAD AT", "ATTEMPTS", "REASON"],
+                &rows,
+            );
             if let Some(c) = v["next_cursor"].as_str() {
                 println!("more: --cursor {c}");
             }
         }
-        Command::Dlq(DlqCmd::Revive { row, all, filter, wait }) => {
+        Command::Dlq(DlqCmd::Revive {
+            row,
+            all,
+            filter,
+            wait,
+        }) => {
             let target = target(row, all, &filter, "revive")?;
             act(api, json_out, target, "revive", &filter, wait).await?;
         }
-        Command::Dlq(DlqCmd::Drop { row, all, filter, yes, wait }) => {
+        Command::Dlq(DlqCmd::Drop {
+            row,
+            all,
+            filter,
+            yes,
+            wait,
+        }) => {
             let target = target(row, all, &filter, "drop")?;
             if !yes {
                 return Err(Fail::Usage("refusing to drop dead letters without --yes: a dropped hook is gone for good (its envelope too, when no other row needs it)".into()));
             }
             act(api, json_out, target, "drop", &filter, wait).await?;
         }
-        Command::Jobs { cmd: Some(JobsCmd::Cancel { id }), .. } => {
-            let j = api.call(reqwest::Method::POST, &format!("/v1/jobs/{}/cancel", seg(&id)), &[], None).await?;
+        Command::Jobs {
+            cmd: Some(JobsCmd::Cancel { id }),
+            ..
+        } => {
+            let j = api
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/v1/jobs/{}/cancel", seg(&id)),
+                    &[],
+                    None,
+                )
+                .await?;
             if json_out {
                 return print_json(&j);
             }
             print_jobs(&[j]);
         }
-        Command::Jobs { id: Some(id), wait, cmd: None } => {
-            let j = if wait { wait_job(api, id, !json_out).await? } else { api.get(&format!("/v1/jobs/{}", seg(&id)), &[]).await? };
+        Command::Jobs {
+            id: Some(id),
+            wait,
+            cmd: None,
+        } => {
+            let j = if wait {
+                wait_job(api, id, !json_out).await?
+            } else {
+                api.get(&format!("/v1/jobs/{}", seg(&id)), &[]).await?
+            };
             if json_out {
                 print_json(&j)?;
             } else {
@@ -638,17 +879,31 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                 job_outcome(&j)?;
             }
         }
-        Command::Jobs { id: None, wait: _, cmd: None } => {
+        Command::Jobs {
+            id: None,
+            wait: _,
+            cmd: None,
+        } => {
             let v = api.get("/v1/jobs", &[]).await?;
             if json_out {
                 return print_json(&v);
             }
             print_jobs(&items(&v));
         }
-        Command::Pause { source, sink, reason, resume } => {
+        Command::Pause {
+            source,
+            sink,
+            reason,
+            resume,
+        } => {
             let verb = if resume { "resume" } else { "pause" };
             let path = match &sink {
-                Some(k) => format!("/v1/sources/{}/sinks/{}/{}", seg(&source), seg(&k), seg(&verb)),
+                Some(k) => format!(
+                    "/v1/sources/{}/sinks/{}/{}",
+                    seg(&source),
+                    seg(&k),
+                    seg(&verb)
+                ),
                 None => format!("/v1/sources/{}/{}", seg(&source), seg(&verb)),
             };
             let body = reason.map(|r| json!({ "reason": r }));
@@ -660,14 +915,22 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
                 Some(k) => format!("sink {k} of source {source}"),
                 None => format!("source {source}"),
             };
-            let state = if v["paused"] == true { "paused" } else { "not paused" };
+            let state = if v["paused"] == true {
+                "paused"
+            } else {
+                "not paused"
+            };
             let by = match (v["by_config"] == true, v["by_runtime"]["reason"].as_str()) {
                 (true, Some(r)) => format!(" (by the configuration, and by the API: {r})"),
                 (true, None) => " (by the configuration)".into(),
                 (false, Some(r)) => format!(" ({r})"),
                 (false, None) => String::new(),
             };
-            let delivering = if v["delivering"] == true { "delivering" } else { "not delivering" };
+            let delivering = if v["delivering"] == true {
+                "delivering"
+            } else {
+                "not delivering"
+            };
             println!("{what}: {state}{by}; {delivering}");
         }
         Command::Quarantine(cmd) => quarantine(api, json_out, cmd).await?,
@@ -689,13 +952,29 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
         }
         Command::PurgeTenant { tenant, yes, wait } => {
             if !yes {
-                return Err(Fail::Usage(format!("refusing to purge tenant {tenant} without --yes: every hook, delivery, dead letter and quarantined hook of the tenant is deleted for good")));
+                return Err(Fail::Usage(format!(
+                    "refusing to purge tenant {tenant} without --yes: every hook, delivery, dead letter and quarantined hook of the tenant is deleted for good"
+                )));
             }
-            start_job(api, json_out, json!({ "kind": "purge_tenant", "filter": { "tenant": tenant } }), wait).await?;
+            start_job(
+                api,
+                json_out,
+                json!({ "kind": "purge_tenant", "filter": { "tenant": tenant } }),
+                wait,
+            )
+            .await?;
         }
-        Command::RetireSource { source, tenant, reason, yes, wait } => {
+        Command::RetireSource {
+            source,
+            tenant,
+            reason,
+            yes,
+            wait,
+        } => {
             if !yes {
-                return Err(Fail::Usage(format!("refusing to dead-letter the queued deliveries of source {source} without --yes")));
+                return Err(Fail::Usage(format!(
+                    "refusing to dead-letter the queued deliveries of source {source} without --yes"
+                )));
             }
             let mut filter = serde_json::Map::new();
             filter.insert("source".into(), json!(source));
@@ -705,7 +984,13 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             if let Some(r) = reason {
                 filter.insert("reason".into(), json!(r));
             }
-            start_job(api, json_out, json!({ "kind": "dead_letter_source", "filter": filter }), wait).await?;
+            start_job(
+                api,
+                json_out,
+                json!({ "kind": "dead_letter_source", "filter": filter }),
+                wait,
+            )
+            .await?;
         }
     }
     Ok(())
@@ -747,16 +1032,26 @@ fn nothing_matched(id: u64, kind: &str) -> String {
         "purge_tenant" => format!(
             "job {id}: the tenant had no pending, dead-lettered or quarantined rows; its delivered hooks, archive and dedupe records were deleted"
         ),
-        "replay" => format!("job {id} matched nothing: no archived hook of the source in that time range (see the source's retention)"),
-        _ => format!("job {id} matched nothing: check its filter (--reason is a prefix of the reason `ankusa dlq list` shows)"),
+        "replay" => format!(
+            "job {id} matched nothing: no archived hook of the source in that time range (see the source's retention)"
+        ),
+        _ => format!(
+            "job {id} matched nothing: check its filter (--reason is a prefix of the reason `ankusa dlq list` shows)"
+        ),
     }
 }
 
 /// Starts a job and prints it (or waits for it).
 async fn start_job(api: &Api, json_out: bool, body: Value, wait: bool) -> Result<(), Fail> {
-    let job = api.call(reqwest::Method::POST, "/v1/jobs", &[], Some(body)).await?;
+    let job = api
+        .call(reqwest::Method::POST, "/v1/jobs", &[], Some(body))
+        .await?;
     let id = job["id"].as_u64().unwrap_or(0);
-    let job = if wait { wait_job(api, id, !json_out).await? } else { job };
+    let job = if wait {
+        wait_job(api, id, !json_out).await?
+    } else {
+        job
+    };
     if json_out {
         print_json(&job)?;
     } else {
@@ -764,7 +1059,10 @@ async fn start_job(api: &Api, json_out: bool, body: Value, wait: bool) -> Result
         if !wait {
             println!("follow it with: ankusa jobs {id} --wait");
         } else if job["state"] == "done" && job["done"].as_u64() == Some(0) {
-            eprintln!("{}", nothing_matched(id, job["kind"].as_str().unwrap_or("")));
+            eprintln!(
+                "{}",
+                nothing_matched(id, job["kind"].as_str().unwrap_or(""))
+            );
         }
     }
     job_outcome(&job)
@@ -772,7 +1070,11 @@ async fn start_job(api: &Api, json_out: bool, body: Value, wait: bool) -> Result
 
 /// `<tenant>.<seq>` as `(tenant, seq)`.
 fn hook_ref(text: &str) -> Result<(String, u64), Fail> {
-    let bad = || Fail::Usage(format!("{text:?} is not a hook: write <tenant>.<seq>, e.g. default.42"));
+    let bad = || {
+        Fail::Usage(format!(
+            "{text:?} is not a hook: write <tenant>.<seq>, e.g. default.42"
+        ))
+    };
     let (t, seq) = text.rsplit_once('.').ok_or_else(bad)?;
     let seq = seq.parse::<u64>().map_err(|_| bad())?;
     if t.is_empty() {
@@ -783,14 +1085,20 @@ fn hook_ref(text: &str) -> Result<(String, u64), Fail> {
 
 async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(), Fail> {
     match cmd {
-        QuarantineCmd::List { tenant, source, limit, cursor } => {
+        QuarantineCmd::List {
+            tenant,
+            source,
+            limit,
+            cursor,
+        } => {
             let mut q: Vec<(&str, String)> = Vec::new();
             q.extend(source.map(|s| ("source", s)));
             let v = match tenant {
                 Some(t) => {
                     q.extend(limit.map(|l| ("limit", l.to_string())));
                     q.extend(cursor.map(|c| ("cursor", c)));
-                    api.get(&format!("/v1/tenants/{}/quarantine", seg(&t)), &q).await?
+                    api.get(&format!("/v1/tenants/{}/quarantine", seg(&t)), &q)
+                        .await?
                 }
                 None => {
                     let tenants = all_pages(api, "/v1/tenants").await?;
@@ -802,7 +1110,9 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
                             let mut qq = q.clone();
                             qq.push(("limit", "1000".into()));
                             qq.extend(cursor.take().map(|c| ("cursor", c)));
-                            let page = api.get(&format!("/v1/tenants/{}/quarantine", seg(&name)), &qq).await?;
+                            let page = api
+                                .get(&format!("/v1/tenants/{}/quarantine", seg(&name)), &qq)
+                                .await?;
                             all.extend(items(&page));
                             match page["next_cursor"].as_str() {
                                 Some(c) => cursor = Some(c.to_owned()),
@@ -818,7 +1128,15 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
             }
             let rows: Vec<Vec<String>> = items(&v)
                 .iter()
-                .map(|h| vec![s(&h["id"]), s(&h["source"]), s(&h["received_at"]), s(&h["size_bytes"]), s(&h["reason"])])
+                .map(|h| {
+                    vec![
+                        s(&h["id"]),
+                        s(&h["source"]),
+                        s(&h["received_at"]),
+                        s(&h["size_bytes"]),
+                        s(&h["reason"]),
+                    ]
+                })
                 .collect();
             table(&["HOOK", "SOURCE", "RECEIVED", "BYTES", "REASON"], &rows);
             if let Some(c) = v["next_cursor"].as_str() {
@@ -827,57 +1145,143 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
         }
         QuarantineCmd::Show { hook } => {
             let (t, seq) = hook_ref(&hook)?;
-            let v = api.get(&format!("/v1/tenants/{}/quarantine/{}", seg(&t), seg(&seq)), &[]).await?;
+            let v = api
+                .get(
+                    &format!("/v1/tenants/{}/quarantine/{}", seg(&t), seg(&seq)),
+                    &[],
+                )
+                .await?;
             if json_out {
                 return print_json(&v);
             }
             let h = &v["hook"];
-            println!("hook {t}.{seq}  {}  held: {}", s(&h["idempotency_key"]), s(&v["reason"]));
-            println!("source {}  received {}  {} {}{}", s(&h["source"]), s(&h["received_at"]), s(&h["method"]), s(&h["path"]), h["query"].as_str().map(|q| format!("?{q}")).unwrap_or_default());
+            println!(
+                "hook {t}.{seq}  {}  held: {}",
+                s(&h["idempotency_key"]),
+                s(&v["reason"])
+            );
+            println!(
+                "source {}  received {}  {} {}{}",
+                s(&h["source"]),
+                s(&h["received_at"]),
+                s(&h["method"]),
+                s(&h["path"]),
+                h["query"]
+                    .as_str()
+                    .map(|q| format!("?{q}"))
+                    .unwrap_or_default()
+            );
             for hd in h["headers"].as_array().cloned().unwrap_or_default() {
-                println!("  {}: {}", s(&hd["name"]), hd["value"].as_str().map_or_else(|| format!("(base64) {}", s(&hd["value_base64"])), str::to_owned));
+                println!(
+                    "  {}: {}",
+                    s(&hd["name"]),
+                    hd["value"].as_str().map_or_else(
+                        || format!("(base64) {}", s(&hd["value_base64"])),
+                        str::to_owned
+                    )
+                );
             }
             match h["body_text"].as_str() {
                 Some(b) => println!("body: {b}"),
                 None => println!("body (base64): {}", s(&h["body_base64"])),
             }
         }
-        QuarantineCmd::Release { hook: Some(hook), wait: _, .. } => {
+        QuarantineCmd::Release {
+            hook: Some(hook),
+            wait: _,
+            ..
+        } => {
             let (t, seq) = hook_ref(&hook)?;
-            let v = api.call(reqwest::Method::POST, &format!("/v1/tenants/{}/quarantine/{}/release", seg(&t), seg(&seq)), &[], None).await?;
+            let v = api
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/v1/tenants/{}/quarantine/{}/release", seg(&t), seg(&seq)),
+                    &[],
+                    None,
+                )
+                .await?;
             if json_out {
                 return print_json(&v);
             }
             let rows = v["rows"].as_u64().unwrap_or(0);
-            println!("released {t}.{seq} ({rows} {} for source {})", if rows == 1 { "row" } else { "rows" }, s(&v["source"]));
+            println!(
+                "released {t}.{seq} ({rows} {} for source {})",
+                if rows == 1 { "row" } else { "rows" },
+                s(&v["source"])
+            );
         }
-        QuarantineCmd::Drop { hook: Some(hook), yes, .. } => {
+        QuarantineCmd::Drop {
+            hook: Some(hook),
+            yes,
+            ..
+        } => {
             let (t, seq) = hook_ref(&hook)?;
             if !yes {
-                return Err(Fail::Usage("refusing to drop a quarantined hook without --yes: it is gone for good".into()));
+                return Err(Fail::Usage(
+                    "refusing to drop a quarantined hook without --yes: it is gone for good".into(),
+                ));
             }
-            let v = api.call(reqwest::Method::DELETE, &format!("/v1/tenants/{}/quarantine/{}", seg(&t), seg(&seq)), &[], None).await?;
+            let v = api
+                .call(
+                    reqwest::Method::DELETE,
+                    &format!("/v1/tenants/{}/quarantine/{}", seg(&t), seg(&seq)),
+                    &[],
+                    None,
+                )
+                .await?;
             if json_out {
                 return print_json(&v);
             }
             println!("dropped {t}.{seq}");
         }
-        QuarantineCmd::Release { hook: None, all, tenant, source, wait } => {
+        QuarantineCmd::Release {
+            hook: None,
+            all,
+            tenant,
+            source,
+            wait,
+        } => {
             if !all && tenant.is_none() && source.is_none() {
-                return Err(Fail::Usage("release: give a hook (e.g. default.42), --source, --tenant or --all".into()));
+                return Err(Fail::Usage(
+                    "release: give a hook (e.g. default.42), --source, --tenant or --all".into(),
+                ));
             }
             let filter = json!({ "tenant": tenant, "source": source });
-            start_job(api, json_out, json!({ "kind": "release_quarantined", "filter": strip_nulls(filter) }), wait).await?;
+            start_job(
+                api,
+                json_out,
+                json!({ "kind": "release_quarantined", "filter": strip_nulls(filter) }),
+                wait,
+            )
+            .await?;
         }
-        QuarantineCmd::Drop { hook: None, all, tenant, source, yes, wait } => {
+        QuarantineCmd::Drop {
+            hook: None,
+            all,
+            tenant,
+            source,
+            yes,
+            wait,
+        } => {
             if !all && tenant.is_none() && source.is_none() {
-                return Err(Fail::Usage("drop: give a hook (e.g. default.42), --source, --tenant or --all".into()));
+                return Err(Fail::Usage(
+                    "drop: give a hook (e.g. default.42), --source, --tenant or --all".into(),
+                ));
             }
             if !yes {
-                return Err(Fail::Usage("refusing to drop quarantined hooks without --yes: they are gone for good".into()));
+                return Err(Fail::Usage(
+                    "refusing to drop quarantined hooks without --yes: they are gone for good"
+                        .into(),
+                ));
             }
             let filter = json!({ "tenant": tenant, "source": source });
-            start_job(api, json_out, json!({ "kind": "drop_quarantined", "filter": strip_nulls(filter) }), wait).await?;
+            start_job(
+                api,
+                json_out,
+                json!({ "kind": "drop_quarantined", "filter": strip_nulls(filter) }),
+                wait,
+            )
+            .await?;
         }
     }
     Ok(())
@@ -898,13 +1302,17 @@ enum Target {
 
 fn target(row: Option<String>, all: bool, filter: &Filter, verb: &str) -> Result<Target, Fail> {
     match (row, all, filter.is_empty()) {
-        (Some(_), _, false) => Err(Fail::Usage(format!("{verb}: give a row id or filters, not both"))),
+        (Some(_), _, false) => Err(Fail::Usage(format!(
+            "{verb}: give a row id or filters, not both"
+        ))),
         (Some(r), _, true) if !is_row_id(&r) => Err(Fail::Usage(format!(
             "{verb}: {r:?} is not a row id: write <tenant>.<seq>.<sink index>, e.g. default.42.0 (`ankusa dlq list` shows them)"
         ))),
         (Some(r), _, true) => Ok(Target::Row(r)),
         (None, true, _) | (None, false, false) => Ok(Target::Filter),
-        (None, false, true) => Err(Fail::Usage(format!("{verb}: give a row id (e.g. default.42.0), --all, or a filter (--tenant, --source, --sink, --reason, --since, --until)"))),
+        (None, false, true) => Err(Fail::Usage(format!(
+            "{verb}: give a row id (e.g. default.42.0), --all, or a filter (--tenant, --source, --sink, --reason, --since, --until)"
+        ))),
     }
 }
 
@@ -912,7 +1320,9 @@ fn target(row: Option<String>, all: bool, filter: &Filter, verb: &str) -> Result
 /// a seq (u64) and a sink index (u16), numbers without sign or leading zero,
 /// as the API writes them.
 fn is_row_id(text: &str) -> bool {
-    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
+    let number = |n: &str| {
+        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'))
+    };
     let mut parts = text.rsplitn(3, '.');
     match (parts.next(), parts.next(), parts.next()) {
         (Some(sink), Some(seq), Some(tenant)) => {
@@ -921,19 +1331,40 @@ fn is_row_id(text: &str) -> bool {
                 && number(seq)
                 && seq.parse::<u64>().is_ok()
                 && !tenant.is_empty()
-                && tenant.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && tenant
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         }
         _ => false,
     }
 }
 
-async fn act(api: &Api, json_out: bool, target: Target, verb: &str, filter: &Filter, wait: bool) -> Result<(), Fail> {
+async fn act(
+    api: &Api,
+    json_out: bool,
+    target: Target,
+    verb: &str,
+    filter: &Filter,
+    wait: bool,
+) -> Result<(), Fail> {
     match target {
         Target::Row(row) => {
             let v = if verb == "revive" {
-                api.call(reqwest::Method::POST, &format!("/v1/dead-letters/{}/revive", seg(&row)), &[], None).await?
+                api.call(
+                    reqwest::Method::POST,
+                    &format!("/v1/dead-letters/{}/revive", seg(&row)),
+                    &[],
+                    None,
+                )
+                .await?
             } else {
-                api.call(reqwest::Method::DELETE, &format!("/v1/dead-letters/{}", seg(&row)), &[], None).await?
+                api.call(
+                    reqwest::Method::DELETE,
+                    &format!("/v1/dead-letters/{}", seg(&row)),
+                    &[],
+                    None,
+                )
+                .await?
             };
             if json_out {
                 return print_json(&v);
@@ -943,7 +1374,15 @@ async fn act(api: &Api, json_out: bool, target: Target, verb: &str, filter: &Fil
                 _ => println!("dropped {row}"),
             }
         }
-        Target::Filter => start_job(api, json_out, json!({ "kind": verb, "filter": filter.json() }), wait).await?,
+        Target::Filter => {
+            start_job(
+                api,
+                json_out,
+                json!({ "kind": verb, "filter": filter.json() }),
+                wait,
+            )
+            .await?
+        }
     }
     Ok(())
 }
@@ -964,8 +1403,15 @@ async fn wait_job(api: &Api, id: u64, bar: bool) -> Result<Value, Fail> {
         let examined = j["examined"].as_u64().unwrap_or(0);
         pb.set_length(j["total"].as_u64().unwrap_or(0).max(examined));
         pb.set_position(examined);
-        let phase = j["phase"].as_str().map(|p| format!(" ({p})")).unwrap_or_default();
-        pb.set_message(format!("{id} {}: {} done{phase}", s(&j["kind"]), s(&j["done"])));
+        let phase = j["phase"]
+            .as_str()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default();
+        pb.set_message(format!(
+            "{id} {}: {} done{phase}",
+            s(&j["kind"]),
+            s(&j["done"])
+        ));
         if j["state"] != "running" {
             pb.finish_and_clear();
             return Ok(j);
@@ -976,8 +1422,16 @@ async fn wait_job(api: &Api, id: u64, bar: bool) -> Result<Value, Fail> {
 
 fn job_outcome(j: &Value) -> Result<(), Fail> {
     match j["state"].as_str() {
-        Some("failed") => Err(Fail::Refused(format!("job {} failed: {}", s(&j["id"]), s(&j["error"])))),
-        Some("cancelled") => Err(Fail::Refused(format!("job {} was cancelled after {} rows", s(&j["id"]), s(&j["done"])))),
+        Some("failed") => Err(Fail::Refused(format!(
+            "job {} failed: {}",
+            s(&j["id"]),
+            s(&j["error"])
+        ))),
+        Some("cancelled") => Err(Fail::Refused(format!(
+            "job {} was cancelled after {} rows",
+            s(&j["id"]),
+            s(&j["done"])
+        ))),
         _ => Ok(()),
     }
 }
@@ -986,9 +1440,20 @@ fn print_jobs(jobs: &[Value]) {
     let rows: Vec<Vec<String>> = jobs
         .iter()
         .map(|j| {
-            let mut f: Vec<String> = j["filter"].as_object().map(|m| m.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| format!("{k}={}", s(v))).collect()).unwrap_or_default();
+            let mut f: Vec<String> = j["filter"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(_, v)| !v.is_null())
+                        .map(|(k, v)| format!("{k}={}", s(v)))
+                        .collect()
+                })
+                .unwrap_or_default();
             if let Some(sinks) = j["sinks"].as_array() {
-                f.push(format!("sinks={}", sinks.iter().map(s).collect::<Vec<_>>().join(",")));
+                f.push(format!(
+                    "sinks={}",
+                    sinks.iter().map(s).collect::<Vec<_>>().join(",")
+                ));
             }
             let progress = match j["total"].as_u64() {
                 Some(t) => format!("{}/{t}", s(&j["examined"])),
@@ -1005,12 +1470,21 @@ fn print_jobs(jobs: &[Value]) {
                 progress,
                 s(&j["done"]),
                 s(&j["skipped"]),
-                if f.is_empty() { "all".into() } else { f.join(" ") },
+                if f.is_empty() {
+                    "all".into()
+                } else {
+                    f.join(" ")
+                },
                 s(&j["created_at"]),
             ]
         })
         .collect();
-    table(&["JOB", "KIND", "STATE", "EXAMINED", "DONE", "SKIPPED", "FILTER", "CREATED"], &rows);
+    table(
+        &[
+            "JOB", "KIND", "STATE", "EXAMINED", "DONE", "SKIPPED", "FILTER", "CREATED",
+        ],
+        &rows,
+    );
     for j in jobs {
         if let Some(e) = j["error"].as_str() {
             println!("job {}: {e}", s(&j["id"]));
@@ -1039,7 +1513,11 @@ pub(crate) async fn all_pages(api: &Api, path: &str) -> Result<Value, Fail> {
             Some(c) if empty || !seen.insert(c.to_owned()) => {
                 return Err(Fail::Refused(format!(
                     "GET {path}: the listing does not end (a page {} next_cursor {:?}): is {} an Ankusa admin listener?",
-                    if empty { "with no items names" } else { "names again the" },
+                    if empty {
+                        "with no items names"
+                    } else {
+                        "names again the"
+                    },
                     c.chars().take(64).collect::<String>(),
                     api.base
                 )));
@@ -1077,7 +1555,11 @@ fn table(head: &[&str], rows: &[Vec<String>]) {
         }
     }
     let line = |cells: Vec<String>| {
-        let out: Vec<String> = cells.iter().enumerate().map(|(i, c)| format!("{c:<width$}", width = w.get(i).copied().unwrap_or(0))).collect();
+        let out: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<width$}", width = w.get(i).copied().unwrap_or(0)))
+            .collect();
         println!("{}", out.join("  ").trim_end());
     };
     line(head.iter().map(|h| (*h).to_owned()).collect());
@@ -1103,16 +1585,23 @@ fn seg(text: &impl ToString) -> String {
         }
     }
     // `.` and `..` alone would still be dot-segments.
-    if out == "." || out == ".." { out.replace('.', "%2E") } else { out }
+    if out == "." || out == ".." {
+        out.replace('.', "%2E")
+    } else {
+        out
+    }
 }
 
 /// A clap value parser for names and filter fields: an empty value is a
 /// usage error, never "no filter" (a script's unset variable must not widen
 /// a destructive command to everything).
 pub fn non_empty(text: &str) -> Result<String, String> {
-    if text.is_empty() { Err("must not be empty (leave the option out instead)".to_owned()) } else { Ok(text.to_owned()) }
+    if text.is_empty() {
+        Err("must not be empty (leave the option out instead)".to_owned())
+    } else {
+        Ok(text.to_owned())
+    }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -1120,7 +1609,10 @@ mod tests {
 
     #[test]
     fn a_message_prints_without_the_terminals_control_characters() {
-        assert_eq!(printable("GET /v1/tenants: 500 x: \u{1b}]0;pwned\u{7}done\r\nnext"), "GET /v1/tenants: 500 x: \\u{1b}]0;pwned\\u{7}done\\u{d}\nnext");
+        assert_eq!(
+            printable("GET /v1/tenants: 500 x: \u{1b}]0;pwned\u{7}done\r\nnext"),
+            "GET /v1/tenants: 500 x: \\u{1b}]0;pwned\\u{7}done\\u{d}\nnext"
+        );
         assert_eq!(printable("plain: naïve ✓"), "plain: naïve ✓");
     }
 }

@@ -32,12 +32,17 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, anyhow};
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Batch, Cf, Direction, Durability, Kv, Read, scan_pages};
-use ankusa_keys::meta::{encode_format, encode_seq_high_water, encode_sink_names, source_sinks_key};
-use ankusa_keys::{DueKey, Envelope, FORMAT_KEY, ORIGIN_KEY, SEQ_HIGH_WATER_KEY, Seq, SinkIx, SourceId, TenantOrd, live_due_range};
+use ankusa_keys::meta::{
+    encode_format, encode_seq_high_water, encode_sink_names, source_sinks_key,
+};
+use ankusa_keys::{
+    DueKey, Envelope, FORMAT_KEY, ORIGIN_KEY, SEQ_HIGH_WATER_KEY, Seq, SinkIx, SourceId, TenantOrd,
+    live_due_range,
+};
 use ankusa_queue::{Hook, NewRow, RowId, lanes};
+use anyhow::{Context, anyhow};
 
 /// The fixed clock of every fixture: 2023-11-14T22:13:20Z, unix milliseconds.
 pub const T0_MS: u64 = 1_700_000_000_000;
@@ -89,7 +94,16 @@ impl Script {
     /// key and `i`; `rows` are its delivery rows (a laned row through
     /// `lanes::assign`).
     #[allow(clippy::too_many_arguments)]
-    fn ingest(&mut self, tenant: TenantOrd, source: SourceId, path: &str, key: Option<&str>, i: u32, rows: &[(u16, bool)], quarantine: Option<&str>) -> anyhow::Result<Sent> {
+    fn ingest(
+        &mut self,
+        tenant: TenantOrd,
+        source: SourceId,
+        path: &str,
+        key: Option<&str>,
+        i: u32,
+        rows: &[(u16, bool)],
+        quarantine: Option<&str>,
+    ) -> anyhow::Result<Sent> {
         let now = self.tick();
         self.seq += 1;
         let seq = Seq(self.seq);
@@ -107,12 +121,21 @@ impl Script {
             path: format!("/hooks/{path}"),
             query: None,
             headers,
-            body: format!("{{\"fixture\":{},\"key\":\"{label}\",\"i\":{i}}}", self.format).into_bytes(),
+            body: format!(
+                "{{\"fixture\":{},\"key\":\"{label}\",\"i\":{i}}}",
+                self.format
+            )
+            .into_bytes(),
             dedupe_key: quarantine.is_none().then(|| delivery_id.into_bytes()),
             idempotency_key: idempotency_key(now, self.seq),
             replay_of: None,
         };
-        let hook = Hook { tenant, seq, envelope: &envelope, dedupe_expires_at_ms: now + DEDUPE_MS };
+        let hook = Hook {
+            tenant,
+            seq,
+            envelope: &envelope,
+            dedupe_expires_at_ms: now + DEDUPE_MS,
+        };
         let mut batch = Batch::new();
         match quarantine {
             Some(reason) => ankusa_queue::quarantine(&mut batch, &hook, reason),
@@ -121,7 +144,8 @@ impl Script {
                     .iter()
                     .map(|&(sink, ordered)| NewRow {
                         sink: SinkIx(sink),
-                        lane: ordered.then(|| lanes::assign(SinkIx(sink), source, key.map(str::as_bytes))),
+                        lane: ordered
+                            .then(|| lanes::assign(SinkIx(sink), source, key.map(str::as_bytes))),
                     })
                     .collect();
                 ankusa_queue::new_ops(&mut batch, &hook, &rows, now);
@@ -135,7 +159,13 @@ impl Script {
     /// The ?D key of `row` (the scenario's store is small: a scan of the
     /// tenant's due rows).
     fn due_of(&self, row: RowId) -> anyhow::Result<DueKey> {
-        for kv in scan_pages(&self.kv, Cf::Index, live_due_range(row.tenant), Direction::Forward, 256) {
+        for kv in scan_pages(
+            &self.kv,
+            Cf::Index,
+            live_due_range(row.tenant),
+            Direction::Forward,
+            256,
+        ) {
             let (k, _) = kv?;
             let d = DueKey::decode(&k)?;
             if d.seq == row.seq && d.sink == row.sink {
@@ -147,10 +177,17 @@ impl Script {
 
     /// Promotes the first member of the lane of `row`'s sink and `key` (the
     /// lane sweep's step, ADR 4.2).
-    fn promote(&mut self, tenant: TenantOrd, source: SourceId, sink: u16, key: Option<&str>) -> anyhow::Result<()> {
+    fn promote(
+        &mut self,
+        tenant: TenantOrd,
+        source: SourceId,
+        sink: u16,
+        key: Option<&str>,
+    ) -> anyhow::Result<()> {
         let now = self.tick();
         let lane = lanes::lane_id(SinkIx(sink), source, key.map(str::as_bytes));
-        let member = lanes::first_member(&self.kv, tenant, lane)?.ok_or_else(|| anyhow!("lane of {key:?} has no member"))?;
+        let member = lanes::first_member(&self.kv, tenant, lane)?
+            .ok_or_else(|| anyhow!("lane of {key:?} has no member"))?;
         let mut batch = Batch::new();
         lanes::promote(&self.kv, &mut batch, &member, now)?;
         self.write(batch)
@@ -205,9 +242,16 @@ const SOURCES: [&str; 2] = ["shop", "billing"];
 /// A builder's error (a bug of the scenario), or a format other than 1 and 2.
 fn build(format: u32) -> anyhow::Result<MemoryKv> {
     if !(1..=2).contains(&format) {
-        return Err(anyhow!("no fixture of store format {format} (this ankusa builds 1 and 2)"));
+        return Err(anyhow!(
+            "no fixture of store format {format} (this ankusa builds 1 and 2)"
+        ));
     }
-    let mut s = Script { kv: MemoryKv::new(), format, seq: 0, now_ms: T0_MS };
+    let mut s = Script {
+        kv: MemoryKv::new(),
+        format,
+        seq: 0,
+        now_ms: T0_MS,
+    };
     s.write(ankusa_queue::init_store())?;
     let (batch, reg) = ankusa_queue::register(&s.kv, TENANTS, SOURCES)?;
     s.write(batch)?;
@@ -226,32 +270,64 @@ fn build(format: u32) -> anyhow::Result<MemoryKv> {
             let key = ["A", "B"][i as usize % 2];
             shop_hooks.push(s.ingest(acme, shop, "shop", Some(key), i, &both, None)?);
         }
-        let bill: Vec<Sent> = (0..3).map(|i| s.ingest(globex, billing, "billing", None, i, &[(0, false)], None)).collect::<Result<_, _>>()?;
+        let bill: Vec<Sent> = (0..3)
+            .map(|i| s.ingest(globex, billing, "billing", None, i, &[(0, false)], None))
+            .collect::<Result<_, _>>()?;
         s.claim(row(&shop_hooks[0], 0))?;
         s.claim(row(&shop_hooks[1], 1))?;
-        s.retry(row(&shop_hooks[2], 0), "HTTP 503 with Retry-After: 172800 from the fixture's sink")?;
+        s.retry(
+            row(&shop_hooks[2], 0),
+            "HTTP 503 with Retry-After: 172800 from the fixture's sink",
+        )?;
         s.dead(row(&shop_hooks[3], 1), "HTTP 410 from the fixture's sink")?;
         s.deliver(row(&shop_hooks[4], 1))?;
         s.claim(row(&bill[0], 0))?;
         s.dead(row(&bill[1], 0), "HTTP 400 from the fixture's sink")?;
     } else {
         let mut b = Batch::new();
-        b.put(Cf::Meta, source_sinks_key(shop), encode_sink_names(&["orders", "audit"]));
-        b.put(Cf::Meta, source_sinks_key(billing), encode_sink_names(&["ledger"]));
+        b.put(
+            Cf::Meta,
+            source_sinks_key(shop),
+            encode_sink_names(&["orders", "audit"]),
+        );
+        b.put(
+            Cf::Meta,
+            source_sinks_key(billing),
+            encode_sink_names(&["ledger"]),
+        );
         s.write(b)?;
         let both = [(0, true), (1, false)];
-        let a: Vec<Sent> = (0..3).map(|i| s.ingest(acme, shop, "shop", Some("A"), i, &both, None)).collect::<Result<_, _>>()?;
-        let bb: Vec<Sent> = (0..3).map(|i| s.ingest(acme, shop, "shop", Some("B"), i, &both, None)).collect::<Result<_, _>>()?;
-        let k: Vec<Sent> = (0..2).map(|i| s.ingest(acme, shop, "shop", None, i, &both, None)).collect::<Result<_, _>>()?;
+        let a: Vec<Sent> = (0..3)
+            .map(|i| s.ingest(acme, shop, "shop", Some("A"), i, &both, None))
+            .collect::<Result<_, _>>()?;
+        let bb: Vec<Sent> = (0..3)
+            .map(|i| s.ingest(acme, shop, "shop", Some("B"), i, &both, None))
+            .collect::<Result<_, _>>()?;
+        let k: Vec<Sent> = (0..2)
+            .map(|i| s.ingest(acme, shop, "shop", None, i, &both, None))
+            .collect::<Result<_, _>>()?;
         let d = s.ingest(acme, shop, "shop", Some("D"), 0, &both, None)?;
-        s.ingest(acme, shop, "shop", Some("Q"), 0, &both, Some("signature did not verify (fixture)"))?;
-        let bill: Vec<Sent> = (0..2).map(|i| s.ingest(globex, billing, "billing", None, i, &[(0, false)], None)).collect::<Result<_, _>>()?;
+        s.ingest(
+            acme,
+            shop,
+            "shop",
+            Some("Q"),
+            0,
+            &both,
+            Some("signature did not verify (fixture)"),
+        )?;
+        let bill: Vec<Sent> = (0..2)
+            .map(|i| s.ingest(globex, billing, "billing", None, i, &[(0, false)], None))
+            .collect::<Result<_, _>>()?;
         // Lane A: busy, its head claimed (in flight), A1 and A2 behind it.
         s.promote(acme, shop, 0, Some("A"))?;
         s.claim(row(&a[0], 0))?;
         // Lane B: its head waits out a retry (kind 3), B1 and B2 behind it.
         s.promote(acme, shop, 0, Some("B"))?;
-        s.retry(row(&bb[0], 0), "HTTP 503 with Retry-After: 172800 from the fixture's sink")?;
+        s.retry(
+            row(&bb[0], 0),
+            "HTTP 503 with Retry-After: 172800 from the fixture's sink",
+        )?;
         // The keyless lane: its head due (kind 2), K1 behind it.
         s.promote(acme, shop, 0, None)?;
         // Lane D: its head dead-lettered, which released the lane.
@@ -259,7 +335,10 @@ fn build(format: u32) -> anyhow::Result<MemoryKv> {
         s.dead(row(&d, 0), "HTTP 410 from the fixture's sink")?;
         // The unordered audit sink: one claimed, one retrying, one delivered.
         s.claim(row(&a[1], 1))?;
-        s.retry(row(&bb[1], 1), "HTTP 429 with Retry-After: 172800 from the fixture's sink")?;
+        s.retry(
+            row(&bb[1], 1),
+            "HTTP 429 with Retry-After: 172800 from the fixture's sink",
+        )?;
         s.deliver(row(&k[0], 1))?;
         // billing: one claimed.
         s.claim(row(&bill[0], 0))?;
@@ -278,7 +357,14 @@ fn build(format: u32) -> anyhow::Result<MemoryKv> {
 pub fn dump(format: u32) -> anyhow::Result<Vec<u8>> {
     let kv = build(format)?;
     let mut out = Vec::new();
-    ankusa_engine::dump::export(&kv.snapshot(), kv.backend(), format, ORIGIN_KEY, &mut out, &mut |_, _| {})?;
+    ankusa_engine::dump::export(
+        &kv.snapshot(),
+        kv.backend(),
+        format,
+        ORIGIN_KEY,
+        &mut out,
+        &mut |_, _| {},
+    )?;
     debug_assert!(kv.get(Cf::Meta, ORIGIN_KEY).ok().flatten().is_none());
     Ok(out)
 }
@@ -286,10 +372,17 @@ pub fn dump(format: u32) -> anyhow::Result<Vec<u8>> {
 /// `ankusa fixture --format N OUT_FILE`: exit 0 written, 2 an unknown format
 /// or OUT_FILE cannot be written.
 pub fn main(format: u32, out: &Path) -> ExitCode {
-    let r = dump(format).and_then(|bytes| std::fs::write(out, &bytes).with_context(|| format!("{}: cannot write", out.display())).map(|()| bytes.len()));
+    let r = dump(format).and_then(|bytes| {
+        std::fs::write(out, &bytes)
+            .with_context(|| format!("{}: cannot write", out.display()))
+            .map(|()| bytes.len())
+    });
     match r {
         Ok(n) => {
-            println!("{}: store fixture of format {format} ({n} bytes)", out.display());
+            println!(
+                "{}: store fixture of format {format} ({n} bytes)",
+                out.display()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

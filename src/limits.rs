@@ -99,24 +99,51 @@ pub struct NoFile {
 /// The OS error of `getrlimit`, or of `setrlimit` with the limits as they
 /// are (unchanged).
 pub fn raise_nofile() -> Result<NoFile, (std::io::Error, Option<NoFile>)> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes the limit into the struct it is given, a
     // valid local.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err((std::io::Error::last_os_error(), None));
     }
-    let as_u64 = |v: libc::rlim_t| if v == libc::RLIM_INFINITY { UNLIMITED_AS } else { v as u64 };
+    let as_u64 = |v: libc::rlim_t| {
+        if v == libc::RLIM_INFINITY {
+            UNLIMITED_AS
+        } else {
+            v as u64
+        }
+    };
     let before = as_u64(lim.rlim_cur);
     let hard = as_u64(lim.rlim_max);
     if lim.rlim_cur == lim.rlim_max || before >= hard {
-        return Ok(NoFile { before, soft: before, hard });
+        return Ok(NoFile {
+            before,
+            soft: before,
+            hard,
+        });
     }
-    let raised = libc::rlimit { rlim_cur: hard as libc::rlim_t, rlim_max: lim.rlim_max };
+    let raised = libc::rlimit {
+        rlim_cur: hard as libc::rlim_t,
+        rlim_max: lim.rlim_max,
+    };
     // SAFETY: setrlimit reads the struct it is given, a valid local.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-        return Err((std::io::Error::last_os_error(), Some(NoFile { before, soft: before, hard })));
+        return Err((
+            std::io::Error::last_os_error(),
+            Some(NoFile {
+                before,
+                soft: before,
+                hard,
+            }),
+        ));
     }
-    Ok(NoFile { before, soft: hard, hard })
+    Ok(NoFile {
+        before,
+        soft: hard,
+        hard,
+    })
 }
 
 /// How many file descriptors the configuration's sinks can hold at once,
@@ -135,7 +162,11 @@ pub fn sink_fds(cfg: &Config) -> usize {
             TenantBinding::Path => cfg.tenants.len().max(1),
         };
         for e in &s.sinks {
-            let calls = |per_tenant: u32| (per_tenant as usize).saturating_mul(tenants).saturating_add(4);
+            let calls = |per_tenant: u32| {
+                (per_tenant as usize)
+                    .saturating_mul(tenants)
+                    .saturating_add(4)
+            };
             total = total.saturating_add(match e.kind {
                 SinkKind::Http => calls(d.sink_concurrency),
                 SinkKind::Sqs | SinkKind::Pubsub => calls(d.pipelined_concurrency),
@@ -180,7 +211,8 @@ pub fn budget(nofile: u64, sinks: usize) -> Result<FdBudget, String> {
     let admin_connections = (rest / 8).clamp(MIN_ADMIN_CONNECTIONS, MAX_ADMIN_CONNECTIONS);
     let ingest_connections = rest.saturating_sub(admin_connections).min(MAX_CONNECTIONS);
     if ingest_connections < MIN_INGEST_CONNECTIONS {
-        let needed = RESERVED + MIN_STORE_FILES + sinks + MIN_ADMIN_CONNECTIONS + MIN_INGEST_CONNECTIONS;
+        let needed =
+            RESERVED + MIN_STORE_FILES + sinks + MIN_ADMIN_CONNECTIONS + MIN_INGEST_CONNECTIONS;
         // The shares grow with the limit: find the least limit that works.
         let mut at_least = needed as u64;
         while budget_ok(at_least, sinks).is_none() {
@@ -192,14 +224,22 @@ pub fn budget(nofile: u64, sinks: usize) -> Result<FdBudget, String> {
              (raise the hard limit: `ulimit -Hn`, systemd's LimitNOFILE=)"
         ));
     }
-    Ok(FdBudget { nofile, store_files, sink_fds, ingest_connections, admin_connections })
+    Ok(FdBudget {
+        nofile,
+        store_files,
+        sink_fds,
+        ingest_connections,
+        admin_connections,
+    })
 }
 
 fn budget_ok(nofile: u64, sinks: usize) -> Option<()> {
     let n = usize::try_from(nofile).unwrap_or(usize::MAX);
     let avail = n.saturating_sub(RESERVED);
     let store = (avail / 4).clamp(MIN_STORE_FILES, MAX_STORE_FILES);
-    let rest = avail.saturating_sub(store).saturating_sub((avail / 8).max(sinks));
+    let rest = avail
+        .saturating_sub(store)
+        .saturating_sub((avail / 8).max(sinks));
     let admin = (rest / 8).clamp(MIN_ADMIN_CONNECTIONS, MAX_ADMIN_CONNECTIONS);
     (rest.saturating_sub(admin) >= MIN_INGEST_CONNECTIONS).then_some(())
 }
@@ -219,7 +259,13 @@ mod tests {
         let b = budget(1024, 10).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             b,
-            FdBudget { nofile: 1024, store_files: 240, sink_fds: 120, ingest_connections: 525, admin_connections: 75 }
+            FdBudget {
+                nofile: 1024,
+                store_files: 240,
+                sink_fds: 120,
+                ingest_connections: 525,
+                admin_connections: 75
+            }
         );
         assert!(total(&b) <= 1024);
     }
@@ -229,18 +275,32 @@ mod tests {
     /// within their bounds.
     #[test]
     fn the_shares_never_exceed_the_limit() {
-        for nofile in (200..5_000u64).step_by(7).chain([20_000, 65_536, 1 << 20, u64::MAX]) {
+        for nofile in (200..5_000u64)
+            .step_by(7)
+            .chain([20_000, 65_536, 1 << 20, u64::MAX])
+        {
             for sinks in [0, 10, 100, 300, 1_000] {
-                let Ok(b) = budget(nofile, sinks) else { continue };
+                let Ok(b) = budget(nofile, sinks) else {
+                    continue;
+                };
                 assert!(total(&b) as u64 <= nofile, "{nofile} {sinks}: {b:?}");
                 assert!(b.sink_fds >= sinks);
                 assert!(b.store_files >= MIN_STORE_FILES && b.store_files <= MAX_STORE_FILES);
-                assert!((MIN_INGEST_CONNECTIONS..=MAX_CONNECTIONS).contains(&b.ingest_connections), "{b:?}");
-                assert!((MIN_ADMIN_CONNECTIONS..=MAX_ADMIN_CONNECTIONS).contains(&b.admin_connections), "{b:?}");
+                assert!(
+                    (MIN_INGEST_CONNECTIONS..=MAX_CONNECTIONS).contains(&b.ingest_connections),
+                    "{b:?}"
+                );
+                assert!(
+                    (MIN_ADMIN_CONNECTIONS..=MAX_ADMIN_CONNECTIONS).contains(&b.admin_connections),
+                    "{b:?}"
+                );
             }
         }
         let big = budget(1 << 20, 10).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((big.ingest_connections, big.admin_connections), (MAX_CONNECTIONS, MAX_ADMIN_CONNECTIONS));
+        assert_eq!(
+            (big.ingest_connections, big.admin_connections),
+            (MAX_CONNECTIONS, MAX_ADMIN_CONNECTIONS)
+        );
     }
 
     /// Too low a limit is an error that names the least that works.

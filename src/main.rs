@@ -330,41 +330,122 @@ fn main() -> ExitCode {
         }
     }
     match cli.command {
-        Command::Serve { config, drop_unconfigured, log_format } => serve::main(config, drop_unconfigured, log_format),
-        Command::Send { files, url, path, keep_going, timeout_ms } => {
-            send::main(&send::Args { files: &files, url: &url, path: path.as_deref(), keep_going, timeout_ms })
-        }
+        Command::Serve {
+            config,
+            drop_unconfigured,
+            log_format,
+        } => serve::main(config, drop_unconfigured, log_format),
+        Command::Send {
+            files,
+            url,
+            path,
+            keep_going,
+            timeout_ms,
+        } => send::main(&send::Args {
+            files: &files,
+            url: &url,
+            path: path.as_deref(),
+            keep_going,
+            timeout_ms,
+        }),
         Command::Tenants { conn } => admin_cli::main(&conn, admin_cli::Command::Tenants),
         Command::Top(args) => top::main(&args),
         Command::Sources { conn } => admin_cli::main(&conn, admin_cli::Command::Sources),
         Command::Hooks { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Hooks(cmd)),
         Command::Dlq { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Dlq(cmd)),
-        Command::Jobs { conn, id, wait, cmd } => admin_cli::main(&conn, admin_cli::Command::Jobs { id, wait, cmd }),
-        Command::Pause { conn, source, sink, reason } => {
-            admin_cli::main(&conn, admin_cli::Command::Pause { source, sink, reason, resume: false })
+        Command::Jobs {
+            conn,
+            id,
+            wait,
+            cmd,
+        } => admin_cli::main(&conn, admin_cli::Command::Jobs { id, wait, cmd }),
+        Command::Pause {
+            conn,
+            source,
+            sink,
+            reason,
+        } => admin_cli::main(
+            &conn,
+            admin_cli::Command::Pause {
+                source,
+                sink,
+                reason,
+                resume: false,
+            },
+        ),
+        Command::Resume { conn, source, sink } => admin_cli::main(
+            &conn,
+            admin_cli::Command::Pause {
+                source,
+                sink,
+                reason: None,
+                resume: true,
+            },
+        ),
+        Command::Quarantine { conn, cmd } => {
+            admin_cli::main(&conn, admin_cli::Command::Quarantine(cmd))
         }
-        Command::Resume { conn, source, sink } => {
-            admin_cli::main(&conn, admin_cli::Command::Pause { source, sink, reason: None, resume: true })
-        }
-        Command::Quarantine { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Quarantine(cmd)),
         Command::Replay { conn, args } => admin_cli::main(&conn, admin_cli::Command::Replay(args)),
-        Command::PurgeTenant { conn, tenant, yes, wait } => admin_cli::main(&conn, admin_cli::Command::PurgeTenant { tenant, yes, wait }),
-        Command::RetireSource { conn, source, tenant, reason, yes, wait } => {
-            admin_cli::main(&conn, admin_cli::Command::RetireSource { source, tenant, reason, yes, wait })
-        }
-        Command::Store(StoreCmd::Check { data_dir, store, repair_counters }) => {
-            store::main(&store::Args { dir: &data_dir, store, repair_counters })
-        }
-        Command::Store(StoreCmd::Export { data_dir, file, store }) => {
-            store::export_main(&store::ExportArgs { dir: &data_dir, file: &file, store })
-        }
-        Command::Store(StoreCmd::Import { file, data_dir, store }) => {
-            store::import_main(&store::ImportArgs { file: &file, dir: &data_dir, store })
-        }
+        Command::PurgeTenant {
+            conn,
+            tenant,
+            yes,
+            wait,
+        } => admin_cli::main(&conn, admin_cli::Command::PurgeTenant { tenant, yes, wait }),
+        Command::RetireSource {
+            conn,
+            source,
+            tenant,
+            reason,
+            yes,
+            wait,
+        } => admin_cli::main(
+            &conn,
+            admin_cli::Command::RetireSource {
+                source,
+                tenant,
+                reason,
+                yes,
+                wait,
+            },
+        ),
+        Command::Store(StoreCmd::Check {
+            data_dir,
+            store,
+            repair_counters,
+        }) => store::main(&store::Args {
+            dir: &data_dir,
+            store,
+            repair_counters,
+        }),
+        Command::Store(StoreCmd::Export {
+            data_dir,
+            file,
+            store,
+        }) => store::export_main(&store::ExportArgs {
+            dir: &data_dir,
+            file: &file,
+            store,
+        }),
+        Command::Store(StoreCmd::Import {
+            file,
+            data_dir,
+            store,
+        }) => store::import_main(&store::ImportArgs {
+            file: &file,
+            dir: &data_dir,
+            store,
+        }),
         Command::Fixture { format, out_file } => fixture::main(format, &out_file),
-        Command::Store(StoreCmd::Migrate { data_dir, store, dry_run }) => {
-            migrate::main(&migrate::Args { dir: &data_dir, store, dry_run })
-        }
+        Command::Store(StoreCmd::Migrate {
+            data_dir,
+            store,
+            dry_run,
+        }) => migrate::main(&migrate::Args {
+            dir: &data_dir,
+            store,
+            dry_run,
+        }),
         Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {
                 println!(

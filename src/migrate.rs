@@ -31,7 +31,8 @@ use std::process::ExitCode;
 use ankusa_engine::{Durability, Kv};
 use ankusa_keys::STORE_FORMAT;
 use ankusa_queue::migrate::{
-    MigrateError, Migration, REGISTRY, TEST_FORMAT, TEST_MIGRATION, check_readable, next_batch, plan, read_format, read_progress,
+    MigrateError, Migration, REGISTRY, TEST_FORMAT, TEST_MIGRATION, check_readable, next_batch,
+    plan, read_format, read_progress,
 };
 use tracing::info;
 
@@ -54,8 +55,15 @@ impl Supported {
     /// # Errors
     /// A test setting with a value it does not take, naming it.
     pub fn from_env() -> Result<Supported, String> {
-        let mut s = Supported { format: STORE_FORMAT, registry: REGISTRY.to_vec(), pause_after: None };
-        match std::env::var("ANKUSA_TEST_SUPPORTED_FORMAT").ok().as_deref() {
+        let mut s = Supported {
+            format: STORE_FORMAT,
+            registry: REGISTRY.to_vec(),
+            pause_after: None,
+        };
+        match std::env::var("ANKUSA_TEST_SUPPORTED_FORMAT")
+            .ok()
+            .as_deref()
+        {
             None => {}
             Some("1") => {
                 s.format = 1;
@@ -65,7 +73,11 @@ impl Supported {
                 s.format = TEST_FORMAT;
                 s.registry.push(TEST_MIGRATION);
             }
-            Some(v) => return Err(format!("ANKUSA_TEST_SUPPORTED_FORMAT={v}: a test setting that takes 1 or {TEST_FORMAT}")),
+            Some(v) => {
+                return Err(format!(
+                    "ANKUSA_TEST_SUPPORTED_FORMAT={v}: a test setting that takes 1 or {TEST_FORMAT}"
+                ));
+            }
         }
         if let Ok(v) = std::env::var("ANKUSA_TEST_MIGRATION_PAUSE_AFTER") {
             let k = v
@@ -120,15 +132,33 @@ pub fn run<K: Kv>(kv: &K, supported: &Supported) -> Result<Vec<Ran>, MigrateErro
             let (done, batches, rows) = (p.done, p.batches_total, p.rows_total);
             kv.write(p.batch, Durability::Sync)?;
             committed += 1;
-            tracing::debug!(from = m.from, to = m.to, batches, rows, "store migration batch committed");
+            tracing::debug!(
+                from = m.from,
+                to = m.to,
+                batches,
+                rows,
+                "store migration batch committed"
+            );
             if supported.pause_after == Some(committed) {
-                info!(from = m.from, to = m.to, batches, rows, "test setting: migration paused after {committed} batches");
+                info!(
+                    from = m.from,
+                    to = m.to,
+                    batches,
+                    rows,
+                    "test setting: migration paused after {committed} batches"
+                );
                 loop {
                     std::thread::sleep(std::time::Duration::from_secs(3600));
                 }
             }
             if done {
-                break Ran { from: m.from, to: m.to, batches, rows, resumed };
+                break Ran {
+                    from: m.from,
+                    to: m.to,
+                    batches,
+                    rows,
+                    resumed,
+                };
             }
         };
         info!(
@@ -150,7 +180,11 @@ pub fn run<K: Kv>(kv: &K, supported: &Supported) -> Result<Vec<Ran>, MigrateErro
 /// `1 batch, 0 rows (stamp only)`, `3 batches, 20 rows (resumed: an earlier
 /// run committed some of them)`.
 fn summary(r: &Ran, m: &Migration) -> String {
-    let mut s = format!("{}, {}", plural(r.batches, "batch", "batches"), plural(r.rows, "row", "rows"));
+    let mut s = format!(
+        "{}, {}",
+        plural(r.batches, "batch", "batches"),
+        plural(r.rows, "row", "rows")
+    );
     if m.stamp_only {
         s.push_str(" (stamp only)");
     }
@@ -212,18 +246,28 @@ pub fn main(args: &Args<'_>) -> ExitCode {
     ExitCode::from(worst)
 }
 
-fn migrate_one(backend: Backend, dir: &Path, supported: &Supported, dry_run: bool) -> Result<(), Fail> {
+fn migrate_one(
+    backend: Backend,
+    dir: &Path,
+    supported: &Supported,
+    dry_run: bool,
+) -> Result<(), Fail> {
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
             crate::store::refuse_if_locked(dir)?;
-            let kv = ankusa_engine_rocksdb::RocksKv::open(dir).map_err(|e| crate::store::open_failed(dir, &e))?;
+            let kv = ankusa_engine_rocksdb::RocksKv::open(dir)
+                .map_err(|e| crate::store::open_failed(dir, &e))?;
             migrate_store(&kv, backend, dir, supported, dry_run)
         }
         #[cfg(not(feature = "rocksdb"))]
-        Backend::Rocksdb => Err(Fail(3, "a rocksdb store, but this binary was built without the `rocksdb` feature".into())),
+        Backend::Rocksdb => Err(Fail(
+            3,
+            "a rocksdb store, but this binary was built without the `rocksdb` feature".into(),
+        )),
         Backend::Fjall => {
-            let kv = ankusa_engine_fjall::FjallKv::open(dir).map_err(|e| crate::store::open_failed(dir, &e))?;
+            let kv = ankusa_engine_fjall::FjallKv::open(dir)
+                .map_err(|e| crate::store::open_failed(dir, &e))?;
             migrate_store(&kv, backend, dir, supported, dry_run)
         }
     }
@@ -240,18 +284,34 @@ fn failed(e: MigrateError) -> Fail {
         | MigrateError::Undecodable { .. }
         | MigrateError::Registry(_) => Fail(3, e.to_string()),
         MigrateError::NoStamp => Fail(2, e.to_string()),
-        e => Fail(1, format!("the migration stopped: {e} (the store is at its last committed batch; run store migrate again to resume)")),
+        e => Fail(
+            1,
+            format!(
+                "the migration stopped: {e} (the store is at its last committed batch; run store migrate again to resume)"
+            ),
+        ),
     }
 }
 
-fn migrate_store<K: Kv>(kv: &K, backend: Backend, dir: &Path, supported: &Supported, dry_run: bool) -> Result<(), Fail> {
-    let found = read_format(kv).map_err(failed)?.ok_or_else(|| crate::store::no_stamp(dir, backend))?;
+fn migrate_store<K: Kv>(
+    kv: &K,
+    backend: Backend,
+    dir: &Path,
+    supported: &Supported,
+    dry_run: bool,
+) -> Result<(), Fail> {
+    let found = read_format(kv)
+        .map_err(failed)?
+        .ok_or_else(|| crate::store::no_stamp(dir, backend))?;
     let what = format!("{} ({}, format {found})", dir.display(), backend.name());
     let progress = read_progress(kv).map_err(failed)?;
     check_readable(found, progress.as_ref(), supported.format).map_err(failed)?;
     let chain = plan(&supported.registry, found, supported.format).map_err(failed)?;
     if chain.is_empty() {
-        println!("{what}: nothing to do (this ankusa reads store format {})", supported.format);
+        println!(
+            "{what}: nothing to do (this ankusa reads store format {})",
+            supported.format
+        );
         return Ok(());
     }
     if dry_run {
@@ -261,7 +321,11 @@ fn migrate_store<K: Kv>(kv: &K, backend: Backend, dir: &Path, supported: &Suppor
             plural(chain.len() as u64, "step", "steps")
         );
         for m in &chain {
-            let how = if m.stamp_only { "stamp only".to_owned() } else { format!("rewrites rows, at most {} per batch", m.batch_rows) };
+            let how = if m.stamp_only {
+                "stamp only".to_owned()
+            } else {
+                format!("rewrites rows, at most {} per batch", m.batch_rows)
+            };
             println!("  {} -> {} ({how}): {}", m.from, m.to, m.rewrites);
         }
         if let Some(p) = progress {
@@ -277,8 +341,15 @@ fn migrate_store<K: Kv>(kv: &K, backend: Backend, dir: &Path, supported: &Suppor
     }
     let chain_by_from = |from: u32| chain.iter().find(|m| m.from == from);
     for r in run(kv, supported).map_err(failed)? {
-        let Some(m) = chain_by_from(r.from) else { continue };
-        println!("{what}: migrated {} -> {}: {}", r.from, r.to, summary(&r, m));
+        let Some(m) = chain_by_from(r.from) else {
+            continue;
+        };
+        println!(
+            "{what}: migrated {} -> {}: {}",
+            r.from,
+            r.to,
+            summary(&r, m)
+        );
     }
     println!("{what}: now format {}", supported.format);
     Ok(())

@@ -63,7 +63,10 @@ pub fn main(args: &Args<'_>) -> ExitCode {
     // hooks posted and the rest not. Bodies are read again when posted, so
     // many large files do not sit in memory together.
     match reqwest::Url::parse(args.url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.query().is_none() && u.fragment().is_none() => {}
+        Ok(u)
+            if matches!(u.scheme(), "http" | "https")
+                && u.query().is_none()
+                && u.fragment().is_none() => {}
         _ => {
             eprintln!(
                 "ankusa send: --url {:?} is not an http:// or https:// address without a query (e.g. http://127.0.0.1:8080)",
@@ -98,7 +101,10 @@ pub fn main(args: &Args<'_>) -> ExitCode {
         return ExitCode::FAILURE;
     }
 
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ankusa send: {e}");
@@ -155,14 +161,19 @@ pub fn main(args: &Args<'_>) -> ExitCode {
             summary.push_str(&format!(", {unreadable} skipped (could not be loaded)"));
         }
         println!("{summary}");
-        if not_accepted == 0 && unsent == 0 && unreadable == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        if not_accepted == 0 && unsent == 0 && unreadable == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
     })
 }
 
 /// Reads and parses one corpus file; the error says what was wrong with it.
 fn load(file: &Path, path: Option<&str>) -> anyhow::Result<Request> {
     let text = std::fs::read_to_string(file).context("cannot read it")?;
-    let hook: CorpusFile = serde_json::from_str(&text).context("not a corpus file (fixtures/corpus/README.md)")?;
+    let hook: CorpusFile =
+        serde_json::from_str(&text).context("not a corpus file (fixtures/corpus/README.md)")?;
     let path = path
         .map(str::to_owned)
         .or(hook.path_hint)
@@ -178,10 +189,19 @@ fn load(file: &Path, path: Option<&str>) -> anyhow::Result<Request> {
         reqwest::header::HeaderValue::from_str(value)
             .map_err(|_| anyhow!("the value of header {name} is not a valid header value"))?;
     }
-    Ok(Request { method, path, headers: hook.headers, body: hook.body.into_bytes() })
+    Ok(Request {
+        method,
+        path,
+        headers: hook.headers,
+        body: hook.body.into_bytes(),
+    })
 }
 
-async fn send_one(client: &reqwest::Client, url: &str, hook: Request) -> anyhow::Result<(reqwest::StatusCode, String)> {
+async fn send_one(
+    client: &reqwest::Client,
+    url: &str,
+    hook: Request,
+) -> anyhow::Result<(reqwest::StatusCode, String)> {
     let target = format!("{}{}", url.trim_end_matches('/'), hook.path);
     let mut req = client.request(hook.method, &target);
     for (name, value) in &hook.headers {

@@ -22,23 +22,33 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::{Context, anyhow, bail};
 use ankusa_config::{Config, LogFormat, StoreBackend};
-use ankusa_edge::server::admin::{AdminState, BoxFuture, BreakerReport, ControlFailure, PipelineControl, PipelineWork, serve_admin};
+use ankusa_edge::server::admin::{
+    AdminState, BoxFuture, BreakerReport, ControlFailure, PipelineControl, PipelineWork,
+    serve_admin,
+};
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Cf, CounterMirror, Durability, Kv};
-use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::index::{CounterField, counter_key};
+use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx, SourceId, TenantOrd};
 use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
-use ankusa_pipeline::{BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RateLimit, RetryPolicy, RetryStatuses, Route, Routes};
+use ankusa_pipeline::{
+    BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RateLimit,
+    RetryPolicy, RetryStatuses, Route, Routes,
+};
 use ankusa_queue::migrate::MigrateError;
 use ankusa_queue::writer::{Writer, WriterConfig};
+use anyhow::{Context, anyhow, bail};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option<LogFormatArg>) -> ExitCode {
+pub fn main(
+    config: Option<PathBuf>,
+    drop_unconfigured: bool,
+    log_format: Option<LogFormatArg>,
+) -> ExitCode {
     // Before any thread exists (mallopt is not for a running program).
     let large_blocks_returned = crate::limits::return_large_blocks();
     // Nothing logs through tracing before the config is loaded (its errors
@@ -46,7 +56,10 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
     let mut cfg = match load(config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
-            let file = config.as_ref().map_or_else(|| "the embedded demo config".to_owned(), |p| p.display().to_string());
+            let file = config.as_ref().map_or_else(
+                || "the embedded demo config".to_owned(),
+                |p| p.display().to_string(),
+            );
             eprintln!("ankusa: {file}: {e}");
             return ExitCode::from(2);
         }
@@ -56,8 +69,14 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
     let json = cfg.node.log_format == LogFormat::Json;
     // The runtime before the log subscriber: the OTel export's batch
     // processor (a build with `otel`) runs its task on it.
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build();
-    let telemetry = match crate::telemetry::init(cfg.node.log_format, &cfg.node, rt.as_ref().ok().map(|rt| rt.handle())) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build();
+    let telemetry = match crate::telemetry::init(
+        cfg.node.log_format,
+        &cfg.node,
+        rt.as_ref().ok().map(|rt| rt.handle()),
+    ) {
         Ok(t) => t,
         Err(e) => {
             // An OTel setting the export cannot run with: a configuration
@@ -82,7 +101,9 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
         }
     };
     if !large_blocks_returned {
-        tracing::debug!("the C library's mmap threshold is its own: large freed blocks may stay resident");
+        tracing::debug!(
+            "the C library's mmap threshold is its own: large freed blocks may stay resident"
+        );
     }
     let result = rt.block_on(async move {
         other_stores(&cfg)?;
@@ -124,7 +145,11 @@ pub fn main(config: Option<PathBuf>, drop_unconfigured: bool, log_format: Option
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             fatal(json, &format!("{e:#}"));
-            if store_newer(&e) || e.downcast_ref::<StoreRefused>().is_some() { ExitCode::from(3) } else { ExitCode::FAILURE }
+            if store_newer(&e) || e.downcast_ref::<StoreRefused>().is_some() {
+                ExitCode::from(3)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -148,7 +173,11 @@ fn file_descriptors(cfg: &Config) -> Result<crate::limits::FdBudget, String> {
             warn!(error = %e, soft = n.soft, hard = n.hard, "could not raise the file-descriptor soft limit to the hard limit");
             n
         }
-        Err((e, None)) => return Err(format!("cannot read the file-descriptor limit (getrlimit): {e}")),
+        Err((e, None)) => {
+            return Err(format!(
+                "cannot read the file-descriptor limit (getrlimit): {e}"
+            ));
+        }
     };
     let b = crate::limits::budget(nofile.soft, crate::limits::sink_fds(cfg))?;
     info!(
@@ -177,13 +206,27 @@ fn file_descriptors(cfg: &Config) -> Result<crate::limits::FdBudget, String> {
 /// with what to do.
 fn open_failed(dir: &std::path::Path, e: ankusa_engine::EngineError) -> anyhow::Error {
     if crate::store::is_corruption(&e) {
-        return StoreRefused(format!("the store at {} is damaged: {e}. {}", dir.display(), crate::store::DAMAGED_ADVICE)).into();
+        return StoreRefused(format!(
+            "the store at {} is damaged: {e}. {}",
+            dir.display(),
+            crate::store::DAMAGED_ADVICE
+        ))
+        .into();
     }
     let text = e.to_string();
-    let locked = ["While lock file", "lock hold by current process", "FjallError: Locked"].iter().any(|m| text.contains(m));
+    let locked = [
+        "While lock file",
+        "lock hold by current process",
+        "FjallError: Locked",
+    ]
+    .iter()
+    .any(|m| text.contains(m));
     let e = anyhow::Error::new(e);
     if locked {
-        e.context(format!("the store at {} is in use: is another relay running on this data_dir?", dir.display()))
+        e.context(format!(
+            "the store at {} is in use: is another relay running on this data_dir?",
+            dir.display()
+        ))
     } else {
         e.context(format!("opening the store at {}", dir.display()))
     }
@@ -213,7 +256,9 @@ fn wal_recovery() -> anyhow::Result<ankusa_engine_rocksdb::WalRecovery> {
     match std::env::var("ANKUSA_ROCKSDB_WAL_RECOVERY").as_deref() {
         Err(_) | Ok("" | "torn-tail") => Ok(WalRecovery::TornTail),
         Ok("point-in-time") => Ok(WalRecovery::PointInTime),
-        Ok(other) => bail!("ANKUSA_ROCKSDB_WAL_RECOVERY={other}: expected torn-tail (the default) or point-in-time"),
+        Ok(other) => bail!(
+            "ANKUSA_ROCKSDB_WAL_RECOVERY={other}: expected torn-tail (the default) or point-in-time"
+        ),
     }
 }
 
@@ -236,7 +281,8 @@ impl Creation {
     /// durable leaves a store the next start knows to be new.
     fn before_open(dir: &std::path::Path, backend: &'static str) -> anyhow::Result<Creation> {
         let marker = crate::store::creating_marker(dir);
-        let fresh = crate::store::is_new_store_dir(dir).with_context(|| format!("reading the store directory {}", dir.display()))?;
+        let fresh = crate::store::is_new_store_dir(dir)
+            .with_context(|| format!("reading the store directory {}", dir.display()))?;
         // Files, no creation marker, and not the engine's own record of what
         // it holds: an open would start a new, empty database there (RocksDB
         // then deletes the table files it does not know). Refused before the
@@ -245,15 +291,23 @@ impl Creation {
             crate::store::engine_record_present(dir, backend)?;
         }
         if fresh {
-            let f = std::fs::File::create(&marker).with_context(|| format!("creating {}", marker.display()))?;
-            f.sync_all().with_context(|| format!("syncing {}", marker.display()))?;
+            let f = std::fs::File::create(&marker)
+                .with_context(|| format!("creating {}", marker.display()))?;
+            f.sync_all()
+                .with_context(|| format!("syncing {}", marker.display()))?;
             sync_dir_of(&marker)?;
         }
-        Ok(Creation { dir: Some((dir.to_path_buf(), backend)), may_create: fresh || marker.exists() })
+        Ok(Creation {
+            dir: Some((dir.to_path_buf(), backend)),
+            may_create: fresh || marker.exists(),
+        })
     }
 
     fn memory() -> Creation {
-        Creation { dir: None, may_create: true }
+        Creation {
+            dir: None,
+            may_create: true,
+        }
     }
 
     /// The store is stamped (durably): its creation marker goes.
@@ -263,7 +317,11 @@ impl Creation {
             match std::fs::remove_file(&marker) {
                 Ok(()) => sync_dir_of(&marker)?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(anyhow::Error::new(e).context(format!("removing {}", marker.display()))),
+                Err(e) => {
+                    return Err(
+                        anyhow::Error::new(e).context(format!("removing {}", marker.display()))
+                    );
+                }
             }
         }
         Ok(())
@@ -273,7 +331,10 @@ impl Creation {
 /// fsyncs the directory that holds `path` (a create or a remove is durable
 /// only then).
 fn sync_dir_of(path: &std::path::Path) -> anyhow::Result<()> {
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
     std::fs::File::open(parent)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("syncing the directory {}", parent.display()))
@@ -323,7 +384,11 @@ pub fn check_source(s: &ankusa_config::Source) -> Vec<ankusa_config::Problem> {
                     sink: e.name.clone(),
                     kind: e.kind.as_str().to_owned(),
                 };
-                out.push(ankusa_config::Problem { scope, option, message });
+                out.push(ankusa_config::Problem {
+                    scope,
+                    option,
+                    message,
+                });
             }
         }
     }
@@ -360,7 +425,9 @@ fn other_stores(cfg: &Config) -> anyhow::Result<()> {
     if this == "memory" {
         // Tests and demos: said at every start, with any store it leaves
         // aside (a new user's report: nothing told them).
-        tracing::warn!("node.store is memory: every hook it takes is lost when the relay stops (a 200 is not durable); use rocksdb or fjall for hooks that matter");
+        tracing::warn!(
+            "node.store is memory: every hook it takes is lost when the relay stops (a 200 is not durable); use rocksdb or fjall for hooks that matter"
+        );
         for other in ["rocksdb", "fjall"] {
             if store_dir(&cfg.node.data_dir, other).exists() {
                 tracing::warn!(
@@ -417,10 +484,18 @@ fn prepare_store<K: Kv>(kv: &K, creation: &Creation) -> anyhow::Result<()> {
         if !creation.may_create
             && let Some((dir, backend)) = &creation.dir
         {
-            return Err(StoreRefused(format!("{}: {}", dir.display(), crate::store::no_stamp_message(dir, backend))).into());
+            return Err(StoreRefused(format!(
+                "{}: {}",
+                dir.display(),
+                crate::store::no_stamp_message(dir, backend)
+            ))
+            .into());
         }
         if supported.format < STORE_FORMAT {
-            bail!("a new store: this ankusa reads store formats up to {} (a test setting) and creates none", supported.format);
+            bail!(
+                "a new store: this ankusa reads store formats up to {} (a test setting) and creates none",
+                supported.format
+            );
         }
         kv.write(ankusa_queue::init_store(), Durability::Sync)?;
         info!(format = STORE_FORMAT, "new store");
@@ -436,7 +511,11 @@ fn prepare_store<K: Kv>(kv: &K, creation: &Creation) -> anyhow::Result<()> {
 fn store_newer(e: &anyhow::Error) -> bool {
     matches!(
         e.downcast_ref::<MigrateError>(),
-        Some(MigrateError::StoreFormatNewer { .. } | MigrateError::MigrationNewer { .. } | MigrateError::Undecodable { .. })
+        Some(
+            MigrateError::StoreFormatNewer { .. }
+                | MigrateError::MigrationNewer { .. }
+                | MigrateError::Undecodable { .. }
+        )
     )
 }
 
@@ -504,7 +583,9 @@ async fn run<K: Kv>(
         .values()
         .copied()
         .chain([TenantOrd::NODE])
-        .flat_map(|t| [CounterField::Pending, CounterField::Bytes].map(|f| counter_key(t, f).to_vec()));
+        .flat_map(|t| {
+            [CounterField::Pending, CounterField::Bytes].map(|f| counter_key(t, f).to_vec())
+        });
     let kv = Arc::new(CounterMirror::new(kv, bound_counters)?);
     let mut routes = Routes::default();
     for (name, ord) in &registry.tenants {
@@ -527,7 +608,13 @@ async fn run<K: Kv>(
         }
         for e in &s.sinks {
             if let Some(rl) = e.rate_limit {
-                routes.rate_limits.insert((id, SinkIx(e.index)), RateLimit { per_second: rl.per_second, burst: rl.burst });
+                routes.rate_limits.insert(
+                    (id, SinkIx(e.index)),
+                    RateLimit {
+                        per_second: rl.per_second,
+                        burst: rl.burst,
+                    },
+                );
             }
         }
     }
@@ -536,8 +623,15 @@ async fn run<K: Kv>(
         let id = registry.sources[&s.name];
         for e in &s.sinks {
             let sink = crate::sinks::build(&s.name, e).await?;
-            let paused = if s.paused || e.paused { " [paused]" } else { "" };
-            let rate = e.rate_limit.map(|r| format!(" [at most {}/s, burst {}]", r.per_second, r.burst)).unwrap_or_default();
+            let paused = if s.paused || e.paused {
+                " [paused]"
+            } else {
+                ""
+            };
+            let rate = e
+                .rate_limit
+                .map(|r| format!(" [at most {}/s, burst {}]", r.per_second, r.burst))
+                .unwrap_or_default();
             // The options that change what this sink gets or how, by name, so
             // the banner shows what the configuration turned on.
             let mut set: Vec<&str> = Vec::new();
@@ -552,19 +646,34 @@ async fn run<K: Kv>(
                     set.push(key);
                 }
             }
-            let set = if set.is_empty() { String::new() } else { format!(" [{}]", set.join(", ")) };
+            let set = if set.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", set.join(", "))
+            };
             // A tenant_path source takes hooks at {path}/{tenant}.
             let path = match s.tenant {
                 ankusa_config::TenantBinding::Path => format!("{}/{{tenant}}", s.path),
                 ankusa_config::TenantBinding::Fixed(_) => s.path.clone(),
             };
-            destinations.push(format!("{path} -> {} {} {}{paused}{rate}{set}", e.kind.as_str(), e.name, describe(s, e)));
+            destinations.push(format!(
+                "{path} -> {} {} {}{paused}{rate}{set}",
+                e.kind.as_str(),
+                e.name,
+                describe(s, e)
+            ));
             routes.sinks.insert(
                 (id, SinkIx(e.index)),
-                Route { sink, sink_name: e.name.clone(), source_name: s.name.clone() },
+                Route {
+                    sink,
+                    sink_name: e.name.clone(),
+                    source_name: s.name.clone(),
+                },
             );
             if e.retry.overridden {
-                routes.retry.insert((id, SinkIx(e.index)), sink_retry_policy(&e.retry));
+                routes
+                    .retry
+                    .insert((id, SinkIx(e.index)), sink_retry_policy(&e.retry));
             }
         }
     }
@@ -583,9 +692,16 @@ async fn run<K: Kv>(
         ..DispatchConfig::default()
     };
     let retry = sink_retry_policy(&ankusa_config::SinkRetry::from_global(&cfg.retry));
-    let breaker = BreakerPolicy { failures: cfg.breaker.failures, distinct: cfg.breaker.distinct, open_ms: cfg.breaker.open_ms };
-    let (pipeline, pipeline_handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
-    let pipeline = pipeline.due_floor(writer_handle.due_floor()).lane_rows(writer_handle.lane_rows());
+    let breaker = BreakerPolicy {
+        failures: cfg.breaker.failures,
+        distinct: cfg.breaker.distinct,
+        open_ms: cfg.breaker.open_ms,
+    };
+    let (pipeline, pipeline_handle) =
+        Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
+    let pipeline = pipeline
+        .due_floor(writer_handle.due_floor())
+        .lane_rows(writer_handle.lane_rows());
 
     let Listeners { ingest, admin } = listeners;
     let wake = pipeline_handle.clone();
@@ -629,13 +745,19 @@ async fn run<K: Kv>(
     admin_state.delivery = pipeline_handle.status.delivery();
     let status = pipeline_handle.status.clone();
     admin_state.breakers_by_kind = Box::new(move |now| {
-        status.breakers_by_kind(now).into_iter().map(|(kind, c)| (kind, c.open, c.half_open)).collect()
+        status
+            .breakers_by_kind(now)
+            .into_iter()
+            .map(|(kind, c)| (kind, c.open, c.half_open))
+            .collect()
     });
     let status = pipeline_handle.status.clone();
-    admin_state.breakers = Box::new(move |tenant, source, sink, now| match status.breaker(tenant, source, sink, now) {
-        BreakerState::Closed { failures } => BreakerReport::Closed { failures },
-        BreakerState::Open { until_ms } => BreakerReport::Open { until_ms },
-        BreakerState::HalfOpen => BreakerReport::HalfOpen,
+    admin_state.breakers = Box::new(move |tenant, source, sink, now| {
+        match status.breaker(tenant, source, sink, now) {
+            BreakerState::Closed { failures } => BreakerReport::Closed { failures },
+            BreakerState::Open { until_ms } => BreakerReport::Open { until_ms },
+            BreakerState::HalfOpen => BreakerReport::HalfOpen,
+        }
     });
     let admin_wake = pipeline_handle.clone();
     admin_state.wake = Box::new(move || admin_wake.wake());
@@ -664,8 +786,16 @@ async fn run<K: Kv>(
             "started"
         );
     } else {
-        println!("ankusa {} ({} store at {})", env!("CARGO_PKG_VERSION"), cfg.node.store.as_str(), cfg.node.data_dir.display());
-        println!("ingest: http://{}  admin: http://{} (/console, /v1/ API, /metrics, /healthz, /readyz)", cfg.listeners.ingest, cfg.listeners.admin);
+        println!(
+            "ankusa {} ({} store at {})",
+            env!("CARGO_PKG_VERSION"),
+            cfg.node.store.as_str(),
+            cfg.node.data_dir.display()
+        );
+        println!(
+            "ingest: http://{}  admin: http://{} (/console, /v1/ API, /metrics, /healthz, /readyz)",
+            cfg.listeners.ingest, cfg.listeners.admin
+        );
         for d in &destinations {
             println!("  {d}");
         }
@@ -713,8 +843,14 @@ async fn run<K: Kv>(
         shutting_down.store(true, Ordering::SeqCst);
         admin_hold.detach_edge();
         let _ = shutdown_tx.send(true);
-        if tokio::time::timeout(FAIL_STOP_GRACE, edge_task).await.is_err() {
-            warn!(grace_s = FAIL_STOP_GRACE.as_secs(), "ingest requests still open at the fail-stop; closing them");
+        if tokio::time::timeout(FAIL_STOP_GRACE, edge_task)
+            .await
+            .is_err()
+        {
+            warn!(
+                grace_s = FAIL_STOP_GRACE.as_secs(),
+                "ingest requests still open at the fail-stop; closing them"
+            );
         }
         bail!("{task} stopped: {why}");
     }
@@ -766,14 +902,20 @@ fn failure(e: ControlError) -> ControlFailure {
         // never answered (issue 14).
         ControlError::Store(m) => {
             warn!(error = %m, "a control request: the store failed (answered 503)");
-            ControlFailure::Unavailable(ankusa_edge::server::admin::api::STORE_FAILED_MESSAGE.to_owned())
+            ControlFailure::Unavailable(
+                ankusa_edge::server::admin::api::STORE_FAILED_MESSAGE.to_owned(),
+            )
         }
         ControlError::Stopped => ControlFailure::Unavailable("the pipeline has stopped".into()),
     }
 }
 
 impl PipelineControl for Control {
-    fn set_pause(&self, target: PauseTarget, reason: Option<String>) -> BoxFuture<'_, Result<(), ControlFailure>> {
+    fn set_pause(
+        &self,
+        target: PauseTarget,
+        reason: Option<String>,
+    ) -> BoxFuture<'_, Result<(), ControlFailure>> {
         Box::pin(async move {
             match reason {
                 Some(r) => self.0.pause(target, &r).await.map(|_| ()),
@@ -787,8 +929,18 @@ impl PipelineControl for Control {
         Box::pin(async move { self.0.quiesce(tenant, quiet).await.map_err(failure) })
     }
 
-    fn retire(&self, source: SourceId, reason: Option<String>) -> BoxFuture<'_, Result<(usize, u64), ControlFailure>> {
-        Box::pin(async move { self.0.retire(source, reason).await.map(|r| (r.in_flight, r.dead_lettered)).map_err(failure) })
+    fn retire(
+        &self,
+        source: SourceId,
+        reason: Option<String>,
+    ) -> BoxFuture<'_, Result<(usize, u64), ControlFailure>> {
+        Box::pin(async move {
+            self.0
+                .retire(source, reason)
+                .await
+                .map(|r| (r.in_flight, r.dead_lettered))
+                .map_err(failure)
+        })
     }
 
     fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>> {
@@ -808,10 +960,18 @@ fn describe(s: &ankusa_config::Source, e: &ankusa_config::SinkEntry) -> String {
     };
     let by = match &e.order {
         ankusa_config::Order::Unordered => return target,
-        ankusa_config::Order::Ordered { key: None } => return format!("{target} (ordered: one keyless lane, key {keyless})"),
-        ankusa_config::Order::Ordered { key: Some(ankusa_config::OrderingKey::Header(h)) } => format!("header {h}"),
-        ankusa_config::Order::Ordered { key: Some(ankusa_config::OrderingKey::Json(p)) } => format!("json {}", p.dotted),
-        ankusa_config::Order::Ordered { key: Some(ankusa_config::OrderingKey::Func(_)) } => "a key function".to_owned(),
+        ankusa_config::Order::Ordered { key: None } => {
+            return format!("{target} (ordered: one keyless lane, key {keyless})");
+        }
+        ankusa_config::Order::Ordered {
+            key: Some(ankusa_config::OrderingKey::Header(h)),
+        } => format!("header {h}"),
+        ankusa_config::Order::Ordered {
+            key: Some(ankusa_config::OrderingKey::Json(p)),
+        } => format!("json {}", p.dotted),
+        ankusa_config::Order::Ordered {
+            key: Some(ankusa_config::OrderingKey::Func(_)),
+        } => "a key function".to_owned(),
     };
     format!("{target} (ordered by {by}; hooks without one: the keyless lane, key {keyless})")
 }
@@ -824,7 +984,10 @@ fn describe(s: &ankusa_config::Source, e: &ankusa_config::SinkEntry) -> String {
 /// was still starting its tasks).
 fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let handlers = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+    let handlers = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    );
     async move {
         let (Ok(mut term), Ok(mut int)) = handlers else {
             // Without signal handlers the process still stops on SIGKILL.
@@ -848,6 +1011,11 @@ fn sink_retry_policy(r: &ankusa_config::SinkRetry) -> RetryPolicy {
         max_elapsed_ms: r.max_elapsed_ms,
         retry_after_max_ms: Some(r.retry_after_max_ms),
         grace_ms: r.grace_ms.unwrap_or(0),
-        statuses: r.retry_statuses.as_ref().map_or_else(RetryStatuses::default, |l| RetryStatuses::from_statuses(l.iter().copied())),
+        statuses: r
+            .retry_statuses
+            .as_ref()
+            .map_or_else(RetryStatuses::default, |l| {
+                RetryStatuses::from_statuses(l.iter().copied())
+            }),
     }
 }

@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use anyhow::anyhow;
 use ankusa_config::{SinkEntry, SinkKind};
 use ankusa_sinks::{Options, Sink, SinkError};
+use anyhow::anyhow;
 
 /// The kinds this binary has, for the error naming a missing one.
 const BUILT: &[&str] = &[
@@ -53,7 +53,10 @@ pub fn check(kind: SinkKind, options: &Options) -> Result<(), Vec<(String, Strin
         // directory would only fail at start, after the store was created.
         SinkKind::File => ankusa_sinks::file::FileSinkConfig::from_options(options).and_then(|c| {
             if c.path.is_dir() {
-                Err(SinkError::invalid("path", format!("{} is a directory, not a file", c.path.display())))
+                Err(SinkError::invalid(
+                    "path",
+                    format!("{} is a directory, not a file", c.path.display()),
+                ))
             } else {
                 Ok(())
             }
@@ -61,11 +64,15 @@ pub fn check(kind: SinkKind, options: &Options) -> Result<(), Vec<(String, Strin
         #[cfg(feature = "redis")]
         SinkKind::Redis => ankusa_sinks::redis::RedisSinkConfig::from_options(options).map(|_| ()),
         #[cfg(feature = "rabbitmq")]
-        SinkKind::Rabbitmq => ankusa_sinks::rabbitmq::RabbitMqSinkConfig::from_options(options).map(|_| ()),
+        SinkKind::Rabbitmq => {
+            ankusa_sinks::rabbitmq::RabbitMqSinkConfig::from_options(options).map(|_| ())
+        }
         #[cfg(feature = "nats")]
         SinkKind::Nats => ankusa_sinks::nats::NatsSinkConfig::from_options(options).map(|_| ()),
         #[cfg(feature = "pubsub")]
-        SinkKind::Pubsub => ankusa_sinks::pubsub::PubSubSinkConfig::from_options(options).map(|_| ()),
+        SinkKind::Pubsub => {
+            ankusa_sinks::pubsub::PubSubSinkConfig::from_options(options).map(|_| ())
+        }
         #[cfg(feature = "kafka")]
         SinkKind::Kafka => ankusa_sinks::kafka::KafkaSinkConfig::from_options(options).map(|_| ()),
         // `ordered` is core's option (removed from `options`); the config
@@ -75,7 +82,12 @@ pub fn check(kind: SinkKind, options: &Options) -> Result<(), Vec<(String, Strin
         #[allow(unreachable_patterns)]
         other => return Err(vec![("type".to_owned(), not_built(other))]),
     };
-    checked.map_err(|e| e.into_problems().into_iter().map(|p| problem(kind, p)).collect())
+    checked.map_err(|e| {
+        e.into_problems()
+            .into_iter()
+            .map(|p| problem(kind, p))
+            .collect()
+    })
 }
 
 /// One problem of an adapter as (option, message), in the config crate's
@@ -89,7 +101,11 @@ fn problem(kind: SinkKind, e: SinkError) -> (String, String) {
                 // A key of a map option (`declare.auto_delete`).
                 format!("unknown option (its options: {})", known.join(", "))
             } else {
-                let own: Vec<&str> = known.iter().copied().filter(|k| !CORE_OPTIONS.contains(k)).collect();
+                let own: Vec<&str> = known
+                    .iter()
+                    .copied()
+                    .filter(|k| !CORE_OPTIONS.contains(k))
+                    .collect();
                 format!(
                     "unknown option of a {} sink (its options: {}; every sink: {})",
                     kind.as_str(),
@@ -108,7 +124,13 @@ fn problem(kind: SinkKind, e: SinkError) -> (String, String) {
 /// source, the sink and its kind.
 pub async fn build(source: &str, entry: &SinkEntry) -> anyhow::Result<Arc<dyn Sink>> {
     let options = entry.options_json();
-    let named = |e: SinkError| anyhow!("source {source:?}, sink {:?} ({}): {e}", entry.name, entry.kind.as_str());
+    let named = |e: SinkError| {
+        anyhow!(
+            "source {source:?}, sink {:?} ({}): {e}",
+            entry.name,
+            entry.kind.as_str()
+        )
+    };
     Ok(match entry.kind {
         SinkKind::Http => {
             let c = ankusa_sinks::http::HttpSinkConfig::from_options(&options).map_err(named)?;
@@ -116,7 +138,11 @@ pub async fn build(source: &str, entry: &SinkEntry) -> anyhow::Result<Arc<dyn Si
         }
         SinkKind::File => {
             let c = ankusa_sinks::file::FileSinkConfig::from_options(&options).map_err(named)?;
-            Arc::new(ankusa_sinks::file::FileSink::open(&c).await.map_err(named)?)
+            Arc::new(
+                ankusa_sinks::file::FileSink::open(&c)
+                    .await
+                    .map_err(named)?,
+            )
         }
         #[cfg(feature = "redis")]
         SinkKind::Redis => {
@@ -125,8 +151,13 @@ pub async fn build(source: &str, entry: &SinkEntry) -> anyhow::Result<Arc<dyn Si
         }
         #[cfg(feature = "rabbitmq")]
         SinkKind::Rabbitmq => {
-            let c = ankusa_sinks::rabbitmq::RabbitMqSinkConfig::from_options(&options).map_err(named)?;
-            Arc::new(ankusa_sinks::rabbitmq::RabbitMqSink::new(&c).await.map_err(named)?)
+            let c = ankusa_sinks::rabbitmq::RabbitMqSinkConfig::from_options(&options)
+                .map_err(named)?;
+            Arc::new(
+                ankusa_sinks::rabbitmq::RabbitMqSink::new(&c)
+                    .await
+                    .map_err(named)?,
+            )
         }
         #[cfg(feature = "nats")]
         SinkKind::Nats => {
@@ -135,13 +166,22 @@ pub async fn build(source: &str, entry: &SinkEntry) -> anyhow::Result<Arc<dyn Si
         }
         #[cfg(feature = "pubsub")]
         SinkKind::Pubsub => {
-            let c = ankusa_sinks::pubsub::PubSubSinkConfig::from_options(&options).map_err(named)?;
-            Arc::new(ankusa_sinks::pubsub::PubSubSink::new(&c).await.map_err(named)?)
+            let c =
+                ankusa_sinks::pubsub::PubSubSinkConfig::from_options(&options).map_err(named)?;
+            Arc::new(
+                ankusa_sinks::pubsub::PubSubSink::new(&c)
+                    .await
+                    .map_err(named)?,
+            )
         }
         #[cfg(feature = "kafka")]
         SinkKind::Kafka => {
             let c = ankusa_sinks::kafka::KafkaSinkConfig::from_options(&options).map_err(named)?;
-            Arc::new(ankusa_sinks::kafka::KafkaSink::new(&c).await.map_err(named)?)
+            Arc::new(
+                ankusa_sinks::kafka::KafkaSink::new(&c)
+                    .await
+                    .map_err(named)?,
+            )
         }
         #[cfg(feature = "sqs")]
         SinkKind::Sqs => {
@@ -152,7 +192,11 @@ pub async fn build(source: &str, entry: &SinkEntry) -> anyhow::Result<Arc<dyn Si
         }
         #[allow(unreachable_patterns)]
         other => {
-            return Err(anyhow!("source {source:?}, sink {:?}: {}", entry.name, not_built(other)));
+            return Err(anyhow!(
+                "source {source:?}, sink {:?}: {}",
+                entry.name,
+                not_built(other)
+            ));
         }
     })
 }
@@ -164,20 +208,36 @@ pub async fn build(source: &str, entry: &SinkEntry) -> anyhow::Result<Arc<dyn Si
 pub fn target(entry: &SinkEntry) -> String {
     let options = entry.options_json();
     let target: Result<String, SinkError> = match entry.kind {
-        SinkKind::Http => ankusa_sinks::http::HttpSinkConfig::from_options(&options).map(|c| c.target()),
-        SinkKind::File => ankusa_sinks::file::FileSinkConfig::from_options(&options).map(|c| c.target()),
+        SinkKind::Http => {
+            ankusa_sinks::http::HttpSinkConfig::from_options(&options).map(|c| c.target())
+        }
+        SinkKind::File => {
+            ankusa_sinks::file::FileSinkConfig::from_options(&options).map(|c| c.target())
+        }
         #[cfg(feature = "redis")]
-        SinkKind::Redis => ankusa_sinks::redis::RedisSinkConfig::from_options(&options).map(|c| c.target()),
+        SinkKind::Redis => {
+            ankusa_sinks::redis::RedisSinkConfig::from_options(&options).map(|c| c.target())
+        }
         #[cfg(feature = "rabbitmq")]
-        SinkKind::Rabbitmq => ankusa_sinks::rabbitmq::RabbitMqSinkConfig::from_options(&options).map(|c| c.target()),
+        SinkKind::Rabbitmq => {
+            ankusa_sinks::rabbitmq::RabbitMqSinkConfig::from_options(&options).map(|c| c.target())
+        }
         #[cfg(feature = "nats")]
-        SinkKind::Nats => ankusa_sinks::nats::NatsSinkConfig::from_options(&options).map(|c| c.target()),
+        SinkKind::Nats => {
+            ankusa_sinks::nats::NatsSinkConfig::from_options(&options).map(|c| c.target())
+        }
         #[cfg(feature = "pubsub")]
-        SinkKind::Pubsub => ankusa_sinks::pubsub::PubSubSinkConfig::from_options(&options).map(|c| c.target()),
+        SinkKind::Pubsub => {
+            ankusa_sinks::pubsub::PubSubSinkConfig::from_options(&options).map(|c| c.target())
+        }
         #[cfg(feature = "kafka")]
-        SinkKind::Kafka => ankusa_sinks::kafka::KafkaSinkConfig::from_options(&options).map(|c| c.target()),
+        SinkKind::Kafka => {
+            ankusa_sinks::kafka::KafkaSinkConfig::from_options(&options).map(|c| c.target())
+        }
         #[cfg(feature = "sqs")]
-        SinkKind::Sqs => ankusa_sinks::sqs::SqsSinkConfig::from_options(&options).map(|c| c.target()),
+        SinkKind::Sqs => {
+            ankusa_sinks::sqs::SqsSinkConfig::from_options(&options).map(|c| c.target())
+        }
         #[allow(unreachable_patterns)]
         _ => Ok(String::new()),
     };

@@ -62,7 +62,9 @@ use ankusa_engine::{Cf, Durability, Kv, hex};
 use ankusa_keys::meta::decode_format;
 use ankusa_keys::{FORMAT_KEY, ORIGIN_KEY, TenantOrd};
 use ankusa_queue::migrate::{check_readable, read_format, read_progress};
-use ankusa_queue::{CheckReport, CounterFix, Registry, RowId, Violation, check_store, counter_fix_batch};
+use ankusa_queue::{
+    CheckReport, CounterFix, Registry, RowId, Violation, check_store, counter_fix_batch,
+};
 
 /// A store backend `store check` can open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -132,13 +134,27 @@ pub(crate) fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, Pa
         Ok(m) if m.is_dir() => {}
         Err(e) if !absent(&e) => return Err(unreadable(dir, &e)),
         _ => {
-            let what = if dir.exists() { "not a directory" } else { "not a directory (it does not exist)" };
-            return Err(Fail(2, format!("{}: {what}; give the relay's node.data_dir, or a store directory in it", dir.display())));
+            let what = if dir.exists() {
+                "not a directory"
+            } else {
+                "not a directory (it does not exist)"
+            };
+            return Err(Fail(
+                2,
+                format!(
+                    "{}: {what}; give the relay's node.data_dir, or a store directory in it",
+                    dir.display()
+                ),
+            ));
         }
     }
     let wanted = |b: Backend| only.is_none_or(|o| o == b);
     let backends = [Backend::Rocksdb, Backend::Fjall];
-    let mut out: Vec<(Backend, PathBuf)> = backends.into_iter().filter(|b| b.wrote(dir)).map(|b| (b, dir.to_path_buf())).collect();
+    let mut out: Vec<(Backend, PathBuf)> = backends
+        .into_iter()
+        .filter(|b| b.wrote(dir))
+        .map(|b| (b, dir.to_path_buf()))
+        .collect();
     if out.is_empty() {
         out = backends
             .into_iter()
@@ -148,7 +164,11 @@ pub(crate) fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, Pa
     }
     if out.is_empty() {
         // A directory it may not read hides a store: that is not "no store".
-        let dirs = std::iter::once(dir.to_path_buf()).chain(backends.iter().map(|b| crate::serve::store_dir(dir, b.name())));
+        let dirs = std::iter::once(dir.to_path_buf()).chain(
+            backends
+                .iter()
+                .map(|b| crate::serve::store_dir(dir, b.name())),
+        );
         for d in dirs {
             if let Err(e) = std::fs::read_dir(&d)
                 && !absent(&e)
@@ -161,7 +181,12 @@ pub(crate) fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, Pa
     out.retain(|(b, _)| wanted(*b));
     if out.is_empty() {
         let msg = match (only, found.is_empty()) {
-            (Some(b), false) => format!("{}: no {} store (found: {})", dir.display(), b.name(), found.join(", ")),
+            (Some(b), false) => format!(
+                "{}: no {} store (found: {})",
+                dir.display(),
+                b.name(),
+                found.join(", ")
+            ),
             _ => format!(
                 "{}: no ankusa store here (a relay's data_dir holds store-rocksdb/ or store-fjall/; a store directory holds RocksDB's CURRENT or fjall's version file)",
                 dir.display()
@@ -175,13 +200,20 @@ pub(crate) fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, Pa
 /// True for an error that means nothing is there: no such file, or a file
 /// where a directory was looked for.
 fn absent(e: &std::io::Error) -> bool {
-    matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory)
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+    )
 }
 
 /// Exit 3 for a directory that exists but cannot be read (permissions, a
 /// symlink loop, an I/O error), naming it and the OS error.
 fn unreadable(dir: &Path, e: &std::io::Error) -> Fail {
-    let hint = if e.kind() == std::io::ErrorKind::PermissionDenied { "; run store check as the relay's user" } else { "" };
+    let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+        "; run store check as the relay's user"
+    } else {
+        ""
+    };
     Fail(3, format!("{}: cannot read it ({e}){hint}", dir.display()))
 }
 
@@ -201,7 +233,8 @@ fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
                 Ok(kv) => kv,
                 Err(strict) if is_corruption(&strict) => {
                     // Is it only the WAL's end? Then check what precedes it.
-                    let kv = RocksKv::open_read_only(dir, WalRecovery::TornTail).map_err(|e| open_failed(dir, &e))?;
+                    let kv = RocksKv::open_read_only(dir, WalRecovery::TornTail)
+                        .map_err(|e| open_failed(dir, &e))?;
                     println!(
                         "{}: note: the end of the WAL does not verify ({strict}): a write a crash cut short (never acknowledged; serve drops it too), or damage in the WAL's last 32 KiB block; checked without it (read-only: nothing was changed)",
                         dir.display()
@@ -213,7 +246,10 @@ fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
             run(&kv, backend, dir, repair)
         }
         #[cfg(not(feature = "rocksdb"))]
-        Backend::Rocksdb => Err(Fail(3, "a rocksdb store, but this binary was built without the `rocksdb` feature".into())),
+        Backend::Rocksdb => Err(Fail(
+            3,
+            "a rocksdb store, but this binary was built without the `rocksdb` feature".into(),
+        )),
         Backend::Fjall => {
             let kv = ankusa_engine_fjall::FjallKv::open(dir).map_err(|e| open_failed(dir, &e))?;
             run(&kv, backend, dir, repair)
@@ -233,7 +269,9 @@ pub(crate) fn is_corruption(e: &ankusa_engine::EngineError) -> bool {
 /// this marker is one whose first start was interrupted (it holds no hooks);
 /// without it, a damaged one ([`no_stamp`]).
 pub fn creating_marker(dir: &Path) -> PathBuf {
-    let name = dir.file_name().map_or_else(|| "store".into(), |n| n.to_string_lossy().into_owned());
+    let name = dir
+        .file_name()
+        .map_or_else(|| "store".into(), |n| n.to_string_lossy().into_owned());
     dir.with_file_name(format!(".{name}.creating"))
 }
 
@@ -340,7 +378,10 @@ fn rocksdb_lock_holder(dir: &Path) -> Option<libc::pid_t> {
 #[cfg(feature = "rocksdb")]
 pub(crate) fn refuse_if_locked(dir: &Path) -> Result<(), Fail> {
     match rocksdb_lock_holder(dir) {
-        Some(pid) => Err(in_use(&format!("process {pid} holds {}", dir.join("LOCK").display()))),
+        Some(pid) => Err(in_use(&format!(
+            "process {pid} holds {}",
+            dir.join("LOCK").display()
+        ))),
         None => Ok(()),
     }
 }
@@ -349,7 +390,9 @@ pub(crate) fn refuse_if_locked(dir: &Path) -> Result<(), Fail> {
 fn in_use(why: &str) -> Fail {
     Fail(
         3,
-        format!("the store is in use: a running relay (or another ankusa process) has it open; stop the relay first, this command reads a stopped store ({why})"),
+        format!(
+            "the store is in use: a running relay (or another ankusa process) has it open; stop the relay first, this command reads a stopped store ({why})"
+        ),
     )
 }
 
@@ -361,13 +404,29 @@ fn in_use(why: &str) -> Fail {
 /// as `/srv/blocks/`), is a store that cannot be opened.
 pub(crate) fn open_failed(dir: &Path, e: &ankusa_engine::EngineError) -> Fail {
     let text = e.to_string();
-    let locked = ["While lock file", "lock hold by current process", "FjallError: Locked"].iter().any(|m| text.contains(m));
+    let locked = [
+        "While lock file",
+        "lock hold by current process",
+        "FjallError: Locked",
+    ]
+    .iter()
+    .any(|m| text.contains(m));
     if locked {
         in_use(&text)
     } else if is_corruption(e) {
-        Fail(3, format!("cannot open the store at {}: it is damaged: {text}. {}", dir.display(), DAMAGED_ADVICE))
+        Fail(
+            3,
+            format!(
+                "cannot open the store at {}: it is damaged: {text}. {}",
+                dir.display(),
+                DAMAGED_ADVICE
+            ),
+        )
     } else {
-        Fail(3, format!("cannot open the store at {}: {text}", dir.display()))
+        Fail(
+            3,
+            format!("cannot open the store at {}: {text}", dir.display()),
+        )
     }
 }
 
@@ -387,7 +446,9 @@ fn run<K: Kv>(kv: &K, backend: Backend, dir: &Path, repair: bool) -> Result<bool
     let Some(format) = read_format(kv).map_err(|e| Fail(3, e.to_string()))? else {
         return Err(no_stamp(dir, backend));
     };
-    let supported = crate::migrate::Supported::from_env().map_err(|e| Fail(2, e))?.format;
+    let supported = crate::migrate::Supported::from_env()
+        .map_err(|e| Fail(2, e))?
+        .format;
     let progress = read_progress(kv).map_err(|e| Fail(3, e.to_string()))?;
     check_readable(format, progress.as_ref(), supported).map_err(|e| Fail(3, e.to_string()))?;
     let names = Registry::read(kv).map_err(store_err)?;
@@ -400,11 +461,19 @@ fn run<K: Kv>(kv: &K, backend: Backend, dir: &Path, repair: bool) -> Result<bool
         println!("{what}: no counter to repair");
         return Ok(print_report(&what, &report, &names));
     }
-    for v in report.violations.iter().filter(|v| !matches!(v, Violation::CounterMismatch { .. })) {
+    for v in report
+        .violations
+        .iter()
+        .filter(|v| !matches!(v, Violation::CounterMismatch { .. }))
+    {
         println!("{what}: left as it is: {}", describe(v, &names));
     }
-    kv.write(counter_fix_batch(&report.counter_fixes), Durability::Sync).map_err(store_err)?;
-    println!("{what}: repaired {} in one batch:", plural(report.counter_fixes.len(), "counter", "counters"));
+    kv.write(counter_fix_batch(&report.counter_fixes), Durability::Sync)
+        .map_err(store_err)?;
+    println!(
+        "{what}: repaired {} in one batch:",
+        plural(report.counter_fixes.len(), "counter", "counters")
+    );
     for f in &report.counter_fixes {
         println!("  {}", describe_fix(f, &names));
     }
@@ -433,7 +502,10 @@ fn print_report(what: &str, report: &CheckReport, names: &Registry) -> bool {
     for v in &report.violations {
         println!("{what}: violation: {}", describe(v, names));
     }
-    println!("{what}: {}", plural(report.violations.len(), "violation", "violations"));
+    println!(
+        "{what}: {}",
+        plural(report.violations.len(), "violation", "violations")
+    );
     false
 }
 
@@ -475,66 +547,126 @@ fn place(s: ankusa_keys::RowState) -> &'static str {
 /// section 4).
 fn describe(v: &Violation, names: &Registry) -> String {
     match v {
-        Violation::Undecodable { cf, key, error } => format!("cf {} key {} does not decode: {error}", cf.name(), hex(key)),
+        Violation::Undecodable { cf, key, error } => {
+            format!("cf {} key {} does not decode: {error}", cf.name(), hex(key))
+        }
         Violation::RowUnplaced { row: r, state } => {
-            format!("row {} is in no index (its state says {}) (invariant 1)", row(*r, names), place(*state))
+            format!(
+                "row {} is in no index (its state says {}) (invariant 1)",
+                row(*r, names),
+                place(*state)
+            )
         }
         Violation::RowInManyPlaces { row: r, places } => {
             let places: Vec<&str> = places.iter().map(|p| place(*p)).collect();
-            format!("row {} is in more than one place: {} (invariant 1)", row(*r, names), places.join(", "))
+            format!(
+                "row {} is in more than one place: {} (invariant 1)",
+                row(*r, names),
+                places.join(", ")
+            )
         }
-        Violation::StateMismatch { row: r, state, place: p } => format!(
+        Violation::StateMismatch {
+            row: r,
+            state,
+            place: p,
+        } => format!(
             "row {} is {} but its state says {} (invariant 1)",
             row(*r, names),
             place(*p),
             place(*state)
         ),
         Violation::IndexWithoutRow { row: r, place: p } => {
-            format!("an index entry puts row {} {}, but the row does not exist (orphan key, invariant 1)", row(*r, names), place(*p))
+            format!(
+                "an index entry puts row {} {}, but the row does not exist (orphan key, invariant 1)",
+                row(*r, names),
+                place(*p)
+            )
         }
         Violation::MemberStranded { row: r, lane } => {
-            format!("lane member {} of lane {lane} has neither a head (?H) nor a marker (?P) (invariant 2)", row(*r, names))
+            format!(
+                "lane member {} of lane {lane} has neither a head (?H) nor a marker (?P) (invariant 2)",
+                row(*r, names)
+            )
         }
-        Violation::MemberLaneMismatch { row: r, lane, row_lane } => format!(
+        Violation::MemberLaneMismatch {
+            row: r,
+            lane,
+            row_lane,
+        } => format!(
             "lane member {} is in lane {lane} but its row says {} (invariant 2)",
             row(*r, names),
             row_lane.map_or_else(|| "no lane".to_owned(), |l| format!("lane {l}"))
         ),
-        Violation::HeadNotLive { tenant: t, lane, head } => format!(
+        Violation::HeadNotLive {
+            tenant: t,
+            lane,
+            head,
+        } => format!(
             "the head (?H) of lane {lane} of {} names row {}, which is not due or in flight (invariant 2)",
             tenant(*t, names),
             row(*head, names)
         ),
-        Violation::LaneManyLive { tenant: t, lane, rows } => {
+        Violation::LaneManyLive {
+            tenant: t,
+            lane,
+            rows,
+        } => {
             let mut list = String::new();
             for (i, r) in rows.iter().enumerate() {
                 let _ = write!(list, "{}{}", if i > 0 { ", " } else { "" }, row(*r, names));
             }
-            format!("lane {lane} of {} has more than one row due or in flight: {list} (invariant 2)", tenant(*t, names))
+            format!(
+                "lane {lane} of {} has more than one row due or in flight: {list} (invariant 2)",
+                tenant(*t, names)
+            )
         }
         Violation::LiveRowNotHead { row: r, lane } => {
-            format!("row {} of lane {lane} is due or in flight but is not its lane's head (invariant 2)", row(*r, names))
+            format!(
+                "row {} of lane {lane} is due or in flight but is not its lane's head (invariant 2)",
+                row(*r, names)
+            )
         }
-        Violation::KindMismatch { row: r, kind, laned } => format!(
+        Violation::KindMismatch {
+            row: r,
+            kind,
+            laned,
+        } => format!(
             "row {} has a due entry of kind {} but is {} (invariant 2)",
             row(*r, names),
             kind.as_u8(),
             if *laned { "laned" } else { "not laned" }
         ),
-        Violation::CounterMismatch { tenant: t, field, stored, expected } => format!(
+        Violation::CounterMismatch {
+            tenant: t,
+            field,
+            stored,
+            expected,
+        } => format!(
             "counter {} of {} holds {stored}, its keys add up to {expected} (invariant 3; --repair-counters sets it)",
             field.name(),
             tenant(*t, names)
         ),
         Violation::DueWithoutActive { tenant: t } => {
-            format!("{} has a due row but no active marker (?A) (invariant 4)", tenant(*t, names))
+            format!(
+                "{} has a due row but no active marker (?A) (invariant 4)",
+                tenant(*t, names)
+            )
         }
-        Violation::EnvelopeMissing { row: r } => format!("row {} has no envelope in cf hooks (invariant 5)", row(*r, names)),
+        Violation::EnvelopeMissing { row: r } => format!(
+            "row {} has no envelope in cf hooks (invariant 5)",
+            row(*r, names)
+        ),
     }
 }
 
 fn describe_fix(f: &CounterFix, names: &Registry) -> String {
-    format!("{} of {}: {} -> {}", f.field.name(), tenant(f.tenant, names), f.stored, f.expected)
+    format!(
+        "{} of {}: {} -> {}",
+        f.field.name(),
+        tenant(f.tenant, names),
+        f.stored,
+        f.expected
+    )
 }
 
 // ---- export / import (docs/design.md section 8, "Dumps") -------------------
@@ -567,7 +699,10 @@ fn progress_bar(len: Option<u64>, template: &str) -> indicatif::ProgressBar {
         None => indicatif::ProgressBar::new_spinner(),
     };
     if std::io::stderr().is_terminal() {
-        pb.set_style(indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(template)
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
     } else {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
@@ -596,13 +731,28 @@ pub fn export_main(args: &ExportArgs<'_>) -> ExitCode {
 fn export(args: &ExportArgs<'_>) -> Result<(), Fail> {
     let mut stores = find(args.dir, args.store)?;
     if stores.len() > 1 {
-        return Err(Fail(2, format!("{}: holds a rocksdb and a fjall store; say which with --store", args.dir.display())));
+        return Err(Fail(
+            2,
+            format!(
+                "{}: holds a rocksdb and a fjall store; say which with --store",
+                args.dir.display()
+            ),
+        ));
     }
     let Some((backend, dir)) = stores.pop() else {
-        return Err(Fail(2, format!("{}: no ankusa store here", args.dir.display())));
+        return Err(Fail(
+            2,
+            format!("{}: no ankusa store here", args.dir.display()),
+        ));
     };
     if args.file.exists() {
-        return Err(Fail(2, format!("{}: exists; export writes a new file (remove it or give another name)", args.file.display())));
+        return Err(Fail(
+            2,
+            format!(
+                "{}: exists; export writes a new file (remove it or give another name)",
+                args.file.display()
+            ),
+        ));
     }
     match backend {
         #[cfg(feature = "rocksdb")]
@@ -612,12 +762,18 @@ fn export(args: &ExportArgs<'_>) -> Result<(), Fail> {
             // export of a store of any size stays in bounded memory;
             // tests/it/dump.rs measures it), and it writes nothing in the store.
             refuse_if_locked(&dir)?;
-            let kv = ankusa_engine_rocksdb::RocksKv::open_read_only(&dir, ankusa_engine_rocksdb::WalRecovery::TornTail)
-                .map_err(|e| open_failed(&dir, &e))?;
+            let kv = ankusa_engine_rocksdb::RocksKv::open_read_only(
+                &dir,
+                ankusa_engine_rocksdb::WalRecovery::TornTail,
+            )
+            .map_err(|e| open_failed(&dir, &e))?;
             export_from(&kv, backend, &dir, args.file)
         }
         #[cfg(not(feature = "rocksdb"))]
-        Backend::Rocksdb => Err(Fail(3, "a rocksdb store, but this binary was built without the `rocksdb` feature".into())),
+        Backend::Rocksdb => Err(Fail(
+            3,
+            "a rocksdb store, but this binary was built without the `rocksdb` feature".into(),
+        )),
         Backend::Fjall => {
             let kv = ankusa_engine_fjall::FjallKv::open(&dir).map_err(|e| open_failed(&dir, &e))?;
             export_from(&kv, backend, &dir, args.file)
@@ -627,7 +783,9 @@ fn export(args: &ExportArgs<'_>) -> Result<(), Fail> {
 
 /// A temporary name beside `path`: `.<name>.<what>-<pid>`.
 fn beside(path: &Path, what: &str) -> PathBuf {
-    let name = path.file_name().map_or_else(|| "ankusa".into(), |n| n.to_string_lossy().into_owned());
+    let name = path
+        .file_name()
+        .map_or_else(|| "ankusa".into(), |n| n.to_string_lossy().into_owned());
     path.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
 }
 
@@ -636,22 +794,43 @@ fn beside(path: &Path, what: &str) -> PathBuf {
 /// saying so on stderr: a SIGKILL mid-import can leave a store-sized
 /// directory that nothing else would ever remove. Best effort.
 fn remove_leftovers(path: &Path, what: &str) {
-    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return;
+    };
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let prefix = format!(".{name}.{what}-");
-    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
     for e in entries.flatten() {
         let file_name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = file_name.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok()) else { continue };
+        let Some(pid) = file_name
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
         // SAFETY: kill with signal 0 sends nothing; it asks whether `pid` exists.
-        let alive = pid == std::process::id() as i32 || unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        let alive = pid == std::process::id() as i32
+            || unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
         if alive {
             continue;
         }
         let p = e.path();
-        let removed = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+        let removed = if p.is_dir() {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
         if removed.is_ok() {
-            eprintln!("removed {}, left by an {what} (process {pid}) that did not finish", p.display());
+            eprintln!(
+                "removed {}, left by an {what} (process {pid}) that did not finish",
+                p.display()
+            );
         }
     }
 }
@@ -662,14 +841,30 @@ fn export_from<K: Kv>(kv: &K, backend: Backend, dir: &Path, file: &Path) -> Resu
             let Fail(code, msg) = no_stamp(dir, backend);
             return Err(Fail(code, format!("{}: {msg}", dir.display())));
         }
-        Some(v) => decode_format(&v).map_err(|e| Fail(3, format!("{}: the store format stamp (meta key `format`) does not decode: {e}", dir.display())))?,
+        Some(v) => decode_format(&v).map_err(|e| {
+            Fail(
+                3,
+                format!(
+                    "{}: the store format stamp (meta key `format`) does not decode: {e}",
+                    dir.display()
+                ),
+            )
+        })?,
     };
     // Written beside FILE and renamed into place when complete: an export
     // that fails leaves no partial dump under FILE's name.
     remove_leftovers(file, "partial");
     let tmp = beside(file, "partial");
-    let out = std::fs::File::create(&tmp)
-        .map_err(|e| Fail(4, format!("{}: cannot be written (creating {} beside it): {e}", file.display(), tmp.display())))?;
+    let out = std::fs::File::create(&tmp).map_err(|e| {
+        Fail(
+            4,
+            format!(
+                "{}: cannot be written (creating {} beside it): {e}",
+                file.display(),
+                tmp.display()
+            ),
+        )
+    })?;
     let pb = progress_bar(None, "{spinner} exporting: {pos} records, {msg}");
     let snapshot = kv.snapshot();
     let result = ankusa_engine::dump::export(
@@ -684,7 +879,11 @@ fn export_from<K: Kv>(kv: &K, backend: Backend, dir: &Path, file: &Path) -> Resu
         },
     )
     .and_then(|s| {
-        out.sync_all().map_err(|source| ankusa_engine::dump::DumpError::Io { what: "writing the dump", source })?;
+        out.sync_all()
+            .map_err(|source| ankusa_engine::dump::DumpError::Io {
+                what: "writing the dump",
+                source,
+            })?;
         Ok(s)
     });
     pb.finish_and_clear();
@@ -694,7 +893,10 @@ fn export_from<K: Kv>(kv: &K, backend: Backend, dir: &Path, file: &Path) -> Resu
             let _ = std::fs::remove_file(&tmp);
             // A failed write names FILE (exit 4), a failed read the store (3).
             return Err(if matches!(e, ankusa_engine::dump::DumpError::Io { .. }) {
-                Fail(4, format!("{}: {e} (nothing written under this name)", file.display()))
+                Fail(
+                    4,
+                    format!("{}: {e} (nothing written under this name)", file.display()),
+                )
             } else {
                 Fail(3, format!("{}: {e}", dir.display()))
             });
@@ -728,11 +930,22 @@ fn publish(tmp: &Path, file: &Path) -> Result<(), Fail> {
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Fail(
             2,
-            format!("{}: appeared while the export ran; it is left as it is, and the dump is at {}", file.display(), tmp.display()),
+            format!(
+                "{}: appeared while the export ran; it is left as it is, and the dump is at {}",
+                file.display(),
+                tmp.display()
+            ),
         )),
         Err(e) => {
             let _ = std::fs::remove_file(tmp);
-            Err(Fail(4, format!("{}: cannot move {} into place: {e}", file.display(), tmp.display())))
+            Err(Fail(
+                4,
+                format!(
+                    "{}: cannot move {} into place: {e}",
+                    file.display(),
+                    tmp.display()
+                ),
+            ))
         }
     }
 }
@@ -749,7 +962,11 @@ fn bytes_text(bytes: u64) -> String {
 /// fsyncs the directory that holds `path` (a rename is durable only then).
 fn sync_parent(path: &Path) {
     if let Some(parent) = path.parent() {
-        let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
         if let Ok(d) = std::fs::File::open(parent) {
             let _ = d.sync_all();
         }
@@ -765,22 +982,44 @@ pub fn import_main(args: &ImportArgs<'_>) -> ExitCode {
 }
 
 fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
-    let file = std::fs::File::open(args.file).map_err(|e| Fail(2, format!("{}: cannot open: {e}", args.file.display())))?;
+    let file = std::fs::File::open(args.file)
+        .map_err(|e| Fail(2, format!("{}: cannot open: {e}", args.file.display())))?;
     let len = file.metadata().map(|m| m.len()).ok();
     let dir = args.dir;
     for b in [Backend::Rocksdb, Backend::Fjall] {
         if b.wrote(dir) {
-            return Err(Fail(2, format!("{}: is a {} store directory; give the relay's data_dir (the store is created in store-{}/ inside it)", dir.display(), b.name(), args.store.name())));
+            return Err(Fail(
+                2,
+                format!(
+                    "{}: is a {} store directory; give the relay's data_dir (the store is created in store-{}/ inside it)",
+                    dir.display(),
+                    b.name(),
+                    args.store.name()
+                ),
+            ));
         }
     }
     if dir.exists() && !dir.is_dir() {
-        return Err(Fail(2, format!("{}: exists and is not a directory (DATA_DIR is the relay's node.data_dir, created when missing)", dir.display())));
+        return Err(Fail(
+            2,
+            format!(
+                "{}: exists and is not a directory (DATA_DIR is the relay's node.data_dir, created when missing)",
+                dir.display()
+            ),
+        ));
     }
     // DATA_DIR is the relay's data_dir: a store directory given instead would
     // get the store nested in it, where neither `serve` nor `store check`
     // looks (the new user's report).
-    let named_like_a_store = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n == "store-rocksdb" || n == "store-fjall");
-    if named_like_a_store || [Backend::Rocksdb, Backend::Fjall].into_iter().any(|b| b.wrote(dir)) {
+    let named_like_a_store = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n == "store-rocksdb" || n == "store-fjall");
+    if named_like_a_store
+        || [Backend::Rocksdb, Backend::Fjall]
+            .into_iter()
+            .any(|b| b.wrote(dir))
+    {
         return Err(Fail(
             2,
             format!(
@@ -792,7 +1031,13 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
     }
     let target = crate::serve::store_dir(dir, args.store.name());
     if target.exists() && std::fs::read_dir(&target).map_or(true, |mut d| d.next().is_some()) {
-        return Err(Fail(2, format!("{}: exists and is not empty; import creates a new store (move it away first)", target.display())));
+        return Err(Fail(
+            2,
+            format!(
+                "{}: exists and is not empty; import creates a new store (move it away first)",
+                target.display()
+            ),
+        ));
     }
     // Everything is written into a new directory beside the target and
     // renamed into place only when the dump verified and its last batch is
@@ -801,13 +1046,30 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
         let s = beside(&target, "import");
         (s.clone(), s, target.clone())
     } else {
-        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let parent = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         if !parent.is_dir() {
-            let what = if parent.exists() { "not a directory" } else { "does not exist" };
-            return Err(Fail(2, format!("{}: {what} (import creates DATA_DIR, not its parents: the parent of DATA_DIR must exist)", parent.display())));
+            let what = if parent.exists() {
+                "not a directory"
+            } else {
+                "does not exist"
+            };
+            return Err(Fail(
+                2,
+                format!(
+                    "{}: {what} (import creates DATA_DIR, not its parents: the parent of DATA_DIR must exist)",
+                    parent.display()
+                ),
+            ));
         }
         let s = beside(dir, "import");
-        (s.clone(), crate::serve::store_dir(&s, args.store.name()), dir.to_path_buf())
+        (
+            s.clone(),
+            crate::serve::store_dir(&s, args.store.name()),
+            dir.to_path_buf(),
+        )
     };
     remove_leftovers(if dir.is_dir() { &target } else { dir }, "import");
     let _ = std::fs::remove_dir_all(&staging);
@@ -825,7 +1087,14 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
     }
     if let Err(e) = std::fs::rename(&staging, &rename_to) {
         let _ = std::fs::remove_dir_all(&staging);
-        return Err(Fail(3, format!("cannot rename {} to {}: {e}", staging.display(), rename_to.display())));
+        return Err(Fail(
+            3,
+            format!(
+                "cannot rename {} to {}: {e}",
+                staging.display(),
+                rename_to.display()
+            ),
+        ));
     }
     sync_parent(&rename_to);
     println!(
@@ -840,8 +1109,14 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
     Ok(())
 }
 
-fn import_into(backend: Backend, dir: &Path, file: std::fs::File, len: Option<u64>) -> Result<ankusa_engine::dump::Summary, Fail> {
-    std::fs::create_dir_all(dir).map_err(|e| Fail(3, format!("{}: cannot create: {e}", dir.display())))?;
+fn import_into(
+    backend: Backend,
+    dir: &Path,
+    file: std::fs::File,
+    len: Option<u64>,
+) -> Result<ankusa_engine::dump::Summary, Fail> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Fail(3, format!("{}: cannot create: {e}", dir.display())))?;
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
@@ -850,7 +1125,10 @@ fn import_into(backend: Backend, dir: &Path, file: std::fs::File, len: Option<u6
             import_to(&kv, file, len)
         }
         #[cfg(not(feature = "rocksdb"))]
-        Backend::Rocksdb => Err(Fail(3, "--store rocksdb, but this binary was built without the `rocksdb` feature".into())),
+        Backend::Rocksdb => Err(Fail(
+            3,
+            "--store rocksdb, but this binary was built without the `rocksdb` feature".into(),
+        )),
         Backend::Fjall => {
             let kv = ankusa_engine_fjall::FjallKv::open(dir).map_err(|e| open_failed(dir, &e))?;
             import_to(&kv, file, len)
@@ -858,18 +1136,31 @@ fn import_into(backend: Backend, dir: &Path, file: std::fs::File, len: Option<u6
     }
 }
 
-fn import_to<K: Kv>(kv: &K, file: std::fs::File, len: Option<u64>) -> Result<ankusa_engine::dump::Summary, Fail> {
+fn import_to<K: Kv>(
+    kv: &K,
+    file: std::fs::File,
+    len: Option<u64>,
+) -> Result<ankusa_engine::dump::Summary, Fail> {
     use ankusa_engine::dump::DumpError;
     let pb = progress_bar(len, "importing [{bar:40}] {bytes}/{total_bytes} {msg}");
-    let result = ankusa_engine::dump::import(kv, std::io::BufReader::with_capacity(1 << 20, file), ORIGIN_KEY, &mut |records, bytes| {
-        pb.set_position(bytes);
-        pb.set_message(format!("{records} records"));
-    });
+    let result = ankusa_engine::dump::import(
+        kv,
+        std::io::BufReader::with_capacity(1 << 20, file),
+        ORIGIN_KEY,
+        &mut |records, bytes| {
+            pb.set_position(bytes);
+            pb.set_message(format!("{records} records"));
+        },
+    );
     pb.finish_and_clear();
     let summary = result.map_err(|e| match e {
-        DumpError::Corrupt { .. } | DumpError::Version { .. } => Fail(1, format!("the dump is refused, nothing was imported: {e}")),
+        DumpError::Corrupt { .. } | DumpError::Version { .. } => {
+            Fail(1, format!("the dump is refused, nothing was imported: {e}"))
+        }
         DumpError::Io { .. } => Fail(4, format!("{e}; nothing was imported")),
-        DumpError::NotEmpty { .. } | DumpError::Engine(_) => Fail(3, format!("{e}; nothing was imported")),
+        DumpError::NotEmpty { .. } | DumpError::Engine(_) => {
+            Fail(3, format!("{e}; nothing was imported"))
+        }
     })?;
     // The stamp the header announced is the one the records hold (a header
     // format of 0 says the store had no stamp: then no record may hold one).
@@ -881,9 +1172,21 @@ fn import_to<K: Kv>(kv: &K, file: std::fs::File, len: Option<u64>) -> Result<ank
         })?),
     };
     if stamped != (announced != 0).then_some(announced) {
-        let header = if announced == 0 { "no store format".to_owned() } else { format!("store format {announced}") };
-        let records = stamped.map_or_else(|| "no store format stamp".to_owned(), |f| format!("a store format stamp of {f}"));
-        return Err(Fail(1, format!("the dump is refused, nothing was imported: its header says {header}, its records hold {records}")));
+        let header = if announced == 0 {
+            "no store format".to_owned()
+        } else {
+            format!("store format {announced}")
+        };
+        let records = stamped.map_or_else(
+            || "no store format stamp".to_owned(),
+            |f| format!("a store format stamp of {f}"),
+        );
+        return Err(Fail(
+            1,
+            format!(
+                "the dump is refused, nothing was imported: its header says {header}, its records hold {records}"
+            ),
+        ));
     }
     Ok(summary)
 }
@@ -901,14 +1204,19 @@ mod tests {
         let target = dir.path().join("store-fjall");
         // A pid above the kernel's pid_max (4,194,304 at most) never runs.
         let dead = dir.path().join(".store-fjall.import-2147483000");
-        let live = dir.path().join(format!(".store-fjall.import-{}", std::process::id()));
+        let live = dir
+            .path()
+            .join(format!(".store-fjall.import-{}", std::process::id()));
         let other = dir.path().join(".store-rocksdb.import-2147483000");
         for d in [&dead, &live, &other] {
             std::fs::create_dir_all(d.join("keyspaces")).expect("mkdir");
         }
         remove_leftovers(&target, "import");
         assert!(!dead.exists(), "a dead import's staging dir stays");
-        assert!(live.exists() && other.exists(), "a live process's or another backend's dir went");
+        assert!(
+            live.exists() && other.exists(),
+            "a live process's or another backend's dir went"
+        );
     }
 
     /// The break-it report: a FILE that appeared while the export ran was
@@ -916,14 +1224,26 @@ mod tests {
     #[test]
     fn publish_never_replaces_a_file_that_appeared_meanwhile() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (tmp, file) = (dir.path().join(".out.partial-1"), dir.path().join("out.dump"));
+        let (tmp, file) = (
+            dir.path().join(".out.partial-1"),
+            dir.path().join("out.dump"),
+        );
         std::fs::write(&tmp, b"ANKUSADP the dump").expect("write");
         std::fs::write(&file, b"precious").expect("write");
-        let Err(Fail(code, msg)) = publish(&tmp, &file) else { panic!("a file that exists was replaced") };
+        let Err(Fail(code, msg)) = publish(&tmp, &file) else {
+            panic!("a file that exists was replaced")
+        };
         assert_eq!(code, 2, "{msg}");
-        assert!(msg.contains("appeared while the export ran") && msg.contains(".out.partial-1"), "{msg}");
+        assert!(
+            msg.contains("appeared while the export ran") && msg.contains(".out.partial-1"),
+            "{msg}"
+        );
         assert_eq!(std::fs::read(&file).expect("read"), b"precious");
-        assert_eq!(std::fs::read(&tmp).expect("read"), b"ANKUSADP the dump", "the dump is kept where the message says");
+        assert_eq!(
+            std::fs::read(&tmp).expect("read"),
+            b"ANKUSADP the dump",
+            "the dump is kept where the message says"
+        );
         std::fs::remove_file(&file).expect("rm");
         assert!(publish(&tmp, &file).is_ok());
         assert_eq!(std::fs::read(&file).expect("read"), b"ANKUSADP the dump");

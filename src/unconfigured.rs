@@ -23,12 +23,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::Context;
 use ankusa_config::Config;
 use ankusa_engine::{Cf, Durability, Kv};
 use ankusa_keys::meta::{decode_sink_names, encode_sink_names, source_sinks_key};
 use ankusa_keys::{CounterField, SinkIx, SourceId, TenantOrd, counter_key};
 use ankusa_queue::Registry;
+use anyhow::Context;
 use tracing::{info, warn};
 
 /// The reason a `--drop-unconfigured` start dead-letters a removed source's rows with.
@@ -55,11 +55,18 @@ pub struct Unconfigured {
     pub tenants: BTreeSet<TenantOrd>,
 }
 
-fn sink_lists<K: Kv>(kv: &K, registry: &Registry) -> anyhow::Result<BTreeMap<SourceId, Vec<String>>> {
+fn sink_lists<K: Kv>(
+    kv: &K,
+    registry: &Registry,
+) -> anyhow::Result<BTreeMap<SourceId, Vec<String>>> {
     let mut out = BTreeMap::new();
     for id in registry.sources.values() {
         if let Some(v) = kv.get(Cf::Meta, &source_sinks_key(*id))? {
-            out.insert(*id, decode_sink_names(&v).with_context(|| format!("the stored sink list of source {}", id.0))?);
+            out.insert(
+                *id,
+                decode_sink_names(&v)
+                    .with_context(|| format!("the stored sink list of source {}", id.0))?,
+            );
         }
     }
     Ok(out)
@@ -80,7 +87,9 @@ pub fn find<K: Kv>(kv: &K, cfg: &Config, registry: &Registry) -> anyhow::Result<
     // A configured source's sink names that moved: a sink index is a position,
     // so its queued rows now go to the entry at that position.
     for s in &cfg.sources {
-        let Some(id) = registry.sources.get(&s.name) else { continue };
+        let Some(id) = registry.sources.get(&s.name) else {
+            continue;
+        };
         if let Some(old) = stored.get(id) {
             for (i, (was, now)) in old.iter().zip(s.sinks.iter().map(|e| &e.name)).enumerate() {
                 if was != now {
@@ -148,7 +157,9 @@ pub fn find<K: Kv>(kv: &K, cfg: &Config, registry: &Registry) -> anyhow::Result<
             source,
             source_removed: !configured.contains_key(&source),
             sink,
-            sink_name: stored.get(&source).and_then(|l| l.get(usize::from(sink.0)).cloned()),
+            sink_name: stored
+                .get(&source)
+                .and_then(|l| l.get(usize::from(sink.0)).cloned()),
             pending,
             tenants,
         })
@@ -158,23 +169,39 @@ pub fn find<K: Kv>(kv: &K, cfg: &Config, registry: &Registry) -> anyhow::Result<
 /// The refusal: each source and sink with its pending count, and the two ways
 /// out.
 pub fn refusal(found: &[Unconfigured]) -> String {
-    let mut lines = vec!["the store has queued deliveries for sources or sinks that are not in the configuration:".to_owned()];
+    let mut lines = vec![
+        "the store has queued deliveries for sources or sinks that are not in the configuration:"
+            .to_owned(),
+    ];
     let mut by_source: BTreeMap<(&str, SourceId, bool), Vec<&Unconfigured>> = BTreeMap::new();
     for u in found {
-        by_source.entry((u.source_name.as_str(), u.source, u.source_removed)).or_default().push(u);
+        by_source
+            .entry((u.source_name.as_str(), u.source, u.source_removed))
+            .or_default()
+            .push(u);
     }
     for ((name, _, removed), sinks) in by_source {
         let total: u64 = sinks.iter().map(|u| u.pending).sum();
         if removed {
-            lines.push(format!("  source \"{name}\" (not in the configuration): {total} pending"));
+            lines.push(format!(
+                "  source \"{name}\" (not in the configuration): {total} pending"
+            ));
         }
         for u in sinks {
             let sink = match &u.sink_name {
                 Some(n) => format!("sink \"{n}\" (index {})", u.sink.0),
                 None => format!("sink index {}", u.sink.0),
             };
-            let tail = if removed { "" } else { ", not in the configuration" };
-            lines.push(format!("  {}source \"{name}\", {sink}{tail}: {} pending", if removed { "  " } else { "" }, u.pending));
+            let tail = if removed {
+                ""
+            } else {
+                ", not in the configuration"
+            };
+            lines.push(format!(
+                "  {}source \"{name}\", {sink}{tail}: {} pending",
+                if removed { "  " } else { "" },
+                u.pending
+            ));
         }
     }
     lines.push(
@@ -209,15 +236,31 @@ pub fn drop_all<K: Kv>(kv: &K, found: &[Unconfigured], now_ms: u64) -> anyhow::R
     let mut groups: BTreeMap<(TenantOrd, SourceId, bool), BTreeSet<SinkIx>> = BTreeMap::new();
     for u in found {
         for t in &u.tenants {
-            groups.entry((*t, u.source, u.source_removed)).or_default().insert(u.sink);
+            groups
+                .entry((*t, u.source, u.source_removed))
+                .or_default()
+                .insert(u.sink);
         }
     }
     let mut moved = 0;
     for ((tenant, source, removed), sinks) in groups {
-        let reason = if removed { SOURCE_REMOVED } else { SINK_REMOVED };
+        let reason = if removed {
+            SOURCE_REMOVED
+        } else {
+            SINK_REMOVED
+        };
         let mut cursor = None;
         loop {
-            let page = ankusa_queue::dead_letter_sinks(kv, tenant, source, |k| sinks.contains(&k), reason, cursor.as_ref(), 1024, now_ms)?;
+            let page = ankusa_queue::dead_letter_sinks(
+                kv,
+                tenant,
+                source,
+                |k| sinks.contains(&k),
+                reason,
+                cursor.as_ref(),
+                1024,
+                now_ms,
+            )?;
             moved += page.moved as u64;
             if !page.batch.is_empty() {
                 kv.write(page.batch, Durability::Sync)?;
@@ -228,7 +271,10 @@ pub fn drop_all<K: Kv>(kv: &K, found: &[Unconfigured], now_ms: u64) -> anyhow::R
             }
         }
     }
-    info!(rows = moved, "--drop-unconfigured: dead-lettered the deliveries of unconfigured sources and sinks");
+    info!(
+        rows = moved,
+        "--drop-unconfigured: dead-lettered the deliveries of unconfigured sources and sinks"
+    );
     Ok(moved)
 }
 
@@ -242,7 +288,10 @@ pub fn remember<K: Kv>(kv: &K, cfg: &Config, registry: &Registry) -> anyhow::Res
     let stored = sink_lists(kv, registry)?;
     let mut batch = ankusa_engine::Batch::new();
     for (name, id) in &registry.sources {
-        let names: Vec<String> = cfg.source(name).map(|s| s.sinks.iter().map(|e| e.name.clone()).collect()).unwrap_or_default();
+        let names: Vec<String> = cfg
+            .source(name)
+            .map(|s| s.sinks.iter().map(|e| e.name.clone()).collect())
+            .unwrap_or_default();
         if stored.get(id) != Some(&names) {
             batch.put(Cf::Meta, source_sinks_key(*id), encode_sink_names(&names));
         }

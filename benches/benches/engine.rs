@@ -57,13 +57,24 @@ fn prefix_scan(c: &mut Criterion) {
                     w.put(Cf::Index, due_key(i), 100u32.to_be_bytes());
                 }
                 // Neighbours on both sides that the scan must not return.
-                w.put(Cf::Index, vec![b'C'; 8], vec![0; 8]).put(Cf::Index, vec![b'F'; 8], vec![0; 8]);
+                w.put(Cf::Index, vec![b'C'; 8], vec![0; 8]).put(
+                    Cf::Index,
+                    vec![b'F'; 8],
+                    vec![0; 8],
+                );
                 kv.write(w, Durability::Buffered).unwrap();
             }
             let range = KeyRange::prefix(b"D");
             g.bench_function(backend, |b| {
                 b.iter(|| {
-                    let n = scan_pages(kv.read(), Cf::Index, range.clone(), Direction::Forward, 1000).count();
+                    let n = scan_pages(
+                        kv.read(),
+                        Cf::Index,
+                        range.clone(),
+                        Direction::Forward,
+                        1000,
+                    )
+                    .count();
                     assert_eq!(n, 10_000);
                 })
             });
@@ -100,7 +111,10 @@ fn tombstone_scan(c: &mut Criterion) {
             let before = kv.stats();
             g.bench_function(backend, |b| {
                 b.iter(|| {
-                    let first = kv.read().first(Cf::Index, &range, Direction::Forward).unwrap();
+                    let first = kv
+                        .read()
+                        .first(Cf::Index, &range, Direction::Forward)
+                        .unwrap();
                     assert_eq!(first.map(|(k, _)| k.to_vec()), Some(due_key(100_000)));
                 })
             });
@@ -151,11 +165,20 @@ fn counter_read_after_adds(c: &mut Criterion) {
                 w.counter_add(b"Chot".to_vec(), 1);
                 kv.write(w, Durability::Buffered).unwrap();
             }
-            g.bench_function(backend, |b| b.iter(|| assert_eq!(kv.read().counter(b"Chot").unwrap(), 20_000)));
+            g.bench_function(backend, |b| {
+                b.iter(|| assert_eq!(kv.read().counter(b"Chot").unwrap(), 20_000))
+            });
         });
     }
     g.finish();
 }
 
-criterion_group!(benches, sync_commit, prefix_scan, tombstone_scan, counter_adds, counter_read_after_adds);
+criterion_group!(
+    benches,
+    sync_commit,
+    prefix_scan,
+    tombstone_scan,
+    counter_adds,
+    counter_read_after_adds
+);
 criterion_main!(benches);

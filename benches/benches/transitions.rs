@@ -39,8 +39,16 @@ fn envelope(n: u64) -> Envelope {
 
 fn ingest(kv: &MemoryKv, seq: u64, lane: Option<&str>) {
     let env = envelope(seq);
-    let hook = Hook { tenant: T, seq: Seq(seq), envelope: &env, dedupe_expires_at_ms: NOW + 1 };
-    let row = NewRow { sink: SinkIx(0), lane: lane.map(|k| lanes::assign(SinkIx(0), SRC, Some(k.as_bytes()))) };
+    let hook = Hook {
+        tenant: T,
+        seq: Seq(seq),
+        envelope: &env,
+        dedupe_expires_at_ms: NOW + 1,
+    };
+    let row = NewRow {
+        sink: SinkIx(0),
+        lane: lane.map(|k| lanes::assign(SinkIx(0), SRC, Some(k.as_bytes()))),
+    };
     let mut b = Batch::new();
     new_ops(&mut b, &hook, &[row], NOW);
     kv.write(b, Durability::Buffered).unwrap();
@@ -55,19 +63,38 @@ fn report(name: &str, d: OpStats) {
 
 /// Benches `routine` on the state `setup` builds before each iteration, and
 /// reports the engine operations of one routine call (build + commit).
-fn bench<S>(c: &mut Criterion, name: &str, kv: &MemoryKv, mut setup: impl FnMut(&MemoryKv) -> S, mut routine: impl FnMut(&MemoryKv, S)) {
+fn bench<S>(
+    c: &mut Criterion,
+    name: &str,
+    kv: &MemoryKv,
+    mut setup: impl FnMut(&MemoryKv) -> S,
+    mut routine: impl FnMut(&MemoryKv, S),
+) {
     let s = setup(kv);
     let before = kv.stats();
     routine(kv, s);
     report(name, kv.stats() - before);
     c.bench_function(name, |b| {
-        b.iter_batched(|| setup(kv), |s| routine(kv, s), criterion::BatchSize::PerIteration)
+        b.iter_batched(
+            || setup(kv),
+            |s| routine(kv, s),
+            criterion::BatchSize::PerIteration,
+        )
     });
 }
 
 fn claim_row(kv: &MemoryKv, seq: u64) -> RowId {
-    let due = DueKey { tenant: T, due_ms: NOW, seq: Seq(seq), sink: SinkIx(0) };
-    kv.write(ankusa_queue::claim(kv, due, NOW).unwrap(), Durability::Buffered).unwrap();
+    let due = DueKey {
+        tenant: T,
+        due_ms: NOW,
+        seq: Seq(seq),
+        sink: SinkIx(0),
+    };
+    kv.write(
+        ankusa_queue::claim(kv, due, NOW).unwrap(),
+        Durability::Buffered,
+    )
+    .unwrap();
     RowId::new(T, Seq(seq), SinkIx(0))
 }
 
@@ -83,9 +110,21 @@ fn transitions(c: &mut Criterion) {
         seq
     };
     let kv = MemoryKv::new();
-    bench(c, "ingest_unordered", &kv, |_| next(), |kv, s| ingest(kv, s, None));
+    bench(
+        c,
+        "ingest_unordered",
+        &kv,
+        |_| next(),
+        |kv, s| ingest(kv, s, None),
+    );
     let kv = MemoryKv::new();
-    bench(c, "ingest_ordered", &kv, |_| next(), |kv, s| ingest(kv, s, Some("cus_1")));
+    bench(
+        c,
+        "ingest_ordered",
+        &kv,
+        |_| next(),
+        |kv, s| ingest(kv, s, Some("cus_1")),
+    );
     let kv = MemoryKv::new();
     bench(
         c,
@@ -94,9 +133,20 @@ fn transitions(c: &mut Criterion) {
         |kv| {
             let s = next();
             ingest(kv, s, None);
-            DueKey { tenant: T, due_ms: NOW, seq: Seq(s), sink: SinkIx(0) }
+            DueKey {
+                tenant: T,
+                due_ms: NOW,
+                seq: Seq(s),
+                sink: SinkIx(0),
+            }
         },
-        |kv, due| kv.write(ankusa_queue::claim(kv, due, NOW).unwrap(), Durability::Buffered).unwrap(),
+        |kv, due| {
+            kv.write(
+                ankusa_queue::claim(kv, due, NOW).unwrap(),
+                Durability::Buffered,
+            )
+            .unwrap()
+        },
     );
     let kv = MemoryKv::new();
     bench(
@@ -108,7 +158,13 @@ fn transitions(c: &mut Criterion) {
             ingest(kv, s, None);
             claim_row(kv, s)
         },
-        |kv, row| kv.write(ankusa_queue::delivered(kv, row, NOW).unwrap(), Durability::Buffered).unwrap(),
+        |kv, row| {
+            kv.write(
+                ankusa_queue::delivered(kv, row, NOW).unwrap(),
+                Durability::Buffered,
+            )
+            .unwrap()
+        },
     );
     // A lane head delivered while a member waits: the release promotes it.
     let kv = MemoryKv::new();
@@ -124,7 +180,13 @@ fn transitions(c: &mut Criterion) {
             promote_all(kv);
             claim_row(kv, a)
         },
-        |kv, row| kv.write(ankusa_queue::delivered(kv, row, NOW).unwrap(), Durability::Buffered).unwrap(),
+        |kv, row| {
+            kv.write(
+                ankusa_queue::delivered(kv, row, NOW).unwrap(),
+                Durability::Buffered,
+            )
+            .unwrap()
+        },
     );
     // A lane head delivered with nobody behind it: the release deletes ?H.
     let kv = MemoryKv::new();
@@ -138,7 +200,13 @@ fn transitions(c: &mut Criterion) {
             promote_all(kv);
             claim_row(kv, a)
         },
-        |kv, row| kv.write(ankusa_queue::delivered(kv, row, NOW).unwrap(), Durability::Buffered).unwrap(),
+        |kv, row| {
+            kv.write(
+                ankusa_queue::delivered(kv, row, NOW).unwrap(),
+                Durability::Buffered,
+            )
+            .unwrap()
+        },
     );
     // The per-visit sweep of one marker whose lane has a member and no head.
     let kv = MemoryKv::new();
@@ -159,7 +227,10 @@ fn transitions(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    Criterion::default().sample_size(30).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1))
+    Criterion::default()
+        .sample_size(30)
+        .measurement_time(Duration::from_secs(3))
+        .warm_up_time(Duration::from_secs(1))
 }
 
 criterion_group! { name = benches; config = config(); targets = transitions }

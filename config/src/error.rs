@@ -65,11 +65,20 @@ impl ConfigError {
 /// RawSource`); a user wrote a mapping: say so.
 fn plain_type_names(message: &str) -> String {
     const NAMES: [(&str, &str); 14] = [
-        ("struct RawConfig", "a mapping of top-level sections (node, listeners, tenants, sources, ...)"),
+        (
+            "struct RawConfig",
+            "a mapping of top-level sections (node, listeners, tenants, sources, ...)",
+        ),
         ("struct RawNode", "a mapping (the node section)"),
-        ("struct RawOtel", "a mapping (node.otel: endpoint, service_name, filter)"),
+        (
+            "struct RawOtel",
+            "a mapping (node.otel: endpoint, service_name, filter)",
+        ),
         ("struct RawListeners", "a mapping (the listeners section)"),
-        ("struct RawHeaderPolicy", "a mapping (a store_headers policy)"),
+        (
+            "struct RawHeaderPolicy",
+            "a mapping (a store_headers policy)",
+        ),
         ("struct RawDispatch", "a mapping (the dispatch section)"),
         ("struct RawRetry", "a mapping (the retry section)"),
         ("struct RawBreaker", "a mapping (the breaker section)"),

@@ -95,15 +95,16 @@ mod validate;
 use std::path::Path;
 
 pub use error::{ConfigError, Problem, Scope};
-pub use model::{
-    Breaker, Challenge, Config, Dedupe, Dispatch, FileSink, FilterCondition, FilterTest, HeaderAction, HeaderPolicy,
-    HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner, KeyInput, KeySource, Listeners, Node,
-    OnInvalidSignature, Otel, Order, OrderingKey, Retention, Retry, SignatureEncoding, SinkEntry, SinkRetry,
-    SinkKind, Source, StoreBackend, LogFormat, Tenant, TenantBinding, TypedOptions, Verification,
-};
 pub use model::RateLimit;
-pub use sink::CORE_KEYS as SINK_CORE_KEYS;
+pub use model::{
+    Breaker, Challenge, Config, Dedupe, Dispatch, FileSink, FilterCondition, FilterTest,
+    HeaderAction, HeaderPolicy, HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner, KeyInput,
+    KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Order, OrderingKey, Otel, Retention,
+    Retry, SignatureEncoding, SinkEntry, SinkKind, SinkRetry, Source, StoreBackend, Tenant,
+    TenantBinding, TypedOptions, Verification,
+};
 pub use secret::{EnvLookup, Secret, SecretOrigin, process_env, redact_url, secret_param};
+pub use sink::CORE_KEYS as SINK_CORE_KEYS;
 
 /// A check the load runs on each source once it parsed, for what other layers
 /// refuse (a sink adapter's options, what the edge cannot serve): the problems
@@ -255,7 +256,10 @@ impl Config {
     /// know (each sink's own options, what the edge can serve): `check` runs
     /// on every source that parsed, and its problems join this crate's in one
     /// [`ConfigError::Invalid`], so one run reports every problem of the file.
-    pub fn load_checked(path: impl AsRef<Path>, check: SourceCheck<'_>) -> Result<Config, ConfigError> {
+    pub fn load_checked(
+        path: impl AsRef<Path>,
+        check: SourceCheck<'_>,
+    ) -> Result<Config, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),

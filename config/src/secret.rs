@@ -110,7 +110,9 @@ pub(crate) fn resolve(raw: &str, env: EnvLookup<'_>) -> Result<Secret, String> {
 /// it is. The sinks use the same function for their errors and start-up
 /// lines, the binary for its banner.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     let authority = match authority.rsplit_once('@') {
@@ -130,7 +132,9 @@ fn redact_query(tail: &str) -> String {
         Some(i) => tail.split_at(i),
         None => (tail, ""),
     };
-    let Some((path, query)) = before_fragment.split_once('?') else { return tail.to_owned() };
+    let Some((path, query)) = before_fragment.split_once('?') else {
+        return tail.to_owned();
+    };
     let params: Vec<String> = query
         .split('&')
         .map(|param| match param.split_once('=') {
@@ -147,7 +151,16 @@ fn redact_query(tail: &str) -> String {
 /// (`access_token`, `api_key`, `apikey`, `client_secret`, `password`, ...).
 /// A false positive only hides a harmless value.
 pub fn secret_param(name: &str) -> bool {
-    const WORDS: [&str; 8] = ["token", "key", "secret", "pass", "pwd", "sig", "auth", "credential"];
+    const WORDS: [&str; 8] = [
+        "token",
+        "key",
+        "secret",
+        "pass",
+        "pwd",
+        "sig",
+        "auth",
+        "credential",
+    ];
     let lower = name.to_ascii_lowercase();
     WORDS.iter().any(|w| lower.contains(w))
 }
@@ -158,10 +171,19 @@ mod redaction_tests {
 
     #[test]
     fn userinfo_is_hidden_and_nothing_else() {
-        assert_eq!(redacted_url("https://u:pw@h.example/x"), "https://u:***@h.example/x");
-        assert_eq!(redacted_url("https://ghp_token@h.example/"), "https://***@h.example/");
+        assert_eq!(
+            redacted_url("https://u:pw@h.example/x"),
+            "https://u:***@h.example/x"
+        );
+        assert_eq!(
+            redacted_url("https://ghp_token@h.example/"),
+            "https://***@h.example/"
+        );
         // An `@` after the authority is part of the path, not userinfo.
-        assert_eq!(redacted_url("http://127.0.0.1:18099/a@b"), "http://127.0.0.1:18099/a@b");
+        assert_eq!(
+            redacted_url("http://127.0.0.1:18099/a@b"),
+            "http://127.0.0.1:18099/a@b"
+        );
         assert_eq!(redacted_url("gopher://u:s@x/"), "gopher://u:***@x/");
         assert_eq!(redacted_url("not a url"), "not a url");
     }
@@ -177,8 +199,14 @@ mod redaction_tests {
             "https://h/x?sig=***&Signature=***&access_token=***&password=***&secret=***&page=3"
         );
         // No query, an empty value, a name without a value: unchanged.
-        assert_eq!(redacted_url("https://h/x?token=&flag"), "https://h/x?token=&flag");
-        assert_eq!(redacted_url("https://h/x#token=abc"), "https://h/x#token=abc");
+        assert_eq!(
+            redacted_url("https://h/x?token=&flag"),
+            "https://h/x?token=&flag"
+        );
+        assert_eq!(
+            redacted_url("https://h/x#token=abc"),
+            "https://h/x#token=abc"
+        );
         assert_eq!(redacted_url("http://h?key=v"), "http://h?key=***");
     }
 }

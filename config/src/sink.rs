@@ -270,24 +270,40 @@ const RATE_LIMIT_MIN: f64 = 0.001;
 fn rate_limit(v: &Value, scope: &Scope, p: &mut Problems) -> Option<RateLimit> {
     const FORM: &str = "{per_second: N, burst: M} (hooks per second, burst optional)";
     let Value::Mapping(m) = v else {
-        p.push(scope, "rate_limit", format!("must be {FORM}, found {}", show(Some(v))));
+        p.push(
+            scope,
+            "rate_limit",
+            format!("must be {FORM}, found {}", show(Some(v))),
+        );
         return None;
     };
     let mut ok = true;
     for k in m.keys() {
         let key = key_text(k);
         if key != "per_second" && key != "burst" {
-            p.push(scope, format!("rate_limit.{key}"), "unknown option of rate_limit (its options: per_second, burst)");
+            p.push(
+                scope,
+                format!("rate_limit.{key}"),
+                "unknown option of rate_limit (its options: per_second, burst)",
+            );
             ok = false;
         }
     }
     let per_second = match m.get("per_second") {
         None => {
-            p.push(scope, "rate_limit.per_second", format!("required: hooks per second, from {RATE_LIMIT_MIN} to {RATE_LIMIT_MAX}"));
+            p.push(
+                scope,
+                "rate_limit.per_second",
+                format!("required: hooks per second, from {RATE_LIMIT_MIN} to {RATE_LIMIT_MAX}"),
+            );
             None
         }
         Some(x) => match x.as_f64() {
-            Some(n) if n.is_finite() && (RATE_LIMIT_MIN..=f64::from(RATE_LIMIT_MAX)).contains(&n) => Some(n),
+            Some(n)
+                if n.is_finite() && (RATE_LIMIT_MIN..=f64::from(RATE_LIMIT_MAX)).contains(&n) =>
+            {
+                Some(n)
+            }
             _ => {
                 p.push(
                     scope,
@@ -306,7 +322,10 @@ fn rate_limit(v: &Value, scope: &Scope, p: &mut Problems) -> Option<RateLimit> {
                 p.push(
                     scope,
                     "rate_limit.burst",
-                    format!("must be a whole number of hooks from 1 to {RATE_LIMIT_MAX}, found {}", show(Some(x))),
+                    format!(
+                        "must be a whole number of hooks from 1 to {RATE_LIMIT_MAX}, found {}",
+                        show(Some(x))
+                    ),
                 );
                 None
             }
@@ -546,7 +565,10 @@ fn retry_statuses(v: &Value, option: &str, scope: &Scope, p: &mut Problems) -> O
         match found {
             Ok(list) => {
                 let this = show(Some(item));
-                if let Some((before, _)) = listed.iter().find(|(_, l)| list.iter().any(|s| l.contains(s))) {
+                if let Some((before, _)) = listed
+                    .iter()
+                    .find(|(_, l)| list.iter().any(|s| l.contains(s)))
+                {
                     let message = if before.eq_ignore_ascii_case(&this) {
                         format!("{this} is listed twice")
                     } else if list.len() == 1 {
@@ -582,7 +604,11 @@ fn filter(ctx: &SourceCtx<'_>, v: &Value, scope: &Scope, p: &mut Problems) -> Ve
     match v {
         Value::Mapping(m) => condition(ctx, m, "filter", scope, p).into_iter().collect(),
         Value::Sequence(items) if items.is_empty() => {
-            p.push(scope, "filter", "an empty list: omit filter to take every hook");
+            p.push(
+                scope,
+                "filter",
+                "an empty list: omit filter to take every hook",
+            );
             Vec::new()
         }
         Value::Sequence(items) => {
@@ -594,7 +620,10 @@ fn filter(ctx: &SourceCtx<'_>, v: &Value, scope: &Scope, p: &mut Problems) -> Ve
                     other => p.push(
                         scope,
                         option,
-                        format!("must be a condition, {FILTER_FORMS}; found {}", show(Some(other))),
+                        format!(
+                            "must be a condition, {FILTER_FORMS}; found {}",
+                            show(Some(other))
+                        ),
                     ),
                 }
             }
@@ -643,7 +672,11 @@ fn condition(
             None
         }
         (None, None) => {
-            p.push(scope, option, format!("reads nothing: write {FILTER_FORMS}"));
+            p.push(
+                scope,
+                option,
+                format!("reads nothing: write {FILTER_FORMS}"),
+            );
             None
         }
         (Some(Value::String(h)), None) => match check_header_name(h) {
@@ -665,15 +698,27 @@ fn condition(
             Ok(path) => Some(KeySource::Json(path)),
         },
         (Some(other), None) => {
-            p.push(scope, option, format!("header: must be a header name, found {}", show(Some(other))));
+            p.push(
+                scope,
+                option,
+                format!("header: must be a header name, found {}", show(Some(other))),
+            );
             None
         }
         (None, Some(other)) => {
-            p.push(scope, option, format!("json: must be a dot path, found {}", show(Some(other))));
+            p.push(
+                scope,
+                option,
+                format!("json: must be a dot path, found {}", show(Some(other))),
+            );
             None
         }
     };
-    let given: Vec<&str> = FILTER_TESTS.iter().copied().filter(|t| m.get(*t).is_some()).collect();
+    let given: Vec<&str> = FILTER_TESTS
+        .iter()
+        .copied()
+        .filter(|t| m.get(*t).is_some())
+        .collect();
     let test = match given.as_slice() {
         [] => {
             p.push(
@@ -700,11 +745,20 @@ fn condition(
     if p.0.len() > before {
         return None;
     }
-    Some(FilterCondition { on: on?, test: test? })
+    Some(FilterCondition {
+        on: on?,
+        test: test?,
+    })
 }
 
 /// The test `name` of a filter condition, its value `v`.
-fn filter_test(name: &str, v: &Value, option: &str, scope: &Scope, p: &mut Problems) -> Option<FilterTest> {
+fn filter_test(
+    name: &str,
+    v: &Value,
+    option: &str,
+    scope: &Scope,
+    p: &mut Problems,
+) -> Option<FilterTest> {
     let text = |v: &Value| match v {
         Value::String(s) => Ok(s.clone()),
         other => Err(format!(
@@ -716,7 +770,10 @@ fn filter_test(name: &str, v: &Value, option: &str, scope: &Scope, p: &mut Probl
         "equals" => text(v).map(FilterTest::Equals),
         "prefix" => text(v).and_then(|s| {
             if s.is_empty() {
-                Err("is empty, so it would match every string: use exists: true, or omit filter".to_owned())
+                Err(
+                    "is empty, so it would match every string: use exists: true, or omit filter"
+                        .to_owned(),
+                )
             } else {
                 Ok(FilterTest::Prefix(s))
             }
@@ -731,14 +788,21 @@ fn filter_test(name: &str, v: &Value, option: &str, scope: &Scope, p: &mut Probl
                 .map(|(i, x)| text(x).map_err(|m| format!("value {i} {m}")))
                 .collect::<Result<Vec<_>, _>>()
                 .map(FilterTest::OneOf),
-            other => Err(format!("must be a list of strings, found {}", show(Some(other)))),
+            other => Err(format!(
+                "must be a list of strings, found {}",
+                show(Some(other))
+            )),
         },
         _ => match v {
             Value::Bool(b) => Ok(FilterTest::Exists(*b)),
-            other => Err(format!("must be true or false, found {}", show(Some(other)))),
+            other => Err(format!(
+                "must be true or false, found {}",
+                show(Some(other))
+            )),
         },
     };
-    r.map_err(|m| p.push(scope, option, format!("{name} {m}"))).ok()
+    r.map_err(|m| p.push(scope, option, format!("{name} {m}")))
+        .ok()
 }
 
 /// The store_headers rule of ADR 0004 section 2 for a header that `option`
@@ -748,12 +812,27 @@ fn filter_test(name: &str, v: &Value, option: &str, scope: &Scope, p: &mut Probl
 /// for the messages that refuse such a header (ordering_key, filter,
 /// forward_headers).
 fn policy_words(ctx: &SourceCtx<'_>, action: HeaderAction) -> (&'static str, &'static str) {
-    let whose = if ctx.overridden { "the source's store_headers override" } else { "the instance store_headers policy" };
-    let verb = if action == HeaderAction::Drop { "drops" } else { "hashes" };
+    let whose = if ctx.overridden {
+        "the source's store_headers override"
+    } else {
+        "the instance store_headers policy"
+    };
+    let verb = if action == HeaderAction::Drop {
+        "drops"
+    } else {
+        "hashes"
+    };
     (whose, verb)
 }
 
-fn kept_header(ctx: &SourceCtx<'_>, h: &str, option: &str, what: &str, scope: &Scope, p: &mut Problems) {
+fn kept_header(
+    ctx: &SourceCtx<'_>,
+    h: &str,
+    option: &str,
+    what: &str,
+    scope: &Scope,
+    p: &mut Problems,
+) {
     let action = ctx.store_headers.action(h);
     if action == HeaderAction::Keep {
         return;

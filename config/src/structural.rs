@@ -15,7 +15,15 @@ use crate::{SourceCheck, validate};
 
 /// The top-level sections, for [`Scope::Section`].
 const SECTIONS: [&str; 9] = [
-    "node", "listeners", "store_headers", "dispatch", "retry", "breaker", "retention", "tenants", "sources",
+    "node",
+    "listeners",
+    "store_headers",
+    "dispatch",
+    "retry",
+    "breaker",
+    "retention",
+    "tenants",
+    "sources",
 ];
 
 /// Every problem of `text`, which the parser refused with `first`.
@@ -78,7 +86,10 @@ pub(crate) fn every_problem(
     // are tried in file order), so let it say where.
     if let Some((path, what)) = split_path(&first.to_string()) {
         let p0 = &mut problems[0];
-        let inner = path.split_once('.').map(|(_, rest)| rest.to_owned()).unwrap_or_default();
+        let inner = path
+            .split_once('.')
+            .map(|(_, rest)| rest.to_owned())
+            .unwrap_or_default();
         if p0.option.is_empty() || inner.ends_with(p0.option.as_str()) {
             p0.option = inner;
             p0.message = what;
@@ -86,7 +97,8 @@ pub(crate) fn every_problem(
     }
     match serde_yaml_ng::from_value::<RawConfig>(Value::Mapping(kept)) {
         Ok(raw) => {
-            if let Err(ConfigError::Invalid { problems: more }) = validate::config(raw, env, check) {
+            if let Err(ConfigError::Invalid { problems: more }) = validate::config(raw, env, check)
+            {
                 problems.extend(more);
             }
         }
@@ -124,17 +136,27 @@ fn problem(key: &Value, index: Option<usize>, element: &Value, value: &Value) ->
         .map(|rest| rest.strip_prefix("[0]").unwrap_or(rest))
         .map(|rest| rest.trim_start_matches('.').to_owned())
         .unwrap_or_default();
-    let name = element.get("name").and_then(Value::as_str).map(str::to_owned);
+    let name = element
+        .get("name")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let scope = match (key_text, name, index) {
         ("sources", Some(source_name), _) => Scope::Source { source_name },
         ("tenants", Some(tenant), _) => Scope::Tenant { tenant },
-        (_, _, Some(i)) => Scope::Element { section: section(key_text), index: i },
+        (_, _, Some(i)) => Scope::Element {
+            section: section(key_text),
+            index: i,
+        },
         _ => match SECTIONS.iter().find(|s| **s == key_text) {
             Some(s) => Scope::Section(s),
             None => Scope::File,
         },
     };
-    Problem { scope, option: inner, message: what }
+    Problem {
+        scope,
+        option: inner,
+        message: what,
+    }
 }
 
 fn section(key: &str) -> &'static str {

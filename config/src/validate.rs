@@ -7,16 +7,17 @@ use std::net::SocketAddr;
 use std::path::{Component, Path, PathBuf};
 
 use crate::defaults as d;
-use crate::limits as max;
 use crate::error::{ConfigError, Problems, Scope};
+use crate::limits as max;
 use crate::model::{
     Breaker, Challenge, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy, HmacAlgorithm,
-    JsonPath, KeySource, Listeners, Node, OnInvalidSignature, Otel, Retention, Retry, SignatureEncoding,
-    SinkKind, Source, StoreBackend, LogFormat, Tenant, TenantBinding, TypedOptions, Verification,
+    JsonPath, KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Otel, Retention, Retry,
+    SignatureEncoding, SinkKind, Source, StoreBackend, Tenant, TenantBinding, TypedOptions,
+    Verification,
 };
 use crate::raw::{
-    RawAction, RawAlgorithm, RawConfig, RawDedupe, RawEncoding, RawHeaderPolicy, RawOnInvalid,
-    RawOtel, RawScheme, RawSource, RawStore, RawLogFormat, RawVerification,
+    RawAction, RawAlgorithm, RawConfig, RawDedupe, RawEncoding, RawHeaderPolicy, RawLogFormat,
+    RawOnInvalid, RawOtel, RawScheme, RawSource, RawStore, RawVerification,
 };
 use crate::secret::{self, EnvLookup, Secret};
 use crate::sink;
@@ -52,7 +53,15 @@ pub(crate) fn config(
     let breaker = breaker(&raw, &mut p);
     let retention = retention(&raw, &mut p);
     let tenants = tenants(&raw, &mut p);
-    let sources = sources(&raw.sources, &tenants, &store_headers, &retry, env, check, &mut p);
+    let sources = sources(
+        &raw.sources,
+        &tenants,
+        &store_headers,
+        &retry,
+        env,
+        check,
+        &mut p,
+    );
     sink_paths_outside(&node.data_dir, &sources, &mut p);
 
     if !p.0.is_empty() {
@@ -135,7 +144,14 @@ fn node(raw: &RawConfig, p: &mut Problems) -> Node {
         Some(RawStore::Fjall) => StoreBackend::Fjall,
         Some(RawStore::Memory) => StoreBackend::Memory,
     };
-    let max_pending = bounded(n.max_pending, d::NODE_MAX_PENDING, max::MAX_PENDING, &scope, "max_pending", p);
+    let max_pending = bounded(
+        n.max_pending,
+        d::NODE_MAX_PENDING,
+        max::MAX_PENDING,
+        &scope,
+        "max_pending",
+        p,
+    );
     let max_pending_bytes = bounded(
         n.max_pending_bytes,
         d::NODE_MAX_PENDING_BYTES,
@@ -166,7 +182,9 @@ fn node(raw: &RawConfig, p: &mut Problems) -> Node {
 fn otel(o: &RawOtel, p: &mut Problems) -> Otel {
     let scope = Scope::Section("node");
     if let Some(e) = &o.endpoint {
-        let host = e.strip_prefix("http://").or_else(|| e.strip_prefix("https://"));
+        let host = e
+            .strip_prefix("http://")
+            .or_else(|| e.strip_prefix("https://"));
         let ok = host.is_some_and(|h| !h.is_empty() && !h.starts_with('/'))
             && !e.chars().any(|c| c.is_whitespace() || c.is_control());
         if !ok {
@@ -181,19 +199,29 @@ fn otel(o: &RawOtel, p: &mut Problems) -> Otel {
         }
     }
     if o.service_name.as_ref().is_some_and(|s| s.trim().is_empty()) {
-        p.push(&scope, "otel.service_name", "must not be empty (leave it out for OTEL_SERVICE_NAME, else ankusa)");
+        p.push(
+            &scope,
+            "otel.service_name",
+            "must not be empty (leave it out for OTEL_SERVICE_NAME, else ankusa)",
+        );
     }
     if o.filter.as_ref().is_some_and(|f| f.trim().is_empty()) {
         p.push(
             &scope,
             "otel.filter",
-            format!("must not be empty (leave it out for {}; `off` exports nothing)", d::OTEL_FILTER),
+            format!(
+                "must not be empty (leave it out for {}; `off` exports nothing)",
+                d::OTEL_FILTER
+            ),
         );
     }
     Otel {
         endpoint: o.endpoint.clone(),
         service_name: o.service_name.clone(),
-        filter: o.filter.clone().unwrap_or_else(|| d::OTEL_FILTER.to_owned()),
+        filter: o
+            .filter
+            .clone()
+            .unwrap_or_else(|| d::OTEL_FILTER.to_owned()),
     }
 }
 
@@ -260,7 +288,11 @@ fn listeners(raw: &RawConfig, env: EnvLookup<'_>, p: &mut Problems) -> Listeners
     };
     let metrics_require_token = l.metrics_require_token.unwrap_or(false);
     if metrics_require_token && l.admin_token.is_none() {
-        p.push(&scope, "metrics_require_token", "requires admin_token (there is no token to require)");
+        p.push(
+            &scope,
+            "metrics_require_token",
+            "requires admin_token (there is no token to require)",
+        );
     }
     let body_limit_bytes = bounded(
         l.body_limit_bytes,
@@ -412,7 +444,11 @@ fn retry(raw: &RawConfig, p: &mut Problems) -> Retry {
         ("retry_after_max_ms", r.retry_after_max_ms),
     ] {
         if let Some(n) = value.filter(|n| *n > YEAR_MS) {
-            p.push(&scope, option, format!("{n} is more than a year ({YEAR_MS} ms): write milliseconds"));
+            p.push(
+                &scope,
+                option,
+                format!("{n} is more than a year ({YEAR_MS} ms): write milliseconds"),
+            );
         }
     }
     Retry {
@@ -449,7 +485,13 @@ fn breaker(raw: &RawConfig, p: &mut Problems) -> Breaker {
             format!("{distinct} is greater than failures ({failures}): {failures} failures come from at most {failures} lanes, so the breaker could never open"),
         );
     }
-    let open_ms = positive(raw.breaker.open_ms, d::BREAKER_OPEN_MS, &scope, "open_ms", p);
+    let open_ms = positive(
+        raw.breaker.open_ms,
+        d::BREAKER_OPEN_MS,
+        &scope,
+        "open_ms",
+        p,
+    );
     if open_ms > DAY_MS {
         p.push(
             &scope,
@@ -671,7 +713,10 @@ fn sources(
         // one option is, e.g. two bad names of one `forward_headers` list).
         let own = p.0.len();
         for extra in check(&source) {
-            if !p.0[..own].iter().any(|q| q.scope == extra.scope && q.option == extra.option) {
+            if !p.0[..own]
+                .iter()
+                .any(|q| q.scope == extra.scope && q.option == extra.option)
+            {
                 p.0.push(extra);
             }
         }
@@ -862,7 +907,14 @@ fn scheme_name(kind: RawScheme) -> &'static str {
 }
 
 fn dedupe(r: &RawDedupe, scope: &Scope, p: &mut Problems) -> Option<Dedupe> {
-    let ttl_ms = bounded(r.ttl_ms, d::DEDUPE_TTL_MS, max::DEDUPE_TTL_MS, scope, "dedupe.ttl_ms", p);
+    let ttl_ms = bounded(
+        r.ttl_ms,
+        d::DEDUPE_TTL_MS,
+        max::DEDUPE_TTL_MS,
+        scope,
+        "dedupe.ttl_ms",
+        p,
+    );
     let key = match (&r.header, &r.json) {
         (Some(_), Some(_)) => {
             p.push(scope, "dedupe", "give one of header or json, not both");
@@ -983,7 +1035,11 @@ fn sink_paths_outside(data_dir: &Path, sources: &[Source], p: &mut Problems) {
         for e in &s.sinks {
             let (option, path) = match (&e.typed, e.kind) {
                 (TypedOptions::File(f), _) => ("path", f.path.clone()),
-                (_, SinkKind::Pubsub) => match e.options.get("credentials").and_then(serde_yaml_ng::Value::as_str) {
+                (_, SinkKind::Pubsub) => match e
+                    .options
+                    .get("credentials")
+                    .and_then(serde_yaml_ng::Value::as_str)
+                {
                     Some(c) if !c.is_empty() => ("credentials", PathBuf::from(c)),
                     _ => continue,
                 },
@@ -1016,7 +1072,11 @@ pub(crate) fn resolved(path: &Path) -> PathBuf {
         std::env::current_dir().map_or_else(|_| path.to_path_buf(), |d| d.join(path))
     };
     // The parts still to walk, the next one last.
-    let mut todo: Vec<PathBuf> = absolute.components().rev().map(|c| PathBuf::from(c.as_os_str())).collect();
+    let mut todo: Vec<PathBuf> = absolute
+        .components()
+        .rev()
+        .map(|c| PathBuf::from(c.as_os_str()))
+        .collect();
     let mut out = PathBuf::new();
     // Links followed: a loop stops being followed (the kernel's own limit).
     let mut hops = 0;
@@ -1034,7 +1094,12 @@ pub(crate) fn resolved(path: &Path) -> PathBuf {
                 {
                     hops += 1;
                     out.pop();
-                    todo.extend(target.components().rev().map(|c| PathBuf::from(c.as_os_str())));
+                    todo.extend(
+                        target
+                            .components()
+                            .rev()
+                            .map(|c| PathBuf::from(c.as_os_str())),
+                    );
                 }
             }
         }
@@ -1059,7 +1124,9 @@ fn scrub_env_values(problems: &mut [crate::Problem], read: &[(String, String)]) 
             let redacted = secret::redact_url(value);
             for form in [redacted.as_str(), value.as_str()] {
                 for (open, close) in [("\"", "\""), ("`", "`"), ("'", "'")] {
-                    problem.message = problem.message.replace(&format!("{open}{form}{close}"), &shown);
+                    problem.message = problem
+                        .message
+                        .replace(&format!("{open}{form}{close}"), &shown);
                 }
                 if value.len() >= 8 {
                     problem.message = problem.message.replace(form, &shown);

@@ -64,7 +64,9 @@ impl Condition {
     fn present(&self, headers: &[Header<'_>], body: &ParsedBody<'_>) -> bool {
         match &self.on {
             KeySpec::Header(name) => first_header(headers, name).is_some(),
-            KeySpec::Json(path) => body.value_at(path).is_some_and(|v| !matches!(v, Value::Null)),
+            KeySpec::Json(path) => body
+                .value_at(path)
+                .is_some_and(|v| !matches!(v, Value::Null)),
         }
     }
 }
@@ -132,7 +134,10 @@ mod tests {
         assert!(cond(json("type"), prefix("invoice.")).matches(&[], &b));
         assert!(!cond(json("type"), prefix("charge.")).matches(&[], &b));
         assert!(cond(json("type"), eq("invoice.paid")).matches(&[], &b));
-        assert!(!cond(json("type"), eq("invoice.PAID")).matches(&[], &b), "case-sensitive");
+        assert!(
+            !cond(json("type"), eq("invoice.PAID")).matches(&[], &b),
+            "case-sensitive"
+        );
         assert!(!cond(json("type"), eq("invoice.pai")).matches(&[], &b));
         assert!(cond(json("data.object.status"), one_of(&["open", "paid"])).matches(&[], &b));
         assert!(!cond(json("data.object.status"), one_of(&["open", "void"])).matches(&[], &b));
@@ -162,7 +167,12 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_json_matches_only_exists_false() {
-        for body in [&b"type=invoice.paid"[..], b"", b"\xff\xfe", b"{\"type\":\"invoice.paid\""] {
+        for body in [
+            &b"type=invoice.paid"[..],
+            b"",
+            b"\xff\xfe",
+            b"{\"type\":\"invoice.paid\"",
+        ] {
             let b = ParsedBody::new(body);
             assert!(!cond(json("type"), prefix("invoice.")).matches(&[], &b));
             assert!(!cond(json("type"), Test::Exists(true)).matches(&[], &b));
@@ -188,7 +198,10 @@ mod tests {
         let b = ParsedBody::new(b"not json");
         let f = |name: &str, t: Test| cond(header(name), t).matches(&hs, &b);
         assert!(f("x-github-event", one_of(&["push", "pull_request"])));
-        assert!(!f("x-github-event", eq("issues")), "only the first value counts");
+        assert!(
+            !f("x-github-event", eq("issues")),
+            "only the first value counts"
+        );
         assert!(f("X-GITHUB-EVENT", eq("push")));
         assert!(!f("x-github-event", eq("Push")));
         assert!(f("x-empty", Test::Exists(true)), "an empty header exists");
@@ -206,16 +219,28 @@ mod tests {
         let hs: Vec<Header<'_>> = vec![(&b"stripe-signature"[..], &b"t=1,v1=00"[..])];
         let b = ParsedBody::new(STRIPE);
         let all = Filter::new(vec![
-            Condition { on: header("stripe-signature"), test: Test::Exists(true) },
-            Condition { on: json("type"), test: prefix("invoice.") },
-            Condition { on: json("data.object.status"), test: eq("paid") },
+            Condition {
+                on: header("stripe-signature"),
+                test: Test::Exists(true),
+            },
+            Condition {
+                on: json("type"),
+                test: prefix("invoice."),
+            },
+            Condition {
+                on: json("data.object.status"),
+                test: eq("paid"),
+            },
         ]);
         assert!(all.matches(&hs, &b));
         assert!(b.is_decoded());
         let mut one_fails = all.clone();
         one_fails.conditions[2].test = eq("open");
         assert!(!one_fails.matches(&hs, &b));
-        assert!(Filter::default().matches(&[], &ParsedBody::new(b"\xff")), "no condition: every hook");
+        assert!(
+            Filter::default().matches(&[], &ParsedBody::new(b"\xff")),
+            "no condition: every hook"
+        );
         assert!(Filter::default().is_empty());
     }
 }

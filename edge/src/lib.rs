@@ -43,10 +43,10 @@ pub mod fuzz;
 mod hex;
 mod keyspec;
 pub mod ordering;
-pub mod slack;
-pub mod verify;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod slack;
+pub mod verify;
 
 pub use body::{JSON_KEY_MAX_BYTES, ParsedBody};
 pub use keyspec::{KeySpec, KeySpecError};

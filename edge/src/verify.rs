@@ -521,11 +521,18 @@ fn parse_timestamp(text: &[u8]) -> Option<i64> {
 
 /// [`VerifyError::StaleTimestamp`]'s text: which way the timestamp is off.
 fn stale_message(skew_s: i64, tolerance_ms: u64) -> String {
-    let tolerance = if tolerance_ms.is_multiple_of(1000) { format!("{} s", tolerance_ms / 1000) } else { format!("{tolerance_ms} ms") };
+    let tolerance = if tolerance_ms.is_multiple_of(1000) {
+        format!("{} s", tolerance_ms / 1000)
+    } else {
+        format!("{tolerance_ms} ms")
+    };
     if skew_s >= 0 {
         format!("signature timestamp is {skew_s} s old (tolerance {tolerance})")
     } else {
-        format!("signature timestamp is {} s in the future (tolerance {tolerance})", skew_s.unsigned_abs())
+        format!(
+            "signature timestamp is {} s in the future (tolerance {tolerance})",
+            skew_s.unsigned_abs()
+        )
     }
 }
 
@@ -631,11 +638,19 @@ mod tests {
             })
         );
         assert_eq!(
-            VerifyError::StaleTimestamp { skew_s: 301, tolerance_ms: 300_000 }.to_string(),
+            VerifyError::StaleTimestamp {
+                skew_s: 301,
+                tolerance_ms: 300_000
+            }
+            .to_string(),
             "signature timestamp is 301 s old (tolerance 300 s)"
         );
         assert_eq!(
-            VerifyError::StaleTimestamp { skew_s: -600, tolerance_ms: 300_000 }.to_string(),
+            VerifyError::StaleTimestamp {
+                skew_s: -600,
+                tolerance_ms: 300_000
+            }
+            .to_string(),
             "signature timestamp is 600 s in the future (tolerance 300 s)"
         );
         assert_eq!(

@@ -86,7 +86,10 @@ impl Batch {
 
     /// Appends a delete of `key` in `cf`.
     pub fn delete(&mut self, cf: Cf, key: impl Into<Vec<u8>>) -> &mut Self {
-        self.ops.push(Op::Delete { cf, key: key.into() });
+        self.ops.push(Op::Delete {
+            cf,
+            key: key.into(),
+        });
         self
     }
 
@@ -100,7 +103,10 @@ impl Batch {
     /// is dropped: it would change nothing and cost a write.
     pub fn counter_add(&mut self, key: impl Into<Vec<u8>>, delta: i64) -> &mut Self {
         if delta != 0 {
-            self.ops.push(Op::CounterAdd { key: key.into(), delta });
+            self.ops.push(Op::CounterAdd {
+                key: key.into(),
+                delta,
+            });
         }
         self
     }
@@ -160,7 +166,9 @@ impl Batch {
                 }
                 Op::DeleteRange { cf, range } => {
                     *cf == crate::COUNTER_CF
-                        && first.keys().any(|k| *k >= range.start.as_slice() && *k < range.end.as_slice())
+                        && first
+                            .keys()
+                            .any(|k| *k >= range.start.as_slice() && *k < range.end.as_slice())
                 }
                 Op::CounterAdd { .. } => false,
             })
@@ -175,7 +183,9 @@ impl Batch {
             .into_iter()
             .enumerate()
             .filter_map(|(i, op)| match op {
-                Op::CounterAdd { key, .. } => sum_at.get(&i).map(|&delta| Op::CounterAdd { key, delta }),
+                Op::CounterAdd { key, .. } => {
+                    sum_at.get(&i).map(|&delta| Op::CounterAdd { key, delta })
+                }
                 other => Some(other),
             })
             .collect()
@@ -205,13 +215,20 @@ impl Batch {
     /// # Errors
     /// [`EngineError::InvalidBatch`] naming the op.
     pub fn validate(&self) -> Result<(), EngineError> {
-        let bad = |i: usize, what: String| Err(EngineError::InvalidBatch(format!("op {i}: {what}")));
+        let bad =
+            |i: usize, what: String| Err(EngineError::InvalidBatch(format!("op {i}: {what}")));
         let check_key = |i: usize, key: &[u8]| {
             if key.is_empty() {
                 return bad(i, "empty key".into());
             }
             if key.len() > MAX_KEY_BYTES {
-                return bad(i, format!("key of {} bytes, over the {MAX_KEY_BYTES}-byte limit", key.len()));
+                return bad(
+                    i,
+                    format!(
+                        "key of {} bytes, over the {MAX_KEY_BYTES}-byte limit",
+                        key.len()
+                    ),
+                );
             }
             Ok(())
         };
@@ -266,11 +283,27 @@ mod tests {
         assert_eq!(
             b.into_ops_coalesced(),
             vec![
-                Op::CounterAdd { key: b"pending".to_vec(), delta: 2 },
-                Op::Put { cf: Cf::Index, key: b"k1".to_vec(), value: b"v".to_vec() },
-                Op::CounterAdd { key: b"bytes".to_vec(), delta: 2148 },
-                Op::CounterAdd { key: b"inflight".to_vec(), delta: 0 },
-                Op::Delete { cf: Cf::Index, key: b"k2".to_vec() },
+                Op::CounterAdd {
+                    key: b"pending".to_vec(),
+                    delta: 2
+                },
+                Op::Put {
+                    cf: Cf::Index,
+                    key: b"k1".to_vec(),
+                    value: b"v".to_vec()
+                },
+                Op::CounterAdd {
+                    key: b"bytes".to_vec(),
+                    delta: 2148
+                },
+                Op::CounterAdd {
+                    key: b"inflight".to_vec(),
+                    delta: 0
+                },
+                Op::Delete {
+                    cf: Cf::Index,
+                    key: b"k2".to_vec()
+                },
             ],
             "inflight nets to zero and is still written"
         );
@@ -280,26 +313,61 @@ mod tests {
     fn into_ops_coalesced_keeps_the_order_when_another_op_touches_the_counters() {
         let mut b = Batch::new();
         b.counter_add(b"pending".to_vec(), 1)
-            .delete_range(crate::COUNTER_CF, KeyRange { start: b"a".to_vec(), end: b"z".to_vec() })
+            .delete_range(
+                crate::COUNTER_CF,
+                KeyRange {
+                    start: b"a".to_vec(),
+                    end: b"z".to_vec(),
+                },
+            )
             .counter_add(b"pending".to_vec(), 1);
         let ops = b.clone().into_ops();
-        assert_eq!(b.into_ops_coalesced(), ops, "a range delete over the counter");
+        assert_eq!(
+            b.into_ops_coalesced(),
+            ops,
+            "a range delete over the counter"
+        );
         let mut b = Batch::new();
-        b.counter_add(b"pending".to_vec(), 1).put(crate::COUNTER_CF, b"pending".to_vec(), 7i64.to_be_bytes().to_vec()).counter_add(b"pending".to_vec(), 1);
+        b.counter_add(b"pending".to_vec(), 1)
+            .put(
+                crate::COUNTER_CF,
+                b"pending".to_vec(),
+                7i64.to_be_bytes().to_vec(),
+            )
+            .counter_add(b"pending".to_vec(), 1);
         let ops = b.clone().into_ops();
         assert_eq!(b.into_ops_coalesced(), ops, "a put of the counter");
         // A range or a put beside the counter, not over it: summed.
         let mut b = Batch::new();
         b.counter_add(b"pending".to_vec(), 1)
-            .delete_range(crate::COUNTER_CF, KeyRange { start: b"q".to_vec(), end: b"z".to_vec() })
+            .delete_range(
+                crate::COUNTER_CF,
+                KeyRange {
+                    start: b"q".to_vec(),
+                    end: b"z".to_vec(),
+                },
+            )
             .put(crate::COUNTER_CF, b"other".to_vec(), b"v".to_vec())
             .counter_add(b"pending".to_vec(), 1);
         assert_eq!(
             b.into_ops_coalesced(),
             vec![
-                Op::CounterAdd { key: b"pending".to_vec(), delta: 2 },
-                Op::DeleteRange { cf: crate::COUNTER_CF, range: KeyRange { start: b"q".to_vec(), end: b"z".to_vec() } },
-                Op::Put { cf: crate::COUNTER_CF, key: b"other".to_vec(), value: b"v".to_vec() },
+                Op::CounterAdd {
+                    key: b"pending".to_vec(),
+                    delta: 2
+                },
+                Op::DeleteRange {
+                    cf: crate::COUNTER_CF,
+                    range: KeyRange {
+                        start: b"q".to_vec(),
+                        end: b"z".to_vec()
+                    }
+                },
+                Op::Put {
+                    cf: crate::COUNTER_CF,
+                    key: b"other".to_vec(),
+                    value: b"v".to_vec()
+                },
             ]
         );
     }

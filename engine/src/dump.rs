@@ -150,7 +150,9 @@ pub enum DumpError {
         found: u16,
     },
     /// [`import`] into a store that already holds keys.
-    #[error("the target store is not empty (cf {cf} holds keys): import loads into an empty store only")]
+    #[error(
+        "the target store is not empty (cf {cf} holds keys): import loads into an empty store only"
+    )]
     NotEmpty {
         /// The first column family found with a key.
         cf: &'static str,
@@ -159,7 +161,10 @@ pub enum DumpError {
 
 impl DumpError {
     fn corrupt(at: Position, problem: impl Into<String>) -> Self {
-        DumpError::Corrupt { at, problem: problem.into() }
+        DumpError::Corrupt {
+            at,
+            problem: problem.into(),
+        }
     }
 }
 
@@ -191,7 +196,9 @@ struct Counted<W> {
 
 impl<W: Write> Counted<W> {
     fn put(&mut self, buf: &[u8]) -> Result<(), DumpError> {
-        self.out.write_all(buf).map_err(io_err("writing the dump"))?;
+        self.out
+            .write_all(buf)
+            .map_err(io_err("writing the dump"))?;
         self.bytes += buf.len() as u64;
         Ok(())
     }
@@ -236,7 +243,11 @@ pub fn export<R: Read + ?Sized, W: Write>(
         Some(v) => String::from_utf8_lossy(&v).into_owned(),
         None => backend.to_owned(),
     };
-    let header = Header { dump_version: DUMP_VERSION, store_format, backend: origin };
+    let header = Header {
+        dump_version: DUMP_VERSION,
+        store_format,
+        backend: origin,
+    };
     let mut out = Counted { out, bytes: 0 };
     out.put(&header_bytes(&header))?;
     let mut counts = [0u64; 5];
@@ -293,7 +304,12 @@ pub fn export<R: Read + ?Sized, W: Write>(
     t.extend_from_slice(&crc.to_be_bytes());
     out.put(&t)?;
     out.out.flush().map_err(io_err("writing the dump"))?;
-    Ok(Summary { header, counts, file_bytes: out.bytes, digest })
+    Ok(Summary {
+        header,
+        counts,
+        file_bytes: out.bytes,
+        digest,
+    })
 }
 
 /// One record's bytes into `buf` (cleared first).
@@ -332,12 +348,20 @@ impl<R: io::Read> Source<R> {
                 Ok(0) => {
                     return Err(DumpError::corrupt(
                         at,
-                        format!("the dump ends in the middle of {what} (truncated at byte {})", self.offset + got as u64),
+                        format!(
+                            "the dump ends in the middle of {what} (truncated at byte {})",
+                            self.offset + got as u64
+                        ),
                     ));
                 }
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(DumpError::Io { what: "reading the dump", source: e }),
+                Err(e) => {
+                    return Err(DumpError::Io {
+                        what: "reading the dump",
+                        source: e,
+                    });
+                }
             }
         }
         self.offset += buf.len() as u64;
@@ -348,7 +372,13 @@ impl<R: io::Read> Source<R> {
         if self.fill(buf, at, what)? {
             Ok(())
         } else {
-            Err(DumpError::corrupt(at, format!("the dump ends before {what} (truncated at byte {})", self.offset)))
+            Err(DumpError::corrupt(
+                at,
+                format!(
+                    "the dump ends before {what} (truncated at byte {})",
+                    self.offset
+                ),
+            ))
         }
     }
 }
@@ -368,7 +398,10 @@ fn read_header<R: io::Read>(src: &mut Source<R>) -> Result<(Header, Vec<u8>), Du
     let mut fixed = [0u8; 8 + 2 + 4 + 1];
     src.exact(&mut fixed, at, "the header")?;
     if fixed[..8] != MAGIC {
-        return Err(DumpError::corrupt(at, "not an ankusa dump (its first 8 bytes are not ANKUSADP)"));
+        return Err(DumpError::corrupt(
+            at,
+            "not an ankusa dump (its first 8 bytes are not ANKUSADP)",
+        ));
     }
     let version = u16::from_be_bytes([fixed[8], fixed[9]]);
     if version != DUMP_VERSION {
@@ -382,11 +415,25 @@ fn read_header<R: io::Read>(src: &mut Source<R>) -> Result<(Header, Vec<u8>), Du
     all.extend_from_slice(&name);
     let computed = crc32fast::hash(&all);
     if be32(&crc) != computed {
-        return Err(DumpError::corrupt(at, format!("CRC32 mismatch (stored {:08x}, computed {computed:08x})", be32(&crc))));
+        return Err(DumpError::corrupt(
+            at,
+            format!(
+                "CRC32 mismatch (stored {:08x}, computed {computed:08x})",
+                be32(&crc)
+            ),
+        ));
     }
-    let backend = String::from_utf8(name).map_err(|_| DumpError::corrupt(at, "the backend name is not UTF-8"))?;
+    let backend = String::from_utf8(name)
+        .map_err(|_| DumpError::corrupt(at, "the backend name is not UTF-8"))?;
     all.extend_from_slice(&crc);
-    Ok((Header { dump_version: version, store_format: be32(&fixed[10..14]), backend }, all))
+    Ok((
+        Header {
+            dump_version: version,
+            store_format: be32(&fixed[10..14]),
+            backend,
+        },
+        all,
+    ))
 }
 
 /// Reads the header of a dump (for a tool that says what a dump holds before
@@ -445,14 +492,19 @@ pub fn import<K: Kv, R: io::Read>(
         if !src.fill(&mut tag, at, "a record")? {
             return Err(DumpError::corrupt(
                 at,
-                format!("the dump ends after {index} records at byte {offset}, without its trailer (truncated)"),
+                format!(
+                    "the dump ends after {index} records at byte {offset}, without its trailer (truncated)"
+                ),
             ));
         }
         match tag[0] {
             RECORD_TAG => {}
             END_TAG => break offset,
             other => {
-                return Err(DumpError::corrupt(at, format!("unknown tag {other:#04x} (expected a record 'R' or the trailer 'E')")));
+                return Err(DumpError::corrupt(
+                    at,
+                    format!("unknown tag {other:#04x} (expected a record 'R' or the trailer 'E')"),
+                ));
             }
         }
         let mut rec = vec![RECORD_TAG];
@@ -464,11 +516,14 @@ pub fn import<K: Kv, R: io::Read>(
         if stored != frame_crc {
             return Err(DumpError::corrupt(
                 at,
-                format!("CRC32 mismatch in the record's framing (stored {stored:08x}, computed {frame_crc:08x})"),
+                format!(
+                    "CRC32 mismatch in the record's framing (stored {stored:08x}, computed {frame_crc:08x})"
+                ),
             ));
         }
         rec.extend_from_slice(&frame[FRAME_LEN - 1..]);
-        let cf = cf_of(frame[0]).ok_or_else(|| DumpError::corrupt(at, format!("unknown column family {}", frame[0])))?;
+        let cf = cf_of(frame[0])
+            .ok_or_else(|| DumpError::corrupt(at, format!("unknown column family {}", frame[0])))?;
         let klen = usize::from(u16::from_be_bytes([frame[1], frame[2]]));
         let vlen = be32(&frame[3..7]) as usize;
         if klen == 0 {
@@ -481,23 +536,39 @@ pub fn import<K: Kv, R: io::Read>(
         src.exact(&mut crc, at, "a record's CRC32")?;
         let computed = crc32fast::hash(&rec);
         if be32(&crc) != computed {
-            return Err(DumpError::corrupt(at, format!("CRC32 mismatch (stored {:08x}, computed {computed:08x})", be32(&crc))));
+            return Err(DumpError::corrupt(
+                at,
+                format!(
+                    "CRC32 mismatch (stored {:08x}, computed {computed:08x})",
+                    be32(&crc)
+                ),
+            ));
         }
         rec.extend_from_slice(&crc);
         let key = &rec[head..head + klen];
         if cf == Cf::Meta && key == origin_key {
-            return Err(DumpError::corrupt(at, "a record of the origin key, which only the header carries"));
+            return Err(DumpError::corrupt(
+                at,
+                "a record of the origin key, which only the header carries",
+            ));
         }
         if let Some((lcf, lkey)) = &last
             && (*lcf, lkey.as_slice()) >= (cf, key)
         {
-            return Err(DumpError::corrupt(at, "records out of order (each column family in order, keys ascending)"));
+            return Err(DumpError::corrupt(
+                at,
+                "records out of order (each column family in order, keys ascending)",
+            ));
         }
         last = Some((cf, key.to_vec()));
         digest.update(&rec);
         record_bytes += rec.len() as u64;
         counts[cf.index()] += 1;
-        batch.put(cf, key.to_vec(), rec[head + klen..head + klen + vlen].to_vec());
+        batch.put(
+            cf,
+            key.to_vec(),
+            rec[head + klen..head + klen + vlen].to_vec(),
+        );
         batch_bytes += klen + vlen;
         batch_records += 1;
         index += 1;
@@ -516,38 +587,66 @@ pub fn import<K: Kv, R: io::Read>(
     let computed = crc32fast::hash(&body);
     let stored = be32(&t[t.len() - 4..]);
     if stored != computed {
-        return Err(DumpError::corrupt(at, format!("CRC32 mismatch (stored {stored:08x}, computed {computed:08x})")));
+        return Err(DumpError::corrupt(
+            at,
+            format!("CRC32 mismatch (stored {stored:08x}, computed {computed:08x})"),
+        ));
     }
     for (i, cf) in Cf::ALL.into_iter().enumerate() {
         let want = be64(&t[i * 8..]);
         if want != counts[i] {
             return Err(DumpError::corrupt(
                 at,
-                format!("the trailer counts {want} records of cf {}, the dump holds {}", cf.name(), counts[i]),
+                format!(
+                    "the trailer counts {want} records of cf {}, the dump holds {}",
+                    cf.name(),
+                    counts[i]
+                ),
             ));
         }
     }
     let want_bytes = be64(&t[40..]);
     if want_bytes != record_bytes {
-        return Err(DumpError::corrupt(at, format!("the trailer counts {want_bytes} bytes of records, the dump holds {record_bytes}")));
+        return Err(DumpError::corrupt(
+            at,
+            format!(
+                "the trailer counts {want_bytes} bytes of records, the dump holds {record_bytes}"
+            ),
+        ));
     }
     let digest = digest.finalize();
     let want_digest = be32(&t[48..]);
     if want_digest != digest {
-        return Err(DumpError::corrupt(at, format!("digest mismatch (stored {want_digest:08x}, computed {digest:08x})")));
+        return Err(DumpError::corrupt(
+            at,
+            format!("digest mismatch (stored {want_digest:08x}, computed {digest:08x})"),
+        ));
     }
     let mut extra = [0u8; 1];
     if src.fill(&mut extra, at, "")? {
-        return Err(DumpError::corrupt(at, format!("bytes after the trailer (at byte {})", src.offset - 1)));
+        return Err(DumpError::corrupt(
+            at,
+            format!("bytes after the trailer (at byte {})", src.offset - 1),
+        ));
     }
-    batch.put(Cf::Meta, origin_key.to_vec(), header.backend.as_bytes().to_vec());
+    batch.put(
+        Cf::Meta,
+        origin_key.to_vec(),
+        header.backend.as_bytes().to_vec(),
+    );
     kv.write(batch, Durability::Sync)?;
     progress(index, src.offset);
-    Ok(Summary { header, counts, file_bytes: src.offset, digest })
+    Ok(Summary {
+        header,
+        counts,
+        file_bytes: src.offset,
+        digest,
+    })
 }
 
 fn read_first<K: Kv>(kv: &K, cf: Cf) -> Result<bool, EngineError> {
-    Ok(kv.first(cf, &all_keys(), Direction::Forward)?.is_some() || kv.get(cf, &top_key())?.is_some())
+    Ok(kv.first(cf, &all_keys(), Direction::Forward)?.is_some()
+        || kv.get(cf, &top_key())?.is_some())
 }
 
 #[cfg(test)]
@@ -564,8 +663,16 @@ mod tests {
         let mut b = Batch::new();
         b.put(Cf::Meta, b"format".to_vec(), 2u32.to_be_bytes().to_vec());
         for i in 0..300u32 {
-            b.put(Cf::Hooks, i.to_be_bytes().to_vec(), vec![i as u8; (i as usize) * 7]);
-            b.put(Cf::Deliveries, [i.to_be_bytes(), [0; 4]].concat(), b"row".to_vec());
+            b.put(
+                Cf::Hooks,
+                i.to_be_bytes().to_vec(),
+                vec![i as u8; (i as usize) * 7],
+            );
+            b.put(
+                Cf::Deliveries,
+                [i.to_be_bytes(), [0; 4]].concat(),
+                b"row".to_vec(),
+            );
         }
         b.put(Cf::Index, vec![0xff; 5], Vec::new());
         b.counter_add(b"C\0\0\0\x01\x01".to_vec(), -42);
@@ -590,7 +697,10 @@ mod tests {
     fn everything(kv: &MemoryKv) -> Vec<(Cf, Vec<u8>, Vec<u8>)> {
         let mut all = Vec::new();
         for cf in Cf::ALL {
-            for (k, v) in kv.scan(cf, &all_keys(), Direction::Forward, usize::MAX).unwrap() {
+            for (k, v) in kv
+                .scan(cf, &all_keys(), Direction::Forward, usize::MAX)
+                .unwrap()
+            {
                 all.push((cf, k.to_vec(), v.to_vec()));
             }
             if let Some(v) = kv.get(cf, &top_key()).unwrap() {
@@ -611,7 +721,10 @@ mod tests {
         assert_eq!(summary.header.store_format, 2);
         assert_eq!(summary.file_bytes, first.len() as u64);
         assert_eq!(copy.counter(b"C\0\0\0\x01\x01").unwrap(), -42);
-        assert_eq!(copy.get(Cf::Meta, ORIGIN).unwrap().unwrap().as_ref(), b"rocksdb");
+        assert_eq!(
+            copy.get(Cf::Meta, ORIGIN).unwrap().unwrap().as_ref(),
+            b"rocksdb"
+        );
         // Exported again "from fjall": the header keeps the first origin.
         let second = dump_of(&copy, "fjall");
         assert_eq!(first, second);
@@ -637,7 +750,12 @@ mod tests {
             assert!(load(&bad).1.is_err(), "byte {i} flipped was accepted");
         }
         // A flipped value byte of record 5 is named with its index and offset.
-        let mut offset = header_bytes(&Header { dump_version: 1, store_format: 2, backend: "memory".into() }).len();
+        let mut offset = header_bytes(&Header {
+            dump_version: 1,
+            store_format: 2,
+            backend: "memory".into(),
+        })
+        .len();
         let mut rec = Vec::new();
         let entries = everything(&store());
         for (cf, k, v) in entries.iter().take(5) {
@@ -652,7 +770,11 @@ mod tests {
             matches!(e, DumpError::Corrupt { at: Position::Record { index: 5, offset: o }, .. } if o == offset as u64),
             "{e}"
         );
-        assert!(e.to_string().starts_with(&format!("record 5 (at byte {offset}): CRC32 mismatch")), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("record 5 (at byte {offset}): CRC32 mismatch")),
+            "{e}"
+        );
     }
 
     #[test]
@@ -661,7 +783,10 @@ mod tests {
         for cut in [0, 5, 20, bytes.len() / 2, bytes.len() - 60, bytes.len() - 1] {
             let (_, r) = load(&bytes[..cut]);
             let e = r.unwrap_err();
-            assert!(e.to_string().contains("truncated") || e.to_string().contains("ends"), "cut at {cut}: {e}");
+            assert!(
+                e.to_string().contains("truncated") || e.to_string().contains("ends"),
+                "cut at {cut}: {e}"
+            );
         }
         let mut longer = bytes.clone();
         longer.push(0);
@@ -672,12 +797,21 @@ mod tests {
     #[test]
     fn a_dropped_record_fails_the_counts() {
         let bytes = dump_of(&store(), "memory");
-        let h = header_bytes(&Header { dump_version: 1, store_format: 2, backend: "memory".into() }).len();
+        let h = header_bytes(&Header {
+            dump_version: 1,
+            store_format: 2,
+            backend: "memory".into(),
+        })
+        .len();
         // Record 0 is the meta format stamp: 12 framing + 6 key + 4 value + 4.
         let rec0 = 12 + 6 + 4 + 4;
         let bad = [&bytes[..h], &bytes[h + rec0..]].concat();
         let e = load(&bad).1.unwrap_err();
-        assert!(e.to_string().contains("the trailer counts 1 records of cf meta, the dump holds 0"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("the trailer counts 1 records of cf meta, the dump holds 0"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -21,7 +21,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 
-use crate::{Batch, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, OpStats, Poison, Read};
+use crate::{
+    Batch, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, OpStats, Poison, Read,
+};
 
 const BACKEND: &str = "fault";
 
@@ -87,7 +89,10 @@ impl<K: Kv> FaultKv<K> {
     /// Wraps `inner`; injected failures do not poison: the next write or sync
     /// after the chosen ones succeeds.
     pub fn transient(inner: K) -> Self {
-        FaultKv { transient: true, ..FaultKv::new(inner) }
+        FaultKv {
+            transient: true,
+            ..FaultKv::new(inner)
+        }
     }
 
     /// The wrapped store (reads and writes through it bypass the faults).
@@ -113,13 +118,19 @@ impl<K: Kv> FaultKv<K> {
     /// replaces a choice not yet used. `chosen` runs for each write until it
     /// accepts one, under a lock: keep it cheap and never write from it.
     pub fn fail_write_where(&self, chosen: impl Fn(&Batch) -> bool + Send + Sync + 'static) {
-        *self.fail_where.lock().unwrap_or_else(PoisonError::into_inner) = Some(Box::new(chosen));
+        *self
+            .fail_where
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(chosen));
     }
 
     /// Whether a choice of [`FaultKv::fail_write_where`] is still waiting for
     /// its batch.
     pub fn write_choice_pending(&self) -> bool {
-        self.fail_where.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+        self.fail_where
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
     }
 
     /// The next `n` syncs fail (and so does a `Durability::Sync` write, whose
@@ -168,17 +179,24 @@ impl<K: Kv> FaultKv<K> {
     }
 
     fn permits(&self) -> std::sync::MutexGuard<'_, Option<u64>> {
-        self.sync_permits.lock().unwrap_or_else(PoisonError::into_inner)
+        self.sync_permits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn take(counter: &AtomicU64) -> bool {
-        counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+        counter
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Whether `batch` is the one [`FaultKv::fail_write_where`] waits for
     /// (the choice is then used up).
     fn chosen(&self, batch: &Batch) -> bool {
-        let mut f = self.fail_where.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut f = self
+            .fail_where
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if f.as_ref().is_some_and(|f| f(batch)) {
             *f = None;
             return true;
@@ -187,7 +205,11 @@ impl<K: Kv> FaultKv<K> {
     }
 
     fn injected(&self, op: &'static str) -> EngineError {
-        let e = EngineError::Backend { backend: BACKEND, op, message: format!("injected {op} failure") };
+        let e = EngineError::Backend {
+            backend: BACKEND,
+            op,
+            message: format!("injected {op} failure"),
+        };
         if !self.transient {
             self.poison.set_by(&e);
         }
@@ -199,13 +221,20 @@ impl<K: Kv> FaultKv<K> {
         {
             let mut p = self.permits();
             while p.is_some_and(|left| left == 0) {
-                p = self.permits_changed.wait(p).unwrap_or_else(PoisonError::into_inner);
+                p = self
+                    .permits_changed
+                    .wait(p)
+                    .unwrap_or_else(PoisonError::into_inner);
             }
             if let Some(left) = p.as_mut() {
                 *left -= 1;
             }
         }
-        let result = if FaultKv::<K>::take(&self.fail_syncs) { Err(self.injected("sync")) } else { self.inner.sync() };
+        let result = if FaultKv::<K>::take(&self.fail_syncs) {
+            Err(self.injected("sync"))
+        } else {
+            self.inner.sync()
+        };
         self.syncs.fetch_add(1, Ordering::SeqCst);
         result
     }
@@ -215,7 +244,13 @@ impl<K: Kv> Read for FaultKv<K> {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<bytes::Bytes>, EngineError> {
         self.inner.get(cf, key)
     }
-    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    fn scan(
+        &self,
+        cf: Cf,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, EngineError> {
         self.inner.scan(cf, range, dir, limit)
     }
     fn counter(&self, key: &[u8]) -> Result<i64, EngineError> {
@@ -277,10 +312,23 @@ mod tests {
         kv.write(put("a"), Durability::Sync).unwrap();
         kv.fail_next_writes(1);
         let err = kv.write(put("b"), Durability::Buffered).unwrap_err();
-        assert!(matches!(err, EngineError::Backend { backend: "fault", op: "write", .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                EngineError::Backend {
+                    backend: "fault",
+                    op: "write",
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert_eq!(kv.get(Cf::Meta, b"b").unwrap(), None);
         let refused = kv.write(put("c"), Durability::Buffered).unwrap_err();
-        assert!(matches!(&refused, EngineError::Poisoned { cause, .. } if cause.contains("injected write failure")), "{refused}");
+        assert!(
+            matches!(&refused, EngineError::Poisoned { cause, .. } if cause.contains("injected write failure")),
+            "{refused}"
+        );
         assert!(matches!(kv.sync(), Err(EngineError::Poisoned { .. })));
         assert_eq!(kv.get(Cf::Meta, b"a").unwrap().as_deref(), Some(&b"1"[..]));
         assert_eq!(kv.writes(), 2);
@@ -295,7 +343,10 @@ mod tests {
         assert!(kv.write(put("a"), Durability::Buffered).is_err());
         kv.write(put("a"), Durability::Buffered).unwrap();
         let err = kv.sync().unwrap_err();
-        assert!(matches!(err, EngineError::Backend { op: "sync", .. }), "{err}");
+        assert!(
+            matches!(err, EngineError::Backend { op: "sync", .. }),
+            "{err}"
+        );
         kv.sync().unwrap();
         // A Sync write whose sync fails leaves its batch visible.
         kv.fail_next_syncs(1);
@@ -307,19 +358,32 @@ mod tests {
     #[test]
     fn a_write_chosen_by_its_batch_fails_and_the_others_pass() {
         let kv = FaultKv::transient(MemoryKv::new());
-        kv.fail_write_where(|b| b.ops().iter().any(|op| matches!(op, crate::Op::Put { key, .. } if key == b"b")));
+        kv.fail_write_where(|b| {
+            b.ops()
+                .iter()
+                .any(|op| matches!(op, crate::Op::Put { key, .. } if key == b"b"))
+        });
         assert!(kv.write_choice_pending());
         kv.write(put("a"), Durability::Buffered).unwrap();
         let err = kv.write(put("b"), Durability::Buffered).unwrap_err();
-        assert!(matches!(err, EngineError::Backend { op: "write", .. }), "{err}");
+        assert!(
+            matches!(err, EngineError::Backend { op: "write", .. }),
+            "{err}"
+        );
         assert!(!kv.write_choice_pending());
         assert_eq!(kv.get(Cf::Meta, b"b").unwrap(), None);
         // Used up: the same batch goes through now.
         kv.write(put("b"), Durability::Buffered).unwrap();
         // Unwrapped, the store is what the wrapper let through.
         let inner = kv.into_inner();
-        assert_eq!(inner.get(Cf::Meta, b"a").unwrap().as_deref(), Some(&b"1"[..]));
-        assert_eq!(inner.get(Cf::Meta, b"b").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(
+            inner.get(Cf::Meta, b"a").unwrap().as_deref(),
+            Some(&b"1"[..])
+        );
+        assert_eq!(
+            inner.get(Cf::Meta, b"b").unwrap().as_deref(),
+            Some(&b"1"[..])
+        );
         inner.write(put("c"), Durability::Sync).unwrap();
     }
 

@@ -204,7 +204,9 @@ pub enum EngineError {
         message: String,
     },
     /// An earlier commit or sync failed; this handle accepts no more writes.
-    #[error("{backend}: the store handle is poisoned by an earlier failed commit or sync ({cause}); restart to recover")]
+    #[error(
+        "{backend}: the store handle is poisoned by an earlier failed commit or sync ({cause}); restart to recover"
+    )]
     Poisoned {
         /// `memory`, `rocksdb` or `fjall`.
         backend: &'static str,
@@ -266,7 +268,12 @@ pub trait Read {
     ///
     /// # Errors
     /// As [`Read::scan`].
-    fn first(&self, cf: Cf, range: &KeyRange, dir: Direction) -> Result<Option<KeyValue>, EngineError> {
+    fn first(
+        &self,
+        cf: Cf,
+        range: &KeyRange,
+        dir: Direction,
+    ) -> Result<Option<KeyValue>, EngineError> {
         Ok(self.scan(cf, range, dir, 1)?.into_iter().next())
     }
 }
@@ -381,7 +388,8 @@ impl OpCounters {
     /// Counts one scan that returned `entries` entries.
     pub fn scan(&self, entries: usize) {
         self.seeks.fetch_add(1, Ordering::Relaxed);
-        self.entries_scanned.fetch_add(entries as u64, Ordering::Relaxed);
+        self.entries_scanned
+            .fetch_add(entries as u64, Ordering::Relaxed);
     }
     /// Counts one committed batch.
     pub fn batch(&self, batch_bytes: u64) {
@@ -415,7 +423,11 @@ impl Poison {
     /// [`EngineError::Poisoned`] after [`Poison::set`] or [`Poison::set_by`].
     pub fn check(&self, backend: &'static str) -> Result<(), EngineError> {
         if self.set.load(Ordering::Acquire) {
-            let cause = self.cause.get().cloned().unwrap_or_else(|| "its error was not recorded".to_owned());
+            let cause = self
+                .cause
+                .get()
+                .cloned()
+                .unwrap_or_else(|| "its error was not recorded".to_owned());
             Err(EngineError::Poisoned { backend, cause })
         } else {
             Ok(())
@@ -507,8 +519,10 @@ impl<R: Read + ?Sized> Iterator for ScanPages<'_, R> {
 /// Lower-case hex of `bytes`, for error messages and logs.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }

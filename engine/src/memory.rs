@@ -44,7 +44,10 @@ impl State {
             Op::Delete { cf, key } => self.set(cf.index(), key, None, undo),
             Op::DeleteRange { cf, range } => {
                 let doomed: Vec<Vec<u8>> = self.cfs[cf.index()]
-                    .range::<[u8], _>((Bound::Included(&range.start[..]), Bound::Excluded(&range.end[..])))
+                    .range::<[u8], _>((
+                        Bound::Included(&range.start[..]),
+                        Bound::Excluded(&range.end[..]),
+                    ))
                     .map(|(k, _)| k.clone())
                     .collect();
                 for k in doomed {
@@ -81,8 +84,10 @@ impl State {
         if range.is_empty() || limit == 0 {
             return Vec::new();
         }
-        let iter = self.cfs[cf.index()]
-            .range::<[u8], _>((Bound::Included(&range.start[..]), Bound::Excluded(&range.end[..])));
+        let iter = self.cfs[cf.index()].range::<[u8], _>((
+            Bound::Included(&range.start[..]),
+            Bound::Excluded(&range.end[..]),
+        ));
         let to_kv = |(k, v): (&Vec<u8>, &Bytes)| (Bytes::copy_from_slice(k), v.clone());
         match dir {
             Direction::Forward => iter.take(limit).map(to_kv).collect(),
@@ -133,7 +138,13 @@ impl Read for MemorySnapshot<'_> {
         self.counters.get();
         Ok(self.state.get(cf, key))
     }
-    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    fn scan(
+        &self,
+        cf: Cf,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, EngineError> {
         let out = self.state.scan(cf, range, dir, limit);
         self.counters.scan(out.len());
         Ok(out)
@@ -145,7 +156,13 @@ impl Read for MemoryKv {
         self.counters.get();
         Ok(self.current().get(cf, key))
     }
-    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    fn scan(
+        &self,
+        cf: Cf,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, EngineError> {
         let out = self.current().scan(cf, range, dir, limit);
         self.counters.scan(out.len());
         Ok(out)

@@ -31,7 +31,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use crate::{Batch, COUNTER_CF, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Op, OpStats, Read};
+use crate::{
+    Batch, COUNTER_CF, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Op, OpStats,
+    Read,
+};
 
 /// One mirrored counter.
 #[derive(Debug)]
@@ -60,11 +63,20 @@ impl<K: Kv> CounterMirror<K> {
     ///
     /// # Errors
     /// As [`Read::counter`]: a failed read, a stored value of the wrong width.
-    pub fn new(inner: Arc<K>, keys: impl IntoIterator<Item = Vec<u8>>) -> Result<Self, EngineError> {
+    pub fn new(
+        inner: Arc<K>,
+        keys: impl IntoIterator<Item = Vec<u8>>,
+    ) -> Result<Self, EngineError> {
         let mut counters = HashMap::new();
         for key in keys {
             let value = inner.counter(&key)?;
-            counters.insert(key, Mirrored { value: AtomicI64::new(value), live: AtomicBool::new(true) });
+            counters.insert(
+                key,
+                Mirrored {
+                    value: AtomicI64::new(value),
+                    live: AtomicBool::new(true),
+                },
+            );
         }
         Ok(CounterMirror { inner, counters })
     }
@@ -77,7 +89,9 @@ impl<K: Kv> CounterMirror<K> {
     /// Whether reads of `key`'s counter come from memory (it was given to
     /// [`CounterMirror::new`] and nothing has turned it back to the store).
     pub fn mirrors(&self, key: &[u8]) -> bool {
-        self.counters.get(key).is_some_and(|m| m.live.load(Ordering::Acquire))
+        self.counters
+            .get(key)
+            .is_some_and(|m| m.live.load(Ordering::Acquire))
     }
 }
 
@@ -85,7 +99,13 @@ impl<K: Kv> Read for CounterMirror<K> {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<bytes::Bytes>, EngineError> {
         self.inner.get(cf, key)
     }
-    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    fn scan(
+        &self,
+        cf: Cf,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, EngineError> {
         self.inner.scan(cf, range, dir, limit)
     }
     fn counter(&self, key: &[u8]) -> Result<i64, EngineError> {
@@ -122,7 +142,12 @@ impl<K: Kv> Kv for CounterMirror<K> {
                     }
                 }
                 Op::DeleteRange { cf, range } if *cf == COUNTER_CF => {
-                    touched.extend(self.counters.iter().filter(|(k, _)| range.contains(k)).map(|(_, m)| m));
+                    touched.extend(
+                        self.counters
+                            .iter()
+                            .filter(|(k, _)| range.contains(k))
+                            .map(|(_, m)| m),
+                    );
                 }
                 Op::Put { .. } | Op::Delete { .. } | Op::DeleteRange { .. } => {}
             }
@@ -187,14 +212,17 @@ mod tests {
 
     fn adds(pending: i64, bytes: i64, other: i64) -> Batch {
         let mut b = Batch::new();
-        b.counter_add(PENDING, pending).counter_add(BYTES, bytes).counter_add(OTHER, other);
+        b.counter_add(PENDING, pending)
+            .counter_add(BYTES, bytes)
+            .counter_add(OTHER, other);
         b.put(Cf::Hooks, b"h1".to_vec(), b"envelope".to_vec());
         b
     }
 
     fn mirror_of(kv: MemoryKv) -> (Arc<MemoryKv>, CounterMirror<MemoryKv>) {
         let kv = Arc::new(kv);
-        let m = CounterMirror::new(Arc::clone(&kv), [PENDING.to_vec(), BYTES.to_vec()]).expect("mirror");
+        let m = CounterMirror::new(Arc::clone(&kv), [PENDING.to_vec(), BYTES.to_vec()])
+            .expect("mirror");
         (kv, m)
     }
 
@@ -203,16 +231,44 @@ mod tests {
         let kv = MemoryKv::new();
         kv.write(adds(3, 300, 7), Durability::Sync).expect("write");
         let (store, m) = mirror_of(kv);
-        assert_eq!(m.counter(PENDING).expect("read"), 3, "the start value is read from the store");
-        m.write(adds(2, 200, 1), Durability::Buffered).expect("write");
+        assert_eq!(
+            m.counter(PENDING).expect("read"),
+            3,
+            "the start value is read from the store"
+        );
+        m.write(adds(2, 200, 1), Durability::Buffered)
+            .expect("write");
         m.write(adds(-4, -400, 0), Durability::Sync).expect("write");
         let before = store.stats().gets;
-        assert_eq!((m.counter(PENDING).expect("read"), m.counter(BYTES).expect("read")), (1, 100));
-        assert_eq!(store.stats().gets, before, "a mirrored read is no get of the store");
-        assert_eq!(m.counter(OTHER).expect("read"), 8, "a counter not mirrored is the store's");
+        assert_eq!(
+            (
+                m.counter(PENDING).expect("read"),
+                m.counter(BYTES).expect("read")
+            ),
+            (1, 100)
+        );
+        assert_eq!(
+            store.stats().gets,
+            before,
+            "a mirrored read is no get of the store"
+        );
+        assert_eq!(
+            m.counter(OTHER).expect("read"),
+            8,
+            "a counter not mirrored is the store's"
+        );
         assert_eq!(store.stats().gets, before + 1);
-        assert_eq!((store.counter(PENDING).expect("read"), store.counter(BYTES).expect("read")), (1, 100));
-        assert!(m.get(Cf::Hooks, b"h1").expect("get").is_some(), "the rest of the batch reached the store");
+        assert_eq!(
+            (
+                store.counter(PENDING).expect("read"),
+                store.counter(BYTES).expect("read")
+            ),
+            (1, 100)
+        );
+        assert!(
+            m.get(Cf::Hooks, b"h1").expect("get").is_some(),
+            "the rest of the batch reached the store"
+        );
     }
 
     #[test]
@@ -224,14 +280,25 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..500i64 {
                         let delta = if (i + t) % 3 == 0 { -1 } else { 2 };
-                        m.write(adds(delta, delta * 100, 0), Durability::Buffered).expect("write");
+                        m.write(adds(delta, delta * 100, 0), Durability::Buffered)
+                            .expect("write");
                     }
                 });
             }
         });
-        assert_eq!(m.counter(PENDING).expect("read"), store.counter(PENDING).expect("read"));
-        assert_eq!(m.counter(BYTES).expect("read"), store.counter(BYTES).expect("read"));
-        assert_ne!(store.counter(PENDING).expect("read"), 0, "the writers added something");
+        assert_eq!(
+            m.counter(PENDING).expect("read"),
+            store.counter(PENDING).expect("read")
+        );
+        assert_eq!(
+            m.counter(BYTES).expect("read"),
+            store.counter(BYTES).expect("read")
+        );
+        assert_ne!(
+            store.counter(PENDING).expect("read"),
+            0,
+            "the writers added something"
+        );
     }
 
     #[test]
@@ -239,12 +306,26 @@ mod tests {
         let (_store, m) = mirror_of(MemoryKv::new());
         m.write(adds(5, 500, 0), Durability::Sync).expect("write");
         let mut fix = Batch::new();
-        fix.put(COUNTER_CF, PENDING.to_vec(), crate::encode_counter(42).to_vec());
+        fix.put(
+            COUNTER_CF,
+            PENDING.to_vec(),
+            crate::encode_counter(42).to_vec(),
+        );
         m.write(fix, Durability::Sync).expect("write");
         assert!(!m.mirrors(PENDING) && m.mirrors(BYTES));
-        assert_eq!(m.counter(PENDING).expect("read"), 42, "the put's value, read from the store");
+        assert_eq!(
+            m.counter(PENDING).expect("read"),
+            42,
+            "the put's value, read from the store"
+        );
         m.write(adds(1, 1, 0), Durability::Sync).expect("write");
-        assert_eq!((m.counter(PENDING).expect("read"), m.counter(BYTES).expect("read")), (43, 501));
+        assert_eq!(
+            (
+                m.counter(PENDING).expect("read"),
+                m.counter(BYTES).expect("read")
+            ),
+            (43, 501)
+        );
         let mut wipe = Batch::new();
         wipe.delete_range(COUNTER_CF, KeyRange::prefix(b"c/"));
         m.write(wipe, Durability::Sync).expect("write");
@@ -255,17 +336,38 @@ mod tests {
     #[test]
     fn a_failed_commit_turns_its_counters_back_to_the_store() {
         let kv = Arc::new(FaultKv::transient(MemoryKv::new()));
-        let m = CounterMirror::new(Arc::clone(&kv), [PENDING.to_vec(), BYTES.to_vec()]).expect("mirror");
+        let m = CounterMirror::new(Arc::clone(&kv), [PENDING.to_vec(), BYTES.to_vec()])
+            .expect("mirror");
         m.write(adds(2, 20, 0), Durability::Sync).expect("write");
         kv.fail_next_writes(1);
-        assert!(matches!(m.write(adds(9, 0, 0), Durability::Sync), Err(EngineError::Backend { .. })));
-        assert!(!m.mirrors(PENDING), "what a failed commit left is the store's to say");
-        assert!(m.mirrors(BYTES), "a zero add is no op of the batch: BYTES was not in it");
-        assert_eq!(m.counter(PENDING).expect("read"), 2, "the injected failure applied nothing");
+        assert!(matches!(
+            m.write(adds(9, 0, 0), Durability::Sync),
+            Err(EngineError::Backend { .. })
+        ));
+        assert!(
+            !m.mirrors(PENDING),
+            "what a failed commit left is the store's to say"
+        );
+        assert!(
+            m.mirrors(BYTES),
+            "a zero add is no op of the batch: BYTES was not in it"
+        );
+        assert_eq!(
+            m.counter(PENDING).expect("read"),
+            2,
+            "the injected failure applied nothing"
+        );
         // A batch refused before anything is written keeps the mirror.
         let mut refused = adds(0, 7, 0);
-        refused.put(Cf::Hooks, vec![0u8; crate::MAX_KEY_BYTES + 1], b"v".to_vec());
-        assert!(matches!(m.write(refused, Durability::Sync), Err(EngineError::InvalidBatch(_))));
+        refused.put(
+            Cf::Hooks,
+            vec![0u8; crate::MAX_KEY_BYTES + 1],
+            b"v".to_vec(),
+        );
+        assert!(matches!(
+            m.write(refused, Durability::Sync),
+            Err(EngineError::InvalidBatch(_))
+        ));
         assert!(m.mirrors(BYTES));
         assert_eq!(m.counter(BYTES).expect("read"), 20);
     }

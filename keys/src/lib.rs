@@ -43,13 +43,16 @@ use ankusa_engine::{Cf, KeyRange};
 pub use error::{KeyError, ValueError};
 pub use ids::{LaneId, Seq, SinkIx, SourceId, TenantOrd};
 pub use index::{
-    ActiveKey, CounterField, CounterKey, DeadLetterKey, DedupeKey, DueKey, Family, InFlightKey,
-    LaneHeadKey, LaneMarkerKey, LaneMemberKey, QuarantinedKey, active_key, counter_key,
-    dead_letter_key, dedupe_key, dedupe_source_range, due_key, due_range_until, family_range, held_due_ms, held_due_range, live_due_range, HELD_DUE_BIT,
-    in_flight_key, lane_head_key, lane_marker_key, lane_member_key, lane_members_range,
-    quarantined_key, tenant_range,
+    ActiveKey, CounterField, CounterKey, DeadLetterKey, DedupeKey, DueKey, Family, HELD_DUE_BIT,
+    InFlightKey, LaneHeadKey, LaneMarkerKey, LaneMemberKey, QuarantinedKey, active_key,
+    counter_key, dead_letter_key, dedupe_key, dedupe_source_range, due_key, due_range_until,
+    family_range, held_due_ms, held_due_range, in_flight_key, lane_head_key, lane_marker_key,
+    lane_member_key, lane_members_range, live_due_range, quarantined_key, tenant_range,
 };
-pub use meta::{FORMAT_KEY, MIGRATION_KEY, MetaKey, MigrationProgress, NODE_ID_KEY, ORIGIN_KEY, SEQ_HIGH_WATER_KEY, STORE_FORMAT};
+pub use meta::{
+    FORMAT_KEY, MIGRATION_KEY, MetaKey, MigrationProgress, NODE_ID_KEY, ORIGIN_KEY,
+    SEQ_HIGH_WATER_KEY, STORE_FORMAT,
+};
 pub use record::{DeliveryRow, Envelope, ORDERING_KEY_MAX_BYTES, RowState};
 pub use rows::{
     ArchiveKey, DeliveryKey, HookKey, archive_key, archive_range, archive_tenant_range,

@@ -324,7 +324,7 @@ impl MetaKey {
                     found,
                 }),
             };
-}
+        }
         if let Some(id) = key.strip_prefix(JOB) {
             let id: [u8; 8] = id.try_into().map_err(|_| KeyError::WrongLength {
                 what: "job",
@@ -409,7 +409,8 @@ impl MigrationProgress {
             return Err(ValueError::Truncated { what: WHAT });
         }
         let (fixed, cursor) = value.split_at(Self::FIXED);
-        let u32_at = |i: usize| u32::from_be_bytes([fixed[i], fixed[i + 1], fixed[i + 2], fixed[i + 3]]);
+        let u32_at =
+            |i: usize| u32::from_be_bytes([fixed[i], fixed[i + 1], fixed[i + 2], fixed[i + 3]]);
         let u64_at = |i: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&fixed[i..i + 8]);
@@ -545,11 +546,13 @@ pub fn decode_sink_names(value: &[u8]) -> Result<Vec<String>, ValueError> {
             return Err(truncated);
         }
         let (name, tail) = tail.split_at(len);
-        out.push(String::from_utf8(name.to_vec()).map_err(|e| ValueError::InvalidField {
-            what: WHAT,
-            field: "name",
-            reason: e.to_string(),
-        })?);
+        out.push(
+            String::from_utf8(name.to_vec()).map_err(|e| ValueError::InvalidField {
+                what: WHAT,
+                field: "name",
+                reason: e.to_string(),
+            })?,
+        );
         rest = tail;
     }
     if !rest.is_empty() {

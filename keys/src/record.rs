@@ -250,7 +250,11 @@ impl Envelope {
             + field(self.method.len())
             + field(self.path.len())
             + self.query.as_ref().map_or(0, |q| field(q.len()))
-            + self.headers.iter().map(|(n, v)| field(4 + n.len() + v.len())).sum::<usize>()
+            + self
+                .headers
+                .iter()
+                .map(|(n, v)| field(4 + n.len() + v.len()))
+                .sum::<usize>()
             + field(self.body.len())
             + self.dedupe_key.as_ref().map_or(0, |k| field(k.len()))
             + field(16)
@@ -276,7 +280,10 @@ impl Envelope {
                 return Ok(SourceId(u32::from_be_bytes(fixed(bytes, WHAT, "source")?)));
             }
         }
-        Err(ValueError::MissingField { what: WHAT, field: "source" })
+        Err(ValueError::MissingField {
+            what: WHAT,
+            field: "source",
+        })
     }
 
     /// Decodes a stored envelope.

@@ -489,7 +489,10 @@ pub fn sweep_lanes(
     lanes.sort_unstable();
     lanes.dedup();
     for lane in lanes {
-        if read.get(Cf::Index, &lane_marker_key(tenant, lane))?.is_none() {
+        if read
+            .get(Cf::Index, &lane_marker_key(tenant, lane))?
+            .is_none()
+        {
             continue;
         }
         out.markers += 1;

@@ -214,7 +214,11 @@ fn ingest_member_in(kv: &MemoryKv, lane: LaneId, ordering_key: Option<&[u8]>, se
         lane: Some(lane),
         ordering_key: ordering_key.map(<[u8]>::to_vec),
     };
-    b.put(Cf::Deliveries, delivery_key(T, Seq(seq), SinkIx(1)), r.encode());
+    b.put(
+        Cf::Deliveries,
+        delivery_key(T, Seq(seq), SinkIx(1)),
+        r.encode(),
+    );
     member_put(&mut b, row(seq), lane, size);
     commit(kv, b);
 }
@@ -223,8 +227,12 @@ fn ingest_member_in(kv: &MemoryKv, lane: LaneId, ordering_key: Option<&[u8]>, se
 fn sweep_lanes_builds_the_scans_batch_for_the_marked_lanes_it_is_named() {
     let kv = MemoryKv::new();
     let key_lane = |k: &[u8]| lane_id(SinkIx(1), SourceId(2), Some(k));
-    let (promote, busy, empty, unmarked) =
-        (key_lane(b"promote"), key_lane(b"busy"), key_lane(b"empty"), key_lane(b"unmarked"));
+    let (promote, busy, empty, unmarked) = (
+        key_lane(b"promote"),
+        key_lane(b"busy"),
+        key_lane(b"empty"),
+        key_lane(b"unmarked"),
+    );
     // busy and unmarked: a head (promoted by a sweep), then busy gets a new
     // member and its marker; unmarked keeps none.
     ingest_member_in(&kv, busy, None, 1, 10);
@@ -236,7 +244,11 @@ fn sweep_lanes_builds_the_scans_batch_for_the_marked_lanes_it_is_named() {
     ingest_member_in(&kv, promote, None, 5, 10);
     // empty: a marker and nothing else.
     let mut b = Batch::new();
-    b.put(Cf::Index, lane_marker_key(T, empty), ankusa_keys::EMPTY_VALUE);
+    b.put(
+        Cf::Index,
+        lane_marker_key(T, empty),
+        ankusa_keys::EMPTY_VALUE,
+    );
     commit(&kv, b);
 
     let scanned = sweep(&kv, T, 16, NOW).expect("sweep");
@@ -244,7 +256,8 @@ fn sweep_lanes_builds_the_scans_batch_for_the_marked_lanes_it_is_named() {
     assert_eq!(scanned.recheck, vec![empty]);
     // Named in any order, with repeats and a lane without a marker: the
     // same batch, the same outcome.
-    let named = sweep_lanes(&kv, T, &[unmarked, empty, promote, busy, promote], NOW).expect("sweep_lanes");
+    let named =
+        sweep_lanes(&kv, T, &[unmarked, empty, promote, busy, promote], NOW).expect("sweep_lanes");
     assert_eq!(named, scanned);
     // Named one lane: only that lane's step.
     let one = sweep_lanes(&kv, T, &[promote], NOW).expect("sweep_lanes");

@@ -38,8 +38,6 @@ impl Default for BreakerPolicy {
     }
 }
 
-
-
 /// The state of one (tenant, source, sink entry)'s breaker as the admin API
 /// reports it (docs/design.md section 5, "Breaker").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,8 +104,12 @@ impl PipelineStatus {
     /// `ankusa_dispatch_breakers{sink,state}` gauges. Reads the published
     /// copy (memory only, one entry per breaker that has seen a failure).
     pub fn breakers_by_kind(&self, now_ms: u64) -> Vec<(&'static str, BreakerCounts)> {
-        let mut out: Vec<(&'static str, BreakerCounts)> =
-            self.delivery.kinds().iter().map(|k| (k.kind, BreakerCounts::default())).collect();
+        let mut out: Vec<(&'static str, BreakerCounts)> = self
+            .delivery
+            .kinds()
+            .iter()
+            .map(|k| (k.kind, BreakerCounts::default()))
+            .collect();
         if let Ok(m) = self.breakers.read() {
             for b in m.values().filter(|b| b.open) {
                 if let Some((_, c)) = out.iter_mut().find(|(k, _)| *k == b.kind) {
@@ -123,7 +125,13 @@ impl PipelineStatus {
     }
 
     /// The breaker of `(tenant, source, sink)` as of `now_ms`.
-    pub fn breaker(&self, tenant: TenantOrd, source: SourceId, sink: SinkIx, now_ms: u64) -> BreakerState {
+    pub fn breaker(
+        &self,
+        tenant: TenantOrd,
+        source: SourceId,
+        sink: SinkIx,
+        now_ms: u64,
+    ) -> BreakerState {
         let b = self
             .breakers
             .read()
@@ -131,9 +139,13 @@ impl PipelineStatus {
             .unwrap_or_default()
             .unwrap_or_default();
         if !b.open {
-            BreakerState::Closed { failures: b.failures }
+            BreakerState::Closed {
+                failures: b.failures,
+            }
         } else if now_ms < b.open_until_ms {
-            BreakerState::Open { until_ms: b.open_until_ms }
+            BreakerState::Open {
+                until_ms: b.open_until_ms,
+            }
         } else {
             BreakerState::HalfOpen
         }
@@ -190,7 +202,13 @@ pub(crate) struct Breaker {
 impl Breaker {
     /// A failed attempt of `site` (`trial`: the half-open trial) at `now_ms`.
     /// Returns whether it opened the breaker (or opened it again).
-    pub(crate) fn failed(&mut self, site: Site, trial: bool, policy: &BreakerPolicy, now_ms: u64) -> bool {
+    pub(crate) fn failed(
+        &mut self,
+        site: Site,
+        trial: bool,
+        policy: &BreakerPolicy,
+        now_ms: u64,
+    ) -> bool {
         self.failures = self.failures.saturating_add(1);
         self.last_failed = Some(site);
         let distinct = usize::try_from(policy.distinct.max(1)).unwrap_or(usize::MAX);
@@ -237,7 +255,6 @@ impl Breaker {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,7 +263,11 @@ mod tests {
         Site::Lane(LaneId([b; 16]))
     }
 
-    const POLICY: BreakerPolicy = BreakerPolicy { failures: 5, distinct: 3, open_ms: 1000 };
+    const POLICY: BreakerPolicy = BreakerPolicy {
+        failures: 5,
+        distinct: 3,
+        open_ms: 1000,
+    };
 
     #[test]
     fn one_failing_lane_never_opens_the_breaker() {
@@ -278,7 +299,10 @@ mod tests {
         assert!(b.failed(lane(4), true, &POLICY, 1500));
         assert_eq!(b.open_until_ms, 2500);
         assert!(b.answered());
-        assert_eq!((b.failures, b.open, b.sites.len(), b.last_failed), (0, false, 0, None));
+        assert_eq!(
+            (b.failures, b.open, b.sites.len(), b.last_failed),
+            (0, false, 0, None)
+        );
         assert!(!b.answered());
     }
 
@@ -289,9 +313,15 @@ mod tests {
         for (now, seq) in [1, 1, 1, 1, 2].into_iter().enumerate() {
             assert!(!b.failed(row(seq), false, &POLICY, now as u64));
         }
-        assert!(b.failed(row(3), false, &POLICY, 9), "five failures, three rows");
+        assert!(
+            b.failed(row(3), false, &POLICY, 9),
+            "five failures, three rows"
+        );
         // distinct 1: any five failures.
-        let one = BreakerPolicy { distinct: 1, ..POLICY };
+        let one = BreakerPolicy {
+            distinct: 1,
+            ..POLICY
+        };
         let mut b = Breaker::default();
         for now in 0..4 {
             assert!(!b.failed(row(1), false, &one, now));
@@ -312,5 +342,4 @@ mod tests {
         b.failed(lane(9), true, &POLICY, 2000);
         assert_eq!((b.trial_rank(lane(9)), b.trial_rank(lane(2))), (2, 1));
     }
-
 }

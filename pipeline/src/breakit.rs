@@ -44,7 +44,16 @@ fn request(n: u64) -> IngestRequest {
     IngestRequest {
         tenant: TENANT,
         envelope,
-        rows: vec![NewRow { sink: SLOW, lane: None }, NewRow { sink: FAST, lane: None }],
+        rows: vec![
+            NewRow {
+                sink: SLOW,
+                lane: None,
+            },
+            NewRow {
+                sink: FAST,
+                lane: None,
+            },
+        ],
         dedupe_ttl_ms: None,
     }
 }
@@ -54,7 +63,14 @@ fn request(n: u64) -> IngestRequest {
 fn slow_and_fast_routes() -> Routes {
     let mut routes = Routes::default();
     for (ix, name) in [(SLOW, "slow"), (FAST, "fast")] {
-        routes.sinks.insert((SOURCE, ix), Route { sink: Arc::new(Answered), sink_name: name.into(), source_name: "s".into() });
+        routes.sinks.insert(
+            (SOURCE, ix),
+            Route {
+                sink: Arc::new(Answered),
+                sink_name: name.into(),
+                source_name: "s".into(),
+            },
+        );
     }
     routes.tenants.insert(TENANT, "t".into());
     routes.source_tenants.insert(SOURCE, TENANT);
@@ -92,7 +108,8 @@ struct Cost {
 /// at the next step.
 async fn fast_behind_a_slow_backlog(hooks: u64) -> Cost {
     let kv = Arc::new(MemoryKv::new());
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
+    let (writer, handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
     let task = tokio::spawn(writer.run());
     for n in 0..hooks {
         handle.ingest(request(n)).await.expect("ingest");
@@ -102,18 +119,27 @@ async fn fast_behind_a_slow_backlog(hooks: u64) -> Cost {
 
     let routes = slow_and_fast_routes();
     let dispatch = DispatchConfig::default();
-    let (pipeline, _handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, RetryPolicy::default(), BreakerPolicy::default(), || CLOCK_MS);
+    let (pipeline, _handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        dispatch,
+        RetryPolicy::default(),
+        BreakerPolicy::default(),
+        || CLOCK_MS,
+    );
     let mut d = pipeline.dispatcher;
     d.low_water_reset = std::time::Duration::MAX;
     d.start_up().expect("start");
     let before = kv.stats();
     let mut done: Vec<Done> = Vec::new();
     let mut held: Vec<Done> = Vec::new();
-    let (mut steps, mut idle_steps, mut fast_delivered, mut fast_in_flight) = (0u64, 0u64, 0u64, 0u64);
+    let (mut steps, mut idle_steps, mut fast_delivered, mut fast_in_flight) =
+        (0u64, 0u64, 0u64, 0u64);
     while fast_delivered < hooks {
         fast_delivered += done.len() as u64;
         fast_in_flight -= done.len() as u64;
-        d.step(Vec::new(), std::mem::take(&mut done), true).expect("step");
+        d.step(Vec::new(), std::mem::take(&mut done), true)
+            .expect("step");
         steps += 1;
         let mut claimed_fast = 0;
         for c in std::mem::take(&mut d.calls) {
@@ -136,9 +162,18 @@ async fn fast_behind_a_slow_backlog(hooks: u64) -> Cost {
         }
     }
     let spent = kv.stats() - before;
-    assert_eq!(held.len(), dispatch.sink_concurrency, "the slow sink holds its concurrency, no more");
+    assert_eq!(
+        held.len(),
+        dispatch.sink_concurrency,
+        "the slow sink holds its concurrency, no more"
+    );
     assert_only_slow_rows_pending(&kv, hooks);
-    Cost { steps, idle_steps, entries_per_fast: spent.entries_scanned / hooks, gets_per_fast: spent.gets / hooks }
+    Cost {
+        steps,
+        idle_steps,
+        entries_per_fast: spent.entries_scanned / hooks,
+        gets_per_fast: spent.gets / hooks,
+    }
 }
 
 /// The fast sink's rows sit behind a slow sink's growing backlog in the due
@@ -163,7 +198,8 @@ async fn a_slow_sinks_backlog_does_not_cost_the_fast_sink_per_delivery() {
         large.idle_steps
     );
     assert!(
-        large.entries_per_fast <= 4 * small.entries_per_fast.max(1) && large.gets_per_fast <= 4 * small.gets_per_fast.max(1),
+        large.entries_per_fast <= 4 * small.entries_per_fast.max(1)
+            && large.gets_per_fast <= 4 * small.gets_per_fast.max(1),
         "due entries read per fast delivery grow with the slow backlog: small {small:?}, large {large:?}"
     );
 }
@@ -190,13 +226,18 @@ const LANES: u64 = 4;
 /// Asserts each lane delivered in seq order and the store's invariants.
 async fn lanes_behind_a_slow_backlog(hooks: u64) -> LaneCost {
     let kv = Arc::new(MemoryKv::new());
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
+    let (writer, handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
     let lane_rows = handle.lane_rows();
     let task = tokio::spawn(writer.run());
     for n in 0..hooks {
         let mut r = request(n);
         let key = format!("entity-{}", n % LANES);
-        r.rows[1].lane = Some(ankusa_queue::lanes::assign(FAST, SOURCE, Some(key.as_bytes())));
+        r.rows[1].lane = Some(ankusa_queue::lanes::assign(
+            FAST,
+            SOURCE,
+            Some(key.as_bytes()),
+        ));
         handle.ingest(r).await.expect("ingest");
     }
     drop(handle);
@@ -209,9 +250,14 @@ async fn lanes_behind_a_slow_backlog(hooks: u64) -> LaneCost {
     // slow row in the due index, as in a real run.
     let clock = Arc::new(std::sync::atomic::AtomicU64::new(CLOCK_MS));
     let now = Arc::clone(&clock);
-    let (pipeline, _handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, RetryPolicy::default(), BreakerPolicy::default(), move || {
-        now.load(std::sync::atomic::Ordering::SeqCst)
-    });
+    let (pipeline, _handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        dispatch,
+        RetryPolicy::default(),
+        BreakerPolicy::default(),
+        move || now.load(std::sync::atomic::Ordering::SeqCst),
+    );
     let mut d = pipeline.lane_rows(lane_rows).dispatcher;
     d.low_water_reset = std::time::Duration::MAX;
     d.start_up().expect("start");
@@ -224,13 +270,17 @@ async fn lanes_behind_a_slow_backlog(hooks: u64) -> LaneCost {
     while fast_delivered < hooks {
         fast_delivered += done.len() as u64;
         clock.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        d.step(Vec::new(), std::mem::take(&mut done), true).expect("step");
+        d.step(Vec::new(), std::mem::take(&mut done), true)
+            .expect("step");
         steps += 1;
         for c in std::mem::take(&mut d.calls) {
             let x = c.finish(Outcome::Ok);
             if x.key.2 == FAST {
                 let base = *first_seq.get_or_insert(x.row.seq.0 - x.row.seq.0 % LANES);
-                order.entry((x.row.seq.0 - base) % LANES).or_default().push(x.row.seq.0);
+                order
+                    .entry((x.row.seq.0 - base) % LANES)
+                    .or_default()
+                    .push(x.row.seq.0);
                 done.push(x);
             } else {
                 held.push(x);
@@ -242,14 +292,24 @@ async fn lanes_behind_a_slow_backlog(hooks: u64) -> LaneCost {
         }
     }
     let spent = kv.stats() - before;
-    assert_eq!(held.len(), dispatch.sink_concurrency, "the slow sink holds its concurrency, no more");
+    assert_eq!(
+        held.len(),
+        dispatch.sink_concurrency,
+        "the slow sink holds its concurrency, no more"
+    );
     assert_eq!(order.len() as u64, LANES, "every lane delivered");
     for (lane, seqs) in &order {
-        assert!(seqs.windows(2).all(|w| w[0] < w[1]), "lane {lane} out of order: {seqs:?}");
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "lane {lane} out of order: {seqs:?}"
+        );
         assert_eq!(seqs.len() as u64, hooks / LANES, "lane {lane}");
     }
     assert_only_slow_rows_pending(&kv, hooks);
-    LaneCost { steps, entries_per_fast: spent.entries_scanned / hooks }
+    LaneCost {
+        steps,
+        entries_per_fast: spent.entries_scanned / hooks,
+    }
 }
 
 /// Ordered lanes behind a slow sink's growing backlog: each step can deliver
@@ -304,13 +364,17 @@ impl Sink for Pipelined {
 async fn four_busy_tenants_on_a_pipelining_sink_do_not_starve_a_fifth() {
     const BACKLOG: u64 = 2000;
     let kv = Arc::new(MemoryKv::new());
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
+    let (writer, handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
     let task = tokio::spawn(writer.run());
     let tenants: Vec<TenantOrd> = (1..=5).map(TenantOrd).collect();
     let ingest = async |n: u64, t: TenantOrd| {
         let mut r = request(n);
         r.tenant = t;
-        r.rows = vec![NewRow { sink: SinkIx(0), lane: None }];
+        r.rows = vec![NewRow {
+            sink: SinkIx(0),
+            lane: None,
+        }];
         handle.ingest(r).await.expect("ingest");
     };
     for n in 0..4 * BACKLOG {
@@ -319,13 +383,31 @@ async fn four_busy_tenants_on_a_pipelining_sink_do_not_starve_a_fifth() {
     let mut routes = Routes::default();
     // One source for every tenant (a `{tenant}` path source): not in
     // `source_tenants`.
-    routes.sinks.insert((SOURCE, SinkIx(0)), Route { sink: Arc::new(Pipelined), sink_name: "ps".into(), source_name: "p".into() });
+    routes.sinks.insert(
+        (SOURCE, SinkIx(0)),
+        Route {
+            sink: Arc::new(Pipelined),
+            sink_name: "ps".into(),
+            source_name: "p".into(),
+        },
+    );
     for t in &tenants {
         routes.tenants.insert(*t, format!("t{}", t.0));
     }
     let dispatch = DispatchConfig::default();
-    assert_eq!(4 * dispatch.pipelined_concurrency, dispatch.window, "the defaults this test is about");
-    let (pipeline, _handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, RetryPolicy::default(), BreakerPolicy::default(), || CLOCK_MS);
+    assert_eq!(
+        4 * dispatch.pipelined_concurrency,
+        dispatch.window,
+        "the defaults this test is about"
+    );
+    let (pipeline, _handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        dispatch,
+        RetryPolicy::default(),
+        BreakerPolicy::default(),
+        || CLOCK_MS,
+    );
     let mut d = pipeline.dispatcher;
     d.low_water_reset = std::time::Duration::MAX;
     d.start_up().expect("start");
@@ -333,7 +415,11 @@ async fn four_busy_tenants_on_a_pipelining_sink_do_not_starve_a_fifth() {
     // The four fill the window (no call ends yet).
     while d.in_flight_total < dispatch.window {
         d.step(Vec::new(), Vec::new(), true).expect("step");
-        in_flight.extend(std::mem::take(&mut d.calls).into_iter().map(|c| c.finish(Outcome::Ok)));
+        in_flight.extend(
+            std::mem::take(&mut d.calls)
+                .into_iter()
+                .map(|c| c.finish(Outcome::Ok)),
+        );
     }
     // Now the fifth tenant's one hook comes in.
     ingest(4 * BACKLOG, tenants[4]).await;
@@ -347,9 +433,13 @@ async fn four_busy_tenants_on_a_pipelining_sink_do_not_starve_a_fifth() {
     }
     let mut steps = 0;
     let fifth = loop {
-        d.step(Vec::new(), std::mem::take(&mut done), true).expect("step");
+        d.step(Vec::new(), std::mem::take(&mut done), true)
+            .expect("step");
         steps += 1;
-        let calls: Vec<Done> = std::mem::take(&mut d.calls).into_iter().map(|c| c.finish(Outcome::Ok)).collect();
+        let calls: Vec<Done> = std::mem::take(&mut d.calls)
+            .into_iter()
+            .map(|c| c.finish(Outcome::Ok))
+            .collect();
         if let Some(x) = calls.iter().find(|x| x.key.0 == TenantOrd(5)) {
             break Some((steps, x.row));
         }
@@ -363,10 +453,17 @@ async fn four_busy_tenants_on_a_pipelining_sink_do_not_starve_a_fifth() {
             }
         }
     };
-    let pending: Vec<i64> = tenants[..4].iter().map(|t| counter(&*kv, *t, CounterField::Pending).expect("counter")).collect();
-    let Some((at_step, row)) = fifth else { panic!("the fifth tenant's hook was never claimed") };
+    let pending: Vec<i64> = tenants[..4]
+        .iter()
+        .map(|t| counter(&*kv, *t, CounterField::Pending).expect("counter"))
+        .collect();
+    let Some((at_step, row)) = fifth else {
+        panic!("the fifth tenant's hook was never claimed")
+    };
     assert!(
-        pending.iter().all(|p| *p > i64::try_from(BACKLOG).expect("backlog") / 2),
+        pending
+            .iter()
+            .all(|p| *p > i64::try_from(BACKLOG).expect("backlog") / 2),
         "the fifth tenant's one hook ({row}) was claimed at step {at_step} only, when the four busy tenants had {pending:?} \
          rows pending of {BACKLOG} each: it waited for their backlogs"
     );
@@ -389,23 +486,40 @@ async fn a_hook_committed_after_a_visit_that_read_a_later_row_is_claimed_by_the_
     let pipeline_clock = Arc::new(AtomicU64::new(CLOCK_MS));
     let kv = Arc::new(MemoryKv::new());
     let wc = Arc::clone(&writer_clock);
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), move || wc.load(Ordering::SeqCst)).expect("writer");
+    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), move || {
+        wc.load(Ordering::SeqCst)
+    })
+    .expect("writer");
     let task = tokio::spawn(writer.run());
     let one_row = |n: u64| {
         let mut r = request(n);
-        r.rows = vec![NewRow { sink: FAST, lane: None }];
+        r.rows = vec![NewRow {
+            sink: FAST,
+            lane: None,
+        }];
         r
     };
 
     let mut routes = Routes::default();
-    routes.sinks.insert((SOURCE, FAST), Route { sink: Arc::new(Answered), sink_name: "fast".into(), source_name: "s".into() });
+    routes.sinks.insert(
+        (SOURCE, FAST),
+        Route {
+            sink: Arc::new(Answered),
+            sink_name: "fast".into(),
+            source_name: "s".into(),
+        },
+    );
     routes.tenants.insert(TENANT, "t".into());
     routes.source_tenants.insert(SOURCE, TENANT);
     let pc = Arc::clone(&pipeline_clock);
-    let (pipeline, _handle) =
-        Pipeline::new(Arc::clone(&kv), routes, DispatchConfig::default(), RetryPolicy::default(), BreakerPolicy::default(), move || {
-            pc.load(Ordering::SeqCst)
-        });
+    let (pipeline, _handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        DispatchConfig::default(),
+        RetryPolicy::default(),
+        BreakerPolicy::default(),
+        move || pc.load(Ordering::SeqCst),
+    );
     // As `ankusa serve` wires it (Pipeline::due_floor).
     let mut d = pipeline.due_floor(handle.due_floor()).dispatcher;
     // The cursor reset is a wall-clock second; this test is about the steps
@@ -419,7 +533,10 @@ async fn a_hook_committed_after_a_visit_that_read_a_later_row_is_claimed_by_the_
     handle.ingest(one_row(0)).await.expect("ingest");
     pipeline_clock.store(CLOCK_MS + 20, Ordering::SeqCst);
     d.step(Vec::new(), Vec::new(), true).expect("step");
-    let first: Vec<Done> = std::mem::take(&mut d.calls).into_iter().map(|c| c.finish(Outcome::Ok)).collect();
+    let first: Vec<Done> = std::mem::take(&mut d.calls)
+        .into_iter()
+        .map(|c| c.finish(Outcome::Ok))
+        .collect();
     assert_eq!(first.len(), 1, "hook 0 claimed");
 
     // Hook 1's group read the Writer's clock at +5 ms, before that visit,
@@ -433,7 +550,8 @@ async fn a_hook_committed_after_a_visit_that_read_a_later_row_is_claimed_by_the_
     let mut done = first;
     for step in 1..=3 {
         pipeline_clock.store(CLOCK_MS + 20 + step, Ordering::SeqCst);
-        d.step(Vec::new(), std::mem::take(&mut done), true).expect("step");
+        d.step(Vec::new(), std::mem::take(&mut done), true)
+            .expect("step");
         for c in std::mem::take(&mut d.calls) {
             let x = c.finish(Outcome::Ok);
             claimed.push(x.row);
@@ -462,14 +580,18 @@ async fn a_source_moved_to_another_tenant_does_not_stall_its_old_tenants_other_s
     const MOVED: SourceId = SourceId(1);
     const OTHER: SourceId = SourceId(2);
     let kv = Arc::new(MemoryKv::new());
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
+    let (writer, handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
     let task = tokio::spawn(writer.run());
     // 20 hooks of the moved source queued for tenant 1, then one of its other
     // source.
     for n in 0..21 {
         let mut r = request(n);
         r.envelope.source = if n < 20 { MOVED } else { OTHER };
-        r.rows = vec![NewRow { sink: SinkIx(0), lane: None }];
+        r.rows = vec![NewRow {
+            sink: SinkIx(0),
+            lane: None,
+        }];
         handle.ingest(r).await.expect("ingest");
     }
     drop(handle);
@@ -477,14 +599,27 @@ async fn a_source_moved_to_another_tenant_does_not_stall_its_old_tenants_other_s
 
     let mut routes = Routes::default();
     for (s, name) in [(MOVED, "moved"), (OTHER, "other")] {
-        routes.sinks.insert((s, SinkIx(0)), Route { sink: Arc::new(Answered), sink_name: "http".into(), source_name: name.into() });
+        routes.sinks.insert(
+            (s, SinkIx(0)),
+            Route {
+                sink: Arc::new(Answered),
+                sink_name: "http".into(),
+                source_name: name.into(),
+            },
+        );
     }
     routes.tenants.insert(TENANT, "a".into());
     routes.tenants.insert(TenantOrd(2), "b".into());
     routes.source_tenants.insert(MOVED, TenantOrd(2));
     routes.source_tenants.insert(OTHER, TENANT);
-    let (pipeline, _handle) =
-        Pipeline::new(Arc::clone(&kv), routes, DispatchConfig::default(), RetryPolicy::default(), BreakerPolicy::default(), || CLOCK_MS);
+    let (pipeline, _handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        DispatchConfig::default(),
+        RetryPolicy::default(),
+        BreakerPolicy::default(),
+        || CLOCK_MS,
+    );
     let mut d = pipeline.dispatcher;
     d.low_water_reset = std::time::Duration::MAX;
     d.start_up().expect("start");
@@ -493,10 +628,18 @@ async fn a_source_moved_to_another_tenant_does_not_stall_its_old_tenants_other_s
     let mut claimed: Vec<Done> = Vec::new();
     for _ in 0..10 {
         d.step(Vec::new(), Vec::new(), true).expect("step");
-        claimed.extend(std::mem::take(&mut d.calls).into_iter().map(|c| c.finish(Outcome::Ok)));
+        claimed.extend(
+            std::mem::take(&mut d.calls)
+                .into_iter()
+                .map(|c| c.finish(Outcome::Ok)),
+        );
     }
     let moved = claimed.iter().filter(|x| x.key.1 == MOVED).count();
-    assert_eq!(moved, DispatchConfig::default().sink_concurrency, "the moved source's sink at its concurrency");
+    assert_eq!(
+        moved,
+        DispatchConfig::default().sink_concurrency,
+        "the moved source's sink at its concurrency"
+    );
     assert!(
         claimed.iter().any(|x| x.key.1 == OTHER),
         "tenant a's other source's hook was not claimed in 10 steps while the moved source's sink was saturated"
@@ -513,31 +656,51 @@ async fn a_source_moved_to_another_tenant_does_not_stall_its_old_tenants_other_s
 /// it; the reason an operator reads must not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_reached_after_its_horizon_is_dead_lettered_with_the_horizon_reason() {
-    use std::sync::atomic::{AtomicU64, Ordering};
     use ankusa_engine::{Cf, Direction, Read};
     use ankusa_keys::{DeadLetterValue, Family, family_range};
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     let kv = Arc::new(MemoryKv::new());
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
+    let (writer, handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
     let task = tokio::spawn(writer.run());
     let mut req = request(0);
-    req.rows = vec![NewRow { sink: FAST, lane: None }];
+    req.rows = vec![NewRow {
+        sink: FAST,
+        lane: None,
+    }];
     handle.ingest(req).await.expect("ingest");
     drop(handle);
     task.await.expect("writer task").expect("writer");
 
     let mut routes = Routes::default();
-    routes.sinks.insert((SOURCE, FAST), Route { sink: Arc::new(Answered), sink_name: "fast".into(), source_name: "s".into() });
+    routes.sinks.insert(
+        (SOURCE, FAST),
+        Route {
+            sink: Arc::new(Answered),
+            sink_name: "fast".into(),
+            source_name: "s".into(),
+        },
+    );
     routes.tenants.insert(TENANT, "t".into());
     routes.source_tenants.insert(SOURCE, TENANT);
     let clock = Arc::new(AtomicU64::new(CLOCK_MS));
     let c = Arc::clone(&clock);
     // Every wait 100 ms, the horizon 1 s after the first attempt.
-    let retry = RetryPolicy { base_ms: 100, max_ms: 100, max_elapsed_ms: 1_000, ..RetryPolicy::default() };
-    let (pipeline, _handle) =
-        Pipeline::new(Arc::clone(&kv), routes, DispatchConfig::default(), retry, BreakerPolicy::default(), move || {
-            c.load(Ordering::SeqCst)
-        });
+    let retry = RetryPolicy {
+        base_ms: 100,
+        max_ms: 100,
+        max_elapsed_ms: 1_000,
+        ..RetryPolicy::default()
+    };
+    let (pipeline, _handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        DispatchConfig::default(),
+        retry,
+        BreakerPolicy::default(),
+        move || c.load(Ordering::SeqCst),
+    );
     let mut d = pipeline.dispatcher;
     d.low_water_reset = std::time::Duration::MAX;
     d.start_up().expect("start");
@@ -546,7 +709,12 @@ async fn a_retry_reached_after_its_horizon_is_dead_lettered_with_the_horizon_rea
     d.step(Vec::new(), Vec::new(), true).expect("step");
     let failed: Vec<Done> = std::mem::take(&mut d.calls)
         .into_iter()
-        .map(|c| c.finish(Outcome::Retry { reason: "503".into(), after: None }))
+        .map(|c| {
+            c.finish(Outcome::Retry {
+                reason: "503".into(),
+                after: None,
+            })
+        })
         .collect();
     assert_eq!(failed.len(), 1, "the hook's row claimed");
     d.step(Vec::new(), failed, false).expect("commit the retry");
@@ -556,12 +724,22 @@ async fn a_retry_reached_after_its_horizon_is_dead_lettered_with_the_horizon_rea
     d.step(Vec::new(), Vec::new(), true).expect("step");
     assert!(d.calls.is_empty(), "no attempt past the horizon");
 
-    let dead = kv.scan(Cf::Index, &family_range(Family::DeadLetter), Direction::Forward, 10).expect("scan");
+    let dead = kv
+        .scan(
+            Cf::Index,
+            &family_range(Family::DeadLetter),
+            Direction::Forward,
+            10,
+        )
+        .expect("scan");
     assert_eq!(dead.len(), 1, "one dead letter");
     let value = DeadLetterValue::decode(&dead[0].1).expect("dead letter value");
     assert_eq!(value.reason, "retry horizon passed");
     assert_eq!(value.dead_at_ms, CLOCK_MS + 2_000);
-    assert_eq!(counter(&*kv, TENANT, CounterField::Pending).expect("counter"), 0);
+    assert_eq!(
+        counter(&*kv, TENANT, CounterField::Pending).expect("counter"),
+        0
+    );
     let violations = check_invariants(&*kv).expect("check");
     assert!(violations.is_empty(), "{violations:?}");
 }
@@ -577,7 +755,8 @@ async fn a_retry_reached_after_its_horizon_is_dead_lettered_with_the_horizon_rea
 async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_order() {
     use ankusa_queue::lanes;
     let kv = Arc::new(MemoryKv::new());
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
+    let (writer, handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
     let lane_rows = handle.lane_rows();
     let task = tokio::spawn(writer.run());
     const KEYS: u64 = 10;
@@ -585,7 +764,10 @@ async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_or
     let keyed = |n: u64| {
         let mut r = request(n);
         let key = format!("entity-{}", n % KEYS);
-        r.rows = vec![NewRow { sink: FAST, lane: Some(lanes::assign(FAST, SOURCE, Some(key.as_bytes()))) }];
+        r.rows = vec![NewRow {
+            sink: FAST,
+            lane: Some(lanes::assign(FAST, SOURCE, Some(key.as_bytes()))),
+        }];
         r
     };
     for n in 0..HOOKS {
@@ -594,19 +776,49 @@ async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_or
     // And one unordered hook for the slow sink, whose retry (an hour out)
     // keeps the tenant active while the lanes' heads are out.
     let mut r = request(HOOKS);
-    r.rows = vec![NewRow { sink: SLOW, lane: None }];
+    r.rows = vec![NewRow {
+        sink: SLOW,
+        lane: None,
+    }];
     handle.ingest(r).await.expect("ingest");
-    assert_eq!(lane_rows.len() as u64, KEYS, "the Writer names the lanes it put members into");
+    assert_eq!(
+        lane_rows.len() as u64,
+        KEYS,
+        "the Writer names the lanes it put members into"
+    );
 
     let mut routes = Routes::default();
-    routes.sinks.insert((SOURCE, FAST), Route { sink: Arc::new(Answered), sink_name: "fast".into(), source_name: "s".into() });
-    routes.sinks.insert((SOURCE, SLOW), Route { sink: Arc::new(Answered), sink_name: "slow".into(), source_name: "s".into() });
+    routes.sinks.insert(
+        (SOURCE, FAST),
+        Route {
+            sink: Arc::new(Answered),
+            sink_name: "fast".into(),
+            source_name: "s".into(),
+        },
+    );
+    routes.sinks.insert(
+        (SOURCE, SLOW),
+        Route {
+            sink: Arc::new(Answered),
+            sink_name: "slow".into(),
+            source_name: "s".into(),
+        },
+    );
     routes.tenants.insert(TENANT, "t".into());
     routes.source_tenants.insert(SOURCE, TENANT);
     // Room for every lane's head at once.
-    let dispatch = DispatchConfig { sink_concurrency: 64, ..DispatchConfig::default() };
-    let (pipeline, _handle) =
-        Pipeline::new(Arc::clone(&kv), routes, dispatch, RetryPolicy::default(), BreakerPolicy::default(), || CLOCK_MS);
+    let dispatch = DispatchConfig {
+        sink_concurrency: 64,
+        ..DispatchConfig::default()
+    };
+    let (pipeline, _handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        dispatch,
+        RetryPolicy::default(),
+        BreakerPolicy::default(),
+        || CLOCK_MS,
+    );
     let mut d = pipeline.lane_rows(Arc::clone(&lane_rows)).dispatcher;
     d.low_water_reset = std::time::Duration::MAX;
     d.start_up().expect("start");
@@ -619,13 +831,20 @@ async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_or
         .into_iter()
         .map(|c| c.finish(Outcome::Ok))
         .partition(|x| x.row.sink == SLOW);
-    assert_eq!(first.len() as u64, KEYS, "one head per lane, promoted by the sweep");
+    assert_eq!(
+        first.len() as u64,
+        KEYS,
+        "one head per lane, promoted by the sweep"
+    );
     assert_eq!(slow.len(), 1);
     assert!(lane_rows.is_empty(), "the pass took the named lanes");
     let retry: Vec<Done> = slow
         .into_iter()
         .map(|mut x| {
-            x.outcome = Outcome::Retry { reason: "503".into(), after: Some(std::time::Duration::from_secs(3600)) };
+            x.outcome = Outcome::Retry {
+                reason: "503".into(),
+                after: Some(std::time::Duration::from_secs(3600)),
+            };
             x
         })
         .collect();
@@ -640,7 +859,11 @@ async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_or
     let before = kv.stats();
     d.step(Vec::new(), Vec::new(), true).expect("forced sweep");
     let swept = kv.stats() - before;
-    assert_eq!(swept.seeks, idle.seeks + 1, "a sweeping pass reads the markers once more: idle {idle:?}, swept {swept:?}");
+    assert_eq!(
+        swept.seeks,
+        idle.seeks + 1,
+        "a sweeping pass reads the markers once more: idle {idle:?}, swept {swept:?}"
+    );
 
     // The rest: each step commits the last calls' outcomes (a release
     // promotes the next member itself) and starts the next ones.
@@ -648,21 +871,37 @@ async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_or
     let mut done = first;
     let mut steps = 0;
     while !done.is_empty() {
-        d.step(Vec::new(), std::mem::take(&mut done), true).expect("step");
-        done = std::mem::take(&mut d.calls).into_iter().map(|c| c.finish(Outcome::Ok)).collect();
+        d.step(Vec::new(), std::mem::take(&mut done), true)
+            .expect("step");
+        done = std::mem::take(&mut d.calls)
+            .into_iter()
+            .map(|c| c.finish(Outcome::Ok))
+            .collect();
         delivered.extend(done.iter().map(|x| x.row.seq.0));
         steps += 1;
         assert!(steps <= 10 * HOOKS, "the dispatcher does not converge");
     }
     drop(handle);
     task.await.expect("writer task").expect("writer");
-    assert_eq!(delivered.len() as u64, HOOKS, "every ordered hook delivered once");
+    assert_eq!(
+        delivered.len() as u64,
+        HOOKS,
+        "every ordered hook delivered once"
+    );
     // Seqs are given in ingest order: per key, the delivered seqs ascend.
     for key in 0..KEYS {
-        let seqs: Vec<u64> = delivered.iter().copied().filter(|s| (s - 1) % KEYS == key).collect();
+        let seqs: Vec<u64> = delivered
+            .iter()
+            .copied()
+            .filter(|s| (s - 1) % KEYS == key)
+            .collect();
         assert!(seqs.windows(2).all(|w| w[0] < w[1]), "key {key}: {seqs:?}");
     }
-    assert_eq!(counter(&*kv, TENANT, CounterField::Pending).expect("counter"), 1, "only the slow sink's retry is left");
+    assert_eq!(
+        counter(&*kv, TENANT, CounterField::Pending).expect("counter"),
+        1,
+        "only the slow sink's retry is left"
+    );
     let violations = check_invariants(&*kv).expect("check");
     assert!(violations.is_empty(), "{violations:?}");
 }
@@ -676,21 +915,38 @@ async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_or
 async fn a_pass_sweeps_the_named_lanes_and_a_lost_name_waits_for_the_full_sweep() {
     use ankusa_queue::lanes;
     let kv = Arc::new(MemoryKv::new());
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
+    let (writer, handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
     let lane_rows = handle.lane_rows();
     let task = tokio::spawn(writer.run());
     let keyed = |n: u64, key: &str| {
         let mut r = request(n);
-        r.rows = vec![NewRow { sink: FAST, lane: Some(lanes::assign(FAST, SOURCE, Some(key.as_bytes()))) }];
+        r.rows = vec![NewRow {
+            sink: FAST,
+            lane: Some(lanes::assign(FAST, SOURCE, Some(key.as_bytes()))),
+        }];
         r
     };
 
     let mut routes = Routes::default();
-    routes.sinks.insert((SOURCE, FAST), Route { sink: Arc::new(Answered), sink_name: "fast".into(), source_name: "s".into() });
+    routes.sinks.insert(
+        (SOURCE, FAST),
+        Route {
+            sink: Arc::new(Answered),
+            sink_name: "fast".into(),
+            source_name: "s".into(),
+        },
+    );
     routes.tenants.insert(TENANT, "t".into());
     routes.source_tenants.insert(SOURCE, TENANT);
-    let (pipeline, _handle) =
-        Pipeline::new(Arc::clone(&kv), routes, DispatchConfig::default(), RetryPolicy::default(), BreakerPolicy::default(), || CLOCK_MS);
+    let (pipeline, _handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        DispatchConfig::default(),
+        RetryPolicy::default(),
+        BreakerPolicy::default(),
+        || CLOCK_MS,
+    );
     let mut d = pipeline.lane_rows(Arc::clone(&lane_rows)).dispatcher;
     d.low_water_reset = std::time::Duration::MAX;
     d.start_up().expect("start");
@@ -711,24 +967,45 @@ async fn a_pass_sweeps_the_named_lanes_and_a_lost_name_waits_for_the_full_sweep(
     let (lost, named) = (seq_of(lost), seq_of(named));
 
     d.step(Vec::new(), Vec::new(), true).expect("step");
-    let calls: Vec<Done> = std::mem::take(&mut d.calls).into_iter().map(|c| c.finish(Outcome::Ok)).collect();
+    let calls: Vec<Done> = std::mem::take(&mut d.calls)
+        .into_iter()
+        .map(|c| c.finish(Outcome::Ok))
+        .collect();
     let seqs: Vec<u64> = calls.iter().map(|x| x.row.seq.0).collect();
     assert_eq!(seqs, vec![named], "only the named lane was swept");
-    assert_eq!(counter(&*kv, TENANT, CounterField::LaneMembers).expect("counter"), 1, "the lost lane's member waits");
+    assert_eq!(
+        counter(&*kv, TENANT, CounterField::LaneMembers).expect("counter"),
+        1,
+        "the lost lane's member waits"
+    );
     d.step(Vec::new(), calls, true).expect("commit");
-    assert!(d.calls.is_empty(), "a pass with no name and no full sweep promotes nothing");
+    assert!(
+        d.calls.is_empty(),
+        "a pass with no name and no full sweep promotes nothing"
+    );
 
     // The full sweep (as after a control call or the once-a-second reset).
     d.sweep = true;
     d.step(Vec::new(), Vec::new(), true).expect("full sweep");
-    let calls: Vec<Done> = std::mem::take(&mut d.calls).into_iter().map(|c| c.finish(Outcome::Ok)).collect();
-    assert_eq!(calls.iter().map(|x| x.row.seq.0).collect::<Vec<_>>(), vec![lost], "the full sweep promotes it");
+    let calls: Vec<Done> = std::mem::take(&mut d.calls)
+        .into_iter()
+        .map(|c| c.finish(Outcome::Ok))
+        .collect();
+    assert_eq!(
+        calls.iter().map(|x| x.row.seq.0).collect::<Vec<_>>(),
+        vec![lost],
+        "the full sweep promotes it"
+    );
     d.step(Vec::new(), calls, true).expect("commit");
     assert!(d.calls.is_empty());
 
     drop(handle);
     task.await.expect("writer task").expect("writer");
-    assert_eq!(counter(&*kv, TENANT, CounterField::Pending).expect("counter"), 0, "both delivered");
+    assert_eq!(
+        counter(&*kv, TENANT, CounterField::Pending).expect("counter"),
+        0,
+        "both delivered"
+    );
     let violations = check_invariants(&*kv).expect("check");
     assert!(violations.is_empty(), "{violations:?}");
 }

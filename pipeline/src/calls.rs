@@ -87,7 +87,12 @@ impl<K: Kv> Dispatcher<K> {
     /// Takes the sink slot and window room of a claimed row and queues its
     /// call in [`Dispatcher::calls`].
     pub(crate) fn launch(&mut self, s: Start) {
-        let tenant_name = self.routes.tenants.get(&s.row_id.tenant).cloned().unwrap_or_else(|| s.row_id.tenant.to_string());
+        let tenant_name = self
+            .routes
+            .tenants
+            .get(&s.row_id.tenant)
+            .cloned()
+            .unwrap_or_else(|| s.row_id.tenant.to_string());
         let content_type = s
             .envelope
             .headers
@@ -95,11 +100,14 @@ impl<K: Kv> Dispatcher<K> {
             .find(|(n, _)| n.eq_ignore_ascii_case(b"content-type"))
             .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
         let ordered = s.row.lane.is_some();
-        let ordering_key = if ordered {
-            Some(s.row.ordering_key.clone().unwrap_or_else(|| format!("{}/{}", tenant_name, s.route.source_name).into_bytes()))
-        } else {
-            None
-        };
+        let ordering_key =
+            if ordered {
+                Some(s.row.ordering_key.clone().unwrap_or_else(|| {
+                    format!("{}/{}", tenant_name, s.route.source_name).into_bytes()
+                }))
+            } else {
+                None
+            };
         let ctx = DeliveryCtx {
             tenant: tenant_name,
             source: s.route.source_name.clone(),
@@ -159,7 +167,12 @@ pub(crate) fn spawn(call: Call, tx: &mpsc::UnboundedSender<Done>) {
     let span = call.span.clone();
     tokio::spawn(async move {
         let started = Instant::now();
-        let outcome = call.route.sink.deliver(&call.envelope, &call.ctx).instrument(span).await;
+        let outcome = call
+            .route
+            .sink
+            .deliver(&call.envelope, &call.ctx)
+            .instrument(span)
+            .await;
         let elapsed = started.elapsed();
         let mut done = call.finish(outcome);
         done.elapsed = elapsed;
@@ -192,7 +205,10 @@ pub(crate) async fn flush_sinks(routes: &Arc<Routes>, done: &mut [Done]) {
     }
     for d in done.iter_mut() {
         if matches!(d.outcome, Outcome::Ok) && flushed.get(&(d.key.1, d.key.2)) == Some(&false) {
-            d.outcome = Outcome::Retry { reason: "sink flush failed".into(), after: None };
+            d.outcome = Outcome::Retry {
+                reason: "sink flush failed".into(),
+                after: None,
+            };
         }
     }
 }

@@ -40,7 +40,8 @@ impl<K: Kv> Dispatcher<K> {
                 Ok((b, outcome)) => {
                     batch.extend(b);
                     d.span.record("outcome", outcome.label());
-                    d.span.record("duration_ms", d.elapsed.as_secs_f64() * 1000.0);
+                    d.span
+                        .record("duration_ms", d.elapsed.as_secs_f64() * 1000.0);
                     if let Some(m) = delivery.kind(d.kind) {
                         m.attempt(outcome);
                         m.call_latency.observe_duration(d.elapsed);
@@ -52,7 +53,8 @@ impl<K: Kv> Dispatcher<K> {
                 Err(QueueError::NotInState { row, .. } | QueueError::MissingRow { row }) => {
                     // Purged or dead-lettered by an admin while the call ran.
                     d.span.record("outcome", "dropped");
-                    d.span.record("duration_ms", d.elapsed.as_secs_f64() * 1000.0);
+                    d.span
+                        .record("duration_ms", d.elapsed.as_secs_f64() * 1000.0);
                     debug!(%row, "outcome of a row that has moved on: dropped");
                 }
                 Err(e) => return Err(e.into()),
@@ -64,7 +66,8 @@ impl<K: Kv> Dispatcher<K> {
             let committed = self.now();
             for (kind, received) in delivered.drain(..) {
                 if let Some(m) = delivery.kind(kind) {
-                    m.ingest_to_delivery.observe_ms(committed.saturating_sub(received));
+                    m.ingest_to_delivery
+                        .observe_ms(committed.saturating_sub(received));
                 }
             }
         }
@@ -76,26 +79,41 @@ impl<K: Kv> Dispatcher<K> {
     fn publish_breakers(&self) {
         if let Ok(mut m) = self.status.breakers.write() {
             m.clear();
-            m.extend(
-                self.breakers
-                    .iter()
-                    .map(|(k, b)| {
-                        let kind = self.routes.sinks.get(&(k.1, k.2)).map_or("", |r| r.sink.kind());
-                        (*k, Published { failures: b.failures, open_until_ms: b.open_until_ms, open: b.open, kind })
-                    }),
-            );
+            m.extend(self.breakers.iter().map(|(k, b)| {
+                let kind = self
+                    .routes
+                    .sinks
+                    .get(&(k.1, k.2))
+                    .map_or("", |r| r.sink.kind());
+                (
+                    *k,
+                    Published {
+                        failures: b.failures,
+                        open_until_ms: b.open_until_ms,
+                        open: b.open,
+                        kind,
+                    },
+                )
+            }));
         }
     }
 
     /// The row transition of one finished call, and how the attempt ended
     /// (`ankusa_dispatch_attempts_total`'s outcome).
-    fn outcome_batch(&mut self, d: &Done, now: u64, rng: &mut impl Rng) -> Result<(Batch, AttemptOutcome), QueueError> {
+    fn outcome_batch(
+        &mut self,
+        d: &Done,
+        now: u64,
+        rng: &mut impl Rng,
+    ) -> Result<(Batch, AttemptOutcome), QueueError> {
         // The sink entry's retry policy decides an HTTP status (retry,
         // permanent, sink gone) and a retry's next attempt (docs/design.md
         // section 5, "Retry policy").
         let policy = self.routes.retry_policy(d.key.1, d.key.2, self.retry);
         let first = match d.outcome {
-            Outcome::Retry { .. } | Outcome::HttpStatus { .. } => self.first_attempt_ms(d.row)?.unwrap_or(now),
+            Outcome::Retry { .. } | Outcome::HttpStatus { .. } => {
+                self.first_attempt_ms(d.row)?.unwrap_or(now)
+            }
             _ => now,
         };
         let outcome = policy.resolve(d.outcome.clone(), first, now);
@@ -118,7 +136,10 @@ impl<K: Kv> Dispatcher<K> {
                     info!(row = %d.row, "breaker closed: the trial delivery succeeded");
                 }
                 debug!(row = %d.row, "delivered");
-                Ok((ankusa_queue::delivered(&*self.kv, d.row, now)?, AttemptOutcome::Delivered))
+                Ok((
+                    ankusa_queue::delivered(&*self.kv, d.row, now)?,
+                    AttemptOutcome::Delivered,
+                ))
             }
             Outcome::Retry { reason, after } => {
                 if breaker.failed(d.site, d.trial, &self.breaker, now) {
@@ -127,26 +148,59 @@ impl<K: Kv> Dispatcher<K> {
                 let attempts = d.attempts_before + 1;
                 let Some(due) = policy.next_attempt(attempts, *after, first, now, rng) else {
                     warn!(row = %d.row, %reason, "retry horizon passed: dead-lettered");
-                    let b = ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("retry horizon passed: {reason}"), now)?;
+                    let b = ankusa_queue::dead_letter_attempted(
+                        &*self.kv,
+                        d.row,
+                        &format!("retry horizon passed: {reason}"),
+                        now,
+                    )?;
                     return Ok((b, AttemptOutcome::HorizonPassed));
                 };
                 let delay = due.saturating_sub(now);
                 warn!(row = %d.row, attempt = attempts, delay_ms = delay, %reason, "delivery failed; will retry");
                 self.next_wake_ms = Some(self.next_wake_ms.map_or(due, |w| w.min(due)));
-                Ok((ankusa_queue::retry(&*self.kv, d.row, due, reason, now)?, AttemptOutcome::Retry))
+                Ok((
+                    ankusa_queue::retry(&*self.kv, d.row, due, reason, now)?,
+                    AttemptOutcome::Retry,
+                ))
             }
             Outcome::Permanent { reason } => {
                 breaker.answered();
                 warn!(row = %d.row, %reason, "permanent failure: dead-lettered");
-                Ok((ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("permanent: {reason}"), now)?, AttemptOutcome::Permanent))
+                Ok((
+                    ankusa_queue::dead_letter_attempted(
+                        &*self.kv,
+                        d.row,
+                        &format!("permanent: {reason}"),
+                        now,
+                    )?,
+                    AttemptOutcome::Permanent,
+                ))
             }
             Outcome::SinkGone { reason } => {
                 warn!(row = %d.row, %reason, "sink gone: dead-lettered");
-                Ok((ankusa_queue::dead_letter_attempted(&*self.kv, d.row, &format!("sink gone: {reason}"), now)?, AttemptOutcome::SinkGone))
+                Ok((
+                    ankusa_queue::dead_letter_attempted(
+                        &*self.kv,
+                        d.row,
+                        &format!("sink gone: {reason}"),
+                        now,
+                    )?,
+                    AttemptOutcome::SinkGone,
+                ))
             }
             Outcome::SourceGone { reason } => {
                 warn!(row = %d.row, %reason, "source gone: dead-lettered as an orphan");
-                Ok((ankusa_queue::orphan(&*self.kv, d.row, Origin::InFlight, &format!("source gone: {reason}"), now)?, AttemptOutcome::SourceGone))
+                Ok((
+                    ankusa_queue::orphan(
+                        &*self.kv,
+                        d.row,
+                        Origin::InFlight,
+                        &format!("source gone: {reason}"),
+                        now,
+                    )?,
+                    AttemptOutcome::SourceGone,
+                ))
             }
             Outcome::HttpStatus { .. } => unreachable!("resolved by the retry policy above"),
         }
@@ -154,7 +208,13 @@ impl<K: Kv> Dispatcher<K> {
 
     /// The first attempt time of `row` (None when the row has none or is gone).
     fn first_attempt_ms(&self, row: RowId) -> Result<Option<u64>, QueueError> {
-        let raw = self.kv.get(Cf::Deliveries, &delivery_key(row.tenant, row.seq, row.sink))?;
-        Ok(raw.as_deref().map(DeliveryRow::decode).transpose()?.and_then(|r| r.first_attempt_at_ms))
+        let raw = self
+            .kv
+            .get(Cf::Deliveries, &delivery_key(row.tenant, row.seq, row.sink))?;
+        Ok(raw
+            .as_deref()
+            .map(DeliveryRow::decode)
+            .transpose()?
+            .and_then(|r| r.first_attempt_at_ms))
     }
 }

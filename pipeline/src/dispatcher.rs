@@ -167,7 +167,9 @@ impl<K: Kv> Dispatcher<K> {
             Ok(()) => None,
             Err(not_until) => {
                 let at = not_until.earliest_possible();
-                let ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX).saturating_add(u64::from(at.subsec_nanos() % 1_000_000 != 0));
+                let ms = u64::try_from(at.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .saturating_add(u64::from(at.subsec_nanos() % 1_000_000 != 0));
                 Some(ms.max(now.saturating_add(1)))
             }
         }
@@ -180,25 +182,42 @@ impl<K: Kv> Dispatcher<K> {
         Ok(())
     }
 
-
     /// Recomputes the pipeline's copy of the pauses and the paused-sinks gauge.
     pub(crate) fn refresh_pauses(&mut self) {
-        self.paused = self.book.lock().unwrap_or_else(|p| p.into_inner()).targets();
-        let n = self.routes.sinks.keys().filter(|(s, k)| self.is_paused(*s, *k)).count();
+        self.paused = self
+            .book
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .targets();
+        let n = self
+            .routes
+            .sinks
+            .keys()
+            .filter(|(s, k)| self.is_paused(*s, *k))
+            .count();
         self.paused_sinks.store(n as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn is_paused(&self, source: SourceId, sink: SinkIx) -> bool {
         !self.paused.is_empty()
-            && (self.paused.contains(&PauseTarget::Source(source)) || self.paused.contains(&PauseTarget::Sink(source, sink)))
+            && (self.paused.contains(&PauseTarget::Source(source))
+                || self.paused.contains(&PauseTarget::Sink(source, sink)))
     }
 
     /// Applies a runtime control call: the pause is committed to `meta` first
     /// (`Sync`: the caller is told it survives a restart), then applied.
     pub(crate) fn control(&mut self, c: Control) -> Result<(), PipelineError> {
         let (target, reason, reply) = match c {
-            Control::SetPause { target, reason, reply } => (target, reason, reply),
-            Control::Quiesce { tenant, quiet, reply } => {
+            Control::SetPause {
+                target,
+                reason,
+                reply,
+            } => (target, reason, reply),
+            Control::Quiesce {
+                tenant,
+                quiet,
+                reply,
+            } => {
                 if quiet {
                     self.quiet.insert(tenant);
                     self.resume.remove(&tenant);
@@ -207,15 +226,25 @@ impl<K: Kv> Dispatcher<K> {
                     // Rows may have come in since: look again.
                     self.unhold.insert(tenant, None);
                 }
-                info!(tenant = tenant.0, quiet, "tenant visits changed by the runtime control");
+                info!(
+                    tenant = tenant.0,
+                    quiet, "tenant visits changed by the runtime control"
+                );
                 let _ = reply.send(Ok(()));
                 return Ok(());
             }
-            Control::Retire { source, reason, reply } => {
+            Control::Retire {
+                source,
+                reason,
+                reply,
+            } => {
                 match reason {
                     Some(r) => {
                         if self.retiring.insert(source, r).is_none() {
-                            info!(source = source.0, "source retired: its rows are dead-lettered as they are met");
+                            info!(
+                                source = source.0,
+                                "source retired: its rows are dead-lettered as they are met"
+                            );
                         }
                     }
                     None => {
@@ -224,9 +253,17 @@ impl<K: Kv> Dispatcher<K> {
                         }
                     }
                 }
-                let in_flight = self.in_flight.iter().filter(|(k, _)| k.1 == source).map(|(_, n)| *n).sum();
+                let in_flight = self
+                    .in_flight
+                    .iter()
+                    .filter(|(k, _)| k.1 == source)
+                    .map(|(_, n)| *n)
+                    .sum();
                 let dead_lettered = self.retired_dead.remove(&source).unwrap_or(0);
-                let _ = reply.send(Ok(Retirement { in_flight, dead_lettered }));
+                let _ = reply.send(Ok(Retirement {
+                    in_flight,
+                    dead_lettered,
+                }));
                 return Ok(());
             }
             Control::Exclusive { work, reply } => {
@@ -268,7 +305,13 @@ impl<K: Kv> Dispatcher<K> {
             let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
             match reason {
                 Some(reason) => {
-                    book.runtime.insert(target, PausedValue { since_ms: now, reason });
+                    book.runtime.insert(
+                        target,
+                        PausedValue {
+                            since_ms: now,
+                            reason,
+                        },
+                    );
                 }
                 None => {
                     book.runtime.remove(&target);
@@ -284,7 +327,12 @@ impl<K: Kv> Dispatcher<K> {
                 self.unhold.insert(*t, None);
             }
         }
-        info!(?target, paused = status.paused(), by_config = status.by_config, "pause changed by the runtime control");
+        info!(
+            ?target,
+            paused = status.paused(),
+            by_config = status.by_config,
+            "pause changed by the runtime control"
+        );
         let _ = reply.send(Ok(status));
         Ok(())
     }
@@ -294,7 +342,8 @@ impl<K: Kv> Dispatcher<K> {
         if self.unhold.is_empty() {
             return Ok(());
         }
-        let todo: Vec<(TenantOrd, Option<Cursor>)> = std::mem::take(&mut self.unhold).into_iter().collect();
+        let todo: Vec<(TenantOrd, Option<Cursor>)> =
+            std::mem::take(&mut self.unhold).into_iter().collect();
         let mut moved = 0;
         for (tenant, cursor) in todo {
             if self.quiet.contains(&tenant) {
@@ -304,9 +353,16 @@ impl<K: Kv> Dispatcher<K> {
             }
             let paused = self.paused.clone();
             let still = |s: SourceId, k: SinkIx| {
-                paused.contains(&PauseTarget::Source(s)) || paused.contains(&PauseTarget::Sink(s, k))
+                paused.contains(&PauseTarget::Source(s))
+                    || paused.contains(&PauseTarget::Sink(s, k))
             };
-            let page = ankusa_queue::unhold(&*self.kv, tenant, still, cursor.as_ref(), self.dispatch.batch.max(1))?;
+            let page = ankusa_queue::unhold(
+                &*self.kv,
+                tenant,
+                still,
+                cursor.as_ref(),
+                self.dispatch.batch.max(1),
+            )?;
             moved += page.moved;
             if page.moved > 0 {
                 // Held rows come back at their own due times, maybe below
@@ -341,8 +397,11 @@ impl<K: Kv> Dispatcher<K> {
         let mut done = Vec::new();
         for key in keys {
             let (tenant, source, sink) = key;
-            let Some(o) = self.overflow.get_mut(&key) else { continue };
-            let budget = (crate::scan::OVERFLOW_SKIPPED * self.dispatch.batch.max(1)).saturating_sub(o.live);
+            let Some(o) = self.overflow.get_mut(&key) else {
+                continue;
+            };
+            let budget =
+                (crate::scan::OVERFLOW_SKIPPED * self.dispatch.batch.max(1)).saturating_sub(o.live);
             let from = o.from.clone();
             if budget == 0 || self.quiet.contains(&tenant) || self.is_paused(source, sink) {
                 continue;
@@ -353,7 +412,14 @@ impl<K: Kv> Dispatcher<K> {
                 done.push(key);
                 continue;
             }
-            let page = ankusa_queue::unhold_sink(&*self.kv, tenant, (source, sink), from.as_deref(), examine, budget)?;
+            let page = ankusa_queue::unhold_sink(
+                &*self.kv,
+                tenant,
+                (source, sink),
+                from.as_deref(),
+                examine,
+                budget,
+            )?;
             if let Some(min) = page.min_due_ms
                 && let Some(low) = self.low_water.get_mut(&tenant)
             {
@@ -383,7 +449,12 @@ impl<K: Kv> Dispatcher<K> {
         }
         for key in done {
             self.overflow.remove(&key);
-            info!(tenant = key.0.0, source = key.1.0, sink = key.2.0, "a sink's held-back backlog is back in dispatch");
+            info!(
+                tenant = key.0.0,
+                source = key.1.0,
+                sink = key.2.0,
+                "a sink's held-back backlog is back in dispatch"
+            );
         }
         Ok(())
     }
@@ -392,7 +463,8 @@ impl<K: Kv> Dispatcher<K> {
     pub(crate) fn recover(&self) -> Result<(), PipelineError> {
         let mut moved = 0;
         loop {
-            let page = ankusa_queue::recover_inflight(&*self.kv, self.dispatch.batch.max(1), self.now())?;
+            let page =
+                ankusa_queue::recover_inflight(&*self.kv, self.dispatch.batch.max(1), self.now())?;
             moved += page.moved;
             let more = page.next.is_some();
             self.write(page.batch)?;
@@ -426,7 +498,12 @@ impl<K: Kv> Dispatcher<K> {
     /// `done` as one batch (the committer), then, unless the pipeline is
     /// stopping, visit every active tenant (scan and claim). The calls to
     /// start are left in [`Dispatcher::calls`].
-    pub(crate) fn step(&mut self, controls: Vec<Control>, done: Vec<Done>, visit: bool) -> Result<(), PipelineError> {
+    pub(crate) fn step(
+        &mut self,
+        controls: Vec<Control>,
+        done: Vec<Done>,
+        visit: bool,
+    ) -> Result<(), PipelineError> {
         self.more = false;
         for c in controls {
             // Admin work may move rows below a cursor: read from the top.
@@ -458,7 +535,9 @@ impl<K: Kv> Dispatcher<K> {
                     }
                     // Named lanes of tenants no visit reaches (a purge) must
                     // not pile up: past the Writer's own bound, scan instead.
-                    if self.sweep_lanes.values().map(Vec::len).sum::<usize>() > ankusa_queue::writer::LANE_ROWS_MAX {
+                    if self.sweep_lanes.values().map(Vec::len).sum::<usize>()
+                        > ankusa_queue::writer::LANE_ROWS_MAX
+                    {
                         self.sweep_lanes.clear();
                         self.sweep = true;
                     }

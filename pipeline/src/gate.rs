@@ -61,10 +61,26 @@ struct Case {
 }
 
 const CASES: [Case; 4] = [
-    Case { name: "unordered", keys: None, idle_sibling: false },
-    Case { name: "unordered_idle_sibling", keys: None, idle_sibling: true },
-    Case { name: "ordered_1000_keys", keys: Some(1000), idle_sibling: false },
-    Case { name: "one_hot_key", keys: Some(1), idle_sibling: false },
+    Case {
+        name: "unordered",
+        keys: None,
+        idle_sibling: false,
+    },
+    Case {
+        name: "unordered_idle_sibling",
+        keys: None,
+        idle_sibling: true,
+    },
+    Case {
+        name: "ordered_1000_keys",
+        keys: Some(1000),
+        idle_sibling: false,
+    },
+    Case {
+        name: "one_hot_key",
+        keys: Some(1),
+        idle_sibling: false,
+    },
 ];
 
 /// The idle sibling source of [`Case::idle_sibling`].
@@ -87,14 +103,23 @@ fn request(n: u64, keys: Option<u64>) -> IngestRequest {
         let key = format!("entity-{}", n % k);
         lanes::assign(SinkIx(0), SOURCE, Some(key.as_bytes()))
     });
-    IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane }], dedupe_ttl_ms: None }
+    IngestRequest {
+        tenant: TENANT,
+        envelope,
+        rows: vec![NewRow {
+            sink: SinkIx(0),
+            lane,
+        }],
+        dedupe_ttl_ms: None,
+    }
 }
 
 /// Ingests and dispatches the case's hooks; returns the engine operations of
 /// each path.
 async fn run(case: &Case) -> (OpStats, OpStats) {
     let kv = Arc::new(MemoryKv::new());
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
+    let (writer, handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), || CLOCK_MS).expect("writer");
     // Wired as `ankusa serve` wires them: the Writer names the lanes it puts
     // members into, and the dispatcher sweeps those (docs/design.md section 5,
     // "Lane sweep").
@@ -109,19 +134,35 @@ async fn run(case: &Case) -> (OpStats, OpStats) {
     task.await.expect("writer task").expect("writer");
 
     let mut routes = Routes::default();
-    routes
-        .sinks
-        .insert((SOURCE, SinkIx(0)), Route { sink: Arc::new(Answered), sink_name: "gate".into(), source_name: "gate".into() });
+    routes.sinks.insert(
+        (SOURCE, SinkIx(0)),
+        Route {
+            sink: Arc::new(Answered),
+            sink_name: "gate".into(),
+            source_name: "gate".into(),
+        },
+    );
     routes.tenants.insert(TENANT, "gate".into());
     routes.source_tenants.insert(SOURCE, TENANT);
     if case.idle_sibling {
-        routes
-            .sinks
-            .insert((SIBLING, SinkIx(0)), Route { sink: Arc::new(Answered), sink_name: "idle".into(), source_name: "idle".into() });
+        routes.sinks.insert(
+            (SIBLING, SinkIx(0)),
+            Route {
+                sink: Arc::new(Answered),
+                sink_name: "idle".into(),
+                source_name: "idle".into(),
+            },
+        );
         routes.source_tenants.insert(SIBLING, TENANT);
     }
-    let (pipeline, _handle) =
-        Pipeline::new(Arc::clone(&kv), routes, DispatchConfig::default(), RetryPolicy::default(), BreakerPolicy::default(), || CLOCK_MS);
+    let (pipeline, _handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        DispatchConfig::default(),
+        RetryPolicy::default(),
+        BreakerPolicy::default(),
+        || CLOCK_MS,
+    );
     let mut d = pipeline.lane_rows(lane_rows).dispatcher;
     d.low_water_reset = std::time::Duration::MAX;
     d.start_up().expect("start");
@@ -129,17 +170,27 @@ async fn run(case: &Case) -> (OpStats, OpStats) {
     let mut done = Vec::new();
     let mut steps = 0;
     loop {
-        d.step(Vec::new(), std::mem::take(&mut done), true).expect("step");
+        d.step(Vec::new(), std::mem::take(&mut done), true)
+            .expect("step");
         let calls = std::mem::take(&mut d.calls);
         if calls.is_empty() {
             break;
         }
         done = calls.into_iter().map(|c| c.finish(Outcome::Ok)).collect();
         steps += 1;
-        assert!(steps <= 10 * HOOKS, "{}: the dispatcher does not converge", case.name);
+        assert!(
+            steps <= 10 * HOOKS,
+            "{}: the dispatcher does not converge",
+            case.name
+        );
     }
     let dispatch = kv.stats() - before;
-    assert_eq!(counter(&*kv, TenantOrd::NODE, CounterField::Pending).expect("counter"), 0, "{}: every hook delivered", case.name);
+    assert_eq!(
+        counter(&*kv, TenantOrd::NODE, CounterField::Pending).expect("counter"),
+        0,
+        "{}: every hook delivered",
+        case.name
+    );
     let violations = check_invariants(&*kv).expect("check");
     assert!(violations.is_empty(), "{}: {violations:?}", case.name);
     (ingest, dispatch)
@@ -147,7 +198,9 @@ async fn run(case: &Case) -> (OpStats, OpStats) {
 
 /// `case path metric per_1000_hooks` lines, the baseline's format.
 fn table(rows: &[(&str, &str, OpStats)]) -> String {
-    let mut out = String::from("# case path metric per_1000_hooks (pipeline/src/gate.rs; exact, never timings)\n");
+    let mut out = String::from(
+        "# case path metric per_1000_hooks (pipeline/src/gate.rs; exact, never timings)\n",
+    );
     for (case, path, s) in rows {
         for (metric, v) in [
             ("gets", s.gets),
@@ -189,13 +242,24 @@ async fn engine_operations_per_hook_match_the_baseline() {
     let (want, got) = (parse(&baseline), parse(&measured));
     let mut report = String::new();
     for ((k, w), (k2, g)) in want.iter().zip(&got) {
-        assert_eq!(k, k2, "the baseline lists other cases or metrics: bless it again");
+        assert_eq!(
+            k, k2,
+            "the baseline lists other cases or metrics: bless it again"
+        );
         if g != w {
-            let what = if g > w { "MORE (a regression)" } else { "fewer (bless the new baseline)" };
+            let what = if g > w {
+                "MORE (a regression)"
+            } else {
+                "fewer (bless the new baseline)"
+            };
             let _ = writeln!(report, "{k}: {g} per 1000 hooks, baseline {w}: {what}");
         }
     }
-    assert_eq!(want.len(), got.len(), "the baseline lists other cases or metrics: bless it again");
+    assert_eq!(
+        want.len(),
+        got.len(),
+        "the baseline lists other cases or metrics: bless it again"
+    );
     assert!(
         report.is_empty(),
         "engine operations per hook differ from pipeline/gate/baseline.txt:\n{report}\

@@ -15,7 +15,6 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::breaker::PipelineStatus;
 
-
 /// Control of a running pipeline.
 #[derive(Clone, Debug)]
 pub struct PipelineHandle {
@@ -33,7 +32,6 @@ pub struct PipelineHandle {
     /// What the admin API reads of the breakers (read-only).
     pub status: PipelineStatus,
 }
-
 
 /// What [`PipelineHandle::retire`] reports about a source's retirement.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -101,7 +99,11 @@ pub(crate) struct PauseBook {
 
 impl PauseBook {
     pub(crate) fn targets(&self) -> BTreeSet<PauseTarget> {
-        self.config.iter().copied().chain(self.runtime.keys().copied()).collect()
+        self.config
+            .iter()
+            .copied()
+            .chain(self.runtime.keys().copied())
+            .collect()
     }
 
     pub(crate) fn status(&self, target: PauseTarget) -> PauseStatus {
@@ -149,10 +151,18 @@ impl PipelineHandle {
         self.wake.notify_one();
     }
 
-    async fn set_pause(&self, target: PauseTarget, reason: Option<String>) -> Result<PauseStatus, ControlError> {
+    async fn set_pause(
+        &self,
+        target: PauseTarget,
+        reason: Option<String>,
+    ) -> Result<PauseStatus, ControlError> {
         let (reply, rx) = oneshot::channel();
         self.control
-            .send(Control::SetPause { target, reason, reply })
+            .send(Control::SetPause {
+                target,
+                reason,
+                reply,
+            })
             .map_err(|_| ControlError::Stopped)?;
         self.wake.notify_one();
         rx.await.map_err(|_| ControlError::Stopped)?
@@ -169,7 +179,11 @@ impl PipelineHandle {
     /// [`ControlError::NotConfigured`] for a source or sink entry the
     /// configuration does not have; [`ControlError::Store`];
     /// [`ControlError::Stopped`].
-    pub async fn pause(&self, target: PauseTarget, reason: &str) -> Result<PauseStatus, ControlError> {
+    pub async fn pause(
+        &self,
+        target: PauseTarget,
+        reason: &str,
+    ) -> Result<PauseStatus, ControlError> {
         self.set_pause(target, Some(reason.to_owned())).await
     }
 
@@ -184,9 +198,14 @@ impl PipelineHandle {
         self.set_pause(target, None).await
     }
 
-    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T, ControlError>>) -> Control) -> Result<T, ControlError> {
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, ControlError>>) -> Control,
+    ) -> Result<T, ControlError> {
         let (reply, rx) = oneshot::channel();
-        self.control.send(make(reply)).map_err(|_| ControlError::Stopped)?;
+        self.control
+            .send(make(reply))
+            .map_err(|_| ControlError::Stopped)?;
         self.wake.notify_one();
         rx.await.map_err(|_| ControlError::Stopped)?
     }
@@ -201,7 +220,12 @@ impl PipelineHandle {
     /// # Errors
     /// [`ControlError::Stopped`].
     pub async fn quiesce(&self, tenant: TenantOrd, quiet: bool) -> Result<(), ControlError> {
-        self.ask(|reply| Control::Quiesce { tenant, quiet, reply }).await
+        self.ask(|reply| Control::Quiesce {
+            tenant,
+            quiet,
+            reply,
+        })
+        .await
     }
 
     /// Retires `source` (`Some(reason)`) or ends its retirement (`None`)
@@ -216,8 +240,17 @@ impl PipelineHandle {
     ///
     /// # Errors
     /// [`ControlError::Stopped`].
-    pub async fn retire(&self, source: SourceId, reason: Option<String>) -> Result<Retirement, ControlError> {
-        self.ask(|reply| Control::Retire { source, reason, reply }).await
+    pub async fn retire(
+        &self,
+        source: SourceId,
+        reason: Option<String>,
+    ) -> Result<Retirement, ControlError> {
+        self.ask(|reply| Control::Retire {
+            source,
+            reason,
+            reply,
+        })
+        .await
     }
 
     /// Runs `work` on the pipeline's task between two passes and commits the
@@ -250,4 +283,3 @@ impl PipelineHandle {
         t.contains(&PauseTarget::Source(source)) || t.contains(&PauseTarget::Sink(source, sink))
     }
 }
-

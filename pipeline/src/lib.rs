@@ -188,7 +188,12 @@ impl Routes {
 
     /// The retry policy of sink entry `sink` of `source`: its own, else
     /// `global`.
-    pub(crate) fn retry_policy(&self, source: SourceId, sink: SinkIx, global: RetryPolicy) -> RetryPolicy {
+    pub(crate) fn retry_policy(
+        &self,
+        source: SourceId,
+        sink: SinkIx,
+        global: RetryPolicy,
+    ) -> RetryPolicy {
         self.retry.get(&(source, sink)).copied().unwrap_or(global)
     }
 }
@@ -230,18 +235,26 @@ impl<K: Kv> Pipeline<K> {
         let (shutdown_tx, shutdown) = watch::channel(false);
         let wake = Arc::new(Notify::new());
         let ready = Arc::new(AtomicBool::new(false));
-        let book = Arc::new(Mutex::new(PauseBook { config: routes.paused.clone(), runtime: PauseMap::new() }));
+        let book = Arc::new(Mutex::new(PauseBook {
+            config: routes.paused.clone(),
+            runtime: PauseMap::new(),
+        }));
         // The configuration's pauses count from the start; the runtime ones
         // join when `run` has read them.
         let paused_sinks = Arc::new(AtomicU64::new(
             routes
                 .sinks
                 .keys()
-                .filter(|(s, k)| routes.paused.contains(&PauseTarget::Source(*s)) || routes.paused.contains(&PauseTarget::Sink(*s, *k)))
+                .filter(|(s, k)| {
+                    routes.paused.contains(&PauseTarget::Source(*s))
+                        || routes.paused.contains(&PauseTarget::Sink(*s, *k))
+                })
                 .count() as u64,
         ));
         let status = PipelineStatus {
-            delivery: Arc::new(ankusa_queue::metrics::DeliveryMetrics::new(routes.sinks.values().map(|r| r.sink.kind()))),
+            delivery: Arc::new(ankusa_queue::metrics::DeliveryMetrics::new(
+                routes.sinks.values().map(|r| r.sink.kind()),
+            )),
             ..PipelineStatus::default()
         };
         let clock: Arc<dyn Fn() -> u64 + Send + Sync> = Arc::new(clock);
@@ -252,7 +265,12 @@ impl<K: Kv> Pipeline<K> {
             .filter_map(|(id, limit)| {
                 let l = limiter(*limit, &limiter_clock);
                 if l.is_none() {
-                    warn!(source = id.0.0, sink = id.1.0, ?limit, "a rate limit no quota can express: not applied");
+                    warn!(
+                        source = id.0.0,
+                        sink = id.1.0,
+                        ?limit,
+                        "a rate limit no quota can express: not applied"
+                    );
                 }
                 Some((*id, l?))
             })
@@ -261,7 +279,12 @@ impl<K: Kv> Pipeline<K> {
             .tenants
             .keys()
             .map(|t| {
-                let mine = routes.sinks.keys().filter(|id| routes.source_tenants.get(&id.0).is_none_or(|o| o == t)).copied().collect();
+                let mine = routes
+                    .sinks
+                    .keys()
+                    .filter(|id| routes.source_tenants.get(&id.0).is_none_or(|o| o == t))
+                    .copied()
+                    .collect();
                 (*t, mine)
             })
             .collect();
@@ -277,44 +300,44 @@ impl<K: Kv> Pipeline<K> {
         (
             Pipeline {
                 dispatcher: Dispatcher {
-                kv,
-                routes: Arc::new(routes),
-                dispatch,
-                retry,
-                breaker,
-                clock,
-                in_flight: HashMap::new(),
-                in_flight_total: 0,
-                in_flight_bytes: 0,
-                ready: Arc::clone(&ready),
-                next_wake_ms: None,
-                breakers: HashMap::new(),
-                limiters,
-                status,
-                resume: HashMap::new(),
-                book,
-                paused: BTreeSet::new(),
-                paused_sinks,
-                unhold: BTreeMap::new(),
-                overflow: HashMap::new(),
-                quiet: BTreeSet::new(),
-                retiring: HashMap::new(),
-                retired_dead: HashMap::new(),
-                tenant_routes,
-                calls: Vec::new(),
-                more: false,
-                low_water: HashMap::new(),
-                low_water_since: Instant::now(),
-                low_water_reset: dispatcher::LOW_WATER_RESET,
-                due_floor: None,
-                first_visited: None,
-                sources: HashMap::new(),
-                met: HashMap::new(),
-                lane_rows: None,
-                sweep_lanes: HashMap::new(),
-                sweep: true,
-                shallow_visits: HashMap::new(),
-                delivered_scratch: Vec::new(),
+                    kv,
+                    routes: Arc::new(routes),
+                    dispatch,
+                    retry,
+                    breaker,
+                    clock,
+                    in_flight: HashMap::new(),
+                    in_flight_total: 0,
+                    in_flight_bytes: 0,
+                    ready: Arc::clone(&ready),
+                    next_wake_ms: None,
+                    breakers: HashMap::new(),
+                    limiters,
+                    status,
+                    resume: HashMap::new(),
+                    book,
+                    paused: BTreeSet::new(),
+                    paused_sinks,
+                    unhold: BTreeMap::new(),
+                    overflow: HashMap::new(),
+                    quiet: BTreeSet::new(),
+                    retiring: HashMap::new(),
+                    retired_dead: HashMap::new(),
+                    tenant_routes,
+                    calls: Vec::new(),
+                    more: false,
+                    low_water: HashMap::new(),
+                    low_water_since: Instant::now(),
+                    low_water_reset: dispatcher::LOW_WATER_RESET,
+                    due_floor: None,
+                    first_visited: None,
+                    sources: HashMap::new(),
+                    met: HashMap::new(),
+                    lane_rows: None,
+                    sweep_lanes: HashMap::new(),
+                    sweep: true,
+                    shallow_visits: HashMap::new(),
+                    delivered_scratch: Vec::new(),
                 },
                 wake,
                 shutdown,
@@ -357,7 +380,14 @@ impl<K: Kv> Pipeline<K> {
     /// # Errors
     /// A store failure ([`PipelineError`]); the caller exits the process.
     pub async fn run(self) -> Result<(), PipelineError> {
-        let Pipeline { dispatcher, wake, shutdown, done_tx, mut done_rx, mut control_rx } = self;
+        let Pipeline {
+            dispatcher,
+            wake,
+            shutdown,
+            done_tx,
+            mut done_rx,
+            mut control_rx,
+        } = self;
         let routes = Arc::clone(&dispatcher.routes);
         let flush_interval = Duration::from_millis(dispatcher.dispatch.flush_interval_ms);
         let idle_ms = dispatcher.dispatch.idle_ms.max(1);
@@ -396,7 +426,9 @@ impl<K: Kv> Pipeline<K> {
                 // process past an orchestrator's kill grace: the calls still
                 // out stay claimed in the store and are delivered again after
                 // the next start (recover_inflight, ADR 4.7; at-least-once).
-                if stopping_since.is_some_and(|t| t.elapsed() >= Duration::from_millis(SHUTDOWN_WAIT_MS)) {
+                if stopping_since
+                    .is_some_and(|t| t.elapsed() >= Duration::from_millis(SHUTDOWN_WAIT_MS))
+                {
                     warn!(
                         in_flight = d.in_flight_total,
                         waited_ms = SHUTDOWN_WAIT_MS,
@@ -460,7 +492,10 @@ pub const SHUTDOWN_WAIT_MS: u64 = 10_000;
 ///
 /// # Errors
 /// Engine errors.
-pub fn counter(read: &impl Read, tenant: TenantOrd, field: CounterField) -> Result<i64, EngineError> {
+pub fn counter(
+    read: &impl Read,
+    tenant: TenantOrd,
+    field: CounterField,
+) -> Result<i64, EngineError> {
     read.counter(&counter_key(tenant, field))
 }
-

@@ -18,7 +18,6 @@ pub struct RateLimit {
     pub burst: u32,
 }
 
-
 /// The pipeline's clock (unix ms) as a `governor` clock, so a rate limit
 /// counts time as the rest of dispatch does (and a test's clock drives both).
 #[derive(Clone)]
@@ -53,7 +52,10 @@ pub(crate) fn limiter(limit: RateLimit, clock: &LimiterClock) -> Option<Limiter>
         return None;
     }
     let quota = governor::Quota::with_period(period)?.allow_burst(burst);
-    Some(governor::RateLimiter::direct_with_clock(quota, clock.clone()))
+    Some(governor::RateLimiter::direct_with_clock(
+        quota,
+        clock.clone(),
+    ))
 }
 
 #[cfg(test)]
@@ -67,19 +69,36 @@ mod tests {
         let now = Arc::new(AtomicU64::new(1_000_000));
         let n = Arc::clone(&now);
         let clock = LimiterClock(Arc::new(move || n.load(Ordering::SeqCst)));
-        let l = limiter(RateLimit { per_second: 20.0, burst: 20 }, &clock).expect("a quota");
+        let l = limiter(
+            RateLimit {
+                per_second: 20.0,
+                burst: 20,
+            },
+            &clock,
+        )
+        .expect("a quota");
         for _ in 0..20 {
             assert!(l.check().is_ok(), "the burst");
         }
         let next = l.check().expect_err("over the rate").earliest_possible();
-        assert!(next > Duration::from_millis(1_000_000) && next <= Duration::from_millis(1_000_050), "{next:?}");
+        assert!(
+            next > Duration::from_millis(1_000_000) && next <= Duration::from_millis(1_000_050),
+            "{next:?}"
+        );
         now.store(1_000_049, Ordering::SeqCst);
         assert!(l.check().is_err());
         now.store(1_000_050, Ordering::SeqCst);
         assert!(l.check().is_ok(), "one every 50 ms");
         assert!(l.check().is_err());
         // A fraction: one every 2 s.
-        let slow = limiter(RateLimit { per_second: 0.5, burst: 1 }, &clock).expect("a quota");
+        let slow = limiter(
+            RateLimit {
+                per_second: 0.5,
+                burst: 1,
+            },
+            &clock,
+        )
+        .expect("a quota");
         assert!(slow.check().is_ok());
         now.store(1_002_049, Ordering::SeqCst);
         assert!(slow.check().is_err());
@@ -87,7 +106,17 @@ mod tests {
         assert!(slow.check().is_ok());
         // Rates no quota can express are refused, not a panic.
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            assert!(limiter(RateLimit { per_second: bad, burst: 1 }, &clock).is_none(), "{bad}");
+            assert!(
+                limiter(
+                    RateLimit {
+                        per_second: bad,
+                        burst: 1
+                    },
+                    &clock
+                )
+                .is_none(),
+                "{bad}"
+            );
         }
     }
 }

@@ -53,7 +53,12 @@ impl RetentionConfig {
     /// The sweep of `retention.keep_ms` and `retention.interval_ms`, pages of
     /// 256, dedupe expiry hourly (or every round when rounds are rarer).
     pub fn new(keep_ms: u64, interval_ms: u64) -> RetentionConfig {
-        RetentionConfig { keep_ms, interval_ms, page: 256, dedupe_every_ms: DEDUPE_EXPIRY_MS.max(interval_ms) }
+        RetentionConfig {
+            keep_ms,
+            interval_ms,
+            page: 256,
+            dedupe_every_ms: DEDUPE_EXPIRY_MS.max(interval_ms),
+        }
     }
 }
 
@@ -99,7 +104,13 @@ pub async fn retention_round<K: Kv>(
                 Ok((p.moved, p.next))
             })
             .await
-            .map_err(|e| PipelineError::Store(ankusa_engine::EngineError::Backend { backend: "retention", op: "join", message: e.to_string() }))??;
+            .map_err(|e| {
+                PipelineError::Store(ankusa_engine::EngineError::Backend {
+                    backend: "retention",
+                    op: "join",
+                    message: e.to_string(),
+                })
+            })??;
             deleted += moved;
             match next {
                 Some(n) => cursor = Some(n),
@@ -121,7 +132,9 @@ pub async fn dedupe_round<K: Kv>(
     page: usize,
     stop: impl Fn() -> bool,
 ) -> Result<usize, WriteError> {
-    let tenants = tenants(kv).await.map_err(|e| WriteError::Store(e.to_string()))?;
+    let tenants = tenants(kv)
+        .await
+        .map_err(|e| WriteError::Store(e.to_string()))?;
     let mut deleted = 0;
     for tenant in tenants {
         let mut cursor = None;
@@ -144,7 +157,13 @@ async fn tenants<K: Kv>(kv: &Arc<K>) -> Result<Vec<TenantOrd>, PipelineError> {
     let kv = Arc::clone(kv);
     let reg = tokio::task::spawn_blocking(move || Registry::read(&*kv))
         .await
-        .map_err(|e| PipelineError::Store(ankusa_engine::EngineError::Backend { backend: "retention", op: "join", message: e.to_string() }))??;
+        .map_err(|e| {
+            PipelineError::Store(ankusa_engine::EngineError::Backend {
+                backend: "retention",
+                op: "join",
+                message: e.to_string(),
+            })
+        })??;
     Ok(reg.tenants.values().copied().collect())
 }
 
@@ -196,10 +215,19 @@ pub async fn run<K: Kv>(
             }
             last_dedupe = Some(now);
         }
-        stats.hooks_deleted.fetch_add(hooks as u64, Ordering::Relaxed);
-        stats.dedupe_expired.fetch_add(dedupe as u64, Ordering::Relaxed);
+        stats
+            .hooks_deleted
+            .fetch_add(hooks as u64, Ordering::Relaxed);
+        stats
+            .dedupe_expired
+            .fetch_add(dedupe as u64, Ordering::Relaxed);
         if hooks + dedupe > 0 {
-            info!(hooks, dedupe, keep_ms = cfg.keep_ms, "retention: reclaimed delivered hooks and expired dedupe records");
+            info!(
+                hooks,
+                dedupe,
+                keep_ms = cfg.keep_ms,
+                "retention: reclaimed delivered hooks and expired dedupe records"
+            );
         } else {
             debug!("retention: nothing to reclaim");
         }

@@ -204,11 +204,20 @@ mod tests {
     }
 
     fn policy() -> RetryPolicy {
-        RetryPolicy { base_ms: 100, max_ms: 1_000, max_elapsed_ms: 10_000, ..RetryPolicy::default() }
+        RetryPolicy {
+            base_ms: 100,
+            max_ms: 1_000,
+            max_elapsed_ms: 10_000,
+            ..RetryPolicy::default()
+        }
     }
 
     fn status(code: u16) -> Outcome {
-        Outcome::HttpStatus { status: code, reason: format!("HTTP {code}"), after: None }
+        Outcome::HttpStatus {
+            status: code,
+            reason: format!("HTTP {code}"),
+            after: None,
+        }
     }
 
     #[test]
@@ -226,39 +235,96 @@ mod tests {
 
     #[test]
     fn statuses_resolve_by_the_list() {
-        let p = RetryPolicy { statuses: RetryStatuses::from_statuses([404, 409, 503]), ..policy() };
-        assert!(matches!(p.resolve(status(404), 0, 50_000), Outcome::Retry { .. }));
-        assert!(matches!(p.resolve(status(409), 0, 0), Outcome::Retry { .. }));
-        assert!(matches!(p.resolve(status(503), 0, 0), Outcome::Retry { .. }));
+        let p = RetryPolicy {
+            statuses: RetryStatuses::from_statuses([404, 409, 503]),
+            ..policy()
+        };
+        assert!(matches!(
+            p.resolve(status(404), 0, 50_000),
+            Outcome::Retry { .. }
+        ));
+        assert!(matches!(
+            p.resolve(status(409), 0, 0),
+            Outcome::Retry { .. }
+        ));
+        assert!(matches!(
+            p.resolve(status(503), 0, 0),
+            Outcome::Retry { .. }
+        ));
         // Left off the list: 500 is permanent, 410 the sink gone.
-        assert_eq!(p.resolve(status(500), 0, 0), Outcome::Permanent { reason: "HTTP 500".into() });
-        assert_eq!(p.resolve(status(410), 0, 0), Outcome::SinkGone { reason: "HTTP 410".into() });
-        assert_eq!(p.resolve(status(400), 0, 0), Outcome::Permanent { reason: "HTTP 400".into() });
+        assert_eq!(
+            p.resolve(status(500), 0, 0),
+            Outcome::Permanent {
+                reason: "HTTP 500".into()
+            }
+        );
+        assert_eq!(
+            p.resolve(status(410), 0, 0),
+            Outcome::SinkGone {
+                reason: "HTTP 410".into()
+            }
+        );
+        assert_eq!(
+            p.resolve(status(400), 0, 0),
+            Outcome::Permanent {
+                reason: "HTTP 400".into()
+            }
+        );
         // Other outcomes pass through.
         assert_eq!(p.resolve(Outcome::Ok, 0, 0), Outcome::Ok);
-        assert_eq!(p.resolve(Outcome::permanent("x"), 0, 0), Outcome::permanent("x"));
+        assert_eq!(
+            p.resolve(Outcome::permanent("x"), 0, 0),
+            Outcome::permanent("x")
+        );
         // The default list.
         let d = policy();
-        assert!(matches!(d.resolve(status(429), 0, 0), Outcome::Retry { .. }));
-        assert!(matches!(d.resolve(status(404), 0, 0), Outcome::Permanent { .. }));
+        assert!(matches!(
+            d.resolve(status(429), 0, 0),
+            Outcome::Retry { .. }
+        ));
+        assert!(matches!(
+            d.resolve(status(404), 0, 0),
+            Outcome::Permanent { .. }
+        ));
     }
 
     #[test]
     fn a_grace_period_retries_every_4xx_from_the_first_attempt() {
-        let p = RetryPolicy { grace_ms: 5_000, ..policy() };
+        let p = RetryPolicy {
+            grace_ms: 5_000,
+            ..policy()
+        };
         let first = 1_000_000;
         for code in [400, 401, 403, 404, 409, 410, 422, 499] {
             assert!(p.retries_status(code, first, first), "{code} at once");
-            assert!(p.retries_status(code, first, first + 5_000), "{code} at the bound");
-            assert!(!p.retries_status(code, first, first + 5_001), "{code} past the grace");
+            assert!(
+                p.retries_status(code, first, first + 5_000),
+                "{code} at the bound"
+            );
+            assert!(
+                !p.retries_status(code, first, first + 5_001),
+                "{code} past the grace"
+            );
         }
-        assert!(matches!(p.resolve(status(404), first, first + 4_999), Outcome::Retry { .. }));
-        assert!(matches!(p.resolve(status(404), first, first + 5_001), Outcome::Permanent { .. }));
-        assert!(matches!(p.resolve(status(410), first, first + 5_001), Outcome::SinkGone { .. }));
+        assert!(matches!(
+            p.resolve(status(404), first, first + 4_999),
+            Outcome::Retry { .. }
+        ));
+        assert!(matches!(
+            p.resolve(status(404), first, first + 5_001),
+            Outcome::Permanent { .. }
+        ));
+        assert!(matches!(
+            p.resolve(status(410), first, first + 5_001),
+            Outcome::SinkGone { .. }
+        ));
         // The default list still holds after the grace period; a 5xx left
         // off the list is not retried by the grace (it is 4xx only).
         assert!(p.retries_status(429, first, first + 60_000));
-        let q = RetryPolicy { statuses: RetryStatuses::from_statuses([429]), ..p };
+        let q = RetryPolicy {
+            statuses: RetryStatuses::from_statuses([429]),
+            ..p
+        };
         assert!(!q.retries_status(503, first, first));
         // No grace: a 404 is permanent at once.
         assert!(!policy().retries_status(404, first, first));
@@ -267,23 +333,35 @@ mod tests {
     #[test]
     fn a_retry_after_is_capped() {
         let mut r = rng();
-        let p = RetryPolicy { retry_after_max_ms: Some(2_000), ..policy() };
+        let p = RetryPolicy {
+            retry_after_max_ms: Some(2_000),
+            ..policy()
+        };
         let day = Some(Duration::from_secs(86_400));
         for attempts in 1..10 {
             assert_eq!(p.delay_ms(attempts, day, &mut r), 2_000);
         }
         // Below the cap it is obeyed (and the jitter is at most max_ms).
-        assert_eq!(p.delay_ms(1, Some(Duration::from_millis(1_500)), &mut r), 1_500);
+        assert_eq!(
+            p.delay_ms(1, Some(Duration::from_millis(1_500)), &mut r),
+            1_500
+        );
         // The default cap is max_ms.
         assert_eq!(policy().retry_after_cap_ms(), 1_000);
         assert_eq!(policy().delay_ms(3, day, &mut r), 1_000);
         // 0: a Retry-After holds nothing past the backoff.
-        let z = RetryPolicy { retry_after_max_ms: Some(0), ..policy() };
+        let z = RetryPolicy {
+            retry_after_max_ms: Some(0),
+            ..policy()
+        };
         for attempts in 1..10 {
             assert!(z.delay_ms(attempts, day, &mut r) <= 1_000);
         }
         // A huge value saturates instead of overflowing.
-        let big = RetryPolicy { retry_after_max_ms: Some(u64::MAX), ..policy() };
+        let big = RetryPolicy {
+            retry_after_max_ms: Some(u64::MAX),
+            ..policy()
+        };
         assert_eq!(big.delay_ms(1, Some(Duration::MAX), &mut r), u64::MAX);
     }
 
@@ -304,13 +382,21 @@ mod tests {
         let p = policy();
         let first = 5_000;
         // Inside the horizon: due within the backoff.
-        let due = p.next_attempt(2, None, first, first + 1_000, &mut r).expect("due");
+        let due = p
+            .next_attempt(2, None, first, first + 1_000, &mut r)
+            .expect("due");
         assert!((first + 1_000..=first + 1_200).contains(&due), "{due}");
         // The wait would pass the horizon (any jitter): dead.
-        let p = RetryPolicy { base_ms: 1_000, max_ms: 1_000, ..policy() };
+        let p = RetryPolicy {
+            base_ms: 1_000,
+            max_ms: 1_000,
+            ..policy()
+        };
         let mut dead = 0;
         for _ in 0..100 {
-            if p.next_attempt(5, None, first, first + 9_999, &mut r).is_none() {
+            if p.next_attempt(5, None, first, first + 9_999, &mut r)
+                .is_none()
+            {
                 dead += 1;
             }
         }
@@ -322,21 +408,41 @@ mod tests {
     fn a_retry_after_never_dead_letters_a_first_attempt() {
         let mut r = rng();
         // The cap (max_ms by default, 60 s) is past the 10 s horizon.
-        let p = RetryPolicy { base_ms: 100, max_ms: 60_000, max_elapsed_ms: 10_000, ..RetryPolicy::default() };
+        let p = RetryPolicy {
+            base_ms: 100,
+            max_ms: 60_000,
+            max_elapsed_ms: 10_000,
+            ..RetryPolicy::default()
+        };
         let first = 1_000;
         let day = Some(Duration::from_secs(86_400));
         // First attempt, answered at once: the next attempt at the horizon.
-        assert_eq!(p.next_attempt(1, day, first, first + 20, &mut r), Some(first + 10_000));
+        assert_eq!(
+            p.next_attempt(1, day, first, first + 20, &mut r),
+            Some(first + 10_000)
+        );
         // The first attempt's call outlasted the horizon: at once.
-        assert_eq!(p.next_attempt(1, day, first, first + 12_000, &mut r), Some(first + 12_000));
+        assert_eq!(
+            p.next_attempt(1, day, first, first + 12_000, &mut r),
+            Some(first + 12_000)
+        );
         // A later attempt before the horizon: the horizon is its last chance.
-        assert_eq!(p.next_attempt(3, day, first, first + 9_000, &mut r), Some(first + 10_000));
+        assert_eq!(
+            p.next_attempt(3, day, first, first + 9_000, &mut r),
+            Some(first + 10_000)
+        );
         // That last attempt failed too (at or after the horizon): dead.
         assert_eq!(p.next_attempt(4, day, first, first + 10_000, &mut r), None);
         assert_eq!(p.next_attempt(4, day, first, first + 10_050, &mut r), None);
         // Within the horizon, the capped Retry-After is the wait.
-        let capped = RetryPolicy { retry_after_max_ms: Some(2_000), ..p };
-        assert_eq!(capped.next_attempt(1, day, first, first + 20, &mut r), Some(first + 2_020));
+        let capped = RetryPolicy {
+            retry_after_max_ms: Some(2_000),
+            ..p
+        };
+        assert_eq!(
+            capped.next_attempt(1, day, first, first + 20, &mut r),
+            Some(first + 2_020)
+        );
     }
 
     #[test]
@@ -353,7 +459,10 @@ mod tests {
         assert!(!p.dead_at_claim(first, horizon, horizon + 50));
         assert!(!p.dead_at_claim(first, horizon + 7, horizon + 50));
         // No overflow with an unbounded horizon.
-        let forever = RetryPolicy { max_elapsed_ms: u64::MAX, ..p };
+        let forever = RetryPolicy {
+            max_elapsed_ms: u64::MAX,
+            ..p
+        };
         assert!(!forever.dead_at_claim(first, 0, u64::MAX));
     }
 }

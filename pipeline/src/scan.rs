@@ -8,8 +8,8 @@ use std::collections::{HashMap, HashSet};
 
 use ankusa_engine::{Batch, Bytes, Cf, Direction, Kv};
 use ankusa_keys::{
-    CounterField, DeliveryRow, DueKey, DueValue, Envelope, Family, Seq, SinkIx, SourceId, TenantOrd, counter_key, delivery_key, due_key,
-    due_range_until, family_range, hook_key,
+    CounterField, DeliveryRow, DueKey, DueValue, Envelope, Family, Seq, SinkIx, SourceId,
+    TenantOrd, counter_key, delivery_key, due_key, due_range_until, family_range, hook_key,
 };
 use ankusa_queue::{Origin, QueueError, RowId};
 use tracing::{debug, info, warn};
@@ -83,8 +83,15 @@ impl Visit {
     /// backlog. (An idle sibling source has no rows to reach: holding back
     /// a backlog for it would only cost writes.)
     fn other_entry_waits(&self, key: BreakerKey) -> bool {
-        let open = |e: &(SourceId, SinkIx)| *e != (key.1, key.2) && !self.saturated.contains(&(self.tenant, e.0, e.1));
-        self.met.iter().any(open) || self.busy.as_ref().or(self.recent.as_ref()).is_some_and(|r| r.iter().any(open))
+        let open = |e: &(SourceId, SinkIx)| {
+            *e != (key.1, key.2) && !self.saturated.contains(&(self.tenant, e.0, e.1))
+        };
+        self.met.iter().any(open)
+            || self
+                .busy
+                .as_ref()
+                .or(self.recent.as_ref())
+                .is_some_and(|r| r.iter().any(open))
     }
 
     fn new(tenant: TenantOrd, now: u64) -> Visit {
@@ -143,15 +150,26 @@ impl<K: Kv> Dispatcher<K> {
         self.overflow_pass()?;
         // Set again by a visit whose sweep read a full budget of markers.
         let sweep = std::mem::replace(&mut self.sweep, false);
-        let active = self.kv.scan(Cf::Index, &family_range(Family::Active), Direction::Forward, 4096)?;
+        let active = self.kv.scan(
+            Cf::Index,
+            &family_range(Family::Active),
+            Direction::Forward,
+            4096,
+        )?;
         let mut tenants = Vec::with_capacity(active.len());
         for (k, _) in active {
-            tenants.push(ankusa_keys::ActiveKey::decode(&k).map_err(QueueError::from)?.tenant);
+            tenants.push(
+                ankusa_keys::ActiveKey::decode(&k)
+                    .map_err(QueueError::from)?
+                    .tenant,
+            );
         }
         // Each pass starts one tenant further (fair share): the tenant
         // visited first takes the room the last step freed, and a tenant
         // later in key order would otherwise wait for the others' backlogs.
-        let start = self.first_visited.map_or(0, |t| tenants.iter().position(|x| *x > t).unwrap_or(0));
+        let start = self
+            .first_visited
+            .map_or(0, |t| tenants.iter().position(|x| *x > t).unwrap_or(0));
         tenants.rotate_left(start);
         self.first_visited = tenants.first().copied();
         for tenant in tenants {
@@ -164,10 +182,15 @@ impl<K: Kv> Dispatcher<K> {
     }
 
     /// Commits a sweep's batch, then its recheck (ADR 4.6).
-    fn commit_sweep(&mut self, tenant: TenantOrd, out: ankusa_lanes::SweepOutcome) -> Result<(), PipelineError> {
+    fn commit_sweep(
+        &mut self,
+        tenant: TenantOrd,
+        out: ankusa_lanes::SweepOutcome,
+    ) -> Result<(), PipelineError> {
         self.write(out.batch)?;
         if !out.recheck.is_empty() {
-            let again = ankusa_lanes::sweep_recheck(&*self.kv, tenant, &out.recheck).map_err(QueueError::from)?;
+            let again = ankusa_lanes::sweep_recheck(&*self.kv, tenant, &out.recheck)
+                .map_err(QueueError::from)?;
             self.write(again)?;
         }
         Ok(())
@@ -186,9 +209,14 @@ impl<K: Kv> Dispatcher<K> {
         // tenant covers them, one that read a full budget leaves them to the
         // sweeps that go on.
         let named = self.sweep_lanes.remove(&tenant).unwrap_or_default();
-        if self.kv.counter(&counter_key(TenantOrd::NODE, CounterField::LaneMembers))? > 0 {
+        if self
+            .kv
+            .counter(&counter_key(TenantOrd::NODE, CounterField::LaneMembers))?
+            > 0
+        {
             if sweep {
-                let out = ankusa_lanes::sweep(&*self.kv, tenant, self.dispatch.batch, now).map_err(QueueError::from)?;
+                let out = ankusa_lanes::sweep(&*self.kv, tenant, self.dispatch.batch, now)
+                    .map_err(QueueError::from)?;
                 if out.markers >= self.dispatch.batch {
                     // More markers than one budget: the next pass sweeps on.
                     self.sweep = true;
@@ -200,7 +228,8 @@ impl<K: Kv> Dispatcher<K> {
             } else if !named.is_empty() {
                 let budget = self.dispatch.batch.max(1);
                 let (now_named, later) = named.split_at(named.len().min(budget));
-                let out = ankusa_lanes::sweep_lanes(&*self.kv, tenant, now_named, now).map_err(QueueError::from)?;
+                let out = ankusa_lanes::sweep_lanes(&*self.kv, tenant, now_named, now)
+                    .map_err(QueueError::from)?;
                 self.commit_sweep(tenant, out)?;
                 if !later.is_empty() {
                     // More named lanes than one budget: step again at once.
@@ -254,7 +283,10 @@ impl<K: Kv> Dispatcher<K> {
         // The visit stopped because every entry was saturated: it did not
         // read on past them, so it says nothing of their live backlog.
         let mut stopped_saturated = false;
-        'pages: while v.starts.len() + v.parks.len() < page_len && pages < SCAN_PAGES && (v.unlisted || free.is_none_or(|f| v.starts.len() < f.max(1))) {
+        'pages: while v.starts.len() + v.parks.len() < page_len
+            && pages < SCAN_PAGES
+            && (v.unlisted || free.is_none_or(|f| v.starts.len() < f.max(1)))
+        {
             // After the first page, jump to where the last visit stopped.
             if pages == 1
                 && let Some(at) = resume.take()
@@ -394,7 +426,13 @@ impl<K: Kv> Dispatcher<K> {
             let mut b = Batch::new();
             for row_id in &v.horizon {
                 warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
-                b.extend(ankusa_queue::dead_letter(&*self.kv, *row_id, Origin::InFlight, "retry horizon passed", now)?);
+                b.extend(ankusa_queue::dead_letter(
+                    &*self.kv,
+                    *row_id,
+                    Origin::InFlight,
+                    "retry horizon passed",
+                    now,
+                )?);
             }
             self.write(b)?;
         }
@@ -451,7 +489,13 @@ impl<K: Kv> Dispatcher<K> {
                     Ok(s) => s,
                     Err(e) => {
                         warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
-                        v.dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", v.now)?);
+                        v.dead.extend(ankusa_queue::orphan(
+                            &*self.kv,
+                            row_id,
+                            Origin::Due { due_ms: dk.due_ms },
+                            "envelope does not decode",
+                            v.now,
+                        )?);
                         return Ok(Flow::Next);
                     }
                 };
@@ -462,7 +506,13 @@ impl<K: Kv> Dispatcher<K> {
         };
         if let Some(reason) = self.retiring.get(&source) {
             debug!(%row_id, "a row of a retired source: dead-lettered");
-            v.dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, v.now)?);
+            v.dead.extend(ankusa_queue::dead_letter(
+                &*self.kv,
+                row_id,
+                Origin::Due { due_ms: dk.due_ms },
+                reason,
+                v.now,
+            )?);
             *self.retired_dead.entry(source).or_default() += 1;
             return Ok(Flow::Next);
         }
@@ -475,19 +525,35 @@ impl<K: Kv> Dispatcher<K> {
             // (`Dispatcher::overflow_pass`), oldest first.
             let skipped = v.skipped.entry(key).or_insert(0);
             *skipped += 1;
-            if *skipped > OVERFLOW_SKIPPED * self.dispatch.batch.max(1) && v.other_entry_waits(key) {
+            if *skipped > OVERFLOW_SKIPPED * self.dispatch.batch.max(1) && v.other_entry_waits(key)
+            {
                 v.holds.extend(ankusa_queue::hold(&*self.kv, dk)?);
                 v.overflowed.insert(key);
             }
             return Ok(Flow::Next);
         }
         let Some(route) = self.routes.sinks.get(&(source, dk.sink)).cloned() else {
-            let reason = if self.routes.source_known(source) { "sink gone: not configured" } else { "source gone: not configured" };
+            let reason = if self.routes.source_known(source) {
+                "sink gone: not configured"
+            } else {
+                "source gone: not configured"
+            };
             warn!(%row_id, reason, "dead-lettering a row nobody can deliver");
-            v.dead.extend(ankusa_queue::dead_letter(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, reason, v.now)?);
+            v.dead.extend(ankusa_queue::dead_letter(
+                &*self.kv,
+                row_id,
+                Origin::Due { due_ms: dk.due_ms },
+                reason,
+                v.now,
+            )?);
             return Ok(Flow::Next);
         };
-        if !v.unlisted && !self.tenant_routes.get(&v.tenant).is_some_and(|r| r.contains(&(source, dk.sink))) {
+        if !v.unlisted
+            && !self
+                .tenant_routes
+                .get(&v.tenant)
+                .is_some_and(|r| r.contains(&(source, dk.sink)))
+        {
             v.unlisted = true;
         }
         // A paused sink: its row leaves the due scan until a resume
@@ -496,8 +562,13 @@ impl<K: Kv> Dispatcher<K> {
             v.holds.extend(ankusa_queue::hold(&*self.kv, dk)?);
             return Ok(Flow::Next);
         }
-        let busy = self.in_flight.get(&key).copied().unwrap_or(0) + v.starts.iter().filter(|s| s.key == key).count();
-        let cap = if route.sink.pipelined() { self.dispatch.pipelined_concurrency } else { self.dispatch.sink_concurrency };
+        let busy = self.in_flight.get(&key).copied().unwrap_or(0)
+            + v.starts.iter().filter(|s| s.key == key).count();
+        let cap = if route.sink.pipelined() {
+            self.dispatch.pipelined_concurrency
+        } else {
+            self.dispatch.sink_concurrency
+        };
         if busy >= cap {
             v.saturated.insert(key);
             if self.all_saturated(v) {
@@ -521,7 +592,10 @@ impl<K: Kv> Dispatcher<K> {
             }
             return Ok(Flow::Next);
         }
-        let Some(row) = self.kv.get(Cf::Deliveries, &delivery_key(v.tenant, dk.seq, dk.sink))? else {
+        let Some(row) = self
+            .kv
+            .get(Cf::Deliveries, &delivery_key(v.tenant, dk.seq, dk.sink))?
+        else {
             return Ok(Flow::Next); // claim would fail the same way; the checker reports it
         };
         let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
@@ -529,7 +603,10 @@ impl<K: Kv> Dispatcher<K> {
         // retry due just inside it must not start an attempt outside
         // it (a row due at or past it gets its attempt: RetryPolicy::dead_at_claim).
         if let Some(first) = row.first_attempt_at_ms
-            && self.routes.retry_policy(source, dk.sink, self.retry).dead_at_claim(first, dk.due_ms, v.now)
+            && self
+                .routes
+                .retry_policy(source, dk.sink, self.retry)
+                .dead_at_claim(first, dk.due_ms, v.now)
         {
             v.claims.extend(ankusa_queue::claim(&*self.kv, dk, v.now)?);
             v.horizon.push(row_id);
@@ -549,8 +626,26 @@ impl<K: Kv> Dispatcher<K> {
                 // A lane that failed in this run: kept in reserve in
                 // case no other lane of the sink has a due row.
                 if v.deferred.get(&key).is_none_or(|(r, ..)| rank < *r) {
-                    let Some(envelope) = self.envelope(raw, v, row_id, dk)? else { return Ok(Flow::Next) };
-                    v.deferred.insert(key, (rank, dk, Start { row_id, key, route, envelope, row, size, trial: true, site }));
+                    let Some(envelope) = self.envelope(raw, v, row_id, dk)? else {
+                        return Ok(Flow::Next);
+                    };
+                    v.deferred.insert(
+                        key,
+                        (
+                            rank,
+                            dk,
+                            Start {
+                                row_id,
+                                key,
+                                route,
+                                envelope,
+                                row,
+                                size,
+                                trial: true,
+                                site,
+                            },
+                        ),
+                    );
                 }
                 return Ok(Flow::Next);
             }
@@ -566,10 +661,21 @@ impl<K: Kv> Dispatcher<K> {
             }
             return Ok(Flow::Next);
         }
-        let Some(envelope) = self.envelope(raw, v, row_id, dk)? else { return Ok(Flow::Next) };
+        let Some(envelope) = self.envelope(raw, v, row_id, dk)? else {
+            return Ok(Flow::Next);
+        };
         v.claims.extend(ankusa_queue::claim(&*self.kv, dk, v.now)?);
         v.start_bytes += size;
-        v.starts.push(Start { row_id, key, route, envelope, row, size, trial: half_open, site });
+        v.starts.push(Start {
+            row_id,
+            key,
+            route,
+            envelope,
+            row,
+            size,
+            trial: half_open,
+            site,
+        });
         Ok(Flow::Next)
     }
 
@@ -583,7 +689,11 @@ impl<K: Kv> Dispatcher<K> {
         !v.unlisted
             && self.tenant_routes.get(&v.tenant).is_some_and(|r| {
                 r.iter()
-                    .filter(|id| v.busy.as_ref().is_none_or(|b| b.contains(id) || v.met.contains(id)))
+                    .filter(|id| {
+                        v.busy
+                            .as_ref()
+                            .is_none_or(|b| b.contains(id) || v.met.contains(id))
+                    })
                     .all(|id| v.saturated.contains(&(v.tenant, id.0, id.1)))
             })
     }
@@ -594,7 +704,11 @@ impl<K: Kv> Dispatcher<K> {
     /// 1), and the visit reads no further page once it has claimed that many,
     /// so it does not read rows it cannot claim. Later pages read
     /// `dispatch.batch`. `busy`: a shallow visit counts only these entries.
-    fn free_slots(&self, tenant: TenantOrd, busy: Option<&HashSet<(SourceId, SinkIx)>>) -> Option<usize> {
+    fn free_slots(
+        &self,
+        tenant: TenantOrd,
+        busy: Option<&HashSet<(SourceId, SinkIx)>>,
+    ) -> Option<usize> {
         let routes = self.tenant_routes.get(&tenant)?;
         let free: usize = routes
             .iter()
@@ -604,7 +718,12 @@ impl<K: Kv> Dispatcher<K> {
                     Some(r) if r.sink.pipelined() => self.dispatch.pipelined_concurrency,
                     _ => self.dispatch.sink_concurrency,
                 };
-                cap.saturating_sub(self.in_flight.get(&(tenant, id.0, id.1)).copied().unwrap_or(0))
+                cap.saturating_sub(
+                    self.in_flight
+                        .get(&(tenant, id.0, id.1))
+                        .copied()
+                        .unwrap_or(0),
+                )
             })
             .sum();
         Some(free)
@@ -614,7 +733,13 @@ impl<K: Kv> Dispatcher<K> {
     /// when this visit read them already, else they are read now); `None`,
     /// and the row dead-lettered as an orphan into `v.dead`, when it is gone
     /// or does not decode.
-    fn envelope(&self, raw: Option<Bytes>, v: &mut Visit, row_id: RowId, dk: DueKey) -> Result<Option<Envelope>, PipelineError> {
+    fn envelope(
+        &self,
+        raw: Option<Bytes>,
+        v: &mut Visit,
+        row_id: RowId,
+        dk: DueKey,
+    ) -> Result<Option<Envelope>, PipelineError> {
         let raw = match raw {
             Some(r) => r,
             None => match self.kv.get(Cf::Hooks, &hook_key(v.tenant, dk.seq))? {
@@ -629,16 +754,33 @@ impl<K: Kv> Dispatcher<K> {
             Ok(e) => Ok(Some(e)),
             Err(e) => {
                 warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
-                v.dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope does not decode", v.now)?);
+                v.dead.extend(ankusa_queue::orphan(
+                    &*self.kv,
+                    row_id,
+                    Origin::Due { due_ms: dk.due_ms },
+                    "envelope does not decode",
+                    v.now,
+                )?);
                 Ok(None)
             }
         }
     }
 
     /// A due row whose hook has no envelope: dead-lettered as an orphan.
-    fn envelope_missing(&self, v: &mut Visit, row_id: RowId, dk: DueKey) -> Result<(), PipelineError> {
+    fn envelope_missing(
+        &self,
+        v: &mut Visit,
+        row_id: RowId,
+        dk: DueKey,
+    ) -> Result<(), PipelineError> {
         warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
-        v.dead.extend(ankusa_queue::orphan(&*self.kv, row_id, Origin::Due { due_ms: dk.due_ms }, "envelope missing", v.now)?);
+        v.dead.extend(ankusa_queue::orphan(
+            &*self.kv,
+            row_id,
+            Origin::Due { due_ms: dk.due_ms },
+            "envelope missing",
+            v.now,
+        )?);
         Ok(())
     }
 
@@ -651,5 +793,4 @@ impl<K: Kv> Dispatcher<K> {
         }
         self.sources.insert((tenant, seq), source);
     }
-
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use ankusa_engine::memory::MemoryKv;
 use ankusa_keys::{CounterField, Envelope, SinkIx, SourceId, TenantOrd};
-use ankusa_pipeline::{BreakerPolicy, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route, Routes, counter};
+use ankusa_pipeline::{
+    BreakerPolicy, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route, Routes, counter,
+};
 use ankusa_queue::writer::{IngestRequest, Writer, WriterConfig, WriterHandle};
 use ankusa_queue::{NewRow, check_invariants, lanes};
 use ankusa_sinks::{DeliveryCtx, Envelope as SinkEnvelope, Outcome, Sink};
@@ -61,7 +63,10 @@ impl Sink for HoldSink {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 fn request(n: u64, key: Option<String>) -> IngestRequest {
@@ -78,7 +83,15 @@ fn request(n: u64, key: Option<String>) -> IngestRequest {
         replay_of: None,
     };
     let lane = key.map(|k| lanes::assign(SinkIx(0), SOURCE, Some(k.as_bytes())));
-    IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane }], dedupe_ttl_ms: None }
+    IngestRequest {
+        tenant: TENANT,
+        envelope,
+        rows: vec![NewRow {
+            sink: SinkIx(0),
+            lane,
+        }],
+        dedupe_ttl_ms: None,
+    }
 }
 
 struct Run {
@@ -102,24 +115,54 @@ fn start(pipelined: bool) -> Run {
         delivered: AtomicU64::new(0),
     });
     let mut routes = Routes::default();
-    routes.sinks.insert((SOURCE, SinkIx(0)), Route { sink: Arc::clone(&sink) as Arc<dyn Sink>, sink_name: "hold".into(), source_name: "demo".into() });
+    routes.sinks.insert(
+        (SOURCE, SinkIx(0)),
+        Route {
+            sink: Arc::clone(&sink) as Arc<dyn Sink>,
+            sink_name: "hold".into(),
+            source_name: "demo".into(),
+        },
+    );
     routes.tenants.insert(TENANT, "acme".into());
     routes.source_tenants.insert(SOURCE, TENANT);
-    let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
-    let dispatch = DispatchConfig { sink_concurrency: 8, pipelined_concurrency: 256, idle_ms: 2, ..DispatchConfig::default() };
-    let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, RetryPolicy::default(), BreakerPolicy::default(), now_ms);
+    let (writer, writer_handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
+    let dispatch = DispatchConfig {
+        sink_concurrency: 8,
+        pipelined_concurrency: 256,
+        idle_ms: 2,
+        ..DispatchConfig::default()
+    };
+    let (pipeline, handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        dispatch,
+        RetryPolicy::default(),
+        BreakerPolicy::default(),
+        now_ms,
+    );
     let tasks = vec![
         tokio::spawn(async move { writer.run().await.unwrap() }),
         tokio::spawn(async move { pipeline.run().await.unwrap() }),
     ];
-    Run { kv, sink, open, writer: writer_handle, pipeline: handle, tasks }
+    Run {
+        kv,
+        sink,
+        open,
+        writer: writer_handle,
+        pipeline: handle,
+        tasks,
+    }
 }
 
 /// Waits (a generous 60 s) until `cond` holds.
 async fn until(what: &str, cond: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !cond() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -127,13 +170,22 @@ async fn until(what: &str, cond: impl Fn() -> bool) {
 async fn finish(run: Run, hooks: u64) {
     run.open.send(true).unwrap();
     let sink = Arc::clone(&run.sink);
-    until("every hook is delivered", || sink.delivered.load(Ordering::SeqCst) == hooks).await;
+    until("every hook is delivered", || {
+        sink.delivered.load(Ordering::SeqCst) == hooks
+    })
+    .await;
     let kv = Arc::clone(&run.kv);
-    until("the outcomes are committed", || counter(&*kv, TenantOrd::NODE, CounterField::Pending).unwrap() == 0).await;
+    until("the outcomes are committed", || {
+        counter(&*kv, TenantOrd::NODE, CounterField::Pending).unwrap() == 0
+    })
+    .await;
     run.pipeline.shutdown();
     drop(run.writer);
     for t in run.tasks {
-        tokio::time::timeout(Duration::from_secs(60), t).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .unwrap()
+            .unwrap();
     }
     assert_eq!(check_invariants(&*run.kv).unwrap(), vec![]);
 }
@@ -146,7 +198,10 @@ async fn a_pipelining_sink_gets_many_unordered_calls_at_once() {
         run.pipeline.wake();
     }
     let sink = Arc::clone(&run.sink);
-    until("all 100 calls are in flight at once", || sink.in_flight.load(Ordering::SeqCst) == 100).await;
+    until("all 100 calls are in flight at once", || {
+        sink.in_flight.load(Ordering::SeqCst) == 100
+    })
+    .await;
     finish(run, 100).await;
 }
 
@@ -155,14 +210,24 @@ async fn a_pipelining_sink_gets_one_call_per_lane_for_many_lanes() {
     let run = start(true);
     // 20 lanes of 5 hooks each.
     for n in 0..100 {
-        run.writer.ingest(request(n, Some(format!("k{}", n % 20)))).await.unwrap();
+        run.writer
+            .ingest(request(n, Some(format!("k{}", n % 20))))
+            .await
+            .unwrap();
         run.pipeline.wake();
     }
     let sink = Arc::clone(&run.sink);
-    until("one call of each of the 20 lanes is in flight", || sink.in_flight.load(Ordering::SeqCst) == 20).await;
+    until("one call of each of the 20 lanes is in flight", || {
+        sink.in_flight.load(Ordering::SeqCst) == 20
+    })
+    .await;
     let s = Arc::clone(&run.sink);
     finish(run, 100).await;
-    assert_eq!(s.per_key.lock().unwrap().1, 1, "a lane had two calls at once");
+    assert_eq!(
+        s.per_key.lock().unwrap().1,
+        1,
+        "a lane had two calls at once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,8 +238,15 @@ async fn any_other_sink_stays_at_sink_concurrency() {
         run.pipeline.wake();
     }
     let sink = Arc::clone(&run.sink);
-    until("8 calls are in flight", || sink.in_flight.load(Ordering::SeqCst) == 8).await;
+    until("8 calls are in flight", || {
+        sink.in_flight.load(Ordering::SeqCst) == 8
+    })
+    .await;
     let s = Arc::clone(&run.sink);
     finish(run, 40).await;
-    assert_eq!(s.max_in_flight.load(Ordering::SeqCst), 8, "sink_concurrency is 8");
+    assert_eq!(
+        s.max_in_flight.load(Ordering::SeqCst),
+        8,
+        "sink_concurrency is 8"
+    );
 }

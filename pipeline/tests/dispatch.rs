@@ -11,7 +11,10 @@ use std::time::Duration;
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Durability, Kv};
 use ankusa_keys::{CounterField, Envelope, SinkIx, SourceId, TenantOrd};
-use ankusa_pipeline::{BreakerPolicy, BreakerState, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route, Routes, counter};
+use ankusa_pipeline::{
+    BreakerPolicy, BreakerState, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route,
+    Routes, counter,
+};
 use ankusa_queue::writer::{IngestRequest, Writer, WriterConfig, WriterHandle};
 use ankusa_queue::{NewRow, check_invariants, lanes};
 use ankusa_sinks::{DeliveryCtx, Envelope as SinkEnvelope, Outcome, Sink};
@@ -64,10 +67,15 @@ impl Sink for ScriptSink {
         }
         if let Some(i) = s.retry_once.iter().position(|b| *b == hook.body) {
             s.retry_once.remove(i);
-            return Outcome::Retry { reason: "scripted".into(), after: None };
+            return Outcome::Retry {
+                reason: "scripted".into(),
+                after: None,
+            };
         }
         if s.permanent.contains(&hook.body) {
-            return Outcome::Permanent { reason: "scripted".into() };
+            return Outcome::Permanent {
+                reason: "scripted".into(),
+            };
         }
         self.delivered.fetch_add(1, Ordering::SeqCst);
         Outcome::Ok
@@ -90,7 +98,10 @@ struct Relay {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 fn start(kv: Arc<MemoryKv>, script: Arc<Mutex<Script>>, slow_key: Option<&str>) -> Relay {
@@ -105,18 +116,49 @@ fn start(kv: Arc<MemoryKv>, script: Arc<Mutex<Script>>, slow_key: Option<&str>) 
     let mut routes = Routes::default();
     routes.sinks.insert(
         (SOURCE, SinkIx(0)),
-        Route { sink: Arc::new(sink), sink_name: "script".into(), source_name: "demo".into() },
+        Route {
+            sink: Arc::new(sink),
+            sink_name: "script".into(),
+            source_name: "demo".into(),
+        },
     );
     routes.tenants.insert(TENANT, "acme".into());
-    let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
-    let retry = RetryPolicy { base_ms: 2, max_ms: 10, max_elapsed_ms: 60_000, ..RetryPolicy::default() };
-    let dispatch = DispatchConfig { batch: 16, sink_concurrency: 8, window: 64, idle_ms: 2, flush_interval_ms: 1, ..DispatchConfig::default() };
-    let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, BreakerPolicy::default(), now_ms);
+    let (writer, writer_handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
+    let retry = RetryPolicy {
+        base_ms: 2,
+        max_ms: 10,
+        max_elapsed_ms: 60_000,
+        ..RetryPolicy::default()
+    };
+    let dispatch = DispatchConfig {
+        batch: 16,
+        sink_concurrency: 8,
+        window: 64,
+        idle_ms: 2,
+        flush_interval_ms: 1,
+        ..DispatchConfig::default()
+    };
+    let (pipeline, handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        dispatch,
+        retry,
+        BreakerPolicy::default(),
+        now_ms,
+    );
     let tasks = vec![
         tokio::spawn(async move { writer.run().await.unwrap() }),
         tokio::spawn(async move { pipeline.run().await.unwrap() }),
     ];
-    Relay { kv, writer: writer_handle, pipeline: handle, release, delivered, tasks }
+    Relay {
+        kv,
+        writer: writer_handle,
+        pipeline: handle,
+        release,
+        delivered,
+        tasks,
+    }
 }
 
 /// Hook `n` of the test source (body `hook-<n>`), for sink 0, laned by `key`
@@ -135,7 +177,15 @@ fn request(n: u64, key: Option<&str>, ordered: bool) -> IngestRequest {
         replay_of: None,
     };
     let lane = ordered.then(|| lanes::assign(SinkIx(0), SOURCE, key.map(str::as_bytes)));
-    IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane }], dedupe_ttl_ms: None }
+    IngestRequest {
+        tenant: TENANT,
+        envelope,
+        rows: vec![NewRow {
+            sink: SinkIx(0),
+            lane,
+        }],
+        dedupe_ttl_ms: None,
+    }
 }
 
 async fn ingest(relay: &Relay, n: u64, key: Option<&str>, ordered: bool) {
@@ -153,7 +203,10 @@ async fn wait_delivered(relay: &Relay, n: u64) {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    panic!("only {} of {n} delivered", relay.delivered.load(Ordering::SeqCst));
+    panic!(
+        "only {} of {n} delivered",
+        relay.delivered.load(Ordering::SeqCst)
+    );
 }
 
 /// The process dies: both tasks are stopped where they are (nothing more is
@@ -165,15 +218,27 @@ async fn wait_delivered(relay: &Relay, n: u64) {
 /// pipeline's claim of the recovered head met the old step's claim of it,
 /// `NotInState { expected: "due" }`, once under CPU load in CI).
 async fn crash(relay: Relay, kv: &Arc<MemoryKv>) {
-    let Relay { kv: own, writer, pipeline, tasks, .. } = relay;
+    let Relay {
+        kv: own,
+        writer,
+        pipeline,
+        tasks,
+        ..
+    } = relay;
     for t in tasks {
         t.abort();
-        assert!(t.await.is_err_and(|e| e.is_cancelled()), "the task ended on its own");
+        assert!(
+            t.await.is_err_and(|e| e.is_cancelled()),
+            "the task ended on its own"
+        );
     }
     drop((own, writer, pipeline));
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while Arc::strong_count(kv) > 1 {
-        assert!(std::time::Instant::now() < deadline, "the store is still held by the stopped node");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store is still held by the stopped node"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -182,7 +247,10 @@ async fn stop(relay: Relay) -> Arc<MemoryKv> {
     relay.pipeline.shutdown();
     drop(relay.writer);
     for t in relay.tasks {
-        tokio::time::timeout(Duration::from_secs(60), t).await.unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .unwrap()
+            .unwrap();
     }
     relay.kv
 }
@@ -200,7 +268,10 @@ fn bodies_for(script: &Script, key: &str) -> Vec<String> {
 /// of the lane at a time; the store ends empty and consistent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ordered_lane_in_order_with_mid_stream_retry() {
-    let script = Arc::new(Mutex::new(Script { retry_once: vec![b"hook-30".to_vec()], ..Default::default() }));
+    let script = Arc::new(Mutex::new(Script {
+        retry_once: vec![b"hook-30".to_vec()],
+        ..Default::default()
+    }));
     let relay = start(Arc::new(MemoryKv::new()), Arc::clone(&script), None);
     for n in 0..100 {
         ingest(&relay, n, Some("cus_1"), true).await;
@@ -215,11 +286,22 @@ async fn ordered_lane_in_order_with_mid_stream_retry() {
     let retried = s.calls.iter().find(|(_, b, a)| b == b"hook-30" && *a == 2);
     assert!(retried.is_some(), "the retry is attempt 2");
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
-    for f in [CounterField::Pending, CounterField::Lanes, CounterField::LaneMembers, CounterField::InFlight] {
+    for f in [
+        CounterField::Pending,
+        CounterField::Lanes,
+        CounterField::LaneMembers,
+        CounterField::InFlight,
+    ] {
         assert_eq!(counter(&*kv, TenantOrd::NODE, f).unwrap(), 0, "{f:?}");
     }
-    assert_eq!(counter(&*kv, TENANT, CounterField::DeliveredTotal).unwrap(), 100);
-    assert_eq!(counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap(), 1);
+    assert_eq!(
+        counter(&*kv, TENANT, CounterField::DeliveredTotal).unwrap(),
+        100
+    );
+    assert_eq!(
+        counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap(),
+        1
+    );
 }
 
 /// A key whose sink call hangs does not delay another key: all of the fast
@@ -239,16 +321,26 @@ async fn slow_key_blocks_only_its_lane() {
     {
         let s = script.lock().unwrap();
         assert_eq!(bodies_for(&s, "fast").len(), 20);
-        assert_eq!(bodies_for(&s, "slow"), vec!["hook-0"], "only the slow head was called");
+        assert_eq!(
+            bodies_for(&s, "slow"),
+            vec!["hook-0"],
+            "only the slow head was called"
+        );
     }
-    assert_eq!(counter(&*relay.kv, TENANT, CounterField::LaneMembers).unwrap(), 4);
+    assert_eq!(
+        counter(&*relay.kv, TENANT, CounterField::LaneMembers).unwrap(),
+        4
+    );
     // One release per call of the slow lane, each once that call has begun:
     // `notify_one` keeps at most one permit, so two releases before the next
     // call would collapse into one (a loaded machine found that).
     for i in 1..=5 {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while bodies_for(&script.lock().unwrap(), "slow").len() < i {
-            assert!(std::time::Instant::now() < deadline, "slow call {i} never began");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "slow call {i} never began"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         relay.release.notify_one();
@@ -256,7 +348,10 @@ async fn slow_key_blocks_only_its_lane() {
     wait_delivered(&relay, 25).await;
     let kv = stop(relay).await;
     let s = script.lock().unwrap();
-    assert_eq!(bodies_for(&s, "slow"), (0..5).map(|n| format!("hook-{n}")).collect::<Vec<_>>());
+    assert_eq!(
+        bodies_for(&s, "slow"),
+        (0..5).map(|n| format!("hook-{n}")).collect::<Vec<_>>()
+    );
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
 }
 
@@ -264,7 +359,10 @@ async fn slow_key_blocks_only_its_lane() {
 /// next hook of the key goes ahead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_head_releases_lane() {
-    let script = Arc::new(Mutex::new(Script { permanent: vec![b"hook-1".to_vec()], ..Default::default() }));
+    let script = Arc::new(Mutex::new(Script {
+        permanent: vec![b"hook-1".to_vec()],
+        ..Default::default()
+    }));
     let relay = start(Arc::new(MemoryKv::new()), Arc::clone(&script), None);
     for n in 0..4 {
         ingest(&relay, n, Some("k"), true).await;
@@ -272,7 +370,10 @@ async fn dead_head_releases_lane() {
     wait_delivered(&relay, 3).await;
     let kv = stop(relay).await;
     let s = script.lock().unwrap();
-    assert_eq!(bodies_for(&s, "k"), vec!["hook-0", "hook-1", "hook-2", "hook-3"]);
+    assert_eq!(
+        bodies_for(&s, "k"),
+        vec!["hook-0", "hook-1", "hook-2", "hook-3"]
+    );
     assert_eq!(counter(&*kv, TENANT, CounterField::Dead).unwrap(), 1);
     assert_eq!(counter(&*kv, TENANT, CounterField::Lanes).unwrap(), 0);
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
@@ -293,7 +394,10 @@ async fn unordered_and_keyless() {
     wait_delivered(&relay, 35).await;
     let kv = stop(relay).await;
     let s = script.lock().unwrap();
-    assert_eq!(bodies_for(&s, "acme/demo"), (30..35).map(|n| format!("hook-{n}")).collect::<Vec<_>>());
+    assert_eq!(
+        bodies_for(&s, "acme/demo"),
+        (30..35).map(|n| format!("hook-{n}")).collect::<Vec<_>>()
+    );
     assert_eq!(s.calls.iter().filter(|(k, _, _)| k.is_none()).count(), 30);
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
 }
@@ -312,7 +416,10 @@ async fn restart_redelivers_claimed_head_first() {
     // tasks without letting the pipeline flush.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while script.lock().unwrap().calls.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the head's call never began");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the head's call never began"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     crash(relay, &kv).await;
@@ -325,7 +432,8 @@ async fn restart_redelivers_claimed_head_first() {
     assert_eq!(bodies_for(&s, "k"), vec!["hook-0", "hook-1", "hook-2"]);
     assert_eq!(s.calls[0].2, 1, "the redelivery is a first attempt again");
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
-    kv.write(ankusa_engine::Batch::new(), Durability::Sync).unwrap();
+    kv.write(ankusa_engine::Batch::new(), Durability::Sync)
+        .unwrap();
 }
 
 /// A sink that always asks for a retry after an absurd Retry-After.
@@ -335,7 +443,10 @@ struct RetryForever(Arc<AtomicU64>);
 impl Sink for RetryForever {
     async fn deliver(&self, _hook: &SinkEnvelope, _ctx: &DeliveryCtx) -> Outcome {
         self.0.fetch_add(1, Ordering::SeqCst);
-        Outcome::Retry { reason: "503".into(), after: Some(Duration::MAX) }
+        Outcome::Retry {
+            reason: "503".into(),
+            after: Some(Duration::MAX),
+        }
     }
     fn kind(&self) -> &'static str {
         "retry-forever"
@@ -354,13 +465,32 @@ async fn extreme_retry_after_and_breaker_do_not_overflow() {
     let mut routes = Routes::default();
     routes.sinks.insert(
         (SOURCE, SinkIx(0)),
-        Route { sink: Arc::new(RetryForever(Arc::clone(&calls))), sink_name: "r".into(), source_name: "demo".into() },
+        Route {
+            sink: Arc::new(RetryForever(Arc::clone(&calls))),
+            sink_name: "r".into(),
+            source_name: "demo".into(),
+        },
     );
-    let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
-    let retry = RetryPolicy { base_ms: 1, max_ms: u64::MAX, max_elapsed_ms: u64::MAX, ..RetryPolicy::default() };
-    let breaker = BreakerPolicy { failures: 1, distinct: 1, open_ms: u64::MAX };
-    let dispatch = DispatchConfig { idle_ms: 2, flush_interval_ms: 1, ..DispatchConfig::default() };
-    let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
+    let (writer, writer_handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
+    let retry = RetryPolicy {
+        base_ms: 1,
+        max_ms: u64::MAX,
+        max_elapsed_ms: u64::MAX,
+        ..RetryPolicy::default()
+    };
+    let breaker = BreakerPolicy {
+        failures: 1,
+        distinct: 1,
+        open_ms: u64::MAX,
+    };
+    let dispatch = DispatchConfig {
+        idle_ms: 2,
+        flush_interval_ms: 1,
+        ..DispatchConfig::default()
+    };
+    let (pipeline, handle) =
+        Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
     let writer_task = tokio::spawn(writer.run());
     let pipeline_task = tokio::spawn(pipeline.run());
     for n in 0..2 {
@@ -368,22 +498,41 @@ async fn extreme_retry_after_and_breaker_do_not_overflow() {
         handle.wake();
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !(calls.load(Ordering::SeqCst) >= 1 && counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap() >= 1) {
-        assert!(std::time::Instant::now() < deadline, "no failed call and retry within 60 s");
+    while !(calls.load(Ordering::SeqCst) >= 1
+        && counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap() >= 1)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed call and retry within 60 s"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!pipeline_task.is_finished(), "the pipeline stopped");
     assert!(counter(&*kv, TENANT, CounterField::RetriesTotal).unwrap() >= 1);
-    assert_eq!(counter(&*kv, TENANT, CounterField::Pending).unwrap(), 2, "both rows wait, none lost");
+    assert_eq!(
+        counter(&*kv, TENANT, CounterField::Pending).unwrap(),
+        2,
+        "both rows wait, none lost"
+    );
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
     // The admin API's read-only view: the breaker opened (for u64::MAX ms),
     // another (tenant, sink) is closed with no failures.
-    assert_eq!(handle.status.breaker(TENANT, SOURCE, SinkIx(0), now_ms()), BreakerState::Open { until_ms: u64::MAX });
-    assert_eq!(handle.status.breaker(TENANT, SOURCE, SinkIx(1), now_ms()), BreakerState::Closed { failures: 0 });
+    assert_eq!(
+        handle.status.breaker(TENANT, SOURCE, SinkIx(0), now_ms()),
+        BreakerState::Open { until_ms: u64::MAX }
+    );
+    assert_eq!(
+        handle.status.breaker(TENANT, SOURCE, SinkIx(1), now_ms()),
+        BreakerState::Closed { failures: 0 }
+    );
     handle.shutdown();
     drop(writer_handle);
-    tokio::time::timeout(Duration::from_secs(10), pipeline_task).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(10), pipeline_task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     writer_task.await.unwrap().unwrap();
 }
 
@@ -399,7 +548,11 @@ struct Recorder(Arc<Mutex<Vec<Call>>>);
 #[async_trait]
 impl Sink for Recorder {
     async fn deliver(&self, hook: &SinkEnvelope, ctx: &DeliveryCtx) -> Outcome {
-        self.0.lock().unwrap().push((ctx.sink.0, ctx.ordering_key.clone(), String::from_utf8_lossy(&hook.body).into_owned()));
+        self.0.lock().unwrap().push((
+            ctx.sink.0,
+            ctx.ordering_key.clone(),
+            String::from_utf8_lossy(&hook.body).into_owned(),
+        ));
         Outcome::Ok
     }
     fn kind(&self) -> &'static str {
@@ -409,7 +562,13 @@ impl Sink for Recorder {
 
 impl Recorder {
     fn bodies(&self, sink: u16) -> Vec<String> {
-        self.0.lock().unwrap().iter().filter(|(s, _, _)| *s == sink).map(|(_, _, b)| b.clone()).collect()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(s, _, _)| *s == sink)
+            .map(|(_, _, b)| b.clone())
+            .collect()
     }
     fn bodies_of_key(&self, sink: u16, key: &str) -> Vec<String> {
         self.0
@@ -424,33 +583,74 @@ impl Recorder {
 
 /// Two sinks of the source: 0 ordered by key, 1 unordered; `paused` as the
 /// configuration says.
-fn start_two(kv: Arc<MemoryKv>, rec: &Recorder, paused: &[ankusa_keys::meta::PauseTarget]) -> Relay {
+fn start_two(
+    kv: Arc<MemoryKv>,
+    rec: &Recorder,
+    paused: &[ankusa_keys::meta::PauseTarget],
+) -> Relay {
     let mut routes = Routes::default();
     for (i, name) in [(0u16, "ordered"), (1, "plain")] {
         routes.sinks.insert(
             (SOURCE, SinkIx(i)),
-            Route { sink: Arc::new(rec.clone()), sink_name: name.into(), source_name: "demo".into() },
+            Route {
+                sink: Arc::new(rec.clone()),
+                sink_name: name.into(),
+                source_name: "demo".into(),
+            },
         );
     }
     routes.tenants.insert(TENANT, "acme".into());
     routes.paused = paused.iter().copied().collect();
-    let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
-    let retry = RetryPolicy { base_ms: 2, max_ms: 10, max_elapsed_ms: 60_000, ..RetryPolicy::default() };
-    let dispatch = DispatchConfig { batch: 16, sink_concurrency: 8, window: 64, idle_ms: 2, flush_interval_ms: 1, ..DispatchConfig::default() };
-    let (pipeline, handle) = Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, BreakerPolicy::default(), now_ms);
+    let (writer, writer_handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
+    let retry = RetryPolicy {
+        base_ms: 2,
+        max_ms: 10,
+        max_elapsed_ms: 60_000,
+        ..RetryPolicy::default()
+    };
+    let dispatch = DispatchConfig {
+        batch: 16,
+        sink_concurrency: 8,
+        window: 64,
+        idle_ms: 2,
+        flush_interval_ms: 1,
+        ..DispatchConfig::default()
+    };
+    let (pipeline, handle) = Pipeline::new(
+        Arc::clone(&kv),
+        routes,
+        dispatch,
+        retry,
+        BreakerPolicy::default(),
+        now_ms,
+    );
     let tasks = vec![
         tokio::spawn(async move { writer.run().await.unwrap() }),
         tokio::spawn(async move { pipeline.run().await.unwrap() }),
     ];
-    Relay { kv, writer: writer_handle, pipeline: handle, release: Arc::new(tokio::sync::Notify::new()), delivered: Arc::new(AtomicU64::new(0)), tasks }
+    Relay {
+        kv,
+        writer: writer_handle,
+        pipeline: handle,
+        release: Arc::new(tokio::sync::Notify::new()),
+        delivered: Arc::new(AtomicU64::new(0)),
+        tasks,
+    }
 }
 
 /// Hook `n` with a row for both sinks, sink 0's laned by `key`.
 async fn ingest_two(relay: &Relay, n: u64, key: &str) {
     let mut req = request(n, None, false);
     req.rows = vec![
-        NewRow { sink: SinkIx(0), lane: Some(lanes::assign(SinkIx(0), SOURCE, Some(key.as_bytes()))) },
-        NewRow { sink: SinkIx(1), lane: None },
+        NewRow {
+            sink: SinkIx(0),
+            lane: Some(lanes::assign(SinkIx(0), SOURCE, Some(key.as_bytes()))),
+        },
+        NewRow {
+            sink: SinkIx(1),
+            lane: None,
+        },
     ];
     relay.writer.ingest(req).await.unwrap();
     relay.pipeline.wake();
@@ -468,11 +668,21 @@ async fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 
 fn held_rows(kv: &MemoryKv) -> usize {
     use ankusa_engine::{Cf, Direction, Read};
-    kv.scan(Cf::Index, &ankusa_keys::held_due_range(TENANT), Direction::Forward, 10_000).unwrap().len()
+    kv.scan(
+        Cf::Index,
+        &ankusa_keys::held_due_range(TENANT),
+        Direction::Forward,
+        10_000,
+    )
+    .unwrap()
+    .len()
 }
 
 fn want(keys: &[&str], n: u64, key: &str) -> Vec<String> {
-    (0..n).filter(|i| keys[*i as usize % keys.len()] == key).map(|i| format!("hook-{i}")).collect()
+    (0..n)
+        .filter(|i| keys[*i as usize % keys.len()] == key)
+        .map(|i| format!("hook-{i}"))
+        .collect()
 }
 
 /// A runtime pause of one sink: every hook is still committed, the other sink
@@ -487,9 +697,16 @@ async fn a_paused_sink_waits_in_order_while_the_other_sink_delivers() {
     let rec = Recorder::default();
     let relay = start_two(Arc::new(MemoryKv::new()), &rec, &[]);
     let target = PauseTarget::Sink(SOURCE, SinkIx(0));
-    let st = relay.pipeline.pause(target, "endpoint migration").await.unwrap();
+    let st = relay
+        .pipeline
+        .pause(target, "endpoint migration")
+        .await
+        .unwrap();
     assert!(st.paused() && !st.by_config);
-    assert_eq!(st.by_runtime.as_ref().map(|v| v.reason.as_str()), Some("endpoint migration"));
+    assert_eq!(
+        st.by_runtime.as_ref().map(|v| v.reason.as_str()),
+        Some("endpoint migration")
+    );
     assert!(relay.pipeline.sink_paused(SOURCE, SinkIx(0)));
     assert!(!relay.pipeline.sink_paused(SOURCE, SinkIx(1)));
     assert_eq!(relay.pipeline.paused_sinks.load(Ordering::Relaxed), 1);
@@ -498,23 +715,49 @@ async fn a_paused_sink_waits_in_order_while_the_other_sink_delivers() {
     for n in 0..300 {
         ingest_two(&relay, n, keys[n as usize % 3]).await;
     }
-    until("sink 1 delivered all 300", || (rec.bodies(1).len() == 300).then_some(())).await;
-    until("the three lane heads held", || (held_rows(&relay.kv) == 3).then_some(())).await;
-    until("sink 1's outcomes committed", || (counter(&*relay.kv, TENANT, CounterField::Pending).unwrap() == 300).then_some(())).await;
-    assert!(rec.bodies(0).is_empty(), "a paused sink was called: {:?}", rec.bodies(0));
-    assert_eq!(counter(&*relay.kv, TENANT, CounterField::LaneMembers).unwrap(), 297);
+    until("sink 1 delivered all 300", || {
+        (rec.bodies(1).len() == 300).then_some(())
+    })
+    .await;
+    until("the three lane heads held", || {
+        (held_rows(&relay.kv) == 3).then_some(())
+    })
+    .await;
+    until("sink 1's outcomes committed", || {
+        (counter(&*relay.kv, TENANT, CounterField::Pending).unwrap() == 300).then_some(())
+    })
+    .await;
+    assert!(
+        rec.bodies(0).is_empty(),
+        "a paused sink was called: {:?}",
+        rec.bodies(0)
+    );
+    assert_eq!(
+        counter(&*relay.kv, TENANT, CounterField::LaneMembers).unwrap(),
+        297
+    );
     assert_eq!(counter(&*relay.kv, TENANT, CounterField::Lanes).unwrap(), 3);
-    assert_eq!(counter(&*relay.kv, TENANT, CounterField::Pending).unwrap(), 300);
+    assert_eq!(
+        counter(&*relay.kv, TENANT, CounterField::Pending).unwrap(),
+        300
+    );
     assert_eq!(check_invariants(&*relay.kv).unwrap(), vec![]);
     assert_eq!(relay.pipeline.pauses(), vec![st.clone()]);
     // An unconfigured sink cannot be paused.
     assert_eq!(
-        relay.pipeline.pause(PauseTarget::Sink(SOURCE, SinkIx(7)), "x").await.unwrap_err(),
+        relay
+            .pipeline
+            .pause(PauseTarget::Sink(SOURCE, SinkIx(7)), "x")
+            .await
+            .unwrap_err(),
         ankusa_pipeline::ControlError::NotConfigured(PauseTarget::Sink(SOURCE, SinkIx(7)))
     );
     let st = relay.pipeline.resume(target).await.unwrap();
     assert!(!st.paused());
-    until("sink 0 delivered all 300", || (rec.bodies(0).len() == 300).then_some(())).await;
+    until("sink 0 delivered all 300", || {
+        (rec.bodies(0).len() == 300).then_some(())
+    })
+    .await;
     for k in keys {
         assert_eq!(rec.bodies_of_key(0, k), want(&keys, 300, k), "key {k}");
     }
@@ -522,7 +765,10 @@ async fn a_paused_sink_waits_in_order_while_the_other_sink_delivers() {
     assert!(relay.pipeline.pauses().is_empty());
     let kv = stop(relay).await;
     assert_eq!(held_rows(&kv), 0);
-    assert_eq!(counter(&*kv, TenantOrd::NODE, CounterField::Pending).unwrap(), 0);
+    assert_eq!(
+        counter(&*kv, TenantOrd::NODE, CounterField::Pending).unwrap(),
+        0
+    );
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
 }
 
@@ -540,9 +786,16 @@ async fn pauses_survive_restarts_and_a_restart_without_the_config_pause_resumes(
     for n in 0..40 {
         ingest_two(&relay, n, keys[n as usize % 2]).await;
     }
-    until("the heads and the unordered rows held", || (held_rows(&kv) == 42).then_some(())).await;
+    until("the heads and the unordered rows held", || {
+        (held_rows(&kv) == 42).then_some(())
+    })
+    .await;
     // The resume of a configured pause is refused by the configuration.
-    let st = relay.pipeline.resume(PauseTarget::Source(SOURCE)).await.unwrap();
+    let st = relay
+        .pipeline
+        .resume(PauseTarget::Source(SOURCE))
+        .await
+        .unwrap();
     assert!(st.by_config && st.paused());
     assert!(rec.0.lock().unwrap().is_empty());
     let kv = stop(relay).await;
@@ -550,29 +803,66 @@ async fn pauses_survive_restarts_and_a_restart_without_the_config_pause_resumes(
 
     // Restart without the pause: everything goes out, in order per key.
     let relay = start_two(Arc::clone(&kv), &rec, &[]);
-    until("both sinks delivered all 40", || (rec.bodies(0).len() == 40 && rec.bodies(1).len() == 40).then_some(())).await;
+    until("both sinks delivered all 40", || {
+        (rec.bodies(0).len() == 40 && rec.bodies(1).len() == 40).then_some(())
+    })
+    .await;
     for k in keys {
         assert_eq!(rec.bodies_of_key(0, k), want(&keys, 40, k), "key {k}");
     }
     // A runtime pause of sink 1, then a restart: still paused.
-    relay.pipeline.pause(PauseTarget::Sink(SOURCE, SinkIx(1)), "maintenance").await.unwrap();
+    relay
+        .pipeline
+        .pause(PauseTarget::Sink(SOURCE, SinkIx(1)), "maintenance")
+        .await
+        .unwrap();
     let kv = stop(relay).await;
     let rec2 = Recorder::default();
     let relay = start_two(Arc::clone(&kv), &rec2, &[]);
-    until("ready", || relay.pipeline.ready.load(Ordering::SeqCst).then_some(())).await;
+    until("ready", || {
+        relay.pipeline.ready.load(Ordering::SeqCst).then_some(())
+    })
+    .await;
     let p = relay.pipeline.pauses();
     assert_eq!(p.len(), 1);
-    assert_eq!((p[0].target, p[0].by_config, p[0].by_runtime.as_ref().map(|v| v.reason.clone())), (PauseTarget::Sink(SOURCE, SinkIx(1)), false, Some("maintenance".to_owned())));
+    assert_eq!(
+        (
+            p[0].target,
+            p[0].by_config,
+            p[0].by_runtime.as_ref().map(|v| v.reason.clone())
+        ),
+        (
+            PauseTarget::Sink(SOURCE, SinkIx(1)),
+            false,
+            Some("maintenance".to_owned())
+        )
+    );
     for n in 40..50 {
         ingest_two(&relay, n, "a").await;
     }
-    until("sink 0 delivered the 10 new hooks", || (rec2.bodies(0).len() == 10).then_some(())).await;
-    until("sink 1's rows held", || (held_rows(&kv) == 10).then_some(())).await;
+    until("sink 0 delivered the 10 new hooks", || {
+        (rec2.bodies(0).len() == 10).then_some(())
+    })
+    .await;
+    until("sink 1's rows held", || {
+        (held_rows(&kv) == 10).then_some(())
+    })
+    .await;
     assert!(rec2.bodies(1).is_empty());
-    relay.pipeline.resume(PauseTarget::Sink(SOURCE, SinkIx(1))).await.unwrap();
-    until("sink 1 delivered the 10 new hooks", || (rec2.bodies(1).len() == 10).then_some(())).await;
+    relay
+        .pipeline
+        .resume(PauseTarget::Sink(SOURCE, SinkIx(1)))
+        .await
+        .unwrap();
+    until("sink 1 delivered the 10 new hooks", || {
+        (rec2.bodies(1).len() == 10).then_some(())
+    })
+    .await;
     let kv = stop(relay).await;
-    assert_eq!(counter(&*kv, TenantOrd::NODE, CounterField::Pending).unwrap(), 0);
+    assert_eq!(
+        counter(&*kv, TenantOrd::NODE, CounterField::Pending).unwrap(),
+        0
+    );
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
 }
 
@@ -588,41 +878,108 @@ async fn retention_reclaims_delivered_hooks_and_expired_dedupe_records() {
     use ankusa_pipeline::retention::{RetentionConfig, dedupe_round, retention_round};
     use ankusa_queue::writer::QuarantineRequest;
     let kv = Arc::new(MemoryKv::new());
-    kv.write(ankusa_queue::init_store(), Durability::Sync).unwrap();
+    kv.write(ankusa_queue::init_store(), Durability::Sync)
+        .unwrap();
     let (batch, _) = ankusa_queue::register(&*kv, ["acme"], ["demo"]).unwrap();
     kv.write(batch, Durability::Sync).unwrap();
     let rec = Recorder::default();
     let relay = start_two(Arc::clone(&kv), &rec, &[]);
     for n in 0..20 {
         let mut req = request(n, None, false);
-        req.rows = vec![NewRow { sink: SinkIx(1), lane: None }];
+        req.rows = vec![NewRow {
+            sink: SinkIx(1),
+            lane: None,
+        }];
         req.envelope.dedupe_key = Some(format!("evt_{n}").into_bytes());
         req.dedupe_ttl_ms = Some(1);
         relay.writer.ingest(req).await.unwrap();
         relay.pipeline.wake();
     }
     let q = request(99, None, false).envelope;
-    let qseq = relay.writer.quarantine(QuarantineRequest { tenant: TENANT, envelope: q, reason: "review".into() }).await.unwrap();
-    until("20 delivered and settled", || (counter(&*kv, TENANT, CounterField::DeliveredTotal).unwrap() == 20).then_some(())).await;
+    let qseq = relay
+        .writer
+        .quarantine(QuarantineRequest {
+            tenant: TENANT,
+            envelope: q,
+            reason: "review".into(),
+        })
+        .await
+        .unwrap();
+    until("20 delivered and settled", || {
+        (counter(&*kv, TENANT, CounterField::DeliveredTotal).unwrap() == 20).then_some(())
+    })
+    .await;
     // One more, held by a pause: still pending when the round runs.
-    relay.pipeline.pause(PauseTarget::Sink(SOURCE, SinkIx(1)), "x").await.unwrap();
+    relay
+        .pipeline
+        .pause(PauseTarget::Sink(SOURCE, SinkIx(1)), "x")
+        .await
+        .unwrap();
     let mut req = request(100, None, false);
-    req.rows = vec![NewRow { sink: SinkIx(1), lane: None }];
+    req.rows = vec![NewRow {
+        sink: SinkIx(1),
+        lane: None,
+    }];
     relay.writer.ingest(req).await.unwrap();
-    let hooks = |kv: &MemoryKv| kv.scan(Cf::Hooks, &ankusa_keys::hooks_tenant_range(TENANT), Direction::Forward, 1000).unwrap().len();
-    let archive = |kv: &MemoryKv| kv.scan(Cf::Archive, &ankusa_keys::archive_tenant_range(TENANT), Direction::Forward, 1000).unwrap().len();
+    let hooks = |kv: &MemoryKv| {
+        kv.scan(
+            Cf::Hooks,
+            &ankusa_keys::hooks_tenant_range(TENANT),
+            Direction::Forward,
+            1000,
+        )
+        .unwrap()
+        .len()
+    };
+    let archive = |kv: &MemoryKv| {
+        kv.scan(
+            Cf::Archive,
+            &ankusa_keys::archive_tenant_range(TENANT),
+            Direction::Forward,
+            1000,
+        )
+        .unwrap()
+        .len()
+    };
     assert_eq!((hooks(&kv), archive(&kv)), (22, 22));
-    let cfg = RetentionConfig { page: 3, ..RetentionConfig::new(60_000, 1_000) };
+    let cfg = RetentionConfig {
+        page: 3,
+        ..RetentionConfig::new(60_000, 1_000)
+    };
     // Nothing is old enough yet.
-    assert_eq!(retention_round(&kv, &cfg, now_ms(), || false).await.unwrap(), 0);
-    let deleted = retention_round(&kv, &cfg, now_ms() + 120_000, || false).await.unwrap();
+    assert_eq!(
+        retention_round(&kv, &cfg, now_ms(), || false)
+            .await
+            .unwrap(),
+        0
+    );
+    let deleted = retention_round(&kv, &cfg, now_ms() + 120_000, || false)
+        .await
+        .unwrap();
     assert_eq!(deleted, 20);
-    assert_eq!((hooks(&kv), archive(&kv)), (2, 2), "the quarantined and the pending hook stay");
-    assert!(kv.get(Cf::Hooks, &ankusa_keys::hook_key(TENANT, qseq)).unwrap().is_some());
+    assert_eq!(
+        (hooks(&kv), archive(&kv)),
+        (2, 2),
+        "the quarantined and the pending hook stay"
+    );
+    assert!(
+        kv.get(Cf::Hooks, &ankusa_keys::hook_key(TENANT, qseq))
+            .unwrap()
+            .is_some()
+    );
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
     let expired = dedupe_round(&kv, &relay.writer, 4, || false).await.unwrap();
     assert_eq!(expired, 20, "every record had a 1 ms lifetime");
-    assert!(kv.scan(Cf::Index, &ankusa_keys::tenant_range(ankusa_keys::Family::Dedupe, TENANT), Direction::Forward, 10).unwrap().is_empty());
+    assert!(
+        kv.scan(
+            Cf::Index,
+            &ankusa_keys::tenant_range(ankusa_keys::Family::Dedupe, TENANT),
+            Direction::Forward,
+            10
+        )
+        .unwrap()
+        .is_empty()
+    );
     let kv = stop(relay).await;
     assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
 }

@@ -22,9 +22,16 @@ use std::time::{Duration, Instant};
 use ankusa_engine::fault::FaultKv;
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Batch, Cf, Durability, EngineError, Kv, Op, Read};
-use ankusa_keys::{CounterField, Envelope, Seq, SinkIx, SourceId, TenantOrd, delivery_key, hook_key};
-use ankusa_pipeline::{BreakerPolicy, DispatchConfig, Pipeline, PipelineError, PipelineHandle, RetryPolicy, Route, Routes, counter};
-use ankusa_queue::writer::{IngestRequest, Ingested, WriteError, Writer, WriterConfig, WriterHandle, seq_high_water};
+use ankusa_keys::{
+    CounterField, Envelope, Seq, SinkIx, SourceId, TenantOrd, delivery_key, hook_key,
+};
+use ankusa_pipeline::{
+    BreakerPolicy, DispatchConfig, Pipeline, PipelineError, PipelineHandle, RetryPolicy, Route,
+    Routes, counter,
+};
+use ankusa_queue::writer::{
+    IngestRequest, Ingested, WriteError, Writer, WriterConfig, WriterHandle, seq_high_water,
+};
 use ankusa_queue::{NewRow, check_invariants, lanes};
 use ankusa_sinks::{DeliveryCtx, Envelope as SinkEnvelope, Outcome, Sink};
 use async_trait::async_trait;
@@ -52,7 +59,13 @@ struct Log {
 
 impl Log {
     fn bodies_of(&self, key: &str) -> Vec<String> {
-        self.calls.lock().unwrap().iter().filter(|c| c.0.as_deref() == Some(key)).map(|c| c.1.clone()).collect()
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.0.as_deref() == Some(key))
+            .map(|c| c.1.clone())
+            .collect()
     }
     fn delivered(&self) -> HashSet<String> {
         self.delivered.lock().unwrap().iter().cloned().collect()
@@ -72,12 +85,23 @@ struct Recorder {
 impl Sink for Recorder {
     async fn deliver(&self, hook: &SinkEnvelope, ctx: &DeliveryCtx) -> Outcome {
         let body = String::from_utf8(hook.body.clone()).unwrap();
-        let key = ctx.ordering_key.as_ref().map(|k| String::from_utf8(k.clone()).unwrap());
-        self.log.calls.lock().unwrap().push((key, body.clone(), ctx.attempt));
+        let key = ctx
+            .ordering_key
+            .as_ref()
+            .map(|k| String::from_utf8(k.clone()).unwrap());
+        self.log
+            .calls
+            .lock()
+            .unwrap()
+            .push((key, body.clone(), ctx.attempt));
         if let Some(kv) = self.kv.upgrade() {
             let found = check_invariants(&kv.snapshot()).unwrap();
             if !found.is_empty() {
-                self.log.violations.lock().unwrap().push(format!("at the call of {body}: {found:?}"));
+                self.log
+                    .violations
+                    .lock()
+                    .unwrap()
+                    .push(format!("at the call of {body}: {found:?}"));
             }
         }
         if self.hold.contains(&body) {
@@ -105,14 +129,24 @@ struct Node {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 fn start(kv: Arc<Store>, log: &Arc<Log>, hold: &[&str]) -> Node {
     let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
     let writer_task = tokio::spawn(writer.run());
     let (pipeline_task, pipeline, open) = start_pipeline(&kv, log, hold, &handle);
-    Node { kv, writer: Some(handle), pipeline, writer_task: Some(writer_task), pipeline_task: Some(pipeline_task), open }
+    Node {
+        kv,
+        writer: Some(handle),
+        pipeline,
+        writer_task: Some(writer_task),
+        pipeline_task: Some(pipeline_task),
+        open,
+    }
 }
 
 fn start_pipeline(
@@ -120,7 +154,11 @@ fn start_pipeline(
     log: &Arc<Log>,
     hold: &[&str],
     writer: &WriterHandle,
-) -> (JoinHandle<Result<(), PipelineError>>, PipelineHandle, watch::Sender<bool>) {
+) -> (
+    JoinHandle<Result<(), PipelineError>>,
+    PipelineHandle,
+    watch::Sender<bool>,
+) {
     let (open, open_rx) = watch::channel(false);
     let sink = Recorder {
         log: Arc::clone(log),
@@ -129,11 +167,31 @@ fn start_pipeline(
         open: open_rx,
     };
     let mut routes = Routes::default();
-    routes.sinks.insert((SOURCE, SinkIx(0)), Route { sink: Arc::new(sink), sink_name: "recorder".into(), source_name: "demo".into() });
+    routes.sinks.insert(
+        (SOURCE, SinkIx(0)),
+        Route {
+            sink: Arc::new(sink),
+            sink_name: "recorder".into(),
+            source_name: "demo".into(),
+        },
+    );
     routes.tenants.insert(TENANT, "acme".into());
-    let dispatch = DispatchConfig { batch: 16, idle_ms: 5, ..DispatchConfig::default() };
-    let (pipeline, handle) = Pipeline::new(Arc::clone(kv), routes, dispatch, RetryPolicy::default(), BreakerPolicy::default(), now_ms);
-    let pipeline = pipeline.due_floor(writer.due_floor()).lane_rows(writer.lane_rows());
+    let dispatch = DispatchConfig {
+        batch: 16,
+        idle_ms: 5,
+        ..DispatchConfig::default()
+    };
+    let (pipeline, handle) = Pipeline::new(
+        Arc::clone(kv),
+        routes,
+        dispatch,
+        RetryPolicy::default(),
+        BreakerPolicy::default(),
+        now_ms,
+    );
+    let pipeline = pipeline
+        .due_floor(writer.due_floor())
+        .lane_rows(writer.lane_rows());
     (tokio::spawn(pipeline.run()), handle, open)
 }
 
@@ -152,7 +210,15 @@ fn request(body: &str, key: Option<&str>) -> IngestRequest {
         replay_of: None,
     };
     let lane = key.map(|k| lanes::assign(SinkIx(0), SOURCE, Some(k.as_bytes())));
-    IngestRequest { tenant: TENANT, envelope, rows: vec![NewRow { sink: SinkIx(0), lane }], dedupe_ttl_ms: None }
+    IngestRequest {
+        tenant: TENANT,
+        envelope,
+        rows: vec![NewRow {
+            sink: SinkIx(0),
+            lane,
+        }],
+        dedupe_ttl_ms: None,
+    }
 }
 
 impl Node {
@@ -176,13 +242,19 @@ impl Node {
     /// Waits until the pipeline task has ended (on its own) and returns how.
     async fn pipeline_ended(&mut self) -> Result<(), PipelineError> {
         let task = self.pipeline_task.take().expect("the pipeline task");
-        tokio::time::timeout(WAIT, task).await.expect("the pipeline did not stop").unwrap()
+        tokio::time::timeout(WAIT, task)
+            .await
+            .expect("the pipeline did not stop")
+            .unwrap()
     }
 
     /// Waits until the Writer task has ended (on its own) and returns how.
     async fn writer_ended(&mut self) -> Result<(), EngineError> {
         let task = self.writer_task.take().expect("the writer task");
-        tokio::time::timeout(WAIT, task).await.expect("the writer did not stop").unwrap()
+        tokio::time::timeout(WAIT, task)
+            .await
+            .expect("the writer did not stop")
+            .unwrap()
     }
 
     /// The process dies: its tasks are stopped where they are (nothing more is
@@ -194,7 +266,9 @@ impl Node {
         }
         drop(self.writer.take());
         if let Some(t) = self.writer_task.take() {
-            let _ = tokio::time::timeout(WAIT, t).await.expect("the writer stops once its handles are gone");
+            let _ = tokio::time::timeout(WAIT, t)
+                .await
+                .expect("the writer stops once its handles are gone");
         }
         // An engine step already on a blocking thread finishes on its own.
         let mut kv = self.kv;
@@ -204,7 +278,10 @@ impl Node {
                 Ok(store) => return store.into_inner(),
                 Err(back) => kv = back,
             }
-            assert!(Instant::now() < deadline, "the store is still held by the stopped node");
+            assert!(
+                Instant::now() < deadline,
+                "the store is still held by the stopped node"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -222,35 +299,55 @@ impl Node {
 async fn until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
     while !f() {
-        assert!(Instant::now() < deadline, "timed out after {WAIT:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {WAIT:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
 fn assert_consistent(kv: &impl Kv, when: &str) {
-    assert_eq!(check_invariants(&kv.snapshot()).unwrap(), vec![], "invariants {when}");
+    assert_eq!(
+        check_invariants(&kv.snapshot()).unwrap(),
+        vec![],
+        "invariants {when}"
+    );
 }
 
 /// The store after every hook is delivered: nothing pending, claimed or laned.
 fn assert_drained(kv: &impl Kv, delivered_total: i64) {
     assert_consistent(kv, "at the end");
-    for f in [CounterField::Pending, CounterField::InFlight, CounterField::Lanes, CounterField::LaneMembers, CounterField::Bytes] {
+    for f in [
+        CounterField::Pending,
+        CounterField::InFlight,
+        CounterField::Lanes,
+        CounterField::LaneMembers,
+        CounterField::Bytes,
+    ] {
         assert_eq!(counter(kv, TenantOrd::NODE, f).unwrap(), 0, "{f:?}");
     }
-    assert_eq!(counter(kv, TENANT, CounterField::DeliveredTotal).unwrap(), delivered_total);
+    assert_eq!(
+        counter(kv, TENANT, CounterField::DeliveredTotal).unwrap(),
+        delivered_total
+    );
 }
 
 /// Whether `b` puts the envelope of `seq` (the Writer's commit of that hook).
 fn puts_envelope(b: &Batch, seq: Seq) -> bool {
     let key = hook_key(TENANT, seq);
-    b.ops().iter().any(|op| matches!(op, Op::Put { cf: Cf::Hooks, key: k, .. } if k[..] == key[..]))
+    b.ops()
+        .iter()
+        .any(|op| matches!(op, Op::Put { cf: Cf::Hooks, key: k, .. } if k[..] == key[..]))
 }
 
 /// Whether `b` deletes the delivery row of `seq` (its delivered outcome: the
 /// pipeline's flush of it, with its lane's release ops).
 fn delivers(b: &Batch, seq: Seq) -> bool {
     let key = delivery_key(TENANT, seq, SinkIx(0));
-    b.ops().iter().any(|op| matches!(op, Op::Delete { cf: Cf::Deliveries, key: k } if k[..] == key[..]))
+    b.ops()
+        .iter()
+        .any(|op| matches!(op, Op::Delete { cf: Cf::Deliveries, key: k } if k[..] == key[..]))
 }
 
 fn owned(v: &[&str]) -> Vec<String> {
@@ -266,20 +363,40 @@ fn owned(v: &[&str]) -> Vec<String> {
 async fn a_failed_ingest_commit_is_answered_with_an_error_and_leaves_nothing() {
     let log = Arc::new(Log::default());
     let kv = Arc::new(FaultKv::new(MemoryKv::new()));
-    kv.write(ankusa_queue::init_store(), Durability::Sync).unwrap();
+    kv.write(ankusa_queue::init_store(), Durability::Sync)
+        .unwrap();
     let mut node = start(kv, &log, &[]);
     for b in ["k-0", "k-1", "k-2"] {
         node.commit(b, Some("k")).await;
     }
     // Their outcomes committed, so the failure below meets no flush of them.
-    until("k-0..k-2 delivered", || counter(&*node.kv, TENANT, CounterField::DeliveredTotal).unwrap() == 3).await;
+    until("k-0..k-2 delivered", || {
+        counter(&*node.kv, TENANT, CounterField::DeliveredTotal).unwrap() == 3
+    })
+    .await;
     node.kv.fail_write_where(|b| puts_envelope(b, Seq(4)));
     let err = node.ingest("k-3", Some("k")).await.unwrap_err();
-    assert!(matches!(err, WriteError::Store(ref m) if m.contains("injected write failure")), "{err:?}");
+    assert!(
+        matches!(err, WriteError::Store(ref m) if m.contains("injected write failure")),
+        "{err:?}"
+    );
     let ended = node.writer_ended().await.unwrap_err();
-    assert!(matches!(ended, EngineError::Backend { op: "write", .. }), "{ended}");
-    assert_eq!(node.ingest("k-4", Some("k")).await.unwrap_err(), WriteError::Stopped, "the Writer stopped");
-    assert!(node.kv.get(Cf::Hooks, &hook_key(TENANT, Seq(4))).unwrap().is_none(), "the failed commit wrote its envelope");
+    assert!(
+        matches!(ended, EngineError::Backend { op: "write", .. }),
+        "{ended}"
+    );
+    assert_eq!(
+        node.ingest("k-4", Some("k")).await.unwrap_err(),
+        WriteError::Stopped,
+        "the Writer stopped"
+    );
+    assert!(
+        node.kv
+            .get(Cf::Hooks, &hook_key(TENANT, Seq(4)))
+            .unwrap()
+            .is_none(),
+        "the failed commit wrote its envelope"
+    );
     assert_eq!(seq_high_water(&*node.kv).unwrap(), Seq(3));
     assert_consistent(&*node.kv, "after the failed commit");
     let kv = node.crash().await;
@@ -289,9 +406,16 @@ async fn a_failed_ingest_commit_is_answered_with_an_error_and_leaves_nothing() {
     // (its dedupe record was never written), then another.
     assert_eq!(node.commit("k-3", Some("k")).await, Seq(4));
     assert_eq!(node.commit("k-4", Some("k")).await, Seq(5));
-    until("every committed hook delivered", || log.delivered().len() == 5).await;
+    until("every committed hook delivered", || {
+        log.delivered().len() == 5
+    })
+    .await;
     let kv = node.stop().await;
-    assert_eq!(log.bodies_of("k"), owned(&["k-0", "k-1", "k-2", "k-3", "k-4"]), "each once, in order");
+    assert_eq!(
+        log.bodies_of("k"),
+        owned(&["k-0", "k-1", "k-2", "k-3", "k-4"]),
+        "each once, in order"
+    );
     assert_eq!(*log.violations.lock().unwrap(), Vec::<String>::new());
     assert_drained(&*kv, 5);
 }
@@ -306,28 +430,52 @@ async fn a_failed_ingest_commit_is_answered_with_an_error_and_leaves_nothing() {
 async fn a_failed_ingest_sync_is_answered_with_an_error_and_the_acknowledged_hooks_are_kept() {
     let log = Arc::new(Log::default());
     let kv = Arc::new(FaultKv::new(MemoryKv::new()));
-    kv.write(ankusa_queue::init_store(), Durability::Sync).unwrap();
+    kv.write(ankusa_queue::init_store(), Durability::Sync)
+        .unwrap();
     let mut node = start(kv, &log, &[]);
     for b in ["k-0", "k-1"] {
         node.commit(b, Some("k")).await;
     }
     node.commit("u-0", None).await;
-    until("k-0, k-1 and u-0 delivered", || counter(&*node.kv, TENANT, CounterField::DeliveredTotal).unwrap() == 3).await;
+    until("k-0, k-1 and u-0 delivered", || {
+        counter(&*node.kv, TENANT, CounterField::DeliveredTotal).unwrap() == 3
+    })
+    .await;
     // Only the Writer syncs (the pipeline's commits are Buffered): the next
     // sync is the one of k-2's group.
     node.kv.fail_next_syncs(1);
     let err = node.ingest("k-2", Some("k")).await.unwrap_err();
-    assert!(matches!(err, WriteError::Store(ref m) if m.contains("injected sync failure")), "{err:?}");
+    assert!(
+        matches!(err, WriteError::Store(ref m) if m.contains("injected sync failure")),
+        "{err:?}"
+    );
     let ended = node.writer_ended().await.unwrap_err();
-    assert!(matches!(ended, EngineError::Backend { op: "sync", .. }), "{ended}");
-    assert_eq!(node.ingest("k-3", Some("k")).await.unwrap_err(), WriteError::Stopped);
+    assert!(
+        matches!(ended, EngineError::Backend { op: "sync", .. }),
+        "{ended}"
+    );
+    assert_eq!(
+        node.ingest("k-3", Some("k")).await.unwrap_err(),
+        WriteError::Stopped
+    );
     assert_consistent(&*node.kv, "after the failed sync");
     let kv = node.crash().await;
 
     let node = start(Arc::new(FaultKv::new(kv)), &log, &[]);
-    assert_eq!(node.ingest("k-2", Some("k")).await.unwrap(), Ingested::Duplicate(Seq(4)), "the retry of the unsynced hook");
+    assert_eq!(
+        node.ingest("k-2", Some("k")).await.unwrap(),
+        Ingested::Duplicate(Seq(4)),
+        "the retry of the unsynced hook"
+    );
     assert_eq!(node.commit("k-3", Some("k")).await, Seq(5));
-    until("every hook delivered", || log.delivered().is_superset(&owned(&["k-0", "k-1", "k-2", "k-3", "u-0"]).into_iter().collect())).await;
+    until("every hook delivered", || {
+        log.delivered().is_superset(
+            &owned(&["k-0", "k-1", "k-2", "k-3", "u-0"])
+                .into_iter()
+                .collect(),
+        )
+    })
+    .await;
     let kv = node.stop().await;
     // k-2 may have gone out before its failed sync (a row is visible once
     // written), and as a recovered head again after the crash; nothing else
@@ -354,7 +502,8 @@ async fn a_failed_ingest_sync_is_answered_with_an_error_and_the_acknowledged_hoo
 async fn a_failed_flush_after_the_sink_took_a_head_holds_its_lane_until_the_restart_releases_it() {
     let log = Arc::new(Log::default());
     let kv = Arc::new(FaultKv::new(MemoryKv::new()));
-    kv.write(ankusa_queue::init_store(), Durability::Sync).unwrap();
+    kv.write(ankusa_queue::init_store(), Durability::Sync)
+        .unwrap();
     let mut node = start(kv, &log, &["a-0"]);
     let head = node.commit("a-0", Some("a")).await;
     node.kv.fail_write_where(move |b| delivers(b, head));
@@ -368,29 +517,53 @@ async fn a_failed_flush_after_the_sink_took_a_head_holds_its_lane_until_the_rest
     for b in ["u-0", "u-1"] {
         node.commit(b, None).await;
     }
-    until("lane b and the unordered hooks delivered and committed", || {
-        counter(&*node.kv, TENANT, CounterField::DeliveredTotal).unwrap() == 5
-    })
+    until(
+        "lane b and the unordered hooks delivered and committed",
+        || counter(&*node.kv, TENANT, CounterField::DeliveredTotal).unwrap() == 5,
+    )
     .await;
-    assert!(node.kv.write_choice_pending(), "a write that was not a-0's outcome failed");
+    assert!(
+        node.kv.write_choice_pending(),
+        "a write that was not a-0's outcome failed"
+    );
     // The sink answers Ok for a-0; the flush of that outcome fails.
     node.open.send_replace(true);
     let err = node.pipeline_ended().await.unwrap_err();
-    assert!(matches!(err, PipelineError::Store(EngineError::Backend { op: "write", .. })), "{err}");
+    assert!(
+        matches!(
+            err,
+            PipelineError::Store(EngineError::Backend { op: "write", .. })
+        ),
+        "{err}"
+    );
     assert!(!node.kv.write_choice_pending());
     // The lane did not advance: a-0 went out once, no member did.
     assert_eq!(log.bodies_of("a"), owned(&["a-0"]));
     assert!(log.delivered().contains("a-0"), "the sink accepted a-0");
     let kv = &*node.kv;
-    assert_eq!(counter(kv, TENANT, CounterField::InFlight).unwrap(), 1, "a-0 is still claimed");
-    assert_eq!(counter(kv, TENANT, CounterField::Lanes).unwrap(), 1, "a-0 is still lane a's head");
+    assert_eq!(
+        counter(kv, TENANT, CounterField::InFlight).unwrap(),
+        1,
+        "a-0 is still claimed"
+    );
+    assert_eq!(
+        counter(kv, TENANT, CounterField::Lanes).unwrap(),
+        1,
+        "a-0 is still lane a's head"
+    );
     assert_eq!(counter(kv, TENANT, CounterField::LaneMembers).unwrap(), 4);
-    assert_eq!(counter(kv, TENANT, CounterField::DeliveredTotal).unwrap(), 5);
+    assert_eq!(
+        counter(kv, TENANT, CounterField::DeliveredTotal).unwrap(),
+        5
+    );
     assert_consistent(kv, "after the failed flush");
     // The handle is poisoned: nothing more is acknowledged, and the Writer
     // stops at its next commit.
     let err = node.ingest("a-5", Some("a")).await.unwrap_err();
-    assert!(matches!(err, WriteError::Store(ref m) if m.contains("poisoned") && m.contains("injected write failure")), "{err:?}");
+    assert!(
+        matches!(err, WriteError::Store(ref m) if m.contains("poisoned") && m.contains("injected write failure")),
+        "{err:?}"
+    );
     let ended = node.writer_ended().await.unwrap_err();
     assert!(matches!(ended, EngineError::Poisoned { .. }), "{ended}");
     let kv = node.crash().await;
@@ -400,11 +573,26 @@ async fn a_failed_flush_after_the_sink_took_a_head_holds_its_lane_until_the_rest
     until("lane a delivered", || log.delivered().len() == 11).await;
     let kv = node.stop().await;
     let calls = log.calls.lock().unwrap().clone();
-    assert_eq!(log.bodies_of("a"), owned(&["a-0", "a-0", "a-1", "a-2", "a-3", "a-4", "a-5"]), "the head again, then its members, each once");
+    assert_eq!(
+        log.bodies_of("a"),
+        owned(&["a-0", "a-0", "a-1", "a-2", "a-3", "a-4", "a-5"]),
+        "the head again, then its members, each once"
+    );
     let again = calls.iter().filter(|c| c.1 == "a-0").nth(1).unwrap();
-    assert_eq!(again.2, 1, "the recovered head goes out as a first attempt (ADR 0004 4.7)");
-    assert_eq!(log.bodies_of("b"), owned(&["b-0", "b-1", "b-2"]), "lane b: its outcomes were committed, nothing again");
-    let unordered: Vec<&str> = calls.iter().filter(|c| c.0.is_none()).map(|c| c.1.as_str()).collect();
+    assert_eq!(
+        again.2, 1,
+        "the recovered head goes out as a first attempt (ADR 0004 4.7)"
+    );
+    assert_eq!(
+        log.bodies_of("b"),
+        owned(&["b-0", "b-1", "b-2"]),
+        "lane b: its outcomes were committed, nothing again"
+    );
+    let unordered: Vec<&str> = calls
+        .iter()
+        .filter(|c| c.0.is_none())
+        .map(|c| c.1.as_str())
+        .collect();
     assert_eq!(unordered.len(), 2, "{unordered:?}");
     assert_eq!(*log.violations.lock().unwrap(), Vec::<String>::new());
     assert_drained(&*kv, 11);
@@ -420,7 +608,8 @@ async fn a_failed_flush_after_the_sink_took_a_head_holds_its_lane_until_the_rest
 async fn a_transient_flush_failure_holds_the_lane_while_ingest_goes_on() {
     let log = Arc::new(Log::default());
     let kv = Arc::new(FaultKv::transient(MemoryKv::new()));
-    kv.write(ankusa_queue::init_store(), Durability::Sync).unwrap();
+    kv.write(ankusa_queue::init_store(), Durability::Sync)
+        .unwrap();
     let mut node = start(kv, &log, &["a-0"]);
     let head = node.commit("a-0", Some("a")).await;
     node.kv.fail_write_where(move |b| delivers(b, head));
@@ -428,10 +617,20 @@ async fn a_transient_flush_failure_holds_the_lane_while_ingest_goes_on() {
     node.commit("a-1", Some("a")).await;
     node.open.send_replace(true);
     let err = node.pipeline_ended().await.unwrap_err();
-    assert!(matches!(err, PipelineError::Store(EngineError::Backend { op: "write", .. })), "{err}");
+    assert!(
+        matches!(
+            err,
+            PipelineError::Store(EngineError::Backend { op: "write", .. })
+        ),
+        "{err}"
+    );
     // Not poisoned: the Writer goes on.
     node.commit("a-2", Some("a")).await;
-    assert_eq!(log.bodies_of("a"), owned(&["a-0"]), "a member went out behind an unreleased head");
+    assert_eq!(
+        log.bodies_of("a"),
+        owned(&["a-0"]),
+        "a member went out behind an unreleased head"
+    );
     assert_consistent(&*node.kv, "after the failed flush");
     let (task, handle, open) = start_pipeline(&node.kv, &log, &[], node.writer());
     node.pipeline_task = Some(task);
@@ -440,7 +639,10 @@ async fn a_transient_flush_failure_holds_the_lane_while_ingest_goes_on() {
     node.commit("a-3", Some("a")).await;
     until("lane a delivered", || log.bodies_of("a").len() == 5).await;
     let kv = node.stop().await;
-    assert_eq!(log.bodies_of("a"), owned(&["a-0", "a-0", "a-1", "a-2", "a-3"]));
+    assert_eq!(
+        log.bodies_of("a"),
+        owned(&["a-0", "a-0", "a-1", "a-2", "a-3"])
+    );
     assert_eq!(*log.violations.lock().unwrap(), Vec::<String>::new());
     assert_drained(&*kv, 4);
 }

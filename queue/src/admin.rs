@@ -20,7 +20,10 @@ use crate::{Cursor, Origin, Page, QueueError};
 /// held row (its sink or source is paused) does not keep the tenant active:
 /// its resume ([`crate::unhold`]) puts the ?A back.
 fn has_due_or_marker(read: &impl Read, tenant: TenantOrd) -> Result<bool, QueueError> {
-    for range in [live_due_range(tenant), tenant_range(Family::LaneMarker, tenant)] {
+    for range in [
+        live_due_range(tenant),
+        tenant_range(Family::LaneMarker, tenant),
+    ] {
         if read.first(Cf::Index, &range, Direction::Forward)?.is_some() {
             return Ok(true);
         }
@@ -41,11 +44,20 @@ pub const OLDEST_DUE_TENANTS: usize = 4096;
 /// # Errors
 /// The engine's; a corrupt ?A or ?D key.
 pub fn oldest_due(read: &impl Read, now_ms: u64) -> Result<Option<u64>, QueueError> {
-    let active = read.scan(Cf::Index, &ankusa_keys::family_range(Family::Active), Direction::Forward, OLDEST_DUE_TENANTS)?;
+    let active = read.scan(
+        Cf::Index,
+        &ankusa_keys::family_range(Family::Active),
+        Direction::Forward,
+        OLDEST_DUE_TENANTS,
+    )?;
     let mut oldest: Option<u64> = None;
     for (k, _) in active {
         let tenant = ankusa_keys::ActiveKey::decode(&k)?.tenant;
-        if let Some((k, _)) = read.first(Cf::Index, &ankusa_keys::due_range_until(tenant, now_ms), Direction::Forward)? {
+        if let Some((k, _)) = read.first(
+            Cf::Index,
+            &ankusa_keys::due_range_until(tenant, now_ms),
+            Direction::Forward,
+        )? {
             let due = DueKey::decode(&k)?.due_ms;
             oldest = Some(oldest.map_or(due, |o| o.min(due)));
         }
@@ -152,7 +164,16 @@ pub fn dead_letter_source(
     limit: usize,
     now_ms: u64,
 ) -> Result<Page, QueueError> {
-    dead_letter_sinks(read, tenant, source, |_| true, reason, cursor, limit, now_ms)
+    dead_letter_sinks(
+        read,
+        tenant,
+        source,
+        |_| true,
+        reason,
+        cursor,
+        limit,
+        now_ms,
+    )
 }
 
 /// [`dead_letter_source`] for the sink entries of `source` that `sinks`
@@ -229,7 +250,16 @@ pub fn dead_letter_sinks(
             }
         };
         if src == Some(source) {
-            dead_into(read, &mut page.batch, id, from, reason, now_ms, false, false)?;
+            dead_into(
+                read,
+                &mut page.batch,
+                id,
+                from,
+                reason,
+                now_ms,
+                false,
+                false,
+            )?;
             page.moved += 1;
         }
     }
@@ -403,7 +433,11 @@ pub fn drop_dead(read: &impl Read, rows: &[RowId]) -> Result<Batch, QueueError> 
             .get(Cf::Deliveries, &delivery_key(id.tenant, id.seq, id.sink))?
             .ok_or(QueueError::MissingRow { row: id })?;
         let row = DeliveryRow::decode(&raw)?;
-        debug_assert_eq!(row.state, ankusa_keys::RowState::Dead, "drop of {id}: row state");
+        debug_assert_eq!(
+            row.state,
+            ankusa_keys::RowState::Dead,
+            "drop of {id}: row state"
+        );
         batch.delete(Cf::Index, xkey);
         batch.delete(Cf::Deliveries, delivery_key(id.tenant, id.seq, id.sink));
         count(&mut batch, id.tenant, CounterField::Dead, -1);

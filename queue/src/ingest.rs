@@ -151,7 +151,11 @@ pub fn new_ops(batch: &mut Batch, hook: &Hook<'_>, rows: &[NewRow], now_ms: u64)
 /// Blind puts, no reads. Precondition: `hook.seq` is new (the Writer assigned
 /// it), `rows` has distinct sinks. Keeps every invariant, as [`new_ops`].
 pub fn replay(batch: &mut Batch, hook: &Hook<'_>, rows: &[NewRow], now_ms: u64) {
-    debug_assert!(hook.envelope.replay_of.is_some(), "replay of {} without replay_of", hook.seq);
+    debug_assert!(
+        hook.envelope.replay_of.is_some(),
+        "replay of {} without replay_of",
+        hook.seq
+    );
     let env = hook.envelope;
     let encoded = env.encode();
     let size = size_of_encoded(encoded.len());
@@ -250,14 +254,22 @@ pub fn release(
 /// # Errors
 /// [`QueueError::NotQuarantined`] when there is no ?Q for the hook; engine and
 /// decode errors.
-pub fn drop_quarantined(read: &impl Read, tenant: TenantOrd, seq: Seq) -> Result<Batch, QueueError> {
+pub fn drop_quarantined(
+    read: &impl Read,
+    tenant: TenantOrd,
+    seq: Seq,
+) -> Result<Batch, QueueError> {
     let qkey = quarantined_key(tenant, seq);
     if read.get(Cf::Index, &qkey)?.is_none() {
         return Err(QueueError::NotQuarantined { tenant, seq });
     }
     debug_assert!(
-        read.first(Cf::Deliveries, &deliveries_of_hook_range(tenant, seq), Direction::Forward)?
-            .is_none(),
+        read.first(
+            Cf::Deliveries,
+            &deliveries_of_hook_range(tenant, seq),
+            Direction::Forward
+        )?
+        .is_none(),
         "quarantined hook {tenant}/{seq} has delivery rows"
     );
     let mut batch = Batch::new();
@@ -319,7 +331,12 @@ pub fn list_quarantined(
         }
     }
     // One more than asked: whether there is a next page.
-    let entries = read.scan(Cf::Index, &range, Direction::Forward, limit.saturating_add(1))?;
+    let entries = read.scan(
+        Cf::Index,
+        &range,
+        Direction::Forward,
+        limit.saturating_add(1),
+    )?;
     let mut page = QuarantinePage::default();
     for (k, v) in entries.iter().take(limit) {
         let seq = QuarantinedKey::decode(k)?.seq;

@@ -95,21 +95,26 @@ mod unconfigured;
 pub mod writer;
 
 pub use admin::{
-    OLDEST_DUE_TENANTS, dead_letter_sinks, dead_letter_source, drop_dead, expire_dedupe, init_store,
-    oldest_due, purge_tenant, retention, sweep_markers, sweep_markers_recheck,
+    OLDEST_DUE_TENANTS, dead_letter_sinks, dead_letter_source, drop_dead, expire_dedupe,
+    init_store, oldest_due, purge_tenant, retention, sweep_markers, sweep_markers_recheck,
 };
-pub use check::{Census, CheckReport, CounterFix, Violation, check_invariants, check_store, counter_fix_batch};
-pub use registry::{Registry, register};
+pub use check::{
+    Census, CheckReport, CounterFix, Violation, check_invariants, check_store, counter_fix_batch,
+};
 pub use ingest::{
     Hook, NewRow, QuarantinePage, Quarantined, drop_quarantined, hook_size, list_quarantined,
     new_ops, quarantine, release, replay,
 };
-pub use purge::{clear_purge, purge_phase, purge_tenant_page, read_purges, set_purge};
-pub use pause::{PauseMap, SinkUnhold, clear_pause, hold, read_pauses, set_pause, unhold, unhold_sink};
-pub use unconfigured::pending_rows;
-pub use transitions::{
-    claim, dead_letter, dead_letter_attempted, delivered, orphan, park, recover_inflight, retry, revive,
+pub use pause::{
+    PauseMap, SinkUnhold, clear_pause, hold, read_pauses, set_pause, unhold, unhold_sink,
 };
+pub use purge::{clear_purge, purge_phase, purge_tenant_page, read_purges, set_purge};
+pub use registry::{Registry, register};
+pub use transitions::{
+    claim, dead_letter, dead_letter_attempted, delivered, orphan, park, recover_inflight, retry,
+    revive,
+};
+pub use unconfigured::pending_rows;
 
 /// Where a row is taken from by [`dead_letter`] and [`orphan`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -147,7 +152,10 @@ impl Cursor {
     /// A cursor from [`Cursor::to_bytes`]; `None` for empty bytes.
     pub fn from_bytes(bytes: &[u8]) -> Option<Cursor> {
         let (&phase, key) = bytes.split_first()?;
-        Some(Cursor { phase, key: key.to_vec() })
+        Some(Cursor {
+            phase,
+            key: key.to_vec(),
+        })
     }
 }
 

@@ -34,7 +34,17 @@ pub const LATENCY_BOUNDS_NS: &[u64] = &[
 
 /// Bucket bounds of the request body size histogram, bytes: 256 B to 16 MiB
 /// (the default body limit is 1 MiB; a provider's hook is mostly under 16 KiB).
-pub const BODY_BOUNDS_BYTES: &[u64] = &[256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
+pub const BODY_BOUNDS_BYTES: &[u64] = &[
+    256,
+    1 << 10,
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+    16 << 20,
+];
 
 /// Bucket bounds of the Writer's group size histogram, hooks: 1 to 256 (its
 /// `max_group_hooks`).
@@ -79,7 +89,12 @@ impl Histogram {
     /// `per_unit` (integer units per base unit: [`NANOS_PER_SECOND`] for
     /// seconds, 1.0 for bytes and hooks).
     pub fn new(bounds: &'static [u64], per_unit: f64) -> Histogram {
-        Histogram { bounds, counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum: AtomicU64::new(0), per_unit }
+        Histogram {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum: AtomicU64::new(0),
+            per_unit,
+        }
     }
 
     /// A latency histogram ([`LATENCY_BOUNDS_NS`], shown in seconds).
@@ -119,7 +134,11 @@ impl Histogram {
             .zip(self.counts.iter().map(|c| c.load(Ordering::Relaxed)))
             .collect();
         let count = buckets.iter().map(|(_, n)| n).sum();
-        HistogramSnapshot { buckets, count, sum: self.sum.load(Ordering::Relaxed) as f64 / self.per_unit }
+        HistogramSnapshot {
+            buckets,
+            count,
+            sum: self.sum.load(Ordering::Relaxed) as f64 / self.per_unit,
+        }
     }
 }
 
@@ -228,7 +247,9 @@ impl DeliveryMetrics {
         let mut k: Vec<&'static str> = kinds.into_iter().collect();
         k.sort_unstable();
         k.dedup();
-        DeliveryMetrics { kinds: k.into_iter().map(SinkKindMetrics::new).collect() }
+        DeliveryMetrics {
+            kinds: k.into_iter().map(SinkKindMetrics::new).collect(),
+        }
     }
 
     /// The figures of sink kind `kind` (`None`: not a configured kind).
@@ -258,7 +279,10 @@ pub struct WriterMetrics {
 
 impl Default for WriterMetrics {
     fn default() -> Self {
-        WriterMetrics { group_hooks: Histogram::new(GROUP_BOUNDS_HOOKS, 1.0), commit_latency: Histogram::latency() }
+        WriterMetrics {
+            group_hooks: Histogram::new(GROUP_BOUNDS_HOOKS, 1.0),
+            commit_latency: Histogram::latency(),
+        }
     }
 }
 
@@ -286,9 +310,17 @@ mod tests {
         let s = h.snapshot();
         assert!((s.sum - 0.043).abs() < 1e-12, "{}", s.sum);
         assert_eq!(s.buckets[0].0, 0.0005);
-        let le_5ms = s.buckets.iter().find(|(b, _)| (*b - 0.005).abs() < 1e-12).unwrap();
+        let le_5ms = s
+            .buckets
+            .iter()
+            .find(|(b, _)| (*b - 0.005).abs() < 1e-12)
+            .unwrap();
         assert_eq!(le_5ms.1, 1);
-        let le_50ms = s.buckets.iter().find(|(b, _)| (*b - 0.05).abs() < 1e-12).unwrap();
+        let le_50ms = s
+            .buckets
+            .iter()
+            .find(|(b, _)| (*b - 0.05).abs() < 1e-12)
+            .unwrap();
         assert_eq!(le_50ms.1, 1);
     }
 
@@ -298,18 +330,50 @@ mod tests {
     /// decimal it is written as.
     #[test]
     fn latency_bounds_are_the_decimals_they_are_written_as() {
-        let bounds: Vec<f64> = Histogram::latency().snapshot().buckets.iter().map(|(b, _)| *b).collect();
+        let bounds: Vec<f64> = Histogram::latency()
+            .snapshot()
+            .buckets
+            .iter()
+            .map(|(b, _)| *b)
+            .collect();
         assert_eq!(
             bounds,
-            [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, f64::INFINITY]
+            [
+                0.0005,
+                0.001,
+                0.0025,
+                0.005,
+                0.01,
+                0.025,
+                0.05,
+                0.1,
+                0.25,
+                0.5,
+                1.0,
+                2.5,
+                5.0,
+                10.0,
+                30.0,
+                f64::INFINITY
+            ]
         );
-        assert_eq!(bounds.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(" "), "0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 inf");
+        assert_eq!(
+            bounds
+                .iter()
+                .map(|b| b.to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+            "0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 inf"
+        );
     }
 
     #[test]
     fn kinds_are_fixed_and_counted_by_outcome() {
         let m = DeliveryMetrics::new(["http", "file", "http"]);
-        assert_eq!(m.kinds().iter().map(|k| k.kind).collect::<Vec<_>>(), ["file", "http"]);
+        assert_eq!(
+            m.kinds().iter().map(|k| k.kind).collect::<Vec<_>>(),
+            ["file", "http"]
+        );
         let http = m.kind("http").unwrap();
         http.attempt(AttemptOutcome::Retry);
         http.attempt(AttemptOutcome::Retry);
@@ -320,6 +384,11 @@ mod tests {
         assert!(m.kind("kafka").is_none());
         let labels: Vec<_> = AttemptOutcome::ALL.iter().map(|o| o.label()).collect();
         assert_eq!(labels.len(), 7);
-        assert!(AttemptOutcome::ALL.iter().enumerate().all(|(i, o)| o.index() == i));
+        assert!(
+            AttemptOutcome::ALL
+                .iter()
+                .enumerate()
+                .all(|(i, o)| o.index() == i)
+        );
     }
 }

@@ -66,7 +66,8 @@ pub struct StepBatch {
 ///
 /// # Errors
 /// The reader's errors, and values that do not decode.
-pub type StepFn = fn(read: &dyn Read, cursor: Option<&[u8]>, limit: usize) -> Result<StepBatch, QueueError>;
+pub type StepFn =
+    fn(read: &dyn Read, cursor: Option<&[u8]>, limit: usize) -> Result<StepBatch, QueueError>;
 
 /// One `(from, to, migration)` entry of the registry.
 #[derive(Clone, Copy, Debug)]
@@ -101,7 +102,11 @@ pub const REGISTRY: &[Migration] = &[Migration {
 ///
 /// # Errors
 /// None.
-pub fn stamp_only(_read: &dyn Read, _cursor: Option<&[u8]>, _limit: usize) -> Result<StepBatch, QueueError> {
+pub fn stamp_only(
+    _read: &dyn Read,
+    _cursor: Option<&[u8]>,
+    _limit: usize,
+) -> Result<StepBatch, QueueError> {
     Ok(StepBatch::default())
 }
 
@@ -139,7 +144,11 @@ pub fn test_marks_range() -> KeyRange {
     KeyRange::prefix(TEST_MARK)
 }
 
-fn test_step(read: &dyn Read, cursor: Option<&[u8]>, limit: usize) -> Result<StepBatch, QueueError> {
+fn test_step(
+    read: &dyn Read,
+    cursor: Option<&[u8]>,
+    limit: usize,
+) -> Result<StepBatch, QueueError> {
     let mut range = hooks_range();
     if let Some(c) = cursor {
         let mut start = c.to_vec();
@@ -151,17 +160,27 @@ fn test_step(read: &dyn Read, cursor: Option<&[u8]>, limit: usize) -> Result<Ste
     for (key, _) in &page {
         let mark = test_mark_key(key);
         let count = match read.get(Cf::Meta, &mark)? {
-            Some(v) => u32::from_be_bytes(v.as_ref().try_into().map_err(|_| ValueError::WrongLength {
-                what: "migration test mark",
-                expected: 4,
-                found: v.len(),
-            })?),
+            Some(v) => {
+                u32::from_be_bytes(v.as_ref().try_into().map_err(|_| ValueError::WrongLength {
+                    what: "migration test mark",
+                    expected: 4,
+                    found: v.len(),
+                })?)
+            }
             None => 0,
         };
         batch.put(Cf::Meta, mark, (count + 1).to_be_bytes());
     }
-    let next = if page.len() < limit { None } else { page.last().map(|(k, _)| k.to_vec()) };
-    Ok(StepBatch { batch, rows: page.len() as u64, next })
+    let next = if page.len() < limit {
+        None
+    } else {
+        page.last().map(|(k, _)| k.to_vec())
+    };
+    Ok(StepBatch {
+        batch,
+        rows: page.len() as u64,
+        next,
+    })
 }
 
 /// Why a store cannot be brought to the format a binary reads.
@@ -270,7 +289,11 @@ pub enum MigrateError {
 /// The tail of [`MigrateError::NoPath`]'s message: where the chain stopped,
 /// when not at the store's own format.
 fn stopped_at(from: &u32, reached: &u32) -> String {
-    if reached == from { String::new() } else { format!(" (the chain from format {from} stopped there)") }
+    if reached == from {
+        String::new()
+    } else {
+        format!(" (the chain from format {from} stopped there)")
+    }
 }
 
 /// Checks that `registry` is forward-only (`to > from` in every entry), has
@@ -282,10 +305,16 @@ fn stopped_at(from: &u32, reached: &u32) -> String {
 pub fn check_registry(registry: &[Migration]) -> Result<(), MigrateError> {
     for (i, m) in registry.iter().enumerate() {
         if m.to <= m.from {
-            return Err(MigrateError::Registry(format!("{} -> {} does not go forward (there are no down migrations)", m.from, m.to)));
+            return Err(MigrateError::Registry(format!(
+                "{} -> {} does not go forward (there are no down migrations)",
+                m.from, m.to
+            )));
         }
         if m.batch_rows == 0 {
-            return Err(MigrateError::Registry(format!("{} -> {} has no batch bound", m.from, m.to)));
+            return Err(MigrateError::Registry(format!(
+                "{} -> {} has no batch bound",
+                m.from, m.to
+            )));
         }
         if let Some(o) = registry[..i].iter().find(|o| o.from == m.from) {
             return Err(MigrateError::Registry(format!(
@@ -306,7 +335,11 @@ pub fn check_registry(registry: &[Migration]) -> Result<(), MigrateError> {
 /// [`MigrateError::NoPath`] when some format on the way has no entry leaving
 /// it, or its entry leads past `supported`; [`MigrateError::Registry`] from
 /// [`check_registry`].
-pub fn plan(registry: &[Migration], found: u32, supported: u32) -> Result<Vec<Migration>, MigrateError> {
+pub fn plan(
+    registry: &[Migration],
+    found: u32,
+    supported: u32,
+) -> Result<Vec<Migration>, MigrateError> {
     check_registry(registry)?;
     if found > supported {
         return Err(MigrateError::StoreFormatNewer { found, supported });
@@ -319,7 +352,13 @@ pub fn plan(registry: &[Migration], found: u32, supported: u32) -> Result<Vec<Mi
                 chain.push(*m);
                 at = m.to;
             }
-            _ => return Err(MigrateError::NoPath { from: found, reached: at, supported }),
+            _ => {
+                return Err(MigrateError::NoPath {
+                    from: found,
+                    reached: at,
+                    supported,
+                });
+            }
         }
     }
     Ok(chain)
@@ -332,14 +371,22 @@ pub fn plan(registry: &[Migration], found: u32, supported: u32) -> Result<Vec<Mi
 ///
 /// # Errors
 /// Those two.
-pub fn check_readable(found: u32, progress: Option<&MigrationProgress>, supported: u32) -> Result<(), MigrateError> {
+pub fn check_readable(
+    found: u32,
+    progress: Option<&MigrationProgress>,
+    supported: u32,
+) -> Result<(), MigrateError> {
     if found > supported {
         return Err(MigrateError::StoreFormatNewer { found, supported });
     }
     if let Some(p) = progress
         && p.to > supported
     {
-        return Err(MigrateError::MigrationNewer { from: p.from, to: p.to, supported });
+        return Err(MigrateError::MigrationNewer {
+            from: p.from,
+            to: p.to,
+            supported,
+        });
     }
     Ok(())
 }
@@ -351,9 +398,13 @@ pub fn check_readable(found: u32, progress: Option<&MigrationProgress>, supporte
 /// 4 bytes.
 pub fn read_format(read: &dyn Read) -> Result<Option<u32>, MigrateError> {
     match read.get(Cf::Meta, FORMAT_KEY)? {
-        Some(v) => Ok(Some(
-            decode_format(&v).map_err(|error| MigrateError::Undecodable { key: "format", what: "the store format stamp", error })?,
-        )),
+        Some(v) => Ok(Some(decode_format(&v).map_err(|error| {
+            MigrateError::Undecodable {
+                key: "format",
+                what: "the store format stamp",
+                error,
+            }
+        })?)),
         None => Ok(None),
     }
 }
@@ -365,10 +416,12 @@ pub fn read_format(read: &dyn Read) -> Result<Option<u32>, MigrateError> {
 /// not decode.
 pub fn read_progress(read: &dyn Read) -> Result<Option<MigrationProgress>, MigrateError> {
     match read.get(Cf::Meta, MIGRATION_KEY)? {
-        Some(v) => Ok(Some(MigrationProgress::decode(&v).map_err(|error| MigrateError::Undecodable {
-            key: "migration",
-            what: "the progress of a migration in the middle",
-            error,
+        Some(v) => Ok(Some(MigrationProgress::decode(&v).map_err(|error| {
+            MigrateError::Undecodable {
+                key: "migration",
+                what: "the progress of a migration in the middle",
+                error,
+            }
         })?)),
         None => Ok(None),
     }
@@ -415,15 +468,27 @@ pub struct Planned {
 pub fn next_batch(read: &dyn Read, migration: &Migration) -> Result<Planned, MigrateError> {
     let found = read_format(read)?.ok_or(MigrateError::NoStamp)?;
     if found != migration.from {
-        return Err(MigrateError::StampMismatch { found, from: migration.from, to: migration.to });
+        return Err(MigrateError::StampMismatch {
+            found,
+            from: migration.from,
+            to: migration.to,
+        });
     }
     let progress = read_progress(read)?;
     if let Some(p) = &progress
         && (p.from, p.to) != (migration.from, migration.to)
     {
-        return Err(MigrateError::ProgressMismatch { found, from: p.from, to: p.to });
+        return Err(MigrateError::ProgressMismatch {
+            found,
+            from: p.from,
+            to: p.to,
+        });
     }
-    let step = (migration.step)(read, progress.as_ref().map(|p| p.cursor.as_slice()), migration.batch_rows)?;
+    let step = (migration.step)(
+        read,
+        progress.as_ref().map(|p| p.cursor.as_slice()),
+        migration.batch_rows,
+    )?;
     assert!(
         step.rows <= migration.batch_rows as u64,
         "migration {} -> {} rewrote {} rows in one batch, its bound is {}",
@@ -449,7 +514,12 @@ pub fn next_batch(read: &dyn Read, migration: &Migration) -> Result<Planned, Mig
             true
         }
         Some(cursor) => {
-            assert!(!cursor.is_empty(), "migration {} -> {} gave an empty cursor", migration.from, migration.to);
+            assert!(
+                !cursor.is_empty(),
+                "migration {} -> {} gave an empty cursor",
+                migration.from,
+                migration.to
+            );
             let p = MigrationProgress {
                 from: migration.from,
                 to: migration.to,
@@ -461,13 +531,26 @@ pub fn next_batch(read: &dyn Read, migration: &Migration) -> Result<Planned, Mig
             false
         }
     };
-    Ok(Planned { batch, rows: step.rows, done, batches_total, rows_total, resumed: progress.is_some() })
+    Ok(Planned {
+        batch,
+        rows: step.rows,
+        done,
+        batches_total,
+        rows_total,
+        resumed: progress.is_some(),
+    })
 }
 
 fn touches_own_keys(op: &Op) -> bool {
     match op {
-        Op::Put { cf: Cf::Meta, key, .. } | Op::Delete { cf: Cf::Meta, key } => key == FORMAT_KEY || key == MIGRATION_KEY,
-        Op::DeleteRange { cf: Cf::Meta, range } => range.contains(FORMAT_KEY) || range.contains(MIGRATION_KEY),
+        Op::Put {
+            cf: Cf::Meta, key, ..
+        }
+        | Op::Delete { cf: Cf::Meta, key } => key == FORMAT_KEY || key == MIGRATION_KEY,
+        Op::DeleteRange {
+            cf: Cf::Meta,
+            range,
+        } => range.contains(FORMAT_KEY) || range.contains(MIGRATION_KEY),
         _ => false,
     }
 }
@@ -487,7 +570,14 @@ mod tests {
     use super::*;
 
     fn entry(from: u32, to: u32) -> Migration {
-        Migration { from, to, rewrites: "test", stamp_only: true, batch_rows: 10, step: stamp_only }
+        Migration {
+            from,
+            to,
+            rewrites: "test",
+            stamp_only: true,
+            batch_rows: 10,
+            step: stamp_only,
+        }
     }
 
     fn formats(chain: &[Migration]) -> Vec<(u32, u32)> {
@@ -501,7 +591,11 @@ mod tests {
         let mut b = Batch::new();
         b.put(Cf::Meta, FORMAT_KEY, encode_format(format));
         for seq in 1..=hooks {
-            b.put(Cf::Hooks, hook_key(TenantOrd(1 + (seq % 3) as u32), Seq(seq)), format!("envelope {seq}"));
+            b.put(
+                Cf::Hooks,
+                hook_key(TenantOrd(1 + (seq % 3) as u32), Seq(seq)),
+                format!("envelope {seq}"),
+            );
         }
         kv.write(b, Durability::Sync).unwrap();
         kv
@@ -511,7 +605,13 @@ mod tests {
     fn listing(kv: &MemoryKv) -> Vec<(Cf, Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();
         for cf in Cf::ALL {
-            for kv in scan_pages(kv, cf, KeyRange::new(Vec::new(), vec![0xff; 64]), Direction::Forward, 100) {
+            for kv in scan_pages(
+                kv,
+                cf,
+                KeyRange::new(Vec::new(), vec![0xff; 64]),
+                Direction::Forward,
+                100,
+            ) {
                 let (k, v) = kv.unwrap();
                 out.push((cf, k.to_vec(), v.to_vec()));
             }
@@ -526,56 +626,152 @@ mod tests {
             let chain = plan(REGISTRY, found, STORE_FORMAT).unwrap();
             assert_eq!(chain.first().map(|m| m.from), Some(found));
             assert_eq!(chain.last().map(|m| m.to), Some(STORE_FORMAT));
-            assert!(chain.windows(2).all(|w| w[0].to == w[1].from), "{:?}", formats(&chain));
+            assert!(
+                chain.windows(2).all(|w| w[0].to == w[1].from),
+                "{:?}",
+                formats(&chain)
+            );
         }
         assert_eq!(formats(&plan(REGISTRY, 1, 2).unwrap()), [(1, 2)]);
         assert!(REGISTRY[0].stamp_only);
-        assert!(plan(REGISTRY, STORE_FORMAT, STORE_FORMAT).unwrap().is_empty());
+        assert!(
+            plan(REGISTRY, STORE_FORMAT, STORE_FORMAT)
+                .unwrap()
+                .is_empty()
+        );
         // The test setting's registry: the real one and 2 -> 3.
         let mut with_test = REGISTRY.to_vec();
         with_test.push(TEST_MIGRATION);
-        assert_eq!(formats(&plan(&with_test, 1, TEST_FORMAT).unwrap()), [(1, 2), (2, 3)]);
+        assert_eq!(
+            formats(&plan(&with_test, 1, TEST_FORMAT).unwrap()),
+            [(1, 2), (2, 3)]
+        );
     }
 
     #[test]
     fn a_newer_store_is_refused_naming_both_formats() {
         let e = plan(REGISTRY, 3, 2).unwrap_err();
-        assert!(matches!(e, MigrateError::StoreFormatNewer { found: 3, supported: 2 }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                MigrateError::StoreFormatNewer {
+                    found: 3,
+                    supported: 2
+                }
+            ),
+            "{e:?}"
+        );
         let text = e.to_string();
-        assert!(text.contains("StoreFormatNewer { found: 3, supported: 2 }"), "{text}");
+        assert!(
+            text.contains("StoreFormatNewer { found: 3, supported: 2 }"),
+            "{text}"
+        );
         assert!(text.contains("Run an ankusa that reads format 3"), "{text}");
         // Under the test setting of a binary that reads only format 1.
         let e = plan(&[], 2, 1).unwrap_err();
-        assert!(matches!(e, MigrateError::StoreFormatNewer { found: 2, supported: 1 }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                MigrateError::StoreFormatNewer {
+                    found: 2,
+                    supported: 1
+                }
+            ),
+            "{e:?}"
+        );
     }
 
     #[test]
     fn a_migration_in_the_middle_toward_a_newer_format_is_refused() {
-        let p = MigrationProgress { from: 2, to: 3, batches: 2, rows: 16, cursor: vec![1] };
+        let p = MigrationProgress {
+            from: 2,
+            to: 3,
+            batches: 2,
+            rows: 16,
+            cursor: vec![1],
+        };
         check_readable(2, Some(&p), 3).unwrap();
         check_readable(2, None, 2).unwrap();
         let e = check_readable(2, Some(&p), 2).unwrap_err();
-        assert!(matches!(e, MigrateError::MigrationNewer { from: 2, to: 3, supported: 2 }), "{e:?}");
-        assert!(e.to_string().contains("a migration of this store from format 2 to format 3 is in the middle"), "{e}");
-        assert!(e.to_string().contains("Run an ankusa that reads format 3 on it: it resumes the migration"), "{e}");
-        assert!(matches!(check_readable(3, None, 2), Err(MigrateError::StoreFormatNewer { found: 3, supported: 2 })));
+        assert!(
+            matches!(
+                e,
+                MigrateError::MigrationNewer {
+                    from: 2,
+                    to: 3,
+                    supported: 2
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains("a migration of this store from format 2 to format 3 is in the middle"),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("Run an ankusa that reads format 3 on it: it resumes the migration"),
+            "{e}"
+        );
+        assert!(matches!(
+            check_readable(3, None, 2),
+            Err(MigrateError::StoreFormatNewer {
+                found: 3,
+                supported: 2
+            })
+        ));
     }
 
     #[test]
     fn a_chain_resolves_in_order_and_a_gap_is_refused() {
         let reg = [entry(3, 5), entry(1, 2), entry(2, 3)];
-        assert_eq!(formats(&plan(&reg, 1, 5).unwrap()), [(1, 2), (2, 3), (3, 5)]);
+        assert_eq!(
+            formats(&plan(&reg, 1, 5).unwrap()),
+            [(1, 2), (2, 3), (3, 5)]
+        );
         assert_eq!(formats(&plan(&reg, 2, 5).unwrap()), [(2, 3), (3, 5)]);
         assert_eq!(formats(&plan(&reg, 1, 3).unwrap()), [(1, 2), (2, 3)]);
         // A format no entry leaves.
-        assert!(matches!(plan(&reg, 4, 5), Err(MigrateError::NoPath { from: 4, reached: 4, supported: 5 })));
-        assert!(matches!(plan(&reg, 0, 5), Err(MigrateError::NoPath { from: 0, reached: 0, supported: 5 })));
+        assert!(matches!(
+            plan(&reg, 4, 5),
+            Err(MigrateError::NoPath {
+                from: 4,
+                reached: 4,
+                supported: 5
+            })
+        ));
+        assert!(matches!(
+            plan(&reg, 0, 5),
+            Err(MigrateError::NoPath {
+                from: 0,
+                reached: 0,
+                supported: 5
+            })
+        ));
         // An entry that leads past the supported format is no path to it.
-        assert!(matches!(plan(&reg, 1, 4), Err(MigrateError::NoPath { from: 1, reached: 3, supported: 4 })));
+        assert!(matches!(
+            plan(&reg, 1, 4),
+            Err(MigrateError::NoPath {
+                from: 1,
+                reached: 3,
+                supported: 4
+            })
+        ));
         // A gap in the middle.
         let gap = [entry(1, 2), entry(3, 4)];
         let e = plan(&gap, 1, 4).unwrap_err();
-        assert!(matches!(e, MigrateError::NoPath { from: 1, reached: 2, supported: 4 }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                MigrateError::NoPath {
+                    from: 1,
+                    reached: 2,
+                    supported: 4
+                }
+            ),
+            "{e:?}"
+        );
         assert_eq!(
             e.to_string(),
             "store format 1 cannot be migrated to format 4 by this ankusa: no migration leaves format 2 (the chain from format 1 stopped there)"
@@ -585,13 +781,22 @@ mod tests {
     #[test]
     fn the_registry_is_forward_only_bounded_and_has_one_entry_per_format() {
         let down = [entry(2, 1)];
-        assert!(matches!(check_registry(&down), Err(MigrateError::Registry(m)) if m.contains("2 -> 1 does not go forward")));
+        assert!(
+            matches!(check_registry(&down), Err(MigrateError::Registry(m)) if m.contains("2 -> 1 does not go forward"))
+        );
         let same = [entry(2, 2)];
         assert!(check_registry(&same).is_err());
         let twice = [entry(1, 2), entry(1, 3)];
-        assert!(matches!(check_registry(&twice), Err(MigrateError::Registry(m)) if m.contains("two migrations leave format 1")));
-        let unbounded = [Migration { batch_rows: 0, ..entry(1, 2) }];
-        assert!(matches!(check_registry(&unbounded), Err(MigrateError::Registry(m)) if m.contains("no batch bound")));
+        assert!(
+            matches!(check_registry(&twice), Err(MigrateError::Registry(m)) if m.contains("two migrations leave format 1"))
+        );
+        let unbounded = [Migration {
+            batch_rows: 0,
+            ..entry(1, 2)
+        }];
+        assert!(
+            matches!(check_registry(&unbounded), Err(MigrateError::Registry(m)) if m.contains("no batch bound"))
+        );
         // plan refuses an inconsistent registry before anything else.
         assert!(matches!(plan(&twice, 1, 2), Err(MigrateError::Registry(_))));
     }
@@ -603,7 +808,10 @@ mod tests {
         let chain = plan(REGISTRY, 1, STORE_FORMAT).unwrap();
         let p = next_batch(&kv, &chain[0]).unwrap();
         assert!(p.done);
-        assert_eq!((p.rows, p.batches_total, p.rows_total, p.resumed), (0, 1, 0, false));
+        assert_eq!(
+            (p.rows, p.batches_total, p.rows_total, p.resumed),
+            (0, 1, 0, false)
+        );
         let mut expected = Batch::new();
         expected.delete(Cf::Meta, MIGRATION_KEY);
         expected.put(Cf::Meta, FORMAT_KEY, encode_format(2));
@@ -611,10 +819,20 @@ mod tests {
         kv.write(p.batch, Durability::Sync).unwrap();
         let after = listing(&kv);
         let changed: Vec<_> = after.iter().filter(|e| !before.contains(e)).collect();
-        assert_eq!(changed, [&(Cf::Meta, FORMAT_KEY.to_vec(), vec![0, 0, 0, 2])]);
+        assert_eq!(
+            changed,
+            [&(Cf::Meta, FORMAT_KEY.to_vec(), vec![0, 0, 0, 2])]
+        );
         assert_eq!(before.len(), after.len());
         // Once stamped, its batch is refused: the store is no longer format 1.
-        assert!(matches!(next_batch(&kv, &chain[0]), Err(MigrateError::StampMismatch { found: 2, from: 1, to: 2 })));
+        assert!(matches!(
+            next_batch(&kv, &chain[0]),
+            Err(MigrateError::StampMismatch {
+                found: 2,
+                from: 1,
+                to: 2
+            })
+        ));
     }
 
     /// The test migration over 20 hooks in batches of 8: 3 batches (8, 8, 4),
@@ -637,18 +855,37 @@ mod tests {
             if done {
                 break;
             }
-            assert_eq!(read_format(&kv).unwrap(), Some(2), "the stamp moves only in the last batch");
+            assert_eq!(
+                read_format(&kv).unwrap(),
+                Some(2),
+                "the stamp moves only in the last batch"
+            );
             let progress = read_progress(&kv).unwrap().unwrap();
             assert_eq!((progress.from, progress.to), (2, 3));
         }
-        assert_eq!(seen, [(8, 1, 8, false, false), (8, 2, 16, true, false), (4, 3, 20, true, true)]);
+        assert_eq!(
+            seen,
+            [
+                (8, 1, 8, false, false),
+                (8, 2, 16, true, false),
+                (4, 3, 20, true, true)
+            ]
+        );
         assert_eq!(read_format(&kv).unwrap(), Some(3));
         assert_eq!(read_progress(&kv).unwrap(), None);
-        let marks = kv.scan(Cf::Meta, &test_marks_range(), Direction::Forward, 100).unwrap();
+        let marks = kv
+            .scan(Cf::Meta, &test_marks_range(), Direction::Forward, 100)
+            .unwrap();
         assert_eq!(marks.len(), 20);
-        assert!(marks.iter().all(|(_, v)| v.as_ref() == [0, 0, 0, 1]), "{marks:?}");
+        assert!(
+            marks.iter().all(|(_, v)| v.as_ref() == [0, 0, 0, 1]),
+            "{marks:?}"
+        );
         // The step's own batch never writes the stamp or the progress key.
-        assert!(matches!(next_batch(&kv, &m), Err(MigrateError::StampMismatch { found: 3, .. })));
+        assert!(matches!(
+            next_batch(&kv, &m),
+            Err(MigrateError::StampMismatch { found: 3, .. })
+        ));
     }
 
     #[test]
@@ -660,10 +897,22 @@ mod tests {
             let mut batches = 0u64;
             loop {
                 let p = next_batch(&kv, &m).unwrap();
-                assert!(p.rows <= m.batch_rows as u64, "{} -> {}: {} rows", m.from, m.to, p.rows);
+                assert!(
+                    p.rows <= m.batch_rows as u64,
+                    "{} -> {}: {} rows",
+                    m.from,
+                    m.to,
+                    p.rows
+                );
                 // Each rewritten row is a bounded number of ops (here: one),
                 // plus the progress or the stamp and the progress's deletion.
-                assert!(p.batch.len() <= m.batch_rows + 2, "{} -> {}: {} ops", m.from, m.to, p.batch.len());
+                assert!(
+                    p.batch.len() <= m.batch_rows + 2,
+                    "{} -> {}: {} ops",
+                    m.from,
+                    m.to,
+                    p.batch.len()
+                );
                 batches += 1;
                 let done = p.done;
                 kv.write(p.batch, Durability::Sync).unwrap();
@@ -672,7 +921,13 @@ mod tests {
                 }
             }
             assert_eq!(read_format(&kv).unwrap(), Some(m.to));
-            assert_eq!(batches, if m.stamp_only { 1 } else { 3 }, "{} -> {}", m.from, m.to);
+            assert_eq!(
+                batches,
+                if m.stamp_only { 1 } else { 3 },
+                "{} -> {}",
+                m.from,
+                m.to
+            );
         }
     }
 
@@ -680,12 +935,31 @@ mod tests {
     fn a_progress_of_another_step_or_no_stamp_is_refused() {
         let kv = store(2, 3);
         let mut b = Batch::new();
-        let p = MigrationProgress { from: 1, to: 2, batches: 1, rows: 0, cursor: vec![1] };
+        let p = MigrationProgress {
+            from: 1,
+            to: 2,
+            batches: 1,
+            rows: 0,
+            cursor: vec![1],
+        };
         b.put(Cf::Meta, MIGRATION_KEY, p.encode());
         kv.write(b, Durability::Sync).unwrap();
         let e = next_batch(&kv, &TEST_MIGRATION).unwrap_err();
-        assert!(matches!(e, MigrateError::ProgressMismatch { found: 2, from: 1, to: 2 }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                MigrateError::ProgressMismatch {
+                    found: 2,
+                    from: 1,
+                    to: 2
+                }
+            ),
+            "{e:?}"
+        );
         let empty = MemoryKv::new();
-        assert!(matches!(next_batch(&empty, &TEST_MIGRATION), Err(MigrateError::NoStamp)));
+        assert!(matches!(
+            next_batch(&empty, &TEST_MIGRATION),
+            Err(MigrateError::NoStamp)
+        ));
     }
 }

@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, HashMap};
 use ankusa_engine::{Batch, Cf, Direction, Read, scan_pages};
 use ankusa_keys::meta::{MetaKey, PauseTarget, PausedValue, paused_key, paused_range};
 use ankusa_keys::{
-    DueKey, DueValue, EMPTY_VALUE, Envelope, Seq, SinkIx, SourceId, TenantOrd, active_key,
-    due_key, held_due_ms, held_due_range, hook_key,
+    DueKey, DueValue, EMPTY_VALUE, Envelope, Seq, SinkIx, SourceId, TenantOrd, active_key, due_key,
+    held_due_ms, held_due_range, hook_key,
 };
 
 use crate::{Cursor, Page, QueueError, RowId};
@@ -209,7 +209,11 @@ pub fn unhold_sink(
         }
         let due_ms = dk.unheld_due_ms();
         out.batch.delete(Cf::Index, k.to_vec());
-        out.batch.put(Cf::Index, due_key(tenant, due_ms, dk.seq, dk.sink), v.to_vec());
+        out.batch.put(
+            Cf::Index,
+            due_key(tenant, due_ms, dk.seq, dk.sink),
+            v.to_vec(),
+        );
         out.moved += 1;
         out.min_due_ms = Some(out.min_due_ms.map_or(due_ms, |m| m.min(due_ms)));
         if out.moved == budget {

@@ -41,8 +41,8 @@ use ankusa_keys::meta::{MetaKey, decode_purge, encode_purge, purge_key, purges_r
 use ankusa_keys::{
     CounterField, DeadLetterKey, DeliveryRow, DueKey, DueKind, DueValue, Family, InFlightKey,
     InFlightValue, LaneHeadKey, LaneMarkerKey, LaneMemberKey, LaneMemberValue, QuarantinedKey,
-    TenantOrd, active_key, archive_tenant_range, delivery_key,
-    deliveries_tenant_range, hooks_tenant_range, tenant_range,
+    TenantOrd, active_key, archive_tenant_range, deliveries_tenant_range, delivery_key,
+    hooks_tenant_range, tenant_range,
 };
 use ankusa_lanes::{Member, count};
 
@@ -265,10 +265,16 @@ pub fn purge_tenant_page(
         batch.delete_range(cf, KeyRange::new(range.start.clone(), after(last)));
     }
     page.next = Some(match entries.last() {
-        Some((last, _)) if entries.len() == limit => Cursor { phase, key: after(last) },
+        Some((last, _)) if entries.len() == limit => Cursor {
+            phase,
+            key: after(last),
+        },
         // This phase is done: the next one starts in the next call, after this
         // page has committed.
-        _ => Cursor { phase: phase + 1, key: Vec::new() },
+        _ => Cursor {
+            phase: phase + 1,
+            key: Vec::new(),
+        },
     });
     Ok(page)
 }

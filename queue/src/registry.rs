@@ -31,12 +31,24 @@ impl Registry {
     /// Engine and decode errors.
     pub fn read(read: &impl Read) -> Result<Registry, QueueError> {
         let mut reg = Registry::default();
-        for kv in scan_pages(read, Cf::Meta, tenant_names_range(), Direction::Forward, 256) {
+        for kv in scan_pages(
+            read,
+            Cf::Meta,
+            tenant_names_range(),
+            Direction::Forward,
+            256,
+        ) {
             let (k, v) = kv?;
             let name = String::from_utf8_lossy(&k[tenant_names_range().start.len()..]).into_owned();
             reg.tenants.insert(name, decode_tenant_ord(&v)?);
         }
-        for kv in scan_pages(read, Cf::Meta, source_names_range(), Direction::Forward, 256) {
+        for kv in scan_pages(
+            read,
+            Cf::Meta,
+            source_names_range(),
+            Direction::Forward,
+            256,
+        ) {
             let (k, v) = kv?;
             let name = String::from_utf8_lossy(&k[source_names_range().start.len()..]).into_owned();
             reg.sources.insert(name, decode_source_id(&v)?);
@@ -46,12 +58,18 @@ impl Registry {
 
     /// The tenant's name by ordinal.
     pub fn tenant_name(&self, tenant: TenantOrd) -> Option<&str> {
-        self.tenants.iter().find(|(_, o)| **o == tenant).map(|(n, _)| n.as_str())
+        self.tenants
+            .iter()
+            .find(|(_, o)| **o == tenant)
+            .map(|(n, _)| n.as_str())
     }
 
     /// The source's name by id.
     pub fn source_name(&self, source: SourceId) -> Option<&str> {
-        self.sources.iter().find(|(_, s)| **s == source).map(|(n, _)| n.as_str())
+        self.sources
+            .iter()
+            .find(|(_, s)| **s == source)
+            .map(|(n, _)| n.as_str())
     }
 }
 
@@ -74,7 +92,9 @@ pub fn register<'a>(
         if reg.tenants.contains_key(name) {
             continue;
         }
-        let ord = TenantOrd(next_ord).next().ok_or(QueueError::RegistryFull { what: "tenant" })?;
+        let ord = TenantOrd(next_ord)
+            .next()
+            .ok_or(QueueError::RegistryFull { what: "tenant" })?;
         next_ord = ord.0;
         batch.put(Cf::Meta, tenant_by_name_key(name), encode_tenant_ord(ord));
         batch.put(Cf::Meta, tenant_by_ord_key(ord), name.as_bytes());
@@ -85,7 +105,9 @@ pub fn register<'a>(
         if reg.sources.contains_key(name) {
             continue;
         }
-        next_id = next_id.checked_add(1).ok_or(QueueError::RegistryFull { what: "source" })?;
+        next_id = next_id
+            .checked_add(1)
+            .ok_or(QueueError::RegistryFull { what: "source" })?;
         let id = SourceId(next_id);
         batch.put(Cf::Meta, source_by_name_key(name), encode_source_id(id));
         batch.put(Cf::Meta, source_by_id_key(id), name.as_bytes());

@@ -7,10 +7,11 @@ use std::collections::BTreeMap;
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Batch, Cf, Direction, Durability, Kv, Read};
 use ankusa_keys::{
-    CounterField, DeadLetterValue, DedupeValue, DeliveryRow, DueKey, DueKind, DueValue, Envelope, Family,
-    InFlightValue, LaneId, RowState, Seq, SinkIx, SourceId, TenantOrd, active_key, archive_key,
-    counter_key, dead_letter_key, dedupe_key, delivery_key, due_key, hook_key, in_flight_key,
-    lane_head_key, lane_marker_key, lane_member_key, quarantined_key, sentinels, tenant_range,
+    CounterField, DeadLetterValue, DedupeValue, DeliveryRow, DueKey, DueKind, DueValue, Envelope,
+    Family, InFlightValue, LaneId, RowState, Seq, SinkIx, SourceId, TenantOrd, active_key,
+    archive_key, counter_key, dead_letter_key, dedupe_key, delivery_key, due_key, hook_key,
+    in_flight_key, lane_head_key, lane_marker_key, lane_member_key, quarantined_key, sentinels,
+    tenant_range,
 };
 use ankusa_lanes::{LaneAssignment, assign};
 
@@ -517,9 +518,16 @@ fn kind_2_and_3_claim_retry_and_park_move_lanes_blocked() {
     // A retry of the head again, then a park of the due head (a breaker open
     // when the visit meets it): it stays kind 3, lanes_blocked unchanged, no
     // attempt and no retry counted, nothing claimed.
-    commit(&kv, retry(&kv, head, NOW + 12, "boom", NOW + 11).expect("retry"));
+    commit(
+        &kv,
+        retry(&kv, head, NOW + 12, "boom", NOW + 11).expect("retry"),
+    );
     assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), Some(&1));
-    let d = commit_delta(&kv, T1, park(&kv, dk(T1, NOW + 12, 1, S0), NOW + 20, NOW + 12).expect("park"));
+    let d = commit_delta(
+        &kv,
+        T1,
+        park(&kv, dk(T1, NOW + 12, 1, S0), NOW + 20, NOW + 12).expect("park"),
+    );
     assert_eq!(d, map(&[]));
     assert_eq!(
         due_value(&kv, T1, NOW + 20, head),
@@ -530,7 +538,10 @@ fn kind_2_and_3_claim_retry_and_park_move_lanes_blocked() {
     );
     assert_eq!(due_value(&kv, T1, NOW + 12, head), None);
     let r = row(&kv, head).expect("row");
-    assert_eq!((r.state, r.attempts, r.last_error.as_deref()), (RowState::Due, 2, Some("boom")));
+    assert_eq!(
+        (r.state, r.attempts, r.last_error.as_deref()),
+        (RowState::Due, 2, Some("boom"))
+    );
     assert_eq!(r.first_attempt_at_ms, Some(NOW));
     assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), Some(&1));
     assert_eq!(head_of(&kv, T1, lane), Some(head));
@@ -556,7 +567,10 @@ fn park_of_an_unordered_row_counts_nothing_and_claims_nothing() {
     );
     assert!(keys(&kv, Family::InFlight, T1).is_empty());
     let r = row(&kv, id(T1, 1, S0)).expect("row");
-    assert_eq!((r.state, r.attempts, r.first_attempt_at_ms), (RowState::Due, 0, None));
+    assert_eq!(
+        (r.state, r.attempts, r.first_attempt_at_ms),
+        (RowState::Due, 0, None)
+    );
     clean(&kv);
     // A park of a ?D key that is not there is refused.
     let err = park(&kv, dk(T1, NOW, 1, S0), NOW + 9, NOW).expect_err("not due");
@@ -589,7 +603,10 @@ fn a_parked_row_starts_its_horizon_at_its_first_real_attempt() {
         at = until;
         for r in [plain_row, head] {
             let r = row(&kv, r).expect("row");
-            assert_eq!((r.state, r.attempts, r.first_attempt_at_ms), (RowState::Due, 0, None));
+            assert_eq!(
+                (r.state, r.attempts, r.first_attempt_at_ms),
+                (RowState::Due, 0, None)
+            );
         }
         clean(&kv);
     }
@@ -599,7 +616,10 @@ fn a_parked_row_starts_its_horizon_at_its_first_real_attempt() {
     commit(&kv, claim(&kv, dk(T1, at, 2, S0), at + 5).expect("claim"));
     for r in [plain_row, head] {
         let r = row(&kv, r).expect("row");
-        assert_eq!((r.state, r.attempts, r.first_attempt_at_ms), (RowState::InFlight, 0, Some(at + 5)));
+        assert_eq!(
+            (r.state, r.attempts, r.first_attempt_at_ms),
+            (RowState::InFlight, 0, Some(at + 5))
+        );
     }
     assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), None);
     clean(&kv);
@@ -1291,19 +1311,50 @@ fn retention_deletes_only_unreferenced_envelopes_before_the_cutoff() {
 fn a_hook_with_no_row_is_stored_deduped_and_reclaimed_by_retention() {
     let kv = store();
     ingest_dedupe(&kv, 1, "evt_filtered", &[]);
-    assert!(kv.get(Cf::Hooks, &hook_key(T1, Seq(1))).expect("get").is_some());
-    assert!(kv.get(Cf::Archive, &archive_key(T1, NOW - 10, Seq(1))).expect("get").is_some());
-    let d = kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_filtered")).expect("get").expect("?K");
+    assert!(
+        kv.get(Cf::Hooks, &hook_key(T1, Seq(1)))
+            .expect("get")
+            .is_some()
+    );
+    assert!(
+        kv.get(Cf::Archive, &archive_key(T1, NOW - 10, Seq(1)))
+            .expect("get")
+            .is_some()
+    );
+    let d = kv
+        .get(Cf::Index, &dedupe_key(T1, SRC, b"evt_filtered"))
+        .expect("get")
+        .expect("?K");
     assert_eq!(DedupeValue::decode(&d).expect("decode").seq, Seq(1));
-    assert!(counters(&kv, T1).values().all(|v| *v == 0), "{:?}", counters(&kv, T1));
-    assert!(keys(&kv, Family::Active, T1).is_empty(), "no ?A without a due row");
+    assert!(
+        counters(&kv, T1).values().all(|v| *v == 0),
+        "{:?}",
+        counters(&kv, T1)
+    );
+    assert!(
+        keys(&kv, Family::Active, T1).is_empty(),
+        "no ?A without a due row"
+    );
     clean(&kv);
 
     let env = envelope(SRC, "q", None);
     let mut b = Batch::new();
-    quarantine(&mut b, &Hook { tenant: T1, seq: Seq(2), envelope: &env, dedupe_expires_at_ms: NOW }, "r");
+    quarantine(
+        &mut b,
+        &Hook {
+            tenant: T1,
+            seq: Seq(2),
+            envelope: &env,
+            dedupe_expires_at_ms: NOW,
+        },
+        "r",
+    );
     commit(&kv, b);
-    let d = commit_delta(&kv, T1, release(&kv, T1, Seq(2), &[], NOW).expect("release"));
+    let d = commit_delta(
+        &kv,
+        T1,
+        release(&kv, T1, Seq(2), &[], NOW).expect("release"),
+    );
     assert_eq!(d, map(&[(F::Quarantined, -1)]));
     clean(&kv);
 
@@ -1311,8 +1362,16 @@ fn a_hook_with_no_row_is_stored_deduped_and_reclaimed_by_retention() {
     assert_eq!(p.moved, 2);
     commit(&kv, p.batch);
     for seq in [1, 2] {
-        assert!(kv.get(Cf::Hooks, &hook_key(T1, Seq(seq))).expect("get").is_none());
-        assert!(kv.get(Cf::Archive, &archive_key(T1, NOW - 10, Seq(seq))).expect("get").is_none());
+        assert!(
+            kv.get(Cf::Hooks, &hook_key(T1, Seq(seq)))
+                .expect("get")
+                .is_none()
+        );
+        assert!(
+            kv.get(Cf::Archive, &archive_key(T1, NOW - 10, Seq(seq)))
+                .expect("get")
+                .is_none()
+        );
     }
     clean(&kv);
 }
@@ -1439,7 +1498,10 @@ fn drop_dead_leaves_a_dedupe_record_that_names_a_later_hook() {
     ingest_dedupe(&kv, 2, "evt_1", &[plain(S0)]);
     commit(&kv, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
     assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
-    let v = kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_1")).expect("get").expect("record");
+    let v = kv
+        .get(Cf::Index, &dedupe_key(T1, SRC, b"evt_1"))
+        .expect("get")
+        .expect("record");
     assert_eq!(DedupeValue::decode(&v).expect("decode").seq, Seq(2));
     clean(&kv);
 }
@@ -1460,7 +1522,10 @@ fn drop_dead_of_a_dead_lane_head_leaves_the_lane_to_its_next_member() {
     let before = counters(&kv, T1);
     commit(&kv, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
     let d = delta(&before, &counters(&kv, T1));
-    assert_eq!(d.keys().copied().collect::<Vec<_>>(), vec![F::Dead, F::DeadBytes]);
+    assert_eq!(
+        d.keys().copied().collect::<Vec<_>>(),
+        vec![F::Dead, F::DeadBytes]
+    );
     assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
     assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
     clean(&kv);
@@ -1630,19 +1695,52 @@ fn check_store_counts_the_keys_and_fixes_every_drifted_counter() {
     assert_eq!(
         report.counter_fixes,
         vec![
-            CounterFix { tenant: T1, field: F::Bytes, stored: bytes_t1 + 100, expected: bytes_t1 },
-            CounterFix { tenant: TenantOrd::NODE, field: F::Bytes, stored: bytes_all + 100, expected: bytes_all },
-            CounterFix { tenant: TenantOrd::NODE, field: F::DeliveredTotal, stored: 0, expected: 7 },
-            CounterFix { tenant: TenantOrd::NODE, field: F::LaneMembers, stored: 0, expected: 1 },
+            CounterFix {
+                tenant: T1,
+                field: F::Bytes,
+                stored: bytes_t1 + 100,
+                expected: bytes_t1
+            },
+            CounterFix {
+                tenant: TenantOrd::NODE,
+                field: F::Bytes,
+                stored: bytes_all + 100,
+                expected: bytes_all
+            },
+            CounterFix {
+                tenant: TenantOrd::NODE,
+                field: F::DeliveredTotal,
+                stored: 0,
+                expected: 7
+            },
+            CounterFix {
+                tenant: TenantOrd::NODE,
+                field: F::LaneMembers,
+                stored: 0,
+                expected: 1
+            },
         ]
     );
-    assert_eq!(report.violations.len(), 3, "the aggregate of bytes is the sum of the stored tenants: {:#?}", report.violations);
-    assert_eq!(report.census.pending, 4, "the census counts keys, not counters");
+    assert_eq!(
+        report.violations.len(),
+        3,
+        "the aggregate of bytes is the sum of the stored tenants: {:#?}",
+        report.violations
+    );
+    assert_eq!(
+        report.census.pending, 4,
+        "the census counts keys, not counters"
+    );
     commit(&kv, counter_fix_batch(&report.counter_fixes));
     let after = check_store(&kv.snapshot()).expect("check");
     assert_eq!(after.violations, vec![]);
     assert_eq!(after.counter_fixes, vec![]);
-    assert_eq!(kv.counter(&counter_key(T2, F::DeliveredTotal)).expect("counter"), 7, "a `_total` field keeps its value");
+    assert_eq!(
+        kv.counter(&counter_key(T2, F::DeliveredTotal))
+            .expect("counter"),
+        7,
+        "a `_total` field keeps its value"
+    );
 }
 
 #[test]
@@ -1811,15 +1909,23 @@ mod mutations {
 // ---- pause: hold and unhold ---------------------------------------------------------
 
 fn held(kv: &MemoryKv, tenant: TenantOrd) -> Vec<DueKey> {
-    kv.scan(Cf::Index, &ankusa_keys::held_due_range(tenant), Direction::Forward, 1000)
-        .expect("scan")
-        .into_iter()
-        .map(|(k, _)| DueKey::decode(&k).expect("decode"))
-        .collect()
+    kv.scan(
+        Cf::Index,
+        &ankusa_keys::held_due_range(tenant),
+        Direction::Forward,
+        1000,
+    )
+    .expect("scan")
+    .into_iter()
+    .map(|(k, _)| DueKey::decode(&k).expect("decode"))
+    .collect()
 }
 
 fn due_keys(kv: &MemoryKv, tenant: TenantOrd) -> Vec<DueKey> {
-    keys(kv, Family::Due, tenant).iter().map(|k| DueKey::decode(k).expect("decode")).collect()
+    keys(kv, Family::Due, tenant)
+        .iter()
+        .map(|k| DueKey::decode(k).expect("decode"))
+        .collect()
 }
 
 /// The overflow release (`unhold_sink`): only the named entry's held rows go
@@ -1844,17 +1950,31 @@ fn unhold_sink_moves_back_only_its_entrys_held_rows_oldest_first() {
     assert_eq!((p.moved, p.min_due_ms), (2, Some(NOW)));
     let next = p.next.clone().expect("a budget filled: more may follow");
     commit(&kv, p.batch);
-    let due: Vec<(u64, SinkIx)> = due_keys(&kv, T1).iter().filter(|d| !d.is_held()).map(|d| (d.seq.0, d.sink)).collect();
+    let due: Vec<(u64, SinkIx)> = due_keys(&kv, T1)
+        .iter()
+        .filter(|d| !d.is_held())
+        .map(|d| (d.seq.0, d.sink))
+        .collect();
     assert_eq!(due, vec![(1, S0), (2, S0)]);
-    assert_eq!(keys(&kv, Family::Active, T1).len(), 1, "the release puts ?A");
+    assert_eq!(
+        keys(&kv, Family::Active, T1).len(),
+        1,
+        "the release puts ?A"
+    );
     // From the cursor: the other two; then nothing of S0 is held.
     let p = unhold_sink(&kv, T1, (SRC, S0), Some(&next), 100, 10).expect("unhold_sink");
     assert_eq!((p.moved, p.next.is_none()), (2, true));
     commit(&kv, p.batch);
     let p = unhold_sink(&kv, T1, (SRC, S0), None, 100, 10).expect("unhold_sink");
-    assert_eq!((p.moved, p.next.is_none(), p.batch.is_empty()), (0, true, true));
+    assert_eq!(
+        (p.moved, p.next.is_none(), p.batch.is_empty()),
+        (0, true, true)
+    );
     // S1's rows (another entry) and another source's entry stay held.
-    assert_eq!(held(&kv, T1).iter().map(|d| d.sink).collect::<Vec<_>>(), vec![S1; 4]);
+    assert_eq!(
+        held(&kv, T1).iter().map(|d| d.sink).collect::<Vec<_>>(),
+        vec![S1; 4]
+    );
     let p = unhold_sink(&kv, T1, (SourceId(99), S1), None, 100, 10).expect("unhold_sink");
     assert_eq!(p.moved, 0);
     assert_eq!(counters(&kv, T1), before, "no counter moves");
@@ -1875,14 +1995,21 @@ fn hold_takes_a_paused_sinks_rows_out_of_the_due_scan_and_unhold_puts_them_back(
     assert_eq!(sweep(&kv, T1, NOW), 1);
     // A retry of seq 2's S0 row, due later: it keeps that time through a hold.
     commit(&kv, claim(&kv, dk(T1, NOW, 2, S0), NOW).expect("claim"));
-    commit(&kv, retry(&kv, id(T1, 2, S0), NOW + 500, "x", NOW).expect("retry"));
+    commit(
+        &kv,
+        retry(&kv, id(T1, 2, S0), NOW + 500, "x", NOW).expect("retry"),
+    );
     clean(&kv);
     let before = counters(&kv, T1);
     // Pause (SRC, S0) and (SRC, S1): hold every due row of theirs.
     for d in due_keys(&kv, T1) {
         if d.seq != Seq(3) {
             let b = hold(&kv, d).expect("hold");
-            assert_eq!(commit_delta(&kv, T1, b), map(&[]), "a hold moves no counter");
+            assert_eq!(
+                commit_delta(&kv, T1, b),
+                map(&[]),
+                "a hold moves no counter"
+            );
             clean(&kv);
         }
     }
@@ -1890,17 +2017,29 @@ fn hold_takes_a_paused_sinks_rows_out_of_the_due_scan_and_unhold_puts_them_back(
     assert_eq!(h.len(), 3, "{h:?}");
     assert!(h.iter().all(|d| d.is_held()));
     assert_eq!(
-        h.iter().map(|d| (d.seq.0, d.sink, d.unheld_due_ms())).collect::<Vec<_>>(),
+        h.iter()
+            .map(|d| (d.seq.0, d.sink, d.unheld_due_ms()))
+            .collect::<Vec<_>>(),
         vec![(1, S0, NOW), (1, S1, NOW), (2, S0, NOW + 500)]
     );
     // Out of the due scan, far in the future too; the other source's row is not.
-    let scan = kv.scan(Cf::Index, &ankusa_keys::due_range_until(T1, NOW + 1_000_000), Direction::Forward, 100).expect("scan");
+    let scan = kv
+        .scan(
+            Cf::Index,
+            &ankusa_keys::due_range_until(T1, NOW + 1_000_000),
+            Direction::Forward,
+            100,
+        )
+        .expect("scan");
     assert_eq!(scan.len(), 1);
     assert_eq!(DueKey::decode(&scan[0].0).expect("decode").seq, Seq(3));
     // The head is still the lane's head and its member stays.
     assert_eq!(head_of(&kv, T1, lane_of(S1, "k")), Some(id(T1, 1, S1)));
     assert_eq!(sweep(&kv, T1, NOW), 0);
-    assert_eq!(row(&kv, id(T1, 2, S1)).expect("row").state, RowState::Member);
+    assert_eq!(
+        row(&kv, id(T1, 2, S1)).expect("row").state,
+        RowState::Member
+    );
     assert_eq!(counters(&kv, T1), before);
     // With the other source's row gone, held rows alone do not keep ?A.
     commit(&kv, claim(&kv, dk(T1, NOW, 3, S0), NOW).expect("claim"));
@@ -1927,7 +2066,11 @@ fn hold_takes_a_paused_sinks_rows_out_of_the_due_scan_and_unhold_puts_them_back(
     }
     assert!(cursor.is_none(), "unhold did not finish");
     assert_eq!(moved, 1);
-    assert_eq!(keys(&kv, Family::Active, T1).len(), 1, "the resume put ?A back");
+    assert_eq!(
+        keys(&kv, Family::Active, T1).len(),
+        1,
+        "the resume put ?A back"
+    );
     assert!(due_value(&kv, T1, NOW, id(T1, 1, S1)).is_some());
     assert_eq!(held(&kv, T1).len(), 2);
     // Resume everything: back at the due times they had.
@@ -1936,10 +2079,16 @@ fn hold_takes_a_paused_sinks_rows_out_of_the_due_scan_and_unhold_puts_them_back(
     commit(&kv, p.batch);
     assert!(held(&kv, T1).is_empty());
     assert!(due_value(&kv, T1, NOW, id(T1, 1, S0)).is_some());
-    assert_eq!(due_value(&kv, T1, NOW + 500, id(T1, 2, S0)).map(|v| v.kind), Some(DueKind::Retry));
+    assert_eq!(
+        due_value(&kv, T1, NOW + 500, id(T1, 2, S0)).map(|v| v.kind),
+        Some(DueKind::Retry)
+    );
     clean(&kv);
     // A hold of a row that is not due is refused.
-    assert!(matches!(hold(&kv, dk(T1, NOW, 9, S0)), Err(QueueError::NotInState { .. })));
+    assert!(matches!(
+        hold(&kv, dk(T1, NOW, 9, S0)),
+        Err(QueueError::NotInState { .. })
+    ));
 }
 
 /// A held kind 3 head still counts in lanes_blocked, and a held row can be
@@ -1951,13 +2100,26 @@ fn a_held_blocked_head_stays_blocked_and_dead_letters_from_the_held_band() {
     ingest(&kv, T1, 2, &[laned(S0, "k")]);
     sweep(&kv, T1, NOW);
     commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
-    commit(&kv, retry(&kv, id(T1, 1, S0), NOW + 5, "x", NOW).expect("retry"));
+    commit(
+        &kv,
+        retry(&kv, id(T1, 1, S0), NOW + 5, "x", NOW).expect("retry"),
+    );
     commit(&kv, hold(&kv, dk(T1, NOW + 5, 1, S0)).expect("hold"));
     assert_eq!(counters(&kv, T1).get(&F::LanesBlocked), Some(&1));
     clean(&kv);
     let mut cursor = None;
     for _ in 0..10 {
-        let p = dead_letter_sinks(&kv, T1, SRC, |k| k == S0, "sink removed from the config", cursor.as_ref(), 10, NOW + 9).expect("dls");
+        let p = dead_letter_sinks(
+            &kv,
+            T1,
+            SRC,
+            |k| k == S0,
+            "sink removed from the config",
+            cursor.as_ref(),
+            10,
+            NOW + 9,
+        )
+        .expect("dls");
         commit(&kv, p.batch);
         clean(&kv);
         cursor = p.next;
@@ -1969,7 +2131,10 @@ fn a_held_blocked_head_stays_blocked_and_dead_letters_from_the_held_band() {
     assert_eq!(keys(&kv, Family::DeadLetter, T1).len(), 2);
     assert!(head_of(&kv, T1, lane_of(S0, "k")).is_none());
     let c = counters(&kv, T1);
-    assert_eq!((c.get(&F::LanesBlocked), c.get(&F::Pending), c.get(&F::Dead)), (None, None, Some(&2)));
+    assert_eq!(
+        (c.get(&F::LanesBlocked), c.get(&F::Pending), c.get(&F::Dead)),
+        (None, None, Some(&2))
+    );
 }
 
 #[test]
@@ -1977,14 +2142,29 @@ fn runtime_pauses_are_kept_in_meta() {
     use ankusa_keys::meta::{PauseTarget, PausedValue};
     let kv = store();
     assert!(read_pauses(&kv).expect("read").is_empty());
-    commit(&kv, set_pause(PauseTarget::Sink(SRC, S1), 5, "endpoint migration"));
+    commit(
+        &kv,
+        set_pause(PauseTarget::Sink(SRC, S1), 5, "endpoint migration"),
+    );
     commit(&kv, set_pause(PauseTarget::Source(SourceId(2)), 6, ""));
     let p = read_pauses(&kv).expect("read");
     assert_eq!(
         p.into_iter().collect::<Vec<_>>(),
         vec![
-            (PauseTarget::Source(SourceId(2)), PausedValue { since_ms: 6, reason: String::new() }),
-            (PauseTarget::Sink(SRC, S1), PausedValue { since_ms: 5, reason: "endpoint migration".into() }),
+            (
+                PauseTarget::Source(SourceId(2)),
+                PausedValue {
+                    since_ms: 6,
+                    reason: String::new()
+                }
+            ),
+            (
+                PauseTarget::Sink(SRC, S1),
+                PausedValue {
+                    since_ms: 5,
+                    reason: "endpoint migration".into()
+                }
+            ),
         ]
     );
     commit(&kv, clear_pause(PauseTarget::Source(SourceId(2))));
@@ -2017,7 +2197,11 @@ fn pending_rows_counts_per_source_and_sink_and_dead_letter_sinks_takes_only_thos
     let gets = kv.stats().gets;
     let s1 = pending_rows(&kv, T1, |k| k == S1, |s, _| s == SRC, 64).expect("pending");
     assert_eq!(s1.into_iter().collect::<Vec<_>>(), vec![((SRC, S1), 3)]);
-    assert_eq!(kv.stats().gets - gets, 3, "one envelope read per hook with an S1 row");
+    assert_eq!(
+        kv.stats().gets - gets,
+        3,
+        "one envelope read per hook with an S1 row"
+    );
     let none = pending_rows(&kv, T1, |_| false, |_, _| true, 64).expect("pending");
     assert!(none.is_empty());
 
@@ -2025,7 +2209,17 @@ fn pending_rows_counts_per_source_and_sink_and_dead_letter_sinks_takes_only_thos
     let mut cursor = None;
     let mut moved = 0;
     for _ in 0..20 {
-        let p = dead_letter_sinks(&kv, T1, SRC, |k| k == S1, "sink removed from the config", cursor.as_ref(), 2, NOW + 1).expect("dls");
+        let p = dead_letter_sinks(
+            &kv,
+            T1,
+            SRC,
+            |k| k == S1,
+            "sink removed from the config",
+            cursor.as_ref(),
+            2,
+            NOW + 1,
+        )
+        .expect("dls");
         moved += p.moved;
         commit(&kv, p.batch);
         clean(&kv);
@@ -2041,12 +2235,16 @@ fn pending_rows_counts_per_source_and_sink_and_dead_letter_sinks_takes_only_thos
     assert!(head_of(&kv, T1, lane_of(S1, "k")).is_none());
     assert!(head_of(&kv, T1, lane_of(S1, "j")).is_none());
     for x in keys(&kv, Family::DeadLetter, T1) {
-        let v = DeadLetterValue::decode(&kv.get(Cf::Index, &x).expect("get").expect("value")).expect("decode");
+        let v = DeadLetterValue::decode(&kv.get(Cf::Index, &x).expect("get").expect("value"))
+            .expect("decode");
         assert_eq!(v.reason, "sink removed from the config");
     }
     // S0's rows and the other source's are untouched.
     let left = pending_rows(&kv, T1, |_| true, |_, _| true, 64).expect("pending");
-    assert_eq!(left.into_iter().collect::<Vec<_>>(), vec![((SRC, S0), 3), ((gone, S0), 1)]);
+    assert_eq!(
+        left.into_iter().collect::<Vec<_>>(),
+        vec![((SRC, S0), 3), ((gone, S0), 1)]
+    );
 }
 
 // ---- quarantine: drop, list; dedupe expiry ---------------------------------------------
@@ -2055,7 +2253,16 @@ fn hold_in_quarantine(kv: &MemoryKv, tenant: TenantOrd, seq: u64, reason: &str) 
     let mut env = envelope(SRC, &format!("q{seq}"), Some("evt"));
     env.received_at_ms = NOW - 100 + seq;
     let mut b = Batch::new();
-    quarantine(&mut b, &Hook { tenant, seq: Seq(seq), envelope: &env, dedupe_expires_at_ms: NOW }, reason);
+    quarantine(
+        &mut b,
+        &Hook {
+            tenant,
+            seq: Seq(seq),
+            envelope: &env,
+            dedupe_expires_at_ms: NOW,
+        },
+        reason,
+    );
     commit(kv, b);
     env
 }
@@ -2069,7 +2276,10 @@ fn drop_quarantined_deletes_the_hook_and_list_quarantined_pages_in_seq_order() {
     hold_in_quarantine(&kv, T2, 4, "other tenant");
     clean(&kv);
     let p = list_quarantined(&kv, T1, None, 2).expect("list");
-    assert_eq!(p.hooks.iter().map(|h| h.seq.0).collect::<Vec<_>>(), vec![3, 5]);
+    assert_eq!(
+        p.hooks.iter().map(|h| h.seq.0).collect::<Vec<_>>(),
+        vec![3, 5]
+    );
     assert_eq!(p.next, Some(Seq(5)));
     assert_eq!(p.hooks[0].reason, "reason 3");
     assert_eq!(p.hooks[0].source, Some(SRC));
@@ -2079,22 +2289,66 @@ fn drop_quarantined_deletes_the_hook_and_list_quarantined_pages_in_seq_order() {
     let p = list_quarantined(&kv, T1, p.next, 2).expect("list");
     assert_eq!(p.hooks.iter().map(|h| h.seq.0).collect::<Vec<_>>(), vec![8]);
     assert_eq!(p.next, None);
-    assert!(list_quarantined(&kv, T1, Some(Seq(u64::MAX)), 2).expect("list").hooks.is_empty());
+    assert!(
+        list_quarantined(&kv, T1, Some(Seq(u64::MAX)), 2)
+            .expect("list")
+            .hooks
+            .is_empty()
+    );
 
     let d = commit_delta(&kv, T1, drop_quarantined(&kv, T1, Seq(5)).expect("drop"));
     assert_eq!(d, map(&[(F::Quarantined, -1)]));
-    assert!(kv.get(Cf::Hooks, &hook_key(T1, Seq(5))).expect("get").is_none());
-    assert!(kv.get(Cf::Archive, &archive_key(T1, NOW - 95, Seq(5))).expect("get").is_none());
-    assert!(kv.get(Cf::Index, &quarantined_key(T1, Seq(5))).expect("get").is_none());
+    assert!(
+        kv.get(Cf::Hooks, &hook_key(T1, Seq(5)))
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        kv.get(Cf::Archive, &archive_key(T1, NOW - 95, Seq(5)))
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        kv.get(Cf::Index, &quarantined_key(T1, Seq(5)))
+            .expect("get")
+            .is_none()
+    );
     clean(&kv);
-    assert!(matches!(drop_quarantined(&kv, T1, Seq(5)), Err(QueueError::NotQuarantined { tenant: T1, seq: Seq(5) })));
-    assert!(matches!(release(&kv, T1, Seq(5), &[plain(S0)], NOW), Err(QueueError::NotQuarantined { .. })));
+    assert!(matches!(
+        drop_quarantined(&kv, T1, Seq(5)),
+        Err(QueueError::NotQuarantined {
+            tenant: T1,
+            seq: Seq(5)
+        })
+    ));
+    assert!(matches!(
+        release(&kv, T1, Seq(5), &[plain(S0)], NOW),
+        Err(QueueError::NotQuarantined { .. })
+    ));
     // A released hook cannot be dropped; its envelope stays for its rows.
-    commit(&kv, release(&kv, T1, Seq(3), &[plain(S0)], NOW).expect("release"));
-    assert!(matches!(drop_quarantined(&kv, T1, Seq(3)), Err(QueueError::NotQuarantined { .. })));
+    commit(
+        &kv,
+        release(&kv, T1, Seq(3), &[plain(S0)], NOW).expect("release"),
+    );
+    assert!(matches!(
+        drop_quarantined(&kv, T1, Seq(3)),
+        Err(QueueError::NotQuarantined { .. })
+    ));
     clean(&kv);
-    assert_eq!(list_quarantined(&kv, T1, None, 10).expect("list").hooks.len(), 1);
-    assert_eq!(list_quarantined(&kv, T2, None, 10).expect("list").hooks.len(), 1);
+    assert_eq!(
+        list_quarantined(&kv, T1, None, 10)
+            .expect("list")
+            .hooks
+            .len(),
+        1
+    );
+    assert_eq!(
+        list_quarantined(&kv, T2, None, 10)
+            .expect("list")
+            .hooks
+            .len(),
+        1
+    );
 }
 
 /// A released laned hook keeps its seq and joins its lane as a member behind
@@ -2108,7 +2362,10 @@ fn a_released_laned_hook_joins_its_lane_behind_the_head_before_later_members() {
     ingest(&kv, T1, 4, &[laned(S0, "k")]);
     sweep(&kv, T1, NOW);
     commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
-    commit(&kv, release(&kv, T1, Seq(2), &[laned(S0, "k")], NOW).expect("release"));
+    commit(
+        &kv,
+        release(&kv, T1, Seq(2), &[laned(S0, "k")], NOW).expect("release"),
+    );
     clean(&kv);
     commit(&kv, delivered(&kv, id(T1, 1, S0), NOW).expect("delivered"));
     assert_eq!(head_of(&kv, T1, lane_of(S0, "k")), Some(id(T1, 2, S0)));
@@ -2123,10 +2380,22 @@ fn expire_dedupe_deletes_only_expired_records_in_pages() {
         b.put(
             Cf::Index,
             dedupe_key(T1, SRC, format!("evt_{i}").as_bytes()),
-            ankusa_keys::DedupeValue { seq: Seq(i as u64), expires_at_ms: expires }.encode(),
+            ankusa_keys::DedupeValue {
+                seq: Seq(i as u64),
+                expires_at_ms: expires,
+            }
+            .encode(),
         );
     }
-    b.put(Cf::Index, dedupe_key(T2, SRC, b"evt_0"), ankusa_keys::DedupeValue { seq: Seq(9), expires_at_ms: 0 }.encode());
+    b.put(
+        Cf::Index,
+        dedupe_key(T2, SRC, b"evt_0"),
+        ankusa_keys::DedupeValue {
+            seq: Seq(9),
+            expires_at_ms: 0,
+        }
+        .encode(),
+    );
     commit(&kv, b);
     let mut cursor = None;
     let mut deleted = 0;
@@ -2141,9 +2410,21 @@ fn expire_dedupe_deletes_only_expired_records_in_pages() {
         }
     }
     assert_eq!(deleted, 3);
-    assert_eq!(keys(&kv, Family::Dedupe, T1).len(), 1, "the unexpired record stays");
-    assert!(kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_2")).expect("get").is_some());
-    assert_eq!(keys(&kv, Family::Dedupe, T2).len(), 1, "another tenant's records stay");
+    assert_eq!(
+        keys(&kv, Family::Dedupe, T1).len(),
+        1,
+        "the unexpired record stays"
+    );
+    assert!(
+        kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_2"))
+            .expect("get")
+            .is_some()
+    );
+    assert_eq!(
+        keys(&kv, Family::Dedupe, T2).len(),
+        1,
+        "another tenant's records stay"
+    );
 }
 
 // ---- drop_dead with pause and quarantine ---------------------------------------------
@@ -2164,7 +2445,10 @@ fn drop_dead_keeps_the_hook_of_a_row_held_by_a_pause() {
     assert!(has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
     assert!(has(&kv, Cf::Archive, &archive_key(T1, NOW - 10, Seq(1))));
     assert!(has(&kv, Cf::Index, &dedupe_key(T1, SRC, b"evt_1")));
-    assert_eq!(held(&kv, T1), vec![dk(T1, ankusa_keys::held_due_ms(NOW), 1, S1)]);
+    assert_eq!(
+        held(&kv, T1),
+        vec![dk(T1, ankusa_keys::held_due_ms(NOW), 1, S1)]
+    );
     clean(&kv);
     let p = unhold(&kv, T1, |_, _| false, None, 10).expect("unhold");
     assert_eq!(p.moved, 1);
@@ -2182,13 +2466,23 @@ fn drop_dead_of_a_released_quarantined_hook_keeps_the_genuine_hooks_dedupe_recor
     ingest_dedupe(&kv, 1, "evt", &[plain(S0)]);
     let env = hold_in_quarantine(&kv, T1, 2, "invalid signature: forged");
     assert_eq!(env.dedupe_key.as_deref(), Some(&b"evt"[..]));
-    commit(&kv, release(&kv, T1, Seq(2), &[plain(S0)], NOW).expect("release"));
+    commit(
+        &kv,
+        release(&kv, T1, Seq(2), &[plain(S0)], NOW).expect("release"),
+    );
     kill(&kv, 2, S0);
     clean(&kv);
     commit(&kv, drop_dead(&kv, &[id(T1, 2, S0)]).expect("drop"));
     assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(2))));
-    assert!(!has(&kv, Cf::Archive, &archive_key(T1, env.received_at_ms, Seq(2))));
-    let v = kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt")).expect("get").expect("the genuine hook's record");
+    assert!(!has(
+        &kv,
+        Cf::Archive,
+        &archive_key(T1, env.received_at_ms, Seq(2))
+    ));
+    let v = kv
+        .get(Cf::Index, &dedupe_key(T1, SRC, b"evt"))
+        .expect("get")
+        .expect("the genuine hook's record");
     assert_eq!(DedupeValue::decode(&v).expect("decode").seq, Seq(1));
     assert!(has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
     clean(&kv);
@@ -2200,7 +2494,10 @@ fn drop_dead_of_a_released_quarantined_hook_keeps_the_genuine_hooks_dedupe_recor
 fn tenant_state(kv: &MemoryKv, tenant: TenantOrd) -> Vec<(Cf, Vec<u8>, Vec<u8>)> {
     let mut out = Vec::new();
     for (cf, range) in ankusa_keys::tenant_ranges(tenant) {
-        for (k, v) in kv.scan(cf, &range, Direction::Forward, 100_000).expect("scan") {
+        for (k, v) in kv
+            .scan(cf, &range, Direction::Forward, 100_000)
+            .expect("scan")
+        {
             out.push((cf, k.to_vec(), v.to_vec()));
         }
     }
@@ -2221,18 +2518,27 @@ fn busy_store() -> MemoryKv {
     sweep(&kv, T1, NOW);
     // Lane k: head 1 retried (kind 3, blocked), member 2.
     commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
-    commit(&kv, retry(&kv, id(T1, 1, S0), NOW + 5, "x", NOW).expect("retry"));
+    commit(
+        &kv,
+        retry(&kv, id(T1, 1, S0), NOW + 5, "x", NOW).expect("retry"),
+    );
     // Lane j: head 3 in flight, member 4.
     commit(&kv, claim(&kv, dk(T1, NOW, 3, S0), NOW).expect("claim"));
     // Hook 2's unordered row dead; hook 5's row for S1 held.
     commit(&kv, claim(&kv, dk(T1, NOW, 2, S1), NOW).expect("claim"));
-    commit(&kv, dead_letter(&kv, id(T1, 2, S1), Origin::InFlight, "x", NOW).expect("dead"));
+    commit(
+        &kv,
+        dead_letter(&kv, id(T1, 2, S1), Origin::InFlight, "x", NOW).expect("dead"),
+    );
     commit(&kv, hold(&kv, dk(T1, NOW, 5, S1)).expect("hold"));
     hold_in_quarantine(&kv, T1, 9, "source under quarantine");
     ingest(&kv, T2, 6, &[plain(S0)]);
     ingest(&kv, T2, 7, &[plain(S1)]);
     commit(&kv, claim(&kv, dk(T2, NOW, 7, S1), NOW).expect("claim"));
-    commit(&kv, dead_letter(&kv, id(T2, 7, S1), Origin::InFlight, "x", NOW).expect("dead"));
+    commit(
+        &kv,
+        dead_letter(&kv, id(T2, 7, S1), Origin::InFlight, "x", NOW).expect("dead"),
+    );
     clean(&kv);
     kv
 }
@@ -2248,7 +2554,12 @@ fn purge_tenant_page_keeps_every_invariant_after_each_page_and_leaves_nothing() 
         let kv = busy_store();
         let c1 = counters(&kv, T1);
         assert_eq!(
-            (c1.get(&F::Lanes), c1.get(&F::LanesBlocked), c1.get(&F::LaneMembers), c1.get(&F::InFlight)),
+            (
+                c1.get(&F::Lanes),
+                c1.get(&F::LanesBlocked),
+                c1.get(&F::LaneMembers),
+                c1.get(&F::InFlight)
+            ),
             (Some(&2), Some(&1), Some(&2), Some(&1)),
             "{c1:?}"
         );
@@ -2261,12 +2572,18 @@ fn purge_tenant_page_keeps_every_invariant_after_each_page_and_leaves_nothing() 
             phases.push(purge_phase(cursor.as_ref()));
             let page = purge_tenant_page(&kv, T1, cursor.as_ref(), limit).expect("page");
             moved += page.moved;
-            assert!(page.moved <= limit, "a page of {limit} moved {}", page.moved);
+            assert!(
+                page.moved <= limit,
+                "a page of {limit} moved {}",
+                page.moved
+            );
             commit(&kv, page.batch);
             pages += 1;
             clean(&kv);
             // The round trip an admin job's state makes.
-            cursor = page.next.map(|c| Cursor::from_bytes(&c.to_bytes()).expect("cursor"));
+            cursor = page
+                .next
+                .map(|c| Cursor::from_bytes(&c.to_bytes()).expect("cursor"));
             if cursor.is_none() {
                 break;
             }
@@ -2277,7 +2594,11 @@ fn purge_tenant_page_keeps_every_invariant_after_each_page_and_leaves_nothing() 
         assert_eq!(moved, 8, "limit {limit}");
         assert_eq!(phases.first(), Some(&"lane members"));
         assert_eq!(phases.last(), Some(&"counters"));
-        assert!(tenant_state(&kv, T1).is_empty(), "limit {limit}: {:?}", tenant_state(&kv, T1));
+        assert!(
+            tenant_state(&kv, T1).is_empty(),
+            "limit {limit}: {:?}",
+            tenant_state(&kv, T1)
+        );
         assert!(counters(&kv, T1).is_empty());
         assert_eq!(counters(&kv, TenantOrd::NODE), counters(&kv, T2));
         assert_eq!(tenant_state(&kv, T2), other, "tenant 2 changed");
@@ -2295,20 +2616,55 @@ fn replay_copies_a_hook_under_a_new_seq_without_a_dedupe_record() {
     let kv = store();
     ingest_dedupe(&kv, 1, "evt_1", &[laned(S0, "cust_1")]);
     sweep(&kv, T1, NOW);
-    let raw = kv.get(Cf::Hooks, &hook_key(T1, Seq(1))).expect("get").expect("envelope");
+    let raw = kv
+        .get(Cf::Hooks, &hook_key(T1, Seq(1)))
+        .expect("get")
+        .expect("envelope");
     let mut copy = Envelope::decode(&raw).expect("decode");
     copy.replay_of = Some(Seq(1));
     let mut b = Batch::new();
-    replay(&mut b, &Hook { tenant: T1, seq: Seq(2), envelope: &copy, dedupe_expires_at_ms: 0 }, &[laned(S0, "cust_1")], NOW + 1);
+    replay(
+        &mut b,
+        &Hook {
+            tenant: T1,
+            seq: Seq(2),
+            envelope: &copy,
+            dedupe_expires_at_ms: 0,
+        },
+        &[laned(S0, "cust_1")],
+        NOW + 1,
+    );
     let d = commit_delta(&kv, T1, b);
     let size = i64::from(hook_size(&copy));
-    assert_eq!(d, map(&[(F::Pending, 1), (F::Bytes, size), (F::LaneMembers, 1)]));
-    let stored = Envelope::decode(&kv.get(Cf::Hooks, &hook_key(T1, Seq(2))).expect("get").expect("copy")).expect("decode");
+    assert_eq!(
+        d,
+        map(&[(F::Pending, 1), (F::Bytes, size), (F::LaneMembers, 1)])
+    );
+    let stored = Envelope::decode(
+        &kv.get(Cf::Hooks, &hook_key(T1, Seq(2)))
+            .expect("get")
+            .expect("copy"),
+    )
+    .expect("decode");
     assert_eq!(stored, copy);
-    assert!(has(&kv, Cf::Archive, &archive_key(T1, copy.received_at_ms, Seq(2))));
-    assert_eq!(row(&kv, id(T1, 2, S0)).expect("row").state, RowState::Member);
-    let v = kv.get(Cf::Index, &dedupe_key(T1, SRC, b"evt_1")).expect("get").expect("record");
-    assert_eq!(DedupeValue::decode(&v).expect("decode").seq, Seq(1), "the copy rewrote the dedupe record");
+    assert!(has(
+        &kv,
+        Cf::Archive,
+        &archive_key(T1, copy.received_at_ms, Seq(2))
+    ));
+    assert_eq!(
+        row(&kv, id(T1, 2, S0)).expect("row").state,
+        RowState::Member
+    );
+    let v = kv
+        .get(Cf::Index, &dedupe_key(T1, SRC, b"evt_1"))
+        .expect("get")
+        .expect("record");
+    assert_eq!(
+        DedupeValue::decode(&v).expect("decode").seq,
+        Seq(1),
+        "the copy rewrote the dedupe record"
+    );
     clean(&kv);
 }
 
@@ -2323,12 +2679,31 @@ fn a_row_dead_after_its_attempt_counts_the_attempt() {
     ingest(&kv, T1, 2, &[plain(S0)]);
     commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
     commit(&kv, claim(&kv, dk(T1, NOW, 2, S0), NOW).expect("claim"));
-    commit(&kv, crate::dead_letter_attempted(&kv, id(T1, 1, S0), "sink gone: HTTP 410", NOW + 1).expect("dead"));
-    commit(&kv, dead_letter(&kv, id(T1, 2, S0), Origin::InFlight, "retry horizon passed", NOW + 1).expect("dead"));
+    commit(
+        &kv,
+        crate::dead_letter_attempted(&kv, id(T1, 1, S0), "sink gone: HTTP 410", NOW + 1)
+            .expect("dead"),
+    );
+    commit(
+        &kv,
+        dead_letter(
+            &kv,
+            id(T1, 2, S0),
+            Origin::InFlight,
+            "retry horizon passed",
+            NOW + 1,
+        )
+        .expect("dead"),
+    );
     let r = row(&kv, id(T1, 1, S0)).expect("row");
-    assert_eq!((r.state, r.attempts, r.last_error.as_deref()), (RowState::Dead, 1, Some("sink gone: HTTP 410")));
+    assert_eq!(
+        (r.state, r.attempts, r.last_error.as_deref()),
+        (RowState::Dead, 1, Some("sink gone: HTTP 410"))
+    );
     let r = row(&kv, id(T1, 2, S0)).expect("row");
-    assert_eq!((r.state, r.attempts, r.last_error.as_deref()), (RowState::Dead, 0, None));
+    assert_eq!(
+        (r.state, r.attempts, r.last_error.as_deref()),
+        (RowState::Dead, 0, None)
+    );
     clean(&kv);
 }
-

@@ -108,11 +108,7 @@ pub fn retry(
     debug_assert!(due_ms >= now_ms, "{id} retried into the past");
     let fv = read_in_flight(read, id)?;
     let mut row = read_row(read, id)?;
-    debug_assert_eq!(
-        row.state,
-        RowState::InFlight,
-        "retry of {id}: row state"
-    );
+    debug_assert_eq!(row.state, RowState::InFlight, "retry of {id}: row state");
     let kind = fv.kind.as_retry();
     let mut batch = Batch::new();
     batch.delete(Cf::Index, in_flight_key(id.tenant, id.seq, id.sink));
@@ -357,9 +353,23 @@ pub fn dead_letter(
 ///
 /// # Errors
 /// As [`dead_letter`].
-pub fn dead_letter_attempted(read: &impl Read, row: RowId, reason: &str, now_ms: u64) -> Result<Batch, QueueError> {
+pub fn dead_letter_attempted(
+    read: &impl Read,
+    row: RowId,
+    reason: &str,
+    now_ms: u64,
+) -> Result<Batch, QueueError> {
     let mut batch = Batch::new();
-    dead_into(read, &mut batch, row, Origin::InFlight, reason, now_ms, false, true)?;
+    dead_into(
+        read,
+        &mut batch,
+        row,
+        Origin::InFlight,
+        reason,
+        now_ms,
+        false,
+        true,
+    )?;
     Ok(batch)
 }
 

@@ -49,8 +49,8 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use ankusa_engine::{Batch, Cf, Durability, EngineError, Kv, Read};
@@ -147,7 +147,9 @@ pub enum WriteError {
 impl WriteError {
     fn of(e: QueueError) -> WriteError {
         match e {
-            QueueError::NotQuarantined { tenant, seq } => WriteError::NotQuarantined { tenant, seq },
+            QueueError::NotQuarantined { tenant, seq } => {
+                WriteError::NotQuarantined { tenant, seq }
+            }
             QueueError::Engine(e) => WriteError::Store(e.to_string()),
             other => WriteError::Refused(other.to_string()),
         }
@@ -223,9 +225,9 @@ pub enum JobOp {
 impl JobOp {
     fn tenant(&self) -> TenantOrd {
         match self {
-            JobOp::Replay { tenant, .. } | JobOp::Release { tenant, .. } | JobOp::DropQuarantined { tenant, .. } => {
-                *tenant
-            }
+            JobOp::Replay { tenant, .. }
+            | JobOp::Release { tenant, .. }
+            | JobOp::DropQuarantined { tenant, .. } => *tenant,
         }
     }
 }
@@ -245,11 +247,30 @@ type ReplyTo<T> = oneshot::Sender<Result<T, WriteError>>;
 enum Request {
     Ingest(IngestRequest, ReplyTo<Ingested>),
     Quarantine(QuarantineRequest, ReplyTo<Seq>),
-    Release { tenant: TenantOrd, seq: Seq, rows: Vec<NewRow>, reply: ReplyTo<()> },
-    Drop { tenant: TenantOrd, seq: Seq, reply: ReplyTo<()> },
-    ExpireDedupe { tenant: TenantOrd, cursor: Option<Cursor>, limit: usize, reply: ReplyTo<Expired> },
+    Release {
+        tenant: TenantOrd,
+        seq: Seq,
+        rows: Vec<NewRow>,
+        reply: ReplyTo<()>,
+    },
+    Drop {
+        tenant: TenantOrd,
+        seq: Seq,
+        reply: ReplyTo<()>,
+    },
+    ExpireDedupe {
+        tenant: TenantOrd,
+        cursor: Option<Cursor>,
+        limit: usize,
+        reply: ReplyTo<Expired>,
+    },
     JobStep(JobStep, ReplyTo<Vec<Seq>>),
-    PurgeMark { tenant: TenantOrd, job: Option<u64>, state: JobState, reply: ReplyTo<()> },
+    PurgeMark {
+        tenant: TenantOrd,
+        job: Option<u64>,
+        state: JobState,
+        reply: ReplyTo<()>,
+    },
 }
 
 impl Request {
@@ -330,7 +351,10 @@ impl LaneRows {
     /// Adds what one commit wrote: `all`, or members into `lanes`. Call after
     /// the commit returned, so a taker sees the members in the store.
     pub fn add(&self, all: bool, lanes: impl IntoIterator<Item = (TenantOrd, LaneId)>) {
-        let mut inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if all || inner.all {
             inner.all = true;
             inner.lanes.clear();
@@ -345,18 +369,30 @@ impl LaneRows {
 
     /// Lanes named and not taken yet (0 once "all" was added).
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner).lanes.len()
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .lanes
+            .len()
     }
 
     /// Whether nothing was added since the last take (no lane, not "all").
     pub fn is_empty(&self) -> bool {
-        let inner = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         !inner.all && inner.lanes.is_empty()
     }
 
     /// Takes what was added since the last take (and leaves nothing).
     pub fn take(&self) -> LaneRowsTaken {
-        std::mem::take(&mut *self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        std::mem::take(
+            &mut *self
+                .inner
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 }
 
@@ -405,7 +441,10 @@ impl WriterHandle {
 
     async fn ask<T>(&self, make: impl FnOnce(ReplyTo<T>) -> Request) -> Result<T, WriteError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(make(reply)).await.map_err(|_| WriteError::Stopped)?;
+        self.tx
+            .send(make(reply))
+            .await
+            .map_err(|_| WriteError::Stopped)?;
         rx.await.map_err(|_| WriteError::Stopped)?
     }
 
@@ -439,8 +478,19 @@ impl WriterHandle {
     /// [`WriteError::NotQuarantined`] when it is not (or no longer) held;
     /// [`WriteError::Refused`] when its envelope is gone; [`WriteError::Store`];
     /// [`WriteError::Stopped`].
-    pub async fn release(&self, tenant: TenantOrd, seq: Seq, rows: Vec<NewRow>) -> Result<(), WriteError> {
-        self.ask(|reply| Request::Release { tenant, seq, rows, reply }).await
+    pub async fn release(
+        &self,
+        tenant: TenantOrd,
+        seq: Seq,
+        rows: Vec<NewRow>,
+    ) -> Result<(), WriteError> {
+        self.ask(|reply| Request::Release {
+            tenant,
+            seq,
+            rows,
+            reply,
+        })
+        .await
     }
 
     /// Drops quarantined hook `seq` of `tenant` ([`crate::drop_quarantined`]:
@@ -457,8 +507,19 @@ impl WriterHandle {
     ///
     /// # Errors
     /// [`WriteError::Store`]; [`WriteError::Stopped`].
-    pub async fn expire_dedupe(&self, tenant: TenantOrd, cursor: Option<Cursor>, limit: usize) -> Result<Expired, WriteError> {
-        self.ask(|reply| Request::ExpireDedupe { tenant, cursor, limit, reply }).await
+    pub async fn expire_dedupe(
+        &self,
+        tenant: TenantOrd,
+        cursor: Option<Cursor>,
+        limit: usize,
+    ) -> Result<Expired, WriteError> {
+        self.ask(|reply| Request::ExpireDedupe {
+            tenant,
+            cursor,
+            limit,
+            reply,
+        })
+        .await
     }
 
     /// Commits one step of an admin job (docs/design.md section 5, "Admin
@@ -488,8 +549,19 @@ impl WriterHandle {
     /// # Errors
     /// [`WriteError::Refused`] when the job's state changed;
     /// [`WriteError::Store`]; [`WriteError::Stopped`].
-    pub async fn purge_mark(&self, tenant: TenantOrd, job: Option<u64>, state: JobState) -> Result<(), WriteError> {
-        self.ask(|reply| Request::PurgeMark { tenant, job, state, reply }).await
+    pub async fn purge_mark(
+        &self,
+        tenant: TenantOrd,
+        job: Option<u64>,
+        state: JobState,
+    ) -> Result<(), WriteError> {
+        self.ask(|reply| Request::PurgeMark {
+            tenant,
+            job,
+            state,
+            reply,
+        })
+        .await
     }
 }
 
@@ -504,7 +576,13 @@ enum Next {
 
 /// A finished blocking task's result; a panic in it is a failed engine call.
 fn joined(r: Result<Result<(), EngineError>, tokio::task::JoinError>) -> Result<(), EngineError> {
-    r.unwrap_or_else(|e| Err(EngineError::Backend { backend: "writer", op: "sync", message: e.to_string() }))
+    r.unwrap_or_else(|e| {
+        Err(EngineError::Backend {
+            backend: "writer",
+            op: "sync",
+            message: e.to_string(),
+        })
+    })
 }
 
 /// The Writer task's state. Build with [`Writer::new`], run with [`Writer::run`].
@@ -526,7 +604,9 @@ pub struct Writer<K: Kv> {
 
 impl<K: Kv> std::fmt::Debug for Writer<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer").field("next_seq", &self.next_seq).finish_non_exhaustive()
+        f.debug_struct("Writer")
+            .field("next_seq", &self.next_seq)
+            .finish_non_exhaustive()
     }
 }
 
@@ -544,7 +624,9 @@ impl<K: Kv> Writer<K> {
     ) -> Result<(Writer<K>, WriterHandle), EngineError> {
         let high = seq_high_water(&*kv)?.0;
         let purging = crate::read_purges(&*kv)
-            .map_err(|e| EngineError::Corrupt { what: format!("purge marks: {e}") })?
+            .map_err(|e| EngineError::Corrupt {
+                what: format!("purge marks: {e}"),
+            })?
             .into_keys()
             .collect();
         let (tx, rx) = mpsc::channel(cfg.queue_depth.max(1));
@@ -563,7 +645,12 @@ impl<K: Kv> Writer<K> {
                 lane_rows: Arc::clone(&lane_rows),
                 metrics: Arc::clone(&metrics),
             },
-            WriterHandle { tx, due_floor, lane_rows, metrics },
+            WriterHandle {
+                tx,
+                due_floor,
+                lane_rows,
+                metrics,
+            },
         ))
     }
 
@@ -591,7 +678,11 @@ impl<K: Kv> Writer<K> {
         let mut syncing: Option<(SyncJob, Vec<Answer>, Vec<Instant>)> = None;
         loop {
             if syncing.is_none() && (!written.is_empty() || !written_at.is_empty()) {
-                syncing = Some((self.start_sync(), std::mem::take(&mut written), std::mem::take(&mut written_at)));
+                syncing = Some((
+                    self.start_sync(),
+                    std::mem::take(&mut written),
+                    std::mem::take(&mut written_at),
+                ));
             }
             let next = match syncing.as_mut() {
                 Some((job, _, _)) => tokio::select! {
@@ -652,7 +743,12 @@ impl<K: Kv> Writer<K> {
         }
         if !written.is_empty() || !written_at.is_empty() {
             let result = joined(self.start_sync().await);
-            self.synced(result, std::mem::take(&mut written), &written_at, &mut Vec::new())?;
+            self.synced(
+                result,
+                std::mem::take(&mut written),
+                &written_at,
+                &mut Vec::new(),
+            )?;
         }
         Ok(())
     }
@@ -699,7 +795,10 @@ impl<K: Kv> Writer<K> {
     /// that wait for the next sync, and whether a batch was written (it counts
     /// the group's hooks in `WriterMetrics::group_hooks` then). On a failed
     /// write, fails the group's requests and returns the error.
-    async fn commit_group(&mut self, group: Vec<Request>) -> Result<(Vec<Answer>, bool), EngineError> {
+    async fn commit_group(
+        &mut self,
+        group: Vec<Request>,
+    ) -> Result<(Vec<Answer>, bool), EngineError> {
         let now_ms = (self.clock)();
         let mut batch = Batch::new();
         let mut answers: Vec<Answer> = Vec::with_capacity(group.len());
@@ -714,27 +813,50 @@ impl<K: Kv> Writer<K> {
         // Dedupe expiry goes first in the batch: an ingest of this group that
         // renews an expired record puts it after the expiry's delete, so the
         // renewed record stays.
-        let (expiries, group): (Vec<Request>, Vec<Request>) =
-            group.into_iter().partition(|r| matches!(r, Request::ExpireDedupe { .. }));
+        let (expiries, group): (Vec<Request>, Vec<Request>) = group
+            .into_iter()
+            .partition(|r| matches!(r, Request::ExpireDedupe { .. }));
         for req in expiries.into_iter().chain(group) {
             match req {
-                Request::ExpireDedupe { tenant, cursor, limit, reply } => {
+                Request::ExpireDedupe {
+                    tenant,
+                    cursor,
+                    limit,
+                    reply,
+                } => {
                     match crate::expire_dedupe(&*self.kv, tenant, now_ms, cursor.as_ref(), limit) {
                         Ok(page) => {
                             batch.extend(page.batch);
-                            answers.push(Answer::Expired(reply, Expired { deleted: page.moved, next: page.next }));
+                            answers.push(Answer::Expired(
+                                reply,
+                                Expired {
+                                    deleted: page.moved,
+                                    next: page.next,
+                                },
+                            ));
                         }
                         Err(e) => drop(reply.send(Err(WriteError::of(e)))),
                     }
                 }
                 Request::JobStep(step, reply) => {
                     lane_rows_all = true;
-                    match self.job_step(&mut batch, step, now_ms, &mut held_touched, &mut jobs_touched) {
+                    match self.job_step(
+                        &mut batch,
+                        step,
+                        now_ms,
+                        &mut held_touched,
+                        &mut jobs_touched,
+                    ) {
                         Ok(seqs) => answers.push(Answer::Seqs(reply, seqs)),
                         Err(e) => drop(reply.send(Err(e))),
                     }
                 }
-                Request::PurgeMark { tenant, job, state, reply } => {
+                Request::PurgeMark {
+                    tenant,
+                    job,
+                    state,
+                    reply,
+                } => {
                     if let Err(e) = self.check_job(&state, &mut jobs_touched) {
                         let _ = reply.send(Err(e));
                         continue;
@@ -763,8 +885,17 @@ impl<K: Kv> Writer<K> {
                 Request::Ingest(req, reply) if self.purging.contains(&req.tenant) => {
                     let _ = reply.send(Err(WriteError::TenantPurging { tenant: req.tenant }));
                 }
-                Request::Release { tenant, seq, rows, reply } => {
-                    lane_rows.extend(rows.iter().filter_map(|r| r.lane.as_ref()).map(|l| (tenant, l.lane)));
+                Request::Release {
+                    tenant,
+                    seq,
+                    rows,
+                    reply,
+                } => {
+                    lane_rows.extend(
+                        rows.iter()
+                            .filter_map(|r| r.lane.as_ref())
+                            .map(|l| (tenant, l.lane)),
+                    );
                     if !held_touched.insert((tenant, seq)) {
                         let _ = reply.send(Err(WriteError::NotQuarantined { tenant, seq }));
                         continue;
@@ -793,7 +924,12 @@ impl<K: Kv> Writer<K> {
                 Request::Quarantine(req, reply) => {
                     let seq = Seq(self.next_seq);
                     self.next_seq += 1;
-                    let hook = Hook { tenant: req.tenant, seq, envelope: &req.envelope, dedupe_expires_at_ms: 0 };
+                    let hook = Hook {
+                        tenant: req.tenant,
+                        seq,
+                        envelope: &req.envelope,
+                        dedupe_expires_at_ms: 0,
+                    };
                     crate::quarantine(&mut batch, &hook, &req.reason);
                     answers.push(Answer::Seq(reply, seq));
                 }
@@ -812,7 +948,9 @@ impl<K: Kv> Writer<K> {
                                 }
                                 Ok(_) => {} // expired: a new hook
                                 Err(e) => {
-                                    let _ = reply.send(Err(WriteError::Store(format!("corrupt dedupe record: {e}"))));
+                                    let _ = reply.send(Err(WriteError::Store(format!(
+                                        "corrupt dedupe record: {e}"
+                                    ))));
                                     continue;
                                 }
                             },
@@ -830,16 +968,26 @@ impl<K: Kv> Writer<K> {
                         tenant: req.tenant,
                         seq,
                         envelope: &req.envelope,
-                        dedupe_expires_at_ms: now_ms.saturating_add(req.dedupe_ttl_ms.unwrap_or(self.cfg.dedupe_ttl_ms)),
+                        dedupe_expires_at_ms: now_ms
+                            .saturating_add(req.dedupe_ttl_ms.unwrap_or(self.cfg.dedupe_ttl_ms)),
                     };
-                    lane_rows.extend(req.rows.iter().filter_map(|r| r.lane.as_ref()).map(|l| (req.tenant, l.lane)));
+                    lane_rows.extend(
+                        req.rows
+                            .iter()
+                            .filter_map(|r| r.lane.as_ref())
+                            .map(|l| (req.tenant, l.lane)),
+                    );
                     new_ops(&mut batch, &hook, &req.rows, now_ms);
                     answers.push(Answer::Ingest(reply, Ingested::Committed(seq)));
                 }
             }
         }
         if self.next_seq > first_seq {
-            batch.put(Cf::Meta, SEQ_HIGH_WATER_KEY, encode_seq_high_water(Seq(self.next_seq - 1)));
+            batch.put(
+                Cf::Meta,
+                SEQ_HIGH_WATER_KEY,
+                encode_seq_high_water(Seq(self.next_seq - 1)),
+            );
         }
         let wrote = !batch.is_empty();
         if wrote {
@@ -847,7 +995,13 @@ impl<K: Kv> Writer<K> {
             // A write can stall (RocksDB's write stalls): off the async workers.
             let result = tokio::task::spawn_blocking(move || kv.write(batch, Durability::Buffered))
                 .await
-                .unwrap_or_else(|e| Err(EngineError::Backend { backend: "writer", op: "write", message: e.to_string() }));
+                .unwrap_or_else(|e| {
+                    Err(EngineError::Backend {
+                        backend: "writer",
+                        op: "write",
+                        message: e.to_string(),
+                    })
+                });
             if let Err(e) = result {
                 let err = WriteError::Store(e.to_string());
                 for a in answers {
@@ -858,7 +1012,8 @@ impl<K: Kv> Writer<K> {
             // After the write: a visit that takes the floor sees the rows. They
             // may be delivered before they are durable; none is acknowledged
             // before (docs/design.md section 2, "Durability").
-            self.due_floor.fetch_min(now_ms, std::sync::atomic::Ordering::SeqCst);
+            self.due_floor
+                .fetch_min(now_ms, std::sync::atomic::Ordering::SeqCst);
             if lane_rows_all || !lane_rows.is_empty() {
                 self.lane_rows.add(lane_rows_all, lane_rows);
             }
@@ -871,13 +1026,24 @@ impl<K: Kv> Writer<K> {
 impl<K: Kv> Writer<K> {
     /// The compare and set of a job's state: refused when the job was touched
     /// earlier in this group or its stored state is not the one expected.
-    fn check_job(&self, state: &JobState, touched: &mut HashSet<Vec<u8>>) -> Result<(), WriteError> {
+    fn check_job(
+        &self,
+        state: &JobState,
+        touched: &mut HashSet<Vec<u8>>,
+    ) -> Result<(), WriteError> {
         if !touched.insert(state.key.clone()) {
-            return Err(WriteError::Refused("the job has another step in this group".into()));
+            return Err(WriteError::Refused(
+                "the job has another step in this group".into(),
+            ));
         }
-        let stored = self.kv.get(Cf::Meta, &state.key).map_err(|e| WriteError::Store(e.to_string()))?;
+        let stored = self
+            .kv
+            .get(Cf::Meta, &state.key)
+            .map_err(|e| WriteError::Store(e.to_string()))?;
         if stored.as_deref() != state.expect.as_deref() {
-            return Err(WriteError::Refused("the job's state changed since its step was built".into()));
+            return Err(WriteError::Refused(
+                "the job's state changed since its step was built".into(),
+            ));
         }
         Ok(())
     }
@@ -893,8 +1059,14 @@ impl<K: Kv> Writer<K> {
         jobs_touched: &mut HashSet<Vec<u8>>,
     ) -> Result<Vec<Seq>, WriteError> {
         self.check_job(&step.state, jobs_touched)?;
-        if let Some(op) = step.ops.iter().find(|op| self.purging.contains(&op.tenant())) {
-            return Err(WriteError::TenantPurging { tenant: op.tenant() });
+        if let Some(op) = step
+            .ops
+            .iter()
+            .find(|op| self.purging.contains(&op.tenant()))
+        {
+            return Err(WriteError::TenantPurging {
+                tenant: op.tenant(),
+            });
         }
         let mut batch = Batch::new();
         let mut seqs = Vec::new();
@@ -902,25 +1074,48 @@ impl<K: Kv> Writer<K> {
         let mut touched = Vec::new();
         for op in &step.ops {
             match op {
-                JobOp::Replay { tenant, envelope, rows } => {
-                    let hook = Hook { tenant: *tenant, seq: Seq(next), envelope, dedupe_expires_at_ms: 0 };
+                JobOp::Replay {
+                    tenant,
+                    envelope,
+                    rows,
+                } => {
+                    let hook = Hook {
+                        tenant: *tenant,
+                        seq: Seq(next),
+                        envelope,
+                        dedupe_expires_at_ms: 0,
+                    };
                     crate::replay(&mut batch, &hook, rows, now_ms);
                     seqs.push(Seq(next));
                     next += 1;
                 }
                 JobOp::Release { tenant, seq, rows } => {
-                    if held_touched.contains(&(*tenant, *seq)) || touched.contains(&(*tenant, *seq)) {
-                        return Err(WriteError::NotQuarantined { tenant: *tenant, seq: *seq });
+                    if held_touched.contains(&(*tenant, *seq)) || touched.contains(&(*tenant, *seq))
+                    {
+                        return Err(WriteError::NotQuarantined {
+                            tenant: *tenant,
+                            seq: *seq,
+                        });
                     }
                     touched.push((*tenant, *seq));
-                    batch.extend(crate::release(&*self.kv, *tenant, *seq, rows, now_ms).map_err(WriteError::of)?);
+                    batch.extend(
+                        crate::release(&*self.kv, *tenant, *seq, rows, now_ms)
+                            .map_err(WriteError::of)?,
+                    );
                 }
                 JobOp::DropQuarantined { tenant, seq } => {
-                    if held_touched.contains(&(*tenant, *seq)) || touched.contains(&(*tenant, *seq)) {
-                        return Err(WriteError::NotQuarantined { tenant: *tenant, seq: *seq });
+                    if held_touched.contains(&(*tenant, *seq)) || touched.contains(&(*tenant, *seq))
+                    {
+                        return Err(WriteError::NotQuarantined {
+                            tenant: *tenant,
+                            seq: *seq,
+                        });
                     }
                     touched.push((*tenant, *seq));
-                    batch.extend(crate::drop_quarantined(&*self.kv, *tenant, *seq).map_err(WriteError::of)?);
+                    batch.extend(
+                        crate::drop_quarantined(&*self.kv, *tenant, *seq)
+                            .map_err(WriteError::of)?,
+                    );
                 }
             }
         }
@@ -938,8 +1133,9 @@ impl<K: Kv> Writer<K> {
 /// Engine errors; a corrupt mark.
 pub fn seq_high_water(read: &impl Read) -> Result<Seq, EngineError> {
     match read.get(Cf::Meta, SEQ_HIGH_WATER_KEY)? {
-        Some(v) => decode_seq_high_water(&v)
-            .map_err(|e| EngineError::Corrupt { what: format!("seq high-water mark: {e}") }),
+        Some(v) => decode_seq_high_water(&v).map_err(|e| EngineError::Corrupt {
+            what: format!("seq high-water mark: {e}"),
+        }),
         None => Ok(Seq(0)),
     }
 }
@@ -976,13 +1172,22 @@ mod tests {
         IngestRequest {
             tenant: TenantOrd(1),
             envelope: envelope(n, dedupe),
-            rows: vec![NewRow { sink: SinkIx(0), lane: None }],
+            rows: vec![NewRow {
+                sink: SinkIx(0),
+                lane: None,
+            }],
             dedupe_ttl_ms: None,
         }
     }
 
-    fn start(kv: &Arc<MemoryKv>) -> (tokio::task::JoinHandle<Result<(), EngineError>>, WriterHandle) {
-        let (writer, handle) = Writer::new(Arc::clone(kv), WriterConfig::default(), || 5_000).unwrap();
+    fn start(
+        kv: &Arc<MemoryKv>,
+    ) -> (
+        tokio::task::JoinHandle<Result<(), EngineError>>,
+        WriterHandle,
+    ) {
+        let (writer, handle) =
+            Writer::new(Arc::clone(kv), WriterConfig::default(), || 5_000).unwrap();
         (tokio::spawn(writer.run()), handle)
     }
 
@@ -1028,7 +1233,10 @@ mod tests {
         assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
         // A new Writer resumes after the mark.
         let (task, handle) = start(&kv);
-        assert_eq!(handle.ingest(req(9, None)).await.unwrap(), Ingested::Committed(Seq(201)));
+        assert_eq!(
+            handle.ingest(req(9, None)).await.unwrap(),
+            Ingested::Committed(Seq(201))
+        );
         drop(handle);
         task.await.unwrap().unwrap();
     }
@@ -1038,7 +1246,8 @@ mod tests {
     #[tokio::test]
     async fn dedupe_hits_write_nothing() {
         let kv = Arc::new(MemoryKv::new());
-        let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || 5_000).unwrap();
+        let (writer, handle) =
+            Writer::new(Arc::clone(&kv), WriterConfig::default(), || 5_000).unwrap();
         // Queue three before the Writer runs, so they share one group.
         let h1 = handle.clone();
         let a = tokio::spawn(async move { h1.ingest(req(1, Some("evt_1"))).await });
@@ -1049,13 +1258,22 @@ mod tests {
         let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
         let mut answers = [a, b];
         answers.sort_by_key(|x| matches!(x, Ingested::Duplicate(_)));
-        assert_eq!(answers, [Ingested::Committed(Seq(1)), Ingested::Duplicate(Seq(1))]);
+        assert_eq!(
+            answers,
+            [Ingested::Committed(Seq(1)), Ingested::Duplicate(Seq(1))]
+        );
         let batches = kv.stats().batches;
-        assert_eq!(handle.ingest(req(3, Some("evt_1"))).await.unwrap(), Ingested::Duplicate(Seq(1)));
+        assert_eq!(
+            handle.ingest(req(3, Some("evt_1"))).await.unwrap(),
+            Ingested::Duplicate(Seq(1))
+        );
         assert_eq!(kv.stats().batches, batches, "a dedupe hit wrote a batch");
         let mut other = req(4, Some("evt_1"));
         other.envelope.source = SourceId(2);
-        assert_eq!(handle.ingest(other).await.unwrap(), Ingested::Committed(Seq(2)));
+        assert_eq!(
+            handle.ingest(other).await.unwrap(),
+            Ingested::Committed(Seq(2))
+        );
         drop(handle);
         task.await.unwrap().unwrap();
         assert_eq!(seq_high_water(&*kv).unwrap(), Seq(2));
@@ -1067,12 +1285,21 @@ mod tests {
     async fn store_failure_fails_the_group_and_stops() {
         let kv = Arc::new(MemoryKv::new());
         let (task, handle) = start(&kv);
-        assert_eq!(handle.ingest(req(1, None)).await.unwrap(), Ingested::Committed(Seq(1)));
+        assert_eq!(
+            handle.ingest(req(1, None)).await.unwrap(),
+            Ingested::Committed(Seq(1))
+        );
         kv.inject_write_failure();
         let err = handle.ingest(req(2, None)).await.unwrap_err();
-        assert!(matches!(err, WriteError::Store(ref m) if m.contains("injected")), "{err}");
+        assert!(
+            matches!(err, WriteError::Store(ref m) if m.contains("injected")),
+            "{err}"
+        );
         assert!(task.await.unwrap().is_err());
-        assert_eq!(handle.ingest(req(3, None)).await.unwrap_err(), WriteError::Stopped);
+        assert_eq!(
+            handle.ingest(req(3, None)).await.unwrap_err(),
+            WriteError::Stopped
+        );
         assert_eq!(seq_high_water(&*kv).unwrap(), Seq(1));
     }
 
@@ -1084,32 +1311,55 @@ mod tests {
         use ankusa_engine::fault::FaultKv;
         let kv = Arc::new(FaultKv::new(MemoryKv::new()));
         kv.write(crate::init_store(), Durability::Buffered).unwrap();
-        let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || 5_000).unwrap();
+        let (writer, handle) =
+            Writer::new(Arc::clone(&kv), WriterConfig::default(), || 5_000).unwrap();
         let task = tokio::spawn(writer.run());
         kv.hold_syncs();
         let wait = |what: &'static str, cond: Box<dyn Fn() -> bool>| async move {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
             while !cond() {
-                assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "timed out waiting for {what}"
+                );
                 tokio::time::sleep(std::time::Duration::from_millis(2)).await;
             }
         };
         let h = handle.clone();
         let a = tokio::spawn(async move { h.ingest(req(1, None)).await });
         let k = Arc::clone(&kv);
-        wait("the first group's sync", Box::new(move || k.syncs_started() == 1)).await;
+        wait(
+            "the first group's sync",
+            Box::new(move || k.syncs_started() == 1),
+        )
+        .await;
         let h = handle.clone();
         let b = tokio::spawn(async move { h.ingest(req(2, None)).await });
         // Written while the first sync is held: visible, not answered.
         let k = Arc::clone(&kv);
-        wait("the second group's write", Box::new(move || k.inner().get(Cf::Hooks, &ankusa_keys::hook_key(TenantOrd(1), Seq(2))).unwrap().is_some())).await;
-        assert!(!a.is_finished() && !b.is_finished(), "answered before any sync returned");
+        wait(
+            "the second group's write",
+            Box::new(move || {
+                k.inner()
+                    .get(Cf::Hooks, &ankusa_keys::hook_key(TenantOrd(1), Seq(2)))
+                    .unwrap()
+                    .is_some()
+            }),
+        )
+        .await;
+        assert!(
+            !a.is_finished() && !b.is_finished(),
+            "answered before any sync returned"
+        );
         kv.release_syncs(1);
         assert_eq!(a.await.unwrap().unwrap(), Ingested::Committed(Seq(1)));
         // The second group waits for the sync after it, which is held.
         let k = Arc::clone(&kv);
         wait("the second sync", Box::new(move || k.syncs_started() == 2)).await;
-        assert!(!b.is_finished(), "the second group was answered by a sync that began before its write");
+        assert!(
+            !b.is_finished(),
+            "the second group was answered by a sync that began before its write"
+        );
         kv.release_syncs(1);
         assert_eq!(b.await.unwrap().unwrap(), Ingested::Committed(Seq(2)));
         kv.stop_holding_syncs();
@@ -1126,9 +1376,13 @@ mod tests {
     async fn a_failed_sync_fails_every_unanswered_group_and_stops() {
         use ankusa_engine::fault::FaultKv;
         let kv = Arc::new(FaultKv::new(MemoryKv::new()));
-        let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || 5_000).unwrap();
+        let (writer, handle) =
+            Writer::new(Arc::clone(&kv), WriterConfig::default(), || 5_000).unwrap();
         let task = tokio::spawn(writer.run());
-        assert_eq!(handle.ingest(req(1, None)).await.unwrap(), Ingested::Committed(Seq(1)));
+        assert_eq!(
+            handle.ingest(req(1, None)).await.unwrap(),
+            Ingested::Committed(Seq(1))
+        );
         kv.hold_syncs();
         kv.fail_next_syncs(1);
         let h = handle.clone();
@@ -1136,23 +1390,38 @@ mod tests {
         let k = Arc::clone(&kv);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while k.syncs_started() < 2 {
-            assert!(std::time::Instant::now() < deadline, "timed out waiting for the second sync");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for the second sync"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
         let h = handle.clone();
         let b = tokio::spawn(async move { h.ingest(req(3, None)).await });
         while k.writes() < 3 {
-            assert!(std::time::Instant::now() < deadline, "timed out waiting for the third write");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for the third write"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
         kv.stop_holding_syncs();
         for r in [a.await.unwrap(), b.await.unwrap()] {
             let err = r.unwrap_err();
-            assert!(matches!(err, WriteError::Store(ref m) if m.contains("injected sync failure")), "{err}");
+            assert!(
+                matches!(err, WriteError::Store(ref m) if m.contains("injected sync failure")),
+                "{err}"
+            );
         }
         let err = task.await.unwrap().unwrap_err();
-        assert!(matches!(err, EngineError::Backend { op: "sync", .. }), "{err}");
-        assert_eq!(handle.ingest(req(4, None)).await.unwrap_err(), WriteError::Stopped);
+        assert!(
+            matches!(err, EngineError::Backend { op: "sync", .. }),
+            "{err}"
+        );
+        assert_eq!(
+            handle.ingest(req(4, None)).await.unwrap_err(),
+            WriteError::Stopped
+        );
     }
 
     /// A quarantined hook takes the next seq, writes no dedupe record and is
@@ -1162,19 +1431,40 @@ mod tests {
     async fn quarantine_release_and_drop_go_through_the_writer() {
         let kv = Arc::new(MemoryKv::new());
         kv.write(crate::init_store(), Durability::Sync).unwrap();
-        let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || 5_000).unwrap();
+        let (writer, handle) =
+            Writer::new(Arc::clone(&kv), WriterConfig::default(), || 5_000).unwrap();
         let task = tokio::spawn(writer.run());
-        assert_eq!(handle.ingest(req(1, Some("evt_1"))).await.unwrap(), Ingested::Committed(Seq(1)));
-        let q = |n: u64| QuarantineRequest { tenant: TenantOrd(1), envelope: envelope(n, Some("evt_1")), reason: "invalid signature".into() };
+        assert_eq!(
+            handle.ingest(req(1, Some("evt_1"))).await.unwrap(),
+            Ingested::Committed(Seq(1))
+        );
+        let q = |n: u64| QuarantineRequest {
+            tenant: TenantOrd(1),
+            envelope: envelope(n, Some("evt_1")),
+            reason: "invalid signature".into(),
+        };
         assert_eq!(handle.quarantine(q(2)).await.unwrap(), Seq(2));
         assert_eq!(handle.quarantine(q(3)).await.unwrap(), Seq(3));
         // The quarantined hooks did not touch the first hook's dedupe record.
-        let rec = kv.get(Cf::Index, &dedupe_key(TenantOrd(1), SourceId(1), b"evt_1")).unwrap().unwrap();
+        let rec = kv
+            .get(Cf::Index, &dedupe_key(TenantOrd(1), SourceId(1), b"evt_1"))
+            .unwrap()
+            .unwrap();
         assert_eq!(DedupeValue::decode(&rec).unwrap().seq, Seq(1));
         assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
-        assert_eq!(kv.counter(&ankusa_keys::counter_key(TenantOrd(1), ankusa_keys::CounterField::Quarantined)).unwrap(), 2);
+        assert_eq!(
+            kv.counter(&ankusa_keys::counter_key(
+                TenantOrd(1),
+                ankusa_keys::CounterField::Quarantined
+            ))
+            .unwrap(),
+            2
+        );
         // Release and drop of seq 2, and a second release of it, race.
-        let rows = vec![NewRow { sink: SinkIx(0), lane: None }];
+        let rows = vec![NewRow {
+            sink: SinkIx(0),
+            lane: None,
+        }];
         let (a, b, c) = tokio::join!(
             handle.release(TenantOrd(1), Seq(2), rows.clone()),
             handle.drop_quarantined(TenantOrd(1), Seq(2)),
@@ -1184,37 +1474,84 @@ mod tests {
         assert_eq!(oks, 1, "{a:?} {b:?} {c:?}");
         for r in [a, b, c] {
             if let Err(e) = r {
-                assert_eq!(e, WriteError::NotQuarantined { tenant: TenantOrd(1), seq: Seq(2) });
+                assert_eq!(
+                    e,
+                    WriteError::NotQuarantined {
+                        tenant: TenantOrd(1),
+                        seq: Seq(2)
+                    }
+                );
             }
         }
         assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
         handle.drop_quarantined(TenantOrd(1), Seq(3)).await.unwrap();
-        assert!(kv.get(Cf::Hooks, &ankusa_keys::hook_key(TenantOrd(1), Seq(3))).unwrap().is_none());
-        assert_eq!(
-            handle.release(TenantOrd(1), Seq(3), rows).await.unwrap_err(),
-            WriteError::NotQuarantined { tenant: TenantOrd(1), seq: Seq(3) }
+        assert!(
+            kv.get(Cf::Hooks, &ankusa_keys::hook_key(TenantOrd(1), Seq(3)))
+                .unwrap()
+                .is_none()
         );
-        assert_eq!(kv.counter(&ankusa_keys::counter_key(TenantOrd(1), ankusa_keys::CounterField::Quarantined)).unwrap(), 0);
+        assert_eq!(
+            handle
+                .release(TenantOrd(1), Seq(3), rows)
+                .await
+                .unwrap_err(),
+            WriteError::NotQuarantined {
+                tenant: TenantOrd(1),
+                seq: Seq(3)
+            }
+        );
+        assert_eq!(
+            kv.counter(&ankusa_keys::counter_key(
+                TenantOrd(1),
+                ankusa_keys::CounterField::Quarantined
+            ))
+            .unwrap(),
+            0
+        );
         assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
         // Expiry at the Writer's clock (5,000): the record expires 7 days later.
         let e = handle.expire_dedupe(TenantOrd(1), None, 10).await.unwrap();
-        assert_eq!(e, Expired { deleted: 0, next: None });
+        assert_eq!(
+            e,
+            Expired {
+                deleted: 0,
+                next: None
+            }
+        );
         drop(handle);
         task.await.unwrap().unwrap();
-        let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), || u64::MAX / 2).unwrap();
+        let (writer, handle) =
+            Writer::new(Arc::clone(&kv), WriterConfig::default(), || u64::MAX / 2).unwrap();
         let task = tokio::spawn(writer.run());
         let e = handle.expire_dedupe(TenantOrd(1), None, 10).await.unwrap();
-        assert_eq!(e, Expired { deleted: 1, next: None });
-        assert!(kv.get(Cf::Index, &dedupe_key(TenantOrd(1), SourceId(1), b"evt_1")).unwrap().is_none());
+        assert_eq!(
+            e,
+            Expired {
+                deleted: 1,
+                next: None
+            }
+        );
+        assert!(
+            kv.get(Cf::Index, &dedupe_key(TenantOrd(1), SourceId(1), b"evt_1"))
+                .unwrap()
+                .is_none()
+        );
         // An ingest of the same id is a new hook now.
-        assert_eq!(handle.ingest(req(9, Some("evt_1"))).await.unwrap(), Ingested::Committed(Seq(4)));
+        assert_eq!(
+            handle.ingest(req(9, Some("evt_1"))).await.unwrap(),
+            Ingested::Committed(Seq(4))
+        );
         drop(handle);
         task.await.unwrap().unwrap();
         assert_eq!(seq_high_water(&*kv).unwrap(), Seq(4));
     }
 
     fn state(key: &[u8], expect: Option<&[u8]>, value: &[u8]) -> JobState {
-        JobState { key: key.to_vec(), expect: expect.map(<[u8]>::to_vec), value: value.to_vec() }
+        JobState {
+            key: key.to_vec(),
+            expect: expect.map(<[u8]>::to_vec),
+            value: value.to_vec(),
+        }
     }
 
     /// A job step: its replays take the next seqs, its release applies, and
@@ -1226,38 +1563,106 @@ mod tests {
         let kv = Arc::new(MemoryKv::new());
         kv.write(crate::init_store(), Durability::Sync).unwrap();
         let (task, handle) = start(&kv);
-        assert_eq!(handle.ingest(req(1, Some("evt_1"))).await.unwrap(), Ingested::Committed(Seq(1)));
-        let q = QuarantineRequest { tenant: TenantOrd(1), envelope: envelope(2, None), reason: "review".into() };
+        assert_eq!(
+            handle.ingest(req(1, Some("evt_1"))).await.unwrap(),
+            Ingested::Committed(Seq(1))
+        );
+        let q = QuarantineRequest {
+            tenant: TenantOrd(1),
+            envelope: envelope(2, None),
+            reason: "review".into(),
+        };
         assert_eq!(handle.quarantine(q).await.unwrap(), Seq(2));
         let mut copy = envelope(1, Some("evt_1"));
         copy.replay_of = Some(Seq(1));
-        let rows = vec![NewRow { sink: SinkIx(0), lane: None }];
-        let replay = JobOp::Replay { tenant: TenantOrd(1), envelope: copy.clone(), rows: rows.clone() };
+        let rows = vec![NewRow {
+            sink: SinkIx(0),
+            lane: None,
+        }];
+        let replay = JobOp::Replay {
+            tenant: TenantOrd(1),
+            envelope: copy.clone(),
+            rows: rows.clone(),
+        };
         let step = JobStep {
             state: state(b"job/x", None, b"one"),
-            ops: vec![replay.clone(), JobOp::Release { tenant: TenantOrd(1), seq: Seq(2), rows: rows.clone() }, replay.clone()],
+            ops: vec![
+                replay.clone(),
+                JobOp::Release {
+                    tenant: TenantOrd(1),
+                    seq: Seq(2),
+                    rows: rows.clone(),
+                },
+                replay.clone(),
+            ],
         };
         assert_eq!(handle.job_step(step).await.unwrap(), vec![Seq(3), Seq(4)]);
-        assert_eq!(kv.get(Cf::Meta, b"job/x").unwrap().as_deref(), Some(&b"one"[..]));
-        let stored = Envelope::decode(&kv.get(Cf::Hooks, &ankusa_keys::hook_key(TenantOrd(1), Seq(4))).unwrap().unwrap()).unwrap();
-        assert_eq!((stored.replay_of, stored.idempotency_key), (Some(Seq(1)), copy.idempotency_key));
+        assert_eq!(
+            kv.get(Cf::Meta, b"job/x").unwrap().as_deref(),
+            Some(&b"one"[..])
+        );
+        let stored = Envelope::decode(
+            &kv.get(Cf::Hooks, &ankusa_keys::hook_key(TenantOrd(1), Seq(4)))
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (stored.replay_of, stored.idempotency_key),
+            (Some(Seq(1)), copy.idempotency_key)
+        );
         // The copies wrote no dedupe record: the provider's names seq 1.
-        let rec = kv.get(Cf::Index, &dedupe_key(TenantOrd(1), SourceId(1), b"evt_1")).unwrap().unwrap();
+        let rec = kv
+            .get(Cf::Index, &dedupe_key(TenantOrd(1), SourceId(1), b"evt_1"))
+            .unwrap()
+            .unwrap();
         assert_eq!(DedupeValue::decode(&rec).unwrap().seq, Seq(1));
-        assert_eq!(kv.counter(&ankusa_keys::counter_key(TenantOrd(1), ankusa_keys::CounterField::Pending)).unwrap(), 4);
+        assert_eq!(
+            kv.counter(&ankusa_keys::counter_key(
+                TenantOrd(1),
+                ankusa_keys::CounterField::Pending
+            ))
+            .unwrap(),
+            4
+        );
         assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
         // Stale: the stored state is "one", not absent.
-        let stale = JobStep { state: state(b"job/x", None, b"two"), ops: vec![replay.clone()] };
-        assert!(matches!(handle.job_step(stale).await, Err(WriteError::Refused(_))));
+        let stale = JobStep {
+            state: state(b"job/x", None, b"two"),
+            ops: vec![replay.clone()],
+        };
+        assert!(matches!(
+            handle.job_step(stale).await,
+            Err(WriteError::Refused(_))
+        ));
         // A release of a hook no longer quarantined sinks the whole step.
         let step = JobStep {
             state: state(b"job/x", Some(b"one"), b"two"),
-            ops: vec![replay.clone(), JobOp::Release { tenant: TenantOrd(1), seq: Seq(2), rows }],
+            ops: vec![
+                replay.clone(),
+                JobOp::Release {
+                    tenant: TenantOrd(1),
+                    seq: Seq(2),
+                    rows,
+                },
+            ],
         };
-        assert_eq!(handle.job_step(step).await.unwrap_err(), WriteError::NotQuarantined { tenant: TenantOrd(1), seq: Seq(2) });
-        assert_eq!(kv.get(Cf::Meta, b"job/x").unwrap().as_deref(), Some(&b"one"[..]));
+        assert_eq!(
+            handle.job_step(step).await.unwrap_err(),
+            WriteError::NotQuarantined {
+                tenant: TenantOrd(1),
+                seq: Seq(2)
+            }
+        );
+        assert_eq!(
+            kv.get(Cf::Meta, b"job/x").unwrap().as_deref(),
+            Some(&b"one"[..])
+        );
         // No seq was taken by the refused steps.
-        assert_eq!(handle.ingest(req(5, None)).await.unwrap(), Ingested::Committed(Seq(5)));
+        assert_eq!(
+            handle.ingest(req(5, None)).await.unwrap(),
+            Ingested::Committed(Seq(5))
+        );
         drop(handle);
         task.await.unwrap().unwrap();
         assert_eq!(check_invariants(&*kv).unwrap(), vec![]);
@@ -1272,23 +1677,48 @@ mod tests {
         kv.write(crate::init_store(), Durability::Sync).unwrap();
         let (task, handle) = start(&kv);
         let t1 = TenantOrd(1);
-        handle.purge_mark(t1, Some(7), state(b"job/7", None, b"purging")).await.unwrap();
-        assert_eq!(crate::read_purges(&*kv).unwrap().into_iter().collect::<Vec<_>>(), vec![(t1, 7)]);
+        handle
+            .purge_mark(t1, Some(7), state(b"job/7", None, b"purging"))
+            .await
+            .unwrap();
+        assert_eq!(
+            crate::read_purges(&*kv)
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![(t1, 7)]
+        );
         let refused = WriteError::TenantPurging { tenant: t1 };
         assert_eq!(handle.ingest(req(1, None)).await.unwrap_err(), refused);
-        let q = QuarantineRequest { tenant: t1, envelope: envelope(2, None), reason: "r".into() };
+        let q = QuarantineRequest {
+            tenant: t1,
+            envelope: envelope(2, None),
+            reason: "r".into(),
+        };
         assert_eq!(handle.quarantine(q).await.unwrap_err(), refused);
-        assert_eq!(handle.drop_quarantined(t1, Seq(9)).await.unwrap_err(), refused);
+        assert_eq!(
+            handle.drop_quarantined(t1, Seq(9)).await.unwrap_err(),
+            refused
+        );
         let mut other = req(3, None);
         other.tenant = TenantOrd(2);
-        assert_eq!(handle.ingest(other).await.unwrap(), Ingested::Committed(Seq(1)));
+        assert_eq!(
+            handle.ingest(other).await.unwrap(),
+            Ingested::Committed(Seq(1))
+        );
         drop(handle);
         task.await.unwrap().unwrap();
         let (task, handle) = start(&kv);
         assert_eq!(handle.ingest(req(4, None)).await.unwrap_err(), refused);
-        handle.purge_mark(t1, None, state(b"job/7", Some(b"purging"), b"done")).await.unwrap();
+        handle
+            .purge_mark(t1, None, state(b"job/7", Some(b"purging"), b"done"))
+            .await
+            .unwrap();
         assert!(crate::read_purges(&*kv).unwrap().is_empty());
-        assert_eq!(handle.ingest(req(5, None)).await.unwrap(), Ingested::Committed(Seq(2)));
+        assert_eq!(
+            handle.ingest(req(5, None)).await.unwrap(),
+            Ingested::Committed(Seq(2))
+        );
         drop(handle);
         task.await.unwrap().unwrap();
     }

@@ -166,11 +166,28 @@ mod tests {
     #[test]
     fn broker_dedupe_id_is_scoped_to_the_sink() {
         let c = ctx(false, None);
-        assert_eq!(c.broker_dedupe_id(), "01932c4e-5f60-7abc-8def-0123456789ab.0");
-        let other = DeliveryCtx { sink: SinkIx(65535), attempt: 3, ..c.clone() };
-        assert_eq!(other.broker_dedupe_id(), "01932c4e-5f60-7abc-8def-0123456789ab.65535");
+        assert_eq!(
+            c.broker_dedupe_id(),
+            "01932c4e-5f60-7abc-8def-0123456789ab.0"
+        );
+        let other = DeliveryCtx {
+            sink: SinkIx(65535),
+            attempt: 3,
+            ..c.clone()
+        };
+        assert_eq!(
+            other.broker_dedupe_id(),
+            "01932c4e-5f60-7abc-8def-0123456789ab.65535"
+        );
         assert_eq!(other.broker_dedupe_id().len(), 42);
-        assert_eq!(DeliveryCtx { attempt: 9, ..c.clone() }.broker_dedupe_id(), c.broker_dedupe_id());
+        assert_eq!(
+            DeliveryCtx {
+                attempt: 9,
+                ..c.clone()
+            }
+            .broker_dedupe_id(),
+            c.broker_dedupe_id()
+        );
     }
 
     #[test]

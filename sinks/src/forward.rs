@@ -175,8 +175,13 @@ impl Medium {
     /// Why the medium cannot carry a header named `name` (lower-case, a valid
     /// header name), if it cannot.
     pub fn name_problem(&self, name: &str) -> Option<String> {
-        if self.reserved.contains(&name) || self.reserved_prefixes.iter().any(|p| name.starts_with(p)) {
-            return Some(format!("\"{name}\" is a name the {} sink uses itself", self.kind));
+        if self.reserved.contains(&name)
+            || self.reserved_prefixes.iter().any(|p| name.starts_with(p))
+        {
+            return Some(format!(
+                "\"{name}\" is a name the {} sink uses itself",
+                self.kind
+            ));
         }
         if name.len() > self.max_name_bytes {
             return Some(format!(
@@ -202,7 +207,10 @@ impl ForwardHeaders {
         match value {
             serde_json::Value::String(s) if s == "all" => ForwardHeaders::All,
             serde_json::Value::String(s) => {
-                p.invalid(OPTION, format!("{SHAPE}, found \"{s}\" (a single header is written [{s}])"));
+                p.invalid(
+                    OPTION,
+                    format!("{SHAPE}, found \"{s}\" (a single header is written [{s}])"),
+                );
                 ForwardHeaders::None
             }
             serde_json::Value::Array(items) => {
@@ -213,14 +221,19 @@ impl ForwardHeaders {
                         continue;
                     };
                     if !is_header_name(name) {
-                        p.invalid(OPTION, format!("\"{name}\" is not a valid HTTP header name"));
+                        p.invalid(
+                            OPTION,
+                            format!("\"{name}\" is not a valid HTTP header name"),
+                        );
                         continue;
                     }
                     let lower = name.to_ascii_lowercase();
                     if names.contains(&lower) {
                         p.invalid(
                             OPTION,
-                            format!("header \"{lower}\" is listed twice (names are case-insensitive)"),
+                            format!(
+                                "header \"{lower}\" is listed twice (names are case-insensitive)"
+                            ),
                         );
                         continue;
                     }
@@ -260,7 +273,10 @@ impl ForwardHeaders {
         };
         for name in names {
             if !is_header_name(name) || name.bytes().any(|b| b.is_ascii_uppercase()) {
-                p.invalid(OPTION, format!("\"{name}\" is not a lower-case HTTP header name"));
+                p.invalid(
+                    OPTION,
+                    format!("\"{name}\" is not a lower-case HTTP header name"),
+                );
             } else if never_forwarded(name) {
                 let why = if name == "content-type" {
                     "the sink carries the content type already"
@@ -324,7 +340,9 @@ impl ForwardHeaders {
             }
             ForwardHeaders::All => {
                 for (n, v) in stored {
-                    let Ok(name) = std::str::from_utf8(n) else { continue };
+                    let Ok(name) = std::str::from_utf8(n) else {
+                        continue;
+                    };
                     let name = name.to_ascii_lowercase();
                     if !is_header_name(&name) || never_forwarded(&name) {
                         continue;
@@ -366,7 +384,13 @@ impl ForwardHeaders {
 
     /// [`ForwardHeaders::plan`] for one delivery, counting and logging (debug)
     /// what was dropped: the headers to send.
-    pub fn select(&self, medium: &Medium, hook: &Envelope, ctx: &DeliveryCtx, room: Room) -> Vec<(String, Vec<u8>)> {
+    pub fn select(
+        &self,
+        medium: &Medium,
+        hook: &Envelope,
+        ctx: &DeliveryCtx,
+        room: Room,
+    ) -> Vec<(String, Vec<u8>)> {
         let f = self.plan(medium, &hook.headers, room);
         if !f.dropped.is_empty() {
             count_dropped(medium.kind, f.dropped.len() as u64);
@@ -442,15 +466,22 @@ mod tests {
         let mut p = OptionProblems::new();
         let f = ForwardHeaders::read(&v, &mut p);
         f.check(&TEST, &mut p);
-        p.finish(f).map_err(|e| e.problems().iter().map(ToString::to_string).collect())
+        p.finish(f)
+            .map_err(|e| e.problems().iter().map(ToString::to_string).collect())
     }
 
     fn h(pairs: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
-        pairs.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec())).collect()
+        pairs
+            .iter()
+            .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
     }
 
     fn names(f: &Forwarded) -> Vec<(&str, &str)> {
-        f.headers.iter().map(|(n, v)| (n.as_str(), std::str::from_utf8(v).unwrap_or("?"))).collect()
+        f.headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), std::str::from_utf8(v).unwrap_or("?")))
+            .collect()
     }
 
     #[test]
@@ -458,7 +489,10 @@ mod tests {
         assert_eq!(read(serde_json::json!("all")), Ok(ForwardHeaders::All));
         assert_eq!(
             read(serde_json::json!(["X-GitHub-Event", "x-shopify-topic"])),
-            Ok(ForwardHeaders::Listed(vec!["x-github-event".into(), "x-shopify-topic".into()]))
+            Ok(ForwardHeaders::Listed(vec![
+                "x-github-event".into(),
+                "x-shopify-topic".into()
+            ]))
         );
         assert_eq!(read(serde_json::json!([])), Ok(ForwardHeaders::None));
         assert!(ForwardHeaders::default().is_none());
@@ -467,10 +501,24 @@ mod tests {
     #[test]
     fn rejects_every_bad_shape_and_name_in_one_run() {
         let shape = "sink option `forward_headers`: must be `all` or a list of header names";
-        assert_eq!(read(serde_json::json!("some")), Err(vec![format!("{shape}, found \"some\" (a single header is written [some])")]));
-        assert_eq!(read(serde_json::json!(true)), Err(vec![format!("{shape}, found true")]));
-        assert_eq!(read(serde_json::json!({"a": 1})), Err(vec![format!("{shape}, found a map")]));
-        assert_eq!(read(serde_json::json!(null)), Err(vec![format!("{shape}, found nothing")]));
+        assert_eq!(
+            read(serde_json::json!("some")),
+            Err(vec![format!(
+                "{shape}, found \"some\" (a single header is written [some])"
+            )])
+        );
+        assert_eq!(
+            read(serde_json::json!(true)),
+            Err(vec![format!("{shape}, found true")])
+        );
+        assert_eq!(
+            read(serde_json::json!({"a": 1})),
+            Err(vec![format!("{shape}, found a map")])
+        );
+        assert_eq!(
+            read(serde_json::json!(null)),
+            Err(vec![format!("{shape}, found nothing")])
+        );
         assert_eq!(
             read(serde_json::json!(["x-a", 3, "bad name", "X-A"])),
             Err(vec![
@@ -479,8 +527,16 @@ mod tests {
                 "sink option `forward_headers`: header \"x-a\" is listed twice (names are case-insensitive)".to_owned(),
             ])
         );
-        let e = read(serde_json::json!(["host", "content-type", "ankusa_tenant", "Content_Type", "a!b", "x-ankusa-tenant", "proxy-authorization"]))
-            .expect_err("problems");
+        let e = read(serde_json::json!([
+            "host",
+            "content-type",
+            "ankusa_tenant",
+            "Content_Type",
+            "a!b",
+            "x-ankusa-tenant",
+            "proxy-authorization"
+        ]))
+        .expect_err("problems");
         assert_eq!(
             e,
             [
@@ -497,17 +553,33 @@ mod tests {
         let long = "x".repeat(21);
         assert_eq!(
             read(serde_json::json!([long])),
-            Err(vec![format!("sink option `forward_headers`: \"{long}\" is 21 bytes, more than the 20 of a kafka name")])
+            Err(vec![format!(
+                "sink option `forward_headers`: \"{long}\" is 21 bytes, more than the 20 of a kafka name"
+            )])
         );
     }
 
     #[test]
     fn listed_headers_in_list_order_case_insensitive_and_joined() {
-        let stored = h(&[("X-GitHub-Event", "push"), ("X-Other", "o"), ("x-github-delivery", "d1"), ("Via", "a"), ("via", "b")]);
-        let f = ForwardHeaders::Listed(vec!["via".into(), "x-github-event".into(), "x-missing".into()]).plan(&TEST, &stored, Room::UNLIMITED);
+        let stored = h(&[
+            ("X-GitHub-Event", "push"),
+            ("X-Other", "o"),
+            ("x-github-delivery", "d1"),
+            ("Via", "a"),
+            ("via", "b"),
+        ]);
+        let f = ForwardHeaders::Listed(vec![
+            "via".into(),
+            "x-github-event".into(),
+            "x-missing".into(),
+        ])
+        .plan(&TEST, &stored, Room::UNLIMITED);
         assert_eq!(names(&f), [("via", "a, b"), ("x-github-event", "push")]);
         assert!(f.dropped.is_empty());
-        assert_eq!(ForwardHeaders::None.plan(&TEST, &stored, Room::UNLIMITED), Forwarded::default());
+        assert_eq!(
+            ForwardHeaders::None.plan(&TEST, &stored, Room::UNLIMITED),
+            Forwarded::default()
+        );
     }
 
     #[test]
@@ -537,10 +609,20 @@ mod tests {
             ]
         );
         let bad_utf8 = vec![(b"x-v".to_vec(), vec![0xff, 0xfe])];
-        assert_eq!(ForwardHeaders::All.plan(&TEST, &bad_utf8, Room::UNLIMITED).dropped, [("x-v".to_owned(), DropReason::Value)]);
+        assert_eq!(
+            ForwardHeaders::All
+                .plan(&TEST, &bad_utf8, Room::UNLIMITED)
+                .dropped,
+            [("x-v".to_owned(), DropReason::Value)]
+        );
         let mut bytes_medium = TEST;
         bytes_medium.value_ok = any_value;
-        assert_eq!(ForwardHeaders::All.plan(&bytes_medium, &bad_utf8, Room::UNLIMITED).headers, [("x-v".to_owned(), vec![0xff, 0xfe])]);
+        assert_eq!(
+            ForwardHeaders::All
+                .plan(&bytes_medium, &bad_utf8, Room::UNLIMITED)
+                .headers,
+            [("x-v".to_owned(), vec![0xff, 0xfe])]
+        );
     }
 
     #[test]
@@ -551,19 +633,50 @@ mod tests {
         assert_eq!(names(&f), [("a", "1"), ("b", "2"), ("c", "3")]);
         assert_eq!(f.dropped, [("d".to_owned(), DropReason::Count)]);
         // The message's room.
-        let f = ForwardHeaders::All.plan(&TEST, &stored, Room { count: 1, bytes: usize::MAX });
+        let f = ForwardHeaders::All.plan(
+            &TEST,
+            &stored,
+            Room {
+                count: 1,
+                bytes: usize::MAX,
+            },
+        );
         assert_eq!(names(&f), [("a", "1")]);
         assert_eq!(f.dropped.len(), 3);
         let stored = h(&[("x-big", "0123456789"), ("x-s", "1"), ("x-t", "2")]);
         // 15 bytes of room: x-big (15) fits alone; with 14, x-s and x-t do.
-        let f = ForwardHeaders::All.plan(&TEST, &stored, Room { count: 9, bytes: 15 });
+        let f = ForwardHeaders::All.plan(
+            &TEST,
+            &stored,
+            Room {
+                count: 9,
+                bytes: 15,
+            },
+        );
         assert_eq!(names(&f), [("x-big", "0123456789")]);
-        assert_eq!(f.dropped, [("x-s".to_owned(), DropReason::Size), ("x-t".to_owned(), DropReason::Size)]);
-        let f = ForwardHeaders::All.plan(&TEST, &stored, Room { count: 9, bytes: 14 });
+        assert_eq!(
+            f.dropped,
+            [
+                ("x-s".to_owned(), DropReason::Size),
+                ("x-t".to_owned(), DropReason::Size)
+            ]
+        );
+        let f = ForwardHeaders::All.plan(
+            &TEST,
+            &stored,
+            Room {
+                count: 9,
+                bytes: 14,
+            },
+        );
         assert_eq!(names(&f), [("x-s", "1"), ("x-t", "2")]);
         assert_eq!(f.dropped, [("x-big".to_owned(), DropReason::Size)]);
         // The medium's total (40 bytes).
-        let stored = h(&[("x-11", "0123456789"), ("x-22", "0123456789"), ("x-33", "0123456789")]);
+        let stored = h(&[
+            ("x-11", "0123456789"),
+            ("x-22", "0123456789"),
+            ("x-33", "0123456789"),
+        ]);
         let f = ForwardHeaders::All.plan(&TEST, &stored, Room::UNLIMITED);
         assert_eq!(f.headers.len(), 2, "{f:?}");
         assert_eq!(f.dropped, [("x-33".to_owned(), DropReason::Size)]);
@@ -602,8 +715,12 @@ mod tests {
         let sent = ForwardHeaders::All.select(&TEST, &hook, &ctx, Room::UNLIMITED);
         assert_eq!(sent.len(), 3);
         let after = dropped_totals();
-        let kafka = |t: &[(&str, u64)]| t.iter().find(|(k, _)| *k == "kafka").map_or(0, |(_, n)| *n);
+        let kafka =
+            |t: &[(&str, u64)]| t.iter().find(|(k, _)| *k == "kafka").map_or(0, |(_, n)| *n);
         // Other tests of this binary may count kafka drops at the same time.
-        assert!(kafka(&after) >= kafka(&before) + 2, "{before:?} -> {after:?}");
+        assert!(
+            kafka(&after) >= kafka(&before) + 2,
+            "{before:?} -> {after:?}"
+        );
     }
 }

@@ -123,16 +123,16 @@ pub trait Sink: Send + Sync {
 pub mod file;
 #[cfg(feature = "http")]
 pub mod http;
-#[cfg(feature = "pubsub")]
-pub mod pubsub;
-#[cfg(feature = "redis")]
-pub mod redis;
-#[cfg(feature = "nats")]
-pub mod nats;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "nats")]
+pub mod nats;
+#[cfg(feature = "pubsub")]
+pub mod pubsub;
 #[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "sqs")]
 pub mod sqs;
 

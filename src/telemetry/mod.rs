@@ -33,7 +33,10 @@ type BoxedLayer = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>;
 /// The environment variables that turn the export on without a `node.otel`
 /// section (the OTLP exporter specification's): the traces endpoint as is,
 /// or the base endpoint (`/v1/traces` appended).
-pub const ENDPOINT_VARS: [&str; 2] = ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"];
+pub const ENDPOINT_VARS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+];
 
 /// What [`init`] set up beyond the log lines: the OTel export, which
 /// [`Telemetry::shutdown`] flushes.
@@ -95,15 +98,20 @@ fn start_export(node: &Node, rt: Option<&tokio::runtime::Handle>) -> Result<Star
 /// load, [`check`]); an endpoint variable in the environment gets a warning.
 #[cfg(not(feature = "otel"))]
 fn start_export(_node: &Node, _rt: Option<&tokio::runtime::Handle>) -> Result<Started, String> {
-    Ok(match ENDPOINT_VARS.iter().find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty())) {
-        Some(var) => Started::Not {
-            warn: true,
-            why: format!(
-                "{var} is set, but this build has no OTel export (ankusa was built without the cargo feature `otel`): no spans are exported"
-            ),
+    Ok(
+        match ENDPOINT_VARS
+            .iter()
+            .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+        {
+            Some(var) => Started::Not {
+                warn: true,
+                why: format!(
+                    "{var} is set, but this build has no OTel export (ankusa was built without the cargo feature `otel`): no spans are exported"
+                ),
+            },
+            None => Started::Off,
         },
-        None => Started::Off,
-    })
+    )
 }
 
 /// Installs the log subscriber (stdout, `format`, `RUST_LOG`) and, when this
@@ -115,7 +123,11 @@ fn start_export(_node: &Node, _rt: Option<&tokio::runtime::Handle>) -> Result<St
 /// A message naming the setting (`node.otel.filter`, an `OTEL_*` variable)
 /// that the export cannot run with. The log subscriber is installed all the
 /// same (without the export), so the caller can log the error in `format`.
-pub fn init(format: LogFormat, node: &Node, rt: Option<&tokio::runtime::Handle>) -> Result<Telemetry, String> {
+pub fn init(
+    format: LogFormat,
+    node: &Node,
+    rt: Option<&tokio::runtime::Handle>,
+) -> Result<Telemetry, String> {
     // A build without `otel` adds no layer and has no export.
     #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
     let mut layers: Vec<BoxedLayer> = vec![log_layer(format)];
@@ -155,12 +167,21 @@ fn log_layer(format: LogFormat) -> BoxedLayer {
     use std::io::IsTerminal;
     use tracing_subscriber::fmt::format::FmtSpan;
     let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
-    let directives = if directives.contains("async_nats") { directives } else { format!("{directives},async_nats=info") };
+    let directives = if directives.contains("async_nats") {
+        directives
+    } else {
+        format!("{directives},async_nats=info")
+    };
     let filter = tracing_subscriber::EnvFilter::try_new(&directives)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,async_nats=info"));
     let layer = tracing_subscriber::fmt::layer().with_span_events(FmtSpan::CLOSE);
     match format {
-        LogFormat::Json => layer.json().with_current_span(true).with_span_list(true).with_filter(filter).boxed(),
+        LogFormat::Json => layer
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_filter(filter)
+            .boxed(),
         LogFormat::Text => layer
             .with_target(false)
             // Colours only on a terminal: log files and journald get plain text.
@@ -175,13 +196,19 @@ fn log_layer(format: LogFormat) -> BoxedLayer {
 /// filter's syntax (`otel.filter`); in one without, the section itself (this
 /// build has no OTel export). Each problem names the option.
 pub fn check(node: &Node) -> Vec<Problem> {
-    let Some(o) = &node.otel else { return Vec::new() };
+    let Some(o) = &node.otel else {
+        return Vec::new();
+    };
     let scope = Scope::Section("node");
     #[cfg(feature = "otel")]
     {
         match otel::export_filter(&o.filter) {
             Ok(_) => Vec::new(),
-            Err(e) => vec![Problem { scope, option: "otel.filter".to_owned(), message: e }],
+            Err(e) => vec![Problem {
+                scope,
+                option: "otel.filter".to_owned(),
+                message: e,
+            }],
         }
     }
     #[cfg(not(feature = "otel"))]
@@ -218,7 +245,11 @@ mod tests {
     #[cfg(not(feature = "otel"))]
     #[test]
     fn a_build_without_otel_refuses_the_section() {
-        let o = ankusa_config::Otel { endpoint: None, service_name: None, filter: "ankusa=debug".into() };
+        let o = ankusa_config::Otel {
+            endpoint: None,
+            service_name: None,
+            filter: "ankusa=debug".into(),
+        };
         let p = check(&node(Some(o)));
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(
@@ -232,10 +263,19 @@ mod tests {
     #[cfg(feature = "otel")]
     #[test]
     fn a_filter_that_does_not_parse_is_named() {
-        let o = |f: &str| ankusa_config::Otel { endpoint: None, service_name: None, filter: f.into() };
+        let o = |f: &str| ankusa_config::Otel {
+            endpoint: None,
+            service_name: None,
+            filter: f.into(),
+        };
         assert!(check(&node(Some(o("ankusa=debug,ankusa_edge=info")))).is_empty());
         let p = check(&node(Some(o("ankusa=loud"))));
         assert_eq!(p.len(), 1, "{p:?}");
-        assert!(p[0].to_string().starts_with("node: option \"otel.filter\": \"ankusa=loud\" does not parse: "), "{}", p[0]);
+        assert!(
+            p[0].to_string()
+                .starts_with("node: option \"otel.filter\": \"ankusa=loud\" does not parse: "),
+            "{}",
+            p[0]
+        );
     }
 }

@@ -25,13 +25,20 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use super::otlp::{OtlpExporter, Target};
 use super::Started;
+use super::otlp::{OtlpExporter, Target};
 
 /// The exporter's own crates (and the HTTP client it posts with): off in the
 /// export filter unless it names them, so an export never exports spans of
 /// itself (`hyper` covers `hyper_util`, `opentelemetry` the SDK).
-const EXPORTER_TARGETS: [&str; 6] = ["opentelemetry", "tracing_opentelemetry", "reqwest", "hyper", "h2", "rustls"];
+const EXPORTER_TARGETS: [&str; 6] = [
+    "opentelemetry",
+    "tracing_opentelemetry",
+    "reqwest",
+    "hyper",
+    "h2",
+    "rustls",
+];
 
 /// The default timeout of one export, as the specification's
 /// (`OTEL_EXPORTER_OTLP_TIMEOUT`).
@@ -108,16 +115,27 @@ const OTEL_BSP_MAX_CONCURRENT_EXPORTS: &str = "OTEL_BSP_MAX_CONCURRENT_EXPORTS";
 fn batching(env: Env<'_>) -> Result<Batching, String> {
     use opentelemetry_sdk::trace as sdk;
     let positive = |var: &'static str, what: &str, default: u64, max: u64| -> Result<u64, String> {
-        let Some((_, v)) = first_var(env, &[var]) else { return Ok(default) };
+        let Some((_, v)) = first_var(env, &[var]) else {
+            return Ok(default);
+        };
         match v.parse::<u64>() {
             Ok(n) if n > 0 && n <= max => Ok(n),
-            _ if max < u64::MAX => Err(format!("{var}={v}: expected {what}, a whole number from 1 to {max}")),
-            _ => Err(format!("{var}={v}: expected {what}, a whole number above 0")),
+            _ if max < u64::MAX => Err(format!(
+                "{var}={v}: expected {what}, a whole number from 1 to {max}"
+            )),
+            _ => Err(format!(
+                "{var}={v}: expected {what}, a whole number above 0"
+            )),
         }
     };
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let as_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-    let max_queue_size = as_usize(positive(sdk::OTEL_BSP_MAX_QUEUE_SIZE, "the spans queued at most", sdk::OTEL_BSP_MAX_QUEUE_SIZE_DEFAULT as u64, MAX_QUEUE)?);
+    let max_queue_size = as_usize(positive(
+        sdk::OTEL_BSP_MAX_QUEUE_SIZE,
+        "the spans queued at most",
+        sdk::OTEL_BSP_MAX_QUEUE_SIZE_DEFAULT as u64,
+        MAX_QUEUE,
+    )?);
     let scheduled_delay = Duration::from_millis(positive(
         sdk::OTEL_BSP_SCHEDULE_DELAY,
         "the milliseconds between two exports",
@@ -136,8 +154,19 @@ fn batching(env: Env<'_>) -> Result<Batching, String> {
         ms(sdk::OTEL_BSP_EXPORT_TIMEOUT_DEFAULT),
         u64::MAX,
     )?);
-    let max_concurrent_exports = as_usize(positive(OTEL_BSP_MAX_CONCURRENT_EXPORTS, "the exports running at once", 1, u64::MAX)?);
-    Ok(Batching { max_queue_size, scheduled_delay, max_export_batch_size: batch.min(max_queue_size), max_export_timeout, max_concurrent_exports })
+    let max_concurrent_exports = as_usize(positive(
+        OTEL_BSP_MAX_CONCURRENT_EXPORTS,
+        "the exports running at once",
+        1,
+        u64::MAX,
+    )?);
+    Ok(Batching {
+        max_queue_size,
+        scheduled_delay,
+        max_export_batch_size: batch.min(max_queue_size),
+        max_export_timeout,
+        max_concurrent_exports,
+    })
 }
 
 /// Reads a variable; unset and empty are the same (the specification's).
@@ -145,7 +174,11 @@ type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// The first of `vars` that is set (not empty), with its value.
 fn first_var(env: Env<'_>, vars: &[&'static str]) -> Option<(&'static str, String)> {
-    vars.iter().find_map(|v| env(v).filter(|x| !x.trim().is_empty()).map(|x| (*v, x.trim().to_owned())))
+    vars.iter().find_map(|v| {
+        env(v)
+            .filter(|x| !x.trim().is_empty())
+            .map(|x| (*v, x.trim().to_owned()))
+    })
 }
 
 /// Resolves the export's settings from `node.otel` (already validated by
@@ -182,26 +215,54 @@ pub(crate) fn settings(node: &Node, env: Env<'_>) -> Result<Plan, String> {
             ));
         }
     };
-    if let Some((var, v)) = first_var(env, &["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"])
-        && v != "http/protobuf"
+    if let Some((var, v)) = first_var(
+        env,
+        &[
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ],
+    ) && v != "http/protobuf"
     {
         return Err(format!(
             "{var}={v}: this build exports OTLP over HTTP with protobuf only (http/protobuf, the collector's port 4318)"
         ));
     }
-    if let Some((var, v)) = first_var(env, &["OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION"])
-        && v != "none"
+    if let Some((var, v)) = first_var(
+        env,
+        &[
+            "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+            "OTEL_EXPORTER_OTLP_COMPRESSION",
+        ],
+    ) && v != "none"
     {
-        return Err(format!("{var}={v}: this build sends its exports uncompressed (none)"));
+        return Err(format!(
+            "{var}={v}: this build sends its exports uncompressed (none)"
+        ));
     }
-    let timeout = match first_var(env, &["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]) {
+    let timeout = match first_var(
+        env,
+        &[
+            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+        ],
+    ) {
         None => DEFAULT_TIMEOUT,
         Some((var, v)) => match v.parse::<u64>() {
             Ok(ms) if ms > 0 => Duration::from_millis(ms),
-            _ => return Err(format!("{var}={v}: expected the export's timeout in milliseconds, above 0")),
+            _ => {
+                return Err(format!(
+                    "{var}={v}: expected the export's timeout in milliseconds, above 0"
+                ));
+            }
         },
     };
-    let headers = match first_var(env, &["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"]) {
+    let headers = match first_var(
+        env,
+        &[
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+        ],
+    ) {
         None => Vec::new(),
         Some((var, v)) => headers(&v).map_err(|e| format!("{var}: {e}"))?,
     };
@@ -210,10 +271,17 @@ pub(crate) fn settings(node: &Node, env: Env<'_>) -> Result<Plan, String> {
         .or_else(|| env("OTEL_SERVICE_NAME").filter(|v| !v.trim().is_empty()));
     let batching = batching(env)?;
     Ok(Plan::Export(Box::new(Settings {
-        target: Target { url, headers, timeout },
+        target: Target {
+            url,
+            headers,
+            timeout,
+        },
         endpoint_from,
         service_name,
-        filter: otel.map_or_else(|| ankusa_config::defaults::OTEL_FILTER.to_owned(), |o| o.filter.clone()),
+        filter: otel.map_or_else(
+            || ankusa_config::defaults::OTEL_FILTER.to_owned(),
+            |o| o.filter.clone(),
+        ),
         batching,
     })))
 }
@@ -228,12 +296,20 @@ fn traces_url(base: &str) -> String {
 /// values percent-decoded (the W3C Baggage form the specification names).
 fn headers(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
-    for (i, pair) in text.split(',').enumerate().filter(|(_, p)| !p.trim().is_empty()) {
+    for (i, pair) in text
+        .split(',')
+        .enumerate()
+        .filter(|(_, p)| !p.trim().is_empty())
+    {
         let Some((name, value)) = pair.split_once('=') else {
-            return Err(format!("entry {} has no `=` (expected name=value,...)", i + 1));
+            return Err(format!(
+                "entry {} has no `=` (expected name=value,...)",
+                i + 1
+            ));
         };
         let name = name.trim();
-        let value = percent_decode(value.trim()).ok_or_else(|| format!("the value of {name} is not percent-encoded UTF-8"))?;
+        let value = percent_decode(value.trim())
+            .ok_or_else(|| format!("the value of {name} is not percent-encoded UTF-8"))?;
         if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
             return Err(format!("\"{name}\" is not a header name"));
         }
@@ -307,7 +383,12 @@ pub(crate) struct Export {
 pub(super) fn start(node: &Node, rt: &tokio::runtime::Handle) -> Result<Started, String> {
     let s = match settings(node, &|v| std::env::var(v).ok())? {
         Plan::Off => return Ok(Started::Off),
-        Plan::Disabled => return Ok(Started::Not { warn: false, why: "OTEL_SDK_DISABLED=true: no spans are exported".to_owned() }),
+        Plan::Disabled => {
+            return Ok(Started::Not {
+                warn: false,
+                why: "OTEL_SDK_DISABLED=true: no spans are exported".to_owned(),
+            });
+        }
         Plan::Export(s) => *s,
     };
     let filter = export_filter(&s.filter).map_err(|e| format!("node.otel.filter: {e}"))?;
@@ -315,7 +396,10 @@ pub(super) fn start(node: &Node, rt: &tokio::runtime::Handle) -> Result<Started,
     let timeout = s.target.timeout;
     let exporter = OtlpExporter::new(s.target)?;
     let detected = Resource::builder().build();
-    let service_name = match (&s.service_name, detected.get(&opentelemetry::Key::from_static_str("service.name"))) {
+    let service_name = match (
+        &s.service_name,
+        detected.get(&opentelemetry::Key::from_static_str("service.name")),
+    ) {
         (Some(n), _) => n.clone(),
         (None, Some(v)) if !v.as_str().starts_with("unknown_service") => v.as_str().into_owned(),
         (None, _) => "ankusa".to_owned(),
@@ -337,10 +421,17 @@ pub(super) fn start(node: &Node, rt: &tokio::runtime::Handle) -> Result<Started,
     // The processor spawns its task with `tokio::spawn`: in `rt`'s context.
     let processor = {
         let _entered = rt.enter();
-        BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio).with_batch_config(config).build()
+        BatchSpanProcessor::builder(exporter, opentelemetry_sdk::runtime::Tokio)
+            .with_batch_config(config)
+            .build()
     };
-    let provider = SdkTracerProvider::builder().with_span_processor(processor).with_resource(resource).build();
-    let scope = InstrumentationScope::builder("ankusa").with_version(env!("CARGO_PKG_VERSION")).build();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(processor)
+        .with_resource(resource)
+        .build();
+    let scope = InstrumentationScope::builder("ankusa")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build();
     let layer = tracing_opentelemetry::layer()
         .with_tracer(provider.tracer_with_scope(scope))
         // The attributes are the span's fields, nothing else.
@@ -350,7 +441,14 @@ pub(super) fn start(node: &Node, rt: &tokio::runtime::Handle) -> Result<Started,
         .with_tracked_inactivity(false)
         .with_filter(filter)
         .boxed();
-    let export = Export { provider, endpoint, endpoint_from: s.endpoint_from, service_name, filter: s.filter, timeout };
+    let export = Export {
+        provider,
+        endpoint,
+        endpoint_from: s.endpoint_from,
+        service_name,
+        filter: s.filter,
+        timeout,
+    };
     Ok(Started::Export(export, layer))
 }
 
@@ -376,17 +474,23 @@ impl Export {
     pub(crate) fn shutdown(self) {
         let (tx, rx) = std::sync::mpsc::channel();
         let provider = self.provider;
-        let spawned = std::thread::Builder::new().name("otel-shutdown".into()).spawn(move || {
-            let _ = tx.send(provider.shutdown());
-        });
+        let spawned = std::thread::Builder::new()
+            .name("otel-shutdown".into())
+            .spawn(move || {
+                let _ = tx.send(provider.shutdown());
+            });
         if spawned.is_err() {
-            tracing::warn!("OTel export: cannot start the shutdown thread; the spans still queued are dropped");
+            tracing::warn!(
+                "OTel export: cannot start the shutdown thread; the spans still queued are dropped"
+            );
             return;
         }
         let wait = self.timeout + Duration::from_secs(5);
         match rx.recv_timeout(wait) {
             Ok(Ok(())) => tracing::debug!("OTel export flushed and stopped"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "OTel export: the shutdown failed; spans still queued may be lost"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "OTel export: the shutdown failed; spans still queued may be lost")
+            }
             Err(_) => tracing::warn!(
                 wait_s = wait.as_secs(),
                 "OTel export: the spans still queued were not flushed within {} s; they are dropped",
@@ -414,7 +518,10 @@ mod tests {
     }
 
     fn plan(node: &Node, vars: &[(&str, &str)]) -> Result<Plan, String> {
-        let env: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let env: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         settings(node, &|k| env.get(k).cloned())
     }
 
@@ -430,8 +537,20 @@ mod tests {
     #[test]
     fn what_turns_the_export_on() {
         assert_eq!(plan(&node(None), &[]), Ok(Plan::Off));
-        assert_eq!(plan(&node(None), &[("OTEL_SERVICE_NAME", "x"), ("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]), Ok(Plan::Off));
-        let s = export(plan(&node(None), &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")]));
+        assert_eq!(
+            plan(
+                &node(None),
+                &[
+                    ("OTEL_SERVICE_NAME", "x"),
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", " ")
+                ]
+            ),
+            Ok(Plan::Off)
+        );
+        let s = export(plan(
+            &node(None),
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")],
+        ));
         assert_eq!(s.target.url.as_str(), "http://c:4318/v1/traces");
         assert_eq!(s.endpoint_from, "OTEL_EXPORTER_OTLP_ENDPOINT");
         assert_eq!(s.filter, "ankusa=debug");
@@ -443,7 +562,10 @@ mod tests {
         for on in [&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")][..], &[]] {
             let mut vars = on.to_vec();
             vars.push(("OTEL_SDK_DISABLED", "TRUE"));
-            assert_eq!(plan(&node(Some(("ankusa=debug", None, None))), &vars), Ok(Plan::Disabled));
+            assert_eq!(
+                plan(&node(Some(("ankusa=debug", None, None))), &vars),
+                Ok(Plan::Disabled)
+            );
         }
     }
 
@@ -453,14 +575,24 @@ mod tests {
     fn endpoint_and_service_name_precedence() {
         let both = [
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318"),
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://traces:4318/custom/path"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "https://traces:4318/custom/path",
+            ),
             ("OTEL_SERVICE_NAME", "from-env"),
         ];
         let s = export(plan(&node(None), &both));
         assert_eq!(s.target.url.as_str(), "https://traces:4318/custom/path");
         assert_eq!(s.endpoint_from, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
         assert_eq!(s.service_name.as_deref(), Some("from-env"));
-        let s = export(plan(&node(Some(("ankusa_pipeline=debug", Some("http://file:4318"), Some("from-file")))), &both));
+        let s = export(plan(
+            &node(Some((
+                "ankusa_pipeline=debug",
+                Some("http://file:4318"),
+                Some("from-file"),
+            ))),
+            &both,
+        ));
         assert_eq!(s.target.url.as_str(), "http://file:4318/v1/traces");
         assert_eq!(s.endpoint_from, "node.otel.endpoint");
         assert_eq!(s.service_name.as_deref(), Some("from-file"));
@@ -474,14 +606,27 @@ mod tests {
         let n = node(Some(("ankusa=debug", None, None)));
         let err = |vars: &[(&str, &str)]| plan(&n, vars).unwrap_err();
         assert_eq!(
-            plan(&node(None), &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]).unwrap_err(),
+            plan(
+                &node(None),
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]
+            )
+            .unwrap_err(),
             "OTEL_EXPORTER_OTLP_ENDPOINT: \"collector:4318/v1/traces\" is not an OTLP/HTTP endpoint (an http:// or https:// URL of the collector)"
         );
         assert_eq!(
             err(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]),
             "OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this build exports OTLP over HTTP with protobuf only (http/protobuf, the collector's port 4318)"
         );
-        assert!(plan(&n, &[("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]).is_ok());
+        assert!(
+            plan(
+                &n,
+                &[
+                    ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"),
+                    ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+                ]
+            )
+            .is_ok()
+        );
         assert_eq!(
             err(&[("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")]),
             "OTEL_EXPORTER_OTLP_COMPRESSION=gzip: this build sends its exports uncompressed (none)"
@@ -490,13 +635,39 @@ mod tests {
             err(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")]),
             "OTEL_EXPORTER_OTLP_TIMEOUT=10s: expected the export's timeout in milliseconds, above 0"
         );
-        assert_eq!(export(plan(&n, &[("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500")])).target.timeout, Duration::from_millis(2500));
-        let e = err(&[("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cret,broken")]);
-        assert_eq!(e, "OTEL_EXPORTER_OTLP_HEADERS: entry 2 has no `=` (expected name=value,...)");
+        assert_eq!(
+            export(plan(&n, &[("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500")]))
+                .target
+                .timeout,
+            Duration::from_millis(2500)
+        );
+        let e = err(&[(
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "authorization=Bearer%20s3cret,broken",
+        )]);
+        assert_eq!(
+            e,
+            "OTEL_EXPORTER_OTLP_HEADERS: entry 2 has no `=` (expected name=value,...)"
+        );
         let e = err(&[("OTEL_EXPORTER_OTLP_HEADERS", "x=s3cret%zz")]);
-        assert_eq!(e, "OTEL_EXPORTER_OTLP_HEADERS: the value of x is not percent-encoded UTF-8");
-        let s = export(plan(&n, &[("OTEL_EXPORTER_OTLP_HEADERS", " authorization = Bearer%20s3cret , x-scope=a%2Cb ")]));
-        assert_eq!(s.target.headers, [("authorization".to_owned(), "Bearer s3cret".to_owned()), ("x-scope".to_owned(), "a,b".to_owned())]);
+        assert_eq!(
+            e,
+            "OTEL_EXPORTER_OTLP_HEADERS: the value of x is not percent-encoded UTF-8"
+        );
+        let s = export(plan(
+            &n,
+            &[(
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                " authorization = Bearer%20s3cret , x-scope=a%2Cb ",
+            )],
+        ));
+        assert_eq!(
+            s.target.headers,
+            [
+                ("authorization".to_owned(), "Bearer s3cret".to_owned()),
+                ("x-scope".to_owned(), "a,b".to_owned())
+            ]
+        );
     }
 
     /// Regression (brk16): the SDK read `OTEL_BSP_*` itself, ignoring a
@@ -527,9 +698,21 @@ mod tests {
         ];
         let b = export(plan(&n, &vars)).batching;
         // A batch larger than the queue is the queue (the specification's rule).
-        assert_eq!((b.max_queue_size, b.scheduled_delay, b.max_export_batch_size), (100, Duration::from_millis(250), 100));
-        assert_eq!((b.max_export_timeout, b.max_concurrent_exports), (Duration::from_secs(2), 2));
-        assert_eq!(export(plan(&n, &[("OTEL_BSP_MAX_QUEUE_SIZE", "")])).batching.max_queue_size, 2048, "empty is unset");
+        assert_eq!(
+            (b.max_queue_size, b.scheduled_delay, b.max_export_batch_size),
+            (100, Duration::from_millis(250), 100)
+        );
+        assert_eq!(
+            (b.max_export_timeout, b.max_concurrent_exports),
+            (Duration::from_secs(2), 2)
+        );
+        assert_eq!(
+            export(plan(&n, &[("OTEL_BSP_MAX_QUEUE_SIZE", "")]))
+                .batching
+                .max_queue_size,
+            2048,
+            "empty is unset"
+        );
         let err = |var: &str, v: &str| plan(&n, &[(var, v)]).unwrap_err();
         assert_eq!(
             err("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
@@ -539,19 +722,31 @@ mod tests {
             err("OTEL_BSP_MAX_QUEUE_SIZE", "18446744073709551615"),
             "OTEL_BSP_MAX_QUEUE_SIZE=18446744073709551615: expected the spans queued at most, a whole number from 1 to 1048576"
         );
-        assert_eq!(err("OTEL_BSP_SCHEDULE_DELAY", "5s"), "OTEL_BSP_SCHEDULE_DELAY=5s: expected the milliseconds between two exports, a whole number above 0");
-        assert_eq!(err("OTEL_BSP_SCHEDULE_DELAY", "0"), "OTEL_BSP_SCHEDULE_DELAY=0: expected the milliseconds between two exports, a whole number above 0");
+        assert_eq!(
+            err("OTEL_BSP_SCHEDULE_DELAY", "5s"),
+            "OTEL_BSP_SCHEDULE_DELAY=5s: expected the milliseconds between two exports, a whole number above 0"
+        );
+        assert_eq!(
+            err("OTEL_BSP_SCHEDULE_DELAY", "0"),
+            "OTEL_BSP_SCHEDULE_DELAY=0: expected the milliseconds between two exports, a whole number above 0"
+        );
         assert_eq!(
             err("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-1"),
             "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=-1: expected the spans of one export at most, a whole number above 0"
         );
-        assert_eq!(err("OTEL_BSP_EXPORT_TIMEOUT", "lots"), "OTEL_BSP_EXPORT_TIMEOUT=lots: expected the milliseconds one export may take, a whole number above 0");
+        assert_eq!(
+            err("OTEL_BSP_EXPORT_TIMEOUT", "lots"),
+            "OTEL_BSP_EXPORT_TIMEOUT=lots: expected the milliseconds one export may take, a whole number above 0"
+        );
         assert_eq!(
             err("OTEL_BSP_MAX_CONCURRENT_EXPORTS", "0"),
             "OTEL_BSP_MAX_CONCURRENT_EXPORTS=0: expected the exports running at once, a whole number above 0"
         );
         // Without an export nothing is read.
-        assert_eq!(plan(&node(None), &[("OTEL_BSP_MAX_QUEUE_SIZE", "0")]), Ok(Plan::Off));
+        assert_eq!(
+            plan(&node(None), &[("OTEL_BSP_MAX_QUEUE_SIZE", "0")]),
+            Ok(Plan::Off)
+        );
     }
 
     /// The exporter's own crates are off unless the filter names them.
@@ -561,8 +756,14 @@ mod tests {
         for t in EXPORTER_TARGETS {
             assert!(f.contains(&format!("{t}=off")), "{f}");
         }
-        let f = export_filter("ankusa=debug,hyper=trace").unwrap().to_string();
+        let f = export_filter("ankusa=debug,hyper=trace")
+            .unwrap()
+            .to_string();
         assert!(!f.contains("hyper=off") && f.contains("hyper=trace"), "{f}");
-        assert!(export_filter("ankusa=loud").unwrap_err().starts_with("\"ankusa=loud\" does not parse: "));
+        assert!(
+            export_filter("ankusa=loud")
+                .unwrap_err()
+                .starts_with("\"ankusa=loud\" does not parse: ")
+        );
     }
 }

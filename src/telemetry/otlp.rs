@@ -65,7 +65,9 @@ pub(crate) struct OtlpExporter {
 impl fmt::Debug for OtlpExporter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // No headers: they may carry a token.
-        f.debug_struct("OtlpExporter").field("url", &self.shown).finish_non_exhaustive()
+        f.debug_struct("OtlpExporter")
+            .field("url", &self.shown)
+            .finish_non_exhaustive()
     }
 }
 
@@ -89,12 +91,17 @@ impl OtlpExporter {
         ankusa_sinks::http::install_crypto_provider();
         let mut headers = reqwest::header::HeaderMap::new();
         for (name, value) in &target.headers {
-            let n = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("OTLP header {name}: not a header name"))?;
-            let mut v = reqwest::header::HeaderValue::from_str(value).map_err(|_| format!("OTLP header {name}: not a header value"))?;
+            let n = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("OTLP header {name}: not a header name"))?;
+            let mut v = reqwest::header::HeaderValue::from_str(value)
+                .map_err(|_| format!("OTLP header {name}: not a header value"))?;
             v.set_sensitive(true);
             headers.insert(n, v);
         }
-        headers.insert(reqwest::header::CONTENT_TYPE, reqwest::header::HeaderValue::from_static("application/x-protobuf"));
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            reqwest::header::HeaderValue::from_static("application/x-protobuf"),
+        );
         let client = reqwest::Client::builder()
             .timeout(target.timeout)
             // A collector's redirect is a misconfiguration to see, not to follow.
@@ -113,7 +120,13 @@ impl OtlpExporter {
 
     /// Posts one encoded request; `Err` says why the collector did not take it.
     async fn post(&self, body: Vec<u8>) -> Result<(), String> {
-        let r = self.client.post(self.url.clone()).headers(self.headers.clone()).body(body).send().await;
+        let r = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .body(body)
+            .send()
+            .await;
         match r {
             Ok(mut r) if r.status().is_success() => {
                 // Read the answer (an ExportTraceServiceResponse, a few
@@ -138,7 +151,9 @@ impl OtlpExporter {
     /// Notes an export of `spans` spans that worked, or failed with `why`,
     /// and logs what the module docs say.
     fn note(&self, spans: usize, outcome: Result<(), String>) {
-        let Ok(mut h) = self.health.lock() else { return };
+        let Ok(mut h) = self.health.lock() else {
+            return;
+        };
         match outcome {
             Ok(()) => {
                 if h.warned.take().is_some() {
@@ -318,7 +333,9 @@ fn any_value(pb: &mut Pb, v: &Value) {
             Array::Bool(v) => v.iter().for_each(|b| arr.message(1, |x| x.bool(2, *b))),
             Array::I64(v) => v.iter().for_each(|i| arr.message(1, |x| x.int64(3, *i))),
             Array::F64(v) => v.iter().for_each(|f| arr.message(1, |x| x.double(4, *f))),
-            Array::String(v) => v.iter().for_each(|s| arr.message(1, |x| x.bytes(1, s.as_str().as_bytes()))),
+            Array::String(v) => v
+                .iter()
+                .for_each(|s| arr.message(1, |x| x.bytes(1, s.as_str().as_bytes()))),
             // A kind of array added to the API later: its text.
             other => arr.message(1, |x| x.bytes(1, other.to_string().as_bytes())),
         }),
@@ -342,7 +359,8 @@ fn encode_resource(r: &Resource) -> Vec<u8> {
 
 /// Nanoseconds since the Unix epoch (0 before it).
 fn unix_nanos(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// `Span.kind`: `SPAN_KIND_INTERNAL = 1` ... `SPAN_KIND_CONSUMER = 5`.
@@ -401,7 +419,13 @@ fn span(pb: &mut Pb, field: u32, s: &SpanData) {
                     key_value(lk, 4, kv);
                 }
                 lk.uint(5, u64::from(l.dropped_attributes_count));
-                lk.fixed32(6, span_flags(l.span_context.trace_flags().to_u8(), l.span_context.is_remote()));
+                lk.fixed32(
+                    6,
+                    span_flags(
+                        l.span_context.trace_flags().to_u8(),
+                        l.span_context.is_remote(),
+                    ),
+                );
             });
         }
         m.uint(14, u64::from(s.links.dropped_count));
@@ -414,7 +438,10 @@ fn span(pb: &mut Pb, field: u32, s: &SpanData) {
                 st.uint(3, 2);
             }),
         }
-        m.fixed32(16, span_flags(cx.trace_flags().to_u8(), s.parent_span_is_remote));
+        m.fixed32(
+            16,
+            span_flags(cx.trace_flags().to_u8(), s.parent_span_is_remote),
+        );
     });
 }
 
@@ -437,7 +464,10 @@ fn scope(pb: &mut Pb, field: u32, s: &InstrumentationScope) {
 fn encode_request(resource: &[u8], batch: &[SpanData]) -> Vec<u8> {
     let mut scopes: Vec<(&InstrumentationScope, Vec<&SpanData>)> = Vec::new();
     for s in batch {
-        match scopes.iter_mut().find(|(sc, _)| *sc == &s.instrumentation_scope) {
+        match scopes
+            .iter_mut()
+            .find(|(sc, _)| *sc == &s.instrumentation_scope)
+        {
             Some((_, v)) => v.push(s),
             None => scopes.push((&s.instrumentation_scope, vec![s])),
         }
@@ -471,10 +501,20 @@ mod tests {
         let mut pb = Pb::default();
         key_value(&mut pb, 9, &KeyValue::new("seq", 150_i64));
         // field 9, LEN; KeyValue { key "seq"; value { int_value 150 } }
-        assert_eq!(pb.0, [0x4a, 0x0a, 0x0a, 0x03, b's', b'e', b'q', 0x12, 0x03, 0x18, 0x96, 0x01]);
+        assert_eq!(
+            pb.0,
+            [
+                0x4a, 0x0a, 0x0a, 0x03, b's', b'e', b'q', 0x12, 0x03, 0x18, 0x96, 0x01
+            ]
+        );
         let mut pb = Pb::default();
         pb.int64(3, -1);
-        assert_eq!(pb.0, [0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        assert_eq!(
+            pb.0,
+            [
+                0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01
+            ]
+        );
         let mut pb = Pb::default();
         pb.message(1, |m| m.message(2, |n| n.bool(2, false)));
         assert_eq!(pb.0, [0x0a, 0x04, 0x12, 0x02, 0x10, 0x00]);

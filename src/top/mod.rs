@@ -53,7 +53,9 @@ pub struct Args {
 /// `--interval-ms`: a whole number of milliseconds, at least 1.
 fn interval_ms(text: &str) -> Result<u64, String> {
     match text.parse::<u64>() {
-        Ok(0) => Err("must be at least 1: the milliseconds between two readings of the relay".to_owned()),
+        Ok(0) => {
+            Err("must be at least 1: the milliseconds between two readings of the relay".to_owned())
+        }
         Ok(ms) => Ok(ms),
         Err(_) => Err(format!("{text:?} is not a whole number of milliseconds")),
     }
@@ -87,7 +89,13 @@ impl Tracker {
     /// Starts from the first reading `first`, taken at `at` (no rates yet).
     pub fn new(header: Header, first: Snapshot, at: Instant) -> Tracker {
         let view = View::compute(None, &first, 0);
-        Tracker { header, last: first, last_at: at, view, lost: None }
+        Tracker {
+            header,
+            last: first,
+            last_at: at,
+            view,
+            lost: None,
+        }
     }
 
     /// Takes the outcome of a reading made at `at`: a snapshot replaces the
@@ -97,7 +105,9 @@ impl Tracker {
     pub fn reading(&mut self, outcome: Result<Snapshot, String>, at: Instant) {
         match outcome {
             Ok(s) => {
-                let elapsed_ms = u64::try_from(at.saturating_duration_since(self.last_at).as_millis()).unwrap_or(u64::MAX);
+                let elapsed_ms =
+                    u64::try_from(at.saturating_duration_since(self.last_at).as_millis())
+                        .unwrap_or(u64::MAX);
                 self.view = View::compute(Some(&self.last), &s, elapsed_ms);
                 self.last = s;
                 self.last_at = at;
@@ -116,10 +126,17 @@ impl Tracker {
             None => Link::Live,
             Some((since, error)) => Link::Lost {
                 error: error.clone(),
-                for_ms: u64::try_from(now.saturating_duration_since(*since).as_millis()).unwrap_or(u64::MAX),
+                for_ms: u64::try_from(now.saturating_duration_since(*since).as_millis())
+                    .unwrap_or(u64::MAX),
             },
         };
-        View { header: Header { link, ..self.header.clone() }, ..self.view.clone() }
+        View {
+            header: Header {
+                link,
+                ..self.header.clone()
+            },
+            ..self.view.clone()
+        }
     }
 }
 
@@ -129,7 +146,8 @@ async fn read(api: &Api) -> Result<Snapshot, Fail> {
     let tenants = all_pages(api, "/v1/tenants").await?;
     let sources = all_pages(api, "/v1/sources").await?;
     let metrics = api.get_text("/metrics").await?;
-    Snapshot::parse(&tenants.to_string(), &sources.to_string(), &metrics).map_err(|e| Fail::Refused(format!("the relay's answer cannot be read: {e}")))
+    Snapshot::parse(&tenants.to_string(), &sources.to_string(), &metrics)
+        .map_err(|e| Fail::Refused(format!("the relay's answer cannot be read: {e}")))
 }
 
 fn millis(d: Duration) -> u64 {
@@ -141,12 +159,20 @@ pub fn main(args: &Args) -> ExitCode {
     let interval = Duration::from_millis(args.interval_ms);
     // A reading may take up to the interval, at least 2 s and at most 10 s:
     // a relay that hangs shows as lost within that.
-    let api = match connect(&args.admin, interval.clamp(Duration::from_secs(2), Duration::from_secs(10))) {
+    let api = match connect(
+        &args.admin,
+        interval.clamp(Duration::from_secs(2), Duration::from_secs(10)),
+    ) {
         Ok(api) => api,
         Err(f) => return f.exit(),
     };
     let stdout_tty = std::io::stdout().is_terminal();
-    let header = Header { admin: args.admin.clone(), interval_ms: args.interval_ms, interactive: stdout_tty && !args.once, link: Link::Live };
+    let header = Header {
+        admin: args.admin.clone(),
+        interval_ms: args.interval_ms,
+        interactive: stdout_tty && !args.once,
+        link: Link::Live,
+    };
     if header.interactive {
         return interactive(api, header, interval);
     }
@@ -159,13 +185,20 @@ pub fn main(args: &Args) -> ExitCode {
         let first_at = Instant::now();
         tokio::time::sleep(interval).await;
         let second = read(&api).await?;
-        Ok::<View, Fail>(View { header, ..View::compute(Some(&first), &second, millis(first_at.elapsed())) })
+        Ok::<View, Fail>(View {
+            header,
+            ..View::compute(Some(&first), &second, millis(first_at.elapsed()))
+        })
     });
     let view = match view {
         Ok(v) => v,
         Err(f) => return f.exit(),
     };
-    let width = if stdout_tty { ratatui::crossterm::terminal::size().map_or(PLAIN_WIDTH, |(w, _)| w) } else { PLAIN_WIDTH };
+    let width = if stdout_tty {
+        ratatui::crossterm::terminal::size().map_or(PLAIN_WIDTH, |(w, _)| w)
+    } else {
+        PLAIN_WIDTH
+    };
     print!("{}", plain_text(&view, width));
     ExitCode::SUCCESS
 }
@@ -173,7 +206,10 @@ pub fn main(args: &Args) -> ExitCode {
 /// The runtime the readings run on (one per process: the HTTP client's
 /// pooled connections belong to the runtime that opened them).
 fn runtime() -> Result<tokio::runtime::Runtime, Fail> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Fail::Refused(format!("cannot start the runtime: {e}")))
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Fail::Refused(format!("cannot start the runtime: {e}")))
 }
 
 /// Leaves raw mode and the alternate screen when dropped: on a quit, an
@@ -240,10 +276,13 @@ fn interactive(api: Api, header: Header, interval: Duration) -> ExitCode {
             }
             loop {
                 match rx.try_recv() {
-                    Ok((outcome, at)) => tracker.reading(outcome.map_err(|f| f.message().to_owned()), at),
+                    Ok((outcome, at)) => {
+                        tracker.reading(outcome.map_err(|f| f.message().to_owned()), at)
+                    }
                     Err(mpsc::TryRecvError::Empty) => break,
                     Err(mpsc::TryRecvError::Disconnected) => {
-                        tracker.reading(Err("the reading thread stopped".to_owned()), Instant::now());
+                        tracker
+                            .reading(Err("the reading thread stopped".to_owned()), Instant::now());
                         break;
                     }
                 }
@@ -283,33 +322,70 @@ mod tests {
     #[test]
     fn an_interval_of_zero_or_not_a_number_is_refused() {
         assert_eq!(interval_ms("250"), Ok(250));
-        assert_eq!(interval_ms("0"), Err("must be at least 1: the milliseconds between two readings of the relay".to_owned()));
-        assert_eq!(interval_ms("1s"), Err("\"1s\" is not a whole number of milliseconds".to_owned()));
-        assert_eq!(interval_ms("-5"), Err("\"-5\" is not a whole number of milliseconds".to_owned()));
+        assert_eq!(
+            interval_ms("0"),
+            Err(
+                "must be at least 1: the milliseconds between two readings of the relay".to_owned()
+            )
+        );
+        assert_eq!(
+            interval_ms("1s"),
+            Err("\"1s\" is not a whole number of milliseconds".to_owned())
+        );
+        assert_eq!(
+            interval_ms("-5"),
+            Err("\"-5\" is not a whole number of milliseconds".to_owned())
+        );
     }
 
     fn delivered(n: u64) -> Snapshot {
-        Snapshot { metrics: Metrics::parse(&format!("ankusa_dispatch_delivered_total {n}\n")).unwrap(), ..Snapshot::default() }
+        Snapshot {
+            metrics: Metrics::parse(&format!("ankusa_dispatch_delivered_total {n}\n")).unwrap(),
+            ..Snapshot::default()
+        }
     }
 
     #[test]
     fn an_outage_keeps_the_figures_marks_the_link_and_the_next_reading_recovers() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let header = Header { admin: "http://a".into(), interval_ms: 1000, interactive: true, link: Link::Live };
+        let header = Header {
+            admin: "http://a".into(),
+            interval_ms: 1000,
+            interactive: true,
+            link: Link::Live,
+        };
         let mut t = Tracker::new(header.clone(), delivered(10), at(0));
         assert_eq!(t.view(at(0)).node.delivered_per_s, None);
         t.reading(Ok(delivered(30)), at(1000));
-        assert_eq!((t.view(at(1000)).node.delivered_per_s, t.view(at(1000)).header.link), (Some(20.0), Link::Live));
+        assert_eq!(
+            (
+                t.view(at(1000)).node.delivered_per_s,
+                t.view(at(1000)).header.link
+            ),
+            (Some(20.0), Link::Live)
+        );
         // Two failed readings: lost since the first, the figures kept.
         t.reading(Err("cannot reach the admin listener".into()), at(2000));
         t.reading(Err("connection refused".into()), at(3000));
         let v = t.view(at(3500));
-        assert_eq!(v.header.link, Link::Lost { error: "connection refused".into(), for_ms: 1500 });
-        assert_eq!((v.node.delivered_per_s, v.header.admin.as_str()), (Some(20.0), "http://a"));
+        assert_eq!(
+            v.header.link,
+            Link::Lost {
+                error: "connection refused".into(),
+                for_ms: 1500
+            }
+        );
+        assert_eq!(
+            (v.node.delivered_per_s, v.header.admin.as_str()),
+            (Some(20.0), "http://a")
+        );
         // Back: live, the rate over the whole time since the last good reading.
         t.reading(Ok(delivered(60)), at(4000));
         let v = t.view(at(4000));
-        assert_eq!((v.header.link, v.node.delivered_per_s), (Link::Live, Some(10.0)));
+        assert_eq!(
+            (v.header.link, v.node.delivered_per_s),
+            (Link::Live, Some(10.0))
+        );
     }
 }

@@ -35,7 +35,10 @@ pub struct Sample {
 impl Sample {
     /// The value of label `name`, if the sample has it.
     pub fn label(&self, name: &str) -> Option<&str> {
-        self.labels.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.labels
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -63,7 +66,14 @@ impl Metrics {
         let mut samples = Vec::new();
         let mut eof = false;
         for (i, line) in text.lines().enumerate() {
-            let err = |what: String| ParseError(format!("/metrics line {}: {}: {:?}", i + 1, clip(&what), clip(line)));
+            let err = |what: String| {
+                ParseError(format!(
+                    "/metrics line {}: {}: {:?}",
+                    i + 1,
+                    clip(&what),
+                    clip(line)
+                ))
+            };
             if eof {
                 return Err(err("a line after # EOF".into()));
             }
@@ -80,19 +90,30 @@ impl Metrics {
     }
 
     /// The samples named `name` whose labels include every pair of `filter`.
-    pub fn matching<'a>(&'a self, name: &'a str, filter: &'a [(&'a str, &'a str)]) -> impl Iterator<Item = &'a Sample> + 'a {
-        self.samples.iter().filter(move |s| s.name == name && filter.iter().all(|(k, v)| s.label(k) == Some(*v)))
+    pub fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        filter: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a Sample> + 'a {
+        self.samples
+            .iter()
+            .filter(move |s| s.name == name && filter.iter().all(|(k, v)| s.label(k) == Some(*v)))
     }
 
     /// The sum of the samples named `name` whose labels include every pair
     /// of `filter`; `None` when there is no such sample.
     pub fn sum(&self, name: &str, filter: &[(&str, &str)]) -> Option<f64> {
-        self.matching(name, filter).map(|s| s.value).reduce(|a, b| a + b)
+        self.matching(name, filter)
+            .map(|s| s.value)
+            .reduce(|a, b| a + b)
     }
 
     /// The value of an unlabelled sample (a node gauge or counter).
     pub fn value(&self, name: &str) -> Option<f64> {
-        self.samples.iter().find(|s| s.name == name && s.labels.is_empty()).map(|s| s.value)
+        self.samples
+            .iter()
+            .find(|s| s.name == name && s.labels.is_empty())
+            .map(|s| s.value)
     }
 }
 
@@ -110,11 +131,14 @@ fn clip(s: &str) -> String {
 }
 
 fn valid_name(n: &str) -> bool {
-    n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_' || c == ':') && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }
 
 fn valid_label_name(n: &str) -> bool {
-    n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// `name{labels} value [timestamp] [# exemplar]`.
@@ -161,7 +185,12 @@ fn parse_sample(line: &str) -> Result<Sample, String> {
                         Some('\\') => value.push('\\'),
                         Some('"') => value.push('"'),
                         Some('n') => value.push('\n'),
-                        other => return Err(format!("bad escape \\{} in label {key}", other.map(String::from).unwrap_or_default())),
+                        other => {
+                            return Err(format!(
+                                "bad escape \\{} in label {key}",
+                                other.map(String::from).unwrap_or_default()
+                            ));
+                        }
                     },
                     Some(c) => value.push(c),
                 }
@@ -174,7 +203,12 @@ fn parse_sample(line: &str) -> Result<Sample, String> {
             match chars.find(|(_, c)| !c.is_whitespace()) {
                 Some((_, ',')) => {}
                 Some((i, '}')) => break i,
-                other => return Err(format!("expected , or }} after label {key}, found {:?}", other.map(|(_, c)| c))),
+                other => {
+                    return Err(format!(
+                        "expected , or }} after label {key}, found {:?}",
+                        other.map(|(_, c)| c)
+                    ));
+                }
             }
         };
         rest = &r[end + 1..];
@@ -186,11 +220,17 @@ fn parse_sample(line: &str) -> Result<Sample, String> {
     let mut before_exemplar = fields.take_while(|f| *f != "#");
     match (before_exemplar.next(), before_exemplar.next()) {
         (None, _) => {}
-        (Some(ts), _) if ts.parse::<f64>().is_err() => return Err(format!("unexpected {ts:?} after the value")),
+        (Some(ts), _) if ts.parse::<f64>().is_err() => {
+            return Err(format!("unexpected {ts:?} after the value"));
+        }
         (Some(_), None) => {}
         (Some(_), Some(other)) => return Err(format!("unexpected {other:?} after the timestamp")),
     }
-    Ok(Sample { name: name.to_owned(), labels, value })
+    Ok(Sample {
+        name: name.to_owned(),
+        labels,
+        value,
+    })
 }
 
 /// A sample value: a float in Go's syntax, `+Inf`, `-Inf`, `NaN`.
@@ -199,7 +239,12 @@ fn parse_value(v: &str) -> Option<f64> {
         "+Inf" | "Inf" => Some(f64::INFINITY),
         "-Inf" => Some(f64::NEG_INFINITY),
         "NaN" => Some(f64::NAN),
-        v if v.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E')) => v.parse().ok(),
+        v if v
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E')) =>
+        {
+            v.parse().ok()
+        }
         _ => None,
     }
 }
@@ -297,9 +342,15 @@ impl Snapshot {
     /// # Errors
     ///
     /// [`ParseError`] naming the document and what is missing or malformed.
-    pub fn parse(tenants_json: &str, sources_json: &str, metrics_text: &str) -> Result<Snapshot, ParseError> {
-        let tenants: List<TenantJson> = serde_json::from_str(tenants_json).map_err(|e| ParseError(format!("GET /v1/tenants: {e}")))?;
-        let sources: List<SourceJson> = serde_json::from_str(sources_json).map_err(|e| ParseError(format!("GET /v1/sources: {e}")))?;
+    pub fn parse(
+        tenants_json: &str,
+        sources_json: &str,
+        metrics_text: &str,
+    ) -> Result<Snapshot, ParseError> {
+        let tenants: List<TenantJson> = serde_json::from_str(tenants_json)
+            .map_err(|e| ParseError(format!("GET /v1/tenants: {e}")))?;
+        let sources: List<SourceJson> = serde_json::from_str(sources_json)
+            .map_err(|e| ParseError(format!("GET /v1/sources: {e}")))?;
         let metrics = Metrics::parse(metrics_text)?;
         let tenants = tenants
             .items
@@ -320,11 +371,19 @@ impl Snapshot {
         let mut sinks = Vec::new();
         for s in sources.items {
             for e in s.sinks {
-                sinks.push(SinkEntry { kind: e.kind, paused: e.paused });
+                sinks.push(SinkEntry {
+                    kind: e.kind,
+                    paused: e.paused,
+                });
             }
             names.push(s.name);
         }
-        Ok(Snapshot { tenants, sources: names, sinks, metrics })
+        Ok(Snapshot {
+            tenants,
+            sources: names,
+            sinks,
+            metrics,
+        })
     }
 }
 
@@ -333,7 +392,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
     }
 
     /// A piece of the relay's own exposition (prometheus-client's
@@ -363,13 +425,25 @@ ankusa_build_info{version="0.1.0"} 1
     #[test]
     fn the_relays_exposition_parses_sample_by_sample() {
         let m = Metrics::parse(EXPOSITION).unwrap();
-        let sample = |name: &str, l: &[(&str, &str)], value: f64| Sample { name: name.into(), labels: labels(l), value };
+        let sample = |name: &str, l: &[(&str, &str)], value: f64| Sample {
+            name: name.into(),
+            labels: labels(l),
+            value,
+        };
         assert_eq!(
             m.samples,
             vec![
                 sample("ankusa_queue_pending", &[], 7.0),
-                sample("ankusa_ingest_requests_total", &[("source", "orders"), ("code", "200")], 12.0),
-                sample("ankusa_ingest_requests_total", &[("source", "_none"), ("code", "404")], 1.0),
+                sample(
+                    "ankusa_ingest_requests_total",
+                    &[("source", "orders"), ("code", "200")],
+                    12.0
+                ),
+                sample(
+                    "ankusa_ingest_requests_total",
+                    &[("source", "_none"), ("code", "404")],
+                    1.0
+                ),
                 sample("ankusa_dispatch_oldest_due_age_seconds", &[], 2.5),
                 sample("ankusa_ingest_ack_seconds_sum", &[], 0.25),
                 sample("ankusa_ingest_ack_seconds_count", &[], 3.0),
@@ -379,10 +453,20 @@ ankusa_build_info{version="0.1.0"} 1
             ]
         );
         assert_eq!(m.value("ankusa_queue_pending"), Some(7.0));
-        assert_eq!(m.value("ankusa_ingest_requests_total"), None, "labelled samples are not a plain value");
+        assert_eq!(
+            m.value("ankusa_ingest_requests_total"),
+            None,
+            "labelled samples are not a plain value"
+        );
         assert_eq!(m.sum("ankusa_ingest_requests_total", &[]), Some(13.0));
-        assert_eq!(m.sum("ankusa_ingest_requests_total", &[("source", "orders")]), Some(12.0));
-        assert_eq!(m.sum("ankusa_ingest_requests_total", &[("source", "nobody")]), None);
+        assert_eq!(
+            m.sum("ankusa_ingest_requests_total", &[("source", "orders")]),
+            Some(12.0)
+        );
+        assert_eq!(
+            m.sum("ankusa_ingest_requests_total", &[("source", "nobody")]),
+            None
+        );
     }
 
     #[test]
@@ -392,7 +476,10 @@ ankusa_build_info{version="0.1.0"} 1
         // free comments and blank lines.
         let text = "# a comment\n\nm{a=\"x\\\"y\\\\z\\n\",b=\"1,}2\" , } 3 1712000000000\nn_total{le=\"1\"} 4 # {trace_id=\"t\"} 1\ninf +Inf\nnan NaN\nneg -Inf\nsci 1.5e3\n";
         let m = Metrics::parse(text).unwrap();
-        assert_eq!(m.samples[0].labels, labels(&[("a", "x\"y\\z\n"), ("b", "1,}2")]));
+        assert_eq!(
+            m.samples[0].labels,
+            labels(&[("a", "x\"y\\z\n"), ("b", "1,}2")])
+        );
         assert_eq!(m.samples[0].value, 3.0);
         assert_eq!(m.samples[1].value, 4.0);
         assert_eq!(m.value("inf"), Some(f64::INFINITY));
@@ -404,17 +491,35 @@ ankusa_build_info{version="0.1.0"} 1
     #[test]
     fn a_malformed_exposition_is_an_error_that_names_its_line() {
         for (text, why) in [
-            ("ok 1\n9bad 1\n", "/metrics line 2: bad metric name \"9bad\""),
-            ("m{a=\"x} 1\n", "/metrics line 1: label a's value is not terminated"),
+            (
+                "ok 1\n9bad 1\n",
+                "/metrics line 2: bad metric name \"9bad\"",
+            ),
+            (
+                "m{a=\"x} 1\n",
+                "/metrics line 1: label a's value is not terminated",
+            ),
             ("m{a=x} 1\n", "/metrics line 1: label a has no quoted value"),
-            ("m{a=\"\\t\"} 1\n", "/metrics line 1: bad escape \\t in label a"),
+            (
+                "m{a=\"\\t\"} 1\n",
+                "/metrics line 1: bad escape \\t in label a",
+            ),
             ("m{a=\"1\",a=\"2\"} 1\n", "/metrics line 1: label a twice"),
-            ("m{a=\"1\" b=\"2\"} 1\n", "/metrics line 1: expected , or } after label a, found Some('b')"),
+            (
+                "m{a=\"1\" b=\"2\"} 1\n",
+                "/metrics line 1: expected , or } after label a, found Some('b')",
+            ),
             ("m{1a=\"1\"} 1\n", "/metrics line 1: bad label name \"1a\""),
             ("m one\n", "/metrics line 1: value \"one\" is not a number"),
             ("m\n", "/metrics line 1: no value"),
-            ("m 1 x\n", "/metrics line 1: unexpected \"x\" after the value"),
-            ("m 1 2 x\n", "/metrics line 1: unexpected \"x\" after the timestamp"),
+            (
+                "m 1 x\n",
+                "/metrics line 1: unexpected \"x\" after the value",
+            ),
+            (
+                "m 1 2 x\n",
+                "/metrics line 1: unexpected \"x\" after the timestamp",
+            ),
             ("# EOF\nm 1\n", "/metrics line 2: a line after # EOF"),
         ] {
             let e = Metrics::parse(text).unwrap_err();
@@ -431,11 +536,17 @@ ankusa_build_info{version="0.1.0"} 1
         let huge = format!("{} 1\n", "m".repeat(1 << 20)).replacen('m', "9", 1);
         let e = Metrics::parse(&huge).unwrap_err();
         let start: String = e.0.chars().take(200).collect();
-        assert!(e.0.starts_with("/metrics line 1: bad metric name \"9mmm"), "{start}");
+        assert!(
+            e.0.starts_with("/metrics line 1: bad metric name \"9mmm"),
+            "{start}"
+        );
         assert!(e.0.len() < 300, "{} bytes: {start}", e.0.len());
         assert!(e.0.ends_with("mmm...\""), "{start}");
         let e = Metrics::parse("m{a=\"\u{e9}\u{e9}\"} x\n").unwrap_err();
-        assert_eq!(e.0, "/metrics line 1: value \"x\" is not a number: \"m{a=\\\"\u{e9}\u{e9}\\\"} x\"");
+        assert_eq!(
+            e.0,
+            "/metrics line 1: value \"x\" is not a number: \"m{a=\\\"\u{e9}\u{e9}\\\"} x\""
+        );
     }
 
     const TENANTS: &str = r#"{"items": [
@@ -472,8 +583,14 @@ ankusa_build_info{version="0.1.0"} 1
         assert_eq!(
             s.sinks,
             vec![
-                SinkEntry { kind: "http".into(), paused: false },
-                SinkEntry { kind: "file".into(), paused: true },
+                SinkEntry {
+                    kind: "http".into(),
+                    paused: false
+                },
+                SinkEntry {
+                    kind: "file".into(),
+                    paused: true
+                },
             ]
         );
         assert_eq!(s.metrics.value("ankusa_dlq_dead"), Some(1.0));
@@ -482,7 +599,10 @@ ankusa_build_info{version="0.1.0"} 1
     #[test]
     fn an_answer_that_is_not_the_apis_is_an_error_that_names_the_route() {
         let e = Snapshot::parse(r#"{"items": [{"name": "acme"}]}"#, SOURCES, "").unwrap_err();
-        assert!(e.0.starts_with("GET /v1/tenants: missing field `counters`"), "{e}");
+        assert!(
+            e.0.starts_with("GET /v1/tenants: missing field `counters`"),
+            "{e}"
+        );
         let e = Snapshot::parse(TENANTS, "<html>", "").unwrap_err();
         assert!(e.0.starts_with("GET /v1/sources: expected value"), "{e}");
         let e = Snapshot::parse(TENANTS, SOURCES, "m{\n").unwrap_err();

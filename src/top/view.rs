@@ -4,19 +4,25 @@
 //! the caller passes the elapsed time and the state of the link.
 
 use ratatui::Frame;
+use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::buffer::{Buffer, CellWidth};
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
-use ratatui::Terminal;
 
 use super::snapshot::Snapshot;
 
 /// The outcomes of `ankusa_dispatch_attempts_total` that dead-letter the row
 /// (README, "What to watch"); the others are `delivered` and `retry`.
-pub const DEAD_OUTCOMES: [&str; 5] = ["horizon_passed", "permanent", "sink_gone", "source_gone", "retired"];
+pub const DEAD_OUTCOMES: [&str; 5] = [
+    "horizon_passed",
+    "permanent",
+    "sink_gone",
+    "source_gone",
+    "retired",
+];
 
 /// Per second, of a counter read as `prev` then `cur` `elapsed_ms` apart.
 /// `None` without a previous reading or with no time between the two. A
@@ -198,7 +204,13 @@ pub struct View {
 
 /// A count of a series as a whole number (counters and counts are).
 fn whole(v: Option<f64>) -> u64 {
-    v.map_or(0, |v| if v.is_finite() && v > 0.0 { v.round() as u64 } else { 0 })
+    v.map_or(0, |v| {
+        if v.is_finite() && v > 0.0 {
+            v.round() as u64
+        } else {
+            0
+        }
+    })
 }
 
 impl View {
@@ -212,12 +224,20 @@ impl View {
         // The rate of the sum of `name{filter}`.
         let rate_of = |name: &str, filter: &[(&str, &str)]| -> Option<f64> {
             let now = m.sum(name, filter).unwrap_or(0.0);
-            rate(prev.map(|p| p.metrics.sum(name, filter).unwrap_or(0.0)), now, elapsed_ms)
+            rate(
+                prev.map(|p| p.metrics.sum(name, filter).unwrap_or(0.0)),
+                now,
+                elapsed_ms,
+            )
         };
         // The same of a counter the store keeps ([`stored_rate`]).
         let stored_rate_of = |name: &str| -> Option<f64> {
             let now = m.sum(name, &[]).unwrap_or(0.0);
-            stored_rate(prev.map(|p| p.metrics.sum(name, &[]).unwrap_or(0.0)), now, elapsed_ms)
+            stored_rate(
+                prev.map(|p| p.metrics.sum(name, &[]).unwrap_or(0.0)),
+                now,
+                elapsed_ms,
+            )
         };
         let node = Node {
             pending: m.value("ankusa_queue_pending"),
@@ -252,14 +272,24 @@ impl View {
         let requests = |snap: &Snapshot, source: &str, class: u8| -> f64 {
             snap.metrics
                 .matching("ankusa_ingest_requests_total", &[("source", source)])
-                .filter(|s| class == 0 || s.label("code").is_some_and(|c| c.len() == 3 && c.as_bytes()[0] == b'0' + class))
+                .filter(|s| {
+                    class == 0
+                        || s.label("code")
+                            .is_some_and(|c| c.len() == 3 && c.as_bytes()[0] == b'0' + class)
+                })
                 .map(|s| s.value)
                 .sum()
         };
         let ingest = sources
             .into_iter()
             .map(|source| {
-                let r = |class: u8| rate(prev.map(|p| requests(p, &source, class)), requests(cur, &source, class), elapsed_ms);
+                let r = |class: u8| {
+                    rate(
+                        prev.map(|p| requests(p, &source, class)),
+                        requests(cur, &source, class),
+                        elapsed_ms,
+                    )
+                };
                 IngestRow {
                     per_s: r(0),
                     ok_per_s: r(2),
@@ -275,26 +305,53 @@ impl View {
 
         // Sink kinds: configured, or a `sink` label of the attempts.
         let mut kinds: Vec<String> = cur.sinks.iter().map(|e| e.kind.clone()).collect();
-        kinds.extend(m.matching("ankusa_dispatch_attempts_total", &[]).filter_map(|s| s.label("sink")).map(str::to_owned));
+        kinds.extend(
+            m.matching("ankusa_dispatch_attempts_total", &[])
+                .filter_map(|s| s.label("sink"))
+                .map(str::to_owned),
+        );
         kinds.sort();
         kinds.dedup();
         let attempts = |snap: &Snapshot, kind: &str, outcomes: &[&str]| -> f64 {
-            outcomes.iter().map(|o| snap.metrics.sum("ankusa_dispatch_attempts_total", &[("sink", kind), ("outcome", o)]).unwrap_or(0.0)).sum()
+            outcomes
+                .iter()
+                .map(|o| {
+                    snap.metrics
+                        .sum(
+                            "ankusa_dispatch_attempts_total",
+                            &[("sink", kind), ("outcome", o)],
+                        )
+                        .unwrap_or(0.0)
+                })
+                .sum()
         };
         let delivery = kinds
             .into_iter()
             .map(|kind| {
-                let r = |outcomes: &[&str]| rate(prev.map(|p| attempts(p, &kind, outcomes)), attempts(cur, &kind, outcomes), elapsed_ms);
+                let r = |outcomes: &[&str]| {
+                    rate(
+                        prev.map(|p| attempts(p, &kind, outcomes)),
+                        attempts(cur, &kind, outcomes),
+                        elapsed_ms,
+                    )
+                };
                 DeliveryRow {
                     entries: cur.sinks.iter().filter(|e| e.kind == kind).count(),
-                    paused: cur.sinks.iter().filter(|e| e.kind == kind && e.paused).count(),
+                    paused: cur
+                        .sinks
+                        .iter()
+                        .filter(|e| e.kind == kind && e.paused)
+                        .count(),
                     delivered_per_s: r(&["delivered"]),
                     retry_per_s: r(&["retry"]),
                     dead_per_s: r(&DEAD_OUTCOMES),
                     delivered: whole(Some(attempts(cur, &kind, &["delivered"]))),
                     retries: whole(Some(attempts(cur, &kind, &["retry"]))),
                     dead: whole(Some(attempts(cur, &kind, &DEAD_OUTCOMES))),
-                    open_breakers: whole(m.sum("ankusa_dispatch_breakers", &[("sink", &kind), ("state", "open")])),
+                    open_breakers: whole(m.sum(
+                        "ankusa_dispatch_breakers",
+                        &[("sink", &kind), ("state", "open")],
+                    )),
                     kind,
                 }
             })
@@ -304,7 +361,12 @@ impl View {
             .tenants
             .iter()
             .map(|t| {
-                let before = prev.map(|p| p.tenants.iter().find(|b| b.name == t.name).map_or(0.0, |b| b.delivered_total as f64));
+                let before = prev.map(|p| {
+                    p.tenants
+                        .iter()
+                        .find(|b| b.name == t.name)
+                        .map_or(0.0, |b| b.delivered_total as f64)
+                });
                 TenantRow {
                     name: t.name.clone(),
                     pending: t.pending,
@@ -318,7 +380,13 @@ impl View {
                 }
             })
             .collect();
-        View { header: Header::default(), node, ingest, delivery, tenants }
+        View {
+            header: Header::default(),
+            node,
+            ingest,
+            delivery,
+            tenants,
+        }
     }
 
     /// The rows the whole view takes: five header lines, then each table
@@ -353,8 +421,16 @@ pub fn fmt_age_ms(ms: Option<u64>) -> String {
 /// A column head and its width in cells.
 type Col = (&'static str, u16);
 
-const INGEST_COLS: [Col; 8] =
-    [("SOURCE", 16), ("REQ/S", 8), ("2XX/S", 8), ("4XX/S", 8), ("5XX/S", 8), ("2XX", 9), ("4XX", 9), ("5XX", 9)];
+const INGEST_COLS: [Col; 8] = [
+    ("SOURCE", 16),
+    ("REQ/S", 8),
+    ("2XX/S", 8),
+    ("4XX/S", 8),
+    ("5XX/S", 8),
+    ("2XX", 9),
+    ("4XX", 9),
+    ("5XX", 9),
+];
 const DELIVERY_COLS: [Col; 10] = [
     ("SINK KIND", 10),
     ("ENTRIES", 7),
@@ -399,8 +475,16 @@ fn table(cols: &[Col], width: u16, rows: Vec<Vec<String>>) -> Table<'static> {
         let line = Line::from(text);
         Cell::from(if i == 0 { line } else { line.right_aligned() })
     };
-    let head = Row::new(cols.iter().enumerate().map(|(i, (h, _))| cell(i, (*h).to_owned()))).style(Style::new().add_modifier(Modifier::BOLD));
-    let rows: Vec<Row> = rows.into_iter().map(|r| Row::new(r.into_iter().take(fit).enumerate().map(|(i, c)| cell(i, c)))).collect();
+    let head = Row::new(
+        cols.iter()
+            .enumerate()
+            .map(|(i, (h, _))| cell(i, (*h).to_owned())),
+    )
+    .style(Style::new().add_modifier(Modifier::BOLD));
+    let rows: Vec<Row> = rows
+        .into_iter()
+        .map(|r| Row::new(r.into_iter().take(fit).enumerate().map(|(i, c)| cell(i, c))))
+        .collect();
     Table::new(rows, cols.iter().map(|(_, w)| Constraint::Length(*w))).header(head)
 }
 
@@ -410,7 +494,11 @@ fn table(cols: &[Col], width: u16, rows: Vec<Vec<String>>) -> Table<'static> {
 pub fn render(view: &View, frame: &mut Frame) {
     let area = frame.area();
     let h = &view.header;
-    let interval = if h.interval_ms.is_multiple_of(1000) { format!("{} s", h.interval_ms / 1000) } else { format!("{} ms", h.interval_ms) };
+    let interval = if h.interval_ms.is_multiple_of(1000) {
+        format!("{} s", h.interval_ms / 1000)
+    } else {
+        format!("{} ms", h.interval_ms)
+    };
     let mut title = vec![
         Span::styled("ankusa top", Style::new().add_modifier(Modifier::BOLD)),
         Span::raw(format!("  {}  every {interval}", h.admin)),
@@ -421,11 +509,20 @@ pub fn render(view: &View, frame: &mut Frame) {
     // A lost link: the status line says so, and the line below the header
     // (blank otherwise) says why, with the width of the frame for it.
     let (status, why) = match &h.link {
-        Link::Live => (Line::from(vec![Span::raw("relay: "), Span::styled("live", Style::new().fg(Color::Green))]), None),
+        Link::Live => (
+            Line::from(vec![
+                Span::raw("relay: "),
+                Span::styled("live", Style::new().fg(Color::Green)),
+            ]),
+            None,
+        ),
         Link::Lost { error, for_ms } => (
             Line::from(vec![
                 Span::raw("relay: "),
-                Span::styled(format!("NO ANSWER for {}", fmt_age_ms(Some(*for_ms))), Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)),
+                Span::styled(
+                    format!("NO ANSWER for {}", fmt_age_ms(Some(*for_ms))),
+                    Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
+                ),
                 Span::raw(" (the figures are from the last answer)"),
             ]),
             Some(Line::styled(error.clone(), Style::new().fg(Color::Red))),
@@ -438,7 +535,11 @@ pub fn render(view: &View, frame: &mut Frame) {
         fmt_gauge(n.in_flight),
         fmt_gauge(n.dead),
         fmt_gauge(n.quarantined),
-        fmt_age_ms(n.oldest_due_age_s.map(|s| if s.is_finite() && s > 0.0 { (s * 1000.0).round() as u64 } else { 0 })),
+        fmt_age_ms(n.oldest_due_age_s.map(|s| if s.is_finite() && s > 0.0 {
+            (s * 1000.0).round() as u64
+        } else {
+            0
+        })),
     );
     let lanes = format!(
         "lanes: {} busy  {} blocked  {} members   sinks: {} paused  {} open breakers",
@@ -455,7 +556,13 @@ pub fn render(view: &View, frame: &mut Frame) {
         fmt_rate(n.retries_per_s),
         fmt_rate(n.dead_lettered_per_s),
     );
-    let mut head = vec![Line::from(title), status, Line::from(rows), Line::from(lanes), Line::from(rates)];
+    let mut head = vec![
+        Line::from(title),
+        status,
+        Line::from(rows),
+        Line::from(lanes),
+        Line::from(rates),
+    ];
     head.extend(why);
     let head = Paragraph::new(head);
 
@@ -527,17 +634,39 @@ pub fn render(view: &View, frame: &mut Frame) {
     let mut place = |frame: &mut Frame, rows: u16, widget: &dyn Fn(&mut Frame, Rect)| {
         let height = rows.min(bottom.saturating_sub(y));
         if height > 0 {
-            widget(frame, Rect { x: area.x, y, width: area.width, height });
+            widget(
+                frame,
+                Rect {
+                    x: area.x,
+                    y,
+                    width: area.width,
+                    height,
+                },
+            );
         }
         y = y.saturating_add(rows).saturating_add(1).min(bottom);
     };
     let len = |n: usize| u16::try_from(n + 1).unwrap_or(u16::MAX);
     // The header's five lines, and the reason of a lost link in the blank
     // line after them.
-    place(frame, 5, &|f, r| f.render_widget(&head, Rect { height: (r.height + 1).min(bottom - r.y), ..r }));
-    place(frame, len(view.ingest.len()), &|f, r| f.render_widget(&ingest, r));
-    place(frame, len(view.delivery.len()), &|f, r| f.render_widget(&delivery, r));
-    place(frame, len(view.tenants.len()), &|f, r| f.render_widget(&tenants, r));
+    place(frame, 5, &|f, r| {
+        f.render_widget(
+            &head,
+            Rect {
+                height: (r.height + 1).min(bottom - r.y),
+                ..r
+            },
+        )
+    });
+    place(frame, len(view.ingest.len()), &|f, r| {
+        f.render_widget(&ingest, r)
+    });
+    place(frame, len(view.delivery.len()), &|f, r| {
+        f.render_widget(&delivery, r)
+    });
+    place(frame, len(view.tenants.len()), &|f, r| {
+        f.render_widget(&tenants, r)
+    });
 }
 
 /// The text of a buffer: one line a row, trailing spaces cut, the cells a
@@ -579,9 +708,17 @@ mod tests {
     fn a_rate_is_the_delta_over_the_elapsed_time_and_a_reset_counts_from_zero() {
         assert_eq!(rate(Some(10.0), 25.0, 1500), Some(10.0));
         assert_eq!(rate(Some(10.0), 10.0, 1000), Some(0.0));
-        assert_eq!(rate(Some(7.0), 3.0, 500), Some(6.0), "a restart: 3 since it, in half a second");
+        assert_eq!(
+            rate(Some(7.0), 3.0, 500),
+            Some(6.0),
+            "a restart: 3 since it, in half a second"
+        );
         assert_eq!(rate(None, 3.0, 1000), None, "no previous reading");
-        assert_eq!(rate(Some(1.0), 3.0, 0), None, "no time between the readings");
+        assert_eq!(
+            rate(Some(1.0), 3.0, 0),
+            None,
+            "no time between the readings"
+        );
     }
 
     #[test]
@@ -612,13 +749,19 @@ mod tests {
     }
 
     fn sink(kind: &str, paused: bool) -> SinkEntry {
-        SinkEntry { kind: kind.into(), paused }
+        SinkEntry {
+            kind: kind.into(),
+            paused,
+        }
     }
 
     /// Two readings 2 s apart.
     fn two_readings() -> (Snapshot, Snapshot) {
         let before = Snapshot {
-            tenants: vec![tenant("acme", 10, 100, Some(1500)), tenant("beta", 0, 7, None)],
+            tenants: vec![
+                tenant("acme", 10, 100, Some(1500)),
+                tenant("beta", 0, 7, None),
+            ],
             sources: vec!["orders".into(), "quiet".into()],
             sinks: vec![sink("http", false), sink("file", true), sink("http", false)],
             metrics: Metrics::parse(
@@ -638,7 +781,11 @@ ankusa_dispatch_attempts_total{sink="file",outcome="delivered"} 7
             .unwrap(),
         };
         let after = Snapshot {
-            tenants: vec![tenant("acme", 12, 110, Some(2500)), tenant("beta", 0, 7, None), tenant("new", 1, 4, Some(0))],
+            tenants: vec![
+                tenant("acme", 12, 110, Some(2500)),
+                tenant("beta", 0, 7, None),
+                tenant("new", 1, 4, Some(0)),
+            ],
             metrics: Metrics::parse(
                 r#"ankusa_queue_pending 13
 ankusa_dispatch_in_flight 1
@@ -761,8 +908,20 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
             ]
         );
         assert_eq!(
-            v.tenants.iter().map(|t| (t.name.as_str(), t.pending, t.oldest_due_age_ms, t.delivered_per_s)).collect::<Vec<_>>(),
-            vec![("acme", 12, Some(2500), Some(5.0)), ("beta", 0, None, Some(0.0)), ("new", 1, Some(0), Some(2.0))]
+            v.tenants
+                .iter()
+                .map(|t| (
+                    t.name.as_str(),
+                    t.pending,
+                    t.oldest_due_age_ms,
+                    t.delivered_per_s
+                ))
+                .collect::<Vec<_>>(),
+            vec![
+                ("acme", 12, Some(2500), Some(5.0)),
+                ("beta", 0, None, Some(0.0)),
+                ("new", 1, Some(0), Some(2.0))
+            ]
         );
         assert_eq!(v.height(), 5 + 3 + 3 + 3 + 2 + 3);
     }
@@ -773,7 +932,10 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
         let v = View::compute(None, &after, 0);
         assert_eq!((v.node.pending, v.node.delivered_per_s), (Some(13.0), None));
         assert_eq!((v.ingest[0].ok, v.ingest[0].per_s), (60, None));
-        assert_eq!((v.delivery[1].delivered, v.delivery[1].delivered_per_s), (110, None));
+        assert_eq!(
+            (v.delivery[1].delivered, v.delivery[1].delivered_per_s),
+            (110, None)
+        );
         assert_eq!(v.tenants[0].delivered_per_s, None);
     }
 
@@ -786,10 +948,19 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
         .unwrap();
         let v = View::compute(Some(&before), &after, 1000);
         assert_eq!(v.node.accepted_per_s, Some(4.0));
-        assert_eq!(v.delivery.iter().find(|r| r.kind == "http").map(|r| r.delivered_per_s), Some(Some(4.0)));
+        assert_eq!(
+            v.delivery
+                .iter()
+                .find(|r| r.kind == "http")
+                .map(|r| r.delivered_per_s),
+            Some(Some(4.0))
+        );
         // The store's totals survive the restart: nothing delivered since.
         assert_eq!(v.node.delivered_per_s, Some(0.0));
-        assert_eq!(v.node.pending, None, "a series the reading lacks is shown as missing");
+        assert_eq!(
+            v.node.pending, None,
+            "a series the reading lacks is shown as missing"
+        );
     }
 
     /// Regression (brk16): purging a tenant subtracts its counts from the
@@ -811,9 +982,22 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
         // acme purged and made again by a new hook: its total starts over.
         after.tenants = vec![tenant("acme", 1, 1, None), tenant("beta", 0, 7, None)];
         let v = View::compute(Some(&before), &after, 1000);
-        assert_eq!((v.node.delivered_per_s, v.node.retries_per_s, v.node.dead_lettered_per_s), (None, None, None));
+        assert_eq!(
+            (
+                v.node.delivered_per_s,
+                v.node.retries_per_s,
+                v.node.dead_lettered_per_s
+            ),
+            (None, None, None)
+        );
         assert_eq!(v.node.accepted_per_s, Some(0.0));
-        assert_eq!(v.tenants.iter().map(|t| t.delivered_per_s).collect::<Vec<_>>(), [None, Some(0.0)]);
+        assert_eq!(
+            v.tenants
+                .iter()
+                .map(|t| t.delivered_per_s)
+                .collect::<Vec<_>>(),
+            [None, Some(0.0)]
+        );
     }
 
     fn rendered(view: &View, width: u16, height: u16) -> Buffer {
@@ -830,7 +1014,12 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
     fn the_frame_shows_every_figure_in_its_column() {
         let (before, after) = two_readings();
         let mut v = View::compute(Some(&before), &after, 2000);
-        v.header = Header { admin: "http://127.0.0.1:8081".into(), interval_ms: 1000, interactive: true, link: Link::Live };
+        v.header = Header {
+            admin: "http://127.0.0.1:8081".into(),
+            interval_ms: 1000,
+            interactive: true,
+            link: Link::Live,
+        };
         let buf = rendered(&v, 110, v.height());
         assert_eq!(
             lines(&buf),
@@ -860,7 +1049,10 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
         assert!(buf[(0, 0)].modifier.contains(Modifier::BOLD));
         assert!(!buf[(11, 0)].modifier.contains(Modifier::BOLD));
         assert_eq!(buf[(7, 1)].fg, Color::Green);
-        assert!(buf[(0, 6)].modifier.contains(Modifier::BOLD) && !buf[(0, 7)].modifier.contains(Modifier::BOLD));
+        assert!(
+            buf[(0, 6)].modifier.contains(Modifier::BOLD)
+                && !buf[(0, 7)].modifier.contains(Modifier::BOLD)
+        );
     }
 
     #[test]
@@ -871,7 +1063,10 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
             admin: "http://127.0.0.1:8081".into(),
             interval_ms: 250,
             interactive: false,
-            link: Link::Lost { error: "cannot reach the admin listener".into(), for_ms: 3200 },
+            link: Link::Lost {
+                error: "cannot reach the admin listener".into(),
+                for_ms: 3200,
+            },
         };
         let buf = rendered(&v, 100, 8);
         assert_eq!(
@@ -889,7 +1084,13 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
         );
         assert_eq!(buf[(7, 1)].fg, Color::Red);
         assert!(buf[(7, 1)].modifier.contains(Modifier::BOLD));
-        assert_eq!((buf[(0, 5)].fg, buf[(0, 5)].modifier.contains(Modifier::BOLD)), (Color::Red, false));
+        assert_eq!(
+            (
+                buf[(0, 5)].fg,
+                buf[(0, 5)].modifier.contains(Modifier::BOLD)
+            ),
+            (Color::Red, false)
+        );
     }
 
     #[test]
@@ -921,7 +1122,10 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
         v.header.interval_ms = 1500;
         let text = plain_text(&v, 100);
         assert_eq!(text.lines().count(), usize::from(v.height()));
-        assert!(text.starts_with("ankusa top  http://a  every 1500 ms\nrelay: live\n"), "{text}");
+        assert!(
+            text.starts_with("ankusa top  http://a  every 1500 ms\nrelay: live\n"),
+            "{text}"
+        );
         assert!(text.ends_with("acme                    12         1       3       1         2           0       2.5s      5.0\n"), "{text}");
     }
 }

@@ -18,7 +18,14 @@ use crate::sink::{Reply, Sink, until};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_moved_to_another_tenant_does_not_stall_its_old_tenants_other_source() {
     // /in (the moved source) holds every request; /in2 answers 200.
-    let sink = Sink::start(|r| if r.path == "/in" { Reply::Hold } else { Reply::Status(200) }).await;
+    let sink = Sink::start(|r| {
+        if r.path == "/in" {
+            Reply::Hold
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
     let template = |tenant: &str| {
         config(
             "rocksdb",
@@ -39,23 +46,32 @@ sources:
     };
     let mut relay = Relay::start(&template("a")).await;
     for i in 0..20 {
-        relay.post("/hooks/moved", &[], format!("{{\"i\":{i}}}")).await.id();
+        relay
+            .post("/hooks/moved", &[], format!("{{\"i\":{i}}}"))
+            .await
+            .id();
     }
-    until("8 calls of the moved source held", Duration::from_secs(60), async || {
-        (sink.requests().iter().filter(|r| r.path == "/in").count() >= 8).then_some(())
-    })
+    until(
+        "8 calls of the moved source held",
+        Duration::from_secs(60),
+        async || (sink.requests().iter().filter(|r| r.path == "/in").count() >= 8).then_some(()),
+    )
     .await;
     relay.kill();
     relay.set_template(&template("b"));
     relay.restart().await;
-    until("the moved source's 8 calls held again after the restart", Duration::from_secs(60), async || {
-        (sink.requests().iter().filter(|r| r.path == "/in").count() >= 16).then_some(())
-    })
+    until(
+        "the moved source's 8 calls held again after the restart",
+        Duration::from_secs(60),
+        async || (sink.requests().iter().filter(|r| r.path == "/in").count() >= 16).then_some(()),
+    )
     .await;
     let id = relay.post("/hooks/other", &[], "{}").await.id();
-    let got = until("tenant a's other source's hook delivered", Duration::from_secs(60), async || {
-        sink.delivered().into_iter().find(|r| r.id() == id)
-    })
+    let got = until(
+        "tenant a's other source's hook delivered",
+        Duration::from_secs(60),
+        async || sink.delivered().into_iter().find(|r| r.id() == id),
+    )
     .await;
     assert_eq!(got.path, "/in2");
     assert_eq!(got.header("x-ankusa-tenant").as_deref(), Some("a"));
@@ -125,7 +141,13 @@ sources:
                 let i = *next.entry(key.clone()).and_modify(|i| *i += 1).or_insert(0);
                 let to = url.lock().expect("lock").clone();
                 let body = format!("{{\"key\":\"{key}\",\"i\":{i}}}");
-                match crate::relay::post(&client, &to, &[("content-type", "application/json"), ("x-entity-id", &key)], body.into_bytes()).await
+                match crate::relay::post(
+                    &client,
+                    &to,
+                    &[("content-type", "application/json"), ("x-entity-id", &key)],
+                    body.into_bytes(),
+                )
+                .await
                 {
                     Ok(a) if a.status == 200 => acked.lock().expect("lock").push((key, i, a.id())),
                     // Refused, reset or unanswered while the relay is down:
@@ -135,50 +157,96 @@ sources:
             }
         }));
     }
-    let mut seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos() as u64 | 1;
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64
+        | 1;
     let kills = 10;
     for k in 0..kills {
         // Pace only: where the kill falls is what varies.
         let at = acked.lock().expect("lock").len() + 50 + (xorshift(&mut seed) % 150) as usize;
-        until(&format!("{at} hooks acknowledged before kill {k}"), Duration::from_secs(120), async || {
-            (acked.lock().expect("lock").len() >= at).then_some(())
-        })
+        until(
+            &format!("{at} hooks acknowledged before kill {k}"),
+            Duration::from_secs(120),
+            async || (acked.lock().expect("lock").len() >= at).then_some(()),
+        )
         .await;
         relay.kill();
         relay.restart().await;
         *url.lock().expect("lock") = relay.url("/hooks/s");
     }
-    until("more hooks acknowledged after the last restart", Duration::from_secs(120), async || {
-        (acked.lock().expect("lock").len() >= 50 * (kills + 1)).then_some(())
-    })
+    until(
+        "more hooks acknowledged after the last restart",
+        Duration::from_secs(120),
+        async || (acked.lock().expect("lock").len() >= 50 * (kills + 1)).then_some(()),
+    )
     .await;
     stop.store(true, Ordering::SeqCst);
     for c in clients {
-        tokio::time::timeout(Duration::from_secs(60), c).await.expect("client stopped").expect("client ok");
+        tokio::time::timeout(Duration::from_secs(60), c)
+            .await
+            .expect("client stopped")
+            .expect("client ok");
     }
     let acked = acked.lock().expect("lock").clone();
-    let m = until("every acknowledged hook settled", Duration::from_secs(300), async || {
-        let m = relay.metrics().await;
-        (m["ankusa_queue_pending"] == 0.0).then_some(m)
-    })
+    let m = until(
+        "every acknowledged hook settled",
+        Duration::from_secs(300),
+        async || {
+            let m = relay.metrics().await;
+            (m["ankusa_queue_pending"] == 0.0).then_some(m)
+        },
+    )
     .await;
     assert_eq!(m["ankusa_dlq_dead"], 0.0, "nothing dead-lettered: {m:?}");
     let delivered = sink.delivered();
     for path in ["/in", "/in2"] {
-        let got: HashSet<String> = delivered.iter().filter(|r| r.path == path).map(|r| r.id()).collect();
-        let lost: Vec<&(String, u64, String)> = acked.iter().filter(|(_, _, id)| !got.contains(id)).collect();
-        assert!(lost.is_empty(), "{path}: {} of {} acknowledged hooks never delivered: {:?}", lost.len(), acked.len(), &lost[..lost.len().min(10)]);
+        let got: HashSet<String> = delivered
+            .iter()
+            .filter(|r| r.path == path)
+            .map(|r| r.id())
+            .collect();
+        let lost: Vec<&(String, u64, String)> = acked
+            .iter()
+            .filter(|(_, _, id)| !got.contains(id))
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "{path}: {} of {} acknowledged hooks never delivered: {:?}",
+            lost.len(),
+            acked.len(),
+            &lost[..lost.len().min(10)]
+        );
     }
     let mut lanes: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for r in sink.requests().iter().filter(|r| r.path == "/in") {
         let j = r.json();
         let key = j["key"].as_str().unwrap_or("?").to_owned();
-        assert_eq!(r.key().as_deref(), Some(key.as_str()), "x-ankusa-ordering-key of request {}", r.n);
-        lanes.entry(key).or_default().push(j["i"].as_u64().unwrap_or(u64::MAX));
+        assert_eq!(
+            r.key().as_deref(),
+            Some(key.as_str()),
+            "x-ankusa-ordering-key of request {}",
+            r.n
+        );
+        lanes
+            .entry(key)
+            .or_default()
+            .push(j["i"].as_u64().unwrap_or(u64::MAX));
     }
     for (key, seqs) in &lanes {
-        assert!(seqs.windows(2).all(|w| w[1] >= w[0]), "lane {key} went back: {seqs:?}");
+        assert!(
+            seqs.windows(2).all(|w| w[1] >= w[0]),
+            "lane {key} went back: {seqs:?}"
+        );
     }
-    assert!(sink.max_open().iter().filter(|(k, _)| !k.ends_with(':')).all(|(_, m)| *m == 1), "{:?}", sink.max_open());
+    assert!(
+        sink.max_open()
+            .iter()
+            .filter(|(k, _)| !k.ends_with(':'))
+            .all(|(_, m)| *m == 1),
+        "{:?}",
+        sink.max_open()
+    );
     assert!(lanes.len() >= 30, "{} lanes", lanes.len());
 }

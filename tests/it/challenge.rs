@@ -22,18 +22,24 @@ sources:
     ))
     .await;
     let client = crate::relay::client();
-    let ok = client
-        .get(relay.url("/hooks/meta?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token=s3cret"))
-        .send()
-        .await
-        .expect("GET");
+    let ok =
+        client
+            .get(relay.url(
+                "/hooks/meta?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token=s3cret",
+            ))
+            .send()
+            .await
+            .expect("GET");
     assert_eq!(ok.status().as_u16(), 200);
     assert_eq!(ok.text().await.expect("body"), "1158201444");
-    let bad = client
-        .get(relay.url("/hooks/meta?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token=wrong"))
-        .send()
-        .await
-        .expect("GET");
+    let bad =
+        client
+            .get(relay.url(
+                "/hooks/meta?hub.mode=subscribe&hub.challenge=1158201444&hub.verify_token=wrong",
+            ))
+            .send()
+            .await
+            .expect("GET");
     assert_eq!(bad.status().as_u16(), 403);
     let m = relay.metrics().await;
     assert_eq!(m["ankusa_ingest_accepted_total"], 0.0);

@@ -40,11 +40,27 @@ fn refused(yaml: &str, dir: &Path, expected: &str) {
     std::fs::write(&file, yaml).expect("write");
     let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
     assert!(!status.success(), "check-config accepted:\n{yaml}\n{out}");
-    assert!(out.contains(expected), "check-config output lacks\n  {expected}\ngot:\n{out}\n---\n{yaml}");
-    let (status, out) = run_cli(&[OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()], dir);
+    assert!(
+        out.contains(expected),
+        "check-config output lacks\n  {expected}\ngot:\n{out}\n---\n{yaml}"
+    );
+    let (status, out) = run_cli(
+        &[
+            OsStr::new("serve"),
+            OsStr::new("--config"),
+            file.as_os_str(),
+        ],
+        dir,
+    );
     assert!(!status.success(), "serve started on:\n{yaml}\n{out}");
-    assert!(out.contains(expected), "serve output lacks\n  {expected}\ngot:\n{out}\n---\n{yaml}");
-    assert!(!dir.join("data").exists(), "serve created the data_dir of an invalid config:\n{yaml}");
+    assert!(
+        out.contains(expected),
+        "serve output lacks\n  {expected}\ngot:\n{out}\n---\n{yaml}"
+    );
+    assert!(
+        !dir.join("data").exists(),
+        "serve created the data_dir of an invalid config:\n{yaml}"
+    );
 }
 
 fn prefix(kind: &str, option: &str) -> String {
@@ -60,7 +76,14 @@ fn ordered_sink_rejections_name_source_sink_and_option() {
         let b = base(kind);
         // ordered with a plain string key.
         refused(
-            &yaml(dir, "", "", &format!("{{type: {kind}, name: orders, {b}, ordered: true, ordering_key: x-entity-id}}")),
+            &yaml(
+                dir,
+                "",
+                "",
+                &format!(
+                    "{{type: {kind}, name: orders, {b}, ordered: true, ordering_key: x-entity-id}}"
+                ),
+            ),
             dir,
             &format!(
                 "{}\"x-entity-id\" is a plain string; an ordered sink takes {{header: NAME}} or {{json: a.b.c}} (YAML cannot express a function key)",
@@ -70,9 +93,20 @@ fn ordered_sink_rejections_name_source_sink_and_option() {
         cases += 1;
         // ordering_key without ordered (absent or false), in every form.
         for ordered in ["", "ordered: false, "] {
-            for key in ["{header: x-entity-id}", "{json: data.object.customer}", "cust"] {
+            for key in [
+                "{header: x-entity-id}",
+                "{json: data.object.customer}",
+                "cust",
+            ] {
                 refused(
-                    &yaml(dir, "", "", &format!("{{type: {kind}, name: orders, {b}, {ordered}ordering_key: {key}}}")),
+                    &yaml(
+                        dir,
+                        "",
+                        "",
+                        &format!(
+                            "{{type: {kind}, name: orders, {b}, {ordered}ordering_key: {key}}}"
+                        ),
+                    ),
                     dir,
                     &format!(
                         "{}requires ordered: true (only a pubsub sink takes an ordering_key without it)",
@@ -84,34 +118,80 @@ fn ordered_sink_rejections_name_source_sink_and_option() {
         }
         // The other rejected forms of an ordered sink's key, and of ordered.
         for (key, message) in [
-            ("[x-entity-id]", "must be {header: NAME} or {json: a.b.c}, found a list"),
-            ("{header: x-entity-id, json: data.id}", "must be {header: NAME} or {json: a.b.c}, found a map"),
-            ("{header: 'x entity'}", "\"x entity\" is not a valid HTTP header name"),
+            (
+                "[x-entity-id]",
+                "must be {header: NAME} or {json: a.b.c}, found a list",
+            ),
+            (
+                "{header: x-entity-id, json: data.id}",
+                "must be {header: NAME} or {json: a.b.c}, found a map",
+            ),
+            (
+                "{header: 'x entity'}",
+                "\"x entity\" is not a valid HTTP header name",
+            ),
             (
                 "{json: 'data..customer'}",
                 "\"data..customer\" is not a JSON dot path: write member names separated by dots, e.g. data.object.customer",
             ),
         ] {
             refused(
-                &yaml(dir, "", "", &format!("{{type: {kind}, name: orders, {b}, ordered: true, ordering_key: {key}}}")),
+                &yaml(
+                    dir,
+                    "",
+                    "",
+                    &format!(
+                        "{{type: {kind}, name: orders, {b}, ordered: true, ordering_key: {key}}}"
+                    ),
+                ),
                 dir,
                 &format!("{}{message}", prefix(kind, "ordering_key")),
             );
             cases += 1;
         }
         refused(
-            &yaml(dir, "", "", &format!("{{type: {kind}, name: orders, {b}, ordered: 'yes'}}")),
+            &yaml(
+                dir,
+                "",
+                "",
+                &format!("{{type: {kind}, name: orders, {b}, ordered: 'yes'}}"),
+            ),
             dir,
-            &format!("{}must be true or false, found \"yes\"", prefix(kind, "ordered")),
+            &format!(
+                "{}must be true or false, found \"yes\"",
+                prefix(kind, "ordered")
+            ),
         );
         cases += 1;
         // An ordering header the store would not keep (ADR 0004 section 2).
-        let ordered = format!("{{type: {kind}, name: orders, {b}, ordered: true, ordering_key: {{header: X-Entity-Id}}}}");
+        let ordered = format!(
+            "{{type: {kind}, name: orders, {b}, ordered: true, ordering_key: {{header: X-Entity-Id}}}}"
+        );
         for (top, extra, whose, action) in [
-            ("store_headers:\n  headers:\n    x-entity-id: drop", "", "the instance store_headers policy", "drops"),
-            ("store_headers:\n  default: hash", "", "the instance store_headers policy", "hashes"),
-            ("", "    store_headers:\n      headers:\n        X-ENTITY-ID: hash\n", "the source's store_headers override", "hashes"),
-            ("", "    store_headers:\n      default: drop\n", "the source's store_headers override", "drops"),
+            (
+                "store_headers:\n  headers:\n    x-entity-id: drop",
+                "",
+                "the instance store_headers policy",
+                "drops",
+            ),
+            (
+                "store_headers:\n  default: hash",
+                "",
+                "the instance store_headers policy",
+                "hashes",
+            ),
+            (
+                "",
+                "    store_headers:\n      headers:\n        X-ENTITY-ID: hash\n",
+                "the source's store_headers override",
+                "hashes",
+            ),
+            (
+                "",
+                "    store_headers:\n      default: drop\n",
+                "the source's store_headers override",
+                "drops",
+            ),
         ] {
             refused(
                 &yaml(dir, top, extra, &ordered),
@@ -151,7 +231,14 @@ sources:
     std::fs::write(&file, &bad).expect("write");
     // The configuration's own problems and those of the sink adapters (redis,
     // kafka), in one run, in file order.
-    for args in [vec![OsStr::new("check-config"), file.as_os_str()], vec![OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()]] {
+    for args in [
+        vec![OsStr::new("check-config"), file.as_os_str()],
+        vec![
+            OsStr::new("serve"),
+            OsStr::new("--config"),
+            file.as_os_str(),
+        ],
+    ] {
         let (status, out) = run_cli(&args, dir);
         assert!(!status.success(), "{args:?}: {out}");
         assert!(out.contains("5 problems in the config:"), "{args:?}: {out}");
@@ -164,7 +251,9 @@ sources:
         ];
         let mut at = 0;
         for e in expected {
-            let i = out[at..].find(e).unwrap_or_else(|| panic!("{args:?}: lacks (or out of order) {e}\n{out}"));
+            let i = out[at..]
+                .find(e)
+                .unwrap_or_else(|| panic!("{args:?}: lacks (or out of order) {e}\n{out}"));
             at += i + e.len();
         }
     }
@@ -244,7 +333,10 @@ sources:
     for e in &expected {
         assert!(out.contains(e.as_str()), "lacks {e}\n{out}");
     }
-    assert!(out.contains(&format!("{} problems in the config:", expected.len())), "{out}");
+    assert!(
+        out.contains(&format!("{} problems in the config:", expected.len())),
+        "{out}"
+    );
     assert!(!data.exists());
 }
 
@@ -294,9 +386,16 @@ fn a_file_sink_path_that_is_a_directory_is_refused() {
     let taken = dir.join("out");
     std::fs::create_dir(&taken).expect("mkdir");
     let sink = format!("{{type: file, name: orders, path: '{}'}}", taken.display());
-    refused(&yaml(dir, "", "", &sink), dir, &format!("{}{} is a directory, not a file", prefix("file", "path"), taken.display()));
+    refused(
+        &yaml(dir, "", "", &sink),
+        dir,
+        &format!(
+            "{}{} is a directory, not a file",
+            prefix("file", "path"),
+            taken.display()
+        ),
+    );
 }
-
 
 /// Issue 14: an option above its upper bound is refused by check-config and
 /// serve, naming it (the examples of the issue: a flush interval and an http
@@ -307,19 +406,42 @@ fn options_above_their_bound_are_refused() {
     let dir = tmp.path();
     let max = u64::MAX;
     refused(
-        &yaml(dir, &format!("dispatch: {{flush_interval_ms: {max}}}"), "", "{type: http, name: orders, url: 'http://127.0.0.1:9/hooks'}"),
+        &yaml(
+            dir,
+            &format!("dispatch: {{flush_interval_ms: {max}}}"),
+            "",
+            "{type: http, name: orders, url: 'http://127.0.0.1:9/hooks'}",
+        ),
         dir,
         &format!("dispatch: option \"flush_interval_ms\": {max} is above its upper bound, 10000"),
     );
     refused(
-        &yaml(dir, "", "", &format!("{{type: http, name: orders, url: 'http://127.0.0.1:9/hooks', timeout_ms: {max}}}")),
+        &yaml(
+            dir,
+            "",
+            "",
+            &format!(
+                "{{type: http, name: orders, url: 'http://127.0.0.1:9/hooks', timeout_ms: {max}}}"
+            ),
+        ),
         dir,
-        &format!("{}{max} is above its upper bound, 600000", prefix("http", "timeout_ms")),
+        &format!(
+            "{}{max} is above its upper bound, 600000",
+            prefix("http", "timeout_ms")
+        ),
     );
     refused(
-        &yaml(dir, "", "", "{type: redis, name: orders, url: 'redis://127.0.0.1:6379', stream: s, timeout_ms: 600001}"),
+        &yaml(
+            dir,
+            "",
+            "",
+            "{type: redis, name: orders, url: 'redis://127.0.0.1:6379', stream: s, timeout_ms: 600001}",
+        ),
         dir,
-        &format!("{}600001 is above its upper bound, 600000", prefix("redis", "timeout_ms")),
+        &format!(
+            "{}600001 is above its upper bound, 600000",
+            prefix("redis", "timeout_ms")
+        ),
     );
 }
 
@@ -339,7 +461,12 @@ fn a_file_sink_inside_the_data_dir_is_refused() {
         format!("{}/store-rocksdb/CURRENT", link.display()),
     ] {
         refused(
-            &yaml(&dir, "", "", &format!("{{type: file, name: orders, path: '{path}'}}")),
+            &yaml(
+                &dir,
+                "",
+                "",
+                &format!("{{type: file, name: orders, path: '{path}'}}"),
+            ),
             &dir,
             &format!(
                 "{}\"{path}\" is inside node.data_dir (\"{}\"), where the store keeps its files",
@@ -358,14 +485,32 @@ fn a_data_dir_that_is_a_file_is_refused() {
     let dir = tmp.path();
     let file = dir.join("data");
     std::fs::write(&file, b"x").expect("write");
-    let yaml = yaml(dir, "", "", "{type: http, name: orders, url: 'http://127.0.0.1:9/hooks'}");
+    let yaml = yaml(
+        dir,
+        "",
+        "",
+        "{type: http, name: orders, url: 'http://127.0.0.1:9/hooks'}",
+    );
     let path = dir.join("bad.yaml");
     std::fs::write(&path, &yaml).expect("write");
-    let expected = format!("node: option \"data_dir\": \"{}\" exists and is not a directory", file.display());
-    for args in [vec![OsStr::new("check-config"), path.as_os_str()], vec![OsStr::new("serve"), OsStr::new("--config"), path.as_os_str()]] {
+    let expected = format!(
+        "node: option \"data_dir\": \"{}\" exists and is not a directory",
+        file.display()
+    );
+    for args in [
+        vec![OsStr::new("check-config"), path.as_os_str()],
+        vec![
+            OsStr::new("serve"),
+            OsStr::new("--config"),
+            path.as_os_str(),
+        ],
+    ] {
         let (status, out) = run_cli(&args, dir);
         assert!(!status.success(), "{args:?} accepted:\n{out}");
-        assert!(out.contains(&expected), "{args:?}: lacks\n  {expected}\ngot:\n{out}");
+        assert!(
+            out.contains(&expected),
+            "{args:?}: lacks\n  {expected}\ngot:\n{out}"
+        );
     }
     assert!(file.is_file());
 }

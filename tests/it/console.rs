@@ -39,11 +39,16 @@ const MARKUP_REASON: &str = "<b>review</b> of the new provider <img src=x>";
 
 /// `name` on PATH.
 fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// chromedriver on a free loopback port, killed (and reaped) on drop.
@@ -54,7 +59,11 @@ struct Driver {
 
 impl Driver {
     async fn start(bin: &Path, log: &Path) -> Driver {
-        let port = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
         let out = std::fs::File::create(log).expect("chromedriver log");
         let child = Command::new(bin)
             .arg(format!("--port={port}"))
@@ -64,12 +73,18 @@ impl Driver {
             .stderr(out)
             .spawn()
             .expect("run chromedriver");
-        let mut d = Driver { child, url: format!("http://127.0.0.1:{port}") };
+        let mut d = Driver {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
         let http = client();
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(status) = d.child.try_wait().expect("try_wait") {
-                panic!("chromedriver exited with {status}:\n{}", std::fs::read_to_string(log).unwrap_or_default());
+                panic!(
+                    "chromedriver exited with {status}:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
             }
             if let Ok(r) = http.get(format!("{}/status", d.url)).send().await
                 && let Ok(body) = r.text().await
@@ -77,7 +92,10 @@ impl Driver {
             {
                 return d;
             }
-            assert!(Instant::now() < deadline, "chromedriver not ready after {WAIT:?}");
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver not ready after {WAIT:?}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -97,7 +115,10 @@ async fn eventually<T>(what: &str, mut f: impl AsyncFnMut() -> Result<T, String>
     loop {
         match f().await {
             Ok(v) => return v,
-            Err(last) => assert!(Instant::now() < deadline, "timed out after {WAIT:?} waiting for {what}; last seen: {last}"),
+            Err(last) => assert!(
+                Instant::now() < deadline,
+                "timed out after {WAIT:?} waiting for {what}; last seen: {last}"
+            ),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -108,7 +129,10 @@ async fn eventually<T>(what: &str, mut f: impl AsyncFnMut() -> Result<T, String>
 /// at each refresh, so a held element reference may go stale).
 async fn text(b: &Session, selector: &str) -> Option<String> {
     let v = b
-        .execute("const e = document.querySelector(arguments[0]); return e ? e.textContent : null;", vec![json!(selector)])
+        .execute(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : null;",
+            vec![json!(selector)],
+        )
         .await
         .unwrap_or_else(|e| panic!("reading {selector}: {e}"));
     v.as_str().map(|s| s.trim().to_owned())
@@ -117,7 +141,10 @@ async fn text(b: &Session, selector: &str) -> Option<String> {
 /// How many elements `selector` matches.
 async fn count(b: &Session, selector: &str) -> u64 {
     let v = b
-        .execute("return document.querySelectorAll(arguments[0]).length;", vec![json!(selector)])
+        .execute(
+            "return document.querySelectorAll(arguments[0]).length;",
+            vec![json!(selector)],
+        )
         .await
         .unwrap_or_else(|e| panic!("counting {selector}: {e}"));
     v.as_u64().expect("a count")
@@ -127,18 +154,32 @@ async fn count(b: &Session, selector: &str) -> u64 {
 /// and returns the page's notice about `row`. The table is redrawn at each
 /// refresh: a reference gone stale is looked up again.
 async fn revive(b: &Session, button: &str, sink: &Sink, poison: &str, row: &str) -> String {
-    eventually("a click on Revive", async || b.click(&b.find(button).await?).await).await;
-    until("the revived hook delivered", WAIT, async || sink.delivered().iter().any(|r| r.id() == poison).then_some(())).await;
-    eventually("the revive's notice", async || match text(b, "#notice:not([hidden])").await {
-        Some(t) if t.starts_with(&format!("Revived {row}")) => Ok(t),
-        other => Err(format!("{other:?}")),
+    eventually("a click on Revive", async || {
+        b.click(&b.find(button).await?).await
+    })
+    .await;
+    until("the revived hook delivered", WAIT, async || {
+        sink.delivered()
+            .iter()
+            .any(|r| r.id() == poison)
+            .then_some(())
+    })
+    .await;
+    eventually("the revive's notice", async || {
+        match text(b, "#notice:not([hidden])").await {
+            Some(t) if t.starts_with(&format!("Revived {row}")) => Ok(t),
+            other => Err(format!("{other:?}")),
+        }
     })
     .await
 }
 
 /// Types `value` into the token field and submits the form (a real click).
 async fn sign_in(b: &Session, value: &str) {
-    let input = eventually("the token field", async || b.find("#login:not([hidden]) #token").await).await;
+    let input = eventually("the token field", async || {
+        b.find("#login:not([hidden]) #token").await
+    })
+    .await;
     b.clear(&input).await.expect("clear the token field");
     b.send_keys(&input, value).await.expect("type the token");
     let submit = b.find("#login-submit").await.expect("the submit button");
@@ -183,7 +224,13 @@ fn browser_tools(name: &str) -> Option<(PathBuf, PathBuf)> {
         return Some((chromium, chromedriver));
     }
     use std::io::Write as _;
-    let missing = |tool: &str| if on_path(tool).is_some() { "found" } else { "MISSING" };
+    let missing = |tool: &str| {
+        if on_path(tool).is_some() {
+            "found"
+        } else {
+            "MISSING"
+        }
+    };
     let _ = writeln!(
         std::io::stderr(),
         "\n##########################  THE CONSOLE TEST DID NOT RUN  ##########################\n\
@@ -214,7 +261,9 @@ async fn browser(chromium: &Path, chromedriver: &Path, profile: &Path) -> (Drive
             ],
         },
     });
-    let session = Session::start(&driver.url, caps).await.expect("a WebDriver session");
+    let session = Session::start(&driver.url, caps)
+        .await
+        .expect("a WebDriver session");
     (driver, session)
 }
 
@@ -224,15 +273,32 @@ async fn browser(chromium: &Path, chromedriver: &Path, profile: &Path) -> (Drive
 /// and its Revive (a POST with the page's own Origin) goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_of_a_relay_without_a_token_opens_at_once_and_revives() {
-    let Some((chromium, chromedriver)) = browser_tools("the_console_of_a_relay_without_a_token_opens_at_once_and_revives") else { return };
+    let Some((chromium, chromedriver)) =
+        browser_tools("the_console_of_a_relay_without_a_token_opens_at_once_and_revives")
+    else {
+        return;
+    };
     let fixed = Arc::new(AtomicBool::new(false));
     let f = Arc::clone(&fixed);
-    let sink = Sink::start(move |_| if f.load(Ordering::SeqCst) { Reply::Status(200) } else { Reply::Status(422) }).await;
+    let sink = Sink::start(move |_| {
+        if f.load(Ordering::SeqCst) {
+            Reply::Status(200)
+        } else {
+            Reply::Status(422)
+        }
+    })
+    .await;
     let yaml = relay_config(&sink).replace(&format!(", admin_token: '{TOKEN}'"), "");
     let relay = Relay::start(&yaml).await;
     let api = Admin::new(&relay, None);
-    let poison = relay.post("/hooks/billing", &[JSON], "{\"poison\":true}").await.id();
-    until("the hook dead-lettered", WAIT, async || (api.tenant("acme").await["counters"]["dead"] == 1).then_some(())).await;
+    let poison = relay
+        .post("/hooks/billing", &[JSON], "{\"poison\":true}")
+        .await
+        .id();
+    until("the hook dead-lettered", WAIT, async || {
+        (api.tenant("acme").await["counters"]["dead"] == 1).then_some(())
+    })
+    .await;
     let row = api.dead("").await[0]["id"].as_str().expect("id").to_owned();
     fixed.store(true, Ordering::SeqCst);
 
@@ -240,18 +306,46 @@ async fn the_console_of_a_relay_without_a_token_opens_at_once_and_revives() {
     let (driver, browser) = browser(&chromium, &chromedriver, profile.path()).await;
     let b = &browser;
     let outcome = std::panic::AssertUnwindSafe(async {
-        for host in [format!("localhost:{}", relay.admin.port()), relay.admin.to_string()] {
-            b.goto(&format!("http://{host}/console")).await.expect("open the console");
-            let dead = eventually("the dead letter shown", async || match text(b, &format!("#dead tr[data-id='{row}'] td[data-field='source']")).await {
-                Some(t) if t == "billing" => Ok(t),
-                other => Err(format!("{other:?}")),
+        for host in [
+            format!("localhost:{}", relay.admin.port()),
+            relay.admin.to_string(),
+        ] {
+            b.goto(&format!("http://{host}/console"))
+                .await
+                .expect("open the console");
+            let dead = eventually("the dead letter shown", async || {
+                match text(
+                    b,
+                    &format!("#dead tr[data-id='{row}'] td[data-field='source']"),
+                )
+                .await
+                {
+                    Some(t) if t == "billing" => Ok(t),
+                    other => Err(format!("{other:?}")),
+                }
             })
             .await;
             assert_eq!(dead, "billing");
-            assert_eq!(count(b, "#login:not([hidden])").await, 0, "{host}: the token form on a relay without a token");
-            assert_eq!(count(b, "#error:not([hidden])").await, 0, "{host}: {:?}", text(b, "#error").await);
+            assert_eq!(
+                count(b, "#login:not([hidden])").await,
+                0,
+                "{host}: the token form on a relay without a token"
+            );
+            assert_eq!(
+                count(b, "#error:not([hidden])").await,
+                0,
+                "{host}: {:?}",
+                text(b, "#error").await
+            );
         }
-        let notice = revive(b, &format!("#dead tr[data-id='{row}'] button[data-action='revive']"), &sink, &poison, &row).await;
+        let notice = revive(
+            b,
+            &format!("#dead tr[data-id='{row}'] button[data-action='revive']"),
+            &sink,
+            &poison,
+            &row,
+        )
+        .await;
         assert_eq!(notice, format!("Revived {row}: due now."));
     })
     .catch_unwind()
@@ -265,28 +359,55 @@ async fn the_console_of_a_relay_without_a_token_opens_at_once_and_revives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser() {
-    let Some((chromium, chromedriver)) = browser_tools("the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser") else {
+    let Some((chromium, chromedriver)) =
+        browser_tools("the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser")
+    else {
         return;
     };
 
     // The sink refuses the poison hook (422: permanent) until `fixed`.
     let fixed = Arc::new(AtomicBool::new(false));
     let f = Arc::clone(&fixed);
-    let sink = Sink::start(move |r| if r.json()["poison"] == true && !f.load(Ordering::SeqCst) { Reply::Status(422) } else { Reply::Status(200) }).await;
+    let sink = Sink::start(move |r| {
+        if r.json()["poison"] == true && !f.load(Ordering::SeqCst) {
+            Reply::Status(422)
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
     let relay = Relay::start(&relay_config(&sink)).await;
     let api = Admin::new(&relay, Some(TOKEN));
 
     // The console's files need no token and carry the strict policy.
     let http = client();
-    for (path, kind) in [("/console", "text/html"), ("/console/console.js", "text/javascript"), ("/console/console.css", "text/css")] {
-        let r = http.get(format!("http://{}{path}", relay.admin)).send().await.expect(path);
+    for (path, kind) in [
+        ("/console", "text/html"),
+        ("/console/console.js", "text/javascript"),
+        ("/console/console.css", "text/css"),
+    ] {
+        let r = http
+            .get(format!("http://{}{path}", relay.admin))
+            .send()
+            .await
+            .expect(path);
         assert_eq!(r.status(), 200, "{path} without a token");
         let h = r.headers();
-        assert!(h["content-type"].to_str().expect("ascii").starts_with(kind), "{path}: {h:?}");
+        assert!(
+            h["content-type"].to_str().expect("ascii").starts_with(kind),
+            "{path}: {h:?}"
+        );
         let csp = h["content-security-policy"].to_str().expect("ascii");
-        assert!(csp.starts_with("default-src 'self';") && !csp.contains("unsafe"), "{path}: {csp}");
+        assert!(
+            csp.starts_with("default-src 'self';") && !csp.contains("unsafe"),
+            "{path}: {csp}"
+        );
     }
-    let r = http.get(format!("http://{}/v1/tenants", relay.admin)).send().await.expect("tenants");
+    let r = http
+        .get(format!("http://{}/v1/tenants", relay.admin))
+        .send()
+        .await
+        .expect("tenants");
     assert_eq!(r.status(), 401, "the API itself still needs the token");
 
     // Three hooks delivered, then a replay of them (a job); the poison hook
@@ -294,19 +415,54 @@ async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser
     let mut ids = Vec::new();
     for i in 0..3 {
         let key = format!("cus_{i}");
-        ids.push(relay.post("/hooks/orders", &[JSON, ("x-entity-id", &key)], format!("{{\"i\":{i}}}")).await.id());
+        ids.push(
+            relay
+                .post(
+                    "/hooks/orders",
+                    &[JSON, ("x-entity-id", &key)],
+                    format!("{{\"i\":{i}}}"),
+                )
+                .await
+                .id(),
+        );
     }
-    until("three hooks delivered", WAIT, async || (sink.delivered().len() == 3).then_some(())).await;
+    until("three hooks delivered", WAIT, async || {
+        (sink.delivered().len() == 3).then_some(())
+    })
+    .await;
     let received = |id: &str| {
         let api = &api;
         let id = id.to_owned();
-        async move { api.ok("GET", "/v1/hooks/{idempotency_key}", &format!("/v1/hooks/{id}"), None).await["received_at_ms"].as_u64().expect("received_at_ms") }
+        async move {
+            api.ok(
+                "GET",
+                "/v1/hooks/{idempotency_key}",
+                &format!("/v1/hooks/{id}"),
+                None,
+            )
+            .await["received_at_ms"]
+                .as_u64()
+                .expect("received_at_ms")
+        }
     };
     let since = received(&ids[0]).await;
     let until_ms = received(&ids[2]).await + 1;
-    until("the clock past the third hook", WAIT, async || (now_ms() > until_ms).then_some(())).await;
-    let poison = relay.post("/hooks/orders", &[JSON, ("x-entity-id", "cus_9")], "{\"poison\":true}").await.id();
-    until("the poison hook dead-lettered", WAIT, async || (api.tenant("acme").await["counters"]["dead"] == 1).then_some(())).await;
+    until("the clock past the third hook", WAIT, async || {
+        (now_ms() > until_ms).then_some(())
+    })
+    .await;
+    let poison = relay
+        .post(
+            "/hooks/orders",
+            &[JSON, ("x-entity-id", "cus_9")],
+            "{\"poison\":true}",
+        )
+        .await
+        .id();
+    until("the poison hook dead-lettered", WAIT, async || {
+        (api.tenant("acme").await["counters"]["dead"] == 1).then_some(())
+    })
+    .await;
     let dead = api.dead("").await;
     assert_eq!(dead.len(), 1, "{dead:?}");
     let row = dead[0]["id"].as_str().expect("id").to_owned();
@@ -314,14 +470,39 @@ async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser
     assert!(reason.starts_with("permanent: HTTP 422"), "{reason}");
     let job = api.ok("POST", "/v1/jobs", "/v1/jobs", Some(json!({"kind": "replay", "filter": {"source": "orders", "since": since, "until": until_ms}}))).await;
     let job_id = job["id"].as_u64().expect("job id");
-    until("the replay done", WAIT, async || (api.job(job_id).await["state"] == "done").then_some(())).await;
-    until("the replayed hooks delivered", WAIT, async || (sink.delivered().len() == 6).then_some(())).await;
+    until("the replay done", WAIT, async || {
+        (api.job(job_id).await["state"] == "done").then_some(())
+    })
+    .await;
+    until("the replayed hooks delivered", WAIT, async || {
+        (sink.delivered().len() == 6).then_some(())
+    })
+    .await;
     let held = relay.post("/hooks/review", &[JSON], "{\"review\":1}").await;
     assert_eq!(held.status, 202, "{held:?}");
-    let listed = api.ok("GET", "/v1/tenants/{tenant}/quarantine", "/v1/tenants/acme/quarantine", None).await;
-    let held_id = listed["items"][0]["id"].as_str().expect("the quarantined hook's id").to_owned();
-    assert_eq!(listed["items"][0]["idempotency_key"], held.body["id"], "{listed}");
-    api.ok("POST", "/v1/sources/{source}/sinks/{sink}/pause", "/v1/sources/billing/sinks/ledger/pause", Some(json!({"reason": "ledger maintenance"}))).await;
+    let listed = api
+        .ok(
+            "GET",
+            "/v1/tenants/{tenant}/quarantine",
+            "/v1/tenants/acme/quarantine",
+            None,
+        )
+        .await;
+    let held_id = listed["items"][0]["id"]
+        .as_str()
+        .expect("the quarantined hook's id")
+        .to_owned();
+    assert_eq!(
+        listed["items"][0]["idempotency_key"], held.body["id"],
+        "{listed}"
+    );
+    api.ok(
+        "POST",
+        "/v1/sources/{source}/sinks/{sink}/pause",
+        "/v1/sources/billing/sinks/ledger/pause",
+        Some(json!({"reason": "ledger maintenance"})),
+    )
+    .await;
 
     // The browser: a new empty profile, no network but loopback.
     let profile = tempfile::tempdir().expect("profile dir");
@@ -332,50 +513,155 @@ async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser
         b.goto(&console).await.expect("open the console");
         // The stylesheet applied under the policy (the header's colour), and
         // the script ran: it asks for the token.
-        let bg = b.execute("return getComputedStyle(document.querySelector('.bar')).backgroundColor;", vec![]).await.expect("style");
+        let bg = b
+            .execute(
+                "return getComputedStyle(document.querySelector('.bar')).backgroundColor;",
+                vec![],
+            )
+            .await
+            .expect("style");
         assert_eq!(bg, json!("rgb(23, 32, 43)"), "console.css did not apply");
-        eventually("the token form", async || b.find("#login:not([hidden])").await).await;
+        eventually("the token form", async || {
+            b.find("#login:not([hidden])").await
+        })
+        .await;
 
         // A wrong token: refused (401), the form asks again.
         sign_in(b, "not-the-token").await;
-        let refused = eventually("the wrong token refused", async || match text(b, "#login-error:not([hidden])").await {
-            Some(t) if t.contains("refused") && t.contains("401") => Ok(t),
-            other => Err(format!("{other:?}")),
+        let refused = eventually("the wrong token refused", async || {
+            match text(b, "#login-error:not([hidden])").await {
+                Some(t) if t.contains("refused") && t.contains("401") => Ok(t),
+                other => Err(format!("{other:?}")),
+            }
         })
         .await;
         assert!(refused.contains("the bearer token is wrong"), "{refused}");
-        assert_eq!(count(b, "#main:not([hidden])").await, 0, "the console showed data without the token");
+        assert_eq!(
+            count(b, "#main:not([hidden])").await,
+            0,
+            "the console showed data without the token"
+        );
 
         sign_in(b, TOKEN).await;
-        let token = b.execute("return sessionStorage.getItem('ankusa.admin_token');", vec![]).await.expect("sessionStorage");
+        let token = b
+            .execute(
+                "return sessionStorage.getItem('ankusa.admin_token');",
+                vec![],
+            )
+            .await
+            .expect("sessionStorage");
         assert_eq!(token, json!(TOKEN));
 
         // The tenant's counters, as the API has them.
-        let fields = ["pending", "in_flight", "dead", "quarantined", "delivered_total", "dead_lettered_total", "retries_total", "lanes", "lanes_blocked"];
+        let fields = [
+            "pending",
+            "in_flight",
+            "dead",
+            "quarantined",
+            "delivered_total",
+            "dead_lettered_total",
+            "retries_total",
+            "lanes",
+            "lanes_blocked",
+        ];
         let shown = eventually("the tenant's counters equal the API's", async || {
             let t = api.tenant("acme").await;
             let mut got = Vec::new();
             for f in fields {
-                got.push((f, text(b, &format!("tr[data-tenant='acme'] td[data-field='{f}']")).await, t["counters"][f].to_string()));
+                got.push((
+                    f,
+                    text(b, &format!("tr[data-tenant='acme'] td[data-field='{f}']")).await,
+                    t["counters"][f].to_string(),
+                ));
             }
-            if got.iter().all(|(_, page, api)| page.as_deref() == Some(api.as_str())) { Ok(got) } else { Err(format!("{got:?}")) }
+            if got
+                .iter()
+                .all(|(_, page, api)| page.as_deref() == Some(api.as_str()))
+            {
+                Ok(got)
+            } else {
+                Err(format!("{got:?}"))
+            }
         })
         .await;
-        let at = |f: &str| shown.iter().find(|(n, _, _)| *n == f).and_then(|(_, p, _)| p.clone()).expect("field");
-        assert_eq!((at("delivered_total"), at("dead"), at("quarantined"), at("dead_lettered_total")), ("6".into(), "1".into(), "1".into(), "1".into()));
+        let at = |f: &str| {
+            shown
+                .iter()
+                .find(|(n, _, _)| *n == f)
+                .and_then(|(_, p, _)| p.clone())
+                .expect("field")
+        };
+        assert_eq!(
+            (
+                at("delivered_total"),
+                at("dead"),
+                at("quarantined"),
+                at("dead_lettered_total")
+            ),
+            ("6".into(), "1".into(), "1".into(), "1".into())
+        );
 
         // The dead letter, the quarantined hook, the job, the pause.
         let dl = format!("tr[data-id='{row}']");
-        assert_eq!(text(b, &format!("#dead {dl} td[data-field='reason']")).await.as_deref(), Some(reason.as_str()));
-        assert_eq!(text(b, &format!("#dead {dl} td[data-field='source']")).await.as_deref(), Some("orders"));
-        assert_eq!(text(b, &format!("#dead {dl} td[data-field='sink']")).await.as_deref(), Some("web"));
-        assert_eq!(text(b, &format!("#quarantine tr[data-id='{held_id}'] td[data-field='reason']")).await.as_deref(), Some("source under quarantine"));
-        assert_eq!(text(b, &format!("#jobs tr[data-job='{job_id}'] td[data-field='state']")).await.as_deref(), Some("done"));
-        let progress = text(b, &format!("#jobs tr[data-job='{job_id}'] td[data-field='progress']")).await.expect("job progress");
+        assert_eq!(
+            text(b, &format!("#dead {dl} td[data-field='reason']"))
+                .await
+                .as_deref(),
+            Some(reason.as_str())
+        );
+        assert_eq!(
+            text(b, &format!("#dead {dl} td[data-field='source']"))
+                .await
+                .as_deref(),
+            Some("orders")
+        );
+        assert_eq!(
+            text(b, &format!("#dead {dl} td[data-field='sink']"))
+                .await
+                .as_deref(),
+            Some("web")
+        );
+        assert_eq!(
+            text(
+                b,
+                &format!("#quarantine tr[data-id='{held_id}'] td[data-field='reason']")
+            )
+            .await
+            .as_deref(),
+            Some("source under quarantine")
+        );
+        assert_eq!(
+            text(
+                b,
+                &format!("#jobs tr[data-job='{job_id}'] td[data-field='state']")
+            )
+            .await
+            .as_deref(),
+            Some("done")
+        );
+        let progress = text(
+            b,
+            &format!("#jobs tr[data-job='{job_id}'] td[data-field='progress']"),
+        )
+        .await
+        .expect("job progress");
         assert!(progress.contains("done 3"), "{progress}");
-        let pause = text(b, "#sources tr[data-sink='ledger'] td[data-field='pause']").await.expect("the ledger's pause");
-        assert!(pause.starts_with("paused since") && pause.ends_with("(ledger maintenance)"), "{pause}");
-        assert_eq!(text(b, "#sources tr[data-source='orders'] td[data-field='pause']").await.as_deref(), Some("delivering"));
+        let pause = text(b, "#sources tr[data-sink='ledger'] td[data-field='pause']")
+            .await
+            .expect("the ledger's pause");
+        assert!(
+            pause.starts_with("paused since") && pause.ends_with("(ledger maintenance)"),
+            "{pause}"
+        );
+        assert_eq!(
+            text(
+                b,
+                "#sources tr[data-source='orders'] td[data-field='pause']"
+            )
+            .await
+            .as_deref(),
+            Some("delivering")
+        );
 
         // Live rates: the totals are /metrics's; hooks posted between two
         // refreshes make a non-zero ingest rate at the next one (posted
@@ -383,18 +669,43 @@ async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser
         let mut posted = 0;
         eventually("a non-zero ingest rate", async || {
             // How many refreshes the page has shown (console.js counts them).
-            let refreshed = async || b.execute("return Number(document.body.dataset.refreshed || 0);", vec![]).await.ok().and_then(|v| v.as_u64()).unwrap_or(0);
+            let refreshed = async || {
+                b.execute(
+                    "return Number(document.body.dataset.refreshed || 0);",
+                    vec![],
+                )
+                .await
+                .ok()
+                .and_then(|v| v.as_u64())
+                .unwrap_or(0)
+            };
             let from = refreshed().await;
             for i in 0..5 {
-                relay.post("/hooks/orders", &[JSON, ("x-entity-id", &format!("live_{}", i % 3))], format!("{{\"live\":{posted}}}")).await.id();
-                relay.post("/hooks/billing", &[JSON], format!("{{\"live\":{posted}}}")).await.id();
+                relay
+                    .post(
+                        "/hooks/orders",
+                        &[JSON, ("x-entity-id", &format!("live_{}", i % 3))],
+                        format!("{{\"live\":{posted}}}"),
+                    )
+                    .await
+                    .id();
+                relay
+                    .post("/hooks/billing", &[JSON], format!("{{\"live\":{posted}}}"))
+                    .await
+                    .id();
                 posted += 1;
             }
             let mut seen = String::new();
             let stop = Instant::now() + WAIT;
             while refreshed().await < from + 3 && Instant::now() < stop {
-                seen = text(b, "[data-rate='ingest'] [data-field='rate']").await.unwrap_or_default();
-                if seen.strip_suffix("/s").and_then(|r| r.replace(',', "").parse::<f64>().ok()).is_some_and(|r| r > 0.0) {
+                seen = text(b, "[data-rate='ingest'] [data-field='rate']")
+                    .await
+                    .unwrap_or_default();
+                if seen
+                    .strip_suffix("/s")
+                    .and_then(|r| r.replace(',', "").parse::<f64>().ok())
+                    .is_some_and(|r| r > 0.0)
+                {
                     return Ok(seen);
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -403,51 +714,130 @@ async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser
         })
         .await;
         let ingest_total = eventually("the ingest total equal to /metrics", async || {
-            let want = relay.metrics().await.get("ankusa_ingest_requests_total").copied().unwrap_or(-1.0);
-            let shown = text(b, "[data-rate='ingest'] [data-field='total']").await.unwrap_or_default();
-            if shown == format!("{want} since the relay started") { Ok(want) } else { Err(format!("{shown:?} vs {want}")) }
+            let want = relay
+                .metrics()
+                .await
+                .get("ankusa_ingest_requests_total")
+                .copied()
+                .unwrap_or(-1.0);
+            let shown = text(b, "[data-rate='ingest'] [data-field='total']")
+                .await
+                .unwrap_or_default();
+            if shown == format!("{want} since the relay started") {
+                Ok(want)
+            } else {
+                Err(format!("{shown:?} vs {want}"))
+            }
         })
         .await;
         assert!(ingest_total >= 5.0 + 2.0 * posted as f64, "{ingest_total}");
 
         if let Some(path) = std::env::var_os("ANKUSA_CONSOLE_SCREENSHOT") {
-            let h = b.execute("return document.documentElement.scrollHeight;", vec![]).await.expect("height").as_u64().expect("a height");
-            b.set_window_size(1400, u32::try_from(h + 140).unwrap_or(4000).min(4000)).await.expect("resize");
+            let h = b
+                .execute("return document.documentElement.scrollHeight;", vec![])
+                .await
+                .expect("height")
+                .as_u64()
+                .expect("a height");
+            b.set_window_size(1400, u32::try_from(h + 140).unwrap_or(4000).min(4000))
+                .await
+                .expect("resize");
             // The page at its full height, then the picture.
             let png = b.screenshot().await.expect("screenshot");
             assert!(png.starts_with(b"\x89PNG"), "not a PNG");
-            std::fs::write(&path, png).unwrap_or_else(|e| panic!("writing {}: {e}", Path::new(&path).display()));
-            eprintln!("console screenshot written to {}", Path::new(&path).display());
+            std::fs::write(&path, png)
+                .unwrap_or_else(|e| panic!("writing {}: {e}", Path::new(&path).display()));
+            eprintln!(
+                "console screenshot written to {}",
+                Path::new(&path).display()
+            );
         }
 
         // A value that holds markup is shown as text: a pause reason.
-        api.ok("POST", "/v1/sources/{source}/pause", "/v1/sources/review/pause", Some(json!({"reason": MARKUP_REASON}))).await;
-        let paused = eventually("the review source's pause shown", async || match text(b, "#sources tr[data-source='review'] td[data-field='source']").await {
-            Some(t) if t.contains(MARKUP_REASON) => Ok(t),
-            other => Err(format!("{other:?}")),
+        api.ok(
+            "POST",
+            "/v1/sources/{source}/pause",
+            "/v1/sources/review/pause",
+            Some(json!({"reason": MARKUP_REASON})),
+        )
+        .await;
+        let paused = eventually("the review source's pause shown", async || {
+            match text(
+                b,
+                "#sources tr[data-source='review'] td[data-field='source']",
+            )
+            .await
+            {
+                Some(t) if t.contains(MARKUP_REASON) => Ok(t),
+                other => Err(format!("{other:?}")),
+            }
         })
         .await;
-        assert!(paused.starts_with("review/hooks/reviewpaused since"), "{paused}");
-        assert_eq!(count(b, "#sources b, #sources img").await, 0, "the reason became markup");
-        assert_eq!(text(b, "#sources tr[data-source='review'] td[data-field='pause']").await.as_deref(), Some("source paused"));
+        assert!(
+            paused.starts_with("review/hooks/reviewpaused since"),
+            "{paused}"
+        );
+        assert_eq!(
+            count(b, "#sources b, #sources img").await,
+            0,
+            "the reason became markup"
+        );
+        assert_eq!(
+            text(
+                b,
+                "#sources tr[data-source='review'] td[data-field='pause']"
+            )
+            .await
+            .as_deref(),
+            Some("source paused")
+        );
 
         // Revive with a click: the sink now takes it.
         fixed.store(true, Ordering::SeqCst);
-        let notice = revive(b, &format!("#dead {dl} button[data-action='revive']"), &sink, &poison, &row).await;
-        assert!(notice == format!("Revived {row}: due now.") || notice == format!("Revived {row}: queued in its ordering lane."), "{notice}");
+        let notice = revive(
+            b,
+            &format!("#dead {dl} button[data-action='revive']"),
+            &sink,
+            &poison,
+            &row,
+        )
+        .await;
+        assert!(
+            notice == format!("Revived {row}: due now.")
+                || notice == format!("Revived {row}: queued in its ordering lane."),
+            "{notice}"
+        );
         eventually("the dead letter gone from the page", async || {
             let rows = count(b, &format!("#dead {dl}")).await;
             let dead = text(b, "tr[data-tenant='acme'] td[data-field='dead']").await;
             let empty = text(b, "#dead tbody tr.empty").await;
-            if rows == 0 && dead.as_deref() == Some("0") && empty.as_deref() == Some("No dead letters.") { Ok(()) } else { Err(format!("{rows} {dead:?} {empty:?}")) }
+            if rows == 0
+                && dead.as_deref() == Some("0")
+                && empty.as_deref() == Some("No dead letters.")
+            {
+                Ok(())
+            } else {
+                Err(format!("{rows} {dead:?} {empty:?}"))
+            }
         })
         .await;
         // Every hook but the paused ledger's delivered: the three, their
         // replays, the live ones of orders and the revived one.
         let want = 7 + posted as i64;
-        until("every hook of orders delivered", WAIT, async || (api.tenant("acme").await["counters"]["delivered_total"].as_i64() == Some(want)).then_some(())).await;
+        until("every hook of orders delivered", WAIT, async || {
+            (api.tenant("acme").await["counters"]["delivered_total"].as_i64() == Some(want))
+                .then_some(())
+        })
+        .await;
         let t = api.tenant("acme").await;
-        assert_eq!((t["counters"]["dead"].as_i64(), t["counters"]["pending"].as_i64()), (Some(0), Some(posted as i64)), "the ledger's hooks held: {t}");
+        assert_eq!(
+            (
+                t["counters"]["dead"].as_i64(),
+                t["counters"]["pending"].as_i64()
+            ),
+            (Some(0), Some(posted as i64)),
+            "the ledger's hooks held: {t}"
+        );
         assert!(api.dead("").await.is_empty());
     })
     .catch_unwind()

@@ -125,7 +125,11 @@ async fn client(load: Arc<Load>, path: &'static str, keys: Vec<String>, ordered:
         match crate::relay::post(&http, &url, &headers, body(key, i).into_bytes()).await {
             Ok(a) if a.status == 200 => {
                 assert!(a.body.get("duplicate").is_none(), "no dedupe here: {a:?}");
-                load.acked.lock().expect("lock").push(Ack { key: key.clone(), i, id: a.id() });
+                load.acked.lock().expect("lock").push(Ack {
+                    key: key.clone(),
+                    i,
+                    id: a.id(),
+                });
             }
             Ok(a) if a.status == 429 || a.status == 503 => {
                 load.refused.fetch_add(1, Ordering::SeqCst);
@@ -140,33 +144,59 @@ async fn client(load: Arc<Load>, path: &'static str, keys: Vec<String>, ordered:
 }
 
 fn kills() -> usize {
-    std::env::var("ANKUSA_CRASH_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20).max(1)
+    std::env::var("ANKUSA_CRASH_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+        .max(1)
 }
 
 fn seed() -> u64 {
-    std::env::var("ANKUSA_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    })
+    std::env::var("ANKUSA_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
 }
 
 /// Pauses (or resumes) both sources through the admin API.
 async fn pause(relay: &Relay, on: bool) {
     let http = crate::relay::client();
     for source in ["o", "u"] {
-        let url = format!("http://{}/v1/sources/{source}/{}", relay.admin, if on { "pause" } else { "resume" });
+        let url = format!(
+            "http://{}/v1/sources/{source}/{}",
+            relay.admin,
+            if on { "pause" } else { "resume" }
+        );
         let mut req = http.post(url);
         if on {
-            req = req.header("content-type", "application/json").body(r#"{"reason":"crash test backlog"}"#);
+            req = req
+                .header("content-type", "application/json")
+                .body(r#"{"reason":"crash test backlog"}"#);
         }
         let resp = req.send().await.expect("admin API");
-        assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap_or_default());
+        assert_eq!(
+            resp.status(),
+            200,
+            "{}",
+            resp.text().await.unwrap_or_default()
+        );
     }
 }
 
 /// The `N hooks` of `store check`'s clean summary.
 fn hooks_in(summary: &str) -> usize {
-    let (_, rest) = summary.split_once(": clean (").unwrap_or_else(|| panic!("not a clean summary: {summary}"));
-    let hooks = rest.split(", ").nth(1).and_then(|s| s.split(' ').next()).unwrap_or_else(|| panic!("{summary}"));
+    let (_, rest) = summary
+        .split_once(": clean (")
+        .unwrap_or_else(|| panic!("not a clean summary: {summary}"));
+    let hooks = rest
+        .split(", ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .unwrap_or_else(|| panic!("{summary}"));
     hooks.parse().unwrap_or_else(|_| panic!("{summary}"))
 }
 
@@ -220,13 +250,18 @@ fn verify(seen: &[Seen], acked: &[Ack]) -> Verdict {
     out.duplicates = per_hook.values().map(|n| n - 1).sum();
     for a in acked {
         if !per_hook.contains_key(&(a.key.as_str(), a.i)) {
-            out.violations.push(format!("acknowledged {}/{} (id {}) never delivered", a.key, a.i, a.id));
+            out.violations.push(format!(
+                "acknowledged {}/{} (id {}) never delivered",
+                a.key, a.i, a.id
+            ));
         }
     }
     let mut by_key: BTreeMap<&str, Vec<&Seen>> = BTreeMap::new();
     let mut ids: BTreeMap<(&str, u64), BTreeSet<&str>> = BTreeMap::new();
     for s in seen {
-        ids.entry((s.key.as_str(), s.i)).or_default().insert(s.id.as_str());
+        ids.entry((s.key.as_str(), s.i))
+            .or_default()
+            .insert(s.id.as_str());
         if s.key.starts_with('k') {
             by_key.entry(s.key.as_str()).or_default().push(s);
         }
@@ -241,7 +276,11 @@ fn verify(seen: &[Seen], acked: &[Ack]) -> Verdict {
             }
         }
         let mut first = HashSet::new();
-        let acked_order: Vec<u64> = acked.iter().filter(|a| a.key == *key).map(|a| a.i).collect();
+        let acked_order: Vec<u64> = acked
+            .iter()
+            .filter(|a| a.key == *key)
+            .map(|a| a.i)
+            .collect();
         let delivered_order: Vec<u64> = reqs
             .iter()
             .filter(|s| s.ok && first.insert(s.i) && acked_order.contains(&s.i))
@@ -253,7 +292,10 @@ fn verify(seen: &[Seen], acked: &[Ack]) -> Verdict {
     }
     for ((key, i), set) in &ids {
         if set.len() != 1 {
-            out.violations.push(format!("{key}/{i} went out under {} idempotency keys: {set:?}", set.len()));
+            out.violations.push(format!(
+                "{key}/{i} went out under {} idempotency keys: {set:?}",
+                set.len()
+            ));
         }
     }
     out
@@ -262,9 +304,18 @@ fn verify(seen: &[Seen], acked: &[Ack]) -> Verdict {
 async fn crash_run(backend: &str) {
     let seed = seed();
     let kills = kills();
-    println!("crash test on {backend}: seed {seed} (ANKUSA_CRASH_SEED={seed} repeats it), {kills} kills");
+    println!(
+        "crash test on {backend}: seed {seed} (ANKUSA_CRASH_SEED={seed} repeats it), {kills} kills"
+    );
     let mut rng = Rng::with_seed(seed);
-    let sink = Sink::start(|r| if r.n % FAIL_EVERY == FAIL_EVERY - 1 { Reply::Status(500) } else { Reply::Status(200) }).await;
+    let sink = Sink::start(|r| {
+        if r.n % FAIL_EVERY == FAIL_EVERY - 1 {
+            Reply::Status(500)
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
     let mut relay = Relay::start(&config(
         backend,
         &format!(
@@ -287,11 +338,24 @@ sources:
     load.up.store(true, Ordering::SeqCst);
     let mut clients = Vec::new();
     for c in 0..ORDERED_CLIENTS {
-        let keys: Vec<String> = (0..KEYS).filter(|k| k % ORDERED_CLIENTS == c).map(|k| format!("k{k}")).collect();
-        clients.push(tokio::spawn(client(Arc::clone(&load), "/hooks/o", keys, true)));
+        let keys: Vec<String> = (0..KEYS)
+            .filter(|k| k % ORDERED_CLIENTS == c)
+            .map(|k| format!("k{k}"))
+            .collect();
+        clients.push(tokio::spawn(client(
+            Arc::clone(&load),
+            "/hooks/o",
+            keys,
+            true,
+        )));
     }
     for c in 0..UNORDERED_CLIENTS {
-        clients.push(tokio::spawn(client(Arc::clone(&load), "/hooks/u", vec![format!("u{c}")], false)));
+        clients.push(tokio::spawn(client(
+            Arc::clone(&load),
+            "/hooks/u",
+            vec![format!("u{c}")],
+            false,
+        )));
     }
 
     let mut fig = Figures::default();
@@ -305,10 +369,16 @@ sources:
         // the clients wait until it delivers below that, so the backlog (and
         // the final drain) stays bounded however slow the store is.
         load.posting.store(false, Ordering::SeqCst);
-        until("the backlog below its bound", Duration::from_secs(600), async || {
-            let m = relay.metrics().await;
-            m.get("ankusa_queue_pending").is_some_and(|p| *p < MAX_BACKLOG).then_some(())
-        })
+        until(
+            "the backlog below its bound",
+            Duration::from_secs(600),
+            async || {
+                let m = relay.metrics().await;
+                m.get("ankusa_queue_pending")
+                    .is_some_and(|p| *p < MAX_BACKLOG)
+                    .then_some(())
+            },
+        )
         .await;
         let mut mode = rng.u64(..3);
         let mut want_reqs = sink.request_count() + 1 + rng.u64(..MAX_REQUESTS_PER_KILL) as usize;
@@ -320,38 +390,49 @@ sources:
             let acked0 = load.acked.lock().expect("lock").len();
             let backlog = 20 + rng.u64(..MAX_REQUESTS_PER_KILL) as usize;
             load.posting.store(true, Ordering::SeqCst);
-            until("a backlog acknowledged", Duration::from_secs(120), async || {
-                (load.acked.lock().expect("lock").len() >= acked0 + backlog).then_some(())
-            })
+            until(
+                "a backlog acknowledged",
+                Duration::from_secs(120),
+                async || (load.acked.lock().expect("lock").len() >= acked0 + backlog).then_some(()),
+            )
             .await;
             load.posting.store(false, Ordering::SeqCst);
             want_reqs = sink.request_count() + 1 + rng.u64(..backlog as u64) as usize;
             pause(&relay, false).await;
         }
         load.posting.store(mode != 1, Ordering::SeqCst);
-        let want_acks = load.acked.lock().expect("lock").len() + 1 + rng.u64(..MAX_ACKS_PER_KILL) as usize;
+        let want_acks =
+            load.acked.lock().expect("lock").len() + 1 + rng.u64(..MAX_ACKS_PER_KILL) as usize;
         match mode {
             0 | 2 => {
-                until("hooks acknowledged before the kill", Duration::from_secs(120), async || {
-                    (load.acked.lock().expect("lock").len() >= want_acks).then_some(())
-                })
+                until(
+                    "hooks acknowledged before the kill",
+                    Duration::from_secs(120),
+                    async || (load.acked.lock().expect("lock").len() >= want_acks).then_some(()),
+                )
                 .await;
                 if mode == 2 {
-                    until("requests delivered before the kill", Duration::from_secs(120), async || {
-                        (sink.request_count() >= want_reqs).then_some(())
-                    })
+                    until(
+                        "requests delivered before the kill",
+                        Duration::from_secs(120),
+                        async || (sink.request_count() >= want_reqs).then_some(()),
+                    )
                     .await;
                 }
             }
             _ => {
                 // With nothing pending there is nothing to deliver: kill anyway.
-                let delivering = until("requests delivered before the kill", Duration::from_secs(120), async || {
-                    if sink.request_count() >= want_reqs {
-                        return Some(true);
-                    }
-                    let m = relay.metrics().await;
-                    (m.get("ankusa_queue_pending") == Some(&0.0)).then_some(false)
-                })
+                let delivering = until(
+                    "requests delivered before the kill",
+                    Duration::from_secs(120),
+                    async || {
+                        if sink.request_count() >= want_reqs {
+                            return Some(true);
+                        }
+                        let m = relay.metrics().await;
+                        (m.get("ankusa_queue_pending") == Some(&0.0)).then_some(false)
+                    },
+                )
                 .await;
                 if !delivering {
                     mode = 3;
@@ -363,21 +444,34 @@ sources:
             // Only to vary the moment; nothing is asserted about it.
             tokio::time::sleep(Duration::from_millis(extra_ms)).await;
         }
-        *moments.entry(["posting", "delivering", "posting+delivering", "idle (queue empty)"][mode as usize]).or_default() += 1;
+        *moments
+            .entry(
+                [
+                    "posting",
+                    "delivering",
+                    "posting+delivering",
+                    "idle (queue empty)",
+                ][mode as usize],
+            )
+            .or_default() += 1;
         load.up.store(false, Ordering::SeqCst);
         relay.kill();
         fig.kills += 1;
         if (k + 1) % CHECK_EVERY == 0 {
             let (status, out) = store_check(&data, &[]);
             if status.code() != Some(0) {
-                fig.violations.push(format!("store check after kill {}: {status}: {out}", k + 1));
+                fig.violations
+                    .push(format!("store check after kill {}: {status}: {out}", k + 1));
             }
         }
         let restart = Instant::now();
         relay.restart().await;
         restarts.push(restart.elapsed());
         if (k + 1) % 10 == 0 {
-            let last: Vec<u128> = restarts[restarts.len() - 10..].iter().map(Duration::as_millis).collect();
+            let last: Vec<u128> = restarts[restarts.len() - 10..]
+                .iter()
+                .map(Duration::as_millis)
+                .collect();
             println!(
                 "crash test on {backend}: {} kills, {} acked, {:.0} s (the last 10 restarts until ready, ms: {last:?})",
                 k + 1,
@@ -391,7 +485,10 @@ sources:
     load.posting.store(false, Ordering::SeqCst);
     load.stop.store(true, Ordering::SeqCst);
     for c in clients {
-        tokio::time::timeout(Duration::from_secs(120), c).await.expect("client stopped").expect("client ok");
+        tokio::time::timeout(Duration::from_secs(120), c)
+            .await
+            .expect("client stopped")
+            .expect("client ok");
     }
     let acked = load.acked.lock().expect("lock").clone();
     fig.acked = acked.len();
@@ -408,10 +505,18 @@ sources:
             break;
         }
         if Instant::now() > deadline {
-            let mut gauges: Vec<String> =
-                m.iter().filter(|(k, _)| k.starts_with("ankusa_queue") || k.starts_with("ankusa_dispatch") || k.starts_with("ankusa_dlq")).map(|(k, v)| format!("{k} {v}")).collect();
+            let mut gauges: Vec<String> = m
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with("ankusa_queue")
+                        || k.starts_with("ankusa_dispatch")
+                        || k.starts_with("ankusa_dlq")
+                })
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
             gauges.sort();
-            fig.violations.push(format!("not drained 300 s after the last kill: {gauges:?}"));
+            fig.violations
+                .push(format!("not drained 300 s after the last kill: {gauges:?}"));
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -419,7 +524,8 @@ sources:
     relay.sigterm();
     let status = relay.wait_exit(Duration::from_secs(120)).await;
     if !status.success() {
-        fig.violations.push(format!("final exit: {status}\n{}", relay.log()));
+        fig.violations
+            .push(format!("final exit: {status}\n{}", relay.log()));
     }
 
     let reqs = sink.requests();
@@ -429,9 +535,19 @@ sources:
         .filter_map(|r| {
             let (key, i) = label(r)?;
             if key.starts_with('k') {
-                assert_eq!(r.key().as_deref(), Some(key.as_str()), "ordering key of {key}/{i}");
+                assert_eq!(
+                    r.key().as_deref(),
+                    Some(key.as_str()),
+                    "ordering key of {key}/{i}"
+                );
             }
-            Some(Seen { n: r.n, key, i, id: r.id(), ok: ok.contains(&r.n) })
+            Some(Seen {
+                n: r.n,
+                key,
+                i,
+                id: r.id(),
+                ok: ok.contains(&r.n),
+            })
         })
         .collect();
     let v = verify(&seen, &acked);
@@ -444,13 +560,20 @@ sources:
     if status.code() == Some(0) {
         let stored = hooks_in(&out);
         if stored != fig.delivered {
-            fig.violations.push(format!("the store holds {stored} hooks, the receiver got {}", fig.delivered));
+            fig.violations.push(format!(
+                "the store holds {stored} hooks, the receiver got {}",
+                fig.delivered
+            ));
         }
-        if !out.contains("; 0 pending rows (0 in flight, 0 lane members), 0 busy lanes, 0 dead, 0 quarantined)") {
-            fig.violations.push(format!("the final store is not drained: {out}"));
+        if !out.contains(
+            "; 0 pending rows (0 in flight, 0 lane members), 0 busy lanes, 0 dead, 0 quarantined)",
+        ) {
+            fig.violations
+                .push(format!("the final store is not drained: {out}"));
         }
     } else {
-        fig.violations.push(format!("final store check: {status}: {out}"));
+        fig.violations
+            .push(format!("final store check: {status}: {out}"));
     }
     println!(
         "crash test on {backend} (seed {seed}): kills {}, acked {}, delivered {}, duplicates {}, violations {} \
@@ -472,18 +595,45 @@ sources:
     if !fig.violations.is_empty() {
         // Keep the store, the logs and the receiver's record for a post-mortem.
         let keep = std::env::temp_dir().join(format!("ankusa-crash-{backend}-{seed}"));
-        let copied = std::process::Command::new("cp").arg("-a").arg(relay.dir.path()).arg(&keep).status();
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(relay.dir.path())
+            .arg(&keep)
+            .status();
         let record: Vec<String> = reqs
             .iter()
-            .map(|r| format!("{} {:?} {} {:?} {}", r.n, sink.answer_of(r.n), r.id(), r.key(), String::from_utf8_lossy(&r.body)))
+            .map(|r| {
+                format!(
+                    "{} {:?} {} {:?} {}",
+                    r.n,
+                    sink.answer_of(r.n),
+                    r.id(),
+                    r.key(),
+                    String::from_utf8_lossy(&r.body)
+                )
+            })
             .collect();
         let _ = std::fs::write(keep.join("receiver.txt"), record.join("\n"));
-        let acks: Vec<String> = acked.iter().map(|a| format!("{} {} {}", a.key, a.i, a.id)).collect();
+        let acks: Vec<String> = acked
+            .iter()
+            .map(|a| format!("{} {} {}", a.key, a.i, a.id))
+            .collect();
         let _ = std::fs::write(keep.join("acked.txt"), acks.join("\n"));
-        println!("kept the store, the relay's logs and the record in {} ({copied:?})", keep.display());
+        println!(
+            "kept the store, the relay's logs and the record in {} ({copied:?})",
+            keep.display()
+        );
     }
-    assert!(fig.violations.is_empty(), "{} violations (seed {seed}): {:#?}", fig.violations.len(), fig.violations);
-    assert!(fig.kills >= kills && fig.acked > 0 && fig.delivered >= fig.acked, "{fig:?}");
+    assert!(
+        fig.violations.is_empty(),
+        "{} violations (seed {seed}): {:#?}",
+        fig.violations.len(),
+        fig.violations
+    );
+    assert!(
+        fig.kills >= kills && fig.acked > 0 && fig.delivered >= fig.acked,
+        "{fig:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -502,11 +652,21 @@ async fn sigkill_at_random_moments_loses_and_reorders_nothing_on_fjall() {
 /// unordered duplicate.
 #[test]
 fn the_crash_checks_catch_a_lost_a_reordered_and_a_stale_hook() {
-    let ack = |key: &str, i: u64| Ack { key: key.to_owned(), i, id: format!("{key}-{i}") };
+    let ack = |key: &str, i: u64| Ack {
+        key: key.to_owned(),
+        i,
+        id: format!("{key}-{i}"),
+    };
     let mut n = 0;
     let mut req = |key: &str, i: u64, ok: bool| {
         n += 1;
-        Seen { n, key: key.to_owned(), i, id: format!("{key}-{i}"), ok }
+        Seen {
+            n,
+            key: key.to_owned(),
+            i,
+            id: format!("{key}-{i}"),
+            ok,
+        }
     };
     let fine = vec![
         req("k0", 0, false),
@@ -533,14 +693,24 @@ fn the_crash_checks_catch_a_lost_a_reordered_and_a_stale_hook() {
     bad.push(twice.clone());
     twice.id = "another".into();
     bad.push(twice);
-    let acked = [ack("k0", 0), ack("k0", 2), ack("u0", 0), ack("k1", 0), ack("k1", 1), ack("k2", 0), ack("u1", 0)];
+    let acked = [
+        ack("k0", 0),
+        ack("k0", 2),
+        ack("u0", 0),
+        ack("k1", 0),
+        ack("k1", 1),
+        ack("k2", 0),
+        ack("u1", 0),
+    ];
     let v = verify(&bad, &acked);
     assert_eq!(
         v.violations,
         [
             "acknowledged k2/0 (id k2-0) never delivered".to_owned(),
-            "k0: request 9 carries hook 1 after hook 2 (not the lane's most recent head)".to_owned(),
-            "k1: request 10 carries hook 0 after hook 1 (not the lane's most recent head)".to_owned(),
+            "k0: request 9 carries hook 1 after hook 2 (not the lane's most recent head)"
+                .to_owned(),
+            "k1: request 10 carries hook 0 after hook 1 (not the lane's most recent head)"
+                .to_owned(),
             "k1: acknowledged hooks delivered in the order [1, 0], acknowledged [0, 1]".to_owned(),
             "u1/0 went out under 2 idempotency keys: {\"another\", \"u1-0\"}".to_owned(),
         ],

@@ -74,7 +74,11 @@ fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 /// Asserts `dir` holds exactly `before`, naming the files that differ.
 fn assert_unchanged(dir: &Path, before: &BTreeMap<PathBuf, Vec<u8>>, what: &str) {
     let now = contents(dir);
-    let changed: Vec<&PathBuf> = before.keys().chain(now.keys()).filter(|p| before.get(*p) != now.get(*p)).collect();
+    let changed: Vec<&PathBuf> = before
+        .keys()
+        .chain(now.keys())
+        .filter(|p| before.get(*p) != now.get(*p))
+        .collect();
     assert!(changed.is_empty(), "{what} changed {changed:?}");
 }
 
@@ -92,17 +96,29 @@ fn files_ending(dir: &Path, ext: &str) -> Vec<PathBuf> {
 
 /// The RocksDB WAL that holds the hooks: the one `.log` file with bytes.
 fn wal(store: &Path) -> PathBuf {
-    let logs: Vec<PathBuf> = files_ending(store, "log").into_iter().filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0)).collect();
-    assert_eq!(logs.len(), 1, "one WAL with bytes in {}: {logs:?}", store.display());
+    let logs: Vec<PathBuf> = files_ending(store, "log")
+        .into_iter()
+        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+        .collect();
+    assert_eq!(
+        logs.len(),
+        1,
+        "one WAL with bytes in {}: {logs:?}",
+        store.display()
+    );
     logs[0].clone()
 }
 
 /// Overwrites 16 bytes of `file` at `at` (the tester's damage).
 fn damage(file: &Path, at: u64) {
     use std::io::{Seek, SeekFrom, Write};
-    let mut f = std::fs::OpenOptions::new().write(true).open(file).expect("open");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .expect("open");
     f.seek(SeekFrom::Start(at)).expect("seek");
-    f.write_all(&[0xde, 0xad, 0xbe, 0xef].repeat(4)).expect("write");
+    f.write_all(&[0xde, 0xad, 0xbe, 0xef].repeat(4))
+        .expect("write");
     f.sync_all().expect("sync");
 }
 
@@ -111,7 +127,9 @@ fn damage(file: &Path, at: u64) {
 fn payload_at_a_third(file: &Path) -> u64 {
     let bytes = std::fs::read(file).expect("read");
     let from = bytes.len() / 3;
-    (from..bytes.len() - 16).find(|&i| bytes[i..i + 16].iter().all(|&b| b == b'z')).expect("a payload after a third") as u64
+    (from..bytes.len() - 16)
+        .find(|&i| bytes[i..i + 16].iter().all(|&b| b == b'z'))
+        .expect("a payload after a third") as u64
 }
 
 /// `ankusa store <args>`: (status, output).
@@ -123,8 +141,14 @@ fn store_cmd(args: &[&OsStr], cwd: &Path) -> (ExitStatus, String) {
 
 /// The `N hooks` of `store check`'s clean summary.
 fn hooks_in(out: &str) -> usize {
-    let (_, rest) = out.split_once(": clean (").unwrap_or_else(|| panic!("not a clean summary: {out}"));
-    rest.split(", ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+    let (_, rest) = out
+        .split_once(": clean (")
+        .unwrap_or_else(|| panic!("not a clean summary: {out}"));
+    rest.split(", ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"))
 }
 
 /// The refusal of a store with data files and no stamp, as `serve` and
@@ -133,7 +157,10 @@ fn assert_no_stamp_refusal(out: &str, store: &Path, backend: &str) {
     for want in [
         "the store has data files but no format stamp: it is damaged, or its journal/WAL was cut when it was opened",
         &format!("ankusa store import DUMP DATA_DIR --store {backend}"),
-        &format!("or move {} away to start with an empty store", store.display()),
+        &format!(
+            "or move {} away to start with an empty store",
+            store.display()
+        ),
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
@@ -160,7 +187,10 @@ async fn no_stamp_and_first_start(backend: &str) {
     let data = relay.data_dir();
     let store = data.join(format!("store-{backend}"));
     assert!(relay.log().contains("new store"), "{}", relay.log());
-    assert!(!marker(&data, backend).exists(), "the creation marker is removed once the stamp is durable");
+    assert!(
+        !marker(&data, backend).exists(),
+        "the creation marker is removed once the stamp is durable"
+    );
     relay.kill();
 
     // Engine files, no stamp, no marker: refused, and left as it was.
@@ -173,7 +203,10 @@ async fn no_stamp_and_first_start(backend: &str) {
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(3), "{out}");
     assert_no_stamp_refusal(&out, &store, backend);
-    let (status, out) = store_cmd(&[OsStr::new("migrate"), data.as_os_str()], data.parent().expect("parent"));
+    let (status, out) = store_cmd(
+        &[OsStr::new("migrate"), data.as_os_str()],
+        data.parent().expect("parent"),
+    );
     assert_eq!(status.code(), Some(3), "{out}");
     assert_no_stamp_refusal(&out, &store, backend);
 
@@ -182,7 +215,10 @@ async fn no_stamp_and_first_start(backend: &str) {
     std::fs::write(marker(&data, backend), b"").expect("marker");
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(2), "{out}");
-    assert!(out.contains("a relay's first start was interrupted before it stamped this new store"), "{out}");
+    assert!(
+        out.contains("a relay's first start was interrupted before it stamped this new store"),
+        "{out}"
+    );
     relay.restart().await;
     assert!(relay.log().contains("new store"), "{}", relay.log());
     assert!(!marker(&data, backend).exists());
@@ -196,7 +232,11 @@ async fn no_stamp_and_first_start(backend: &str) {
     relay.restart().await;
     assert!(relay.log().contains("new store"), "{}", relay.log());
     relay.sigterm();
-    assert!(relay.wait_exit(Duration::from_secs(90)).await.success(), "{}", relay.log());
+    assert!(
+        relay.wait_exit(Duration::from_secs(90)).await.success(),
+        "{}",
+        relay.log()
+    );
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(0), "{out}");
     assert_eq!(hooks_in(&out), 0, "{out}");
@@ -217,14 +257,24 @@ async fn engine_record_gone(backend: &str, record: &str) {
     let (status, log) = relay.restart_refused().await;
     assert_eq!(status.code(), Some(3), "{log}");
     for want in [
-        format!("the store directory {} holds files but no {record}", store.display()),
+        format!(
+            "the store directory {} holds files but no {record}",
+            store.display()
+        ),
         "Nothing was changed".to_owned(),
-        format!("or move {} away to start with an empty store", store.display()),
+        format!(
+            "or move {} away to start with an empty store",
+            store.display()
+        ),
     ] {
         assert!(log.contains(&want), "missing {want:?} in:\n{log}");
     }
     assert!(!log.contains("new store"), "{log}");
-    assert_unchanged(&store, &before, "serve on a store without its engine record");
+    assert_unchanged(
+        &store,
+        &before,
+        "serve on a store without its engine record",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,27 +338,56 @@ async fn a_rocksdb_wal_damaged_before_its_end_is_reported_and_refused_not_cut() 
 
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(3), "{out}");
-    for want in [&format!("cannot open the store at {}: it is damaged", store.display()), "Corruption: ", "checksum mismatch", "ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time"] {
+    for want in [
+        &format!(
+            "cannot open the store at {}: it is damaged",
+            store.display()
+        ),
+        "Corruption: ",
+        "checksum mismatch",
+        "ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time",
+    ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
     assert_unchanged(&store, &before, "store check");
 
     let (status, log) = relay.restart_refused().await;
     assert_eq!(status.code(), Some(3), "{log}");
-    for want in [&format!("the store at {} is damaged", store.display()), "checksum mismatch", "ankusa store import", "ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time"] {
+    for want in [
+        &format!("the store at {} is damaged", store.display()),
+        "checksum mismatch",
+        "ankusa store import",
+        "ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time",
+    ] {
         assert!(log.contains(want), "missing {want:?} in:\n{log}");
     }
-    assert!(std::fs::read(&wal).expect("read the WAL") == before[&wal], "the refused start changed the WAL");
+    assert!(
+        std::fs::read(&wal).expect("read the WAL") == before[&wal],
+        "the refused start changed the WAL"
+    );
 
     relay.set_env(&[("ANKUSA_ROCKSDB_WAL_RECOVERY", "point-in-time")]);
     relay.restart().await;
-    assert!(relay.log().contains("ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time: the WAL was replayed up to its first record"), "{}", relay.log());
+    assert!(
+        relay.log().contains(
+            "ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time: the WAL was replayed up to its first record"
+        ),
+        "{}",
+        relay.log()
+    );
     relay.sigterm();
-    assert!(relay.wait_exit(Duration::from_secs(90)).await.success(), "{}", relay.log());
+    assert!(
+        relay.wait_exit(Duration::from_secs(90)).await.success(),
+        "{}",
+        relay.log()
+    );
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(0), "{out}");
     let kept = hooks_in(&out);
-    assert!(kept > 0 && kept < HOOKS, "the hooks before the damage: {out}");
+    assert!(
+        kept > 0 && kept < HOOKS,
+        "the hooks before the damage: {out}"
+    );
 }
 
 /// RocksDB's WAL overwritten at its start: the stamp's record is the one
@@ -326,7 +405,10 @@ async fn a_rocksdb_wal_damaged_at_its_start_never_starts_an_empty_store() {
     damage(&wal(&store), 0);
     let (status, log) = relay.restart_refused().await;
     assert_eq!(status.code(), Some(3), "{log}");
-    assert!(log.contains("is damaged") || log.contains("no format stamp"), "{log}");
+    assert!(
+        log.contains("is damaged") || log.contains("no format stamp"),
+        "{log}"
+    );
     relay.set_env(&[("ANKUSA_ROCKSDB_WAL_RECOVERY", "point-in-time")]);
     let (status, log) = relay.restart_refused().await;
     assert_eq!(status.code(), Some(3), "{log}");
@@ -357,13 +439,20 @@ async fn store_check_on_rocksdb_writes_nothing_and_runs_on_a_full_or_read_only_d
     let disk = match Tmpfs::mount("8m") {
         Ok(d) => d,
         Err(why) => {
-            eprintln!("\n\n!!!!!!!! SKIPPED the full-disk half of damage::store_check_on_rocksdb_...: {why} (the test needs root to mount a tmpfs) !!!!!!!!\n");
+            eprintln!(
+                "\n\n!!!!!!!! SKIPPED the full-disk half of damage::store_check_on_rocksdb_...: {why} (the test needs root to mount a tmpfs) !!!!!!!!\n"
+            );
             return;
         }
     };
     let copy = disk.path().join("data");
     std::fs::create_dir(&copy).expect("mkdir");
-    let status = std::process::Command::new("cp").arg("-a").arg(&store).arg(&copy).status().expect("cp");
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&store)
+        .arg(&copy)
+        .status()
+        .expect("cp");
     assert!(status.success());
     let copied = copy.join("store-rocksdb");
     // Fill the disk: a file grown until the write fails with ENOSPC.
@@ -382,14 +471,23 @@ async fn store_check_on_rocksdb_writes_nothing_and_runs_on_a_full_or_read_only_d
     }
     let before = contents(&copied);
     // Run from the data_dir on the ordinary disk (the CLI's log goes there).
-    let (status, out) = run_cli(&[OsStr::new("store"), OsStr::new("check"), copy.as_os_str()], &data);
+    let (status, out) = run_cli(
+        &[OsStr::new("store"), OsStr::new("check"), copy.as_os_str()],
+        &data,
+    );
     assert_eq!(status.code(), Some(0), "on a full disk: {out}");
     assert_eq!(hooks_in(&out), HOOKS, "{out}");
     assert_unchanged(&copied, &before, "store check on a full disk");
 
     disk.remount("ro");
-    assert!(std::fs::write(disk.path().join("probe"), b"x").is_err(), "the tmpfs is read-only");
-    let (status, out) = run_cli(&[OsStr::new("store"), OsStr::new("check"), copied.as_os_str()], &data);
+    assert!(
+        std::fs::write(disk.path().join("probe"), b"x").is_err(),
+        "the tmpfs is read-only"
+    );
+    let (status, out) = run_cli(
+        &[OsStr::new("store"), OsStr::new("check"), copied.as_os_str()],
+        &data,
+    );
     assert_eq!(status.code(), Some(0), "on a read-only disk: {out}");
     assert_eq!(hooks_in(&out), HOOKS, "{out}");
     assert_unchanged(&copied, &before, "store check on a read-only disk");
@@ -409,22 +507,52 @@ async fn switching_node_store_without_moving_the_store_is_refused() {
         relay.post("/hooks/s", &[JSON], body(i)).await.id();
     }
     relay.sigterm();
-    assert!(relay.wait_exit(Duration::from_secs(120)).await.success(), "{}", relay.log());
+    assert!(
+        relay.wait_exit(Duration::from_secs(120)).await.success(),
+        "{}",
+        relay.log()
+    );
     let data = relay.data_dir();
     let fjall = data.join("store-fjall");
-    relay.set_template(&config("fjall", &format!("sources:\n  - name: s\n    sinks: [{{type: http, url: '{}', paused: true}}]\n", sink.url())));
+    relay.set_template(&config(
+        "fjall",
+        &format!(
+            "sources:\n  - name: s\n    sinks: [{{type: http, url: '{}', paused: true}}]\n",
+            sink.url()
+        ),
+    ));
     let (status, log) = relay.restart_refused().await;
     assert_eq!(status.code(), Some(1), "{log}");
-    assert!(log.contains("node.store is fjall, and data_dir") && log.contains("holds a rocksdb store but no fjall store"), "{log}");
-    assert!(log.contains("ankusa store import FILE") && log.contains(&format!("mkdir {}", fjall.display())), "{log}");
-    assert!(!fjall.exists(), "the refused start created {}", fjall.display());
+    assert!(
+        log.contains("node.store is fjall, and data_dir")
+            && log.contains("holds a rocksdb store but no fjall store"),
+        "{log}"
+    );
+    assert!(
+        log.contains("ankusa store import FILE")
+            && log.contains(&format!("mkdir {}", fjall.display())),
+        "{log}"
+    );
+    assert!(
+        !fjall.exists(),
+        "the refused start created {}",
+        fjall.display()
+    );
     let (code, out) = store_check(&data, &[]);
     assert_eq!(code.code(), Some(0), "{out}");
     assert_eq!(hooks_in(&out), 3, "{out}");
 
     std::fs::create_dir(&fjall).expect("mkdir");
     relay.restart().await;
-    assert!(relay.log().contains("data_dir also holds a rocksdb store"), "{}", relay.log());
+    assert!(
+        relay.log().contains("data_dir also holds a rocksdb store"),
+        "{}",
+        relay.log()
+    );
     relay.sigterm();
-    assert!(relay.wait_exit(Duration::from_secs(120)).await.success(), "{}", relay.log());
+    assert!(
+        relay.wait_exit(Duration::from_secs(120)).await.success(),
+        "{}",
+        relay.log()
+    );
 }

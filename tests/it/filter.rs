@@ -30,7 +30,14 @@ fn event_type(body: &[u8]) -> String {
 /// The sink names of the delivery rows the hook with idempotency key `id`
 /// has now (admin API, `GET /v1/hooks/{idempotency_key}`).
 async fn rows_of(api: &Admin, id: &str) -> BTreeSet<String> {
-    let hook = api.ok("GET", "/v1/hooks/{idempotency_key}", &format!("/v1/hooks/{id}"), None).await;
+    let hook = api
+        .ok(
+            "GET",
+            "/v1/hooks/{idempotency_key}",
+            &format!("/v1/hooks/{id}"),
+            None,
+        )
+        .await;
     hook["deliveries"]
         .as_array()
         .expect("deliveries")
@@ -48,7 +55,12 @@ fn set(names: &[&str]) -> BTreeSet<String> {
 fn ids_by_key(reqs: &[Req]) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for r in reqs {
-        let ids = out.entry(r.key().unwrap_or_else(|| panic!("request {} has no ordering key", r.n))).or_default();
+        let ids = out
+            .entry(
+                r.key()
+                    .unwrap_or_else(|| panic!("request {} has no ordering key", r.n)),
+            )
+            .or_default();
         if ids.last() != Some(&r.id()) {
             ids.push(r.id());
         }
@@ -65,7 +77,8 @@ fn ids_by_key(reqs: &[Req]) -> BTreeMap<String, Vec<String>> {
 /// metrics count 28 filtered rows). Resumed: `invoices` gets exactly the 12
 /// invoice hooks, each customer's in send order; `all` gets all 40.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_stripe_corpus_reaches_an_invoice_sink_only_with_invoice_events_in_order_per_customer() {
+async fn the_stripe_corpus_reaches_an_invoice_sink_only_with_invoice_events_in_order_per_customer()
+{
     let sink = Sink::ok().await;
     let url = sink.url();
     let relay = Relay::start(&config(
@@ -79,52 +92,125 @@ async fn the_stripe_corpus_reaches_an_invoice_sink_only_with_invoice_events_in_o
     let api = Admin::new(&relay, None);
     for name in ["invoices", "all"] {
         let p = api
-            .ok("POST", "/v1/sources/{source}/sinks/{sink}/pause", &format!("/v1/sources/stripe/sinks/{name}/pause"), Some(json!({})))
+            .ok(
+                "POST",
+                "/v1/sources/{source}/sinks/{sink}/pause",
+                &format!("/v1/sources/stripe/sinks/{name}/pause"),
+                Some(json!({})),
+            )
             .await;
         assert_eq!(p["paused"], true, "{p}");
     }
 
     // The banner says which sink filters.
     let log = relay.log();
-    assert!(log.lines().any(|l| l.contains("http invoices") && l.contains("[filter]")), "{log}");
-    assert!(!log.lines().any(|l| l.contains("http all") && l.contains("[filter]")), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("http invoices") && l.contains("[filter]")),
+        "{log}"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("http all") && l.contains("[filter]")),
+        "{log}"
+    );
     let sent = stripe::send(&relay, &stripe::hooks(4)).await;
     assert_eq!(sent.len(), 40);
-    let invoices: Vec<&stripe::Sent> = sent.iter().filter(|s| event_type(&s.body).starts_with("invoice.")).collect();
-    assert_eq!(invoices.len(), 12, "invoice.created, .finalized and .paid in each round");
+    let invoices: Vec<&stripe::Sent> = sent
+        .iter()
+        .filter(|s| event_type(&s.body).starts_with("invoice."))
+        .collect();
+    assert_eq!(
+        invoices.len(),
+        12,
+        "invoice.created, .finalized and .paid in each round"
+    );
     // The store, while nothing is delivered: the rows each hook has.
     for s in &sent {
-        let want = if event_type(&s.body).starts_with("invoice.") { set(&["all", "invoices"]) } else { set(&["all"]) };
-        assert_eq!(rows_of(&api, &s.id).await, want, "{} ({})", s.file, event_type(&s.body));
+        let want = if event_type(&s.body).starts_with("invoice.") {
+            set(&["all", "invoices"])
+        } else {
+            set(&["all"])
+        };
+        assert_eq!(
+            rows_of(&api, &s.id).await,
+            want,
+            "{} ({})",
+            s.file,
+            event_type(&s.body)
+        );
     }
     let m = relay.metrics().await;
-    assert_eq!(m["ankusa_queue_pending"], 52.0, "40 rows of all and 12 of invoices: {m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total{source=\"stripe\",sink_name=\"invoices\"}"], 28.0, "{m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total"], 28.0, "no row of all was filtered: {m:?}");
-    assert_eq!(m["ankusa_ingest_unmatched_total"], 0.0, "every hook has a row for all");
+    assert_eq!(
+        m["ankusa_queue_pending"], 52.0,
+        "40 rows of all and 12 of invoices: {m:?}"
+    );
+    assert_eq!(
+        m["ankusa_ingest_filtered_total{source=\"stripe\",sink_name=\"invoices\"}"], 28.0,
+        "{m:?}"
+    );
+    assert_eq!(
+        m["ankusa_ingest_filtered_total"], 28.0,
+        "no row of all was filtered: {m:?}"
+    );
+    assert_eq!(
+        m["ankusa_ingest_unmatched_total"], 0.0,
+        "every hook has a row for all"
+    );
     assert_eq!(m["ankusa_ingest_accepted_total"], 40.0);
-    assert_eq!(m["ankusa_ingest_duplicates_total"], 4.0, "the provider retry of each round");
+    assert_eq!(
+        m["ankusa_ingest_duplicates_total"], 4.0,
+        "the provider retry of each round"
+    );
     // The invoice events all carry a customer: no keyless invoice row.
-    assert_eq!(m.get("ankusa_dispatch_lane_key_missing_total").copied().unwrap_or(0.0), 0.0, "{m:?}");
+    assert_eq!(
+        m.get("ankusa_dispatch_lane_key_missing_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0,
+        "{m:?}"
+    );
     assert!(sink.requests().is_empty(), "a paused sink was called");
 
     for name in ["invoices", "all"] {
-        api.ok("POST", "/v1/sources/{source}/sinks/{sink}/resume", &format!("/v1/sources/stripe/sinks/{name}/resume"), None).await;
+        api.ok(
+            "POST",
+            "/v1/sources/{source}/sinks/{sink}/resume",
+            &format!("/v1/sources/stripe/sinks/{name}/resume"),
+            None,
+        )
+        .await;
     }
     crate::peer::drained(&relay, WAIT).await;
     let got = sink.delivered();
-    let to_invoices: Vec<Req> = got.iter().filter(|r| r.path == "/invoices").cloned().collect();
+    let to_invoices: Vec<Req> = got
+        .iter()
+        .filter(|r| r.path == "/invoices")
+        .cloned()
+        .collect();
     let to_all: Vec<Req> = got.iter().filter(|r| r.path == "/in").cloned().collect();
-    assert_eq!(to_all.iter().map(Req::id).collect::<BTreeSet<_>>(), sent.iter().map(|s| s.id.clone()).collect::<BTreeSet<_>>());
+    assert_eq!(
+        to_all.iter().map(Req::id).collect::<BTreeSet<_>>(),
+        sent.iter().map(|s| s.id.clone()).collect::<BTreeSet<_>>()
+    );
     for r in &to_invoices {
-        assert!(event_type(&r.body).starts_with("invoice."), "request {}: {} reached the invoice sink", r.n, event_type(&r.body));
+        assert!(
+            event_type(&r.body).starts_with("invoice."),
+            "request {}: {} reached the invoice sink",
+            r.n,
+            event_type(&r.body)
+        );
     }
     let mut want: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in &invoices {
         want.entry(s.key.clone()).or_default().push(s.id.clone());
     }
     assert_eq!(want.len(), 3, "three customers: {want:?}");
-    assert_eq!(ids_by_key(&to_invoices), want, "the invoice hooks, each customer's in send order");
+    assert_eq!(
+        ids_by_key(&to_invoices),
+        want,
+        "the invoice hooks, each customer's in send order"
+    );
     let m = relay.metrics().await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 52.0, "{m:?}");
 }
@@ -175,13 +261,24 @@ sources:
     let mut ids: BTreeMap<String, (String, String)> = BTreeMap::new(); // file -> (id, event)
     for f in &files {
         let h = Hook::load(f);
-        let a = relay.post("/hooks/github", &h.send_headers(), h.body.clone()).await;
+        let a = relay
+            .post("/hooks/github", &h.send_headers(), h.body.clone())
+            .await;
         assert_eq!(a.status, 200, "{f}: {a:?}");
         assert_eq!(a.body["duplicate"], Value::Null, "{f}: {a:?}");
-        ids.insert(f.clone(), (a.id(), h.header("x-github-event").expect("event").to_owned()));
+        ids.insert(
+            f.clone(),
+            (
+                a.id(),
+                h.header("x-github-event").expect("event").to_owned(),
+            ),
+        );
     }
-    let deploys: BTreeSet<&str> =
-        ids.iter().filter(|(_, (_, e))| e == "push" || e == "pull_request").map(|(_, (id, _))| id.as_str()).collect();
+    let deploys: BTreeSet<&str> = ids
+        .iter()
+        .filter(|(_, (_, e))| e == "push" || e == "pull_request")
+        .map(|(_, (id, _))| id.as_str())
+        .collect();
     let prs: BTreeSet<&str> = [
         "github/pull_request_opened.json",
         "github/pull_request_opened_null_body.json",
@@ -198,35 +295,92 @@ sources:
         (n("/in") >= 14 && n("/inprs") >= 4).then_some(d)
     })
     .await;
-    let at = |p: &str| got.iter().filter(|r| r.path == p).map(Req::id).collect::<BTreeSet<String>>();
+    let at = |p: &str| {
+        got.iter()
+            .filter(|r| r.path == p)
+            .map(Req::id)
+            .collect::<BTreeSet<String>>()
+    };
     assert_eq!(at("/in"), deploys.iter().map(|s| (*s).to_owned()).collect());
     assert_eq!(at("/inprs"), prs.iter().map(|s| (*s).to_owned()).collect());
     for r in got.iter().filter(|r| r.path == "/in") {
-        let e = r.header("x-github-event").expect("the provider's headers travel");
+        let e = r
+            .header("x-github-event")
+            .expect("the provider's headers travel");
         assert!(e == "push" || e == "pull_request", "{e}");
     }
 
     let m = crate::peer::drained(&relay, WAIT).await;
     assert_eq!(m["ankusa_ingest_accepted_total"], 27.0, "{m:?}");
     assert_eq!(m["ankusa_ingest_unmatched_total"], 13.0, "{m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total{source=\"github\",sink_name=\"deploys\"}"], 13.0, "{m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total{source=\"github\",sink_name=\"prs\"}"], 23.0, "{m:?}");
+    assert_eq!(
+        m["ankusa_ingest_filtered_total{source=\"github\",sink_name=\"deploys\"}"], 13.0,
+        "{m:?}"
+    );
+    assert_eq!(
+        m["ankusa_ingest_filtered_total{source=\"github\",sink_name=\"prs\"}"], 23.0,
+        "{m:?}"
+    );
     assert_eq!(m["ankusa_dispatch_delivered_total"], 18.0, "{m:?}");
 
     // A hook no sink took is stored all the same, with no delivery row.
     let (ping, _) = &ids["github/ping.json"];
-    let hook = api.ok("GET", "/v1/hooks/{idempotency_key}", &format!("/v1/hooks/{ping}"), None).await;
-    assert_eq!((hook["source"].as_str(), hook["deliveries"].as_array().map(Vec::len)), (Some("github"), Some(0)), "{hook}");
-    let (code, out, err) = crate::admin::cli(&["hooks", "show", ping, "--admin", &format!("http://{}", relay.admin)], None);
+    let hook = api
+        .ok(
+            "GET",
+            "/v1/hooks/{idempotency_key}",
+            &format!("/v1/hooks/{ping}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (
+            hook["source"].as_str(),
+            hook["deliveries"].as_array().map(Vec::len)
+        ),
+        (Some("github"), Some(0)),
+        "{hook}"
+    );
+    let (code, out, err) = crate::admin::cli(
+        &[
+            "hooks",
+            "show",
+            ping,
+            "--admin",
+            &format!("http://{}", relay.admin),
+        ],
+        None,
+    );
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("no delivery rows: delivered to every sink it had, or no sink's filter took it"), "{out}");
+    assert!(
+        out.contains(
+            "no delivery rows: delivered to every sink it had, or no sink's filter took it"
+        ),
+        "{out}"
+    );
     // ... and its dedupe record answers a provider retry.
     let h = Hook::load("github/ping.json");
-    let a = relay.post("/hooks/github", &h.send_headers(), h.body.clone()).await;
-    assert_eq!((a.status, a.body["duplicate"].as_bool(), a.id()), (200, Some(true), ping.clone()), "{a:?}");
+    let a = relay
+        .post("/hooks/github", &h.send_headers(), h.body.clone())
+        .await;
+    assert_eq!(
+        (a.status, a.body["duplicate"].as_bool(), a.id()),
+        (200, Some(true), ping.clone()),
+        "{a:?}"
+    );
     let m = relay.metrics().await;
-    assert_eq!((m["ankusa_ingest_accepted_total"], m["ankusa_ingest_unmatched_total"]), (27.0, 13.0));
-    assert_eq!(sink.requests().len(), 18, "nothing delivered twice, nothing else");
+    assert_eq!(
+        (
+            m["ankusa_ingest_accepted_total"],
+            m["ankusa_ingest_unmatched_total"]
+        ),
+        (27.0, 13.0)
+    );
+    assert_eq!(
+        sink.requests().len(),
+        18,
+        "nothing delivered twice, nothing else"
+    );
 }
 
 /// A `quarantine: true` Stripe source with the `invoices` filter and an
@@ -251,9 +405,19 @@ async fn quarantine_release_and_archive_replay_apply_the_filters() {
     let hooks = stripe::hooks(1);
     let mut held = Vec::new(); // (seq order) id, is an invoice event
     for h in &hooks {
-        let a = relay.post("/hooks/stripe", &h.send_headers(), h.body.clone()).await;
-        assert_eq!((a.status, a.body["quarantined"].as_bool()), (202, Some(true)), "{}: {a:?}", h.file);
-        held.push((a.body["id"].as_str().expect("id").to_owned(), event_type(&h.body).starts_with("invoice.")));
+        let a = relay
+            .post("/hooks/stripe", &h.send_headers(), h.body.clone())
+            .await;
+        assert_eq!(
+            (a.status, a.body["quarantined"].as_bool()),
+            (202, Some(true)),
+            "{}: {a:?}",
+            h.file
+        );
+        held.push((
+            a.body["id"].as_str().expect("id").to_owned(),
+            event_type(&h.body).starts_with("invoice."),
+        ));
     }
     // Quarantined hooks take no part in dedupe: the provider retry is held too.
     assert_eq!(held.len(), 11);
@@ -263,24 +427,63 @@ async fn quarantine_release_and_archive_replay_apply_the_filters() {
     assert!(!held[0].1);
 
     // Hook 1 (customer.created): only the unfiltered sink takes it.
-    let r = api.ok("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release", "/v1/tenants/default/quarantine/1/release", None).await;
-    assert_eq!(r, json!({ "id": "default.1", "released": true, "source": "stripe", "rows": 1 }));
+    let r = api
+        .ok(
+            "POST",
+            "/v1/tenants/{tenant}/quarantine/{seq}/release",
+            "/v1/tenants/default/quarantine/1/release",
+            None,
+        )
+        .await;
+    assert_eq!(
+        r,
+        json!({ "id": "default.1", "released": true, "source": "stripe", "rows": 1 })
+    );
     assert!(!rows_of(&api, &held[0].0).await.contains("invoices"));
-    let job = api.ok("POST", "/v1/jobs", "/v1/jobs", Some(json!({ "kind": "release_quarantined", "filter": { "source": "stripe" } }))).await;
+    let job = api
+        .ok(
+            "POST",
+            "/v1/jobs",
+            "/v1/jobs",
+            Some(json!({ "kind": "release_quarantined", "filter": { "source": "stripe" } })),
+        )
+        .await;
     let id = job["id"].as_u64().expect("job id");
     let done = until("the release job done", WAIT, async || {
         let j = api.job(id).await;
         (j["state"] != "running").then_some(j)
     })
     .await;
-    assert_eq!((done["state"].as_str(), done["done"].as_u64()), (Some("done"), Some(10)), "{done}");
+    assert_eq!(
+        (done["state"].as_str(), done["done"].as_u64()),
+        (Some("done"), Some(10)),
+        "{done}"
+    );
     let m = crate::peer::drained(&relay, WAIT).await;
-    assert_eq!(m["ankusa_dispatch_delivered_total"], 15.0, "11 to all, 4 to invoices: {m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total{source=\"stripe\",sink_name=\"invoices\"}"], 7.0, "{m:?}");
+    assert_eq!(
+        m["ankusa_dispatch_delivered_total"], 15.0,
+        "11 to all, 4 to invoices: {m:?}"
+    );
+    assert_eq!(
+        m["ankusa_ingest_filtered_total{source=\"stripe\",sink_name=\"invoices\"}"], 7.0,
+        "{m:?}"
+    );
     let got = sink.delivered();
-    let invoice_ids: BTreeSet<String> = held.iter().filter(|(_, inv)| *inv).map(|(id, _)| id.clone()).collect();
-    let at = |reqs: &[Req], p: &str| reqs.iter().filter(|r| r.path == p).map(Req::id).collect::<Vec<String>>();
-    assert_eq!(at(&got, "/invoices").into_iter().collect::<BTreeSet<_>>(), invoice_ids);
+    let invoice_ids: BTreeSet<String> = held
+        .iter()
+        .filter(|(_, inv)| *inv)
+        .map(|(id, _)| id.clone())
+        .collect();
+    let at = |reqs: &[Req], p: &str| {
+        reqs.iter()
+            .filter(|r| r.path == p)
+            .map(Req::id)
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(
+        at(&got, "/invoices").into_iter().collect::<BTreeSet<_>>(),
+        invoice_ids
+    );
     assert_eq!(at(&got, "/invoices").len(), 4, "each invoice hook once");
     assert_eq!(at(&got, "/in").len(), 11);
 
@@ -296,14 +499,26 @@ async fn quarantine_release_and_archive_replay_apply_the_filters() {
     })
     .await;
     assert_eq!(
-        (done["state"].as_str(), done["done"].as_u64(), done["examined"].as_u64(), done["skipped"].as_u64()),
+        (
+            done["state"].as_str(),
+            done["done"].as_u64(),
+            done["examined"].as_u64(),
+            done["skipped"].as_u64()
+        ),
         (Some("done"), Some(4), Some(11), Some(7)),
         "{done}"
     );
     crate::peer::drained(&relay, WAIT).await;
     let again: Vec<Req> = sink.requests()[first..].to_vec();
-    assert!(again.iter().all(|r| r.path == "/invoices"), "a replay for invoices reached another sink");
-    assert_eq!(again.iter().map(Req::id).collect::<BTreeSet<_>>(), invoice_ids, "the copies carry the originals' keys");
+    assert!(
+        again.iter().all(|r| r.path == "/invoices"),
+        "a replay for invoices reached another sink"
+    );
+    assert_eq!(
+        again.iter().map(Req::id).collect::<BTreeSet<_>>(),
+        invoice_ids,
+        "the copies carry the originals' keys"
+    );
     assert_eq!(again.len(), 4);
 }
 
@@ -342,14 +557,27 @@ sources:
         "source \"github\", sink \"path\" (http): option \"filter\": json: \"data..type\" is not a JSON dot path",
         "source \"github\", sink \"header\" (http): option \"filter\": header: \"x event\" is not a valid HTTP header name",
     ];
-    for args in [vec![OsStr::new("check-config"), file.as_os_str()], vec![OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()]] {
+    for args in [
+        vec![OsStr::new("check-config"), file.as_os_str()],
+        vec![
+            OsStr::new("serve"),
+            OsStr::new("--config"),
+            file.as_os_str(),
+        ],
+    ] {
         let (status, out) = run_cli(&args, dir);
         assert!(!status.success(), "{args:?} accepted:\n{out}");
         for e in expected {
-            assert!(out.contains(e), "{args:?}: the output lacks\n  {e}\ngot:\n{out}");
+            assert!(
+                out.contains(e),
+                "{args:?}: the output lacks\n  {e}\ngot:\n{out}"
+            );
         }
     }
-    assert!(!data.exists(), "serve created the data_dir of an invalid config");
+    assert!(
+        !data.exists(),
+        "serve created the data_dir of an invalid config"
+    );
 }
 
 /// A hook no sink's filter takes makes no row, adds nothing to the queue and
@@ -388,11 +616,20 @@ sources:
     // Two held pushes released: four rows, over the tenant's bound of two
     // (a release does not check the bounds).
     for i in 0..2 {
-        let a = relay.post("/hooks/review", &push, format!("{{\"i\":{i}}}")).await;
+        let a = relay
+            .post("/hooks/review", &push, format!("{{\"i\":{i}}}"))
+            .await;
         assert_eq!(a.status, 202, "{a:?}");
     }
     for seq in [1, 2] {
-        let r = api.ok("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release", &format!("/v1/tenants/default/quarantine/{seq}/release"), None).await;
+        let r = api
+            .ok(
+                "POST",
+                "/v1/tenants/{tenant}/quarantine/{seq}/release",
+                &format!("/v1/tenants/default/quarantine/{seq}/release"),
+                None,
+            )
+            .await;
         assert_eq!(r["rows"], 2, "{r}");
     }
     assert_eq!(api.tenant("default").await["counters"]["pending"], 4);
@@ -402,31 +639,82 @@ sources:
     // A held ping released through the API, another by a job: no row.
     let a = relay.post("/hooks/review", &ping, "{\"i\":2}").await;
     assert_eq!(a.status, 202, "{a:?}");
-    let r = api.ok("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release", "/v1/tenants/default/quarantine/3/release", None).await;
+    let r = api
+        .ok(
+            "POST",
+            "/v1/tenants/{tenant}/quarantine/{seq}/release",
+            "/v1/tenants/default/quarantine/3/release",
+            None,
+        )
+        .await;
     assert_eq!(r["rows"], 0, "{r}");
     assert_eq!(relay.metrics().await["ankusa_ingest_unmatched_total"], 1.0);
     let a = relay.post("/hooks/review", &ping, "{\"i\":3}").await;
     assert_eq!(a.status, 202, "{a:?}");
-    let job = api.ok("POST", "/v1/jobs", "/v1/jobs", Some(json!({ "kind": "release_quarantined", "filter": { "source": "review" } }))).await;
+    let job = api
+        .ok(
+            "POST",
+            "/v1/jobs",
+            "/v1/jobs",
+            Some(json!({ "kind": "release_quarantined", "filter": { "source": "review" } })),
+        )
+        .await;
     let id = job["id"].as_u64().expect("job id");
     let done = until("the release job done", WAIT, async || {
         let j = api.job(id).await;
         (j["state"] != "running").then_some(j)
     })
     .await;
-    assert_eq!((done["state"].as_str(), done["done"].as_u64()), (Some("done"), Some(1)), "{done}");
+    assert_eq!(
+        (done["state"].as_str(), done["done"].as_u64()),
+        (Some("done"), Some(1)),
+        "{done}"
+    );
     let m = relay.metrics().await;
     assert_eq!(m["ankusa_ingest_unmatched_total"], 2.0, "{m:?}");
-    assert_eq!(m["ankusa_ingest_filtered_total{source=\"review\",sink_name=\"a\"}"], 2.0, "{m:?}");
+    assert_eq!(
+        m["ankusa_ingest_filtered_total{source=\"review\",sink_name=\"a\"}"], 2.0,
+        "{m:?}"
+    );
 
     // Over its bounds: a push is refused, a ping (no row) is accepted.
     let refused = relay.post("/hooks/gh", &push, "{\"i\":4}").await;
-    assert_eq!((refused.status, refused.retry_after.as_deref()), (429, Some("30")), "{refused:?}");
+    assert_eq!(
+        (refused.status, refused.retry_after.as_deref()),
+        (429, Some("30")),
+        "{refused:?}"
+    );
     let taken = relay.post("/hooks/gh", &ping, "{\"i\":5}").await;
-    assert_eq!(taken.status, 200, "a hook with no row refused by the bounds: {taken:?}");
-    let hook = api.ok("GET", "/v1/hooks/{idempotency_key}", &format!("/v1/hooks/{}", taken.id()), None).await;
-    assert_eq!(hook["deliveries"].as_array().map(Vec::len), Some(0), "{hook}");
+    assert_eq!(
+        taken.status, 200,
+        "a hook with no row refused by the bounds: {taken:?}"
+    );
+    let hook = api
+        .ok(
+            "GET",
+            "/v1/hooks/{idempotency_key}",
+            &format!("/v1/hooks/{}", taken.id()),
+            None,
+        )
+        .await;
+    assert_eq!(
+        hook["deliveries"].as_array().map(Vec::len),
+        Some(0),
+        "{hook}"
+    );
     let m = relay.metrics().await;
-    assert_eq!((m["ankusa_ingest_unmatched_total"], m["ankusa_ingest_accepted_total"], m["ankusa_ingest_throttled_total"]), (3.0, 1.0, 1.0), "{m:?}");
-    assert_eq!(api.tenant("default").await["counters"]["pending"], 4, "the ping added nothing");
+    assert_eq!(
+        (
+            m["ankusa_ingest_unmatched_total"],
+            m["ankusa_ingest_accepted_total"],
+            m["ankusa_ingest_throttled_total"]
+        ),
+        (3.0, 1.0, 1.0),
+        "{m:?}"
+    );
+    assert_eq!(
+        api.tenant("default").await["counters"]["pending"],
+        4,
+        "the ping added nothing"
+    );
 }

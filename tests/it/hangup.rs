@@ -34,7 +34,10 @@ const AT_ONCE: usize = 40;
 const DELAYS_MS: [u64; 8] = [0, 0, 1, 2, 3, 5, 8, 13];
 
 fn body(i: u64) -> String {
-    format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat((i as usize * 37) % 500))
+    format!(
+        "{{\"i\":{i},\"pad\":\"{}\"}}",
+        "x".repeat((i as usize * 37) % 500)
+    )
 }
 
 fn number(r: &Req) -> Option<u64> {
@@ -57,8 +60,14 @@ async fn hang_up(addr: std::net::SocketAddr, i: u64) {
         i % 6,
         body.len()
     );
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else { return };
-    let sent = if truncated(i) { &req.as_bytes()[..req.len() - 7] } else { req.as_bytes() };
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return;
+    };
+    let sent = if truncated(i) {
+        &req.as_bytes()[..req.len() - 7]
+    } else {
+        req.as_bytes()
+    };
     if s.write_all(sent).await.is_err() {
         return;
     }
@@ -105,8 +114,14 @@ async fn stop_and_count(relay: &mut Relay) -> usize {
     assert!(status.success(), "{status}\n{}", relay.log());
     let (status, out) = store_check(&relay.data_dir(), &[]);
     assert_eq!(status.code(), Some(0), "{out}");
-    let (_, rest) = out.split_once(": clean (").unwrap_or_else(|| panic!("{out}"));
-    rest.split(", ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+    let (_, rest) = out
+        .split_once(": clean (")
+        .unwrap_or_else(|| panic!("{out}"));
+    rest.split(", ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,12 +160,27 @@ sources:
     drained(&relay).await;
     let first = ids(&sink);
     let delivered: HashSet<u64> = sink.delivered().iter().filter_map(number).collect();
-    assert_eq!(delivered.len(), first.len(), "every request the receiver got was answered 200");
-    assert_eq!(stored, delivered.len(), "the store holds exactly the hooks the receiver got: {delivered:?}");
+    assert_eq!(
+        delivered.len(),
+        first.len(),
+        "every request the receiver got was answered 200"
+    );
+    assert_eq!(
+        stored,
+        delivered.len(),
+        "the store holds exactly the hooks the receiver got: {delivered:?}"
+    );
     let mut missing: Vec<u64> = (0..HOOKS).filter(|i| !delivered.contains(i)).collect();
     missing.sort_unstable();
-    let truncated_delivered: Vec<u64> = delivered.iter().copied().filter(|&i| truncated(i)).collect();
-    assert!(truncated_delivered.is_empty(), "hooks whose body never arrived whole were delivered: {truncated_delivered:?}");
+    let truncated_delivered: Vec<u64> = delivered
+        .iter()
+        .copied()
+        .filter(|&i| truncated(i))
+        .collect();
+    assert!(
+        truncated_delivered.is_empty(),
+        "hooks whose body never arrived whole were delivered: {truncated_delivered:?}"
+    );
     assert!(missing.len() >= (0..HOOKS).filter(|&i| truncated(i)).count());
     println!(
         "hang-ups: {HOOKS}, committed (delivered without the client reading its 200) {}, not committed {} {missing:?}",
@@ -161,23 +191,48 @@ sources:
     // The provider retries every hook it got no answer for: all of them.
     for i in 0..HOOKS {
         let a = relay
-            .post("/hooks/s", &[("content-type", "application/json"), ("webhook-id", &format!("h{i}")), ("x-entity-id", &format!("k{}", i % 6))], body(i))
+            .post(
+                "/hooks/s",
+                &[
+                    ("content-type", "application/json"),
+                    ("webhook-id", &format!("h{i}")),
+                    ("x-entity-id", &format!("k{}", i % 6)),
+                ],
+                body(i),
+            )
             .await;
         assert_eq!(a.status, 200, "retry of {i}: {a:?}");
         let duplicate = a.body["duplicate"] == serde_json::Value::Bool(true);
         match first.get(&i) {
             Some(seen) => {
-                assert!(duplicate, "hook {i} was committed (delivered), its retry must be a duplicate: {a:?}");
-                assert!(seen.contains(&a.id()), "the duplicate names the delivered hook {seen:?}: {a:?}");
+                assert!(
+                    duplicate,
+                    "hook {i} was committed (delivered), its retry must be a duplicate: {a:?}"
+                );
+                assert!(
+                    seen.contains(&a.id()),
+                    "the duplicate names the delivered hook {seen:?}: {a:?}"
+                );
             }
-            None => assert!(!duplicate, "hook {i} was never committed, yet its retry is a duplicate (something was left behind): {a:?}"),
+            None => assert!(
+                !duplicate,
+                "hook {i} was never committed, yet its retry is a duplicate (something was left behind): {a:?}"
+            ),
         }
     }
     drained(&relay).await;
     let all = ids(&sink);
-    assert_eq!(all.len(), HOOKS as usize, "every hook delivered once retried");
+    assert_eq!(
+        all.len(),
+        HOOKS as usize,
+        "every hook delivered once retried"
+    );
     for (i, set) in &all {
         assert_eq!(set.len(), 1, "hook {i} went out under {set:?}");
     }
-    assert_eq!(stop_and_count(&mut relay).await, HOOKS as usize, "one stored hook per webhook-id");
+    assert_eq!(
+        stop_and_count(&mut relay).await,
+        HOOKS as usize,
+        "one stored hook per webhook-id"
+    );
 }

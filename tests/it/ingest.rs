@@ -57,32 +57,69 @@ sources:
         "stripe/charge_succeeded_guest.json",     // 1721948670
     ];
     let mut posted = Vec::new();
-    for (i, file) in customer.iter().zip(keyless.iter()).flat_map(|(a, b)| [*a, *b]).enumerate() {
+    for (i, file) in customer
+        .iter()
+        .zip(keyless.iter())
+        .flat_map(|(a, b)| [*a, *b])
+        .enumerate()
+    {
         let h = Hook::load(file);
-        let a = relay.post("/hooks/stripe", &h.send_headers(), h.body.clone()).await;
+        let a = relay
+            .post("/hooks/stripe", &h.send_headers(), h.body.clone())
+            .await;
         assert_eq!(a.status, 200, "{file}: {a:?}");
         assert!(a.body.get("duplicate").is_none(), "{file}: {a:?}");
         posted.push((file, event_id(&h.body), a.id()));
         if i == 0 {
-            until("the first event held at the sink", Duration::from_secs(60), async || (!sink.requests().is_empty()).then_some(())).await;
+            until(
+                "the first event held at the sink",
+                Duration::from_secs(60),
+                async || (!sink.requests().is_empty()).then_some(()),
+            )
+            .await;
         }
     }
-    let paid_id = posted.iter().find(|(f, _, _)| *f == "stripe/invoice_paid.json").expect("posted").2.clone();
+    let paid_id = posted
+        .iter()
+        .find(|(f, _, _)| *f == "stripe/invoice_paid.json")
+        .expect("posted")
+        .2
+        .clone();
     let retry = Hook::load("stripe/invoice_paid_provider_retry.json");
-    assert_eq!(event_id(&retry.body), posted.iter().find(|(f, _, _)| *f == "stripe/invoice_paid.json").expect("posted").1);
-    let a = relay.post("/hooks/stripe", &retry.send_headers(), retry.body.clone()).await;
-    assert_eq!((a.status, &a.body["id"], &a.body["duplicate"]), (200, &serde_json::json!(paid_id), &serde_json::json!(true)), "{a:?}");
-    let m = until("both lane heads at the sink", Duration::from_secs(60), async || {
-        if sink.requests().len() < 2 {
-            return None;
-        }
-        Some(relay.metrics().await)
-    })
+    assert_eq!(
+        event_id(&retry.body),
+        posted
+            .iter()
+            .find(|(f, _, _)| *f == "stripe/invoice_paid.json")
+            .expect("posted")
+            .1
+    );
+    let a = relay
+        .post("/hooks/stripe", &retry.send_headers(), retry.body.clone())
+        .await;
+    assert_eq!(
+        (a.status, &a.body["id"], &a.body["duplicate"]),
+        (200, &serde_json::json!(paid_id), &serde_json::json!(true)),
+        "{a:?}"
+    );
+    let m = until(
+        "both lane heads at the sink",
+        Duration::from_secs(60),
+        async || {
+            if sink.requests().len() < 2 {
+                return None;
+            }
+            Some(relay.metrics().await)
+        },
+    )
     .await;
     assert_eq!(m["ankusa_ingest_accepted_total"], 10.0);
     assert_eq!(m["ankusa_ingest_duplicates_total"], 1.0);
     assert_eq!(m["ankusa_queue_pending"], 10.0, "the retry added a row");
-    assert_eq!(m["ankusa_dispatch_lane_members"], 8.0, "two heads out, eight behind them");
+    assert_eq!(
+        m["ankusa_dispatch_lane_members"], 8.0,
+        "two heads out, eight behind them"
+    );
     sink.release();
 
     let got = until("ten deliveries", Duration::from_secs(60), async || {
@@ -90,18 +127,45 @@ sources:
         (d.len() >= 10).then_some(d)
     })
     .await;
-    let lane = |key: &str| -> Vec<String> { got.iter().filter(|r| r.key().as_deref() == Some(key)).map(|r| event_id(&r.body)).collect() };
-    let want = |files: &[&str]| -> Vec<String> { files.iter().map(|f| event_id(&Hook::load(f).body)).collect() };
-    assert_eq!(lane("cus_QXg1o8vcGmoR32"), want(&customer), "customer lane: arrival order, not `created` order");
-    assert_eq!(lane("default/stripe"), want(&keyless), "keyless lane: arrival order");
+    let lane = |key: &str| -> Vec<String> {
+        got.iter()
+            .filter(|r| r.key().as_deref() == Some(key))
+            .map(|r| event_id(&r.body))
+            .collect()
+    };
+    let want = |files: &[&str]| -> Vec<String> {
+        files
+            .iter()
+            .map(|f| event_id(&Hook::load(f).body))
+            .collect()
+    };
+    assert_eq!(
+        lane("cus_QXg1o8vcGmoR32"),
+        want(&customer),
+        "customer lane: arrival order, not `created` order"
+    );
+    assert_eq!(
+        lane("default/stripe"),
+        want(&keyless),
+        "keyless lane: arrival order"
+    );
     for r in &got {
-        let (_, _, id) = posted.iter().find(|(_, e, _)| *e == event_id(&r.body)).expect("a posted event");
+        let (_, _, id) = posted
+            .iter()
+            .find(|(_, e, _)| *e == event_id(&r.body))
+            .expect("a posted event");
         assert_eq!(&r.id(), id);
     }
 
     // The retry again, after the first was delivered: still a hit.
-    let a = relay.post("/hooks/stripe", &retry.send_headers(), retry.body.clone()).await;
-    assert_eq!((a.status, &a.body["id"], &a.body["duplicate"]), (200, &serde_json::json!(paid_id), &serde_json::json!(true)), "{a:?}");
+    let a = relay
+        .post("/hooks/stripe", &retry.send_headers(), retry.body.clone())
+        .await;
+    assert_eq!(
+        (a.status, &a.body["id"], &a.body["duplicate"]),
+        (200, &serde_json::json!(paid_id), &serde_json::json!(true)),
+        "{a:?}"
+    );
     let m = until("the lanes drained", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
         (m["ankusa_queue_pending"] == 0.0).then_some(m)
@@ -135,7 +199,13 @@ sources:
     ))
     .await;
     // The memory store says at the start that nothing it takes survives.
-    assert!(relay.log().contains("node.store is memory: every hook it takes is lost when the relay stops"), "{}", relay.log());
+    assert!(
+        relay
+            .log()
+            .contains("node.store is memory: every hook it takes is lost when the relay stops"),
+        "{}",
+        relay.log()
+    );
     let json = ("content-type", "application/json");
     let body = |label: &str| format!("{{\"hook\":\"{label}\"}}");
 
@@ -144,21 +214,42 @@ sources:
     assert_eq!(a.status, 413, "{a:?}");
     let exact = format!("{{\"hook\":\"a0\",\"pad\":\"{}\"}}", "x".repeat(1024 - 22));
     assert_eq!(exact.len(), 1024);
-    let mut ok = vec![(relay.post("/hooks/sa", &[json], exact).await.id(), "a0".to_owned())];
+    let mut ok = vec![(
+        relay.post("/hooks/sa", &[json], exact).await.id(),
+        "a0".to_owned(),
+    )];
 
     for l in ["a1", "a2"] {
-        ok.push((relay.post("/hooks/sa", &[json], body(l)).await.id(), l.to_owned()));
+        ok.push((
+            relay.post("/hooks/sa", &[json], body(l)).await.id(),
+            l.to_owned(),
+        ));
     }
     let a = relay.post("/hooks/sa", &[json], body("a3-refused")).await;
     assert_eq!(a.status, 429, "tenant a over max_pending 3: {a:?}");
-    assert!(a.retry_after.as_deref().is_some_and(|v| v.parse::<u64>().is_ok_and(|s| s > 0)), "429 without Retry-After: {a:?}");
+    assert!(
+        a.retry_after
+            .as_deref()
+            .is_some_and(|v| v.parse::<u64>().is_ok_and(|s| s > 0)),
+        "429 without Retry-After: {a:?}"
+    );
     for l in ["b0", "b1"] {
-        ok.push((relay.post("/hooks/sb", &[json], body(l)).await.id(), l.to_owned()));
+        ok.push((
+            relay.post("/hooks/sb", &[json], body(l)).await.id(),
+            l.to_owned(),
+        ));
     }
     let a = relay.post("/hooks/sb", &[json], body("b2-refused")).await;
     assert_eq!(a.status, 503, "node over max_pending 5: {a:?}");
-    assert!(a.retry_after.as_deref().is_some_and(|v| v.parse::<u64>().is_ok_and(|s| s > 0)), "503 without Retry-After: {a:?}");
-    let a = relay.post("/hooks/sa", &[json], body("a3-refused-again")).await;
+    assert!(
+        a.retry_after
+            .as_deref()
+            .is_some_and(|v| v.parse::<u64>().is_ok_and(|s| s > 0)),
+        "503 without Retry-After: {a:?}"
+    );
+    let a = relay
+        .post("/hooks/sa", &[json], body("a3-refused-again"))
+        .await;
     assert_eq!(a.status, 429, "{a:?}");
 
     let m = relay.metrics().await;
@@ -174,8 +265,10 @@ sources:
         (d.len() >= 5).then_some(d)
     })
     .await;
-    let mut seen: Vec<(String, String)> =
-        got.iter().map(|r| (r.id(), r.json()["hook"].as_str().unwrap_or("?").to_owned())).collect();
+    let mut seen: Vec<(String, String)> = got
+        .iter()
+        .map(|r| (r.id(), r.json()["hook"].as_str().unwrap_or("?").to_owned()))
+        .collect();
     seen.sort();
     ok.sort();
     assert_eq!(seen, ok, "exactly the accepted hooks are delivered");
@@ -184,7 +277,10 @@ sources:
     })
     .await;
     let late = relay.post("/hooks/sa", &[json], body("a4")).await.id();
-    let got = until("the late hook", Duration::from_secs(60), async || sink.delivered().into_iter().find(|r| r.id() == late)).await;
+    let got = until("the late hook", Duration::from_secs(60), async || {
+        sink.delivered().into_iter().find(|r| r.id() == late)
+    })
+    .await;
     assert_eq!(got.json()["hook"], "a4");
     assert_eq!(sink.requests().len(), 6, "a refused hook reached the sink");
 }
@@ -219,7 +315,9 @@ sources:
         let url = url.clone();
         tasks.push(tokio::spawn(async move {
             let client = crate::relay::client();
-            crate::relay::post(&client, &url, &h.send_headers(), h.body.clone()).await.expect("post")
+            crate::relay::post(&client, &url, &h.send_headers(), h.body.clone())
+                .await
+                .expect("post")
         }));
     }
     let mut answers = Vec::new();
@@ -227,11 +325,20 @@ sources:
         answers.push(t.await.expect("task"));
     }
     assert!(answers.iter().all(|a| a.status == 200), "{answers:?}");
-    let firsts: Vec<_> = answers.iter().filter(|a| a.body.get("duplicate").is_none()).collect();
+    let firsts: Vec<_> = answers
+        .iter()
+        .filter(|a| a.body.get("duplicate").is_none())
+        .collect();
     assert_eq!(firsts.len(), 1, "{answers:?}");
     let id = firsts[0].id();
-    assert!(answers.iter().all(|a| a.body["id"] == id.as_str()), "{answers:?}");
-    let got = until("the delivery", Duration::from_secs(60), async || sink.delivered().into_iter().next()).await;
+    assert!(
+        answers.iter().all(|a| a.body["id"] == id.as_str()),
+        "{answers:?}"
+    );
+    let got = until("the delivery", Duration::from_secs(60), async || {
+        sink.delivered().into_iter().next()
+    })
+    .await;
     assert_eq!(got.id(), id);
     let m = until("drained", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
@@ -241,7 +348,10 @@ sources:
     assert_eq!(m["ankusa_ingest_accepted_total"], 1.0);
     assert_eq!(m["ankusa_ingest_duplicates_total"], 9.0);
     assert_eq!(sink.requests().len(), 1);
-    assert_eq!(m["ankusa_dispatch_lane_key_missing_total"], 1.0, "keyless rows counted that were never committed");
+    assert_eq!(
+        m["ankusa_dispatch_lane_key_missing_total"], 1.0,
+        "keyless rows counted that were never committed"
+    );
 }
 
 /// Concurrent requests cannot all pass the bounds on the same stale counter:
@@ -270,10 +380,15 @@ sources:
     for i in 0..60 {
         let (client, url) = (client.clone(), url.clone());
         posts.spawn(async move {
-            crate::relay::post(&client, &url, &[("content-type", "application/json")], format!("{{\"n\":{i}}}").into_bytes())
-                .await
-                .expect("post")
-                .status
+            crate::relay::post(
+                &client,
+                &url,
+                &[("content-type", "application/json")],
+                format!("{{\"n\":{i}}}").into_bytes(),
+            )
+            .await
+            .expect("post")
+            .status
         });
     }
     let mut statuses = Vec::new();
@@ -283,12 +398,28 @@ sources:
     let admitted = statuses.iter().filter(|s| **s == 200).count();
     // At most the bound; how many fewer depends on how many commits were in
     // flight (counted twice for a moment), a matter of timing, not asserted.
-    assert!((1..=20).contains(&admitted), "{admitted} admitted: {statuses:?}");
-    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 60 - admitted, "{statuses:?}");
-    assert_eq!(relay.metrics().await["ankusa_queue_pending"], admitted as f64);
+    assert!(
+        (1..=20).contains(&admitted),
+        "{admitted} admitted: {statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        60 - admitted,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        relay.metrics().await["ankusa_queue_pending"],
+        admitted as f64
+    );
     let mut more = 0;
     loop {
-        let a = relay.post("/hooks/sa", &[("content-type", "application/json")], b"{}".to_vec()).await;
+        let a = relay
+            .post(
+                "/hooks/sa",
+                &[("content-type", "application/json")],
+                b"{}".to_vec(),
+            )
+            .await;
         if a.status == 429 {
             break;
         }
@@ -338,9 +469,18 @@ sources:
     let bytes = relay.metric("ankusa_queue_pending_bytes").await;
     assert_eq!(pending, accepted);
     let per_hook = bytes / accepted;
-    assert!(per_hook > body.len() as f64, "a row counts its envelope ({per_hook} bytes), more than the body");
-    assert!(bytes <= MAX_BYTES, "{bytes} bytes pending over the bound {MAX_BYTES} ({accepted} hooks)");
-    assert!(bytes + per_hook > MAX_BYTES, "one more hook ({per_hook} bytes) would have fit: {bytes} pending");
+    assert!(
+        per_hook > body.len() as f64,
+        "a row counts its envelope ({per_hook} bytes), more than the body"
+    );
+    assert!(
+        bytes <= MAX_BYTES,
+        "{bytes} bytes pending over the bound {MAX_BYTES} ({accepted} hooks)"
+    );
+    assert!(
+        bytes + per_hook > MAX_BYTES,
+        "one more hook ({per_hook} bytes) would have fit: {bytes} pending"
+    );
 }
 
 /// A tenant's quarantine holds at most its `max_pending` hooks also when many
@@ -372,7 +512,13 @@ sources:
                 if p + 32 * i >= 200 {
                     break;
                 }
-                let r = relay.post("/hooks/q", &[("content-type", "application/json")], format!("{{\"p\":{p},\"i\":{i}}}")).await;
+                let r = relay
+                    .post(
+                        "/hooks/q",
+                        &[("content-type", "application/json")],
+                        format!("{{\"p\":{p},\"i\":{i}}}"),
+                    )
+                    .await;
                 statuses.push(r.status);
             }
             statuses

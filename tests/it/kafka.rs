@@ -34,7 +34,8 @@ const PARTITIONS: i32 = 3;
 /// A one-broker mock cluster with `topic` (3 partitions).
 fn cluster(topic: &str) -> MockCluster<'static, DefaultProducerContext> {
     let mock = MockCluster::new(1).expect("mock cluster");
-    mock.create_topic(topic, PARTITIONS, 1).expect("create topic");
+    mock.create_topic(topic, PARTITIONS, 1)
+        .expect("create topic");
     mock
 }
 
@@ -86,9 +87,12 @@ async fn consume(servers: &str, topic: &str) -> Vec<Record> {
         let mut total = 0;
         let mut tpl = TopicPartitionList::new();
         for p in 0..PARTITIONS {
-            let (_, high) = consumer.fetch_watermarks(&topic, p, Duration::from_secs(10)).expect("watermarks");
+            let (_, high) = consumer
+                .fetch_watermarks(&topic, p, Duration::from_secs(10))
+                .expect("watermarks");
             total += high;
-            tpl.add_partition_offset(&topic, p, Offset::Beginning).expect("offset");
+            tpl.add_partition_offset(&topic, p, Offset::Beginning)
+                .expect("offset");
         }
         consumer.assign(&tpl).expect("assign");
         // Keyed by position: a record fetched twice (a consumer-side
@@ -96,19 +100,38 @@ async fn consume(servers: &str, topic: &str) -> Vec<Record> {
         let mut out: BTreeMap<(i32, i64), Record> = BTreeMap::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         while (out.len() as i64) < total {
-            assert!(Instant::now() < deadline, "consumed {} of {total} records", out.len());
-            let Some(msg) = consumer.poll(Duration::from_millis(200)) else { continue };
+            assert!(
+                Instant::now() < deadline,
+                "consumed {} of {total} records",
+                out.len()
+            );
+            let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
+                continue;
+            };
             let msg = msg.expect("consume");
-            let mut received = Received { body: msg.payload().unwrap_or_default().to_vec(), ..Received::default() };
+            let mut received = Received {
+                body: msg.payload().unwrap_or_default().to_vec(),
+                ..Received::default()
+            };
             if let Some(headers) = msg.headers() {
                 for h in headers.iter() {
-                    let value = String::from_utf8(h.value.unwrap_or_default().to_vec()).expect("header value is UTF-8");
+                    let value = String::from_utf8(h.value.unwrap_or_default().to_vec())
+                        .expect("header value is UTF-8");
                     received.attrs.insert(h.key.to_owned(), value);
                 }
             }
-            let record = Record { partition: msg.partition(), key: msg.key().map(<[u8]>::to_vec), received };
+            let record = Record {
+                partition: msg.partition(),
+                key: msg.key().map(<[u8]>::to_vec),
+                received,
+            };
             if let Some(before) = out.insert((msg.partition(), msg.offset()), record) {
-                eprintln!("partition {} offset {} fetched twice ({:?})", msg.partition(), msg.offset(), before.key);
+                eprintln!(
+                    "partition {} offset {} fetched twice ({:?})",
+                    msg.partition(),
+                    msg.offset(),
+                    before.key
+                );
             }
         }
         out.into_values().collect()
@@ -123,8 +146,16 @@ fn check_partitions(records: &[Record]) -> BTreeMap<String, i32> {
     let mut partition_of: BTreeMap<String, i32> = BTreeMap::new();
     for r in records {
         let key = r.received.attrs["ankusa_ordering_key"].clone();
-        assert_eq!(r.key.as_deref(), Some(key.as_bytes()), "the record key is the lane's key");
-        assert_eq!(r.partition, java_partition(key.as_bytes()), "{key}: not on its murmur2 partition");
+        assert_eq!(
+            r.key.as_deref(),
+            Some(key.as_bytes()),
+            "the record key is the lane's key"
+        );
+        assert_eq!(
+            r.partition,
+            java_partition(key.as_bytes()),
+            "{key}: not on its murmur2 partition"
+        );
         let p = *partition_of.entry(key.clone()).or_insert(r.partition);
         assert_eq!(p, r.partition, "{key} on two partitions");
     }
@@ -146,7 +177,11 @@ async fn drained(relay: &Relay, within: Duration) -> std::collections::HashMap<S
         if m["ankusa_queue_pending"] == 0.0 {
             return m;
         }
-        assert!(Instant::now() < deadline, "queue not drained after {within:?}: {m:?}\n{}", relay.log());
+        assert!(
+            Instant::now() < deadline,
+            "queue not drained after {within:?}: {m:?}\n{}",
+            relay.log()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -167,19 +202,30 @@ async fn stripe_corpus_through_an_ordered_topic_one_partition_per_customer_in_or
     let servers = mock.bootstrap_servers();
     let relay = Relay::start(&config(
         "rocksdb",
-        &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", stripe::source_yaml(&ordered_sink(&servers, &topic, ""))),
+        &format!(
+            "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+            stripe::source_yaml(&ordered_sink(&servers, &topic, ""))
+        ),
     ))
     .await;
     let sent = stripe::send(&relay, &stripe::hooks(4)).await;
     assert_eq!(sent.len(), 40);
     let m = drained(&relay, Duration::from_secs(60)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0, "{m:?}");
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
+    );
 
     let records = consume(&servers, &topic).await;
     let got: Vec<Received> = records.iter().map(|r| r.received.clone()).collect();
     stripe::check(&sent, &got);
-    let content_type = stripe::hooks(1)[0].header("content-type").expect("corpus content type").to_owned();
+    let content_type = stripe::hooks(1)[0]
+        .header("content-type")
+        .expect("corpus content type")
+        .to_owned();
     for r in &got {
         assert_eq!(r.attrs.get("content_type"), Some(&content_type));
     }
@@ -211,7 +257,11 @@ async fn injected_errors_and_a_down_broker_every_hook_arrives_in_order_per_custo
         "rocksdb",
         &format!(
             "retry: {{base_ms: 20, max_ms: 300}}\nbreaker: {{failures: 5, open_ms: 300}}\n{}",
-            stripe::source_yaml(&ordered_sink(&servers, &topic, ", timeout_ms: 1000, properties: {max.in.flight: 1}"))
+            stripe::source_yaml(&ordered_sink(
+                &servers,
+                &topic,
+                ", timeout_ms: 1000, properties: {max.in.flight: 1}"
+            ))
         ),
     ))
     .await;
@@ -238,22 +288,39 @@ async fn injected_errors_and_a_down_broker_every_hook_arrives_in_order_per_custo
     // heads retrying; then it is back.
     mock.broker_down(1).expect("broker down");
     sent.extend(stripe::send(&relay, &stripe::hooks_in(3..5)).await);
-    until("heads retrying while the broker is down", Duration::from_secs(60), async || {
-        let m = relay.metrics().await;
-        (m["ankusa_dispatch_retries_total"] >= 2.0 && m["ankusa_dispatch_lanes_blocked"] >= 1.0).then_some(())
-    })
+    until(
+        "heads retrying while the broker is down",
+        Duration::from_secs(60),
+        async || {
+            let m = relay.metrics().await;
+            (m["ankusa_dispatch_retries_total"] >= 2.0 && m["ankusa_dispatch_lanes_blocked"] >= 1.0)
+                .then_some(())
+        },
+    )
     .await;
     mock.broker_up(1).expect("broker up");
     let m = drained(&relay, Duration::from_secs(60)).await;
     assert_eq!(sent.len(), 50);
     assert_eq!(m["ankusa_dispatch_delivered_total"], 50.0, "{m:?}");
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0, "{m:?}");
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0,
+        "{m:?}"
+    );
 
     let records = consume(&servers, &topic).await;
     let got: Vec<Received> = records.iter().map(|r| r.received.clone()).collect();
-    let ids: BTreeSet<&str> = got.iter().filter_map(|r| r.attrs.get("ankusa_idempotency_key").map(String::as_str)).collect();
-    let missing: Vec<(&str, &str, &str)> =
-        sent.iter().filter(|s| !ids.contains(s.id.as_str())).map(|s| (s.file.as_str(), s.id.as_str(), s.key.as_str())).collect();
+    let ids: BTreeSet<&str> = got
+        .iter()
+        .filter_map(|r| r.attrs.get("ankusa_idempotency_key").map(String::as_str))
+        .collect();
+    let missing: Vec<(&str, &str, &str)> = sent
+        .iter()
+        .filter(|s| !ids.contains(s.id.as_str()))
+        .map(|s| (s.file.as_str(), s.id.as_str(), s.key.as_str()))
+        .collect();
     if !missing.is_empty() {
         eprintln!("not in the topic: {missing:?}; relay log:\n{}", relay.log());
     }
@@ -276,9 +343,18 @@ fn kafka_options_are_checked_at_load_naming_source_sink_and_option() {
         )
     };
     for (sink, expected) in [
-        ("{type: kafka, name: orders, topic: t}", "source \"billing\", sink \"orders\" (kafka): option \"brokers\": required"),
-        ("{type: kafka, name: orders, brokers: 'k:9092'}", "source \"billing\", sink \"orders\" (kafka): option \"topic\": required"),
-        ("{type: kafka, name: orders, brokers: 'k:9092', topic: 'a/{source}'}", "source \"billing\", sink \"orders\" (kafka): option \"topic\": "),
+        (
+            "{type: kafka, name: orders, topic: t}",
+            "source \"billing\", sink \"orders\" (kafka): option \"brokers\": required",
+        ),
+        (
+            "{type: kafka, name: orders, brokers: 'k:9092'}",
+            "source \"billing\", sink \"orders\" (kafka): option \"topic\": required",
+        ),
+        (
+            "{type: kafka, name: orders, brokers: 'k:9092', topic: 'a/{source}'}",
+            "source \"billing\", sink \"orders\" (kafka): option \"topic\": ",
+        ),
         (
             "{type: kafka, name: orders, brokers: 'k:9092', topic: t, properties: {acks: '1'}}",
             "source \"billing\", sink \"orders\" (kafka): option \"properties.acks\": cannot be set",
@@ -290,12 +366,25 @@ fn kafka_options_are_checked_at_load_naming_source_sink_and_option() {
     ] {
         let file = dir.join("bad.yaml");
         std::fs::write(&file, yaml(sink)).expect("write");
-        for args in [vec![OsStr::new("check-config"), file.as_os_str()], vec![OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()]] {
+        for args in [
+            vec![OsStr::new("check-config"), file.as_os_str()],
+            vec![
+                OsStr::new("serve"),
+                OsStr::new("--config"),
+                file.as_os_str(),
+            ],
+        ] {
             let (status, out) = run_cli(&args, dir);
             assert!(!status.success(), "{args:?} accepted {sink}:\n{out}");
-            assert!(out.contains(expected), "{args:?} output lacks\n  {expected}\ngot:\n{out}");
+            assert!(
+                out.contains(expected),
+                "{args:?} output lacks\n  {expected}\ngot:\n{out}"
+            );
         }
-        assert!(!data.exists(), "serve created the data_dir of an invalid config");
+        assert!(
+            !data.exists(),
+            "serve created the data_dir of an invalid config"
+        );
     }
     let file = dir.join("good.yaml");
     std::fs::write(
@@ -325,10 +414,14 @@ async fn the_relay_starts_while_no_broker_listens_and_delivers_once_it_does() {
     ))
     .await;
     let sent = stripe::send(&relay, &stripe::hooks(1)).await;
-    until("deliveries retrying while the broker is down", Duration::from_secs(60), async || {
-        let m = relay.metrics().await;
-        (m["ankusa_dispatch_retries_total"] >= 1.0).then_some(())
-    })
+    until(
+        "deliveries retrying while the broker is down",
+        Duration::from_secs(60),
+        async || {
+            let m = relay.metrics().await;
+            (m["ankusa_dispatch_retries_total"] >= 1.0).then_some(())
+        },
+    )
     .await;
     mock.broker_up(1).expect("broker up");
     let m = drained(&relay, Duration::from_secs(60)).await;
@@ -351,8 +444,18 @@ async fn provider_headers_chosen_arrive_as_record_headers() {
     let topic = unique("headers");
     let mock = cluster(&topic);
     let servers = mock.bootstrap_servers();
-    let sink = format!("{{type: kafka, name: events, brokers: '{servers}', topic: '{topic}', forward_headers: {}}}", provider::CHOSEN_YAML);
-    let relay = Relay::start(&config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink)))).await;
+    let sink = format!(
+        "{{type: kafka, name: events, brokers: '{servers}', topic: '{topic}', forward_headers: {}}}",
+        provider::CHOSEN_YAML
+    );
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+            provider::sources_yaml(&sink)
+        ),
+    ))
+    .await;
     let sent = provider::send(&relay, &provider::FILES).await;
     let m = drained(&relay, Duration::from_secs(60)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 4.0, "{m:?}");
@@ -360,10 +463,16 @@ async fn provider_headers_chosen_arrive_as_record_headers() {
     let got: Vec<Received> = records.iter().map(|r| r.received.clone()).collect();
     let by_id = provider::check(&sent, &got, &provider::CHOSEN);
     for s in &sent {
-        assert_eq!(by_id[&s.id].attrs.get("content_type").map(String::as_str), s.hook.header("content-type"));
+        assert_eq!(
+            by_id[&s.id].attrs.get("content_type").map(String::as_str),
+            s.hook.header("content-type")
+        );
     }
     assert_eq!(by_id[&sent[2].id].attrs["x-github-event"], "issues");
     assert_eq!(by_id[&sent[1].id].attrs["x-shopify-topic"], "orders/create");
-    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"kafka\"}"], 0.0);
+    assert_eq!(
+        m["ankusa_forwarded_headers_dropped_total{sink=\"kafka\"}"],
+        0.0
+    );
     drop(relay);
 }

@@ -16,7 +16,8 @@ const KEY: &str = "K3y-LEAK";
 async fn no_url_secret_appears_in_the_output_of_a_run() {
     // Port 9 (discard) is closed on loopback: every delivery fails and is
     // retried, so the failure's log lines are in the output too.
-    let url = format!("http://relay-user:{PASSWORD}@127.0.0.1:9/hooks?token={TOKEN}&v=1&API_KEY={KEY}");
+    let url =
+        format!("http://relay-user:{PASSWORD}@127.0.0.1:9/hooks?token={TOKEN}&v=1&API_KEY={KEY}");
     let template = config(
         "rocksdb",
         &format!(
@@ -24,11 +25,21 @@ async fn no_url_secret_appears_in_the_output_of_a_run() {
         ),
     );
     let mut relay = Relay::start(&template).await;
-    let answer = relay.post("/hooks/billing", &[("content-type", "application/json")], br#"{"n":1}"#.to_vec()).await;
+    let answer = relay
+        .post(
+            "/hooks/billing",
+            &[("content-type", "application/json")],
+            br#"{"n":1}"#.to_vec(),
+        )
+        .await;
     answer.id();
     let deadline = Instant::now() + Duration::from_secs(60);
     while relay.metric("ankusa_dispatch_retries_total").await < 2.0 {
-        assert!(Instant::now() < deadline, "no retry of the failing delivery within 60 s:\n{}", relay.log());
+        assert!(
+            Instant::now() < deadline,
+            "no retry of the failing delivery within 60 s:\n{}",
+            relay.log()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     relay.sigterm();
@@ -41,15 +52,24 @@ async fn no_url_secret_appears_in_the_output_of_a_run() {
         "the banner does not show the redacted URL:\n{log}"
     );
     for secret in [PASSWORD, TOKEN, KEY] {
-        assert!(!log.contains(secret), "{secret} is in the output of serve:\n{log}");
+        assert!(
+            !log.contains(secret),
+            "{secret} is in the output of serve:\n{log}"
+        );
     }
 
     // check-config on the same file.
     let file = relay.dir.path().join("relay.yaml");
-    let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], relay.dir.path());
+    let (status, out) = run_cli(
+        &[OsStr::new("check-config"), file.as_os_str()],
+        relay.dir.path(),
+    );
     assert!(status.success(), "{out}");
     for secret in [PASSWORD, TOKEN, KEY] {
-        assert!(!out.contains(secret), "{secret} is in the output of check-config:\n{out}");
+        assert!(
+            !out.contains(secret),
+            "{secret} is in the output of check-config:\n{out}"
+        );
     }
 
     // A refused config that names the URL: the error hides them too.
@@ -60,13 +80,19 @@ async fn no_url_secret_appears_in_the_output_of_a_run() {
         .replace("{DATA}", &relay.data_dir().display().to_string());
     let file = relay.dir.path().join("bad.yaml");
     std::fs::write(&file, &bad).expect("write");
-    let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], relay.dir.path());
+    let (status, out) = run_cli(
+        &[OsStr::new("check-config"), file.as_os_str()],
+        relay.dir.path(),
+    );
     assert!(!status.success(), "{out}");
     assert!(
         out.contains("source \"billing\", sink \"web\" (http): option \"url\": \"htp://relay-user:***@127.0.0.1:9/hooks?token=***&v=1&API_KEY=***\" is not an http:// or https:// URL"),
         "{out}"
     );
     for secret in [PASSWORD, TOKEN, KEY] {
-        assert!(!out.contains(secret), "{secret} is in the error of check-config:\n{out}");
+        assert!(
+            !out.contains(secret),
+            "{secret} is in the error of check-config:\n{out}"
+        );
     }
 }

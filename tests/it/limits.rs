@@ -40,10 +40,17 @@ const JSON: (&str, &str) = ("content-type", "application/json");
 /// Raises this test process's own soft file-descriptor limit to its hard
 /// limit (its tests hold hundreds or thousands of sockets) and returns it.
 fn raise_own_nofile() -> u64 {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit/setrlimit read and write a valid local struct.
     unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0, "getrlimit");
+        assert_eq!(
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim),
+            0,
+            "getrlimit"
+        );
         if lim.rlim_cur < lim.rlim_max {
             lim.rlim_cur = lim.rlim_max;
             assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0, "setrlimit");
@@ -54,17 +61,33 @@ fn raise_own_nofile() -> u64 {
 
 /// A field of `/proc/PID/status` in KiB (`VmHWM`, `VmRSS`).
 fn status_kib(pid: u32, field: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
     text.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .find_map(|l| {
+            l.strip_prefix(field)?
+                .strip_prefix(':')?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{text}"))
 }
 
 /// The soft and hard "Max open files" of `/proc/PID/limits`.
 fn open_files_limit(pid: u32) -> (u64, u64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("read /proc/PID/limits");
-    let line = text.lines().find(|l| l.starts_with("Max open files")).expect("Max open files");
-    let v: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("read /proc/PID/limits");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files");
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
     (v[0], v[1])
 }
 
@@ -72,7 +95,11 @@ fn open_files_limit(pid: u32) -> (u64, u64) {
 /// file-descriptor split).
 fn log_field(log: &str, name: &str) -> Option<u64> {
     let at = log.find(&format!(" {name}="))? + name.len() + 2;
-    log[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    log[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// How a client connection ended.
@@ -95,7 +122,10 @@ async fn until_closed(mut stream: TcpStream) -> End {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, stream.read(&mut buf)).await {
-            Err(_) => panic!("the connection is still open after {WAIT:?} (got {:?})", String::from_utf8_lossy(&got)),
+            Err(_) => panic!(
+                "the connection is still open after {WAIT:?} (got {:?})",
+                String::from_utf8_lossy(&got)
+            ),
             Ok(Ok(0)) => break,
             Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
             // A reset after the answer: the answer counts.
@@ -109,7 +139,10 @@ async fn until_closed(mut stream: TcpStream) -> End {
         return End::Closed;
     }
     let text = String::from_utf8_lossy(&got).into_owned();
-    End::Answered(status_of(&got).unwrap_or_else(|| panic!("not an HTTP answer: {text:?}")), text)
+    End::Answered(
+        status_of(&got).unwrap_or_else(|| panic!("not an HTTP answer: {text:?}")),
+        text,
+    )
 }
 
 /// The status of an HTTP/1.1 answer's first line.
@@ -128,7 +161,10 @@ async fn post_until_accepted(client: &reqwest::Client, url: &str, body: Vec<u8>)
             Ok(a) => assert!(a.status == 503, "only a 503 may refuse a hook here: {a:?}"),
             Err(_) => {}
         }
-        assert!(Instant::now() < deadline, "a hook was not accepted within {WAIT:?}");
+        assert!(
+            Instant::now() < deadline,
+            "a hook was not accepted within {WAIT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -153,24 +189,46 @@ async fn under_a_low_fd_limit_connections_past_the_cap_are_refused_and_nothing_i
     const NOFILE: u64 = 256;
     const FLOOD: usize = 300;
     let own = raise_own_nofile();
-    assert!(own >= 2 * FLOOD as u64, "this test needs {} file descriptors of its own, has {own}", 2 * FLOOD);
+    assert!(
+        own >= 2 * FLOOD as u64,
+        "this test needs {} file descriptors of its own, has {own}",
+        2 * FLOOD
+    );
     let sink = Sink::ok().await;
     let template = config(
         "rocksdb",
-        &format!("sources:\n  - name: flood\n    tenant: default\n    sinks:\n      - {{type: http, url: '{}'}}\n", sink.url()),
+        &format!(
+            "sources:\n  - name: flood\n    tenant: default\n    sinks:\n      - {{type: http, url: '{}'}}\n",
+            sink.url()
+        ),
     );
     let mut relay = Relay::start_with_nofile(&template, NOFILE).await;
     assert_eq!(open_files_limit(relay.pid()), (NOFILE, NOFILE));
     let log = relay.log();
     assert_eq!(log_field(&log, "nofile"), Some(NOFILE), "{log}");
-    let field = |name| log_field(&log, name).unwrap_or_else(|| panic!("no {name}= in the log:\n{log}")) as usize;
-    let (cap, admin_cap, store_files, sink_fds) =
-        (field("ingest_connections"), field("admin_connections"), field("store_files"), field("sink_fds"));
-    assert!(64 + cap + admin_cap + store_files + sink_fds <= NOFILE as usize, "the shares exceed the limit:\n{log}");
+    let field = |name| {
+        log_field(&log, name).unwrap_or_else(|| panic!("no {name}= in the log:\n{log}")) as usize
+    };
+    let (cap, admin_cap, store_files, sink_fds) = (
+        field("ingest_connections"),
+        field("admin_connections"),
+        field("store_files"),
+        field("sink_fds"),
+    );
+    assert!(
+        64 + cap + admin_cap + store_files + sink_fds <= NOFILE as usize,
+        "the shares exceed the limit:\n{log}"
+    );
     assert!(cap >= 16 && cap < FLOOD, "{log}");
     let m = relay.metrics().await;
-    assert_eq!(m["ankusa_listener_connections_max{listener=\"ingest\"}"], cap as f64);
-    assert_eq!(m["ankusa_listener_connections_max{listener=\"admin\"}"], admin_cap as f64);
+    assert_eq!(
+        m["ankusa_listener_connections_max{listener=\"ingest\"}"],
+        cap as f64
+    );
+    assert_eq!(
+        m["ankusa_listener_connections_max{listener=\"admin\"}"],
+        admin_cap as f64
+    );
 
     // A keep-alive connection, open before the flood.
     let keep = reqwest::Client::builder()
@@ -199,7 +257,10 @@ async fn under_a_low_fd_limit_connections_past_the_cap_are_refused_and_nothing_i
             end
         }));
     }
-    until("a flood connection refused", WAIT, async || (refused_now.load(Ordering::SeqCst) > 0).then_some(())).await;
+    until("a flood connection refused", WAIT, async || {
+        (refused_now.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
 
     // While the listener is full: small hooks, then 5 x 20 MiB.
     for i in 1..=10 {
@@ -216,17 +277,40 @@ async fn under_a_low_fd_limit_connections_past_the_cap_are_refused_and_nothing_i
     for t in flood {
         ends.push(t.await.expect("flood task"));
     }
-    let refused = ends.iter().filter(|e| matches!(e, End::Answered(503, _))).count();
+    let refused = ends
+        .iter()
+        .filter(|e| matches!(e, End::Answered(503, _)))
+        .count();
     let closed = ends.iter().filter(|e| **e == End::Closed).count();
-    let answer = ends.iter().find_map(|e| if let End::Answered(_, t) = e { Some(t.as_str()) } else { None }).unwrap_or_default();
-    for want in ["retry-after: 5", "connection: close", &format!("{{\"error\":\"the ingest listener holds its cap of {cap} connections; retry later\"}}")] {
+    let answer = ends
+        .iter()
+        .find_map(|e| {
+            if let End::Answered(_, t) = e {
+                Some(t.as_str())
+            } else {
+                None
+            }
+        })
+        .unwrap_or_default();
+    for want in [
+        "retry-after: 5",
+        "connection: close",
+        &format!(
+            "{{\"error\":\"the ingest listener holds its cap of {cap} connections; retry later\"}}"
+        ),
+    ] {
         assert!(answer.contains(want), "{want} not in the refusal: {answer}");
     }
     assert_eq!(refused + closed, FLOOD, "{ends:?}");
-    assert!(refused >= FLOOD - cap, "{refused} refused of {FLOOD} with a cap of {cap}");
+    assert!(
+        refused >= FLOOD - cap,
+        "{refused} refused of {FLOOD} with a cap of {cap}"
+    );
     let m = relay.metrics().await;
     assert!(m["ankusa_listener_connections_refused_total{listener=\"ingest\"}"] >= refused as f64);
-    eprintln!("fd limit {NOFILE}: ingest cap {cap}, admin cap {admin_cap}, store {store_files}, sinks {sink_fds}; {FLOOD} idle connections: {refused} refused, {closed} closed by the header timeout");
+    eprintln!(
+        "fd limit {NOFILE}: ingest cap {cap}, admin cap {admin_cap}, store {store_files}, sinks {sink_fds}; {FLOOD} idle connections: {refused} refused, {closed} closed by the header timeout"
+    );
 
     // The relay is up: more hooks, on fresh connections.
     assert_eq!(relay.readyz().await.map(|r| r.0), Some(200));
@@ -239,13 +323,18 @@ async fn under_a_low_fd_limit_connections_past_the_cap_are_refused_and_nothing_i
     // ingest listener held its cap.
     let store = relay.data_dir().join("store-rocksdb");
     until("an SST file written by a flush", WAIT, async || {
-        std::fs::read_dir(&store).ok()?.flatten().any(|e| e.path().extension().is_some_and(|x| x == "sst")).then_some(())
+        std::fs::read_dir(&store)
+            .ok()?
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "sst"))
+            .then_some(())
     })
     .await;
 
     // Nothing lost: every acknowledged hook delivered.
     until("every acknowledged hook delivered", WAIT, async || {
-        let delivered: std::collections::HashSet<String> = sink.delivered_ids().into_iter().collect();
+        let delivered: std::collections::HashSet<String> =
+            sink.delivered_ids().into_iter().collect();
         acked.iter().all(|id| delivered.contains(id)).then_some(())
     })
     .await;
@@ -261,17 +350,31 @@ async fn under_a_low_fd_limit_connections_past_the_cap_are_refused_and_nothing_i
 const GITHUB_SECRET: &str = "limits-secret";
 
 fn github_signature(body: &[u8]) -> String {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(GITHUB_SECRET.as_bytes()).expect("any key length");
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(GITHUB_SECRET.as_bytes())
+        .expect("any key length");
     mac.update(body);
-    let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("sha256={hex}")
 }
 
 /// Sends a POST whose body is `len` bytes of spaces with a wrong GitHub
 /// signature, reading the answer while the body goes out; stops sending once
 /// the answer came. The answer's status.
-async fn post_large_unsigned(addr: std::net::SocketAddr, path: &str, len: usize, chunk: Arc<Vec<u8>>) -> u16 {
-    let stream = tokio::time::timeout(WAIT, TcpStream::connect(addr)).await.expect("connect within 60 s").expect("connect");
+async fn post_large_unsigned(
+    addr: std::net::SocketAddr,
+    path: &str,
+    len: usize,
+    chunk: Arc<Vec<u8>>,
+) -> u16 {
+    let stream = tokio::time::timeout(WAIT, TcpStream::connect(addr))
+        .await
+        .expect("connect within 60 s")
+        .expect("connect");
     let (mut rd, mut wr) = stream.into_split();
     let head = format!(
         "POST {path} HTTP/1.1\r\nhost: relay\r\ncontent-type: application/json\r\nx-github-event: push\r\nx-hub-signature-256: sha256={}\r\ncontent-length: {len}\r\n\r\n",
@@ -303,7 +406,8 @@ async fn post_large_unsigned(addr: std::net::SocketAddr, path: &str, len: usize,
         }
     }
     writer.abort();
-    status_of(&got).unwrap_or_else(|| panic!("not an HTTP answer: {:?}", String::from_utf8_lossy(&got)))
+    status_of(&got)
+        .unwrap_or_else(|| panic!("not an HTTP answer: {:?}", String::from_utf8_lossy(&got)))
 }
 
 /// (b) 160 parallel requests with 25 MiB bodies (the default body limit) to
@@ -332,12 +436,23 @@ async fn parallel_large_bodies_stay_within_the_body_budget_and_the_memory_comes_
     .await;
     let pid = relay.pid();
     let m = relay.metrics().await;
-    assert_eq!(m["ankusa_ingest_body_budget_bytes"], f64::from(256u32 << 20));
+    assert_eq!(
+        m["ankusa_ingest_body_budget_bytes"],
+        f64::from(256u32 << 20)
+    );
     let rss_before = status_kib(pid, "VmRSS");
 
     let chunk = Arc::new(vec![b' '; 64 << 10]);
-    let tasks: Vec<_> =
-        (0..BODIES).map(|_| tokio::spawn(post_large_unsigned(relay.ingest, "/hooks/gh", LEN, Arc::clone(&chunk)))).collect();
+    let tasks: Vec<_> = (0..BODIES)
+        .map(|_| {
+            tokio::spawn(post_large_unsigned(
+                relay.ingest,
+                "/hooks/gh",
+                LEN,
+                Arc::clone(&chunk),
+            ))
+        })
+        .collect();
     let mut statuses = Vec::with_capacity(BODIES);
     for t in tasks {
         statuses.push(t.await.expect("request task"));
@@ -347,7 +462,10 @@ async fn parallel_large_bodies_stay_within_the_body_budget_and_the_memory_comes_
     // room for bytes of it when they arrived. At least one body is read
     // whole: the last body refused was refused for room others held, and
     // those were read whole (or timed out).
-    assert!(statuses.iter().all(|s| (400..500).contains(s) || *s == 503), "only 4xx and 503: {statuses:?}");
+    assert!(
+        statuses.iter().all(|s| (400..500).contains(s) || *s == 503),
+        "only 4xx and 503: {statuses:?}"
+    );
     let unauthorized = statuses.iter().filter(|s| **s == 401).count();
     let busy = statuses.iter().filter(|s| **s == 503).count();
     assert!(busy < BODIES, "no body was admitted: {statuses:?}");
@@ -373,15 +491,29 @@ async fn parallel_large_bodies_stay_within_the_body_budget_and_the_memory_comes_
         (now <= rss_before + RSS_AFTER_BOUND_KIB).then_some(now)
     })
     .await;
-    eprintln!("relay resident size: {rss_before} KiB before, peak {peak} KiB, {after} KiB after; {unauthorized} x 401, {busy} x 503");
+    eprintln!(
+        "relay resident size: {rss_before} KiB before, peak {peak} KiB, {after} KiB after; {unauthorized} x 401, {busy} x 503"
+    );
 
     // Still up: a correctly signed hook is accepted and delivered.
     let body = hook(1, 100);
-    let a = post(&crate::relay::client(), &relay.url("/hooks/gh"), &[JSON, ("x-github-event", "push"), ("x-hub-signature-256", &github_signature(&body))], body)
-        .await
-        .expect("post");
+    let a = post(
+        &crate::relay::client(),
+        &relay.url("/hooks/gh"),
+        &[
+            JSON,
+            ("x-github-event", "push"),
+            ("x-hub-signature-256", &github_signature(&body)),
+        ],
+        body,
+    )
+    .await
+    .expect("post");
     let id = a.id();
-    until("the signed hook delivered", WAIT, async || sink.delivered_ids().contains(&id).then_some(())).await;
+    until("the signed hook delivered", WAIT, async || {
+        sink.delivered_ids().contains(&id).then_some(())
+    })
+    .await;
 }
 
 /// Reads the head of the relay's answer on `stream` (within [`WAIT`]): its
@@ -393,14 +525,23 @@ async fn answer_head(stream: &mut TcpStream) -> (u16, String) {
     while !got.windows(4).any(|w| w == b"\r\n\r\n") {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, stream.read(&mut buf)).await {
-            Err(_) => panic!("no answer within {WAIT:?} (got {:?})", String::from_utf8_lossy(&got)),
+            Err(_) => panic!(
+                "no answer within {WAIT:?} (got {:?})",
+                String::from_utf8_lossy(&got)
+            ),
             Ok(Ok(0)) => break,
             Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
-            Ok(Err(e)) => panic!("read the answer: {e} (got {:?})", String::from_utf8_lossy(&got)),
+            Ok(Err(e)) => panic!(
+                "read the answer: {e} (got {:?})",
+                String::from_utf8_lossy(&got)
+            ),
         }
     }
     let text = String::from_utf8_lossy(&got).into_owned();
-    (status_of(&got).unwrap_or_else(|| panic!("not an HTTP answer: {text:?}")), text)
+    (
+        status_of(&got).unwrap_or_else(|| panic!("not an HTTP answer: {text:?}")),
+        text,
+    )
 }
 
 /// Whether the relay has answered or closed `stream` (a peek: nothing is
@@ -410,7 +551,14 @@ fn answered(stream: &TcpStream) -> bool {
     let mut b = [0u8; 1];
     // SAFETY: recv peeks at most one byte into a valid local buffer of a
     // socket this test owns, without waiting.
-    let n = unsafe { libc::recv(stream.as_raw_fd(), b.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
     n >= 0
 }
 
@@ -431,7 +579,13 @@ async fn until_in_flight(relay: &Relay, held: &[TcpStream], bytes: usize) -> Opt
 
 /// Opens `n` ingest connections, each sending a request head declaring a
 /// `declared`-byte body and then `sent` bytes of it, and nothing more.
-async fn hold_bodies(relay: &Relay, path: &str, n: usize, declared: usize, sent: usize) -> Vec<TcpStream> {
+async fn hold_bodies(
+    relay: &Relay,
+    path: &str,
+    n: usize,
+    declared: usize,
+    sent: usize,
+) -> Vec<TcpStream> {
     let mut held = Vec::with_capacity(n);
     for _ in 0..n {
         let mut s = tokio::time::timeout(WAIT, TcpStream::connect(relay.ingest))
@@ -440,7 +594,9 @@ async fn hold_bodies(relay: &Relay, path: &str, n: usize, declared: usize, sent:
             .expect("connect to the ingest listener");
         let mut req = format!("POST {path} HTTP/1.1\r\nhost: relay\r\ncontent-type: application/json\r\ncontent-length: {declared}\r\n\r\n").into_bytes();
         req.resize(req.len() + sent, b' ');
-        s.write_all(&req).await.expect("write a head and the first bytes of a body");
+        s.write_all(&req)
+            .await
+            .expect("write a head and the first bytes of a body");
         held.push(s);
     }
     held
@@ -472,14 +628,23 @@ async fn bodies_that_declare_much_and_send_little_hold_only_what_they_sent() {
         sink.url()
     ))
     .await;
-    assert_eq!(relay.metrics().await["ankusa_ingest_body_budget_bytes"], BUDGET as f64);
+    assert_eq!(
+        relay.metrics().await["ankusa_ingest_body_budget_bytes"],
+        BUDGET as f64
+    );
     let in_flight = async || relay.metrics().await["ankusa_ingest_body_bytes_in_flight"];
 
     // Slow bodies declaring twice the budget between them.
     let mut slow = hold_bodies(&relay, "/hooks/small", SLOW, LIMIT, SENT).await;
     match until_in_flight(&relay, &slow, SLOW * SENT).await {
-        Some(held) => assert_eq!(held, (SLOW * SENT) as f64, "the slow bodies hold what they sent, not what they declared"),
-        None => eprintln!("a slow body was answered before all were read (a machine slower than the body timeout)"),
+        Some(held) => assert_eq!(
+            held,
+            (SLOW * SENT) as f64,
+            "the slow bodies hold what they sent, not what they declared"
+        ),
+        None => eprintln!(
+            "a slow body was answered before all were read (a machine slower than the body timeout)"
+        ),
     }
 
     // Small hooks (7-byte bodies) while the slow bodies are held: all 200.
@@ -488,8 +653,13 @@ async fn bodies_that_declare_much_and_send_little_hold_only_what_they_sent() {
     for i in 0..SMALL {
         let body = format!("{{\"n\":{i}}}").into_bytes();
         assert_eq!(body.len(), 7);
-        let a = post(&client, &relay.url("/hooks/small"), &[JSON], body).await.expect("post a small hook");
-        assert_eq!(a.status, 200, "small hook {i} refused while slow bodies are held: {a:?}");
+        let a = post(&client, &relay.url("/hooks/small"), &[JSON], body)
+            .await
+            .expect("post a small hook");
+        assert_eq!(
+            a.status, 200,
+            "small hook {i} refused while slow bodies are held: {a:?}"
+        );
         ids.push(a.id());
     }
     let m = relay.metrics().await;
@@ -502,25 +672,45 @@ async fn bodies_that_declare_much_and_send_little_hold_only_what_they_sent() {
         assert_eq!(status, 408, "a slow body: {head}");
     }
     drop(slow);
-    until("the body budget free again", WAIT, async || (in_flight().await == 0.0).then_some(())).await;
+    until("the body budget free again", WAIT, async || {
+        (in_flight().await == 0.0).then_some(())
+    })
+    .await;
 
     // Bodies that sent nearly the whole budget between them: a small hook's
     // bytes find no room when they arrive.
     let mut full = hold_bodies(&relay, "/hooks/small", BUDGET / LIMIT, LIMIT, LIMIT - 1).await;
     let read = until_in_flight(&relay, &full, BUDGET - BUDGET / LIMIT).await;
-    let a = post(&client, &relay.url("/hooks/small"), &[JSON], b"{\"n\":0}".to_vec()).await.expect("post a small hook");
+    let a = post(
+        &client,
+        &relay.url("/hooks/small"),
+        &[JSON],
+        b"{\"n\":0}".to_vec(),
+    )
+    .await
+    .expect("post a small hook");
     let mut ends = Vec::with_capacity(full.len());
     for s in &mut full {
         ends.push(answer_head(s).await.0);
     }
-    assert!(ends.iter().all(|s| *s == 408), "held bodies end by the body timeout: {ends:?}");
+    assert!(
+        ends.iter().all(|s| *s == 408),
+        "held bodies end by the body timeout: {ends:?}"
+    );
     if a.status == 200 {
         // Only possible once a held body had been cut (the machine took over
         // 10 s between its bytes and the hook's).
         eprintln!("the small hook came after a held body's timeout ({read:?} bytes read): {a:?}");
     } else {
-        assert_eq!((a.status, a.retry_after.as_deref()), (503, Some("5")), "{a:?}");
-        assert_eq!(relay.metrics().await["ankusa_ingest_body_budget_refused_total"], 1.0);
+        assert_eq!(
+            (a.status, a.retry_after.as_deref()),
+            (503, Some("5")),
+            "{a:?}"
+        );
+        assert_eq!(
+            relay.metrics().await["ankusa_ingest_body_budget_refused_total"],
+            1.0
+        );
     }
 
     // Every small hook accepted is delivered.
@@ -541,7 +731,10 @@ async fn the_admin_listener_closes_connections_that_send_half_a_request() {
     let n = 3_000.min(own.saturating_sub(1_000) / 2);
     let relay = Relay::start(&config("memory", "sources: []\n")).await;
     let cap = relay.metrics().await["ankusa_listener_connections_max{listener=\"admin\"}"] as usize;
-    assert!(n > cap, "this test needs more than {cap} connections, can open {n}");
+    assert!(
+        n > cap,
+        "this test needs more than {cap} connections, can open {n}"
+    );
 
     let mut conns = Vec::with_capacity(n);
     for _ in 0..n {
@@ -550,28 +743,62 @@ async fn the_admin_listener_closes_connections_that_send_half_a_request() {
             .expect("connect within 60 s")
             .expect("connect to the admin listener");
         // Half a request head: never the blank line that ends it.
-        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: relay\r\nx-half: ").await.expect("write half a request");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: relay\r\nx-half: ")
+            .await
+            .expect("write half a request");
         conns.push(tokio::spawn(until_closed(s)));
     }
     let mut ends = Vec::with_capacity(n);
     for t in conns {
         ends.push(t.await.expect("connection task"));
     }
-    let refused = ends.iter().filter(|e| matches!(e, End::Answered(503, _))).count();
+    let refused = ends
+        .iter()
+        .filter(|e| matches!(e, End::Answered(503, _)))
+        .count();
     let timed_out = ends.iter().filter(|e| **e == End::Closed).count();
-    let answer = ends.iter().find_map(|e| if let End::Answered(_, t) = e { Some(t.as_str()) } else { None }).unwrap_or_default();
-    let want = format!("{{\"error\":{{\"code\":\"unavailable\",\"message\":\"the admin listener holds its cap of {cap} connections; retry later\"}}}}");
-    assert!(answer.contains(&want) && answer.contains("retry-after: 5"), "not the admin API's refusal: {answer}");
-    assert_eq!(refused + timed_out, n, "every connection refused or closed unanswered: {ends:?}");
+    let answer = ends
+        .iter()
+        .find_map(|e| {
+            if let End::Answered(_, t) = e {
+                Some(t.as_str())
+            } else {
+                None
+            }
+        })
+        .unwrap_or_default();
+    let want = format!(
+        "{{\"error\":{{\"code\":\"unavailable\",\"message\":\"the admin listener holds its cap of {cap} connections; retry later\"}}}}"
+    );
+    assert!(
+        answer.contains(&want) && answer.contains("retry-after: 5"),
+        "not the admin API's refusal: {answer}"
+    );
+    assert_eq!(
+        refused + timed_out,
+        n,
+        "every connection refused or closed unanswered: {ends:?}"
+    );
     assert!(timed_out >= 1, "no connection was held: {refused} refused");
-    assert!(refused >= n - cap, "{refused} refused of {n} with a cap of {cap}");
+    assert!(
+        refused >= n - cap,
+        "{refused} refused of {n} with a cap of {cap}"
+    );
 
     // Serving again, with only this scrape's connection open.
     assert_eq!(relay.readyz().await.map(|r| r.0), Some(200));
     let m = relay.metrics().await;
-    assert_eq!(m["ankusa_listener_connections_refused_total{listener=\"admin\"}"], refused as f64);
-    until("the admin listener back to one open connection", WAIT, async || {
-        (relay.metrics().await["ankusa_listener_connections{listener=\"admin\"}"] == 1.0).then_some(())
-    })
+    assert_eq!(
+        m["ankusa_listener_connections_refused_total{listener=\"admin\"}"],
+        refused as f64
+    );
+    until(
+        "the admin listener back to one open connection",
+        WAIT,
+        async || {
+            (relay.metrics().await["ankusa_listener_connections{listener=\"admin\"}"] == 1.0)
+                .then_some(())
+        },
+    )
     .await;
 }

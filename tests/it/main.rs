@@ -3,56 +3,56 @@
 //! destination. One test binary for the root package (link size: RocksDB).
 #![allow(dead_code)]
 
+mod peer;
 mod relay;
 mod sink;
-mod peer;
 
-mod corpus;
-mod ordering;
-mod restart;
-mod ingest;
-mod config;
-mod send;
-mod routes;
-mod starvation;
-mod breakit;
-mod ops;
-mod breaker;
-mod ratelimit;
-mod challenge;
 mod admin;
-mod operate;
-mod stripe;
-mod retry;
-mod filter;
-mod signing;
-mod provider;
-mod leaks;
-mod limits;
-mod faults;
-mod store;
-mod damage;
-mod dump;
-mod migrate;
-mod crash;
-mod hangup;
-mod metrics;
-mod dashboard;
-mod logs;
-mod top;
+mod breaker;
+mod breakit;
+mod challenge;
+mod config;
 mod console;
-mod webdriver;
-#[cfg(feature = "redis")]
-mod redis;
-#[cfg(feature = "rabbitmq")]
-mod rabbitmq;
-#[cfg(feature = "nats")]
-mod nats;
+mod corpus;
+mod crash;
+mod damage;
+mod dashboard;
+mod dump;
+mod faults;
+mod filter;
+mod hangup;
+mod ingest;
 #[cfg(feature = "kafka")]
 mod kafka;
-#[cfg(feature = "pubsub")]
-mod pubsub;
-#[cfg(feature = "sqs")]
-mod sqs;
+mod leaks;
+mod limits;
+mod logs;
+mod metrics;
+mod migrate;
+#[cfg(feature = "nats")]
+mod nats;
+mod operate;
+mod ops;
+mod ordering;
 #[cfg(feature = "otel")]
 mod otel;
+mod provider;
+#[cfg(feature = "pubsub")]
+mod pubsub;
+#[cfg(feature = "rabbitmq")]
+mod rabbitmq;
+mod ratelimit;
+#[cfg(feature = "redis")]
+mod redis;
+mod restart;
+mod retry;
+mod routes;
+mod send;
+mod signing;
+#[cfg(feature = "sqs")]
+mod sqs;
+mod starvation;
+mod store;
+mod stripe;
+mod top;
+mod webdriver;

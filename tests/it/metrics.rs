@@ -33,7 +33,11 @@ impl Sample {
         if self.labels.is_empty() {
             return self.name.clone();
         }
-        let l: Vec<String> = self.labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+        let l: Vec<String> = self
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{v}\""))
+            .collect();
         format!("{}{{{}}}", self.name, l.join(","))
     }
 }
@@ -69,7 +73,9 @@ pub(crate) fn parse(text: &str) -> (BTreeMap<String, Kind>, Vec<Sample>) {
             continue;
         }
         if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').unwrap_or_else(|| panic!("HELP without text: {line:?}"));
+            let (name, help) = rest
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("HELP without text: {line:?}"));
             assert!(valid_name(name), "bad family name in {line:?}");
             assert!(!help.trim().is_empty(), "empty HELP: {line:?}");
             assert!(!families.contains_key(name), "family {name} twice");
@@ -77,8 +83,12 @@ pub(crate) fn parse(text: &str) -> (BTreeMap<String, Kind>, Vec<Sample>) {
             continue;
         }
         if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').unwrap_or_else(|| panic!("TYPE without a type: {line:?}"));
-            let Some((family, None)) = &current else { panic!("TYPE without its HELP before: {line:?}") };
+            let (name, kind) = rest
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("TYPE without a type: {line:?}"));
+            let Some((family, None)) = &current else {
+                panic!("TYPE without its HELP before: {line:?}")
+            };
             assert_eq!(name, family, "TYPE of another family than its HELP");
             let kind = match kind {
                 "counter" => Kind::Counter,
@@ -92,19 +102,30 @@ pub(crate) fn parse(text: &str) -> (BTreeMap<String, Kind>, Vec<Sample>) {
             continue;
         }
         assert!(!line.starts_with('#'), "unexpected comment {line:?}");
-        let Some((family, Some(kind))) = &current else { panic!("a sample before any family: {line:?}") };
+        let Some((family, Some(kind))) = &current else {
+            panic!("a sample before any family: {line:?}")
+        };
         let s = parse_sample(line);
-        let suffix = s.name.strip_prefix(family.as_str()).unwrap_or_else(|| panic!("sample {line:?} outside family {family}"));
+        let suffix = s
+            .name
+            .strip_prefix(family.as_str())
+            .unwrap_or_else(|| panic!("sample {line:?} outside family {family}"));
         let allowed: &[&str] = match kind {
             Kind::Counter => &["_total"],
             Kind::Gauge => &[""],
             Kind::Histogram => &["_bucket", "_sum", "_count"],
             Kind::Info => &["_info"],
         };
-        assert!(allowed.contains(&suffix), "sample {line:?}: suffix {suffix:?} not allowed for a {kind:?}");
+        assert!(
+            allowed.contains(&suffix),
+            "sample {line:?}: suffix {suffix:?} not allowed for a {kind:?}"
+        );
         match (kind, suffix) {
             (Kind::Counter | Kind::Histogram, "_total" | "_count" | "_bucket") => {
-                assert!(s.value >= 0.0 && s.value.fract() == 0.0, "a count that is not a whole number: {line:?}")
+                assert!(
+                    s.value >= 0.0 && s.value.fract() == 0.0,
+                    "a count that is not a whole number: {line:?}"
+                )
             }
             (Kind::Info, _) => assert_eq!(s.value, 1.0, "an info sample is 1: {line:?}"),
             _ => assert!(s.value.is_finite(), "{line:?}"),
@@ -118,12 +139,15 @@ pub(crate) fn parse(text: &str) -> (BTreeMap<String, Kind>, Vec<Sample>) {
 
 fn valid_name(n: &str) -> bool {
     n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_' || c == ':')
-        && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
 }
 
 /// `name{label="value",...} value` (labels optional, values escaped).
 fn parse_sample(line: &str) -> Sample {
-    let name_end = line.find(['{', ' ']).unwrap_or_else(|| panic!("no value in {line:?}"));
+    let name_end = line
+        .find(['{', ' '])
+        .unwrap_or_else(|| panic!("no value in {line:?}"));
     let name = &line[..name_end];
     assert!(valid_name(name), "bad sample name in {line:?}");
     let mut rest = &line[name_end..];
@@ -131,20 +155,30 @@ fn parse_sample(line: &str) -> Sample {
     if let Some(r) = rest.strip_prefix('{') {
         let mut chars = r.char_indices().peekable();
         loop {
-            let (start, c) = chars.next().unwrap_or_else(|| panic!("unterminated labels in {line:?}"));
+            let (start, c) = chars
+                .next()
+                .unwrap_or_else(|| panic!("unterminated labels in {line:?}"));
             if c == '}' {
                 rest = &r[start + 1..];
                 break;
             }
-            let eq = r[start..].find("=\"").unwrap_or_else(|| panic!("label without =\" in {line:?}")) + start;
+            let eq = r[start..]
+                .find("=\"")
+                .unwrap_or_else(|| panic!("label without =\" in {line:?}"))
+                + start;
             let key = &r[start..eq];
-            assert!(valid_name(key) && !key.contains(':'), "bad label name {key:?} in {line:?}");
+            assert!(
+                valid_name(key) && !key.contains(':'),
+                "bad label name {key:?} in {line:?}"
+            );
             while chars.peek().is_some_and(|(i, _)| *i < eq + 2) {
                 chars.next();
             }
             let mut value = String::new();
             loop {
-                let (_, c) = chars.next().unwrap_or_else(|| panic!("unterminated label value in {line:?}"));
+                let (_, c) = chars
+                    .next()
+                    .unwrap_or_else(|| panic!("unterminated label value in {line:?}"));
                 match c {
                     '"' => break,
                     '\\' => match chars.next().map(|(_, c)| c) {
@@ -157,7 +191,10 @@ fn parse_sample(line: &str) -> Sample {
                     c => value.push(c),
                 }
             }
-            assert!(!labels.iter().any(|(k, _): &(String, String)| k == key), "label {key} twice in {line:?}");
+            assert!(
+                !labels.iter().any(|(k, _): &(String, String)| k == key),
+                "label {key} twice in {line:?}"
+            );
             labels.push((key.to_owned(), value));
             match chars.peek() {
                 Some((_, ',')) => {
@@ -168,14 +205,25 @@ fn parse_sample(line: &str) -> Sample {
             }
         }
     }
-    let value = rest.strip_prefix(' ').unwrap_or_else(|| panic!("no space before the value in {line:?}"));
-    assert!(!value.contains(' '), "a timestamp or exemplar where none is written: {line:?}");
+    let value = rest
+        .strip_prefix(' ')
+        .unwrap_or_else(|| panic!("no space before the value in {line:?}"));
+    assert!(
+        !value.contains(' '),
+        "a timestamp or exemplar where none is written: {line:?}"
+    );
     let value = match value {
         "+Inf" => f64::INFINITY,
         "-Inf" => f64::NEG_INFINITY,
-        v => v.parse::<f64>().unwrap_or_else(|_| panic!("value {v:?} is not a number in {line:?}")),
+        v => v
+            .parse::<f64>()
+            .unwrap_or_else(|_| panic!("value {v:?} is not a number in {line:?}")),
     };
-    Sample { name: name.to_owned(), labels, value }
+    Sample {
+        name: name.to_owned(),
+        labels,
+        value,
+    }
 }
 
 /// Every histogram series: buckets ascending and cumulative, the last
@@ -186,17 +234,29 @@ fn check_histograms(families: &BTreeMap<String, Kind>, samples: &[Sample]) {
             continue;
         }
         // Per label set (without le): the buckets in order, the count, the sum.
-        let mut series: BTreeMap<String, (Vec<(f64, f64)>, Option<f64>, Option<f64>)> = BTreeMap::new();
-        let of_family = |s: &&Sample| ["_bucket", "_sum", "_count"].iter().any(|x| s.name.strip_prefix(family.as_str()) == Some(*x));
+        let mut series: BTreeMap<String, (Vec<(f64, f64)>, Option<f64>, Option<f64>)> =
+            BTreeMap::new();
+        let of_family = |s: &&Sample| {
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .any(|x| s.name.strip_prefix(family.as_str()) == Some(*x))
+        };
         for s in samples.iter().filter(of_family) {
             let mut labels = s.labels.clone();
-            let le = labels.iter().position(|(k, _)| k == "le").map(|i| labels.remove(i).1);
+            let le = labels
+                .iter()
+                .position(|(k, _)| k == "le")
+                .map(|i| labels.remove(i).1);
             let key = format!("{labels:?}");
             let e = series.entry(key).or_default();
             match &s.name[family.len()..] {
                 "_bucket" => {
                     let le = le.unwrap_or_else(|| panic!("a bucket without le: {s:?}"));
-                    let bound = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or_else(|_| panic!("bad le {le}")) };
+                    let bound = if le == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        le.parse().unwrap_or_else(|_| panic!("bad le {le}"))
+                    };
                     e.0.push((bound, s.value));
                 }
                 "_count" => e.1 = Some(s.value),
@@ -206,9 +266,22 @@ fn check_histograms(families: &BTreeMap<String, Kind>, samples: &[Sample]) {
         }
         assert!(!series.is_empty(), "histogram {family} has no series");
         for (labels, (buckets, count, sum)) in series {
-            assert!(buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{family}{labels}: buckets not ascending and cumulative: {buckets:?}");
-            assert_eq!(buckets.last().map(|b| b.0), Some(f64::INFINITY), "{family}{labels}: no +Inf bucket");
-            assert_eq!(buckets.last().map(|b| b.1), count, "{family}{labels}: +Inf bucket is not the count");
+            assert!(
+                buckets
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+                "{family}{labels}: buckets not ascending and cumulative: {buckets:?}"
+            );
+            assert_eq!(
+                buckets.last().map(|b| b.0),
+                Some(f64::INFINITY),
+                "{family}{labels}: no +Inf bucket"
+            );
+            assert_eq!(
+                buckets.last().map(|b| b.1),
+                count,
+                "{family}{labels}: +Inf bucket is not the count"
+            );
             assert!(sum.is_some_and(|s| s >= 0.0), "{family}{labels}: no _sum");
         }
     }
@@ -277,9 +350,17 @@ sources:
     };
     // Lane k1: its head (n=1), held at the receiver, then two members.
     post("/hooks/orders", Some("k1"), r#"{"n":1}"#.into()).await;
-    until("k1's head at the receiver", LONG, async || (ordered.request_count() == 1).then_some(())).await;
+    until("k1's head at the receiver", LONG, async || {
+        (ordered.request_count() == 1).then_some(())
+    })
+    .await;
     post("/hooks/orders", Some("k1"), r#"{"n":2}"#.into()).await;
-    post("/hooks/orders", Some("k1"), r#"{"n":3,"pad":"members wait behind their head"}"#.into()).await;
+    post(
+        "/hooks/orders",
+        Some("k1"),
+        r#"{"n":3,"pad":"members wait behind their head"}"#.into(),
+    )
+    .await;
     until("two members behind k1's head", LONG, async || {
         (relay.metrics().await.get("ankusa_dispatch_lane_members") == Some(&2.0)).then_some(())
     })
@@ -299,7 +380,12 @@ sources:
     }
     // A path no source has (404) and a GET of a source (405): no body read.
     let c = client();
-    let r = c.post(relay.url("/hooks/nobody")).body("{}").send().await.expect("POST");
+    let r = c
+        .post(relay.url("/hooks/nobody"))
+        .body("{}")
+        .send()
+        .await
+        .expect("POST");
     assert_eq!(r.status(), 404);
     let r = c.get(relay.url("/hooks/orders")).send().await.expect("GET");
     assert_eq!(r.status(), 405);
@@ -307,11 +393,26 @@ sources:
 
     // Everything this run does, once it has all settled (each value final).
     let expected: BTreeMap<&str, f64> = [
-        (r#"ankusa_ingest_requests_total{source="orders",code="200"}"#, 7.0),
-        (r#"ankusa_ingest_requests_total{source="orders",code="405"}"#, 1.0),
-        (r#"ankusa_ingest_requests_total{source="dead",code="200"}"#, 2.0),
-        (r#"ankusa_ingest_requests_total{source="files",code="200"}"#, 3.0),
-        (r#"ankusa_ingest_requests_total{source="_none",code="404"}"#, 1.0),
+        (
+            r#"ankusa_ingest_requests_total{source="orders",code="200"}"#,
+            7.0,
+        ),
+        (
+            r#"ankusa_ingest_requests_total{source="orders",code="405"}"#,
+            1.0,
+        ),
+        (
+            r#"ankusa_ingest_requests_total{source="dead",code="200"}"#,
+            2.0,
+        ),
+        (
+            r#"ankusa_ingest_requests_total{source="files",code="200"}"#,
+            3.0,
+        ),
+        (
+            r#"ankusa_ingest_requests_total{source="_none",code="404"}"#,
+            1.0,
+        ),
         ("ankusa_ingest_accepted_total", hooks),
         ("ankusa_ingest_ack_seconds_count", hooks),
         ("ankusa_ingest_body_bytes_count", hooks),
@@ -319,24 +420,66 @@ sources:
         ("ankusa_writer_group_hooks_sum", hooks),
         // Attempts: k1's head failed twice then delivered, 6 of orders'
         // hooks delivered, `bad` refused for good, each dead row once.
-        (r#"ankusa_dispatch_attempts_total{sink="http",outcome="delivered"}"#, 6.0),
-        (r#"ankusa_dispatch_attempts_total{sink="http",outcome="retry"}"#, 4.0),
-        (r#"ankusa_dispatch_attempts_total{sink="http",outcome="permanent"}"#, 1.0),
-        (r#"ankusa_dispatch_attempts_total{sink="http",outcome="horizon_passed"}"#, 0.0),
-        (r#"ankusa_dispatch_attempts_total{sink="http",outcome="sink_gone"}"#, 0.0),
-        (r#"ankusa_dispatch_attempts_total{sink="http",outcome="source_gone"}"#, 0.0),
-        (r#"ankusa_dispatch_attempts_total{sink="http",outcome="retired"}"#, 0.0),
-        (r#"ankusa_dispatch_attempts_total{sink="file",outcome="delivered"}"#, 3.0),
-        (r#"ankusa_dispatch_attempts_total{sink="file",outcome="retry"}"#, 0.0),
-        (r#"ankusa_dispatch_attempts_total{sink="file",outcome="permanent"}"#, 0.0),
+        (
+            r#"ankusa_dispatch_attempts_total{sink="http",outcome="delivered"}"#,
+            6.0,
+        ),
+        (
+            r#"ankusa_dispatch_attempts_total{sink="http",outcome="retry"}"#,
+            4.0,
+        ),
+        (
+            r#"ankusa_dispatch_attempts_total{sink="http",outcome="permanent"}"#,
+            1.0,
+        ),
+        (
+            r#"ankusa_dispatch_attempts_total{sink="http",outcome="horizon_passed"}"#,
+            0.0,
+        ),
+        (
+            r#"ankusa_dispatch_attempts_total{sink="http",outcome="sink_gone"}"#,
+            0.0,
+        ),
+        (
+            r#"ankusa_dispatch_attempts_total{sink="http",outcome="source_gone"}"#,
+            0.0,
+        ),
+        (
+            r#"ankusa_dispatch_attempts_total{sink="http",outcome="retired"}"#,
+            0.0,
+        ),
+        (
+            r#"ankusa_dispatch_attempts_total{sink="file",outcome="delivered"}"#,
+            3.0,
+        ),
+        (
+            r#"ankusa_dispatch_attempts_total{sink="file",outcome="retry"}"#,
+            0.0,
+        ),
+        (
+            r#"ankusa_dispatch_attempts_total{sink="file",outcome="permanent"}"#,
+            0.0,
+        ),
         (r#"ankusa_dispatch_call_seconds_count{sink="http"}"#, 11.0),
         (r#"ankusa_dispatch_call_seconds_count{sink="file"}"#, 3.0),
-        (r#"ankusa_dispatch_ingest_to_delivery_seconds_count{sink="http"}"#, 6.0),
-        (r#"ankusa_dispatch_ingest_to_delivery_seconds_count{sink="file"}"#, 3.0),
+        (
+            r#"ankusa_dispatch_ingest_to_delivery_seconds_count{sink="http"}"#,
+            6.0,
+        ),
+        (
+            r#"ankusa_dispatch_ingest_to_delivery_seconds_count{sink="file"}"#,
+            3.0,
+        ),
         (r#"ankusa_dispatch_breakers{sink="http",state="open"}"#, 1.0),
-        (r#"ankusa_dispatch_breakers{sink="http",state="half_open"}"#, 0.0),
+        (
+            r#"ankusa_dispatch_breakers{sink="http",state="half_open"}"#,
+            0.0,
+        ),
         (r#"ankusa_dispatch_breakers{sink="file",state="open"}"#, 0.0),
-        (r#"ankusa_dispatch_breakers{sink="file",state="half_open"}"#, 0.0),
+        (
+            r#"ankusa_dispatch_breakers{sink="file",state="half_open"}"#,
+            0.0,
+        ),
         // The maintained counters the same run moves.
         ("ankusa_dispatch_delivered_total", 9.0),
         ("ankusa_dispatch_retries_total", 4.0),
@@ -346,19 +489,28 @@ sources:
         ("ankusa_dispatch_in_flight", 0.0),
         ("ankusa_dispatch_lanes", 0.0),
         ("ankusa_dispatch_lane_members", 0.0),
-        (r#"ankusa_dispatch_lane_key_missing_total{sink="http"}"#, 1.0),
+        (
+            r#"ankusa_dispatch_lane_key_missing_total{sink="http"}"#,
+            1.0,
+        ),
         // The dead rows are due in 10 minutes: nothing is due now.
         ("ankusa_dispatch_oldest_due_age_seconds", 0.0),
     ]
     .into_iter()
     .collect();
-    let build = format!(r#"ankusa_build_info{{version="{}"}}"#, env!("CARGO_PKG_VERSION"));
+    let build = format!(
+        r#"ankusa_build_info{{version="{}"}}"#,
+        env!("CARGO_PKG_VERSION")
+    );
     let mut expected = expected;
     expected.insert(build.as_str(), 1.0);
     let (families, samples) = until("every figure of the run", LONG, async || {
         let (families, samples) = parse(&scrape(&relay).await);
         let got = by_id(&samples);
-        expected.iter().all(|(id, v)| got.get(*id) == Some(v)).then_some((families, samples))
+        expected
+            .iter()
+            .all(|(id, v)| got.get(*id) == Some(v))
+            .then_some((families, samples))
     })
     .await;
     let got = by_id(&samples);
@@ -372,7 +524,10 @@ sources:
     assert_eq!(got["ankusa_writer_commit_seconds_count"], groups);
     // Requests by code are the only ones with those labels: nothing else
     // answered.
-    let requests: Vec<&Sample> = samples.iter().filter(|s| s.name == "ankusa_ingest_requests_total").collect();
+    let requests: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name == "ankusa_ingest_requests_total")
+        .collect();
     assert_eq!(requests.len(), 5, "{requests:?}");
     // Each family of the issue is there with its type and its HELP.
     for (name, kind) in [
@@ -381,7 +536,10 @@ sources:
         ("ankusa_ingest_body_bytes", Kind::Histogram),
         ("ankusa_dispatch_attempts", Kind::Counter),
         ("ankusa_dispatch_call_seconds", Kind::Histogram),
-        ("ankusa_dispatch_ingest_to_delivery_seconds", Kind::Histogram),
+        (
+            "ankusa_dispatch_ingest_to_delivery_seconds",
+            Kind::Histogram,
+        ),
         ("ankusa_dispatch_breakers", Kind::Gauge),
         ("ankusa_dispatch_oldest_due_age_seconds", Kind::Gauge),
         ("ankusa_writer_group_hooks", Kind::Histogram),
@@ -425,17 +583,27 @@ sources:
         ),
     ))
     .await;
-    let series = |text: &str| -> BTreeSet<String> { parse(text).1.iter().map(Sample::id).collect() };
+    let series =
+        |text: &str| -> BTreeSet<String> { parse(text).1.iter().map(Sample::id).collect() };
     let delivered = async |n: f64| {
         until("the hooks delivered", LONG, async || {
             let m = relay.metrics().await;
-            (m.get("ankusa_dispatch_delivered_total") == Some(&n) && m.get("ankusa_dispatch_in_flight") == Some(&0.0)).then_some(())
+            (m.get("ankusa_dispatch_delivered_total") == Some(&n)
+                && m.get("ankusa_dispatch_in_flight") == Some(&0.0))
+            .then_some(())
         })
         .await;
     };
     // A first few hooks: one tenant, two keys.
     for k in ["a", "b"] {
-        relay.post("/hooks/s/t0", &[("x-entity-id", k)], format!(r#"{{"k":"{k}"}}"#)).await.id();
+        relay
+            .post(
+                "/hooks/s/t0",
+                &[("x-entity-id", k)],
+                format!(r#"{{"k":"{k}"}}"#),
+            )
+            .await
+            .id();
     }
     delivered(2.0).await;
     let before = series(&scrape(&relay).await);
@@ -446,15 +614,31 @@ sources:
         for i in (w..1000).step_by(4) {
             let t = format!("t{}", i % 50);
             let key = format!("key-{i}");
-            relay.post(&format!("/hooks/s/{t}"), &[("x-entity-id", &key)], format!(r#"{{"i":{i}}}"#)).await.id();
+            relay
+                .post(
+                    &format!("/hooks/s/{t}"),
+                    &[("x-entity-id", &key)],
+                    format!(r#"{{"i":{i}}}"#),
+                )
+                .await
+                .id();
         }
     });
     futures_util::future::join_all(sends).await;
     delivered(1002.0).await;
     let after = series(&scrape(relay).await);
-    assert_eq!(before, after, "series added: {:?}; gone: {:?}", after.difference(&before).collect::<Vec<_>>(), before.difference(&after).collect::<Vec<_>>());
+    assert_eq!(
+        before,
+        after,
+        "series added: {:?}; gone: {:?}",
+        after.difference(&before).collect::<Vec<_>>(),
+        before.difference(&after).collect::<Vec<_>>()
+    );
     assert_eq!(sink.delivered().len(), 1002);
     // Nothing in the exposition names a tenant or a key.
     let text = scrape(relay).await;
-    assert!(!text.contains("key-") && !text.contains("\"t1\""), "a key or tenant in /metrics");
+    assert!(
+        !text.contains("key-") && !text.contains("\"t1\""),
+        "a key or tenant in /metrics"
+    );
 }

@@ -25,11 +25,19 @@ const SHARED: &str = "nats://127.0.0.1:4222";
 /// installs it), else the one on PATH.
 fn nats_server() -> &'static str {
     const DEBIAN: &str = "/usr/sbin/nats-server";
-    if std::path::Path::new(DEBIAN).exists() { DEBIAN } else { "nats-server" }
+    if std::path::Path::new(DEBIAN).exists() {
+        DEBIAN
+    } else {
+        "nats-server"
+    }
 }
 
 async fn js(url: &str) -> jetstream::Context {
-    match async_nats::ConnectOptions::new().connection_timeout(Duration::from_secs(5)).connect(url).await {
+    match async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(url)
+        .await
+    {
         Ok(c) => jetstream::new(c),
         Err(e) => panic!("NATS at {url} is unreachable ({e}); `.ci/run` starts it"),
     }
@@ -66,7 +74,11 @@ async fn read_stream(url: &str, name: &str) -> Vec<Received> {
     let mut got = Vec::new();
     let t0 = Instant::now();
     while got.len() < total {
-        assert!(t0.elapsed() < Duration::from_secs(120), "read {} of {total} messages", got.len());
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "read {} of {total} messages",
+            got.len()
+        );
         let mut batch = consumer
             .fetch()
             .max_messages(total - got.len())
@@ -76,11 +88,15 @@ async fn read_stream(url: &str, name: &str) -> Vec<Received> {
             .expect("fetch");
         while let Some(m) = batch.next().await {
             let m = m.expect("a message");
-            let mut r = Received { body: m.message.payload.to_vec(), ..Default::default() };
+            let mut r = Received {
+                body: m.message.payload.to_vec(),
+                ..Default::default()
+            };
             if let Some(headers) = &m.message.headers {
                 for (name, values) in headers.iter() {
                     assert_eq!(values.len(), 1, "header {name}: {values:?}");
-                    r.attrs.insert(name.to_string(), values[0].as_str().to_owned());
+                    r.attrs
+                        .insert(name.to_string(), values[0].as_str().to_owned());
                 }
             }
             got.push(r);
@@ -99,10 +115,20 @@ fn ordered_sink(url: &str, subject: &str) -> String {
 /// The NATS-specific headers of every message: `Nats-Msg-Id` is the
 /// idempotency key, `Content-Type` the corpus's.
 fn check_nats_headers(got: &[Received]) {
-    let content_type = stripe::hooks(1)[0].header("content-type").expect("corpus content type").to_owned();
+    let content_type = stripe::hooks(1)[0]
+        .header("content-type")
+        .expect("corpus content type")
+        .to_owned();
     for r in got {
         // The idempotency key and the sink's index (the only sink: 0).
-        assert_eq!(r.attrs.get("Nats-Msg-Id").cloned(), r.attrs.get("ankusa_idempotency_key").map(|k| format!("{k}.0")), "{:?}", r.attrs);
+        assert_eq!(
+            r.attrs.get("Nats-Msg-Id").cloned(),
+            r.attrs
+                .get("ankusa_idempotency_key")
+                .map(|k| format!("{k}.0")),
+            "{:?}",
+            r.attrs
+        );
         assert_eq!(r.attrs.get("Content-Type"), Some(&content_type));
     }
 }
@@ -115,7 +141,10 @@ async fn stripe_corpus_through_an_ordered_jetstream_subject_arrives_once_in_orde
         "rocksdb",
         &format!(
             "retry: {{base_ms: 10, max_ms: 200}}\n{}",
-            stripe::source_yaml(&ordered_sink(SHARED, &format!("{name}.{{tenant}}.{{source}}")))
+            stripe::source_yaml(&ordered_sink(
+                SHARED,
+                &format!("{name}.{{tenant}}.{{source}}")
+            ))
         ),
     ))
     .await;
@@ -123,14 +152,25 @@ async fn stripe_corpus_through_an_ordered_jetstream_subject_arrives_once_in_orde
     assert_eq!(sent.len(), 40);
     let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
-    assert_eq!(m["ankusa_ingest_duplicates_total"], 4.0, "the provider retry of each round");
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
+    assert_eq!(
+        m["ankusa_ingest_duplicates_total"], 4.0,
+        "the provider retry of each round"
+    );
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
+    );
     let got = read_stream(SHARED, &name).await;
     delete_stream(SHARED, &name).await;
     stripe::check(&sent, &got);
     check_nats_headers(&got);
     // Four lanes: three customers and the keyless one.
-    let keys: std::collections::BTreeSet<&str> = got.iter().map(|r| r.attrs["ankusa_ordering_key"].as_str()).collect();
+    let keys: std::collections::BTreeSet<&str> = got
+        .iter()
+        .map(|r| r.attrs["ankusa_ordering_key"].as_str())
+        .collect();
     assert_eq!(keys.len(), 4, "{keys:?}");
 }
 
@@ -140,7 +180,9 @@ async fn stripe_corpus_through_an_ordered_jetstream_subject_arrives_once_in_orde
 fn private_nats(port: u16, dir: &Path) -> ChildServer {
     ChildServer::start(
         nats_server(),
-        Command::new(nats_server()).args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"]).arg(dir),
+        Command::new(nats_server())
+            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+            .arg(dir),
         port,
         Duration::from_secs(60),
     )
@@ -227,7 +269,14 @@ async fn provider_headers_chosen_arrive_as_nats_headers() {
         "{{type: nats, name: listed, url: '{SHARED}', subject: '{listed}.{{SOURCE}}', forward_headers: {}}}, {{type: nats, name: all, url: '{SHARED}', subject: '{all}.{{SOURCE}}', forward_headers: all}}",
         provider::CHOSEN_YAML
     );
-    let relay = Relay::start(&config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sinks)))).await;
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+            provider::sources_yaml(&sinks)
+        ),
+    ))
+    .await;
     let sent = provider::send(&relay, &provider::FILES).await;
     let m = drained(&relay, Duration::from_secs(60)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 8.0, "{m:?}");
@@ -240,19 +289,42 @@ async fn provider_headers_chosen_arrive_as_nats_headers() {
     assert_eq!(by_id[&sent[0].id].attrs["x-github-event"], "push");
     assert_eq!(by_id[&sent[2].id].attrs["x-github-event"], "issues");
     assert_eq!(by_id[&sent[1].id].attrs["x-shopify-topic"], "orders/create");
-    assert_eq!(by_id[&sent[3].id].attrs["x-shopify-topic"], "products/update");
+    assert_eq!(
+        by_id[&sent[3].id].attrs["x-shopify-topic"],
+        "products/update"
+    );
 
     assert_eq!(got_all.len(), 4);
     for s in &sent {
-        let r = got_all.iter().find(|r| r.attrs.get("ankusa_idempotency_key") == Some(&s.id)).unwrap_or_else(|| panic!("{} missing", s.hook.file));
+        let r = got_all
+            .iter()
+            .find(|r| r.attrs.get("ankusa_idempotency_key") == Some(&s.id))
+            .unwrap_or_else(|| panic!("{} missing", s.hook.file));
         for (name, value) in provider::all_forwarded(&s.hook) {
-            assert_eq!(r.attrs.get(&name), Some(&value), "{}: {name}; got {:?}", s.hook.file, r.attrs);
+            assert_eq!(
+                r.attrs.get(&name),
+                Some(&value),
+                "{}: {name}; got {:?}",
+                s.hook.file,
+                r.attrs
+            );
         }
         for never in ["content-type", "content-length", "host"] {
-            assert!(!r.attrs.contains_key(never), "{}: {never} forwarded: {:?}", s.hook.file, r.attrs);
+            assert!(
+                !r.attrs.contains_key(never),
+                "{}: {never} forwarded: {:?}",
+                s.hook.file,
+                r.attrs
+            );
         }
-        assert_eq!(r.attrs.get("Content-Type").map(String::as_str), s.hook.header("content-type"));
+        assert_eq!(
+            r.attrs.get("Content-Type").map(String::as_str),
+            s.hook.header("content-type")
+        );
         assert_eq!(r.attrs.get("Nats-Msg-Id"), Some(&format!("{}.1", s.id)));
     }
-    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"nats\"}"], 0.0);
+    assert_eq!(
+        m["ankusa_forwarded_headers_dropped_total{sink=\"nats\"}"],
+        0.0
+    );
 }

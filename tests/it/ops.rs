@@ -27,7 +27,10 @@ fn body(key: &str, i: usize) -> String {
 
 fn label(r: &Req) -> (String, u64) {
     let j = r.json();
-    (j["key"].as_str().unwrap_or("?").to_owned(), j["i"].as_u64().unwrap_or(u64::MAX))
+    (
+        j["key"].as_str().unwrap_or("?").to_owned(),
+        j["i"].as_u64().unwrap_or(u64::MAX),
+    )
 }
 
 /// The `i`s each key's hooks arrived with, in arrival order.
@@ -44,7 +47,9 @@ fn by_key(reqs: &[Req]) -> BTreeMap<String, Vec<u64>> {
 fn want(n: usize) -> BTreeMap<String, Vec<u64>> {
     let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for i in 0..n {
-        out.entry(KEYS[i % KEYS.len()].to_owned()).or_default().push(i as u64);
+        out.entry(KEYS[i % KEYS.len()].to_owned())
+            .or_default()
+            .push(i as u64);
     }
     out
 }
@@ -56,7 +61,11 @@ fn store_path(relay: &Relay) -> std::path::PathBuf {
 async fn stop(relay: &mut Relay) {
     relay.sigterm();
     let status = relay.wait_exit(WAIT).await;
-    assert!(status.success(), "the relay did not stop cleanly: {status}\n{}", relay.log());
+    assert!(
+        status.success(),
+        "the relay did not stop cleanly: {status}\n{}",
+        relay.log()
+    );
 }
 
 fn two_sinks(url: &str, paused: bool) -> String {
@@ -84,39 +93,64 @@ async fn a_paused_sink_waits_in_order_and_a_restart_without_the_pause_delivers_i
     let mut relay = Relay::start(&two_sinks(&sink.url(), true)).await;
     for i in 0..100 {
         let key = KEYS[i % KEYS.len()];
-        relay.post("/hooks/shop", &[JSON, ("x-entity-id", key)], body(key, i)).await.id();
+        relay
+            .post("/hooks/shop", &[JSON, ("x-entity-id", key)], body(key, i))
+            .await
+            .id();
     }
-    until("the audit sink got all 100 and the ledger rows wait", WAIT, async || {
-        let audit = sink.delivered().iter().filter(|r| r.path == "/in2").count();
-        let m = relay.metrics().await;
-        (audit == 100 && m["ankusa_queue_pending"] == 100.0).then_some(())
-    })
+    until(
+        "the audit sink got all 100 and the ledger rows wait",
+        WAIT,
+        async || {
+            let audit = sink.delivered().iter().filter(|r| r.path == "/in2").count();
+            let m = relay.metrics().await;
+            (audit == 100 && m["ankusa_queue_pending"] == 100.0).then_some(())
+        },
+    )
     .await;
     let m = relay.metrics().await;
     assert_eq!(m["ankusa_dispatch_paused"], 1.0);
     assert_eq!(m["ankusa_dispatch_lanes"], 4.0, "one head per key: {m:?}");
     assert_eq!(m["ankusa_dispatch_lane_members"], 96.0);
     assert_eq!(m["ankusa_dispatch_in_flight"], 0.0);
-    assert!(sink.requests().iter().all(|r| r.path == "/in2"), "the paused ledger sink was called");
+    assert!(
+        sink.requests().iter().all(|r| r.path == "/in2"),
+        "the paused ledger sink was called"
+    );
     // Unordered: concurrent calls may reach the receiver in any order, so
     // compare each key's hooks as a set (every one, once).
     let mut audit = by_key(&sink.delivered());
     audit.values_mut().for_each(|v| v.sort_unstable());
-    assert_eq!(audit, want(100), "the audit sink, unordered, got every hook once");
+    assert_eq!(
+        audit,
+        want(100),
+        "the audit sink, unordered, got every hook once"
+    );
     stop(&mut relay).await;
 
     relay.set_template(&two_sinks(&sink.url(), false));
     relay.restart().await;
     let ledger = until("the ledger sink got all 100", WAIT, async || {
-        let l: Vec<Req> = sink.delivered().into_iter().filter(|r| r.path == "/in").collect();
+        let l: Vec<Req> = sink
+            .delivered()
+            .into_iter()
+            .filter(|r| r.path == "/in")
+            .collect();
         (l.len() == 100).then_some(l)
     })
     .await;
     assert_eq!(by_key(&ledger), want(100), "in order per key");
     for r in &ledger {
-        assert_eq!(r.key(), Some(label(r).0), "the ordering key travels with the hook");
+        assert_eq!(
+            r.key(),
+            Some(label(r).0),
+            "the ordering key travels with the hook"
+        );
     }
-    until("nothing pending", WAIT, async || (relay.metrics().await["ankusa_queue_pending"] == 0.0).then_some(())).await;
+    until("nothing pending", WAIT, async || {
+        (relay.metrics().await["ankusa_queue_pending"] == 0.0).then_some(())
+    })
+    .await;
     assert_eq!(relay.metrics().await["ankusa_dispatch_paused"], 0.0);
 }
 
@@ -150,20 +184,36 @@ async fn a_paused_source_accepts_and_commits_but_delivers_nothing_until_resumed(
         assert_eq!(a.status, 200, "{a:?}");
         ids.push(a.id());
     }
-    let witness = relay.post("/hooks/witness", &[JSON], body("witness", 0)).await.id();
-    until("the witness delivered", WAIT, async || sink.delivered().iter().any(|r| r.id() == witness).then_some(())).await;
+    let witness = relay
+        .post("/hooks/witness", &[JSON], body("witness", 0))
+        .await
+        .id();
+    until("the witness delivered", WAIT, async || {
+        sink.delivered()
+            .iter()
+            .any(|r| r.id() == witness)
+            .then_some(())
+    })
+    .await;
     until("the witness's outcome committed", WAIT, async || {
         (relay.metrics().await["ankusa_queue_pending"] == 10.0).then_some(())
     })
     .await;
-    assert!(sink.requests().iter().all(|r| r.path == "/in2"), "a paused source's hook was delivered");
+    assert!(
+        sink.requests().iter().all(|r| r.path == "/in2"),
+        "a paused source's hook was delivered"
+    );
     assert_eq!(relay.metrics().await["ankusa_dispatch_paused"], 1.0);
     // Committed: a SIGKILL loses none of them.
     relay.kill();
     relay.set_template(&paused_source(&sink.url(), false));
     relay.restart().await;
     let got = until("the 10 held hooks delivered", WAIT, async || {
-        let d: Vec<Req> = sink.delivered().into_iter().filter(|r| r.path == "/in").collect();
+        let d: Vec<Req> = sink
+            .delivered()
+            .into_iter()
+            .filter(|r| r.path == "/in")
+            .collect();
         (d.len() == 10).then_some(d)
     })
     .await;
@@ -211,8 +261,17 @@ sources:
 fn dead_letters(path: &std::path::Path) -> BTreeMap<String, usize> {
     let kv = RocksKv::open(path).expect("open the store");
     let mut out = BTreeMap::new();
-    for (_, v) in kv.scan(Cf::Index, &tenant_range(Family::DeadLetter, TenantOrd(1)), Direction::Forward, 10_000).expect("scan") {
-        *out.entry(DeadLetterValue::decode(&v).expect("?X value").reason).or_default() += 1;
+    for (_, v) in kv
+        .scan(
+            Cf::Index,
+            &tenant_range(Family::DeadLetter, TenantOrd(1)),
+            Direction::Forward,
+            10_000,
+        )
+        .expect("scan")
+    {
+        *out.entry(DeadLetterValue::decode(&v).expect("?X value").reason)
+            .or_default() += 1;
     }
     out
 }
@@ -225,20 +284,40 @@ fn dead_letters(path: &std::path::Path) -> BTreeMap<String, usize> {
 /// from the config"; the next start needs no flag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_source_or_sink_with_queued_hooks_stops_the_start_until_dropped() {
-    let sink = Sink::start(|r| if r.path == "/indown" { Reply::Status(503) } else { Reply::Status(200) }).await;
+    let sink = Sink::start(|r| {
+        if r.path == "/indown" {
+            Reply::Status(503)
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
     let mut relay = Relay::start(&before_removal(&sink.url())).await;
     for i in 0..3 {
-        relay.post("/hooks/keep", &[JSON], body("keep", i)).await.id();
+        relay
+            .post("/hooks/keep", &[JSON], body("keep", i))
+            .await
+            .id();
     }
     for i in 0..5 {
         let key = KEYS[i % 2];
-        relay.post("/hooks/gone", &[JSON, ("x-entity-id", key)], body(key, i)).await.id();
+        relay
+            .post("/hooks/gone", &[JSON, ("x-entity-id", key)], body(key, i))
+            .await
+            .id();
     }
-    until("keep's main sink delivered 3, 8 rows queued", WAIT, async || {
-        let main = sink.delivered().iter().filter(|r| r.path == "/in").count();
-        let m = relay.metrics().await;
-        (main == 3 && m["ankusa_queue_pending"] == 8.0 && m["ankusa_dispatch_retries_total"] >= 1.0).then_some(())
-    })
+    until(
+        "keep's main sink delivered 3, 8 rows queued",
+        WAIT,
+        async || {
+            let main = sink.delivered().iter().filter(|r| r.path == "/in").count();
+            let m = relay.metrics().await;
+            (main == 3
+                && m["ankusa_queue_pending"] == 8.0
+                && m["ankusa_dispatch_retries_total"] >= 1.0)
+                .then_some(())
+        },
+    )
     .await;
     stop(&mut relay).await;
 
@@ -253,22 +332,43 @@ async fn a_removed_source_or_sink_with_queued_hooks_stops_the_start_until_droppe
         "paused: true",
         "ankusa serve --drop-unconfigured",
     ] {
-        assert!(log.contains(needle), "{needle:?} not in the refusal:\n{log}");
+        assert!(
+            log.contains(needle),
+            "{needle:?} not in the refusal:\n{log}"
+        );
     }
-    assert!(dead_letters(&store_path(&relay)).is_empty(), "a refused start changed the store");
+    assert!(
+        dead_letters(&store_path(&relay)).is_empty(),
+        "a refused start changed the store"
+    );
 
     relay.set_args(&["--drop-unconfigured"]);
     relay.restart().await;
     let m = relay.metrics().await;
-    assert_eq!((m["ankusa_dlq_dead"], m["ankusa_queue_pending"], m["ankusa_dispatch_lanes"], m["ankusa_dispatch_lane_members"]), (8.0, 0.0, 0.0, 0.0), "{m:?}");
+    assert_eq!(
+        (
+            m["ankusa_dlq_dead"],
+            m["ankusa_queue_pending"],
+            m["ankusa_dispatch_lanes"],
+            m["ankusa_dispatch_lane_members"]
+        ),
+        (8.0, 0.0, 0.0, 0.0),
+        "{m:?}"
+    );
     stop(&mut relay).await;
     assert_eq!(
         dead_letters(&store_path(&relay)),
-        BTreeMap::from([("sink removed from the config".to_owned(), 3), ("source removed from the config".to_owned(), 5)])
+        BTreeMap::from([
+            ("sink removed from the config".to_owned(), 3),
+            ("source removed from the config".to_owned(), 5)
+        ])
     );
     {
         let kv = RocksKv::open(store_path(&relay)).expect("open the store");
-        assert_eq!(ankusa_queue::check_invariants(&kv.snapshot()).expect("check"), vec![]);
+        assert_eq!(
+            ankusa_queue::check_invariants(&kv.snapshot()).expect("check"),
+            vec![]
+        );
     }
     // Nothing unconfigured is left: a start without the flag.
     relay.set_args(&[]);
@@ -279,9 +379,15 @@ async fn a_removed_source_or_sink_with_queued_hooks_stops_the_start_until_droppe
 const GITHUB_SECRET: &str = "It's a Secret to Everybody";
 
 fn github_signature(body: &[u8]) -> String {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(GITHUB_SECRET.as_bytes()).expect("any key length");
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(GITHUB_SECRET.as_bytes())
+        .expect("any key length");
     mac.update(body);
-    let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("sha256={hex}")
 }
 
@@ -314,7 +420,9 @@ sources:
     ))
     .await;
     for i in 0..3 {
-        let a = relay.post("/hooks/review", &[JSON], body("review", i)).await;
+        let a = relay
+            .post("/hooks/review", &[JSON], body("review", i))
+            .await;
         assert_eq!(a.status, 202, "{a:?}");
         assert_eq!(a.body["quarantined"], true);
         assert_eq!(a.body["id"].as_str().map(str::len), Some(36), "{a:?}");
@@ -322,18 +430,59 @@ sources:
     let genuine = body("signed", 1);
     let forged = body("forged", 1);
     let a = relay
-        .post("/hooks/signed", &[JSON, ("x-github-delivery", "d-1"), ("x-hub-signature-256", &github_signature(b"something else"))], forged.clone())
+        .post(
+            "/hooks/signed",
+            &[
+                JSON,
+                ("x-github-delivery", "d-1"),
+                ("x-hub-signature-256", &github_signature(b"something else")),
+            ],
+            forged.clone(),
+        )
         .await;
-    assert_eq!((a.status, a.body["quarantined"].as_bool()), (202, Some(true)), "{a:?}");
-    let a = relay.post("/hooks/signed", &[JSON, ("x-github-delivery", "d-1"), ("x-hub-signature-256", &github_signature(genuine.as_bytes()))], genuine.clone()).await;
+    assert_eq!(
+        (a.status, a.body["quarantined"].as_bool()),
+        (202, Some(true)),
+        "{a:?}"
+    );
+    let a = relay
+        .post(
+            "/hooks/signed",
+            &[
+                JSON,
+                ("x-github-delivery", "d-1"),
+                ("x-hub-signature-256", &github_signature(genuine.as_bytes())),
+            ],
+            genuine.clone(),
+        )
+        .await;
     assert_eq!(a.status, 200, "{a:?}");
-    assert_eq!(a.body.get("duplicate"), None, "the forged hook made the genuine one a duplicate: {a:?}");
+    assert_eq!(
+        a.body.get("duplicate"),
+        None,
+        "the forged hook made the genuine one a duplicate: {a:?}"
+    );
     let genuine_id = a.id();
     // Without the option a bad signature is still refused.
-    let a = relay.post("/hooks/strict", &[JSON, ("x-hub-signature-256", "sha256=00")], forged.clone()).await;
+    let a = relay
+        .post(
+            "/hooks/strict",
+            &[JSON, ("x-hub-signature-256", "sha256=00")],
+            forged.clone(),
+        )
+        .await;
     assert_eq!(a.status, 401, "{a:?}");
-    until("the genuine hook delivered", WAIT, async || sink.delivered().iter().any(|r| r.id() == genuine_id).then_some(())).await;
-    until("its outcome committed", WAIT, async || (relay.metrics().await["ankusa_queue_pending"] == 0.0).then_some(())).await;
+    until("the genuine hook delivered", WAIT, async || {
+        sink.delivered()
+            .iter()
+            .any(|r| r.id() == genuine_id)
+            .then_some(())
+    })
+    .await;
+    until("its outcome committed", WAIT, async || {
+        (relay.metrics().await["ankusa_queue_pending"] == 0.0).then_some(())
+    })
+    .await;
     let m = relay.metrics().await;
     assert_eq!(m["ankusa_quarantined"], 4.0, "{m:?}");
     assert_eq!(m["ankusa_ingest_quarantined_total"], 4.0);
@@ -369,10 +518,13 @@ sources:
     );
     let cfg = ankusa_config::Config::from_yaml(&yaml, &|_| None).expect("config");
     let kv = Arc::new(MemoryKv::new());
-    kv.write(ankusa_queue::init_store(), Durability::Sync).expect("init");
-    let (batch, registry) = ankusa_queue::register(&*kv, ["default"], ["signed"]).expect("register");
+    kv.write(ankusa_queue::init_store(), Durability::Sync)
+        .expect("init");
+    let (batch, registry) =
+        ankusa_queue::register(&*kv, ["default"], ["signed"]).expect("register");
     kv.write(batch, Durability::Sync).expect("register");
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).expect("writer");
+    let (writer, handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).expect("writer");
     let writer_task = tokio::spawn(writer.run());
     let woken = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let w = Arc::clone(&woken);
@@ -392,7 +544,9 @@ sources:
         stats: Arc::new(EdgeStats::default()),
         clock: Box::new(now_ms),
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let serve = tokio::spawn(Arc::clone(&edge).serve(listener, stop_rx));
@@ -401,7 +555,11 @@ sources:
         let a = crate::relay::post(
             &client,
             &format!("http://{addr}/hooks/signed"),
-            &[JSON, ("x-entity-id", key), ("x-hub-signature-256", "sha256=00")],
+            &[
+                JSON,
+                ("x-entity-id", key),
+                ("x-hub-signature-256", "sha256=00"),
+            ],
             body(key, i).into_bytes(),
         )
         .await
@@ -410,28 +568,67 @@ sources:
     }
     let page = ankusa_queue::list_quarantined(&*kv, TenantOrd(1), None, 10).expect("list");
     assert_eq!(page.hooks.len(), 2);
-    assert!(page.hooks[0].reason.starts_with("invalid signature"), "{:?}", page.hooks[0]);
+    assert!(
+        page.hooks[0].reason.starts_with("invalid signature"),
+        "{:?}",
+        page.hooks[0]
+    );
     let (first, second) = (page.hooks[0].seq, page.hooks[1].seq);
     let source = registry.sources["signed"];
 
-    let r = edge.release_quarantined(TenantOrd(1), first).await.expect("release");
+    let r = edge
+        .release_quarantined(TenantOrd(1), first)
+        .await
+        .expect("release");
     assert_eq!((r.source.as_str(), r.rows), ("signed", 2));
-    assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 1, "the pipeline is woken");
+    assert_eq!(
+        woken.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the pipeline is woken"
+    );
     // The ordered sink's row joined the lane of the stored header's key.
     let lane = ankusa_queue::lanes::lane_id(SinkIx(0), source, Some(b"cus_9"));
-    assert!(kv.get(Cf::Index, &lane_member_key(TenantOrd(1), lane, first, SinkIx(0))).expect("get").is_some());
+    assert!(
+        kv.get(
+            Cf::Index,
+            &lane_member_key(TenantOrd(1), lane, first, SinkIx(0))
+        )
+        .expect("get")
+        .is_some()
+    );
     assert_eq!(ankusa_queue::check_invariants(&*kv).expect("check"), vec![]);
     assert_eq!(
-        edge.release_quarantined(TenantOrd(1), first).await.unwrap_err(),
-        ReleaseError::NotQuarantined { tenant: TenantOrd(1), seq: first }
+        edge.release_quarantined(TenantOrd(1), first)
+            .await
+            .unwrap_err(),
+        ReleaseError::NotQuarantined {
+            tenant: TenantOrd(1),
+            seq: first
+        }
     );
-    edge.drop_quarantined(TenantOrd(1), second).await.expect("drop");
-    assert!(kv.get(Cf::Hooks, &ankusa_keys::hook_key(TenantOrd(1), second)).expect("get").is_none());
+    edge.drop_quarantined(TenantOrd(1), second)
+        .await
+        .expect("drop");
+    assert!(
+        kv.get(Cf::Hooks, &ankusa_keys::hook_key(TenantOrd(1), second))
+            .expect("get")
+            .is_none()
+    );
     assert_eq!(
-        edge.drop_quarantined(TenantOrd(1), second).await.unwrap_err(),
-        ReleaseError::NotQuarantined { tenant: TenantOrd(1), seq: second }
+        edge.drop_quarantined(TenantOrd(1), second)
+            .await
+            .unwrap_err(),
+        ReleaseError::NotQuarantined {
+            tenant: TenantOrd(1),
+            seq: second
+        }
     );
-    assert!(ankusa_queue::list_quarantined(&*kv, TenantOrd(1), None, 10).expect("list").hooks.is_empty());
+    assert!(
+        ankusa_queue::list_quarantined(&*kv, TenantOrd(1), None, 10)
+            .expect("list")
+            .hooks
+            .is_empty()
+    );
     assert_eq!(ankusa_queue::check_invariants(&*kv).expect("check"), vec![]);
     let _ = stop_tx.send(true);
     serve.await.expect("edge");
@@ -440,7 +637,10 @@ sources:
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Keys of `cf` in tenant 1's range of the store at `path`.
@@ -450,14 +650,19 @@ fn count_keys(kv: &RocksKv, cf: Cf) -> usize {
         Cf::Archive => ankusa_keys::archive_tenant_range(TenantOrd(1)),
         _ => ankusa_keys::deliveries_tenant_range(TenantOrd(1)),
     };
-    kv.scan(cf, &range, Direction::Forward, 100_000).expect("scan").len()
+    kv.scan(cf, &range, Direction::Forward, 100_000)
+        .expect("scan")
+        .len()
 }
 
 /// The SST bytes of `hooks` and `archive` after a full manual compaction.
 fn compacted_sst_bytes(path: &std::path::Path) -> (u64, u64) {
     let kv = RocksKv::open(path).expect("open the store");
     kv.compact_all().expect("compact");
-    (kv.sst_bytes(Cf::Hooks).expect("sst"), kv.sst_bytes(Cf::Archive).expect("sst"))
+    (
+        kv.sst_bytes(Cf::Hooks).expect("sst"),
+        kv.sst_bytes(Cf::Archive).expect("sst"),
+    )
 }
 
 /// With `retention.keep_ms: 2000`, every delivered hook's envelope and archive
@@ -488,25 +693,53 @@ sources:
     let mut relay = Relay::start(&yaml).await;
     let big = "x".repeat(8 * 1024);
     for i in 0..50 {
-        relay.post("/hooks/s", &[JSON], format!("{{\"i\":{i},\"pad\":\"{big}\"}}")).await.id();
+        relay
+            .post(
+                "/hooks/s",
+                &[JSON],
+                format!("{{\"i\":{i},\"pad\":\"{big}\"}}"),
+            )
+            .await
+            .id();
     }
-    until("50 delivered, and their envelopes reclaimed by the sweep", WAIT, async || {
-        let m = relay.metrics().await;
-        (m["ankusa_dispatch_delivered_total"] == 50.0 && m["ankusa_retention_hooks_deleted_total"] == 50.0).then_some(())
-    })
+    until(
+        "50 delivered, and their envelopes reclaimed by the sweep",
+        WAIT,
+        async || {
+            let m = relay.metrics().await;
+            (m["ankusa_dispatch_delivered_total"] == 50.0
+                && m["ankusa_retention_hooks_deleted_total"] == 50.0)
+                .then_some(())
+        },
+    )
     .await;
     stop(&mut relay).await;
     {
         let kv = RocksKv::open(store_path(&relay)).expect("open the store");
-        assert_eq!(count_keys(&kv, Cf::Hooks), 0, "delivered envelopes left in hooks");
+        assert_eq!(
+            count_keys(&kv, Cf::Hooks),
+            0,
+            "delivered envelopes left in hooks"
+        );
         assert_eq!(count_keys(&kv, Cf::Archive), 0, "archive entries left");
         assert_eq!(count_keys(&kv, Cf::Deliveries), 0);
-        assert_eq!(ankusa_queue::check_invariants(&kv.snapshot()).expect("check"), vec![]);
+        assert_eq!(
+            ankusa_queue::check_invariants(&kv.snapshot()).expect("check"),
+            vec![]
+        );
     }
     let (hooks, archive) = compacted_sst_bytes(&store_path(&relay));
     let within = |got: u64, base: u64| got <= base + base / 10 + 1;
-    assert!(within(hooks, empty_bytes.0), "hooks: {hooks} SST bytes, the empty store's {}", empty_bytes.0);
-    assert!(within(archive, empty_bytes.1), "archive: {archive} SST bytes, the empty store's {}", empty_bytes.1);
+    assert!(
+        within(hooks, empty_bytes.0),
+        "hooks: {hooks} SST bytes, the empty store's {}",
+        empty_bytes.0
+    );
+    assert!(
+        within(archive, empty_bytes.1),
+        "archive: {archive} SST bytes, the empty store's {}",
+        empty_bytes.1
+    );
 }
 
 /// With retention shorter than the dedupe lifetime, a provider's resend
@@ -534,19 +767,44 @@ sources:
     let headers = [JSON, ("x-delivery", "evt_1")];
     let first = relay.post("/hooks/s", &headers, "{\"i\":1}").await.id();
     let dup = relay.post("/hooks/s", &headers, "{\"i\":1}").await;
-    assert_eq!((dup.status, dup.body["duplicate"].as_bool(), dup.body["id"].as_str()), (200, Some(true), Some(first.as_str())), "{dup:?}");
-    until("the hook delivered and its envelope deleted by retention", WAIT, async || {
-        let m = relay.metrics().await;
-        (m["ankusa_dispatch_delivered_total"] == 1.0 && m["ankusa_retention_hooks_deleted_total"] == 1.0).then_some(())
-    })
+    assert_eq!(
+        (
+            dup.status,
+            dup.body["duplicate"].as_bool(),
+            dup.body["id"].as_str()
+        ),
+        (200, Some(true), Some(first.as_str())),
+        "{dup:?}"
+    );
+    until(
+        "the hook delivered and its envelope deleted by retention",
+        WAIT,
+        async || {
+            let m = relay.metrics().await;
+            (m["ankusa_dispatch_delivered_total"] == 1.0
+                && m["ankusa_retention_hooks_deleted_total"] == 1.0)
+                .then_some(())
+        },
+    )
     .await;
     let late = relay.post("/hooks/s", &headers, "{\"i\":1}").await;
     assert_eq!(late.status, 200, "{late:?}");
     let obj = late.body.as_object().expect("a JSON object");
-    assert_eq!(obj.get("duplicate"), Some(&serde_json::Value::Bool(true)), "{late:?}");
+    assert_eq!(
+        obj.get("duplicate"),
+        Some(&serde_json::Value::Bool(true)),
+        "{late:?}"
+    );
     assert_eq!(obj.get("id"), Some(&serde_json::Value::Null), "{late:?}");
     let m = relay.metrics().await;
-    assert_eq!((m["ankusa_ingest_accepted_total"], m["ankusa_ingest_duplicates_total"]), (1.0, 2.0), "{m:?}");
+    assert_eq!(
+        (
+            m["ankusa_ingest_accepted_total"],
+            m["ankusa_ingest_duplicates_total"]
+        ),
+        (1.0, 2.0),
+        "{m:?}"
+    );
     assert_eq!(sink.requests().len(), 1, "a duplicate was delivered");
 }
 
@@ -583,14 +841,31 @@ sources:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_port_in_use_refuses_the_start_and_creates_no_store() {
     let sink = Sink::ok().await;
-    let yaml = config("rocksdb", &format!("\nsources:\n  - name: s\n    sinks: [{{type: http, url: '{}'}}]\n", sink.url()));
+    let yaml = config(
+        "rocksdb",
+        &format!(
+            "\nsources:\n  - name: s\n    sinks: [{{type: http, url: '{}'}}]\n",
+            sink.url()
+        ),
+    );
     let mut relay = Relay::start(&yaml).await;
     stop(&mut relay).await;
     std::fs::remove_dir_all(relay.data_dir()).expect("remove the data_dir");
-    let ingest = relay.url("").trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let ingest = relay
+        .url("")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
     let _taken = std::net::TcpListener::bind(&ingest).expect("hold the relay's ingest port");
     let (status, log) = relay.restart_refused().await;
     assert_eq!(status.code(), Some(1), "{log}");
-    assert!(log.contains(&format!("listeners.ingest: cannot bind {ingest}")), "{log}");
-    assert!(!relay.data_dir().exists(), "a refused start made {}:\n{log}", relay.data_dir().display());
+    assert!(
+        log.contains(&format!("listeners.ingest: cannot bind {ingest}")),
+        "{log}"
+    );
+    assert!(
+        !relay.data_dir().exists(),
+        "a refused start made {}:\n{log}",
+        relay.data_dir().display()
+    );
 }

@@ -58,7 +58,10 @@ fn fields(mut b: &[u8]) -> Vec<(u32, Wire)> {
             }
             2 => {
                 let n = usize::try_from(varint(&mut b)).expect("length");
-                assert!(n <= b.len(), "a length-delimited field runs past its message");
+                assert!(
+                    n <= b.len(),
+                    "a length-delimited field runs past its message"
+                );
                 let (v, rest) = b.split_at(n);
                 b = rest;
                 Wire::Len(v.to_vec())
@@ -116,8 +119,16 @@ fn attributes(msg: &[(u32, Wire)], field: u32) -> BTreeMap<String, Any> {
     let mut out = BTreeMap::new();
     for (_, kv) in msg.iter().filter(|(f, _)| *f == field) {
         let kv = fields(len(kv));
-        let key = kv.iter().find(|(f, _)| *f == 1).map(|(_, w)| text(w)).expect("KeyValue.key");
-        let value = kv.iter().find(|(f, _)| *f == 2).map(|(_, w)| fields(len(w))).expect("KeyValue.value");
+        let key = kv
+            .iter()
+            .find(|(f, _)| *f == 1)
+            .map(|(_, w)| text(w))
+            .expect("KeyValue.key");
+        let value = kv
+            .iter()
+            .find(|(f, _)| *f == 2)
+            .map(|(_, w)| fields(len(w)))
+            .expect("KeyValue.value");
         let value = match value.as_slice() {
             [(1, w)] => Any::Str(text(w)),
             [(2, Wire::Varint(v))] => Any::Bool(*v != 0),
@@ -125,7 +136,10 @@ fn attributes(msg: &[(u32, Wire)], field: u32) -> BTreeMap<String, Any> {
             [(4, Wire::Fixed64(v))] => Any::Double(f64::from_bits(*v)),
             other => panic!("AnyValue of {key}: {other:?}"),
         };
-        assert!(out.insert(key.clone(), value).is_none(), "attribute {key} twice");
+        assert!(
+            out.insert(key.clone(), value).is_none(),
+            "attribute {key} twice"
+        );
     }
     out
 }
@@ -179,7 +193,11 @@ fn decode_span(b: &[u8]) -> Span {
             .filter(|(f, _)| *f == 11)
             .map(|(_, e)| {
                 let e = fields(len(e));
-                let name = e.iter().find(|(f, _)| *f == 2).map(|(_, w)| text(w)).unwrap_or_default();
+                let name = e
+                    .iter()
+                    .find(|(f, _)| *f == 2)
+                    .map(|(_, w)| text(w))
+                    .unwrap_or_default();
                 (name, attributes(&e, 3))
             })
             .collect(),
@@ -194,19 +212,40 @@ fn decode(body: &[u8]) -> Export {
     let top = fields(body);
     assert_eq!(top.len(), 1, "one ResourceSpans per request: {top:?}");
     let rs = fields(len(&top[0].1));
-    let resource = rs.iter().find(|(f, _)| *f == 1).map(|(_, w)| fields(len(w))).expect("ResourceSpans.resource");
+    let resource = rs
+        .iter()
+        .find(|(f, _)| *f == 1)
+        .map(|(_, w)| fields(len(w)))
+        .expect("ResourceSpans.resource");
     let scopes = rs
         .iter()
         .filter(|(f, _)| *f == 2)
         .map(|(_, ss)| {
             let ss = fields(len(ss));
-            let scope = ss.iter().find(|(f, _)| *f == 1).map(|(_, w)| fields(len(w))).expect("ScopeSpans.scope");
-            let field = |n: u32| scope.iter().find(|(f, _)| *f == n).map(|(_, w)| text(w)).unwrap_or_default();
-            let spans = ss.iter().filter(|(f, _)| *f == 2).map(|(_, s)| decode_span(len(s))).collect();
+            let scope = ss
+                .iter()
+                .find(|(f, _)| *f == 1)
+                .map(|(_, w)| fields(len(w)))
+                .expect("ScopeSpans.scope");
+            let field = |n: u32| {
+                scope
+                    .iter()
+                    .find(|(f, _)| *f == n)
+                    .map(|(_, w)| text(w))
+                    .unwrap_or_default()
+            };
+            let spans = ss
+                .iter()
+                .filter(|(f, _)| *f == 2)
+                .map(|(_, s)| decode_span(len(s)))
+                .collect();
             (field(1), field(2), spans)
         })
         .collect();
-    Export { resource: attributes(&resource, 1), scopes }
+    Export {
+        resource: attributes(&resource, 1),
+        scopes,
+    }
 }
 
 /// Every span of every export the collector received, with the export it
@@ -224,12 +263,24 @@ fn received(collector: &Sink) -> Vec<(usize, Span)> {
 }
 
 fn check_request(r: &Req) {
-    assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", "/v1/traces"), "{r:?}");
-    assert_eq!(r.header("content-type").as_deref(), Some("application/x-protobuf"), "{r:?}");
+    assert_eq!(
+        (r.method.as_str(), r.path.as_str()),
+        ("POST", "/v1/traces"),
+        "{r:?}"
+    );
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("application/x-protobuf"),
+        "{r:?}"
+    );
 }
 
 fn named<'a>(spans: &'a [(usize, Span)], name: &str) -> Vec<&'a Span> {
-    spans.iter().map(|(_, s)| s).filter(|s| s.name == name).collect()
+    spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name == name)
+        .collect()
 }
 
 // ---- the relay ------------------------------------------------------------
@@ -238,7 +289,11 @@ fn named<'a>(spans: &'a [(usize, Span)], name: &str) -> Vec<&'a Span> {
 /// `otel` is the node's `otel:` mapping (YAML flow) or empty. Fast retries,
 /// a breaker that does not open.
 fn template(sink: &Sink, otel: &str) -> String {
-    let otel = if otel.is_empty() { String::new() } else { format!(", otel: {otel}") };
+    let otel = if otel.is_empty() {
+        String::new()
+    } else {
+        format!(", otel: {otel}")
+    };
     format!(
         "node: {{data_dir: '{{DATA}}', store: memory{otel}}}
 listeners: {{ingest: '{{INGEST}}', admin: '{{ADMIN}}'}}
@@ -271,7 +326,14 @@ sources:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ingest_and_delivery_spans_reach_the_collector() {
     let collector = Sink::ok().await;
-    let sink = Sink::start(|r| if r.json()["i"] == 1 && r.attempt() == 1 { Reply::Status(503) } else { Reply::Status(200) }).await;
+    let sink = Sink::start(|r| {
+        if r.json()["i"] == 1 && r.attempt() == 1 {
+            Reply::Status(503)
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
     let endpoint = format!("http://{}", collector.addr);
     let relay = Relay::start_with_env(
         &template(&sink, ""),
@@ -285,27 +347,51 @@ async fn the_ingest_and_delivery_spans_reach_the_collector() {
     )
     .await;
     for i in 0..3 {
-        let a = relay.post("/hooks/orders", &[JSON, ("x-entity-id", SECRET_KEY)], format!("{{\"i\":{i}}}")).await;
+        let a = relay
+            .post(
+                "/hooks/orders",
+                &[JSON, ("x-entity-id", SECRET_KEY)],
+                format!("{{\"i\":{i}}}"),
+            )
+            .await;
         assert_eq!(a.status, 200, "{a:?}");
     }
     // Three first attempts and one retry; three requests.
-    let spans = until("three ingest and four delivery spans at the collector", LONG, async || {
-        let s = received(&collector);
-        (named(&s, "ingest").len() >= 3 && named(&s, "delivery").len() >= 4).then_some(s)
-    })
+    let spans = until(
+        "three ingest and four delivery spans at the collector",
+        LONG,
+        async || {
+            let s = received(&collector);
+            (named(&s, "ingest").len() >= 3 && named(&s, "delivery").len() >= 4).then_some(s)
+        },
+    )
     .await;
     assert_eq!(sink.delivered().len(), 3, "{:?}", sink.requests());
     assert_eq!(spans.len(), 7, "{spans:#?}");
 
     for r in collector.requests() {
         let e = decode(&r.body);
-        assert_eq!(e.resource["service.name"], Any::Str("relay-under-test".into()), "{e:?}");
-        assert_eq!(e.resource["service.version"], Any::Str(env!("CARGO_PKG_VERSION").into()), "{e:?}");
+        assert_eq!(
+            e.resource["service.name"],
+            Any::Str("relay-under-test".into()),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.resource["service.version"],
+            Any::Str(env!("CARGO_PKG_VERSION").into()),
+            "{e:?}"
+        );
         for (name, version, _) in &e.scopes {
-            assert_eq!((name.as_str(), version.as_str()), ("ankusa", env!("CARGO_PKG_VERSION")));
+            assert_eq!(
+                (name.as_str(), version.as_str()),
+                ("ankusa", env!("CARGO_PKG_VERSION"))
+            );
         }
         let body = String::from_utf8_lossy(&r.body);
-        assert!(!body.contains(SECRET_KEY), "the ordering key was exported: {e:?}");
+        assert!(
+            !body.contains(SECRET_KEY),
+            "the ordering key was exported: {e:?}"
+        );
     }
     for (_, s) in &spans {
         assert_eq!(s.trace_id.len(), 16, "{s:?}");
@@ -314,22 +400,44 @@ async fn the_ingest_and_delivery_spans_reach_the_collector() {
         // Each span is the root of its own trace, sampled, internal.
         assert!(s.parent.is_empty(), "{s:?}");
         assert_eq!((s.kind, s.flags), (1, 0x101), "{s:?}");
-        assert!(s.start_ns > 1_600_000_000_000_000_000 && s.start_ns <= s.end_ns, "{s:?}");
+        assert!(
+            s.start_ns > 1_600_000_000_000_000_000 && s.start_ns <= s.end_ns,
+            "{s:?}"
+        );
     }
 
     let ingest = named(&spans, "ingest");
     let mut seqs = Vec::new();
     for s in &ingest {
         let a = &s.attrs;
-        assert_eq!(a.keys().map(String::as_str).collect::<Vec<_>>(), ["duration_ms", "seq", "source", "status", "tenant"], "{s:?}");
-        assert_eq!((a["source"].str(), a["tenant"].str(), a["status"].int()), ("orders", "acme", 200), "{s:?}");
-        assert!(matches!(a["duration_ms"], Any::Double(d) if d >= 0.0), "{s:?}");
+        assert_eq!(
+            a.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["duration_ms", "seq", "source", "status", "tenant"],
+            "{s:?}"
+        );
+        assert_eq!(
+            (a["source"].str(), a["tenant"].str(), a["status"].int()),
+            ("orders", "acme", 200),
+            "{s:?}"
+        );
+        assert!(
+            matches!(a["duration_ms"], Any::Double(d) if d >= 0.0),
+            "{s:?}"
+        );
         seqs.push(a["seq"].int());
         // The debug event inside the span is one of its events (its seq a
         // u64 field, which tracing-opentelemetry exports as text).
-        let accepted: Vec<_> = s.events.iter().filter(|(n, _)| n == "hook accepted").collect();
+        let accepted: Vec<_> = s
+            .events
+            .iter()
+            .filter(|(n, _)| n == "hook accepted")
+            .collect();
         assert_eq!(accepted.len(), 1, "{s:?}");
-        assert_eq!(accepted[0].1["seq"], Any::Str(a["seq"].int().to_string()), "{s:?}");
+        assert_eq!(
+            accepted[0].1["seq"],
+            Any::Str(a["seq"].int().to_string()),
+            "{s:?}"
+        );
     }
     seqs.sort_unstable();
     seqs.dedup();
@@ -341,28 +449,65 @@ async fn the_ingest_and_delivery_spans_reach_the_collector() {
         let a = &s.attrs;
         assert_eq!(
             a.keys().map(String::as_str).collect::<Vec<_>>(),
-            ["attempt", "duration_ms", "ordered", "outcome", "seq", "sink", "sink_kind", "source", "tenant"],
+            [
+                "attempt",
+                "duration_ms",
+                "ordered",
+                "outcome",
+                "seq",
+                "sink",
+                "sink_kind",
+                "source",
+                "tenant"
+            ],
             "{s:?}"
         );
-        assert_eq!((a["sink_kind"].str(), a["sink"].str(), a["source"].str(), a["tenant"].str()), ("http", "web", "orders", "acme"), "{s:?}");
+        assert_eq!(
+            (
+                a["sink_kind"].str(),
+                a["sink"].str(),
+                a["source"].str(),
+                a["tenant"].str()
+            ),
+            ("http", "web", "orders", "acme"),
+            "{s:?}"
+        );
         assert_eq!(a["ordered"], Any::Bool(true), "{s:?}");
-        assert!(matches!(a["duration_ms"], Any::Double(d) if d >= 0.0), "{s:?}");
-        attempts.push((a["seq"].int(), a["attempt"].int(), a["outcome"].str().to_owned()));
+        assert!(
+            matches!(a["duration_ms"], Any::Double(d) if d >= 0.0),
+            "{s:?}"
+        );
+        attempts.push((
+            a["seq"].int(),
+            a["attempt"].int(),
+            a["outcome"].str().to_owned(),
+        ));
     }
     let of = |seq: i64| {
-        let mut v: Vec<(i64, &str)> = attempts.iter().filter(|a| a.0 == seq).map(|a| (a.1, a.2.as_str())).collect();
+        let mut v: Vec<(i64, &str)> = attempts
+            .iter()
+            .filter(|a| a.0 == seq)
+            .map(|a| (a.1, a.2.as_str()))
+            .collect();
         v.sort_unstable();
         v
     };
     let refused = seqs[1];
     assert_eq!(of(seqs[0]), [(1, "delivered")], "{attempts:?}");
-    assert_eq!(of(refused), [(1, "retry"), (2, "delivered")], "{attempts:?}");
+    assert_eq!(
+        of(refused),
+        [(1, "retry"), (2, "delivered")],
+        "{attempts:?}"
+    );
     assert_eq!(of(seqs[2]), [(1, "delivered")], "{attempts:?}");
 
     // The log lines keep RUST_LOG=info: no span in them, the export's
     // start-up line and no export failure.
     let log = relay.log();
-    assert!(!log.contains("ingest{") && !log.contains("delivery{") && !log.contains("hook accepted"), "{log}");
+    assert!(
+        !log.contains("ingest{") && !log.contains("delivery{") && !log.contains("hook accepted"),
+        "{log}"
+    );
     assert!(log.contains(&format!("OTel export of spans (ankusa=debug) to {endpoint}/v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT) as service relay-under-test")), "{log}");
     assert!(!log.contains("OTel export to"), "{log}");
 }
@@ -375,7 +520,10 @@ async fn the_ingest_and_delivery_spans_reach_the_collector() {
 async fn the_file_wins_and_shutdown_flushes_what_is_queued() {
     let collector = Sink::ok().await;
     let sink = Sink::ok().await;
-    let otel = format!("{{endpoint: 'http://{}', service_name: from-file, filter: 'ankusa_pipeline=debug'}}", collector.addr);
+    let otel = format!(
+        "{{endpoint: 'http://{}', service_name: from-file, filter: 'ankusa_pipeline=debug'}}",
+        collector.addr
+    );
     let mut relay = Relay::start_with_env(
         &template(&sink, &otel),
         &[
@@ -385,8 +533,14 @@ async fn the_file_wins_and_shutdown_flushes_what_is_queued() {
         ],
     )
     .await;
-    relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], "{\"i\":0}").await.id();
-    until("the hook delivered", LONG, async || (sink.delivered().len() == 1).then_some(())).await;
+    relay
+        .post("/hooks/orders", &[JSON, ("x-entity-id", "k")], "{\"i\":0}")
+        .await
+        .id();
+    until("the hook delivered", LONG, async || {
+        (sink.delivered().len() == 1).then_some(())
+    })
+    .await;
     // Nothing exports before the hour is up (or 512 spans are queued).
     assert_eq!(collector.request_count(), 0, "{:?}", collector.requests());
     relay.sigterm();
@@ -396,14 +550,24 @@ async fn the_file_wins_and_shutdown_flushes_what_is_queued() {
     assert_eq!(requests.len(), 1, "{requests:?}\n{}", relay.log());
     check_request(&requests[0]);
     let e = decode(&requests[0].body);
-    assert_eq!(e.resource["service.name"], Any::Str("from-file".into()), "{e:?}");
+    assert_eq!(
+        e.resource["service.name"],
+        Any::Str("from-file".into()),
+        "{e:?}"
+    );
     let spans: Vec<&Span> = e.scopes.iter().flat_map(|(_, _, s)| s).collect();
     assert_eq!(spans.len(), 1, "{spans:#?}");
     assert_eq!(spans[0].name, "delivery");
     assert_eq!(spans[0].attrs["outcome"], Any::Str("delivered".into()));
     assert_eq!(spans[0].attrs["attempt"], Any::Int(1));
     let log = relay.log();
-    assert!(log.contains(&format!("to http://{}/v1/traces (node.otel.endpoint) as service from-file", collector.addr)), "{log}");
+    assert!(
+        log.contains(&format!(
+            "to http://{}/v1/traces (node.otel.endpoint) as service from-file",
+            collector.addr
+        )),
+        "{log}"
+    );
 }
 
 /// A collector that is not there (a closed port): every hook is still taken
@@ -411,27 +575,49 @@ async fn the_file_wins_and_shutdown_flushes_what_is_queued() {
 /// dropped, and the relay still stops cleanly (its flush fails fast).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_collector_costs_a_warning_and_the_spans() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
     let sink = Sink::ok().await;
     let endpoint = format!("http://{closed}");
     let mut relay = Relay::start_with_env(
         &template(&sink, ""),
-        &[("RUST_LOG", "info"), ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_BSP_SCHEDULE_DELAY", "100")],
+        &[
+            ("RUST_LOG", "info"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
     )
     .await;
     for i in 0..5 {
-        let a = relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], format!("{{\"i\":{i}}}")).await;
+        let a = relay
+            .post(
+                "/hooks/orders",
+                &[JSON, ("x-entity-id", "k")],
+                format!("{{\"i\":{i}}}"),
+            )
+            .await;
         assert_eq!(a.status, 200, "{a:?}");
     }
-    until("the five hooks delivered", LONG, async || (sink.delivered().len() == 5).then_some(())).await;
+    until("the five hooks delivered", LONG, async || {
+        (sink.delivered().len() == 5).then_some(())
+    })
+    .await;
     let warning = format!("OTel export to {endpoint}/v1/traces failed (");
     let log = until("the export's warning", LONG, async || {
         let log = relay.log();
         log.contains(&warning).then_some(log)
     })
     .await;
-    let line = log.lines().find(|l| l.contains(&warning)).unwrap_or_default();
-    assert!(line.contains("WARN") && line.contains("spans dropped"), "{line}");
+    let line = log
+        .lines()
+        .find(|l| l.contains(&warning))
+        .unwrap_or_default();
+    assert!(
+        line.contains("WARN") && line.contains("spans dropped"),
+        "{line}"
+    );
     relay.sigterm();
     let status = relay.wait_exit(LONG).await;
     assert!(status.success(), "{status:?}\n{}", relay.log());
@@ -460,17 +646,43 @@ async fn a_collector_that_never_answers_holds_up_neither_ingest_nor_the_stop() {
     )
     .await;
     until("an export held by the collector", LONG, async || {
-        relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], "{\"warm\":1}").await.id();
+        relay
+            .post(
+                "/hooks/orders",
+                &[JSON, ("x-entity-id", "k")],
+                "{\"warm\":1}",
+            )
+            .await
+            .id();
         (collector.request_count() > 0).then_some(())
     })
     .await;
     for i in 0..20 {
-        let a = relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], format!("{{\"i\":{i}}}")).await;
+        let a = relay
+            .post(
+                "/hooks/orders",
+                &[JSON, ("x-entity-id", "k")],
+                format!("{{\"i\":{i}}}"),
+            )
+            .await;
         assert_eq!(a.status, 200, "{a:?}");
     }
-    until("the twenty hooks delivered", LONG, async || (sink.delivered().iter().filter(|r| r.json()["i"].is_number()).count() == 20).then_some(())).await;
-    let warning = format!("OTel export to {endpoint}/v1/traces failed (no answer within the timeout)");
-    until("the export's warning", LONG, async || relay.log().contains(&warning).then_some(())).await;
+    until("the twenty hooks delivered", LONG, async || {
+        (sink
+            .delivered()
+            .iter()
+            .filter(|r| r.json()["i"].is_number())
+            .count()
+            == 20)
+            .then_some(())
+    })
+    .await;
+    let warning =
+        format!("OTel export to {endpoint}/v1/traces failed (no answer within the timeout)");
+    until("the export's warning", LONG, async || {
+        relay.log().contains(&warning).then_some(())
+    })
+    .await;
     relay.sigterm();
     let status = relay.wait_exit(LONG).await;
     assert!(status.success(), "{status:?}\n{}", relay.log());
@@ -519,14 +731,32 @@ async fn a_collector_answer_that_never_ends_is_not_read_whole() {
     let endpoint = format!("http://{addr}");
     let mut relay = Relay::start_with_env(
         &template(&sink, ""),
-        &[("RUST_LOG", "info"), ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint), ("OTEL_EXPORTER_OTLP_TIMEOUT", "600000"), ("OTEL_BSP_SCHEDULE_DELAY", "50")],
+        &[
+            ("RUST_LOG", "info"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "600000"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
     )
     .await;
-    relay.post("/hooks/orders", &[JSON, ("x-entity-id", "k")], "{\"i\":0}").await.id();
-    until("the collector's answer cut off", LONG, async || streamer.is_finished().then_some(())).await;
+    relay
+        .post("/hooks/orders", &[JSON, ("x-entity-id", "k")], "{\"i\":0}")
+        .await
+        .id();
+    until("the collector's answer cut off", LONG, async || {
+        streamer.is_finished().then_some(())
+    })
+    .await;
     let written = streamer.join().expect("the collector thread");
-    assert!(written < 256 << 20, "the relay read {} MiB of the collector's answer", written >> 20);
-    until("the hook delivered", LONG, async || (sink.delivered().len() == 1).then_some(())).await;
+    assert!(
+        written < 256 << 20,
+        "the relay read {} MiB of the collector's answer",
+        written >> 20
+    );
+    until("the hook delivered", LONG, async || {
+        (sink.delivered().len() == 1).then_some(())
+    })
+    .await;
     relay.sigterm();
     let status = relay.wait_exit(LONG).await;
     assert!(status.success(), "{status:?}\n{}", relay.log());
@@ -548,27 +778,47 @@ async fn settings_the_export_cannot_run_with_are_refused_by_name() {
     std::fs::write(&file, &yaml).expect("write");
     let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir.path());
     assert_eq!(status.code(), Some(2), "{out}");
-    assert!(out.contains("node: option \"otel.filter\": \"ankusa=loud\" does not parse: "), "{out}");
+    assert!(
+        out.contains("node: option \"otel.filter\": \"ankusa=loud\" does not parse: "),
+        "{out}"
+    );
 
     std::fs::write(&file, yaml.replace(", otel: {filter: 'ankusa=loud'}", "")).expect("write");
     let (status, out) = run_cli_env(
-        &[OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()],
+        &[
+            OsStr::new("serve"),
+            OsStr::new("--config"),
+            file.as_os_str(),
+        ],
         dir.path(),
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ],
     );
     assert_eq!(status.code(), Some(2), "{out}");
     assert!(
         out.contains("OTEL_EXPORTER_OTLP_PROTOCOL=grpc: this build exports OTLP over HTTP with protobuf only (http/protobuf, the collector's port 4318)"),
         "{out}"
     );
-    assert!(!dir.path().join("data").exists(), "the store was created: {out}");
+    assert!(
+        !dir.path().join("data").exists(),
+        "the store was created: {out}"
+    );
 
     // Regression (brk16): a queue of 0 spans panicked in the SDK at start
     // ("mpsc bounded channel requires buffer > 0", exit 101).
     let (status, out) = run_cli_env(
-        &[OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()],
+        &[
+            OsStr::new("serve"),
+            OsStr::new("--config"),
+            file.as_os_str(),
+        ],
         dir.path(),
-        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"), ("OTEL_BSP_MAX_QUEUE_SIZE", "0")],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
+        ],
     );
     assert_eq!(status.code(), Some(2), "{out}");
     assert!(out.contains("OTEL_BSP_MAX_QUEUE_SIZE=0: expected the spans queued at most, a whole number from 1 to 1048576"), "{out}");

@@ -34,10 +34,16 @@ impl ChildServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {name} ({e}); `.ci/run` installs it"));
-        let server = ChildServer { child: Some(child), port };
+        let server = ChildServer {
+            child: Some(child),
+            port,
+        };
         let t0 = Instant::now();
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(t0.elapsed() < within, "private {name} on {port} did not listen");
+            assert!(
+                t0.elapsed() < within,
+                "private {name} on {port} did not listen"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         server
@@ -66,7 +72,11 @@ impl Drop for ChildServer {
 
 /// A port of 127.0.0.1 nothing listens on (just now).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// A stream, queue, subject or topic name no other run uses:
@@ -74,7 +84,10 @@ pub fn free_port() -> u16 {
 /// is, so every broker takes it (NATS stream names have no `.`, Pub/Sub topic
 /// ids start with a letter, Kafka topics are `a-z A-Z 0-9 . _ -`).
 pub fn unique(what: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
     format!("ankusa-it-{what}-{}-{nanos}", std::process::id())
 }
 

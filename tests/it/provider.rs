@@ -19,10 +19,16 @@ pub const FILES: [&str; 4] = [
 ];
 
 /// The headers the sinks of [`sources_yaml`] forward (lower-case).
-pub const CHOSEN: [&str; 4] = ["x-github-event", "x-github-delivery", "x-shopify-topic", "x-shopify-shop-domain"];
+pub const CHOSEN: [&str; 4] = [
+    "x-github-event",
+    "x-github-delivery",
+    "x-shopify-topic",
+    "x-shopify-shop-domain",
+];
 
 /// [`CHOSEN`] as a YAML flow list, for `forward_headers: {LIST}`.
-pub const CHOSEN_YAML: &str = "[X-GitHub-Event, x-github-delivery, X-Shopify-Topic, x-shopify-shop-domain]";
+pub const CHOSEN_YAML: &str =
+    "[X-GitHub-Event, x-github-delivery, X-Shopify-Topic, x-shopify-shop-domain]";
 
 /// Headers the providers sent and the store kept, that no sink of
 /// [`sources_yaml`] chose: they must not arrive (under any case).
@@ -59,7 +65,13 @@ pub async fn send(relay: &Relay, files: &[&str]) -> Vec<Sent> {
     let mut out = Vec::new();
     for f in files {
         let hook = Hook::load(f);
-        let a = relay.post(&format!("/hooks/{}", hook.provider()), &hook.send_headers(), hook.body.clone()).await;
+        let a = relay
+            .post(
+                &format!("/hooks/{}", hook.provider()),
+                &hook.send_headers(),
+                hook.body.clone(),
+            )
+            .await;
         assert_eq!(a.status, 200, "{f}: {a:?}");
         out.push(Sent { id: a.id(), hook });
     }
@@ -71,17 +83,30 @@ pub async fn send(relay: &Relay, files: &[&str]) -> Vec<Sent> {
 /// value (and none it did not send); no header of [`NOT_CHOSEN`] that is not
 /// in `chosen` arrived, under any case. Returns the messages by idempotency
 /// key.
-pub fn check<'a>(sent: &[Sent], got: &'a [Received], chosen: &[&str]) -> HashMap<String, &'a Received> {
+pub fn check<'a>(
+    sent: &[Sent],
+    got: &'a [Received],
+    chosen: &[&str],
+) -> HashMap<String, &'a Received> {
     assert_eq!(got.len(), sent.len(), "messages: {got:?}");
     let mut by_id = HashMap::new();
     for r in got {
-        let id = r.attrs.get("ankusa_idempotency_key").unwrap_or_else(|| panic!("no idempotency key: {:?}", r.attrs)).clone();
+        let id = r
+            .attrs
+            .get("ankusa_idempotency_key")
+            .unwrap_or_else(|| panic!("no idempotency key: {:?}", r.attrs))
+            .clone();
         assert!(by_id.insert(id.clone(), r).is_none(), "{id} arrived twice");
     }
     for s in sent {
         let file = &s.hook.file;
-        let r = by_id.get(&s.id).unwrap_or_else(|| panic!("{file} ({}) did not arrive", s.id));
-        assert!(r.body == s.hook.body, "{file}: the body is not the one sent");
+        let r = by_id
+            .get(&s.id)
+            .unwrap_or_else(|| panic!("{file} ({}) did not arrive", s.id));
+        assert!(
+            r.body == s.hook.body,
+            "{file}: the body is not the one sent"
+        );
         for name in chosen {
             assert_eq!(
                 r.attrs.get(*name).map(String::as_str),
@@ -118,7 +143,14 @@ pub fn all_forwarded(hook: &Hook) -> Vec<(String, String)> {
 /// itself, one no sink forwards, one the medium cannot carry, too many for
 /// SQS, a header the store_headers policy drops or hashes, and redis publish
 /// mode. A valid file passes without connecting anywhere.
-#[cfg(all(feature = "redis", feature = "sqs", feature = "nats", feature = "kafka", feature = "pubsub", feature = "rabbitmq"))]
+#[cfg(all(
+    feature = "redis",
+    feature = "sqs",
+    feature = "nats",
+    feature = "kafka",
+    feature = "pubsub",
+    feature = "rabbitmq"
+))]
 #[test]
 fn bad_forward_headers_are_refused_at_load_naming_source_sink_and_option() {
     use std::ffi::OsStr;
@@ -150,35 +182,92 @@ sources:
     );
     let file = dir.join("bad.yaml");
     std::fs::write(&file, &bad).expect("write");
-    let at = |source: &str, sink: &str, kind: &str| format!("source \"{source}\", sink \"{sink}\" ({kind}): option \"forward_headers\": ");
+    let at = |source: &str, sink: &str, kind: &str| {
+        format!("source \"{source}\", sink \"{sink}\" ({kind}): option \"forward_headers\": ")
+    };
     let expected = [
-        format!("{}must be `all` or a list of header names, found \"some\"", at("github", "r", "redis")),
-        format!("{}`mode: publish` sends the body alone", at("github", "rp", "redis")),
-        format!("{}\"bad name\" is not a valid HTTP header name", at("github", "n", "nats")),
-        format!("{}\"nats-msg-id\" is a name the nats sink uses itself", at("github", "n", "nats")),
-        format!("{}\"ankusa_tenant\" is a name the nats sink uses itself", at("github", "n", "nats")),
-        format!("{}6 headers listed; a sqs message carries at most 5 besides the sink's own", at("github", "q", "sqs")),
-        format!("{}\"x-a+b\" has `+`; an SQS message attribute name has only letters, digits, `_`, `-` and `.`", at("github", "q2", "sqs")),
-        format!("{}\"content-type\": the sink carries the content type already", at("github", "q2", "sqs")),
-        format!("{}\"host\": a hop-by-hop, framing or relay header, never forwarded", at("github", "q2", "sqs")),
-        format!("{}header \"x-secret\" is not kept by the store: the instance store_headers policy drops it", at("github", "k", "kafka")),
-        format!("{}header \"x-api-key\" is not kept by the store: the instance store_headers policy hashes it", at("github", "k", "kafka")),
-        format!("{}\"content_type\" is a name the kafka sink uses itself", at("github", "k2", "kafka")),
-        format!("{}\"goog-x\" is a name the pubsub sink uses itself", at("github", "p", "pubsub")),
-        format!("{}\"cc\" is a name the rabbitmq sink uses itself", at("github", "m", "rabbitmq")),
-        format!("{}header \"x-github-event\" is listed twice (names are case-insensitive)", at("github", "m", "rabbitmq")),
+        format!(
+            "{}must be `all` or a list of header names, found \"some\"",
+            at("github", "r", "redis")
+        ),
+        format!(
+            "{}`mode: publish` sends the body alone",
+            at("github", "rp", "redis")
+        ),
+        format!(
+            "{}\"bad name\" is not a valid HTTP header name",
+            at("github", "n", "nats")
+        ),
+        format!(
+            "{}\"nats-msg-id\" is a name the nats sink uses itself",
+            at("github", "n", "nats")
+        ),
+        format!(
+            "{}\"ankusa_tenant\" is a name the nats sink uses itself",
+            at("github", "n", "nats")
+        ),
+        format!(
+            "{}6 headers listed; a sqs message carries at most 5 besides the sink's own",
+            at("github", "q", "sqs")
+        ),
+        format!(
+            "{}\"x-a+b\" has `+`; an SQS message attribute name has only letters, digits, `_`, `-` and `.`",
+            at("github", "q2", "sqs")
+        ),
+        format!(
+            "{}\"content-type\": the sink carries the content type already",
+            at("github", "q2", "sqs")
+        ),
+        format!(
+            "{}\"host\": a hop-by-hop, framing or relay header, never forwarded",
+            at("github", "q2", "sqs")
+        ),
+        format!(
+            "{}header \"x-secret\" is not kept by the store: the instance store_headers policy drops it",
+            at("github", "k", "kafka")
+        ),
+        format!(
+            "{}header \"x-api-key\" is not kept by the store: the instance store_headers policy hashes it",
+            at("github", "k", "kafka")
+        ),
+        format!(
+            "{}\"content_type\" is a name the kafka sink uses itself",
+            at("github", "k2", "kafka")
+        ),
+        format!(
+            "{}\"goog-x\" is a name the pubsub sink uses itself",
+            at("github", "p", "pubsub")
+        ),
+        format!(
+            "{}\"cc\" is a name the rabbitmq sink uses itself",
+            at("github", "m", "rabbitmq")
+        ),
+        format!(
+            "{}header \"x-github-event\" is listed twice (names are case-insensitive)",
+            at("github", "m", "rabbitmq")
+        ),
         format!(
             "{}header \"x-shopify-shop-domain\" is not kept by the store: the source's store_headers override drops it",
             at("shopify", "k", "kafka")
         ),
     ];
-    for args in [vec![OsStr::new("check-config"), file.as_os_str()], vec![OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()]] {
+    for args in [
+        vec![OsStr::new("check-config"), file.as_os_str()],
+        vec![
+            OsStr::new("serve"),
+            OsStr::new("--config"),
+            file.as_os_str(),
+        ],
+    ] {
         let (status, out) = crate::relay::run_cli(&args, dir);
         assert!(!status.success(), "{args:?}: {out}");
         for e in &expected {
             assert!(out.contains(e.as_str()), "{args:?}: lacks\n  {e}\n{out}");
         }
-        assert!(out.contains(&format!("{} problems in the config:", expected.len())), "{args:?}: {out}");
+        assert!(
+            out.contains(&format!("{} problems in the config:", expected.len())),
+            "{args:?}: {out}"
+        );
     }
     assert!(!data.exists(), "serve created the data_dir");
 

@@ -74,28 +74,44 @@ struct PubSubPeer {
 
 impl PubSubPeer {
     async fn start() -> PubSubPeer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the peer");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the peer");
         let addr = listener.local_addr().expect("peer address");
         let state = Arc::new(PeerState::default());
         let st = Arc::clone(&state);
         let accept = tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
                 let st = Arc::clone(&st);
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
                         let st = Arc::clone(&st);
                         async move { Ok::<_, Infallible>(publish(&st, req).await) }
                     });
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
                 });
             }
         });
-        PubSubPeer { addr, state, accept }
+        PubSubPeer {
+            addr,
+            state,
+            accept,
+        }
     }
 
     fn messages(&self, topic: &str) -> Vec<Received> {
-        self.state.topics.lock().expect("lock").get(topic).cloned().unwrap_or_default()
+        self.state
+            .topics
+            .lock()
+            .expect("lock")
+            .get(topic)
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn calls(&self) -> Vec<Call> {
@@ -122,18 +138,29 @@ fn json_answer(status: u16, body: serde_json::Value) -> Response<Full<Bytes>> {
 }
 
 fn google_error(status: u16, code: &str, message: &str) -> Response<Full<Bytes>> {
-    json_answer(status, serde_json::json!({"error": {"code": status, "message": message, "status": code}}))
+    json_answer(
+        status,
+        serde_json::json!({"error": {"code": status, "message": message, "status": code}}),
+    )
 }
 
 async fn publish(st: &PeerState, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
-    let body = body.collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes().to_vec())
+        .unwrap_or_default();
     let path = parts.uri.path().to_owned();
     let topic = path
         .strip_prefix(&format!("/v1/projects/{PROJECT}/topics/"))
         .and_then(|rest| rest.strip_suffix(":publish"));
     let (Some(topic), true) = (topic, parts.method == hyper::Method::POST) else {
-        return google_error(404, "NOT_FOUND", &format!("no such resource: {} {path}", parts.method));
+        return google_error(
+            404,
+            "NOT_FOUND",
+            &format!("no such resource: {} {path}", parts.method),
+        );
     };
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return google_error(400, "INVALID_ARGUMENT", "Invalid JSON payload received.");
@@ -145,25 +172,46 @@ async fn publish(st: &PeerState, req: Request<Incoming>) -> Response<Full<Bytes>
     let m = &messages[0];
     let attrs: BTreeMap<String, String> = m["attributes"]
         .as_object()
-        .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("<not a string>").to_owned())).collect())
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("<not a string>").to_owned()))
+                .collect()
+        })
         .unwrap_or_default();
-    let Some(data) = m["data"].as_str().and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok()) else {
+    let Some(data) = m["data"]
+        .as_str()
+        .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+    else {
         return google_error(400, "INVALID_ARGUMENT", "data is not base64");
     };
-    let ordering_key = m.get("orderingKey").and_then(|k| k.as_str()).map(str::to_owned);
+    let ordering_key = m
+        .get("orderingKey")
+        .and_then(|k| k.as_str())
+        .map(str::to_owned);
     let refuse = ordering_key.is_some() && st.refuse_ordering.load(Ordering::SeqCst);
     let status = if refuse { 400 } else { 200 };
     st.calls.lock().expect("lock").push(Call {
         topic: topic.to_owned(),
-        authorization: parts.headers.get("authorization").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
-        id: attrs.get("ankusa_idempotency_key").cloned().unwrap_or_default(),
+        authorization: parts
+            .headers
+            .get("authorization")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        id: attrs
+            .get("ankusa_idempotency_key")
+            .cloned()
+            .unwrap_or_default(),
         ordering_key,
         status,
     });
     if refuse {
         return google_error(400, "FAILED_PRECONDITION", REGIONAL_REFUSAL);
     }
-    st.topics.lock().expect("lock").entry(topic.to_owned()).or_default().push(Received { body: data, attrs });
+    st.topics
+        .lock()
+        .expect("lock")
+        .entry(topic.to_owned())
+        .or_default()
+        .push(Received { body: data, attrs });
     let id = st.next_id.fetch_add(1, Ordering::SeqCst);
     json_answer(200, serde_json::json!({"messageIds": [id.to_string()]}))
 }
@@ -180,12 +228,24 @@ fn ordered_sink(peer: &PubSubPeer, topic: &str) -> String {
 fn check_calls(calls: &[Call], topic: &str, received: &[Received]) {
     let key_of: BTreeMap<&str, &str> = received
         .iter()
-        .map(|r| (r.attrs["ankusa_idempotency_key"].as_str(), r.attrs["ankusa_ordering_key"].as_str()))
+        .map(|r| {
+            (
+                r.attrs["ankusa_idempotency_key"].as_str(),
+                r.attrs["ankusa_ordering_key"].as_str(),
+            )
+        })
         .collect();
     for c in calls {
         assert_eq!(c.topic, topic);
-        assert_eq!(c.authorization, None, "the emulator path sends no credentials");
-        assert_eq!(c.ordering_key.as_deref(), key_of.get(c.id.as_str()).copied(), "{c:?}");
+        assert_eq!(
+            c.authorization, None,
+            "the emulator path sends no credentials"
+        );
+        assert_eq!(
+            c.ordering_key.as_deref(),
+            key_of.get(c.id.as_str()).copied(),
+            "{c:?}"
+        );
     }
 }
 
@@ -195,24 +255,41 @@ async fn stripe_corpus_through_an_ordered_topic_arrives_once_in_order_per_custom
     let topic = unique("stripe");
     let relay = Relay::start(&config(
         "rocksdb",
-        &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", stripe::source_yaml(&ordered_sink(&peer, &topic))),
+        &format!(
+            "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+            stripe::source_yaml(&ordered_sink(&peer, &topic))
+        ),
     ))
     .await;
     let sent = stripe::send(&relay, &stripe::hooks(4)).await;
     assert_eq!(sent.len(), 40);
     let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
-    assert_eq!(m["ankusa_ingest_duplicates_total"], 4.0, "the provider retry of each round");
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
+    assert_eq!(
+        m["ankusa_ingest_duplicates_total"], 4.0,
+        "the provider retry of each round"
+    );
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
+    );
     let got = peer.messages(&topic);
     stripe::check(&sent, &got);
     check_calls(&peer.calls(), &topic, &got);
-    let content_type = stripe::hooks(1)[0].header("content-type").expect("corpus content type").to_owned();
+    let content_type = stripe::hooks(1)[0]
+        .header("content-type")
+        .expect("corpus content type")
+        .to_owned();
     for r in &got {
         assert_eq!(r.attrs.get("content_type"), Some(&content_type));
     }
     // Four lanes: three customers and the keyless one ("default/stripe").
-    let keys: std::collections::BTreeSet<&str> = got.iter().map(|r| r.attrs["ankusa_ordering_key"].as_str()).collect();
+    let keys: std::collections::BTreeSet<&str> = got
+        .iter()
+        .map(|r| r.attrs["ankusa_ordering_key"].as_str())
+        .collect();
     assert_eq!(keys.len(), 4, "{keys:?}");
     assert!(keys.contains(stripe::KEYLESS));
 }
@@ -244,16 +321,33 @@ async fn a_regional_endpoint_refusal_blocks_the_lanes_until_the_peer_heals() {
     assert_eq!(sent.len(), 10);
     let heads: std::collections::BTreeSet<&str> = [stripe::CUSTOMER, stripe::KEYLESS]
         .iter()
-        .map(|k| sent.iter().find(|s| s.key == *k).expect("a hook of each lane").id.as_str())
+        .map(|k| {
+            sent.iter()
+                .find(|s| s.key == *k)
+                .expect("a hook of each lane")
+                .id
+                .as_str()
+        })
         .collect();
     // Blocked "for a while": both heads refused several times each.
     let seen = std::sync::Mutex::new(String::new());
     let m = tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             let calls = peer.calls();
-            let refused: Vec<usize> = heads.iter().map(|h| calls.iter().filter(|c| c.id == *h && c.status == 400).count()).collect();
+            let refused: Vec<usize> = heads
+                .iter()
+                .map(|h| {
+                    calls
+                        .iter()
+                        .filter(|c| c.id == *h && c.status == 400)
+                        .count()
+                })
+                .collect();
             let m = relay.metrics().await;
-            *seen.lock().expect("lock") = format!("refused per head {refused:?}, calls {}, metrics {m:?}", calls.len());
+            *seen.lock().expect("lock") = format!(
+                "refused per head {refused:?}, calls {}, metrics {m:?}",
+                calls.len()
+            );
             if refused.iter().all(|n| *n >= 3) && m["ankusa_dispatch_lanes_blocked"] == 2.0 {
                 return m;
             }
@@ -261,18 +355,47 @@ async fn a_regional_endpoint_refusal_blocks_the_lanes_until_the_peer_heals() {
         }
     })
     .await
-    .unwrap_or_else(|_| panic!("both lanes never seen blocked with each head refused 3 times: {}\n{}", seen.lock().expect("lock"), relay.log()));
-    assert_eq!(m["ankusa_dispatch_lane_members"], 8.0, "the other eight wait behind their heads");
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
-    assert_eq!(m.get("ankusa_dispatch_delivered_total").copied().unwrap_or(0.0), 0.0);
+    .unwrap_or_else(|_| {
+        panic!(
+            "both lanes never seen blocked with each head refused 3 times: {}\n{}",
+            seen.lock().expect("lock"),
+            relay.log()
+        )
+    });
+    assert_eq!(
+        m["ankusa_dispatch_lane_members"], 8.0,
+        "the other eight wait behind their heads"
+    );
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
+    );
+    assert_eq!(
+        m.get("ankusa_dispatch_delivered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
+    );
     let calls = peer.calls();
-    assert!(calls.iter().all(|c| heads.contains(c.id.as_str()) && c.status == 400), "only the heads were tried: {calls:?}");
+    assert!(
+        calls
+            .iter()
+            .all(|c| heads.contains(c.id.as_str()) && c.status == 400),
+        "only the heads were tried: {calls:?}"
+    );
     assert!(peer.messages(&topic).is_empty());
 
     peer.refuse_ordering(false);
     let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 10.0);
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
+    );
     assert_eq!(m["ankusa_dispatch_lanes_blocked"], 0.0);
     let got = peer.messages(&topic);
     stripe::check(&sent, &got);
@@ -293,7 +416,10 @@ fn check_config_yaml(dir: &std::path::Path, sink: &str) -> String {
 fn check_config(dir: &std::path::Path, sink: &str) -> (bool, String) {
     let file = dir.join("pubsub.yaml");
     std::fs::write(&file, check_config_yaml(dir, sink)).expect("write");
-    let (status, out) = crate::relay::run_cli(&[std::ffi::OsStr::new("check-config"), file.as_os_str()], dir);
+    let (status, out) = crate::relay::run_cli(
+        &[std::ffi::OsStr::new("check-config"), file.as_os_str()],
+        dir,
+    );
     (status.success(), out)
 }
 
@@ -363,16 +489,35 @@ async fn provider_headers_chosen_arrive_as_attributes() {
         peer.addr,
         provider::CHOSEN_YAML
     );
-    let relay = Relay::start(&config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink)))).await;
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+            provider::sources_yaml(&sink)
+        ),
+    ))
+    .await;
     let sent = provider::send(&relay, &provider::FILES).await;
     let m = drained(&relay, Duration::from_secs(60)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 4.0, "{m:?}");
     let got = peer.messages(&topic);
     let by_id = provider::check(&sent, &got, &provider::CHOSEN);
     for s in &sent {
-        assert_eq!(by_id[&s.id].attrs.get("content_type").map(String::as_str), s.hook.header("content-type"));
+        assert_eq!(
+            by_id[&s.id].attrs.get("content_type").map(String::as_str),
+            s.hook.header("content-type")
+        );
     }
-    assert_eq!(by_id[&sent[0].id].attrs["x-github-delivery"], "083ba102-9da5-5bfc-b88a-a15b3705922e");
-    assert_eq!(by_id[&sent[3].id].attrs["x-shopify-topic"], "products/update");
-    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"pubsub\"}"], 0.0);
+    assert_eq!(
+        by_id[&sent[0].id].attrs["x-github-delivery"],
+        "083ba102-9da5-5bfc-b88a-a15b3705922e"
+    );
+    assert_eq!(
+        by_id[&sent[3].id].attrs["x-shopify-topic"],
+        "products/update"
+    );
+    assert_eq!(
+        m["ankusa_forwarded_headers_dropped_total{sink=\"pubsub\"}"],
+        0.0
+    );
 }

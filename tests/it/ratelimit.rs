@@ -16,14 +16,18 @@ const HOOKS: usize = 100;
 const KEYS: usize = 5;
 
 fn index(r: &Req) -> u64 {
-    r.json()["i"].as_u64().unwrap_or_else(|| panic!("request {} has no i", r.n))
+    r.json()["i"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("request {} has no i", r.n))
 }
 
 /// The hook indexes each ordering key's requests carried, in arrival order.
 fn per_key(reqs: &[Req]) -> BTreeMap<String, Vec<u64>> {
     let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for r in reqs {
-        out.entry(r.key().unwrap_or_default()).or_default().push(index(r));
+        out.entry(r.key().unwrap_or_default())
+            .or_default()
+            .push(index(r));
     }
     out
 }
@@ -47,29 +51,52 @@ sources:
         ),
     ))
     .await;
-    assert!(relay.log().contains("[at most 20/s, burst 20]"), "{}", relay.log());
+    assert!(
+        relay.log().contains("[at most 20/s, burst 20]"),
+        "{}",
+        relay.log()
+    );
     let start = Instant::now();
     for i in 0..HOOKS {
         let key = format!("k{}", i % KEYS);
-        relay.post("/hooks/s", &[("x-entity-id", key.as_str())], format!("{{\"i\":{i}}}")).await.id();
+        relay
+            .post(
+                "/hooks/s",
+                &[("x-entity-id", key.as_str())],
+                format!("{{\"i\":{i}}}"),
+            )
+            .await
+            .id();
     }
     let posted = start.elapsed();
-    let free_reqs = until("the free sink took all 100", Duration::from_secs(120), async || {
-        let r = free.requests();
-        (r.len() >= HOOKS).then_some(r)
-    })
+    let free_reqs = until(
+        "the free sink took all 100",
+        Duration::from_secs(120),
+        async || {
+            let r = free.requests();
+            (r.len() >= HOOKS).then_some(r)
+        },
+    )
     .await;
     let free_done = start.elapsed();
-    let limited_reqs = until("the limited sink took all 100", Duration::from_secs(120), async || {
-        let r = limited.requests();
-        (r.len() >= HOOKS).then_some(r)
-    })
+    let limited_reqs = until(
+        "the limited sink took all 100",
+        Duration::from_secs(120),
+        async || {
+            let r = limited.requests();
+            (r.len() >= HOOKS).then_some(r)
+        },
+    )
     .await;
     let limited_done = start.elapsed();
-    let m = until("every delivery committed", Duration::from_secs(60), async || {
-        let m = relay.metrics().await;
-        (m["ankusa_dispatch_delivered_total"] == 2.0 * HOOKS as f64).then_some(m)
-    })
+    let m = until(
+        "every delivery committed",
+        Duration::from_secs(60),
+        async || {
+            let m = relay.metrics().await;
+            (m["ankusa_dispatch_delivered_total"] == 2.0 * HOOKS as f64).then_some(m)
+        },
+    )
     .await;
 
     // Counts: each sink got each hook once (no retry: every answer was 200).
@@ -77,8 +104,16 @@ sources:
     assert_eq!(m["ankusa_dispatch_retries_total"], 0.0, "{m:?}");
     assert_eq!(m["ankusa_dispatch_dead_lettered_total"], 0.0, "{m:?}");
     // Order: the limited sink is ordered per key.
-    let want: BTreeMap<String, Vec<u64>> =
-        (0..KEYS).map(|k| (format!("k{k}"), (0..HOOKS as u64).filter(|i| *i as usize % KEYS == k).collect())).collect();
+    let want: BTreeMap<String, Vec<u64>> = (0..KEYS)
+        .map(|k| {
+            (
+                format!("k{k}"),
+                (0..HOOKS as u64)
+                    .filter(|i| *i as usize % KEYS == k)
+                    .collect(),
+            )
+        })
+        .collect();
     assert_eq!(per_key(&limited_reqs), want);
     let mut free_seen: Vec<u64> = free_reqs.iter().map(index).collect();
     free_seen.sort_unstable();
@@ -93,5 +128,8 @@ sources:
          (first to last arrival {free_spread:?}); limited sink (20/s, burst 20): all 100 by {limited_done:?} \
          (first to last arrival {limited_spread:?})"
     );
-    assert!(limited_spread >= Duration::from_secs(3), "limited sink took 100 hooks in {limited_spread:?}");
+    assert!(
+        limited_spread >= Duration::from_secs(3),
+        "limited sink took 100 hooks in {limited_spread:?}"
+    );
 }

@@ -29,8 +29,13 @@ async fn conn(url: &str) -> redis::aio::MultiplexedConnection {
 /// XRANGE of the whole stream as [`Received`]: the `body` field, every other
 /// field as an attribute.
 async fn read_stream(url: &str, stream: &str) -> Vec<Received> {
-    let entries: Vec<(String, Vec<Vec<u8>>)> =
-        redis::cmd("XRANGE").arg(stream).arg("-").arg("+").query_async(&mut conn(url).await).await.expect("XRANGE");
+    let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+        .arg(stream)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn(url).await)
+        .await
+        .expect("XRANGE");
     entries
         .into_iter()
         .map(|(id, flat)| {
@@ -40,7 +45,11 @@ async fn read_stream(url: &str, stream: &str) -> Vec<Received> {
                 if name == "body" {
                     r.body = pair[1].clone();
                 } else {
-                    r.attrs.insert(name, String::from_utf8(pair[1].clone()).unwrap_or_else(|_| panic!("entry {id}: field not UTF-8")));
+                    r.attrs.insert(
+                        name,
+                        String::from_utf8(pair[1].clone())
+                            .unwrap_or_else(|_| panic!("entry {id}: field not UTF-8")),
+                    );
                 }
             }
             r
@@ -49,11 +58,17 @@ async fn read_stream(url: &str, stream: &str) -> Vec<Received> {
 }
 
 async fn del(url: &str, key: &str) {
-    let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut conn(url).await).await.expect("DEL");
+    let _: i64 = redis::cmd("DEL")
+        .arg(key)
+        .query_async(&mut conn(url).await)
+        .await
+        .expect("DEL");
 }
 
 fn ordered_sink(url: &str, stream: &str) -> String {
-    format!("[{{type: redis, name: stream, url: '{url}', stream: '{stream}', ordered: true, ordering_key: {{json: data.object.customer}}}}]")
+    format!(
+        "[{{type: redis, name: stream, url: '{url}', stream: '{stream}', ordered: true, ordering_key: {{json: data.object.customer}}}}]"
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,24 +76,41 @@ async fn stripe_corpus_through_an_ordered_stream_arrives_once_in_order_per_custo
     let stream = unique("stripe");
     let relay = Relay::start(&config(
         "rocksdb",
-        &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", stripe::source_yaml(&ordered_sink(SHARED, &stream))),
+        &format!(
+            "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+            stripe::source_yaml(&ordered_sink(SHARED, &stream))
+        ),
     ))
     .await;
     let sent = stripe::send(&relay, &stripe::hooks(4)).await;
     assert_eq!(sent.len(), 40);
     let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
-    assert_eq!(m["ankusa_ingest_duplicates_total"], 4.0, "the provider retry of each round");
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
+    assert_eq!(
+        m["ankusa_ingest_duplicates_total"], 4.0,
+        "the provider retry of each round"
+    );
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
+    );
     let got = read_stream(SHARED, &stream).await;
     del(SHARED, &stream).await;
     stripe::check(&sent, &got);
-    let content_type = stripe::hooks(1)[0].header("content-type").expect("corpus content type").to_owned();
+    let content_type = stripe::hooks(1)[0]
+        .header("content-type")
+        .expect("corpus content type")
+        .to_owned();
     for r in &got {
         assert_eq!(r.attrs.get("content_type"), Some(&content_type));
     }
     // Four lanes: three customers and the keyless one.
-    let keys: std::collections::BTreeSet<&str> = got.iter().map(|r| r.attrs["ankusa_ordering_key"].as_str()).collect();
+    let keys: std::collections::BTreeSet<&str> = got
+        .iter()
+        .map(|r| r.attrs["ankusa_ordering_key"].as_str())
+        .collect();
     assert_eq!(keys.len(), 4, "{keys:?}");
 }
 
@@ -89,7 +121,16 @@ fn private_redis(port: u16, dir: &Path) -> ChildServer {
     ChildServer::start(
         "redis-server",
         Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", "", "--appendonly", "yes"])
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+            ])
             .args(["--appendfsync", "always", "--dir"])
             .arg(dir),
         port,
@@ -140,7 +181,13 @@ async fn redis_killed_restarted_and_connections_killed_hooks_retry_and_arrive_in
     sent.extend(stripe::send(&relay, &stripe::hooks_in(4..6)).await);
     let m = drained(&relay, Duration::from_secs(90)).await;
     assert_eq!(sent.len(), 60);
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0, "{m:?}");
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0,
+        "{m:?}"
+    );
     assert_eq!(m["ankusa_dlq_dead"], 0.0);
     assert_eq!(m["ankusa_dispatch_delivered_total"], 60.0);
 
@@ -156,17 +203,30 @@ async fn wrongtype_dead_letters_the_head_and_releases_the_lane() {
     let stream = unique("wrongtype");
     let relay = Relay::start(&config(
         "memory",
-        &format!("retry: {{base_ms: 10, max_ms: 50}}\n{}", stripe::source_yaml(&ordered_sink(SHARED, &stream))),
+        &format!(
+            "retry: {{base_ms: 10, max_ms: 50}}\n{}",
+            stripe::source_yaml(&ordered_sink(SHARED, &stream))
+        ),
     ))
     .await;
     // The stream's key holds a string: XADD answers WRONGTYPE; the key
     // fixed (deleted), the lane's next hook arrives.
-    let _: () = redis::cmd("SET").arg(&stream).arg("not a stream").query_async(&mut conn(SHARED).await).await.expect("SET");
-    stripe::dead_lettered_head_releases_the_lane(&relay, "WRONGTYPE", async || del(SHARED, &stream).await, async || {
-        let got = read_stream(SHARED, &stream).await;
-        del(SHARED, &stream).await;
-        got
-    })
+    let _: () = redis::cmd("SET")
+        .arg(&stream)
+        .arg("not a stream")
+        .query_async(&mut conn(SHARED).await)
+        .await
+        .expect("SET");
+    stripe::dead_lettered_head_releases_the_lane(
+        &relay,
+        "WRONGTYPE",
+        async || del(SHARED, &stream).await,
+        async || {
+            let got = read_stream(SHARED, &stream).await;
+            del(SHARED, &stream).await;
+            got
+        },
+    )
     .await;
 }
 
@@ -177,8 +237,18 @@ async fn wrongtype_dead_letters_the_head_and_releases_the_lane() {
 async fn provider_headers_chosen_arrive_as_stream_fields() {
     use crate::provider;
     let stream = unique("headers");
-    let sink = format!("{{type: redis, name: stream, url: '{SHARED}', stream: '{stream}', forward_headers: {}}}", provider::CHOSEN_YAML);
-    let relay = Relay::start(&config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink)))).await;
+    let sink = format!(
+        "{{type: redis, name: stream, url: '{SHARED}', stream: '{stream}', forward_headers: {}}}",
+        provider::CHOSEN_YAML
+    );
+    let relay = Relay::start(&config(
+        "memory",
+        &format!(
+            "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+            provider::sources_yaml(&sink)
+        ),
+    ))
+    .await;
     let sent = provider::send(&relay, &provider::FILES).await;
     let m = drained(&relay, Duration::from_secs(60)).await;
     assert_eq!(m["ankusa_dispatch_delivered_total"], 4.0, "{m:?}");
@@ -188,12 +258,18 @@ async fn provider_headers_chosen_arrive_as_stream_fields() {
     // The sink's own fields are still there, unchanged.
     for s in &sent {
         let r = by_id[&s.id];
-        assert_eq!(r.attrs.get("content_type").map(String::as_str), s.hook.header("content-type"));
+        assert_eq!(
+            r.attrs.get("content_type").map(String::as_str),
+            s.hook.header("content-type")
+        );
         assert_eq!(r.attrs["ankusa_source"], s.hook.provider());
     }
     let github = &by_id[&sent[0].id].attrs;
     assert_eq!(github["x-github-event"], "push");
     assert!(!github.contains_key("x-shopify-topic"));
     assert_eq!(by_id[&sent[1].id].attrs["x-shopify-topic"], "orders/create");
-    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"redis\"}"], 0.0);
+    assert_eq!(
+        m["ankusa_forwarded_headers_dropped_total{sink=\"redis\"}"],
+        0.0
+    );
 }

@@ -27,7 +27,10 @@ impl Answer {
     /// The `id` of a 200 (the hook's idempotency key).
     pub fn id(&self) -> String {
         assert_eq!(self.status, 200, "expected 200, got {self:?}");
-        self.body["id"].as_str().unwrap_or_else(|| panic!("no id in {self:?}")).to_owned()
+        self.body["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no id in {self:?}"))
+            .to_owned()
     }
 }
 
@@ -99,7 +102,12 @@ impl Relay {
     /// The one constructor: a new temporary directory, free ports, the
     /// child's environment and file-descriptor limit, `prepare` run on the
     /// data_dir path; waits until ready.
-    async fn start_as(template: &str, env: &[(&str, &str)], nofile: Option<u64>, prepare: &dyn Fn(&Path)) -> Relay {
+    async fn start_as(
+        template: &str,
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+        prepare: &dyn Fn(&Path),
+    ) -> Relay {
         let dir = tempfile::tempdir().expect("tempdir");
         let (ingest, admin) = free_ports();
         let mut r = Relay {
@@ -110,7 +118,10 @@ impl Relay {
             child: None,
             client: client(),
             runs: 0,
-            env: env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             args: Vec::new(),
             nofile,
         };
@@ -143,7 +154,10 @@ impl Relay {
     /// The extra environment variables of the next runs (in place of those
     /// given at start).
     pub fn set_env(&mut self, env: &[(&str, &str)]) {
-        self.env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        self.env = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
     }
 
     /// Starts the process on the same data_dir and returns at once: the test
@@ -177,7 +191,11 @@ impl Relay {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().expect("try_wait")) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().expect("try_wait"))
+            {
                 self.child = None;
                 return Some((status, self.log()));
             }
@@ -190,7 +208,11 @@ impl Relay {
             if ready {
                 return None;
             }
-            assert!(Instant::now() < deadline, "relay neither ready nor exited after 120 s:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "relay neither ready nor exited after 120 s:\n{}",
+                self.log()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -213,7 +235,10 @@ impl Relay {
             // nothing else of the parent's state.
             unsafe {
                 command.pre_exec(move || {
-                    let lim = libc::rlimit { rlim_cur: n as libc::rlim_t, rlim_max: n as libc::rlim_t };
+                    let lim = libc::rlimit {
+                        rlim_cur: n as libc::rlim_t,
+                        rlim_max: n as libc::rlim_t,
+                    };
                     if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -247,7 +272,11 @@ impl Relay {
             self.child = Some(child);
             let deadline = Instant::now() + Duration::from_secs(120);
             loop {
-                if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().expect("try_wait")) {
+                if let Some(status) = self
+                    .child
+                    .as_mut()
+                    .and_then(|c| c.try_wait().expect("try_wait"))
+                {
                     self.child = None;
                     let text = std::fs::read_to_string(&log).unwrap_or_default();
                     if text.contains("cannot bind") {
@@ -266,7 +295,11 @@ impl Relay {
                 if ready {
                     return;
                 }
-                assert!(Instant::now() < deadline, "relay not ready after 120 s:\n{}", self.log());
+                assert!(
+                    Instant::now() < deadline,
+                    "relay not ready after 120 s:\n{}",
+                    self.log()
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -275,7 +308,8 @@ impl Relay {
 
     /// The log of the current (or last) run.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join(format!("relay-{}.log", self.runs))).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join(format!("relay-{}.log", self.runs)))
+            .unwrap_or_default()
     }
 
     pub fn pid(&self) -> u32 {
@@ -293,7 +327,12 @@ impl Relay {
     /// `/readyz` of the admin listener: its status and body, or `None` when
     /// nothing answers.
     pub async fn readyz(&self) -> Option<(u16, String)> {
-        let r = self.client.get(format!("http://{}/readyz", self.admin)).send().await.ok()?;
+        let r = self
+            .client
+            .get(format!("http://{}/readyz", self.admin))
+            .send()
+            .await
+            .ok()?;
         let status = r.status().as_u16();
         Some((status, r.text().await.unwrap_or_default()))
     }
@@ -317,7 +356,11 @@ impl Relay {
                 self.child = None;
                 return status;
             }
-            assert!(Instant::now() < deadline, "relay still running {within:?} after SIGTERM:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "relay still running {within:?} after SIGTERM:\n{}",
+                self.log()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -327,12 +370,24 @@ impl Relay {
     }
 
     /// POSTs `body` with `headers` to `path` on the ingest listener.
-    pub async fn post(&self, path: &str, headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Answer {
-        self.try_post(path, headers, body).await.unwrap_or_else(|e| panic!("POST {path}: {e}"))
+    pub async fn post(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Vec<u8>>,
+    ) -> Answer {
+        self.try_post(path, headers, body)
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"))
     }
 
     /// Like [`Relay::post`], with the transport error instead of a panic.
-    pub async fn try_post(&self, path: &str, headers: &[(&str, &str)], body: impl Into<Vec<u8>>) -> Result<Answer, reqwest::Error> {
+    pub async fn try_post(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Vec<u8>>,
+    ) -> Result<Answer, reqwest::Error> {
         post(&self.client, &self.url(path), headers, body.into()).await
     }
 
@@ -350,9 +405,16 @@ impl Relay {
         // Every sample by its full name (`name{labels}`), and a labelled
         // family also summed under its bare name.
         let mut out = std::collections::HashMap::new();
-        for l in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-            let Some((name, value)) = l.rsplit_once(' ') else { continue };
-            let Ok(value) = value.parse::<f64>() else { continue };
+        for l in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let Some((name, value)) = l.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
             if let Some((bare, _)) = name.split_once('{') {
                 *out.entry(bare.to_owned()).or_insert(0.0) += value;
             }
@@ -364,7 +426,8 @@ impl Relay {
     /// One sample of `/metrics`; panics if it is not there.
     pub async fn metric(&self, name: &str) -> f64 {
         let m = self.metrics().await;
-        *m.get(name).unwrap_or_else(|| panic!("no metric {name} in {m:?}"))
+        *m.get(name)
+            .unwrap_or_else(|| panic!("no metric {name} in {m:?}"))
     }
 }
 
@@ -374,17 +437,31 @@ impl Drop for Relay {
     }
 }
 
-pub async fn post(client: &reqwest::Client, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Result<Answer, reqwest::Error> {
+pub async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Result<Answer, reqwest::Error> {
     let mut req = client.post(url);
     for (n, v) in headers {
         req = req.header(*n, *v);
     }
     let resp = req.body(body).send().await?;
     let status = resp.status().as_u16();
-    let retry_after = resp.headers().get("retry-after").map(|v| v.to_str().unwrap_or("?").to_owned());
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap_or("?").to_owned());
     let bytes = resp.bytes().await?;
-    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    Ok(Answer { status, retry_after, body })
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+        serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
+    });
+    Ok(Answer {
+        status,
+        retry_after,
+        body,
+    })
 }
 
 /// Runs `ankusa <args>` to completion (killed after 20 s): (exit status,
@@ -394,7 +471,11 @@ pub fn run_cli(args: &[&std::ffi::OsStr], cwd: &Path) -> (ExitStatus, String) {
 }
 
 /// [`run_cli`] with extra environment variables.
-pub fn run_cli_env(args: &[&std::ffi::OsStr], cwd: &Path, env: &[(&str, &str)]) -> (ExitStatus, String) {
+pub fn run_cli_env(
+    args: &[&std::ffi::OsStr],
+    cwd: &Path,
+    env: &[(&str, &str)],
+) -> (ExitStatus, String) {
     let log = cwd.join(format!("cli-{}.log", std::process::id()));
     let out = File::create(&log).expect("log file");
     let mut child = Command::new(BIN)
@@ -416,7 +497,10 @@ pub fn run_cli_env(args: &[&std::ffi::OsStr], cwd: &Path, env: &[(&str, &str)]) 
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("ankusa {args:?} still running after 120 s:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+            panic!(
+                "ankusa {args:?} still running after 120 s:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -428,5 +512,7 @@ pub fn run_cli_env(args: &[&std::ffi::OsStr], cwd: &Path, env: &[(&str, &str)]) 
 /// A config template: memory/rocksdb/fjall store under `{DATA}`, listeners on
 /// the placeholders, then `rest` (tenants, sources, dispatch, retry...).
 pub fn config(store: &str, rest: &str) -> String {
-    format!("node: {{data_dir: '{{DATA}}', store: {store}}}\nlisteners: {{ingest: '{{INGEST}}', admin: '{{ADMIN}}'}}\n{rest}")
+    format!(
+        "node: {{data_dir: '{{DATA}}', store: {store}}}\nlisteners: {{ingest: '{{INGEST}}', admin: '{{ADMIN}}'}}\n{rest}"
+    )
 }

@@ -18,7 +18,10 @@ fn body(key: &str, i: usize) -> String {
 
 fn label(r: &Req) -> (String, u64) {
     let j = r.json();
-    (j["key"].as_str().unwrap_or("?").to_owned(), j["i"].as_u64().unwrap_or(u64::MAX))
+    (
+        j["key"].as_str().unwrap_or("?").to_owned(),
+        j["i"].as_u64().unwrap_or(u64::MAX),
+    )
 }
 
 /// SIGKILL with lane A's head held open by the endpoint (A1, A2 behind it),
@@ -54,39 +57,62 @@ sources:
     .await;
     let mut ids: BTreeMap<(String, u64), String> = BTreeMap::new();
     let mut send = async |key: &str, i: usize| {
-        let id = relay.post("/hooks/s", &[JSON, ("x-entity-id", key)], body(key, i)).await.id();
+        let id = relay
+            .post("/hooks/s", &[JSON, ("x-entity-id", key)], body(key, i))
+            .await
+            .id();
         ids.insert((key.to_owned(), i as u64), id);
     };
     send("A", 0).await;
     send("B", 0).await;
     send("C", 0).await;
-    until("A0 held, B0 refused, C0 delivered", Duration::from_secs(60), async || {
-        let b0 = sink.requests().iter().any(|r| label(r) == ("B".into(), 0) && sink.answer_of(r.n) == Some(503));
-        let c0 = sink.delivered().iter().any(|r| label(r) == ("C".into(), 0));
-        (sink.open(&lane("default", "s", "A")) == 1 && b0 && c0).then_some(())
-    })
+    until(
+        "A0 held, B0 refused, C0 delivered",
+        Duration::from_secs(60),
+        async || {
+            let b0 = sink
+                .requests()
+                .iter()
+                .any(|r| label(r) == ("B".into(), 0) && sink.answer_of(r.n) == Some(503));
+            let c0 = sink.delivered().iter().any(|r| label(r) == ("C".into(), 0));
+            (sink.open(&lane("default", "s", "A")) == 1 && b0 && c0).then_some(())
+        },
+    )
     .await;
     send("A", 1).await;
     send("A", 2).await;
     send("B", 1).await;
-    let m = until("the lanes as expected before the kill", Duration::from_secs(60), async || {
-        let m = relay.metrics().await;
-        (m["ankusa_dispatch_lanes_blocked"] == 1.0 && m["ankusa_dispatch_lane_members"] == 3.0).then_some(m)
-    })
+    let m = until(
+        "the lanes as expected before the kill",
+        Duration::from_secs(60),
+        async || {
+            let m = relay.metrics().await;
+            (m["ankusa_dispatch_lanes_blocked"] == 1.0 && m["ankusa_dispatch_lane_members"] == 3.0)
+                .then_some(m)
+        },
+    )
     .await;
     assert_eq!(m["ankusa_dispatch_lanes"], 2.0, "A and B have heads: {m:?}");
     assert_eq!(m["ankusa_dispatch_in_flight"], 1.0, "A0 is claimed");
     assert_eq!(m["ankusa_queue_pending"], 5.0);
-    assert_eq!(sink.requests().len(), 3, "a member went out beside its head");
+    assert_eq!(
+        sink.requests().len(),
+        3,
+        "a member went out beside its head"
+    );
 
     relay.kill();
     killed.store(true, Ordering::SeqCst);
     relay.restart().await;
 
-    let got = until("every hook delivered after the restart", Duration::from_secs(60), async || {
-        let d = sink.delivered();
-        (d.len() >= 6).then_some(d)
-    })
+    let got = until(
+        "every hook delivered after the restart",
+        Duration::from_secs(60),
+        async || {
+            let d = sink.delivered();
+            (d.len() >= 6).then_some(d)
+        },
+    )
     .await;
     assert_eq!(got.len(), 6, "{got:?}");
     let reqs = sink.requests();
@@ -100,16 +126,49 @@ sources:
     // A0's first request was never answered (the relay died holding it).
     assert_eq!(
         per_key("A"),
-        [(0, id("A", 0), None), (0, id("A", 0), Some(200)), (1, id("A", 1), Some(200)), (2, id("A", 2), Some(200))],
+        [
+            (0, id("A", 0), None),
+            (0, id("A", 0), Some(200)),
+            (1, id("A", 1), Some(200)),
+            (2, id("A", 2), Some(200))
+        ],
         "lane A: the claimed head again (same idempotency key) before its successors"
     );
-    assert_eq!(per_key("B"), [(0, id("B", 0), Some(503)), (0, id("B", 0), Some(200)), (1, id("B", 1), Some(200))], "lane B");
-    assert_eq!(per_key("C"), [(0, id("C", 0), Some(200))], "lane C: delivered once");
-    let a0_again = reqs.iter().filter(|r| label(r) == ("A".into(), 0)).nth(1).expect("A0 again");
-    assert_eq!(a0_again.attempt(), 1, "a recovered head goes back as a first attempt (ADR 0004 4.7)");
-    let b0_again = reqs.iter().filter(|r| label(r) == ("B".into(), 0)).nth(1).expect("B0 again");
+    assert_eq!(
+        per_key("B"),
+        [
+            (0, id("B", 0), Some(503)),
+            (0, id("B", 0), Some(200)),
+            (1, id("B", 1), Some(200))
+        ],
+        "lane B"
+    );
+    assert_eq!(
+        per_key("C"),
+        [(0, id("C", 0), Some(200))],
+        "lane C: delivered once"
+    );
+    let a0_again = reqs
+        .iter()
+        .filter(|r| label(r) == ("A".into(), 0))
+        .nth(1)
+        .expect("A0 again");
+    assert_eq!(
+        a0_again.attempt(),
+        1,
+        "a recovered head goes back as a first attempt (ADR 0004 4.7)"
+    );
+    let b0_again = reqs
+        .iter()
+        .filter(|r| label(r) == ("B".into(), 0))
+        .nth(1)
+        .expect("B0 again");
     assert_eq!(b0_again.attempt(), 2);
-    assert!(sink.max_open().values().all(|m| *m == 1), "{:?}", sink.max_open());
+    assert!(
+        sink.max_open().values().all(|m| *m == 1),
+        "{:?}",
+        sink.max_open()
+    );
     let m = until("the lanes drained", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
         (m["ankusa_dispatch_lanes"] == 0.0).then_some(m)
@@ -119,8 +178,17 @@ sources:
     assert_eq!(m["ankusa_dispatch_lanes_blocked"], 0.0);
     assert_eq!(m["ankusa_queue_pending"], 0.0);
     assert_eq!(m["ankusa_dispatch_in_flight"], 0.0);
-    assert_eq!(m["ankusa_dispatch_delivered_total"], 6.0, "the store's delivered total across both runs");
-    assert!(relay.log().contains("recovered rows claimed by the previous run"), "{}", relay.log());
+    assert_eq!(
+        m["ankusa_dispatch_delivered_total"], 6.0,
+        "the store's delivered total across both runs"
+    );
+    assert!(
+        relay
+            .log()
+            .contains("recovered rows claimed by the previous run"),
+        "{}",
+        relay.log()
+    );
 }
 
 /// Clients post continuously to an unordered and an ordered source while the
@@ -156,10 +224,23 @@ sources:
             let client = crate::relay::client();
             let key = format!("k{c}");
             for i in 0.. {
-                match crate::relay::post(&client, &url, &[JSON, ("x-entity-id", &key)], body(&key, i).into_bytes()).await {
-                    Ok(a) if a.status == 200 => acked.lock().expect("lock").push((key.clone(), a.id())),
+                match crate::relay::post(
+                    &client,
+                    &url,
+                    &[JSON, ("x-entity-id", &key)],
+                    body(&key, i).into_bytes(),
+                )
+                .await
+                {
+                    Ok(a) if a.status == 200 => {
+                        acked.lock().expect("lock").push((key.clone(), a.id()))
+                    }
                     Ok(a) if a.status == 503 => {
-                        assert_eq!(a.retry_after.as_deref(), Some("5"), "503 without Retry-After: {a:?}");
+                        assert_eq!(
+                            a.retry_after.as_deref(),
+                            Some("5"),
+                            "503 without Retry-After: {a:?}"
+                        );
                         refused.fetch_add(1, Ordering::SeqCst);
                         return;
                     }
@@ -170,15 +251,24 @@ sources:
             }
         }));
     }
-    until("hooks acknowledged under load", Duration::from_secs(60), async || {
-        (acked.lock().expect("lock").len() >= 60).then_some(())
-    })
+    until(
+        "hooks acknowledged under load",
+        Duration::from_secs(60),
+        async || (acked.lock().expect("lock").len() >= 60).then_some(()),
+    )
     .await;
     relay.sigterm();
     let status = relay.wait_exit(Duration::from_secs(90)).await;
-    assert!(status.success(), "exit after SIGTERM: {status}\n{}", relay.log());
+    assert!(
+        status.success(),
+        "exit after SIGTERM: {status}\n{}",
+        relay.log()
+    );
     for c in clients {
-        tokio::time::timeout(Duration::from_secs(60), c).await.expect("client stopped").expect("client ok");
+        tokio::time::timeout(Duration::from_secs(60), c)
+            .await
+            .expect("client stopped")
+            .expect("client ok");
     }
     assert!(relay.log().contains("stopped cleanly"), "{}", relay.log());
     let acked = acked.lock().expect("lock").clone();
@@ -187,16 +277,31 @@ sources:
     relay.restart().await;
     let want: HashSet<String> = acked.iter().map(|(_, id)| id.clone()).collect();
     assert_eq!(want.len(), acked.len(), "an id was given twice");
-    let got = until("every acknowledged hook delivered", Duration::from_secs(60), async || {
-        let d = sink.delivered();
-        let ids: HashSet<String> = d.iter().map(Req::id).collect();
-        want.is_subset(&ids).then_some(d)
-    })
+    let got = until(
+        "every acknowledged hook delivered",
+        Duration::from_secs(60),
+        async || {
+            let d = sink.delivered();
+            let ids: HashSet<String> = d.iter().map(Req::id).collect();
+            want.is_subset(&ids).then_some(d)
+        },
+    )
     .await;
-    let extra: Vec<String> = got.iter().map(Req::id).filter(|id| !want.contains(id)).collect();
-    assert!(extra.is_empty(), "delivered but never acknowledged: {extra:?}");
+    let extra: Vec<String> = got
+        .iter()
+        .map(Req::id)
+        .filter(|id| !want.contains(id))
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "delivered but never acknowledged: {extra:?}"
+    );
     for key in ["k2", "k3"] {
-        let want: Vec<&String> = acked.iter().filter(|(k, _)| k == key).map(|(_, id)| id).collect();
+        let want: Vec<&String> = acked
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, id)| id)
+            .collect();
         let mut seen = HashSet::new();
         let order: Vec<&String> = got
             .iter()
@@ -205,7 +310,10 @@ sources:
             .filter(|id| seen.insert(id.clone()))
             .map(|id| *want.iter().find(|w| ***w == id).expect("acked"))
             .collect();
-        assert_eq!(order, want, "ordered key {key}: first deliveries in acknowledgement order");
+        assert_eq!(
+            order, want,
+            "ordered key {key}: first deliveries in acknowledgement order"
+        );
     }
     println!(
         "acknowledged {}, delivered before the restart {}, refused with 503 {}",
@@ -242,21 +350,35 @@ sources:
     ))
     .await;
     let done = relay.post("/hooks/s", &[JSON], body("x", 0)).await.id();
-    let mut stalled = tokio::net::TcpStream::connect(relay.ingest).await.expect("connect");
+    let mut stalled = tokio::net::TcpStream::connect(relay.ingest)
+        .await
+        .expect("connect");
     stalled
         .write_all(b"POST /hooks/s HTTP/1.1\r\nhost: relay\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"key\":")
         .await
         .expect("write");
-    until("the complete hook delivered", Duration::from_secs(60), async || (sink.delivered().len() == 1).then_some(())).await;
+    until(
+        "the complete hook delivered",
+        Duration::from_secs(60),
+        async || (sink.delivered().len() == 1).then_some(()),
+    )
+    .await;
     relay.sigterm();
     // Exiting at all is the behaviour (before the fix the process never
     // did); how soon after the 10 s body timeout depends on the machine.
     let status = relay.wait_exit(Duration::from_secs(90)).await;
-    assert!(status.success(), "exit after SIGTERM: {status}\n{}", relay.log());
+    assert!(
+        status.success(),
+        "exit after SIGTERM: {status}\n{}",
+        relay.log()
+    );
     let log = relay.log();
     assert!(log.contains("stopped cleanly"), "{log}");
     drop(stalled);
-    assert_eq!(sink.requests().iter().map(Req::id).collect::<Vec<_>>(), [done]);
+    assert_eq!(
+        sink.requests().iter().map(Req::id).collect::<Vec<_>>(),
+        [done]
+    );
 }
 
 /// Found by the break-it pass of issue 5: with a destination that does not
@@ -268,7 +390,14 @@ sources:
 async fn sigterm_with_a_hanging_destination_exits_and_the_next_start_redelivers() {
     let calls = Arc::new(AtomicUsize::new(0));
     let c = Arc::clone(&calls);
-    let sink = Sink::start(move |_| if c.fetch_add(1, Ordering::SeqCst) == 0 { Reply::Hold } else { Reply::Status(200) }).await;
+    let sink = Sink::start(move |_| {
+        if c.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::Hold
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
     let mut relay = Relay::start(&config(
         "rocksdb",
         &format!(
@@ -282,28 +411,53 @@ sources:
     ))
     .await;
     let id = relay.post("/hooks/s", &[JSON], body("x", 0)).await.id();
-    until("the call held open", Duration::from_secs(60), async || (sink.requests().len() == 1).then_some(())).await;
+    until("the call held open", Duration::from_secs(60), async || {
+        (sink.requests().len() == 1).then_some(())
+    })
+    .await;
     assert_eq!(relay.readyz().await, Some((200, "ready\n".to_owned())));
     relay.sigterm();
     let started = std::time::Instant::now();
     // While the pipeline waits for the call in flight (up to 10 s), the admin
     // listener still answers, and says the relay is going away (issue 10: it
     // used to stop answering at once).
-    until("/readyz answering 503 while the relay stops", Duration::from_secs(60), async || {
-        (relay.readyz().await == Some((503, "shutting down\n".to_owned()))).then_some(())
-    })
+    until(
+        "/readyz answering 503 while the relay stops",
+        Duration::from_secs(60),
+        async || (relay.readyz().await == Some((503, "shutting down\n".to_owned()))).then_some(()),
+    )
     .await;
     let status = relay.wait_exit(Duration::from_secs(60)).await;
-    assert!(status.success(), "exit after SIGTERM: {status}\n{}", relay.log());
-    assert!(started.elapsed() < Duration::from_secs(60), "shutdown waited out the 120 s call: {:?}", started.elapsed());
+    assert!(
+        status.success(),
+        "exit after SIGTERM: {status}\n{}",
+        relay.log()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "shutdown waited out the 120 s call: {:?}",
+        started.elapsed()
+    );
     let log = relay.log();
-    assert!(log.contains("pipeline stopped with deliveries still in flight"), "{log}");
+    assert!(
+        log.contains("pipeline stopped with deliveries still in flight"),
+        "{log}"
+    );
     assert!(sink.delivered().is_empty());
 
     relay.restart().await;
-    let got = until("the hook delivered after the restart", Duration::from_secs(60), async || sink.delivered().into_iter().next()).await;
+    let got = until(
+        "the hook delivered after the restart",
+        Duration::from_secs(60),
+        async || sink.delivered().into_iter().next(),
+    )
+    .await;
     assert_eq!(got.id(), id);
-    assert_eq!(got.attempt(), 1, "a redelivery after a restart is a first attempt again");
+    assert_eq!(
+        got.attempt(),
+        1,
+        "a redelivery after a restart is a first attempt again"
+    );
     let m = until("the queue empty", Duration::from_secs(60), async || {
         let m = relay.metrics().await;
         (m["ankusa_queue_pending"] == 0.0).then_some(m)

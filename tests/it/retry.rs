@@ -22,7 +22,9 @@ fn body(i: usize, key: &str) -> String {
 }
 
 fn index_of(r: &Req) -> u64 {
-    r.json()["i"].as_u64().unwrap_or_else(|| panic!("request {} has no i: {:?}", r.n, r.json()))
+    r.json()["i"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("request {} has no i: {:?}", r.n, r.json()))
 }
 
 /// Waits until the relay's metrics show `delivered` deliveries and returns
@@ -47,7 +49,11 @@ async fn a_receiver_answering_404_within_the_grace_period_loses_nothing() {
     let t = Arc::clone(&t0);
     let sink = Sink::start(move |_| {
         let first = *t.lock().expect("lock").get_or_insert_with(Instant::now);
-        if first.elapsed() < Duration::from_secs(2) { Reply::Status(404) } else { Reply::Status(200) }
+        if first.elapsed() < Duration::from_secs(2) {
+            Reply::Status(404)
+        } else {
+            Reply::Status(200)
+        }
     })
     .await;
     let relay = Relay::start(&config(
@@ -81,41 +87,84 @@ sources:
     let mut ids: HashMap<&str, Vec<String>> = HashMap::new();
     for i in 0..5 {
         for k in keys {
-            ids.entry(k).or_default().push(relay.post("/hooks/orders", &[JSON, ("x-entity-id", k)], body(i, k)).await.id());
+            ids.entry(k).or_default().push(
+                relay
+                    .post("/hooks/orders", &[JSON, ("x-entity-id", k)], body(i, k))
+                    .await
+                    .id(),
+            );
         }
     }
     let m = settled(&relay, 20.0).await;
     assert_eq!(m["ankusa_dispatch_dead_lettered_total"], 0.0, "{m:?}");
     assert_eq!(m["ankusa_queue_pending"], 0.0, "{m:?}");
     let reqs = sink.requests();
-    let refused = reqs.iter().filter(|r| sink.answer_of(r.n) == Some(404)).count();
+    let refused = reqs
+        .iter()
+        .filter(|r| sink.answer_of(r.n) == Some(404))
+        .count();
     assert!(refused >= 1, "the receiver never answered 404");
-    assert!(m["ankusa_dispatch_retries_total"] >= refused as f64, "every 404 was retried: {m:?}");
+    assert!(
+        m["ankusa_dispatch_retries_total"] >= refused as f64,
+        "every 404 was retried: {m:?}"
+    );
     for k in keys {
         // Every request of the key (retries included) in hook order, and each
         // hook delivered once, in the order it was posted.
-        let of_key: Vec<&Req> = reqs.iter().filter(|r| r.key().as_deref() == Some(k)).collect();
+        let of_key: Vec<&Req> = reqs
+            .iter()
+            .filter(|r| r.key().as_deref() == Some(k))
+            .collect();
         let order: Vec<u64> = of_key.iter().map(|r| index_of(r)).collect();
-        assert!(order.windows(2).all(|w| w[0] <= w[1]), "key {k}: requests out of order: {order:?}");
-        let delivered: Vec<String> = sink.delivered().iter().filter(|r| r.key().as_deref() == Some(k)).map(Req::id).collect();
+        assert!(
+            order.windows(2).all(|w| w[0] <= w[1]),
+            "key {k}: requests out of order: {order:?}"
+        );
+        let delivered: Vec<String> = sink
+            .delivered()
+            .iter()
+            .filter(|r| r.key().as_deref() == Some(k))
+            .map(Req::id)
+            .collect();
         assert_eq!(delivered, ids[k], "key {k}: deliveries");
     }
-    assert_eq!(sink.max_open().values().copied().max(), Some(1), "two requests of one lane at once");
+    assert_eq!(
+        sink.max_open().values().copied().max(),
+        Some(1),
+        "two requests of one lane at once"
+    );
 
     // Past the grace period a 404 is permanent: the hook is retried while its
     // grace lasts, then dead-lettered.
     sink.set_script(|_| Reply::Status(404));
-    let id = relay.post("/hooks/late", &[JSON, ("x-entity-id", "late")], body(0, "late")).await.id();
+    let id = relay
+        .post(
+            "/hooks/late",
+            &[JSON, ("x-entity-id", "late")],
+            body(0, "late"),
+        )
+        .await
+        .id();
     let api = Admin::new(&relay, None);
-    let dead = until("the 404 past the grace period dead-lettered", LONG, async || {
-        let d = api.dead("sink=brief").await;
-        (!d.is_empty()).then_some(d)
-    })
+    let dead = until(
+        "the 404 past the grace period dead-lettered",
+        LONG,
+        async || {
+            let d = api.dead("sink=brief").await;
+            (!d.is_empty()).then_some(d)
+        },
+    )
     .await;
     assert_eq!(dead.len(), 1, "{dead:?}");
     let d = &dead[0];
     assert_eq!(d["idempotency_key"].as_str(), Some(id.as_str()));
-    assert!(d["reason"].as_str().expect("reason").starts_with("permanent: HTTP 404"), "{d}");
+    assert!(
+        d["reason"]
+            .as_str()
+            .expect("reason")
+            .starts_with("permanent: HTTP 404"),
+        "{d}"
+    );
     // Retried while its grace lasted (how often depends on the machine's
     // speed; that the 404s of the first part were retried is asserted above).
     let tries = sink.requests().iter().filter(|r| r.id() == id).count();
@@ -132,7 +181,14 @@ sources:
 /// horizon. Nothing is dead-lettered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_day_long_retry_after_is_capped_and_never_dead_letters_a_first_attempt() {
-    let sink = Sink::start(|r| if r.attempt() == 1 { Reply::RetryAfter(503, "86400") } else { Reply::Status(200) }).await;
+    let sink = Sink::start(|r| {
+        if r.attempt() == 1 {
+            Reply::RetryAfter(503, "86400")
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
     let relay = Relay::start(&config(
         "memory",
         &format!(
@@ -148,19 +204,40 @@ sources:
         ),
     ))
     .await;
-    let capped = relay.post("/hooks/capped", &[JSON], body(0, "capped")).await.id();
-    let short = relay.post("/hooks/short", &[JSON], body(1, "short")).await.id();
+    let capped = relay
+        .post("/hooks/capped", &[JSON], body(0, "capped"))
+        .await
+        .id();
+    let short = relay
+        .post("/hooks/short", &[JSON], body(1, "short"))
+        .await
+        .id();
     let m = settled(&relay, 2.0).await;
     assert_eq!(m["ankusa_dispatch_dead_lettered_total"], 0.0, "{m:?}");
     assert_eq!(m["ankusa_dispatch_retries_total"], 2.0, "{m:?}");
     for id in [&capped, &short] {
-        let tries: Vec<Req> = sink.requests().into_iter().filter(|r| &r.id() == id).collect();
-        assert_eq!(tries.iter().map(Req::attempt).collect::<Vec<_>>(), [1, 2], "{id}");
+        let tries: Vec<Req> = sink
+            .requests()
+            .into_iter()
+            .filter(|r| &r.id() == id)
+            .collect();
+        assert_eq!(
+            tries.iter().map(Req::attempt).collect::<Vec<_>>(),
+            [1, 2],
+            "{id}"
+        );
         assert_eq!(sink.answer_of(tries[0].n), Some(503));
     }
-    let capped_tries: Vec<Req> = sink.requests().into_iter().filter(|r| r.id() == capped).collect();
+    let capped_tries: Vec<Req> = sink
+        .requests()
+        .into_iter()
+        .filter(|r| r.id() == capped)
+        .collect();
     let waited = capped_tries[1].at.duration_since(capped_tries[0].at);
-    assert!(waited >= Duration::from_millis(900), "the capped Retry-After held the row only {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(900),
+        "the capped Retry-After held the row only {waited:?}"
+    );
 }
 
 /// Two sinks of one source whose receiver always answers 503: the one with
@@ -195,20 +272,42 @@ sources:
     .await;
     // Not at the first attempts: near the horizon (the last retry whose
     // wait would pass it is not made).
-    assert!(started.elapsed() >= Duration::from_millis(1000), "dead-lettered long before its horizon");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "dead-lettered long before its horizon"
+    );
     assert_eq!(dead.len(), 1, "{dead:?}");
     let d = &dead[0];
-    assert_eq!((d["sink"].as_str(), d["idempotency_key"].as_str()), (Some("brief"), Some(id.as_str())), "{d}");
-    assert!(d["reason"].as_str().expect("reason").starts_with("retry horizon passed"), "{d}");
+    assert_eq!(
+        (d["sink"].as_str(), d["idempotency_key"].as_str()),
+        (Some("brief"), Some(id.as_str())),
+        "{d}"
+    );
+    assert!(
+        d["reason"]
+            .as_str()
+            .expect("reason")
+            .starts_with("retry horizon passed"),
+        "{d}"
+    );
     assert!(d["attempts"].as_u64().expect("attempts") >= 2, "{d}");
     // The patient sink keeps retrying the same hook after that.
     let at_death = sink.requests().len();
-    until("the patient sink retried after the brief one gave up", LONG, async || {
-        (sink.requests().len() > at_death + 2).then_some(())
-    })
+    until(
+        "the patient sink retried after the brief one gave up",
+        LONG,
+        async || (sink.requests().len() > at_death + 2).then_some(()),
+    )
     .await;
     let m = relay.metrics().await;
-    assert_eq!((m["ankusa_dispatch_dead_lettered_total"], m["ankusa_queue_pending"]), (1.0, 1.0), "{m:?}");
+    assert_eq!(
+        (
+            m["ankusa_dispatch_dead_lettered_total"],
+            m["ankusa_queue_pending"]
+        ),
+        (1.0, 1.0),
+        "{m:?}"
+    );
     assert_eq!(api.dead("sink=patient").await.len(), 0);
 }
 
@@ -250,11 +349,28 @@ sources:
     let m = settled(&relay, 2.0).await;
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0]["idempotency_key"].as_str(), Some(ids[2].as_str()));
-    assert!(dead[0]["reason"].as_str().expect("reason").starts_with("permanent: HTTP 503"), "{}", dead[0]);
+    assert!(
+        dead[0]["reason"]
+            .as_str()
+            .expect("reason")
+            .starts_with("permanent: HTTP 503"),
+        "{}",
+        dead[0]
+    );
     assert_eq!(dead[0]["attempts"].as_u64(), Some(1));
-    assert_eq!((m["ankusa_dispatch_retries_total"], m["ankusa_dispatch_dead_lettered_total"]), (2.0, 1.0), "{m:?}");
+    assert_eq!(
+        (
+            m["ankusa_dispatch_retries_total"],
+            m["ankusa_dispatch_dead_lettered_total"]
+        ),
+        (2.0, 1.0),
+        "{m:?}"
+    );
     let delivered: Vec<String> = sink.delivered().iter().map(Req::id).collect();
-    assert!(delivered.contains(&ids[0]) && delivered.contains(&ids[1]), "{delivered:?}");
+    assert!(
+        delivered.contains(&ids[0]) && delivered.contains(&ids[1]),
+        "{delivered:?}"
+    );
 }
 
 /// Every problem of the sinks' `retry:` options in one check-config run, each
@@ -297,7 +413,14 @@ sources:
         "source \"billing\", sink \"flat\" (http): option \"retry\": must be a map of retry options",
         "source \"billing\", sink \"tight\" (http): option \"retry.grace_ms\": 2000 is longer than the retry horizon max_elapsed_ms (1000)",
     ];
-    for cmd in [vec![OsStr::new("check-config"), file.as_os_str()], vec![OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()]] {
+    for cmd in [
+        vec![OsStr::new("check-config"), file.as_os_str()],
+        vec![
+            OsStr::new("serve"),
+            OsStr::new("--config"),
+            file.as_os_str(),
+        ],
+    ] {
         let (status, out) = run_cli(&cmd, dir);
         assert!(!status.success(), "{cmd:?} accepted:\n{out}");
         for e in expected {
@@ -305,9 +428,18 @@ sources:
         }
         // The file sink's valid base_ms is not a problem; the slow sink's
         // grace (9000 ms, under its unreadable horizon) neither.
-        assert!(!out.contains("sink \"disk\" (file): option \"retry.base_ms\""), "{out}");
-        assert!(!out.contains("sink \"slow\" (http): option \"retry.grace_ms\""), "{out}");
-        assert!(!data.exists(), "serve created the data_dir of an invalid config");
+        assert!(
+            !out.contains("sink \"disk\" (file): option \"retry.base_ms\""),
+            "{out}"
+        );
+        assert!(
+            !out.contains("sink \"slow\" (http): option \"retry.grace_ms\""),
+            "{out}"
+        );
+        assert!(
+            !data.exists(),
+            "serve created the data_dir of an invalid config"
+        );
     }
     // Valid options load.
     let good = format!(

@@ -27,16 +27,43 @@ sources:
     ))
     .await;
     let h = Hook::load("shopify/products_update.json");
-    let acme = relay.post("/hooks/shopify/acme", &h.send_headers(), h.body.clone()).await.id();
-    let globex = relay.post("/hooks/shopify/globex", &h.send_headers(), h.body.clone()).await.id();
-    assert_ne!(acme, globex, "dedupe is per tenant: the same webhook id for two shops is two hooks");
-    let again = relay.post("/hooks/shopify/acme", &h.send_headers(), h.body.clone()).await;
-    assert_eq!((again.status, again.body["id"].as_str(), &again.body["duplicate"]), (200, Some(acme.as_str()), &serde_json::json!(true)));
-    for (path, status) in [("/hooks/shopify/initech", 404), ("/hooks/shopify", 404), ("/hooks/nope", 404), ("/hooks/shopify/acme/x", 404)] {
+    let acme = relay
+        .post("/hooks/shopify/acme", &h.send_headers(), h.body.clone())
+        .await
+        .id();
+    let globex = relay
+        .post("/hooks/shopify/globex", &h.send_headers(), h.body.clone())
+        .await
+        .id();
+    assert_ne!(
+        acme, globex,
+        "dedupe is per tenant: the same webhook id for two shops is two hooks"
+    );
+    let again = relay
+        .post("/hooks/shopify/acme", &h.send_headers(), h.body.clone())
+        .await;
+    assert_eq!(
+        (
+            again.status,
+            again.body["id"].as_str(),
+            &again.body["duplicate"]
+        ),
+        (200, Some(acme.as_str()), &serde_json::json!(true))
+    );
+    for (path, status) in [
+        ("/hooks/shopify/initech", 404),
+        ("/hooks/shopify", 404),
+        ("/hooks/nope", 404),
+        ("/hooks/shopify/acme/x", 404),
+    ] {
         let a = relay.post(path, &h.send_headers(), h.body.clone()).await;
         assert_eq!(a.status, status, "{path}: {a:?}");
     }
-    let get = crate::relay::client().get(relay.url("/hooks/shopify/acme")).send().await.expect("GET");
+    let get = crate::relay::client()
+        .get(relay.url("/hooks/shopify/acme"))
+        .send()
+        .await
+        .expect("GET");
     assert_eq!(get.status().as_u16(), 405);
     let got = until("two deliveries", Duration::from_secs(60), async || {
         let d = sink.delivered();
@@ -45,7 +72,13 @@ sources:
     .await;
     let mut tenants: Vec<(String, String, String)> = got
         .iter()
-        .map(|r| (r.header("x-ankusa-tenant").expect("tenant"), r.id(), r.key().expect("ordering key")))
+        .map(|r| {
+            (
+                r.header("x-ankusa-tenant").expect("tenant"),
+                r.id(),
+                r.key().expect("ordering key"),
+            )
+        })
         .collect();
     tenants.sort();
     assert_eq!(

@@ -44,14 +44,24 @@ fn header_map(r: &Req) -> hyper::HeaderMap {
 /// Whether a receiver that knows only `secret` accepts `r` (the library's
 /// own `verify`: id, timestamp within 5 minutes, any `v1,` signature).
 fn verifies(secret: &str, r: &Req) -> bool {
-    Webhook::new(secret).expect("secret").verify(&r.body, &header_map(r)).is_ok()
+    Webhook::new(secret)
+        .expect("secret")
+        .verify(&r.body, &header_map(r))
+        .is_ok()
 }
 
 /// The `v1,` signature the library computes for `r` under `secret`.
 fn library_signature(secret: &str, r: &Req) -> String {
     let id = r.header("webhook-id").expect("webhook-id");
-    let ts: i64 = r.header("webhook-timestamp").expect("webhook-timestamp").parse().expect("unix seconds");
-    Webhook::new(secret).expect("secret").sign(&id, ts, &r.body).expect("sign")
+    let ts: i64 = r
+        .header("webhook-timestamp")
+        .expect("webhook-timestamp")
+        .parse()
+        .expect("unix seconds");
+    Webhook::new(secret)
+        .expect("secret")
+        .sign(&id, ts, &r.body)
+        .expect("sign")
 }
 
 /// GitHub, Stripe, Shopify and Standard Webhooks corpus hooks, each verified
@@ -93,29 +103,53 @@ sources:
         ("stripe", "stripe/invoice_paid.json"),
         ("stripe", "stripe/customer_created.json"),
         ("shopify", "shopify/orders_create.json"),
-        ("stdwh", "standard-webhooks/contact_created_multi_signature.json"),
+        (
+            "stdwh",
+            "standard-webhooks/contact_created_multi_signature.json",
+        ),
     ];
     // idempotency key -> the corpus hook sent.
     let mut sent: HashMap<String, Hook> = HashMap::new();
     for (source, file) in files {
         let h = Hook::load(file);
-        let a = relay.post(&format!("/hooks/{source}"), &h.send_headers(), h.body.clone()).await;
+        let a = relay
+            .post(
+                &format!("/hooks/{source}"),
+                &h.send_headers(),
+                h.body.clone(),
+            )
+            .await;
         sent.insert(a.id(), h);
     }
-    let got = until("every signed hook at the receiver", Duration::from_secs(60), async || {
-        let d = sink.delivered();
-        (d.len() >= files.len()).then_some(d)
-    })
+    let got = until(
+        "every signed hook at the receiver",
+        Duration::from_secs(60),
+        async || {
+            let d = sink.delivered();
+            (d.len() >= files.len()).then_some(d)
+        },
+    )
     .await;
     assert_eq!(got.len(), files.len(), "{got:?}");
     for r in &got {
         let id = r.id();
-        let h = sent.get(&id).unwrap_or_else(|| panic!("a delivery of no hook sent: {id}"));
-        assert_eq!(r.body, h.body, "{}: the body signed and sent is the stored body", h.file);
+        let h = sent
+            .get(&id)
+            .unwrap_or_else(|| panic!("a delivery of no hook sent: {id}"));
+        assert_eq!(
+            r.body, h.body,
+            "{}: the body signed and sent is the stored body",
+            h.file
+        );
         assert_eq!(r.header_count("webhook-id"), 1, "{}", h.file);
         assert_eq!(r.header_count("webhook-timestamp"), 1, "{}", h.file);
         assert_eq!(r.header_count("webhook-signature"), 1, "{}", h.file);
-        assert_eq!(r.header("webhook-id").as_deref(), Some(id.as_str()), "{}: webhook-id is the idempotency key", h.file);
+        assert_eq!(
+            r.header("webhook-id").as_deref(),
+            Some(id.as_str()),
+            "{}: webhook-id is the idempotency key",
+            h.file
+        );
         let sig = r.header("webhook-signature").expect("signature");
         let entries: Vec<&str> = sig.split(' ').collect();
         assert_eq!(
@@ -124,21 +158,48 @@ sources:
             "{}: one signature per secret, in the order of secrets",
             h.file
         );
-        assert!(verifies(OLD, r), "{}: a receiver knowing only the old secret", h.file);
-        assert!(verifies(NEW, r), "{}: a receiver knowing only the new secret", h.file);
-        assert!(!verifies(OTHER, r), "{}: a receiver with another secret must refuse", h.file);
+        assert!(
+            verifies(OLD, r),
+            "{}: a receiver knowing only the old secret",
+            h.file
+        );
+        assert!(
+            verifies(NEW, r),
+            "{}: a receiver knowing only the new secret",
+            h.file
+        );
+        assert!(
+            !verifies(OTHER, r),
+            "{}: a receiver with another secret must refuse",
+            h.file
+        );
         // A flipped byte of the body no longer verifies.
         let mut tampered = r.clone();
         tampered.body[0] ^= 0x01;
         assert!(!verifies(NEW, &tampered), "{}", h.file);
     }
     // The Standard Webhooks provider's own headers did not travel.
-    let stdwh = got.iter().find(|r| r.header("x-ankusa-source").as_deref() == Some("stdwh")).expect("stdwh delivery");
-    assert_ne!(stdwh.header("webhook-id").as_deref(), Some("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W"));
-    assert!(!stdwh.header("webhook-signature").unwrap_or_default().contains("v1a,"), "the provider's signature was forwarded");
+    let stdwh = got
+        .iter()
+        .find(|r| r.header("x-ankusa-source").as_deref() == Some("stdwh"))
+        .expect("stdwh delivery");
+    assert_ne!(
+        stdwh.header("webhook-id").as_deref(),
+        Some("msg_2KWPBgLlAfxdpx2AI54pPJ85f4W")
+    );
+    assert!(
+        !stdwh
+            .header("webhook-signature")
+            .unwrap_or_default()
+            .contains("v1a,"),
+        "the provider's signature was forwarded"
+    );
     let log = relay.log();
     for secret in [OLD, NEW, &OLD[6..], &NEW[6..]] {
-        assert!(!log.contains(secret), "a signing secret is in the relay's log:\n{log}");
+        assert!(
+            !log.contains(secret),
+            "a signing secret is in the relay's log:\n{log}"
+        );
     }
 }
 
@@ -180,57 +241,132 @@ sources:
     let mut relay = Relay::start(&template(&format!("[{OLD}, {NEW}]"))).await;
     let push = Hook::load("github/push_new_branch.json");
     let issue = Hook::load("github/issues_opened.json");
-    let push_id = relay.post("/hooks/github", &push.send_headers(), push.body.clone()).await.id();
-    let issue_id = relay.post("/hooks/github", &issue.send_headers(), issue.body.clone()).await.id();
+    let push_id = relay
+        .post("/hooks/github", &push.send_headers(), push.body.clone())
+        .await
+        .id();
+    let issue_id = relay
+        .post("/hooks/github", &issue.send_headers(), issue.body.clone())
+        .await
+        .id();
 
-    let issue_reqs = until("the issue refused once, then delivered", Duration::from_secs(60), async || {
-        let all: Vec<Req> = sink.requests().into_iter().filter(|r| r.id() == issue_id).collect();
-        (all.len() >= 2 && sink.answer_of(all[1].n) == Some(200)).then_some(all)
-    })
+    let issue_reqs = until(
+        "the issue refused once, then delivered",
+        Duration::from_secs(60),
+        async || {
+            let all: Vec<Req> = sink
+                .requests()
+                .into_iter()
+                .filter(|r| r.id() == issue_id)
+                .collect();
+            (all.len() >= 2 && sink.answer_of(all[1].n) == Some(200)).then_some(all)
+        },
+    )
     .await;
     assert_eq!(issue_reqs.len(), 2, "{issue_reqs:?}");
     assert_eq!((issue_reqs[0].attempt(), issue_reqs[1].attempt()), (1, 2));
     assert_eq!(sink.answer_of(issue_reqs[0].n), Some(500));
     for r in &issue_reqs {
-        assert_eq!(r.header("webhook-id").as_deref(), Some(issue_id.as_str()), "attempt {}", r.attempt());
-        assert!(verifies(OLD, r) && verifies(NEW, r), "attempt {}", r.attempt());
+        assert_eq!(
+            r.header("webhook-id").as_deref(),
+            Some(issue_id.as_str()),
+            "attempt {}",
+            r.attempt()
+        );
+        assert!(
+            verifies(OLD, r) && verifies(NEW, r),
+            "attempt {}",
+            r.attempt()
+        );
         assert_eq!(r.body, issue.body);
     }
 
-    until("the push held by the receiver", Duration::from_secs(60), async || {
-        sink.requests().iter().any(|r| r.id() == push_id).then_some(())
-    })
+    until(
+        "the push held by the receiver",
+        Duration::from_secs(60),
+        async || {
+            sink.requests()
+                .iter()
+                .any(|r| r.id() == push_id)
+                .then_some(())
+        },
+    )
     .await;
     // The issue's delivery committed before the kill (else it is, rightly,
     // delivered again after the restart).
-    until("the issue's delivery committed", Duration::from_secs(60), async || {
-        (relay.metric("ankusa_dispatch_delivered_total").await == 1.0).then_some(())
-    })
+    until(
+        "the issue's delivery committed",
+        Duration::from_secs(60),
+        async || (relay.metric("ankusa_dispatch_delivered_total").await == 1.0).then_some(()),
+    )
     .await;
     relay.kill();
     killed.store(true, Ordering::SeqCst);
     relay.set_template(&template(&format!("[{NEW}]")));
     relay.restart().await;
-    let push_reqs = until("the push delivered after the restart", Duration::from_secs(60), async || {
-        let all: Vec<Req> = sink.requests().into_iter().filter(|r| r.id() == push_id).collect();
-        (all.len() >= 2 && sink.answer_of(all[1].n) == Some(200)).then_some(all)
-    })
+    let push_reqs = until(
+        "the push delivered after the restart",
+        Duration::from_secs(60),
+        async || {
+            let all: Vec<Req> = sink
+                .requests()
+                .into_iter()
+                .filter(|r| r.id() == push_id)
+                .collect();
+            (all.len() >= 2 && sink.answer_of(all[1].n) == Some(200)).then_some(all)
+        },
+    )
     .await;
     assert_eq!(push_reqs.len(), 2, "{push_reqs:?}");
-    assert_eq!(sink.answer_of(push_reqs[0].n), None, "the first request died with the relay");
+    assert_eq!(
+        sink.answer_of(push_reqs[0].n),
+        None,
+        "the first request died with the relay"
+    );
     let (first, again) = (&push_reqs[0], &push_reqs[1]);
-    assert_eq!(again.attempt(), 1, "a recovered row goes back as a first attempt");
-    assert_eq!(first.header("webhook-id").as_deref(), Some(push_id.as_str()));
-    assert_eq!(again.header("webhook-id").as_deref(), Some(push_id.as_str()), "the redelivery carries the same webhook-id");
+    assert_eq!(
+        again.attempt(),
+        1,
+        "a recovered row goes back as a first attempt"
+    );
+    assert_eq!(
+        first.header("webhook-id").as_deref(),
+        Some(push_id.as_str())
+    );
+    assert_eq!(
+        again.header("webhook-id").as_deref(),
+        Some(push_id.as_str()),
+        "the redelivery carries the same webhook-id"
+    );
     assert_eq!(again.body, push.body);
-    let ts = |r: &Req| r.header("webhook-timestamp").and_then(|t| t.parse::<u64>().ok()).expect("timestamp");
-    assert!(ts(again) >= ts(first), "the redelivery is signed at its own attempt");
+    let ts = |r: &Req| {
+        r.header("webhook-timestamp")
+            .and_then(|t| t.parse::<u64>().ok())
+            .expect("timestamp")
+    };
+    assert!(
+        ts(again) >= ts(first),
+        "the redelivery is signed at its own attempt"
+    );
     assert!(verifies(OLD, first) && verifies(NEW, first));
-    assert!(verifies(NEW, again), "a receiver knowing only the new secret");
-    assert!(!verifies(OLD, again), "the old secret was retired at the restart");
-    assert_eq!(again.header("webhook-signature"), Some(library_signature(NEW, again)));
+    assert!(
+        verifies(NEW, again),
+        "a receiver knowing only the new secret"
+    );
+    assert!(
+        !verifies(OLD, again),
+        "the old secret was retired at the restart"
+    );
+    assert_eq!(
+        again.header("webhook-signature"),
+        Some(library_signature(NEW, again))
+    );
     assert_eq!(sink.delivered().len(), 2);
-    assert!(sink.requests().iter().all(|r| r.header("webhook-id") == Some(r.id())));
+    assert!(
+        sink.requests()
+            .iter()
+            .all(|r| r.header("webhook-id") == Some(r.id()))
+    );
 }
 
 /// `type: hmac` reproduces the providers' own signatures of the corpus
@@ -264,30 +400,71 @@ sources:
         ),
     ))
     .await;
-    let github = ["github/push_new_branch.json", "github/issues_opened.json", "github/ping.json"].map(Hook::load);
+    let github = [
+        "github/push_new_branch.json",
+        "github/issues_opened.json",
+        "github/ping.json",
+    ]
+    .map(Hook::load);
     for h in &github {
-        relay.post("/hooks/github", &h.send_headers(), h.body.clone()).await.id();
+        relay
+            .post("/hooks/github", &h.send_headers(), h.body.clone())
+            .await
+            .id();
     }
     let shop = Hook::load("shopify/orders_create.json");
-    relay.post("/hooks/shopify", &shop.send_headers(), shop.body.clone()).await.id();
+    relay
+        .post("/hooks/shopify", &shop.send_headers(), shop.body.clone())
+        .await
+        .id();
     let deadline = Duration::from_secs(60);
-    let gh = until("the GitHub hooks", deadline, async || (github_rx.delivered().len() >= 3).then(|| github_rx.delivered())).await;
-    let plain = until("the GitHub hooks (plain)", deadline, async || (plain_rx.delivered().len() >= 3).then(|| plain_rx.delivered())).await;
-    let sh = until("the Shopify hook", deadline, async || (!shopify_rx.delivered().is_empty()).then(|| shopify_rx.delivered())).await;
+    let gh = until("the GitHub hooks", deadline, async || {
+        (github_rx.delivered().len() >= 3).then(|| github_rx.delivered())
+    })
+    .await;
+    let plain = until("the GitHub hooks (plain)", deadline, async || {
+        (plain_rx.delivered().len() >= 3).then(|| plain_rx.delivered())
+    })
+    .await;
+    let sh = until("the Shopify hook", deadline, async || {
+        (!shopify_rx.delivered().is_empty()).then(|| shopify_rx.delivered())
+    })
+    .await;
     for h in &github {
-        let r = gh.iter().find(|r| r.body == h.body).unwrap_or_else(|| panic!("{} not delivered byte for byte", h.file));
+        let r = gh
+            .iter()
+            .find(|r| r.body == h.body)
+            .unwrap_or_else(|| panic!("{} not delivered byte for byte", h.file));
         assert_eq!(r.header_count("x-hub-signature-256"), 1, "{}", h.file);
-        assert_eq!(r.header("x-hub-signature-256").as_deref(), h.header("X-Hub-Signature-256"), "{}: GitHub's own signature", h.file);
-        let r = plain.iter().find(|r| r.body == h.body).unwrap_or_else(|| panic!("{} not delivered byte for byte", h.file));
-        let want: String = hmac_sha256::HMAC::mac(&h.body, b"relay-to-service-key").iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            r.header("x-hub-signature-256").as_deref(),
+            h.header("X-Hub-Signature-256"),
+            "{}: GitHub's own signature",
+            h.file
+        );
+        let r = plain
+            .iter()
+            .find(|r| r.body == h.body)
+            .unwrap_or_else(|| panic!("{} not delivered byte for byte", h.file));
+        let want: String = hmac_sha256::HMAC::mac(&h.body, b"relay-to-service-key")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         assert_eq!(r.header("x-ankusa-signature"), Some(want), "{}", h.file);
         assert_eq!(r.header_count("webhook-signature"), 0);
     }
     assert_eq!(sh.len(), 1);
     assert_eq!(sh[0].body, shop.body);
     assert_eq!(sh[0].header_count("x-shopify-hmac-sha256"), 1);
-    assert_eq!(sh[0].header("x-shopify-hmac-sha256").as_deref(), shop.header("X-Shopify-Hmac-Sha256"), "Shopify's own signature");
-    let b64 = base64::engine::general_purpose::STANDARD.encode(hmac_sha256::HMAC::mac(&shop.body, b"shpss_corpus_test_secret_0001"));
+    assert_eq!(
+        sh[0].header("x-shopify-hmac-sha256").as_deref(),
+        shop.header("X-Shopify-Hmac-Sha256"),
+        "Shopify's own signature"
+    );
+    let b64 = base64::engine::general_purpose::STANDARD.encode(hmac_sha256::HMAC::mac(
+        &shop.body,
+        b"shpss_corpus_test_secret_0001",
+    ));
     assert_eq!(sh[0].header("x-shopify-hmac-sha256"), Some(b64));
 }
 
@@ -326,7 +503,14 @@ sources:
         r#"source "billing", sink "typo" (http): option "signing.type": must be standard_webhooks or hmac, found "standard_webhook""#,
     ];
     let check = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
-    let serve = run_cli(&[OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()], dir);
+    let serve = run_cli(
+        &[
+            OsStr::new("serve"),
+            OsStr::new("--config"),
+            file.as_os_str(),
+        ],
+        dir,
+    );
     for (what, (status, out)) in [("check-config", check), ("serve", serve)] {
         assert!(!status.success(), "{what} accepted:\n{out}");
         for e in expected {
@@ -334,21 +518,34 @@ sources:
         }
         // Each problem once (the config crate's and the adapter's checks of
         // one option are one problem).
-        assert_eq!(out.matches("option \"signing.secrets[2]\"").count(), 1, "{what}:\n{out}");
+        assert_eq!(
+            out.matches("option \"signing.secrets[2]\"").count(),
+            1,
+            "{what}:\n{out}"
+        );
         for secret in ["sekrit-value", &NEW[6..], &OLD[6..]] {
             assert!(!out.contains(secret), "{what} printed a secret:\n{out}");
         }
     }
-    assert!(!data.exists(), "serve created the data_dir of an invalid config");
+    assert!(
+        !data.exists(),
+        "serve created the data_dir of an invalid config"
+    );
 
     // The same file with the problems fixed loads.
     let good = yaml
         .replace(", 'whsec_not base64!', 'env:ANKUSA_SIGNING_TEST_UNSET'", "")
-        .replace("headers: {webhook-timestamp: '1'}, signing: {type: standard_webhooks, secrets: []}", &format!("signing: {{type: standard_webhooks, secrets: [{OLD}]}}"))
+        .replace(
+            "headers: {webhook-timestamp: '1'}, signing: {type: standard_webhooks, secrets: []}",
+            &format!("signing: {{type: standard_webhooks, secrets: [{OLD}]}}"),
+        )
         .replace("headers: {Webhook-Id: fixed}, ", "")
         .replace(", encoding: hex32, secrets: [a]", ", encoding: base64")
         .replace("standard_webhook,", "standard_webhooks,");
     std::fs::write(&file, &good).expect("write");
     let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
-    assert!(status.success(), "check-config refused the fixed file:\n{out}\n---\n{good}");
+    assert!(
+        status.success(),
+        "check-config refused the fixed file:\n{out}\n---\n{good}"
+    );
 }

@@ -126,7 +126,9 @@ pub struct Sink {
 impl Sink {
     /// A sink answering every request with `script(request)`.
     pub async fn start(script: impl Fn(&Req) -> Reply + Send + Sync + 'static) -> Sink {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the sink");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the sink");
         let addr = listener.local_addr().expect("sink address");
         let (release, _) = watch::channel(false);
         let state = Arc::new(State {
@@ -149,7 +151,8 @@ impl Sink {
                     // any other server. Counted (`accept_errors`); none seen
                     // so far.
                     Err(_) => {
-                        st.accept_errors.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        st.accept_errors
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(1)).await;
                         continue;
                     }
@@ -160,11 +163,17 @@ impl Sink {
                         let st = Arc::clone(&st);
                         async move { Ok::<_, Infallible>(handle(st, req).await) }
                     });
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
                 });
             }
         });
-        Sink { addr, state, accept }
+        Sink {
+            addr,
+            state,
+            accept,
+        }
     }
 
     /// A sink answering 200 to everything.
@@ -208,7 +217,10 @@ impl Sink {
             .filter(|(_, s)| (200..300).contains(s))
             .map(|(n, _)| *n)
             .collect();
-        self.requests().into_iter().filter(|r| ok.contains(&r.n)).collect()
+        self.requests()
+            .into_iter()
+            .filter(|r| ok.contains(&r.n))
+            .collect()
     }
 
     /// The `x-ankusa-idempotency-key` of every request answered 2xx so far,
@@ -223,28 +235,54 @@ impl Sink {
             .filter(|(_, s)| (200..300).contains(s))
             .map(|(n, _)| *n)
             .collect();
-        self.state.reqs.lock().expect("lock").iter().filter(|r| ok.contains(&r.n)).map(Req::id).collect()
+        self.state
+            .reqs
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|r| ok.contains(&r.n))
+            .map(Req::id)
+            .collect()
     }
 
     /// The status this sink answered request `n` with, if it answered.
     pub fn answer_of(&self, n: usize) -> Option<u16> {
-        self.state.answers.lock().expect("lock").iter().find(|(i, _)| *i == n).map(|(_, s)| *s)
+        self.state
+            .answers
+            .lock()
+            .expect("lock")
+            .iter()
+            .find(|(i, _)| *i == n)
+            .map(|(_, s)| *s)
     }
 
     /// How many connections `accept` failed on (the receiver went on
     /// listening).
     pub fn accept_errors(&self) -> usize {
-        self.state.accept_errors.load(std::sync::atomic::Ordering::SeqCst)
+        self.state
+            .accept_errors
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Requests of lane `key` ([`lane`]) open right now.
     pub fn open(&self, key: &str) -> usize {
-        self.state.open.lock().expect("lock").get(key).map_or(0, |e| e.0)
+        self.state
+            .open
+            .lock()
+            .expect("lock")
+            .get(key)
+            .map_or(0, |e| e.0)
     }
 
     /// The most requests of each lane ([`lane`]) that were open at once.
     pub fn max_open(&self) -> HashMap<String, usize> {
-        self.state.open.lock().expect("lock").iter().map(|(k, e)| (k.clone(), e.1)).collect()
+        self.state
+            .open
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(k, e)| (k.clone(), e.1))
+            .collect()
     }
 }
 
@@ -256,9 +294,16 @@ impl Drop for Sink {
 
 async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
-    let body = body.collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
-    let headers: Vec<(String, Vec<u8>)> =
-        parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes().to_vec())
+        .unwrap_or_default();
+    let headers: Vec<(String, Vec<u8>)> = parts
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect();
     let h = |name: &str| {
         headers
             .iter()
@@ -266,7 +311,11 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>>
             .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
             .unwrap_or_default()
     };
-    let key = lane(&h("x-ankusa-tenant"), &h("x-ankusa-source"), &h("x-ankusa-ordering-key"));
+    let key = lane(
+        &h("x-ankusa-tenant"),
+        &h("x-ankusa-source"),
+        &h("x-ankusa-ordering-key"),
+    );
     let (r, _guard) = {
         let mut reqs = st.reqs.lock().expect("lock");
         let r = Req {
@@ -282,7 +331,13 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>>
         let e = open.entry(key.clone()).or_insert((0, 0));
         e.0 += 1;
         e.1 = e.1.max(e.0);
-        (r, OpenGuard { state: Arc::clone(&st), key })
+        (
+            r,
+            OpenGuard {
+                state: Arc::clone(&st),
+                key,
+            },
+        )
     };
     let script = Arc::clone(&st.script.read().expect("lock"));
     let (status, retry_after) = match script(&r) {
@@ -326,7 +381,10 @@ pub async fn until<T>(what: &str, within: Duration, mut f: impl AsyncFnMut() -> 
         if let Some(v) = f().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -39,7 +39,9 @@ async fn admin() -> aws_sdk_sqs::Client {
     let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .http_client(http)
         .region(aws_sdk_sqs::config::Region::new(REGION))
-        .credentials_provider(aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "test"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "test",
+        ))
         .endpoint_url(endpoint())
         .load()
         .await;
@@ -48,7 +50,10 @@ async fn admin() -> aws_sdk_sqs::Client {
 
 /// A FIFO queue of this run (deduplication by MessageDeduplicationId only).
 async fn fifo_queue(what: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").subsec_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .subsec_nanos();
     let name = format!("ankusa-it-{what}-{}-{nanos}.fifo", std::process::id());
     let out = admin()
         .await
@@ -111,12 +116,20 @@ async fn receive(url: &str, n: usize) -> Vec<Got> {
                 .flatten()
                 .map(|(k, v)| {
                     assert_eq!(v.data_type(), "String", "attribute {k}");
-                    (k.clone(), v.string_value().expect("string value").to_owned())
+                    (
+                        k.clone(),
+                        v.string_value().expect("string value").to_owned(),
+                    )
                 })
                 .collect();
-            let system = |name: MessageSystemAttributeName| m.attributes().and_then(|a| a.get(&name)).cloned();
+            let system = |name: MessageSystemAttributeName| {
+                m.attributes().and_then(|a| a.get(&name)).cloned()
+            };
             out.push(Got {
-                received: Received { body: m.body().expect("body").as_bytes().to_vec(), attrs },
+                received: Received {
+                    body: m.body().expect("body").as_bytes().to_vec(),
+                    attrs,
+                },
                 group_id: system(MessageSystemAttributeName::MessageGroupId),
                 dedup_id: system(MessageSystemAttributeName::MessageDeduplicationId),
             });
@@ -133,26 +146,49 @@ async fn stripe_corpus_through_an_ordered_fifo_queue_arrives_once_in_order_per_c
         endpoint()
     );
     let relay = Relay::start_with_env(
-        &config("rocksdb", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", stripe::source_yaml(&sinks))),
+        &config(
+            "rocksdb",
+            &format!(
+                "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+                stripe::source_yaml(&sinks)
+            ),
+        ),
         &AWS_ENV,
     )
     .await;
     let sent = stripe::send(&relay, &stripe::hooks(4)).await;
     assert_eq!(sent.len(), 40);
-    let m = until("the relay's queue drained", Duration::from_secs(60), async || {
-        let m = relay.metrics().await;
-        (m["ankusa_queue_pending"] == 0.0).then_some(m)
-    })
+    let m = until(
+        "the relay's queue drained",
+        Duration::from_secs(60),
+        async || {
+            let m = relay.metrics().await;
+            (m["ankusa_queue_pending"] == 0.0).then_some(m)
+        },
+    )
     .await;
-    assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0, "log:\n{}", relay.log());
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
+    assert_eq!(
+        m["ankusa_dispatch_delivered_total"],
+        40.0,
+        "log:\n{}",
+        relay.log()
+    );
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
+    );
 
     let got = receive(&url, sent.len()).await;
     let _ = admin().await.delete_queue().queue_url(&url).send().await;
     let received: Vec<Received> = got.iter().map(|g| g.received.clone()).collect();
     stripe::check(&sent, &received);
 
-    let content_type = stripe::hooks(1)[0].header("content-type").expect("corpus content type").to_owned();
+    let content_type = stripe::hooks(1)[0]
+        .header("content-type")
+        .expect("corpus content type")
+        .to_owned();
     let by_id: BTreeMap<&str, &stripe::Sent> = sent.iter().map(|s| (s.id.as_str(), s)).collect();
     for g in &got {
         let id = g.received.attrs["ankusa_idempotency_key"].as_str();
@@ -161,9 +197,20 @@ async fn stripe_corpus_through_an_ordered_fifo_queue_arrives_once_in_order_per_c
         // sent as is. The dedup id is the idempotency key and the sink's
         // index (the only sink: 0).
         assert_eq!(g.group_id.as_deref(), Some(s.key.as_str()), "{}", s.file);
-        assert_eq!(g.group_id.as_deref().map(str::as_bytes).map(ankusa_sinks::sqs::message_group_id), Some(s.key.clone()));
+        assert_eq!(
+            g.group_id
+                .as_deref()
+                .map(str::as_bytes)
+                .map(ankusa_sinks::sqs::message_group_id),
+            Some(s.key.clone())
+        );
         assert_eq!(g.dedup_id, Some(format!("{id}.0")), "{}", s.file);
-        assert_eq!(g.received.attrs.get("content_type"), Some(&content_type), "{}", s.file);
+        assert_eq!(
+            g.received.attrs.get("content_type"),
+            Some(&content_type),
+            "{}",
+            s.file
+        );
         let names: Vec<&str> = g.received.attrs.keys().map(String::as_str).collect();
         assert_eq!(
             names,
@@ -181,7 +228,8 @@ async fn stripe_corpus_through_an_ordered_fifo_queue_arrives_once_in_order_per_c
         );
     }
     // Four groups: three customers and the keyless lane.
-    let groups: std::collections::BTreeSet<&str> = got.iter().filter_map(|g| g.group_id.as_deref()).collect();
+    let groups: std::collections::BTreeSet<&str> =
+        got.iter().filter_map(|g| g.group_id.as_deref()).collect();
     assert_eq!(groups.len(), 4, "{groups:?}");
     assert!(groups.contains(stripe::KEYLESS), "{groups:?}");
 }
@@ -201,20 +249,50 @@ fn sqs_sinks_are_checked_by_their_adapter() {
     };
     let q = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders";
     for (sink, expected) in [
-        (format!("{{type: sqs, name: orders, queue_url: '{q}', ordered: true}}"), "option \"ordered\": requires a FIFO queue"),
-        ("{type: sqs, name: orders, region: eu-west-1}".to_owned(), "option \"queue_url\": required"),
-        (format!("{{type: sqs, name: orders, queue_url: '{q}', endpoint_url: 'localhost:5000'}}"), "option \"endpoint_url\": "),
-        (format!("{{type: sqs, name: orders, queue_url: '{q}', body_encoding: hex}}"), "option \"body_encoding\": "),
-        (format!("{{type: sqs, name: orders, queue_url: '{q}', visibility: 30}}"), "option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, forward_headers; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit)"),
+        (
+            format!("{{type: sqs, name: orders, queue_url: '{q}', ordered: true}}"),
+            "option \"ordered\": requires a FIFO queue",
+        ),
+        (
+            "{type: sqs, name: orders, region: eu-west-1}".to_owned(),
+            "option \"queue_url\": required",
+        ),
+        (
+            format!(
+                "{{type: sqs, name: orders, queue_url: '{q}', endpoint_url: 'localhost:5000'}}"
+            ),
+            "option \"endpoint_url\": ",
+        ),
+        (
+            format!("{{type: sqs, name: orders, queue_url: '{q}', body_encoding: hex}}"),
+            "option \"body_encoding\": ",
+        ),
+        (
+            format!("{{type: sqs, name: orders, queue_url: '{q}', visibility: 30}}"),
+            "option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, forward_headers; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit)",
+        ),
     ] {
         let file = dir.join("bad.yaml");
         std::fs::write(&file, yaml(&sink)).expect("write");
-        for args in [vec![OsStr::new("check-config"), file.as_os_str()], vec![OsStr::new("serve"), OsStr::new("--config"), file.as_os_str()]] {
+        for args in [
+            vec![OsStr::new("check-config"), file.as_os_str()],
+            vec![
+                OsStr::new("serve"),
+                OsStr::new("--config"),
+                file.as_os_str(),
+            ],
+        ] {
             let (status, out) = crate::relay::run_cli(&args, dir);
             assert!(!status.success(), "{args:?} accepted {sink}:\n{out}");
-            assert!(out.contains("source \"billing\", sink \"orders\" (sqs)") && out.contains(expected), "{args:?} {sink}: lacks {expected:?}:\n{out}");
+            assert!(
+                out.contains("source \"billing\", sink \"orders\" (sqs)") && out.contains(expected),
+                "{args:?} {sink}: lacks {expected:?}:\n{out}"
+            );
         }
-        assert!(!dir.join("data").exists(), "serve created the data_dir for {sink}");
+        assert!(
+            !dir.join("data").exists(),
+            "serve created the data_dir for {sink}"
+        );
     }
     let file = dir.join("good.yaml");
     std::fs::write(
@@ -240,21 +318,39 @@ async fn provider_headers_chosen_arrive_as_message_attributes() {
         provider::CHOSEN_YAML
     );
     let relay = Relay::start_with_env(
-        &config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink))),
+        &config(
+            "memory",
+            &format!(
+                "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+                provider::sources_yaml(&sink)
+            ),
+        ),
         &AWS_ENV,
     )
     .await;
     let sent = provider::send(&relay, &provider::FILES).await;
     let m = crate::peer::drained(&relay, Duration::from_secs(60)).await;
-    assert_eq!(m["ankusa_dispatch_delivered_total"], 4.0, "log:\n{}", relay.log());
+    assert_eq!(
+        m["ankusa_dispatch_delivered_total"],
+        4.0,
+        "log:\n{}",
+        relay.log()
+    );
     let got = receive(&url, sent.len()).await;
     let _ = admin().await.delete_queue().queue_url(&url).send().await;
     let received: Vec<Received> = got.iter().map(|g| g.received.clone()).collect();
     let by_id = provider::check(&sent, &received, &provider::CHOSEN);
     for s in &sent {
-        assert_eq!(by_id[&s.id].attrs.get("content_type").map(String::as_str), s.hook.header("content-type"));
+        assert_eq!(
+            by_id[&s.id].attrs.get("content_type").map(String::as_str),
+            s.hook.header("content-type")
+        );
     }
-    let github: Vec<&str> = by_id[&sent[0].id].attrs.keys().map(String::as_str).collect();
+    let github: Vec<&str> = by_id[&sent[0].id]
+        .attrs
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         github,
         [
@@ -269,7 +365,10 @@ async fn provider_headers_chosen_arrive_as_message_attributes() {
         ]
     );
     assert_eq!(by_id[&sent[1].id].attrs["x-shopify-topic"], "orders/create");
-    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"sqs\"}"], 0.0);
+    assert_eq!(
+        m["ankusa_forwarded_headers_dropped_total{sink=\"sqs\"}"],
+        0.0
+    );
 }
 
 /// Issue 12: SQS takes 10 message attributes. A GitHub hook through a sink
@@ -280,24 +379,56 @@ async fn provider_headers_chosen_arrive_as_message_attributes() {
 async fn headers_over_the_sqs_attribute_limit_are_dropped_and_counted_the_hook_delivered() {
     use crate::provider;
     let url = fifo_queue("limit").await;
-    let listed = ["x-github-event", "x-github-delivery", "x-hub-signature-256", "x-github-hook-id", "user-agent"];
+    let listed = [
+        "x-github-event",
+        "x-github-delivery",
+        "x-hub-signature-256",
+        "x-github-hook-id",
+        "user-agent",
+    ];
     let sink = format!(
         "{{type: sqs, name: queue, queue_url: '{url}', endpoint_url: '{}', region: {REGION}, forward_headers: [{}]}}",
         endpoint(),
         listed.join(", ")
     );
     let relay = Relay::start_with_env(
-        &config("memory", &format!("retry: {{base_ms: 10, max_ms: 200}}\n{}", provider::sources_yaml(&sink))),
+        &config(
+            "memory",
+            &format!(
+                "retry: {{base_ms: 10, max_ms: 200}}\n{}",
+                provider::sources_yaml(&sink)
+            ),
+        ),
         &AWS_ENV,
     )
     .await;
-    let files = ["github/push_new_branch.json", "github/issues_opened.json", "github/pull_request_opened.json"];
+    let files = [
+        "github/push_new_branch.json",
+        "github/issues_opened.json",
+        "github/pull_request_opened.json",
+    ];
     let sent = provider::send(&relay, &files).await;
     let m = crate::peer::drained(&relay, Duration::from_secs(60)).await;
-    assert_eq!(m["ankusa_dispatch_delivered_total"], 3.0, "log:\n{}", relay.log());
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0);
-    assert_eq!(m["ankusa_forwarded_headers_dropped_total{sink=\"sqs\"}"], 3.0, "one per hook: {m:?}");
-    assert_eq!(m["ankusa_forwarded_headers_dropped_total"], 3.0, "no other sink dropped any");
+    assert_eq!(
+        m["ankusa_dispatch_delivered_total"],
+        3.0,
+        "log:\n{}",
+        relay.log()
+    );
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0
+    );
+    assert_eq!(
+        m["ankusa_forwarded_headers_dropped_total{sink=\"sqs\"}"], 3.0,
+        "one per hook: {m:?}"
+    );
+    assert_eq!(
+        m["ankusa_forwarded_headers_dropped_total"], 3.0,
+        "no other sink dropped any"
+    );
     let got = receive(&url, sent.len()).await;
     let _ = admin().await.delete_queue().queue_url(&url).send().await;
     let received: Vec<Received> = got.iter().map(|g| g.received.clone()).collect();
@@ -305,7 +436,15 @@ async fn headers_over_the_sqs_attribute_limit_are_dropped_and_counted_the_hook_d
     for s in &sent {
         let attrs = &by_id[&s.id].attrs;
         assert_eq!(attrs.len(), 10, "{}: {attrs:?}", s.hook.file);
-        assert!(!attrs.contains_key("user-agent"), "{}: {attrs:?}", s.hook.file);
-        assert!(s.hook.header("user-agent").is_some(), "{}: the corpus hook has a User-Agent", s.hook.file);
+        assert!(
+            !attrs.contains_key("user-agent"),
+            "{}: {attrs:?}",
+            s.hook.file
+        );
+        assert!(
+            s.hook.header("user-agent").is_some(),
+            "{}: the corpus hook has a User-Agent",
+            s.hook.file
+        );
     }
 }

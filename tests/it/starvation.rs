@@ -14,7 +14,14 @@ use crate::sink::{Reply, Sink, until};
 
 async fn slow_backlog_then_one_fast_hook(backlog: usize) {
     // /in (source slow) holds every request; /in2 (source fast) answers 200.
-    let sink = Sink::start(|r| if r.path == "/in" { Reply::Hold } else { Reply::Status(200) }).await;
+    let sink = Sink::start(|r| {
+        if r.path == "/in" {
+            Reply::Hold
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
     let relay = Relay::start(&config(
         "memory",
         &format!(
@@ -32,12 +39,17 @@ sources:
     // More due rows than dispatch.batch (64) for the slow sink, 8 of them in
     // flight (sink_concurrency) and held.
     for i in 0..backlog {
-        relay.post("/hooks/slow", &[], format!("{{\"i\":{i}}}")).await.id();
+        relay
+            .post("/hooks/slow", &[], format!("{{\"i\":{i}}}"))
+            .await
+            .id();
     }
     let id = relay.post("/hooks/fast", &[], "{}").await.id();
-    let got = until("the fast source's hook delivered", Duration::from_secs(60), async || {
-        sink.delivered().into_iter().find(|r| r.id() == id)
-    })
+    let got = until(
+        "the fast source's hook delivered",
+        Duration::from_secs(60),
+        async || sink.delivered().into_iter().find(|r| r.id() == id),
+    )
     .await;
     assert_eq!(got.path, "/in2");
     sink.release();

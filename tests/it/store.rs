@@ -12,7 +12,9 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use ankusa_engine::{Batch, Cf, Durability, Kv};
-use ankusa_keys::{CounterField, DeliveryRow, RowState, Seq, SinkIx, TenantOrd, counter_key, delivery_key};
+use ankusa_keys::{
+    CounterField, DeliveryRow, RowState, Seq, SinkIx, TenantOrd, counter_key, delivery_key,
+};
 
 use crate::relay::{Relay, config, run_cli};
 use crate::sink::{Sink, until};
@@ -32,8 +34,14 @@ pub fn store_check(dir: &Path, extra: &[&str]) -> (ExitStatus, String) {
 fn plant(backend: &str, data_dir: &Path, batch: Batch) {
     let dir = data_dir.join(format!("store-{backend}"));
     match backend {
-        "rocksdb" => ankusa_engine_rocksdb::RocksKv::open(&dir).expect("open").write(batch, Durability::Sync).expect("write"),
-        "fjall" => ankusa_engine_fjall::FjallKv::open(&dir).expect("open").write(batch, Durability::Sync).expect("write"),
+        "rocksdb" => ankusa_engine_rocksdb::RocksKv::open(&dir)
+            .expect("open")
+            .write(batch, Durability::Sync)
+            .expect("write"),
+        "fjall" => ankusa_engine_fjall::FjallKv::open(&dir)
+            .expect("open")
+            .write(batch, Durability::Sync)
+            .expect("write"),
         other => panic!("no backend {other}"),
     }
 }
@@ -42,7 +50,9 @@ fn plant(backend: &str, data_dir: &Path, batch: Batch) {
 fn default_tenant(backend: &str, data_dir: &Path) -> TenantOrd {
     let dir = data_dir.join(format!("store-{backend}"));
     let reg = match backend {
-        "rocksdb" => ankusa_queue::Registry::read(&ankusa_engine_rocksdb::RocksKv::open(&dir).expect("open")),
+        "rocksdb" => {
+            ankusa_queue::Registry::read(&ankusa_engine_rocksdb::RocksKv::open(&dir).expect("open"))
+        }
         _ => ankusa_queue::Registry::read(&ankusa_engine_fjall::FjallKv::open(&dir).expect("open")),
     }
     .expect("registry");
@@ -69,24 +79,45 @@ sources:
     .await;
     for i in 0..5 {
         let key = if i % 2 == 0 { "a" } else { "b" };
-        relay.post("/hooks/s", &[JSON, ("x-entity-id", key)], format!("{{\"i\":{i}}}")).await.id();
+        relay
+            .post(
+                "/hooks/s",
+                &[JSON, ("x-entity-id", key)],
+                format!("{{\"i\":{i}}}"),
+            )
+            .await
+            .id();
     }
-    until("five hooks delivered", Duration::from_secs(60), async || (sink.delivered().len() == 5).then_some(())).await;
+    until(
+        "five hooks delivered",
+        Duration::from_secs(60),
+        async || (sink.delivered().len() == 5).then_some(()),
+    )
+    .await;
     let data = relay.data_dir();
 
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(3), "a running relay's store: {out}");
-    assert!(out.contains("the store is in use: a running relay"), "{out}");
+    assert!(
+        out.contains("the store is in use: a running relay"),
+        "{out}"
+    );
     if backend == "rocksdb" {
         // Refused before RocksDB's open: an open that fails on the lock has
         // already rotated the running relay's info log (LOG -> LOG.old.*).
-        assert!(out.contains("/store-rocksdb/LOCK)"), "names the lock and its holder: {out}");
+        assert!(
+            out.contains("/store-rocksdb/LOCK)"),
+            "names the lock and its holder: {out}"
+        );
         let rotated: Vec<String> = std::fs::read_dir(data.join("store-rocksdb"))
             .expect("read the store dir")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .filter(|n| n.starts_with("LOG.old"))
             .collect();
-        assert!(rotated.is_empty(), "store check renamed the running relay's LOG: {rotated:?}");
+        assert!(
+            rotated.is_empty(),
+            "store check renamed the running relay's LOG: {rotated:?}"
+        );
     }
 
     relay.sigterm();
@@ -104,11 +135,23 @@ sources:
     let orphan = delivery_key(t, Seq(999), SinkIx(0));
     let mut bad = Batch::new();
     bad.counter_add(counter_key(t, CounterField::Pending).to_vec(), 3);
-    bad.counter_add(counter_key(TenantOrd::NODE, CounterField::Pending).to_vec(), 3);
+    bad.counter_add(
+        counter_key(TenantOrd::NODE, CounterField::Pending).to_vec(),
+        3,
+    );
     bad.put(
         Cf::Deliveries,
         orphan.to_vec(),
-        DeliveryRow { state: RowState::Due, size: 10, attempts: 0, first_attempt_at_ms: None, last_error: None, lane: None, ordering_key: None }.encode(),
+        DeliveryRow {
+            state: RowState::Due,
+            size: 10,
+            attempts: 0,
+            first_attempt_at_ms: None,
+            last_error: None,
+            lane: None,
+            ordering_key: None,
+        }
+        .encode(),
     );
     plant(backend, &data, bad);
 
@@ -145,8 +188,14 @@ sources:
     plant(backend, &data, bad);
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(1), "{out}");
-    assert!(out.contains("violation: counter bytes of tenant default holds "), "{out}");
-    assert!(out.contains("violation: counter bytes of the node aggregate holds "), "the aggregate against the tenants' sum: {out}");
+    assert!(
+        out.contains("violation: counter bytes of tenant default holds "),
+        "{out}"
+    );
+    assert!(
+        out.contains("violation: counter bytes of the node aggregate holds "),
+        "the aggregate against the tenants' sum: {out}"
+    );
     let (status, out) = store_check(&data, &["--repair-counters"]);
     assert_eq!(status.code(), Some(0), "{out}");
     let fixed: Vec<&str> = out.lines().filter(|l| l.starts_with("  ")).collect();
@@ -158,7 +207,12 @@ sources:
         .unwrap_or_else(|| panic!("{out}"));
     let (old, new): (i64, i64) = (old.parse().expect("old"), new.parse().expect("new"));
     assert_eq!(new - old, 100, "{out}");
-    assert!(out.lines().last().is_some_and(|l| l.contains(": clean (1 tenant, 5 hooks; 5 pending rows")), "{out}");
+    assert!(
+        out.lines()
+            .last()
+            .is_some_and(|l| l.contains(": clean (1 tenant, 5 hooks; 5 pending rows")),
+        "{out}"
+    );
     let (status, out) = store_check(&data, &["--store", backend]);
     assert_eq!(status.code(), Some(0), "{out}");
 
@@ -187,7 +241,11 @@ async fn store_check_without_a_store_is_a_usage_error() {
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(2), "{out}");
     assert!(out.contains("no ankusa store here"), "{out}");
-    assert_eq!(std::fs::read_dir(&data).expect("read").count(), 0, "store check created nothing");
+    assert_eq!(
+        std::fs::read_dir(&data).expect("read").count(),
+        0,
+        "store check created nothing"
+    );
     let (status, out) = store_check(&data.join("missing"), &[]);
     assert_eq!(status.code(), Some(2), "{out}");
     assert!(out.contains("not a directory"), "{out}");
@@ -202,10 +260,14 @@ async fn store_check_names_a_broken_store_under_a_blocks_dir_as_broken_not_in_us
     let data = dir.path().join("blocks");
     let store = data.join("store-rocksdb");
     drop(ankusa_engine_rocksdb::RocksKv::open(&store).expect("create the store"));
-    std::fs::write(store.join("CURRENT"), "MANIFEST-999999\n").expect("point CURRENT at a missing manifest");
+    std::fs::write(store.join("CURRENT"), "MANIFEST-999999\n")
+        .expect("point CURRENT at a missing manifest");
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(3), "{out}");
-    assert!(out.contains(&format!("cannot open the store at {}", store.display())), "{out}");
+    assert!(
+        out.contains(&format!("cannot open the store at {}", store.display())),
+        "{out}"
+    );
     assert!(out.contains("MANIFEST-999999"), "the engine's error: {out}");
     assert!(!out.contains("in use"), "no relay holds it: {out}");
 }
@@ -223,9 +285,15 @@ async fn store_check_names_a_store_dir_it_cannot_read() {
     std::os::unix::fs::symlink(&store, &store).expect("a symlink to itself");
     let (status, out) = store_check(&data, &[]);
     assert_eq!(status.code(), Some(3), "{out}");
-    assert!(out.contains(&format!("{}: cannot read it (", store.display())), "{out}");
+    assert!(
+        out.contains(&format!("{}: cannot read it (", store.display())),
+        "{out}"
+    );
     assert!(!out.contains("no ankusa store here"), "{out}");
     let (status, out) = store_check(&store, &[]);
     assert_eq!(status.code(), Some(3), "the store dir itself: {out}");
-    assert!(out.contains(&format!("{}: cannot read it (", store.display())), "{out}");
+    assert!(
+        out.contains(&format!("{}: cannot read it (", store.display())),
+        "{out}"
+    );
 }

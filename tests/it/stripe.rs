@@ -82,15 +82,26 @@ pub fn hooks_in(rounds: std::ops::Range<usize>) -> Vec<Hook> {
         let customer = format!("cus_QXg1o8vcGmoR3{}", 2 + round % 3);
         for h in &corpus {
             let text = std::str::from_utf8(&h.body).expect("corpus bodies are UTF-8");
-            assert!(text.contains("corpus00"), "{}: no event id to rewrite", h.file);
-            let body = text.replace("corpus00", &format!("r{round}corpus00")).replace(CUSTOMER, &customer).into_bytes();
+            assert!(
+                text.contains("corpus00"),
+                "{}: no event id to rewrite",
+                h.file
+            );
+            let body = text
+                .replace("corpus00", &format!("r{round}corpus00"))
+                .replace(CUSTOMER, &customer)
+                .into_bytes();
             let mut headers = h.headers.clone();
             let sig = headers
                 .iter_mut()
                 .find(|(n, _)| n.eq_ignore_ascii_case("stripe-signature"))
                 .unwrap_or_else(|| panic!("{}: no Stripe-Signature", h.file));
             sig.1 = sign(&body, now_ms() / 1000);
-            out.push(Hook { file: format!("{}#r{round}", h.file), headers, body });
+            out.push(Hook {
+                file: format!("{}#r{round}", h.file),
+                headers,
+                body,
+            });
         }
     }
     out
@@ -98,15 +109,24 @@ pub fn hooks_in(rounds: std::ops::Range<usize>) -> Vec<Hook> {
 
 /// A `Stripe-Signature` value for `body` at unix second `t`.
 pub fn sign(body: &[u8], t: u64) -> String {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(SECRET.as_bytes()).expect("any key length");
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(SECRET.as_bytes()).expect("any key length");
     mac.update(format!("{t}.").as_bytes());
     mac.update(body);
-    let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("t={t},v1={hex}")
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as u64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
 }
 
 /// One accepted hook, as the relay answered it.
@@ -128,7 +148,10 @@ pub struct Sent {
 /// The ordering key ADR 0004 resolves for `{json: data.object.customer}`.
 fn customer_of(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    v["data"]["object"]["customer"].as_str().filter(|s| !s.is_empty()).map(str::to_owned)
+    v["data"]["object"]["customer"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
 }
 
 /// Posts `hooks` to `/hooks/stripe` one after the other; every answer must be
@@ -139,11 +162,22 @@ pub async fn send(relay: &Relay, hooks: &[Hook]) -> Vec<Sent> {
     let mut sent = Vec::with_capacity(hooks.len());
     for h in hooks {
         let before = now_ms();
-        let a = relay.post(&format!("/hooks/{SOURCE}"), &h.send_headers(), h.body.clone()).await;
+        let a = relay
+            .post(
+                &format!("/hooks/{SOURCE}"),
+                &h.send_headers(),
+                h.body.clone(),
+            )
+            .await;
         let after = now_ms();
         assert_eq!(a.status, 200, "{}: {a:?}", h.file);
         let duplicate = a.body["duplicate"].as_bool() == Some(true);
-        assert_eq!(duplicate, h.file.starts_with(PROVIDER_RETRY), "{}: dedupe answer {a:?}", h.file);
+        assert_eq!(
+            duplicate,
+            h.file.starts_with(PROVIDER_RETRY),
+            "{}: dedupe answer {a:?}",
+            h.file
+        );
         if duplicate {
             continue;
         }
@@ -189,19 +223,57 @@ pub fn check(sent: &[Sent], received: &[Received]) {
 /// key still holds. Returns how many repeats there were.
 pub fn check_at_least_once(sent: &[Sent], received: &[Received]) -> usize {
     let by_id: HashMap<&str, &Sent> = sent.iter().map(|s| (s.id.as_str(), s)).collect();
-    assert_eq!(by_id.len(), sent.len(), "the relay answered the same id twice");
+    assert_eq!(
+        by_id.len(),
+        sent.len(),
+        "the relay answered the same id twice"
+    );
     let mut arrived: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut repeats = 0;
     for (i, r) in received.iter().enumerate() {
         let id = r.attr("ankusa_idempotency_key");
-        let s = by_id.get(id).unwrap_or_else(|| panic!("message {i} has an unknown idempotency key {id:?}: {:?}", r.attrs));
-        assert!(r.body == s.body, "message {i} ({}): the body is not the one sent ({} bytes, sent {})", s.file, r.body.len(), s.body.len());
-        assert_eq!(r.attr("ankusa_message_version"), "1", "message {i} ({})", s.file);
-        assert_eq!(r.attr("ankusa_tenant"), "default", "message {i} ({})", s.file);
+        let s = by_id.get(id).unwrap_or_else(|| {
+            panic!(
+                "message {i} has an unknown idempotency key {id:?}: {:?}",
+                r.attrs
+            )
+        });
+        assert!(
+            r.body == s.body,
+            "message {i} ({}): the body is not the one sent ({} bytes, sent {})",
+            s.file,
+            r.body.len(),
+            s.body.len()
+        );
+        assert_eq!(
+            r.attr("ankusa_message_version"),
+            "1",
+            "message {i} ({})",
+            s.file
+        );
+        assert_eq!(
+            r.attr("ankusa_tenant"),
+            "default",
+            "message {i} ({})",
+            s.file
+        );
         assert_eq!(r.attr("ankusa_source"), SOURCE, "message {i} ({})", s.file);
-        assert_eq!(r.attr("ankusa_ordering_key"), s.key, "message {i} ({})", s.file);
-        let at: u64 = r.attr("ankusa_received_at").parse().unwrap_or_else(|e| panic!("message {i} ({}): received_at: {e}", s.file));
-        assert!(s.sent_ms.0 <= at && at <= s.sent_ms.1, "message {i} ({}): received_at {at} outside {:?}", s.file, s.sent_ms);
+        assert_eq!(
+            r.attr("ankusa_ordering_key"),
+            s.key,
+            "message {i} ({})",
+            s.file
+        );
+        let at: u64 = r
+            .attr("ankusa_received_at")
+            .parse()
+            .unwrap_or_else(|e| panic!("message {i} ({}): received_at: {e}", s.file));
+        assert!(
+            s.sent_ms.0 <= at && at <= s.sent_ms.1,
+            "message {i} ({}): received_at {at} outside {:?}",
+            s.file,
+            s.sent_ms
+        );
         let seq = arrived.entry(s.key.as_str()).or_default();
         if seq.last() == Some(&s.id.as_str()) {
             repeats += 1;
@@ -216,7 +288,12 @@ pub fn check_at_least_once(sent: &[Sent], received: &[Received]) -> usize {
     for (key, ids) in &want {
         let got = arrived.get(key).cloned().unwrap_or_default();
         let missing = ids.iter().filter(|id| !got.contains(id)).count();
-        assert_eq!(missing, 0, "lane {key}: {missing} of {} hooks never arrived", ids.len());
+        assert_eq!(
+            missing,
+            0,
+            "lane {key}: {missing} of {} hooks never arrived",
+            ids.len()
+        );
         assert_eq!(&got, ids, "lane {key}: arrival order is not send order");
     }
     assert_eq!(arrived.len(), want.len());
@@ -230,13 +307,20 @@ fn rounds_rewrite_ids_and_customers_and_sign_again() {
     let ids: std::collections::BTreeSet<String> = hooks
         .iter()
         .filter(|h| !h.file.starts_with(PROVIDER_RETRY))
-        .map(|h| serde_json::from_slice::<serde_json::Value>(&h.body).expect("json")["id"].as_str().expect("id").to_owned())
+        .map(|h| {
+            serde_json::from_slice::<serde_json::Value>(&h.body).expect("json")["id"]
+                .as_str()
+                .expect("id")
+                .to_owned()
+        })
         .collect();
     assert_eq!(ids.len(), 40, "event ids must be distinct across rounds");
     let mut keys: BTreeMap<String, usize> = BTreeMap::new();
     for h in &hooks {
         if !h.file.starts_with(PROVIDER_RETRY) {
-            *keys.entry(customer_of(&h.body).unwrap_or_else(|| KEYLESS.into())).or_default() += 1;
+            *keys
+                .entry(customer_of(&h.body).unwrap_or_else(|| KEYLESS.into()))
+                .or_default() += 1;
         }
     }
     let want: BTreeMap<String, usize> = [
@@ -250,9 +334,16 @@ fn rounds_rewrite_ids_and_customers_and_sign_again() {
     // Round 0 keeps the corpus signature; the rewritten ones verify with the secret.
     let h = &hooks[11];
     let sig = h.header("stripe-signature").expect("signature");
-    let t: u64 = sig.strip_prefix("t=").and_then(|s| s.split(',').next()).and_then(|t| t.parse().ok()).expect("t");
+    let t: u64 = sig
+        .strip_prefix("t=")
+        .and_then(|s| s.split(',').next())
+        .and_then(|t| t.parse().ok())
+        .expect("t");
     assert_eq!(sig, sign(&h.body, t));
-    assert_ne!(hooks[0].header("stripe-signature"), Some(sign(&hooks[0].body, t).as_str()));
+    assert_ne!(
+        hooks[0].header("stripe-signature"),
+        Some(sign(&hooks[0].body, t).as_str())
+    );
 }
 
 /// ADR 0004 section 4 through a broker sink: a dead-lettered head releases its
@@ -273,15 +364,30 @@ pub async fn dead_lettered_head_releases_the_lane(
     use crate::peer::drained;
 
     let round = hooks_in(1..2);
-    let pick = |file: &str| round.iter().find(|h| h.file.starts_with(file)).cloned().unwrap_or_else(|| panic!("{file}"));
+    let pick = |file: &str| {
+        round
+            .iter()
+            .find(|h| h.file.starts_with(file))
+            .cloned()
+            .unwrap_or_else(|| panic!("{file}"))
+    };
     let first = send(relay, &[pick("stripe/invoice_created.json")]).await;
     let m = drained(relay, Duration::from_secs(90)).await;
     assert_eq!(m["ankusa_dlq_dead"], 1.0, "{m:?}");
     assert_eq!(m["ankusa_dispatch_dead_lettered_total"], 1.0);
-    assert_eq!(m["ankusa_dispatch_retries_total"], 0.0, "{reason} is permanent, not retried");
-    assert_eq!(m["ankusa_dispatch_lanes"], 0.0, "the dead-lettered head still holds its lane");
+    assert_eq!(
+        m["ankusa_dispatch_retries_total"], 0.0,
+        "{reason} is permanent, not retried"
+    );
+    assert_eq!(
+        m["ankusa_dispatch_lanes"], 0.0,
+        "the dead-lettered head still holds its lane"
+    );
     let log = relay.log();
-    assert!(log.contains(reason) && log.contains("permanent failure: dead-lettered"), "{log}");
+    assert!(
+        log.contains(reason) && log.contains("permanent failure: dead-lettered"),
+        "{log}"
+    );
 
     fix().await;
     let second = send(relay, &[pick("stripe/invoice_finalized.json")]).await;
@@ -301,7 +407,12 @@ pub async fn dead_lettered_head_releases_the_lane(
 /// back within `recovery`, and all 40 are delivered, nothing dead-lettered.
 /// Returns the accepted hooks in send order, for the broker's read and
 /// [`check`] / [`check_at_least_once`].
-pub async fn down_then_back(relay: &Relay, broker: &str, recovery: std::time::Duration, mut set_up: impl AsyncFnMut(bool)) -> Vec<Sent> {
+pub async fn down_then_back(
+    relay: &Relay,
+    broker: &str,
+    recovery: std::time::Duration,
+    mut set_up: impl AsyncFnMut(bool),
+) -> Vec<Sent> {
     use std::time::Duration;
 
     use crate::peer::drained;
@@ -312,22 +423,39 @@ pub async fn down_then_back(relay: &Relay, broker: &str, recovery: std::time::Du
 
     set_up(false).await;
     sent.extend(send(relay, &hooks_in(2..4)).await);
-    let m = until(&format!("heads retrying while {broker} is down"), Duration::from_secs(60), async || {
-        let m = relay.metrics().await;
-        (m["ankusa_dispatch_retries_total"] >= 4.0 && m["ankusa_dispatch_lanes_blocked"] >= 1.0).then_some(m)
-    })
+    let m = until(
+        &format!("heads retrying while {broker} is down"),
+        Duration::from_secs(60),
+        async || {
+            let m = relay.metrics().await;
+            (m["ankusa_dispatch_retries_total"] >= 4.0 && m["ankusa_dispatch_lanes_blocked"] >= 1.0)
+                .then_some(m)
+        },
+    )
     .await;
     assert_eq!(m["ankusa_queue_pending"], 20.0, "{m:?}");
     // Rounds 2-3: customers cus_..34 (5 hooks) and cus_..32 (5), and the
     // keyless lane (10): 3 heads waiting, 17 members behind them.
     assert_eq!(m["ankusa_dispatch_lanes"], 3.0, "{m:?}");
     assert_eq!(m["ankusa_dispatch_lane_members"], 17.0, "{m:?}");
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0, "{m:?}");
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0,
+        "{m:?}"
+    );
 
     set_up(true).await;
     let m = drained(relay, recovery).await;
     assert_eq!(sent.len(), 40);
-    assert_eq!(m.get("ankusa_dispatch_dead_lettered_total").copied().unwrap_or(0.0), 0.0, "{m:?}");
+    assert_eq!(
+        m.get("ankusa_dispatch_dead_lettered_total")
+            .copied()
+            .unwrap_or(0.0),
+        0.0,
+        "{m:?}"
+    );
     assert_eq!(m["ankusa_dlq_dead"], 0.0);
     assert_eq!(m["ankusa_dispatch_delivered_total"], 40.0);
     sent

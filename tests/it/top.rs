@@ -65,19 +65,42 @@ sources:
     let api = Admin::new(&relay, Some(TOKEN));
 
     for n in 0..3 {
-        relay.post("/hooks/orders", &[], format!(r#"{{"n":{n}}}"#)).await.id();
+        relay
+            .post("/hooks/orders", &[], format!(r#"{{"n":{n}}}"#))
+            .await
+            .id();
     }
     relay.post("/hooks/bad", &[], "{}").await.id();
     // Lane k1: its head is attempted (503, back in an hour), then a member.
-    relay.post("/hooks/lanes", &[("x-entity-id", "k1")], r#"{"n":1}"#).await.id();
-    until("k1's head attempted", LONG, async || (sink.requests().iter().any(|r| r.path == "/busy")).then_some(())).await;
-    relay.post("/hooks/lanes", &[("x-entity-id", "k1")], r#"{"n":2}"#).await.id();
+    relay
+        .post("/hooks/lanes", &[("x-entity-id", "k1")], r#"{"n":1}"#)
+        .await
+        .id();
+    until("k1's head attempted", LONG, async || {
+        (sink.requests().iter().any(|r| r.path == "/busy")).then_some(())
+    })
+    .await;
+    relay
+        .post("/hooks/lanes", &[("x-entity-id", "k1")], r#"{"n":2}"#)
+        .await
+        .id();
     for n in 0..2 {
-        relay.post("/hooks/files", &[], format!(r#"{{"n":{n}}}"#)).await.id();
+        relay
+            .post("/hooks/files", &[], format!(r#"{{"n":{n}}}"#))
+            .await
+            .id();
     }
     relay.post("/hooks/held", &[], "{}").await.id();
-    let posted_ms = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_millis() as u64;
-    let r = crate::relay::client().post(relay.url("/hooks/nobody")).body("{}").send().await.expect("POST");
+    let posted_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let r = crate::relay::client()
+        .post(relay.url("/hooks/nobody"))
+        .body("{}")
+        .send()
+        .await
+        .expect("POST");
     assert_eq!(r.status(), 404);
 
     // Settled: every figure final.
@@ -91,22 +114,34 @@ sources:
         ("ankusa_dispatch_lane_members", 1.0),
         ("ankusa_dispatch_paused", 1.0),
         (r#"ankusa_dispatch_breakers{sink="http",state="open"}"#, 1.0),
-        (r#"ankusa_ingest_requests_total{source="_none",code="404"}"#, 1.0),
+        (
+            r#"ankusa_ingest_requests_total{source="_none",code="404"}"#,
+            1.0,
+        ),
     ];
     until("the relay settled", LONG, async || {
         let m = relay.metrics().await;
-        settled.iter().all(|(k, v)| m.get(*k) == Some(v)).then_some(())
+        settled
+            .iter()
+            .all(|(k, v)| m.get(*k) == Some(v))
+            .then_some(())
     })
     .await;
     // The paused sink's hook is held: beta's oldest live due row is then the
     // lane head, due again in an hour (so nothing is due now).
     until("the paused sink's hook held", LONG, async || {
-        (api.tenant("beta").await["oldest_due_at_ms"].as_u64().is_some_and(|d| d > posted_ms + 60_000)).then_some(())
+        (api.tenant("beta").await["oldest_due_at_ms"]
+            .as_u64()
+            .is_some_and(|d| d > posted_ms + 60_000))
+        .then_some(())
     })
     .await;
 
     let admin = format!("http://{}", relay.admin);
-    let (code, out, err) = cli(&["top", "--once", "--interval-ms", "300", "--admin", &admin], Some(TOKEN));
+    let (code, out, err) = cli(
+        &["top", "--once", "--interval-ms", "300", "--admin", &admin],
+        Some(TOKEN),
+    );
     assert_eq!(code, 0, "{err}");
     let expected = [
         format!("ankusa top  {admin}  every 300 ms"),
@@ -144,21 +179,51 @@ sources:
         .stdin(std::process::Stdio::null())
         .output()
         .expect("run ankusa top");
-    assert_eq!(piped.status.code(), Some(0), "{}", String::from_utf8_lossy(&piped.stderr));
+    assert_eq!(
+        piped.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&piped.stdout), out);
 
     // The exit codes: no token 4, nothing listening 3, usage 2.
     let (code, out, err) = cli(&["top", "--once", "--admin", &admin], None);
     assert_eq!((code, out.as_str()), (4, ""), "{err}");
-    assert!(err.contains("401") && err.contains("ANKUSA_ADMIN_TOKEN"), "{err}");
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr");
-    let (code, out, err) = cli(&["top", "--once", "--admin", &format!("http://{closed}")], Some(TOKEN));
+    assert!(
+        err.contains("401") && err.contains("ANKUSA_ADMIN_TOKEN"),
+        "{err}"
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let (code, out, err) = cli(
+        &["top", "--once", "--admin", &format!("http://{closed}")],
+        Some(TOKEN),
+    );
     assert_eq!((code, out.as_str()), (3, ""), "{err}");
-    assert!(err.contains("cannot reach the admin listener") && err.contains("refused"), "{err}");
-    let (code, _, err) = cli(&["top", "--once", "--interval-ms", "0", "--admin", &admin], Some(TOKEN));
+    assert!(
+        err.contains("cannot reach the admin listener") && err.contains("refused"),
+        "{err}"
+    );
+    let (code, _, err) = cli(
+        &["top", "--once", "--interval-ms", "0", "--admin", &admin],
+        Some(TOKEN),
+    );
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--interval-ms") && err.contains("must be at least 1"), "{err}");
-    assert_eq!(cli(&["top", "--once", "--admin", "ftp://127.0.0.1:1"], Some(TOKEN)).0, 2);
+    assert!(
+        err.contains("--interval-ms") && err.contains("must be at least 1"),
+        "{err}"
+    );
+    assert_eq!(
+        cli(
+            &["top", "--once", "--admin", "ftp://127.0.0.1:1"],
+            Some(TOKEN)
+        )
+        .0,
+        2
+    );
 }
 
 /// What [`NotTheRelay`] answers to a path: a status and a body of `len`
@@ -172,7 +237,12 @@ struct Canned {
 
 impl Canned {
     fn json(body: &str) -> Canned {
-        Canned { status: 200, head: body.as_bytes().to_vec(), fill: b' ', len: body.len() }
+        Canned {
+            status: 200,
+            head: body.as_bytes().to_vec(),
+            fill: b' ',
+            len: body.len(),
+        }
     }
 }
 
@@ -204,7 +274,14 @@ impl NotTheRelay {
                     if reader.read_line(&mut line).is_err() {
                         return;
                     }
-                    let path = line.split(' ').nth(1).unwrap_or("/").split('?').next().unwrap_or("/").to_owned();
+                    let path = line
+                        .split(' ')
+                        .nth(1)
+                        .unwrap_or("/")
+                        .split('?')
+                        .next()
+                        .unwrap_or("/")
+                        .to_owned();
                     loop {
                         let mut h = String::new();
                         if reader.read_line(&mut h).map_or(true, |n| n == 0) || h == "\r\n" {
@@ -214,7 +291,10 @@ impl NotTheRelay {
                     count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let c = answer(&path);
                     let mut out = stream;
-                    let head = format!("HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", c.status, c.len);
+                    let head = format!(
+                        "HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        c.status, c.len
+                    );
                     if out.write_all(head.as_bytes()).is_err() || out.write_all(&c.head).is_err() {
                         return;
                     }
@@ -252,7 +332,14 @@ async fn top_against_a_listener_that_is_not_the_relay_exits_with_a_reason() {
     let dir = tempfile::tempdir().expect("tempdir");
     let top = |url: &str| {
         let (status, out) = crate::relay::run_cli_env(
-            &["top".as_ref(), "--once".as_ref(), "--interval-ms".as_ref(), "10".as_ref(), "--admin".as_ref(), url.as_ref()],
+            &[
+                "top".as_ref(),
+                "--once".as_ref(),
+                "--interval-ms".as_ref(),
+                "10".as_ref(),
+                "--admin".as_ref(),
+                url.as_ref(),
+            ],
             dir.path(),
             &[("ANKUSA_ADMIN_TOKEN", TOKEN)],
         );
@@ -274,7 +361,11 @@ async fn top_against_a_listener_that_is_not_the_relay_exits_with_a_reason() {
         out.contains(&format!("ankusa: GET /v1/tenants: the listing does not end (a page names again the next_cursor \"AAAAAQ\"): is {} an Ankusa admin listener?", looping.url())),
         "{out}"
     );
-    assert_eq!(looping.requests.load(std::sync::atomic::Ordering::SeqCst), 2, "one page, then the same cursor again");
+    assert_eq!(
+        looping.requests.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one page, then the same cursor again"
+    );
 
     // An empty page that still names a next one.
     let empty = NotTheRelay::start(|path| match path {
@@ -283,7 +374,10 @@ async fn top_against_a_listener_that_is_not_the_relay_exits_with_a_reason() {
     });
     let (code, out) = top(&empty.url());
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("the listing does not end (a page with no items names next_cursor \"x\")"), "{out}");
+    assert!(
+        out.contains("the listing does not end (a page with no items names next_cursor \"x\")"),
+        "{out}"
+    );
 
     // A web server answering 200 and a page that is not JSON: read as the
     // API it was an empty relay.
@@ -299,27 +393,50 @@ async fn top_against_a_listener_that_is_not_the_relay_exits_with_a_reason() {
     // escape sequence is printed as text.
     let escapes = NotTheRelay::start(|_| {
         let body = br#"{"error": {"code": "x", "message": "\u001b]0;pwned\u0007 boom"}}"#;
-        Canned { status: 500, head: body.to_vec(), fill: b' ', len: body.len() }
+        Canned {
+            status: 500,
+            head: body.to_vec(),
+            fill: b' ',
+            len: body.len(),
+        }
     });
     let (code, out) = top(&escapes.url());
     assert_eq!(code, Some(1), "{out}");
     assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
-    assert!(out.contains("GET /v1/tenants: 500 x: \\u{1b}]0;pwned\\u{7} boom"), "{out}");
+    assert!(
+        out.contains("GET /v1/tenants: 500 x: \\u{1b}]0;pwned\\u{7} boom"),
+        "{out}"
+    );
 
     // /metrics of 65 MiB (comment lines: it would parse).
     let huge = NotTheRelay::start(|path| match path {
-        "/metrics" => Canned { status: 200, head: b"# ".to_vec(), fill: b'#', len: 65 << 20 },
+        "/metrics" => Canned {
+            status: 200,
+            head: b"# ".to_vec(),
+            fill: b'#',
+            len: 65 << 20,
+        },
         _ => Canned::json(NO_ITEMS),
     });
     let (code, out) = top(&huge.url());
     assert_eq!(code, Some(1), "{out}");
-    assert!(out.contains("ankusa: GET /metrics: the answer is over 64 MiB: not an answer of the admin API"), "{out}");
+    assert!(
+        out.contains(
+            "ankusa: GET /metrics: the answer is over 64 MiB: not an answer of the admin API"
+        ),
+        "{out}"
+    );
 
     // /metrics that is not UTF-8: the bad bytes are replaced, the line named.
     let binary = NotTheRelay::start(|path| match path {
         "/metrics" => {
             let body = b"ankusa_queue_pending 1\n\xff\xfe 1\n";
-            Canned { status: 200, head: body.to_vec(), fill: b'\n', len: body.len() }
+            Canned {
+                status: 200,
+                head: body.to_vec(),
+                fill: b'\n',
+                len: body.len(),
+            }
         }
         _ => Canned::json(NO_ITEMS),
     });

@@ -42,14 +42,22 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infalli
 }
 
 fn main() -> ExitCode {
-    let addr: SocketAddr = match std::env::args().nth(1).as_deref().unwrap_or("127.0.0.1:8090").parse() {
+    let addr: SocketAddr = match std::env::args()
+        .nth(1)
+        .as_deref()
+        .unwrap_or("127.0.0.1:8090")
+        .parse()
+    {
         Ok(a) => a,
         Err(e) => {
             eprintln!("plain-hyper: bad listen address: {e}");
             return ExitCode::from(2);
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("plain-hyper: cannot start the runtime: {e}");

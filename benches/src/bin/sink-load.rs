@@ -84,8 +84,16 @@ type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 async fn delivered(client: &HttpClient, admin: SocketAddr) -> Result<f64, String> {
     let uri = format!("http://{admin}/metrics");
-    let resp = client.get(uri.parse().map_err(|e| format!("{e}"))?).await.map_err(|e| format!("GET {uri}: {e}"))?;
-    let body = resp.into_body().collect().await.map_err(|e| format!("{e}"))?.to_bytes();
+    let resp = client
+        .get(uri.parse().map_err(|e| format!("{e}"))?)
+        .await
+        .map_err(|e| format!("GET {uri}: {e}"))?;
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("{e}"))?
+        .to_bytes();
     let text = String::from_utf8_lossy(&body);
     text.lines()
         .find_map(|l| l.strip_prefix("ankusa_dispatch_delivered_total "))
@@ -101,7 +109,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sink-load: {e}");
@@ -129,16 +141,29 @@ async fn run(a: Args) -> Result<String, String> {
     let t0 = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..a.concurrency {
-        let (client, next, failed, padding) = (client.clone(), Arc::clone(&next), Arc::clone(&failed), padding.clone());
-        let (uri, key, keys, n) = (format!("http://{}/hooks/{}", a.ingest, a.source), a.key.clone(), a.keys, a.hooks);
+        let (client, next, failed, padding) = (
+            client.clone(),
+            Arc::clone(&next),
+            Arc::clone(&failed),
+            padding.clone(),
+        );
+        let (uri, key, keys, n) = (
+            format!("http://{}/hooks/{}", a.ingest, a.source),
+            a.key.clone(),
+            a.keys,
+            a.hooks,
+        );
         workers.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= n {
                     break;
                 }
-                let body = format!("{{\"id\":\"evt_{i}\",\"type\":\"load.test\",\"pad\":\"{padding}\"}}");
-                let key = key.clone().unwrap_or_else(|| format!("entity-{}", keys.map_or(i, |k| i % k)));
+                let body =
+                    format!("{{\"id\":\"evt_{i}\",\"type\":\"load.test\",\"pad\":\"{padding}\"}}");
+                let key = key
+                    .clone()
+                    .unwrap_or_else(|| format!("entity-{}", keys.map_or(i, |k| i % k)));
                 let req = Request::builder()
                     .method(Method::POST)
                     .uri(&uri)
@@ -168,7 +193,10 @@ async fn run(a: Args) -> Result<String, String> {
     let ingest_s = t0.elapsed().as_secs_f64();
     let failed = failed.load(Ordering::Relaxed);
     if failed > 0 {
-        return Err(format!("{failed} of {} posts were not answered 200", a.hooks));
+        return Err(format!(
+            "{failed} of {} posts were not answered 200",
+            a.hooks
+        ));
     }
     let at_ingest_end = delivered(&client, a.admin).await? - before;
     let target = a.hooks as f64;
@@ -183,7 +211,11 @@ async fn run(a: Args) -> Result<String, String> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let drain_s = deliver_s - ingest_s;
-    let drain_per_s = if drain_s > 0.0 && target > at_ingest_end { (target - at_ingest_end) / drain_s } else { f64::NAN };
+    let drain_per_s = if drain_s > 0.0 && target > at_ingest_end {
+        (target - at_ingest_end) / drain_s
+    } else {
+        f64::NAN
+    };
     Ok(format!(
         "{{\"hooks\":{},\"concurrency\":{},\"one_key\":{},\"keys\":{},\"ingest_s\":{ingest_s:.3},\"deliver_s\":{deliver_s:.3},\"delivered_at_ingest_end\":{at_ingest_end},\"delivered_per_s\":{:.1},\"drain_per_s\":{drain_per_s:.1}}}",
         a.hooks,

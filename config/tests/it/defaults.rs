@@ -4,10 +4,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use ankusa_config::{LogFormat, 
+use ankusa_config::{
     Breaker, Dedupe, Dispatch, FileSink, HeaderAction, HeaderPolicy, HmacAlgorithm, HttpSink,
-    JsonPath, KeyFn, KeySource, Listeners, Node, Order, OrderingKey, Retry, SignatureEncoding,
-    SinkKind, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification, defaults,
+    JsonPath, KeyFn, KeySource, Listeners, LogFormat, Node, Order, OrderingKey, Retry,
+    SignatureEncoding, SinkKind, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification,
+    defaults,
 };
 use serde_yaml_ng::Value;
 
@@ -191,7 +192,10 @@ sources:
     );
     assert!(c.source("b").is_none());
     // metrics_require_token needs a token, given here; read as written.
-    assert_eq!(c.listeners.admin_token.as_ref().map(|t| t.expose()), Some("t0ken"));
+    assert_eq!(
+        c.listeners.admin_token.as_ref().map(|t| t.expose()),
+        Some("t0ken")
+    );
 }
 
 #[test]
@@ -450,17 +454,31 @@ sources:
       - {type: file, name: h, path: c.ndjson}
 ");
     let s = &c.sources[0];
-    let limits: Vec<Option<ankusa_config::RateLimit>> = s.sinks.iter().map(|e| e.rate_limit).collect();
+    let limits: Vec<Option<ankusa_config::RateLimit>> =
+        s.sinks.iter().map(|e| e.rate_limit).collect();
     assert_eq!(
         limits,
         vec![
-            Some(ankusa_config::RateLimit { per_second: 20.0, burst: 20 }),
-            Some(ankusa_config::RateLimit { per_second: 0.5, burst: 3 }),
-            Some(ankusa_config::RateLimit { per_second: 2.5, burst: 3 }),
+            Some(ankusa_config::RateLimit {
+                per_second: 20.0,
+                burst: 20
+            }),
+            Some(ankusa_config::RateLimit {
+                per_second: 0.5,
+                burst: 3
+            }),
+            Some(ankusa_config::RateLimit {
+                per_second: 2.5,
+                burst: 3
+            }),
             None,
         ]
     );
-    assert!(s.sinks.iter().all(|e| e.options.get("rate_limit").is_none()));
+    assert!(
+        s.sinks
+            .iter()
+            .all(|e| e.options.get("rate_limit").is_none())
+    );
 }
 
 /// `node.otel` (README, "Logs"): left out, no section; `{}` takes the
@@ -472,7 +490,11 @@ fn node_otel_is_read_with_its_defaults() {
     assert_eq!(ok(&format!("node: {{}}\n{file}")).node.otel, None);
     assert_eq!(
         ok(&format!("node: {{otel: {{}}}}\n{file}")).node.otel,
-        Some(ankusa_config::Otel { endpoint: None, service_name: None, filter: defaults::OTEL_FILTER.to_owned() })
+        Some(ankusa_config::Otel {
+            endpoint: None,
+            service_name: None,
+            filter: defaults::OTEL_FILTER.to_owned()
+        })
     );
     assert_eq!(defaults::OTEL_FILTER, "ankusa=debug");
     let c = ok(&format!(

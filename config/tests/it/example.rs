@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use ankusa_config::{
     Config, DEFAULT_YAML, Dedupe, FileSink, HeaderAction, KeySource, OnInvalidSignature, Order,
-    OrderingKey, Retention, SinkKind, SinkRetry, StoreBackend, TenantBinding, TypedOptions, Verification,
+    OrderingKey, Retention, SinkKind, SinkRetry, StoreBackend, TenantBinding, TypedOptions,
+    Verification,
 };
 use serde_yaml_ng::Value;
 
@@ -21,12 +22,21 @@ pub(crate) const EXAMPLE_ENV: [(&str, &str); 11] = [
     ("GITHUB_WEBHOOK_SECRET", "It's a Secret to Everybody"),
     ("GITHUB_WEBHOOK_SECRET_OLD", "old github secret"),
     ("CI_TOKEN", "Bearer ci"),
-    ("CI_SIGNING_SECRET", "whsec_YW5rdXNhLW91dGJvdW5kLXNpZ25pbmcta2V5LW5ldzI="),
-    ("CI_SIGNING_SECRET_OLD", "whsec_YW5rdXNhLW91dGJvdW5kLXNpZ25pbmcta2V5LW9sZDE="),
+    (
+        "CI_SIGNING_SECRET",
+        "whsec_YW5rdXNhLW91dGJvdW5kLXNpZ25pbmcta2V5LW5ldzI=",
+    ),
+    (
+        "CI_SIGNING_SECRET_OLD",
+        "whsec_YW5rdXNhLW91dGJvdW5kLXNpZ25pbmcta2V5LW9sZDE=",
+    ),
     ("STRIPE_WEBHOOK_SECRET", "whsec_corpus_test_secret_0001"),
     ("SHOPIFY_WEBHOOK_SECRET", "shpss_corpus_test_secret_0001"),
     ("BILLING_SECRET", "billing"),
-    ("PARTNER_WEBHOOK_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    (
+        "PARTNER_WEBHOOK_SECRET",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    ),
     ("UNUSED", "x"),
 ];
 
@@ -74,7 +84,13 @@ fn the_example_file_loads_into_the_model_it_documents() {
             ("partner", "/hooks/partner"),
         ]
     );
-    assert_eq!(c.retention, Retention { keep_ms: 604_800_000, interval_ms: 60_000 });
+    assert_eq!(
+        c.retention,
+        Retention {
+            keep_ms: 604_800_000,
+            interval_ms: 60_000
+        }
+    );
 
     // GitHub: two secrets (rotation), dedupe on the delivery id, an http sink.
     let gh = c.source("github").expect("github");
@@ -111,12 +127,7 @@ fn the_example_file_loads_into_the_model_it_documents() {
             max_ms: 600_000,
             max_elapsed_ms: 21_600_000,
             retry_after_max_ms: 60_000,
-            retry_statuses: Some(
-                [408, 409, 425, 429]
-                    .into_iter()
-                    .chain(500..=599)
-                    .collect()
-            ),
+            retry_statuses: Some([408, 409, 425, 429].into_iter().chain(500..=599).collect()),
             grace_ms: Some(600_000),
             overridden: true,
         }
@@ -190,7 +201,10 @@ fn the_example_file_loads_into_the_model_it_documents() {
     );
     assert_eq!(
         sh.sinks[0].rate_limit,
-        Some(ankusa_config::RateLimit { per_second: 20.0, burst: 20 })
+        Some(ankusa_config::RateLimit {
+            per_second: 20.0,
+            burst: 20
+        })
     );
     assert_eq!(c.breaker.distinct, 3);
 
@@ -208,7 +222,10 @@ fn the_example_file_loads_into_the_model_it_documents() {
     assert_eq!(bi.on_invalid_signature, OnInvalidSignature::Quarantine);
     assert!(!bi.quarantine && !bi.paused);
     assert_eq!(
-        bi.sinks.iter().map(|e| (e.name.as_str(), e.paused)).collect::<Vec<_>>(),
+        bi.sinks
+            .iter()
+            .map(|e| (e.name.as_str(), e.paused))
+            .collect::<Vec<_>>(),
         [("file-0", false), ("ledger", true)]
     );
     // `paused` is core's: the sink does not see it.

@@ -26,30 +26,130 @@ fn sink_src(sink: &str) -> String {
 }
 
 fn table() -> Vec<Bounded> {
-    let b = |yaml, scope, option, limit| Bounded { yaml, scope, option, limit };
+    let b = |yaml, scope, option, limit| Bounded {
+        yaml,
+        scope,
+        option,
+        limit,
+    };
     let u = u64::from;
     vec![
-        b("node: {max_pending: N}", "node", "max_pending", max::MAX_PENDING),
-        b("node: {max_pending_bytes: N}", "node", "max_pending_bytes", max::MAX_PENDING_BYTES),
-        b("listeners: {body_limit_bytes: N}", "listeners", "body_limit_bytes", max::BODY_LIMIT_BYTES),
-        b("listeners: {body_budget_bytes: N}", "listeners", "body_budget_bytes", max::BODY_BUDGET_BYTES),
+        b(
+            "node: {max_pending: N}",
+            "node",
+            "max_pending",
+            max::MAX_PENDING,
+        ),
+        b(
+            "node: {max_pending_bytes: N}",
+            "node",
+            "max_pending_bytes",
+            max::MAX_PENDING_BYTES,
+        ),
+        b(
+            "listeners: {body_limit_bytes: N}",
+            "listeners",
+            "body_limit_bytes",
+            max::BODY_LIMIT_BYTES,
+        ),
+        b(
+            "listeners: {body_budget_bytes: N}",
+            "listeners",
+            "body_budget_bytes",
+            max::BODY_BUDGET_BYTES,
+        ),
         b("dispatch: {batch: N}", "dispatch", "batch", u(max::BATCH)),
-        b("dispatch: {sink_concurrency: N}", "dispatch", "sink_concurrency", u(max::SINK_CONCURRENCY)),
-        b("dispatch: {pipelined_concurrency: N}", "dispatch", "pipelined_concurrency", u(max::PIPELINED_CONCURRENCY)),
-        b("dispatch: {admission_window: N}", "dispatch", "admission_window", u(max::ADMISSION_WINDOW)),
-        b("dispatch: {admission_window_bytes: N}", "dispatch", "admission_window_bytes", max::ADMISSION_WINDOW_BYTES),
-        b("dispatch: {flush_interval_ms: N}", "dispatch", "flush_interval_ms", max::FLUSH_INTERVAL_MS),
+        b(
+            "dispatch: {sink_concurrency: N}",
+            "dispatch",
+            "sink_concurrency",
+            u(max::SINK_CONCURRENCY),
+        ),
+        b(
+            "dispatch: {pipelined_concurrency: N}",
+            "dispatch",
+            "pipelined_concurrency",
+            u(max::PIPELINED_CONCURRENCY),
+        ),
+        b(
+            "dispatch: {admission_window: N}",
+            "dispatch",
+            "admission_window",
+            u(max::ADMISSION_WINDOW),
+        ),
+        b(
+            "dispatch: {admission_window_bytes: N}",
+            "dispatch",
+            "admission_window_bytes",
+            max::ADMISSION_WINDOW_BYTES,
+        ),
+        b(
+            "dispatch: {flush_interval_ms: N}",
+            "dispatch",
+            "flush_interval_ms",
+            max::FLUSH_INTERVAL_MS,
+        ),
         b("retry: {max_ms: N}", "retry", "max_ms", max::RETRY_MS),
-        b("retry: {max_elapsed_ms: N}", "retry", "max_elapsed_ms", max::RETRY_MS),
-        b("retry: {retry_after_max_ms: N}", "retry", "retry_after_max_ms", max::RETRY_MS),
-        b("retry: {base_ms: N, max_ms: 31536000000}", "retry", "base_ms", max::RETRY_MS),
-        b("breaker: {failures: N}", "breaker", "failures", u(max::BREAKER_FAILURES)),
-        b("breaker: {failures: 1000000, distinct: N}", "breaker", "distinct", u(max::BREAKER_FAILURES)),
-        b("breaker: {open_ms: N}", "breaker", "open_ms", max::BREAKER_OPEN_MS),
-        b("retention: {keep_ms: N}", "retention", "keep_ms", max::RETENTION_KEEP_MS),
-        b("retention: {interval_ms: N}", "retention", "interval_ms", max::RETENTION_INTERVAL_MS),
-        b("tenants: [{name: default, max_pending: N}]", "tenant \"default\"", "max_pending", max::MAX_PENDING),
-        b("tenants: [{name: default, max_pending_bytes: N}]", "tenant \"default\"", "max_pending_bytes", max::MAX_PENDING_BYTES),
+        b(
+            "retry: {max_elapsed_ms: N}",
+            "retry",
+            "max_elapsed_ms",
+            max::RETRY_MS,
+        ),
+        b(
+            "retry: {retry_after_max_ms: N}",
+            "retry",
+            "retry_after_max_ms",
+            max::RETRY_MS,
+        ),
+        b(
+            "retry: {base_ms: N, max_ms: 31536000000}",
+            "retry",
+            "base_ms",
+            max::RETRY_MS,
+        ),
+        b(
+            "breaker: {failures: N}",
+            "breaker",
+            "failures",
+            u(max::BREAKER_FAILURES),
+        ),
+        b(
+            "breaker: {failures: 1000000, distinct: N}",
+            "breaker",
+            "distinct",
+            u(max::BREAKER_FAILURES),
+        ),
+        b(
+            "breaker: {open_ms: N}",
+            "breaker",
+            "open_ms",
+            max::BREAKER_OPEN_MS,
+        ),
+        b(
+            "retention: {keep_ms: N}",
+            "retention",
+            "keep_ms",
+            max::RETENTION_KEEP_MS,
+        ),
+        b(
+            "retention: {interval_ms: N}",
+            "retention",
+            "interval_ms",
+            max::RETENTION_INTERVAL_MS,
+        ),
+        b(
+            "tenants: [{name: default, max_pending: N}]",
+            "tenant \"default\"",
+            "max_pending",
+            max::MAX_PENDING,
+        ),
+        b(
+            "tenants: [{name: default, max_pending_bytes: N}]",
+            "tenant \"default\"",
+            "max_pending_bytes",
+            max::MAX_PENDING_BYTES,
+        ),
         b(
             "sources:\n  - name: stripe\n    dedupe: {header: x-id, ttl_ms: N}\n    sinks: [{type: file, path: x}]",
             "source \"stripe\"",
@@ -69,18 +169,78 @@ fn table() -> Vec<Bounded> {
 fn sink_table() -> Vec<(&'static str, &'static str, &'static str, u64)> {
     let t = max::SINK_TIMEOUT_MS;
     vec![
-        ("http", "url: 'http://127.0.0.1:9/x', timeout_ms: N", "timeout_ms", t),
-        ("sqs", "queue_url: 'https://q/1/q', timeout_ms: N", "timeout_ms", t),
-        ("sqs", "queue_url: 'https://q/1/q', max_message_bytes: N", "max_message_bytes", max::SQS_MAX_MESSAGE_BYTES),
-        ("pubsub", "project: p, topic: t, timeout_ms: N", "timeout_ms", t),
-        ("kafka", "brokers: 'h:9092', topic: t, timeout_ms: N", "timeout_ms", t),
-        ("nats", "url: 'nats://h:4222', subject: s, timeout_ms: N", "timeout_ms", t),
-        ("redis", "url: 'redis://h:6379', stream: s, timeout_ms: N", "timeout_ms", t),
-        ("redis", "url: 'redis://h:6379', stream: s, maxlen: N", "maxlen", max::REDIS_MAXLEN),
-        ("rabbitmq", "url: 'amqp://h:5672/%2f', exchange: e, timeout_ms: N", "timeout_ms", t),
-        ("http", "url: 'http://127.0.0.1:9/x', retry: {max_elapsed_ms: N}", "retry.max_elapsed_ms", max::RETRY_MS),
-        ("http", "url: 'http://127.0.0.1:9/x', retry: {max_elapsed_ms: 31536000000, grace_ms: N}", "retry.grace_ms", max::RETRY_MS),
-        ("http", "url: 'http://127.0.0.1:9/x', rate_limit: {per_second: 1, burst: N}", "rate_limit.burst", 1_000_000),
+        (
+            "http",
+            "url: 'http://127.0.0.1:9/x', timeout_ms: N",
+            "timeout_ms",
+            t,
+        ),
+        (
+            "sqs",
+            "queue_url: 'https://q/1/q', timeout_ms: N",
+            "timeout_ms",
+            t,
+        ),
+        (
+            "sqs",
+            "queue_url: 'https://q/1/q', max_message_bytes: N",
+            "max_message_bytes",
+            max::SQS_MAX_MESSAGE_BYTES,
+        ),
+        (
+            "pubsub",
+            "project: p, topic: t, timeout_ms: N",
+            "timeout_ms",
+            t,
+        ),
+        (
+            "kafka",
+            "brokers: 'h:9092', topic: t, timeout_ms: N",
+            "timeout_ms",
+            t,
+        ),
+        (
+            "nats",
+            "url: 'nats://h:4222', subject: s, timeout_ms: N",
+            "timeout_ms",
+            t,
+        ),
+        (
+            "redis",
+            "url: 'redis://h:6379', stream: s, timeout_ms: N",
+            "timeout_ms",
+            t,
+        ),
+        (
+            "redis",
+            "url: 'redis://h:6379', stream: s, maxlen: N",
+            "maxlen",
+            max::REDIS_MAXLEN,
+        ),
+        (
+            "rabbitmq",
+            "url: 'amqp://h:5672/%2f', exchange: e, timeout_ms: N",
+            "timeout_ms",
+            t,
+        ),
+        (
+            "http",
+            "url: 'http://127.0.0.1:9/x', retry: {max_elapsed_ms: N}",
+            "retry.max_elapsed_ms",
+            max::RETRY_MS,
+        ),
+        (
+            "http",
+            "url: 'http://127.0.0.1:9/x', retry: {max_elapsed_ms: 31536000000, grace_ms: N}",
+            "retry.grace_ms",
+            max::RETRY_MS,
+        ),
+        (
+            "http",
+            "url: 'http://127.0.0.1:9/x', rate_limit: {per_second: 1, burst: N}",
+            "rate_limit.burst",
+            1_000_000,
+        ),
     ]
 }
 
@@ -96,7 +256,10 @@ fn check_bound(yaml: &str, scope: &str, option: &str, limit: u64) {
         // A u32 option refuses 2^64-1 as it parses, naming the option.
         if let Err(ConfigError::Yaml { message, .. }) = load(&text) {
             let last = option.rsplit('.').next().unwrap_or(option);
-            assert!(over == u64::MAX && message.contains(last) && message.contains("u32"), "{message}");
+            assert!(
+                over == u64::MAX && message.contains(last) && message.contains("u32"),
+                "{message}"
+            );
             continue;
         }
         let got = problems(load(&text));
@@ -121,7 +284,12 @@ fn every_bounded_option_is_refused_by_name_above_its_bound_and_accepted_at_it() 
     }
     for (kind, rest, option, limit) in sink_table() {
         let yaml = sink_src(&format!("{{type: {kind}, name: s, {rest}}}"));
-        check_bound(&yaml, &format!("source \"stripe\", sink \"s\" ({kind})"), option, limit);
+        check_bound(
+            &yaml,
+            &format!("source \"stripe\", sink \"s\" ({kind})"),
+            option,
+            limit,
+        );
         n += 1;
     }
     assert_eq!(n, 35);
@@ -135,13 +303,22 @@ fn the_issue_examples_are_refused_with_the_bound() {
          10000 (config/ankusa.example.yaml lists every bound)"
     );
     assert_eq!(
-        one(&sink_src("{type: http, name: web, url: 'http://h/', timeout_ms: 18446744073709551615}")),
+        one(&sink_src(
+            "{type: http, name: web, url: 'http://h/', timeout_ms: 18446744073709551615}"
+        )),
         "source \"stripe\", sink \"web\" (http): option \"timeout_ms\": 18446744073709551615 is above \
          its upper bound, 600000 (config/ankusa.example.yaml lists every bound)"
     );
     // 0 stays the default: flush at once.
-    assert_eq!(ok("dispatch: {flush_interval_ms: 0}").dispatch.flush_interval_ms, 0);
-    let c = ok(&sink_src("{type: http, name: web, url: 'http://h/', timeout_ms: 600000}"));
+    assert_eq!(
+        ok("dispatch: {flush_interval_ms: 0}")
+            .dispatch
+            .flush_interval_ms,
+        0
+    );
+    let c = ok(&sink_src(
+        "{type: http, name: web, url: 'http://h/', timeout_ms: 600000}",
+    ));
     match &c.sources[0].sinks[0].typed {
         TypedOptions::Http(h) => assert_eq!(h.timeout_ms, 600_000),
         other => panic!("not an http sink: {other:?}"),
@@ -184,7 +361,10 @@ fn a_sink_path_inside_the_data_dir_is_refused_direct_via_dotdot_and_via_a_symlin
     let link = s.path().join("link");
     std::os::unix::fs::symlink(&data, &link).expect("symlink");
     let refused = |path: String, data_dir: &Path| {
-        let yaml = with_data_dir(data_dir, &format!("{{type: file, name: out, path: '{path}'}}"));
+        let yaml = with_data_dir(
+            data_dir,
+            &format!("{{type: file, name: out, path: '{path}'}}"),
+        );
         assert_eq!(
             one(&yaml),
             format!(
@@ -201,21 +381,37 @@ fn a_sink_path_inside_the_data_dir_is_refused_direct_via_dotdot_and_via_a_symlin
     refused(format!("{d}/deliveries.ndjson"), &data);
     refused(format!("{d}/new/dir/out.ndjson"), &data);
     // Through `..` and `.`.
-    refused(format!("{}/other/../data/./CURRENT", s.path().display()), &data);
+    refused(
+        format!("{}/other/../data/./CURRENT", s.path().display()),
+        &data,
+    );
     // Through a symlink to the data dir, and the data dir given through one.
     refused(format!("{}/store-rocksdb/CURRENT", link.display()), &data);
     refused(format!("{d}/CURRENT"), &link);
     // A symlink to a data_dir not made yet (a dangling link) is followed too.
     let later_link = s.path().join("later-link");
     std::os::unix::fs::symlink(s.path().join("not-yet"), &later_link).expect("symlink");
-    refused(format!("{}/CURRENT", later_link.display()), &s.path().join("not-yet"));
+    refused(
+        format!("{}/CURRENT", later_link.display()),
+        &s.path().join("not-yet"),
+    );
     // A data_dir that does not exist yet, given with `..`.
     let later = s.path().join("later");
-    refused(format!("{}/x.ndjson", later.display()), &s.path().join("sub/../later"));
+    refused(
+        format!("{}/x.ndjson", later.display()),
+        &s.path().join("sub/../later"),
+    );
 
     // Beside it is fine, as is a name that only begins like it.
-    for path in [format!("{}/out.ndjson", s.path().display()), format!("{d}-out.ndjson"), format!("{d}/../out.ndjson")] {
-        let c = ok(&with_data_dir(&data, &format!("{{type: file, name: out, path: '{path}'}}")));
+    for path in [
+        format!("{}/out.ndjson", s.path().display()),
+        format!("{d}-out.ndjson"),
+        format!("{d}/../out.ndjson"),
+    ] {
+        let c = ok(&with_data_dir(
+            &data,
+            &format!("{{type: file, name: out, path: '{path}'}}"),
+        ));
         assert_eq!(c.sources[0].sinks[0].name, "out");
     }
 }
@@ -234,7 +430,10 @@ fn one_bad_node_option_is_one_problem_not_a_default_data_dir_as_well() {
     let inside = "node: {data_dir: ./data, store: rocks}\nsources:\n  - name: stripe\n    sinks:\n      - {type: file, name: out, path: ./data/stripe.ndjson}\n";
     let all = problems(load(inside));
     assert_eq!(all.len(), 2, "{all:?}");
-    assert!(all[1].contains("is inside node.data_dir (\"./data\")"), "{all:?}");
+    assert!(
+        all[1].contains("is inside node.data_dir (\"./data\")"),
+        "{all:?}"
+    );
 }
 
 #[test]
@@ -243,7 +442,10 @@ fn a_pubsub_credentials_file_inside_the_data_dir_is_refused() {
     let data = s.path().join("data");
     let yaml = with_data_dir(
         &data,
-        &format!("{{type: pubsub, name: ps, project: p, topic: t, credentials: '{}/sa.json'}}", data.display()),
+        &format!(
+            "{{type: pubsub, name: ps, project: p, topic: t, credentials: '{}/sa.json'}}",
+            data.display()
+        ),
     );
     assert_eq!(
         one(&yaml),
@@ -260,7 +462,10 @@ fn a_data_dir_that_is_a_file_is_refused() {
     let s = Scratch::new("datafile");
     let file = s.path().join("data");
     std::fs::write(&file, b"not a directory").expect("write");
-    let yaml = format!("node: {{data_dir: '{}'}}\nsources:\n  - name: a\n    sinks: [{FILE}]\n", file.display());
+    let yaml = format!(
+        "node: {{data_dir: '{}'}}\nsources:\n  - name: a\n    sinks: [{FILE}]\n",
+        file.display()
+    );
     assert_eq!(
         one(&yaml),
         format!(
@@ -271,7 +476,10 @@ fn a_data_dir_that_is_a_file_is_refused() {
     // A directory, or one that does not exist yet, is fine.
     let c: Config = ok(&format!("node: {{data_dir: '{}'}}\n", s.path().display()));
     assert_eq!(c.node.data_dir, s.path());
-    ok(&format!("node: {{data_dir: '{}/new'}}\n", s.path().display()));
+    ok(&format!(
+        "node: {{data_dir: '{}/new'}}\n",
+        s.path().display()
+    ));
 }
 
 #[test]
@@ -299,13 +507,17 @@ fn an_invalid_env_value_is_never_echoed() {
     ));
     assert_eq!(
         got,
-        ["source \"stripe\", sink \"web\" (http): option \"url\": the value of env:HOOK_URL contains whitespace"]
+        [
+            "source \"stripe\", sink \"web\" (http): option \"url\": the value of env:HOOK_URL contains whitespace"
+        ]
     );
 }
 
 #[test]
 fn a_url_in_an_error_has_no_credentials_or_secret_parameters() {
-    let got = one(&sink_src("{type: http, name: web, url: 'ftp://u:pa55@h/x?token=t0k3n&v=1'}"));
+    let got = one(&sink_src(
+        "{type: http, name: web, url: 'ftp://u:pa55@h/x?token=t0k3n&v=1'}",
+    ));
     assert_eq!(
         got,
         "source \"stripe\", sink \"web\" (http): option \"url\": \"ftp://u:***@h/x?token=***&v=1\" is not an http:// or https:// URL"

@@ -529,19 +529,67 @@ fn breaker_distinct_and_rate_limit_rejections() {
         one("breaker: {open_ms: 99999999999}\n"),
         "breaker: option \"open_ms\": 99999999999 is more than a day (86400000 ms): an open breaker parks every row of its sink that long; write milliseconds"
     );
-    let sink = |rl: &str| format!("sources:\n  - name: shop\n    sinks:\n      - {{type: file, name: out, path: x, rate_limit: {rl}}}\n");
+    let sink = |rl: &str| {
+        format!(
+            "sources:\n  - name: shop\n    sinks:\n      - {{type: file, name: out, path: x, rate_limit: {rl}}}\n"
+        )
+    };
     for (rl, option, message) in [
-        ("20", "rate_limit", "must be {per_second: N, burst: M} (hooks per second, burst optional), found 20"),
-        ("{burst: 5}", "rate_limit.per_second", "required: hooks per second, from 0.001 to 1000000"),
-        ("{per_second: 0}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 0"),
-        ("{per_second: -3}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found -3"),
-        ("{per_second: fast}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found \"fast\""),
-        ("{per_second: 2000000}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 2000000"),
-        ("{per_second: 0.0001}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 0.0001"),
-        ("{per_second: 0.0009, burst: 1000000}", "rate_limit.per_second", "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 0.0009"),
-        ("{per_second: 5, burst: 0}", "rate_limit.burst", "must be a whole number of hooks from 1 to 1000000, found 0"),
-        ("{per_second: 5, burst: 2.5}", "rate_limit.burst", "must be a whole number of hooks from 1 to 1000000, found 2.5"),
-        ("{per_second: 5, per_minute: 9}", "rate_limit.per_minute", "unknown option of rate_limit (its options: per_second, burst)"),
+        (
+            "20",
+            "rate_limit",
+            "must be {per_second: N, burst: M} (hooks per second, burst optional), found 20",
+        ),
+        (
+            "{burst: 5}",
+            "rate_limit.per_second",
+            "required: hooks per second, from 0.001 to 1000000",
+        ),
+        (
+            "{per_second: 0}",
+            "rate_limit.per_second",
+            "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 0",
+        ),
+        (
+            "{per_second: -3}",
+            "rate_limit.per_second",
+            "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found -3",
+        ),
+        (
+            "{per_second: fast}",
+            "rate_limit.per_second",
+            "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found \"fast\"",
+        ),
+        (
+            "{per_second: 2000000}",
+            "rate_limit.per_second",
+            "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 2000000",
+        ),
+        (
+            "{per_second: 0.0001}",
+            "rate_limit.per_second",
+            "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 0.0001",
+        ),
+        (
+            "{per_second: 0.0009, burst: 1000000}",
+            "rate_limit.per_second",
+            "must be a number of hooks per second from 0.001 (one in 1000 s; pause the sink to stop it) to 1000000, found 0.0009",
+        ),
+        (
+            "{per_second: 5, burst: 0}",
+            "rate_limit.burst",
+            "must be a whole number of hooks from 1 to 1000000, found 0",
+        ),
+        (
+            "{per_second: 5, burst: 2.5}",
+            "rate_limit.burst",
+            "must be a whole number of hooks from 1 to 1000000, found 2.5",
+        ),
+        (
+            "{per_second: 5, per_minute: 9}",
+            "rate_limit.per_minute",
+            "unknown option of rate_limit (its options: per_second, burst)",
+        ),
     ] {
         assert_eq!(
             one(&sink(rl)),
@@ -562,12 +610,16 @@ fn breaker_distinct_and_rate_limit_rejections() {
 fn forward_headers_must_be_kept_by_store_headers() {
     let yaml = "store_headers: {headers: {x-secret: drop, X-Api-Key: hash}}\nsources:\n  - name: a\n    sinks:\n      - {type: kafka, name: k, brokers: b, topic: t, forward_headers: [X-Secret, x-api-key, x-kept, 'bad name', 3]}\n      - {type: sqs, name: q, queue_url: u, forward_headers: all}\n  - name: b\n    store_headers: {default: drop, headers: {x-kept: keep}}\n    sinks:\n      - {type: nats, name: n, url: u, subject: s, forward_headers: [x-kept, x-other]}\n";
     assert_eq!(
-        one("sources:\n  - {name: a, sinks: [{type: http, name: h, url: 'http://x/', forward_headers: all}]}\n"),
+        one(
+            "sources:\n  - {name: a, sinks: [{type: http, name: h, url: 'http://x/', forward_headers: all}]}\n"
+        ),
         "source \"a\", sink \"h\" (http): option \"forward_headers\": is an option of the broker and cloud \
          sinks; the http sink forwards every stored header already (less hop-by-hop and framing ones)"
     );
     assert_eq!(
-        one("sources:\n  - {name: a, sinks: [{type: file, name: f, path: x, forward_headers: [x-a]}]}\n"),
+        one(
+            "sources:\n  - {name: a, sinks: [{type: file, name: f, path: x, forward_headers: [x-a]}]}\n"
+        ),
         "source \"a\", sink \"f\" (file): option \"forward_headers\": is an option of the broker and cloud \
          sinks; the file sink writes every stored header in each line already"
     );
@@ -592,9 +644,17 @@ fn forward_headers_must_be_kept_by_store_headers() {
 /// named by the parser.
 #[test]
 fn node_otel_values_are_checked() {
-    for bad in ["collector:4318", "grpc://collector:4317", "http://", "https:///v1", "http://a b"] {
+    for bad in [
+        "collector:4318",
+        "grpc://collector:4317",
+        "http://",
+        "https:///v1",
+        "http://a b",
+    ] {
         assert_eq!(
-            one(&format!("node: {{otel: {{endpoint: '{bad}'}}}}\nsources: []\n")),
+            one(&format!(
+                "node: {{otel: {{endpoint: '{bad}'}}}}\nsources: []\n"
+            )),
             format!(
                 "node: option \"otel.endpoint\": \"{bad}\" is not an OTLP/HTTP endpoint: the collector's http:// or https:// URL \
                  (http://127.0.0.1:4318; /v1/traces is appended)"

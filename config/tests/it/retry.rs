@@ -166,13 +166,19 @@ fn each_rejection_names_source_sink_and_option() {
     );
     assert_eq!(
         one(&http("{retry_statuses: [503, '5xx']}")),
-        p("retry.retry_statuses", "\"5xx\" covers 503, listed before it: list one of them")
+        p(
+            "retry.retry_statuses",
+            "\"5xx\" covers 503, listed before it: list one of them"
+        )
     );
     assert_eq!(
         one(&http("{retry_statuses: ['4xx', '5xx', 418]}")),
         p("retry.retry_statuses", "418 is already covered by \"4xx\"")
     );
-    assert_eq!(one(&http("{retry_statuses: [404, 404]}")), p("retry.retry_statuses", "404 is listed twice"));
+    assert_eq!(
+        one(&http("{retry_statuses: [404, 404]}")),
+        p("retry.retry_statuses", "404 is listed twice")
+    );
     assert_eq!(
         one(&http("{retry_statuses: []}")),
         p(

@@ -158,7 +158,9 @@ fn a_list_in_a_map_option_names_the_unset_item() {
     let yaml = "sources:\n  - name: s\n    sinks:\n      - {type: http, name: h, url: 'http://h/', signing: {type: standard_webhooks, secrets: ['env:NEW', 'env:OLD', whsec_literal]}}\n";
     assert_eq!(
         problems(load_env(yaml, &[("NEW", "whsec_new")])),
-        ["source \"s\", sink \"h\" (http): option \"signing.secrets[1]\": environment variable OLD is not set"]
+        [
+            "source \"s\", sink \"h\" (http): option \"signing.secrets[1]\": environment variable OLD is not set"
+        ]
     );
     let c = load_env(yaml, &[("NEW", "whsec_new"), ("OLD", "whsec_old")]).expect("all set");
     assert_eq!(

@@ -182,7 +182,10 @@ fn anchors_aliases_and_merge_keys_in_sink_entries() {
 #[test]
 fn a_wrong_shape_is_described_without_internal_type_names() {
     let (message, _, _) = yaml_error("- a\n");
-    assert!(message.contains("a mapping of top-level sections"), "{message}");
+    assert!(
+        message.contains("a mapping of top-level sections"),
+        "{message}"
+    );
     let (message, _, _) = yaml_error("sources:\n  - just a string\n");
     assert!(message.contains("a mapping (a source)"), "{message}");
     assert!(!message.contains("Raw"), "{message}");
@@ -221,7 +224,10 @@ sources:
         "source \"shop\": option \"tenant\": unknown tenant \"nobody\"",
     ];
     for (got, want) in problems.iter().zip(expect) {
-        assert!(got.starts_with(want), "{got:?} does not start with {want:?}\n{problems:#?}");
+        assert!(
+            got.starts_with(want),
+            "{got:?} does not start with {want:?}\n{problems:#?}"
+        );
     }
     // One parser mistake alone keeps the parser's own error, with its line.
     let (_, line, _) = yaml_error("node:\n  name: a\n  data_dri: /x\n");

@@ -56,8 +56,9 @@ use sha2::{Digest, Sha256};
 
 use crate::verify::{BASE64, mac, twilio_params};
 use crate::{
-    DEFAULT_TOLERANCE_MS, Header, HmacAlgorithm, HmacHeader, JSON_KEY_MAX_BYTES, KeySpec, ParsedBody, Secret,
-    SignatureEncoding, Verified, Verifier, VerifyError, dedupe, filter, hex, ordering, slack,
+    DEFAULT_TOLERANCE_MS, Header, HmacAlgorithm, HmacHeader, JSON_KEY_MAX_BYTES, KeySpec,
+    ParsedBody, Secret, SignatureEncoding, Verified, Verifier, VerifyError, dedupe, filter, hex,
+    ordering, slack,
 };
 use base64::Engine as _;
 
@@ -150,7 +151,11 @@ impl Case {
             self.control.len()
                 + self.body.len()
                 + 2
-                + self.headers.iter().map(|(n, v)| n.len() + v.len() + 3).sum::<usize>(),
+                + self
+                    .headers
+                    .iter()
+                    .map(|(n, v)| n.len() + v.len() + 3)
+                    .sum::<usize>(),
         );
         out.extend_from_slice(&self.control);
         out.push(b'\n');
@@ -168,7 +173,13 @@ impl Case {
     /// A case from a request's parts: the control line `METHOD PATH` and
     /// `extra` words (`now=...`), the headers and the body. Line ends in a
     /// header are replaced by spaces (a received header cannot hold them).
-    pub fn from_request(method: &str, path: &str, extra: &[&str], headers: &[(&str, &str)], body: &[u8]) -> Case {
+    pub fn from_request(
+        method: &str,
+        path: &str,
+        extra: &[&str],
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Case {
         let mut control = format!("{method} {path}");
         for w in extra {
             control.push(' ');
@@ -190,12 +201,18 @@ impl Case {
 
     /// The header list as the edge takes it.
     pub fn header_list(&self) -> Vec<Header<'_>> {
-        self.headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect()
+        self.headers
+            .iter()
+            .map(|(n, v)| (n.as_slice(), v.as_slice()))
+            .collect()
     }
 
     /// The control line's words.
     pub fn words(&self) -> Vec<&[u8]> {
-        self.control.split(u8::is_ascii_whitespace).filter(|w| !w.is_empty()).collect()
+        self.control
+            .split(u8::is_ascii_whitespace)
+            .filter(|w| !w.is_empty())
+            .collect()
     }
 
     /// Whether the control line holds the word `flag`.
@@ -205,7 +222,10 @@ impl Case {
 
     /// The values of the control words `key=...`, in order.
     pub fn values(&self, key: &str) -> Vec<&[u8]> {
-        self.words().into_iter().filter_map(|w| w.strip_prefix(key.as_bytes())?.strip_prefix(b"=")).collect()
+        self.words()
+            .into_iter()
+            .filter_map(|w| w.strip_prefix(key.as_bytes())?.strip_prefix(b"="))
+            .collect()
     }
 
     /// The clock of the case in unix seconds: `now=S` (decimal digits; a
@@ -215,7 +235,13 @@ impl Case {
         self.values("now")
             .first()
             .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok())
-            .map(|s| if s > MAX_NOW_S { s % (MAX_NOW_S + 1) } else { s })
+            .map(|s| {
+                if s > MAX_NOW_S {
+                    s % (MAX_NOW_S + 1)
+                } else {
+                    s
+                }
+            })
             .unwrap_or(DEFAULT_NOW_S)
     }
 
@@ -276,7 +302,10 @@ impl Scheme {
 
     /// Whether the scheme signs a timestamp (and so checks its freshness).
     pub fn timestamped(self) -> bool {
-        matches!(self, Scheme::Stripe | Scheme::Slack | Scheme::StandardWebhooks)
+        matches!(
+            self,
+            Scheme::Stripe | Scheme::Slack | Scheme::StandardWebhooks
+        )
     }
 
     fn secrets(self) -> Vec<Secret> {
@@ -287,7 +316,10 @@ impl Scheme {
             Scheme::Shopify => vec![s(SHOPIFY_SECRET)],
             Scheme::Slack => vec![s(SLACK_SECRET)],
             Scheme::StandardWebhooks => {
-                vec![Secret::standard_webhooks(STDWH_SECRET).expect("the corpus secret is whsec_ + base64")]
+                vec![
+                    Secret::standard_webhooks(STDWH_SECRET)
+                        .expect("the corpus secret is whsec_ + base64"),
+                ]
             }
             Scheme::Twilio => vec![s(TWILIO_TOKEN)],
         }
@@ -300,11 +332,23 @@ impl Scheme {
         let tolerance_ms = DEFAULT_TOLERANCE_MS;
         match self {
             Scheme::GitHub => Verifier::GitHub { secrets },
-            Scheme::Stripe => Verifier::Stripe { secrets, tolerance_ms },
+            Scheme::Stripe => Verifier::Stripe {
+                secrets,
+                tolerance_ms,
+            },
             Scheme::Shopify => Verifier::Shopify { secrets },
-            Scheme::Slack => Verifier::Slack { secrets, tolerance_ms },
-            Scheme::StandardWebhooks => Verifier::StandardWebhooks { keys: secrets, tolerance_ms },
-            Scheme::Twilio => Verifier::Twilio { tokens: secrets, url: twilio_url.to_owned() },
+            Scheme::Slack => Verifier::Slack {
+                secrets,
+                tolerance_ms,
+            },
+            Scheme::StandardWebhooks => Verifier::StandardWebhooks {
+                keys: secrets,
+                tolerance_ms,
+            },
+            Scheme::Twilio => Verifier::Twilio {
+                tokens: secrets,
+                url: twilio_url.to_owned(),
+            },
             Scheme::Hmac => Verifier::Hmac(HmacHeader {
                 header: "X-Hub-Signature".into(),
                 algorithm: HmacAlgorithm::Sha1,
@@ -335,7 +379,10 @@ impl Scheme {
                 case.put_first("X-Hub-Signature", format!("sha1={tag}").into_bytes());
             }
             Scheme::Shopify => {
-                case.put_first("X-Shopify-Hmac-Sha256", BASE64.encode(sha256(&[&body])).into_bytes());
+                case.put_first(
+                    "X-Shopify-Hmac-Sha256",
+                    BASE64.encode(sha256(&[&body])).into_bytes(),
+                );
             }
             Scheme::Stripe => {
                 let tag = hex::encode(&sha256(&[ts.as_bytes(), b".", &body]));
@@ -417,16 +464,34 @@ pub fn verify(scheme: Scheme, data: &[u8]) -> Result<Verified, VerifyError> {
             case.body.push(b'X');
         }
     }
-    let skew_s = if sign && stale { DEFAULT_TOLERANCE_MS / 1000 + 1 } else { 0 };
+    let skew_s = if sign && stale {
+        DEFAULT_TOLERANCE_MS / 1000 + 1
+    } else {
+        0
+    };
     let now_ms = (now_s + skew_s).saturating_mul(1000);
     let headers = case.header_list();
     let got = verifier.verify(&headers, &case.body, now_ms);
-    assert_eq!(got, verifier.verify(&headers, &case.body, now_ms), "{scheme:?}: the verdict changed");
+    assert_eq!(
+        got,
+        verifier.verify(&headers, &case.body, now_ms),
+        "{scheme:?}: the verdict changed"
+    );
     match &got {
-        Ok(Verified { secret_ix, timestamp_s }) => {
+        Ok(Verified {
+            secret_ix,
+            timestamp_s,
+        }) => {
             let n = scheme.secrets().len();
-            assert!(secret_ix.is_some_and(|i| i < n), "{scheme:?}: verified by secret {secret_ix:?} of {n}");
-            assert_eq!(timestamp_s.is_some(), scheme.timestamped(), "{scheme:?}: timestamp {timestamp_s:?}");
+            assert!(
+                secret_ix.is_some_and(|i| i < n),
+                "{scheme:?}: verified by secret {secret_ix:?} of {n}"
+            );
+            assert_eq!(
+                timestamp_s.is_some(),
+                scheme.timestamped(),
+                "{scheme:?}: timestamp {timestamp_s:?}"
+            );
             let mut longer = case.body.clone();
             longer.push(b'X');
             assert_eq!(
@@ -439,13 +504,20 @@ pub fn verify(scheme: Scheme, data: &[u8]) -> Result<Verified, VerifyError> {
             let text = e.to_string();
             assert!(!text.is_empty());
             for s in SECRET_TEXTS {
-                assert!(!text.contains(s), "{scheme:?}: the error shows a secret: {text}");
+                assert!(
+                    !text.contains(s),
+                    "{scheme:?}: the error shows a secret: {text}"
+                );
             }
         }
     }
     if sign {
         match (tamper, stale && scheme.timestamped()) {
-            (true, _) => assert_eq!(got, Err(VerifyError::BadSignature), "{scheme:?}: a tampered body"),
+            (true, _) => assert_eq!(
+                got,
+                Err(VerifyError::BadSignature),
+                "{scheme:?}: a tampered body"
+            ),
             (false, true) => assert!(
                 matches!(got, Err(VerifyError::StaleTimestamp { skew_s: s, .. }) if s == (skew_s as i64)),
                 "{scheme:?}: a stale signature: {got:?}"
@@ -487,8 +559,14 @@ pub const JSON_PATHS: [&str; 9] = [
 
 /// Header names every `key_header` case is resolved with, besides its
 /// `header=` words.
-pub const HEADER_NAMES: [&str; 6] =
-    ["x-github-delivery", "X-Entity-Id", "webhook-id", "Stripe-Signature", "x-shopify-product-id", "content-type"];
+pub const HEADER_NAMES: [&str; 6] = [
+    "x-github-delivery",
+    "X-Entity-Id",
+    "webhook-id",
+    "Stripe-Signature",
+    "x-shopify-product-id",
+    "content-type",
+];
 
 /// `key` as the lanes keep it (ADR 0004 section 2), recomputed here: empty is
 /// none, over `max` bytes it is `sha256:` and 64 lower-case hex digits.
@@ -503,7 +581,10 @@ fn expected_key(raw: &[u8], max: usize) -> Option<Vec<u8>> {
 }
 
 /// The value at `path`, decoded separately from [`ParsedBody`] (the oracle).
-fn json_at<'v>(root: Option<&'v serde_json::Value>, path: &[String]) -> Option<&'v serde_json::Value> {
+fn json_at<'v>(
+    root: Option<&'v serde_json::Value>,
+    path: &[String],
+) -> Option<&'v serde_json::Value> {
     let mut v = root?;
     for seg in path {
         v = v.as_object()?.get(seg)?;
@@ -540,10 +621,18 @@ pub fn key(from: KeyFrom, data: &[u8]) -> usize {
             for p in case.values("json") {
                 let path = String::from_utf8_lossy(p);
                 let spec = KeySpec::json(&path);
-                assert_eq!(spec.is_err(), path.split('.').any(str::is_empty), "KeySpec::json({path:?}): {spec:?}");
+                assert_eq!(
+                    spec.is_err(),
+                    path.split('.').any(str::is_empty),
+                    "KeySpec::json({path:?}): {spec:?}"
+                );
                 specs.extend(spec);
             }
-            specs.extend(JSON_PATHS.iter().map(|p| KeySpec::json(p).expect("a valid path")));
+            specs.extend(
+                JSON_PATHS
+                    .iter()
+                    .map(|p| KeySpec::json(p).expect("a valid path")),
+            );
         }
         KeyFrom::Header => {
             for n in case.values("header") {
@@ -552,12 +641,19 @@ pub fn key(from: KeyFrom, data: &[u8]) -> usize {
                 assert_eq!(spec.is_err(), name.is_empty());
                 specs.extend(spec);
             }
-            specs.extend(HEADER_NAMES.iter().map(|n| KeySpec::header(n).expect("a valid name")));
+            specs.extend(
+                HEADER_NAMES
+                    .iter()
+                    .map(|n| KeySpec::header(n).expect("a valid name")),
+            );
         }
     }
     let mut resolved = 0;
-    let decoded: Option<serde_json::Value> =
-        if case.body.len() <= JSON_KEY_MAX_BYTES { serde_json::from_slice(&case.body).ok() } else { None };
+    let decoded: Option<serde_json::Value> = if case.body.len() <= JSON_KEY_MAX_BYTES {
+        serde_json::from_slice(&case.body).ok()
+    } else {
+        None
+    };
     for spec in &specs {
         let (raw, present): (Option<&[u8]>, bool) = match spec {
             KeySpec::Header(name) => {
@@ -570,7 +666,10 @@ pub fn key(from: KeyFrom, data: &[u8]) -> usize {
             }
             KeySpec::Json(path) => {
                 let v = json_at(decoded.as_ref(), path);
-                (v.and_then(|v| v.as_str()).map(str::as_bytes), v.is_some_and(|v| !v.is_null()))
+                (
+                    v.and_then(|v| v.as_str()).map(str::as_bytes),
+                    v.is_some_and(|v| !v.is_null()),
+                )
             }
         };
         let ordering = ordering::ordering_key(spec, &headers, &parsed);
@@ -580,17 +679,40 @@ pub fn key(from: KeyFrom, data: &[u8]) -> usize {
             raw.and_then(|r| expected_key(r, ordering::ORDERING_KEY_MAX_BYTES)),
             "ordering key of {spec:?}"
         );
-        assert!(ordering.as_ref().is_none_or(|k| !k.is_empty() && k.len() <= ordering::ORDERING_KEY_MAX_BYTES));
+        assert!(
+            ordering
+                .as_ref()
+                .is_none_or(|k| !k.is_empty() && k.len() <= ordering::ORDERING_KEY_MAX_BYTES)
+        );
         let dk = dedupe::dedupe_key(spec, &headers, &parsed);
-        assert_eq!(dk, raw.and_then(|r| expected_key(r, dedupe::DEDUPE_KEY_MAX_BYTES)), "dedupe key of {spec:?}");
-        let cond = |test| filter::Condition { on: spec.clone(), test };
+        assert_eq!(
+            dk,
+            raw.and_then(|r| expected_key(r, dedupe::DEDUPE_KEY_MAX_BYTES)),
+            "dedupe key of {spec:?}"
+        );
+        let cond = |test| filter::Condition {
+            on: spec.clone(),
+            test,
+        };
         let exists = cond(filter::Test::Exists(true)).matches(&headers, &parsed);
         assert_eq!(exists, present, "exists: true of {spec:?}");
-        assert_eq!(cond(filter::Test::Exists(false)).matches(&headers, &parsed), !present);
+        assert_eq!(
+            cond(filter::Test::Exists(false)).matches(&headers, &parsed),
+            !present
+        );
         if let Some(raw) = raw {
-            assert!(cond(filter::Test::Equals(raw.to_vec())).matches(&headers, &parsed), "equals of {spec:?}");
-            assert!(cond(filter::Test::Prefix(raw[..raw.len() / 2].to_vec())).matches(&headers, &parsed));
-            assert!(cond(filter::Test::OneOf(vec![b"\xff".to_vec(), raw.to_vec()])).matches(&headers, &parsed));
+            assert!(
+                cond(filter::Test::Equals(raw.to_vec())).matches(&headers, &parsed),
+                "equals of {spec:?}"
+            );
+            assert!(
+                cond(filter::Test::Prefix(raw[..raw.len() / 2].to_vec()))
+                    .matches(&headers, &parsed)
+            );
+            assert!(
+                cond(filter::Test::OneOf(vec![b"\xff".to_vec(), raw.to_vec()]))
+                    .matches(&headers, &parsed)
+            );
             let mut other = raw.to_vec();
             other.push(0);
             assert!(
@@ -598,21 +720,30 @@ pub fn key(from: KeyFrom, data: &[u8]) -> usize {
                 "equals of a longer value, {spec:?}"
             );
         } else {
-            assert!(!cond(filter::Test::Prefix(Vec::new())).matches(&headers, &parsed), "prefix of no value, {spec:?}");
+            assert!(
+                !cond(filter::Test::Prefix(Vec::new())).matches(&headers, &parsed),
+                "prefix of no value, {spec:?}"
+            );
         }
     }
     // One lazy decode, shared: a `{header}` spec never decodes the body.
-    assert_eq!(parsed.is_decoded(), from == KeyFrom::Json, "decoded for {from:?}");
+    assert_eq!(
+        parsed.is_decoded(),
+        from == KeyFrom::Json,
+        "decoded for {from:?}"
+    );
     let challenge = slack::url_verification_challenge(&parsed);
     assert!(parsed.is_decoded(), "the Slack check reads the body");
     let expected = match json_at(decoded.as_ref(), &["type".into()]).and_then(|t| t.as_str()) {
-        Some("url_verification") => json_at(decoded.as_ref(), &["challenge".into()]).and_then(|c| c.as_str()),
+        Some("url_verification") => {
+            json_at(decoded.as_ref(), &["challenge".into()]).and_then(|c| c.as_str())
+        }
         _ => None,
     };
     assert_eq!(challenge, expected, "the Slack challenge");
     if let Some(c) = challenge {
-        let answer: serde_json::Value =
-            serde_json::from_slice(&slack::challenge_response(c)).expect("the challenge answer is JSON");
+        let answer: serde_json::Value = serde_json::from_slice(&slack::challenge_response(c))
+            .expect("the challenge answer is JSON");
         assert_eq!(answer, serde_json::json!({ "challenge": c }));
     }
     resolved

@@ -131,7 +131,11 @@ fn build_request(case: &Case) -> Option<Request<Full<Bytes>>> {
     let words = case.words();
     let method = Method::from_bytes(words.first()?).ok()?;
     let uri = Uri::try_from(*words.get(1)?).ok()?;
-    let mut req = Request::builder().method(method).uri(uri).body(Full::new(Bytes::from(case.body.clone()))).ok()?;
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Full::new(Bytes::from(case.body.clone())))
+        .ok()?;
     let mut chunked = false;
     for (name, value) in &case.headers {
         let name = HeaderName::from_bytes(name).ok()?;
@@ -143,7 +147,8 @@ fn build_request(case: &Case) -> Option<Request<Full<Bytes>>> {
         req.headers_mut().append(name, value);
     }
     if !chunked {
-        req.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(case.body.len()));
+        req.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from(case.body.len()));
     }
     Some(req)
 }
@@ -151,7 +156,15 @@ fn build_request(case: &Case) -> Option<Request<Full<Bytes>>> {
 /// The envelopes in the store, all tenants.
 fn envelopes(kv: &MemoryKv) -> Vec<Envelope> {
     (1..=3)
-        .flat_map(|t| kv.scan(Cf::Hooks, &hooks_tenant_range(TenantOrd(t)), Direction::Forward, 16).expect("scan"))
+        .flat_map(|t| {
+            kv.scan(
+                Cf::Hooks,
+                &hooks_tenant_range(TenantOrd(t)),
+                Direction::Forward,
+                16,
+            )
+            .expect("scan")
+        })
         .map(|(_, v)| Envelope::decode(&v).expect("a stored envelope decodes"))
         .collect()
 }
@@ -192,33 +205,58 @@ pub fn request(data: &[u8]) -> Option<u16> {
     HARNESS.with(|h| {
         let mut h = h.borrow_mut();
         let h = h.get_or_insert_with(|| Harness {
-            rt: tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a tokio runtime"),
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("a tokio runtime"),
             config: Config::from_yaml(HARNESS_CONFIG, &|_| None).expect("the harness config loads"),
         });
-        let (status, body, kv) = h.rt.block_on(run(&h.config, req, now_s.saturating_mul(1000)));
+        let (status, body, kv) =
+            h.rt.block_on(run(&h.config, req, now_s.saturating_mul(1000)));
         let text = String::from_utf8_lossy(&body);
         assert!(!status.is_server_error(), "{status} {text}");
         let stored = envelopes(&kv);
         let reply: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
-        let id = reply.as_ref().and_then(|r| r.get("id")).and_then(|i| i.as_str());
+        let id = reply
+            .as_ref()
+            .and_then(|r| r.get("id"))
+            .and_then(|i| i.as_str());
         match status.as_u16() {
             200 if id.is_some() => {
                 assert_eq!(stored.len(), 1, "200 {text}: one hook stored");
-                assert_eq!(stored[0].body, case.body, "200: the body stored as received");
+                assert_eq!(
+                    stored[0].body, case.body,
+                    "200: the body stored as received"
+                );
             }
             202 => {
                 assert_eq!(stored.len(), 1, "202 {text}: one hook held");
-                assert!(reply.as_ref().is_some_and(|r| r["quarantined"] == true), "202 {text}");
+                assert!(
+                    reply.as_ref().is_some_and(|r| r["quarantined"] == true),
+                    "202 {text}"
+                );
             }
-            _ => assert!(stored.is_empty(), "{status} {text}: nothing may be stored, found {}", stored.len()),
+            _ => assert!(
+                stored.is_empty(),
+                "{status} {text}: nothing may be stored, found {}",
+                stored.len()
+            ),
         }
         let violations = ankusa_queue::check_invariants(&*kv).expect("check");
         assert!(violations.is_empty(), "{status} {text}: {violations:?}");
         if sign && !get {
             if !tamper {
-                assert_ne!(status, StatusCode::UNAUTHORIZED, "a signed request refused: {text}");
+                assert_ne!(
+                    status,
+                    StatusCode::UNAUTHORIZED,
+                    "a signed request refused: {text}"
+                );
             } else {
-                assert_ne!(status, StatusCode::OK, "a tampered request accepted: {text}");
+                assert_ne!(
+                    status,
+                    StatusCode::OK,
+                    "a tampered request accepted: {text}"
+                );
                 let held = path.starts_with(b"/hooks/held");
                 assert!(
                     status != StatusCode::ACCEPTED || held,
@@ -232,9 +270,14 @@ pub fn request(data: &[u8]) -> Option<u16> {
 }
 
 /// One request on a fresh store: the answer's status and body, and the store.
-async fn run(config: &Config, req: Request<Full<Bytes>>, now_ms: u64) -> (StatusCode, Bytes, Arc<MemoryKv>) {
+async fn run(
+    config: &Config,
+    req: Request<Full<Bytes>>,
+    now_ms: u64,
+) -> (StatusCode, Bytes, Arc<MemoryKv>) {
     let kv = Arc::new(MemoryKv::new());
-    kv.write(ankusa_queue::init_store(), Durability::Sync).expect("init the store");
+    kv.write(ankusa_queue::init_store(), Durability::Sync)
+        .expect("init the store");
     let (batch, registry) = ankusa_queue::register(
         &*kv,
         config.tenants.iter().map(|t| t.name.as_str()),
@@ -242,7 +285,8 @@ async fn run(config: &Config, req: Request<Full<Bytes>>, now_ms: u64) -> (Status
     )
     .expect("register");
     kv.write(batch, Durability::Sync).expect("register");
-    let (writer, handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), move || now_ms).expect("a writer");
+    let (writer, handle) =
+        Writer::new(Arc::clone(&kv), WriterConfig::default(), move || now_ms).expect("a writer");
     let writer = tokio::spawn(writer.run());
     let edge = Edge {
         kv: Arc::clone(&kv),
@@ -263,6 +307,11 @@ async fn run(config: &Config, req: Request<Full<Bytes>>, now_ms: u64) -> (Status
     drop(edge);
     writer.await.expect("the writer task").expect("the writer");
     let status = resp.status();
-    let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     (status, body, kv)
 }

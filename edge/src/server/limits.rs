@@ -61,7 +61,11 @@ impl Default for BodyBudget {
 impl BodyBudget {
     /// A budget of `limit_bytes` (`listeners.body_budget_bytes`).
     pub fn new(limit_bytes: u64) -> BodyBudget {
-        BodyBudget { limit_bytes, in_use: AtomicU64::new(0), refused: AtomicU64::new(0) }
+        BodyBudget {
+            limit_bytes,
+            in_use: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
     }
 
     /// The budget, bytes (`ankusa_ingest_body_budget_bytes`).
@@ -88,7 +92,10 @@ impl BodyBudget {
     /// A permit holding nothing yet, for a body about to be read: it grows
     /// as the body's bytes arrive ([`BodyPermit::try_grow`], [`read_body`]).
     pub fn empty_permit(&self) -> BodyPermit<'_> {
-        BodyPermit { budget: self, bytes: 0 }
+        BodyPermit {
+            budget: self,
+            bytes: 0,
+        }
     }
 
     /// Takes `bytes` of the budget; `None` when that would put the bytes in
@@ -96,7 +103,10 @@ impl BodyBudget {
     pub fn try_take(&self, bytes: u64) -> Option<BodyPermit<'_>> {
         // `then`, not `then_some`: a permit built and dropped on refusal
         // would give back bytes it never took.
-        self.take(bytes).then(|| BodyPermit { budget: self, bytes })
+        self.take(bytes).then(|| BodyPermit {
+            budget: self,
+            bytes,
+        })
     }
 
     fn take(&self, bytes: u64) -> bool {
@@ -190,7 +200,9 @@ where
     let mut buf: Vec<u8> = Vec::new();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| BodyReadError::Read(e.into()))?;
-        let Ok(data) = frame.into_data() else { continue };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
         if data.is_empty() {
             continue;
         }
@@ -208,12 +220,16 @@ where
             // exactly that length); a chunked body's at least doubles.
             let cap = match declared {
                 Some(d) => d.max(len),
-                None => len.max(2 * buf.capacity() as u64).max(FIRST_BUFFER_BYTES).min(limit),
+                None => len
+                    .max(2 * buf.capacity() as u64)
+                    .max(FIRST_BUFFER_BYTES)
+                    .min(limit),
             };
             // `try_`: an allocator that refuses (strict overcommit) is a 503,
             // never an abort of the relay.
             let more = usize::try_from(cap).unwrap_or(usize::MAX) - buf.len();
-            buf.try_reserve_exact(more).map_err(|_| BodyReadError::Budget)?;
+            buf.try_reserve_exact(more)
+                .map_err(|_| BodyReadError::Budget)?;
         }
         buf.extend_from_slice(&data);
     }
@@ -247,7 +263,9 @@ pub fn refuse_connection(stream: TcpStream, body: &str) {
     use std::io::{Read, Write};
     // The std socket (still non-blocking): tokio's `try_read`/`try_write`
     // would see no readiness yet on a socket accepted this instant.
-    let Ok(mut stream) = stream.into_std() else { return };
+    let Ok(mut stream) = stream.into_std() else {
+        return;
+    };
     let mut scratch = [0u8; 4096];
     for _ in 0..16 {
         match stream.read(&mut scratch) {
@@ -283,7 +301,10 @@ impl AcceptErrors {
     pub fn failed(&mut self, listener: &str, e: &std::io::Error) -> Duration {
         self.since_logged += 1;
         let now = Instant::now();
-        if self.last_logged.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+        if self
+            .last_logged
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
             warn!(
                 listener,
                 error = %e,
@@ -333,7 +354,11 @@ mod tests {
 
     impl Chunks {
         fn new(sizes: &[usize], hold: bool) -> Chunks {
-            let chunks = sizes.iter().enumerate().map(|(i, &n)| bytes::Bytes::from(vec![b'a' + i as u8; n])).collect();
+            let chunks = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| bytes::Bytes::from(vec![b'a' + i as u8; n]))
+                .collect();
             Chunks { chunks, hold }
         }
     }
@@ -345,7 +370,8 @@ mod tests {
         fn poll_frame(
             mut self: std::pin::Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>>
+        {
             match self.chunks.pop_front() {
                 Some(c) => std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(c)))),
                 None if self.hold => std::task::Poll::Pending,
@@ -373,18 +399,30 @@ mod tests {
         {
             let read = read_body(Chunks::new(&[3, 4], true), 1_000, Some(1_000), &mut slow);
             let mut read = std::pin::pin!(read);
-            assert!(poll_once(read.as_mut()).is_none(), "the slow body waits for the rest");
+            assert!(
+                poll_once(read.as_mut()).is_none(),
+                "the slow body waits for the rest"
+            );
             assert_eq!(b.in_use_bytes(), 7, "7 bytes received, 1,000 declared");
             // Another body (declaring all the room that is left) is read whole.
             let mut other = b.empty_permit();
-            let other_read = read_body(Chunks::new(&[500, 493], false), 1_000, Some(993), &mut other);
+            let other_read = read_body(
+                Chunks::new(&[500, 493], false),
+                1_000,
+                Some(993),
+                &mut other,
+            );
             let body = poll_once(std::pin::pin!(other_read)).unwrap().unwrap();
             assert_eq!(body.len(), 993);
             assert_eq!((other.bytes(), b.in_use_bytes()), (993, 1_000));
             drop(other);
             assert_eq!(b.in_use_bytes(), 7);
         }
-        assert_eq!(slow.bytes(), 7, "the permit keeps what it held until dropped");
+        assert_eq!(
+            slow.bytes(),
+            7,
+            "the permit keeps what it held until dropped"
+        );
         drop(slow);
         assert_eq!(b.in_use_bytes(), 0);
     }
@@ -399,10 +437,27 @@ mod tests {
             let held = b.try_take(70).unwrap();
             let mut permit = b.empty_permit();
             let mut body = Chunks::new(&[20, 20, 20], false);
-            let got = poll_once(std::pin::pin!(read_body(&mut body, 100, declared, &mut permit))).unwrap();
-            assert!(matches!(got, Err(BodyReadError::Budget)), "{declared:?}: {got:?}");
-            assert_eq!(body.chunks.len(), 1, "{declared:?}: the third chunk is not read");
-            assert_eq!((permit.bytes(), b.in_use_bytes()), (20, 90), "{declared:?}: the first chunk is held");
+            let got = poll_once(std::pin::pin!(read_body(
+                &mut body,
+                100,
+                declared,
+                &mut permit
+            )))
+            .unwrap();
+            assert!(
+                matches!(got, Err(BodyReadError::Budget)),
+                "{declared:?}: {got:?}"
+            );
+            assert_eq!(
+                body.chunks.len(),
+                1,
+                "{declared:?}: the third chunk is not read"
+            );
+            assert_eq!(
+                (permit.bytes(), b.in_use_bytes()),
+                (20, 90),
+                "{declared:?}: the first chunk is held"
+            );
             drop(permit);
             drop(held);
             assert_eq!(b.in_use_bytes(), 0);
@@ -417,14 +472,34 @@ mod tests {
         for declared in [Some(200_000), None] {
             let mut permit = b.empty_permit();
             let body = Chunks::new(&[1, 70_000, 129_999], false);
-            let got = poll_once(std::pin::pin!(read_body(body, 1 << 20, declared, &mut permit))).unwrap().unwrap();
+            let got = poll_once(std::pin::pin!(read_body(
+                body,
+                1 << 20,
+                declared,
+                &mut permit
+            )))
+            .unwrap()
+            .unwrap();
             assert_eq!(got.len(), 200_000, "{declared:?}");
-            assert_eq!((got[0], got[1], got[70_001], got[199_999]), (b'a', b'b', b'c', b'c'));
-            assert_eq!((permit.bytes(), b.in_use_bytes()), (200_000, 200_000), "{declared:?}");
+            assert_eq!(
+                (got[0], got[1], got[70_001], got[199_999]),
+                (b'a', b'b', b'c', b'c')
+            );
+            assert_eq!(
+                (permit.bytes(), b.in_use_bytes()),
+                (200_000, 200_000),
+                "{declared:?}"
+            );
         }
         assert_eq!(b.in_use_bytes(), 0);
         let mut permit = b.empty_permit();
-        let got = poll_once(std::pin::pin!(read_body(Chunks::new(&[60, 60], false), 100, None, &mut permit))).unwrap();
+        let got = poll_once(std::pin::pin!(read_body(
+            Chunks::new(&[60, 60], false),
+            100,
+            None,
+            &mut permit
+        )))
+        .unwrap();
         assert!(matches!(got, Err(BodyReadError::TooLarge)), "{got:?}");
         assert_eq!(permit.bytes(), 60, "the bytes past the limit are not taken");
     }

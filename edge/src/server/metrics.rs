@@ -38,8 +38,15 @@ impl RequestCounts {
     /// `(code label, requests)` of every code answered at least once, in
     /// [`CODES`] order then `other`.
     pub fn answered(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        const LABELS: [&str; CODES.len() + 1] = ["200", "202", "400", "401", "403", "404", "405", "408", "413", "429", "500", "503", "other"];
-        LABELS.iter().zip(&self.counts).map(|(l, c)| (*l, c.load(Ordering::Relaxed))).filter(|(_, n)| *n > 0)
+        const LABELS: [&str; CODES.len() + 1] = [
+            "200", "202", "400", "401", "403", "404", "405", "408", "413", "429", "500", "503",
+            "other",
+        ];
+        LABELS
+            .iter()
+            .zip(&self.counts)
+            .map(|(l, c)| (*l, c.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
     }
 }
 
@@ -77,18 +84,29 @@ impl IngestMetrics {
     /// `/metrics`, replacing any registered before.
     pub fn register_sources(&self, routes: &[super::SourceRoute]) {
         let mut m = self.sources.lock().unwrap_or_else(|p| p.into_inner());
-        *m = routes.iter().map(|r| (r.name.clone(), Arc::clone(&r.requests))).collect();
+        *m = routes
+            .iter()
+            .map(|r| (r.name.clone(), Arc::clone(&r.requests)))
+            .collect();
     }
 
     /// `(source, code, requests)` of every code answered at least once, the
     /// configured sources in configuration order, then [`UNROUTED`].
     pub fn requests(&self) -> Vec<(String, &'static str, u64)> {
-        let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let sources = self
+            .sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let mut out = Vec::new();
         for (name, counts) in &sources {
             out.extend(counts.answered().map(|(code, n)| (name.clone(), code, n)));
         }
-        out.extend(self.unrouted.answered().map(|(code, n)| (UNROUTED.to_owned(), code, n)));
+        out.extend(
+            self.unrouted
+                .answered()
+                .map(|(code, n)| (UNROUTED.to_owned(), code, n)),
+        );
         out
     }
 }
@@ -105,6 +123,9 @@ mod tests {
         c.count(503);
         c.count(418);
         c.count(302);
-        assert_eq!(c.answered().collect::<Vec<_>>(), vec![("200", 2), ("503", 1), ("other", 2)]);
+        assert_eq!(
+            c.answered().collect::<Vec<_>>(),
+            vec![("200", 2), ("503", 1), ("other", 2)]
+        );
     }
 }

@@ -56,7 +56,10 @@ use std::time::{Duration, Instant};
 
 use ankusa_config::OnInvalidSignature;
 use ankusa_engine::{Cf, Kv};
-use ankusa_keys::{CounterField, DedupeValue, Envelope, Seq, SourceId, TenantOrd, counter_key, dedupe_key, hook_key};
+use ankusa_keys::{
+    CounterField, DedupeValue, Envelope, Seq, SourceId, TenantOrd, counter_key, dedupe_key,
+    hook_key,
+};
 use ankusa_queue::writer::{IngestRequest, Ingested, QuarantineRequest, WriteError, WriterHandle};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -68,7 +71,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};
 
-pub use routes::{ChallengeRoute, Resolved, RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes, check_source};
+pub use routes::{
+    ChallengeRoute, Resolved, RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes,
+    check_source,
+};
 
 use crate::{Header, ParsedBody, dedupe, slack};
 
@@ -168,7 +174,9 @@ pub struct Edge<K: Kv> {
 
 impl<K: Kv> std::fmt::Debug for Edge<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Edge").field("sources", &self.sources.len()).finish_non_exhaustive()
+        f.debug_struct("Edge")
+            .field("sources", &self.sources.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -193,7 +201,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 fn json(status: StatusCode, body: serde_json::Value) -> Resp {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
     *r.status_mut() = status;
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
@@ -205,7 +214,8 @@ fn error(status: StatusCode, message: impl Into<String>) -> Resp {
 /// (`{"error": STORE_FAILED}`, with `Retry-After: 5`). It never carries the
 /// store's error, which can name its files and so the data_dir (issue 14):
 /// that goes to the log.
-pub const STORE_FAILED: &str = "store_failed: the relay could not read or write its store; retry later";
+pub const STORE_FAILED: &str =
+    "store_failed: the relay could not read or write its store; retry later";
 
 /// The answer to a store failure on ingest; logs `detail`.
 fn store_failure(detail: &dyn std::fmt::Display) -> Resp {
@@ -224,22 +234,39 @@ fn retry_after(mut r: Resp, seconds: u64) -> Resp {
 /// parameter `param` as text; 403 when a configured token does not match
 /// (compared in constant time), 400 when the parameter is missing.
 fn challenge(query: &str, param: &str, token: Option<&(String, Vec<u8>)>) -> Resp {
-    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes()).into_owned().collect();
-    let get = |name: &str| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    let get = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
     if let Some((token_param, want)) = token {
         let got = get(token_param).unwrap_or("").as_bytes();
-        let same = got.len() == want.len() && bool::from(subtle::ConstantTimeEq::ct_eq(got, want.as_slice()));
+        let same = got.len() == want.len()
+            && bool::from(subtle::ConstantTimeEq::ct_eq(got, want.as_slice()));
         if !same {
-            return error(StatusCode::FORBIDDEN, format!("challenge refused: {token_param} does not match"));
+            return error(
+                StatusCode::FORBIDDEN,
+                format!("challenge refused: {token_param} does not match"),
+            );
         }
     }
     match get(param) {
         Some(v) => {
             let mut r = Response::new(Full::new(Bytes::from(v.to_owned())));
-            r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
             r
         }
-        None => error(StatusCode::BAD_REQUEST, format!("challenge: query parameter {param} missing")),
+        None => error(
+            StatusCode::BAD_REQUEST,
+            format!("challenge: query parameter {param} missing"),
+        ),
     }
 }
 
@@ -265,7 +292,11 @@ impl<K: Kv> Edge<K> {
     /// Serves ingest on `listener` until `shutdown` turns true; then stops
     /// accepting, lets requests in progress finish (their commits included),
     /// and returns.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         // The connection tasks, so the ones still open when the grace period
         // ends can be ended: each holds the edge (and its Writer handle),
@@ -325,8 +356,14 @@ impl<K: Kv> Edge<K> {
         }
         self.shutting_down.store(true, Ordering::SeqCst);
         drop(listener);
-        if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
-            warn!(grace_s = SHUTDOWN_GRACE.as_secs(), "connections still open after the shutdown grace period; closing them");
+        if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            warn!(
+                grace_s = SHUTDOWN_GRACE.as_secs(),
+                "connections still open after the shutdown grace period; closing them"
+            );
             conns.abort_all();
         }
         while conns.join_next().await.is_some() {}
@@ -349,10 +386,15 @@ impl<K: Kv> Edge<K> {
         let post = req.method() == Method::POST;
         let mut routed = None;
         let span = ingest_span();
-        let resp = self.respond(req, peer, &mut routed, &span).instrument(span.clone()).await;
+        let resp = self
+            .respond(req, peer, &mut routed, &span)
+            .instrument(span.clone())
+            .await;
         let status = resp.status();
         let ingest = &self.stats.ingest;
-        routed.map_or(&ingest.unrouted, |r: &SourceRoute| &*r.requests).count(status.as_u16());
+        routed
+            .map_or(&ingest.unrouted, |r: &SourceRoute| &*r.requests)
+            .count(status.as_u16());
         let elapsed = started.elapsed();
         if post && status.is_success() {
             ingest.ack_latency.observe_duration(elapsed);
@@ -400,12 +442,22 @@ impl<K: Kv> Edge<K> {
         }
         // hyper refuses a request whose Content-Length does not parse, and
         // ends the body at exactly that length.
-        let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        let declared = req
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         if let Some(len) = declared
             && len > self.body_limit_bytes
         {
             self.stats.too_large.fetch_add(1, Ordering::Relaxed);
-            return error(StatusCode::PAYLOAD_TOO_LARGE, format!("body of {len} bytes is over the {} byte limit", self.body_limit_bytes));
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "body of {len} bytes is over the {} byte limit",
+                    self.body_limit_bytes
+                ),
+            );
         }
         // The body's bytes come out of the node's budget as they arrive (not
         // by its Content-Length ahead of them), and go back when this request
@@ -417,16 +469,27 @@ impl<K: Kv> Edge<K> {
             Ok(Ok(b)) => b,
             Ok(Err(limits::BodyReadError::TooLarge)) => {
                 self.stats.too_large.fetch_add(1, Ordering::Relaxed);
-                return error(StatusCode::PAYLOAD_TOO_LARGE, format!("body is over the {} byte limit", self.body_limit_bytes));
+                return error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("body is over the {} byte limit", self.body_limit_bytes),
+                );
             }
-            Ok(Err(limits::BodyReadError::Budget)) => return self.body_budget_spent(&route.name, peer),
+            Ok(Err(limits::BodyReadError::Budget)) => {
+                return self.body_budget_spent(&route.name, peer);
+            }
             Ok(Err(limits::BodyReadError::Read(e))) => {
-                return error(StatusCode::BAD_REQUEST, format!("could not read the body: {e}"));
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("could not read the body: {e}"),
+                );
             }
             Err(_) => {
                 return error(
                     StatusCode::REQUEST_TIMEOUT,
-                    format!("the body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs()),
+                    format!(
+                        "the body did not arrive within {} s",
+                        BODY_READ_TIMEOUT.as_secs()
+                    ),
                 );
             }
         };
@@ -437,7 +500,10 @@ impl<K: Kv> Edge<K> {
             .iter()
             .map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
             .collect();
-        let headers: Vec<Header<'_>> = owned.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
+        let headers: Vec<Header<'_>> = owned
+            .iter()
+            .map(|(n, v)| (n.as_slice(), v.as_slice()))
+            .collect();
         let now = (self.clock)();
         let held = |reason: String, bad_signature: bool| Hold {
             route,
@@ -454,22 +520,30 @@ impl<K: Kv> Edge<K> {
         if let Err(e) = route.verifier.verify(&headers, &body, now) {
             if route.on_invalid_signature == OnInvalidSignature::Quarantine {
                 info!(source = %route.name, %peer, error = %e, "verification failed: holding the hook in quarantine");
-                return self.hold(held(format!("invalid signature: {e}"), true)).await;
+                return self
+                    .hold(held(format!("invalid signature: {e}"), true))
+                    .await;
             }
             self.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
             info!(source = %route.name, %peer, error = %e, "hook refused: verification failed");
-            return error(StatusCode::UNAUTHORIZED, format!("verification failed: {e}"));
+            return error(
+                StatusCode::UNAUTHORIZED,
+                format!("verification failed: {e}"),
+            );
         }
         let parsed = ParsedBody::new(&body);
         if route.slack_handshake
             && let Some(challenge) = slack::url_verification_challenge(&parsed)
         {
             let mut r = Response::new(Full::new(Bytes::from(slack::challenge_response(challenge))));
-            r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             return r;
         }
         if route.quarantine {
-            return self.hold(held("source under quarantine".into(), false)).await;
+            return self
+                .hold(held("source under quarantine".into(), false))
+                .await;
         }
         // A tenant being purged refuses every hook before the dedupe check: a
         // provider's resend answered "duplicate" now would never be sent again,
@@ -479,13 +553,19 @@ impl<K: Kv> Edge<K> {
             Ok(false) => {}
             Err(msg) => return self.store_failed(msg),
         }
-        let dedupe = route.dedupe.as_ref().and_then(|(spec, _)| dedupe::dedupe_key(spec, &headers, &parsed));
+        let dedupe = route
+            .dedupe
+            .as_ref()
+            .and_then(|(spec, _)| dedupe::dedupe_key(spec, &headers, &parsed));
         if let Some(dk) = &dedupe {
             match self.dedupe_hit(tenant.ord, route, dk, now) {
                 Ok(Some(id)) => {
                     self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
                     debug!(source = %route.name, "provider retry: dedupe hit");
-                    return json(StatusCode::OK, serde_json::json!({ "id": id, "duplicate": true }));
+                    return json(
+                        StatusCode::OK,
+                        serde_json::json!({ "id": id, "duplicate": true }),
+                    );
                 }
                 Ok(None) => {}
                 Err(msg) => return self.store_failed(msg),
@@ -497,7 +577,11 @@ impl<K: Kv> Edge<K> {
         // keyless and filtered rows are counted only once the rows are
         // committed (not for a Writer-side duplicate, a store failure or a
         // shutdown).
-        let Resolved { rows, keyless, filtered } = route.resolve(&headers, &parsed);
+        let Resolved {
+            rows,
+            keyless,
+            filtered,
+        } = route.resolve(&headers, &parsed);
         let rows_n = rows.len() as u64;
         let idempotency_key = idempotency_key_at(now);
         let stored_headers = route.store_headers(&owned);
@@ -546,27 +630,37 @@ impl<K: Kv> Edge<K> {
                 self.count_keyless(&keyless);
                 self.count_filtered(route, &filtered, rows_n == 0);
                 debug!(source = %route.name, tenant = %tenant.name, seq = seq.0, rows = rows_n, "hook accepted");
-                json(StatusCode::OK, serde_json::json!({ "id": uuid_text(&idempotency_key) }))
+                json(
+                    StatusCode::OK,
+                    serde_json::json!({ "id": uuid_text(&idempotency_key) }),
+                )
             }
             Ok(Ingested::Duplicate(seq)) => {
                 self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
                 // `null` when the first hook's envelope is gone (see `dedupe_hit`).
                 let id = self.id_of(tenant.ord, seq);
-                json(StatusCode::OK, serde_json::json!({ "id": id, "duplicate": true }))
+                json(
+                    StatusCode::OK,
+                    serde_json::json!({ "id": id, "duplicate": true }),
+                )
             }
             Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
             Err(WriteError::TenantPurging { .. }) => self.purging(&tenant.name),
-            Err(WriteError::Store(msg)) => {
-                self.store_failed(msg)
-            }
+            Err(WriteError::Store(msg)) => self.store_failed(msg),
             // Never for an ingest: nothing was committed.
-            Err(e @ (WriteError::NotQuarantined { .. } | WriteError::Refused(_))) => self.unavailable(e.to_string()),
+            Err(e @ (WriteError::NotQuarantined { .. } | WriteError::Refused(_))) => {
+                self.unavailable(e.to_string())
+            }
         }
     }
 
     fn count_keyless(&self, keyless: &[&'static str]) {
         if !keyless.is_empty() {
-            let mut m = self.stats.lane_key_missing.lock().unwrap_or_else(|p| p.into_inner());
+            let mut m = self
+                .stats
+                .lane_key_missing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             for kind in keyless {
                 *m.entry(*kind).or_default() += 1;
             }
@@ -577,7 +671,8 @@ impl<K: Kv> Edge<K> {
         if unmatched {
             self.stats.unmatched.fetch_add(1, Ordering::Relaxed);
         }
-        self.stats.count_filtered(&route.name, filtered.iter().copied());
+        self.stats
+            .count_filtered(&route.name, filtered.iter().copied());
     }
 
     /// Holds a hook in quarantine: the tenant's bound (its `max_pending`
@@ -594,15 +689,28 @@ impl<K: Kv> Edge<K> {
         // the bound (a break-it run: 53 held at a bound of 50).
         let taken = {
             let mut reservations = self.reservations.lock().unwrap_or_else(|p| p.into_inner());
-            self.kv.counter(&counter_key(h.tenant.ord, CounterField::Quarantined)).map(|committed| {
-                let held = committed.max(0) as u64 + reservations.quarantine.get(&h.tenant.ord).copied().unwrap_or(0);
-                if held < h.tenant.max_pending {
-                    *reservations.quarantine.entry(h.tenant.ord).or_default() += 1;
-                    (held, Some(QuarantineSlot { edge_reservations: &self.reservations, tenant: h.tenant.ord }))
-                } else {
-                    (held, None)
-                }
-            })
+            self.kv
+                .counter(&counter_key(h.tenant.ord, CounterField::Quarantined))
+                .map(|committed| {
+                    let held = committed.max(0) as u64
+                        + reservations
+                            .quarantine
+                            .get(&h.tenant.ord)
+                            .copied()
+                            .unwrap_or(0);
+                    if held < h.tenant.max_pending {
+                        *reservations.quarantine.entry(h.tenant.ord).or_default() += 1;
+                        (
+                            held,
+                            Some(QuarantineSlot {
+                                edge_reservations: &self.reservations,
+                                tenant: h.tenant.ord,
+                            }),
+                        )
+                    } else {
+                        (held, None)
+                    }
+                })
         };
         let (held, slot) = match taken {
             Ok(t) => t,
@@ -612,11 +720,20 @@ impl<K: Kv> Edge<K> {
             info!(source = %h.route.name, tenant = %h.tenant.name, held, "hook refused: the tenant's quarantine is full");
             if h.bad_signature {
                 self.stats.unauthorized.fetch_add(1, Ordering::Relaxed);
-                return error(StatusCode::UNAUTHORIZED, format!("{}; the quarantine of tenant {} is full", h.reason, h.tenant.name));
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    format!(
+                        "{}; the quarantine of tenant {} is full",
+                        h.reason, h.tenant.name
+                    ),
+                );
             }
             self.stats.throttled.fetch_add(1, Ordering::Relaxed);
             return retry_after(
-                error(StatusCode::TOO_MANY_REQUESTS, format!("the quarantine of tenant {} is full", h.tenant.name)),
+                error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!("the quarantine of tenant {} is full", h.tenant.name),
+                ),
                 30,
             );
         }
@@ -637,14 +754,21 @@ impl<K: Kv> Edge<K> {
             idempotency_key,
             replay_of: None,
         };
-        let req = QuarantineRequest { tenant: h.tenant.ord, envelope, reason: h.reason };
+        let req = QuarantineRequest {
+            tenant: h.tenant.ord,
+            envelope,
+            reason: h.reason,
+        };
         let quarantined = self.writer.quarantine(req).await;
         drop(slot);
         match quarantined {
             Ok(seq) => {
                 self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
                 info!(source = %h.route.name, tenant = %h.tenant.name, seq = seq.0, "hook held in quarantine");
-                json(StatusCode::ACCEPTED, serde_json::json!({ "id": uuid_text(&idempotency_key), "quarantined": true }))
+                json(
+                    StatusCode::ACCEPTED,
+                    serde_json::json!({ "id": uuid_text(&idempotency_key), "quarantined": true }),
+                )
             }
             Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
             Err(WriteError::TenantPurging { .. }) => self.purging(&h.tenant.name),
@@ -670,7 +794,11 @@ impl<K: Kv> Edge<K> {
     /// (its source is no longer in the configuration: nothing to deliver to),
     /// [`ReleaseError::Write`] (the Writer refused or failed),
     /// [`ReleaseError::Store`].
-    pub async fn release_quarantined(&self, tenant: TenantOrd, seq: Seq) -> Result<Released, ReleaseError> {
+    pub async fn release_quarantined(
+        &self,
+        tenant: TenantOrd,
+        seq: Seq,
+    ) -> Result<Released, ReleaseError> {
         let raw = self
             .kv
             .get(Cf::Hooks, &hook_key(tenant, seq))
@@ -681,10 +809,20 @@ impl<K: Kv> Edge<K> {
             .sources
             .iter()
             .find(|r| r.id == envelope.source)
-            .ok_or(ReleaseError::SourceNotConfigured { source_id: envelope.source })?;
-        let headers: Vec<Header<'_>> = envelope.headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
+            .ok_or(ReleaseError::SourceNotConfigured {
+                source_id: envelope.source,
+            })?;
+        let headers: Vec<Header<'_>> = envelope
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_slice(), v.as_slice()))
+            .collect();
         let parsed = ParsedBody::new(&envelope.body);
-        let Resolved { rows, keyless, filtered } = route.resolve(&headers, &parsed);
+        let Resolved {
+            rows,
+            keyless,
+            filtered,
+        } = route.resolve(&headers, &parsed);
         let n = rows.len();
         match self.writer.release(tenant, seq, rows).await {
             Ok(()) => {
@@ -694,9 +832,14 @@ impl<K: Kv> Edge<K> {
                 // unmatched, as at ingest.
                 self.count_filtered(route, &filtered, n == 0);
                 info!(source = %route.name, tenant = tenant.0, seq = seq.0, rows = n, "quarantined hook released");
-                Ok(Released { source: route.name.clone(), rows: n })
+                Ok(Released {
+                    source: route.name.clone(),
+                    rows: n,
+                })
             }
-            Err(WriteError::NotQuarantined { tenant, seq }) => Err(ReleaseError::NotQuarantined { tenant, seq }),
+            Err(WriteError::NotQuarantined { tenant, seq }) => {
+                Err(ReleaseError::NotQuarantined { tenant, seq })
+            }
             Err(e) => Err(ReleaseError::Write(e)),
         }
     }
@@ -712,7 +855,9 @@ impl<K: Kv> Edge<K> {
                 info!(tenant = tenant.0, seq = seq.0, "quarantined hook dropped");
                 Ok(())
             }
-            Err(WriteError::NotQuarantined { tenant, seq }) => Err(ReleaseError::NotQuarantined { tenant, seq }),
+            Err(WriteError::NotQuarantined { tenant, seq }) => {
+                Err(ReleaseError::NotQuarantined { tenant, seq })
+            }
             Err(e) => Err(ReleaseError::Write(e)),
         }
     }
@@ -721,7 +866,13 @@ impl<K: Kv> Edge<K> {
     /// section 5, "Purge a tenant"); the provider retries after the purge.
     fn purging(&self, tenant: &str) -> Resp {
         self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
-        retry_after(error(StatusCode::SERVICE_UNAVAILABLE, format!("tenant {tenant} is being purged; retry later")), 30)
+        retry_after(
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("tenant {tenant} is being purged; retry later"),
+            ),
+            30,
+        )
     }
 
     /// Whether `tenant` has a purge mark in `meta` (docs/design.md section 5,
@@ -732,7 +883,11 @@ impl<K: Kv> Edge<K> {
     /// purge deletes is refused (503, it retries) rather than answered
     /// "duplicate".
     fn is_purging(&self, tenant: TenantOrd) -> Result<bool, String> {
-        Ok(self.kv.get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant)).map_err(|e| e.to_string())?.is_some())
+        Ok(self
+            .kv
+            .get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant))
+            .map_err(|e| e.to_string())?
+            .is_some())
     }
 
     /// 503 for a store failure: the detail (a backend's error, which may
@@ -753,11 +908,15 @@ impl<K: Kv> Edge<K> {
         let mut r = retry_after(
             error(
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("the relay is reading its limit of request bodies ({} bytes at once); retry later", budget.limit_bytes()),
+                format!(
+                    "the relay is reading its limit of request bodies ({} bytes at once); retry later",
+                    budget.limit_bytes()
+                ),
             ),
             limits::BUSY_RETRY_AFTER_S,
         );
-        r.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        r.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
         r
     }
 
@@ -771,11 +930,16 @@ impl<K: Kv> Edge<K> {
             if path == s.path {
                 return match &s.tenant {
                     Some(t) => Some((s, Ok(t.clone()))),
-                    None => Some((s, Err(format!("{path} needs a tenant: POST {path}/{{tenant}}")))),
+                    None => Some((
+                        s,
+                        Err(format!("{path} needs a tenant: POST {path}/{{tenant}}")),
+                    )),
                 };
             }
             if s.tenant.is_none()
-                && let Some(rest) = path.strip_prefix(s.path.as_str()).and_then(|r| r.strip_prefix('/'))
+                && let Some(rest) = path
+                    .strip_prefix(s.path.as_str())
+                    .and_then(|r| r.strip_prefix('/'))
                 && !rest.is_empty()
                 && !rest.contains('/')
             {
@@ -793,7 +957,13 @@ impl<K: Kv> Edge<K> {
     /// retention (whose `keep_ms` may be shorter than the dedupe lifetime)
     /// deleted that envelope: the record keeps only the seq, so the answer is
     /// `"id": null` (docs/design.md section 5, "Edge", step 7).
-    fn dedupe_hit(&self, tenant: TenantOrd, route: &SourceRoute, dk: &[u8], now: u64) -> Result<Option<Option<String>>, String> {
+    fn dedupe_hit(
+        &self,
+        tenant: TenantOrd,
+        route: &SourceRoute,
+        dk: &[u8],
+        now: u64,
+    ) -> Result<Option<Option<String>>, String> {
         let key = dedupe_key(tenant, route.id, dk);
         let Some(v) = self.kv.get(Cf::Index, &key).map_err(|e| e.to_string())? else {
             return Ok(None);
@@ -807,7 +977,9 @@ impl<K: Kv> Edge<K> {
 
     fn id_of(&self, tenant: TenantOrd, seq: Seq) -> Option<String> {
         let raw = self.kv.get(Cf::Hooks, &hook_key(tenant, seq)).ok()??;
-        Envelope::decode(&raw).ok().map(|e| uuid_text(&e.idempotency_key))
+        Envelope::decode(&raw)
+            .ok()
+            .map(|e| uuid_text(&e.idempotency_key))
     }
 
     /// Admission against the queue bounds: 429 when the tenant is over its
@@ -815,14 +987,28 @@ impl<K: Kv> Edge<K> {
     /// counters plus every hook admitted and not yet committed (its
     /// reservation, held until the Writer answers), so concurrent requests
     /// cannot all pass on the same stale counter.
-    fn reserve(&self, tenant: &TenantRoute, rows: u64, bytes: u64) -> Result<Result<Reservation<'_>, Resp>, String> {
+    fn reserve(
+        &self,
+        tenant: &TenantRoute,
+        rows: u64,
+        bytes: u64,
+    ) -> Result<Result<Reservation<'_>, Resp>, String> {
         // No row: nothing is added to the queue, so no bound can refuse it
         // (docs/design.md section 5, "Edge", step 8 counts only the rows made).
         if rows == 0 {
-            return Ok(Ok(Reservation { edge_reservations: &self.reservations, tenant: tenant.ord, rows: 0, bytes: 0 }));
+            return Ok(Ok(Reservation {
+                edge_reservations: &self.reservations,
+                tenant: tenant.ord,
+                rows: 0,
+                bytes: 0,
+            }));
         }
         let read = |t: TenantOrd, f: CounterField| -> Result<u64, String> {
-            Ok(self.kv.counter(&counter_key(t, f)).map_err(|e| e.to_string())?.max(0) as u64)
+            Ok(self
+                .kv
+                .counter(&counter_key(t, f))
+                .map_err(|e| e.to_string())?
+                .max(0) as u64)
         };
         let mut held = self.reservations.lock().unwrap_or_else(|p| p.into_inner());
         let (t_rows, t_bytes) = held.tenants.get(&tenant.ord).copied().unwrap_or((0, 0));
@@ -832,21 +1018,33 @@ impl<K: Kv> Edge<K> {
             self.stats.throttled.fetch_add(1, Ordering::Relaxed);
             info!(tenant = %tenant.name, pending, pending_bytes, "hook refused: tenant over its queue bounds");
             return Ok(Err(retry_after(
-                error(StatusCode::TOO_MANY_REQUESTS, format!("tenant {} is over its queue bounds", tenant.name)),
+                error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!("tenant {} is over its queue bounds", tenant.name),
+                ),
                 30,
             )));
         }
         let node_pending = read(TenantOrd::NODE, CounterField::Pending)? + held.node.0;
         let node_bytes = read(TenantOrd::NODE, CounterField::Bytes)? + held.node.1;
-        if node_pending + rows > self.node_max_pending || node_bytes + bytes > self.node_max_pending_bytes {
-            return Ok(Err(self.unavailable("the node is over its queue bounds".into())));
+        if node_pending + rows > self.node_max_pending
+            || node_bytes + bytes > self.node_max_pending_bytes
+        {
+            return Ok(Err(
+                self.unavailable("the node is over its queue bounds".into())
+            ));
         }
         let e = held.tenants.entry(tenant.ord).or_default();
         e.0 += rows;
         e.1 += bytes;
         held.node.0 += rows;
         held.node.1 += bytes;
-        Ok(Ok(Reservation { edge_reservations: &self.reservations, tenant: tenant.ord, rows, bytes }))
+        Ok(Ok(Reservation {
+            edge_reservations: &self.reservations,
+            tenant: tenant.ord,
+            rows,
+            bytes,
+        }))
     }
 }
 
@@ -919,7 +1117,10 @@ struct QuarantineSlot<'a> {
 
 impl Drop for QuarantineSlot<'_> {
     fn drop(&mut self) {
-        let mut held = self.edge_reservations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self
+            .edge_reservations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(n) = held.quarantine.get_mut(&self.tenant) {
             *n = n.saturating_sub(1);
         }
@@ -937,7 +1138,10 @@ struct Reservation<'a> {
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        let mut held = self.edge_reservations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = self
+            .edge_reservations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(e) = held.tenants.get_mut(&self.tenant) {
             e.0 = e.0.saturating_sub(self.rows);
             e.1 = e.1.saturating_sub(self.bytes);
@@ -946,7 +1150,6 @@ impl Drop for Reservation<'_> {
         held.node.1 = held.node.1.saturating_sub(self.bytes);
     }
 }
-
 
 /// The `ingest` span of one request to the ingest listener (debug level,
 /// target `ankusa_edge::server`: off under the default `info` filter, on with

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use ankusa_config::{
-    Config, FilterTest, HeaderAction, HeaderPolicy, KeySource, OnInvalidSignature, Order, OrderingKey,
-    Problem, Scope, SinkEntry, Source, TenantBinding, Verification,
+    Config, FilterTest, HeaderAction, HeaderPolicy, KeySource, OnInvalidSignature, Order,
+    OrderingKey, Problem, Scope, SinkEntry, Source, TenantBinding, Verification,
 };
 use ankusa_keys::{SinkIx, SourceId, TenantOrd};
 use ankusa_queue::{NewRow, Registry, lanes};
@@ -124,20 +124,29 @@ impl SourceRoute {
                 continue;
             }
             let lane = s.ordered.as_ref().map(|spec| {
-                let key = spec.as_ref().and_then(|spec| ordering::ordering_key(spec, headers, body));
+                let key = spec
+                    .as_ref()
+                    .and_then(|spec| ordering::ordering_key(spec, headers, body));
                 if key.is_none() {
                     out.keyless.push(s.kind);
                 }
                 lanes::assign(s.index, self.id, key.as_deref())
             });
-            out.rows.push(NewRow { sink: s.index, lane });
+            out.rows.push(NewRow {
+                sink: s.index,
+                lane,
+            });
         }
         out
     }
 
     /// [`SourceRoute::resolve`]'s rows and keyless sink kinds (filters
     /// applied).
-    pub fn rows_for(&self, headers: &[Header<'_>], body: &ParsedBody<'_>) -> (Vec<NewRow>, Vec<&'static str>) {
+    pub fn rows_for(
+        &self,
+        headers: &[Header<'_>],
+        body: &ParsedBody<'_>,
+    ) -> (Vec<NewRow>, Vec<&'static str>) {
         let r = self.resolve(headers, body);
         (r.rows, r.keyless)
     }
@@ -147,15 +156,17 @@ impl SourceRoute {
     pub fn store_headers(&self, headers: &[(Vec<u8>, Vec<u8>)]) -> Vec<(Vec<u8>, Vec<u8>)> {
         headers
             .iter()
-            .filter_map(|(n, v)| match self.policy.action(&String::from_utf8_lossy(n)) {
-                HeaderAction::Keep => Some((n.clone(), v.clone())),
-                HeaderAction::Drop => None,
-                HeaderAction::Hash => {
-                    let digest = Sha256::digest(v);
-                    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-                    Some((n.clone(), format!("sha256:{hex}").into_bytes()))
-                }
-            })
+            .filter_map(
+                |(n, v)| match self.policy.action(&String::from_utf8_lossy(n)) {
+                    HeaderAction::Keep => Some((n.clone(), v.clone())),
+                    HeaderAction::Drop => None,
+                    HeaderAction::Hash => {
+                        let digest = Sha256::digest(v);
+                        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+                        Some((n.clone(), format!("sha256:{hex}").into_bytes()))
+                    }
+                },
+            )
             .collect()
     }
 }
@@ -180,21 +191,46 @@ fn spec(source: &str, option: &str, key: &KeySource) -> Result<KeySpec, RouteErr
         KeySource::Header(h) => KeySpec::header(h),
         KeySource::Json(p) => KeySpec::json(&p.dotted),
     };
-    r.map_err(|e| RouteError::Unsupported { source_name: source.into(), option: option.into(), message: e.to_string() })
+    r.map_err(|e| RouteError::Unsupported {
+        source_name: source.into(),
+        option: option.into(),
+        message: e.to_string(),
+    })
 }
 
 fn secrets(list: &[ankusa_config::Secret]) -> Vec<Secret> {
-    list.iter().map(|s| Secret::new(s.expose().as_bytes().to_vec())).collect()
+    list.iter()
+        .map(|s| Secret::new(s.expose().as_bytes().to_vec()))
+        .collect()
 }
 
 fn verifier(source: &str, v: &Verification) -> Result<Verifier, RouteError> {
     Ok(match v {
         Verification::None => Verifier::None,
-        Verification::Github { secrets: s } => Verifier::GitHub { secrets: secrets(s) },
-        Verification::Stripe { secrets: s, tolerance_ms } => Verifier::Stripe { secrets: secrets(s), tolerance_ms: *tolerance_ms },
-        Verification::Shopify { secrets: s } => Verifier::Shopify { secrets: secrets(s) },
-        Verification::Slack { secrets: s, tolerance_ms } => Verifier::Slack { secrets: secrets(s), tolerance_ms: *tolerance_ms },
-        Verification::StandardWebhooks { secrets: s, tolerance_ms } => Verifier::StandardWebhooks {
+        Verification::Github { secrets: s } => Verifier::GitHub {
+            secrets: secrets(s),
+        },
+        Verification::Stripe {
+            secrets: s,
+            tolerance_ms,
+        } => Verifier::Stripe {
+            secrets: secrets(s),
+            tolerance_ms: *tolerance_ms,
+        },
+        Verification::Shopify { secrets: s } => Verifier::Shopify {
+            secrets: secrets(s),
+        },
+        Verification::Slack {
+            secrets: s,
+            tolerance_ms,
+        } => Verifier::Slack {
+            secrets: secrets(s),
+            tolerance_ms: *tolerance_ms,
+        },
+        Verification::StandardWebhooks {
+            secrets: s,
+            tolerance_ms,
+        } => Verifier::StandardWebhooks {
             keys: s
                 .iter()
                 .map(|k| Secret::standard_webhooks(k.expose()))
@@ -206,7 +242,13 @@ fn verifier(source: &str, v: &Verification) -> Result<Verifier, RouteError> {
                 })?,
             tolerance_ms: *tolerance_ms,
         },
-        Verification::Hmac { header, algorithm, encoding, prefix, secrets: s } => Verifier::Hmac(HmacHeader {
+        Verification::Hmac {
+            header,
+            algorithm,
+            encoding,
+            prefix,
+            secrets: s,
+        } => Verifier::Hmac(HmacHeader {
             header: header.clone(),
             algorithm: match algorithm {
                 ankusa_config::HmacAlgorithm::Sha256 => HmacAlgorithm::Sha256,
@@ -229,13 +271,23 @@ fn sink_order(source: &str, e: &SinkEntry) -> Result<Option<Option<KeySpec>>, Ro
     Ok(match &e.order {
         Order::Unordered => None,
         Order::Ordered { key: None } => Some(None),
-        Order::Ordered { key: Some(OrderingKey::Header(h)) } => {
-            Some(Some(spec(source, "ordering_key", &KeySource::Header(h.clone()))?))
-        }
-        Order::Ordered { key: Some(OrderingKey::Json(p)) } => {
-            Some(Some(spec(source, "ordering_key", &KeySource::Json(p.clone()))?))
-        }
-        Order::Ordered { key: Some(OrderingKey::Func(_)) } => {
+        Order::Ordered {
+            key: Some(OrderingKey::Header(h)),
+        } => Some(Some(spec(
+            source,
+            "ordering_key",
+            &KeySource::Header(h.clone()),
+        )?)),
+        Order::Ordered {
+            key: Some(OrderingKey::Json(p)),
+        } => Some(Some(spec(
+            source,
+            "ordering_key",
+            &KeySource::Json(p.clone()),
+        )?)),
+        Order::Ordered {
+            key: Some(OrderingKey::Func(_)),
+        } => {
             return Err(RouteError::Unsupported {
                 source_name: source.into(),
                 option: "ordering_key".into(),
@@ -270,10 +322,18 @@ fn sink_filter(source: &str, e: &SinkEntry) -> Result<Filter, RouteError> {
 /// one run; [`build_routes`] refuses the same options later, at the first.
 pub fn check_source(source: &Source) -> Vec<Problem> {
     let problem = |scope: Scope, e: RouteError| {
-        let RouteError::Unsupported { option, message, .. } = e;
-        Problem { scope, option, message }
+        let RouteError::Unsupported {
+            option, message, ..
+        } = e;
+        Problem {
+            scope,
+            option,
+            message,
+        }
     };
-    let source_scope = || Scope::Source { source_name: source.name.clone() };
+    let source_scope = || Scope::Source {
+        source_name: source.name.clone(),
+    };
     let mut out = Vec::new();
     if let Err(e) = verifier(&source.name, &source.verification) {
         out.push(problem(source_scope(), e));
@@ -321,19 +381,35 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
             option: what.into(),
             message: "not registered in the store".into(),
         };
-        let id = *registry.sources.get(&s.name).ok_or_else(|| missing("name"))?;
+        let id = *registry
+            .sources
+            .get(&s.name)
+            .ok_or_else(|| missing("name"))?;
         let (tenant, path_tenants) = match &s.tenant {
-            TenantBinding::Fixed(t) => (Some(tenant_route(t).ok_or_else(|| missing("tenant"))?), BTreeMap::new()),
+            TenantBinding::Fixed(t) => (
+                Some(tenant_route(t).ok_or_else(|| missing("tenant"))?),
+                BTreeMap::new(),
+            ),
             TenantBinding::Path => (
                 None,
-                config.tenants.iter().filter_map(|t| Some((t.name.clone(), tenant_route(&t.name)?))).collect(),
+                config
+                    .tenants
+                    .iter()
+                    .filter_map(|t| Some((t.name.clone(), tenant_route(&t.name)?)))
+                    .collect(),
             ),
         };
         let mut sinks = Vec::new();
         for e in &s.sinks {
             let ordered = sink_order(&s.name, e)?;
             let filter = sink_filter(&s.name, e)?;
-            sinks.push(SinkRoute { index: SinkIx(e.index), kind: e.kind.as_str(), ordered, name: e.name.clone(), filter });
+            sinks.push(SinkRoute {
+                index: SinkIx(e.index),
+                kind: e.kind.as_str(),
+                ordered,
+                name: e.name.clone(),
+                filter,
+            });
         }
         out.push(SourceRoute {
             name: s.name.clone(),
@@ -351,7 +427,10 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
             sinks,
             challenge: s.challenge.as_ref().map(|c| ChallengeRoute {
                 param: c.query.clone(),
-                token: c.token.as_ref().map(|(q, t)| (q.clone(), t.expose().as_bytes().to_vec())),
+                token: c
+                    .token
+                    .as_ref()
+                    .map(|(q, t)| (q.clone(), t.expose().as_bytes().to_vec())),
             }),
             quarantine: s.quarantine,
             on_invalid_signature: s.on_invalid_signature,
@@ -389,25 +468,57 @@ mod tests {
       - {type: http, name: live, url: 'http://h/l', ordered: true, ordering_key: {json: data.object.customer}, filter: [{header: x-live, exists: true}, {json: type, one_of: [charge.succeeded, invoice.paid]}]}
 ",
         );
-        assert_eq!(r.sinks.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["all", "invoices", "live"]);
+        assert_eq!(
+            r.sinks.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            ["all", "invoices", "live"]
+        );
         let invoice = br#"{"type":"invoice.paid","data":{"object":{"customer":"cus_1"}}}"#;
         let body = ParsedBody::new(invoice);
         let got = r.resolve(&[], &body);
-        assert_eq!(got.rows.iter().map(|row| row.sink).collect::<Vec<_>>(), [SinkIx(0), SinkIx(1)]);
-        assert_eq!(got.rows[1].lane, Some(lanes::assign(SinkIx(1), SourceId(3), Some(b"cus_1"))));
+        assert_eq!(
+            got.rows.iter().map(|row| row.sink).collect::<Vec<_>>(),
+            [SinkIx(0), SinkIx(1)]
+        );
+        assert_eq!(
+            got.rows[1].lane,
+            Some(lanes::assign(SinkIx(1), SourceId(3), Some(b"cus_1")))
+        );
         assert_eq!((got.keyless, got.filtered), (vec![], vec!["live"]));
 
         let headers: Vec<Header<'_>> = vec![(&b"X-Live"[..], &b"1"[..])];
-        let got = r.resolve(&headers, &ParsedBody::new(br#"{"type":"charge.succeeded","data":{"object":{}}}"#));
-        assert_eq!(got.rows.iter().map(|row| row.sink).collect::<Vec<_>>(), [SinkIx(0), SinkIx(2)]);
-        assert_eq!((got.keyless, got.filtered), (vec!["http"], vec!["invoices"]), "live's row has no customer");
+        let got = r.resolve(
+            &headers,
+            &ParsedBody::new(br#"{"type":"charge.succeeded","data":{"object":{}}}"#),
+        );
+        assert_eq!(
+            got.rows.iter().map(|row| row.sink).collect::<Vec<_>>(),
+            [SinkIx(0), SinkIx(2)]
+        );
+        assert_eq!(
+            (got.keyless, got.filtered),
+            (vec!["http"], vec!["invoices"]),
+            "live's row has no customer"
+        );
 
         // Not JSON: only the unfiltered sink; the filtered ordered sinks are
         // not counted keyless.
         let got = r.resolve(&headers, &ParsedBody::new(b"type=invoice.paid"));
-        assert_eq!(got.rows, [NewRow { sink: SinkIx(0), lane: None }]);
-        assert_eq!((got.keyless, got.filtered), (vec![], vec!["invoices", "live"]));
+        assert_eq!(
+            got.rows,
+            [NewRow {
+                sink: SinkIx(0),
+                lane: None
+            }]
+        );
+        assert_eq!(
+            (got.keyless, got.filtered),
+            (vec![], vec!["invoices", "live"])
+        );
         let (rows, keyless) = r.rows_for(&headers, &ParsedBody::new(b"type=invoice.paid"));
-        assert_eq!((rows.len(), keyless.len()), (1, 0), "rows_for applies the filters too");
+        assert_eq!(
+            (rows.len(), keyless.len()),
+            (1, 0),
+            "rows_for applies the filters too"
+        );
     }
 }

@@ -25,11 +25,17 @@ use crate::corpus;
 const DEFAULT_CASES: usize = 2500;
 
 fn cases() -> usize {
-    std::env::var("ANKUSA_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_CASES)
+    std::env::var("ANKUSA_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CASES)
 }
 
 fn seed() -> u64 {
-    std::env::var("ANKUSA_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x00a1_c05a_f022)
+    std::env::var("ANKUSA_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x00a1_c05a_f022)
 }
 
 /// `fastrand`'s seeded generator (wyrand): the same sequence on every
@@ -75,16 +81,30 @@ pub fn seeds() -> Vec<Seed> {
                 extra.push(format!("url={url}"));
             }
             let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-            let headers: Vec<(&str, &str)> = h.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            let headers: Vec<(&str, &str)> = h
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
             let case = Case::from_request("POST", path_of(&h.provider), &extra, &headers, &h.body);
-            Seed { provider: h.provider.clone(), file: h.file.clone(), case }
+            Seed {
+                provider: h.provider.clone(),
+                file: h.file.clone(),
+                case,
+            }
         })
         .chain(EXTRA_SEEDS.iter().map(|(file, control, body)| {
             Seed {
                 provider: "extra".into(),
                 file: (*file).into(),
-                case: Case::from_request("", "", &[], &[("Content-Type", "application/json")], body.as_bytes())
-                    .with_control(control),
+                case: Case::from_request(
+                    "",
+                    "",
+                    &[],
+                    &[("Content-Type", "application/json")],
+                    body.as_bytes(),
+                )
+                .with_control(control),
             }
         }))
         .collect()
@@ -94,12 +114,36 @@ pub fn seeds() -> Vec<Seed> {
 /// incomplete), a source that holds every hook, a tenant over its bound, a
 /// bad signature held in quarantine.
 const EXTRA_SEEDS: &[(&str, &str, &str)] = &[
-    ("extra/challenge.json", "GET /hooks/subscribe?hub.challenge=abc&hub.verify_token=fuzz-token", ""),
-    ("extra/challenge_bad_token.json", "GET /hooks/subscribe?hub.challenge=abc&hub.verify_token=nope", ""),
-    ("extra/challenge_no_param.json", "GET /hooks/subscribe?hub.verify_token=fuzz-token", ""),
-    ("extra/review.json", "POST /hooks/review", "{\"id\":\"evt_1\"}"),
-    ("extra/bounded.json", "POST /hooks/bounded", "{\"id\":\"evt_2\"}"),
-    ("extra/held_bad_signature.json", "POST /hooks/held", "{\"ref\":\"refs/heads/main\"}"),
+    (
+        "extra/challenge.json",
+        "GET /hooks/subscribe?hub.challenge=abc&hub.verify_token=fuzz-token",
+        "",
+    ),
+    (
+        "extra/challenge_bad_token.json",
+        "GET /hooks/subscribe?hub.challenge=abc&hub.verify_token=nope",
+        "",
+    ),
+    (
+        "extra/challenge_no_param.json",
+        "GET /hooks/subscribe?hub.verify_token=fuzz-token",
+        "",
+    ),
+    (
+        "extra/review.json",
+        "POST /hooks/review",
+        "{\"id\":\"evt_1\"}",
+    ),
+    (
+        "extra/bounded.json",
+        "POST /hooks/bounded",
+        "{\"id\":\"evt_2\"}",
+    ),
+    (
+        "extra/held_bad_signature.json",
+        "POST /hooks/held",
+        "{\"ref\":\"refs/heads/main\"}",
+    ),
 ];
 
 const INTERESTING: &[u8] = b"\0\xff\x7f\x80\"\\{}[],:.%+&= \t\r\n0-eE";
@@ -175,7 +219,19 @@ const HEADER_VALUES: &[&[u8]] = &[
     b"====",
 ];
 
-const METHODS: &[&str] = &["POST", "GET", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "post", "FOO", "P\u{f6}ST", ""];
+const METHODS: &[&str] = &[
+    "POST",
+    "GET",
+    "PUT",
+    "DELETE",
+    "HEAD",
+    "OPTIONS",
+    "PATCH",
+    "post",
+    "FOO",
+    "P\u{f6}ST",
+    "",
+];
 
 const PATHS: &[&str] = &[
     "/hooks/github",
@@ -208,13 +264,33 @@ const PATHS: &[&str] = &[
     "http://relay.example/hooks/github",
 ];
 
-const NOWS: &[&str] = &["now=0", "now=1", "now=18446744073709551615", "now=1721948900", "now=1721948901", "now=x"];
+const NOWS: &[&str] = &[
+    "now=0",
+    "now=1",
+    "now=18446744073709551615",
+    "now=1721948900",
+    "now=1721948901",
+    "now=x",
+];
 
-const JSON_PATHS: &[&str] =
-    &["json=", "json=.", "json=a..b", "json=data", "json=data.object", "json=event", "json=id.x", "json=type"];
+const JSON_PATHS: &[&str] = &[
+    "json=",
+    "json=.",
+    "json=a..b",
+    "json=data",
+    "json=data.object",
+    "json=event",
+    "json=id.x",
+    "json=type",
+];
 
-const HEADER_SPECS: &[&str] =
-    &["header=", "header=X-ENTITY-ID", "header=webhook-id", "header=stripe-signature", "header=x\u{e9}"];
+const HEADER_SPECS: &[&str] = &[
+    "header=",
+    "header=X-ENTITY-ID",
+    "header=webhook-id",
+    "header=stripe-signature",
+    "header=x\u{e9}",
+];
 
 fn word_toggle(case: &mut Case, word: &str) {
     let mut words: Vec<Vec<u8>> = case.words().iter().map(|w| w.to_vec()).collect();
@@ -290,7 +366,10 @@ fn mutate(rng: &mut Rng, case: &mut Case, seeds: &[Seed]) {
             case.headers.insert(at, h);
         }
         10 if case.headers.len() > 1 => {
-            let (a, b) = (rng.usize(..case.headers.len()), rng.usize(..case.headers.len()));
+            let (a, b) = (
+                rng.usize(..case.headers.len()),
+                rng.usize(..case.headers.len()),
+            );
             case.headers.swap(a, b);
         }
         11 if !case.headers.is_empty() => {
@@ -301,7 +380,11 @@ fn mutate(rng: &mut Rng, case: &mut Case, seeds: &[Seed]) {
                 1 => v.truncate(rng.usize(..v.len() + 1)),
                 2 => {
                     let n = rng.usize(..8);
-                    v.extend(std::iter::repeat_with(|| rng.u8(..)).take(n).map(|b| if b == b'\n' || b == b'\r' { b'x' } else { b }));
+                    v.extend(
+                        std::iter::repeat_with(|| rng.u8(..))
+                            .take(n)
+                            .map(|b| if b == b'\n' || b == b'\r' { b'x' } else { b }),
+                    );
                 }
                 _ if !v.is_empty() => {
                     let j = rng.usize(..v.len());
@@ -371,9 +454,17 @@ fn home(target: &str) -> &'static [&'static str] {
 
 /// The `i`th case of `target` under `seed`, as bytes: the same on every run.
 fn case_bytes(target: &str, seeds: &[Seed], seed: u64, i: usize) -> Vec<u8> {
-    let mut rng = Rng::with_seed(seed ^ (i as u64).wrapping_mul(0xd134_2543_de82_ef95) ^ fxhash(target));
-    let homes: Vec<&Seed> = seeds.iter().filter(|s| home(target).contains(&s.provider.as_str())).collect();
-    let start = if !homes.is_empty() && rng.bool() { *pick(&mut rng, &homes) } else { pick(&mut rng, seeds) };
+    let mut rng =
+        Rng::with_seed(seed ^ (i as u64).wrapping_mul(0xd134_2543_de82_ef95) ^ fxhash(target));
+    let homes: Vec<&Seed> = seeds
+        .iter()
+        .filter(|s| home(target).contains(&s.provider.as_str()))
+        .collect();
+    let start = if !homes.is_empty() && rng.bool() {
+        *pick(&mut rng, &homes)
+    } else {
+        pick(&mut rng, seeds)
+    };
     let mut case = start.case.clone();
     // Every 16th case is a corpus file unmutated (signed or not, below).
     if !i.is_multiple_of(16) {
@@ -396,7 +487,9 @@ fn case_bytes(target: &str, seeds: &[Seed], seed: u64, i: usize) -> Vec<u8> {
 }
 
 fn fxhash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Runs `n` cases of `target` through `f`; on a panic, writes the case to a
@@ -416,8 +509,8 @@ fn run<T>(target: &str, mut f: impl FnMut(&[u8]) -> T) -> Vec<T> {
         match catch_unwind(AssertUnwindSafe(|| f(&bytes))) {
             Ok(t) => out.push(t),
             Err(e) => {
-                let file =
-                    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-{target}-{seed}-{i}.case"));
+                let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                    .join(format!("fuzz-{target}-{seed}-{i}.case"));
                 std::fs::write(&file, &bytes).expect("write the failing case");
                 let why = e
                     .downcast_ref::<String>()
@@ -433,7 +526,10 @@ fn run<T>(target: &str, mut f: impl FnMut(&[u8]) -> T) -> Vec<T> {
             }
         }
     }
-    println!("{target}: {n} cases (ANKUSA_FUZZ_SEED={seed}) in {:.1?}", start.elapsed());
+    println!(
+        "{target}: {n} cases (ANKUSA_FUZZ_SEED={seed}) in {:.1?}",
+        start.elapsed()
+    );
     out
 }
 
@@ -444,8 +540,15 @@ fn verify_run(scheme: Scheme) {
     println!("{target}: {ok} verified, {} refused", verdicts.len() - ok);
     // The run reaches both sides of the check (most verified cases are the
     // signed ones).
-    assert!(ok >= verdicts.len() / 10, "{target}: only {ok} of {} verified", verdicts.len());
-    assert!(verdicts.len() - ok >= verdicts.len() / 4, "{target}: too few refused");
+    assert!(
+        ok >= verdicts.len() / 10,
+        "{target}: only {ok} of {} verified",
+        verdicts.len()
+    );
+    assert!(
+        verdicts.len() - ok >= verdicts.len() / 4,
+        "{target}: too few refused"
+    );
 }
 
 #[test]
@@ -487,7 +590,10 @@ fn key_run(from: KeyFrom, target: &str) {
     let resolved = run(target, |d| fuzz::key(from, d));
     let with_key = resolved.iter().filter(|&&n| n > 0).count();
     println!("{target}: {with_key} cases resolved a key");
-    assert!(with_key >= resolved.len() / 4, "{target}: only {with_key} cases resolved a key");
+    assert!(
+        with_key >= resolved.len() / 4,
+        "{target}: only {with_key} cases resolved a key"
+    );
 }
 
 #[test]
@@ -511,7 +617,10 @@ fn fuzz_request() {
     println!("request: answers {seen:?} (None: refused by hyper's parsing)");
     // The run reaches every answer the edge gives without a store failure.
     for status in [200, 202, 400, 401, 403, 404, 405, 413, 429] {
-        assert!(seen.contains_key(&Some(status)), "request: no case was answered {status}: {seen:?}");
+        assert!(
+            seen.contains_key(&Some(status)),
+            "request: no case was answered {status}: {seen:?}"
+        );
     }
 }
 
@@ -563,13 +672,20 @@ fn fuzz_case_format_edges() {
     assert_eq!(c.control, b"POST /x sign");
     assert_eq!(
         c.headers,
-        vec![(b"A".to_vec(), b"b".to_vec()), (b"C".to_vec(), b"d".to_vec()), (b"nocolon".to_vec(), Vec::new())]
+        vec![
+            (b"A".to_vec(), b"b".to_vec()),
+            (b"C".to_vec(), b"d".to_vec()),
+            (b"nocolon".to_vec(), Vec::new())
+        ]
     );
     assert_eq!(c.body, b"body\n\nmore");
     assert!(c.flag("sign") && !c.flag("tamper"));
     let c = Case::parse(b"GET / now=12 now=13\nX: y");
     assert_eq!((c.headers.len(), c.body.len(), c.now_s()), (1, 0, 12));
-    assert_eq!(Case::parse(b"now=99999999999999999999").now_s(), fuzz::DEFAULT_NOW_S);
+    assert_eq!(
+        Case::parse(b"now=99999999999999999999").now_s(),
+        fuzz::DEFAULT_NOW_S
+    );
     assert_eq!(Case::parse(b"now=253402300800").now_s(), 0);
 }
 
@@ -590,7 +706,8 @@ fn fuzz_write_seeds() {
         std::fs::write(dir.join(format!("{name}.case")), s.case.encode()).expect("write a seed");
         let mut signed = s.case.clone();
         word_toggle(&mut signed, "sign");
-        std::fs::write(dir.join(format!("{name}.signed.case")), signed.encode()).expect("write a seed");
+        std::fs::write(dir.join(format!("{name}.signed.case")), signed.encode())
+            .expect("write a seed");
         n += 2;
     }
     println!("wrote {n} seeds to {}", dir.display());

@@ -733,7 +733,13 @@ fn generic_hmac_header_sha512_matches_rfc_4231() {
     let body = b"what do ya want for nothing?";
     let tag = "sha512=164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea2505549758bf75c05a994a6d034f65f8f0e6fdcaeab1a34d4a6b4b636e070a38bce737";
     let headers: Vec<(&[u8], &[u8])> = vec![(b"X-Signature", tag.as_bytes())];
-    assert_eq!(v.verify(&headers, body, 0), Ok(Verified { secret_ix: Some(0), timestamp_s: None }));
+    assert_eq!(
+        v.verify(&headers, body, 0),
+        Ok(Verified {
+            secret_ix: Some(0),
+            timestamp_s: None
+        })
+    );
     let wrong = tag.replace("737", "738");
     let headers: Vec<(&[u8], &[u8])> = vec![(b"X-Signature", wrong.as_bytes())];
     assert_eq!(v.verify(&headers, body, 0), Err(VerifyError::BadSignature));

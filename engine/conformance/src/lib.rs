@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{
-    Batch, Bytes, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Op, Read, scan_pages,
+    Batch, Bytes, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Op, Read,
+    scan_pages,
 };
 
 /// The backends this suite knows, by name, for the crash child and the benches.
@@ -42,9 +43,15 @@ pub mod backends {
 }
 
 fn full(cf: Cf, kv: &impl Read) -> Vec<KeyValue> {
-    scan_pages(kv, cf, KeyRange::new(Vec::new(), vec![0xff; 64]), Direction::Forward, 7)
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap()
+    scan_pages(
+        kv,
+        cf,
+        KeyRange::new(Vec::new(), vec![0xff; 64]),
+        Direction::Forward,
+        7,
+    )
+    .collect::<Result<Vec<_>, _>>()
+    .unwrap()
 }
 
 /// Every column family's whole contents, for comparing two stores.
@@ -92,9 +99,17 @@ pub fn put_get_delete<K: Kv>(kv: &K) {
     }
     assert_eq!(kv.get(Cf::Archive, b"").unwrap(), None);
     let mut w = Batch::new();
-    w.put(Cf::Archive, vec![2u8; ankusa_engine::MAX_KEY_BYTES], "longest");
+    w.put(
+        Cf::Archive,
+        vec![2u8; ankusa_engine::MAX_KEY_BYTES],
+        "longest",
+    );
     kv.write(w, Durability::Sync).unwrap();
-    assert_eq!(kv.get(Cf::Archive, &[2u8; ankusa_engine::MAX_KEY_BYTES]).unwrap(), Some(b("longest")));
+    assert_eq!(
+        kv.get(Cf::Archive, &[2u8; ankusa_engine::MAX_KEY_BYTES])
+            .unwrap(),
+        Some(b("longest"))
+    );
 }
 
 /// Ops inside one batch apply in order.
@@ -151,11 +166,21 @@ pub fn atomic_across_column_families<K: Kv>(kv: &K) {
                 let mut checks = 0u64;
                 while !done.load(Ordering::Acquire) || checks == 0 {
                     let snap = kv.snapshot();
-                    let vals: Vec<Option<Bytes>> = Cf::ALL.iter().map(|cf| snap.get(*cf, b"atom").unwrap()).collect();
+                    let vals: Vec<Option<Bytes>> = Cf::ALL
+                        .iter()
+                        .map(|cf| snap.get(*cf, b"atom").unwrap())
+                        .collect();
                     let round = snap.counter(b"rounds").unwrap();
-                    let want = if round == 0 { None } else { Some(Bytes::from(round.to_string())) };
+                    let want = if round == 0 {
+                        None
+                    } else {
+                        Some(Bytes::from(round.to_string()))
+                    };
                     for (cf, v) in Cf::ALL.iter().zip(&vals) {
-                        assert_eq!(v, &want, "{cf:?} disagrees with the counter at round {round}");
+                        assert_eq!(
+                            v, &want,
+                            "{cf:?} disagrees with the counter at round {round}"
+                        );
                     }
                     checks += 1;
                 }
@@ -203,14 +228,24 @@ pub fn batch_whole_while_memtables_turn_over<K: Kv>(kv: &K, batches: u64) -> Tur
     let key = |i: u64| i.to_be_bytes().to_vec();
     // Index entries under 0x01 (the counter's key is in the index family too).
     let entry = |i: u64| [&[1u8][..], &i.to_be_bytes()].concat();
-    let mut report = TurnoverReport { written: batches, ..TurnoverReport::default() };
+    let mut report = TurnoverReport {
+        written: batches,
+        ..TurnoverReport::default()
+    };
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
             let mut r = TurnoverReport::default();
             let mut next = 0u64;
             loop {
                 let finished = done.load(Ordering::Acquire);
-                let page = kv.scan(Cf::Index, &KeyRange::new(entry(next), vec![2u8]), ankusa_engine::Direction::Forward, 256).unwrap();
+                let page = kv
+                    .scan(
+                        Cf::Index,
+                        &KeyRange::new(entry(next), vec![2u8]),
+                        ankusa_engine::Direction::Forward,
+                        256,
+                    )
+                    .unwrap();
                 for (k, _) in &page {
                     let i = u64::from_be_bytes(k[1..9].try_into().unwrap());
                     r.met += 1;
@@ -240,7 +275,11 @@ pub fn batch_whole_while_memtables_turn_over<K: Kv>(kv: &K, batches: u64) -> Tur
         report.hook_missing_live = r.hook_missing_live;
         report.found_on_second_get = r.found_on_second_get;
     });
-    report.missing_at_end = report.hook_missing_live.iter().filter(|i| kv.get(Cf::Hooks, &key(**i)).unwrap().is_none()).count() as u64;
+    report.missing_at_end = report
+        .hook_missing_live
+        .iter()
+        .filter(|i| kv.get(Cf::Hooks, &key(**i)).unwrap().is_none())
+        .count() as u64;
     report
 }
 
@@ -251,7 +290,8 @@ pub fn range_delete<K: Kv>(kv: &K) {
         w.put(Cf::Deliveries, vec![1, i], vec![i]);
         w.put(Cf::Hooks, vec![1, i], vec![i]);
     }
-    w.put(Cf::Deliveries, vec![1], "short").put(Cf::Deliveries, vec![1, 5, 0xff], "long");
+    w.put(Cf::Deliveries, vec![1], "short")
+        .put(Cf::Deliveries, vec![1, 5, 0xff], "long");
     kv.write(w, Durability::Sync).unwrap();
     let mut w = Batch::new();
     w.delete_range(Cf::Deliveries, KeyRange::new(vec![1, 5], vec![1, 10]));
@@ -260,8 +300,15 @@ pub fn range_delete<K: Kv>(kv: &K) {
     let left = full(Cf::Deliveries, kv);
     let mut want: Vec<Vec<u8>> = vec![vec![1]];
     want.extend((0u8..5).chain(10..20).map(|i| vec![1, i]));
-    assert_eq!(keys(&left), want.iter().map(|k| k.as_slice()).collect::<Vec<_>>());
-    assert_eq!(full(Cf::Hooks, kv).len(), 20, "another column family was touched");
+    assert_eq!(
+        keys(&left),
+        want.iter().map(|k| k.as_slice()).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        full(Cf::Hooks, kv).len(),
+        20,
+        "another column family was touched"
+    );
 }
 
 /// Scans: byte order both ways, inclusive start, exclusive end, limits.
@@ -294,24 +341,73 @@ pub fn scan_bounds_order_limit<K: Kv>(kv: &K) {
     let mut expect_rev = expect.clone();
     expect_rev.reverse();
     assert_eq!(keys(&rev), expect_rev);
-    assert!(kv.scan(Cf::Index, &range, Direction::Forward, 0).unwrap().is_empty());
-    assert_eq!(keys(&kv.scan(Cf::Index, &range, Direction::Forward, 2).unwrap()), expect[..2]);
-    assert_eq!(keys(&kv.scan(Cf::Index, &range, Direction::Reverse, 2).unwrap()), expect_rev[..2]);
+    assert!(
+        kv.scan(Cf::Index, &range, Direction::Forward, 0)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        keys(&kv.scan(Cf::Index, &range, Direction::Forward, 2).unwrap()),
+        expect[..2]
+    );
+    assert_eq!(
+        keys(&kv.scan(Cf::Index, &range, Direction::Reverse, 2).unwrap()),
+        expect_rev[..2]
+    );
     // Prefix ranges and the all-0xff end.
-    let p = kv.scan(Cf::Index, &KeyRange::prefix(&[0x10]), Direction::Forward, 100).unwrap();
+    let p = kv
+        .scan(
+            Cf::Index,
+            &KeyRange::prefix(&[0x10]),
+            Direction::Forward,
+            100,
+        )
+        .unwrap();
     assert_eq!(keys(&p), vec![&[0x10][..], &[0x10, 0x00], &[0x10, 0xff]]);
-    let tail = kv.scan(Cf::Index, &KeyRange::new(vec![0xff], vec![0xff, 0xff, 0x00]), Direction::Reverse, 9).unwrap();
+    let tail = kv
+        .scan(
+            Cf::Index,
+            &KeyRange::new(vec![0xff], vec![0xff, 0xff, 0x00]),
+            Direction::Reverse,
+            9,
+        )
+        .unwrap();
     assert_eq!(keys(&tail), vec![&[0xff, 0xff][..], &[0xff]]);
     // Empty and inverted ranges yield nothing.
-    assert!(kv.scan(Cf::Index, &KeyRange::new(vec![0x12], vec![0x12]), Direction::Forward, 9).unwrap().is_empty());
-    assert!(kv.scan(Cf::Index, &KeyRange::new(vec![0x90], vec![0x20]), Direction::Reverse, 9).unwrap().is_empty());
-    assert_eq!(kv.first(Cf::Index, &range, Direction::Reverse).unwrap().map(|kv| kv.0), Some(Bytes::from(vec![0x80])));
+    assert!(
+        kv.scan(
+            Cf::Index,
+            &KeyRange::new(vec![0x12], vec![0x12]),
+            Direction::Forward,
+            9
+        )
+        .unwrap()
+        .is_empty()
+    );
+    assert!(
+        kv.scan(
+            Cf::Index,
+            &KeyRange::new(vec![0x90], vec![0x20]),
+            Direction::Reverse,
+            9
+        )
+        .unwrap()
+        .is_empty()
+    );
+    assert_eq!(
+        kv.first(Cf::Index, &range, Direction::Reverse)
+            .unwrap()
+            .map(|kv| kv.0),
+        Some(Bytes::from(vec![0x80]))
+    );
     // Paging sees the whole range exactly once, both ways.
-    let paged: Vec<KeyValue> =
-        scan_pages(kv, Cf::Index, range.clone(), Direction::Forward, 2).collect::<Result<_, _>>().unwrap();
+    let paged: Vec<KeyValue> = scan_pages(kv, Cf::Index, range.clone(), Direction::Forward, 2)
+        .collect::<Result<_, _>>()
+        .unwrap();
     assert_eq!(paged, fwd);
-    let paged: Vec<KeyValue> =
-        scan_pages(kv, Cf::Index, range.clone(), Direction::Reverse, 4).collect::<Result<_, _>>().unwrap();
+    let paged: Vec<KeyValue> = scan_pages(kv, Cf::Index, range.clone(), Direction::Reverse, 4)
+        .collect::<Result<_, _>>()
+        .unwrap();
     assert_eq!(paged, rev);
 }
 
@@ -338,7 +434,9 @@ pub fn scan_after_many_deletes<K: Kv>(kv: &K) {
         kv.write(w, Durability::Buffered).unwrap();
     }
     let before = kv.stats();
-    let first = kv.first(Cf::Index, &KeyRange::prefix(b"D"), Direction::Forward).unwrap();
+    let first = kv
+        .first(Cf::Index, &KeyRange::prefix(b"D"), Direction::Forward)
+        .unwrap();
     assert_eq!(first.map(|(k, _)| k.to_vec()), Some(key(4500)));
     let d = kv.stats() - before;
     assert_eq!((d.seeks, d.entries_scanned), (1, 1));
@@ -347,7 +445,10 @@ pub fn scan_after_many_deletes<K: Kv>(kv: &K) {
 /// A snapshot sees the store as it was, whatever is written after it.
 pub fn snapshot_isolation<K: Kv>(kv: &K) {
     let mut w = Batch::new();
-    w.put(Cf::Hooks, "a", "old").put(Cf::Hooks, "b", "old").put(Cf::Hooks, "c", "old").counter_add("n", 7);
+    w.put(Cf::Hooks, "a", "old")
+        .put(Cf::Hooks, "b", "old")
+        .put(Cf::Hooks, "c", "old")
+        .counter_add("n", 7);
     kv.write(w, Durability::Sync).unwrap();
     let snap = kv.snapshot();
     let mut w = Batch::new();
@@ -360,10 +461,16 @@ pub fn snapshot_isolation<K: Kv>(kv: &K) {
     let all = KeyRange::new("a", "z");
     assert_eq!(snap.get(Cf::Hooks, b"a").unwrap(), Some(b("old")));
     assert_eq!(snap.get(Cf::Hooks, b"b").unwrap(), Some(b("old")));
-    assert_eq!(keys(&snap.scan(Cf::Hooks, &all, Direction::Forward, 10).unwrap()), vec![&b"a"[..], b"b", b"c"]);
+    assert_eq!(
+        keys(&snap.scan(Cf::Hooks, &all, Direction::Forward, 10).unwrap()),
+        vec![&b"a"[..], b"b", b"c"]
+    );
     assert_eq!(snap.counter(b"n").unwrap(), 7);
     assert_eq!(kv.get(Cf::Hooks, b"a").unwrap(), Some(b("new")));
-    assert_eq!(keys(&kv.scan(Cf::Hooks, &all, Direction::Reverse, 10).unwrap()), vec![&b"d"[..], b"a"]);
+    assert_eq!(
+        keys(&kv.scan(Cf::Hooks, &all, Direction::Reverse, 10).unwrap()),
+        vec![&b"d"[..], b"a"]
+    );
     assert_eq!(kv.counter(b"n").unwrap(), 12);
     // A new snapshot sees the new state.
     assert_eq!(kv.snapshot().get(Cf::Hooks, b"b").unwrap(), None);
@@ -374,22 +481,35 @@ pub fn snapshot_isolation<K: Kv>(kv: &K) {
 pub fn counters<K: Kv>(kv: &K) {
     assert_eq!(kv.counter(b"c1").unwrap(), 0);
     let mut w = Batch::new();
-    w.counter_add("c1", 5).counter_add("c1", -2).counter_add("c2", -9).counter_add("c3", 0);
+    w.counter_add("c1", 5)
+        .counter_add("c1", -2)
+        .counter_add("c2", -9)
+        .counter_add("c3", 0);
     kv.write(w, Durability::Sync).unwrap();
     assert_eq!(kv.counter(b"c1").unwrap(), 3);
     assert_eq!(kv.counter(b"c2").unwrap(), -9);
-    assert_eq!(kv.get(Cf::Index, b"c3").unwrap(), None, "a zero add writes nothing");
+    assert_eq!(
+        kv.get(Cf::Index, b"c3").unwrap(),
+        None,
+        "a zero add writes nothing"
+    );
     let mut w = Batch::new();
     w.delete(Cf::Index, "c1").counter_add("c1", 4);
-    w.put(Cf::Index, "c2", 100i64.to_be_bytes()).counter_add("c2", 1);
+    w.put(Cf::Index, "c2", 100i64.to_be_bytes())
+        .counter_add("c2", 1);
     kv.write(w, Durability::Sync).unwrap();
     assert_eq!(kv.counter(b"c1").unwrap(), 4);
     assert_eq!(kv.counter(b"c2").unwrap(), 101);
     // Counters are ordinary keys of their column family: scans see 8-byte values.
-    let scanned = kv.scan(Cf::Index, &KeyRange::new("c", "d"), Direction::Forward, 10).unwrap();
+    let scanned = kv
+        .scan(Cf::Index, &KeyRange::new("c", "d"), Direction::Forward, 10)
+        .unwrap();
     assert_eq!(
         scanned,
-        vec![(b("c1"), Bytes::from(4i64.to_be_bytes().to_vec())), (b("c2"), Bytes::from(101i64.to_be_bytes().to_vec()))]
+        vec![
+            (b("c1"), Bytes::from(4i64.to_be_bytes().to_vec())),
+            (b("c2"), Bytes::from(101i64.to_be_bytes().to_vec()))
+        ]
     );
     let mut w = Batch::new();
     w.delete_range(Cf::Index, KeyRange::new("c", "d"));
@@ -406,7 +526,9 @@ pub fn concurrent_counter_adds<K: Kv>(kv: &K) {
             s.spawn(move || {
                 for i in 0..BATCHES {
                     let mut w = Batch::new();
-                    w.counter_add("total", 1).counter_add("bytes", 3).counter_add(format!("t{t}"), 1);
+                    w.counter_add("total", 1)
+                        .counter_add("bytes", 3)
+                        .counter_add(format!("t{t}"), 1);
                     if i % 2 == 0 {
                         w.counter_add("signed", 2);
                     } else {
@@ -429,14 +551,19 @@ pub fn concurrent_counter_adds<K: Kv>(kv: &K) {
 pub fn op_counts<K: Kv>(kv: &K) {
     let s0 = kv.stats();
     let mut w = Batch::new();
-    w.put(Cf::Meta, "ab", "cde").delete(Cf::Meta, "x").counter_add("n", 1);
+    w.put(Cf::Meta, "ab", "cde")
+        .delete(Cf::Meta, "x")
+        .counter_add("n", 1);
     let size = w.size_bytes();
     assert_eq!(size, 5 + 1 + 9);
     kv.write(w, Durability::Sync).unwrap();
     kv.get(Cf::Meta, b"ab").unwrap();
     kv.counter(b"n").unwrap();
-    kv.scan(Cf::Meta, &KeyRange::new("a", "b"), Direction::Forward, 10).unwrap();
-    kv.snapshot().scan(Cf::Meta, &KeyRange::new("a", "z"), Direction::Reverse, 10).unwrap();
+    kv.scan(Cf::Meta, &KeyRange::new("a", "b"), Direction::Forward, 10)
+        .unwrap();
+    kv.snapshot()
+        .scan(Cf::Meta, &KeyRange::new("a", "z"), Direction::Reverse, 10)
+        .unwrap();
     let d = kv.stats() - s0;
     assert_eq!(d.batches, 1);
     assert_eq!(d.bytes_written, size);
@@ -458,7 +585,10 @@ pub fn reopen_durability<K: Kv>(dir: &Path, open: impl Fn(&Path) -> K) {
         kv.write(w, Durability::Sync).unwrap();
         let mut w = Batch::new();
         w.delete(Cf::Hooks, 0u32.to_be_bytes())
-            .delete_range(Cf::Hooks, KeyRange::new(10u32.to_be_bytes(), 20u32.to_be_bytes()))
+            .delete_range(
+                Cf::Hooks,
+                KeyRange::new(10u32.to_be_bytes(), 20u32.to_be_bytes()),
+            )
             .counter_add("n", -11)
             .put(Cf::Meta, "format", "2");
         kv.write(w, Durability::Sync).unwrap();
@@ -476,7 +606,12 @@ pub fn reopen_durability<K: Kv>(dir: &Path, open: impl Fn(&Path) -> K) {
     assert!(hooks.iter().all(|(_, v)| v.len() == 1024));
     assert_eq!(kv.get(Cf::Hooks, &0u32.to_be_bytes()).unwrap(), None);
     assert_eq!(kv.get(Cf::Hooks, &15u32.to_be_bytes()).unwrap(), None);
-    assert_eq!(kv.get(Cf::Hooks, &20u32.to_be_bytes()).unwrap().map(|v| v.len()), Some(1024));
+    assert_eq!(
+        kv.get(Cf::Hooks, &20u32.to_be_bytes())
+            .unwrap()
+            .map(|v| v.len()),
+        Some(1024)
+    );
     assert_eq!(kv.counter(b"n").unwrap(), 89);
     assert_eq!(kv.get(Cf::Meta, b"format").unwrap(), Some(b("2")));
     assert_eq!(kv.get(Cf::Meta, b"split").unwrap(), Some(b("1")));
@@ -510,18 +645,34 @@ pub fn arb_op() -> impl proptest::strategy::Strategy<Value = Op> {
 /// that adds to two counters several times, beside other keys, sums each.
 pub fn counter_adds_of_one_batch_netting_zero<K: Kv>(kv: &K) {
     let mut b = Batch::new();
-    b.counter_add(b"C".to_vec(), 2).counter_add(b"C".to_vec(), -2);
+    b.counter_add(b"C".to_vec(), 2)
+        .counter_add(b"C".to_vec(), -2);
     kv.write(b, Durability::Buffered).unwrap();
-    assert_eq!(kv.get(Cf::Index, b"C").unwrap().as_deref(), Some(&0i64.to_be_bytes()[..]));
+    assert_eq!(
+        kv.get(Cf::Index, b"C").unwrap().as_deref(),
+        Some(&0i64.to_be_bytes()[..])
+    );
     assert_eq!(kv.counter(b"C").unwrap(), 0);
     let mut b = Batch::new();
     for i in 0..64i64 {
-        b.counter_add(b"Cpending".to_vec(), 1).put(Cf::Index, format!("k{i:02}"), b"v".to_vec()).counter_add(b"Cbytes".to_vec(), i);
+        b.counter_add(b"Cpending".to_vec(), 1)
+            .put(Cf::Index, format!("k{i:02}"), b"v".to_vec())
+            .counter_add(b"Cbytes".to_vec(), i);
     }
     kv.write(b, Durability::Buffered).unwrap();
     assert_eq!(kv.counter(b"Cpending").unwrap(), 64);
     assert_eq!(kv.counter(b"Cbytes").unwrap(), (0..64).sum::<i64>());
-    assert_eq!(kv.scan(Cf::Index, &KeyRange::new(b"k".to_vec(), b"l".to_vec()), Direction::Forward, 100).unwrap().len(), 64);
+    assert_eq!(
+        kv.scan(
+            Cf::Index,
+            &KeyRange::new(b"k".to_vec(), b"l".to_vec()),
+            Direction::Forward,
+            100
+        )
+        .unwrap()
+        .len(),
+        64
+    );
 }
 
 /// Applies `batches` to the model and to `kv`; after every batch both stores
@@ -530,13 +681,20 @@ pub fn model_equivalence<K: Kv>(kv: &K, batches: Vec<Vec<Op>>) {
     let model = MemoryKv::new();
     for ops in batches {
         let batch = Batch::from(ops);
-        let a = model.write(batch.clone(), Durability::Buffered).map_err(|e| e.to_string());
-        let b = kv.write(batch, Durability::Buffered).map_err(|e| e.to_string());
+        let a = model
+            .write(batch.clone(), Durability::Buffered)
+            .map_err(|e| e.to_string());
+        let b = kv
+            .write(batch, Durability::Buffered)
+            .map_err(|e| e.to_string());
         assert_eq!(a.is_ok(), b.is_ok(), "model said {a:?}, backend said {b:?}");
         assert_eq!(dump(&model), dump(kv));
         let r = KeyRange::new(vec![0], vec![1, 0xff]);
         for dir in [Direction::Forward, Direction::Reverse] {
-            assert_eq!(model.scan(Cf::Index, &r, dir, 3).unwrap(), kv.scan(Cf::Index, &r, dir, 3).unwrap());
+            assert_eq!(
+                model.scan(Cf::Index, &r, dir, 3).unwrap(),
+                kv.scan(Cf::Index, &r, dir, 3).unwrap()
+            );
         }
     }
 }
@@ -554,36 +712,75 @@ macro_rules! conformance_suite {
             (dir, kv)
         }
         #[test]
-        fn put_get_delete() { let (_d, kv) = fresh(); $crate::put_get_delete(&kv) }
+        fn put_get_delete() {
+            let (_d, kv) = fresh();
+            $crate::put_get_delete(&kv)
+        }
         #[test]
-        fn batch_applies_in_order() { let (_d, kv) = fresh(); $crate::batch_applies_in_order(&kv) }
+        fn batch_applies_in_order() {
+            let (_d, kv) = fresh();
+            $crate::batch_applies_in_order(&kv)
+        }
         #[test]
-        fn invalid_batch_writes_nothing() { let (_d, kv) = fresh(); $crate::invalid_batch_writes_nothing(&kv) }
+        fn invalid_batch_writes_nothing() {
+            let (_d, kv) = fresh();
+            $crate::invalid_batch_writes_nothing(&kv)
+        }
         #[test]
-        fn atomic_across_column_families() { let (_d, kv) = fresh(); $crate::atomic_across_column_families(&kv) }
+        fn atomic_across_column_families() {
+            let (_d, kv) = fresh();
+            $crate::atomic_across_column_families(&kv)
+        }
         #[test]
         fn batch_whole_while_memtables_turn_over() {
             let (_d, kv) = fresh();
             let r = $crate::batch_whole_while_memtables_turn_over(&kv, 20_000);
             assert_eq!(r.met, 20_000, "{r:?}");
-            assert!(r.hook_missing_live.is_empty(), "index entries met without their hook: {r:?}");
+            assert!(
+                r.hook_missing_live.is_empty(),
+                "index entries met without their hook: {r:?}"
+            );
         }
         #[test]
-        fn range_delete() { let (_d, kv) = fresh(); $crate::range_delete(&kv) }
+        fn range_delete() {
+            let (_d, kv) = fresh();
+            $crate::range_delete(&kv)
+        }
         #[test]
-        fn scan_bounds_order_limit() { let (_d, kv) = fresh(); $crate::scan_bounds_order_limit(&kv) }
+        fn scan_bounds_order_limit() {
+            let (_d, kv) = fresh();
+            $crate::scan_bounds_order_limit(&kv)
+        }
         #[test]
-        fn scan_after_many_deletes() { let (_d, kv) = fresh(); $crate::scan_after_many_deletes(&kv) }
+        fn scan_after_many_deletes() {
+            let (_d, kv) = fresh();
+            $crate::scan_after_many_deletes(&kv)
+        }
         #[test]
-        fn snapshot_isolation() { let (_d, kv) = fresh(); $crate::snapshot_isolation(&kv) }
+        fn snapshot_isolation() {
+            let (_d, kv) = fresh();
+            $crate::snapshot_isolation(&kv)
+        }
         #[test]
-        fn counters() { let (_d, kv) = fresh(); $crate::counters(&kv) }
+        fn counters() {
+            let (_d, kv) = fresh();
+            $crate::counters(&kv)
+        }
         #[test]
-        fn concurrent_counter_adds() { let (_d, kv) = fresh(); $crate::concurrent_counter_adds(&kv) }
+        fn concurrent_counter_adds() {
+            let (_d, kv) = fresh();
+            $crate::concurrent_counter_adds(&kv)
+        }
         #[test]
-        fn op_counts() { let (_d, kv) = fresh(); $crate::op_counts(&kv) }
+        fn op_counts() {
+            let (_d, kv) = fresh();
+            $crate::op_counts(&kv)
+        }
         #[test]
-        fn counter_adds_of_one_batch_netting_zero() { let (_d, kv) = fresh(); $crate::counter_adds_of_one_batch_netting_zero(&kv) }
+        fn counter_adds_of_one_batch_netting_zero() {
+            let (_d, kv) = fresh();
+            $crate::counter_adds_of_one_batch_netting_zero(&kv)
+        }
         proptest::proptest! {
             #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
             #[test]
@@ -626,15 +823,34 @@ pub fn check_crashed_store(kv: &impl Read, last_acked: Option<i64>) -> i64 {
             .collect::<Result<_, _>>()
             .unwrap();
         // The counter key itself lives in the index family under the same prefix.
-        let found: Vec<KeyValue> = found.into_iter().filter(|(k, _)| k.as_ref() != CRASH_COUNTER).collect();
-        assert_eq!(found.len() as i64, n, "{cf:?} holds {} batch keys, the counter says {n}", found.len());
+        let found: Vec<KeyValue> = found
+            .into_iter()
+            .filter(|(k, _)| k.as_ref() != CRASH_COUNTER)
+            .collect();
+        assert_eq!(
+            found.len() as i64,
+            n,
+            "{cf:?} holds {} batch keys, the counter says {n}",
+            found.len()
+        );
         for (i, (k, v)) in found.iter().enumerate() {
-            assert_eq!(k.as_ref(), crash_key(i as i64).as_slice(), "{cf:?}: batch {i} missing");
-            assert_eq!(v.as_ref(), vec![(i % 251) as u8; 256].as_slice(), "{cf:?}: batch {i} torn");
+            assert_eq!(
+                k.as_ref(),
+                crash_key(i as i64).as_slice(),
+                "{cf:?}: batch {i} missing"
+            );
+            assert_eq!(
+                v.as_ref(),
+                vec![(i % 251) as u8; 256].as_slice(),
+                "{cf:?}: batch {i} torn"
+            );
         }
     }
     if let Some(acked) = last_acked {
-        assert!(n > acked, "batch {acked} was acknowledged but the store holds only {n} batches");
+        assert!(
+            n > acked,
+            "batch {acked} was acknowledged but the store holds only {n} batches"
+        );
     }
     n
 }

@@ -17,14 +17,23 @@ mod memory {
         kv.inject_write_failure();
         let mut w2 = Batch::new();
         w2.put(Cf::Meta, "b", "2");
-        assert!(matches!(kv.write(w2.clone(), Durability::Sync), Err(EngineError::Backend { op: "write", .. })));
+        assert!(matches!(
+            kv.write(w2.clone(), Durability::Sync),
+            Err(EngineError::Backend { op: "write", .. })
+        ));
         // The refusal names the failure that poisoned the handle.
         let refused = kv.write(w2, Durability::Sync).unwrap_err();
         assert!(
             matches!(&refused, EngineError::Poisoned { backend: "memory", cause } if cause == "memory: write failed: injected write failure"),
             "{refused}"
         );
-        assert!(matches!(kv.sync(), Err(EngineError::Poisoned { backend: "memory", .. })));
+        assert!(matches!(
+            kv.sync(),
+            Err(EngineError::Poisoned {
+                backend: "memory",
+                ..
+            })
+        ));
         assert_eq!(kv.get(Cf::Meta, b"b").unwrap(), None);
         assert_eq!(kv.get(Cf::Meta, b"a").unwrap().as_deref(), Some(&b"1"[..]));
     }
@@ -39,14 +48,23 @@ mod memory {
         kv.write(w, Durability::Sync).unwrap();
         let mut w = Batch::new();
         w.put(Cf::Hooks, "x", "1").counter_add("ctr", 1);
-        assert!(matches!(kv.write(w, Durability::Sync), Err(EngineError::Corrupt { .. })));
+        assert!(matches!(
+            kv.write(w, Durability::Sync),
+            Err(EngineError::Corrupt { .. })
+        ));
         assert_eq!(kv.get(Cf::Hooks, b"x").unwrap(), None);
-        assert!(matches!(kv.counter(b"ctr"), Err(EngineError::Corrupt { .. })));
+        assert!(matches!(
+            kv.counter(b"ctr"),
+            Err(EngineError::Corrupt { .. })
+        ));
     }
 }
 
 mod rocksdb {
-    ankusa_engine_conformance::conformance_suite!(ankusa_engine_conformance::backends::rocksdb, durable);
+    ankusa_engine_conformance::conformance_suite!(
+        ankusa_engine_conformance::backends::rocksdb,
+        durable
+    );
 
     /// A second handle on a directory that is open is refused with RocksDB's
     /// lock error, not a panic.
@@ -60,7 +78,10 @@ mod rocksdb {
 }
 
 mod fjall {
-    ankusa_engine_conformance::conformance_suite!(ankusa_engine_conformance::backends::fjall, durable);
+    ankusa_engine_conformance::conformance_suite!(
+        ankusa_engine_conformance::backends::fjall,
+        durable
+    );
 
     /// fjall 3.1.13 publishes a flush's new version with a sequence number
     /// past a batch still being applied, so a read could find a batch's index
@@ -71,10 +92,14 @@ mod fjall {
     #[test]
     fn a_batch_is_seen_whole_while_memtables_flush() {
         let dir = tempfile::tempdir().unwrap();
-        let kv = ankusa_engine_fjall::FjallKv::open_with_memtable_bytes(dir.path(), 256 << 10).unwrap();
+        let kv =
+            ankusa_engine_fjall::FjallKv::open_with_memtable_bytes(dir.path(), 256 << 10).unwrap();
         let r = ankusa_engine_conformance::batch_whole_while_memtables_turn_over(&kv, 30_000);
         assert_eq!(r.met, 30_000, "{r:?}");
-        assert!(r.hook_missing_live.is_empty(), "index entries met without their hook: {r:?}");
+        assert!(
+            r.hook_missing_live.is_empty(),
+            "index entries met without their hook: {r:?}"
+        );
     }
 
     #[test]

@@ -41,10 +41,15 @@ fn crash_loop(backend: &str, reopen_check: impl Fn(&std::path::Path, Option<i64>
         });
         // Wait until the child has opened the store, then let it commit for a
         // random time before the kill.
-        let open = rx.recv_timeout(Duration::from_secs(60)).expect("child did not open the store");
+        let open = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("child did not open the store");
         assert!(open.starts_with("open "), "{open}");
         let started_at: i64 = open[5..].parse().unwrap();
-        assert_eq!(started_at, total, "the child resumed at {started_at}, expected {total}");
+        assert_eq!(
+            started_at, total,
+            "the child resumed at {started_at}, expected {total}"
+        );
         let deadline = Instant::now() + Duration::from_millis(rng.random_range(5..120));
         while Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
@@ -60,10 +65,18 @@ fn crash_loop(backend: &str, reopen_check: impl Fn(&std::path::Path, Option<i64>
             mid_write_kills += 1;
         }
         total = n;
-        eprintln!("{backend}: kill {kill}: {} acked this run, store holds {n}", acked.len());
+        eprintln!(
+            "{backend}: kill {kill}: {} acked this run, store holds {n}",
+            acked.len()
+        );
     }
-    eprintln!("{backend}: {KILLS} kills, {total} batches, {mid_write_kills} kills between a commit and its ack");
-    assert!(total > KILLS as i64, "the child made almost no progress: {total} batches");
+    eprintln!(
+        "{backend}: {KILLS} kills, {total} batches, {mid_write_kills} kills between a commit and its ack"
+    );
+    assert!(
+        total > KILLS as i64,
+        "the child made almost no progress: {total} batches"
+    );
 }
 
 #[test]

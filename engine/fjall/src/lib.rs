@@ -33,8 +33,8 @@ use ankusa_engine::{
     OpCounters, OpStats, Poison, Read, decode_counter, encode_counter,
 };
 use fjall::{
-    Iter, KeyspaceCreateOptions, PersistMode, Readable, SingleWriterTxDatabase, SingleWriterTxKeyspace,
-    Snapshot,
+    Iter, KeyspaceCreateOptions, PersistMode, Readable, SingleWriterTxDatabase,
+    SingleWriterTxKeyspace, Snapshot,
 };
 
 const BACKEND: &str = "fjall";
@@ -108,7 +108,10 @@ impl FjallKv {
     ///
     /// # Errors
     /// As [`FjallKv::open`].
-    pub fn open_with_memtable_bytes(path: impl AsRef<Path>, memtable_bytes: u64) -> Result<Self, EngineError> {
+    pub fn open_with_memtable_bytes(
+        path: impl AsRef<Path>,
+        memtable_bytes: u64,
+    ) -> Result<Self, EngineError> {
         Self::open_with(path, None, Some(memtable_bytes))
     }
 
@@ -121,15 +124,25 @@ impl FjallKv {
     ///
     /// # Errors
     /// As [`FjallKv::open`].
-    pub fn open_with_file_limit(path: impl AsRef<Path>, max_files: usize) -> Result<Self, EngineError> {
+    pub fn open_with_file_limit(
+        path: impl AsRef<Path>,
+        max_files: usize,
+    ) -> Result<Self, EngineError> {
         Self::open_with(path, Some(max_files), None)
     }
 
-    fn open_with(path: impl AsRef<Path>, max_files: Option<usize>, memtable_bytes: Option<u64>) -> Result<Self, EngineError> {
-        let mut builder = SingleWriterTxDatabase::builder(path.as_ref()).cache_size(BLOCK_CACHE_BYTES);
+    fn open_with(
+        path: impl AsRef<Path>,
+        max_files: Option<usize>,
+        memtable_bytes: Option<u64>,
+    ) -> Result<Self, EngineError> {
+        let mut builder =
+            SingleWriterTxDatabase::builder(path.as_ref()).cache_size(BLOCK_CACHE_BYTES);
         if let Some(files) = max_files {
             // fjall panics below 10 cached files.
-            builder = builder.max_cached_files(Some(files.saturating_sub(NON_TABLE_FILES).max(MIN_TABLE_FILES)));
+            builder = builder.max_cached_files(Some(
+                files.saturating_sub(NON_TABLE_FILES).max(MIN_TABLE_FILES),
+            ));
         }
         let db = builder.open().map_err(|e| backend_err("open", e))?;
         let keyspaces = Cf::ALL
@@ -137,7 +150,9 @@ impl FjallKv {
             .map(|cf| {
                 db.keyspace(cf.name(), || match (memtable_bytes, cf) {
                     (Some(bytes), _) => KeyspaceCreateOptions::default().max_memtable_size(bytes),
-                    (None, Cf::Index) => KeyspaceCreateOptions::default().max_memtable_size(INDEX_MEMTABLE_BYTES),
+                    (None, Cf::Index) => {
+                        KeyspaceCreateOptions::default().max_memtable_size(INDEX_MEMTABLE_BYTES)
+                    }
                     (None, _) => KeyspaceCreateOptions::default(),
                 })
             })
@@ -194,12 +209,19 @@ fn collect(iter: Iter, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, En
     Ok(out)
 }
 
-fn snapshot_get(snap: &Snapshot, kv: &FjallKv, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
+fn snapshot_get(
+    snap: &Snapshot,
+    kv: &FjallKv,
+    cf: Cf,
+    key: &[u8],
+) -> Result<Option<Bytes>, EngineError> {
     kv.counters.get();
     if key.is_empty() {
         return Ok(None); // fjall asserts on empty keys; none is ever stored
     }
-    let v = snap.get(kv.ks(cf).inner(), key).map_err(|e| backend_err("get", e))?;
+    let v = snap
+        .get(kv.ks(cf).inner(), key)
+        .map_err(|e| backend_err("get", e))?;
     Ok(v.map(|v| Bytes::copy_from_slice(&v)))
 }
 
@@ -224,7 +246,13 @@ impl Read for FjallKv {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
         snapshot_get(&self.read_snapshot(), self, cf, key)
     }
-    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    fn scan(
+        &self,
+        cf: Cf,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, EngineError> {
         snapshot_scan(&self.read_snapshot(), self, cf, range, dir, limit)
     }
 }
@@ -239,7 +267,13 @@ impl Read for FjallSnapshot<'_> {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
         snapshot_get(&self.snap, self.kv, cf, key)
     }
-    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    fn scan(
+        &self,
+        cf: Cf,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, EngineError> {
         snapshot_scan(&self.snap, self.kv, cf, range, dir, limit)
     }
 }
@@ -277,7 +311,10 @@ impl Kv for FjallKv {
                 }
                 Op::CounterAdd { key, delta } => {
                     let ks = self.ks(COUNTER_CF);
-                    let old = match tx.get(ks.inner(), &key).map_err(|e| backend_err("write", e))? {
+                    let old = match tx
+                        .get(ks.inner(), &key)
+                        .map_err(|e| backend_err("write", e))?
+                    {
                         Some(v) => decode_counter(&key, &v)?,
                         None => 0,
                     };

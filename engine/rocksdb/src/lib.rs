@@ -49,8 +49,9 @@ use ankusa_engine::{
     OpCounters, OpStats, Poison, Read,
 };
 use rocksdb::{
-    BlockBasedOptions, BottommostLevelCompaction, Cache, ColumnFamily, CompactOptions, ColumnFamilyDescriptor, DB, DBRawIteratorWithThreadMode, MergeOperands, Options,
-    DBRecoveryMode, ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions,
+    BlockBasedOptions, BottommostLevelCompaction, Cache, ColumnFamily, ColumnFamilyDescriptor,
+    CompactOptions, DB, DBRawIteratorWithThreadMode, DBRecoveryMode, MergeOperands, Options,
+    ReadOptions, SnapshotWithThreadMode, WriteBatch, WriteOptions,
 };
 
 const BACKEND: &str = "rocksdb";
@@ -143,7 +144,9 @@ pub struct RocksKv {
 
 impl std::fmt::Debug for RocksKv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RocksKv").field("path", &self.db.path()).finish()
+        f.debug_struct("RocksKv")
+            .field("path", &self.db.path())
+            .finish()
     }
 }
 
@@ -157,7 +160,11 @@ fn backend_err(op: &'static str, e: impl std::fmt::Display) -> EngineError {
 
 /// Sums 8-byte big-endian `i64` operands onto the existing value. Returns `None`
 /// (RocksDB then reports corruption) for an operand or value of another width.
-fn counter_merge(_key: &[u8], existing: Option<&[u8]>, operands: &MergeOperands) -> Option<Vec<u8>> {
+fn counter_merge(
+    _key: &[u8],
+    existing: Option<&[u8]>,
+    operands: &MergeOperands,
+) -> Option<Vec<u8>> {
     let mut sum: i64 = match existing {
         Some(v) => i64::from_be_bytes(v.try_into().ok()?),
         None => 0,
@@ -195,17 +202,24 @@ impl RocksKv {
     /// [`EngineError::Backend`] with RocksDB's message (no store at `path`,
     /// a corrupt manifest, a WAL `recovery` does not accept, a column family
     /// missing, permissions).
-    pub fn open_read_only(path: impl AsRef<Path>, recovery: WalRecovery) -> Result<Self, EngineError> {
+    pub fn open_read_only(
+        path: impl AsRef<Path>,
+        recovery: WalRecovery,
+    ) -> Result<Self, EngineError> {
         let path = path.as_ref();
         // rust-rocksdb creates the directory before every open, read-only
         // ones too: a missing store must not be made.
         if !path.is_dir() {
-            return Err(backend_err("open", format!("{}: no such store directory", path.display())));
+            return Err(backend_err(
+                "open",
+                format!("{}: no such store directory", path.display()),
+            ));
         }
         let mut db_opts = Options::default();
         db_opts.set_wal_recovery_mode(recovery.mode());
         let cfs = cf_descriptors(READ_ONLY_BLOCK_CACHE_BYTES);
-        let db = DB::open_cf_descriptors_read_only(&db_opts, path, cfs, false).map_err(|e| backend_err("open", e))?;
+        let db = DB::open_cf_descriptors_read_only(&db_opts, path, cfs, false)
+            .map_err(|e| backend_err("open", e))?;
         Self::checked(db, true)
     }
 
@@ -214,7 +228,11 @@ impl RocksKv {
     ///
     /// # Errors
     /// As [`RocksKv::open`].
-    pub fn open_with_recovery(path: impl AsRef<Path>, max_files: Option<usize>, recovery: WalRecovery) -> Result<Self, EngineError> {
+    pub fn open_with_recovery(
+        path: impl AsRef<Path>,
+        max_files: Option<usize>,
+        recovery: WalRecovery,
+    ) -> Result<Self, EngineError> {
         Self::open_with(path, max_files, BLOCK_CACHE_BYTES, recovery)
     }
 
@@ -225,7 +243,10 @@ impl RocksKv {
     ///
     /// # Errors
     /// As [`RocksKv::open`].
-    pub fn open_with_block_cache(path: impl AsRef<Path>, cache_bytes: usize) -> Result<Self, EngineError> {
+    pub fn open_with_block_cache(
+        path: impl AsRef<Path>,
+        cache_bytes: usize,
+    ) -> Result<Self, EngineError> {
         Self::open_with(path, None, cache_bytes, WalRecovery::TornTail)
     }
 
@@ -238,11 +259,24 @@ impl RocksKv {
     ///
     /// # Errors
     /// As [`RocksKv::open`].
-    pub fn open_with_file_limit(path: impl AsRef<Path>, max_files: usize) -> Result<Self, EngineError> {
-        Self::open_with(path, Some(max_files), BLOCK_CACHE_BYTES, WalRecovery::TornTail)
+    pub fn open_with_file_limit(
+        path: impl AsRef<Path>,
+        max_files: usize,
+    ) -> Result<Self, EngineError> {
+        Self::open_with(
+            path,
+            Some(max_files),
+            BLOCK_CACHE_BYTES,
+            WalRecovery::TornTail,
+        )
     }
 
-    fn open_with(path: impl AsRef<Path>, max_files: Option<usize>, cache_bytes: usize, recovery: WalRecovery) -> Result<Self, EngineError> {
+    fn open_with(
+        path: impl AsRef<Path>,
+        max_files: Option<usize>,
+        cache_bytes: usize,
+        recovery: WalRecovery,
+    ) -> Result<Self, EngineError> {
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
@@ -253,7 +287,8 @@ impl RocksKv {
             let table_files = files.saturating_sub(NON_TABLE_FILES).max(MIN_TABLE_FILES);
             db_opts.set_max_open_files(i32::try_from(table_files).unwrap_or(i32::MAX));
         }
-        let db = DB::open_cf_descriptors(&db_opts, path.as_ref(), cf_descriptors(cache_bytes)).map_err(|e| backend_err("open", e))?;
+        let db = DB::open_cf_descriptors(&db_opts, path.as_ref(), cf_descriptors(cache_bytes))
+            .map_err(|e| backend_err("open", e))?;
         Self::checked(db, false)
     }
 
@@ -261,7 +296,10 @@ impl RocksKv {
     fn checked(db: DB, read_only: bool) -> Result<Self, EngineError> {
         for cf in Cf::ALL {
             if db.cf_handle(cf.name()).is_none() {
-                return Err(backend_err("open", format!("column family {} missing after open", cf.name())));
+                return Err(backend_err(
+                    "open",
+                    format!("column family {} missing after open", cf.name()),
+                ));
             }
         }
         Ok(RocksKv {
@@ -288,8 +326,11 @@ impl RocksKv {
         let mut opts = CompactOptions::default();
         opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
         for cf in Cf::ALL {
-            self.db.flush_cf(self.cf(cf)).map_err(|e| backend_err("flush", e))?;
-            self.db.compact_range_cf_opt(self.cf(cf), None::<&[u8]>, None::<&[u8]>, &opts);
+            self.db
+                .flush_cf(self.cf(cf))
+                .map_err(|e| backend_err("flush", e))?;
+            self.db
+                .compact_range_cf_opt(self.cf(cf), None::<&[u8]>, None::<&[u8]>, &opts);
         }
         Ok(())
     }
@@ -304,7 +345,9 @@ impl RocksKv {
     pub fn flush_all(&self) -> Result<(), EngineError> {
         self.refuse_if_read_only("flush")?;
         for cf in Cf::ALL {
-            self.db.flush_cf(self.cf(cf)).map_err(|e| backend_err("flush", e))?;
+            self.db
+                .flush_cf(self.cf(cf))
+                .map_err(|e| backend_err("flush", e))?;
         }
         Ok(())
     }
@@ -337,7 +380,9 @@ impl RocksKv {
     fn cf(&self, cf: Cf) -> &ColumnFamily {
         // Every column family is checked to exist in `open`.
         #[allow(clippy::expect_used)]
-        self.db.cf_handle(cf.name()).expect("column family created at open")
+        self.db
+            .cf_handle(cf.name())
+            .expect("column family created at open")
     }
 
     fn native_batch(&self, batch: Batch) -> WriteBatch {
@@ -346,8 +391,12 @@ impl RocksKv {
             match op {
                 Op::Put { cf, key, value } => wb.put_cf(self.cf(cf), key, value),
                 Op::Delete { cf, key } => wb.delete_cf(self.cf(cf), key),
-                Op::DeleteRange { cf, range } => wb.delete_range_cf(self.cf(cf), range.start, range.end),
-                Op::CounterAdd { key, delta } => wb.merge_cf(self.cf(COUNTER_CF), key, delta.to_be_bytes()),
+                Op::DeleteRange { cf, range } => {
+                    wb.delete_range_cf(self.cf(cf), range.start, range.end)
+                }
+                Op::CounterAdd { key, delta } => {
+                    wb.merge_cf(self.cf(COUNTER_CF), key, delta.to_be_bytes())
+                }
             }
         }
         wb
@@ -384,7 +433,11 @@ fn cf_descriptors(cache_bytes: usize) -> Vec<ColumnFamilyDescriptor> {
                 opts.set_max_successive_merges(MAX_SUCCESSIVE_MERGES);
             }
             if matches!(cf, Cf::Hooks | Cf::Archive | Cf::Deliveries) {
-                opts.add_compact_on_deletion_collector_factory(DELETION_WINDOW, DELETION_TRIGGER, DELETION_RATIO);
+                opts.add_compact_on_deletion_collector_factory(
+                    DELETION_WINDOW,
+                    DELETION_TRIGGER,
+                    DELETION_RATIO,
+                );
             }
             if *cf == Cf::Index {
                 opts.set_write_buffer_size(INDEX_WRITE_BUFFER_BYTES);
@@ -401,7 +454,11 @@ fn bounded(range: &KeyRange) -> ReadOptions {
     ro
 }
 
-fn drain(mut it: DBRawIteratorWithThreadMode<'_, DB>, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+fn drain(
+    mut it: DBRawIteratorWithThreadMode<'_, DB>,
+    dir: Direction,
+    limit: usize,
+) -> Result<Vec<KeyValue>, EngineError> {
     let mut out = Vec::new();
     match dir {
         Direction::Forward => it.seek_to_first(),
@@ -422,16 +479,29 @@ fn drain(mut it: DBRawIteratorWithThreadMode<'_, DB>, dir: Direction, limit: usi
 impl Read for RocksKv {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
         self.counters.get();
-        let v = self.db.get_pinned_cf(self.cf(cf), key).map_err(|e| backend_err("get", e))?;
+        let v = self
+            .db
+            .get_pinned_cf(self.cf(cf), key)
+            .map_err(|e| backend_err("get", e))?;
         Ok(v.map(|v| Bytes::copy_from_slice(&v)))
     }
 
-    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    fn scan(
+        &self,
+        cf: Cf,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, EngineError> {
         if range.is_empty() || limit == 0 {
             self.counters.scan(0);
             return Ok(Vec::new());
         }
-        let out = drain(self.db.raw_iterator_cf_opt(self.cf(cf), bounded(range)), dir, limit)?;
+        let out = drain(
+            self.db.raw_iterator_cf_opt(self.cf(cf), bounded(range)),
+            dir,
+            limit,
+        )?;
         self.counters.scan(out.len());
         Ok(out)
     }
@@ -446,16 +516,30 @@ pub struct RocksSnapshot<'a> {
 impl Read for RocksSnapshot<'_> {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
         self.kv.counters.get();
-        let v = self.snap.get_cf(self.kv.cf(cf), key).map_err(|e| backend_err("get", e))?;
+        let v = self
+            .snap
+            .get_cf(self.kv.cf(cf), key)
+            .map_err(|e| backend_err("get", e))?;
         Ok(v.map(Bytes::from))
     }
 
-    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    fn scan(
+        &self,
+        cf: Cf,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, EngineError> {
         if range.is_empty() || limit == 0 {
             self.kv.counters.scan(0);
             return Ok(Vec::new());
         }
-        let out = drain(self.snap.raw_iterator_cf_opt(self.kv.cf(cf), bounded(range)), dir, limit)?;
+        let out = drain(
+            self.snap
+                .raw_iterator_cf_opt(self.kv.cf(cf), bounded(range)),
+            dir,
+            limit,
+        )?;
         self.kv.counters.scan(out.len());
         Ok(out)
     }

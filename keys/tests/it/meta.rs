@@ -99,11 +99,22 @@ proptest! {
 
 #[test]
 fn a_short_migration_progress_is_refused() {
-    let p = MigrationProgress { from: 1, to: 2, batches: 3, rows: 4, cursor: Vec::new() };
+    let p = MigrationProgress {
+        from: 1,
+        to: 2,
+        batches: 3,
+        rows: 4,
+        cursor: Vec::new(),
+    };
     let bytes = p.encode();
     assert_eq!(bytes.len(), 24);
     assert_eq!(MetaKey::decode(MIGRATION_KEY), Ok(MetaKey::Migration));
-    assert_eq!(MigrationProgress::decode(&bytes[..23]), Err(ValueError::Truncated { what: "migration progress" }));
+    assert_eq!(
+        MigrationProgress::decode(&bytes[..23]),
+        Err(ValueError::Truncated {
+            what: "migration progress"
+        })
+    );
 }
 
 #[test]
@@ -193,12 +204,28 @@ fn bad_meta_keys_and_values_are_refused() {
 
 #[test]
 fn pause_and_sink_list_layouts() {
-    assert_eq!(paused_key(PauseTarget::Source(SourceId(0x0102_0304))), b"pause/\x01\x02\x03\x04");
-    assert_eq!(paused_key(PauseTarget::Sink(SourceId(1), SinkIx(2))), b"pause/\0\0\0\x01\0\x02");
+    assert_eq!(
+        paused_key(PauseTarget::Source(SourceId(0x0102_0304))),
+        b"pause/\x01\x02\x03\x04"
+    );
+    assert_eq!(
+        paused_key(PauseTarget::Sink(SourceId(1), SinkIx(2))),
+        b"pause/\0\0\0\x01\0\x02"
+    );
     assert_eq!(source_sinks_key(SourceId(7)), b"source/sinks/\0\0\0\x07");
     assert_eq!(encode_sink_names(&["ab", "c"]), b"\0\x02\0\x02ab\0\x01c");
-    assert_eq!(PausedValue { since_ms: 1, reason: "x".into() }.encode(), b"\0\0\0\0\0\0\0\x01x");
-    assert_eq!(PauseTarget::Sink(SourceId(3), SinkIx(1)).source(), SourceId(3));
+    assert_eq!(
+        PausedValue {
+            since_ms: 1,
+            reason: "x".into()
+        }
+        .encode(),
+        b"\0\0\0\0\0\0\0\x01x"
+    );
+    assert_eq!(
+        PauseTarget::Sink(SourceId(3), SinkIx(1)).source(),
+        SourceId(3)
+    );
     // The registry's ranges do not hold the sink lists.
     assert!(!source_names_range().contains(&source_sinks_key(SourceId(1))));
     assert!(!source_ids_range().contains(&source_sinks_key(SourceId(1))));
@@ -208,17 +235,47 @@ fn pause_and_sink_list_layouts() {
 fn bad_pause_and_sink_list_entries_are_refused() {
     assert_eq!(
         MetaKey::decode(b"pause/\0\0\x01"),
-        Err(KeyError::WrongLength { what: "pause", expected: 6, found: 3 })
+        Err(KeyError::WrongLength {
+            what: "pause",
+            expected: 6,
+            found: 3
+        })
     );
     assert_eq!(
         MetaKey::decode(b"pause/\0\0\0\x01\0"),
-        Err(KeyError::WrongLength { what: "pause", expected: 6, found: 5 })
+        Err(KeyError::WrongLength {
+            what: "pause",
+            expected: 6,
+            found: 5
+        })
     );
     assert!(MetaKey::decode(b"source/sinks/\0").is_err());
-    assert_eq!(decode_sink_names(b"\0"), Err(ValueError::Truncated { what: "source sinks" }));
-    assert_eq!(decode_sink_names(b"\0\x01\0\x05ab"), Err(ValueError::Truncated { what: "source sinks" }));
-    assert!(matches!(decode_sink_names(b"\0\x01\0\x01\xff"), Err(ValueError::InvalidField { .. })));
-    assert!(matches!(decode_sink_names(b"\0\0x"), Err(ValueError::InvalidField { .. })));
-    assert_eq!(PausedValue::decode(&[0; 7]), Err(ValueError::Truncated { what: "pause" }));
-    assert!(matches!(PausedValue::decode(b"\0\0\0\0\0\0\0\0\xff"), Err(ValueError::InvalidField { .. })));
+    assert_eq!(
+        decode_sink_names(b"\0"),
+        Err(ValueError::Truncated {
+            what: "source sinks"
+        })
+    );
+    assert_eq!(
+        decode_sink_names(b"\0\x01\0\x05ab"),
+        Err(ValueError::Truncated {
+            what: "source sinks"
+        })
+    );
+    assert!(matches!(
+        decode_sink_names(b"\0\x01\0\x01\xff"),
+        Err(ValueError::InvalidField { .. })
+    ));
+    assert!(matches!(
+        decode_sink_names(b"\0\0x"),
+        Err(ValueError::InvalidField { .. })
+    ));
+    assert_eq!(
+        PausedValue::decode(&[0; 7]),
+        Err(ValueError::Truncated { what: "pause" })
+    );
+    assert!(matches!(
+        PausedValue::decode(b"\0\0\0\0\0\0\0\0\xff"),
+        Err(ValueError::InvalidField { .. })
+    ));
 }

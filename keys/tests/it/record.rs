@@ -344,7 +344,10 @@ fn a_replay_copy_carries_its_originals_seq_in_tag_10() {
     bad.push((10, vec![1, 2, 3]));
     assert!(matches!(
         Envelope::decode(&envelope_value(&bad)),
-        Err(ValueError::InvalidField { field: "replay_of", .. })
+        Err(ValueError::InvalidField {
+            field: "replay_of",
+            ..
+        })
     ));
 }
 
@@ -429,11 +432,23 @@ fn an_envelope_with_bad_fields_is_refused() {
 
 #[test]
 fn peeking_the_source_refuses_what_has_none() {
-    let without: Vec<(u8, Vec<u8>)> = envelope_fields().into_iter().filter(|(t, _)| *t != 1).collect();
+    let without: Vec<(u8, Vec<u8>)> = envelope_fields()
+        .into_iter()
+        .filter(|(t, _)| *t != 1)
+        .collect();
     assert_eq!(
         Envelope::peek_source(&envelope_value(&without)),
-        Err(ValueError::MissingField { what: "envelope", field: "source" })
+        Err(ValueError::MissingField {
+            what: "envelope",
+            field: "source"
+        })
     );
-    assert!(matches!(Envelope::peek_source(&[]), Err(ValueError::UnknownVersion { .. })));
-    assert!(matches!(Envelope::peek_source(&[ENVELOPE_VERSION, 1, 0]), Err(ValueError::Truncated { .. })));
+    assert!(matches!(
+        Envelope::peek_source(&[]),
+        Err(ValueError::UnknownVersion { .. })
+    ));
+    assert!(matches!(
+        Envelope::peek_source(&[ENVELOPE_VERSION, 1, 0]),
+        Err(ValueError::Truncated { .. })
+    ));
 }

@@ -9,9 +9,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ankusa_engine::memory::MemoryKv;
-use ankusa_engine::{Batch, Bytes, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Read};
+use ankusa_engine::{
+    Batch, Bytes, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Read,
+};
 use ankusa_keys::index::{LaneHeadKey, LaneMemberKey};
-use ankusa_keys::{DueKey, Envelope, Family, LaneHeadValue, Seq, SinkIx, SourceId, TenantOrd, family_range};
+use ankusa_keys::{
+    DueKey, Envelope, Family, LaneHeadValue, Seq, SinkIx, SourceId, TenantOrd, family_range,
+};
 use ankusa_lanes as lanes;
 use ankusa_queue as queue;
 use loom::sync::{Arc, Mutex};
@@ -31,20 +35,33 @@ impl Read for Store {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Bytes>, EngineError> {
         self.0.lock().expect("lock").get(cf, key)
     }
-    fn scan(&self, cf: Cf, range: &KeyRange, dir: Direction, limit: usize) -> Result<Vec<KeyValue>, EngineError> {
+    fn scan(
+        &self,
+        cf: Cf,
+        range: &KeyRange,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, EngineError> {
         self.0.lock().expect("lock").scan(cf, range, dir, limit)
     }
 }
 
 impl Store {
     fn new() -> Store {
-        let s = Store(Mutex::new(MemoryKv::new()), std::sync::Mutex::new(Vec::new()));
+        let s = Store(
+            Mutex::new(MemoryKv::new()),
+            std::sync::Mutex::new(Vec::new()),
+        );
         s.write(queue::init_store());
         s
     }
 
     fn write(&self, batch: Batch) {
-        self.0.lock().expect("lock").write(batch, Durability::Buffered).expect("write");
+        self.0
+            .lock()
+            .expect("lock")
+            .write(batch, Durability::Buffered)
+            .expect("write");
     }
 
     /// Commits `batch` and, under the same lock, checks the invariants: a
@@ -60,7 +77,9 @@ impl Store {
             queue::check_invariants(&kv.snapshot()).expect("check_invariants")
         };
         if !violations.is_empty() {
-            self.1.lock().expect("broken").push(format!("invariants broken right after {what}: {violations:?}"));
+            self.1.lock().expect("broken").push(format!(
+                "invariants broken right after {what}: {violations:?}"
+            ));
         }
     }
 
@@ -146,24 +165,47 @@ impl Store {
         let (violations, heads, members) = {
             let kv = self.0.lock().expect("lock");
             let snap = kv.snapshot();
-            let scan = |f: Family| snap.scan(Cf::Index, &family_range(f), Direction::Forward, 1000).expect("scan");
+            let scan = |f: Family| {
+                snap.scan(Cf::Index, &family_range(f), Direction::Forward, 1000)
+                    .expect("scan")
+            };
             let heads: Vec<(LaneHeadKey, LaneHeadValue)> = scan(Family::LaneHead)
                 .iter()
-                .map(|(k, v)| (LaneHeadKey::decode(k).expect("?H"), LaneHeadValue::decode(v).expect("?H value")))
+                .map(|(k, v)| {
+                    (
+                        LaneHeadKey::decode(k).expect("?H"),
+                        LaneHeadValue::decode(v).expect("?H value"),
+                    )
+                })
                 .collect();
-            let members: Vec<LaneMemberKey> =
-                scan(Family::LaneMember).iter().map(|(k, _)| LaneMemberKey::decode(k).expect("?O")).collect();
-            (queue::check_invariants(&snap).expect("check_invariants"), heads, members)
+            let members: Vec<LaneMemberKey> = scan(Family::LaneMember)
+                .iter()
+                .map(|(k, _)| LaneMemberKey::decode(k).expect("?O"))
+                .collect();
+            (
+                queue::check_invariants(&snap).expect("check_invariants"),
+                heads,
+                members,
+            )
         };
         assert!(violations.is_empty(), "invariants broken: {violations:?}");
         for m in &members {
-            let head = heads.iter().find(|(k, _)| k.tenant == m.tenant && k.lane == m.lane);
+            let head = heads
+                .iter()
+                .find(|(k, _)| k.tenant == m.tenant && k.lane == m.lane);
             let Some((_, h)) = head else {
                 panic!("member {m:?} was not promoted: its lane has no head after the sweep");
             };
-            assert!(h.seq < m.seq, "head {h:?} is not below member {m:?}: lane out of order");
+            assert!(
+                h.seq < m.seq,
+                "head {h:?} is not below member {m:?}: lane out of order"
+            );
         }
-        assert_eq!(heads.len() + members.len(), expect, "rows left in the lane: heads {heads:?}, members {members:?}");
+        assert_eq!(
+            heads.len() + members.len(),
+            expect,
+            "rows left in the lane: heads {heads:?}, members {members:?}"
+        );
     }
 }
 
@@ -187,7 +229,10 @@ fn explore(name: &str, f: impl Fn() + Sync + Send + 'static) -> usize {
         builder.preemption_bound,
         start.elapsed()
     );
-    assert!(n > 1, "loom explored {n} interleaving(s): the model has no race in it");
+    assert!(
+        n > 1,
+        "loom explored {n} interleaving(s): the model has no race in it"
+    );
     n
 }
 
@@ -196,53 +241,59 @@ fn explore(name: &str, f: impl Fn() + Sync + Send + 'static) -> usize {
 /// deleted, the member's own ?P left for the sweep), the sweep that follows
 /// leaves the member promoted.
 fn release_vs_writer_head_only() {
-        let store = Arc::new(Store::new());
-        store.ingest(1);
-        store.sweep();
-        let head = store.claim_due();
-        let writer = {
-            let store = Arc::clone(&store);
-            loom::thread::spawn(move || {
-                store.ingest(2);
-                store.ingest(3);
-            })
-        };
-        store.deliver_then_sweep(head);
-        writer.join().expect("writer");
-        store.check_settled(2);
+    let store = Arc::new(Store::new());
+    store.ingest(1);
+    store.sweep();
+    let head = store.claim_due();
+    let writer = {
+        let store = Arc::clone(&store);
+        loom::thread::spawn(move || {
+            store.ingest(2);
+            store.ingest(3);
+        })
+    };
+    store.deliver_then_sweep(head);
+    writer.join().expect("writer");
+    store.check_settled(2);
 }
 
 #[test]
 fn release_races_a_writer_on_a_lane_with_only_its_head() {
-    explore("release vs writer, lane with only its head", release_vs_writer_head_only);
+    explore(
+        "release vs writer, lane with only its head",
+        release_vs_writer_head_only,
+    );
 }
 
 /// ADR 4.5 with a member already waiting: the release promotes it, and the
 /// writer's later members stay behind it in order.
 fn release_vs_writer_with_member() {
-        let store = Arc::new(Store::new());
-        store.ingest(1);
-        store.sweep();
-        let head = store.claim_due();
-        store.ingest(2);
-        // A visit's sweep drops the member's ?P (the lane has a head): from
-        // here the member relies on the release alone.
-        store.sweep();
-        let writer = {
-            let store = Arc::clone(&store);
-            loom::thread::spawn(move || {
-                store.ingest(3);
-                store.ingest(4);
-            })
-        };
-        store.deliver_then_sweep(head);
-        writer.join().expect("writer");
-        store.check_settled(3);
+    let store = Arc::new(Store::new());
+    store.ingest(1);
+    store.sweep();
+    let head = store.claim_due();
+    store.ingest(2);
+    // A visit's sweep drops the member's ?P (the lane has a head): from
+    // here the member relies on the release alone.
+    store.sweep();
+    let writer = {
+        let store = Arc::clone(&store);
+        loom::thread::spawn(move || {
+            store.ingest(3);
+            store.ingest(4);
+        })
+    };
+    store.deliver_then_sweep(head);
+    writer.join().expect("writer");
+    store.check_settled(3);
 }
 
 #[test]
 fn release_races_a_writer_on_a_lane_with_a_member() {
-    explore("release vs writer, lane with a member", release_vs_writer_with_member);
+    explore(
+        "release vs writer, lane with a member",
+        release_vs_writer_with_member,
+    );
 }
 
 /// ADR 4.6: the sweep finds a marker on an empty lane (its member was
@@ -252,25 +303,26 @@ fn release_races_a_writer_on_a_lane_with_a_member() {
 /// promotes it. `sweep` is the scan of the markers ([`Store::sweep`]) or the
 /// sweep of the lane the Writer named ([`Store::sweep_named`]).
 fn sweep_vs_writer_empty_lane_with(sweep: fn(&Store)) {
-        let store = Arc::new(Store::new());
-        store.ingest(1);
-        let mut cursor = None;
-        loop {
-            let page = queue::dead_letter_source(&*store, T, SRC, "source deleted", cursor.as_ref(), 100, NOW)
+    let store = Arc::new(Store::new());
+    store.ingest(1);
+    let mut cursor = None;
+    loop {
+        let page =
+            queue::dead_letter_source(&*store, T, SRC, "source deleted", cursor.as_ref(), 100, NOW)
                 .expect("dead_letter_source");
-            store.write(page.batch);
-            cursor = page.next;
-            if cursor.is_none() {
-                break;
-            }
+        store.write(page.batch);
+        cursor = page.next;
+        if cursor.is_none() {
+            break;
         }
-        let writer = {
-            let store = Arc::clone(&store);
-            loom::thread::spawn(move || store.ingest(2))
-        };
-        sweep(&store);
-        writer.join().expect("writer");
-        store.check_settled(1);
+    }
+    let writer = {
+        let store = Arc::clone(&store);
+        loom::thread::spawn(move || store.ingest(2))
+    };
+    sweep(&store);
+    writer.join().expect("writer");
+    store.check_settled(1);
 }
 
 fn sweep_vs_writer_empty_lane() {
@@ -284,7 +336,9 @@ fn sweep_races_a_writer_on_an_empty_lane() {
 
 #[test]
 fn named_sweep_races_a_writer_on_an_empty_lane() {
-    explore("named sweep vs writer, empty lane", || sweep_vs_writer_empty_lane_with(Store::sweep_named));
+    explore("named sweep vs writer, empty lane", || {
+        sweep_vs_writer_empty_lane_with(Store::sweep_named)
+    });
 }
 
 /// Both races at once, with two writers (the Writer's group commits land in
@@ -317,7 +371,10 @@ fn release_and_sweep_vs_two_writers() {
 
 #[test]
 fn release_and_sweep_race_two_writers() {
-    explore("release + sweep vs two writers", release_and_sweep_vs_two_writers);
+    explore(
+        "release + sweep vs two writers",
+        release_and_sweep_vs_two_writers,
+    );
 }
 
 /// The model can fail: with the recheck of ADR 4.6 planted away
@@ -331,7 +388,10 @@ fn loom_catches_a_sweep_without_its_recheck() {
     let caught = {
         let _planted = mutation::scoped(Mutation::SweepSkipsRecheck);
         std::panic::catch_unwind(|| {
-            explore("sweep vs writer, empty lane, SweepSkipsRecheck planted", sweep_vs_writer_empty_lane)
+            explore(
+                "sweep vs writer, empty lane, SweepSkipsRecheck planted",
+                sweep_vs_writer_empty_lane,
+            )
         })
     };
     assert_eq!(mutation::current(), Mutation::None);
@@ -347,7 +407,10 @@ fn loom_catches_a_release_that_skips_the_next_member() {
     let caught = {
         let _planted = mutation::scoped(Mutation::ReleaseSkipsNextMember);
         std::panic::catch_unwind(|| {
-            explore("release vs writer, ReleaseSkipsNextMember planted", release_vs_writer_with_member)
+            explore(
+                "release vs writer, ReleaseSkipsNextMember planted",
+                release_vs_writer_with_member,
+            )
         })
     };
     assert_eq!(mutation::current(), Mutation::None);

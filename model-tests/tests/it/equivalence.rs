@@ -20,7 +20,11 @@ fn dumps<K: Kv>(kv: &K, steps: &[Step]) -> Result<Vec<Dump>, String> {
 fn first_difference(a: &Dump, b: &Dump) -> String {
     for ((cf, xs), (_, ys)) in a.iter().zip(b) {
         if xs != ys {
-            let i = xs.iter().zip(ys).position(|(x, y)| x != y).unwrap_or(xs.len().min(ys.len()));
+            let i = xs
+                .iter()
+                .zip(ys)
+                .position(|(x, y)| x != y)
+                .unwrap_or(xs.len().min(ys.len()));
             return format!(
                 "cf {}: entry {i}: {:?} vs {:?} ({} vs {} entries)",
                 cf.name(),
@@ -36,16 +40,29 @@ fn first_difference(a: &Dump, b: &Dump) -> String {
 
 /// Runs `steps` on all three backends and compares the dumps after each step.
 pub fn equivalent(steps: &[Step]) -> Result<(), String> {
-    let memory = dumps(&ankusa_engine::memory::MemoryKv::new(), steps).map_err(|e| format!("memory: {e}"))?;
+    let memory = dumps(&ankusa_engine::memory::MemoryKv::new(), steps)
+        .map_err(|e| format!("memory: {e}"))?;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let rocks = ankusa_engine_rocksdb::RocksKv::open(dir.path().join("rocksdb")).map_err(|e| e.to_string())?;
-    let fjall = ankusa_engine_fjall::FjallKv::open(dir.path().join("fjall")).map_err(|e| e.to_string())?;
+    let rocks = ankusa_engine_rocksdb::RocksKv::open(dir.path().join("rocksdb"))
+        .map_err(|e| e.to_string())?;
+    let fjall =
+        ankusa_engine_fjall::FjallKv::open(dir.path().join("fjall")).map_err(|e| e.to_string())?;
     for (name, got) in [
-        ("rocksdb", dumps(&rocks, steps).map_err(|e| format!("rocksdb: {e}"))?),
-        ("fjall", dumps(&fjall, steps).map_err(|e| format!("fjall: {e}"))?),
+        (
+            "rocksdb",
+            dumps(&rocks, steps).map_err(|e| format!("rocksdb: {e}"))?,
+        ),
+        (
+            "fjall",
+            dumps(&fjall, steps).map_err(|e| format!("fjall: {e}"))?,
+        ),
     ] {
         if got.len() != memory.len() {
-            return Err(format!("{name} ran {} steps, memory {}", got.len(), memory.len()));
+            return Err(format!(
+                "{name} ran {} steps, memory {}",
+                got.len(),
+                memory.len()
+            ));
         }
         for (i, (m, g)) in memory.iter().zip(&got).enumerate() {
             if m != g {

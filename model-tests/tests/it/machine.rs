@@ -36,7 +36,9 @@ pub fn cases(default: u32) -> u32 {
 pub fn config(cases: u32) -> Config {
     Config {
         cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel("proptest-regressions"))),
+        failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
+            "proptest-regressions",
+        ))),
         max_shrink_iters: 20_000,
         ..Config::default()
     }
@@ -67,7 +69,8 @@ pub struct Machine<'k, K: Kv> {
 
 impl<'k, K: Kv> Machine<'k, K> {
     pub fn new(kv: &'k K) -> Result<Self, String> {
-        kv.write(queue::init_store(), Durability::Buffered).map_err(err("init_store"))?;
+        kv.write(queue::init_store(), Durability::Buffered)
+            .map_err(err("init_store"))?;
         Ok(Machine {
             kv,
             model: Model::new(T0),
@@ -81,7 +84,9 @@ impl<'k, K: Kv> Machine<'k, K> {
     }
 
     fn write(&self, what: &str, batch: Batch) -> Check {
-        self.kv.write(batch, Durability::Buffered).map_err(|e| format!("{what}: write: {e:?}"))
+        self.kv
+            .write(batch, Durability::Buffered)
+            .map_err(|e| format!("{what}: write: {e:?}"))
     }
 
     fn view(&self) -> View {
@@ -115,7 +120,9 @@ impl<'k, K: Kv> Machine<'k, K> {
             .into_iter()
             .map(|(sink, lane)| NewRow {
                 sink: SinkIx(sink),
-                lane: lane.map(|_| lanes::assign(SinkIx(sink), SourceId(u32::from(hk.src)), key_bytes(hk.key))),
+                lane: lane.map(|_| {
+                    lanes::assign(SinkIx(sink), SourceId(u32::from(hk.src)), key_bytes(hk.key))
+                }),
             })
             .collect()
     }
@@ -145,7 +152,9 @@ impl<'k, K: Kv> Machine<'k, K> {
         }
         // Buffered like every other write here: durability is the crash
         // test's business, and the equivalence run would wait on fsyncs.
-        self.kv.write(batch, Durability::Buffered).map_err(err("ingest"))?;
+        self.kv
+            .write(batch, Durability::Buffered)
+            .map_err(err("ingest"))?;
         for (seq, hk, size) in done {
             if quarantine {
                 self.model.quarantine(seq, &hk, size);
@@ -206,21 +215,34 @@ impl<'k, K: Kv> Machine<'k, K> {
             Step::Quarantine(hk) => self.ingest_or_quarantine(&hk, true)?,
             Step::Release(p) => {
                 let held: Vec<(u32, u64)> = self.view().quarantined.iter().copied().collect();
-                let Some((t, seq)) = Self::pick(&held, p) else { return Ok(()) };
+                let Some((t, seq)) = Self::pick(&held, p) else {
+                    return Ok(());
+                };
                 let (hk, _) = self.model.quarantined[&(t, seq)];
                 let rows = Self::new_rows(&hk);
-                let b = queue::release(self.kv, TenantOrd(t), Seq(seq), &rows, now).map_err(err("release"))?;
+                let b = queue::release(self.kv, TenantOrd(t), Seq(seq), &rows, now)
+                    .map_err(err("release"))?;
                 self.write("release", b)?;
-                let lanes_busy = hook_rows(&hk)
-                    .iter()
-                    .filter_map(|(_, l)| *l)
-                    .any(|l| self.model.lanes.get(&(t, l)).is_some_and(|l| l.head.is_some_and(|h| h.1 > seq)));
+                let lanes_busy = hook_rows(&hk).iter().filter_map(|(_, l)| *l).any(|l| {
+                    self.model
+                        .lanes
+                        .get(&(t, l))
+                        .is_some_and(|l| l.head.is_some_and(|h| h.1 > seq))
+                });
                 self.model.release_quarantined(t, seq);
-                self.hit(if lanes_busy { "release of a quarantined hook behind a later head" } else { "release" });
+                self.hit(if lanes_busy {
+                    "release of a quarantined hook behind a later head"
+                } else {
+                    "release"
+                });
                 // A second release is refused.
                 match queue::release(self.kv, TenantOrd(t), Seq(seq), &rows, now) {
                     Err(queue::QueueError::NotQuarantined { .. }) => {}
-                    other => return Err(format!("second release of {t}/{seq}: {other:?}, expected NotQuarantined")),
+                    other => {
+                        return Err(format!(
+                            "second release of {t}/{seq}: {other:?}, expected NotQuarantined"
+                        ));
+                    }
                 }
             }
             Step::Retention(t, age) => {
@@ -246,9 +268,15 @@ impl<'k, K: Kv> Machine<'k, K> {
             }
             Step::Claim(p) => {
                 let v = self.view();
-                let due: Vec<(RowId, u64)> =
-                    v.due.iter().filter(|(_, (d, _))| *d <= now).map(|(id, (d, _))| (*id, *d)).collect();
-                let Some((id, due_ms)) = Self::pick(&due, p) else { return Ok(()) };
+                let due: Vec<(RowId, u64)> = v
+                    .due
+                    .iter()
+                    .filter(|(_, (d, _))| *d <= now)
+                    .map(|(id, (d, _))| (*id, *d))
+                    .collect();
+                let Some((id, due_ms)) = Self::pick(&due, p) else {
+                    return Ok(());
+                };
                 self.model.check_claim_order(&id, &v)?;
                 self.hit("claim");
                 match v.due[&id].1.kind {
@@ -256,7 +284,12 @@ impl<'k, K: Kv> Machine<'k, K> {
                     ankusa_keys::DueKind::HeadFirst => self.hit("claim of a head"),
                     _ => {}
                 }
-                if self.model.row(&id).lane.is_some_and(|l| self.model.reclaim.contains_key(&(id.0, l))) {
+                if self
+                    .model
+                    .row(&id)
+                    .lane
+                    .is_some_and(|l| self.model.reclaim.contains_key(&(id.0, l)))
+                {
                     self.hit("claim of a head recovered by a restart");
                 }
                 if self.model.behind.values().any(|h| *h == id) {
@@ -276,9 +309,12 @@ impl<'k, K: Kv> Machine<'k, K> {
                 self.model.claim(&id)?;
             }
             Step::Retry(p, d) => {
-                let Some(id) = Self::pick(&Self::in_flight(&self.view()), p) else { return Ok(()) };
+                let Some(id) = Self::pick(&Self::in_flight(&self.view()), p) else {
+                    return Ok(());
+                };
                 let due = now + u64::from(d);
-                let b = queue::retry(self.kv, rid(&id), due, "503 from sink", now).map_err(err("retry"))?;
+                let b = queue::retry(self.kv, rid(&id), due, "503 from sink", now)
+                    .map_err(err("retry"))?;
                 self.write("retry", b)?;
                 self.hit("retry");
                 if self.model.row(&id).lane.is_some() {
@@ -289,9 +325,15 @@ impl<'k, K: Kv> Machine<'k, K> {
             Step::Park(p, d) => {
                 // A breaker park: a due row the pipeline does not claim.
                 let v = self.view();
-                let due: Vec<(RowId, u64)> =
-                    v.due.iter().filter(|(_, (d, _))| *d <= now).map(|(id, (d, _))| (*id, *d)).collect();
-                let Some((id, due_ms)) = Self::pick(&due, p) else { return Ok(()) };
+                let due: Vec<(RowId, u64)> = v
+                    .due
+                    .iter()
+                    .filter(|(_, (d, _))| *d <= now)
+                    .map(|(id, (d, _))| (*id, *d))
+                    .collect();
+                let Some((id, due_ms)) = Self::pick(&due, p) else {
+                    return Ok(());
+                };
                 let key = DueKey {
                     tenant: TenantOrd(id.0),
                     due_ms,
@@ -310,9 +352,15 @@ impl<'k, K: Kv> Machine<'k, K> {
                 self.model.park(&id, u64::from(d));
             }
             Step::Delivered(p, race) => {
-                let Some(id) = Self::pick(&Self::in_flight(&self.view()), p) else { return Ok(()) };
+                let Some(id) = Self::pick(&Self::in_flight(&self.view()), p) else {
+                    return Ok(());
+                };
                 let promote = self.release_plan(&id);
-                self.hit(if promote { "delivered: release promotes" } else { "delivered" });
+                self.hit(if promote {
+                    "delivered: release promotes"
+                } else {
+                    "delivered"
+                });
                 // The release reads the next member now...
                 let b = queue::delivered(self.kv, rid(&id), now).map_err(err("delivered"))?;
                 // ...a writer commits a member of the lane...
@@ -329,7 +377,9 @@ impl<'k, K: Kv> Machine<'k, K> {
                 self.model.delivered(&id, promote)?;
             }
             Step::Dead(p, why) => {
-                let Some(id) = Self::pick(&Self::in_flight(&self.view()), p) else { return Ok(()) };
+                let Some(id) = Self::pick(&Self::in_flight(&self.view()), p) else {
+                    return Ok(());
+                };
                 let reason = match why {
                     Why::Policy => "retry policy: 10 attempts",
                     Why::Horizon => "retry horizon: 24h since first attempt",
@@ -337,7 +387,11 @@ impl<'k, K: Kv> Machine<'k, K> {
                     Why::SinkGone => "sink gone: queue deleted",
                 };
                 let promote = self.release_plan(&id);
-                self.hit(if promote { "dead head: release promotes" } else { "dead letter" });
+                self.hit(if promote {
+                    "dead head: release promotes"
+                } else {
+                    "dead letter"
+                });
                 let b = queue::dead_letter(self.kv, rid(&id), Origin::InFlight, reason, now)
                     .map_err(err("dead_letter"))?;
                 self.write("dead_letter", b)?;
@@ -345,11 +399,25 @@ impl<'k, K: Kv> Machine<'k, K> {
             }
             Step::Orphan(p) => {
                 let v = self.view();
-                let mut rows: Vec<(RowId, Origin)> = v.inflight.keys().map(|id| (*id, Origin::InFlight)).collect();
-                rows.extend(v.due.iter().map(|(id, (d, _))| (*id, Origin::Due { due_ms: *d })));
-                let Some((id, origin)) = Self::pick(&rows, p) else { return Ok(()) };
+                let mut rows: Vec<(RowId, Origin)> = v
+                    .inflight
+                    .keys()
+                    .map(|id| (*id, Origin::InFlight))
+                    .collect();
+                rows.extend(
+                    v.due
+                        .iter()
+                        .map(|(id, (d, _))| (*id, Origin::Due { due_ms: *d })),
+                );
+                let Some((id, origin)) = Self::pick(&rows, p) else {
+                    return Ok(());
+                };
                 let promote = self.release_plan(&id);
-                self.hit(if origin == Origin::InFlight { "orphan from ?F" } else { "orphan from ?D" });
+                self.hit(if origin == Origin::InFlight {
+                    "orphan from ?F"
+                } else {
+                    "orphan from ?D"
+                });
                 let b = queue::orphan(self.kv, rid(&id), origin, "orphan: envelope gone", now)
                     .map_err(err("orphan"))?;
                 self.write("orphan", b)?;
@@ -357,7 +425,9 @@ impl<'k, K: Kv> Machine<'k, K> {
             }
             Step::Revive(p) => {
                 let dead: Vec<RowId> = self.view().dead.keys().copied().collect();
-                let Some(id) = Self::pick(&dead, p) else { return Ok(()) };
+                let Some(id) = Self::pick(&dead, p) else {
+                    return Ok(());
+                };
                 let b = queue::revive(self.kv, rid(&id), now).map_err(err("revive"))?;
                 self.write("revive", b)?;
                 self.model.revive(&id);
@@ -368,7 +438,11 @@ impl<'k, K: Kv> Machine<'k, K> {
                 // A second revive of the same row is refused (docs/design.md section 10).
                 match queue::revive(self.kv, rid(&id), now) {
                     Err(queue::QueueError::NotInDlq { .. }) => {}
-                    other => return Err(format!("second revive of {id:?}: {other:?}, expected NotInDlq")),
+                    other => {
+                        return Err(format!(
+                            "second revive of {id:?}: {other:?}, expected NotInDlq"
+                        ));
+                    }
                 }
             }
             Step::Hold(p) => {
@@ -379,12 +453,23 @@ impl<'k, K: Kv> Machine<'k, K> {
                     .filter(|(_, (d, _))| d & ankusa_keys::HELD_DUE_BIT == 0)
                     .map(|(id, (d, _))| (*id, *d))
                     .collect();
-                let Some((id, due_ms)) = Self::pick(&due, p) else { return Ok(()) };
-                let key = DueKey { tenant: TenantOrd(id.0), due_ms, seq: Seq(id.1), sink: SinkIx(id.2) };
+                let Some((id, due_ms)) = Self::pick(&due, p) else {
+                    return Ok(());
+                };
+                let key = DueKey {
+                    tenant: TenantOrd(id.0),
+                    due_ms,
+                    seq: Seq(id.1),
+                    sink: SinkIx(id.2),
+                };
                 let b = queue::hold(self.kv, key).map_err(err("hold"))?;
                 self.write("hold", b)?;
                 self.model.hold(&id);
-                self.hit(if v.due[&id].1.kind.is_head() { "hold of a lane head" } else { "hold" });
+                self.hit(if v.due[&id].1.kind.is_head() {
+                    "hold of a lane head"
+                } else {
+                    "hold"
+                });
             }
             Step::Unhold(t, keep) => {
                 let keep = keep.map(|(src, sink)| (src, u16::from(sink)));
@@ -395,7 +480,8 @@ impl<'k, K: Kv> Machine<'k, K> {
                         return Err("unhold does not finish".into());
                     }
                     let still = |s: SourceId, k: SinkIx| keep == Some((s.0 as u8, k.0));
-                    let page = queue::unhold(self.kv, tenant(t), still, cursor.as_ref(), 2).map_err(err("unhold"))?;
+                    let page = queue::unhold(self.kv, tenant(t), still, cursor.as_ref(), 2)
+                        .map_err(err("unhold"))?;
                     moved += page.moved;
                     self.write("unhold", page.batch)?;
                     cursor = page.next;
@@ -405,19 +491,27 @@ impl<'k, K: Kv> Machine<'k, K> {
                 }
                 let want = self.model.unhold(u32::from(t), keep);
                 if moved != want {
-                    return Err(format!("unhold of tenant {t} moved {moved} rows, the model {want}"));
+                    return Err(format!(
+                        "unhold of tenant {t} moved {moved} rows, the model {want}"
+                    ));
                 }
                 if moved > 0 {
                     self.hit("unhold");
                 }
-                let still_held = self.view().due.values().any(|(d, _)| d & ankusa_keys::HELD_DUE_BIT != 0);
+                let still_held = self
+                    .view()
+                    .due
+                    .values()
+                    .any(|(d, _)| d & ankusa_keys::HELD_DUE_BIT != 0);
                 if keep.is_some() && still_held && moved > 0 {
                     self.hit("unhold keeps a still-paused row held");
                 }
             }
             Step::DropDead(p) => {
                 let dead: Vec<RowId> = self.view().dead.keys().copied().collect();
-                let Some(id) = Self::pick(&dead, p) else { return Ok(()) };
+                let Some(id) = Self::pick(&dead, p) else {
+                    return Ok(());
+                };
                 let b = queue::drop_dead(self.kv, &[rid(&id)]).map_err(err("drop_dead"))?;
                 self.write("drop_dead", b)?;
                 self.hit("drop_dead");
@@ -427,11 +521,19 @@ impl<'k, K: Kv> Machine<'k, K> {
                 // Gone for good: a second drop and a revive are refused.
                 match queue::drop_dead(self.kv, &[rid(&id)]) {
                     Err(queue::QueueError::NotInDlq { .. }) => {}
-                    other => return Err(format!("second drop of {id:?}: {other:?}, expected NotInDlq")),
+                    other => {
+                        return Err(format!(
+                            "second drop of {id:?}: {other:?}, expected NotInDlq"
+                        ));
+                    }
                 }
                 match queue::revive(self.kv, rid(&id), now) {
                     Err(queue::QueueError::NotInDlq { .. }) => {}
-                    other => return Err(format!("revive of dropped {id:?}: {other:?}, expected NotInDlq")),
+                    other => {
+                        return Err(format!(
+                            "revive of dropped {id:?}: {other:?}, expected NotInDlq"
+                        ));
+                    }
                 }
             }
             Step::Restart => {
@@ -442,7 +544,8 @@ impl<'k, K: Kv> Machine<'k, K> {
                     if round > 100 {
                         return Err("recover_inflight does not finish".into());
                     }
-                    let page = queue::recover_inflight(self.kv, 3, now).map_err(err("recover_inflight"))?;
+                    let page = queue::recover_inflight(self.kv, 3, now)
+                        .map_err(err("recover_inflight"))?;
                     self.write("recover_inflight", page.batch)?;
                     if page.next.is_none() {
                         break;
@@ -464,14 +567,22 @@ impl<'k, K: Kv> Machine<'k, K> {
                 // over the lanes the scan would read; its outcome is the same.
                 let out = if budget == 3 {
                     let named: Vec<_> = plan.iter().map(|(l, _)| l.1).collect();
-                    lanes::sweep_lanes(self.kv, tenant(t), &named, now).map_err(err("sweep_lanes"))?
+                    lanes::sweep_lanes(self.kv, tenant(t), &named, now)
+                        .map_err(err("sweep_lanes"))?
                 } else {
-                    lanes::sweep(self.kv, tenant(t), usize::from(budget), now).map_err(err("sweep"))?
+                    lanes::sweep(self.kv, tenant(t), usize::from(budget), now)
+                        .map_err(err("sweep"))?
                 };
-                let want_recheck: Vec<_> =
-                    plan.iter().filter(|(_, a)| *a == SweepAct::Empty).map(|(l, _)| l.1).collect();
+                let want_recheck: Vec<_> = plan
+                    .iter()
+                    .filter(|(_, a)| *a == SweepAct::Empty)
+                    .map(|(l, _)| l.1)
+                    .collect();
                 let want_promoted = plan.iter().filter(|(_, a)| *a == SweepAct::Promote).count();
-                if out.recheck != want_recheck || out.promoted != want_promoted || out.markers != plan.len() {
+                if out.recheck != want_recheck
+                    || out.promoted != want_promoted
+                    || out.markers != plan.len()
+                {
                     return Err(format!(
                         "sweep of tenant {t}: read {} markers, promoted {}, recheck {:?}; the model plans {plan:?}",
                         out.markers, out.promoted, out.recheck
@@ -494,9 +605,13 @@ impl<'k, K: Kv> Machine<'k, K> {
                 if let Some((at, hk)) = race {
                     let joins = hk.t as u32 == t32
                         && target.is_some_and(|l| {
-                            crate::model::hook_rows(&hk).iter().any(|(_, lane)| *lane == Some(l.1))
+                            crate::model::hook_rows(&hk)
+                                .iter()
+                                .any(|(_, lane)| *lane == Some(l.1))
                         });
-                    let empty = plan.iter().any(|(l, a)| *a == SweepAct::Empty && Some(*l) == target);
+                    let empty = plan
+                        .iter()
+                        .any(|(l, a)| *a == SweepAct::Empty && Some(*l) == target);
                     if joins && empty {
                         self.hit(match at {
                             At::BeforeBatch => "a member racing a sweep's delete",
@@ -514,7 +629,8 @@ impl<'k, K: Kv> Machine<'k, K> {
                 if let Some((At::BeforeRecheck, hk)) = race {
                     self.ingest(&hk)?;
                 }
-                let b = lanes::sweep_recheck(self.kv, tenant(t), &out.recheck).map_err(err("sweep_recheck"))?;
+                let b = lanes::sweep_recheck(self.kv, tenant(t), &out.recheck)
+                    .map_err(err("sweep_recheck"))?;
                 self.write("sweep_recheck", b)?;
                 for (lane, act) in &plan {
                     if *act == SweepAct::Empty {
@@ -536,7 +652,8 @@ impl<'k, K: Kv> Machine<'k, K> {
                     self.hit("sweep_markers deletes ?A");
                 }
                 self.write("sweep_markers", b)?;
-                let b = queue::sweep_markers_recheck(self.kv, tenant(t)).map_err(err("sweep_markers_recheck"))?;
+                let b = queue::sweep_markers_recheck(self.kv, tenant(t))
+                    .map_err(err("sweep_markers_recheck"))?;
                 self.write("sweep_markers_recheck", b)?;
             }
             Step::Purge(t) => {
@@ -568,7 +685,9 @@ impl<'k, K: Kv> Machine<'k, K> {
                     }
                 }
                 let doomed = self.model.rows.iter().any(|(id, r)| {
-                    id.0 == u32::from(t) && r.src == src && matches!(r.state, MState::Due { .. } | MState::Member)
+                    id.0 == u32::from(t)
+                        && r.src == src
+                        && matches!(r.state, MState::Due { .. } | MState::Member)
                 });
                 if doomed {
                     self.hit("dead_letter_source with rows");
@@ -675,7 +794,12 @@ pub fn run_on(backend: Backend, steps: &[Step]) -> Check {
 /// long: its first line should say what it is).
 fn announce(cases: u32, backend: Backend) {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| eprintln!("lanes_state_machine: {cases} cases on {} (ANKUSA_SOAK_CASES, ANKUSA_MODEL_BACKEND)", backend.name()));
+    ONCE.call_once(|| {
+        eprintln!(
+            "lanes_state_machine: {cases} cases on {} (ANKUSA_SOAK_CASES, ANKUSA_MODEL_BACKEND)",
+            backend.name()
+        )
+    });
 }
 
 proptest! {
@@ -733,13 +857,23 @@ fn one_lane_walks_through_every_ordering_case() {
         "claim of a row revived behind a later head",
         "delivered: release promotes",
     ] {
-        assert!(m.stats.contains_key(what), "never reached: {what}; saw {:?}", m.stats);
+        assert!(
+            m.stats.contains_key(what),
+            "never reached: {what}; saw {:?}",
+            m.stats
+        );
     }
     // Seqs 1 (revived), 2, 3 and the racing writer's 4 all delivered to sink
     // 0; what is left is the writer's row for sink 1 (its own lane's head).
     assert_eq!(m.model.delivered_total.get(&1), Some(&4));
-    assert_eq!(m.model.rows.keys().copied().collect::<Vec<_>>(), vec![(1, 4, 1)]);
-    assert_eq!(View::read(&kv).heads.values().copied().collect::<Vec<_>>(), vec![(1, 4, 1)]);
+    assert_eq!(
+        m.model.rows.keys().copied().collect::<Vec<_>>(),
+        vec![(1, 4, 1)]
+    );
+    assert_eq!(
+        View::read(&kv).heads.values().copied().collect::<Vec<_>>(),
+        vec![(1, 4, 1)]
+    );
 }
 
 /// The machine is only as good as the states it reaches: over 400 cases every transition, and every race and ordering case the ADR names,
@@ -748,12 +882,18 @@ fn one_lane_walks_through_every_ordering_case() {
 fn machine_reaches_every_transition_and_race() {
     use proptest::strategy::{Strategy, ValueTree};
     use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
-    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
     const CASES: usize = 400;
     let mut total: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut steps_run = 0;
     for _ in 0..CASES {
-        let case = steps(MAX_STEPS).new_tree(&mut runner).expect("a case").current();
+        let case = steps(MAX_STEPS)
+            .new_tree(&mut runner)
+            .expect("a case")
+            .current();
         let kv = ankusa_engine::memory::MemoryKv::new();
         let mut m = Machine::new(&kv).expect("new store");
         m.run(&case, |_, _| {}).expect("the machine is green");
@@ -804,6 +944,9 @@ fn machine_reaches_every_transition_and_race() {
         "unhold keeps a still-paused row held",
     ];
     for what in expected {
-        assert!(total.get(what).copied().unwrap_or(0) > 0, "never reached: {what}");
+        assert!(
+            total.get(what).copied().unwrap_or(0) > 0,
+            "never reached: {what}"
+        );
     }
 }

@@ -123,11 +123,15 @@ impl Model {
     }
 
     pub fn row(&self, id: &RowId) -> &MRow {
-        self.rows.get(id).unwrap_or_else(|| panic!("model has no row {id:?}"))
+        self.rows
+            .get(id)
+            .unwrap_or_else(|| panic!("model has no row {id:?}"))
     }
 
     fn row_mut(&mut self, id: &RowId) -> &mut MRow {
-        self.rows.get_mut(id).unwrap_or_else(|| panic!("model has no row {id:?}"))
+        self.rows
+            .get_mut(id)
+            .unwrap_or_else(|| panic!("model has no row {id:?}"))
     }
 
     fn prune(&mut self, lane: &LaneKey) {
@@ -161,8 +165,12 @@ impl Model {
 
     /// Retention: envelopes received before `cutoff` with no row and no ?Q go.
     pub fn retention(&mut self, t: u32, cutoff: u64) {
-        let referenced: std::collections::BTreeSet<(u32, u64)> =
-            self.rows.keys().map(|id| (id.0, id.1)).chain(self.quarantined.keys().copied()).collect();
+        let referenced: std::collections::BTreeSet<(u32, u64)> = self
+            .rows
+            .keys()
+            .map(|id| (id.0, id.1))
+            .chain(self.quarantined.keys().copied())
+            .collect();
         self.hooks
             .retain(|k, at| !(k.0 == t && *at < cutoff && !referenced.contains(k)));
     }
@@ -181,9 +189,10 @@ impl Model {
                     if late {
                         self.revived.insert(id);
                         if let Some(head) = l.head
-                            && head.1 > seq {
-                                self.behind.insert(id, head);
-                            }
+                            && head.1 > seq
+                        {
+                            self.behind.insert(id, head);
+                        }
                     }
                     MState::Member
                 }
@@ -241,15 +250,19 @@ impl Model {
     pub fn claim(&mut self, id: &RowId) -> Check {
         let row = self.row(id).clone();
         let MState::Due { kind, .. } = row.state else {
-            return Err(format!("claim of {id:?}, which the model has in {:?}", row.state));
+            return Err(format!(
+                "claim of {id:?}, which the model has in {:?}",
+                row.state
+            ));
         };
         if let Some(lane) = self.lane_key(id)
             && let Some(want) = self.reclaim.remove(&lane)
-                && want != *id {
-                    return Err(format!(
-                        "after a restart lane {lane:?} claims {id:?} before its claimed head {want:?} (ADR 4.7)"
-                    ));
-                }
+            && want != *id
+        {
+            return Err(format!(
+                "after a restart lane {lane:?} claims {id:?} before its claimed head {want:?} (ADR 4.7)"
+            ));
+        }
         let now = self.now;
         let row = self.row_mut(id);
         row.state = MState::InFlight { kind };
@@ -260,8 +273,15 @@ impl Model {
 
     /// The store's members of `id`'s lane that a claim of `id` would pass over.
     pub fn check_claim_order(&self, id: &RowId, view: &View) -> Check {
-        let Some(lane) = self.lane_key(id) else { return Ok(()) };
-        for &(seq, sink) in view.members.get(&lane).map(|m| m.keys().collect::<Vec<_>>()).unwrap_or_default() {
+        let Some(lane) = self.lane_key(id) else {
+            return Ok(());
+        };
+        for &(seq, sink) in view
+            .members
+            .get(&lane)
+            .map(|m| m.keys().collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
             let m = (lane.0, seq, sink);
             if seq < id.1 && self.behind.get(&m) != Some(id) {
                 return Err(format!(
@@ -278,7 +298,9 @@ impl Model {
         *self.retries_total.entry(id.0).or_default() += 1;
         let row = self.row_mut(id);
         row.attempts += 1;
-        let MState::InFlight { kind } = row.state else { panic!("retry of {id:?} not in flight") };
+        let MState::InFlight { kind } = row.state else {
+            panic!("retry of {id:?} not in flight")
+        };
         row.state = MState::Due {
             due_ms,
             kind: kind.as_retry(),
@@ -291,7 +313,9 @@ impl Model {
     pub fn park(&mut self, id: &RowId, delay: u64) {
         let due_ms = self.now + delay;
         let row = self.row_mut(id);
-        let MState::Due { kind, .. } = row.state else { panic!("park of {id:?} not due") };
+        let MState::Due { kind, .. } = row.state else {
+            panic!("park of {id:?} not due")
+        };
         row.state = MState::Due {
             due_ms,
             kind: kind.as_retry(),
@@ -306,12 +330,13 @@ impl Model {
             if !self.revived.contains(id) {
                 let last = self.last_delivered.insert(lane, id.1);
                 if let Some(last) = last
-                    && last >= id.1 {
-                        return Err(format!(
-                            "lane {lane:?} delivered seq {} after seq {last}: not in seq order",
-                            id.1
-                        ));
-                    }
+                    && last >= id.1
+                {
+                    return Err(format!(
+                        "lane {lane:?} delivered seq {} after seq {last}: not in seq order",
+                        id.1
+                    ));
+                }
             }
             self.revived.remove(id);
             self.behind.remove(id);
@@ -363,9 +388,10 @@ impl Model {
                 l.members.insert(*id);
                 l.marker = true;
                 if let Some(head) = l.head
-                    && head.1 > id.1 {
-                        self.behind.insert(*id, head);
-                    }
+                    && head.1 > id.1
+                {
+                    self.behind.insert(*id, head);
+                }
                 self.row_mut(id).state = MState::Member;
             }
             None => {
@@ -421,9 +447,10 @@ impl Model {
     /// The recheck of an emptied lane: the marker is back if a member appeared.
     pub fn sweep_recheck(&mut self, lane: &LaneKey) {
         if let Some(l) = self.lanes.get_mut(lane)
-            && !l.members.is_empty() {
-                l.marker = true;
-            }
+            && !l.members.is_empty()
+        {
+            l.marker = true;
+        }
     }
 
     pub fn purge(&mut self, t: u32) {
@@ -514,10 +541,18 @@ impl Model {
     pub fn compare(&self, v: &View) -> Check {
         // Envelopes and quarantined hooks.
         if v.hooks.iter().ne(self.hooks.keys()) {
-            return Err(format!("envelopes differ: store {:?}, model {:?}", v.hooks, self.hooks.keys()));
+            return Err(format!(
+                "envelopes differ: store {:?}, model {:?}",
+                v.hooks,
+                self.hooks.keys()
+            ));
         }
         if v.quarantined.iter().ne(self.quarantined.keys()) {
-            return Err(format!("?Q differs: store {:?}, model {:?}", v.quarantined, self.quarantined.keys()));
+            return Err(format!(
+                "?Q differs: store {:?}, model {:?}",
+                v.quarantined,
+                self.quarantined.keys()
+            ));
         }
         // Rows.
         let store_rows: BTreeSet<&RowId> = v.rows.keys().collect();
@@ -532,7 +567,10 @@ impl Model {
         for (id, m) in &self.rows {
             let r = &v.rows[id];
             if r.lane != m.lane || r.size != m.size {
-                return Err(format!("row {id:?}: lane/size {:?}/{} in store, {:?}/{} in model", r.lane, r.size, m.lane, m.size));
+                return Err(format!(
+                    "row {id:?}: lane/size {:?}/{} in store, {:?}/{} in model",
+                    r.lane, r.size, m.lane, m.size
+                ));
             }
             let state = match m.state {
                 MState::Due { .. } => RowState::Due,
@@ -540,7 +578,10 @@ impl Model {
                 MState::Member => RowState::Member,
                 MState::Dead => RowState::Dead,
             };
-            if r.state != state || r.attempts != m.attempts || r.first_attempt_at_ms != m.first_attempt_ms {
+            if r.state != state
+                || r.attempts != m.attempts
+                || r.first_attempt_at_ms != m.first_attempt_ms
+            {
                 return Err(format!(
                     "row {id:?}: state/attempts/first_attempt_at {:?}/{}/{:?} in store, {state:?}/{}/{:?} in model",
                     r.state, r.attempts, r.first_attempt_at_ms, m.attempts, m.first_attempt_ms
@@ -552,7 +593,11 @@ impl Model {
             let places = [
                 v.due.contains_key(id),
                 v.inflight.contains_key(id),
-                r.lane.is_some_and(|l| v.members.get(&(id.0, l)).is_some_and(|ms| ms.contains_key(&(id.1, id.2)))),
+                r.lane.is_some_and(|l| {
+                    v.members
+                        .get(&(id.0, l))
+                        .is_some_and(|ms| ms.contains_key(&(id.1, id.2)))
+                }),
                 v.dead.contains_key(id),
             ];
             let want = match m.state {
@@ -581,7 +626,10 @@ impl Model {
                 }
                 MState::InFlight { kind } => {
                     let sv = v.inflight[id];
-                    if sv.kind != kind || sv.size != m.size || Some(sv.claimed_at_ms) != m.claimed_at_ms {
+                    if sv.kind != kind
+                        || sv.size != m.size
+                        || Some(sv.claimed_at_ms) != m.claimed_at_ms
+                    {
                         return Err(format!(
                             "row {id:?}: ?F kind {:?} size {} claimed at {} in store, kind {kind:?} size {} claimed at {:?} in model",
                             sv.kind, sv.size, sv.claimed_at_ms, m.size, m.claimed_at_ms
@@ -590,14 +638,20 @@ impl Model {
                 }
                 MState::Dead => {
                     if Some(&v.dead[id]) != m.dead.as_ref() {
-                        return Err(format!("row {id:?}: ?X {:?} in store, {:?} in model", v.dead[id], m.dead));
+                        return Err(format!(
+                            "row {id:?}: ?X {:?} in store, {:?} in model",
+                            v.dead[id], m.dead
+                        ));
                     }
                 }
                 MState::Member => {
                     let lane = m.lane.expect("a member has a lane");
                     let sv = v.members[&(id.0, lane)][&(id.1, id.2)];
                     if sv.size != m.size {
-                        return Err(format!("row {id:?}: ?O size {} in store, {} in model", sv.size, m.size));
+                        return Err(format!(
+                            "row {id:?}: ?O size {} in store, {} in model",
+                            sv.size, m.size
+                        ));
                     }
                 }
             }
@@ -641,13 +695,19 @@ impl Model {
             // ADR 0004 section 3: at most one row of a lane in ?D/?F, and it is the head.
             let busy = v.lane_busy_rows(lane);
             if busy.len() > 1 || busy.first().copied() != s_head {
-                return Err(format!("lane {lane:?}: rows in ?D/?F {busy:?}, head {s_head:?}"));
+                return Err(format!(
+                    "lane {lane:?}: rows in ?D/?F {busy:?}, head {s_head:?}"
+                ));
             }
         }
         // ?P and ?D need ?A (docs/design.md section 4, invariant 4; ADR 4.6 on
         // sweep_markers).
         // A held ?D row (a paused sink, docs/design.md section 5) needs none.
-        let live_due = v.due.iter().filter(|(_, (d, _))| d & ankusa_keys::HELD_DUE_BIT == 0).map(|(id, _)| id.0);
+        let live_due = v
+            .due
+            .iter()
+            .filter(|(_, (d, _))| d & ankusa_keys::HELD_DUE_BIT == 0)
+            .map(|(id, _)| id.0);
         for t in live_due.chain(v.markers.iter().map(|l| l.0)) {
             if !v.active.contains(&t) {
                 return Err(format!("tenant {t} has ?D or ?P rows and no ?A marker"));
@@ -678,7 +738,11 @@ impl Model {
                     if s == MState::Member {
                         add(id.0, CounterField::LaneMembers, 1);
                     }
-                    if let MState::Due { kind: DueKind::HeadRetry, .. } = s {
+                    if let MState::Due {
+                        kind: DueKind::HeadRetry,
+                        ..
+                    } = s
+                    {
                         add(id.0, CounterField::LanesBlocked, 1);
                     }
                 }
@@ -716,8 +780,12 @@ impl Model {
             CounterField::LanesBlocked,
             CounterField::LaneMembers,
         ];
-        let store: BTreeMap<(u32, CounterField), i64> =
-            v.counters.iter().filter(|(k, _)| checked.contains(&k.1)).map(|(k, n)| (*k, *n)).collect();
+        let store: BTreeMap<(u32, CounterField), i64> = v
+            .counters
+            .iter()
+            .filter(|(k, _)| checked.contains(&k.1))
+            .map(|(k, n)| (*k, *n))
+            .collect();
         if store != want {
             let diff: Vec<_> = store
                 .keys()
@@ -725,7 +793,15 @@ impl Model {
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .filter(|k| store.get(k) != want.get(k))
-                .map(|k| format!("{}:{} store {:?} model {:?}", k.0, k.1.name(), store.get(k), want.get(k)))
+                .map(|k| {
+                    format!(
+                        "{}:{} store {:?} model {:?}",
+                        k.0,
+                        k.1.name(),
+                        store.get(k),
+                        want.get(k)
+                    )
+                })
                 .collect();
             return Err(format!("counters differ: {}", diff.join(", ")));
         }

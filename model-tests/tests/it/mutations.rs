@@ -27,7 +27,8 @@ fn hunt(m: Mutation, cases: u32) -> (Result<(), TestError<Vec<crate::steps::Step
         ..Config::default()
     };
     // A fixed seed: "caught after N cases" is the same on every run.
-    let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     let ran = Cell::new(0u32);
     let first = Cell::new(None);
     let result = runner.run(&steps(MAX_STEPS), |s| {
@@ -46,7 +47,11 @@ fn hunt(m: Mutation, cases: u32) -> (Result<(), TestError<Vec<crate::steps::Step
 fn must_catch(m: Mutation) {
     assert!(!m.is_benign());
     let (result, first) = hunt(m, BUDGET);
-    assert_eq!(mutation::current(), Mutation::None, "the mutation is cleared");
+    assert_eq!(
+        mutation::current(),
+        Mutation::None,
+        "the mutation is cleared"
+    );
     match result {
         Err(TestError::Fail(why, minimal)) => {
             println!(
@@ -56,7 +61,9 @@ fn must_catch(m: Mutation) {
             );
         }
         Err(TestError::Abort(why)) => panic!("mutation {m:?}: the runner aborted: {why}"),
-        Ok(()) => panic!("mutation {m:?} survived {BUDGET} cases: the state machine does not catch it"),
+        Ok(()) => {
+            panic!("mutation {m:?} survived {BUDGET} cases: the state machine does not catch it")
+        }
     }
 }
 

@@ -20,7 +20,10 @@ use crate::steps::{Step, steps};
 fn state(kv: &MemoryKv, tenant: TenantOrd) -> Vec<(Cf, Vec<u8>, Vec<u8>)> {
     let mut out = Vec::new();
     for (cf, range) in tenant_ranges(tenant) {
-        for (k, v) in kv.scan(cf, &range, Direction::Forward, usize::MAX).expect("scan") {
+        for (k, v) in kv
+            .scan(cf, &range, Direction::Forward, usize::MAX)
+            .expect("scan")
+        {
             out.push((cf, k.to_vec(), v.to_vec()));
         }
     }
@@ -28,7 +31,10 @@ fn state(kv: &MemoryKv, tenant: TenantOrd) -> Vec<(Cf, Vec<u8>, Vec<u8>)> {
 }
 
 fn counters(kv: &MemoryKv, tenant: TenantOrd) -> Vec<i64> {
-    CounterField::ALL.into_iter().map(|f| kv.counter(&counter_key(tenant, f)).expect("counter")).collect()
+    CounterField::ALL
+        .into_iter()
+        .map(|f| kv.counter(&counter_key(tenant, f)).expect("counter"))
+        .collect()
 }
 
 fn purge_after(steps: &[Step], limit: usize) -> Result<(), String> {
@@ -41,11 +47,16 @@ fn purge_after(steps: &[Step], limit: usize) -> Result<(), String> {
         if page_no > 10_000 {
             return Err("the purge does not end".into());
         }
-        let page = queue::purge_tenant_page(&kv, t1, cursor.as_ref(), limit).map_err(|e| format!("page {page_no}: {e}"))?;
-        kv.write(page.batch, Durability::Buffered).map_err(|e| format!("page {page_no}: write: {e}"))?;
+        let page = queue::purge_tenant_page(&kv, t1, cursor.as_ref(), limit)
+            .map_err(|e| format!("page {page_no}: {e}"))?;
+        kv.write(page.batch, Durability::Buffered)
+            .map_err(|e| format!("page {page_no}: write: {e}"))?;
         let v = queue::check_invariants(&kv.snapshot()).map_err(|e| e.to_string())?;
         if !v.is_empty() {
-            return Err(format!("after page {page_no} ({}): {v:?}", queue::purge_phase(cursor.as_ref())));
+            return Err(format!(
+                "after page {page_no} ({}): {v:?}",
+                queue::purge_phase(cursor.as_ref())
+            ));
         }
         cursor = page.next;
         if cursor.is_none() {
@@ -57,7 +68,11 @@ fn purge_after(steps: &[Step], limit: usize) -> Result<(), String> {
         return Err(format!("tenant 1 left {} keys: {left:?}", left.len()));
     }
     if counters(&kv, TenantOrd::NODE) != counters(&kv, t2) {
-        return Err(format!("aggregate {:?} is not tenant 2's {:?}", counters(&kv, TenantOrd::NODE), counters(&kv, t2)));
+        return Err(format!(
+            "aggregate {:?} is not tenant 2's {:?}",
+            counters(&kv, TenantOrd::NODE),
+            counters(&kv, t2)
+        ));
     }
     if state(&kv, t2) != other {
         return Err("tenant 2's state changed".into());

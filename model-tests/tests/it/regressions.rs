@@ -19,7 +19,10 @@ fn pinned(m: Mutation, steps: &[Step], failure: &str) {
         let _planted = mutation::scoped(m);
         run_memory(steps).expect_err("the planted bug is not caught")
     };
-    assert!(err.contains(failure), "{m:?} caught, but not as expected ({failure}): {err}");
+    assert!(
+        err.contains(failure),
+        "{m:?} caught, but not as expected ({failure}): {err}"
+    );
 }
 
 // Mutation::MemberPutSkipsMarker, shrunk to 1 step.
@@ -27,7 +30,11 @@ fn pinned(m: Mutation, steps: &[Step], failure: &str) {
 // Why: member_put skipped the ?P put; nothing would ever promote the lane.
 #[test]
 fn member_put_without_marker_strands_the_lane() {
-    pinned(Mutation::MemberPutSkipsMarker, &[Ingest(h(1, 1, 0, 0b1111, 10))], "MemberStranded");
+    pinned(
+        Mutation::MemberPutSkipsMarker,
+        &[Ingest(h(1, 1, 0, 0b1111, 10))],
+        "MemberStranded",
+    );
 }
 
 // Mutation::PromoteSkipsHead, shrunk to 2 steps.

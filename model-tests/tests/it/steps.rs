@@ -29,13 +29,23 @@ pub struct Hook {
 
 impl fmt::Debug for Hook {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "h({}, {}, {}, 0b{:04b}, {})", self.t, self.src, self.key, self.sinks, self.size)
+        write!(
+            f,
+            "h({}, {}, {}, 0b{:04b}, {})",
+            self.t, self.src, self.key, self.sinks, self.size
+        )
     }
 }
 
 /// `h(t, src, key, sinks, size)`: a [`Hook`], short.
 pub const fn h(t: u8, src: u8, key: u8, sinks: u8, size: u32) -> Hook {
-    Hook { t, src, key, sinks, size }
+    Hook {
+        t,
+        src,
+        key,
+        sinks,
+        size,
+    }
 }
 
 /// Why a claimed row is dead-lettered (every path ADR 0004 4.4 lists).
@@ -165,7 +175,9 @@ impl fmt::Debug for Step {
             DropDead(p) => write!(f, "DropDead({p})"),
             Restart => write!(f, "Restart"),
             SweepLanes(t, l, None) => write!(f, "SweepLanes({t}, {l}, None)"),
-            SweepLanes(t, l, Some((at, hk))) => write!(f, "SweepLanes({t}, {l}, Some(({at:?}, {hk:?})))"),
+            SweepLanes(t, l, Some((at, hk))) => {
+                write!(f, "SweepLanes({t}, {l}, Some(({at:?}, {hk:?})))")
+            }
             SweepMarkers(t, None) => write!(f, "SweepMarkers({t}, None)"),
             SweepMarkers(t, Some(r)) => write!(f, "SweepMarkers({t}, Some({r:?}))"),
             Purge(t) => write!(f, "Purge({t})"),
@@ -197,11 +209,22 @@ pub fn hook() -> impl Strategy<Value = Hook> {
         ],
         prop_oneof![Just(10u32), Just(100u32), 1..2000u32],
     )
-        .prop_map(|(t, src, key, sinks, size)| Hook { t, src, key, sinks, size })
+        .prop_map(|(t, src, key, sinks, size)| Hook {
+            t,
+            src,
+            key,
+            sinks,
+            size,
+        })
 }
 
 fn why() -> impl Strategy<Value = Why> {
-    prop_oneof![Just(Why::Policy), Just(Why::Horizon), Just(Why::Permanent), Just(Why::SinkGone)]
+    prop_oneof![
+        Just(Why::Policy),
+        Just(Why::Horizon),
+        Just(Why::Permanent),
+        Just(Why::SinkGone)
+    ]
 }
 
 fn delay() -> impl Strategy<Value = u16> {
@@ -263,7 +286,11 @@ fn debug_output_is_the_rust_that_builds_the_steps() {
         Ingest(h(1, 2, 0, 0b1011, 10)),
         Delivered(3, Some(Race::Lane(7))),
         Dead(0, Why::SinkGone),
-        SweepLanes(2, 1, Some((At::BeforeBatch, Race::Hook(h(2, 1, 1, 0b1111, 5))))),
+        SweepLanes(
+            2,
+            1,
+            Some((At::BeforeBatch, Race::Hook(h(2, 1, 1, 0b1111, 5)))),
+        ),
         SweepMarkers(1, None),
         Advance(100),
     ];

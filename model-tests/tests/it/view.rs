@@ -8,8 +8,8 @@ use ankusa_keys::index::{
     ActiveKey, DeadLetterKey, DueKey, InFlightKey, LaneHeadKey, LaneMarkerKey, LaneMemberKey,
 };
 use ankusa_keys::{
-    CounterField, CounterKey, DeliveryKey, DeliveryRow, DueValue, Family, InFlightValue, LaneHeadValue,
-    LaneId, LaneMemberValue, family_range, is_sentinel,
+    CounterField, CounterKey, DeliveryKey, DeliveryRow, DueValue, Family, InFlightValue,
+    LaneHeadValue, LaneId, LaneMemberValue, family_range, is_sentinel,
 };
 
 /// A delivery row: `(tenant, seq, sink)`.
@@ -37,19 +37,31 @@ pub struct View {
 }
 
 fn index_family(read: &impl Read, family: Family) -> Vec<(Vec<u8>, Vec<u8>)> {
-    scan_pages(read, Cf::Index, family_range(family), Direction::Forward, 64)
-        .map(|kv| kv.expect("scan"))
-        .filter(|(k, _)| !is_sentinel(Cf::Index, k))
-        .map(|(k, v)| (k.to_vec(), v.to_vec()))
-        .collect()
+    scan_pages(
+        read,
+        Cf::Index,
+        family_range(family),
+        Direction::Forward,
+        64,
+    )
+    .map(|kv| kv.expect("scan"))
+    .filter(|(k, _)| !is_sentinel(Cf::Index, k))
+    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+    .collect()
 }
 
 fn all_of(read: &impl Read, cf: Cf) -> Vec<(Vec<u8>, Vec<u8>)> {
-    scan_pages(read, cf, ankusa_engine::KeyRange::new(vec![0u8], vec![0xffu8; 32]), Direction::Forward, 64)
-        .map(|kv| kv.expect("scan"))
-        .filter(|(k, _)| !is_sentinel(cf, k))
-        .map(|(k, v)| (k.to_vec(), v.to_vec()))
-        .collect()
+    scan_pages(
+        read,
+        cf,
+        ankusa_engine::KeyRange::new(vec![0u8], vec![0xffu8; 32]),
+        Direction::Forward,
+        64,
+    )
+    .map(|kv| kv.expect("scan"))
+    .filter(|(k, _)| !is_sentinel(cf, k))
+    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+    .collect()
 }
 
 impl View {
@@ -67,7 +79,8 @@ impl View {
         for (k, val) in index_family(read, Family::Due) {
             let key = DueKey::decode(&k).expect("?D key");
             let dv = DueValue::decode(&val).expect("?D value");
-            v.due.insert((key.tenant.0, key.seq.0, key.sink.0), (key.due_ms, dv));
+            v.due
+                .insert((key.tenant.0, key.seq.0, key.sink.0), (key.due_ms, dv));
         }
         for (k, val) in index_family(read, Family::InFlight) {
             let key = InFlightKey::decode(&k).expect("?F key");
@@ -85,7 +98,10 @@ impl View {
         for (k, val) in index_family(read, Family::LaneHead) {
             let key = LaneHeadKey::decode(&k).expect("?H key");
             let hv = LaneHeadValue::decode(&val).expect("?H value");
-            v.heads.insert((key.tenant.0, key.lane), (key.tenant.0, hv.seq.0, hv.sink.0));
+            v.heads.insert(
+                (key.tenant.0, key.lane),
+                (key.tenant.0, hv.seq.0, hv.sink.0),
+            );
         }
         for (k, _) in index_family(read, Family::LaneMarker) {
             let key = LaneMarkerKey::decode(&k).expect("?P key");
@@ -94,14 +110,18 @@ impl View {
         for (k, val) in index_family(read, Family::DeadLetter) {
             let key = DeadLetterKey::decode(&k).expect("?X key");
             let dv = ankusa_keys::DeadLetterValue::decode(&val).expect("?X value");
-            v.dead.insert((key.tenant.0, key.seq.0, key.sink.0), (dv.dead_at_ms, dv.reason));
+            v.dead.insert(
+                (key.tenant.0, key.seq.0, key.sink.0),
+                (dv.dead_at_ms, dv.reason),
+            );
         }
         for (k, _) in index_family(read, Family::Quarantined) {
             let key = ankusa_keys::QuarantinedKey::decode(&k).expect("?Q key");
             v.quarantined.insert((key.tenant.0, key.seq.0));
         }
         for (k, _) in index_family(read, Family::Active) {
-            v.active.insert(ActiveKey::decode(&k).expect("?A key").tenant.0);
+            v.active
+                .insert(ActiveKey::decode(&k).expect("?A key").tenant.0);
         }
         for (k, val) in index_family(read, Family::Counter) {
             let key = CounterKey::decode(&k).expect("?C key");
@@ -115,7 +135,8 @@ impl View {
 
     /// Every row in ?D or ?F of `lane`, from the index families (not from ?H).
     pub fn lane_busy_rows(&self, lane: &LaneKey) -> Vec<RowId> {
-        let in_lane = |id: &RowId| id.0 == lane.0 && self.rows.get(id).and_then(|r| r.lane) == Some(lane.1);
+        let in_lane =
+            |id: &RowId| id.0 == lane.0 && self.rows.get(id).and_then(|r| r.lane) == Some(lane.1);
         self.due
             .keys()
             .chain(self.inflight.keys())

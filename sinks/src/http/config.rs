@@ -158,7 +158,9 @@ impl HttpSinkConfig {
             p.take(parsed_header(name, value));
         }
         self.check_owned(
-            self.signing.as_ref().map(|s| (s.type_name(), s.owned_headers())),
+            self.signing
+                .as_ref()
+                .map(|s| (s.type_name(), s.owned_headers())),
             p,
         );
     }
@@ -174,7 +176,9 @@ impl HttpSinkConfig {
             {
                 p.invalid(
                     format!("headers.{name}"),
-                    format!("is written by the sink's signing (type {kind}) and cannot be configured"),
+                    format!(
+                        "is written by the sink's signing (type {kind}) and cannot be configured"
+                    ),
                 );
             }
         }

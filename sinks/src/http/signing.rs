@@ -212,7 +212,12 @@ impl Signing {
     /// key, a UUID's text); one that is not is replaced by `invalid-id` in
     /// both the header and the signed text, so what is signed is always what
     /// is sent.
-    pub fn headers(&self, id: &str, timestamp_s: u64, body: &[u8]) -> Vec<(HeaderName, HeaderValue)> {
+    pub fn headers(
+        &self,
+        id: &str,
+        timestamp_s: u64,
+        body: &[u8],
+    ) -> Vec<(HeaderName, HeaderValue)> {
         match self {
             Signing::StandardWebhooks { keys } => {
                 let id_value = HeaderValue::from_str(id)
@@ -243,7 +248,10 @@ impl Signing {
                     DigestEncoding::Hex => hex(&digest),
                     DigestEncoding::Base64 => BASE64.encode(digest),
                 };
-                vec![(h.header.clone(), ascii_value(format!("{}{encoded}", h.prefix)))]
+                vec![(
+                    h.header.clone(),
+                    ascii_value(format!("{}{encoded}", h.prefix)),
+                )]
             }
         }
     }
@@ -354,7 +362,11 @@ pub(crate) fn parse(value: &Value, p: &mut OptionProblems) -> Option<Signing> {
 }
 
 /// Keys of `map` not in `known` (`signing.<key>` names), each one problem.
-fn unknown_keys(map: &serde_json::Map<String, Value>, known: &'static [&'static str], p: &mut OptionProblems) {
+fn unknown_keys(
+    map: &serde_json::Map<String, Value>,
+    known: &'static [&'static str],
+    p: &mut OptionProblems,
+) {
     for k in map.keys() {
         let option = format!("signing.{k}");
         // `secret`/`secrets` under the other type get their own message.
@@ -364,7 +376,10 @@ fn unknown_keys(map: &serde_json::Map<String, Value>, known: &'static [&'static 
     }
 }
 
-fn standard_webhooks(map: &serde_json::Map<String, Value>, p: &mut OptionProblems) -> Option<Signing> {
+fn standard_webhooks(
+    map: &serde_json::Map<String, Value>,
+    p: &mut OptionProblems,
+) -> Option<Signing> {
     let list = match map.get("secrets") {
         None => {
             p.invalid(
@@ -380,13 +395,19 @@ fn standard_webhooks(map: &serde_json::Map<String, Value>, p: &mut OptionProblem
         }
     };
     if list.is_empty() {
-        p.invalid("signing.secrets", "is empty: name at least one whsec_ secret");
+        p.invalid(
+            "signing.secrets",
+            "is empty: name at least one whsec_ secret",
+        );
         return None;
     }
     if list.len() > MAX_SECRETS {
         p.invalid(
             "signing.secrets",
-            format!("has {} secrets; at most {MAX_SECRETS} (a rotation needs two)", list.len()),
+            format!(
+                "has {} secrets; at most {MAX_SECRETS} (a rotation needs two)",
+                list.len()
+            ),
         );
         return None;
     }
@@ -405,7 +426,9 @@ fn standard_webhooks(map: &serde_json::Map<String, Value>, p: &mut OptionProblem
         match SigningKey::standard_webhooks(s) {
             Err(m) => p.invalid(option, m),
             Ok(k) => match keys.iter().find(|(_, x)| *x == k) {
-                Some((j, _)) => p.invalid(option, format!("is the same key as signing.secrets[{j}]")),
+                Some((j, _)) => {
+                    p.invalid(option, format!("is the same key as signing.secrets[{j}]"))
+                }
                 None => keys.push((i, k)),
             },
         }
@@ -418,7 +441,10 @@ fn standard_webhooks(map: &serde_json::Map<String, Value>, p: &mut OptionProblem
 fn hmac_signing(map: &serde_json::Map<String, Value>, p: &mut OptionProblems) -> Option<Signing> {
     let key = match map.get("secret") {
         None => {
-            p.invalid("signing.secret", "is required: the HMAC key (write env:NAME to keep it out of the file)");
+            p.invalid(
+                "signing.secret",
+                "is required: the HMAC key (write env:NAME to keep it out of the file)",
+            );
             None
         }
         Some(Value::String(s)) if s.is_empty() => {
@@ -465,7 +491,10 @@ fn hmac_signing(map: &serde_json::Map<String, Value>, p: &mut OptionProblems) ->
         None => Some(String::new()),
         Some(Value::String(s)) => {
             if s.chars().count() > MAX_PREFIX_CHARS {
-                p.invalid("signing.prefix", format!("is longer than {MAX_PREFIX_CHARS} characters"));
+                p.invalid(
+                    "signing.prefix",
+                    format!("is longer than {MAX_PREFIX_CHARS} characters"),
+                );
                 None
             } else if !s.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
                 p.invalid(
@@ -530,15 +559,26 @@ mod tests {
 
     #[test]
     fn standard_webhooks_reads_every_secret_in_order() {
-        let s = Signing::from_option(&json!({"type": "standard_webhooks", "secrets": [SECRET_A, SECRET_B]}))
-            .expect("valid");
-        let Signing::StandardWebhooks { keys } = &s else { panic!("{s:?}") };
+        let s = Signing::from_option(
+            &json!({"type": "standard_webhooks", "secrets": [SECRET_A, SECRET_B]}),
+        )
+        .expect("valid");
+        let Signing::StandardWebhooks { keys } = &s else {
+            panic!("{s:?}")
+        };
         assert_eq!(keys.len(), 2);
         assert_eq!(keys[0].len(), 24);
         // Without the prefix the same key.
-        let bare = Signing::from_option(&json!({"type": "standard_webhooks", "secrets": ["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]}))
-            .expect("valid");
-        assert_eq!(bare, Signing::StandardWebhooks { keys: vec![keys[0].clone()] });
+        let bare = Signing::from_option(
+            &json!({"type": "standard_webhooks", "secrets": ["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]}),
+        )
+        .expect("valid");
+        assert_eq!(
+            bare,
+            Signing::StandardWebhooks {
+                keys: vec![keys[0].clone()]
+            }
+        );
         assert_eq!(
             s.owned_headers(),
             ["webhook-id", "webhook-timestamp", "webhook-signature"]
@@ -558,7 +598,8 @@ mod tests {
         assert!(!d.contains("hunter2"), "{d}");
         assert!(d.contains("SigningKey(19 bytes)"), "{d}");
         // A bad secret's error does not quote it.
-        let e = problems(json!({"type": "standard_webhooks", "secrets": ["whsec_not*base64!secret"]}));
+        let e =
+            problems(json!({"type": "standard_webhooks", "secrets": ["whsec_not*base64!secret"]}));
         assert!(e.iter().all(|l| !l.contains("not*base64")), "{e:?}");
         let e = problems(json!({"type": "standard_webhooks", "secrets": ["whsec_AAAA"]}));
         assert!(e.iter().all(|l| !l.contains("AAAA")), "{e:?}");
@@ -567,7 +608,9 @@ mod tests {
     #[test]
     fn every_problem_names_its_option() {
         assert_eq!(
-            problems(json!({"type": "standard_webhooks", "secrets": ["whsec_%%%", SECRET_A, 5, "", SECRET_A, "whsec_AAAA"]})),
+            problems(
+                json!({"type": "standard_webhooks", "secrets": ["whsec_%%%", SECRET_A, 5, "", SECRET_A, "whsec_AAAA"]})
+            ),
             [
                 "signing.secrets[0]: is not a Standard Webhooks secret: expected whsec_ followed by (padded, standard) base64",
                 "signing.secrets[2]: must be a string (whsec_...)",
@@ -582,7 +625,9 @@ mod tests {
         );
         assert_eq!(
             problems(json!({"type": "standard_webhooks"})),
-            ["signing.secrets: is required: a list of one or more whsec_ secrets (several sign side by side, for rotation)"]
+            [
+                "signing.secrets: is required: a list of one or more whsec_ secrets (several sign side by side, for rotation)"
+            ]
         );
         assert_eq!(
             problems(json!({"type": "standard_webhooks", "secrets": SECRET_A})),
@@ -594,8 +639,13 @@ mod tests {
             ["signing.secrets: has 11 secrets; at most 10 (a rotation needs two)"]
         );
         assert_eq!(
-            problems(json!({"type": "standard_webhooks", "secrets": [SECRET_A], "secret": "x", "header": "h"})),
-            ["signing.header: unknown", "signing.secret: type standard_webhooks takes a list: secrets: [whsec_...]"]
+            problems(
+                json!({"type": "standard_webhooks", "secrets": [SECRET_A], "secret": "x", "header": "h"})
+            ),
+            [
+                "signing.header: unknown",
+                "signing.secret: type standard_webhooks takes a list: secrets: [whsec_...]"
+            ]
         );
         assert_eq!(
             problems(json!({"type": "svix", "secrets": [SECRET_A]})),
@@ -603,19 +653,28 @@ mod tests {
         );
         assert_eq!(
             problems(json!({"secrets": [SECRET_A], "extra": 1})),
-            ["signing.type: is required: standard_webhooks or hmac", "signing.extra: unknown"]
+            [
+                "signing.type: is required: standard_webhooks or hmac",
+                "signing.extra: unknown"
+            ]
         );
         assert_eq!(
             problems(json!("standard_webhooks")),
-            ["signing: must be a map: {type: standard_webhooks, secrets: [whsec_...]} or {type: hmac, secret: ...}"]
+            [
+                "signing: must be a map: {type: standard_webhooks, secrets: [whsec_...]} or {type: hmac, secret: ...}"
+            ]
         );
         assert_eq!(
             problems(json!({"type": "hmac"})),
-            ["signing.secret: is required: the HMAC key (write env:NAME to keep it out of the file)"]
+            [
+                "signing.secret: is required: the HMAC key (write env:NAME to keep it out of the file)"
+            ]
         );
         assert_eq!(
-            problems(json!({"type": "hmac", "secret": "", "header": "content-type", "algorithm": "md5",
-                            "encoding": "b64", "prefix": "sha256=\n", "secrets": ["a"]})),
+            problems(
+                json!({"type": "hmac", "secret": "", "header": "content-type", "algorithm": "md5",
+                            "encoding": "b64", "prefix": "sha256=\n", "secrets": ["a"]})
+            ),
             [
                 "signing.secrets: type hmac signs with one `secret` (a receiver checks one header value); for rotation use type standard_webhooks, whose webhook-signature carries one signature per secret",
                 "signing.secret: is empty",
@@ -653,7 +712,10 @@ mod tests {
             .expect("valid");
         assert_eq!(h.owned_headers(), ["x-hub-signature-256"]);
         let Signing::Hmac(h) = h else { panic!() };
-        assert_eq!((h.algorithm, h.encoding, h.prefix.as_str()), (HmacAlgorithm::Sha512, DigestEncoding::Base64, "sha512="));
+        assert_eq!(
+            (h.algorithm, h.encoding, h.prefix.as_str()),
+            (HmacAlgorithm::Sha512, DigestEncoding::Base64, "sha512=")
+        );
     }
 
     /// The scheme's published test vector (the Standard Webhooks spec and
@@ -667,19 +729,32 @@ mod tests {
             1_649_367_553,
             br#"{"email":"test@example.com","username":"test_user"}"#,
         );
-        let h: Vec<(&str, &str)> = h.iter().map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("?"))).collect();
+        let h: Vec<(&str, &str)> = h
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("?")))
+            .collect();
         assert_eq!(
             h,
             [
                 ("webhook-id", "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk"),
                 ("webhook-timestamp", "1649367553"),
-                ("webhook-signature", "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="),
+                (
+                    "webhook-signature",
+                    "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="
+                ),
             ]
         );
         // Two keys: two signatures, space-separated, in the order of secrets.
-        let two = Signing::from_option(&json!({"type": "standard_webhooks", "secrets": [SECRET_A, SECRET_B]}))
-            .expect("valid");
-        let sig = two.headers("msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1_649_367_553, br#"{"email":"test@example.com","username":"test_user"}"#)
+        let two = Signing::from_option(
+            &json!({"type": "standard_webhooks", "secrets": [SECRET_A, SECRET_B]}),
+        )
+        .expect("valid");
+        let sig = two
+            .headers(
+                "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
+                1_649_367_553,
+                br#"{"email":"test@example.com","username":"test_user"}"#,
+            )
             .remove(2)
             .1;
         let sig = sig.to_str().unwrap_or("?");
@@ -708,7 +783,8 @@ mod tests {
             sign(json!({"prefix": "sha256="})),
             (
                 "x-ankusa-signature".to_owned(),
-                "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843".to_owned()
+                "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+                    .to_owned()
             )
         );
         assert_eq!(

@@ -68,7 +68,9 @@ impl HttpSink {
         // and the like: configured headers win, and hop-by-hop, framing and
         // our own `x-ankusa-*` names are never forwarded.
         for (name, value) in &hook.headers {
-            let Ok(name) = HeaderName::from_bytes(name) else { continue };
+            let Ok(name) = HeaderName::from_bytes(name) else {
+                continue;
+            };
             // The list every sink shares ([`crate::meta::NEVER_FORWARDED`]).
             if crate::meta::never_forwarded(name.as_str()) || self.headers.contains_key(&name) {
                 continue;

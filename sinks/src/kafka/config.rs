@@ -9,7 +9,14 @@ use crate::forward::{self, ForwardHeaders, Medium};
 use crate::{OptionProblems, Options, SinkError, template};
 
 /// The options of a kafka sink.
-const OPTIONS: &[&str] = &["brokers", "topic", "key", "timeout_ms", "properties", "forward_headers"];
+const OPTIONS: &[&str] = &[
+    "brokers",
+    "topic",
+    "key",
+    "timeout_ms",
+    "properties",
+    "forward_headers",
+];
 
 /// What a record carries of the provider's headers (`forward_headers`,
 /// [`crate::forward`]): record headers named as the lower-case header, values
@@ -298,7 +305,10 @@ impl KafkaSinkConfig {
                 && p.ok(&prop(name))
                 && !v.trim().parse::<u32>().is_ok_and(|n| (1..=5).contains(&n))
             {
-                p.invalid(prop(name), "must be 1 to 5 (the idempotent producer's limit)");
+                p.invalid(
+                    prop(name),
+                    "must be 1 to 5 (the idempotent producer's limit)",
+                );
             }
         }
         if p.ok("timeout_ms") {
@@ -356,15 +366,27 @@ impl KafkaSinkConfig {
     fn check_with_librdkafka(&self, p: &mut OptionProblems) {
         // A value with a problem of its own (or missing) is not tried again
         // here: a valid stand-in lets the properties be checked.
-        let brokers = if p.ok("brokers") { self.brokers.as_str() } else { "localhost:9092" };
-        let timeout_ms = if p.ok("timeout_ms") { self.timeout_ms } else { DEFAULT_TIMEOUT_MS };
+        let brokers = if p.ok("brokers") {
+            self.brokers.as_str()
+        } else {
+            "localhost:9092"
+        };
+        let timeout_ms = if p.ok("timeout_ms") {
+            self.timeout_ms
+        } else {
+            DEFAULT_TIMEOUT_MS
+        };
         let base = sink_settings(brokers, timeout_ms);
         if let Err(e) = base.create_native_config() {
             let (key, desc) = match e {
                 KafkaError::ClientConfig(_, desc, key, _) => (key, desc),
                 other => (String::new(), other.to_string()),
             };
-            let option = if key == "bootstrap.servers" { "brokers" } else { "timeout_ms" };
+            let option = if key == "bootstrap.servers" {
+                "brokers"
+            } else {
+                "timeout_ms"
+            };
             if p.ok(option) {
                 p.invalid(option, desc);
             }
@@ -463,7 +485,6 @@ pub(crate) fn render(name: &str, tenant: &str, source: &str, idempotency_key: &s
 mod tests {
     use super::*;
     use crate::test_support::{error_of, opts};
-
 
     fn err(v: serde_json::Value) -> String {
         error_of(KafkaSinkConfig::from_options, v)
@@ -594,7 +615,9 @@ mod tests {
         );
         assert!(e.contains("`properties.client.id`"), "{e}");
         for bad in [0, 6] {
-            let e = err(serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"max.in.flight": bad}}));
+            let e = err(
+                serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"max.in.flight": bad}}),
+            );
             assert!(e.contains("`properties.max.in.flight`"), "{e}");
         }
         assert!(
@@ -612,7 +635,9 @@ mod tests {
             "brokers": "a:1", "topic": "t", "properties": {"security.protocol": "SASL_PLAINTEXT"}
         }));
         assert!(e.contains("`properties.sasl.mechanism`"), "{e}");
-        let e = err(serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"compression.type": "zstd"}}));
+        let e = err(
+            serde_json::json!({"brokers": "a:1", "topic": "t", "properties": {"compression.type": "zstd"}}),
+        );
         assert!(e.contains("`properties.compression.type`"), "{e}");
     }
 
@@ -633,7 +658,11 @@ mod tests {
             got[0],
             "sink option `properties.acks`: cannot be set: the sink always waits for all in-sync replicas (acks=all)"
         );
-        assert!(got[1].starts_with("sink option `properties.linger.ms`: ") && got[1].contains("linger.ms"), "{got:?}");
+        assert!(
+            got[1].starts_with("sink option `properties.linger.ms`: ")
+                && got[1].contains("linger.ms"),
+            "{got:?}"
+        );
         assert!(
             got[2].starts_with("sink option `properties.no.such.property`: ")
                 && got[2].contains("No such configuration property"),
@@ -663,10 +692,23 @@ mod tests {
             "properties": {"linger.ms": 1000, "sasl.mechanism": "GSSAPI", "compression.type": "zstd"}
         }));
         assert_eq!(got.len(), 4, "{got:?}");
-        assert_eq!(got[0], "sink option `brokers`: must be a string or a list of strings");
-        assert!(got[1].starts_with("sink option `properties.compression.type`: "), "{got:?}");
-        assert_eq!(got[2], "sink option `properties.linger.ms`: must be below `timeout_ms` (1000)");
-        assert!(got[3].starts_with("sink option `properties.sasl.mechanism`: `GSSAPI` is not available"), "{got:?}");
+        assert_eq!(
+            got[0],
+            "sink option `brokers`: must be a string or a list of strings"
+        );
+        assert!(
+            got[1].starts_with("sink option `properties.compression.type`: "),
+            "{got:?}"
+        );
+        assert_eq!(
+            got[2],
+            "sink option `properties.linger.ms`: must be below `timeout_ms` (1000)"
+        );
+        assert!(
+            got[3]
+                .starts_with("sink option `properties.sasl.mechanism`: `GSSAPI` is not available"),
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -106,5 +106,7 @@ mod config;
 mod context;
 mod sink;
 
-pub use config::{DEFAULT_TIMEOUT_MS, FORWARD_MEDIUM, KafkaSinkConfig, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS};
+pub use config::{
+    DEFAULT_TIMEOUT_MS, FORWARD_MEDIUM, KafkaSinkConfig, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS,
+};
 pub use sink::{CONTENT_TYPE_HEADER, KafkaSink, outcome_of};

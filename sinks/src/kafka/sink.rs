@@ -13,8 +13,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 
 use super::config::{FORWARD_MEDIUM, KafkaSinkConfig, check_topic, render};
-use crate::forward::{ForwardHeaders, Room};
 use super::context::KafkaContext;
+use crate::forward::{ForwardHeaders, Room};
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError};
 
 /// The record header holding the provider's content type.

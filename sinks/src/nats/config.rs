@@ -86,8 +86,16 @@ impl NatsSinkConfig {
     /// (a URL's password replaced by `***`; templates as configured).
     pub fn target(&self) -> String {
         match self.mode {
-            NatsMode::JetStream => format!("{} subject {}", crate::secret::redact_url(&self.url), self.subject),
-            NatsMode::Core => format!("{} subject {} (core)", crate::secret::redact_url(&self.url), self.subject),
+            NatsMode::JetStream => format!(
+                "{} subject {}",
+                crate::secret::redact_url(&self.url),
+                self.subject
+            ),
+            NatsMode::Core => format!(
+                "{} subject {} (core)",
+                crate::secret::redact_url(&self.url),
+                self.subject
+            ),
         }
     }
 
@@ -250,7 +258,6 @@ mod tests {
     use super::*;
     use crate::test_support::{error_of, opts};
 
-
     fn err(v: serde_json::Value) -> String {
         error_of(NatsSinkConfig::from_options, v)
     }
@@ -354,7 +361,10 @@ mod tests {
         let mut c = NatsSinkConfig::core("nats://h", "a..b");
         c.timeout_ms = 0;
         let e = c.validate().expect_err("two problems");
-        assert!(matches!(&e, SinkError::Options(all) if all.len() == 2), "{e}");
+        assert!(
+            matches!(&e, SinkError::Options(all) if all.len() == 2),
+            "{e}"
+        );
     }
 
     #[test]

@@ -113,8 +113,13 @@ impl NatsSink {
         }
         // The chosen provider headers: lower-case names the sink never uses
         // itself, values without CR or LF (FORWARD_MEDIUM), so both parse.
-        for (name, value) in self.forward.select(&FORWARD_MEDIUM, hook, ctx, Room::UNLIMITED) {
-            let value = std::str::from_utf8(&value).ok().and_then(|v| v.parse::<HeaderValue>().ok());
+        for (name, value) in self
+            .forward
+            .select(&FORWARD_MEDIUM, hook, ctx, Room::UNLIMITED)
+        {
+            let value = std::str::from_utf8(&value)
+                .ok()
+                .and_then(|v| v.parse::<HeaderValue>().ok());
             if let (Ok(name), Some(value)) = (name.parse::<async_nats::HeaderName>(), value) {
                 headers.insert(name, value);
             }

@@ -189,7 +189,9 @@ impl PubSubSinkConfig {
                         config.endpoint = e;
                     }
                 }
-                "credentials" => config.credentials = p.string("credentials", value).map(PathBuf::from),
+                "credentials" => {
+                    config.credentials = p.string("credentials", value).map(PathBuf::from)
+                }
                 "emulator_host" => config.emulator_host = p.string("emulator_host", value),
                 forward::OPTION => config.forward_headers = ForwardHeaders::read(value, &mut p),
                 "timeout_ms" => {
@@ -435,13 +437,15 @@ mod tests {
         "/tests/it/data/pubsub-test-service-account.json"
     );
 
-
     fn no_env(_: &str) -> Option<String> {
         None
     }
 
     fn err(v: serde_json::Value) -> String {
-        error_of(|o: &Options| PubSubSinkConfig::from_options_with_env(o, no_env), v)
+        error_of(
+            |o: &Options| PubSubSinkConfig::from_options_with_env(o, no_env),
+            v,
+        )
     }
 
     #[test]
@@ -621,7 +625,9 @@ mod tests {
         );
         // Whether an emulator is used is unknown: the credentials file is not read.
         assert_eq!(
-            problems(serde_json::json!({"emulator_host": 5, "credentials": "/nonexistent/sa.json"})),
+            problems(
+                serde_json::json!({"emulator_host": 5, "credentials": "/nonexistent/sa.json"})
+            ),
             [
                 "sink option `emulator_host`: must be a string",
                 "sink option `project` is required",

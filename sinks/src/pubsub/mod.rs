@@ -107,8 +107,7 @@ mod config;
 mod sink;
 
 pub use config::{
-    FORWARD_MEDIUM, MAX_ATTRIBUTES,
-    DEFAULT_ENDPOINT, DEFAULT_TIMEOUT_MS, EMULATOR_HOST_ENV, LegacyOrderingKey,
-    MAX_ORDERING_KEY_BYTES, OrderingKeyFn, PubSubSinkConfig,
+    DEFAULT_ENDPOINT, DEFAULT_TIMEOUT_MS, EMULATOR_HOST_ENV, FORWARD_MEDIUM, LegacyOrderingKey,
+    MAX_ATTRIBUTES, MAX_ORDERING_KEY_BYTES, OrderingKeyFn, PubSubSinkConfig,
 };
 pub use sink::{CONTENT_TYPE_ATTR, PUBSUB_SCOPE, PubSubSink, classify, is_ordering_region_error};

@@ -7,7 +7,15 @@ use crate::secret::redact_url as redact;
 use crate::{OptionProblems, Options, SinkError, template};
 
 /// The options of a rabbitmq sink.
-const OPTIONS: &[&str] = &["url", "exchange", "routing_key", "mandatory", "declare", "timeout_ms", "forward_headers"];
+const OPTIONS: &[&str] = &[
+    "url",
+    "exchange",
+    "routing_key",
+    "mandatory",
+    "declare",
+    "timeout_ms",
+    "forward_headers",
+];
 
 /// What a message carries of the provider's headers (`forward_headers`,
 /// [`crate::forward`]): entries of the `headers` table named as the
@@ -24,7 +32,15 @@ pub const FORWARD_MEDIUM: Medium = Medium {
     max_value_bytes: 8 * 1024,
     overhead_bytes: 0,
     max_total_bytes: 64 * 1024,
-    reserved: &["content_type", "cc", "bcc", "x-death", "x-delay", "x-delivery-count", "x-received-from"],
+    reserved: &[
+        "content_type",
+        "cc",
+        "bcc",
+        "x-death",
+        "x-delay",
+        "x-delivery-count",
+        "x-received-from",
+    ],
     reserved_prefixes: &["ankusa_", "x-death", "x-first-death-", "x-last-death-"],
     name_rule: forward::any_name,
     value_ok: forward::any_value,
@@ -267,7 +283,10 @@ impl RabbitMqSinkConfig {
             } else if render(&self.routing_key, "", "", "").len() > MAX_NAME_BYTES {
                 // The placeholders' values are only known per hook; the fixed
                 // part alone must already fit.
-                p.invalid("routing_key", format!("is longer than {MAX_NAME_BYTES} bytes"));
+                p.invalid(
+                    "routing_key",
+                    format!("is longer than {MAX_NAME_BYTES} bytes"),
+                );
             }
         }
         if p.ok("timeout_ms") && self.timeout_ms == 0 {
@@ -286,13 +305,19 @@ impl RabbitMqSinkConfig {
             ));
         }
         let uri: AMQPUri = self.url.parse().map_err(|e| {
-            SinkError::invalid("url", format!("`{}` is not an AMQP URL: {e}", redact(&self.url)))
+            SinkError::invalid(
+                "url",
+                format!("`{}` is not an AMQP URL: {e}", redact(&self.url)),
+            )
         })?;
         if !matches!(uri.scheme, AMQPScheme::AMQP | AMQPScheme::AMQPS) {
             return Err(SinkError::invalid("url", "must be amqp:// or amqps://"));
         }
         if uri.authority.host.is_empty() {
-            return Err(SinkError::invalid("url", format!("`{}` has no host", redact(&self.url))));
+            return Err(SinkError::invalid(
+                "url",
+                format!("`{}` has no host", redact(&self.url)),
+            ));
         }
         if uri.vhost.is_empty() {
             return Err(SinkError::invalid(
@@ -313,7 +338,10 @@ impl RabbitMqSinkConfig {
 /// `exchange` still apply.
 fn read_declare(value: &serde_json::Value, p: &mut OptionProblems) -> Option<Declare> {
     let Some(map) = value.as_object() else {
-        p.invalid("declare", "must be a map: {type: direct|topic|fanout|headers, durable: true}");
+        p.invalid(
+            "declare",
+            "must be a map: {type: direct|topic|fanout|headers, durable: true}",
+        );
         return None;
     };
     let mut kind = None;
@@ -384,12 +412,10 @@ pub(crate) fn render(routing_key: &str, tenant: &str, source: &str, ordering_key
     )
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::test_support::{error_of, opts};
-
 
     fn err(v: serde_json::Value) -> String {
         error_of(RabbitMqSinkConfig::from_options, v)
@@ -444,29 +470,92 @@ mod tests {
         let u = "amqp://127.0.0.1";
         let cases = [
             (serde_json::json!({"exchange": "x"}), "`url`"),
-            (serde_json::json!({"url": "http://x", "exchange": "x"}), "`url`"),
-            (serde_json::json!({"url": "amqp//x", "exchange": "x"}), "`url`"),
-            (serde_json::json!({"url": "amqp://[::1", "exchange": "x"}), "`url`"),
-            (serde_json::json!({"url": "amqp://h/", "exchange": "x"}), "`url`"),
+            (
+                serde_json::json!({"url": "http://x", "exchange": "x"}),
+                "`url`",
+            ),
+            (
+                serde_json::json!({"url": "amqp//x", "exchange": "x"}),
+                "`url`",
+            ),
+            (
+                serde_json::json!({"url": "amqp://[::1", "exchange": "x"}),
+                "`url`",
+            ),
+            (
+                serde_json::json!({"url": "amqp://h/", "exchange": "x"}),
+                "`url`",
+            ),
             (serde_json::json!({"url": 5, "exchange": "x"}), "`url`"),
             (serde_json::json!({"url": u}), "`exchange`"),
-            (serde_json::json!({"url": u, "exchange": "a b"}), "`exchange`"),
-            (serde_json::json!({"url": u, "exchange": "x".repeat(256)}), "`exchange`"),
-            (serde_json::json!({"url": u, "exchange": "x", "routing_key": "{tenat}"}), "`routing_key`"),
-            (serde_json::json!({"url": u, "exchange": "x", "routing_key": "a{"}), "`routing_key`"),
-            (serde_json::json!({"url": u, "exchange": "x", "routing_key": "a}"}), "`routing_key`"),
-            (serde_json::json!({"url": u, "exchange": "x", "routing_key": "k".repeat(256)}), "`routing_key`"),
-            (serde_json::json!({"url": u, "exchange": "x", "mandatory": "yes"}), "`mandatory`"),
-            (serde_json::json!({"url": u, "exchange": "x", "timeout_ms": 0}), "`timeout_ms`"),
-            (serde_json::json!({"url": u, "exchange": "x", "timeout_ms": -1}), "`timeout_ms`"),
-            (serde_json::json!({"url": u, "exchange": "x", "exchang": "y"}), "`exchang`"),
-            (serde_json::json!({"url": u, "exchange": "x", "declare": "topic"}), "`declare`"),
-            (serde_json::json!({"url": u, "exchange": "x", "declare": {}}), "`declare.type`"),
-            (serde_json::json!({"url": u, "exchange": "x", "declare": {"type": "x-delayed"}}), "`declare.type`"),
-            (serde_json::json!({"url": u, "exchange": "x", "declare": {"type": "direct", "durable": 1}}), "`declare.durable`"),
-            (serde_json::json!({"url": u, "exchange": "x", "declare": {"type": "direct", "auto_delete": true}}), "`declare.auto_delete`"),
-            (serde_json::json!({"url": u, "exchange": "", "declare": {"type": "direct"}}), "`declare`"),
-            (serde_json::json!({"url": u, "exchange": "amq.topic", "declare": {"type": "topic"}}), "`declare`"),
+            (
+                serde_json::json!({"url": u, "exchange": "a b"}),
+                "`exchange`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x".repeat(256)}),
+                "`exchange`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "routing_key": "{tenat}"}),
+                "`routing_key`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "routing_key": "a{"}),
+                "`routing_key`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "routing_key": "a}"}),
+                "`routing_key`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "routing_key": "k".repeat(256)}),
+                "`routing_key`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "mandatory": "yes"}),
+                "`mandatory`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "timeout_ms": 0}),
+                "`timeout_ms`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "timeout_ms": -1}),
+                "`timeout_ms`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "exchang": "y"}),
+                "`exchang`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "declare": "topic"}),
+                "`declare`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "declare": {}}),
+                "`declare.type`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "declare": {"type": "x-delayed"}}),
+                "`declare.type`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "declare": {"type": "direct", "durable": 1}}),
+                "`declare.durable`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "x", "declare": {"type": "direct", "auto_delete": true}}),
+                "`declare.auto_delete`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "", "declare": {"type": "direct"}}),
+                "`declare`",
+            ),
+            (
+                serde_json::json!({"url": u, "exchange": "amq.topic", "declare": {"type": "topic"}}),
+                "`declare`",
+            ),
         ];
         for (options, name) in cases {
             let e = err(options.clone());
@@ -511,7 +600,9 @@ mod tests {
         );
         // A broken exchange: the rule of `declare` with it is not applied.
         assert_eq!(
-            problems(serde_json::json!({"url": "http://guest:s3cret@h", "exchange": 5, "declare": {}, "queue": "q"})),
+            problems(
+                serde_json::json!({"url": "http://guest:s3cret@h", "exchange": 5, "declare": {}, "queue": "q"})
+            ),
             [
                 "sink option `declare.type` is required",
                 "sink option `exchange`: must be a string",
@@ -532,7 +623,12 @@ mod tests {
     #[test]
     fn templates_render_in_one_pass() {
         assert_eq!(
-            render("h.{tenant}.{source}.{ordering_key}.{tenant}", "acme", "stripe", "cus_1"),
+            render(
+                "h.{tenant}.{source}.{ordering_key}.{tenant}",
+                "acme",
+                "stripe",
+                "cus_1"
+            ),
             "h.acme.stripe.cus_1.acme"
         );
         assert_eq!(render("{source}", "{tenant}", "{tenant}", ""), "{tenant}");

@@ -97,7 +97,6 @@ mod config;
 mod sink;
 
 pub use config::{
-    FORWARD_MEDIUM,
-    DEFAULT_TIMEOUT_MS, Declare, ExchangeType, MAX_NAME_BYTES, RabbitMqSinkConfig,
+    DEFAULT_TIMEOUT_MS, Declare, ExchangeType, FORWARD_MEDIUM, MAX_NAME_BYTES, RabbitMqSinkConfig,
 };
 pub use sink::{PERSISTENT, RabbitMqSink};

@@ -185,7 +185,11 @@ impl RabbitMqSink {
     /// exchange first when configured).
     async fn channel(&self, link: &Link) -> Result<Channel, Outcome> {
         loop {
-            let channel = link.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+            let channel = link
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop();
             match channel {
                 Some(c) if c.status().connected() => return Ok(c),
                 // Closed by the broker (e.g. after a 404): dropped, and a new
@@ -254,7 +258,10 @@ impl RabbitMqSink {
         }
         // Names of at most 255 bytes the sink never uses itself
         // (FORWARD_MEDIUM), so each is a short string and overwrites nothing.
-        for (name, value) in self.forward.select(&FORWARD_MEDIUM, hook, ctx, Room::UNLIMITED) {
+        for (name, value) in self
+            .forward
+            .select(&FORWARD_MEDIUM, hook, ctx, Room::UNLIMITED)
+        {
             if let Ok(name) = ShortString::try_new(name) {
                 headers.insert(name, AMQPValue::LongString(LongString::from(value)));
             }
@@ -303,7 +310,13 @@ impl RabbitMqSink {
         };
         let sent = tokio::time::timeout_at(deadline, async {
             channel
-                .basic_publish(self.exchange.as_str().into(), routing_key.clone(), options, body, properties)
+                .basic_publish(
+                    self.exchange.as_str().into(),
+                    routing_key.clone(),
+                    options,
+                    body,
+                    properties,
+                )
                 .await?
                 .await
         })
@@ -489,8 +502,7 @@ mod tests {
             ),
             Outcome::Retry { .. }
         ));
-        let io: lapin::Error =
-            std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
+        let io: lapin::Error = std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
         assert!(matches!(
             classify("p", &io, Phase::Publish),
             Outcome::Retry { .. }

@@ -5,7 +5,15 @@ use crate::secret::redact_url;
 use crate::{OptionProblems, Options, SinkError, template};
 
 /// The options of a redis sink.
-const OPTIONS: &[&str] = &["url", "mode", "stream", "channel", "maxlen", "timeout_ms", "forward_headers"];
+const OPTIONS: &[&str] = &[
+    "url",
+    "mode",
+    "stream",
+    "channel",
+    "maxlen",
+    "timeout_ms",
+    "forward_headers",
+];
 
 /// What a stream entry carries of the provider's headers (`forward_headers`,
 /// [`crate::forward`]): each one a field named as the lower-case header, any
@@ -83,8 +91,16 @@ impl RedisSinkConfig {
     /// (a URL's password replaced by `***`; templates as configured).
     pub fn target(&self) -> String {
         match self.mode {
-            RedisMode::Stream => format!("{} stream {}", crate::secret::redact_url(&self.url), self.target),
-            RedisMode::Publish => format!("{} channel {} (publish)", crate::secret::redact_url(&self.url), self.target),
+            RedisMode::Stream => format!(
+                "{} stream {}",
+                crate::secret::redact_url(&self.url),
+                self.target
+            ),
+            RedisMode::Publish => format!(
+                "{} channel {} (publish)",
+                crate::secret::redact_url(&self.url),
+                self.target
+            ),
         }
     }
 
@@ -125,7 +141,8 @@ impl RedisSinkConfig {
     /// neither is required.
     pub fn from_options(options: &Options) -> Result<RedisSinkConfig, SinkError> {
         let mut p = OptionProblems::new();
-        let (mut url, mut mode, mut stream, mut channel, mut maxlen) = (None, None, None, None, None);
+        let (mut url, mut mode, mut stream, mut channel, mut maxlen) =
+            (None, None, None, None, None);
         let mut timeout_ms = DEFAULT_TIMEOUT_MS;
         let mut forward_headers = ForwardHeaders::None;
         for (name, value) in options {
@@ -175,7 +192,10 @@ impl RedisSinkConfig {
             match mode {
                 RedisMode::Stream => {
                     if channel.is_some() && p.ok("channel") {
-                        p.invalid("channel", "is for `mode: publish`; stream mode writes to `stream`");
+                        p.invalid(
+                            "channel",
+                            "is for `mode: publish`; stream mode writes to `stream`",
+                        );
                     }
                     if stream.is_none() && p.ok("stream") {
                         p.missing("stream");
@@ -184,7 +204,10 @@ impl RedisSinkConfig {
                 }
                 RedisMode::Publish => {
                     if stream.is_some() && p.ok("stream") {
-                        p.invalid("stream", "is for stream mode; `mode: publish` publishes to `channel`");
+                        p.invalid(
+                            "stream",
+                            "is for stream mode; `mode: publish` publishes to `channel`",
+                        );
                     }
                     if maxlen.is_some() && p.ok("maxlen") {
                         p.invalid("maxlen", "trims a stream; `mode: publish` has none");
@@ -240,7 +263,10 @@ impl RedisSinkConfig {
             p.invalid("timeout_ms", "must be more than 0");
         }
         if self.mode == RedisMode::Publish && !self.forward_headers.is_none() && p.ok("mode") {
-            p.invalid(forward::OPTION, "`mode: publish` sends the body alone; headers travel as stream fields");
+            p.invalid(
+                forward::OPTION,
+                "`mode: publish` sends the body alone; headers travel as stream fields",
+            );
         }
         self.forward_headers.check(&FORWARD_MEDIUM, p);
     }
@@ -257,8 +283,12 @@ impl RedisSinkConfig {
                 ),
             ));
         }
-        redis::Client::open(self.url.as_str())
-            .map_err(|e| SinkError::invalid("url", format!("`{}` is not a Redis URL: {e}", redact_url(&self.url))))
+        redis::Client::open(self.url.as_str()).map_err(|e| {
+            SinkError::invalid(
+                "url",
+                format!("`{}` is not a Redis URL: {e}", redact_url(&self.url)),
+            )
+        })
     }
 }
 
@@ -272,7 +302,6 @@ mod tests {
     use super::*;
     use crate::test_support::{error_of, opts};
 
-
     fn err(v: serde_json::Value) -> String {
         error_of(RedisSinkConfig::from_options, v)
     }
@@ -285,11 +314,15 @@ mod tests {
         .expect("all");
         assert_eq!(c.forward_headers, ForwardHeaders::All);
         assert_eq!(
-            err(serde_json::json!({"url": "redis://127.0.0.1:6379", "mode": "publish", "channel": "c", "forward_headers": ["x-a"]})),
+            err(
+                serde_json::json!({"url": "redis://127.0.0.1:6379", "mode": "publish", "channel": "c", "forward_headers": ["x-a"]})
+            ),
             "sink option `forward_headers`: `mode: publish` sends the body alone; headers travel as stream fields"
         );
         assert_eq!(
-            err(serde_json::json!({"url": "redis://127.0.0.1:6379", "stream": "s", "forward_headers": ["body"]})),
+            err(
+                serde_json::json!({"url": "redis://127.0.0.1:6379", "stream": "s", "forward_headers": ["body"]})
+            ),
             "sink option `forward_headers`: \"body\" is a name the redis sink uses itself"
         );
     }
@@ -318,25 +351,52 @@ mod tests {
         assert!(err(serde_json::json!({"stream": "s"})).contains("`url`"));
         assert!(err(serde_json::json!({"url": "http://x", "stream": "s"})).contains("`url`"));
         let leak = err(serde_json::json!({"url": "rediss://:s3cr3t@h:6379", "stream": "s"}));
-        assert!(leak.contains("`rediss://:***@h:6379`") && !leak.contains("s3cr3t"), "{leak}");
+        assert!(
+            leak.contains("`rediss://:***@h:6379`") && !leak.contains("s3cr3t"),
+            "{leak}"
+        );
         assert!(err(serde_json::json!({"url": "rediss://x", "stream": "s"})).contains("`url`"));
         assert!(err(serde_json::json!({"url": "redis://[::1", "stream": "s"})).contains("`url`"));
         assert!(err(serde_json::json!({"url": "redis://x"})).contains("`stream`"));
         assert!(err(serde_json::json!({"url": "redis://x", "stream": ""})).contains("`stream`"));
-        assert!(err(serde_json::json!({"url": "redis://x", "stream": "a:{tenat}"})).contains("`stream`"));
-        assert!(err(serde_json::json!({"url": "redis://x", "stream": "a:{tenant"})).contains("`stream`"));
-        assert!(err(serde_json::json!({"url": "redis://x", "stream": "s", "maxlen": 0})).contains("`maxlen`"));
-        assert!(err(serde_json::json!({"url": "redis://x", "stream": "s", "maxlen": "10"})).contains("`maxlen`"));
-        assert!(err(serde_json::json!({"url": "redis://x", "stream": "s", "mode": "xadd"})).contains("`mode`"));
-        assert!(err(serde_json::json!({"url": "redis://x", "stream": "s", "timeout_ms": 0})).contains("`timeout_ms`"));
-        assert!(err(serde_json::json!({"url": "redis://x", "stream": "s", "strem": 1})).contains("`strem`"));
-        assert!(err(serde_json::json!({"url": "redis://x", "mode": "publish"})).contains("`channel`"));
+        assert!(
+            err(serde_json::json!({"url": "redis://x", "stream": "a:{tenat}"}))
+                .contains("`stream`")
+        );
+        assert!(
+            err(serde_json::json!({"url": "redis://x", "stream": "a:{tenant"}))
+                .contains("`stream`")
+        );
+        assert!(
+            err(serde_json::json!({"url": "redis://x", "stream": "s", "maxlen": 0}))
+                .contains("`maxlen`")
+        );
+        assert!(
+            err(serde_json::json!({"url": "redis://x", "stream": "s", "maxlen": "10"}))
+                .contains("`maxlen`")
+        );
+        assert!(
+            err(serde_json::json!({"url": "redis://x", "stream": "s", "mode": "xadd"}))
+                .contains("`mode`")
+        );
+        assert!(
+            err(serde_json::json!({"url": "redis://x", "stream": "s", "timeout_ms": 0}))
+                .contains("`timeout_ms`")
+        );
+        assert!(
+            err(serde_json::json!({"url": "redis://x", "stream": "s", "strem": 1}))
+                .contains("`strem`")
+        );
+        assert!(
+            err(serde_json::json!({"url": "redis://x", "mode": "publish"})).contains("`channel`")
+        );
         assert!(
             err(serde_json::json!({"url": "redis://x", "mode": "publish", "channel": "c", "maxlen": 5}))
                 .contains("`maxlen`")
         );
         assert!(
-            err(serde_json::json!({"url": "redis://x", "mode": "publish", "stream": "s"})).contains("`stream`")
+            err(serde_json::json!({"url": "redis://x", "mode": "publish", "stream": "s"}))
+                .contains("`stream`")
         );
     }
 
@@ -352,7 +412,10 @@ mod tests {
             "url": "http://x", "stream": "", "strem": 1
         })))
         .expect_err("three problems");
-        assert!(matches!(&e, SinkError::Options(all) if all.len() == 3), "{e:?}");
+        assert!(
+            matches!(&e, SinkError::Options(all) if all.len() == 3),
+            "{e:?}"
+        );
         assert_eq!(
             e.to_string(),
             "3 problems: sink option `stream`: must not be empty; \
@@ -374,7 +437,9 @@ mod tests {
         );
         // Publish mode: every option of the other mode, and the missing channel.
         assert_eq!(
-            problems(serde_json::json!({"url": "redis://x", "mode": "publish", "stream": "s", "maxlen": 5})),
+            problems(
+                serde_json::json!({"url": "redis://x", "mode": "publish", "stream": "s", "maxlen": 5})
+            ),
             [
                 "sink option `maxlen`: trims a stream; `mode: publish` has none",
                 "sink option `stream`: is for stream mode; `mode: publish` publishes to `channel`",
@@ -391,8 +456,10 @@ mod tests {
             ]
         );
         // One problem keeps its own variant and text.
-        let e = RedisSinkConfig::from_options(&opts(serde_json::json!({"url": "redis://x", "stream": "s", "maxlen": 0})))
-            .expect_err("one problem");
+        let e = RedisSinkConfig::from_options(&opts(
+            serde_json::json!({"url": "redis://x", "stream": "s", "maxlen": 0}),
+        ))
+        .expect_err("one problem");
         assert_eq!(e.to_string(), "sink option `maxlen`: must be more than 0");
         // A config built in code: every problem too.
         let mut c = RedisSinkConfig::publish("http://x", "");
@@ -405,7 +472,10 @@ mod tests {
 
     #[test]
     fn templates_render_tenant_and_source() {
-        assert_eq!(render("h:{tenant}:{source}:{tenant}", "acme", "stripe"), "h:acme:stripe:acme");
+        assert_eq!(
+            render("h:{tenant}:{source}:{tenant}", "acme", "stripe"),
+            "h:acme:stripe:acme"
+        );
         assert_eq!(render("plain", "a", "b"), "plain");
     }
 }

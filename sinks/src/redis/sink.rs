@@ -98,7 +98,10 @@ impl RedisSink {
                 }
                 // The chosen provider headers, after the sink's own fields
                 // (whose names they never take).
-                for (name, value) in self.forward.select(&FORWARD_MEDIUM, hook, ctx, Room::UNLIMITED) {
+                for (name, value) in
+                    self.forward
+                        .select(&FORWARD_MEDIUM, hook, ctx, Room::UNLIMITED)
+                {
                     cmd.arg(name).arg(value);
                 }
                 cmd
@@ -176,7 +179,15 @@ mod tests {
 
     #[test]
     fn server_codes() {
-        for code in ["LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "OOM"] {
+        for code in [
+            "LOADING",
+            "BUSY",
+            "TRYAGAIN",
+            "MASTERDOWN",
+            "CLUSTERDOWN",
+            "READONLY",
+            "OOM",
+        ] {
             assert!(classify_server_code(code), "{code}");
         }
         for code in ["WRONGTYPE", "ERR", "NOPERM", "NOSCRIPT"] {
@@ -186,7 +197,8 @@ mod tests {
 
     #[test]
     fn io_errors_retry() {
-        let e = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let e =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert!(matches!(classify("XADD", &e), Outcome::Retry { .. }));
         let e = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         assert!(matches!(classify("XADD", &e), Outcome::Retry { .. }));

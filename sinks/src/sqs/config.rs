@@ -49,17 +49,24 @@ pub const FORWARD_MEDIUM: Medium = Medium {
 /// SQS's rule on a message attribute name (lower-case here): `a-z 0-9 _ - .`,
 /// no leading or trailing `.`, no `..`, not starting `aws.` or `amazon.`.
 pub fn sqs_attribute_name(name: &str) -> Result<(), String> {
-    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))) {
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+    {
         return Err(format!(
             "\"{name}\" has `{c}`; an SQS message attribute name has only letters, digits, `_`, `-` and `.`"
         ));
     }
     let lower = name.to_ascii_lowercase();
     if name.starts_with('.') || name.ends_with('.') || name.contains("..") {
-        return Err(format!("\"{name}\": an SQS message attribute name cannot start or end with `.` nor hold `..`"));
+        return Err(format!(
+            "\"{name}\": an SQS message attribute name cannot start or end with `.` nor hold `..`"
+        ));
     }
     if lower.starts_with("aws.") || lower.starts_with("amazon.") {
-        return Err(format!("\"{name}\": SQS reserves attribute names starting `aws.` and `amazon.`"));
+        return Err(format!(
+            "\"{name}\": SQS reserves attribute names starting `aws.` and `amazon.`"
+        ));
     }
     Ok(())
 }
@@ -68,7 +75,8 @@ pub fn sqs_attribute_name(name: &str) -> Result<(), String> {
 /// not empty, every character one SQS allows
 /// ([`crate::sqs::sqs_char_allowed`]).
 pub fn sqs_attribute_value(value: &[u8]) -> bool {
-    std::str::from_utf8(value).is_ok_and(|v| !v.is_empty() && v.chars().all(super::sink::sqs_char_allowed))
+    std::str::from_utf8(value)
+        .is_ok_and(|v| !v.is_empty() && v.chars().all(super::sink::sqs_char_allowed))
 }
 
 /// `timeout_ms` when the option is absent: 10 s.
@@ -230,7 +238,10 @@ impl SqsSinkConfig {
                     Some("raw") => config.body_encoding = BodyEncoding::Raw,
                     Some("base64") => config.body_encoding = BodyEncoding::Base64,
                     Some(other) => {
-                        p.invalid("body_encoding", format!("`{other}` is not `raw` or `base64`"));
+                        p.invalid(
+                            "body_encoding",
+                            format!("`{other}` is not `raw` or `base64`"),
+                        );
                     }
                     None => {}
                 },
@@ -403,7 +414,6 @@ mod tests {
     use super::*;
     use crate::test_support::{error_of, opts};
 
-
     fn err(v: serde_json::Value) -> String {
         error_of(SqsSinkConfig::from_options, v)
     }
@@ -418,11 +428,19 @@ mod tests {
         .expect("five valid names");
         assert_eq!(
             c.forward_headers,
-            ForwardHeaders::Listed(vec!["x-github-event".into(), "x-shopify.topic".into(), "a_b".into(), "x-4".into(), "x-5".into()])
+            ForwardHeaders::Listed(vec![
+                "x-github-event".into(),
+                "x-shopify.topic".into(),
+                "a_b".into(),
+                "x-4".into(),
+                "x-5".into()
+            ])
         );
         // base64 bodies take one more attribute of the sink's own.
         assert_eq!(
-            err(serde_json::json!({"queue_url": Q, "body_encoding": "base64", "forward_headers": ["a", "b", "c", "d", "e"]})),
+            err(
+                serde_json::json!({"queue_url": Q, "body_encoding": "base64", "forward_headers": ["a", "b", "c", "d", "e"]})
+            ),
             "sink option `forward_headers`: 5 headers listed; a sqs message carries at most 4 besides the sink's own"
         );
         for (name, why) in [
@@ -430,16 +448,28 @@ mod tests {
             (".x", "cannot start or end with `.`"),
             ("x.", "cannot start or end with `.`"),
             ("x..y", "cannot start or end with `.` nor hold `..`"),
-            ("aws.x", "SQS reserves attribute names starting `aws.` and `amazon.`"),
-            ("Amazon.x", "SQS reserves attribute names starting `aws.` and `amazon.`"),
+            (
+                "aws.x",
+                "SQS reserves attribute names starting `aws.` and `amazon.`",
+            ),
+            (
+                "Amazon.x",
+                "SQS reserves attribute names starting `aws.` and `amazon.`",
+            ),
             ("ankusa_tenant", "is a name the sqs sink uses itself"),
             ("content_type", "is a name the sqs sink uses itself"),
         ] {
             let e = err(serde_json::json!({"queue_url": Q, "forward_headers": [name]}));
-            assert!(e.starts_with("sink option `forward_headers`: ") && e.contains(why), "{name}: {e}");
+            assert!(
+                e.starts_with("sink option `forward_headers`: ") && e.contains(why),
+                "{name}: {e}"
+            );
         }
         assert!(sqs_attribute_value(b"push"));
-        assert!(!sqs_attribute_value(b""), "SQS refuses an empty attribute value");
+        assert!(
+            !sqs_attribute_value(b""),
+            "SQS refuses an empty attribute value"
+        );
         assert!(!sqs_attribute_value(b"a\x01b"));
         assert!(!sqs_attribute_value(b"\xff"));
     }
@@ -477,7 +507,12 @@ mod tests {
         assert!(err(serde_json::json!({"queue_url": "sqs://x/1/q"})).contains("`queue_url`"));
         assert!(err(serde_json::json!({"queue_url": "https://x"})).contains("`queue_url`"));
         assert!(err(serde_json::json!({"queue_url": "https:///1/q"})).contains("`queue_url`"));
-        assert!(err(serde_json::json!({"queue_url": "https://sqs.us-east-1.amazonaws.com/1/q?x=.fifo"})).contains("query or fragment"));
+        assert!(
+            err(
+                serde_json::json!({"queue_url": "https://sqs.us-east-1.amazonaws.com/1/q?x=.fifo"})
+            )
+            .contains("query or fragment")
+        );
         assert!(err(serde_json::json!({"queue_url": Q, "ordered": true})).contains("`ordered`"));
         assert!(err(serde_json::json!({"queue_url": Q, "ordered": "yes"})).contains("`ordered`"));
         assert!(err(serde_json::json!({"queue_url": Q, "region": "EU West"})).contains("`region`"));

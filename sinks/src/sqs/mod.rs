@@ -86,9 +86,9 @@ mod config;
 mod sink;
 
 pub use config::{
-    FORWARD_MEDIUM, MAX_ATTRIBUTES, OWN_ATTRIBUTES_AT_LEAST, sqs_attribute_name, sqs_attribute_value,
-    BodyEncoding, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_MS, MAX_MESSAGE_BYTES_LIMIT,
-    MIN_MESSAGE_BYTES, SqsSinkConfig, StaticCredentials,
+    BodyEncoding, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TIMEOUT_MS, FORWARD_MEDIUM, MAX_ATTRIBUTES,
+    MAX_MESSAGE_BYTES_LIMIT, MIN_MESSAGE_BYTES, OWN_ATTRIBUTES_AT_LEAST, SqsSinkConfig,
+    StaticCredentials, sqs_attribute_name, sqs_attribute_value,
 };
 pub use sink::{
     BODY_ENCODING_ATTR, CONTENT_TYPE_ATTR, ErrorClass, MAX_GROUP_ID_CHARS, SqsSink,

@@ -152,7 +152,10 @@ impl SqsSink {
                 .map(|(_, v)| String::from_utf8_lossy(v))
         });
         if let Some(ct) = content_type.filter(|ct| !ct.is_empty()) {
-            attributes.push((CONTENT_TYPE_ATTR.to_owned(), attribute_text(&ct).into_owned()));
+            attributes.push((
+                CONTENT_TYPE_ATTR.to_owned(),
+                attribute_text(&ct).into_owned(),
+            ));
         }
         if self.body_encoding == BodyEncoding::Base64 {
             attributes.push((BODY_ENCODING_ATTR.to_owned(), "base64".to_owned()));

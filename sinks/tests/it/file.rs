@@ -283,8 +283,9 @@ fn config_from_options() {
         other => panic!("{other:?}"),
     }
     // Every problem at once, in option order; a missing path comes last.
-    let e = FileSinkConfig::from_options(&options(json!({"path": 3, "fsync": "always", "mode": 1})))
-        .expect_err("three problems");
+    let e =
+        FileSinkConfig::from_options(&options(json!({"path": 3, "fsync": "always", "mode": 1})))
+            .expect_err("three problems");
     let got: Vec<String> = e.problems().iter().map(ToString::to_string).collect();
     assert_eq!(
         got,

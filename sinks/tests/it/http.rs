@@ -234,7 +234,10 @@ async fn each_status_maps_to_its_outcome() {
             after: Some(Duration::from_secs(7))
         }
     );
-    match deliver(503).await.resolve_status(Outcome::retried_by_default) {
+    match deliver(503)
+        .await
+        .resolve_status(Outcome::retried_by_default)
+    {
         Outcome::Retry { reason, after } => {
             assert_eq!(reason, "HTTP 503 Service Unavailable: maintenance");
             let after = after.expect("HTTP-date Retry-After");
@@ -576,7 +579,11 @@ fn every_config_problem_is_reported_at_once() {
             "sink option `url`: scheme `ftp` is not http or https",
         ]
     );
-    assert!(e.to_string().starts_with("7 problems: sink option `headers.Content-Type`: "), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("7 problems: sink option `headers.Content-Type`: "),
+        "{e}"
+    );
     // A missing url with a bad header: both.
     let e = HttpSinkConfig::from_options(&options(json!({"headers": {"bad name": "x"}})))
         .expect_err("two problems");
@@ -614,10 +621,18 @@ async fn provider_headers_are_forwarded_except_reserved_ones() {
     let r = only(&server);
     assert_eq!(r.header("x-github-event"), Some("push"));
     assert_eq!(r.header("x-shopify-topic"), Some("orders/create"));
-    assert_eq!(r.header("x-ankusa-tenant"), Some("acme"), "a provider header cannot spoof metadata");
+    assert_eq!(
+        r.header("x-ankusa-tenant"),
+        Some("acme"),
+        "a provider header cannot spoof metadata"
+    );
     assert_eq!(r.header("x-team"), Some("payments"), "the sink config wins");
     assert_eq!(r.header("transfer-encoding"), None);
-    assert_eq!(r.header("content-length"), Some("2"), "framing is the sink's own");
+    assert_eq!(
+        r.header("content-length"),
+        Some("2"),
+        "framing is the sink's own"
+    );
     assert_ne!(r.header("connection"), Some("close"));
 }
 
@@ -658,16 +673,34 @@ async fn standard_webhooks_signing_replaces_the_providers_headers() {
     let after = unix_s();
     let r = only(&server);
     assert_eq!(r.body, SHOPIFY_BODY);
-    assert_eq!(r.header("webhook-id"), Some("01932c4e-5f60-7abc-8def-0123456789ab"));
+    assert_eq!(
+        r.header("webhook-id"),
+        Some("01932c4e-5f60-7abc-8def-0123456789ab")
+    );
     assert_eq!(r.header("webhook-id"), r.header("x-ankusa-idempotency-key"));
-    let ts: u64 = r.header("webhook-timestamp").expect("timestamp").parse().expect("unix seconds");
-    assert!((before..=after).contains(&ts), "{before} <= {ts} <= {after}");
+    let ts: u64 = r
+        .header("webhook-timestamp")
+        .expect("timestamp")
+        .parse()
+        .expect("unix seconds");
+    assert!(
+        (before..=after).contains(&ts),
+        "{before} <= {ts} <= {after}"
+    );
     let sig = r.header("webhook-signature").expect("signature");
     assert_eq!(sig.split(' ').count(), 2, "{sig}");
-    assert!(sig.split(' ').all(|e| e.starts_with("v1,") && e.len() == 3 + 44), "{sig}");
+    assert!(
+        sig.split(' ')
+            .all(|e| e.starts_with("v1,") && e.len() == 3 + 44),
+        "{sig}"
+    );
     let expected = signing.headers("01932c4e-5f60-7abc-8def-0123456789ab", ts, SHOPIFY_BODY);
     assert_eq!(expected[2].1.to_str().expect("ascii"), sig);
-    assert_eq!(r.header("x-shopify-topic"), Some("orders/create"), "other provider headers still travel");
+    assert_eq!(
+        r.header("x-shopify-topic"),
+        Some("orders/create"),
+        "other provider headers still travel"
+    );
 }
 
 /// The hmac type: one header, GitHub's form when asked, over the exact body.
@@ -681,7 +714,10 @@ async fn hmac_signing_writes_one_header() {
     .expect("valid");
     let s = HttpSink::new(&config).expect("sink");
     let mut h = hook(b"Hello, World!");
-    h.headers.push((b"X-Hub-Signature-256".to_vec(), b"sha256=from-the-provider".to_vec()));
+    h.headers.push((
+        b"X-Hub-Signature-256".to_vec(),
+        b"sha256=from-the-provider".to_vec(),
+    ));
     assert_eq!(s.deliver(&h, &ctx()).await, Outcome::Ok);
     let r = only(&server);
     // GitHub's documented test vector for this secret and payload.
@@ -714,7 +750,10 @@ fn signing_conflicts_and_problems_name_the_option() {
     .expect_err("conflict");
     assert_eq!(invalid_option(e), "headers.x-signature");
     // Without signing, webhook-* are ordinary headers.
-    HttpSinkConfig::from_options(&options(json!({"url": "http://h/", "headers": {"webhook-id": "x"}}))).expect("valid");
+    HttpSinkConfig::from_options(&options(
+        json!({"url": "http://h/", "headers": {"webhook-id": "x"}}),
+    ))
+    .expect("valid");
     let e = HttpSinkConfig::from_options(&options(json!({
         "url": "ftp://h/",
         "signing": {"type": "standard_webhooks", "secrets": ["whsec_!!", WHSEC_A, ""]},
@@ -724,9 +763,15 @@ fn signing_conflicts_and_problems_name_the_option() {
     assert_eq!(names, ["signing.secrets[0]", "signing.secrets[2]", "url"]);
     // A config built in code is checked by the constructor too.
     let mut c = HttpSinkConfig::new("http://h/");
-    c.signing = Some(ankusa_sinks::http::Signing::from_option(&json!({"type": "hmac", "secret": "k"})).expect("valid"));
+    c.signing = Some(
+        ankusa_sinks::http::Signing::from_option(&json!({"type": "hmac", "secret": "k"}))
+            .expect("valid"),
+    );
     c.headers = vec![("X-Ankusa-Signature".into(), "x".into())];
-    assert_eq!(invalid_option(HttpSink::new(&c).expect_err("reserved")), "headers.X-Ankusa-Signature");
+    assert_eq!(
+        invalid_option(HttpSink::new(&c).expect_err("reserved")),
+        "headers.X-Ankusa-Signature"
+    );
 }
 
 /// A signing with problems of its own still owns its headers: a clash with

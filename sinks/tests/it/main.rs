@@ -8,18 +8,18 @@ mod file;
 mod http;
 #[cfg(feature = "kafka")]
 mod kafka;
+#[cfg(feature = "nats")]
+mod nats;
 #[cfg(feature = "pubsub")]
 mod pubsub;
 #[cfg(feature = "rabbitmq")]
 mod rabbitmq;
 #[cfg(feature = "redis")]
 mod redis;
-#[cfg(feature = "nats")]
-mod nats;
-#[cfg(feature = "sqs")]
-mod sqs;
 #[cfg(feature = "http")]
 mod server;
+#[cfg(feature = "sqs")]
+mod sqs;
 
 use ankusa_keys::{Envelope, Seq, SinkIx, SourceId};
 use ankusa_sinks::{DeliveryCtx, uuid_text};

@@ -316,13 +316,22 @@ async fn a_redelivery_is_stored_once() {
         sink: ankusa_keys::SinkIx(ctx().sink.0 + 1),
         ..ctx()
     };
-    assert_eq!(s2.deliver(&hook(SHOPIFY_BODY), &other_sink).await, Outcome::Ok);
+    assert_eq!(
+        s2.deliver(&hook(SHOPIFY_BODY), &other_sink).await,
+        Outcome::Ok
+    );
     assert_eq!(stream.len().await, 3);
     let got = consume(&stream, 3).await;
     assert_eq!(got[0].payload, SHOPIFY_BODY);
     assert_eq!(got[0].headers["Nats-Msg-Id"], [ctx().broker_dedupe_id()]);
-    assert_eq!(got[2].headers["Nats-Msg-Id"], [other_sink.broker_dedupe_id()]);
-    assert_eq!(got[2].headers["ankusa_idempotency_key"], [ctx().idempotency_key]);
+    assert_eq!(
+        got[2].headers["Nats-Msg-Id"],
+        [other_sink.broker_dedupe_id()]
+    );
+    assert_eq!(
+        got[2].headers["ankusa_idempotency_key"],
+        [ctx().idempotency_key]
+    );
 }
 
 #[tokio::test]

@@ -223,7 +223,8 @@ async fn declared_direct_exchange_routes_by_the_template() {
     for i in 0..20 {
         let body = format!("{{\"n\":{i}}}");
         assert_eq!(
-            s.deliver(&hook(body.as_bytes()), &ordered_ctx(b"cus_1")).await,
+            s.deliver(&hook(body.as_bytes()), &ordered_ctx(b"cus_1"))
+                .await,
             Outcome::Ok
         );
     }
@@ -238,7 +239,11 @@ async fn declared_direct_exchange_routes_by_the_template() {
     ));
     let got = take(&ch, &q, 21).await;
     for (i, m) in got.iter().take(20).enumerate() {
-        assert_eq!(m.data, format!("{{\"n\":{i}}}").as_bytes(), "one lane keeps its order");
+        assert_eq!(
+            m.data,
+            format!("{{\"n\":{i}}}").as_bytes(),
+            "one lane keeps its order"
+        );
         assert_eq!(m.routing_key.as_str(), "acme.shopify.cus_1");
     }
     assert_eq!(got[20].data, SHOPIFY_BODY);
@@ -252,7 +257,9 @@ async fn declared_direct_exchange_routes_by_the_template() {
     }))
     .await;
     match clash.deliver(&hook(b"{}"), &ctx()).await {
-        Outcome::Permanent { reason } => assert!(reason.contains("PRECONDITION_FAILED"), "{reason}"),
+        Outcome::Permanent { reason } => {
+            assert!(reason.contains("PRECONDITION_FAILED"), "{reason}")
+        }
         other => panic!("expected Permanent, got {other:?}"),
     }
     drop_queue(&ch, &q).await;
@@ -271,7 +278,8 @@ async fn unroutable_is_permanent_with_mandatory_and_ok_without() {
         other => panic!("expected Permanent, got {other:?}"),
     }
     // Without `mandatory` the broker drops the message and acks it.
-    let lossy = sink(json!({"url": URL, "exchange": "", "routing_key": missing, "mandatory": false})).await;
+    let lossy =
+        sink(json!({"url": URL, "exchange": "", "routing_key": missing, "mandatory": false})).await;
     assert_eq!(lossy.deliver(&hook(b"{}"), &ctx()).await, Outcome::Ok);
     // Still permanent on the next try (the channel was kept and is fine).
     assert!(matches!(
@@ -290,20 +298,42 @@ async fn a_full_queue_that_rejects_publishes_is_retry_until_there_is_room() {
     let mut args = FieldTable::default();
     args.insert("x-expires".into(), AMQPValue::LongUInt(600_000));
     args.insert("x-max-length".into(), AMQPValue::LongInt(2));
-    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
-    ch.queue_declare(q.as_str().into(), QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() }, args)
-        .await
-        .expect("queue.declare");
+    args.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish".into()),
+    );
+    ch.queue_declare(
+        q.as_str().into(),
+        QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        },
+        args,
+    )
+    .await
+    .expect("queue.declare");
     let s = sink(json!({"url": URL, "exchange": "", "routing_key": q})).await;
-    assert_eq!(s.deliver(&hook(b"1"), &ordered_ctx(b"k")).await, Outcome::Ok);
-    assert_eq!(s.deliver(&hook(b"2"), &ordered_ctx(b"k")).await, Outcome::Ok);
+    assert_eq!(
+        s.deliver(&hook(b"1"), &ordered_ctx(b"k")).await,
+        Outcome::Ok
+    );
+    assert_eq!(
+        s.deliver(&hook(b"2"), &ordered_ctx(b"k")).await,
+        Outcome::Ok
+    );
     match s.deliver(&hook(b"3"), &ordered_ctx(b"k")).await {
         Outcome::Retry { reason, .. } => assert!(reason.contains("basic.nack"), "{reason}"),
         other => panic!("expected Retry for a full queue, got {other:?}"),
     }
     let first = take(&ch, &q, 2).await;
-    assert_eq!(first.iter().map(|d| d.data.clone()).collect::<Vec<_>>(), [b"1".to_vec(), b"2".to_vec()]);
-    assert_eq!(s.deliver(&hook(b"3"), &ordered_ctx(b"k")).await, Outcome::Ok);
+    assert_eq!(
+        first.iter().map(|d| d.data.clone()).collect::<Vec<_>>(),
+        [b"1".to_vec(), b"2".to_vec()]
+    );
+    assert_eq!(
+        s.deliver(&hook(b"3"), &ordered_ctx(b"k")).await,
+        Outcome::Ok
+    );
     assert_eq!(take(&ch, &q, 1).await[0].data, b"3");
     drop_queue(&ch, &q).await;
 }
@@ -371,7 +401,11 @@ async fn concurrent_deliveries_each_get_their_own_confirm() {
                 source: if routable { q } else { name("nowhere") },
                 ..ctx()
             };
-            (routable, i, s.deliver(&hook(i.to_string().as_bytes()), &c).await)
+            (
+                routable,
+                i,
+                s.deliver(&hook(i.to_string().as_bytes()), &c).await,
+            )
         });
     }
     let mut delivered = Vec::new();
@@ -381,10 +415,17 @@ async fn concurrent_deliveries_each_get_their_own_confirm() {
             assert_eq!(outcome, Outcome::Ok, "{i}");
             delivered.push(i.to_string().into_bytes());
         } else {
-            assert!(matches!(outcome, Outcome::Permanent { .. }), "{i}: {outcome:?}");
+            assert!(
+                matches!(outcome, Outcome::Permanent { .. }),
+                "{i}: {outcome:?}"
+            );
         }
     }
-    let mut got: Vec<Vec<u8>> = take(&ch, &q, 32).await.into_iter().map(|d| d.data).collect();
+    let mut got: Vec<Vec<u8>> = take(&ch, &q, 32)
+        .await
+        .into_iter()
+        .map(|d| d.data)
+        .collect();
     got.sort();
     delivered.sort();
     assert_eq!(got, delivered);
@@ -484,7 +525,10 @@ async fn a_broken_connection_retries_then_reconnects() {
     // waiting out the backoff) and never report a success.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while s.is_connected() {
-        assert!(tokio::time::Instant::now() < deadline, "the sink never noticed the cut");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sink never noticed the cut"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for _ in 0..3 {
@@ -503,7 +547,10 @@ async fn a_broken_connection_retries_then_reconnects() {
             Outcome::Retry { .. } => retries += 1,
             other => panic!("expected Ok or Retry, got {other:?}"),
         }
-        assert!(tokio::time::Instant::now() < deadline, "no reconnect after {retries} retries");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no reconnect after {retries} retries"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(s.is_connected());
@@ -528,12 +575,30 @@ fn bad_options_are_load_errors_naming_the_option() {
     named(json!({"url": "amqp://127.0.0.1/", "exchange": ""}), "url");
     named(json!({"url": URL}), "exchange");
     named(json!({"url": URL, "exchange": "has space"}), "exchange");
-    named(json!({"url": URL, "exchange": "x", "routing_key": "{tenant}.{lane}"}), "routing_key");
-    named(json!({"url": URL, "exchange": "x", "declare": {"type": "x-consistent-hash"}}), "declare.type");
-    named(json!({"url": URL, "exchange": "x", "declare": {"type": "topic", "durable": "yes"}}), "declare.durable");
-    named(json!({"url": URL, "exchange": "", "declare": {"type": "direct"}}), "declare");
-    named(json!({"url": URL, "exchange": "x", "timeout_ms": 0}), "timeout_ms");
-    named(json!({"url": URL, "exchange": "x", "mandatory": 1}), "mandatory");
+    named(
+        json!({"url": URL, "exchange": "x", "routing_key": "{tenant}.{lane}"}),
+        "routing_key",
+    );
+    named(
+        json!({"url": URL, "exchange": "x", "declare": {"type": "x-consistent-hash"}}),
+        "declare.type",
+    );
+    named(
+        json!({"url": URL, "exchange": "x", "declare": {"type": "topic", "durable": "yes"}}),
+        "declare.durable",
+    );
+    named(
+        json!({"url": URL, "exchange": "", "declare": {"type": "direct"}}),
+        "declare",
+    );
+    named(
+        json!({"url": URL, "exchange": "x", "timeout_ms": 0}),
+        "timeout_ms",
+    );
+    named(
+        json!({"url": URL, "exchange": "x", "mandatory": 1}),
+        "mandatory",
+    );
     named(json!({"url": URL, "exchange": "x", "queue": "q"}), "queue");
 }
 
@@ -541,7 +606,9 @@ fn bad_options_are_load_errors_naming_the_option() {
 async fn a_routing_key_too_long_for_amqp_is_permanent() {
     let s = sink(json!({"url": URL, "exchange": "", "routing_key": format!("{}.{{ordering_key}}", "k".repeat(200))})).await;
     match s.deliver(&hook(b"{}"), &ordered_ctx(&[b'x'; 100])).await {
-        Outcome::Permanent { reason } => assert!(reason.contains("routing key is 301 bytes"), "{reason}"),
+        Outcome::Permanent { reason } => {
+            assert!(reason.contains("routing key is 301 bytes"), "{reason}")
+        }
         other => panic!("expected Permanent, got {other:?}"),
     }
 }

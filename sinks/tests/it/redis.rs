@@ -68,7 +68,12 @@ fn xrange(stream: &str) -> Vec<Entry> {
         .map(|(id, flat)| {
             let pairs = flat
                 .chunks(2)
-                .map(|p| (String::from_utf8(p[0].clone()).expect("field name"), p[1].clone()))
+                .map(|p| {
+                    (
+                        String::from_utf8(p[0].clone()).expect("field name"),
+                        p[1].clone(),
+                    )
+                })
                 .collect();
             (id, pairs)
         })
@@ -162,7 +167,10 @@ async fn ordering_key_is_present_only_when_ordered() {
     let s = sink(json!({"url": URL, "stream": stream}));
     // A laned hook, then the same key on an unordered row, then a lane's
     // hooks one at a time: they keep their order in the stream.
-    assert_eq!(s.deliver(&hook(b"0"), &ordered_ctx(b"cus_1")).await, Outcome::Ok);
+    assert_eq!(
+        s.deliver(&hook(b"0"), &ordered_ctx(b"cus_1")).await,
+        Outcome::Ok
+    );
     let unordered = ankusa_sinks::DeliveryCtx {
         ordering_key: Some(b"cus_1".to_vec()),
         ..ctx()
@@ -171,7 +179,8 @@ async fn ordering_key_is_present_only_when_ordered() {
     for i in 2..50 {
         let body = i.to_string();
         assert_eq!(
-            s.deliver(&hook(body.as_bytes()), &ordered_ctx(b"cus_2")).await,
+            s.deliver(&hook(body.as_bytes()), &ordered_ctx(b"cus_2"))
+                .await,
             Outcome::Ok
         );
     }
@@ -243,7 +252,9 @@ async fn a_refused_port_is_retry() {
         .local_addr()
         .expect("addr")
         .port();
-    let s = sink(json!({"url": format!("redis://127.0.0.1:{port}"), "stream": "s", "timeout_ms": 2000}));
+    let s = sink(
+        json!({"url": format!("redis://127.0.0.1:{port}"), "stream": "s", "timeout_ms": 2000}),
+    );
     let started = std::time::Instant::now();
     for _ in 0..2 {
         match s.deliver(&hook(b"{}"), &ctx()).await {
@@ -256,13 +267,18 @@ async fn a_refused_port_is_retry() {
     }
     // Bounded by timeout_ms (2 s a call), not by the OS's connect timeout
     // (minutes): a generous bound for a loaded machine still tells them apart.
-    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
 async fn publish_delivers_to_a_subscriber() {
     let channel = key("publish");
-    let s = sink(json!({"url": URL, "mode": "publish", "channel": format!("{channel}:{{source}}")}));
+    let s =
+        sink(json!({"url": URL, "mode": "publish", "channel": format!("{channel}:{{source}}")}));
     let full = format!("{channel}:shopify");
 
     // A subscriber on its own thread (the blocking client's pub/sub).
@@ -275,7 +291,10 @@ async fn publish_delivers_to_a_subscriber() {
         let mut pubsub = conn.as_pubsub();
         pubsub.subscribe(&sub_channel).expect("SUBSCRIBE");
         let msg = pubsub.get_message().expect("a message");
-        let _ = tx.send((msg.get_channel_name().to_owned(), msg.get_payload_bytes().to_vec()));
+        let _ = tx.send((
+            msg.get_channel_name().to_owned(),
+            msg.get_payload_bytes().to_vec(),
+        ));
     });
     // Publish once the subscription is in place.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -288,7 +307,10 @@ async fn publish_delivers_to_a_subscriber() {
         if n > 0 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "subscriber never subscribed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "subscriber never subscribed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(s.deliver(&hook(SHOPIFY_BODY), &ctx()).await, Outcome::Ok);
@@ -306,8 +328,14 @@ async fn publish_delivers_to_a_subscriber() {
 fn bad_options_are_load_errors_naming_the_option() {
     let e = RedisSinkConfig::from_options(&options(json!({"url": "not a url", "stream": "s"})))
         .expect_err("bad url");
-    assert!(matches!(&e, SinkError::InvalidOption { option, .. } if option == "url"), "{e}");
+    assert!(
+        matches!(&e, SinkError::InvalidOption { option, .. } if option == "url"),
+        "{e}"
+    );
     let e = RedisSinkConfig::from_options(&options(json!({"url": URL, "stream": "s:{nope}"})))
         .expect_err("bad template");
-    assert!(matches!(&e, SinkError::InvalidOption { option, .. } if option == "stream"), "{e}");
+    assert!(
+        matches!(&e, SinkError::InvalidOption { option, .. } if option == "stream"),
+        "{e}"
+    );
 }

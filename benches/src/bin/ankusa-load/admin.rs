@@ -26,15 +26,24 @@ impl Admin {
     /// A client of the admin listener at `url` (`http://127.0.0.1:8081`).
     pub fn new(url: &str, token: Option<String>) -> Result<Admin, String> {
         let base = url.trim_end_matches('/').to_string();
-        let uri: Uri = format!("{base}/metrics").parse().map_err(|e| format!("--admin {url:?}: {e}"))?;
+        let uri: Uri = format!("{base}/metrics")
+            .parse()
+            .map_err(|e| format!("--admin {url:?}: {e}"))?;
         if uri.scheme_str() != Some("http") || uri.authority().is_none() {
             return Err(format!("--admin {url:?}: an http:// URL with a host"));
         }
         let auth = match token.filter(|t| !t.is_empty()) {
-            Some(t) => Some(HeaderValue::from_str(&format!("Bearer {t}")).map_err(|_| "--admin-token: not a header value".to_string())?),
+            Some(t) => Some(
+                HeaderValue::from_str(&format!("Bearer {t}"))
+                    .map_err(|_| "--admin-token: not a header value".to_string())?,
+            ),
             None => None,
         };
-        Ok(Admin { base, auth, client: Client::builder(TokioExecutor::new()).build_http() })
+        Ok(Admin {
+            base,
+            auth,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        })
     }
 
     /// GETs `path`; the status and the body, within 10 s. A request that
@@ -49,17 +58,30 @@ impl Admin {
 
     async fn get_once(&self, path: &str) -> Result<(u16, Bytes), String> {
         let uri = format!("{}{path}", self.base);
-        let mut req = Request::get(&uri).body(Full::new(Bytes::new())).map_err(|e| format!("GET {uri}: {e}"))?;
+        let mut req = Request::get(&uri)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| format!("GET {uri}: {e}"))?;
         if let Some(a) = &self.auth {
             req.headers_mut().insert(AUTHORIZATION, a.clone());
         }
         let fut = async {
-            let resp = self.client.request(req).await.map_err(|e| format!("GET {uri}: {e}"))?;
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|e| format!("GET {uri}: {e}"))?;
             let status = resp.status().as_u16();
-            let body = resp.into_body().collect().await.map_err(|e| format!("GET {uri}: {e}"))?.to_bytes();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("GET {uri}: {e}"))?
+                .to_bytes();
             Ok((status, body))
         };
-        tokio::time::timeout(Duration::from_secs(10), fut).await.map_err(|_| format!("GET {uri}: no answer in 10 s"))?
+        tokio::time::timeout(Duration::from_secs(10), fut)
+            .await
+            .map_err(|_| format!("GET {uri}: no answer in 10 s"))?
     }
 
     /// The `/metrics` text.
@@ -72,7 +94,11 @@ impl Admin {
 
     /// The seq of each `(load id, idempotency key)`, `concurrency` requests
     /// at a time; also how many look-ups failed.
-    pub async fn lookup_seqs(self: &Arc<Self>, keys: &[(u64, u128)], concurrency: usize) -> (HashMap<u64, u64>, usize) {
+    pub async fn lookup_seqs(
+        self: &Arc<Self>,
+        keys: &[(u64, u128)],
+        concurrency: usize,
+    ) -> (HashMap<u64, u64>, usize) {
         let queue = Arc::new(Mutex::new(keys.to_vec()));
         let mut workers = Vec::new();
         for _ in 0..concurrency.max(1) {
@@ -113,17 +139,30 @@ impl Admin {
         let text = uuid_text(key);
         let (status, body) = self.get(&format!("/v1/hooks/{text}")).await?;
         if status != 200 {
-            return Err(format!("GET /v1/hooks/{text}: HTTP {status}: {}", String::from_utf8_lossy(&body)));
+            return Err(format!(
+                "GET /v1/hooks/{text}: HTTP {status}: {}",
+                String::from_utf8_lossy(&body)
+            ));
         }
-        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| format!("GET /v1/hooks/{text}: {e}"))?;
-        v.get("seq").and_then(serde_json::Value::as_u64).ok_or_else(|| format!("GET /v1/hooks/{text}: no seq in the answer"))
+        let v: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| format!("GET /v1/hooks/{text}: {e}"))?;
+        v.get("seq")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| format!("GET /v1/hooks/{text}: no seq in the answer"))
     }
 }
 
 /// 128 bits as a hyphenated UUID.
 pub fn uuid_text(bits: u128) -> String {
     let h = format!("{bits:032x}");
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 #[cfg(test)]

@@ -171,7 +171,10 @@ impl Clock {
         let unix_us0 = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as u64);
-        Clock { t0: Instant::now(), unix_us0 }
+        Clock {
+            t0: Instant::now(),
+            unix_us0,
+        }
     }
 
     /// Microseconds since the start.
@@ -219,7 +222,11 @@ fn main() -> ExitCode {
         eprintln!("ankusa-load: {e}");
         return ExitCode::from(2);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ankusa-load: cannot start the runtime: {e}");
@@ -257,7 +264,9 @@ fn check(a: &Args) -> Result<(), String> {
     if a.hooks == Some(0) {
         return Err("--hooks must be more than 0".into());
     }
-    if a.baseline && (a.sink_outage_at_s.is_some() || a.sink_delay_ms > 0 || a.sink_reject_first > 0) {
+    if a.baseline
+        && (a.sink_outage_at_s.is_some() || a.sink_delay_ms > 0 || a.sink_reject_first > 0)
+    {
         return Err("--baseline runs no receiver: --sink-* options do not apply".into());
     }
     hyper::header::HeaderName::from_bytes(a.key_header.as_bytes())
@@ -277,7 +286,11 @@ async fn run(args: Args) -> Result<ExitCode, String> {
                 eprintln!(
                     "ankusa-load: interrupted ({}): {}",
                     n,
-                    if n == 1 { "posting stops; Ctrl-C again to stop waiting for deliveries" } else { "reporting what arrived" }
+                    if n == 1 {
+                        "posting stops; Ctrl-C again to stop waiting for deliveries"
+                    } else {
+                        "reporting what arrived"
+                    }
                 );
             }
         });
@@ -294,9 +307,16 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         };
         let expect_bytes = plan.generated_len();
         let listen = SocketAddr::from(([127, 0, 0, 1], args.sink_port));
-        let r = receiver::Receiver::start(listen, Duration::from_millis(args.sink_delay_ms), outage, expect_bytes, args.sink_reject_first, clock)
-            .await
-            .map_err(|e| format!("receiver: cannot listen on {listen}: {e}"))?;
+        let r = receiver::Receiver::start(
+            listen,
+            Duration::from_millis(args.sink_delay_ms),
+            outage,
+            expect_bytes,
+            args.sink_reject_first,
+            clock,
+        )
+        .await
+        .map_err(|e| format!("receiver: cannot listen on {listen}: {e}"))?;
         eprintln!("ankusa-load: receiver listening on {}", r.addr());
         Some(r)
     };
@@ -305,14 +325,22 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         Some(url) => Some(Arc::new(admin::Admin::new(url, args.admin_token.clone())?)),
         None => None,
     };
-    let sampler = admin.as_ref().map(|a| metrics::Sampler::start(Arc::clone(a), clock, Arc::clone(&stop)));
+    let sampler = admin
+        .as_ref()
+        .map(|a| metrics::Sampler::start(Arc::clone(a), clock, Arc::clone(&stop)));
     if let Some(s) = &sampler {
         // One scrape before the first post: the backlog at the start.
         s.scrape_now(metrics::Phase::Start).await;
     }
 
     let progress = (!args.quiet).then(|| {
-        tokio::spawn(progress_lines(Arc::clone(&plan.live), receiver.clone(), sampler.clone(), clock, Arc::clone(&stop)))
+        tokio::spawn(progress_lines(
+            Arc::clone(&plan.live),
+            receiver.clone(),
+            sampler.clone(),
+            clock,
+            Arc::clone(&stop),
+        ))
     });
 
     let posted = post::run(Arc::clone(&plan), Arc::clone(&stop)).await;
@@ -375,7 +403,11 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     } else {
         print!("{summary}");
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// How the wait for deliveries ended.
@@ -427,22 +459,41 @@ async fn drain(
                 Some(s) => s.relay_idle().await || now >= at + settle_us,
             };
             if settled {
-                return Drain { complete: true, end_us: clock.now_us(), all_acked_at_us: Some(at), relay_idle: false };
+                return Drain {
+                    complete: true,
+                    end_us: clock.now_us(),
+                    all_acked_at_us: Some(at),
+                    relay_idle: false,
+                };
             }
         } else if let Some(s) = sampler {
             // The 1 s samples: a relay with nothing pending will deliver nothing more.
             match s.last_sample() {
-                Some(x) if x.phase == metrics::Phase::Draining && x.gauges.pending == Some(0.0) && x.gauges.in_flight.is_none_or(|f| f == 0.0) => {
+                Some(x)
+                    if x.phase == metrics::Phase::Draining
+                        && x.gauges.pending == Some(0.0)
+                        && x.gauges.in_flight.is_none_or(|f| f == 0.0) =>
+                {
                     let since = *idle_since.get_or_insert(x.at_us);
                     if now >= since + IDLE_GIVE_UP_US {
-                        return Drain { complete: false, end_us: now, all_acked_at_us: None, relay_idle: true };
+                        return Drain {
+                            complete: false,
+                            end_us: now,
+                            all_acked_at_us: None,
+                            relay_idle: true,
+                        };
                     }
                 }
                 _ => idle_since = None,
             }
         }
         if now >= deadline || stop.draining() {
-            return Drain { complete: acked.missing() == 0, end_us: now, all_acked_at_us: all_at, relay_idle: false };
+            return Drain {
+                complete: acked.missing() == 0,
+                end_us: now,
+                all_acked_at_us: all_at,
+                relay_idle: false,
+            };
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -462,7 +513,10 @@ async fn progress_lines(
         let t = clock.now_us();
         let acked = live.acked.load(Ordering::Relaxed);
         let received = receiver.as_ref().map_or(0, |r| r.count() as u64);
-        let backlog = sampler.as_ref().and_then(|s| s.last_pending()).map_or_else(|| "-".to_string(), |p| p.to_string());
+        let backlog = sampler
+            .as_ref()
+            .and_then(|s| s.last_pending())
+            .map_or_else(|| "-".to_string(), |p| p.to_string());
         let dt = (t - last.0) as f64 / 1e6;
         eprintln!(
             "ankusa-load: {:6.1} s {} acked {} ({:.0}/s) failed {} received {} backlog {}",

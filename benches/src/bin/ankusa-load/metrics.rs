@@ -61,8 +61,12 @@ pub fn parse(text: &str) -> Gauges {
         if line.starts_with('#') {
             continue;
         }
-        let Some((name, value)) = line.split_once(' ') else { continue };
-        let Ok(v) = value.trim().parse::<f64>() else { continue };
+        let Some((name, value)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.trim().parse::<f64>() else {
+            continue;
+        };
         let slot = match name {
             "ankusa_queue_pending" => &mut g.pending,
             "ankusa_dispatch_in_flight" => &mut g.in_flight,
@@ -126,7 +130,11 @@ impl Sampler {
             tick.tick().await;
             while !me.inner.stopped.load(Ordering::Relaxed) {
                 tick.tick().await;
-                let phase = if stop.posted() { Phase::Draining } else { Phase::Posting };
+                let phase = if stop.posted() {
+                    Phase::Draining
+                } else {
+                    Phase::Posting
+                };
                 me.scrape_now(phase).await;
             }
         });
@@ -153,7 +161,11 @@ impl Sampler {
         if let Some(gauges) = self.scrape().await {
             let at_us = self.inner.clock.now_us();
             if let Ok(mut s) = self.inner.samples.lock() {
-                s.push(Sample { at_us, phase, gauges });
+                s.push(Sample {
+                    at_us,
+                    phase,
+                    gauges,
+                });
             }
         }
     }
@@ -161,17 +173,27 @@ impl Sampler {
     /// Whether the relay has nothing pending and nothing in flight (a fresh
     /// scrape; `false` when it fails).
     pub async fn relay_idle(&self) -> bool {
-        self.scrape().await.is_some_and(|g| g.pending == Some(0.0) && g.in_flight.is_none_or(|f| f == 0.0))
+        self.scrape()
+            .await
+            .is_some_and(|g| g.pending == Some(0.0) && g.in_flight.is_none_or(|f| f == 0.0))
     }
 
     /// The last sample.
     pub fn last_sample(&self) -> Option<Sample> {
-        self.inner.samples.lock().ok().and_then(|s| s.last().copied())
+        self.inner
+            .samples
+            .lock()
+            .ok()
+            .and_then(|s| s.last().copied())
     }
 
     /// The last backlog read.
     pub fn last_pending(&self) -> Option<f64> {
-        self.inner.samples.lock().ok().and_then(|s| s.last().and_then(|x| x.gauges.pending))
+        self.inner
+            .samples
+            .lock()
+            .ok()
+            .and_then(|s| s.last().and_then(|x| x.gauges.pending))
     }
 
     /// Ends the 1 s scrapes.
@@ -181,7 +203,12 @@ impl Sampler {
 
     /// Every sample, in time order.
     pub fn samples(&self) -> Vec<Sample> {
-        let mut v = self.inner.samples.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut v = self
+            .inner
+            .samples
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
         v.sort_by_key(|s| s.at_us);
         v
     }

@@ -90,15 +90,24 @@ struct Target {
 fn target(url: &str) -> Result<Target, String> {
     let uri: Uri = url.parse().map_err(|e| format!("--target {url:?}: {e}"))?;
     if uri.scheme_str() != Some("http") {
-        return Err(format!("--target {url:?}: only http:// URLs (everything here is on loopback)"));
+        return Err(format!(
+            "--target {url:?}: only http:// URLs (everything here is on loopback)"
+        ));
     }
-    let auth = uri.authority().ok_or_else(|| format!("--target {url:?}: no host"))?;
+    let auth = uri
+        .authority()
+        .ok_or_else(|| format!("--target {url:?}: no host"))?;
     let port = auth.port_u16().unwrap_or(80);
     let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
     Ok(Target {
-        host: auth.host().trim_start_matches('[').trim_end_matches(']').to_string(),
+        host: auth
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
         port,
-        authority: HeaderValue::from_str(auth.as_str()).map_err(|e| format!("--target {url:?}: {e}"))?,
+        authority: HeaderValue::from_str(auth.as_str())
+            .map_err(|e| format!("--target {url:?}: {e}"))?,
         path,
     })
 }
@@ -122,8 +131,17 @@ enum Bodies {
 /// Headers of a corpus file the tool never sends: framing (hyper sets its
 /// own), and the tool's own.
 fn skipped_corpus_header(name: &str, key_header: &str) -> bool {
-    matches!(name, "host" | "content-length" | "connection" | "transfer-encoding" | "keep-alive" | "expect" | "te" | "upgrade")
-        || name == key_header
+    matches!(
+        name,
+        "host"
+            | "content-length"
+            | "connection"
+            | "transfer-encoding"
+            | "keep-alive"
+            | "expect"
+            | "te"
+            | "upgrade"
+    ) || name == key_header
         || name.starts_with("x-load-")
 }
 
@@ -136,7 +154,9 @@ fn read_corpus(dir: &Path, key_header: &str) -> Result<Vec<CorpusHook>, String> 
     while let Some(d) = stack.pop() {
         let rd = std::fs::read_dir(&d).map_err(|e| format!("--corpus {}: {e}", d.display()))?;
         for entry in rd {
-            let p = entry.map_err(|e| format!("--corpus {}: {e}", d.display()))?.path();
+            let p = entry
+                .map_err(|e| format!("--corpus {}: {e}", d.display()))?
+                .path();
             if p.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "json") {
@@ -148,14 +168,26 @@ fn read_corpus(dir: &Path, key_header: &str) -> Result<Vec<CorpusHook>, String> 
     let mut hooks = Vec::new();
     for p in files {
         let text = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text) else { continue };
-        let (Some(body), Some(hs)) = (v.get("body").and_then(|b| b.as_str()), v.get("headers").and_then(|h| h.as_array())) else {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let (Some(body), Some(hs)) = (
+            v.get("body").and_then(|b| b.as_str()),
+            v.get("headers").and_then(|h| h.as_array()),
+        ) else {
             continue;
         };
         let mut headers = Vec::new();
         for pair in hs {
-            let (Some(n), Some(val)) = (pair.get(0).and_then(|x| x.as_str()), pair.get(1).and_then(|x| x.as_str())) else { continue };
-            let Ok(name) = HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()) else { continue };
+            let (Some(n), Some(val)) = (
+                pair.get(0).and_then(|x| x.as_str()),
+                pair.get(1).and_then(|x| x.as_str()),
+            ) else {
+                continue;
+            };
+            let Ok(name) = HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()) else {
+                continue;
+            };
             if skipped_corpus_header(name.as_str(), key_header) {
                 continue;
             }
@@ -163,10 +195,16 @@ fn read_corpus(dir: &Path, key_header: &str) -> Result<Vec<CorpusHook>, String> 
                 headers.push((name, value));
             }
         }
-        hooks.push(CorpusHook { headers, body: Bytes::from(body.to_string()) });
+        hooks.push(CorpusHook {
+            headers,
+            body: Bytes::from(body.to_string()),
+        });
     }
     if hooks.is_empty() {
-        return Err(format!("--corpus {}: no corpus file (JSON with headers and body) found", dir.display()));
+        return Err(format!(
+            "--corpus {}: no corpus file (JSON with headers and body) found",
+            dir.display()
+        ));
     }
     Ok(hooks)
 }
@@ -224,7 +262,8 @@ pub fn key_name(i: u32) -> String {
 /// The generated body of hook `id`, exactly `bytes` long when `bytes` is at
 /// least its fields' length.
 pub fn generated_body(id: u64, key: &str, sent_unix_us: u64, bytes: usize) -> Vec<u8> {
-    let mut s = format!("{{\"load_id\":{id},\"key\":\"{key}\",\"sent_us\":{sent_unix_us},\"pad\":\"");
+    let mut s =
+        format!("{{\"load_id\":{id},\"key\":\"{key}\",\"sent_us\":{sent_unix_us},\"pad\":\"");
     let tail = "\"}";
     let pad = bytes.saturating_sub(s.len() + tail.len());
     s.reserve(pad + tail.len());
@@ -246,7 +285,8 @@ impl Plan {
         let draw = match args.key_dist {
             KeyDist::Uniform => KeyDraw::Uniform(args.keys),
             KeyDist::Zipf => KeyDraw::Zipf(
-                Zipf::new(f64::from(args.keys), args.zipf_s).map_err(|e| format!("--zipf-s {}: {e}", args.zipf_s))?,
+                Zipf::new(f64::from(args.keys), args.zipf_s)
+                    .map_err(|e| format!("--zipf-s {}: {e}", args.zipf_s))?,
                 args.keys,
             ),
         };
@@ -281,7 +321,9 @@ impl Plan {
     /// `None` for corpus bodies, or when `--body-bytes` is below the fields'
     /// widest length (the bodies' lengths then vary).
     pub fn generated_len(&self) -> Option<usize> {
-        let Bodies::Generated(n) = self.bodies else { return None };
+        let Bodies::Generated(n) = self.bodies else {
+            return None;
+        };
         let widest = generated_body(u64::MAX, &key_name(u32::MAX), u64::MAX, 0).len();
         (n >= widest).then_some(n)
     }
@@ -311,7 +353,9 @@ pub async fn run(plan: Arc<Plan>, stop: Arc<Stop>) -> Posted {
     let mut tasks = Vec::new();
     for ix in 0..plan.connections {
         let (plan, stop) = (Arc::clone(&plan), Arc::clone(&stop));
-        tasks.push(tokio::spawn(async move { connection(ix, &plan, &stop, start_us).await }));
+        tasks.push(tokio::spawn(async move {
+            connection(ix, &plan, &stop, start_us).await
+        }));
     }
     let mut sent = Vec::new();
     for t in tasks {
@@ -321,7 +365,11 @@ pub async fn run(plan: Arc<Plan>, stop: Arc<Stop>) -> Posted {
         }
     }
     sent.sort_by_key(|s| s.id);
-    Posted { sent, start_us, end_us: plan.clock.now_us() }
+    Posted {
+        sent,
+        start_us,
+        end_us: plan.clock.now_us(),
+    }
 }
 
 /// Opens one connection to the target; retries every 50 ms while it is
@@ -332,9 +380,13 @@ async fn connect(plan: &Plan, stop: &Stop) -> Option<SendRequest<Full<Bytes>>> {
             return None;
         }
         let attempt = async {
-            let stream = tokio::net::TcpStream::connect((plan.target.host.as_str(), plan.target.port)).await?;
+            let stream =
+                tokio::net::TcpStream::connect((plan.target.host.as_str(), plan.target.port))
+                    .await?;
             stream.set_nodelay(true)?;
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(std::io::Error::other)
+            hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(std::io::Error::other)
         };
         match tokio::time::timeout(plan.timeout, attempt).await {
             Ok(Ok((sender, conn))) => {
@@ -346,7 +398,10 @@ async fn connect(plan: &Plan, stop: &Stop) -> Option<SendRequest<Full<Bytes>>> {
             Ok(Err(e)) => {
                 // Printed once per run; the report counts them all.
                 if plan.live.connect_failures.fetch_add(1, Ordering::Relaxed) == 0 {
-                    eprintln!("ankusa-load: connect to {}:{} failed: {e}; retrying every 50 ms", plan.target.host, plan.target.port);
+                    eprintln!(
+                        "ankusa-load: connect to {}:{} failed: {e}; retrying every 50 ms",
+                        plan.target.host, plan.target.port
+                    );
                 }
             }
             Err(_) => {
@@ -358,7 +413,11 @@ async fn connect(plan: &Plan, stop: &Stop) -> Option<SendRequest<Full<Bytes>>> {
 }
 
 async fn connection(ix: u32, plan: &Plan, stop: &Stop, start_us: u64) -> Vec<Sent> {
-    let mut rng = SmallRng::seed_from_u64(plan.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(u64::from(ix)));
+    let mut rng = SmallRng::seed_from_u64(
+        plan.seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(u64::from(ix)),
+    );
     let mut out = Vec::new();
     let mut conn: Option<SendRequest<Full<Bytes>>> = None;
     let interval_us = plan.rate.map(|r| 1e6 / r);
@@ -409,7 +468,14 @@ async fn connection(ix: u32, plan: &Plan, stop: &Stop, start_us: u64) -> Vec<Sen
             Ok(Err(_)) => (Outcome::Io, false),
             Err(_) => (Outcome::Timeout, false),
         };
-        let s = Sent { id, key, send_us, due_us, ack_us: matches!(outcome, Outcome::Status(_)).then_some(ack_us), outcome };
+        let s = Sent {
+            id,
+            key,
+            send_us,
+            due_us,
+            ack_us: matches!(outcome, Outcome::Status(_)).then_some(ack_us),
+            outcome,
+        };
         if s.acked() {
             plan.live.acked.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -447,8 +513,14 @@ fn request(plan: &Plan, id: u64, key: u32) -> Request<Full<Bytes>> {
             hook.body.clone()
         }
     };
-    h.insert(HeaderName::from_static(LOAD_ID_HEADER), HeaderValue::from(id));
-    h.insert(HeaderName::from_static(SENT_US_HEADER), HeaderValue::from(sent_unix_us));
+    h.insert(
+        HeaderName::from_static(LOAD_ID_HEADER),
+        HeaderValue::from(id),
+    );
+    h.insert(
+        HeaderName::from_static(SENT_US_HEADER),
+        HeaderValue::from(sent_unix_us),
+    );
     if let Some(v) = plan.key_values.get(key as usize) {
         h.insert(plan.key_header.clone(), v.clone());
     }
@@ -491,7 +563,10 @@ mod tests {
     #[test]
     fn targets_parse() {
         let t = target("http://127.0.0.1:8080/hooks/load").expect("target");
-        assert_eq!((t.host.as_str(), t.port, t.path.as_str()), ("127.0.0.1", 8080, "/hooks/load"));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("127.0.0.1", 8080, "/hooks/load")
+        );
         assert_eq!(t.authority, "127.0.0.1:8080");
         assert!(target("https://x/").is_err());
     }
@@ -501,7 +576,15 @@ mod tests {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/corpus");
         let hooks = read_corpus(&dir, "x-entity-id").expect("corpus");
         assert!(hooks.len() > 30, "{}", hooks.len());
-        assert!(hooks.iter().all(|h| h.headers.iter().all(|(n, _)| n != "content-length" && n != "host")));
-        assert!(hooks.iter().any(|h| h.headers.iter().any(|(n, _)| n == "x-github-event")));
+        assert!(hooks.iter().all(|h| {
+            h.headers
+                .iter()
+                .all(|(n, _)| n != "content-length" && n != "host")
+        }));
+        assert!(
+            hooks
+                .iter()
+                .any(|h| h.headers.iter().any(|(n, _)| n == "x-github-event"))
+        );
     }
 }

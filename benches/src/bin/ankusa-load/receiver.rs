@@ -83,7 +83,11 @@ pub struct Receiver {
 }
 
 fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
     // The outage closes the listener and binds the same port again.
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
@@ -132,7 +136,9 @@ impl Receiver {
     /// Calls `f` on every delivery from index `from` on; returns the index
     /// after the last one.
     pub fn scan_from(&self, from: usize, mut f: impl FnMut(&Delivery)) -> usize {
-        let Ok(d) = self.inner.deliveries.lock() else { return from };
+        let Ok(d) = self.inner.deliveries.lock() else {
+            return from;
+        };
         for x in d.iter().skip(from) {
             f(x);
         }
@@ -157,7 +163,11 @@ impl Receiver {
 
     /// Every delivery taken, in arrival order.
     pub fn take(&self) -> Vec<Delivery> {
-        self.inner.deliveries.lock().map(|mut d| std::mem::take(&mut *d)).unwrap_or_default()
+        self.inner
+            .deliveries
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default()
     }
 }
 
@@ -168,7 +178,12 @@ enum Event {
     Stop,
 }
 
-async fn serve(inner: Arc<Inner>, listener: TcpListener, addr: SocketAddr, mut outage: Option<(u64, Duration)>) {
+async fn serve(
+    inner: Arc<Inner>,
+    listener: TcpListener,
+    addr: SocketAddr,
+    mut outage: Option<(u64, Duration)>,
+) {
     let mut listener = Some(listener);
     let mut stop_rx = inner.kill.subscribe();
     while let Some(l) = listener.as_ref() {
@@ -194,7 +209,8 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener, addr: SocketAddr, mut o
                         let inner = Arc::clone(&inner);
                         service_fn(move |req| handle(Arc::clone(&inner), req))
                     };
-                    let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc);
                     // A kill drops the connection mid-request: what was taken
                     // and not answered yet is retried by the relay.
                     tokio::select! {
@@ -208,12 +224,17 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener, addr: SocketAddr, mut o
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Event::Outage => {
-                let Some((_, len)) = outage.take() else { continue };
+                let Some((_, len)) = outage.take() else {
+                    continue;
+                };
                 listener = None;
                 inner.kill.send_modify(|e| *e += 1);
                 // Our own bump is not a stop.
                 stop_rx.borrow_and_update();
-                eprintln!("ankusa-load: receiver down for {:.1} s (--sink-outage-at-s)", len.as_secs_f64());
+                eprintln!(
+                    "ankusa-load: receiver down for {:.1} s (--sink-outage-at-s)",
+                    len.as_secs_f64()
+                );
                 tokio::time::sleep(len).await;
                 for _ in 0..200 {
                     match bind(addr) {
@@ -226,7 +247,9 @@ async fn serve(inner: Arc<Inner>, listener: TcpListener, addr: SocketAddr, mut o
                 }
                 match listener {
                     Some(_) => eprintln!("ankusa-load: receiver up again on {addr}"),
-                    None => eprintln!("ankusa-load: receiver cannot bind {addr} again: it stays down"),
+                    None => {
+                        eprintln!("ankusa-load: receiver cannot bind {addr} again: it stays down")
+                    }
                 }
             }
             Event::Stop => {
@@ -258,19 +281,28 @@ pub fn uuid_bits(text: &str) -> Option<u128> {
     u128::from_str_radix(&hex, 16).ok()
 }
 
-async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    inner: Arc<Inner>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let (parts, body) = req.into_parts();
     let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
         let mut r = Response::new(Full::new(Bytes::from_static(b"body not read\n")));
         *r.status_mut() = StatusCode::BAD_REQUEST;
         return Ok(r);
     };
-    if inner.reject_left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok() {
+    if inner
+        .reject_left
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok()
+    {
         // A permanent refusal: the relay dead-letters the hook, and an
         // ordered lane goes on without it (a revive then delivers it out of
         // order: ADR 0004 section 4.8).
         inner.rejected.fetch_add(1, Ordering::Relaxed);
-        let mut r = Response::new(Full::new(Bytes::from_static(b"refused by --sink-reject-first\n")));
+        let mut r = Response::new(Full::new(Bytes::from_static(
+            b"refused by --sink-reject-first\n",
+        )));
         *r.status_mut() = StatusCode::BAD_REQUEST;
         return Ok(r);
     }
@@ -288,7 +320,9 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Fu
         ordering_key: header(h, ORDERING_KEY_HEADER).map(Into::into),
         seq: header(h, SEQ_HEADER).and_then(|v| v.parse().ok()),
         idempotency_key: header(h, IDEMPOTENCY_KEY_HEADER).and_then(uuid_bits),
-        attempt: header(h, ATTEMPT_HEADER).and_then(|v| v.parse().ok()).unwrap_or(0),
+        attempt: header(h, ATTEMPT_HEADER)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
         at_us,
     };
     if let Ok(mut all) = inner.deliveries.lock() {
@@ -297,7 +331,9 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Fu
     if !inner.delay.is_zero() {
         tokio::time::sleep(inner.delay).await;
     }
-    Ok(Response::new(Full::new(Bytes::from_static(b"{\"ok\":true}"))))
+    Ok(Response::new(Full::new(Bytes::from_static(
+        b"{\"ok\":true}",
+    ))))
 }
 
 #[cfg(test)]

@@ -52,7 +52,9 @@ pub struct Input<'a> {
 }
 
 fn find(sent: &[Sent], id: u64) -> Option<&Sent> {
-    sent.binary_search_by_key(&id, |s| s.id).ok().map(|i| &sent[i])
+    sent.binary_search_by_key(&id, |s| s.id)
+        .ok()
+        .map(|i| &sent[i])
 }
 
 /// Which acked hooks have arrived, updated as deliveries come in.
@@ -108,11 +110,14 @@ enum Pair {
 }
 
 fn seq_of(input: &Input<'_>, d: &Delivery) -> Option<u64> {
-    d.seq.or_else(|| d.id.and_then(|id| input.seqs.get(&id).copied()))
+    d.seq
+        .or_else(|| d.id.and_then(|id| input.seqs.get(&id).copied()))
 }
 
 fn compare(input: &Input<'_>, prev: &Delivery, cur: &Delivery) -> Pair {
-    let (Some(a), Some(b)) = (prev.id, cur.id) else { return Pair::Unknown };
+    let (Some(a), Some(b)) = (prev.id, cur.id) else {
+        return Pair::Unknown;
+    };
     if a == b {
         return Pair::Repeat;
     }
@@ -124,7 +129,9 @@ fn compare(input: &Input<'_>, prev: &Delivery, cur: &Delivery) -> Pair {
             std::cmp::Ordering::Equal => Pair::Unknown,
         };
     }
-    let (Some(sa), Some(sb)) = (find(input.sent, a), find(input.sent, b)) else { return Pair::Unknown };
+    let (Some(sa), Some(sb)) = (find(input.sent, a), find(input.sent, b)) else {
+        return Pair::Unknown;
+    };
     // A 2xx read before the other hook was sent: committed first.
     if sa.acked() && sa.ack_us.is_some_and(|t| t <= sb.send_us) {
         return Pair::InOrderByTime;
@@ -166,7 +173,10 @@ pub fn order(input: &Input<'_>) -> Order {
             by_key.entry(k).or_default().push(d);
         }
     }
-    let mut o = Order { keys: by_key.len(), ..Order::default() };
+    let mut o = Order {
+        keys: by_key.len(),
+        ..Order::default()
+    };
     let mut keys: Vec<_> = by_key.into_iter().collect();
     keys.sort_by(|a, b| a.0.cmp(b.0));
     for (key, ds) in keys {
@@ -180,10 +190,16 @@ pub fn order(input: &Input<'_>) -> Order {
                     o.violations += 1;
                     if o.first_violation.is_none() {
                         let (a, b) = (w[0].id.unwrap_or(0), w[1].id.unwrap_or(0));
-                        o.first_violation = Some(match (seq_of(input, w[0]), seq_of(input, w[1])) {
-                            (Some(x), Some(y)) => format!("key {key}: hook {b} (seq {y}) delivered after hook {a} (seq {x})"),
-                            _ => format!("key {key}: hook {b} delivered after hook {a}, which was sent after hook {b}'s 200"),
-                        });
+                        o.first_violation = Some(
+                            match (seq_of(input, w[0]), seq_of(input, w[1])) {
+                                (Some(x), Some(y)) => format!(
+                                    "key {key}: hook {b} (seq {y}) delivered after hook {a} (seq {x})"
+                                ),
+                                _ => format!(
+                                    "key {key}: hook {b} delivered after hook {a}, which was sent after hook {b}'s 200"
+                                ),
+                            },
+                        );
                     }
                 }
                 Pair::Unknown => {
@@ -204,7 +220,11 @@ pub fn ids_needing_seq(input: &Input<'_>) -> HashSet<u64> {
 
 /// `(load id, idempotency key)` of at most `max` of `wanted`, from their
 /// deliveries, smallest ids first.
-pub fn idempotency_keys(deliveries: &[Delivery], wanted: &HashSet<u64>, max: usize) -> Vec<(u64, u128)> {
+pub fn idempotency_keys(
+    deliveries: &[Delivery],
+    wanted: &HashSet<u64>,
+    max: usize,
+) -> Vec<(u64, u128)> {
     let mut found: BTreeMap<u64, u128> = BTreeMap::new();
     for d in deliveries {
         if let (Some(id), Some(k)) = (d.id, d.idempotency_key)
@@ -272,17 +292,29 @@ pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
     if points.len() < 2 {
         return None;
     }
-    let (sx, sy) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
     let (mx, my) = (sx / n, sy / n);
-    let (num, den) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| (a + (x - mx) * (y - my), b + (x - mx) * (x - mx)));
+    let (num, den) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
+        (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
+    });
     (den > 0.0).then(|| num / den)
 }
 
 fn backlog(samples: &[Sample], post_start_us: u64, post_end_us: u64) -> Backlog {
-    let pick = |phase: Phase| samples.iter().filter(|s| s.phase == phase).find_map(|s| s.gauges.pending);
+    let pick = |phase: Phase| {
+        samples
+            .iter()
+            .filter(|s| s.phase == phase)
+            .find_map(|s| s.gauges.pending)
+    };
     let window: Vec<&Sample> = samples
         .iter()
-        .filter(|s| matches!(s.phase, Phase::Start | Phase::Posting | Phase::PostEnd) && s.gauges.pending.is_some())
+        .filter(|s| {
+            matches!(s.phase, Phase::Start | Phase::Posting | Phase::PostEnd)
+                && s.gauges.pending.is_some()
+        })
         .collect();
     let mid = (post_start_us + post_end_us) / 2;
     let middle = window
@@ -290,13 +322,23 @@ fn backlog(samples: &[Sample], post_start_us: u64, post_end_us: u64) -> Backlog 
         .filter(|s| s.phase == Phase::Posting)
         .min_by_key(|s| s.at_us.abs_diff(mid))
         .and_then(|s| s.gauges.pending);
-    let points: Vec<(f64, f64)> = window.iter().filter_map(|s| s.gauges.pending.map(|p| (s.at_us as f64 / 1e6, p))).collect();
+    let points: Vec<(f64, f64)> = window
+        .iter()
+        .filter_map(|s| s.gauges.pending.map(|p| (s.at_us as f64 / 1e6, p)))
+        .collect();
     Backlog {
         start: pick(Phase::Start),
         middle,
         post_end: pick(Phase::PostEnd),
-        end: samples.iter().rev().find(|s| s.phase == Phase::End).and_then(|s| s.gauges.pending),
-        max: samples.iter().filter_map(|s| s.gauges.pending).reduce(f64::max),
+        end: samples
+            .iter()
+            .rev()
+            .find(|s| s.phase == Phase::End)
+            .and_then(|s| s.gauges.pending),
+        max: samples
+            .iter()
+            .filter_map(|s| s.gauges.pending)
+            .reduce(f64::max),
         slope_per_s: slope(&points),
         samples: points.len(),
     }
@@ -357,7 +399,12 @@ pub struct Report {
 
 impl Report {
     /// Builds the report. `lookups`: seq look-ups asked and failed.
-    pub fn build(input: &Input<'_>, samples: &[Sample], drain: Option<Drain>, lookups: Option<(usize, usize)>) -> Report {
+    pub fn build(
+        input: &Input<'_>,
+        samples: &[Sample],
+        drain: Option<Drain>,
+        lookups: Option<(usize, usize)>,
+    ) -> Report {
         let mut non2xx = BTreeMap::new();
         let mut errors = BTreeMap::new();
         let mut ack_h = histogram();
@@ -367,7 +414,11 @@ impl Report {
             match s.outcome {
                 Outcome::Status(c) if (200..300).contains(&c) => {
                     acked += 1;
-                    let from = if input.open_loop { s.due_us.unwrap_or(s.send_us) } else { s.send_us };
+                    let from = if input.open_loop {
+                        s.due_us.unwrap_or(s.send_us)
+                    } else {
+                        s.send_us
+                    };
                     if let Some(t) = s.ack_us {
                         ack_h.saturating_record(t.saturating_sub(from).max(1));
                     }
@@ -396,7 +447,10 @@ impl Report {
                     count[s.id as usize] += 1;
                     first[s.id as usize] = first[s.id as usize].min(d.at_us);
                     // An ordered sink's ordering key is the key the hook was sent with.
-                    if d.ordering_key.as_deref().is_some_and(|k| k != key_name(s.key)) {
+                    if d.ordering_key
+                        .as_deref()
+                        .is_some_and(|k| k != key_name(s.key))
+                    {
                         wrong_key += 1;
                     }
                 }
@@ -404,9 +458,18 @@ impl Report {
             }
         }
         let mut e2e_h = histogram();
-        let (mut delivered, mut in_window, mut lost, mut dup, mut extra, mut unexpected, mut after_non2xx) = (0, 0, 0, 0, 0, 0, 0);
+        let (
+            mut delivered,
+            mut in_window,
+            mut lost,
+            mut dup,
+            mut extra,
+            mut unexpected,
+            mut after_non2xx,
+        ) = (0, 0, 0, 0, 0, 0, 0);
         let mut last_first = None::<u64>;
-        let whole_minutes = (input.post_end_us.saturating_sub(input.post_start_us) / 60_000_000) as usize;
+        let whole_minutes =
+            (input.post_end_us.saturating_sub(input.post_start_us) / 60_000_000) as usize;
         let mut per_minute = vec![0u64; if whole_minutes >= 2 { whole_minutes } else { 0 }];
         for s in input.sent {
             let (c, f) = (count[s.id as usize], first[s.id as usize]);
@@ -415,7 +478,9 @@ impl Report {
                 if f <= input.post_end_us {
                     in_window += 1;
                 }
-                if let Some(m) = f.checked_sub(input.post_start_us).map(|t| (t / 60_000_000) as usize)
+                if let Some(m) = f
+                    .checked_sub(input.post_start_us)
+                    .map(|t| (t / 60_000_000) as usize)
                     && let Some(n) = per_minute.get_mut(m)
                 {
                     *n += 1;
@@ -439,7 +504,9 @@ impl Report {
         }
         let relay_delta = samples.last().map(|last| {
             let b = last.gauges;
-            let d = |f: fn(&Gauges) -> Option<f64>| increase(samples.iter().filter_map(|s| f(&s.gauges)));
+            let d = |f: fn(&Gauges) -> Option<f64>| {
+                increase(samples.iter().filter_map(|s| f(&s.gauges)))
+            };
             Gauges {
                 pending: b.pending,
                 in_flight: b.in_flight,
@@ -466,7 +533,8 @@ impl Report {
             receipts: input.deliveries.len() as u64,
             delivered_in_window: in_window,
             per_minute,
-            last_first_arrival_s: last_first.map(|t| t.saturating_sub(input.post_start_us) as f64 / 1e6),
+            last_first_arrival_s: last_first
+                .map(|t| t.saturating_sub(input.post_start_us) as f64 / 1e6),
             e2e: latency(&e2e_h),
             lost,
             duplicated: dup,
@@ -525,8 +593,18 @@ impl Report {
 
     /// The human summary (several lines).
     pub fn human(&self, a: &Args) -> String {
-        let f = |v: Option<f64>, digits: usize| v.map_or_else(|| "-".to_string(), |x| format!("{x:.digits$}"));
-        let lat = |l: &Latency| format!("p50 {} ms  p99 {} ms  p99.9 {} ms  max {} ms", f(l.p50, 2), f(l.p99, 2), f(l.p999, 2), f(l.max, 2));
+        let f = |v: Option<f64>, digits: usize| {
+            v.map_or_else(|| "-".to_string(), |x| format!("{x:.digits$}"))
+        };
+        let lat = |l: &Latency| {
+            format!(
+                "p50 {} ms  p99 {} ms  p99.9 {} ms  max {} ms",
+                f(l.p50, 2),
+                f(l.p99, 2),
+                f(l.p999, 2),
+                f(l.max, 2)
+            )
+        };
         let mut out = String::new();
         let mut line = |s: String| {
             out.push_str(&s);
@@ -543,11 +621,16 @@ impl Report {
         };
         line(format!(
             "ankusa-load{}: {} {}, {} connections, {}, {}, {} ({})",
-            if a.label.is_empty() { String::new() } else { format!(" [{}]", a.label) },
+            if a.label.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", a.label)
+            },
             if a.baseline { "baseline" } else { "relay" },
             a.target,
             a.connections,
-            a.rate.map_or("closed loop".to_string(), |r| format!("open loop at {r}/s")),
+            a.rate
+                .map_or("closed loop".to_string(), |r| format!("open loop at {r}/s")),
             body,
             keys,
             a.key_header
@@ -561,21 +644,37 @@ impl Report {
             self.acked,
             f(self.acked_per_s(), 1),
             non2xx,
-            if self.non2xx.is_empty() { String::new() } else { format!(" {:?}", self.non2xx) },
+            if self.non2xx.is_empty() {
+                String::new()
+            } else {
+                format!(" {:?}", self.non2xx)
+            },
             errors,
-            if self.errors.is_empty() { String::new() } else { format!(" {:?}", self.errors) },
+            if self.errors.is_empty() {
+                String::new()
+            } else {
+                format!(" {:?}", self.errors)
+            },
             self.connect_failures,
         ));
         line(format!(
             "ack latency {}{}",
             lat(&self.ack),
             match (a.rate, self.max_lag_ms) {
-                (Some(_), Some(l)) => format!("  (from each hook's due time; the latest send was {l:.1} ms late)"),
+                (Some(_), Some(l)) =>
+                    format!("  (from each hook's due time; the latest send was {l:.1} ms late)"),
                 _ => String::new(),
             }
         ));
         if a.baseline {
-            line(format!("result      {}", if self.ok(true) { "OK" } else { "FAILED (nothing acked)" }));
+            line(format!(
+                "result      {}",
+                if self.ok(true) {
+                    "OK"
+                } else {
+                    "FAILED (nothing acked)"
+                }
+            ));
             return out;
         }
         line(format!(
@@ -587,18 +686,28 @@ impl Report {
             f(self.delivered_per_s(), 1),
             f(self.last_first_arrival_s, 2),
         ));
-        line(format!("e2e latency {}  (from send to first arrival)", lat(&self.e2e)));
+        line(format!(
+            "e2e latency {}  (from send to first arrival)",
+            lat(&self.e2e)
+        ));
         let (rates, spread) = self.minutes();
         if !rates.is_empty() {
             line(format!(
                 "per minute  delivered/s {}; lowest {} and highest {} x the first minute's",
-                rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(" "),
+                rates
+                    .iter()
+                    .map(|r| format!("{r:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 f(spread.map(|s| s.0), 3),
                 f(spread.map(|s| s.1), 3),
             ));
         }
         if self.rejected > 0 {
-            line(format!("rejected    {} deliveries refused with 400 (--sink-reject-first), not counted as receipts", self.rejected));
+            line(format!(
+                "rejected    {} deliveries refused with 400 (--sink-reject-first), not counted as receipts",
+                self.rejected
+            ));
         }
         line(format!(
             "integrity   lost {}  duplicated {} (extra receipts {})  unexpected {} (after a non-2xx {})  unknown ids {}  corrupt {}  wrong key {}",
@@ -613,7 +722,10 @@ impl Report {
         ));
         let o = &self.order;
         if o.keys == 0 {
-            line("order       no ordered deliveries (no x-ankusa-ordering-key): not checked".to_string());
+            line(
+                "order       no ordered deliveries (no x-ankusa-ordering-key): not checked"
+                    .to_string(),
+            );
         } else {
             line(format!(
                 "order       {} ordering keys, {} consecutive pairs: {} out of order, {} repeats, {} unknown (decided by seq {}, by send/ack times {}){}",
@@ -625,7 +737,8 @@ impl Report {
                 o.by_seq,
                 o.by_time,
                 match self.seq_lookups {
-                    Some((n, failed)) => format!("; {n} seqs looked up through the admin API, {failed} failed"),
+                    Some((n, failed)) =>
+                        format!("; {n} seqs looked up through the admin API, {failed} failed"),
                     None => String::new(),
                 }
             ));
@@ -660,11 +773,19 @@ impl Report {
         if let Some(d) = &self.drain {
             let since = |t: u64| t.saturating_sub(self.post_end_us) as f64 / 1e6;
             line(match (d.complete, d.all_acked_at_us) {
-                (true, Some(t)) => format!("drain       every acked hook received {:.2} s after posting ended; waited {:.2} s in all", since(t), since(d.end_us)),
+                (true, Some(t)) => format!(
+                    "drain       every acked hook received {:.2} s after posting ended; waited {:.2} s in all",
+                    since(t),
+                    since(d.end_us)
+                ),
                 _ => format!(
                     "drain       gave up {:.2} s after posting ended{}: {} acked hooks not received (relay pending {}, dead-lettered +{})",
                     since(d.end_us),
-                    if d.relay_idle { ", the relay having had nothing pending for 5 s" } else { "" },
+                    if d.relay_idle {
+                        ", the relay having had nothing pending for 5 s"
+                    } else {
+                        ""
+                    },
                     self.lost,
                     f(self.backlog.end, 0),
                     f(self.relay_delta.and_then(|r| r.dead_lettered), 0),
@@ -678,7 +799,10 @@ impl Report {
             } else if self.acked == 0 {
                 "FAILED (nothing acked)".to_string()
             } else {
-                format!("FAILED (lost {}, out of order {})", self.lost, self.order.violations)
+                format!(
+                    "FAILED (lost {}, out of order {})",
+                    self.lost, self.order.violations
+                )
             }
         ));
         out
@@ -701,15 +825,33 @@ impl Report {
         put("target", json!(a.target));
         put("connections", json!(a.connections));
         put("rate", json!(a.rate));
-        put("body_bytes", json!(if a.corpus.is_some() { None } else { Some(a.body_bytes) }));
-        put("corpus", json!(a.corpus.as_ref().map(|p| p.display().to_string())));
+        put(
+            "body_bytes",
+            json!(if a.corpus.is_some() {
+                None
+            } else {
+                Some(a.body_bytes)
+            }),
+        );
+        put(
+            "corpus",
+            json!(a.corpus.as_ref().map(|p| p.display().to_string())),
+        );
         put("keys", json!(a.keys));
         put("key_dist", json!(a.key_dist.name()));
         put("sink_delay_ms", json!(a.sink_delay_ms));
         put("posted", json!(self.posted));
         put("acked", json!(self.acked));
         put("non2xx", json!(self.non2xx.values().sum::<u64>()));
-        put("non2xx_by_status", json!(self.non2xx.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>()));
+        put(
+            "non2xx_by_status",
+            json!(
+                self.non2xx
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), *v))
+                    .collect::<BTreeMap<_, _>>()
+            ),
+        );
         put("errors", json!(self.errors.values().sum::<u64>()));
         put("errors_by_kind", json!(self.errors));
         put("connect_failures", json!(self.connect_failures));
@@ -731,7 +873,10 @@ impl Report {
             put("duplicated", json!(self.duplicated));
             put("extra_receipts", json!(self.extra_receipts));
             put("unexpected", json!(self.unexpected));
-            put("unexpected_after_non2xx", json!(self.unexpected_after_non2xx));
+            put(
+                "unexpected_after_non2xx",
+                json!(self.unexpected_after_non2xx),
+            );
             put("unknown_ids", json!(self.unknown_ids));
             put("corrupt", json!(self.corrupt));
             put("wrong_key", json!(self.wrong_key));
@@ -745,7 +890,13 @@ impl Report {
             put("seq_lookups", json!(self.seq_lookups.map(|l| l.0)));
             put("seq_lookups_failed", json!(self.seq_lookups.map(|l| l.1)));
             put("drained", json!(self.drain.map(|d| d.complete)));
-            put("drain_s", json!(self.drain.map(|d| d.end_us.saturating_sub(self.post_end_us) as f64 / 1e6)));
+            put(
+                "drain_s",
+                json!(
+                    self.drain
+                        .map(|d| d.end_us.saturating_sub(self.post_end_us) as f64 / 1e6)
+                ),
+            );
         }
         let b = &self.backlog;
         put("backlog_start", json!(b.start));
@@ -773,11 +924,25 @@ mod tests {
     use super::*;
 
     fn sent(id: u64, send_us: u64, ack_us: u64) -> Sent {
-        Sent { id, key: 0, send_us, due_us: None, ack_us: Some(ack_us), outcome: Outcome::Status(200) }
+        Sent {
+            id,
+            key: 0,
+            send_us,
+            due_us: None,
+            ack_us: Some(ack_us),
+            outcome: Outcome::Status(200),
+        }
     }
 
     fn got(id: u64, key: Option<&str>, at_us: u64) -> Delivery {
-        Delivery { id: Some(id), ordering_key: key.map(Into::into), seq: None, idempotency_key: Some(u128::from(id) + 1000), attempt: 1, at_us }
+        Delivery {
+            id: Some(id),
+            ordering_key: key.map(Into::into),
+            seq: None,
+            idempotency_key: Some(u128::from(id) + 1000),
+            attempt: 1,
+            at_us,
+        }
     }
 
     fn input<'a>(s: &'a [Sent], d: &'a [Delivery]) -> Input<'a> {
@@ -796,7 +961,12 @@ mod tests {
 
     /// Hooks 0..3 of one key, each sent after the previous one's 200.
     fn serial() -> Vec<Sent> {
-        vec![sent(0, 0, 10), sent(1, 20, 30), sent(2, 40, 50), sent(3, 60, 70)]
+        vec![
+            sent(0, 0, 10),
+            sent(1, 20, 30),
+            sent(2, 40, 50),
+            sent(3, 60, 70),
+        ]
     }
 
     #[test]
@@ -804,8 +974,19 @@ mod tests {
         let s = serial();
         let d: Vec<_> = (0..4).map(|i| got(i, Some("k"), 100 + i)).collect();
         let r = Report::build(&input(&s, &d), &[], None, None);
-        assert_eq!((r.acked, r.delivered, r.lost, r.duplicated, r.unexpected), (4, 4, 0, 0, 0));
-        assert_eq!((r.order.pairs, r.order.by_time, r.order.violations, r.order.unknown), (3, 3, 0, 0));
+        assert_eq!(
+            (r.acked, r.delivered, r.lost, r.duplicated, r.unexpected),
+            (4, 4, 0, 0, 0)
+        );
+        assert_eq!(
+            (
+                r.order.pairs,
+                r.order.by_time,
+                r.order.violations,
+                r.order.unknown
+            ),
+            (3, 3, 0, 0)
+        );
         assert!(r.ok(false));
     }
 
@@ -817,7 +998,14 @@ mod tests {
         let s: Vec<Sent> = (0..5).map(|i| sent(i, i, i + 1)).collect();
         // Minute 0: hooks 0, 1 (and 1 again: counted once); minute 1: 2, 3;
         // minute 2: 4 (a partial third minute is not a bucket).
-        let d = vec![got(0, None, 10), got(1, None, min - 1), got(1, None, min + 5), got(2, None, min), got(3, None, 2 * min - 1), got(4, None, 2 * min + 1)];
+        let d = vec![
+            got(0, None, 10),
+            got(1, None, min - 1),
+            got(1, None, min + 5),
+            got(2, None, min),
+            got(3, None, 2 * min - 1),
+            got(4, None, 2 * min + 1),
+        ];
         let mut i = input(&s, &d);
         i.post_end_us = 2 * min + 30_000_000;
         let r = Report::build(&i, &[], None, None);
@@ -832,7 +1020,13 @@ mod tests {
     #[test]
     fn a_repeat_of_the_last_hook_is_a_duplicate_not_a_violation() {
         let s = serial();
-        let d = vec![got(0, Some("k"), 1), got(1, Some("k"), 2), got(1, Some("k"), 3), got(2, Some("k"), 4), got(3, Some("k"), 5)];
+        let d = vec![
+            got(0, Some("k"), 1),
+            got(1, Some("k"), 2),
+            got(1, Some("k"), 3),
+            got(2, Some("k"), 4),
+            got(3, Some("k"), 5),
+        ];
         let r = Report::build(&input(&s, &d), &[], None, None);
         assert_eq!((r.duplicated, r.extra_receipts), (1, 1));
         assert_eq!((r.order.repeats, r.order.violations), (1, 0));
@@ -843,15 +1037,29 @@ mod tests {
     fn an_older_hook_again_or_a_swap_is_a_violation() {
         let s = serial();
         // 0 1 2 0 3: hook 0 again after 2 (not the last one): one violation.
-        let d = vec![got(0, Some("k"), 1), got(1, Some("k"), 2), got(2, Some("k"), 3), got(0, Some("k"), 4), got(3, Some("k"), 5)];
+        let d = vec![
+            got(0, Some("k"), 1),
+            got(1, Some("k"), 2),
+            got(2, Some("k"), 3),
+            got(0, Some("k"), 4),
+            got(3, Some("k"), 5),
+        ];
         let r = Report::build(&input(&s, &d), &[], None, None);
         assert_eq!((r.order.violations, r.duplicated), (1, 1));
         assert!(!r.ok(false));
         // 0 2 1 3: one descent.
-        let d = vec![got(0, Some("k"), 1), got(2, Some("k"), 2), got(1, Some("k"), 3), got(3, Some("k"), 4)];
+        let d = vec![
+            got(0, Some("k"), 1),
+            got(2, Some("k"), 2),
+            got(1, Some("k"), 3),
+            got(3, Some("k"), 4),
+        ];
         let r = Report::build(&input(&s, &d), &[], None, None);
         assert_eq!(r.order.violations, 1);
-        assert_eq!(r.order.first_violation.as_deref(), Some("key k: hook 1 delivered after hook 2, which was sent after hook 1's 200"));
+        assert_eq!(
+            r.order.first_violation.as_deref(),
+            Some("key k: hook 1 delivered after hook 2, which was sent after hook 1's 200")
+        );
     }
 
     #[test]
@@ -863,7 +1071,10 @@ mod tests {
         let o = order(&i);
         assert_eq!((o.unknown, o.violations), (1, 0));
         assert_eq!(ids_needing_seq(&i), HashSet::from([0, 1]));
-        assert_eq!(idempotency_keys(&d, &HashSet::from([0, 1]), 10), vec![(0, 1000), (1, 1001)]);
+        assert_eq!(
+            idempotency_keys(&d, &HashSet::from([0, 1]), 10),
+            vec![(0, 1000), (1, 1001)]
+        );
         // The relay committed 1 first: in order.
         i.seqs = HashMap::from([(0, 8), (1, 7)]);
         let o = order(&i);
@@ -876,7 +1087,12 @@ mod tests {
     #[test]
     fn keys_are_checked_apart_and_unordered_deliveries_not_at_all() {
         let s = serial();
-        let d = vec![got(1, Some("a"), 1), got(0, Some("b"), 2), got(3, None, 3), got(2, None, 4)];
+        let d = vec![
+            got(1, Some("a"), 1),
+            got(0, Some("b"), 2),
+            got(3, None, 3),
+            got(2, None, 4),
+        ];
         let r = Report::build(&input(&s, &d), &[], None, None);
         assert_eq!((r.order.keys, r.order.pairs, r.order.violations), (2, 0, 0));
     }
@@ -888,9 +1104,23 @@ mod tests {
         s[1].ack_us = None;
         s[2].outcome = Outcome::Status(503);
         // 0 received, 1 (no answer) received, 2 (503) received, 3 lost; 99 never sent.
-        let d = vec![got(0, None, 1), got(1, None, 2), got(2, None, 3), got(99, None, 4)];
+        let d = vec![
+            got(0, None, 1),
+            got(1, None, 2),
+            got(2, None, 3),
+            got(99, None, 4),
+        ];
         let r = Report::build(&input(&s, &d), &[], None, None);
-        assert_eq!((r.acked, r.lost, r.unexpected, r.unexpected_after_non2xx, r.unknown_ids), (2, 1, 2, 1, 1));
+        assert_eq!(
+            (
+                r.acked,
+                r.lost,
+                r.unexpected,
+                r.unexpected_after_non2xx,
+                r.unknown_ids
+            ),
+            (2, 1, 2, 1, 1)
+        );
         assert_eq!(r.non2xx.get(&503), Some(&1));
         assert_eq!(r.errors.get("connection"), Some(&1));
         assert!(!r.ok(false));
@@ -908,16 +1138,42 @@ mod tests {
         assert_eq!(slope(&[(0.0, 10.0), (1.0, 20.0), (2.0, 30.0)]), Some(10.0));
         assert_eq!(slope(&[(0.0, 5.0), (1.0, 5.0)]), Some(0.0));
         assert_eq!(slope(&[(0.0, 5.0)]), None);
-        let g = |p: f64| Gauges { pending: Some(p), ..Gauges::default() };
+        let g = |p: f64| Gauges {
+            pending: Some(p),
+            ..Gauges::default()
+        };
         let samples = [
-            Sample { at_us: 0, phase: Phase::Start, gauges: g(0.0) },
-            Sample { at_us: 1_000_000, phase: Phase::Posting, gauges: g(100.0) },
-            Sample { at_us: 2_000_000, phase: Phase::Posting, gauges: g(200.0) },
-            Sample { at_us: 3_000_000, phase: Phase::PostEnd, gauges: g(300.0) },
-            Sample { at_us: 4_000_000, phase: Phase::End, gauges: g(0.0) },
+            Sample {
+                at_us: 0,
+                phase: Phase::Start,
+                gauges: g(0.0),
+            },
+            Sample {
+                at_us: 1_000_000,
+                phase: Phase::Posting,
+                gauges: g(100.0),
+            },
+            Sample {
+                at_us: 2_000_000,
+                phase: Phase::Posting,
+                gauges: g(200.0),
+            },
+            Sample {
+                at_us: 3_000_000,
+                phase: Phase::PostEnd,
+                gauges: g(300.0),
+            },
+            Sample {
+                at_us: 4_000_000,
+                phase: Phase::End,
+                gauges: g(0.0),
+            },
         ];
         let b = backlog(&samples, 0, 3_000_000);
-        assert_eq!((b.start, b.middle, b.post_end, b.end, b.max), (Some(0.0), Some(100.0), Some(300.0), Some(0.0), Some(300.0)));
+        assert_eq!(
+            (b.start, b.middle, b.post_end, b.end, b.max),
+            (Some(0.0), Some(100.0), Some(300.0), Some(0.0), Some(300.0))
+        );
         assert_eq!(b.slope_per_s.map(|x| x.round()), Some(100.0));
     }
 
@@ -930,7 +1186,9 @@ mod tests {
 
     #[test]
     fn latencies_come_from_the_histogram() {
-        let s: Vec<Sent> = (0..1000).map(|i| sent(i, i * 10, i * 10 + 1000 + i)).collect();
+        let s: Vec<Sent> = (0..1000)
+            .map(|i| sent(i, i * 10, i * 10 + 1000 + i))
+            .collect();
         let r = Report::build(&input(&s, &[]), &[], None, None);
         let p50 = r.ack.p50.expect("p50");
         assert!((1.49..=1.51).contains(&p50), "{p50}");

@@ -25,7 +25,8 @@ const CURSOR_KEY_MAX: usize = 128;
 
 /// The message of every 503 `store_failed` of the admin API; the detail is in
 /// the relay's log.
-pub const STORE_FAILED_MESSAGE: &str = "the store failed a read or a write; the relay's log has the detail";
+pub const STORE_FAILED_MESSAGE: &str =
+    "the store failed a read or a write; the relay's log has the detail";
 
 /// An answer other than 2xx: its status, a stable machine-readable `code`
 /// (`bad_request`, `unauthorized`, `forbidden`, `not_found`, `method_not_allowed`,
@@ -44,24 +45,44 @@ pub struct ApiError {
 impl ApiError {
     /// 400 `bad_request`: the request is malformed.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, code: "bad_request", message: message.into() }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "bad_request",
+            message: message.into(),
+        }
     }
     /// 404 `not_found`.
     pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::NOT_FOUND, code: "not_found", message: message.into() }
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            message: message.into(),
+        }
     }
     /// 409 `conflict`: the target is not in a state that allows it.
     pub fn conflict(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::CONFLICT, code: "conflict", message: message.into() }
+        ApiError {
+            status: StatusCode::CONFLICT,
+            code: "conflict",
+            message: message.into(),
+        }
     }
     /// 422 `unprocessable`: well-formed, but it cannot be done as asked.
     pub fn unprocessable(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::UNPROCESSABLE_ENTITY, code: "unprocessable", message: message.into() }
+        ApiError {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: "unprocessable",
+            message: message.into(),
+        }
     }
     /// 503 `unavailable`: a task the request needs (the Writer, the
     /// pipeline) is not running (the relay is starting or stopping).
     pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, code: "unavailable", message: message.into() }
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "unavailable",
+            message: message.into(),
+        }
     }
     /// 503 `store_failed`: the store failed a read or a write. The detail
     /// (a backend's error, which may name the store's files and so the
@@ -69,7 +90,11 @@ impl ApiError {
     /// [`STORE_FAILED_MESSAGE`] (issue 14, secrets never leak).
     pub fn store(e: impl std::fmt::Display) -> ApiError {
         tracing::warn!(error = %e, "admin request: the store failed (answered 503 store_failed)");
-        ApiError { status: StatusCode::SERVICE_UNAVAILABLE, code: "store_failed", message: STORE_FAILED_MESSAGE.to_owned() }
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "store_failed",
+            message: STORE_FAILED_MESSAGE.to_owned(),
+        }
     }
 
     /// The JSON body.
@@ -90,7 +115,9 @@ impl From<QueueError> for ApiError {
     /// the store's.
     fn from(e: QueueError) -> Self {
         match e {
-            QueueError::NotInDlq { .. } => ApiError::conflict("the row is not in the dead-letter queue"),
+            QueueError::NotInDlq { .. } => {
+                ApiError::conflict("the row is not in the dead-letter queue")
+            }
             other => ApiError::store(other),
         }
     }
@@ -113,7 +140,9 @@ impl Query {
         let mut params = BTreeMap::new();
         for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             if params.insert(k.to_string(), v.to_string()).is_some() {
-                return Err(ApiError::bad_request(format!("query parameter {k:?} given more than once")));
+                return Err(ApiError::bad_request(format!(
+                    "query parameter {k:?} given more than once"
+                )));
             }
         }
         Ok(Query { params })
@@ -129,10 +158,14 @@ impl Query {
     /// # Errors
     /// 400 for a value that is not a number in range.
     pub fn limit(&mut self) -> Result<usize, ApiError> {
-        let Some(raw) = self.take("limit") else { return Ok(DEFAULT_LIMIT) };
+        let Some(raw) = self.take("limit") else {
+            return Ok(DEFAULT_LIMIT);
+        };
         match raw.parse::<u64>() {
             Ok(n) if (1..=MAX_LIMIT as u64).contains(&n) => Ok(n as usize),
-            _ => Err(ApiError::bad_request(format!("limit {raw:?} is not a number from 1 to {MAX_LIMIT}"))),
+            _ => Err(ApiError::bad_request(format!(
+                "limit {raw:?} is not a number from 1 to {MAX_LIMIT}"
+            ))),
         }
     }
 
@@ -141,7 +174,11 @@ impl Query {
     /// # Errors
     /// 400 for anything else.
     pub fn time_ms(&mut self, name: &str) -> Result<Option<u64>, ApiError> {
-        self.take(name).map(|raw| parse_time_ms(&raw).map_err(|m| ApiError::bad_request(format!("{name}: {m}")))).transpose()
+        self.take(name)
+            .map(|raw| {
+                parse_time_ms(&raw).map_err(|m| ApiError::bad_request(format!("{name}: {m}")))
+            })
+            .transpose()
     }
 
     /// Refuses every parameter nobody took.
@@ -151,7 +188,9 @@ impl Query {
     pub fn finish(self) -> Result<(), ApiError> {
         match self.params.into_keys().next() {
             None => Ok(()),
-            Some(k) => Err(ApiError::bad_request(format!("unknown query parameter {k:?}"))),
+            Some(k) => Err(ApiError::bad_request(format!(
+                "unknown query parameter {k:?}"
+            ))),
         }
     }
 }
@@ -163,10 +202,14 @@ impl Query {
 /// A message for anything else, or a time before 1970.
 pub fn parse_time_ms(raw: &str) -> Result<u64, String> {
     if !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_digit()) {
-        return raw.parse::<u64>().map_err(|_| format!("{raw:?} is too large for unix milliseconds"));
+        return raw
+            .parse::<u64>()
+            .map_err(|_| format!("{raw:?} is too large for unix milliseconds"));
     }
     let t = time::OffsetDateTime::parse(raw, &time::format_description::well_known::Rfc3339)
-        .map_err(|e| format!("{raw:?} is neither unix milliseconds nor an RFC 3339 date-time ({e})"))?;
+        .map_err(|e| {
+            format!("{raw:?} is neither unix milliseconds nor an RFC 3339 date-time ({e})")
+        })?;
     let ms = t.unix_timestamp_nanos() / 1_000_000;
     u64::try_from(ms).map_err(|_| format!("{raw:?} is before 1970"))
 }
@@ -175,7 +218,8 @@ pub fn parse_time_ms(raw: &str) -> Result<u64, String> {
 pub fn rfc3339(ms: u64) -> Option<String> {
     let nanos = i128::from(ms).checked_mul(1_000_000)?;
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(nanos).ok()?;
-    t.format(&time::format_description::well_known::Rfc3339).ok()
+    t.format(&time::format_description::well_known::Rfc3339)
+        .ok()
 }
 
 /// What a cursor resumes: each list has its own kind, so a cursor of one list
@@ -207,8 +251,11 @@ pub fn encode_cursor(kind: CursorKind, key: &[u8]) -> String {
 /// # Errors
 /// 400 for text that is not one of this binary's cursors of `kind`.
 pub fn decode_cursor(kind: CursorKind, text: &str) -> Result<Vec<u8>, ApiError> {
-    let bad = |why: &str| ApiError::bad_request(format!("cursor {text:?} is not valid here: {why}"));
-    let raw = URL_SAFE_NO_PAD.decode(text.as_bytes()).map_err(|_| bad("not base64url"))?;
+    let bad =
+        |why: &str| ApiError::bad_request(format!("cursor {text:?} is not valid here: {why}"));
+    let raw = URL_SAFE_NO_PAD
+        .decode(text.as_bytes())
+        .map_err(|_| bad("not base64url"))?;
     match raw.as_slice() {
         [v, _, ..] if *v != CURSOR_VERSION => Err(bad("unknown version")),
         [_, k, ..] if *k != kind as u8 => Err(bad("it belongs to another list")),
@@ -228,7 +275,11 @@ pub fn row_id_text(tenant: &str, row: RowId) -> String {
 /// # Errors
 /// 400 for a malformed id, 404 for a tenant the store does not know.
 pub fn parse_row_id(registry: &Registry, text: &str) -> Result<RowId, ApiError> {
-    let bad = || ApiError::bad_request(format!("{text:?} is not a row id: write <tenant>.<seq>.<sink index>, e.g. default.42.0"));
+    let bad = || {
+        ApiError::bad_request(format!(
+            "{text:?} is not a row id: write <tenant>.<seq>.<sink index>, e.g. default.42.0"
+        ))
+    };
     let mut parts = text.rsplitn(3, '.');
     let (Some(sink), Some(seq), Some(tenant)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(bad());
@@ -244,7 +295,11 @@ pub fn parse_row_id(registry: &Registry, text: &str) -> Result<RowId, ApiError> 
 /// # Errors
 /// 404 when the store has no such tenant.
 pub fn tenant_ord(registry: &Registry, name: &str) -> Result<TenantOrd, ApiError> {
-    registry.tenants.get(name).copied().ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))
+    registry
+        .tenants
+        .get(name)
+        .copied()
+        .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))
 }
 
 /// A seq from a path segment.
@@ -252,7 +307,9 @@ pub fn tenant_ord(registry: &Registry, name: &str) -> Result<TenantOrd, ApiError
 /// # Errors
 /// 400 when it is not a number.
 pub fn parse_seq(text: &str) -> Result<Seq, ApiError> {
-    canonical(text).map(Seq).ok_or_else(|| ApiError::bad_request(format!("seq {text:?} is not a number")))
+    canonical(text)
+        .map(Seq)
+        .ok_or_else(|| ApiError::bad_request(format!("seq {text:?} is not a number")))
 }
 
 /// A number written the one way the API writes it: decimal digits, no sign,
@@ -267,7 +324,9 @@ pub fn canonical<N: std::str::FromStr>(text: &str) -> Option<N> {
 
 /// `bytes` as JSON text when it is UTF-8, else `null`.
 pub fn utf8(bytes: &[u8]) -> serde_json::Value {
-    std::str::from_utf8(bytes).map_or(serde_json::Value::Null, |s| serde_json::Value::String(s.to_owned()))
+    std::str::from_utf8(bytes).map_or(serde_json::Value::Null, |s| {
+        serde_json::Value::String(s.to_owned())
+    })
 }
 
 /// `bytes` as standard base64.
@@ -304,15 +363,26 @@ mod tests {
             api.body(),
             serde_json::json!({"error": {"code": "store_failed", "message": STORE_FAILED_MESSAGE}})
         );
-        let q = ApiError::from(QueueError::from(ankusa_engine::EngineError::Corrupt { what: format!("a row at {path}") }));
+        let q = ApiError::from(QueueError::from(ankusa_engine::EngineError::Corrupt {
+            what: format!("a row at {path}"),
+        }));
         assert!(!q.body().to_string().contains("/srv/ankusa"));
     }
 
     #[test]
     fn cursors_round_trip_and_refuse_what_they_are_not() {
         let c = encode_cursor(CursorKind::DeadLetters, b"X\0\0\0\x01");
-        assert_eq!(decode_cursor(CursorKind::DeadLetters, &c).unwrap(), b"X\0\0\0\x01");
-        for bad in ["", "!!!", "AQ", &encode_cursor(CursorKind::Tenants, b"x"), "AgMx"] {
+        assert_eq!(
+            decode_cursor(CursorKind::DeadLetters, &c).unwrap(),
+            b"X\0\0\0\x01"
+        );
+        for bad in [
+            "",
+            "!!!",
+            "AQ",
+            &encode_cursor(CursorKind::Tenants, b"x"),
+            "AgMx",
+        ] {
             let e = decode_cursor(CursorKind::DeadLetters, bad).unwrap_err();
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
         }
@@ -322,20 +392,42 @@ mod tests {
 
     #[test]
     fn limits_times_and_unknown_parameters() {
-        let mut q = Query::parse(Some("limit=1000&since=2026-01-02T03:04:05Z&until=1700000000000&x=1")).unwrap();
+        let mut q = Query::parse(Some(
+            "limit=1000&since=2026-01-02T03:04:05Z&until=1700000000000&x=1",
+        ))
+        .unwrap();
         assert_eq!(q.limit().unwrap(), 1000);
         assert_eq!(q.time_ms("since").unwrap(), Some(1_767_323_045_000));
         assert_eq!(q.time_ms("until").unwrap(), Some(1_700_000_000_000));
-        assert_eq!(q.finish().unwrap_err().message, "unknown query parameter \"x\"");
-        for bad in ["limit=0", "limit=1001", "limit=1000000000", "limit=-1", "limit=ten"] {
-            assert_eq!(Query::parse(Some(bad)).unwrap().limit().unwrap_err().status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            q.finish().unwrap_err().message,
+            "unknown query parameter \"x\""
+        );
+        for bad in [
+            "limit=0",
+            "limit=1001",
+            "limit=1000000000",
+            "limit=-1",
+            "limit=ten",
+        ] {
+            assert_eq!(
+                Query::parse(Some(bad)).unwrap().limit().unwrap_err().status,
+                StatusCode::BAD_REQUEST
+            );
         }
         assert!(Query::parse(Some("a=1&a=2")).is_err());
         assert_eq!(Query::parse(None).unwrap().limit().unwrap(), DEFAULT_LIMIT);
-        for bad in ["yesterday", "1969-12-31T23:59:59Z", "99999999999999999999999"] {
+        for bad in [
+            "yesterday",
+            "1969-12-31T23:59:59Z",
+            "99999999999999999999999",
+        ] {
             assert!(parse_time_ms(bad).is_err(), "{bad}");
         }
-        assert_eq!(rfc3339(1_767_323_045_678).as_deref(), Some("2026-01-02T03:04:05.678Z"));
+        assert_eq!(
+            rfc3339(1_767_323_045_678).as_deref(),
+            Some("2026-01-02T03:04:05.678Z")
+        );
         assert_eq!(rfc3339(u64::MAX), None);
     }
 
@@ -346,10 +438,28 @@ mod tests {
         let row = parse_row_id(&reg, "acme-1.42.7").unwrap();
         assert_eq!(row, RowId::new(TenantOrd(3), Seq(42), SinkIx(7)));
         assert_eq!(row_id_text("acme-1", row), "acme-1.42.7");
-        assert_eq!(parse_row_id(&reg, "nobody.1.0").unwrap_err().status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            parse_row_id(&reg, "nobody.1.0").unwrap_err().status,
+            StatusCode::NOT_FOUND
+        );
         // One row, one id: a sign or a leading zero is another spelling.
-        for bad in ["", "acme-1", "acme-1.1", "acme-1.x.0", "acme-1.1.70000", "acme-1.-1.0", "..", "acme-1.+8.0", "acme-1.07.0", "acme-1.7.00"] {
-            assert_eq!(parse_row_id(&reg, bad).unwrap_err().status, StatusCode::BAD_REQUEST, "{bad}");
+        for bad in [
+            "",
+            "acme-1",
+            "acme-1.1",
+            "acme-1.x.0",
+            "acme-1.1.70000",
+            "acme-1.-1.0",
+            "..",
+            "acme-1.+8.0",
+            "acme-1.07.0",
+            "acme-1.7.00",
+        ] {
+            assert_eq!(
+                parse_row_id(&reg, bad).unwrap_err().status,
+                StatusCode::BAD_REQUEST,
+                "{bad}"
+            );
         }
     }
 }

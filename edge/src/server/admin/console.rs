@@ -57,10 +57,22 @@ pub(crate) fn response(path: &str) -> Option<Response<Full<Bytes>>> {
     *r.status_mut() = StatusCode::OK;
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    h.insert(HeaderName::from_static("content-security-policy"), HeaderValue::from_static(CSP));
-    h.insert(HeaderName::from_static("x-content-type-options"), HeaderValue::from_static("nosniff"));
-    h.insert(HeaderName::from_static("referrer-policy"), HeaderValue::from_static("no-referrer"));
-    h.insert(HeaderName::from_static("x-frame-options"), HeaderValue::from_static("DENY"));
+    h.insert(
+        HeaderName::from_static("content-security-policy"),
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        HeaderName::from_static("x-content-type-options"),
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        HeaderName::from_static("referrer-policy"),
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(
+        HeaderName::from_static("x-frame-options"),
+        HeaderValue::from_static("DENY"),
+    );
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Some(r)
 }
@@ -102,7 +114,10 @@ mod tests {
     #[test]
     fn the_files_have_no_inline_code_and_the_script_no_html_sinks() {
         let html = INDEX_HTML.to_ascii_lowercase();
-        let scripts: Vec<&str> = html.match_indices("<script").map(|(i, _)| &html[i..i + html[i..].find('>').unwrap()]).collect();
+        let scripts: Vec<&str> = html
+            .match_indices("<script")
+            .map(|(i, _)| &html[i..i + html[i..].find('>').unwrap()])
+            .collect();
         assert_eq!(scripts, [r#"<script src="/console/console.js" defer"#]);
         assert!(html.contains(r#"<link rel="stylesheet" href="/console/console.css">"#));
         assert!(!html.contains("<style"));
@@ -111,9 +126,20 @@ mod tests {
         for (i, _) in html.match_indices(" on") {
             let rest = &html[i + 3..];
             let name: String = rest.chars().take_while(char::is_ascii_alphabetic).collect();
-            assert!(!(name.len() > 2 && rest[name.len()..].starts_with('=')), "an inline handler on{name}= in index.html");
+            assert!(
+                !(name.len() > 2 && rest[name.len()..].starts_with('=')),
+                "an inline handler on{name}= in index.html"
+            );
         }
-        for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "setAttribute('style"] {
+        for sink in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+            "new Function",
+            "setAttribute('style",
+        ] {
             assert!(!CONSOLE_JS.contains(sink), "console.js uses {sink}");
         }
     }

@@ -12,15 +12,18 @@ use std::collections::HashMap;
 
 use ankusa_engine::{Batch, Cf, Direction, KeyRange, Kv, Read};
 use ankusa_keys::{
-    DeadLetterKey, DeadLetterValue, DeliveryRow, Envelope, Family, Seq, SourceId, TenantOrd, dead_letter_key, delivery_key,
-    family_range, hook_key, tenant_range,
+    DeadLetterKey, DeadLetterValue, DeliveryRow, Envelope, Family, Seq, SourceId, TenantOrd,
+    dead_letter_key, delivery_key, family_range, hook_key, tenant_range,
 };
 use ankusa_queue::{QueueError, RowId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::AdminState;
-use super::api::{ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_row_id, rfc3339, row_id_text, tenant_ord, utf8, uuid_text};
+use super::api::{
+    ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_row_id, rfc3339, row_id_text,
+    tenant_ord, utf8, uuid_text,
+};
 use super::views::sink_name;
 
 /// Most ?X entries one list request examines: a page may hold fewer than
@@ -78,7 +81,9 @@ impl DlqFilter {
         if let (Some(s), Some(u)) = (self.since_ms, self.until_ms)
             && s >= u
         {
-            return Err(ApiError::bad_request(format!("the time range is empty or inverted: since {s} is not before until {u}")));
+            return Err(ApiError::bad_request(format!(
+                "the time range is empty or inverted: since {s} is not before until {u}"
+            )));
         }
         if let Some(t) = &self.tenant {
             tenant_ord(&state.registry, t)?;
@@ -93,8 +98,16 @@ impl DlqFilter {
                 Some(s) => state.config.source(s).into_iter().collect(),
                 None => state.config.sources.iter().collect(),
             };
-            if !sources.iter().any(|s| s.sinks.iter().any(|e| &e.name == name)) {
-                return Err(ApiError::not_found(format!("no sink {name:?} in {}", self.source.as_deref().map_or("any source".to_owned(), |s| format!("source {s:?}")))));
+            if !sources
+                .iter()
+                .any(|s| s.sinks.iter().any(|e| &e.name == name))
+            {
+                return Err(ApiError::not_found(format!(
+                    "no sink {name:?} in {}",
+                    self.source
+                        .as_deref()
+                        .map_or("any source".to_owned(), |s| format!("source {s:?}"))
+                )));
             }
         }
         Ok(())
@@ -152,20 +165,42 @@ pub(crate) struct Scanned {
 
 /// Examines up to `budget` ?X entries of `filter`'s range from `from` (a key;
 /// empty: the start), stopping early once `want` match.
-pub(crate) fn scan<K: Kv>(state: &AdminState<K>, filter: &DlqFilter, from: &[u8], budget: usize, want: usize) -> Result<Scanned, ApiError> {
+pub(crate) fn scan<K: Kv>(
+    state: &AdminState<K>,
+    filter: &DlqFilter,
+    from: &[u8],
+    budget: usize,
+    want: usize,
+) -> Result<Scanned, ApiError> {
     let mut range = filter.range(state)?;
     if from > range.start.as_slice() {
         if from >= range.end.as_slice() {
-            return Ok(Scanned { matched: Vec::new(), examined: 0, resume: None });
+            return Ok(Scanned {
+                matched: Vec::new(),
+                examined: 0,
+                resume: None,
+            });
         }
         range.start = from.to_vec();
     }
-    let source_id: Option<SourceId> = filter.source.as_ref().and_then(|s| state.registry.sources.get(s).copied());
+    let source_id: Option<SourceId> = filter
+        .source
+        .as_ref()
+        .and_then(|s| state.registry.sources.get(s).copied());
     let mut envelopes = Envelopes::default();
-    let mut out = Scanned { matched: Vec::new(), examined: 0, resume: None };
+    let mut out = Scanned {
+        matched: Vec::new(),
+        examined: 0,
+        resume: None,
+    };
     const PAGE: usize = 512;
     'pages: loop {
-        let page = state.kv.scan(Cf::Index, &range, Direction::Forward, PAGE.min(budget - out.examined).max(1))?;
+        let page = state.kv.scan(
+            Cf::Index,
+            &range,
+            Direction::Forward,
+            PAGE.min(budget - out.examined).max(1),
+        )?;
         let full = page.len() == PAGE.min(budget - out.examined).max(1);
         for (k, v) in &page {
             out.examined += 1;
@@ -174,7 +209,10 @@ pub(crate) fn scan<K: Kv>(state: &AdminState<K>, filter: &DlqFilter, from: &[u8]
             let key = DeadLetterKey::decode(k).map_err(ApiError::store)?;
             let value = DeadLetterValue::decode(v).map_err(ApiError::store)?;
             let row = RowId::new(key.tenant, key.seq, key.sink);
-            let mut ok = filter.reason.as_ref().is_none_or(|r| value.reason.starts_with(r.as_str()))
+            let mut ok = filter
+                .reason
+                .as_ref()
+                .is_none_or(|r| value.reason.starts_with(r.as_str()))
                 && filter.since_ms.is_none_or(|s| value.dead_at_ms >= s)
                 && filter.until_ms.is_none_or(|u| value.dead_at_ms < u);
             let mut envelope = None;
@@ -192,7 +230,11 @@ pub(crate) fn scan<K: Kv>(state: &AdminState<K>, filter: &DlqFilter, from: &[u8]
                 }
             }
             if ok {
-                out.matched.push(Dead { row, value, envelope });
+                out.matched.push(Dead {
+                    row,
+                    value,
+                    envelope,
+                });
             }
             if out.matched.len() >= want || out.examined >= budget {
                 out.resume = Some(next);
@@ -205,21 +247,39 @@ pub(crate) fn scan<K: Kv>(state: &AdminState<K>, filter: &DlqFilter, from: &[u8]
         }
     }
     // A resume key at the end of the range is "done".
-    if out.resume.as_deref().is_some_and(|r| r >= range.end.as_slice()) {
+    if out
+        .resume
+        .as_deref()
+        .is_some_and(|r| r >= range.end.as_slice())
+    {
         out.resume = None;
     }
     Ok(out)
 }
 
 /// A dead letter as JSON.
-fn dead_view<K: Kv>(state: &AdminState<K>, d: &Dead, envelopes: &mut Envelopes) -> Result<Value, ApiError> {
-    let tenant = state.registry.tenant_name(d.row.tenant).unwrap_or("?").to_owned();
+fn dead_view<K: Kv>(
+    state: &AdminState<K>,
+    d: &Dead,
+    envelopes: &mut Envelopes,
+) -> Result<Value, ApiError> {
+    let tenant = state
+        .registry
+        .tenant_name(d.row.tenant)
+        .unwrap_or("?")
+        .to_owned();
     let env = match &d.envelope {
         Some(e) => Some(e.clone()),
         None => envelopes.get(&*state.kv, d.row)?,
     };
-    let source = env.as_ref().and_then(|e| state.registry.source_name(e.source)).map(str::to_owned);
-    let row = match state.kv.get(Cf::Deliveries, &delivery_key(d.row.tenant, d.row.seq, d.row.sink))? {
+    let source = env
+        .as_ref()
+        .and_then(|e| state.registry.source_name(e.source))
+        .map(str::to_owned);
+    let row = match state.kv.get(
+        Cf::Deliveries,
+        &delivery_key(d.row.tenant, d.row.seq, d.row.sink),
+    )? {
         Some(raw) => DeliveryRow::decode(&raw).ok(),
         None => None,
     };
@@ -246,32 +306,68 @@ fn dead_view<K: Kv>(state: &AdminState<K>, d: &Dead, envelopes: &mut Envelopes) 
 /// (tenant, seq, sink).
 pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, ApiError> {
     let limit = q.limit()?;
-    let cursor = q.take("cursor").map(|c| decode_cursor(CursorKind::DeadLetters, &c)).transpose()?;
+    let cursor = q
+        .take("cursor")
+        .map(|c| decode_cursor(CursorKind::DeadLetters, &c))
+        .transpose()?;
     let filter = DlqFilter::from_query(&mut q)?;
     q.finish()?;
     filter.check(state)?;
-    let found = scan(state, &filter, cursor.as_deref().unwrap_or(&[]), LIST_SCAN_BUDGET, limit)?;
+    let found = scan(
+        state,
+        &filter,
+        cursor.as_deref().unwrap_or(&[]),
+        LIST_SCAN_BUDGET,
+        limit,
+    )?;
     let mut envelopes = Envelopes::default();
-    let items = found.matched.iter().map(|d| dead_view(state, d, &mut envelopes)).collect::<Result<Vec<_>, _>>()?;
-    let next = found.resume.map(|k| encode_cursor(CursorKind::DeadLetters, &k));
+    let items = found
+        .matched
+        .iter()
+        .map(|d| dead_view(state, d, &mut envelopes))
+        .collect::<Result<Vec<_>, _>>()?;
+    let next = found
+        .resume
+        .map(|k| encode_cursor(CursorKind::DeadLetters, &k));
     Ok(json!({ "items": items, "next_cursor": next }))
 }
 
-fn one<K: Kv>(state: &AdminState<K>, id: &str) -> Result<(RowId, Option<DeadLetterValue>), ApiError> {
+fn one<K: Kv>(
+    state: &AdminState<K>,
+    id: &str,
+) -> Result<(RowId, Option<DeadLetterValue>), ApiError> {
     let row = parse_row_id(&state.registry, id)?;
-    let value = state.kv.get(Cf::Index, &dead_letter_key(row.tenant, row.seq, row.sink))?;
-    Ok((row, value.map(|v| DeadLetterValue::decode(&v)).transpose().map_err(ApiError::store)?))
+    let value = state
+        .kv
+        .get(Cf::Index, &dead_letter_key(row.tenant, row.seq, row.sink))?;
+    Ok((
+        row,
+        value
+            .map(|v| DeadLetterValue::decode(&v))
+            .transpose()
+            .map_err(ApiError::store)?,
+    ))
 }
 
 /// A dead row whose source, or sink entry, is no longer in the
 /// configuration would only be dead-lettered again at once (and lose its
 /// reason): refused with 409, nothing changed. A row whose envelope is gone
 /// is left to `queue::revive`, which refuses it.
-fn refuse_unconfigured<K: Kv>(state: &AdminState<K>, row: ankusa_queue::RowId, id: &str) -> Result<(), ApiError> {
-    let Some(raw) = state.kv.get(Cf::Hooks, &hook_key(row.tenant, row.seq))? else { return Ok(()) };
-    let Ok(env) = Envelope::decode(&raw) else { return Ok(()) };
+fn refuse_unconfigured<K: Kv>(
+    state: &AdminState<K>,
+    row: ankusa_queue::RowId,
+    id: &str,
+) -> Result<(), ApiError> {
+    let Some(raw) = state.kv.get(Cf::Hooks, &hook_key(row.tenant, row.seq))? else {
+        return Ok(());
+    };
+    let Ok(env) = Envelope::decode(&raw) else {
+        return Ok(());
+    };
     let name = state.registry.source_name(env.source);
-    let configured = name.and_then(|n| state.config.source(n)).is_some_and(|s| s.sinks.iter().any(|e| e.index == row.sink.0));
+    let configured = name
+        .and_then(|n| state.config.source(n))
+        .is_some_and(|s| s.sinks.iter().any(|e| e.index == row.sink.0));
     if configured {
         return Ok(());
     }
@@ -292,8 +388,17 @@ fn not_dead(id: &str) -> ApiError {
 pub(crate) fn get<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
     q.finish()?;
     let (row, value) = one(state, id)?;
-    let value = value.ok_or_else(|| ApiError::not_found(format!("row {id} is not in the dead-letter queue")))?;
-    dead_view(state, &Dead { row, value, envelope: None }, &mut Envelopes::default())
+    let value = value
+        .ok_or_else(|| ApiError::not_found(format!("row {id} is not in the dead-letter queue")))?;
+    dead_view(
+        state,
+        &Dead {
+            row,
+            value,
+            envelope: None,
+        },
+        &mut Envelopes::default(),
+    )
 }
 
 /// Writes an admin batch `Sync` (docs/design.md section 5, "Admin API").
@@ -306,7 +411,9 @@ pub(crate) fn commit<K: Kv>(state: &AdminState<K>, batch: Batch) -> Result<(), A
 fn refuse_purging<K: Kv>(state: &AdminState<K>, row: RowId) -> Result<(), ApiError> {
     if super::steps::purging(state, row.tenant)? {
         let tenant = state.registry.tenant_name(row.tenant).unwrap_or("?");
-        return Err(ApiError::conflict(format!("tenant {tenant:?} is being purged")));
+        return Err(ApiError::conflict(format!(
+            "tenant {tenant:?} is being purged"
+        )));
     }
     Ok(())
 }
@@ -336,7 +443,11 @@ pub(crate) fn revive<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result
 
 /// `DELETE /v1/dead-letters/{id}`: `queue::drop_dead` of one row. A row not
 /// in the DLQ is a 409 and nothing changes.
-pub(crate) fn drop_one<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
+pub(crate) fn drop_one<K: Kv>(
+    state: &AdminState<K>,
+    id: &str,
+    q: Query,
+) -> Result<Value, ApiError> {
     q.finish()?;
     let row = parse_row_id(&state.registry, id)?;
     let _writes = state.writes.blocking_lock();

@@ -38,7 +38,9 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use super::AdminState;
-use super::api::{ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_time_ms, rfc3339};
+use super::api::{
+    ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_time_ms, rfc3339,
+};
 use super::dlq::{self, DlqFilter};
 use super::steps::{self, Next};
 
@@ -203,9 +205,13 @@ pub(crate) fn read_job_raw(read: &impl Read, id: u64) -> Result<Option<(Job, Vec
 }
 
 fn decode(raw: &[u8]) -> Result<Job, ApiError> {
-    let job: Job = serde_json::from_slice(raw).map_err(|e| ApiError::store(format!("a job's state does not decode: {e}")))?;
+    let job: Job = serde_json::from_slice(raw)
+        .map_err(|e| ApiError::store(format!("a job's state does not decode: {e}")))?;
     if job.v != JOB_VERSION {
-        return Err(ApiError::store(format!("job {} was written by another ankusa (state version {})", job.id, job.v)));
+        return Err(ApiError::store(format!(
+            "job {} was written by another ankusa (state version {})",
+            job.id, job.v
+        )));
     }
     Ok(job)
 }
@@ -249,23 +255,38 @@ fn time_of(name: &str, v: Option<Value>) -> Result<Option<u64>, ApiError> {
     let bad = |m: String| ApiError::bad_request(format!("filter.{name}: {m}"));
     match v {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n.as_u64().map(Some).ok_or_else(|| bad(format!("{n} is not unix milliseconds"))),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| bad(format!("{n} is not unix milliseconds"))),
         Some(Value::String(s)) => parse_time_ms(&s).map(Some).map_err(bad),
-        Some(other) => Err(bad(format!("{other} is neither unix milliseconds nor an RFC 3339 string"))),
+        Some(other) => Err(bad(format!(
+            "{other} is neither unix milliseconds nor an RFC 3339 string"
+        ))),
     }
 }
 
 /// `POST /v1/jobs`: body `{"kind", "filter": {tenant, source, sink, reason,
 /// since, until}, "sinks": [...]}` (which fields a kind takes: [`steps::plan`]);
 /// answers 202 with the job, whose steps then run in the background.
-pub(crate) fn create<K: Kv>(state: &Arc<AdminState<K>>, body: &[u8], q: Query) -> Result<Value, ApiError> {
+pub(crate) fn create<K: Kv>(
+    state: &Arc<AdminState<K>>,
+    body: &[u8],
+    q: Query,
+) -> Result<Value, ApiError> {
     q.finish()?;
-    let req: JobRequest = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body is not a job request: {e}")))?;
+    let req: JobRequest = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a job request: {e}")))?;
     let f = req.filter;
     // An empty field is refused, never read as "no filter": a script passing
     // an unset variable must not turn a drop of one tenant's dead letters
     // into a drop of every tenant's (found by the break-it pass).
-    for (name, value) in [("tenant", &f.tenant), ("source", &f.source), ("sink", &f.sink), ("reason", &f.reason)] {
+    for (name, value) in [
+        ("tenant", &f.tenant),
+        ("source", &f.source),
+        ("sink", &f.sink),
+        ("reason", &f.reason),
+    ] {
         if value.as_deref() == Some("") {
             return Err(ApiError::bad_request(format!(
                 "filter.{name} is empty: leave it out to mean every {name}, or name one"
@@ -283,10 +304,14 @@ pub(crate) fn create<K: Kv>(state: &Arc<AdminState<K>>, body: &[u8], q: Query) -
     let writes = state.writes.blocking_lock();
     let now = (state.clock)();
     let plan = steps::plan(state, req.kind, &mut filter, req.sinks, now)?;
-    let last = state.kv.first(Cf::Meta, &jobs_range(), Direction::Reverse)?;
+    let last = state
+        .kv
+        .first(Cf::Meta, &jobs_range(), Direction::Reverse)?;
     let id = match last {
         Some((k, _)) => match ankusa_keys::meta::MetaKey::decode(&k) {
-            Ok(ankusa_keys::meta::MetaKey::Job(id)) => id.checked_add(1).ok_or_else(|| ApiError::unprocessable("no job id is left"))?,
+            Ok(ankusa_keys::meta::MetaKey::Job(id)) => id
+                .checked_add(1)
+                .ok_or_else(|| ApiError::unprocessable("no job id is left"))?,
             _ => return Err(ApiError::store("a job key does not decode")),
         },
         None => 1,
@@ -327,18 +352,26 @@ pub(crate) fn create<K: Kv>(state: &Arc<AdminState<K>>, body: &[u8], q: Query) -
 /// `GET /v1/jobs`: newest first.
 pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, ApiError> {
     let limit = q.limit()?;
-    let cursor = q.take("cursor").map(|c| decode_cursor(CursorKind::Jobs, &c)).transpose()?;
+    let cursor = q
+        .take("cursor")
+        .map(|c| decode_cursor(CursorKind::Jobs, &c))
+        .transpose()?;
     q.finish()?;
     let mut range: KeyRange = jobs_range();
     if let Some(c) = cursor {
-        let id: [u8; 8] = c.as_slice().try_into().map_err(|_| ApiError::bad_request("cursor is not valid here: wrong length"))?;
+        let id: [u8; 8] = c
+            .as_slice()
+            .try_into()
+            .map_err(|_| ApiError::bad_request("cursor is not valid here: wrong length"))?;
         let mut end = job_key(u64::from_be_bytes(id));
         end.push(0);
         if end.as_slice() < range.end.as_slice() {
             range.end = end;
         }
     }
-    let entries = state.kv.scan(Cf::Meta, &range, Direction::Reverse, limit + 1)?;
+    let entries = state
+        .kv
+        .scan(Cf::Meta, &range, Direction::Reverse, limit + 1)?;
     let mut items = Vec::new();
     let mut next = None;
     for (i, (_, v)) in entries.iter().enumerate() {
@@ -357,14 +390,17 @@ pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, 
 /// # Errors
 /// 400 when it is not a number.
 pub fn parse_id(text: &str) -> Result<u64, ApiError> {
-    super::api::canonical(text).ok_or_else(|| ApiError::bad_request(format!("job id {text:?} is not a number")))
+    super::api::canonical(text)
+        .ok_or_else(|| ApiError::bad_request(format!("job id {text:?} is not a number")))
 }
 
 /// `GET /v1/jobs/{id}`.
 pub(crate) fn get<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
     q.finish()?;
     let id = parse_id(id)?;
-    Ok(read_job(&*state.kv, id)?.ok_or_else(|| ApiError::not_found(format!("no job {id}")))?.view())
+    Ok(read_job(&*state.kv, id)?
+        .ok_or_else(|| ApiError::not_found(format!("no job {id}")))?
+        .view())
 }
 
 /// `POST /v1/jobs/{id}/cancel`: a running job stops before its next step (a
@@ -374,9 +410,16 @@ pub(crate) fn cancel<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result
     q.finish()?;
     let id = parse_id(id)?;
     let _writes = state.writes.blocking_lock();
-    let (job, raw) = read_job_raw(&*state.kv, id)?.ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
+    let (job, raw) =
+        read_job_raw(&*state.kv, id)?.ok_or_else(|| ApiError::not_found(format!("no job {id}")))?;
     if job.state != JobState::Running {
-        return Err(ApiError::conflict(format!("job {id} is {}: only a running job can be cancelled", serde_json::to_value(job.state).unwrap_or_default().as_str().unwrap_or("finished"))));
+        return Err(ApiError::conflict(format!(
+            "job {id} is {}: only a running job can be cancelled",
+            serde_json::to_value(job.state)
+                .unwrap_or_default()
+                .as_str()
+                .unwrap_or("finished")
+        )));
     }
     let job = steps::finish(state, job, raw, JobState::Cancelled, None)?;
     info!(job = id, "admin job cancelled");
@@ -387,7 +430,9 @@ pub(crate) fn cancel<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result
 fn dlq_step<K: Kv>(state: &AdminState<K>, mut job: Job) -> Result<Next, ApiError> {
     let id = job.id;
     let from = match &job.cursor {
-        Some(c) => URL_SAFE_NO_PAD.decode(c.as_bytes()).map_err(|_| ApiError::store(format!("job {id}'s cursor does not decode")))?,
+        Some(c) => URL_SAFE_NO_PAD
+            .decode(c.as_bytes())
+            .map_err(|_| ApiError::store(format!("job {id}'s cursor does not decode")))?,
         None => Vec::new(),
     };
     let found = dlq::scan(state, &job.filter, &from, JOB_STEP_ENTRIES, usize::MAX)?;
@@ -395,7 +440,12 @@ fn dlq_step<K: Kv>(state: &AdminState<K>, mut job: Job) -> Result<Next, ApiError
     let mut batch = Batch::new();
     // Rows of a tenant being purged are left to the purge.
     let purging = ankusa_queue::read_purges(&*state.kv)?;
-    let rows: Vec<_> = found.matched.iter().map(|d| d.row).filter(|r| !purging.contains_key(&r.tenant)).collect();
+    let rows: Vec<_> = found
+        .matched
+        .iter()
+        .map(|d| d.row)
+        .filter(|r| !purging.contains_key(&r.tenant))
+        .collect();
     job.skipped += (found.matched.len() - rows.len()) as u64;
     match job.kind {
         JobKind::Revive => {
@@ -430,7 +480,12 @@ fn dlq_step<K: Kv>(state: &AdminState<K>, mut job: Job) -> Result<Next, ApiError
         (state.wake)();
     }
     if job.state == JobState::Done {
-        info!(job = id, done = job.done, examined = job.examined, "admin job done");
+        info!(
+            job = id,
+            done = job.done,
+            examined = job.examined,
+            "admin job done"
+        );
         return Ok(Next::Stop);
     }
     Ok(Next::More)
@@ -439,7 +494,9 @@ fn dlq_step<K: Kv>(state: &AdminState<K>, mut job: Job) -> Result<Next, ApiError
 /// One step of job `id`: what the job's task does next.
 fn step<K: Kv>(state: &AdminState<K>, id: u64) -> Result<Next, ApiError> {
     let _writes = state.writes.blocking_lock();
-    let Some((job, raw)) = read_job_raw(&*state.kv, id)? else { return Ok(Next::Stop) };
+    let Some((job, raw)) = read_job_raw(&*state.kv, id)? else {
+        return Ok(Next::Stop);
+    };
     if job.state != JobState::Running {
         return Ok(Next::Stop);
     }
@@ -455,7 +512,13 @@ fn fail<K: Kv>(state: &AdminState<K>, id: u64, error: &ApiError) {
     let _writes = state.writes.blocking_lock();
     if let Ok(Some((job, raw))) = read_job_raw(&*state.kv, id)
         && job.state == JobState::Running
-        && let Err(e) = steps::finish(state, job, raw, JobState::Failed, Some(error.message.clone()))
+        && let Err(e) = steps::finish(
+            state,
+            job,
+            raw,
+            JobState::Failed,
+            Some(error.message.clone()),
+        )
     {
         warn!(job = id, error = %e.message, "could not record the job's failure");
     }
@@ -466,8 +529,14 @@ fn fail<K: Kv>(state: &AdminState<K>, id: u64, error: &ApiError) {
 pub fn spawn<K: Kv>(state: Arc<AdminState<K>>, id: u64) {
     tokio::spawn(async move {
         loop {
-            if state.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
-                info!(job = id, "relay stopping: the job resumes at the next start");
+            if state
+                .shutting_down
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                info!(
+                    job = id,
+                    "relay stopping: the job resumes at the next start"
+                );
                 return;
             }
             let st = Arc::clone(&state);
@@ -475,7 +544,11 @@ pub fn spawn<K: Kv>(state: Arc<AdminState<K>>, id: u64) {
                 Ok(Ok(Next::More)) => tokio::time::sleep(JOB_STEP_PAUSE).await,
                 Ok(Ok(Next::Wait)) => tokio::time::sleep(JOB_WAIT_PAUSE).await,
                 Ok(Ok(Next::Stop)) => return,
-                Ok(Err(e)) if state.shutting_down.load(std::sync::atomic::Ordering::SeqCst) => {
+                Ok(Err(e))
+                    if state
+                        .shutting_down
+                        .load(std::sync::atomic::Ordering::SeqCst) =>
+                {
                     info!(job = id, error = %e.message, "relay stopping: the job's step did not finish; it resumes at the next start");
                     return;
                 }

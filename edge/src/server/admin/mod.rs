@@ -69,7 +69,9 @@ use ankusa_queue::Registry;
 use ankusa_queue::metrics::{AttemptOutcome, DeliveryMetrics, Histogram, WriterMetrics};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue, ORIGIN, WWW_AUTHENTICATE};
+use hyper::header::{
+    ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue, ORIGIN, WWW_AUTHENTICATE,
+};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -165,13 +167,21 @@ pub enum ControlFailure {
 pub trait PipelineControl: Send + Sync {
     /// Pauses `target` at run time (`Some(reason)`) or lifts its runtime
     /// pause (`None`), committed `Sync` and applied before it returns.
-    fn set_pause(&self, target: PauseTarget, reason: Option<String>) -> BoxFuture<'_, Result<(), ControlFailure>>;
+    fn set_pause(
+        &self,
+        target: PauseTarget,
+        reason: Option<String>,
+    ) -> BoxFuture<'_, Result<(), ControlFailure>>;
     /// Stops (`true`) or restarts the pipeline's visits of `tenant`.
     fn quiesce(&self, tenant: TenantOrd, quiet: bool) -> BoxFuture<'_, Result<(), ControlFailure>>;
     /// Retires `source` (`Some(reason)`) or ends it (`None`); the source's
     /// calls in flight now, and the rows the pipeline dead-lettered for the
     /// retirement since the previous call (taken by this one).
-    fn retire(&self, source: SourceId, reason: Option<String>) -> BoxFuture<'_, Result<(usize, u64), ControlFailure>>;
+    fn retire(
+        &self,
+        source: SourceId,
+        reason: Option<String>,
+    ) -> BoxFuture<'_, Result<(usize, u64), ControlFailure>>;
     /// Runs `work` on the pipeline's task and commits its batch `Sync`.
     fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>>;
 }
@@ -272,7 +282,10 @@ impl<K: Kv> AdminState<K> {
             breakers: Box::new(|_, _, _, _| BreakerReport::Closed { failures: 0 }),
             wake: Box::new(|| {}),
             clock: Box::new(|| {
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0)
             }),
             writes: tokio::sync::Mutex::new(()),
             paused_sinks: Arc::new(AtomicU64::new(0)),
@@ -302,7 +315,10 @@ impl<K: Kv> AdminState<K> {
 
     /// The edge, while attached.
     pub(crate) fn edge(&self) -> Option<Arc<Edge<K>>> {
-        self.ingest.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.ingest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The pipeline's controls.
@@ -310,7 +326,9 @@ impl<K: Kv> AdminState<K> {
     /// # Errors
     /// 503 when there is none.
     pub(crate) fn pipeline(&self) -> Result<&dyn PipelineControl, ApiError> {
-        self.pipeline.as_deref().ok_or_else(|| ApiError::unavailable("the pipeline is not running"))
+        self.pipeline
+            .as_deref()
+            .ok_or_else(|| ApiError::unavailable("the pipeline is not running"))
     }
 }
 
@@ -331,25 +349,87 @@ impl<K: Kv> std::fmt::Debug for StoreCollector<K> {
 
 /// (metric name, help, field, is a monotonic total)
 const STORE_METRICS: &[(&str, &str, CounterField, bool)] = &[
-    ("ankusa_queue_pending", "Pending deliveries (due, in flight, lane members)", CounterField::Pending, false),
-    ("ankusa_queue_pending_bytes", "Bytes of pending deliveries", CounterField::Bytes, false),
-    ("ankusa_dispatch_in_flight", "Deliveries claimed and not yet settled", CounterField::InFlight, false),
-    ("ankusa_dlq_dead", "Rows in the dead-letter queue", CounterField::Dead, false),
-    ("ankusa_dlq_dead_bytes", "Bytes of rows in the dead-letter queue", CounterField::DeadBytes, false),
-    ("ankusa_quarantined", "Hooks held in quarantine", CounterField::Quarantined, false),
-    ("ankusa_dispatch_delivered", "Deliveries completed", CounterField::DeliveredTotal, true),
-    ("ankusa_dispatch_dead_lettered", "Rows dead-lettered", CounterField::DeadLetteredTotal, true),
-    ("ankusa_dispatch_retries", "Delivery attempts that will be retried", CounterField::RetriesTotal, true),
-    ("ankusa_dispatch_lanes", "Busy ordering lanes (lanes with a head)", CounterField::Lanes, false),
-    ("ankusa_dispatch_lanes_blocked", "Lane heads waiting out a retry or a breaker park", CounterField::LanesBlocked, false),
-    ("ankusa_dispatch_lane_members", "Hooks waiting in ordering lanes behind their head", CounterField::LaneMembers, false),
+    (
+        "ankusa_queue_pending",
+        "Pending deliveries (due, in flight, lane members)",
+        CounterField::Pending,
+        false,
+    ),
+    (
+        "ankusa_queue_pending_bytes",
+        "Bytes of pending deliveries",
+        CounterField::Bytes,
+        false,
+    ),
+    (
+        "ankusa_dispatch_in_flight",
+        "Deliveries claimed and not yet settled",
+        CounterField::InFlight,
+        false,
+    ),
+    (
+        "ankusa_dlq_dead",
+        "Rows in the dead-letter queue",
+        CounterField::Dead,
+        false,
+    ),
+    (
+        "ankusa_dlq_dead_bytes",
+        "Bytes of rows in the dead-letter queue",
+        CounterField::DeadBytes,
+        false,
+    ),
+    (
+        "ankusa_quarantined",
+        "Hooks held in quarantine",
+        CounterField::Quarantined,
+        false,
+    ),
+    (
+        "ankusa_dispatch_delivered",
+        "Deliveries completed",
+        CounterField::DeliveredTotal,
+        true,
+    ),
+    (
+        "ankusa_dispatch_dead_lettered",
+        "Rows dead-lettered",
+        CounterField::DeadLetteredTotal,
+        true,
+    ),
+    (
+        "ankusa_dispatch_retries",
+        "Delivery attempts that will be retried",
+        CounterField::RetriesTotal,
+        true,
+    ),
+    (
+        "ankusa_dispatch_lanes",
+        "Busy ordering lanes (lanes with a head)",
+        CounterField::Lanes,
+        false,
+    ),
+    (
+        "ankusa_dispatch_lanes_blocked",
+        "Lane heads waiting out a retry or a breaker park",
+        CounterField::LanesBlocked,
+        false,
+    ),
+    (
+        "ankusa_dispatch_lane_members",
+        "Hooks waiting in ordering lanes behind their head",
+        CounterField::LaneMembers,
+        false,
+    ),
 ];
 
 impl<K: Kv> Collector for StoreCollector<K> {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         for (name, help, field, total) in STORE_METRICS {
             // A store read failure leaves the series out of this scrape.
-            let Ok(v) = self.state.kv.counter(&counter_key(TenantOrd::NODE, *field)) else { continue };
+            let Ok(v) = self.state.kv.counter(&counter_key(TenantOrd::NODE, *field)) else {
+                continue;
+            };
             if *total {
                 let c = ConstCounter::new(v.max(0) as u64);
                 let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
@@ -361,7 +441,9 @@ impl<K: Kv> Collector for StoreCollector<K> {
             }
         }
         let s = &*self.state.edge;
-        let paused = ConstGauge::new(i64::try_from(self.state.paused_sinks.load(Ordering::Relaxed)).unwrap_or(i64::MAX));
+        let paused = ConstGauge::new(
+            i64::try_from(self.state.paused_sinks.load(Ordering::Relaxed)).unwrap_or(i64::MAX),
+        );
         let m = encoder.encode_descriptor(
             "ankusa_dispatch_paused",
             "Sink entries paused (by the configuration or the runtime control); their rows wait",
@@ -373,11 +455,27 @@ impl<K: Kv> Collector for StoreCollector<K> {
         // bench gate counts per hook, on the live node.
         let ops = self.state.kv.stats();
         let engine: [(&str, &str, u64); 5] = [
-            ("ankusa_engine_gets", "Store point reads (counter reads included)", ops.gets),
+            (
+                "ankusa_engine_gets",
+                "Store point reads (counter reads included)",
+                ops.gets,
+            ),
             ("ankusa_engine_seeks", "Store scans started", ops.seeks),
-            ("ankusa_engine_entries_scanned", "Store entries returned by scans", ops.entries_scanned),
-            ("ankusa_engine_batches", "Store batches committed", ops.batches),
-            ("ankusa_engine_written_bytes", "Bytes of keys and values in committed store batches", ops.bytes_written),
+            (
+                "ankusa_engine_entries_scanned",
+                "Store entries returned by scans",
+                ops.entries_scanned,
+            ),
+            (
+                "ankusa_engine_batches",
+                "Store batches committed",
+                ops.batches,
+            ),
+            (
+                "ankusa_engine_written_bytes",
+                "Bytes of keys and values in committed store batches",
+                ops.bytes_written,
+            ),
         ];
         for (name, help, v) in engine {
             let c = ConstCounter::new(v);
@@ -385,8 +483,16 @@ impl<K: Kv> Collector for StoreCollector<K> {
             c.encode(m)?;
         }
         let retention: [(&str, &str, &AtomicU64); 2] = [
-            ("ankusa_retention_hooks_deleted", "Delivered hooks whose envelope and archive entry the retention sweep deleted", &self.state.retention_hooks_deleted),
-            ("ankusa_retention_dedupe_expired", "Expired dedupe records the retention sweep deleted", &self.state.retention_dedupe_expired),
+            (
+                "ankusa_retention_hooks_deleted",
+                "Delivered hooks whose envelope and archive entry the retention sweep deleted",
+                &self.state.retention_hooks_deleted,
+            ),
+            (
+                "ankusa_retention_dedupe_expired",
+                "Expired dedupe records the retention sweep deleted",
+                &self.state.retention_dedupe_expired,
+            ),
         ];
         for (name, help, v) in retention {
             let c = ConstCounter::new(v.load(Ordering::Relaxed));
@@ -395,13 +501,41 @@ impl<K: Kv> Collector for StoreCollector<K> {
         }
         let edge: [(&str, &str, &AtomicU64); 8] = [
             ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
-            ("ankusa_ingest_unmatched", "Hooks committed, or released from quarantine, that no sink's filter took (no delivery row)", &s.unmatched),
-            ("ankusa_ingest_duplicates", "Provider retries answered from the dedupe record", &s.duplicates),
-            ("ankusa_ingest_unauthorized", "Hooks refused by verification (401)", &s.unauthorized),
-            ("ankusa_ingest_too_large", "Hooks refused for size (413)", &s.too_large),
-            ("ankusa_ingest_throttled", "Hooks refused by tenant bounds (429)", &s.throttled),
-            ("ankusa_ingest_unavailable", "Hooks refused with 503 (node bounds, shutdown, store)", &s.unavailable),
-            ("ankusa_ingest_quarantined", "Hooks held in quarantine (202)", &s.quarantined),
+            (
+                "ankusa_ingest_unmatched",
+                "Hooks committed, or released from quarantine, that no sink's filter took (no delivery row)",
+                &s.unmatched,
+            ),
+            (
+                "ankusa_ingest_duplicates",
+                "Provider retries answered from the dedupe record",
+                &s.duplicates,
+            ),
+            (
+                "ankusa_ingest_unauthorized",
+                "Hooks refused by verification (401)",
+                &s.unauthorized,
+            ),
+            (
+                "ankusa_ingest_too_large",
+                "Hooks refused for size (413)",
+                &s.too_large,
+            ),
+            (
+                "ankusa_ingest_throttled",
+                "Hooks refused by tenant bounds (429)",
+                &s.throttled,
+            ),
+            (
+                "ankusa_ingest_unavailable",
+                "Hooks refused with 503 (node bounds, shutdown, store)",
+                &s.unavailable,
+            ),
+            (
+                "ankusa_ingest_quarantined",
+                "Hooks held in quarantine (202)",
+                &s.quarantined,
+            ),
         ];
         for (name, help, v) in edge {
             let c = ConstCounter::new(v.load(Ordering::Relaxed));
@@ -412,8 +546,16 @@ impl<K: Kv> Collector for StoreCollector<K> {
         // connections (labelled by listener: two series each).
         let budget = &s.body_budget;
         let gauges: [(&str, &str, u64); 2] = [
-            ("ankusa_ingest_body_budget_bytes", "The node's budget of request body bytes read, verified and committed at once (listeners.body_budget_bytes)", budget.limit_bytes()),
-            ("ankusa_ingest_body_bytes_in_flight", "Request body bytes held now against the body budget", budget.in_use_bytes()),
+            (
+                "ankusa_ingest_body_budget_bytes",
+                "The node's budget of request body bytes read, verified and committed at once (listeners.body_budget_bytes)",
+                budget.limit_bytes(),
+            ),
+            (
+                "ankusa_ingest_body_bytes_in_flight",
+                "Request body bytes held now against the body budget",
+                budget.in_use_bytes(),
+            ),
         ];
         for (name, help, v) in gauges {
             let g = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
@@ -428,15 +570,37 @@ impl<K: Kv> Collector for StoreCollector<K> {
             c.metric_type(),
         )?;
         c.encode(m)?;
-        let listeners = [("ingest", &s.ingest_connections), ("admin", &s.admin_connections)];
+        let listeners = [
+            ("ingest", &s.ingest_connections),
+            ("admin", &s.admin_connections),
+        ];
         type Field = fn(&limits::ConnStats) -> &AtomicU64;
         let families: [(&str, &str, Field, bool); 3] = [
-            ("ankusa_listener_connections", "Connections open now, by listener", |c| &c.open, false),
-            ("ankusa_listener_connections_max", "The connection cap of each listener (derived from the file-descriptor limit at start)", |c| &c.cap, false),
-            ("ankusa_listener_connections_refused", "Connections answered 503 and closed because the listener held its cap, by listener", |c| &c.refused, true),
+            (
+                "ankusa_listener_connections",
+                "Connections open now, by listener",
+                |c| &c.open,
+                false,
+            ),
+            (
+                "ankusa_listener_connections_max",
+                "The connection cap of each listener (derived from the file-descriptor limit at start)",
+                |c| &c.cap,
+                false,
+            ),
+            (
+                "ankusa_listener_connections_refused",
+                "Connections answered 503 and closed because the listener held its cap, by listener",
+                |c| &c.refused,
+                true,
+            ),
         ];
         for (name, help, field, total) in families {
-            let kind = if total { prometheus_client::metrics::MetricType::Counter } else { prometheus_client::metrics::MetricType::Gauge };
+            let kind = if total {
+                prometheus_client::metrics::MetricType::Counter
+            } else {
+                prometheus_client::metrics::MetricType::Gauge
+            };
             let mut family = encoder.encode_descriptor(name, help, None, kind)?;
             for (listener, conns) in listeners {
                 let v = field(conns).load(Ordering::Relaxed);
@@ -451,7 +615,11 @@ impl<K: Kv> Collector for StoreCollector<K> {
         }
         // Labelled by sink kind only: the series count never depends on keys,
         // tenants or lanes (ADR 0004 section 7).
-        let missing = s.lane_key_missing.lock().map(|m| m.clone()).unwrap_or_default();
+        let missing = s
+            .lane_key_missing
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default();
         let mut family = encoder.encode_descriptor(
             "ankusa_dispatch_lane_key_missing",
             "Ordered rows that resolved no ordering key and took the keyless lane, by sink kind",
@@ -494,7 +662,10 @@ impl<K: Kv> Collector for StoreCollector<K> {
 }
 
 /// Encodes `h` as one histogram series (of a family when `labels` has any).
-fn encode_histogram(m: &mut prometheus_client::encoding::MetricEncoder<'_>, h: &Histogram) -> Result<(), std::fmt::Error> {
+fn encode_histogram(
+    m: &mut prometheus_client::encoding::MetricEncoder<'_>,
+    h: &Histogram,
+) -> Result<(), std::fmt::Error> {
     let s = h.snapshot();
     m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(s.sum, s.count, &s.buckets, None)
 }
@@ -520,10 +691,26 @@ impl<K: Kv> StoreCollector<K> {
             ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
         }
         let hists: [(&str, &str, &Histogram); 4] = [
-            ("ankusa_ingest_ack_seconds", "From a hook's arrival to its 2xx answer (committed durably, duplicate, or held in quarantine), seconds", &ingest.ack_latency),
-            ("ankusa_ingest_body_bytes", "Size of each request body read whole, bytes", &ingest.body_size),
-            ("ankusa_writer_group_hooks", "Hooks given a seq per Writer group commit (one observation per group written)", &st.writer.group_hooks),
-            ("ankusa_writer_commit_seconds", "From a Writer group's write to the end of the sync that makes it durable, seconds", &st.writer.commit_latency),
+            (
+                "ankusa_ingest_ack_seconds",
+                "From a hook's arrival to its 2xx answer (committed durably, duplicate, or held in quarantine), seconds",
+                &ingest.ack_latency,
+            ),
+            (
+                "ankusa_ingest_body_bytes",
+                "Size of each request body read whole, bytes",
+                &ingest.body_size,
+            ),
+            (
+                "ankusa_writer_group_hooks",
+                "Hooks given a seq per Writer group commit (one observation per group written)",
+                &st.writer.group_hooks,
+            ),
+            (
+                "ankusa_writer_commit_seconds",
+                "From a Writer group's write to the end of the sync that makes it durable, seconds",
+                &st.writer.commit_latency,
+            ),
         ];
         for (name, help, h) in hists {
             let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
@@ -544,8 +731,16 @@ impl<K: Kv> StoreCollector<K> {
         }
         type Pick = fn(&ankusa_queue::metrics::SinkKindMetrics) -> &Histogram;
         let per_kind: [(&str, &str, Pick); 2] = [
-            ("ankusa_dispatch_call_seconds", "Duration of each sink call, from its start to the sink's answer, by sink kind, seconds", |k| &k.call_latency),
-            ("ankusa_dispatch_ingest_to_delivery_seconds", "From a hook's receipt to the commit of its delivered row, by sink kind, seconds", |k| &k.ingest_to_delivery),
+            (
+                "ankusa_dispatch_call_seconds",
+                "Duration of each sink call, from its start to the sink's answer, by sink kind, seconds",
+                |k| &k.call_latency,
+            ),
+            (
+                "ankusa_dispatch_ingest_to_delivery_seconds",
+                "From a hook's receipt to the commit of its delivered row, by sink kind, seconds",
+                |k| &k.ingest_to_delivery,
+            ),
         ];
         for (name, help, pick) in per_kind {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
@@ -564,7 +759,8 @@ impl<K: Kv> StoreCollector<K> {
         for (kind, open, half_open) in (st.breakers_by_kind)(now) {
             for (state, n) in [("open", open), ("half_open", half_open)] {
                 let labels = [("sink", kind), ("state", state)];
-                ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX)).encode(family.encode_family(&labels)?)?;
+                ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX))
+                    .encode(family.encode_family(&labels)?)?;
             }
         }
         // One seek per tenant with due rows (its ?A marker), no row scan; a
@@ -580,19 +776,24 @@ impl<K: Kv> StoreCollector<K> {
             )?;
             g.encode(m)?;
         }
-        let mut m = encoder.encode_descriptor("ankusa_build", "The relay's build: its version", None, MetricType::Info)?;
+        let mut m = encoder.encode_descriptor(
+            "ankusa_build",
+            "The relay's build: its version",
+            None,
+            MetricType::Info,
+        )?;
         m.encode_info(&[("version", st.version)])?;
         Ok(())
     }
 }
-
 
 type Resp = Response<Full<Bytes>>;
 
 fn text(status: StatusCode, content_type: &'static str, body: String) -> Resp {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
 }
 
@@ -603,7 +804,8 @@ fn json_resp(status: StatusCode, body: &serde_json::Value) -> Resp {
 fn error_resp(e: &ApiError) -> Resp {
     let mut r = json_resp(e.status, &e.body());
     if e.status == StatusCode::UNAUTHORIZED {
-        r.headers_mut().insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        r.headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     r
 }
@@ -638,13 +840,24 @@ fn token_matches(header: Option<&HeaderValue>, token: &str) -> bool {
 ///
 /// A request without `Host` (HTTP/1.0) or `Origin` is not a browser's and
 /// goes on.
-fn browser_guard(path: &str, host: Option<&HeaderValue>, origin: Option<&HeaderValue>) -> Option<ApiError> {
-    let forbidden = |message: String| ApiError { status: StatusCode::FORBIDDEN, code: "forbidden", message };
+fn browser_guard(
+    path: &str,
+    host: Option<&HeaderValue>,
+    origin: Option<&HeaderValue>,
+) -> Option<ApiError> {
+    let forbidden = |message: String| ApiError {
+        status: StatusCode::FORBIDDEN,
+        code: "forbidden",
+        message,
+    };
     let host = host.map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
     if let Some(origin) = origin {
         let origin = String::from_utf8_lossy(origin.as_bytes());
         let own = host.as_deref().is_some_and(|h| {
-            ["http://", "https://"].iter().any(|scheme| origin.len() == scheme.len() + h.len() && origin.eq_ignore_ascii_case(&format!("{scheme}{h}")))
+            ["http://", "https://"].iter().any(|scheme| {
+                origin.len() == scheme.len() + h.len()
+                    && origin.eq_ignore_ascii_case(&format!("{scheme}{h}"))
+            })
         });
         if !own {
             return Some(forbidden(format!(
@@ -698,7 +911,11 @@ fn match_route<'p>(pattern: &str, path: &'p str) -> Option<Vec<&'p str>> {
 /// Serves the admin listener until `shutdown` turns true. At start it resumes
 /// the admin jobs a previous run left running (docs/design.md section 5), and
 /// logs when the API is open (no `listeners.admin_token`).
-pub async fn serve_admin<K: Kv>(state: Arc<AdminState<K>>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve_admin<K: Kv>(
+    state: Arc<AdminState<K>>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
     if state.config.listeners.admin_token.is_none() {
         warn!(
             admin = %state.config.listeners.admin,
@@ -711,7 +928,9 @@ pub async fn serve_admin<K: Kv>(state: Arc<AdminState<K>>, listener: TcpListener
         Err(e) => warn!(error = %e.message, "could not read the admin jobs; none resumed"),
     }
     let mut registry = MetricsRegistry::default();
-    registry.register_collector(Box::new(StoreCollector { state: Arc::clone(&state) }));
+    registry.register_collector(Box::new(StoreCollector {
+        state: Arc::clone(&state),
+    }));
     let registry = Arc::new(registry);
     let mut conns = tokio::task::JoinSet::new();
     let cap = state.max_connections.max(1);
@@ -764,9 +983,18 @@ pub async fn serve_admin<K: Kv>(state: Arc<AdminState<K>>, listener: TcpListener
     }
 }
 
-async fn handle<K: Kv>(state: Arc<AdminState<K>>, registry: Arc<MetricsRegistry>, req: Request<hyper::body::Incoming>) -> Resp {
+async fn handle<K: Kv>(
+    state: Arc<AdminState<K>>,
+    registry: Arc<MetricsRegistry>,
+    req: Request<hyper::body::Incoming>,
+) -> Resp {
     let path = req.uri().path().to_owned();
-    let token = state.config.listeners.admin_token.as_ref().map(|t| t.expose().to_owned());
+    let token = state
+        .config
+        .listeners
+        .admin_token
+        .as_ref()
+        .map(|t| t.expose().to_owned());
     let open = match path.as_str() {
         "/healthz" | "/readyz" => true,
         "/metrics" => !state.config.listeners.metrics_require_token,
@@ -775,7 +1003,8 @@ async fn handle<K: Kv>(state: Arc<AdminState<K>>, registry: Arc<MetricsRegistry>
         p => console::is_console_path(p),
     };
     if token.is_none()
-        && let Some(refused) = browser_guard(&path, req.headers().get(HOST), req.headers().get(ORIGIN))
+        && let Some(refused) =
+            browser_guard(&path, req.headers().get(HOST), req.headers().get(ORIGIN))
     {
         return error_resp(&refused);
     }
@@ -783,16 +1012,30 @@ async fn handle<K: Kv>(state: Arc<AdminState<K>>, registry: Arc<MetricsRegistry>
         && let Some(token) = &token
         && !token_matches(req.headers().get(AUTHORIZATION), token)
     {
-        let why = if req.headers().contains_key(AUTHORIZATION) { "the bearer token is wrong" } else { "send Authorization: Bearer <listeners.admin_token>" };
-        return error_resp(&ApiError { status: StatusCode::UNAUTHORIZED, code: "unauthorized", message: why.into() });
+        let why = if req.headers().contains_key(AUTHORIZATION) {
+            "the bearer token is wrong"
+        } else {
+            "send Authorization: Bearer <listeners.admin_token>"
+        };
+        return error_resp(&ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthorized",
+            message: why.into(),
+        });
     }
-    let matched: Vec<(&str, &str, Vec<&str>)> =
-        ROUTES.iter().filter_map(|(m, p)| match_route(p, &path).map(|params| (*m, *p, params))).collect();
+    let matched: Vec<(&str, &str, Vec<&str>)> = ROUTES
+        .iter()
+        .filter_map(|(m, p)| match_route(p, &path).map(|params| (*m, *p, params)))
+        .collect();
     if matched.is_empty() {
         return error_resp(&ApiError::not_found(format!("no admin route {path}")));
     }
     let method = req.method().clone();
-    let Some((_, pattern, params)) = matched.iter().find(|(m, _, _)| *m == method.as_str()).cloned() else {
+    let Some((_, pattern, params)) = matched
+        .iter()
+        .find(|(m, _, _)| *m == method.as_str())
+        .cloned()
+    else {
         let allow: Vec<&str> = matched.iter().map(|(m, _, _)| *m).collect();
         let mut r = error_resp(&ApiError {
             status: StatusCode::METHOD_NOT_ALLOWED,
@@ -809,23 +1052,39 @@ async fn handle<K: Kv>(state: Arc<AdminState<K>>, registry: Arc<MetricsRegistry>
         "/healthz" => return text(StatusCode::OK, "text/plain", "ok\n".into()),
         "/readyz" => {
             return if state.shutting_down.load(Ordering::SeqCst) {
-                text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "shutting down\n".into())
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "shutting down\n".into(),
+                )
             } else if state.ready.load(Ordering::SeqCst) {
                 text(StatusCode::OK, "text/plain", "ready\n".into())
             } else {
-                text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "starting\n".into())
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "starting\n".into(),
+                )
             };
         }
         "/metrics" => {
             let mut out = String::new();
             return match prometheus_client::encoding::text::encode(&mut out, &registry) {
-                Ok(()) => text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", out),
+                Ok(()) => text(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    out,
+                ),
                 Err(e) => error_resp(&ApiError::store(e)),
             };
         }
-        "/v1/openapi.json" => return text(StatusCode::OK, "application/json", OPENAPI_JSON.to_owned()),
+        "/v1/openapi.json" => {
+            return text(StatusCode::OK, "application/json", OPENAPI_JSON.to_owned());
+        }
         p if console::is_console_path(p) => {
-            return console::response(p).unwrap_or_else(|| error_resp(&ApiError::not_found(format!("no admin route {path}"))));
+            return console::response(p).unwrap_or_else(|| {
+                error_resp(&ApiError::not_found(format!("no admin route {path}")))
+            });
         }
         _ => {}
     }
@@ -842,13 +1101,18 @@ async fn handle<K: Kv>(state: Arc<AdminState<K>>, registry: Arc<MetricsRegistry>
         Bytes::new()
     };
     let st = Arc::clone(&state);
-    let answered = tokio::task::spawn_blocking(move || route(&st, method.as_str(), pattern, &params, query, &body)).await;
+    let answered = tokio::task::spawn_blocking(move || {
+        route(&st, method.as_str(), pattern, &params, query, &body)
+    })
+    .await;
     match answered {
         Ok(Ok((status, v))) => json_resp(status, &v),
         Ok(Err(e)) => error_resp(&e),
         Err(e) => {
             warn!(error = %e, "an admin request's handler failed");
-            error_resp(&ApiError::store(format!("the request's handler failed: {e}")))
+            error_resp(&ApiError::store(format!(
+                "the request's handler failed: {e}"
+            )))
         }
     }
 }
@@ -859,22 +1123,39 @@ async fn read_body(req: Request<hyper::body::Incoming>) -> Result<Bytes, ApiErro
         code: "payload_too_large",
         message: format!("the body is over {ADMIN_BODY_LIMIT_BYTES} bytes"),
     };
-    if let Some(len) = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+    if let Some(len) = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
         && len > ADMIN_BODY_LIMIT_BYTES as u64
     {
         return Err(too_large());
     }
-    let collected = tokio::time::timeout(ADMIN_BODY_READ_TIMEOUT, Limited::new(req.into_body(), ADMIN_BODY_LIMIT_BYTES).collect())
-        .await
-        .map_err(|_| ApiError {
-            status: StatusCode::REQUEST_TIMEOUT,
-            code: "request_timeout",
-            message: format!("the body did not arrive within {} s", ADMIN_BODY_READ_TIMEOUT.as_secs()),
-        })?;
+    let collected = tokio::time::timeout(
+        ADMIN_BODY_READ_TIMEOUT,
+        Limited::new(req.into_body(), ADMIN_BODY_LIMIT_BYTES).collect(),
+    )
+    .await
+    .map_err(|_| ApiError {
+        status: StatusCode::REQUEST_TIMEOUT,
+        code: "request_timeout",
+        message: format!(
+            "the body did not arrive within {} s",
+            ADMIN_BODY_READ_TIMEOUT.as_secs()
+        ),
+    })?;
     match collected {
         Ok(b) => Ok(b.to_bytes()),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(too_large()),
-        Err(e) => Err(ApiError::bad_request(format!("could not read the body: {e}"))),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(too_large())
+        }
+        Err(e) => Err(ApiError::bad_request(format!(
+            "could not read the body: {e}"
+        ))),
     }
 }
 
@@ -904,19 +1185,35 @@ fn route<K: Kv>(
         ("GET", "/v1/dead-letters/{id}") => ok(dlq::get(state, arg(0), q)?),
         ("DELETE", "/v1/dead-letters/{id}") => ok(dlq::drop_one(state, arg(0), q)?),
         ("POST", "/v1/dead-letters/{id}/revive") => ok(dlq::revive(state, arg(0), q)?),
-        ("POST", "/v1/sources/{source}/pause") => ok(pause::change(state, arg(0), None, true, body, q)?),
-        ("POST", "/v1/sources/{source}/resume") => ok(pause::change(state, arg(0), None, false, body, q)?),
-        ("POST", "/v1/sources/{source}/sinks/{sink}/pause") => ok(pause::change(state, arg(0), Some(arg(1)), true, body, q)?),
-        ("POST", "/v1/sources/{source}/sinks/{sink}/resume") => ok(pause::change(state, arg(0), Some(arg(1)), false, body, q)?),
+        ("POST", "/v1/sources/{source}/pause") => {
+            ok(pause::change(state, arg(0), None, true, body, q)?)
+        }
+        ("POST", "/v1/sources/{source}/resume") => {
+            ok(pause::change(state, arg(0), None, false, body, q)?)
+        }
+        ("POST", "/v1/sources/{source}/sinks/{sink}/pause") => {
+            ok(pause::change(state, arg(0), Some(arg(1)), true, body, q)?)
+        }
+        ("POST", "/v1/sources/{source}/sinks/{sink}/resume") => {
+            ok(pause::change(state, arg(0), Some(arg(1)), false, body, q)?)
+        }
         ("GET", "/v1/tenants/{tenant}/quarantine") => ok(quarantine::list(state, arg(0), q)?),
-        ("GET", "/v1/tenants/{tenant}/quarantine/{seq}") => ok(quarantine::get(state, arg(0), arg(1), q)?),
-        ("DELETE", "/v1/tenants/{tenant}/quarantine/{seq}") => ok(quarantine::drop_one(state, arg(0), arg(1), q)?),
-        ("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release") => ok(quarantine::release(state, arg(0), arg(1), q)?),
+        ("GET", "/v1/tenants/{tenant}/quarantine/{seq}") => {
+            ok(quarantine::get(state, arg(0), arg(1), q)?)
+        }
+        ("DELETE", "/v1/tenants/{tenant}/quarantine/{seq}") => {
+            ok(quarantine::drop_one(state, arg(0), arg(1), q)?)
+        }
+        ("POST", "/v1/tenants/{tenant}/quarantine/{seq}/release") => {
+            ok(quarantine::release(state, arg(0), arg(1), q)?)
+        }
         ("GET", "/v1/jobs") => ok(jobs::list(state, q)?),
         ("POST", "/v1/jobs") => Ok((StatusCode::ACCEPTED, jobs::create(state, body, q)?)),
         ("GET", "/v1/jobs/{id}") => ok(jobs::get(state, arg(0), q)?),
         ("POST", "/v1/jobs/{id}/cancel") => ok(jobs::cancel(state, arg(0), q)?),
-        _ => Err(ApiError::not_found(format!("no admin route {method} {pattern}"))),
+        _ => Err(ApiError::not_found(format!(
+            "no admin route {method} {pattern}"
+        ))),
     }
 }
 
@@ -931,7 +1228,10 @@ mod tests {
         assert_eq!(match_route("/v1/jobs/{id}", "/v1/jobs/"), None);
         assert_eq!(match_route("/v1/jobs/{id}", "/v1/jobs/7/cancel"), None);
         assert_eq!(match_route("/v1/jobs", "/v1/jobs/"), None);
-        assert_eq!(match_route("/v1/tenants/{tenant}/hooks/{seq}", "/v1/tenants/a/hooks/x"), Some(vec!["a", "x"]));
+        assert_eq!(
+            match_route("/v1/tenants/{tenant}/hooks/{seq}", "/v1/tenants/a/hooks/x"),
+            Some(vec!["a", "x"])
+        );
     }
 
     /// Regression (brk16): a relay without a token took a cross-site
@@ -943,7 +1243,8 @@ mod tests {
     fn a_browser_guard_refuses_other_sites_and_rebound_names() {
         let h = |s: &str| HeaderValue::from_str(s).unwrap();
         let guard = |path: &str, host: Option<&str>, origin: Option<&str>| {
-            browser_guard(path, host.map(h).as_ref(), origin.map(h).as_ref()).map(|e| (e.status.as_u16(), e.code))
+            browser_guard(path, host.map(h).as_ref(), origin.map(h).as_ref())
+                .map(|e| (e.status.as_u16(), e.code))
         };
         for (host, origin) in [
             (Some("127.0.0.1:8081"), None),
@@ -957,16 +1258,36 @@ mod tests {
             assert_eq!(guard("/v1/jobs", host, origin), None, "{host:?} {origin:?}");
         }
         for (path, host, origin) in [
-            ("/v1/jobs", Some("127.0.0.1:8081"), Some("http://evil.example")),
+            (
+                "/v1/jobs",
+                Some("127.0.0.1:8081"),
+                Some("http://evil.example"),
+            ),
             ("/v1/jobs", Some("127.0.0.1:8081"), Some("null")),
-            ("/v1/jobs", Some("127.0.0.1:8081"), Some("http://127.0.0.1:8082")),
+            (
+                "/v1/jobs",
+                Some("127.0.0.1:8081"),
+                Some("http://127.0.0.1:8082"),
+            ),
             ("/v1/jobs", None, Some("http://127.0.0.1:8081")),
-            ("/metrics", Some("127.0.0.1:8081"), Some("http://evil.example")),
+            (
+                "/metrics",
+                Some("127.0.0.1:8081"),
+                Some("http://evil.example"),
+            ),
             ("/v1/tenants", Some("evil.example:8081"), None),
-            ("/v1/tenants", Some("evil.example:8081"), Some("http://evil.example:8081")),
+            (
+                "/v1/tenants",
+                Some("evil.example:8081"),
+                Some("http://evil.example:8081"),
+            ),
             ("/v1/tenants", Some("127.0.0.1.evil.example"), None),
         ] {
-            assert_eq!(guard(path, host, origin), Some((403, "forbidden")), "{path} {host:?} {origin:?}");
+            assert_eq!(
+                guard(path, host, origin),
+                Some((403, "forbidden")),
+                "{path} {host:?} {origin:?}"
+            );
         }
         // Outside /v1/ the host is not checked (health, /metrics, the console's files).
         assert_eq!(guard("/metrics", Some("relay-box:8081"), None), None);
@@ -979,7 +1300,14 @@ mod tests {
         assert!(token_matches(Some(&h("Bearer s3cret")), "s3cret"));
         assert!(token_matches(Some(&h("bearer s3cret")), "s3cret"));
         assert!(token_matches(Some(&h("BEARER s3cret")), "s3cret"));
-        for bad in ["Bearer s3cres", "Bearer s3cret ", "s3cret", "Bearer ", "Basic s3cret", "Bearers3cret"] {
+        for bad in [
+            "Bearer s3cres",
+            "Bearer s3cret ",
+            "s3cret",
+            "Bearer ",
+            "Basic s3cret",
+            "Bearers3cret",
+        ] {
             assert!(!token_matches(Some(&h(bad)), "s3cret"), "{bad}");
         }
         assert!(!token_matches(None, "s3cret"));
@@ -993,14 +1321,27 @@ mod tests {
         assert_eq!(doc["openapi"].as_str().unwrap().get(..3), Some("3.1"));
         let paths = doc["paths"].as_object().unwrap();
         for (method, path) in ROUTES {
-            let op = &paths.get(*path).unwrap_or_else(|| panic!("{path} is not in openapi.json"))[method.to_ascii_lowercase()];
+            let op = &paths
+                .get(*path)
+                .unwrap_or_else(|| panic!("{path} is not in openapi.json"))
+                [method.to_ascii_lowercase()];
             assert!(op.is_object(), "{method} {path} is not in openapi.json");
-            assert!(op["responses"].is_object(), "{method} {path} has no responses");
+            assert!(
+                op["responses"].is_object(),
+                "{method} {path} has no responses"
+            );
         }
         for (path, item) in paths {
-            for method in item.as_object().unwrap().keys().filter(|k| *k != "parameters") {
+            for method in item
+                .as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| *k != "parameters")
+            {
                 assert!(
-                    ROUTES.iter().any(|(m, p)| p == path && m.eq_ignore_ascii_case(method)),
+                    ROUTES
+                        .iter()
+                        .any(|(m, p)| p == path && m.eq_ignore_ascii_case(method)),
                     "openapi.json has {method} {path}, the router does not"
                 );
             }

@@ -42,16 +42,18 @@ pub(crate) fn pause_info(by_config: bool, runtime: Option<&PausedValue>) -> Valu
 }
 
 /// The configured source `name` and, for `sink`, its entry's index.
-fn target<K: Kv>(state: &AdminState<K>, name: &str, sink: Option<&str>) -> Result<(PauseTarget, bool, &'static str), ApiError> {
+fn target<K: Kv>(
+    state: &AdminState<K>,
+    name: &str,
+    sink: Option<&str>,
+) -> Result<(PauseTarget, bool, &'static str), ApiError> {
     let source: &Source = state
         .config
         .source(name)
         .ok_or_else(|| ApiError::not_found(format!("no source {name:?} in the configuration")))?;
-    let id = *state
-        .registry
-        .sources
-        .get(name)
-        .ok_or_else(|| ApiError::not_found(format!("source {name:?} is not registered in the store")))?;
+    let id = *state.registry.sources.get(name).ok_or_else(|| {
+        ApiError::not_found(format!("source {name:?} is not registered in the store"))
+    })?;
     match sink {
         None => Ok((PauseTarget::Source(id), source.paused, "source")),
         Some(sink) => {
@@ -59,14 +61,23 @@ fn target<K: Kv>(state: &AdminState<K>, name: &str, sink: Option<&str>) -> Resul
                 .sinks
                 .iter()
                 .find(|e| e.name == sink)
-                .ok_or_else(|| ApiError::not_found(format!("source {name:?} has no sink {sink:?}")))?;
+                .ok_or_else(|| {
+                    ApiError::not_found(format!("source {name:?} has no sink {sink:?}"))
+                })?;
             Ok((PauseTarget::Sink(id, SinkIx(e.index)), e.paused, "sink"))
         }
     }
 }
 
 /// The pause state of a target after a change.
-fn view(source: &str, sink: Option<&str>, by_config: bool, source_paused: bool, runtime: &PauseMap, target: PauseTarget) -> Value {
+fn view(
+    source: &str,
+    sink: Option<&str>,
+    by_config: bool,
+    source_paused: bool,
+    runtime: &PauseMap,
+    target: PauseTarget,
+) -> Value {
     let by_runtime = runtime.get(&target);
     let paused = by_config || by_runtime.is_some();
     let mut v = pause_info(by_config, by_runtime);
@@ -79,18 +90,35 @@ fn view(source: &str, sink: Option<&str>, by_config: bool, source_paused: bool, 
 }
 
 /// `POST /v1/sources/{source}[/sinks/{sink}]/pause|resume`.
-pub(crate) fn change<K: Kv>(state: &AdminState<K>, source: &str, sink: Option<&str>, pause: bool, body: &[u8], q: Query) -> Result<Value, ApiError> {
+pub(crate) fn change<K: Kv>(
+    state: &AdminState<K>,
+    source: &str,
+    sink: Option<&str>,
+    pause: bool,
+    body: &[u8],
+    q: Query,
+) -> Result<Value, ApiError> {
     q.finish()?;
     let req: PauseRequest = if body.iter().all(u8::is_ascii_whitespace) {
         PauseRequest::default()
     } else {
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the body is not a pause request ({{\"reason\": \"...\"}}): {e}")))?
+        serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body is not a pause request ({{\"reason\": \"...\"}}): {e}"
+            ))
+        })?
     };
     if !pause && req.reason.is_some() {
         return Err(ApiError::bad_request("a resume takes no reason"));
     }
-    if req.reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_BYTES) {
-        return Err(ApiError::bad_request(format!("the reason is over {MAX_REASON_BYTES} bytes")));
+    if req
+        .reason
+        .as_ref()
+        .is_some_and(|r| r.len() > MAX_REASON_BYTES)
+    {
+        return Err(ApiError::bad_request(format!(
+            "the reason is over {MAX_REASON_BYTES} bytes"
+        )));
     }
     let (target, by_config, what) = target(state, source, sink)?;
     let named = match sink {
@@ -110,16 +138,36 @@ pub(crate) fn change<K: Kv>(state: &AdminState<K>, source: &str, sink: Option<&s
             return Err(ApiError::conflict(format!("{named} is not paused")));
         }
     }
-    let reason = pause.then(|| req.reason.filter(|r| !r.is_empty()).unwrap_or_else(|| DEFAULT_PAUSE_REASON.to_owned()));
+    let reason = pause.then(|| {
+        req.reason
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| DEFAULT_PAUSE_REASON.to_owned())
+    });
     match block(control.set_pause(target, reason)) {
         Ok(()) => {}
-        Err(ControlFailure::NotConfigured) => return Err(ApiError::not_found(format!("{named} is not configured in the running relay"))),
-        Err(ControlFailure::Refused(m) | ControlFailure::Unavailable(m)) => return Err(ApiError::unavailable(m)),
+        Err(ControlFailure::NotConfigured) => {
+            return Err(ApiError::not_found(format!(
+                "{named} is not configured in the running relay"
+            )));
+        }
+        Err(ControlFailure::Refused(m) | ControlFailure::Unavailable(m)) => {
+            return Err(ApiError::unavailable(m));
+        }
     }
     let runtime = ankusa_queue::read_pauses(&*state.kv)?;
     let source_paused = match target {
-        PauseTarget::Sink(id, _) => state.config.source(source).is_some_and(|s| s.paused) || runtime.contains_key(&PauseTarget::Source(id)),
+        PauseTarget::Sink(id, _) => {
+            state.config.source(source).is_some_and(|s| s.paused)
+                || runtime.contains_key(&PauseTarget::Source(id))
+        }
         PauseTarget::Source(_) => false,
     };
-    Ok(view(source, sink, by_config, source_paused, &runtime, target))
+    Ok(view(
+        source,
+        sink,
+        by_config,
+        source_paused,
+        &runtime,
+        target,
+    ))
 }

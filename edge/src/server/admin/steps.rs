@@ -19,7 +19,10 @@ use std::sync::{Arc, Mutex};
 
 use ankusa_engine::{Batch, Cf, Kv};
 use ankusa_keys::meta::job_key;
-use ankusa_keys::{ArchiveKey, CounterField, Seq, SinkIx, SourceId, TenantOrd, archive_time_range, counter_key, quarantined_key};
+use ankusa_keys::{
+    ArchiveKey, CounterField, Seq, SinkIx, SourceId, TenantOrd, archive_time_range, counter_key,
+    quarantined_key,
+};
 use ankusa_queue::Cursor;
 use ankusa_queue::writer::{JobOp, JobState as StoredState, JobStep, WriteError};
 use base64::Engine as _;
@@ -67,10 +70,17 @@ pub(crate) struct Plan {
 }
 
 fn kind_name(kind: JobKind) -> String {
-    serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
-fn counter<K: Kv>(state: &AdminState<K>, tenant: TenantOrd, field: CounterField) -> Result<u64, ApiError> {
+fn counter<K: Kv>(
+    state: &AdminState<K>,
+    tenant: TenantOrd,
+    field: CounterField,
+) -> Result<u64, ApiError> {
     Ok(state.kv.counter(&counter_key(tenant, field))?.max(0) as u64)
 }
 
@@ -80,17 +90,31 @@ fn counter<K: Kv>(state: &AdminState<K>, tenant: TenantOrd, field: CounterField)
 ///
 /// # Errors
 /// 404 for an unknown tenant, 400 for one the source does not serve.
-fn source_tenants<K: Kv>(state: &AdminState<K>, source: &str, only: Option<&str>) -> Result<Vec<TenantOrd>, ApiError> {
+fn source_tenants<K: Kv>(
+    state: &AdminState<K>,
+    source: &str,
+    only: Option<&str>,
+) -> Result<Vec<TenantOrd>, ApiError> {
     let names: Vec<String> = match state.config.source(source).map(|s| &s.tenant) {
         Some(ankusa_config::TenantBinding::Fixed(t)) => vec![t.clone()],
-        Some(ankusa_config::TenantBinding::Path) => state.config.tenants.iter().map(|t| t.name.clone()).collect(),
+        Some(ankusa_config::TenantBinding::Path) => state
+            .config
+            .tenants
+            .iter()
+            .map(|t| t.name.clone())
+            .collect(),
         None => state.registry.tenants.keys().cloned().collect(),
     };
-    let mut ords: Vec<TenantOrd> = names.iter().filter_map(|n| state.registry.tenants.get(n).copied()).collect();
+    let mut ords: Vec<TenantOrd> = names
+        .iter()
+        .filter_map(|n| state.registry.tenants.get(n).copied())
+        .collect();
     if let Some(t) = only {
         let ord = tenant_ord(&state.registry, t)?;
         if !ords.contains(&ord) {
-            return Err(ApiError::bad_request(format!("tenant {t:?} takes no hooks of source {source:?}")));
+            return Err(ApiError::bad_request(format!(
+                "tenant {t:?} takes no hooks of source {source:?}"
+            )));
         }
         ords = vec![ord];
     }
@@ -99,7 +123,10 @@ fn source_tenants<K: Kv>(state: &AdminState<K>, source: &str, only: Option<&str>
 }
 
 /// Every registered tenant, or `only`, in ordinal order.
-fn scope_tenants<K: Kv>(state: &AdminState<K>, only: Option<&str>) -> Result<Vec<TenantOrd>, ApiError> {
+fn scope_tenants<K: Kv>(
+    state: &AdminState<K>,
+    only: Option<&str>,
+) -> Result<Vec<TenantOrd>, ApiError> {
     let mut ords: Vec<TenantOrd> = match only {
         Some(t) => vec![tenant_ord(&state.registry, t)?],
         None => state.registry.tenants.values().copied().collect(),
@@ -109,7 +136,12 @@ fn scope_tenants<K: Kv>(state: &AdminState<K>, only: Option<&str>) -> Result<Vec
 }
 
 fn registered_source<K: Kv>(state: &AdminState<K>, name: &str) -> Result<SourceId, ApiError> {
-    state.registry.sources.get(name).copied().ok_or_else(|| ApiError::not_found(format!("no source {name:?}")))
+    state
+        .registry
+        .sources
+        .get(name)
+        .copied()
+        .ok_or_else(|| ApiError::not_found(format!("no source {name:?}")))
 }
 
 /// Checks a new job's request for its kind and settles what it stores
@@ -131,9 +163,17 @@ fn registered_source<K: Kv>(state: &AdminState<K>, name: &str) -> Result<SourceI
 /// # Errors
 /// 400 for a missing or foreign field, an empty or inverted time range; 404
 /// for an unknown tenant, source or sink; 409 for a tenant being purged.
-pub(crate) fn plan<K: Kv>(state: &AdminState<K>, kind: JobKind, filter: &mut DlqFilter, sinks: Option<Vec<String>>, now: u64) -> Result<Plan, ApiError> {
+pub(crate) fn plan<K: Kv>(
+    state: &AdminState<K>,
+    kind: JobKind,
+    filter: &mut DlqFilter,
+    sinks: Option<Vec<String>>,
+    now: u64,
+) -> Result<Plan, ApiError> {
     let name = kind_name(kind);
-    let foreign = |field: &str| ApiError::bad_request(format!("filter.{field} does not apply to a {name} job"));
+    let foreign = |field: &str| {
+        ApiError::bad_request(format!("filter.{field} does not apply to a {name} job"))
+    };
     let given = |f: &DlqFilter| -> Vec<&'static str> {
         let mut out = Vec::new();
         if f.tenant.is_some() {
@@ -163,10 +203,17 @@ pub(crate) fn plan<K: Kv>(state: &AdminState<K>, kind: JobKind, filter: &mut Dlq
         }
     };
     if sinks.is_some() && kind != JobKind::Replay {
-        return Err(ApiError::bad_request(format!("sinks does not apply to a {name} job (a replay's only)")));
+        return Err(ApiError::bad_request(format!(
+            "sinks does not apply to a {name} job (a replay's only)"
+        )));
     }
     let purging = ankusa_queue::read_purges(&*state.kv)?;
-    let mut plan = Plan { total: None, sinks: None, max_seq: None, phase: None };
+    let mut plan = Plan {
+        total: None,
+        sinks: None,
+        max_seq: None,
+        phase: None,
+    };
     match kind {
         JobKind::Revive | JobKind::Drop => {
             filter.check(state)?;
@@ -178,26 +225,39 @@ pub(crate) fn plan<K: Kv>(state: &AdminState<K>, kind: JobKind, filter: &mut Dlq
         }
         JobKind::Replay => {
             only(filter, &["tenant", "source", "since", "until"])?;
-            let source = filter.source.clone().ok_or_else(|| ApiError::bad_request("a replay needs filter.source"))?;
+            let source = filter
+                .source
+                .clone()
+                .ok_or_else(|| ApiError::bad_request("a replay needs filter.source"))?;
             let configured = state
                 .config
                 .source(&source)
                 .ok_or_else(|| ApiError::not_found(format!("no source {source:?} in the configuration (a replay builds rows with its current sinks)")))?;
             registered_source(state, &source)?;
-            let since = filter.since_ms.ok_or_else(|| ApiError::bad_request("a replay needs filter.since (received at or after: unix ms or RFC 3339)"))?;
+            let since = filter.since_ms.ok_or_else(|| {
+                ApiError::bad_request(
+                    "a replay needs filter.since (received at or after: unix ms or RFC 3339)",
+                )
+            })?;
             let until = *filter.until_ms.get_or_insert(now);
             if since >= until {
-                return Err(ApiError::bad_request(format!("the time range is empty or inverted: since {since} is not before until {until}")));
+                return Err(ApiError::bad_request(format!(
+                    "the time range is empty or inverted: since {since} is not before until {until}"
+                )));
             }
             source_tenants(state, &source, filter.tenant.as_deref())?;
             if let Some(list) = sinks {
                 if list.is_empty() {
-                    return Err(ApiError::bad_request("sinks is empty: leave it out to replay to every sink of the source"));
+                    return Err(ApiError::bad_request(
+                        "sinks is empty: leave it out to replay to every sink of the source",
+                    ));
                 }
                 let mut chosen = BTreeSet::new();
                 for s in &list {
                     if !configured.sinks.iter().any(|e| &e.name == s) {
-                        return Err(ApiError::not_found(format!("source {source:?} has no sink {s:?}")));
+                        return Err(ApiError::not_found(format!(
+                            "source {source:?} has no sink {s:?}"
+                        )));
                     }
                     chosen.insert(s.clone());
                 }
@@ -207,13 +267,22 @@ pub(crate) fn plan<K: Kv>(state: &AdminState<K>, kind: JobKind, filter: &mut Dlq
         }
         JobKind::PurgeTenant => {
             only(filter, &["tenant"])?;
-            let t = filter.tenant.clone().ok_or_else(|| ApiError::bad_request("a purge needs filter.tenant"))?;
+            let t = filter
+                .tenant
+                .clone()
+                .ok_or_else(|| ApiError::bad_request("a purge needs filter.tenant"))?;
             let ord = tenant_ord(&state.registry, &t)?;
             if let Some(job) = purging.get(&ord) {
-                return Err(ApiError::conflict(format!("tenant {t:?} is already being purged by job {job}")));
+                return Err(ApiError::conflict(format!(
+                    "tenant {t:?} is already being purged by job {job}"
+                )));
             }
             let mut total = 0;
-            for f in [CounterField::Pending, CounterField::Dead, CounterField::Quarantined] {
+            for f in [
+                CounterField::Pending,
+                CounterField::Dead,
+                CounterField::Quarantined,
+            ] {
                 total += counter(state, ord, f)?;
             }
             plan.total = Some(total);
@@ -221,13 +290,17 @@ pub(crate) fn plan<K: Kv>(state: &AdminState<K>, kind: JobKind, filter: &mut Dlq
         }
         JobKind::DeadLetterSource => {
             only(filter, &["tenant", "source", "reason"])?;
-            let source = filter.source.clone().ok_or_else(|| ApiError::bad_request("a dead_letter_source job needs filter.source"))?;
+            let source = filter.source.clone().ok_or_else(|| {
+                ApiError::bad_request("a dead_letter_source job needs filter.source")
+            })?;
             registered_source(state, &source)?;
             let mut total = 0;
             for ord in source_tenants(state, &source, filter.tenant.as_deref())? {
                 total += counter(state, ord, CounterField::Pending)?;
             }
-            filter.reason.get_or_insert_with(|| DEFAULT_RETIRE_REASON.to_owned());
+            filter
+                .reason
+                .get_or_insert_with(|| DEFAULT_RETIRE_REASON.to_owned());
             plan.total = Some(total);
         }
         JobKind::ReleaseQuarantined | JobKind::DropQuarantined => {
@@ -248,7 +321,12 @@ pub(crate) fn plan<K: Kv>(state: &AdminState<K>, kind: JobKind, filter: &mut Dlq
 /// The name of tenant `ord` in the registry (its ordinal when the registry
 /// does not have it).
 fn tenant_name<K: Kv>(state: &AdminState<K>, ord: TenantOrd) -> String {
-    state.registry.tenants.iter().find(|(_, o)| **o == ord).map_or_else(|| format!("#{}", ord.0), |(n, _)| format!("{n:?}"))
+    state
+        .registry
+        .tenants
+        .iter()
+        .find(|(_, o)| **o == ord)
+        .map_or_else(|| format!("#{}", ord.0), |(n, _)| format!("{n:?}"))
 }
 
 /// An error of the Writer as the API reports it (a tenant by its name).
@@ -258,10 +336,17 @@ fn write_error<K: Kv>(state: &AdminState<K>) -> impl Fn(WriteError) -> ApiError 
 
 fn write_error_of<K: Kv>(state: &AdminState<K>, e: WriteError) -> ApiError {
     match e {
-        WriteError::TenantPurging { tenant } => ApiError::conflict(format!("tenant {} is being purged", tenant_name(state, tenant))),
-        WriteError::NotQuarantined { tenant, seq } => ApiError::conflict(format!("hook {seq} of tenant {tenant} is not quarantined")),
+        WriteError::TenantPurging { tenant } => ApiError::conflict(format!(
+            "tenant {} is being purged",
+            tenant_name(state, tenant)
+        )),
+        WriteError::NotQuarantined { tenant, seq } => {
+            ApiError::conflict(format!("hook {seq} of tenant {tenant} is not quarantined"))
+        }
         WriteError::Refused(m) => ApiError::conflict(m),
-        WriteError::Stopped => ApiError::unavailable("the Writer has stopped (the relay is stopping)"),
+        WriteError::Stopped => {
+            ApiError::unavailable("the Writer has stopped (the relay is stopping)")
+        }
         WriteError::Store(m) => ApiError::store(m),
     }
 }
@@ -276,15 +361,26 @@ fn control_error(e: ControlFailure) -> ApiError {
 }
 
 fn stored(job: &Job, raw: Vec<u8>) -> Result<StoredState, ApiError> {
-    Ok(StoredState { key: job_key(job.id), expect: Some(raw), value: encode(job)? })
+    Ok(StoredState {
+        key: job_key(job.id),
+        expect: Some(raw),
+        value: encode(job)?,
+    })
 }
 
 /// The job's cursor: the tenant it is at and what it resumes from there.
 fn cursor_of(job: &Job) -> Result<Option<(TenantOrd, Vec<u8>)>, ApiError> {
-    let Some(c) = &job.cursor else { return Ok(None) };
-    let raw = URL_SAFE_NO_PAD.decode(c.as_bytes()).map_err(|_| ApiError::store(format!("job {}'s cursor does not decode", job.id)))?;
+    let Some(c) = &job.cursor else {
+        return Ok(None);
+    };
+    let raw = URL_SAFE_NO_PAD
+        .decode(c.as_bytes())
+        .map_err(|_| ApiError::store(format!("job {}'s cursor does not decode", job.id)))?;
     if raw.len() < 4 {
-        return Err(ApiError::store(format!("job {}'s cursor is too short", job.id)));
+        return Err(ApiError::store(format!(
+            "job {}'s cursor is too short",
+            job.id
+        )));
     }
     let (ord, rest) = raw.split_at(4);
     let ord = u32::from_be_bytes([ord[0], ord[1], ord[2], ord[3]]);
@@ -322,7 +418,13 @@ fn position(tenants: &[TenantOrd], at: Option<(TenantOrd, Vec<u8>)>) -> (usize, 
         None => (0, Vec::new()),
         Some((ord, rest)) => match tenants.iter().position(|t| *t == ord) {
             Some(i) => (i, rest),
-            None => (tenants.iter().position(|t| *t > ord).unwrap_or(tenants.len()), Vec::new()),
+            None => (
+                tenants
+                    .iter()
+                    .position(|t| *t > ord)
+                    .unwrap_or(tenants.len()),
+                Vec::new(),
+            ),
         },
     }
 }
@@ -352,7 +454,13 @@ pub(crate) fn step<K: Kv>(state: &AdminState<K>, job: Job, raw: Vec<u8>) -> Resu
 /// # Errors
 /// 503 when the Writer is gone (the relay is stopping: the job is still
 /// running and resumes at the next start), a store failure.
-pub(crate) fn finish<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>, to: JobState, error: Option<String>) -> Result<Job, ApiError> {
+pub(crate) fn finish<K: Kv>(
+    state: &AdminState<K>,
+    mut job: Job,
+    raw: Vec<u8>,
+    to: JobState,
+    error: Option<String>,
+) -> Result<Job, ApiError> {
     let now = (state.clock)();
     job.state = to;
     // The phase says what a running job is doing; once it stops, why it
@@ -371,8 +479,13 @@ pub(crate) fn finish<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>, t
         JobKind::PurgeTenant => {
             let tenant = job.filter.tenant.clone().unwrap_or_default();
             let ord = tenant_ord(&state.registry, &tenant)?;
-            let edge = state.edge().ok_or_else(|| ApiError::unavailable("the relay is stopping: the purge's mark is lifted at the next start"))?;
-            block(edge.writer.purge_mark(ord, None, stored(&job, raw)?)).map_err(write_error(state))?;
+            let edge = state.edge().ok_or_else(|| {
+                ApiError::unavailable(
+                    "the relay is stopping: the purge's mark is lifted at the next start",
+                )
+            })?;
+            block(edge.writer.purge_mark(ord, None, stored(&job, raw)?))
+                .map_err(write_error(state))?;
             if let Ok(control) = state.pipeline()
                 && let Err(e) = block(control.quiesce(ord, false))
             {
@@ -383,12 +496,19 @@ pub(crate) fn finish<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>, t
         JobKind::DeadLetterSource => {
             // The retirement ends first, so the rows the pipeline dead-lettered
             // for it up to its end are in the job's final `done`.
-            if let Some(id) = job.filter.source.as_deref().and_then(|s| state.registry.sources.get(s)).copied()
+            if let Some(id) = job
+                .filter
+                .source
+                .as_deref()
+                .and_then(|s| state.registry.sources.get(s))
+                .copied()
                 && let Ok(control) = state.pipeline()
             {
                 match block(control.retire(id, None)) {
                     Ok((_, by_pipeline)) => job.done += by_pipeline,
-                    Err(e) => warn!(source = id.0, error = ?e, "the pipeline did not end the source's retirement"),
+                    Err(e) => {
+                        warn!(source = id.0, error = ?e, "the pipeline did not end the source's retirement")
+                    }
                 }
             }
             let mut batch = Batch::new();
@@ -422,7 +542,9 @@ fn route_of<'e, K: Kv>(edge: &'e Edge<K>, source: &str) -> Result<&'e SourceRout
 /// Waits while the hook's tenant has half its queue bounds pending (or the
 /// node half of its own).
 fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Result<Next, ApiError> {
-    let Some(edge) = state.edge() else { return Ok(Next::Stop) };
+    let Some(edge) = state.edge() else {
+        return Ok(Next::Stop);
+    };
     let source = job.filter.source.clone().unwrap_or_default();
     let route = route_of(&edge, &source)?;
     let tenants = source_tenants(state, &source, job.filter.tenant.as_deref())?;
@@ -439,7 +561,13 @@ fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Resu
         state
             .config
             .source(&source)
-            .map(|s| s.sinks.iter().filter(|e| names.contains(&e.name)).map(|e| SinkIx(e.index)).collect())
+            .map(|s| {
+                s.sinks
+                    .iter()
+                    .filter(|e| names.contains(&e.name))
+                    .map(|e| SinkIx(e.index))
+                    .collect()
+            })
             .unwrap_or_default()
     });
     let since = job.filter.since_ms.unwrap_or(0);
@@ -458,7 +586,11 @@ fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Resu
         {
             let phase = "waiting for the tenant's queue to drain below half its bounds";
             if job.phase.as_deref() != Some(phase) {
-                info!(job = job.id, tenant = ord.0, "replay waits: the tenant has half its queue bounds pending");
+                info!(
+                    job = job.id,
+                    tenant = ord.0,
+                    "replay waits: the tenant has half its queue bounds pending"
+                );
                 job.phase = Some(phase.to_owned());
                 job.updated_at_ms = (state.clock)();
                 let mut batch = Batch::new();
@@ -477,7 +609,12 @@ fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Resu
         if resume.as_slice() > range.start.as_slice() {
             range.start = resume.clone();
         }
-        let entries = state.kv.scan(Cf::Archive, &range, ankusa_engine::Direction::Forward, budget)?;
+        let entries = state.kv.scan(
+            Cf::Archive,
+            &range,
+            ankusa_engine::Direction::Forward,
+            budget,
+        )?;
         let full = entries.len() == budget;
         for (k, _) in entries {
             budget -= 1;
@@ -494,11 +631,19 @@ fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Resu
                 continue; // another source's hook, or an earlier replay's copy
             }
             job.examined += 1;
-            if state.kv.get(Cf::Index, &quarantined_key(ord, ak.seq))?.is_some() {
+            if state
+                .kv
+                .get(Cf::Index, &quarantined_key(ord, ak.seq))?
+                .is_some()
+            {
                 job.skipped += 1; // held in quarantine: release it instead
                 continue;
             }
-            let headers: Vec<Header<'_>> = env.headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
+            let headers: Vec<Header<'_>> = env
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_slice(), v.as_slice()))
+                .collect();
             let (mut rows, _) = route.rows_for(&headers, &ParsedBody::new(&env.body));
             if let Some(chosen) = &chosen {
                 rows.retain(|r| chosen.contains(&r.sink));
@@ -510,7 +655,11 @@ fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Resu
             bytes += env.body.len();
             let mut copy = env;
             copy.replay_of = Some(ak.seq);
-            ops.push(JobOp::Replay { tenant: ord, envelope: copy, rows });
+            ops.push(JobOp::Replay {
+                tenant: ord,
+                envelope: copy,
+                rows,
+            });
             if bytes >= STEP_BODY_BYTES || budget == 0 {
                 break 'tenants;
             }
@@ -522,16 +671,32 @@ fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Resu
         ti += 1;
         resume = Vec::new();
     }
-    advance(&mut job, (state.clock)(), ops.len(), tenants.get(ti).copied(), &resume);
+    advance(
+        &mut job,
+        (state.clock)(),
+        ops.len(),
+        tenants.get(ti).copied(),
+        &resume,
+    );
     let n = ops.len();
     let edge_writer = edge.writer.clone();
     drop(edge);
-    block(edge_writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error(state))?;
+    block(edge_writer.job_step(JobStep {
+        state: stored(&job, raw)?,
+        ops,
+    }))
+    .map_err(write_error(state))?;
     if n > 0 {
         (state.wake)();
     }
     if job.state == JobState::Done {
-        info!(job = job.id, replayed = job.done, examined = job.examined, skipped = job.skipped, "archive replay done");
+        info!(
+            job = job.id,
+            replayed = job.done,
+            examined = job.examined,
+            skipped = job.skipped,
+            "archive replay done"
+        );
         return Ok(Next::Stop);
     }
     Ok(Next::More)
@@ -544,8 +709,14 @@ fn replay_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Resu
 /// the job's source released (rows resolved from the stored envelope with
 /// its source's current configuration, as `Edge::release_quarantined`) or
 /// dropped through the Writer with the job's advanced state, one batch.
-fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> Result<Next, ApiError> {
-    let Some(edge) = state.edge() else { return Ok(Next::Stop) };
+fn quarantine_step<K: Kv>(
+    state: &AdminState<K>,
+    mut job: Job,
+    raw: Vec<u8>,
+) -> Result<Next, ApiError> {
+    let Some(edge) = state.edge() else {
+        return Ok(Next::Stop);
+    };
     let tenants = scope_tenants(state, job.filter.tenant.as_deref())?;
     let only: Option<SourceId> = match &job.filter.source {
         Some(s) => Some(registered_source(state, s)?),
@@ -560,7 +731,11 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
     let mut unmatched = 0u64;
     let mut budget = STEP_ENTRIES;
     while let Some(&ord) = tenants.get(ti) {
-        let after_seq = (resume.len() == 8).then(|| Seq(u64::from_be_bytes(resume.as_slice().try_into().unwrap_or([0; 8]))));
+        let after_seq = (resume.len() == 8).then(|| {
+            Seq(u64::from_be_bytes(
+                resume.as_slice().try_into().unwrap_or([0; 8]),
+            ))
+        });
         let page = ankusa_queue::list_quarantined(&*state.kv, ord, after_seq, budget)?;
         budget -= page.hooks.len();
         for h in &page.hooks {
@@ -573,18 +748,35 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
             job.examined += 1;
             match job.kind {
                 JobKind::ReleaseQuarantined => {
-                    let route = env.as_ref().and_then(|e| edge.sources.iter().find(|r| r.id == e.source));
+                    let route = env
+                        .as_ref()
+                        .and_then(|e| edge.sources.iter().find(|r| r.id == e.source));
                     let (Some(env), Some(route)) = (env.as_ref(), route) else {
                         job.skipped += 1; // no envelope, or its source is not configured
                         continue;
                     };
-                    let headers: Vec<Header<'_>> = env.headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())).collect();
+                    let headers: Vec<Header<'_>> = env
+                        .headers
+                        .iter()
+                        .map(|(n, v)| (n.as_slice(), v.as_slice()))
+                        .collect();
                     let r = route.resolve(&headers, &ParsedBody::new(&env.body));
-                    filtered.extend(r.filtered.iter().map(|sink| (route.name.clone(), (*sink).to_owned())));
+                    filtered.extend(
+                        r.filtered
+                            .iter()
+                            .map(|sink| (route.name.clone(), (*sink).to_owned())),
+                    );
                     unmatched += u64::from(r.rows.is_empty());
-                    ops.push(JobOp::Release { tenant: ord, seq: h.seq, rows: r.rows });
+                    ops.push(JobOp::Release {
+                        tenant: ord,
+                        seq: h.seq,
+                        rows: r.rows,
+                    });
                 }
-                _ => ops.push(JobOp::DropQuarantined { tenant: ord, seq: h.seq }),
+                _ => ops.push(JobOp::DropQuarantined {
+                    tenant: ord,
+                    seq: h.seq,
+                }),
             }
         }
         if page.next.is_some() || budget == 0 {
@@ -593,16 +785,28 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
         ti += 1;
         resume = Vec::new();
     }
-    advance(&mut job, (state.clock)(), ops.len(), tenants.get(ti).copied(), &resume);
+    advance(
+        &mut job,
+        (state.clock)(),
+        ops.len(),
+        tenants.get(ti).copied(),
+        &resume,
+    );
     let released = job.kind == JobKind::ReleaseQuarantined && !ops.is_empty();
     let writer = edge.writer.clone();
     let stats = Arc::clone(&edge.stats);
     drop(edge);
-    block(writer.job_step(JobStep { state: stored(&job, raw)?, ops })).map_err(write_error(state))?;
+    block(writer.job_step(JobStep {
+        state: stored(&job, raw)?,
+        ops,
+    }))
+    .map_err(write_error(state))?;
     for (source, sink) in &filtered {
         stats.count_filtered(source, [sink.as_str()]);
     }
-    stats.unmatched.fetch_add(unmatched, std::sync::atomic::Ordering::Relaxed);
+    stats
+        .unmatched
+        .fetch_add(unmatched, std::sync::atomic::Ordering::Relaxed);
     if released {
         (state.wake)();
     }
@@ -625,8 +829,14 @@ fn quarantine_step<K: Kv>(state: &AdminState<K>, mut job: Job, raw: Vec<u8>) -> 
 pub(crate) fn begin_purge<K: Kv>(state: &AdminState<K>, job: &Job) -> Result<(), ApiError> {
     let tenant = job.filter.tenant.clone().unwrap_or_default();
     let ord = tenant_ord(&state.registry, &tenant)?;
-    let edge = state.edge().ok_or_else(|| ApiError::unavailable("the Writer is not running"))?;
-    let st = StoredState { key: job_key(job.id), expect: None, value: encode(job)? };
+    let edge = state
+        .edge()
+        .ok_or_else(|| ApiError::unavailable("the Writer is not running"))?;
+    let st = StoredState {
+        key: job_key(job.id),
+        expect: None,
+        value: encode(job)?,
+    };
     block(edge.writer.purge_mark(ord, Some(job.id), st)).map_err(write_error(state))?;
     info!(job = job.id, tenant = %tenant, "tenant purge started: its hooks are refused until it ends");
     Ok(())
@@ -658,7 +868,9 @@ fn purge_step<K: Kv>(state: &AdminState<K>, job: Job, raw: Vec<u8>) -> Result<Ne
                 .decode(c.as_bytes())
                 .ok()
                 .and_then(|b| Cursor::from_bytes(&b))
-                .ok_or_else(|| ApiError::store(format!("job {}'s cursor does not decode", job.id)))?,
+                .ok_or_else(|| {
+                    ApiError::store(format!("job {}'s cursor does not decode", job.id))
+                })?,
         ),
         None => None,
     };
@@ -668,10 +880,14 @@ fn purge_step<K: Kv>(state: &AdminState<K>, job: Job, raw: Vec<u8>) -> Result<Ne
     let result = Arc::clone(&out);
     let mut next_job = job;
     let work = Box::new(move || {
-        let page = ankusa_queue::purge_tenant_page(&*kv, ord, cursor.as_ref(), PAGE_ENTRIES).map_err(|e| e.to_string())?;
+        let page = ankusa_queue::purge_tenant_page(&*kv, ord, cursor.as_ref(), PAGE_ENTRIES)
+            .map_err(|e| e.to_string())?;
         next_job.examined += page.moved as u64;
         next_job.done += page.moved as u64;
-        next_job.cursor = page.next.as_ref().map(|c| URL_SAFE_NO_PAD.encode(c.to_bytes()));
+        next_job.cursor = page
+            .next
+            .as_ref()
+            .map(|c| URL_SAFE_NO_PAD.encode(c.to_bytes()));
         next_job.phase = Some(match &page.next {
             Some(c) => ankusa_queue::purge_phase(Some(c)).to_owned(),
             None => FINISHING.to_owned(),
@@ -708,10 +924,15 @@ fn purge_step<K: Kv>(state: &AdminState<K>, job: Job, raw: Vec<u8>) -> Result<Ne
 fn retire_step<K: Kv>(state: &AdminState<K>, job: Job) -> Result<Next, ApiError> {
     let source = job.filter.source.clone().unwrap_or_default();
     let id = registered_source(state, &source)?;
-    let reason = job.filter.reason.clone().unwrap_or_else(|| DEFAULT_RETIRE_REASON.to_owned());
+    let reason = job
+        .filter
+        .reason
+        .clone()
+        .unwrap_or_else(|| DEFAULT_RETIRE_REASON.to_owned());
     let tenants = source_tenants(state, &source, job.filter.tenant.as_deref())?;
     let control = state.pipeline()?;
-    let (busy, by_pipeline) = block(control.retire(id, Some(reason.clone()))).map_err(control_error)?;
+    let (busy, by_pipeline) =
+        block(control.retire(id, Some(reason.clone()))).map_err(control_error)?;
     // `done` counts every row dead-lettered for the retirement: the pages'
     // and the pipeline's (due rows its visits met, attempts that failed).
     let mut job = job;
@@ -745,7 +966,16 @@ fn retire_step<K: Kv>(state: &AdminState<K>, job: Job) -> Result<Next, ApiError>
     let now = (state.clock)();
     let mut next_job = job;
     let work = Box::new(move || {
-        let page = ankusa_queue::dead_letter_source(&*kv, ord, id, &reason, cursor.as_ref(), PAGE_ENTRIES, now).map_err(|e| e.to_string())?;
+        let page = ankusa_queue::dead_letter_source(
+            &*kv,
+            ord,
+            id,
+            &reason,
+            cursor.as_ref(),
+            PAGE_ENTRIES,
+            now,
+        )
+        .map_err(|e| e.to_string())?;
         next_job.examined += page.moved as u64;
         next_job.done += page.moved as u64;
         next_job.updated_at_ms = now;
@@ -769,5 +999,8 @@ fn retire_step<K: Kv>(state: &AdminState<K>, job: Job) -> Result<Next, ApiError>
 /// Whether `tenant` is being purged (its mark is in `meta`): admin writes to
 /// its rows are refused meanwhile.
 pub(crate) fn purging<K: Kv>(state: &AdminState<K>, tenant: TenantOrd) -> Result<bool, ApiError> {
-    Ok(state.kv.get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant))?.is_some())
+    Ok(state
+        .kv
+        .get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant))?
+        .is_some())
 }

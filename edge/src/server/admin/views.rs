@@ -8,15 +8,19 @@ use std::collections::BTreeSet;
 
 use ankusa_keys::meta::{PauseTarget, decode_name, tenant_by_ord_key, tenant_ords_range};
 use ankusa_keys::{
-    CounterField, DeadLetterValue, DeliveryKey, DeliveryRow, DueKey, Envelope, QuarantinedValue, RowState, Seq, SinkIx,
-    SourceId, TenantOrd, archive_time_range, counter_key, dead_letter_key, deliveries_of_hook_range, due_key, held_due_ms, held_due_range,
-    hook_key, live_due_range, quarantined_key,
+    CounterField, DeadLetterValue, DeliveryKey, DeliveryRow, DueKey, Envelope, QuarantinedValue,
+    RowState, Seq, SinkIx, SourceId, TenantOrd, archive_time_range, counter_key, dead_letter_key,
+    deliveries_of_hook_range, due_key, held_due_ms, held_due_range, hook_key, live_due_range,
+    quarantined_key,
 };
 use ankusa_queue::RowId;
 use serde_json::{Value, json};
 
 use super::AdminState;
-use super::api::{ApiError, CursorKind, Query, b64, decode_cursor, encode_cursor, rfc3339, row_id_text, tenant_ord, utf8, uuid_text};
+use super::api::{
+    ApiError, CursorKind, Query, b64, decode_cursor, encode_cursor, rfc3339, row_id_text,
+    tenant_ord, utf8, uuid_text,
+};
 use super::pause::pause_info;
 
 /// The counter fields as the API names them (`bytes` is `pending_bytes`).
@@ -31,11 +35,19 @@ pub(crate) fn counter_name(field: CounterField) -> &'static str {
 /// the age of its oldest due row (one seek on the live part of its ?D range:
 /// a row held by a pause is in the held band, docs/design.md section 5,
 /// "Pause", and is not due until a resume), its bounds.
-fn tenant_view<K: Kv>(state: &AdminState<K>, name: &str, ord: TenantOrd, now_ms: u64) -> Result<Value, ApiError> {
+fn tenant_view<K: Kv>(
+    state: &AdminState<K>,
+    name: &str,
+    ord: TenantOrd,
+    now_ms: u64,
+) -> Result<Value, ApiError> {
     let kv = &*state.kv;
     let mut counters = serde_json::Map::new();
     for field in CounterField::ALL {
-        counters.insert(counter_name(field).into(), json!(kv.counter(&counter_key(ord, field))?));
+        counters.insert(
+            counter_name(field).into(),
+            json!(kv.counter(&counter_key(ord, field))?),
+        );
     }
     let oldest = kv.first(Cf::Index, &live_due_range(ord), Direction::Forward)?;
     let oldest_due_ms = match oldest {
@@ -60,22 +72,34 @@ fn tenant_view<K: Kv>(state: &AdminState<K>, name: &str, ord: TenantOrd, now_ms:
 /// order.
 pub(crate) fn list_tenants<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, ApiError> {
     let limit = q.limit()?;
-    let cursor = q.take("cursor").map(|c| decode_cursor(CursorKind::Tenants, &c)).transpose()?;
+    let cursor = q
+        .take("cursor")
+        .map(|c| decode_cursor(CursorKind::Tenants, &c))
+        .transpose()?;
     q.finish()?;
     let mut range = tenant_ords_range();
     if let Some(after) = cursor {
-        let ord: [u8; 4] = after.as_slice().try_into().map_err(|_| ApiError::bad_request("cursor is not valid here: wrong length"))?;
-        let start = tenant_by_ord_key(TenantOrd(u32::from_be_bytes(ord).clamp(1, TenantOrd::LAST.0)));
+        let ord: [u8; 4] = after
+            .as_slice()
+            .try_into()
+            .map_err(|_| ApiError::bad_request("cursor is not valid here: wrong length"))?;
+        let start = tenant_by_ord_key(TenantOrd(
+            u32::from_be_bytes(ord).clamp(1, TenantOrd::LAST.0),
+        ));
         if start.as_slice() > range.start.as_slice() {
             range.start = start;
         }
     }
-    let entries = state.kv.scan(Cf::Meta, &range, Direction::Forward, limit + 1)?;
+    let entries = state
+        .kv
+        .scan(Cf::Meta, &range, Direction::Forward, limit + 1)?;
     let now = (state.clock)();
     let mut items = Vec::new();
     let mut next = None;
     for (i, (k, v)) in entries.iter().enumerate() {
-        let ord_bytes: [u8; 4] = k[k.len().saturating_sub(4)..].try_into().map_err(ApiError::store)?;
+        let ord_bytes: [u8; 4] = k[k.len().saturating_sub(4)..]
+            .try_into()
+            .map_err(ApiError::store)?;
         let ord = TenantOrd(u32::from_be_bytes(ord_bytes));
         if i == limit {
             next = Some(encode_cursor(CursorKind::Tenants, &ord_bytes));
@@ -88,7 +112,11 @@ pub(crate) fn list_tenants<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result
 }
 
 /// `GET /v1/tenants/{tenant}`.
-pub(crate) fn get_tenant<K: Kv>(state: &AdminState<K>, name: &str, q: Query) -> Result<Value, ApiError> {
+pub(crate) fn get_tenant<K: Kv>(
+    state: &AdminState<K>,
+    name: &str,
+    q: Query,
+) -> Result<Value, ApiError> {
     q.finish()?;
     let ord = tenant_ord(&state.registry, name)?;
     tenant_view(state, name, ord, (state.clock)())
@@ -116,8 +144,12 @@ fn scheme(v: &Verification) -> &'static str {
 /// A breaker as JSON.
 fn breaker_json(tenant: &str, b: BreakerReport) -> Value {
     match b {
-        BreakerReport::Closed { failures } => json!({ "tenant": tenant, "state": "closed", "failures": failures }),
-        BreakerReport::Open { until_ms } => json!({ "tenant": tenant, "state": "open", "open_until_ms": until_ms }),
+        BreakerReport::Closed { failures } => {
+            json!({ "tenant": tenant, "state": "closed", "failures": failures })
+        }
+        BreakerReport::Open { until_ms } => {
+            json!({ "tenant": tenant, "state": "open", "open_until_ms": until_ms })
+        }
         BreakerReport::HalfOpen => json!({ "tenant": tenant, "state": "half_open" }),
     }
 }
@@ -143,14 +175,23 @@ pub enum BreakerReport {
 /// One source: never a secret, only the verification scheme's name; the
 /// pauses in force on it and on each sink entry (the configuration's and the
 /// runtime ones of `runtime`, docs/design.md section 5, "Pause").
-fn source_view<K: Kv>(state: &AdminState<K>, s: &Source, runtime: &ankusa_queue::PauseMap) -> Value {
+fn source_view<K: Kv>(
+    state: &AdminState<K>,
+    s: &Source,
+    runtime: &ankusa_queue::PauseMap,
+) -> Value {
     let now = (state.clock)();
     let id = state.registry.sources.get(&s.name).copied();
     let source_runtime = id.and_then(|id| runtime.get(&PauseTarget::Source(id)));
     let source_paused = s.paused || source_runtime.is_some();
     let tenants: Vec<&str> = match &s.tenant {
         TenantBinding::Fixed(t) => vec![t.as_str()],
-        TenantBinding::Path => state.config.tenants.iter().map(|t| t.name.as_str()).collect(),
+        TenantBinding::Path => state
+            .config
+            .tenants
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect(),
     };
     let sinks: Vec<Value> = s
         .sinks
@@ -159,19 +200,28 @@ fn source_view<K: Kv>(state: &AdminState<K>, s: &Source, runtime: &ankusa_queue:
             let (ordered, key) = match &e.order {
                 Order::Unordered => (false, Value::Null),
                 Order::Ordered { key: None } => (true, Value::Null),
-                Order::Ordered { key: Some(OrderingKey::Header(h)) } => (true, json!({ "header": h })),
-                Order::Ordered { key: Some(OrderingKey::Json(p)) } => (true, json!({ "json": p.dotted })),
-                Order::Ordered { key: Some(OrderingKey::Func(_)) } => (true, json!({ "function": true })),
+                Order::Ordered {
+                    key: Some(OrderingKey::Header(h)),
+                } => (true, json!({ "header": h })),
+                Order::Ordered {
+                    key: Some(OrderingKey::Json(p)),
+                } => (true, json!({ "json": p.dotted })),
+                Order::Ordered {
+                    key: Some(OrderingKey::Func(_)),
+                } => (true, json!({ "function": true })),
             };
             let breakers: Vec<Value> = match id {
                 Some(id) => tenants
                     .iter()
                     .filter_map(|t| Some((*t, *state.registry.tenants.get(*t)?)))
-                    .map(|(t, ord)| breaker_json(t, (state.breakers)(ord, id, SinkIx(e.index), now)))
+                    .map(|(t, ord)| {
+                        breaker_json(t, (state.breakers)(ord, id, SinkIx(e.index), now))
+                    })
                     .collect(),
                 None => Vec::new(),
             };
-            let sink_runtime = id.and_then(|id| runtime.get(&PauseTarget::Sink(id, SinkIx(e.index))));
+            let sink_runtime =
+                id.and_then(|id| runtime.get(&PauseTarget::Sink(id, SinkIx(e.index))));
             json!({
                 "name": e.name,
                 "type": e.kind.as_str(),
@@ -202,34 +252,67 @@ fn source_view<K: Kv>(state: &AdminState<K>, s: &Source, runtime: &ankusa_queue:
 /// `GET /v1/sources`: the configured sources, in name order.
 pub(crate) fn list_sources<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, ApiError> {
     let limit = q.limit()?;
-    let cursor = q.take("cursor").map(|c| decode_cursor(CursorKind::Sources, &c)).transpose()?;
+    let cursor = q
+        .take("cursor")
+        .map(|c| decode_cursor(CursorKind::Sources, &c))
+        .transpose()?;
     q.finish()?;
     let mut sources: Vec<&Source> = state.config.sources.iter().collect();
     sources.sort_by(|a, b| a.name.cmp(&b.name));
     let start = cursor.unwrap_or_default();
-    let rest: Vec<&Source> = sources.into_iter().filter(|s| s.name.as_bytes() >= start.as_slice()).collect();
-    let next = rest.get(limit).map(|s| encode_cursor(CursorKind::Sources, s.name.as_bytes()));
+    let rest: Vec<&Source> = sources
+        .into_iter()
+        .filter(|s| s.name.as_bytes() >= start.as_slice())
+        .collect();
+    let next = rest
+        .get(limit)
+        .map(|s| encode_cursor(CursorKind::Sources, s.name.as_bytes()));
     let runtime = ankusa_queue::read_pauses(&*state.kv)?;
-    let items: Vec<Value> = rest.iter().take(limit).map(|s| source_view(state, s, &runtime)).collect();
+    let items: Vec<Value> = rest
+        .iter()
+        .take(limit)
+        .map(|s| source_view(state, s, &runtime))
+        .collect();
     Ok(json!({ "items": items, "next_cursor": next }))
 }
 
 /// `GET /v1/sources/{source}`.
-pub(crate) fn get_source<K: Kv>(state: &AdminState<K>, name: &str, q: Query) -> Result<Value, ApiError> {
+pub(crate) fn get_source<K: Kv>(
+    state: &AdminState<K>,
+    name: &str,
+    q: Query,
+) -> Result<Value, ApiError> {
     q.finish()?;
-    let s = state.config.source(name).ok_or_else(|| ApiError::not_found(format!("no source {name:?} in the configuration")))?;
+    let s = state
+        .config
+        .source(name)
+        .ok_or_else(|| ApiError::not_found(format!("no source {name:?} in the configuration")))?;
     let runtime = ankusa_queue::read_pauses(&*state.kv)?;
     Ok(source_view(state, s, &runtime))
 }
 
 /// The sink entry name of `(source, index)` in the configuration.
-pub(crate) fn sink_name<K: Kv>(state: &AdminState<K>, source: Option<&str>, sink: SinkIx) -> Option<String> {
+pub(crate) fn sink_name<K: Kv>(
+    state: &AdminState<K>,
+    source: Option<&str>,
+    sink: SinkIx,
+) -> Option<String> {
     let s = state.config.source(source?)?;
-    s.sinks.iter().find(|e| e.index == sink.0).map(|e| e.name.clone())
+    s.sinks
+        .iter()
+        .find(|e| e.index == sink.0)
+        .map(|e| e.name.clone())
 }
 
 /// One delivery row of a hook: where it is and what happened to it.
-fn row_view<K: Kv>(state: &AdminState<K>, tenant: &str, source: Option<&str>, id: RowId, row: &DeliveryRow, held: bool) -> Result<Value, ApiError> {
+fn row_view<K: Kv>(
+    state: &AdminState<K>,
+    tenant: &str,
+    source: Option<&str>,
+    id: RowId,
+    row: &DeliveryRow,
+    held: bool,
+) -> Result<Value, ApiError> {
     let state_name = match row.state {
         RowState::Due if held => "held",
         RowState::Due => "due",
@@ -238,7 +321,10 @@ fn row_view<K: Kv>(state: &AdminState<K>, tenant: &str, source: Option<&str>, id
         RowState::Dead => "dead",
     };
     let dead = if row.state == RowState::Dead {
-        match state.kv.get(Cf::Index, &dead_letter_key(id.tenant, id.seq, id.sink))? {
+        match state
+            .kv
+            .get(Cf::Index, &dead_letter_key(id.tenant, id.seq, id.sink))?
+        {
             Some(v) => {
                 let d = DeadLetterValue::decode(&v).map_err(ApiError::store)?;
                 json!({ "dead_at_ms": d.dead_at_ms, "dead_at": rfc3339(d.dead_at_ms), "reason": d.reason })
@@ -303,21 +389,37 @@ fn held_sinks<K: Kv>(
     let runtime = ankusa_queue::read_pauses(&*state.kv)?;
     let configured = source_name.and_then(|n| state.config.source(n));
     for &sink in due {
-        let by_config = configured.is_some_and(|s| s.paused || s.sinks.iter().any(|e| e.index == sink.0 && e.paused));
-        let by_runtime = runtime.contains_key(&PauseTarget::Source(source)) || runtime.contains_key(&PauseTarget::Sink(source, sink));
+        let by_config = configured
+            .is_some_and(|s| s.paused || s.sinks.iter().any(|e| e.index == sink.0 && e.paused));
+        let by_runtime = runtime.contains_key(&PauseTarget::Source(source))
+            || runtime.contains_key(&PauseTarget::Sink(source, sink));
         if by_config || by_runtime {
             held.insert(sink);
         }
     }
     let mut band = held_due_range(ord);
-    if held.len() == due.len() || state.kv.first(Cf::Index, &band, Direction::Forward)?.is_none() {
+    if held.len() == due.len()
+        || state
+            .kv
+            .first(Cf::Index, &band, Direction::Forward)?
+            .is_none()
+    {
         return Ok(held);
     }
-    let from = due_key(ord, held_due_ms(received_at_ms.saturating_sub(HELD_LOOKUP_SLACK_MS)), Seq(0), SinkIx(0)).to_vec();
+    let from = due_key(
+        ord,
+        held_due_ms(received_at_ms.saturating_sub(HELD_LOOKUP_SLACK_MS)),
+        Seq(0),
+        SinkIx(0),
+    )
+    .to_vec();
     if from.as_slice() > band.start.as_slice() {
         band.start = from;
     }
-    for (k, _) in state.kv.scan(Cf::Index, &band, Direction::Forward, HELD_LOOKUP_ENTRIES)? {
+    for (k, _) in state
+        .kv
+        .scan(Cf::Index, &band, Direction::Forward, HELD_LOOKUP_ENTRIES)?
+    {
         let dk = DueKey::decode(&k).map_err(ApiError::store)?;
         if dk.seq == seq && due.contains(&dk.sink) {
             held.insert(dk.sink);
@@ -330,20 +432,50 @@ fn held_sinks<K: Kv>(
 }
 
 /// A hook: its envelope as stored and every delivery row it still has.
-pub(crate) fn hook_view<K: Kv>(state: &AdminState<K>, tenant: &str, ord: TenantOrd, seq: Seq, env: &Envelope) -> Result<Value, ApiError> {
+pub(crate) fn hook_view<K: Kv>(
+    state: &AdminState<K>,
+    tenant: &str,
+    ord: TenantOrd,
+    seq: Seq,
+    env: &Envelope,
+) -> Result<Value, ApiError> {
     let source = state.registry.source_name(env.source).map(str::to_owned);
-    let rows = state.kv.scan(Cf::Deliveries, &deliveries_of_hook_range(ord, seq), Direction::Forward, usize::from(u16::MAX) + 1)?;
+    let rows = state.kv.scan(
+        Cf::Deliveries,
+        &deliveries_of_hook_range(ord, seq),
+        Direction::Forward,
+        usize::from(u16::MAX) + 1,
+    )?;
     let mut decoded = Vec::with_capacity(rows.len());
     for (k, v) in rows {
         let dk = DeliveryKey::decode(&k).map_err(ApiError::store)?;
         let row = DeliveryRow::decode(&v).map_err(ApiError::store)?;
         decoded.push((dk.sink, row));
     }
-    let due: Vec<SinkIx> = decoded.iter().filter(|(_, r)| r.state == RowState::Due).map(|(s, _)| *s).collect();
-    let held = held_sinks(state, ord, seq, env.source, source.as_deref(), env.received_at_ms, &due)?;
+    let due: Vec<SinkIx> = decoded
+        .iter()
+        .filter(|(_, r)| r.state == RowState::Due)
+        .map(|(s, _)| *s)
+        .collect();
+    let held = held_sinks(
+        state,
+        ord,
+        seq,
+        env.source,
+        source.as_deref(),
+        env.received_at_ms,
+        &due,
+    )?;
     let mut deliveries = Vec::new();
     for (sink, row) in &decoded {
-        deliveries.push(row_view(state, tenant, source.as_deref(), RowId::new(ord, seq, *sink), row, held.contains(sink))?);
+        deliveries.push(row_view(
+            state,
+            tenant,
+            source.as_deref(),
+            RowId::new(ord, seq, *sink),
+            row,
+            held.contains(sink),
+        )?);
     }
     let headers: Vec<Value> = env
         .headers
@@ -353,7 +485,11 @@ pub(crate) fn hook_view<K: Kv>(state: &AdminState<K>, tenant: &str, ord: TenantO
     // A quarantined hook has no rows yet: say why, or the operator sees a
     // hook that goes nowhere.
     let quarantined = match state.kv.get(Cf::Index, &quarantined_key(ord, seq))? {
-        Some(v) => Some(QuarantinedValue::decode(&v).map_err(ApiError::store)?.reason),
+        Some(v) => Some(
+            QuarantinedValue::decode(&v)
+                .map_err(ApiError::store)?
+                .reason,
+        ),
         None => None,
     };
     Ok(json!({
@@ -377,7 +513,11 @@ pub(crate) fn hook_view<K: Kv>(state: &AdminState<K>, tenant: &str, ord: TenantO
     }))
 }
 
-pub(crate) fn read_envelope(read: &impl Read, ord: TenantOrd, seq: Seq) -> Result<Option<Envelope>, ApiError> {
+pub(crate) fn read_envelope(
+    read: &impl Read,
+    ord: TenantOrd,
+    seq: Seq,
+) -> Result<Option<Envelope>, ApiError> {
     match read.get(Cf::Hooks, &hook_key(ord, seq))? {
         Some(raw) => Ok(Some(Envelope::decode(&raw).map_err(ApiError::store)?)),
         None => Ok(None),
@@ -385,11 +525,20 @@ pub(crate) fn read_envelope(read: &impl Read, ord: TenantOrd, seq: Seq) -> Resul
 }
 
 /// `GET /v1/tenants/{tenant}/hooks/{seq}`.
-pub(crate) fn get_hook<K: Kv>(state: &AdminState<K>, tenant: &str, seq: Seq, q: Query) -> Result<Value, ApiError> {
+pub(crate) fn get_hook<K: Kv>(
+    state: &AdminState<K>,
+    tenant: &str,
+    seq: Seq,
+    q: Query,
+) -> Result<Value, ApiError> {
     q.finish()?;
     let ord = tenant_ord(&state.registry, tenant)?;
-    let env = read_envelope(&*state.kv, ord, seq)?
-        .ok_or_else(|| ApiError::not_found(format!("tenant {tenant:?} has no hook {} (never stored, or removed by retention or a drop)", seq.0)))?;
+    let env = read_envelope(&*state.kv, ord, seq)?.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "tenant {tenant:?} has no hook {} (never stored, or removed by retention or a drop)",
+            seq.0
+        ))
+    })?;
     hook_view(state, tenant, ord, seq, &env)
 }
 
@@ -406,20 +555,37 @@ const LOOKUP_SLACK_ENTRIES: usize = 1_000;
 /// timestamp equal to the envelope's `received_at_ms`, so the hook is in
 /// the `archive` range `(ord, received_at_ms, *)` of its tenant: one small
 /// range per tenant, each candidate envelope read and its key compared.
-pub(crate) fn find_hook<K: Kv>(state: &AdminState<K>, key: &str, q: Query) -> Result<Value, ApiError> {
+pub(crate) fn find_hook<K: Kv>(
+    state: &AdminState<K>,
+    key: &str,
+    q: Query,
+) -> Result<Value, ApiError> {
     q.finish()?;
-    let uuid = uuid::Uuid::parse_str(key).map_err(|_| ApiError::bad_request(format!("{key:?} is not a UUID")))?;
+    let uuid = uuid::Uuid::parse_str(key)
+        .map_err(|_| ApiError::bad_request(format!("{key:?} is not a UUID")))?;
     if uuid.get_version_num() != 7 {
-        return Err(ApiError::bad_request(format!("{key:?} is not an idempotency key of this relay (they are UUIDv7)")));
+        return Err(ApiError::bad_request(format!(
+            "{key:?} is not an idempotency key of this relay (they are UUIDv7)"
+        )));
     }
     let wanted = *uuid.as_bytes();
     let b = uuid.as_bytes();
     let ts = u64::from_be_bytes([0, 0, b[0], b[1], b[2], b[3], b[4], b[5]]);
-    let windows = [(ts, ts.saturating_add(1), usize::MAX), (ts.saturating_sub(LOOKUP_SLACK_MS), ts.saturating_add(1), LOOKUP_SLACK_ENTRIES)];
+    let windows = [
+        (ts, ts.saturating_add(1), usize::MAX),
+        (
+            ts.saturating_sub(LOOKUP_SLACK_MS),
+            ts.saturating_add(1),
+            LOOKUP_SLACK_ENTRIES,
+        ),
+    ];
     for (from, until, cap) in windows {
         for (name, &ord) in &state.registry.tenants {
             let range = archive_time_range(ord, from, until);
-            let entries = state.kv.scan(Cf::Archive, &range, Direction::Forward, cap.min(100_000))?;
+            let entries =
+                state
+                    .kv
+                    .scan(Cf::Archive, &range, Direction::Forward, cap.min(100_000))?;
             for (k, _) in entries {
                 let ak = ankusa_keys::ArchiveKey::decode(&k).map_err(ApiError::store)?;
                 if let Some(env) = read_envelope(&*state.kv, ord, ak.seq)?
@@ -430,7 +596,9 @@ pub(crate) fn find_hook<K: Kv>(state: &AdminState<K>, key: &str, q: Query) -> Re
             }
         }
     }
-    Err(ApiError::not_found(format!("no hook with idempotency key {key} (never stored, or removed by retention or a drop)")))
+    Err(ApiError::not_found(format!(
+        "no hook with idempotency key {key} (never stored, or removed by retention or a drop)"
+    )))
 }
 
 #[cfg(test)]
@@ -445,8 +613,8 @@ mod tests {
     use ankusa_keys::{DueKey, Envelope, Seq, SinkIx, TenantOrd};
     use ankusa_queue::{Hook, NewRow};
 
-    use super::super::{AdminState, OPENAPI_JSON};
     use super::super::api::Query;
+    use super::super::{AdminState, OPENAPI_JSON};
     use super::{get_hook, get_tenant};
 
     const NOW: u64 = 1_700_000_000_000;
@@ -471,8 +639,21 @@ mod tests {
             replay_of: None,
         };
         let mut b = Batch::new();
-        let hook = Hook { tenant: ord, seq: Seq(seq), envelope: &env, dedupe_expires_at_ms: 0 };
-        ankusa_queue::new_ops(&mut b, &hook, &[NewRow { sink: SinkIx(0), lane: None }], due_ms);
+        let hook = Hook {
+            tenant: ord,
+            seq: Seq(seq),
+            envelope: &env,
+            dedupe_expires_at_ms: 0,
+        };
+        ankusa_queue::new_ops(
+            &mut b,
+            &hook,
+            &[NewRow {
+                sink: SinkIx(0),
+                lane: None,
+            }],
+            due_ms,
+        );
         commit(kv, b);
     }
 
@@ -514,23 +695,51 @@ mod tests {
         ingest(kv, ord, src, 1, NOW);
         ingest(kv, ord, src, 2, NOW + 5);
         assert_eq!(oldest(&s), serde_json::json!(NOW));
-        assert_eq!((row_state(&s, 1), row_state(&s, 2)), ("due".into(), "due".into()));
-        let due = |seq: u64, due_ms: u64| DueKey { tenant: ord, due_ms, seq: Seq(seq), sink: SinkIx(0) };
+        assert_eq!(
+            (row_state(&s, 1), row_state(&s, 2)),
+            ("due".into(), "due".into())
+        );
+        let due = |seq: u64, due_ms: u64| DueKey {
+            tenant: ord,
+            due_ms,
+            seq: Seq(seq),
+            sink: SinkIx(0),
+        };
         commit(kv, ankusa_queue::hold(kv, due(1, NOW)).unwrap());
         assert_eq!(oldest(&s), serde_json::json!(NOW + 5));
-        assert_eq!((row_state(&s, 1), row_state(&s, 2)), ("held".into(), "due".into()));
+        assert_eq!(
+            (row_state(&s, 1), row_state(&s, 2)),
+            ("held".into(), "due".into())
+        );
         commit(kv, ankusa_queue::hold(kv, due(2, NOW + 5)).unwrap());
         assert_eq!(oldest(&s), serde_json::Value::Null);
         assert_eq!(row_state(&s, 2), "held");
         // Resumed: due again.
-        commit(kv, ankusa_queue::unhold(kv, ord, |_, _| false, None, 10).unwrap().batch);
+        commit(
+            kv,
+            ankusa_queue::unhold(kv, ord, |_, _| false, None, 10)
+                .unwrap()
+                .batch,
+        );
         assert_eq!(oldest(&s), serde_json::json!(NOW));
-        assert_eq!((row_state(&s, 1), row_state(&s, 2)), ("due".into(), "due".into()));
+        assert_eq!(
+            (row_state(&s, 1), row_state(&s, 2)),
+            ("due".into(), "due".into())
+        );
         // A runtime pause of the sink: its due rows wait, not yet moved.
-        commit(kv, ankusa_queue::set_pause(PauseTarget::Sink(src, SinkIx(0)), NOW, "maintenance"));
-        assert_eq!((row_state(&s, 1), row_state(&s, 2)), ("held".into(), "held".into()));
+        commit(
+            kv,
+            ankusa_queue::set_pause(PauseTarget::Sink(src, SinkIx(0)), NOW, "maintenance"),
+        );
+        assert_eq!(
+            (row_state(&s, 1), row_state(&s, 2)),
+            ("held".into(), "held".into())
+        );
         let doc: serde_json::Value = serde_json::from_str(OPENAPI_JSON).unwrap();
         let states = &doc["components"]["schemas"]["Delivery"]["properties"]["state"]["enum"];
-        assert!(states.as_array().unwrap().iter().any(|v| v == "held"), "{states}");
+        assert!(
+            states.as_array().unwrap().iter().any(|v| v == "held"),
+            "{states}"
+        );
     }
 }

@@ -19,14 +19,20 @@ use ankusa_engine_conformance::backends;
 const MAX_BATCHES: i64 = 1_000_000;
 
 fn run<K: Kv>(kv: K) {
-    let mut next = kv.counter(ankusa_engine_conformance::CRASH_COUNTER).expect("read counter");
+    let mut next = kv
+        .counter(ankusa_engine_conformance::CRASH_COUNTER)
+        .expect("read counter");
     let mut out = std::io::stdout().lock();
     writeln!(out, "open {next}").expect("stdout");
     out.flush().expect("stdout");
     while next < MAX_BATCHES {
         let mut w = Batch::new();
         for cf in Cf::ALL {
-            w.put(cf, ankusa_engine_conformance::crash_key(next), vec![(next % 251) as u8; 256]);
+            w.put(
+                cf,
+                ankusa_engine_conformance::crash_key(next),
+                vec![(next % 251) as u8; 256],
+            );
         }
         w.counter_add(ankusa_engine_conformance::CRASH_COUNTER, 1);
         // Odd batches take the split form the Writer uses (write Buffered,
