@@ -13,7 +13,7 @@ use ankusa_keys::{
 };
 use ankusa_lanes::{LANE_FAMILIES, RowId, count};
 
-use crate::transitions::dead_into;
+use crate::transitions::{DeadLetterOf, dead_into};
 use crate::{Cursor, Origin, Page, QueueError};
 
 /// True when `tenant` has a ?D that is not held, or a ?P (one seek each). A
@@ -254,11 +254,13 @@ pub fn dead_letter_sinks(
                 read,
                 &mut page.batch,
                 id,
-                from,
-                reason,
-                now_ms,
-                false,
-                false,
+                DeadLetterOf {
+                    from,
+                    reason,
+                    now_ms,
+                    tolerant: false,
+                    attempted: false,
+                },
             )?;
             page.moved += 1;
         }

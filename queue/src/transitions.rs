@@ -211,19 +211,36 @@ pub fn delivered(read: &impl Read, row: RowId, now_ms: u64) -> Result<Batch, Que
     Ok(batch)
 }
 
-/// Appends the dead-letter of `id` from `from` to `batch` (see [`dead_letter`]);
-/// `tolerant` rewrites an undecodable or missing row from its index entry
-/// ([`orphan`]).
+/// What [`dead_into`] is told about one dead-letter: where the row is, why,
+/// when, and how.
+#[derive(Clone, Copy)]
+pub(crate) struct DeadLetterOf<'a> {
+    /// The place the row leaves.
+    pub(crate) from: Origin,
+    /// The dead letter's reason (and, `attempted`, the row's last error).
+    pub(crate) reason: &'a str,
+    /// The dead letter's time.
+    pub(crate) now_ms: u64,
+    /// Rewrite an undecodable or missing row from its index entry ([`orphan`]).
+    pub(crate) tolerant: bool,
+    /// The attempt that ended here ran: count it and keep its error.
+    pub(crate) attempted: bool,
+}
+
+/// Appends the dead-letter of `id` to `batch` (see [`dead_letter`]).
 pub(crate) fn dead_into(
     read: &impl Read,
     batch: &mut Batch,
     id: RowId,
-    from: Origin,
-    reason: &str,
-    now_ms: u64,
-    tolerant: bool,
-    attempted: bool,
+    of: DeadLetterOf<'_>,
 ) -> Result<(), QueueError> {
+    let DeadLetterOf {
+        from,
+        reason,
+        now_ms,
+        tolerant,
+        attempted,
+    } = of;
     let decoded = read_row(read, id);
     let stored = match decoded {
         Ok(row) => Some(row),
@@ -339,7 +356,18 @@ pub fn dead_letter(
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
     let mut batch = Batch::new();
-    dead_into(read, &mut batch, row, from, reason, now_ms, false, false)?;
+    dead_into(
+        read,
+        &mut batch,
+        row,
+        DeadLetterOf {
+            from,
+            reason,
+            now_ms,
+            tolerant: false,
+            attempted: false,
+        },
+    )?;
     Ok(batch)
 }
 
@@ -364,11 +392,13 @@ pub fn dead_letter_attempted(
         read,
         &mut batch,
         row,
-        Origin::InFlight,
-        reason,
-        now_ms,
-        false,
-        true,
+        DeadLetterOf {
+            from: Origin::InFlight,
+            reason,
+            now_ms,
+            tolerant: false,
+            attempted: true,
+        },
     )?;
     Ok(batch)
 }
@@ -391,7 +421,18 @@ pub fn orphan(
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
     let mut batch = Batch::new();
-    dead_into(read, &mut batch, row, from, reason, now_ms, true, false)?;
+    dead_into(
+        read,
+        &mut batch,
+        row,
+        DeadLetterOf {
+            from,
+            reason,
+            now_ms,
+            tolerant: true,
+            attempted: false,
+        },
+    )?;
     Ok(batch)
 }
 
