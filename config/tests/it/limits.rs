@@ -1,7 +1,7 @@
-//! Issue 14, "Limits that hold": every numeric option has an upper bound,
-//! checked at load (accepted at the bound, refused by name above it); no sink
-//! path lies inside `node.data_dir`; a data_dir that is a file is refused; an
-//! `env:` value never appears in an error.
+//! The configuration's limits (docs/design.md section 7): every numeric option
+//! has an upper bound, checked at load (accepted at the bound, refused by name
+//! above it); no sink path lies inside `node.data_dir`; a data_dir that is a
+//! file is refused; an `env:` value never appears in an error.
 
 use std::path::{Path, PathBuf};
 
