@@ -657,7 +657,7 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = family.encode_family(&labels)?;
             ConstCounter::new(n).encode(m)?;
         }
-        self.encode_issue16(&mut encoder)
+        self.encode_labelled_figures_and_histograms(&mut encoder)
     }
 }
 
@@ -677,7 +677,10 @@ impl<K: Kv> StoreCollector<K> {
     /// age, the Writer's groups, the build. Every label is a configured name, a
     /// status code, an outcome or a state: the series count does not grow with
     /// tenants, keys or lanes (ADR 0004 section 7).
-    fn encode_issue16(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    fn encode_labelled_figures_and_histograms(
+        &self,
+        encoder: &mut DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
         use prometheus_client::metrics::MetricType;
         let st = &*self.state;
         let ingest = &st.edge.ingest;
