@@ -1,6 +1,6 @@
-//! The process limits of `serve` (issue 14, "Limits that hold"; docs/design.md
-//! section 5, "Limits"): its file descriptors, and how the allocator gives
-//! back the memory of large request bodies ([`return_large_blocks`]).
+//! The process limits of `serve` (README, "Limits"; docs/design.md section 5,
+//! "Limits"): its file descriptors, and how the allocator gives back the memory
+//! of large request bodies ([`return_large_blocks`]).
 //!
 //! # File descriptors
 //! At start `serve` raises its `RLIMIT_NOFILE` soft
@@ -34,12 +34,12 @@
 //! A request body is read whole into one buffer (25 MiB at the default
 //! `body_limit_bytes`), and the node-wide body budget bounds their sum. glibc's
 //! malloc gives a block of at least its mmap threshold its own mapping,
-//! returned to the OS when freed, but the threshold is dynamic: each such
-//! block freed raises it (up to 32 MiB), after which bodies come from the heap
-//! arenas, which keep the memory once freed (issue 14 measured a relay at
-//! 1.57 GB resident, idle, after a burst of 25 MiB bodies). Setting the
-//! threshold fixes it (and turns the adjustment off): every block of
-//! [`MMAP_THRESHOLD_BYTES`] or more is mapped and unmapped on its own.
+//! returned to the OS when freed, but the threshold is dynamic: each such block
+//! freed raises it (up to 32 MiB), after which bodies come from the heap
+//! arenas, which keep the memory once freed (a relay was measured at 1.57 GB
+//! resident, idle, after a burst of 25 MiB bodies). Setting the threshold fixes
+//! it (and turns the adjustment off): every block of [`MMAP_THRESHOLD_BYTES`]
+//! or more is mapped and unmapped on its own.
 
 use ankusa_config::{Config, SinkKind, TenantBinding};
 use ankusa_edge::server::MAX_CONNECTIONS;

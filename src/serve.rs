@@ -10,12 +10,13 @@
 //! delivered again after the next start), then the process exits 0. Nothing acknowledged is lost: it
 //! was committed `Sync` before its 200.
 //!
-//! Limits (issue 14; [`crate::limits`]): before anything else `serve` fixes
-//! the allocator's mmap threshold, raises its file-descriptor soft limit to
-//! the hard limit and splits it between the store, the sinks and the two
-//! listeners' connection caps (one log line gives the limit and the caps; a
-//! limit too low for the configuration refuses the start, saying how many it
-//! needs). The body budget is `listeners.body_budget_bytes`.
+//! Limits (docs/design.md section 5, "Limits"; [`crate::limits`]): before
+//! anything else `serve` fixes the allocator's mmap threshold, raises its
+//! file-descriptor soft limit to the hard limit and splits it between the
+//! store, the sinks and the two listeners' connection caps (one log line gives
+//! the limit and the caps; a limit too low for the configuration refuses the
+//! start, saying how many it needs). The body budget is
+//! `listeners.body_budget_bytes`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -576,8 +577,8 @@ async fn run<K: Kv>(
     crate::unconfigured::remember(&*kv, &cfg, &registry)?;
     // The start-up writes are done: from here every write goes through the
     // mirror of the queue bounds' counters (each tenant's and the node's
-    // pending rows and bytes), so the edge's check of the bounds on every
-    // hook reads memory, not the store (issue 13; ankusa_engine::CounterMirror).
+    // pending rows and bytes), so the edge's check of the bounds on every hook
+    // reads memory, not the store (ankusa_engine::CounterMirror says why).
     let bound_counters = registry
         .tenants
         .values()
@@ -898,8 +899,8 @@ fn failure(e: ControlError) -> ControlFailure {
     match e {
         ControlError::NotConfigured(_) => ControlFailure::NotConfigured,
         ControlError::Work(m) => ControlFailure::Refused(m),
-        // The store's error may name its files (so the data_dir): logged,
-        // never answered (issue 14).
+        // The store's error may name its files (so the data_dir): logged, never
+        // answered (docs/design.md section 7, "Secrets in output").
         ControlError::Store(m) => {
             warn!(error = %m, "a control request: the store failed (answered 503)");
             ControlFailure::Unavailable(

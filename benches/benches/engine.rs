@@ -1,6 +1,7 @@
-//! Storage backends side by side (issue 2): Sync commits of 1, 16 and 256 puts
-//! of 1 KiB; a prefix scan of 10,000 keys; the first live key after 100,000
-//! deletes at the head of a queue family (the tombstone case); counter adds.
+//! Storage backends side by side (docs/design.md section 2): Sync commits of 1,
+//! 16 and 256 puts of 1 KiB; a prefix scan of 10,000 keys; the first live key
+//! after 100,000 deletes at the head of a queue family (the tombstone case);
+//! counter adds.
 
 use std::time::Duration;
 

@@ -1,10 +1,10 @@
-//! The pure batch builders of `queue` and `lanes` (issue 3): ns per transition
-//! and engine operations per transition (gets, seeks, entries scanned), on the
-//! memory engine so the figures are the builders' own cost. A setup (not
-//! timed) builds the state each transition starts from; the timed routine
-//! builds the transition's batch and commits it. Op counts of one routine are
-//! printed as `ops/transition` lines (reads of the builder, and the one batch
-//! it commits).
+//! The pure batch builders of `queue` and `lanes` (docs/design.md section 4):
+//! ns per transition and engine operations per transition (gets, seeks, entries
+//! scanned), on the memory engine so the figures are the builders' own cost. A
+//! setup (not timed) builds the state each transition starts from; the timed
+//! routine builds the transition's batch and commits it. Op counts of one
+//! routine are printed as `ops/transition` lines (reads of the builder, and the
+//! one batch it commits).
 //!
 //! Transitions: ingest (unordered, ordered), claim, delivered (unordered),
 //! release with a waiting member, release without one (delivered of a lane

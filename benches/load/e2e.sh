@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# End-to-end load run of issue 13: the relay between ankusa-load's posting
-# connections and ankusa-load's own receiver (the HTTP sink's destination),
-# next to plain hyper (benches/src/bin/plain-hyper.rs) in the same run.
+# End-to-end load run (README, "Performance: the load tool and the latest
+# figures"): the relay between ankusa-load's posting connections and
+# ankusa-load's own receiver (the HTTP sink's destination), next to plain
+# hyper (benches/src/bin/plain-hyper.rs) in the same run.
 #
 #   benches/load/e2e.sh                          # every cell, 20 s each
 #   DURATION=60 CELLS="baseline unordered" RATE=2000 benches/load/e2e.sh   # a soak at 2000 hooks/s

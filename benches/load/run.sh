@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load run of issue 4: acked hooks/s and p50/p99 ack latency of the relay
+# Ingest load run: acked hooks/s and p50/p99 ack latency of the relay
 # (release build, RocksDB on disk, file sink), next to a plain hyper server
 # answering 200 (benches/src/bin/plain-hyper.rs), in the same run, with wrk.
 #

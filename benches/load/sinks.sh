@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Delivered hooks/s per sink (issues 5 and 6): for each sink kind, a fresh
+# Delivered hooks/s per broker and cloud sink: for each sink kind, a fresh
 # release relay (RocksDB under /var/tmp) with two sources,
 #   load  unordered, the sink of the kind
 #   lane  the same sink, ordered on the x-entity-id header

@@ -112,11 +112,12 @@ pub use sink::CORE_KEYS as SINK_CORE_KEYS;
 pub type SourceCheck<'a> = &'a dyn Fn(&Source) -> Vec<Problem>;
 
 /// The embedded default configuration: what `ankusa serve` runs with no
-/// `--config` (issue 4's demo). RocksDB under `./data`, ingest on
-/// 127.0.0.1:8080, admin on 127.0.0.1:8081, one tenant `default`, and a
-/// source `demo` at `/hooks/demo` (no verification, dedupe on the
-/// `webhook-id` header) delivering to the file sink `./deliveries.ndjson` (outside the data dir: issue 14),
-/// ordered by the `x-entity-id` header.
+/// `--config` (the demo of the README, "Set up"). RocksDB under `./data`,
+/// ingest on 127.0.0.1:8080, admin on 127.0.0.1:8081, one tenant `default`, and
+/// a source `demo` at `/hooks/demo` (no verification, dedupe on the
+/// `webhook-id` header) delivering to the file sink `./deliveries.ndjson`
+/// (outside the data dir: no sink path may lie inside it, docs/design.md
+/// section 7), ordered by the `x-entity-id` header.
 pub const DEFAULT_YAML: &str = include_str!("default.yaml");
 
 /// The default of every option the file may omit, in the option's unit.
@@ -188,13 +189,13 @@ pub mod defaults {
 }
 
 /// The upper bound of every numeric option, in the option's unit, checked at
-/// load: a larger value is refused by name (issue 14, "Limits that hold"). A
-/// value without a bound could stop the node in all but name (a
-/// `flush_interval_ms` of 2^64-1 never flushes, so nothing is delivered and
-/// SIGTERM no longer stops it) or allocate without end. Each bound is far
-/// above any real use; config/ankusa.example.yaml lists them beside the
-/// options. `retry.*` and a sink entry's `retry:` take at most a year, and
-/// `rate_limit` at most 1,000,000 hooks per second (their own checks).
+/// load: a larger value is refused by name (docs/design.md section 7). A value
+/// without a bound could stop the node in all but name (a `flush_interval_ms`
+/// of 2^64-1 never flushes, so nothing is delivered and SIGTERM no longer stops
+/// it) or allocate without end. Each bound is far above any real use;
+/// config/ankusa.example.yaml lists them beside the options. `retry.*` and a
+/// sink entry's `retry:` take at most a year, and `rate_limit` at most
+/// 1,000,000 hooks per second (their own checks).
 pub mod limits {
     /// `node.max_pending` and `tenants[].max_pending`: 1,000,000,000 rows.
     pub const MAX_PENDING: u64 = 1_000_000_000;

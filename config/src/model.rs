@@ -160,10 +160,10 @@ pub struct Listeners {
     pub body_limit_bytes: u64,
     /// The bytes of request bodies the edge holds in memory at once (received
     /// so far and being read, verified and committed), all ingest connections
-    /// together (issue 14): each body's bytes are taken from it as they
-    /// arrive (never by `Content-Length` ahead of them); a request whose
-    /// bytes do not fit gets 503 with `Retry-After` and nothing more of its
-    /// body is read. Default 256 MiB; at least `body_limit_bytes`; at most
+    /// together (README, "Limits"): each body's bytes are taken from it as they
+    /// arrive (never by `Content-Length` ahead of them); a request whose bytes
+    /// do not fit gets 503 with `Retry-After` and nothing more of its body is
+    /// read. Default 256 MiB; at least `body_limit_bytes`; at most
     /// [`crate::limits::BODY_BUDGET_BYTES`].
     pub body_budget_bytes: u64,
 }

@@ -597,9 +597,9 @@ fn retry_statuses(v: &Value, option: &str, scope: &Scope, p: &mut Problems) -> O
 const FILTER_FORMS: &str = "{header: NAME} or {json: a.b.c} with one of equals: TEXT, one_of: [TEXT, ...], prefix: TEXT, exists: true|false";
 const FILTER_TESTS: [&str; 4] = ["equals", "one_of", "prefix", "exists"];
 
-/// `filter` (issue 12): one condition (a map) or a list of conditions that
-/// must all match. Every problem is reported, each under `filter` (or
-/// `filter[i]` for the i-th condition of a list).
+/// `filter` (docs/design.md section 10, "Filters per sink"): one condition (a
+/// map) or a list of conditions that must all match. Every problem is reported,
+/// each under `filter` (or `filter[i]` for the i-th condition of a list).
 fn filter(ctx: &SourceCtx<'_>, v: &Value, scope: &Scope, p: &mut Problems) -> Vec<FilterCondition> {
     match v {
         Value::Mapping(m) => condition(ctx, m, "filter", scope, p).into_iter().collect(),
@@ -983,8 +983,9 @@ fn ordering_key(v: &Value) -> Result<OrderingKey, String> {
     }
 }
 
-/// The http sink's options. `signing` (issue 12) is checked by the sinks
-/// crate (`ankusa_sinks::http::signing`), through the binary's load check.
+/// The http sink's options. `signing` (docs/design.md section 6) is checked by
+/// the sinks crate (`ankusa_sinks::http::signing`), through the binary's load
+/// check.
 const HTTP_OPTIONS: [&str; 4] = ["url", "timeout_ms", "headers", "signing"];
 /// Headers the http sink sets itself (besides `x-ankusa-*`, its metadata): the
 /// hook's original content type and the body's framing. The same list as the

@@ -1020,12 +1020,12 @@ fn standard_webhooks_secret(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
 }
 
-/// No sink option that is a local path may lie inside `node.data_dir` (issue
-/// 14): a file sink writing there can overwrite the store's own files (its
-/// first delivery once replaced RocksDB's CURRENT, and the store never opened
-/// again). The paths: a file sink's `path`, a pubsub sink's `credentials`.
-/// Both sides are compared after [`resolved`] (absolute, `..` resolved,
-/// symlinks resolved where the parts exist).
+/// No sink option that is a local path may lie inside `node.data_dir`
+/// (docs/design.md section 7): a file sink writing there can overwrite the
+/// store's own files (its first delivery once replaced RocksDB's CURRENT, and
+/// the store never opened again). The paths: a file sink's `path`, a pubsub
+/// sink's `credentials`. Both sides are compared after [`resolved`] (absolute,
+/// `..` resolved, symlinks resolved where the parts exist).
 fn sink_paths_outside(data_dir: &Path, sources: &[Source], p: &mut Problems) {
     if data_dir.as_os_str().is_empty() {
         return;
@@ -1109,10 +1109,11 @@ pub(crate) fn resolved(path: &Path) -> PathBuf {
 
 /// Replaces, in every problem's message, each value an `env:` reference
 /// resolved to by `the value of env:NAME`, so an error names the variable and
-/// never shows its value (issue 14: an invalid value was echoed). A value of 8
-/// bytes or more is replaced wherever it appears; a shorter one where a
-/// message quotes it (`"v"`, `` `v` ``, `'v'`), so a digit in a message's own
-/// text is not taken for it.
+/// never shows its value (a secret: docs/design.md section 7, "Secrets in
+/// output"; an invalid value was once echoed in the error). A value of 8 bytes
+/// or more is replaced wherever it appears; a shorter one where a message
+/// quotes it (`"v"`, `` `v` ``, `'v'`), so a digit in a message's own text is
+/// not taken for it.
 fn scrub_env_values(problems: &mut [crate::Problem], read: &[(String, String)]) {
     let mut values: Vec<&(String, String)> = read.iter().filter(|(_, v)| !v.is_empty()).collect();
     // The longest first, so a value that contains another is replaced whole.

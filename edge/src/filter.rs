@@ -1,8 +1,8 @@
-//! Filters per sink (issue 12): whether a hook gets a delivery row for a sink
-//! at all, decided at ingest beside the ordering keys, from the same header
-//! list and the same lazy JSON decode ([`ParsedBody`]), so a hook's body is
-//! decoded at most once for its dedupe key, its ordering keys and its filters
-//! together.
+//! Filters per sink (docs/design.md section 10, "Filters per sink"; section 5,
+//! "Edge", step 9): whether a hook gets a delivery row for a sink at all,
+//! decided at ingest beside the ordering keys, from the same header list and
+//! the same lazy JSON decode ([`ParsedBody`]), so a hook's body is decoded at
+//! most once for its dedupe key, its ordering keys and its filters together.
 //!
 //! A quarantine release and an archive replay decide again, with the stored
 //! headers and body (the configuration keeps every header a filter reads:

@@ -18,8 +18,8 @@
 //!   JSON decode that dedupe, every ordering key and every filter of a hook
 //!   share.
 //! - [`fuzz`]: the fuzz targets of all of the above and of the request path
-//!   (issue 14), shared by cargo-fuzz (`fuzz/`) and the bounded run of
-//!   `cargo test`.
+//!   (README, "Fuzzing the edge"), shared by cargo-fuzz (`fuzz/`) and the
+//!   bounded run of `cargo test`.
 //!
 //! # Invariants it keeps
 //! - The body is only read: nothing here re-serialises it, so the stored bytes

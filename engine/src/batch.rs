@@ -134,11 +134,10 @@ impl Batch {
     /// [`Batch::into_ops`]. The same write: adds to one key commute, and
     /// nothing else writes that key in the batch.
     ///
-    /// Backends write these (issue 13: a committer's batch of 64 outcomes
-    /// adds to the same tenant and node counters 64 times, and RocksDB's merge
-    /// of each add looked the key up in the memtable, 10-14% of the relay's
-    /// CPU in the 1,000-key load run; fjall read and rewrote the counter per
-    /// add).
+    /// Backends write these (a committer's batch of 64 outcomes adds to the
+    /// same tenant and node counters 64 times, and RocksDB's merge of each add
+    /// looked the key up in the memtable, 10-14% of the relay's CPU in the
+    /// 1,000-key load run; fjall read and rewrote the counter per add).
     pub fn into_ops_coalesced(self) -> Vec<Op> {
         use std::collections::HashMap;
         use std::collections::hash_map::Entry;

@@ -4,10 +4,11 @@
 //! The edge checks the queue bounds on every hook it takes (docs/design.md
 //! section 5, "Edge", step 8): four counter reads per hook (the tenant's and
 //! the node's pending rows and bytes). On RocksDB each is a get that folds the
-//! counter's merge operands (issue 13's ingest profile at 256 connections:
-//! `Edge::reserve` 6.9% of the relay). Those counters change only by the adds
-//! of committed batches, so a mirror that applies each committed batch's adds
-//! to an in-memory copy reads the same values without the store.
+//! counter's merge operands (the ingest profile at 256 connections in
+//! benches/load/RESULTS.md: `Edge::reserve` 6.9% of the relay). Those counters
+//! change only by the adds of committed batches, so a mirror that applies each
+//! committed batch's adds to an in-memory copy reads the same values without
+//! the store.
 //!
 //! # What a read returns
 //! A mirrored counter reads the value it was built with plus every add of

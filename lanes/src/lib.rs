@@ -467,9 +467,9 @@ pub fn sweep(
 /// `lanes` are the lanes a writer put members into since the last sweep (the
 /// Writer's lane hints, docs/design.md section 5, "Lane sweep"), in any order
 /// and with repeats; each is swept once, in lane order, so the outcome is
-/// [`sweep`]'s over the same markers. Issue 13: the scan steps over the
-/// deleted marker of every hook swept since the memtable was flushed (10% of
-/// the relay's CPU in the 1,000-key load run); a point read finds the newest
+/// [`sweep`]'s over the same markers. Point reads, because a scan steps over
+/// the deleted marker of every hook swept since the memtable was flushed (10%
+/// of the relay's CPU in the 1,000-key load run); a point read finds the newest
 /// version of one key. A marker nobody named (a hint lost in a crash) is left
 /// to the full [`sweep`], which the dispatcher still runs at start-up and
 /// periodically.

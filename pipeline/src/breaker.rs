@@ -20,9 +20,9 @@ use ankusa_queue::metrics::DeliveryMetrics;
 pub struct BreakerPolicy {
     /// Consecutive failed attempts that open the breaker.
     pub failures: u32,
-    /// How many different lanes (or rows of an unordered sink) those
-    /// failures must come from, at least (1 = any failures, as before issue
-    /// 12). At most `failures`.
+    /// How many different lanes (or rows of an unordered sink) those failures
+    /// must come from, at least (1 = any failures, so one failing lane can open
+    /// it). At most `failures`.
     pub distinct: u32,
     /// How long it stays open before one trial call (half-open), ms.
     pub open_ms: u64,

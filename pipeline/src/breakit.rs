@@ -1,13 +1,12 @@
-//! Break-it checks of the issue 13 dispatcher (scan and claim), stepped by
+//! Break-it checks of the pipelined dispatcher (scan and claim), stepped by
 //! hand on the memory engine and a frozen clock as the bench gate
-//! ([`crate::gate`]) is, so every count is exact and nothing depends on
-//! timing.
+//! ([`crate::gate`]) is, so every count is exact and nothing depends on timing.
 //!
 //! A slow sink's backlog must not cost its tenant's other sinks (docs/design.md
 //! section 5, "A pass": "Rows of a saturated sink are skipped, not claimed, so
 //! one slow sink does not starve the tenant's others"; "Rate limit": "The
 //! per-tenant low-water cursor and envelope-free scan of the pipelined
-//! dispatcher (issue 13) remove that cost").
+//! dispatcher remove that cost").
 
 use std::sync::Arc;
 
@@ -744,13 +743,13 @@ async fn a_retry_reached_after_its_horizon_is_dead_lettered_with_the_horizon_rea
     assert!(violations.is_empty(), "{violations:?}");
 }
 
-/// Issue 13 (the 1,000-key load run: the lane sweep's scan of the ?P markers
-/// walked the tombstones of every marker deleted since the last memtable
-/// flush, 73% of the relay's CPU while nothing new came in): with the
-/// Writer's lane hints wired as `ankusa serve` wires them, a pass sweeps
-/// only after lane rows were committed. Every lane still gets its first
-/// member promoted by a sweep and delivers its hooks in order, and a pass
-/// with nothing new does not read the markers.
+/// The lane sweep runs only after lane rows (in the 1,000-key load run its
+/// scan of the ?P markers walked the tombstones of every marker deleted since
+/// the last memtable flush, 73% of the relay's CPU while nothing new came in):
+/// with the Writer's lane hints wired as `ankusa serve` wires them, a pass
+/// sweeps only after lane rows were committed. Every lane still gets its first member
+/// promoted by a sweep and delivers its hooks in order, and a pass with nothing
+/// new does not read the markers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_order() {
     use ankusa_queue::lanes;
@@ -906,11 +905,11 @@ async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_or
     assert!(violations.is_empty(), "{violations:?}");
 }
 
-/// Issue 13, the named sweep: a pass sweeps the lanes the Writer named with
-/// point reads of their markers and scans no marker range, so a member whose
-/// name was lost (as in a crash between the commit and the take) waits for
-/// the next full sweep (start-up, a control call, the once-a-second reset),
-/// which promotes it. Both lanes end delivered, invariants clean.
+/// The named sweep: a pass sweeps the lanes the Writer named with point reads
+/// of their markers and scans no marker range, so a member whose name was lost
+/// (as in a crash between the commit and the take) waits for the next full
+/// sweep (start-up, a control call, the once-a-second reset), which promotes
+/// it. Both lanes end delivered, invariants clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_sweeps_the_named_lanes_and_a_lost_name_waits_for_the_full_sweep() {
     use ankusa_queue::lanes;

@@ -111,19 +111,19 @@ pub(crate) struct Dispatcher<K: Kv> {
     /// so the tenants take turns at the room a step frees (fair share).
     pub(crate) first_visited: Option<TenantOrd>,
     /// The source of each hook a visit read the envelope of (at most
-    /// [`crate::scan::SOURCES_KEPT`]): a row met again, its sink saturated,
-    /// is skipped without reading its envelope again (issue 13: in the load
-    /// run, a tenant with an idle second source read 125 envelopes per hook
-    /// delivered, half of the relay's CPU).
+    /// [`crate::scan::SOURCES_KEPT`]): a row met again, its sink saturated, is
+    /// skipped without reading its envelope again (in the 1,000-key load run, a
+    /// tenant with an idle second source read 125 envelopes per hook delivered,
+    /// half of the relay's CPU).
     pub(crate) sources: HashMap<(TenantOrd, ankusa_keys::Seq), SourceId>,
-    /// Per tenant, the sink entries whose rows its recent visits met: a
-    /// shallow visit sizes its first page by their free slots and stops when
-    /// they are saturated, so an entry with no rows (an idle source of the
-    /// tenant) does not make every visit read `SCAN_PAGES` pages (issue 13:
-    /// 137 due entries read per hook delivered in the load run). Replaced by
-    /// each deep visit (every [`crate::scan::SHALLOW_VISITS`]-th, and the first
-    /// after the entries were dropped: with the low-water cursors, on control
-    /// calls and when held rows come back).
+    /// Per tenant, the sink entries whose rows its recent visits met: a shallow
+    /// visit sizes its first page by their free slots and stops when they are
+    /// saturated, so an entry with no rows (an idle source of the tenant) does
+    /// not make every visit read `SCAN_PAGES` pages (before: 137 due entries
+    /// read per hook delivered in a load run). Replaced by each deep visit
+    /// (every [`crate::scan::SHALLOW_VISITS`]-th, and the first after the
+    /// entries were dropped: with the low-water cursors, on control calls and
+    /// when held rows come back).
     pub(crate) met: HashMap<TenantOrd, std::collections::HashSet<(SourceId, SinkIx)>>,
     /// Per tenant, the shallow visits since its last deep one.
     pub(crate) shallow_visits: HashMap<TenantOrd, u32>,
@@ -133,10 +133,10 @@ pub(crate) struct Dispatcher<K: Kv> {
     /// Per tenant, the lanes the Writer named that no visit has swept yet
     /// (`ankusa_lanes::sweep_lanes`: point reads of their markers).
     pub(crate) sweep_lanes: HashMap<TenantOrd, Vec<ankusa_keys::LaneId>>,
-    /// Whether the visits of the coming pass run the lane sweep (issue 13:
-    /// a sweep walks the tombstones of every marker deleted since the
-    /// memtable was flushed; in the 1,000-key load run it was 73% of the
-    /// relay's CPU while nothing new came in).
+    /// Whether the visits of the coming pass run the lane sweep (it is costly:
+    /// a sweep walks the tombstones of every marker deleted since the memtable
+    /// was flushed; in the 1,000-key load run it was 73% of the relay's CPU
+    /// while nothing new came in).
     pub(crate) sweep: bool,
     /// The committer's buffer of delivered rows (sink kind, received_at),
     /// kept between commits.

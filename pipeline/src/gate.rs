@@ -51,9 +51,9 @@ impl Sink for Answered {
 }
 
 /// One case: `keys` ordering keys of an ordered sink (`None`: unordered);
-/// `idle_sibling`: the tenant has a second source, with a sink of its own,
-/// that gets no hooks (issue 13's load run: such an entry, never saturated,
-/// made every visit read 8 pages and 125 envelopes per hook delivered).
+/// `idle_sibling`: the tenant has a second source, with a sink of its own, that
+/// gets no hooks (in a load run such an entry, never saturated, made every
+/// visit read 8 pages and 125 envelopes per hook delivered).
 struct Case {
     name: &'static str,
     keys: Option<u64>,

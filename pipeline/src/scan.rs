@@ -314,8 +314,8 @@ impl<K: Kv> Dispatcher<K> {
                     // reset): a stale ?A costs a visit one scan from the
                     // cursor, while this check in every visit of a tenant whose
                     // rows are held (a paused sink) was 24% of the relay's CPU
-                    // at 19,000 ingested hooks/s (issue 13). ?A present with no
-                    // ?D breaks no invariant; ?D without ?A would.
+                    // at 19,000 ingested hooks/s in a load run. ?A present with
+                    // no ?D breaks no invariant; ?D without ?A would.
                     if !had_cursor {
                         let b = ankusa_queue::sweep_markers(&*self.kv, tenant)?;
                         if !b.is_empty() {
@@ -613,8 +613,9 @@ impl<K: Kv> Dispatcher<K> {
             return Ok(Flow::Next);
         }
         if open && !half_open {
-            // Parked unclaimed: a park is no attempt, so a row never
-            // attempted keeps no first_attempt_at (issue 12).
+            // Parked unclaimed: a park is no attempt, so a row never attempted
+            // keeps no first_attempt_at (its retry horizon starts at its first
+            // real attempt).
             let until = self.breakers.get(&key).map_or(v.now, |b| b.open_until_ms);
             v.parks.push((dk, until));
             return Ok(Flow::Next);

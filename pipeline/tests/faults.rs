@@ -1,6 +1,7 @@
-//! Store faults under the real Writer and pipeline (issue 14, "Store fault
-//! injection"): the memory engine wrapped in `ankusa_engine::fault::FaultKv`,
-//! which fails the commit or sync a test chooses as a real engine fails one.
+//! Store faults under the real Writer and pipeline (docs/design.md section 5,
+//! "A store failure"): the memory engine wrapped in
+//! `ankusa_engine::fault::FaultKv`, which fails the commit or sync a test
+//! chooses as a real engine fails one.
 //!
 //! - An ingest whose commit or sync fails is answered with an error, the
 //!   Writer stops (the node's crash path), and every hook that was answered

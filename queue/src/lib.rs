@@ -29,10 +29,10 @@
 //!
 //! # Decisions where docs/design.md and ADR 0004 are silent
 //! - A row's size ([`hook_size`]) is the length of its stored envelope.
-//! - A breaker [`park`] moves a due row unclaimed (?D → ?D) and counts neither an
-//!   attempt nor retries_total (the attempt never ran); a row never attempted
-//!   keeps no first_attempt_at, so its retry horizon starts at its first real
-//!   attempt (issue 12). It still moves a head to kind 3 and lanes_blocked +1.
+//! - A breaker [`park`] moves a due row unclaimed (?D → ?D) and counts neither
+//!   an attempt nor retries_total (the attempt never ran); a row never
+//!   attempted keeps no first_attempt_at, so its retry horizon starts at its
+//!   first real attempt. It still moves a head to kind 3 and lanes_blocked +1.
 //! - [`revive`] restarts the row: attempts 0 and no first_attempt_at, so the
 //!   retry horizon starts again at its next claim; last_error is kept.
 //! - lanes_blocked counts the kind 3 rows in ?D (a claimed kind 3 row is not

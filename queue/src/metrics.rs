@@ -1,8 +1,9 @@
 //! Figures the runtime tasks keep for `/metrics` (docs/design.md section 5,
-//! "Admin API"; issue 16): fixed-bucket histograms and per-sink-kind delivery
-//! counters, kept in atomics so an observation on a hot path is a few
-//! relaxed increments, no lock and no allocation. The Writer, the pipeline
-//! and the edge keep them; the admin listener encodes them at scrape time.
+//! "Admin API"; README, "What to watch"): fixed-bucket histograms and
+//! per-sink-kind delivery counters, kept in atomics so an observation on a hot
+//! path is a few relaxed increments, no lock and no allocation. The Writer, the
+//! pipeline and the edge keep them; the admin listener encodes them at scrape
+//! time.
 //!
 //! No figure here is labelled by a key, a tenant or a lane (ADR 0004 section
 //! 7): a [`DeliveryMetrics`] has one entry per configured sink kind, fixed at

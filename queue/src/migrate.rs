@@ -118,8 +118,8 @@ pub const TEST_FORMAT: u32 = 3;
 /// A test-only migration `2 -> 3` that really rewrites rows, in batches of 8:
 /// for every envelope of cf `hooks` it adds 1 to a count under
 /// [`test_mark_key`] in cf `meta` (read, then written). A row rewritten twice
-/// (a batch applied again after a crash) would count 2: the crash test of
-/// issue 15 checks every count is exactly 1.
+/// (a batch applied again after a crash) would count 2: the migration's crash
+/// test checks every count is exactly 1.
 pub const TEST_MIGRATION: Migration = Migration {
     from: 2,
     to: TEST_FORMAT,

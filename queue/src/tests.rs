@@ -583,11 +583,11 @@ fn park_of_an_unordered_row_counts_nothing_and_claims_nothing() {
     ));
 }
 
-/// Issue 12: a row claimed only to be parked by an open breaker got its
+/// A row claimed only to be parked by an open breaker once got its
 /// first_attempt_at at that claim, so a breaker open longer than the retry
 /// horizon dead-lettered a hook the sink never saw. A park claims nothing: the
-/// horizon starts at the first real attempt, however often and long the row
-/// was parked.
+/// horizon starts at the first real attempt, however often and long the row was
+/// parked.
 #[test]
 fn a_parked_row_starts_its_horizon_at_its_first_real_attempt() {
     let kv = store();
@@ -1303,10 +1303,11 @@ fn retention_deletes_only_unreferenced_envelopes_before_the_cutoff() {
     clean(&kv);
 }
 
-/// A hook no sink's filter took (issue 12): the edge passes no row. Its
-/// envelope, archive entry and dedupe record are committed, no counter moves
-/// but none is wrong, and retention deletes it like a delivered hook. A
-/// release with no row only ends the quarantine.
+/// A hook no sink's filter took (docs/design.md section 10, "Filters per
+/// sink"): the edge passes no row. Its envelope, archive entry and dedupe
+/// record are committed, no counter moves but none is wrong, and retention
+/// deletes it like a delivered hook. A release with no row only ends the
+/// quarantine.
 #[test]
 fn a_hook_with_no_row_is_stored_deduped_and_reclaimed_by_retention() {
     let kv = store();
@@ -2669,8 +2670,8 @@ fn replay_copies_a_hook_under_a_new_seq_without_a_dedupe_record() {
 }
 
 /// A row dead-lettered by its first attempt's outcome shows that attempt
-/// (attempts 1, last_error the reason); `dead_letter` at a claim (nothing
-/// ran) counts none. Found by the operator walkthrough of issue 11: rows dead
+/// (attempts 1, last_error the reason); `dead_letter` at a claim (nothing ran)
+/// counts none. Found by an operator's walkthrough of the admin API: rows dead
 /// on a 410 showed attempts 0 and no error.
 #[test]
 fn a_row_dead_after_its_attempt_counts_the_attempt() {

@@ -1,5 +1,5 @@
 //! Provider headers on broker and cloud sinks: the `forward_headers` option
-//! (docs/design.md section 6, "Provider headers"; issue 12).
+//! (docs/design.md section 6, "Provider headers").
 //!
 //! The stored envelope's headers (what the source's `store_headers` policy
 //! kept) travel beside the `ankusa_*` metadata as the medium's message

@@ -13,12 +13,11 @@
 //! - the metadata of [`meta`] travels as the medium's headers or attributes,
 //!   and in ordered mode the ordering key too (ADR 0004 section 6);
 //! - every answer maps to exactly one [`Outcome`]: nothing is "dropped"
-//!   (docs/contributing.md, "Explicit outcomes"; Vector issue #12145).
-//!   Throttling, timeouts and connection failures retry; a rejected message
-//!   is permanent; a deleted destination is [`Outcome::SinkGone`]. An HTTP
-//!   error status is [`Outcome::HttpStatus`], which the sink entry's retry
-//!   policy resolves into one of those (docs/design.md section 5, "Retry
-//!   policy").
+//!   (docs/contributing.md, "Explicit outcomes"; vectordotdev/vector#12145).
+//!   Throttling, timeouts and connection failures retry; a rejected message is
+//!   permanent; a deleted destination is [`Outcome::SinkGone`]. An HTTP error
+//!   status is [`Outcome::HttpStatus`], which the sink entry's retry policy
+//!   resolves into one of those (docs/design.md section 5, "Retry policy").
 //!
 //! # Adapters and features
 //! | feature (default) | module | sink |

@@ -1,7 +1,7 @@
 //! What `ankusa serve` tells the outside about itself through `tracing`
-//! (issue 16; README, "Logs: text or JSON, and what `RUST_LOG` selects"):
-//! the log lines on stdout and, in a binary built with the cargo feature
-//! `otel`, the OpenTelemetry export of the `ingest` and `delivery` spans.
+//! (README, "Logs: text or JSON, and what `RUST_LOG` selects"): the log lines
+//! on stdout and, in a binary built with the cargo feature `otel`, the
+//! OpenTelemetry export of the `ingest` and `delivery` spans.
 //!
 //! - Log lines: `RUST_LOG`'s directives (default `info`; `async_nats` stays
 //!   at `info` unless named: it logs its connect options, password included,

@@ -1,9 +1,9 @@
-//! The OTel export of a build with the cargo feature `otel` (README, "Logs";
-//! issue 16): tracing-opentelemetry turns each span that passes the export
-//! filter into an OpenTelemetry span (its fields are its attributes, the
-//! events inside it its events), the SDK's batch span processor queues the
-//! closed ones and exports them from a task on the relay's tokio runtime
-//! through [`OtlpExporter`] (OTLP/HTTP, protobuf).
+//! The OTel export of a build with the cargo feature `otel` (README, "Logs:
+//! text or JSON, and what `RUST_LOG` selects"): tracing-opentelemetry turns
+//! each span that passes the export filter into an OpenTelemetry span (its
+//! fields are its attributes, the events inside it its events), the SDK's batch
+//! span processor queues the closed ones and exports them from a task on the
+//! relay's tokio runtime through [`OtlpExporter`] (OTLP/HTTP, protobuf).
 //!
 //! Never on the ingest path: closing a span puts it on the processor's
 //! bounded queue without waiting (`OTEL_BSP_MAX_QUEUE_SIZE`, 2,048; full:

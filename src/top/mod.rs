@@ -1,9 +1,9 @@
 //! `ankusa top`: a terminal view of a running relay, refreshed every
-//! `--interval-ms` (README, "`ankusa top`"; issue 16). Each refresh reads
+//! `--interval-ms` (README, "`ankusa top`"). Each refresh reads
 //! `GET /v1/tenants`, `GET /v1/sources` and `/metrics` of the admin listener
-//! (docs/design.md section 5, "Admin API") into a [`Snapshot`]; a [`View`]
-//! is computed from the last two (rates are counter deltas over the time
-//! between them) and drawn with ratatui on its crossterm backend.
+//! (docs/design.md section 5, "Admin API") into a [`Snapshot`]; a [`View`] is
+//! computed from the last two (rates are counter deltas over the time between
+//! them) and drawn with ratatui on its crossterm backend.
 //!
 //! - Interactive (stdout a terminal, no `--once`): the alternate screen in
 //!   raw mode; q, Esc or Ctrl-C quit. The terminal is restored on the way out

@@ -5,11 +5,12 @@
 //! (up to `sink_concurrency`) instead of one trial delivery (half-open); a
 //! failed trial opens the breaker again, a successful one closes it.
 //!
-//! Issue 12: one key whose head the receiver always refuses no longer opens
-//! the breaker (it opens on failures from `breaker.distinct` different lanes),
-//! a dead receiver still does, the half-open trial goes to another lane first,
-//! and a hook parked by an open breaker longer than the retry horizon is
-//! attempted before it can be dead-lettered (a park is not an attempt).
+//! The breaker one key cannot trip (docs/design.md section 5, "Breaker"): one
+//! key whose head the receiver always refuses no longer opens the breaker (it
+//! opens on failures from `breaker.distinct` different lanes), a dead receiver
+//! still does, the half-open trial goes to another lane first, and a hook
+//! parked by an open breaker longer than the retry horizon is attempted before
+//! it can be dead-lettered (a park is not an attempt).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,13 +88,13 @@ sources:
     );
 }
 
-/// Found by the Pub/Sub relay tests of issue 6: the half-open trial always
-/// went to the same row (the earliest due: a failing lane head whose short
-/// retry put it in front of the parked rows), so one lane whose head keeps
-/// failing kept the breaker open and every other lane of the sink waited.
-/// The next trial now goes to a row of another lane when there is one. Since
-/// issue 12 one failing lane cannot open the breaker at all: two are needed
-/// here (`failures: 2` makes `distinct` 2).
+/// Found by the Pub/Sub sink's relay tests: the half-open trial always went to
+/// the same row (the earliest due: a failing lane head whose short retry put it
+/// in front of the parked rows), so one lane whose head keeps failing kept the
+/// breaker open and every other lane of the sink waited. The next trial now
+/// goes to a row of another lane when there is one. Now that one failing lane
+/// cannot open the breaker at all, two are needed here (`failures: 2` makes
+/// `distinct` 2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_lane_head_does_not_take_every_half_open_trial() {
     let sink = Sink::start(|r| {
@@ -195,12 +196,11 @@ sources:
     )
 }
 
-/// Issue 12, the default breaker (5 failures from 3 lanes), an ordered sink:
-/// the receiver answers 500 to every attempt of key `poison`; key `good`'s
-/// hooks are delivered while `poison` keeps failing (before the fix, five
-/// failures of `poison` opened the breaker for 30 s and `good` waited for it).
-/// `poison`'s failures are counted (the breaker shows them, closed) and never
-/// open it.
+/// The default breaker (5 failures from 3 lanes), an ordered sink: the receiver
+/// answers 500 to every attempt of key `poison`; key `good`'s hooks are
+/// delivered while `poison` keeps failing (before the fix, five failures of
+/// `poison` opened the breaker for 30 s and `good` waited for it). `poison`'s
+/// failures are counted (the breaker shows them, closed) and never open it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_poisoned_key_does_not_open_the_default_breaker() {
     let sink = Sink::start(|r| {
@@ -307,9 +307,9 @@ async fn one_poisoned_key_does_not_open_the_default_breaker() {
     );
 }
 
-/// Issue 12: a receiver that refuses every key still opens the default
-/// breaker (5 consecutive failures from 3 lanes); while it is open no call
-/// goes out, and the admin API says until when.
+/// A receiver that refuses every key still opens the default breaker (5
+/// consecutive failures from 3 lanes); while it is open no call goes out, and
+/// the admin API says until when.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_receiver_still_opens_the_default_breaker() {
     let sink = Sink::start(|_| Reply::Status(500)).await;
@@ -344,17 +344,17 @@ async fn a_dead_receiver_still_opens_the_default_breaker() {
     assert_eq!(m["ankusa_queue_pending"], 6.0, "{m:?}");
 }
 
-/// Issue 12: a hook that arrives while the breaker is open is parked, not
-/// attempted, for longer than the retry horizon (open 10 s, horizon 2 s: the
-/// test posts it well within the 10 s even on a loaded machine). Its
-/// horizon starts at its first real attempt: that attempt (the half-open
-/// trial, the hook of a lane with no failure) fails, and the hook is retried,
-/// parked again, and delivered. Before the fix the claim that parked it
-/// stamped its first attempt, so its first real failure found the horizon
-/// long past and dead-lettered it after one attempt. The three hooks that
-/// opened the breaker were parked past their horizon too: a park that ends
-/// past the horizon gets its attempt (docs/design.md section 5, "Retry
-/// policy"), and they are delivered once the receiver is back.
+/// A hook that arrives while the breaker is open is parked, not attempted, for
+/// longer than the retry horizon (open 10 s, horizon 2 s: the test posts it
+/// well within the 10 s even on a loaded machine). Its horizon starts at its
+/// first real attempt: that attempt (the half-open trial, the hook of a lane
+/// with no failure) fails, and the hook is retried, parked again, and
+/// delivered. Before the fix the claim that parked it stamped its first
+/// attempt, so its first real failure found the horizon long past and
+/// dead-lettered it after one attempt. The three hooks that opened the breaker
+/// were parked past their horizon too: a park that ends past the horizon gets
+/// its attempt (docs/design.md section 5, "Retry policy"), and they are
+/// delivered once the receiver is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hook_parked_longer_than_the_horizon_is_attempted_before_it_can_be_dead_lettered() {
     // Down until the parked hook's first attempt, which it also fails.

@@ -1,5 +1,5 @@
-//! Break-it tests of the issue 13 dispatcher (pipeline/src/scan.rs) against the
-//! real binary: what an unlucky operator's change does to dispatch.
+//! Break-it tests of the pipelined dispatcher (pipeline/src/scan.rs) against
+//! the real binary: what an unlucky operator's change does to dispatch.
 
 use std::time::Duration;
 

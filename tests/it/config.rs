@@ -1,7 +1,8 @@
-//! Issue 4, "Tests": every ADR 0004 section 1-2 rejection that applies to the
-//! http and file sinks (and the redis sink's own option checks), through the binary: `ankusa check-config FILE` and
-//! `ankusa serve --config FILE` both exit non-zero naming the source, the
-//! sink and the option, and serve starts nothing (no data_dir, no store).
+//! Every ADR 0004 section 1-2 rejection that applies to the http and file sinks
+//! (and the redis sink's own option checks), through the binary:
+//! `ankusa check-config FILE` and `ankusa serve --config FILE` both exit non-zero
+//! naming the source, the sink and the option, and serve starts nothing (no
+//! data_dir, no store).
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -397,9 +398,9 @@ fn a_file_sink_path_that_is_a_directory_is_refused() {
     );
 }
 
-/// Issue 14: an option above its upper bound is refused by check-config and
-/// serve, naming it (the examples of the issue: a flush interval and an http
-/// timeout of 2^64-1 ms).
+/// An option above its upper bound (docs/design.md section 7) is refused by
+/// check-config and serve, naming it (a flush interval and an http timeout of
+/// 2^64-1 ms: the first passed and stopped all delivery and SIGTERM).
 #[test]
 fn options_above_their_bound_are_refused() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -445,9 +446,9 @@ fn options_above_their_bound_are_refused() {
     );
 }
 
-/// Issue 14: a file sink writing into the data_dir (there, its first
-/// delivery once replaced RocksDB's CURRENT) is refused by check-config and
-/// serve, directly, through `..` and through a symlink.
+/// A file sink writing into the data_dir (there, its first delivery once
+/// replaced RocksDB's CURRENT) is refused by check-config and serve, directly,
+/// through `..` and through a symlink.
 #[test]
 fn a_file_sink_inside_the_data_dir_is_refused() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -477,8 +478,8 @@ fn a_file_sink_inside_the_data_dir_is_refused() {
     }
 }
 
-/// Issue 14: a data_dir that exists as a file is refused at load (serve used
-/// to fail only when it opened the store).
+/// A data_dir that exists as a file is refused at load (serve used to fail only
+/// when it opened the store).
 #[test]
 fn a_data_dir_that_is_a_file_is_refused() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -1,5 +1,5 @@
-//! Issue 4, "Tests", first item: every corpus file with its provider's secret
-//! verifies and reaches the HTTP sink byte for byte (sha256 = index.json's
+//! Every corpus file (fixtures/README.md) with its provider's secret verifies
+//! and reaches the HTTP sink byte for byte (sha256 = index.json's
 //! `body_sha256`, Shopify's `\/` escapes and integers above 2^53 included); a
 //! flipped body byte, a wrong secret and a stale timestamp are 401 and store
 //! nothing.

@@ -1,9 +1,9 @@
-//! Issue 14, the crash test of the relay (ADR 0004's `test:crash`): the real
-//! binary under load over 50 ordering keys and two unordered clients, through
-//! an ordered and an unordered HTTP sink whose receiver answers every 7th
-//! request 500 and records every request; SIGKILL at random moments, restart
-//! on the same data dir, at least 20 times (`ANKUSA_CRASH_KILLS` for a soak;
-//! `ANKUSA_CRASH_SEED` repeats a run: the seed is printed).
+//! The crash test of the relay (ADR 0004's `test:crash`): the real binary under
+//! load over 50 ordering keys and two unordered clients, through an ordered and
+//! an unordered HTTP sink whose receiver answers every 7th request 500 and
+//! records every request; SIGKILL at random moments, restart on the same data
+//! dir, at least 20 times (`ANKUSA_CRASH_KILLS` for a soak; `ANKUSA_CRASH_SEED`
+//! repeats a run: the seed is printed).
 //!
 //! The kill moments come from a seeded RNG and are conditions, not clock
 //! times: after the relay has acknowledged a random number of new hooks while

@@ -1,6 +1,6 @@
-//! Issue 16, the operator's files in `deploy/`: the Grafana dashboard
-//! (`deploy/grafana/ankusa.json`) and the Prometheus alert rules
-//! (`deploy/prometheus/ankusa-alerts.yml`, unit-tested by
+//! The operator's files in `deploy/` (README, "Dashboard and alerts"): the
+//! Grafana dashboard (`deploy/grafana/ankusa.json`) and the Prometheus alert
+//! rules (`deploy/prometheus/ankusa-alerts.yml`, unit-tested by
 //! `ankusa-alerts.test.yml`), checked with the real tools against the real
 //! relay:
 //!
@@ -40,7 +40,7 @@ const LONG: Duration = Duration::from_secs(120);
 /// `DS_PROMETHEUS` input (what Grafana's import asks for) and variable.
 const DS: &str = "${DS_PROMETHEUS}";
 
-/// The rows the dashboard has, in order (issue 16).
+/// The rows the dashboard has, in order.
 const ROWS: [&str; 9] = [
     "Overview",
     "Ingest",

@@ -1,7 +1,7 @@
-//! Issue 15: `ankusa store export` / `import` between backends, the store
-//! fixtures (`ankusa fixture`) and the upgrade test. The real binary on real
-//! RocksDB and fjall stores; the relay drains each fixture into a recording
-//! HTTP server.
+//! `ankusa store export` / `import` between backends (docs/design.md section 8,
+//! "Dumps"), the store fixtures (`ankusa fixture`) and the upgrade test. The
+//! real binary on real RocksDB and fjall stores; the relay drains each fixture
+//! into a recording HTTP server.
 //!
 //! - Export from RocksDB, import into fjall, export again: byte-identical.
 //! - A flipped byte is refused naming the record and its byte offset; a

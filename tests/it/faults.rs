@@ -1,9 +1,10 @@
-//! Issue 14, "Store fault injection" and "A full disk": the edge over a store
-//! that fails a commit or a sync (503 `store_failed`, nothing acknowledged
-//! that was not committed), a failed outcome flush on RocksDB through the
-//! real HTTP sink (ADR 0004 section 4.5), and the real binary whose RocksDB
-//! data_dir fills up (a tmpfs this test mounts): ingest stops answering 200,
-//! the node says why and stops, and after space returns a restart delivers
+//! Store faults and a full disk (docs/design.md section 5, "A store failure";
+//! README, "A full disk (or any store failure): the relay stops"): the edge
+//! over a store that fails a commit or a sync (503 `store_failed`, nothing
+//! acknowledged that was not committed), a failed outcome flush on RocksDB
+//! through the real HTTP sink (ADR 0004 section 4.5), and the real binary whose
+//! RocksDB data_dir fills up (a tmpfs this test mounts): ingest stops answering
+//! 200, the node says why and stops, and after space returns a restart delivers
 //! every acknowledged hook.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -579,17 +580,16 @@ async fn fill(
     }
 }
 
-/// A full disk (issue 14): the relay's RocksDB data_dir on a 16 MiB tmpfs,
-/// hooks posted one after the other to an ordered source until ingest stops
-/// answering 200. The node never answers 200 for a hook it could not
-/// commit: what it answers instead is 503 (or nothing, once it has exited);
-/// it logs the store's error (ENOSPC) and what it does about it, and stops
-/// with exit status 1 (fail-stop). A restart on the still full disk is
-/// refused at open or stops the same way. After the tmpfs is grown (space returns),
-/// a restart on the same data_dir delivers every hook that got a 200 to the
-/// HTTP sink, each key in the order of its acknowledgements (a duplicate
-/// only repeats the lane's head), and the stopped store passes the
-/// invariant checker.
+/// A full disk: the relay's RocksDB data_dir on a 16 MiB tmpfs, hooks posted
+/// one after the other to an ordered source until ingest stops answering 200.
+/// The node never answers 200 for a hook it could not commit: what it answers
+/// instead is 503 (or nothing, once it has exited); it logs the store's error
+/// (ENOSPC) and what it does about it, and stops with exit status 1
+/// (fail-stop). A restart on the still full disk is refused at open or stops
+/// the same way. After the tmpfs is grown (space returns), a restart on the
+/// same data_dir delivers every hook that got a 200 to the HTTP sink, each key
+/// in the order of its acknowledgements (a duplicate only repeats the lane's
+/// head), and the stopped store passes the invariant checker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_stops_the_node_without_acknowledging_what_it_could_not_commit() {
     let disk = match Tmpfs::mount("16m") {

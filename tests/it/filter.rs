@@ -1,7 +1,7 @@
-//! Issue 12, filters per sink, through the real binary: a sink entry's
-//! `filter` decides at ingest whether a hook gets a delivery row for it at
-//! all. The Stripe corpus through an ordered sink that takes only `invoice.*`
-//! beside one that takes everything; the GitHub corpus through an
+//! Filters per sink (docs/design.md section 10), through the real binary: a
+//! sink entry's `filter` decides at ingest whether a hook gets a delivery row
+//! for it at all. The Stripe corpus through an ordered sink that takes only
+//! `invoice.*` beside one that takes everything; the GitHub corpus through an
 //! `X-GitHub-Event` one_of filter (hooks no sink takes are still committed,
 //! deduped and answered 200); quarantine release and archive replay apply the
 //! same filters; bad filters are refused at load naming source, sink and

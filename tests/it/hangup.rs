@@ -1,21 +1,20 @@
-//! Issue 14, a client that hangs up after sending a whole body: raw TCP
-//! clients write a complete request, then close (FIN), reset (RST) or
-//! half-close at once or after a varying delay, never reading the answer, at
-//! many moments around the commit (many at once, so group commits mix them).
-//! A hook that was committed is delivered although its 200 was never read;
-//! one that was not leaves nothing behind: after a clean stop, `ankusa store
-//! check` counts exactly the hooks the receiver got. The stop (SIGTERM) comes
-//! as soon as the last client has hung up, so the hooks whose handlers are
-//! still running then are refused (503, never read) and not committed: how
-//! many is a matter of timing (0 to a few dozen in the runs so far; the edge
-//! finished every other hook whatever the manner of the hang-up), and the
-//! checks hold for any split. Every fifth client (`truncated`) hangs up
-//! before the last bytes of its body: the edge never has the whole hook, so
-//! those are never committed whatever the timing, and the "not committed"
-//! half of the checks runs in every run. Then the provider's
-//! retries (same `webhook-id`) are each answered 200: "duplicate" with the
-//! delivered hook's id for a committed one, a new hook for the others, and in
-//! the end every hook went out under exactly one idempotency key.
+//! A client that hangs up after sending a whole body: raw TCP clients write a
+//! complete request, then close (FIN), reset (RST) or half-close at once or
+//! after a varying delay, never reading the answer, at many moments around the
+//! commit (many at once, so group commits mix them). A hook that was committed
+//! is delivered although its 200 was never read; one that was not leaves
+//! nothing behind: after a clean stop, `ankusa store check` counts exactly the
+//! hooks the receiver got. The stop (SIGTERM) comes as soon as the last client
+//! has hung up, so the hooks whose handlers are still running then are refused
+//! (503, never read) and not committed: how many is a matter of timing (0 to a
+//! few dozen in the runs so far; the edge finished every other hook whatever
+//! the manner of the hang-up), and the checks hold for any split. Every fifth
+//! client (`truncated`) hangs up before the last bytes of its body: the edge
+//! never has the whole hook, so those are never committed whatever the timing,
+//! and the "not committed" half of the checks runs in every run. Then the
+//! provider's retries (same `webhook-id`) are each answered 200: "duplicate"
+//! with the delivered hook's id for a committed one, a new hook for the others,
+//! and in the end every hook went out under exactly one idempotency key.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -1,6 +1,7 @@
-//! Issue 4, "Tests": Stripe events out of provider order keep arrival order,
-//! a provider retry is a dedupe hit that writes nothing; 413, 429 (tenant
-//! bound, other tenants unaffected) and 503 (node bound), storing nothing.
+//! Ingest (docs/design.md section 5, "Edge"): Stripe events out of provider
+//! order keep arrival order, a provider retry is a dedupe hit that writes
+//! nothing; 413, 429 (tenant bound, other tenants unaffected) and 503 (node
+//! bound), storing nothing.
 
 use std::time::Duration;
 

@@ -1,9 +1,9 @@
-//! Issue 6, the Kafka sink through the relay: the Stripe corpus into an
-//! ordered topic of 3 partitions on librdkafka's in-process mock cluster
-//! (`rdkafka::mocking::MockCluster`, real Kafka protocol on a loopback port,
-//! in this test process), read back from every partition; then the same with
-//! errors injected into the mock's Produce handling and a broker that goes
-//! down and comes back.
+//! The Kafka sink through the relay: the Stripe corpus into an ordered topic of
+//! 3 partitions on librdkafka's in-process mock cluster
+//! (`rdkafka::mocking::MockCluster`, real Kafka protocol on a loopback port, in
+//! this test process), read back from every partition; then the same with
+//! errors injected into the mock's Produce handling and a broker that goes down
+//! and comes back.
 //!
 //! At-least-once: the idempotent producer keeps librdkafka's own retries from
 //! duplicating or reordering records, but a delivery the sink answered
@@ -434,10 +434,10 @@ async fn the_relay_starts_while_no_broker_listens_and_delivers_once_it_does() {
     drop(relay);
 }
 
-/// Issue 12: GitHub and Shopify hooks through a sink with
-/// `forward_headers`: each record carries the chosen provider headers as
-/// record headers (lower-case names, the provider's values) beside the
-/// `ankusa_*` metadata and `content_type`, and none of the others.
+/// Provider headers: GitHub and Shopify hooks through a sink with
+/// `forward_headers`: each record carries the chosen provider headers as record
+/// headers (lower-case names, the provider's values) beside the `ankusa_*`
+/// metadata and `content_type`, and none of the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_headers_chosen_arrive_as_record_headers() {
     use crate::provider;

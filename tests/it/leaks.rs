@@ -1,7 +1,7 @@
-//! Issue 14, "secrets never leak": a run of the real binary whose HTTP sink
-//! URL carries `user:password@` and a `?token=`: nothing it prints (the
-//! start-up banner, the log lines of a failed delivery, shutdown) nor
-//! `check-config` shows the password or the token.
+//! Secrets never leak (docs/design.md section 7, "Secrets in output"): a run of
+//! the real binary whose HTTP sink URL carries `user:password@` and a
+//! `?token=`: nothing it prints (the start-up banner, the log lines of a failed
+//! delivery, shutdown) nor `check-config` shows the password or the token.
 
 use std::ffi::OsStr;
 use std::time::{Duration, Instant};

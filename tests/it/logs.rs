@@ -1,7 +1,7 @@
-//! Issue 16, the log lines: `node.log_format: json` and `serve
-//! --log-format`, `RUST_LOG` filtering in both formats, and the `ingest` and
-//! `delivery` spans (debug) with their fields, through the real binary and a
-//! recording HTTP sink (README, "Logs").
+//! The log lines: `node.log_format: json` and `serve --log-format`, `RUST_LOG`
+//! filtering in both formats, and the `ingest` and `delivery` spans (debug)
+//! with their fields, through the real binary and a recording HTTP sink
+//! (README, "Logs").
 
 use std::time::Duration;
 

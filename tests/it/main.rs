@@ -1,4 +1,4 @@
-//! End-to-end tests of issue 4: the real `ankusa serve` binary, real HTTP
+//! End-to-end tests of the relay: the real `ankusa serve` binary, real HTTP
 //! clients posting hooks, and a real HTTP server as the http sink's
 //! destination. One test binary for the root package (link size: RocksDB).
 #![allow(dead_code)]

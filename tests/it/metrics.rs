@@ -1,10 +1,10 @@
-//! Issue 16, `/metrics` through the real binary: a scripted run moves every
-//! counter and histogram of the issue by a known amount (ingest by source and
+//! `/metrics` (README, "What to watch") through the real binary: a scripted run
+//! moves every counter and histogram by a known amount (ingest by source and
 //! code, a lane head that retries with members behind it, a dead letter, a
 //! keyless hook, a breaker that opens, a file sink beside the http ones), and
 //! the whole exposition parses with a strict OpenMetrics text parser (below);
-//! then 1,000 keys over 50 tenants add no series (ADR 0004 section 7: no
-//! label from a key, a tenant or a lane).
+//! then 1,000 keys over 50 tenants add no series (ADR 0004 section 7: no label
+//! from a key, a tenant or a lane).
 //!
 //! No timing assertion: the receiver holds the lane head's first attempt
 //! until its members are queued, the dead receiver's Retry-After puts its
@@ -303,7 +303,7 @@ fn by_id(samples: &[Sample]) -> BTreeMap<String, f64> {
     samples.iter().map(|s| (s.id(), s.value)).collect()
 }
 
-/// Issue 16's scripted run, every figure it moves asserted exactly.
+/// The scripted run, every figure it moves asserted exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scripted_run_moves_every_figure_by_what_it_did() {
     // The ordered receiver: hook n=1 of lane k1 is held on its first attempt
@@ -529,7 +529,7 @@ sources:
         .filter(|s| s.name == "ankusa_ingest_requests_total")
         .collect();
     assert_eq!(requests.len(), 5, "{requests:?}");
-    // Each family of the issue is there with its type and its HELP.
+    // Each of these families is there with its type and its HELP.
     for (name, kind) in [
         ("ankusa_ingest_requests", Kind::Counter),
         ("ankusa_ingest_ack_seconds", Kind::Histogram),

@@ -1,5 +1,5 @@
-//! Issue 15, store format migrations (docs/design.md section 8) with the real
-//! binary on stores the real relay wrote:
+//! Store format migrations (docs/design.md section 8) with the real binary on
+//! stores the real relay wrote:
 //!
 //! - a binary that reads only format 1 (the hidden test setting
 //!   `ANKUSA_TEST_SUPPORTED_FORMAT=1`) refuses a format 2 store from `serve`,

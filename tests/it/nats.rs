@@ -1,7 +1,7 @@
-//! Issue 5, the NATS sink through the relay: the Stripe corpus into an
-//! ordered JetStream subject (read back with a pull consumer), the sink's
-//! nats-server killed and restarted under it, and a subject no stream
-//! captures, which dead-letters a lane's head and releases the lane.
+//! The NATS sink through the relay: the Stripe corpus into an ordered JetStream
+//! subject (read back with a pull consumer), the sink's nats-server killed and
+//! restarted under it, and a subject no stream captures, which dead-letters a
+//! lane's head and releases the lane.
 //!
 //! The shared nats-server with JetStream at 127.0.0.1:4222 (`.ci/run` starts
 //! it) takes the corpus and the dead-letter tests, each on its own stream and
@@ -253,11 +253,11 @@ async fn a_subject_no_stream_captures_dead_letters_the_head_and_releases_the_lan
     check_nats_headers(&got);
 }
 
-/// Issue 12: GitHub and Shopify hooks through two JetStream sinks, one with
-/// a list of `forward_headers`, one with `all`: each message carries the
+/// Provider headers: GitHub and Shopify hooks through two JetStream sinks, one
+/// with a list of `forward_headers`, one with `all`: each message carries the
 /// chosen provider headers as NATS headers (lower-case names, the provider's
-/// values), the listed sink none of the others, the `all` sink every stored
-/// one but the framing and the content type (which travels as the sink's own
+/// values), the listed sink none of the others, the `all` sink every stored one
+/// but the framing and the content type (which travels as the sink's own
 /// `Content-Type`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_headers_chosen_arrive_as_nats_headers() {

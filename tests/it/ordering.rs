@@ -1,5 +1,5 @@
-//! Issue 4, "Tests", second item: ordered lanes through the HTTP sink (ADR
-//! 0004 sections 1, 2, 4, 6, 7), observed at a real HTTP endpoint.
+//! Ordered lanes through the HTTP sink (ADR 0004 sections 1, 2, 4, 6, 7),
+//! observed at a real HTTP endpoint.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,11 +1,11 @@
-//! Issue 16, the OpenTelemetry export (a build with the cargo feature
-//! `otel`; README, "Logs"): the real binary exports its `ingest` and
-//! `delivery` spans over OTLP/HTTP to a local hyper server standing in for
-//! the collector (`POST /v1/traces`), which records each request; the test
-//! decodes the protobuf (`ExportTraceServiceRequest`) with its own reader of
-//! the wire format and checks the spans' names and attributes, the resource's
-//! `service.name`, the filter apart from `RUST_LOG`, the flush at shutdown,
-//! a collector that is not there, and the settings refused by name.
+//! The OpenTelemetry export (a build with the cargo feature `otel`; README,
+//! "Logs"): the real binary exports its `ingest` and `delivery` spans over
+//! OTLP/HTTP to a local hyper server standing in for the collector
+//! (`POST /v1/traces`), which records each request; the test decodes the protobuf
+//! (`ExportTraceServiceRequest`) with its own reader of the wire format and
+//! checks the spans' names and attributes, the resource's `service.name`, the
+//! filter apart from `RUST_LOG`, the flush at shutdown, a collector that is not
+//! there, and the settings refused by name.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;

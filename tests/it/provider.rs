@@ -1,8 +1,8 @@
-//! Issue 12, provider headers on broker and cloud sinks (`forward_headers`,
+//! Provider headers on broker and cloud sinks (`forward_headers`,
 //! sinks/src/forward.rs): real GitHub and Shopify corpus hooks, verified with
-//! the corpus secrets, through a broker sink that forwards some of their
-//! stored headers; each broker's test module consumes the real broker and
-//! hands what it got to [`check`].
+//! the corpus secrets, through a broker sink that forwards some of their stored
+//! headers; each broker's test module consumes the real broker and hands what
+//! it got to [`check`].
 
 use std::collections::HashMap;
 

@@ -1,7 +1,7 @@
-//! Issue 6, the Google Pub/Sub sink through the relay: the Stripe corpus
-//! published to an ordered topic, and a regional-endpoint refusal that blocks
-//! the lanes (nothing dead-lettered) until the peer heals, after which they
-//! drain in order.
+//! The Google Pub/Sub sink through the relay: the Stripe corpus published to an
+//! ordered topic, and a regional-endpoint refusal that blocks the lanes
+//! (nothing dead-lettered) until the peer heals, after which they drain in
+//! order.
 //!
 //! The peer is a local REST peer of the `:publish` call (below), not Google's
 //! emulator, which this machine kind does not have (docs/contributing.md,
@@ -473,12 +473,11 @@ fn pubsub_sinks_are_checked_by_check_config() {
     }
 }
 
-/// Issue 12: GitHub and Shopify hooks through a sink with
+/// Provider headers: GitHub and Shopify hooks through a sink with
 /// `forward_headers`: each published message carries the chosen provider
-/// headers as attributes (lower-case names, the provider's values) beside
-/// the `ankusa_*` metadata and `content_type`, and none of the others. The
-/// local REST peer stands in for Pub/Sub (docs/contributing.md, "Test
-/// peers").
+/// headers as attributes (lower-case names, the provider's values) beside the
+/// `ankusa_*` metadata and `content_type`, and none of the others. The local
+/// REST peer stands in for Pub/Sub (docs/contributing.md, "Test peers").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_headers_chosen_arrive_as_attributes() {
     use crate::provider;

@@ -1,8 +1,8 @@
-//! Issue 5, the RabbitMQ sink through the relay: the Stripe corpus into one
-//! queue through an ordered sink (taken back with basic.get), the broker
-//! stopped and started under the relay (`rabbitmqctl stop_app` /
-//! `start_app`), and an unroutable mandatory publish that dead-letters a
-//! lane's head and releases the lane.
+//! The RabbitMQ sink through the relay: the Stripe corpus into one queue
+//! through an ordered sink (taken back with basic.get), the broker stopped and
+//! started under the relay (`rabbitmqctl stop_app` / `start_app`), and an
+//! unroutable mandatory publish that dead-letters a lane's head and releases
+//! the lane.
 //!
 //! The broker is the shared RabbitMQ at 127.0.0.1:5672 (guest/guest; `.ci/run`
 //! starts it). `stop_app` stops it for every connection of this process, so
@@ -340,10 +340,10 @@ async fn an_unroutable_publish_dead_letters_the_head_and_releases_the_lane() {
     check_properties(&got);
 }
 
-/// Issue 12: GitHub and Shopify hooks through a sink with
-/// `forward_headers`: each message's headers table carries the chosen
-/// provider headers (lower-case names, the provider's values) beside the
-/// `ankusa_*` metadata, and none of the others.
+/// Provider headers: GitHub and Shopify hooks through a sink with
+/// `forward_headers`: each message's headers table carries the chosen provider
+/// headers (lower-case names, the provider's values) beside the `ankusa_*`
+/// metadata, and none of the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_headers_chosen_arrive_in_the_headers_table() {
     use crate::provider;

@@ -1,10 +1,10 @@
-//! Issue 12: a per-sink rate limit (`rate_limit: {per_second, burst}`,
-//! docs/design.md section 5, "Rate limit") through the real binary. A sink
-//! limited to 20 hooks/s (burst 20) takes 100 hooks in about 4 s after its
-//! first (20 at once, then one every 50 ms), in order per key, while the
-//! source's other sink, unlimited, takes the same 100 hooks as fast as it can.
-//! Only counts, order and a generous lower bound on the limited sink's
-//! elapsed time are asserted; the figures are printed.
+//! A per-sink rate limit (`rate_limit: {per_second, burst}`, docs/design.md
+//! section 5, "Rate limit") through the real binary. A sink limited to 20
+//! hooks/s (burst 20) takes 100 hooks in about 4 s after its first (20 at once,
+//! then one every 50 ms), in order per key, while the source's other sink,
+//! unlimited, takes the same 100 hooks as fast as it can. Only counts, order
+//! and a generous lower bound on the limited sink's elapsed time are asserted;
+//! the figures are printed.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
-//! Issue 5, the Redis sink through the relay: the Stripe corpus into an
-//! ordered stream (read back with XRANGE), the sink's Redis killed and
-//! restarted and its connections killed (`CLIENT KILL`), and a `WRONGTYPE`
-//! that dead-letters a lane's head and releases the lane.
+//! The Redis sink through the relay: the Stripe corpus into an ordered stream
+//! (read back with XRANGE), the sink's Redis killed and restarted and its
+//! connections killed (`CLIENT KILL`), and a `WRONGTYPE` that dead-letters a
+//! lane's head and releases the lane.
 //!
 //! The shared Redis at 127.0.0.1:6379 (`.ci/run` starts it) takes the corpus
 //! and the dead-letter test, each on its own stream; the down-and-back test
@@ -230,9 +230,9 @@ async fn wrongtype_dead_letters_the_head_and_releases_the_lane() {
     .await;
 }
 
-/// Issue 12: GitHub and Shopify hooks through a stream sink with
-/// `forward_headers`: each entry carries the chosen provider headers as
-/// fields, with the provider's values, and none of the others.
+/// Provider headers: GitHub and Shopify hooks through a stream sink with
+/// `forward_headers`: each entry carries the chosen provider headers as fields,
+/// with the provider's values, and none of the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_headers_chosen_arrive_as_stream_fields() {
     use crate::provider;

@@ -1,6 +1,6 @@
-//! Issue 4, "Tests": restart after SIGKILL with busy lanes (ADR 0004 section
-//! 4.7), and graceful shutdown (SIGTERM) under load. RocksDB stores: the
-//! state must survive the process.
+//! Restart after SIGKILL with busy lanes (ADR 0004 section 4.7), and graceful
+//! shutdown (SIGTERM) under load. RocksDB stores: the state must survive the
+//! process.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -381,10 +381,10 @@ sources:
     );
 }
 
-/// Found by the break-it pass of issue 5: with a destination that does not
-/// answer (Kafka down, a 30 s `timeout_ms`), SIGTERM waited out the call, past
-/// an orchestrator's 30 s kill grace. The pipeline now waits at most
-/// `SHUTDOWN_WAIT_MS` (10 s) for calls in flight; what is still out stays
+/// Found by a break-it pass of the broker and cloud sinks: with a destination
+/// that does not answer (Kafka down, a 30 s `timeout_ms`), SIGTERM waited out
+/// the call, past an orchestrator's 30 s kill grace. The pipeline now waits at
+/// most `SHUTDOWN_WAIT_MS` (10 s) for calls in flight; what is still out stays
 /// claimed and the next start delivers it again, same idempotency key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_a_hanging_destination_exits_and_the_next_start_redelivers() {
@@ -419,8 +419,8 @@ sources:
     relay.sigterm();
     let started = std::time::Instant::now();
     // While the pipeline waits for the call in flight (up to 10 s), the admin
-    // listener still answers, and says the relay is going away (issue 10: it
-    // used to stop answering at once).
+    // listener still answers, and says the relay is going away (it used to stop
+    // answering at once).
     until(
         "/readyz answering 503 while the relay stops",
         Duration::from_secs(60),

@@ -1,6 +1,6 @@
-//! Issue 12, a retry policy per sink (docs/design.md section 5, "Retry
-//! policy"; config/ankusa.example.yaml, a sink entry's `retry`), through the
-//! real binary: a grace period during which a receiver's 404s are retried, a
+//! A retry policy per sink (docs/design.md section 5, "Retry policy";
+//! config/ankusa.example.yaml, a sink entry's `retry`), through the real
+//! binary: a grace period during which a receiver's 404s are retried, a
 //! Retry-After capped by `retry_after_max_ms` and never dead-lettering a first
 //! attempt, a per-sink horizon, `retry_statuses` replacing the default list,
 //! and the load-time rejections.

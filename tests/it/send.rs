@@ -1,7 +1,7 @@
-//! Issue 4, "Done when": `ankusa send` of the GitHub and Stripe corpus files
-//! to a relay whose source delivers to the file sink (the embedded demo's
-//! shape) puts every hook in the NDJSON file, body byte for byte, in commit
-//! order on the ordered sink's keyless lane.
+//! `ankusa send` of the GitHub and Stripe corpus files to a relay whose source
+//! delivers to the file sink (the embedded demo's shape) puts every hook in the
+//! NDJSON file, body byte for byte, in commit order on the ordered sink's
+//! keyless lane.
 
 use std::ffi::OsStr;
 use std::time::Duration;
@@ -127,9 +127,9 @@ sources:
     }
 }
 
-/// Issue 10: a file `ankusa send` cannot read or parse is an error naming the
-/// file, and then nothing is posted; `--keep-going` posts the others and the
-/// summary counts only what was posted.
+/// A file `ankusa send` cannot read or parse is an error naming the file, and
+/// then nothing is posted; `--keep-going` posts the others and the summary
+/// counts only what was posted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_refuses_unreadable_files_and_counts_only_what_it_posted() {
     let relay = Relay::start(&config(

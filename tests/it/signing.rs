@@ -1,10 +1,9 @@
-//! Issue 12, "Tests": signed deliveries of the HTTP sink, checked by a
-//! verifier that shares no code with the relay: the Standard Webhooks
-//! authors' own Rust library (`standardwebhooks`, whose HMAC is the
-//! `hmac-sha256` crate; the sink and the edge use RustCrypto's `hmac`), the
-//! `hmac-sha256` crate for the plain HMAC header, and the providers' own
-//! signatures in the corpus. Real corpus hooks go through the real binary to
-//! a real local receiver.
+//! Signed deliveries of the HTTP sink (docs/design.md section 6), checked by a
+//! verifier that shares no code with the relay: the Standard Webhooks authors'
+//! own Rust library (`standardwebhooks`, whose HMAC is the `hmac-sha256` crate;
+//! the sink and the edge use RustCrypto's `hmac`), the `hmac-sha256` crate for
+//! the plain HMAC header, and the providers' own signatures in the corpus. Real
+//! corpus hooks go through the real binary to a real local receiver.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;

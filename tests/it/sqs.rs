@@ -1,5 +1,5 @@
-//! Issue 6, the SQS sink through the relay: the Stripe corpus into an ordered
-//! FIFO queue on moto (`.ci/moto.sh` starts it on 127.0.0.1:5000;
+//! The SQS sink through the relay: the Stripe corpus into an ordered FIFO queue
+//! on moto (`.ci/moto.sh` starts it on 127.0.0.1:5000;
 //! `ANKUSA_TEST_SQS_ENDPOINT` overrides), keyed on `data.object.customer`,
 //! received back with ReceiveMessage. The relay finds its credentials through
 //! the standard AWS chain: `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` in the
@@ -304,10 +304,10 @@ fn sqs_sinks_are_checked_by_their_adapter() {
     assert!(status.success(), "{out}");
 }
 
-/// Issue 12: GitHub and Shopify hooks through a sink with
+/// Provider headers: GitHub and Shopify hooks through a sink with
 /// `forward_headers`: each message carries the chosen provider headers as
-/// String message attributes (lower-case names, the provider's values)
-/// beside the `ankusa_*` metadata and `content_type`, and none of the others.
+/// String message attributes (lower-case names, the provider's values) beside
+/// the `ankusa_*` metadata and `content_type`, and none of the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_headers_chosen_arrive_as_message_attributes() {
     use crate::provider;
@@ -371,10 +371,10 @@ async fn provider_headers_chosen_arrive_as_message_attributes() {
     );
 }
 
-/// Issue 12: SQS takes 10 message attributes. A GitHub hook through a sink
-/// that forwards five headers has six attributes of the sink's own (the five
-/// `ankusa_*` and `content_type`): the first four listed travel, the fifth
-/// (`user-agent`) is dropped and counted, and every hook is still delivered.
+/// SQS takes 10 message attributes. A GitHub hook through a sink that forwards
+/// five headers has six attributes of the sink's own (the five `ankusa_*` and
+/// `content_type`): the first four listed travel, the fifth (`user-agent`) is
+/// dropped and counted, and every hook is still delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_over_the_sqs_attribute_limit_are_dropped_and_counted_the_hook_delivered() {
     use crate::provider;

@@ -2,10 +2,10 @@
 //! at its `sink_concurrency` with at least `dispatch.batch` due rows starved
 //! every other sink of the same tenant, because `Pipeline::visit` read only the
 //! first `dispatch.batch` due entries. A visit now reads on past a saturated
-//! sink's rows (up to 8 pages), and (second test, found by the break-it pass
-//! of issue 5: a 2 s Pub/Sub endpoint held a Redis sink of the same source to
-//! its pace once its backlog passed 512 rows) the next visit goes on from
-//! where the last one stopped.
+//! sink's rows (up to 8 pages), and (second test, found by a break-it pass of
+//! the broker and cloud sinks: a 2 s Pub/Sub endpoint held a Redis sink of the
+//! same source to its pace once its backlog passed 512 rows) the next visit
+//! goes on from where the last one stopped.
 
 use std::time::Duration;
 

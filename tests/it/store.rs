@@ -1,10 +1,10 @@
-//! Issue 14, `ankusa store check DATA_DIR [--repair-counters]`: the real
-//! binary's invariant checker on a store the real relay wrote, RocksDB and
-//! fjall. A running relay's store is refused by name; a clean store passes
-//! with its summary; violations planted with the engine directly (a drifted
-//! counter, an orphan delivery row) are each named with exit 1; the repair
-//! sets the counters from the keys, says old and new values, and leaves the
-//! rest.
+//! `ankusa store check DATA_DIR [--repair-counters]` (README, "Checking a
+//! stopped store"): the real binary's invariant checker on a store the real
+//! relay wrote, RocksDB and fjall. A running relay's store is refused by name;
+//! a clean store passes with its summary; violations planted with the engine
+//! directly (a drifted counter, an orphan delivery row) are each named with
+//! exit 1; the repair sets the counters from the keys, says old and new values,
+//! and leaves the rest.
 
 use std::ffi::OsStr;
 use std::path::Path;

@@ -1,7 +1,8 @@
 //! The Stripe corpus as the end-to-end input of every broker and cloud sink
-//! (issues 5 and 6): a `stripe` source that verifies the corpus signatures and
-//! drops provider retries by event id, an ordered sink keyed on
-//! `data.object.customer`, and the check of what a broker's consumer got.
+//! (`tests/it/{redis,nats,rabbitmq,sqs,pubsub,kafka}.rs`): a `stripe` source
+//! that verifies the corpus signatures and drops provider retries by event id,
+//! an ordered sink keyed on `data.object.customer`, and the check of what a
+//! broker's consumer got.
 //!
 //! Round 0 is the eleven corpus files as Stripe signed them (one of them,
 //! `invoice_paid_provider_retry.json`, is a provider retry: a dedupe hit that
@@ -400,13 +401,13 @@ pub async fn dead_lettered_head_releases_the_lane(
     got
 }
 
-/// Issue 5's "broker down then back" through a broker sink: rounds 0-1 are
-/// delivered, `set_up(false)` takes the destination down, rounds 2-3 are
-/// accepted (committed before their 200) and wait in their three lanes (3
-/// heads retrying, the other 17 hooks lane members), `set_up(true)` brings it
-/// back within `recovery`, and all 40 are delivered, nothing dead-lettered.
-/// Returns the accepted hooks in send order, for the broker's read and
-/// [`check`] / [`check_at_least_once`].
+/// A broker down, then back, through a broker sink: rounds 0-1 are delivered,
+/// `set_up(false)` takes the destination down, rounds 2-3 are accepted
+/// (committed before their 200) and wait in their three lanes (3 heads
+/// retrying, the other 17 hooks lane members), `set_up(true)` brings it back
+/// within `recovery`, and all 40 are delivered, nothing dead-lettered. Returns
+/// the accepted hooks in send order, for the broker's read and [`check`] /
+/// [`check_at_least_once`].
 pub async fn down_then_back(
     relay: &Relay,
     broker: &str,

@@ -1,11 +1,10 @@
-//! `ankusa top` through the real binary (issue 16): a relay with two
-//! tenants, five sources and two sink kinds is driven to a settled state
-//! (hooks delivered, one dead-lettered, a blocked lane with a member behind
-//! its head and an open breaker, a paused sink holding a hook, a path no
-//! source has), then `ankusa top --once` prints one plain-text frame whose
-//! every figure is asserted; `ankusa top` with stdout piped prints the same
-//! frame. Its exit codes: 2 usage (`--interval-ms 0`), 3 unreachable, 4
-//! unauthorized.
+//! `ankusa top` through the real binary (README, "`ankusa top`"): a relay with
+//! two tenants, five sources and two sink kinds is driven to a settled state
+//! (hooks delivered, one dead-lettered, a blocked lane with a member behind its
+//! head and an open breaker, a paused sink holding a hook, a path no source
+//! has), then `ankusa top --once` prints one plain-text frame whose every
+//! figure is asserted; `ankusa top` with stdout piped prints the same frame.
+//! Its exit codes: 2 usage (`--interval-ms 0`), 3 unreachable, 4 unauthorized.
 //!
 //! No timing assertion: every figure is waited for (all of them final: the
 //! blocked lane's head is due again in an hour, the breaker stays open for

@@ -1,6 +1,7 @@
-//! Delivered hooks/s of one sink through a running relay (issues 5 and 6):
-//! posts `N` hooks to `/hooks/<source>` with `C` requests at once, then reads
-//! the admin listener's `/metrics` until `ankusa_dispatch_delivered_total` has
+//! Delivered hooks/s of one sink through a running relay (broker and cloud
+//! sinks; benches/load/sinks.sh runs it, benches/load/SINKS-RESULTS.md): posts
+//! `N` hooks to `/hooks/<source>` with `C` requests at once, then reads the
+//! admin listener's `/metrics` until `ankusa_dispatch_delivered_total` has
 //! grown by `N`, and prints one JSON line with the timings.
 //!
 //! ```text

@@ -235,7 +235,7 @@ fn ordered_sqs_needs_a_fifo_queue() {
          (queue_url must end in .fifo), and queue_url is missing"
     );
     // The URL is checked after env: is resolved; the message names the
-    // variable, never its value (issue 14).
+    // variable, never its value (which may be a secret).
     let yaml = with_sink("{type: sqs, name: orders, queue_url: 'env:QUEUE', ordered: true}");
     assert_eq!(
         problems(load_env(&yaml, &[("QUEUE", "https://q/1/std")])),

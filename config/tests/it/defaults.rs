@@ -435,9 +435,9 @@ fn zero_sources_is_a_valid_node() {
     );
 }
 
-/// Issue 12: `breaker.distinct` defaults to min(3, failures); a sink's
-/// `rate_limit` is read as written, its burst defaulting to per_second rounded
-/// up; it is a core key, not one of the sink's own options.
+/// `breaker.distinct` defaults to min(3, failures); a sink's `rate_limit` is
+/// read as written, its burst defaulting to per_second rounded up; it is a core
+/// key, not one of the sink's own options.
 #[test]
 fn breaker_distinct_and_rate_limit_defaults() {
     for (failures, distinct) in [(1, 1), (2, 2), (3, 3), (5, 3), (100, 3)] {

@@ -261,7 +261,7 @@ fn the_example_file_names_every_variable_it_needs() {
 }
 
 #[test]
-fn the_embedded_default_is_issue_4s_demo() {
+fn the_embedded_default_is_the_demo() {
     let c = Config::default_demo();
     assert_eq!(c, load_env(DEFAULT_YAML, &[]).expect("default"));
     assert_eq!(c.node.store, StoreBackend::RocksDb);

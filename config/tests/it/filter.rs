@@ -1,5 +1,5 @@
-//! Issue 12: a sink entry's `filter`, its grammar and every load-time
-//! rejection, each with the exact source, sink and option.
+//! A sink entry's `filter`, its grammar and every load-time rejection, each
+//! with the exact source, sink and option.
 
 use ankusa_config::{FilterCondition, FilterTest, JsonPath, KeySource, SinkEntry};
 

@@ -1,7 +1,7 @@
-//! Issue 14, "Limits that hold": every numeric option has an upper bound,
-//! checked at load (accepted at the bound, refused by name above it); no sink
-//! path lies inside `node.data_dir`; a data_dir that is a file is refused; an
-//! `env:` value never appears in an error.
+//! The configuration's limits (docs/design.md section 7): every numeric option
+//! has an upper bound, checked at load (accepted at the bound, refused by name
+//! above it); no sink path lies inside `node.data_dir`; a data_dir that is a
+//! file is refused; an `env:` value never appears in an error.
 
 use std::path::{Path, PathBuf};
 
@@ -296,7 +296,7 @@ fn every_bounded_option_is_refused_by_name_above_its_bound_and_accepted_at_it() 
 }
 
 #[test]
-fn the_issue_examples_are_refused_with_the_bound() {
+fn a_flush_interval_and_an_http_timeout_of_u64_max_are_refused_with_the_bound() {
     assert_eq!(
         one("dispatch: {flush_interval_ms: 18446744073709551615}"),
         "dispatch: option \"flush_interval_ms\": 18446744073709551615 is above its upper bound, \

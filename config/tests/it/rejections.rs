@@ -274,7 +274,7 @@ fn listener_addresses() {
         one("listeners: {admin: '0.0.0.0:8081'}\n"),
         "listeners: option \"admin_token\": required when the admin listener is not on a loopback address (admin is 0.0.0.0:8081)"
     );
-    // A token HTTP cannot carry (found by the break-it pass of issue 11:
+    // A token HTTP cannot carry (found by a break-it pass of the admin API:
     // every call was refused).
     for token in ["'tok '", "' '", "\"a\\nb\"", "'tök'"] {
         assert_eq!(
@@ -295,8 +295,8 @@ fn listener_addresses() {
     );
 }
 
-/// Issue 14: the body budget must hold one body of the largest size the
-/// limit accepts, or such a body could never be read.
+/// The body budget must hold one body of the largest size the limit accepts, or
+/// such a body could never be read.
 #[test]
 fn a_body_budget_below_the_body_limit_is_refused() {
     assert_eq!(
@@ -512,9 +512,8 @@ fn node_names_may_be_host_names() {
     );
 }
 
-/// Issue 12: a breaker that could never open, and every bad `rate_limit`,
-/// each naming the source, the sink and the option; every problem of the
-/// file in one run.
+/// A breaker that could never open, and every bad `rate_limit`, each naming the
+/// source, the sink and the option; every problem of the file in one run.
 #[test]
 fn breaker_distinct_and_rate_limit_rejections() {
     assert_eq!(
@@ -603,9 +602,9 @@ fn breaker_distinct_and_rate_limit_rejections() {
 }
 
 /// A broker sink's `forward_headers` may list only headers the store keeps
-/// (issue 12): a dropped or hashed one could never travel. `all`, kept
-/// headers and the http/file kinds (whose own checks refuse the option) are
-/// not this rule's.
+/// (docs/design.md section 6, "Provider headers"): a dropped or hashed one
+/// could never travel. `all`, kept headers and the http/file kinds (whose own
+/// checks refuse the option) are not this rule's.
 #[test]
 fn forward_headers_must_be_kept_by_store_headers() {
     let yaml = "store_headers: {headers: {x-secret: drop, X-Api-Key: hash}}\nsources:\n  - name: a\n    sinks:\n      - {type: kafka, name: k, brokers: b, topic: t, forward_headers: [X-Secret, x-api-key, x-kept, 'bad name', 3]}\n      - {type: sqs, name: q, queue_url: u, forward_headers: all}\n  - name: b\n    store_headers: {default: drop, headers: {x-kept: keep}}\n    sinks:\n      - {type: nats, name: n, url: u, subject: s, forward_headers: [x-kept, x-other]}\n";

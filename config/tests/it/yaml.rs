@@ -177,8 +177,8 @@ fn anchors_aliases_and_merge_keys_in_sink_entries() {
     assert!(b.sinks[1].options.get("<<").is_none());
 }
 
-/// The parser's messages name what the user wrote (a mapping), not this
-/// crate's private types (found by the break-it pass of issue 10).
+/// The parser's messages name what the user wrote (a mapping), not this crate's
+/// private types (found by a break-it pass of the configuration).
 #[test]
 fn a_wrong_shape_is_described_without_internal_type_names() {
     let (message, _, _) = yaml_error("- a\n");
@@ -194,7 +194,7 @@ fn a_wrong_shape_is_described_without_internal_type_names() {
 /// Several mistakes the parser refuses (a misspelled section, a misspelled
 /// option in two sources, a value of the wrong type) and one the validation
 /// finds in a source that parsed: all reported in one run, each source by its
-/// name (issue 10: the parser used to stop at the first).
+/// name (the parser used to stop at the first).
 #[test]
 fn every_structural_problem_is_reported_in_one_run() {
     let text = "\

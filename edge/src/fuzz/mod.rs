@@ -1,11 +1,11 @@
-//! The edge's fuzz targets (issue 14): one per verifier ([`verify`], a
-//! [`Scheme`] each), one per key resolver ([`key`], `{json}` and `{header}`)
-//! and one for the whole request path ([`request`], with the `server`
-//! feature). Each takes arbitrary bytes, reads them as a [`Case`], runs the
-//! edge's own code on it and panics when that code breaks a promise: a panic
-//! of its own, a verdict that disagrees with an independent recomputation, a
-//! 5xx from a request path whose store cannot fail, a refused request that
-//! stored something.
+//! The edge's fuzz targets (README, "Fuzzing the edge"): one per verifier
+//! ([`verify`], a [`Scheme`] each), one per key resolver ([`key`], `{json}` and
+//! `{header}`) and one for the whole request path ([`request`], with the
+//! `server` feature). Each takes arbitrary bytes, reads them as a [`Case`],
+//! runs the edge's own code on it and panics when that code breaks a promise: a
+//! panic of its own, a verdict that disagrees with an independent
+//! recomputation, a 5xx from a request path whose store cannot fail, a refused
+//! request that stored something.
 //!
 //! One definition, two drivers: cargo-fuzz (`fuzz/`, nightly, libFuzzer's
 //! mutator; `fuzz/run.sh`) and the bounded, seeded mutation run of

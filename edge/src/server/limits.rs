@@ -1,9 +1,8 @@
-//! The ingest and admin listeners' shared limits (issue 14, "Limits that
-//! hold"; docs/design.md section 5, "Edge"): the node-wide budget of request
-//! body bytes ([`BodyBudget`]), one listener's connection counts
-//! ([`ConnStats`]), the answer to a connection past a listener's cap
-//! ([`refuse_connection`]), and the accept loop's handling of a failed
-//! `accept()` ([`AcceptErrors`]).
+//! The ingest and admin listeners' shared limits (docs/design.md section 5,
+//! "Limits" and "Edge"; README, "Limits"): the node-wide budget of request body
+//! bytes ([`BodyBudget`]), one listener's connection counts ([`ConnStats`]),
+//! the answer to a connection past a listener's cap ([`refuse_connection`]),
+//! and the accept loop's handling of a failed `accept()` ([`AcceptErrors`]).
 //!
 //! # Invariants it keeps
 //! - The bytes held by every live [`BodyPermit`] together never exceed the

@@ -1,8 +1,9 @@
-//! The ingest listener's request figures for `/metrics` (issue 16): requests
-//! by source and status code, the ack latency and the body size. Each
-//! observation is a relaxed atomic increment with no lock and no allocation:
-//! a source's counts live in its [`SourceRoute`](super::SourceRoute)
-//! (`requests`), found by the routing the request needs anyway.
+//! The ingest listener's request figures for `/metrics` (README, "What to
+//! watch"): requests by source and status code, the ack latency and the body
+//! size. Each observation is a relaxed atomic increment with no lock and no
+//! allocation: a source's counts live in its
+//! [`SourceRoute`](super::SourceRoute) (`requests`), found by the routing the
+//! request needs anyway.
 //!
 //! Labels come from the configuration only (source names, the status codes
 //! the edge answers): never a key, a tenant or a lane (ADR 0004 section 7).

@@ -28,20 +28,19 @@
 //! Nothing here blocks: the Writer commits on a blocking thread and the
 //! handler awaits its answer.
 //!
-//! Limits (issue 14, "Limits that hold"; [`limits`]): at most
+//! Limits (docs/design.md section 5, "Limits"; [`limits`]): at most
 //! [`Edge::max_connections`] connections (the relay derives it from its
 //! file-descriptor limit; past it a connection is answered 503 and closed),
-//! headers within [`HEADER_READ_TIMEOUT`], a body within
-//! [`BODY_READ_TIMEOUT`], and the node-wide body budget
-//! ([`limits::BodyBudget`], `listeners.body_budget_bytes`): it bounds the
-//! body bytes received and held in memory, all connections together. Each
-//! chunk's bytes are taken from it as they arrive (a `Content-Length` takes
-//! nothing ahead of them, so a client declaring a large body holds only what
-//! it has sent); a chunk that does not fit is answered 503 with
-//! `Retry-After` and `Connection: close`, and no more of that body is read.
-//! A body is read into one buffer and held until its request is answered.
-//! There is no minimum rate: holding budget costs a client the bytes it
-//! holds, re-sent at least every [`BODY_READ_TIMEOUT`].
+//! headers within [`HEADER_READ_TIMEOUT`], a body within [`BODY_READ_TIMEOUT`],
+//! and the node-wide body budget ([`limits::BodyBudget`],
+//! `listeners.body_budget_bytes`): it bounds the body bytes received and held
+//! in memory, all connections together. Each chunk's bytes are taken from it as
+//! they arrive (a `Content-Length` takes nothing ahead of them, so a client
+//! declaring a large body holds only what it has sent); a chunk that does not
+//! fit is answered 503 with `Retry-After` and `Connection: close`, and no more
+//! of that body is read. A body is read into one buffer and held until its
+//! request is answered. There is no minimum rate: holding budget costs a client
+//! the bytes it holds, re-sent at least every [`BODY_READ_TIMEOUT`].
 
 pub mod admin;
 pub mod limits;
@@ -212,8 +211,8 @@ fn error(status: StatusCode, message: impl Into<String>) -> Resp {
 
 /// The body text of an ingest 503 when the store failed a read or a write
 /// (`{"error": STORE_FAILED}`, with `Retry-After: 5`). It never carries the
-/// store's error, which can name its files and so the data_dir (issue 14):
-/// that goes to the log.
+/// store's error, which can name its files and so the data_dir (docs/design.md
+/// section 7, "Secrets in output"): that goes to the log.
 pub const STORE_FAILED: &str =
     "store_failed: the relay could not read or write its store; retry later";
 
@@ -1178,9 +1177,8 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
-    /// Issue 14: a store failure on ingest answers 503 with a generic body;
-    /// the store's error, which names its files (so the data_dir), is not in
-    /// it.
+    /// A store failure on ingest answers 503 with a generic body; the store's
+    /// error, which names its files (so the data_dir), is not in it.
     #[tokio::test]
     async fn a_store_failure_on_ingest_answers_without_the_store_path() {
         let path = "/srv/ankusa/data/store-rocksdb/000012.log";

@@ -454,9 +454,9 @@ mod tests {
         routes.remove(0)
     }
 
-    /// Issue 12: only the sinks whose filter the hook matches get a row (in
-    /// entry order, each with its own index); a filtered-out ordered sink
-    /// resolves no key and is not counted keyless; its name is reported.
+    /// Only the sinks whose filter the hook matches get a row (in entry order,
+    /// each with its own index); a filtered-out ordered sink resolves no key
+    /// and is not counted keyless; its name is reported.
     #[test]
     fn resolve_makes_rows_only_for_the_sinks_whose_filter_matches() {
         let r = route(

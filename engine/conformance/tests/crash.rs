@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-/// At least 20 kills per backend (issue 2).
+/// At least 20 kills per backend (the crash test of docs/design.md section 2),
+/// so that many land between a commit and its acknowledgement (the run prints
+/// how many did).
 const KILLS: usize = 24;
 
 fn crash_loop(backend: &str, reopen_check: impl Fn(&std::path::Path, Option<i64>) -> i64) {

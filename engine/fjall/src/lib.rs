@@ -116,7 +116,7 @@ impl FjallKv {
     }
 
     /// [`FjallKv::open`] with at most `max_files` file descriptors for the
-    /// store (issue 14, "Limits that hold": the relay sizes it from its
+    /// store (docs/design.md section 5, "Limits": the relay sizes it from its
     /// file-descriptor limit): fjall's cache of open table and blob files
     /// (`max_cached_files`, 900 by default) is `max_files` less
     /// [`NON_TABLE_FILES`], kept for the journal, the lock and the files a

@@ -74,13 +74,13 @@ pub const BLOCK_CACHE_BYTES: usize = 256 << 20;
 /// Bits per key of each SST file's bloom filter (about 1% false positives).
 const BLOOM_BITS_PER_KEY: f64 = 10.0;
 /// Memtable size of the `index` column family, bytes (RocksDB's default:
-/// 64 MiB). Its keys are small and short-lived: a lane member, a due row, a
-/// marker is put and deleted within seconds, and a scan of a lane or of the
-/// due range steps over every deleted key still in the memtable. A small
-/// memtable flushes often, and a flush drops each put deleted in the same
-/// memtable, so those scans step over fewer entries (issue 13, 1,000 ordered
-/// keys side by side on a busy machine: delivery kept 0.91-0.99 of the ack
-/// rate with 4 MiB, 0.46-0.65 with the default; benches/load/RESULTS.md).
+/// 64 MiB). Its keys are small and short-lived: a lane member, a due row, a marker
+/// is put and deleted within seconds, and a scan of a lane or of the due range
+/// steps over every deleted key still in the memtable. A small memtable flushes
+/// often, and a flush drops each put deleted in the same memtable, so those
+/// scans step over fewer entries (the load runs of 1,000 ordered keys side by
+/// side on a busy machine: delivery kept 0.91-0.99 of the ack rate with 4 MiB,
+/// 0.46-0.65 with the default; benches/load/RESULTS.md).
 const INDEX_WRITE_BUFFER_BYTES: usize = 4 << 20;
 /// Share of a memtable's size its whole-key bloom filter takes.
 const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
@@ -251,7 +251,7 @@ impl RocksKv {
     }
 
     /// [`RocksKv::open`] with at most `max_files` file descriptors for the
-    /// store (issue 14, "Limits that hold": the relay sizes it from its
+    /// store (docs/design.md section 5, "Limits": the relay sizes it from its
     /// file-descriptor limit): RocksDB's `max_open_files` (its table cache of
     /// SST files) is `max_files` less [`NON_TABLE_FILES`], kept for the WAL,
     /// the MANIFEST, the info log, the lock and the files a flush or a
@@ -406,12 +406,12 @@ impl RocksKv {
 /// The column families of [`Cf::ALL`] with their options, over one block
 /// cache of `cache_bytes`.
 fn cf_descriptors(cache_bytes: usize) -> Vec<ColumnFamilyDescriptor> {
-    // Point reads (an envelope per claimed row, its delivery row, lane
-    // heads) dominate the dispatcher's store work (issue 13's profile:
-    // half of the relay's CPU in `DB::Get` with RocksDB's defaults: no
-    // filter, a 32 MiB block cache). One block cache for every column
-    // family, a full bloom filter per SST file and a whole-key bloom
-    // filter per memtable, so a read for a key a file or memtable does
+    // Point reads (an envelope per claimed row, its delivery row, lane heads)
+    // dominate the dispatcher's store work (a load run's profile,
+    // benches/load/RESULTS.md: half of the relay's CPU in `DB::Get` with
+    // RocksDB's defaults: no filter, a 32 MiB block cache). One block cache for
+    // every column family, a full bloom filter per SST file and a whole-key
+    // bloom filter per memtable, so a read for a key a file or memtable does
     // not hold skips it.
     let cache = Cache::new_lru_cache(cache_bytes);
     let mut table = BlockBasedOptions::default();

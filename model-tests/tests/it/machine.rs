@@ -805,8 +805,9 @@ fn announce(cases: u32, backend: Backend) {
 proptest! {
     #![proptest_config(config(cases(DEFAULT_CASES)))]
 
-    /// The state machine (issue 3): random interleavings of every transition,
-    /// checked after every step, on `ANKUSA_MODEL_BACKEND` (memory by default).
+    /// The state machine (docs/design.md section 4): random interleavings of
+    /// every transition, checked after every step, on `ANKUSA_MODEL_BACKEND`
+    /// (memory by default).
     #[test]
     fn lanes_state_machine(steps in steps(MAX_STEPS)) {
         let backend = backend();

@@ -1,5 +1,6 @@
-//! The model tests of `queue` and `lanes` (issue 3), in one test binary so the
-//! RocksDB and fjall backends are linked once.
+//! The model tests of `queue` and `lanes` (docs/design.md section 4; README,
+//! "Model checks"), in one test binary so the RocksDB and fjall backends are
+//! linked once.
 
 mod equivalence;
 mod machine;

@@ -308,8 +308,8 @@ impl Model {
     }
 
     /// A breaker park: ?D -> ?D later, unclaimed: kind 1, or 3 for a head; no
-    /// attempt counted and first_attempt_ms untouched (issue 12: the retry
-    /// horizon starts at the first real attempt).
+    /// attempt counted and first_attempt_ms untouched (a park is no attempt:
+    /// the retry horizon starts at the first real attempt).
     pub fn park(&mut self, id: &RowId, delay: u64) {
         let due_ms = self.now + delay;
         let row = self.row_mut(id);

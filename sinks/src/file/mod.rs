@@ -1,6 +1,6 @@
 //! The file sink (cargo feature `file`, default on): one NDJSON line per
-//! delivered hook, appended to one file (docs/design.md section 6; the default
-//! destination of the example configuration, issue 4).
+//! delivered hook, appended to one file (docs/design.md section 6; the
+//! destination of the embedded demo, README, "Set up").
 //!
 //! # A line
 //! One JSON object and `\n`; fields in this order:

@@ -1,5 +1,5 @@
 //! The HTTP sink (cargo feature `http`, default on): POSTs each hook to one URL
-//! (docs/design.md section 6, ADR 0004 section 6; issue 4).
+//! (docs/design.md section 6, ADR 0004 section 6).
 //!
 //! # What goes out
 //! - `POST <url>` with the stored body byte for byte and the provider's

@@ -1,5 +1,5 @@
-//! Outbound signing of the HTTP sink (issue 12): the sink option `signing`,
-//! validated, and the headers one delivery carries.
+//! Outbound signing of the HTTP sink (docs/design.md section 6): the sink
+//! option `signing`, validated, and the headers one delivery carries.
 //!
 //! Two schemes, chosen by `signing.type` (the names of the edge's
 //! `verification` types, so a relay can verify and sign with the same words):

@@ -1,7 +1,6 @@
-//! The Kafka sink (cargo feature `kafka`, default on): produce each hook as
-//! one record with an idempotent librdkafka producer, and answer once the
-//! brokers have acknowledged it (docs/design.md section 6, ADR 0004 section 6;
-//! issue 6).
+//! The Kafka sink (cargo feature `kafka`, default on): produce each hook as one
+//! record with an idempotent librdkafka producer, and answer once the brokers
+//! have acknowledged it (docs/design.md section 6, ADR 0004 section 6).
 //!
 //! # The record
 //! - value: the stored body, byte for byte;

@@ -1,6 +1,6 @@
 //! The NATS sink (cargo feature `nats`, default on): publish each hook to a
 //! subject, through JetStream with the stream's ack awaited, or as a core NATS
-//! message (docs/design.md section 6, ADR 0004 section 6; issue 5).
+//! message (docs/design.md section 6, ADR 0004 section 6).
 //!
 //! # The message
 //! - payload: the stored body, byte for byte;

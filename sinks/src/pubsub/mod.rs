@@ -1,6 +1,6 @@
-//! The Google Pub/Sub sink (cargo feature `pubsub`, default on): publishes
-//! each hook to a topic over Pub/Sub's REST API (docs/design.md sections 6 and 10,
-//! ADR 0004 section 6; issue 6).
+//! The Google Pub/Sub sink (cargo feature `pubsub`, default on): publishes each
+//! hook to a topic over Pub/Sub's REST API (docs/design.md sections 6 and 10,
+//! ADR 0004 section 6).
 //!
 //! # What goes out
 //! One `POST {endpoint}/v1/projects/{project}/topics/{topic}:publish` per hook

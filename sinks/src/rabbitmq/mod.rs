@@ -1,7 +1,7 @@
 //! The RabbitMQ sink (cargo feature `rabbitmq`, default on): publish each hook
 //! to an exchange with publisher confirms (docs/design.md section 6, ADR 0004
-//! section 6; issue 5). Client: lapin (AMQP 0-9-1) on tokio, TLS through
-//! rustls with ring.
+//! section 6). Client: lapin (AMQP 0-9-1) on tokio, TLS through rustls with
+//! ring.
 //!
 //! # What it sends
 //! `basic.publish` to `exchange` with the routing key `routing_key`, and:

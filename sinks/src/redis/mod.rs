@@ -1,6 +1,6 @@
 //! The Redis sink (cargo feature `redis`, default on): XADD each hook to a
-//! stream, or PUBLISH it to a channel (docs/design.md section 6, ADR 0004 section 6;
-//! issue 5).
+//! stream, or PUBLISH it to a channel (docs/design.md section 6, ADR 0004
+//! section 6).
 //!
 //! # Stream mode (`mode: stream`, the default)
 //! `XADD <stream> [MAXLEN ~ <maxlen>] * <fields>` with the fields:

@@ -1,6 +1,6 @@
 //! The SQS sink (cargo feature `sqs`, default on): one `SendMessage` per hook
 //! to one queue, standard or FIFO (docs/design.md sections 6 and 10, ADR 0004
-//! section 6; issue 6).
+//! section 6).
 //!
 //! # The message
 //! - Body: the stored body, unchanged, as the message body. SQS bodies are

@@ -1,4 +1,5 @@
-//! `ankusa-load`: a running relay end to end under load (issue 13).
+//! `ankusa-load`: a running relay end to end under load
+//! (benches/load/README.md; the runs it made are in benches/load/RESULTS.md).
 //!
 //! The tool is both ends of the relay: it POSTs hooks to the relay's ingest
 //! URL over `--connections` keep-alive HTTP/1.1 connections, and it runs the

@@ -575,8 +575,9 @@ impl Report {
 
     /// Delivered hooks/s in each whole minute of the posting window (first
     /// arrivals), and the lowest and highest of them as a ratio to the first
-    /// minute's: a soak is flat when both stay within 0.9-1.1 (issue 13).
-    /// Empty for a run shorter than two minutes.
+    /// minute's: a soak is flat when both stay within 0.9-1.1 (its delivered
+    /// rate within 10% of the first minute's). Empty for a run shorter than two
+    /// minutes.
     pub fn minutes(&self) -> (Vec<f64>, Option<(f64, f64)>) {
         let rates: Vec<f64> = self.per_minute.iter().map(|n| *n as f64 / 60.0).collect();
         let spread = rates.first().filter(|f| **f > 0.0).map(|first| {

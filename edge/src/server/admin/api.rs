@@ -84,10 +84,11 @@ impl ApiError {
             message: message.into(),
         }
     }
-    /// 503 `store_failed`: the store failed a read or a write. The detail
-    /// (a backend's error, which may name the store's files and so the
-    /// data_dir) is logged here, never answered: the body says only
-    /// [`STORE_FAILED_MESSAGE`] (issue 14, secrets never leak).
+    /// 503 `store_failed`: the store failed a read or a write. The detail (a
+    /// backend's error, which may name the store's files and so the data_dir)
+    /// is logged here, never answered: the body says only
+    /// [`STORE_FAILED_MESSAGE`] (docs/design.md section 7, "Secrets in
+    /// output").
     pub fn store(e: impl std::fmt::Display) -> ApiError {
         tracing::warn!(error = %e, "admin request: the store failed (answered 503 store_failed)");
         ApiError {
@@ -344,8 +345,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// Issue 14: a store error's text (which names the store's files, so
-    /// the data_dir) is never in the body; the code says what happened.
+    /// A store error's text (which names the store's files, so the data_dir) is
+    /// never in the body; the code says what happened.
     #[test]
     fn a_store_failure_answers_without_the_store_path() {
         let path = "/srv/ankusa/data/store-rocksdb/000012.log";

@@ -542,8 +542,8 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
             c.encode(m)?;
         }
-        // Issue 14, "Limits that hold": the body budget and each listener's
-        // connections (labelled by listener: two series each).
+        // The limits (docs/design.md section 5, "Limits"): the body budget and
+        // each listener's connections (labelled by listener: two series each).
         let budget = &s.body_budget;
         let gauges: [(&str, &str, u64); 2] = [
             (
@@ -657,7 +657,7 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = family.encode_family(&labels)?;
             ConstCounter::new(n).encode(m)?;
         }
-        self.encode_issue16(&mut encoder)
+        self.encode_labelled_figures_and_histograms(&mut encoder)
     }
 }
 
@@ -671,12 +671,16 @@ fn encode_histogram(
 }
 
 impl<K: Kv> StoreCollector<K> {
-    /// The figures of issue 16: requests by source and code, ack latency and
-    /// body size, delivery attempts and latencies by sink kind, breakers by
-    /// kind, the oldest due age, the Writer's groups, the build. Every label
-    /// is a configured name, a status code, an outcome or a state: the series
-    /// count does not grow with tenants, keys or lanes (ADR 0004 section 7).
-    fn encode_issue16(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    /// The labelled figures and the histograms (README, "What to watch"):
+    /// requests by source and code, ack latency and body size, delivery
+    /// attempts and latencies by sink kind, breakers by kind, the oldest due
+    /// age, the Writer's groups, the build. Every label is a configured name, a
+    /// status code, an outcome or a state: the series count does not grow with
+    /// tenants, keys or lanes (ADR 0004 section 7).
+    fn encode_labelled_figures_and_histograms(
+        &self,
+        encoder: &mut DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
         use prometheus_client::metrics::MetricType;
         let st = &*self.state;
         let ingest = &st.edge.ingest;
