@@ -22,11 +22,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ankusa_config::{Config, LogFormat, StoreBackend};
-use ankusa_edge::server::admin::{
+use ankusa_admin::{
     AdminState, BoxFuture, BreakerReport, ControlFailure, PipelineControl, PipelineWork,
     serve_admin,
 };
+use ankusa_config::{Config, LogFormat, StoreBackend};
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Cf, CounterMirror, Durability, Kv};
@@ -902,9 +902,7 @@ fn failure(e: ControlError) -> ControlFailure {
         // never answered (issue 14).
         ControlError::Store(m) => {
             warn!(error = %m, "a control request: the store failed (answered 503)");
-            ControlFailure::Unavailable(
-                ankusa_edge::server::admin::api::STORE_FAILED_MESSAGE.to_owned(),
-            )
+            ControlFailure::Unavailable(ankusa_admin::STORE_FAILED_MESSAGE.to_owned())
         }
         ControlError::Stopped => ControlFailure::Unavailable("the pipeline has stopped".into()),
     }

@@ -43,7 +43,6 @@
 //! There is no minimum rate: holding budget costs a client the bytes it
 //! holds, re-sent at least every [`BODY_READ_TIMEOUT`].
 
-pub mod admin;
 pub mod limits;
 pub mod metrics;
 mod routes;
@@ -115,8 +114,6 @@ pub struct EdgeStats {
     pub body_budget: limits::BodyBudget,
     /// The ingest listener's connections: open, cap, refused.
     pub ingest_connections: limits::ConnStats,
-    /// The admin listener's connections: open, cap, refused.
-    pub admin_connections: limits::ConnStats,
     /// Requests by source and status code, the ack latency and the body size
     /// (`ankusa_ingest_requests_total`, `ankusa_ingest_ack_seconds`,
     /// `ankusa_ingest_body_bytes`).

@@ -34,8 +34,8 @@ use super::dlq::{self, DlqFilter};
 use super::jobs::{Job, JobKind, JobState, encode, put};
 use super::views::read_envelope;
 use super::{AdminState, ControlFailure, block};
-use crate::server::{Edge, SourceRoute};
-use crate::{Header, ParsedBody};
+use ankusa_edge::server::{Edge, SourceRoute};
+use ankusa_edge::{Header, ParsedBody};
 
 /// Most archive entries (a replay) or ?Q entries (a release or drop) one step
 /// examines.

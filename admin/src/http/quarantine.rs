@@ -16,7 +16,7 @@ use super::api::{
 use super::steps::purging;
 use super::views::{hook_view, read_envelope};
 use super::{AdminState, block};
-use crate::server::ReleaseError;
+use ankusa_edge::server::ReleaseError;
 
 /// `GET /v1/tenants/{tenant}/quarantine`: the tenant's quarantined hooks in
 /// seq order (`limit`, `cursor`; `source` narrows the page to one source).

@@ -85,7 +85,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Edge, EdgeStats, limits};
+use ankusa_edge::server::{Edge, EdgeStats, limits};
 use api::{ApiError, Query};
 pub use dlq::{DlqFilter, LIST_SCAN_BUDGET};
 pub use views::BreakerReport;
@@ -245,6 +245,9 @@ pub struct AdminState<K: Kv> {
     /// [`MAX_ADMIN_CONNECTIONS`]; the relay derives it from its
     /// file-descriptor limit).
     pub max_connections: usize,
+    /// The admin listener's connections: open, cap, refused (on `/metrics`
+    /// beside the ingest listener's, which are the edge's).
+    pub connections: limits::ConnStats,
     /// The pipeline's delivery figures by sink kind (attempts by outcome,
     /// call and ingest-to-delivery latencies); the default has no kind.
     pub delivery: Arc<DeliveryMetrics>,
@@ -295,6 +298,7 @@ impl<K: Kv> AdminState<K> {
             ingest: std::sync::Mutex::new(None),
             pipeline: None,
             max_connections: MAX_ADMIN_CONNECTIONS,
+            connections: limits::ConnStats::default(),
             delivery: Arc::new(DeliveryMetrics::default()),
             breakers_by_kind: Box::new(|_| Vec::new()),
             writer: Arc::new(WriterMetrics::default()),
@@ -572,7 +576,7 @@ impl<K: Kv> Collector for StoreCollector<K> {
         c.encode(m)?;
         let listeners = [
             ("ingest", &s.ingest_connections),
-            ("admin", &s.admin_connections),
+            ("admin", &self.state.connections),
         ];
         type Field = fn(&limits::ConnStats) -> &AtomicU64;
         let families: [(&str, &str, Field, bool); 3] = [
@@ -934,7 +938,7 @@ pub async fn serve_admin<K: Kv>(
     let registry = Arc::new(registry);
     let mut conns = tokio::task::JoinSet::new();
     let cap = state.max_connections.max(1);
-    let counts = &state.edge.admin_connections;
+    let counts = &state.connections;
     counts.cap.store(cap as u64, Ordering::Relaxed);
     let mut accept_errors = limits::AcceptErrors::default();
     loop {
