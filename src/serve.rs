@@ -727,14 +727,17 @@ async fn run<K: Kv>(
         clock: Box::new(now_ms),
     });
     let retention_stats = RetentionStats::default();
-    let mut admin_state = AdminState::new(
+    let mut admin_ctx = ankusa_admin::Context::new(
         Arc::clone(&kv),
-        stats,
         Arc::clone(&pipeline_handle.ready),
         Arc::clone(&shutting_down),
         Arc::new(cfg.clone()),
         registry.clone(),
     );
+    admin_ctx.clock = now_ms;
+    admin_ctx.pipeline = Some(Box::new(Control(pipeline_handle.clone())));
+    admin_ctx.attach_edge(Arc::clone(&edge));
+    let mut admin_state = AdminState::new(Arc::new(admin_ctx), stats);
     admin_state.max_connections = fds.admin_connections;
     admin_state.paused_sinks = Arc::clone(&pipeline_handle.paused_sinks);
     admin_state.retention_hooks_deleted = Arc::clone(&retention_stats.hooks_deleted);
@@ -759,11 +762,6 @@ async fn run<K: Kv>(
             BreakerState::HalfOpen => BreakerReport::HalfOpen,
         }
     });
-    let admin_wake = pipeline_handle.clone();
-    admin_state.wake = Box::new(move || admin_wake.wake());
-    admin_state.clock = Box::new(now_ms);
-    admin_state.pipeline = Some(Box::new(Control(pipeline_handle.clone())));
-    admin_state.attach_edge(Arc::clone(&edge));
     let admin_state = Arc::new(admin_state);
     let admin_hold = Arc::clone(&admin_state);
     // The ingest listener stops first; the admin listener answers until the
@@ -943,6 +941,10 @@ impl PipelineControl for Control {
 
     fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>> {
         Box::pin(async move { self.0.exclusive(work).await.map_err(failure) })
+    }
+
+    fn wake(&self) {
+        self.0.wake();
     }
 }
 

@@ -32,14 +32,17 @@
 //! input is a 5xx or a panic: only a store failure is (503 `store_failed`).
 //!
 //! # Mutations
-//! One at a time ([`AdminState::writes`]), each one batch built by a pure
+//! One at a time ([`Context::writes`]), each one batch built by a pure
 //! builder of `queue`, written `Durability::Sync`; a revive wakes the
 //! pipeline. Writes that must be serialised with ingest (a quarantine
 //! release or drop, an archive replay, a tenant's purge mark) go through the
-//! Writer ([`AdminState::ingest`]); writes that move rows the pipeline moves
+//! Writer ([`Context::ingest`]); writes that move rows the pipeline moves
 //! (a purge page, a retired source's dead letters) and pauses go through the
-//! pipeline ([`AdminState::pipeline`], [`PipelineControl`]). Bulk work is a
-//! job ([`jobs`]) that survives a restart.
+//! pipeline ([`Context::pipeline`], [`crate::PipelineControl`]). Bulk work
+//! is a job ([`crate::jobs`]) that survives a restart. The mutations and the
+//! jobs are the domain's ([`crate::dlq`], [`crate::quarantine`],
+//! [`crate::jobs`]); the handlers here parse a request, call them and write
+//! the answer (a [`crate::JobError`] becomes an [`api::ApiError`]).
 //!
 //! Gauges of `/metrics` come from the store's maintained counters of the node
 //! aggregate, read at scrape time, never from scans (ADR 0004 section 7); no
@@ -51,21 +54,15 @@ mod dlq;
 pub mod jobs;
 mod pause;
 mod quarantine;
-mod steps;
 mod views;
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ankusa_config::Config;
-use ankusa_engine::{Batch, Kv};
-use ankusa_keys::meta::PauseTarget;
+use ankusa_engine::Kv;
 use ankusa_keys::{CounterField, SinkIx, SourceId, TenantOrd, counter_key};
-use ankusa_queue::Registry;
 use ankusa_queue::metrics::{AttemptOutcome, DeliveryMetrics, Histogram, WriterMetrics};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -85,10 +82,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use ankusa_edge::server::{Edge, EdgeStats, limits};
+use ankusa_edge::server::{EdgeStats, limits};
 use api::{ApiError, Query};
-pub use dlq::{DlqFilter, LIST_SCAN_BUDGET};
+pub use dlq::{LIST_SCAN_BUDGET, filter_from_query};
 pub use views::BreakerReport;
+
+use crate::context::Context;
 
 /// The most admin connections a relay holds open at once, whatever its
 /// file-descriptor limit ([`AdminState::max_connections`] is derived from that
@@ -142,81 +141,24 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/jobs/{id}/cancel"),
 ];
 
-/// A future the admin API waits on from its blocking threads.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Admin work run on the pipeline's task (`pipeline::PipelineHandle::
-/// exclusive`): reads the live store, returns the batch the pipeline commits.
-pub type PipelineWork = Box<dyn FnOnce() -> Result<Batch, String> + Send>;
-
-/// Why the pipeline did not do what the admin API asked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ControlFailure {
-    /// The target is not a configured source or sink entry.
-    NotConfigured,
-    /// The work refused to build its batch (its message).
-    Refused(String),
-    /// The pipeline has stopped, or the store failed.
-    Unavailable(String),
-}
-
-/// What the admin API asks of the pipeline (docs/design.md section 5,
-/// "Pause", "Purge a tenant", "Retire a source"). `serve` implements it over
-/// `pipeline::PipelineHandle`; the edge crate does not depend on the
-/// pipeline. Each call is awaited from a blocking thread of the admin API.
-pub trait PipelineControl: Send + Sync {
-    /// Pauses `target` at run time (`Some(reason)`) or lifts its runtime
-    /// pause (`None`), committed `Sync` and applied before it returns.
-    fn set_pause(
-        &self,
-        target: PauseTarget,
-        reason: Option<String>,
-    ) -> BoxFuture<'_, Result<(), ControlFailure>>;
-    /// Stops (`true`) or restarts the pipeline's visits of `tenant`.
-    fn quiesce(&self, tenant: TenantOrd, quiet: bool) -> BoxFuture<'_, Result<(), ControlFailure>>;
-    /// Retires `source` (`Some(reason)`) or ends it (`None`); the source's
-    /// calls in flight now, and the rows the pipeline dead-lettered for the
-    /// retirement since the previous call (taken by this one).
-    fn retire(
-        &self,
-        source: SourceId,
-        reason: Option<String>,
-    ) -> BoxFuture<'_, Result<(usize, u64), ControlFailure>>;
-    /// Runs `work` on the pipeline's task and commits its batch `Sync`.
-    fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>>;
-}
-
 /// Reads a breaker: `(tenant, source, sink index, now_ms)`.
 pub type BreakerFn = Box<dyn Fn(TenantOrd, SourceId, SinkIx, u64) -> BreakerReport + Send + Sync>;
 
-/// What the admin routes read and write. It holds no part of the edge that
-/// keeps the Writer alive, so the admin listener can answer (`/readyz` 503,
+/// What the admin routes read and write: the domain's [`Context`] (the
+/// store, the configuration, the clock, the write lock, the edge and the
+/// pipeline's controls; `AdminState` derefs to it) and what only the
+/// listener reads (the figures of `/metrics`, the breakers of the source
+/// views, its connection cap). It holds no part of the edge that keeps the
+/// Writer alive, so the admin listener can answer (`/readyz` 503,
 /// `/metrics`) until the relay has stopped.
 pub struct AdminState<K: Kv> {
-    /// The store (maintained counters, the API's reads and batches).
-    pub kv: Arc<K>,
+    /// What the admin actions and the jobs work with; shared with the jobs'
+    /// tasks.
+    pub ctx: Arc<Context<K>>,
     /// The edge's counters.
-    pub edge: Arc<EdgeStats>,
-    /// Ready once the store is open and the pipeline has recovered the
-    /// previous run's claimed rows (the pipeline sets it).
-    pub ready: Arc<AtomicBool>,
-    /// Set when the relay begins to stop: `/readyz` answers 503 from then on,
-    /// and jobs stop between steps (the next start resumes them).
-    pub shutting_down: Arc<AtomicBool>,
-    /// The configuration (names, bounds, sinks; its secrets are never shown,
-    /// only the admin token is read, to check requests).
-    pub config: Arc<Config>,
-    /// The store's names and numbers (tenants, sources).
-    pub registry: Registry,
+    pub stats: Arc<EdgeStats>,
     /// The pipeline's breakers, read-only.
     pub breakers: BreakerFn,
-    /// Wakes the pipeline (after a revive), as ingest's on_commit does.
-    pub wake: Box<dyn Fn() + Send + Sync>,
-    /// Unix ms.
-    pub clock: Box<dyn Fn() -> u64 + Send + Sync>,
-    /// One admin mutation at a time: two revives of one row cannot race, and
-    /// a job's step and a cancel do not interleave.
-    pub writes: tokio::sync::Mutex<()>,
     /// Configured sink entries paused now (the pipeline keeps it:
     /// `PipelineHandle::paused_sinks`), the `ankusa_dispatch_paused` gauge.
     pub paused_sinks: Arc<AtomicU64>,
@@ -231,16 +173,6 @@ pub struct AdminState<K: Kv> {
     /// `ankusa_forwarded_headers_dropped_total{sink}` counter. The relay wires
     /// the sinks crate's totals; the default has none.
     pub forwarded_headers_dropped: Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>,
-    /// The ingest edge: its Writer handle and its routes (quarantine
-    /// releases and drops, archive replays, purge marks). `None` before it
-    /// is attached and after [`AdminState::detach_edge`]: the Writer stops
-    /// only when every handle is gone, so the relay detaches it when it
-    /// begins to stop; a job step that finds none stops and is resumed at the
-    /// next start.
-    pub ingest: std::sync::Mutex<Option<Arc<Edge<K>>>>,
-    /// The pipeline's controls (pauses, quiesce, retire, exclusive work);
-    /// `None` answers those routes 503.
-    pub pipeline: Option<Box<dyn PipelineControl>>,
     /// Most admin connections open at once (default
     /// [`MAX_ADMIN_CONNECTIONS`]; the relay derives it from its
     /// file-descriptor limit).
@@ -262,41 +194,27 @@ pub struct AdminState<K: Kv> {
     pub version: &'static str,
 }
 
+impl<K: Kv> std::ops::Deref for AdminState<K> {
+    type Target = Context<K>;
+
+    fn deref(&self) -> &Context<K> {
+        &self.ctx
+    }
+}
+
 impl<K: Kv> AdminState<K> {
-    /// An admin state whose breakers all read closed, whose wake does nothing,
-    /// whose clock is the system's and whose pause and retention counters are
-    /// its own zeros; set the fields to wire the pipeline and the retention
-    /// task.
-    pub fn new(
-        kv: Arc<K>,
-        edge: Arc<EdgeStats>,
-        ready: Arc<AtomicBool>,
-        shutting_down: Arc<AtomicBool>,
-        config: Arc<Config>,
-        registry: Registry,
-    ) -> AdminState<K> {
+    /// An admin state over `ctx` and the edge's counters whose breakers all
+    /// read closed and whose pause and retention counters are its own zeros;
+    /// set the fields to wire the pipeline and the retention task.
+    pub fn new(ctx: Arc<Context<K>>, stats: Arc<EdgeStats>) -> AdminState<K> {
         AdminState {
-            kv,
-            edge,
-            ready,
-            shutting_down,
-            config,
-            registry,
+            ctx,
+            stats,
             breakers: Box::new(|_, _, _, _| BreakerReport::Closed { failures: 0 }),
-            wake: Box::new(|| {}),
-            clock: Box::new(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0)
-            }),
-            writes: tokio::sync::Mutex::new(()),
             paused_sinks: Arc::new(AtomicU64::new(0)),
             retention_hooks_deleted: Arc::new(AtomicU64::new(0)),
             retention_dedupe_expired: Arc::new(AtomicU64::new(0)),
             forwarded_headers_dropped: Box::new(Vec::<(&'static str, u64)>::new),
-            ingest: std::sync::Mutex::new(None),
-            pipeline: None,
             max_connections: MAX_ADMIN_CONNECTIONS,
             connections: limits::ConnStats::default(),
             delivery: Arc::new(DeliveryMetrics::default()),
@@ -305,40 +223,6 @@ impl<K: Kv> AdminState<K> {
             version: env!("CARGO_PKG_VERSION"),
         }
     }
-
-    /// Gives the admin API the edge (its Writer and routes).
-    pub fn attach_edge(&self, edge: Arc<Edge<K>>) {
-        *self.ingest.lock().unwrap_or_else(|p| p.into_inner()) = Some(edge);
-    }
-
-    /// Drops the admin API's hold on the edge (and so on the Writer), as the
-    /// relay begins to stop.
-    pub fn detach_edge(&self) {
-        self.ingest.lock().unwrap_or_else(|p| p.into_inner()).take();
-    }
-
-    /// The edge, while attached.
-    pub(crate) fn edge(&self) -> Option<Arc<Edge<K>>> {
-        self.ingest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// The pipeline's controls.
-    ///
-    /// # Errors
-    /// 503 when there is none.
-    pub(crate) fn pipeline(&self) -> Result<&dyn PipelineControl, ApiError> {
-        self.pipeline
-            .as_deref()
-            .ok_or_else(|| ApiError::unavailable("the pipeline is not running"))
-    }
-}
-
-/// Waits on `fut` from one of the admin API's blocking threads.
-pub(crate) fn block<T>(fut: impl Future<Output = T>) -> T {
-    tokio::runtime::Handle::current().block_on(fut)
 }
 
 struct StoreCollector<K: Kv> {
@@ -444,7 +328,7 @@ impl<K: Kv> Collector for StoreCollector<K> {
                 g.encode(m)?;
             }
         }
-        let s = &*self.state.edge;
+        let s = &*self.state.stats;
         let paused = ConstGauge::new(
             i64::try_from(self.state.paused_sinks.load(Ordering::Relaxed)).unwrap_or(i64::MAX),
         );
@@ -683,7 +567,7 @@ impl<K: Kv> StoreCollector<K> {
     fn encode_issue16(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         use prometheus_client::metrics::MetricType;
         let st = &*self.state;
-        let ingest = &st.edge.ingest;
+        let ingest = &st.stats.ingest;
         let mut family = encoder.encode_descriptor(
             "ankusa_ingest_requests",
             "Requests the ingest listener answered, by source (_none: no configured source) and status code; a series appears with its first request",
@@ -926,10 +810,10 @@ pub async fn serve_admin<K: Kv>(
             "the admin API is open (no listeners.admin_token): anyone who can reach this loopback address can revive and drop dead letters"
         );
     }
-    match jobs::resume(&state) {
+    match crate::jobs::resume(&state.ctx) {
         Ok(0) => {}
         Ok(n) => info!(jobs = n, "admin jobs resumed"),
-        Err(e) => warn!(error = %e.message, "could not read the admin jobs; none resumed"),
+        Err(e) => warn!(error = %e.message(), "could not read the admin jobs; none resumed"),
     }
     let mut registry = MetricsRegistry::default();
     registry.register_collector(Box::new(StoreCollector {
