@@ -105,11 +105,11 @@ fn plan<K: Kv>(
 }
 
 /// Creates a job of `kind` over `filter` (a replay's `sinks`), checked by
-/// its kind ([`plan`]), committed `Sync` (a purge's with its tenant's purge
+/// its kind (its module's `plan`), committed `Sync` (a purge's with its tenant's purge
 /// mark, through the Writer), and starts its steps in the background.
 ///
 /// # Errors
-/// As [`plan`]; unprocessable when no job id is left; unavailable when a
+/// As its kind's `plan`; unprocessable when no job id is left; unavailable when a
 /// purge finds no Writer; a store failure.
 pub fn create<K: Kv>(
     state: &Arc<Context<K>>,

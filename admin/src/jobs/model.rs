@@ -67,7 +67,7 @@ pub enum JobState {
 /// A job's state as stored (versioned JSON, `v`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Job {
-    /// [`JOB_VERSION`].
+    /// `JOB_VERSION` (the state version this binary writes).
     pub v: u8,
     /// The job's id (its meta key).
     pub id: u64,

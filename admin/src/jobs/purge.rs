@@ -1,10 +1,10 @@
 //! A tenant's purge (docs/design.md section 5, "Purge a tenant"): the job's
 //! state and the tenant's purge mark go in through the Writer in one batch
-//! ([`begin`]); from then the Writer refuses the tenant's hooks. Each step
+//! (`begin`); from then the Writer refuses the tenant's hooks. Each step
 //! stops the pipeline's visits of the tenant and commits one page of
 //! `queue::purge_tenant_page` with the job's advanced state on the
 //! pipeline's task (`PipelineControl::exclusive`), so it never races the
-//! pipeline's own batches on the same rows; the end ([`finish`]: done,
+//! pipeline's own batches on the same rows; the end (`finish`: done,
 //! cancelled or failed) lifts the mark and gives the tenant back.
 
 use std::sync::{Arc, Mutex};

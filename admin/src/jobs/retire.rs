@@ -1,7 +1,7 @@
 //! A source's dead letters (docs/design.md section 5, "Retire a source"):
 //! the source retired in the pipeline, its queued rows dead-lettered a page
 //! at a time on the pipeline's task (`PipelineControl::exclusive`), then the
-//! job waits for the source's calls in flight; its end ([`finish`]) ends the
+//! job waits for the source's calls in flight; its end (`finish`) ends the
 //! retirement.
 
 use std::sync::Arc;

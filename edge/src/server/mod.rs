@@ -384,7 +384,7 @@ impl<K: Kv> Edge<K> {
 
     /// Handles one request (public for tests that drive the handler directly).
     /// Generic over the body so the fuzz target of the request path
-    /// ([`crate::fuzz::request`]) drives it in process with a
+    /// (`crate::fuzz::request`, feature `fuzz`) drives it in process with a
     /// `Request<Full<Bytes>>`; the listener passes hyper's `Incoming`.
     ///
     /// Counts the answer by source and status code, and the ack latency of a
