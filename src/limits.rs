@@ -41,9 +41,9 @@
 //! it (and turns the adjustment off): every block of [`MMAP_THRESHOLD_BYTES`]
 //! or more is mapped and unmapped on its own.
 
+use ankusa_admin::MAX_ADMIN_CONNECTIONS;
 use ankusa_config::{Config, SinkKind, TenantBinding};
 use ankusa_edge::server::MAX_CONNECTIONS;
-use ankusa_edge::server::admin::MAX_ADMIN_CONNECTIONS;
 
 /// File descriptors kept out of every share (see the module docs).
 pub const RESERVED: usize = 64;

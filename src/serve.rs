@@ -23,11 +23,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ankusa_config::{Config, LogFormat, StoreBackend};
-use ankusa_edge::server::admin::{
+use ankusa_admin::{
     AdminState, BoxFuture, BreakerReport, ControlFailure, PipelineControl, PipelineWork,
     serve_admin,
 };
+use ankusa_config::{Config, LogFormat, StoreBackend};
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{Cf, CounterMirror, Durability, Kv};
@@ -728,14 +728,17 @@ async fn run<K: Kv>(
         clock: Box::new(now_ms),
     });
     let retention_stats = RetentionStats::default();
-    let mut admin_state = AdminState::new(
+    let mut admin_ctx = ankusa_admin::Context::new(
         Arc::clone(&kv),
-        stats,
         Arc::clone(&pipeline_handle.ready),
         Arc::clone(&shutting_down),
         Arc::new(cfg.clone()),
         registry.clone(),
     );
+    admin_ctx.clock = now_ms;
+    admin_ctx.pipeline = Some(Box::new(Control(pipeline_handle.clone())));
+    admin_ctx.attach_edge(Arc::clone(&edge));
+    let mut admin_state = AdminState::new(Arc::new(admin_ctx), stats);
     admin_state.max_connections = fds.admin_connections;
     admin_state.paused_sinks = Arc::clone(&pipeline_handle.paused_sinks);
     admin_state.retention_hooks_deleted = Arc::clone(&retention_stats.hooks_deleted);
@@ -760,11 +763,6 @@ async fn run<K: Kv>(
             BreakerState::HalfOpen => BreakerReport::HalfOpen,
         }
     });
-    let admin_wake = pipeline_handle.clone();
-    admin_state.wake = Box::new(move || admin_wake.wake());
-    admin_state.clock = Box::new(now_ms);
-    admin_state.pipeline = Some(Box::new(Control(pipeline_handle.clone())));
-    admin_state.attach_edge(Arc::clone(&edge));
     let admin_state = Arc::new(admin_state);
     let admin_hold = Arc::clone(&admin_state);
     // The ingest listener stops first; the admin listener answers until the
@@ -903,9 +901,7 @@ fn failure(e: ControlError) -> ControlFailure {
         // answered (docs/design.md section 7, "Secrets in output").
         ControlError::Store(m) => {
             warn!(error = %m, "a control request: the store failed (answered 503)");
-            ControlFailure::Unavailable(
-                ankusa_edge::server::admin::api::STORE_FAILED_MESSAGE.to_owned(),
-            )
+            ControlFailure::Unavailable(ankusa_admin::STORE_FAILED_MESSAGE.to_owned())
         }
         ControlError::Stopped => ControlFailure::Unavailable("the pipeline has stopped".into()),
     }
@@ -946,6 +942,10 @@ impl PipelineControl for Control {
 
     fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>> {
         Box::pin(async move { self.0.exclusive(work).await.map_err(failure) })
+    }
+
+    fn wake(&self) {
+        self.0.wake();
     }
 }
 

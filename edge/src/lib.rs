@@ -39,6 +39,9 @@
 mod body;
 pub mod dedupe;
 pub mod filter;
+// Compiled only for cargo-fuzz (`fuzz/`) and the edge's own bounded run
+// (`edge/tests/it/fuzz.rs`): the relay does not carry it.
+#[cfg(feature = "fuzz")]
 pub mod fuzz;
 mod hex;
 mod keyspec;

@@ -15,7 +15,7 @@
 //! | `source/sinks/` id:32 | the names of the source's sink entries at the last start that passed the unconfigured-work check, by index ([`encode_sink_names`]) |
 //! | `pause/` id:32 | the source is paused by the runtime control (the admin API): [`PausedValue`] |
 //! | `pause/` id:32, sink:16 | one sink entry of the source is paused by the runtime control: [`PausedValue`] |
-//! | `job/` id:64 | an admin job (docs/design.md section 5, "Admin API"): its state, versioned JSON written and read by `edge::server::admin` |
+//! | `job/` id:64 | an admin job (docs/design.md section 5, "Admin API"): its state, versioned JSON written and read by `ankusa_admin::jobs` |
 //! | `purge/` ord:32 | the tenant is being purged by admin job `job:64` ([`encode_purge`]): the Writer refuses its hooks and the pipeline leaves it alone until the job ends (docs/design.md section 5, "Purge a tenant") |
 //!
 //! Meta keys are readable text prefixes (a dump shows what they are); the
@@ -171,7 +171,7 @@ pub fn paused_range() -> KeyRange {
 
 /// Key of admin job `id`: `job/` + id:64 (big endian, so the job range lists
 /// in id order and its last entry is the newest job). The value is the job's
-/// state, versioned JSON owned by the admin API (`edge::server::admin`): the
+/// state, versioned JSON owned by the admin API (`ankusa_admin::jobs`): the
 /// job's cursor is advanced in the same batch as the rows it revives or drops,
 /// so a crash never repeats a step (docs/design.md section 5, "Admin API").
 pub fn job_key(id: u64) -> Vec<u8> {

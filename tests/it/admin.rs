@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::relay::{BIN, Relay, client, config};
 use crate::sink::{Reply, Sink, lane, until};
 
-const OPENAPI: &str = include_str!("../../edge/src/server/admin/openapi.json");
+const OPENAPI: &str = include_str!("../../admin/src/http/openapi.json");
 const LONG: Duration = Duration::from_secs(120);
 
 /// Validates `body` against the schema of `(method, pattern, status)` in the

@@ -493,14 +493,15 @@ sources:
     assert_eq!(String::from_utf8_lossy(&reqs[0].body), genuine);
 }
 
-/// The release and drop entry points of the admin API, on the edge in
-/// process (memory store): a hook held for a bad signature is released with
+/// The release and drop entry points of the admin API
+/// (`ankusa_admin::quarantine`), on the edge in process (memory store): a hook held for a bad signature is released with
 /// its rows resolved from the stored envelope (its ordering key from a stored
 /// header, ADR 0004 section 2) and keeps its seq; a second release is refused;
 /// a drop deletes another held hook; the store stays consistent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quarantined_hook_is_released_with_its_stored_ordering_key_or_dropped() {
-    use ankusa_edge::server::{Edge, EdgeStats, ReleaseError, build_routes};
+    use ankusa_admin::quarantine::{ReleaseError, drop_quarantined, release_quarantined};
+    use ankusa_edge::server::{Edge, EdgeStats, build_routes};
     use ankusa_engine::memory::MemoryKv;
     use ankusa_keys::{SinkIx, lane_member_key};
     use ankusa_queue::writer::{Writer, WriterConfig};
@@ -576,8 +577,7 @@ sources:
     let (first, second) = (page.hooks[0].seq, page.hooks[1].seq);
     let source = registry.sources["signed"];
 
-    let r = edge
-        .release_quarantined(TenantOrd(1), first)
+    let r = release_quarantined(&edge, TenantOrd(1), first)
         .await
         .expect("release");
     assert_eq!((r.source.as_str(), r.rows), ("signed", 2));
@@ -598,7 +598,7 @@ sources:
     );
     assert_eq!(ankusa_queue::check_invariants(&*kv).expect("check"), vec![]);
     assert_eq!(
-        edge.release_quarantined(TenantOrd(1), first)
+        release_quarantined(&edge, TenantOrd(1), first)
             .await
             .unwrap_err(),
         ReleaseError::NotQuarantined {
@@ -606,7 +606,7 @@ sources:
             seq: first
         }
     );
-    edge.drop_quarantined(TenantOrd(1), second)
+    drop_quarantined(&edge, TenantOrd(1), second)
         .await
         .expect("drop");
     assert!(
@@ -615,7 +615,7 @@ sources:
             .is_none()
     );
     assert_eq!(
-        edge.drop_quarantined(TenantOrd(1), second)
+        drop_quarantined(&edge, TenantOrd(1), second)
             .await
             .unwrap_err(),
         ReleaseError::NotQuarantined {

@@ -178,7 +178,7 @@ pub enum BodyReadError {
 /// hyper's read buffer as it comes, so a body costs its length once, not
 /// once more for a list of chunks. Generic over the body: hyper's
 /// `Incoming` on the listener, a `Full` in the fuzz target of the request
-/// path ([`crate::fuzz::request`]).
+/// path (`crate::fuzz::request`, feature `fuzz`).
 ///
 /// # Errors
 /// [`BodyReadError::TooLarge`] past `limit`; [`BodyReadError::Budget`] when

@@ -22,8 +22,8 @@
 //! reading a provider's delivery log. It is not delivered, takes no part in
 //! dedupe, counts `quarantined` (and `ankusa_ingest_quarantined_total`), and
 //! a tenant holds at most its `max_pending` of them (then 429, or 401 for a
-//! bad signature). [`Edge::release_quarantined`] and
-//! [`Edge::drop_quarantined`] are the admin API's entry points.
+//! bad signature). Their release and drop are the operator's (the admin
+//! crate, `ankusa_admin::quarantine`).
 //!
 //! Nothing here blocks: the Writer commits on a blocking thread and the
 //! handler awaits its answer.
@@ -42,7 +42,6 @@
 //! request is answered. There is no minimum rate: holding budget costs a client
 //! the bytes it holds, re-sent at least every [`BODY_READ_TIMEOUT`].
 
-pub mod admin;
 pub mod limits;
 pub mod metrics;
 mod routes;
@@ -56,8 +55,7 @@ use std::time::{Duration, Instant};
 use ankusa_config::OnInvalidSignature;
 use ankusa_engine::{Cf, Kv};
 use ankusa_keys::{
-    CounterField, DedupeValue, Envelope, Seq, SourceId, TenantOrd, counter_key, dedupe_key,
-    hook_key,
+    CounterField, DedupeValue, Envelope, Seq, TenantOrd, counter_key, dedupe_key, hook_key,
 };
 use ankusa_queue::writer::{IngestRequest, Ingested, QuarantineRequest, WriteError, WriterHandle};
 use bytes::Bytes;
@@ -114,8 +112,6 @@ pub struct EdgeStats {
     pub body_budget: limits::BodyBudget,
     /// The ingest listener's connections: open, cap, refused.
     pub ingest_connections: limits::ConnStats,
-    /// The admin listener's connections: open, cap, refused.
-    pub admin_connections: limits::ConnStats,
     /// Requests by source and status code, the ack latency and the body size
     /// (`ankusa_ingest_requests_total`, `ankusa_ingest_ack_seconds`,
     /// `ankusa_ingest_body_bytes`).
@@ -123,6 +119,22 @@ pub struct EdgeStats {
 }
 
 impl EdgeStats {
+    /// Counts one ordered row that resolved no key (the keyless lane) for
+    /// each sink kind in `keyless`: `ankusa_dispatch_lane_key_missing_total`.
+    /// Called once the hook's rows are committed (ingest, quarantine
+    /// release).
+    pub fn count_keyless(&self, keyless: &[&'static str]) {
+        if !keyless.is_empty() {
+            let mut m = self
+                .lane_key_missing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for kind in keyless {
+                *m.entry(*kind).or_default() += 1;
+            }
+        }
+    }
+
     /// Counts one row not made for each sink entry named in `sinks` (of
     /// source `source`) because its filter did not match:
     /// `ankusa_ingest_filtered_total{source,sink_name}`. Called once the hook's
@@ -371,7 +383,7 @@ impl<K: Kv> Edge<K> {
 
     /// Handles one request (public for tests that drive the handler directly).
     /// Generic over the body so the fuzz target of the request path
-    /// ([`crate::fuzz::request`]) drives it in process with a
+    /// (`crate::fuzz::request`, feature `fuzz`) drives it in process with a
     /// `Request<Full<Bytes>>`; the listener passes hyper's `Incoming`.
     ///
     /// Counts the answer by source and status code, and the ack latency of a
@@ -654,16 +666,7 @@ impl<K: Kv> Edge<K> {
     }
 
     fn count_keyless(&self, keyless: &[&'static str]) {
-        if !keyless.is_empty() {
-            let mut m = self
-                .stats
-                .lane_key_missing
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            for kind in keyless {
-                *m.entry(*kind).or_default() += 1;
-            }
-        }
+        self.stats.count_keyless(keyless);
     }
 
     fn count_filtered(&self, route: &SourceRoute, filtered: &[&str], unmatched: bool) {
@@ -776,88 +779,6 @@ impl<K: Kv> Edge<K> {
                 warn!(error = %e, "the quarantine commit was refused");
                 self.unavailable(e.to_string())
             }
-        }
-    }
-
-    /// Releases quarantined hook `seq` of `tenant` (docs/design.md section 5,
-    /// "Quarantine"; the admin API's entry point): reads its stored envelope,
-    /// resolves its rows with the current configuration of its source by the
-    /// ingest path's own function ([`SourceRoute::resolve`]: the sinks'
-    /// filters and ordering keys from the stored headers and body, ADR 0004
-    /// section 2; a hook no filter takes is released with no row), and commits the
-    /// release through the Writer (`Sync`, serialised with every other release
-    /// and drop of the hook). The hook keeps its seq; the pipeline is woken.
-    ///
-    /// # Errors
-    /// [`ReleaseError::NotQuarantined`], [`ReleaseError::SourceNotConfigured`]
-    /// (its source is no longer in the configuration: nothing to deliver to),
-    /// [`ReleaseError::Write`] (the Writer refused or failed),
-    /// [`ReleaseError::Store`].
-    pub async fn release_quarantined(
-        &self,
-        tenant: TenantOrd,
-        seq: Seq,
-    ) -> Result<Released, ReleaseError> {
-        let raw = self
-            .kv
-            .get(Cf::Hooks, &hook_key(tenant, seq))
-            .map_err(|e| ReleaseError::Store(e.to_string()))?
-            .ok_or(ReleaseError::NotQuarantined { tenant, seq })?;
-        let envelope = Envelope::decode(&raw).map_err(|e| ReleaseError::Store(e.to_string()))?;
-        let route = self
-            .sources
-            .iter()
-            .find(|r| r.id == envelope.source)
-            .ok_or(ReleaseError::SourceNotConfigured {
-                source_id: envelope.source,
-            })?;
-        let headers: Vec<Header<'_>> = envelope
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_slice(), v.as_slice()))
-            .collect();
-        let parsed = ParsedBody::new(&envelope.body);
-        let Resolved {
-            rows,
-            keyless,
-            filtered,
-        } = route.resolve(&headers, &parsed);
-        let n = rows.len();
-        match self.writer.release(tenant, seq, rows).await {
-            Ok(()) => {
-                (self.on_commit)();
-                self.count_keyless(&keyless);
-                // A released hook no filter takes is committed with no row:
-                // unmatched, as at ingest.
-                self.count_filtered(route, &filtered, n == 0);
-                info!(source = %route.name, tenant = tenant.0, seq = seq.0, rows = n, "quarantined hook released");
-                Ok(Released {
-                    source: route.name.clone(),
-                    rows: n,
-                })
-            }
-            Err(WriteError::NotQuarantined { tenant, seq }) => {
-                Err(ReleaseError::NotQuarantined { tenant, seq })
-            }
-            Err(e) => Err(ReleaseError::Write(e)),
-        }
-    }
-
-    /// Drops quarantined hook `seq` of `tenant` (its ?Q, envelope and archive
-    /// entry) through the Writer: the admin API's entry point.
-    ///
-    /// # Errors
-    /// [`ReleaseError::NotQuarantined`]; [`ReleaseError::Write`].
-    pub async fn drop_quarantined(&self, tenant: TenantOrd, seq: Seq) -> Result<(), ReleaseError> {
-        match self.writer.drop_quarantined(tenant, seq).await {
-            Ok(()) => {
-                info!(tenant = tenant.0, seq = seq.0, "quarantined hook dropped");
-                Ok(())
-            }
-            Err(WriteError::NotQuarantined { tenant, seq }) => {
-                Err(ReleaseError::NotQuarantined { tenant, seq })
-            }
-            Err(e) => Err(ReleaseError::Write(e)),
         }
     }
 
@@ -1059,41 +980,6 @@ struct Hold<'a> {
     now: u64,
     reason: String,
     bad_signature: bool,
-}
-
-/// What a release did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Released {
-    /// The hook's source.
-    pub source: String,
-    /// Delivery rows made (one per sink entry of the source whose filter
-    /// the hook matches).
-    pub rows: usize,
-}
-
-/// Why a release or drop of a quarantined hook failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ReleaseError {
-    /// The hook is not (or no longer) quarantined.
-    #[error("hook {tenant}/{seq} is not quarantined")]
-    NotQuarantined {
-        /// The tenant.
-        tenant: TenantOrd,
-        /// The hook.
-        seq: Seq,
-    },
-    /// The hook's source is not in the configuration any more.
-    #[error("source {source_id} of the hook is not configured")]
-    SourceNotConfigured {
-        /// The source's id in the store.
-        source_id: SourceId,
-    },
-    /// The Writer refused or failed the commit.
-    #[error(transparent)]
-    Write(WriteError),
-    /// A store read failed, or the envelope does not decode.
-    #[error("store: {0}")]
-    Store(String),
 }
 
 /// Rows and bytes admitted at the edge and not yet committed, per tenant and

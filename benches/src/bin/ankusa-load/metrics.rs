@@ -3,7 +3,7 @@
 //! (`ankusa_queue_pending`: deliveries due, in flight or waiting in a lane)
 //! and the counters that cross-check the receiver's own count.
 //!
-//! The names are the admin listener's (edge/src/server/admin/mod.rs,
+//! The names are the admin listener's (admin/src/http/mod.rs,
 //! `STORE_METRICS` and the edge's counters; docs/design.md section 5, "Admin
 //! API"); counters carry OpenMetrics' `_total` suffix.
 

@@ -1,22 +1,22 @@
 //! Quarantine review through the admin API (docs/design.md section 5,
 //! "Quarantine"): list a tenant's held hooks, show one, release one (its
 //! rows resolved from the stored envelope as at ingest, through the Writer:
-//! `Edge::release_quarantined`), drop one (`Edge::drop_quarantined`). Release
-//! or drop of every hook of a source is a job (`release_quarantined`,
-//! `drop_quarantined`).
+//! [`crate::quarantine::release`]), drop one
+//! ([`crate::quarantine::drop_one`]). Release or drop of every hook of a
+//! source is a job (`release_quarantined`, `drop_quarantined`).
 
-use ankusa_engine::{Cf, Kv};
-use ankusa_keys::{QuarantinedValue, Seq, quarantined_key};
+use ankusa_engine::Kv;
+use ankusa_keys::Seq;
 use serde_json::{Value, json};
 
+use super::AdminState;
 use super::api::{
     ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_seq, rfc3339, tenant_ord,
     uuid_text,
 };
-use super::steps::purging;
-use super::views::{hook_view, read_envelope};
-use super::{AdminState, block};
-use crate::server::ReleaseError;
+use super::views::hook_view;
+use crate::context::read_envelope;
+use crate::quarantine;
 
 /// `GET /v1/tenants/{tenant}/quarantine`: the tenant's quarantined hooks in
 /// seq order (`limit`, `cursor`; `source` narrows the page to one source).
@@ -74,8 +74,9 @@ pub(crate) fn list<K: Kv>(
     Ok(json!({ "items": items, "next_cursor": next }))
 }
 
-/// The reason a hook is held, or why it is not: 404 for no such hook, 409
-/// for a hook that is not quarantined.
+/// The hook a path names and the reason it is held, or why it is not: 404
+/// for no such tenant or hook, 400 for a seq that is not a number, 409 for a
+/// hook that is not quarantined.
 fn held<K: Kv>(
     state: &AdminState<K>,
     tenant: &str,
@@ -83,23 +84,8 @@ fn held<K: Kv>(
 ) -> Result<(ankusa_keys::TenantOrd, Seq, String), ApiError> {
     let ord = tenant_ord(&state.registry, tenant)?;
     let seq = parse_seq(seq)?;
-    match state.kv.get(Cf::Index, &quarantined_key(ord, seq))? {
-        Some(v) => Ok((
-            ord,
-            seq,
-            QuarantinedValue::decode(&v)
-                .map_err(ApiError::store)?
-                .reason,
-        )),
-        None if read_envelope(&*state.kv, ord, seq)?.is_some() => Err(ApiError::conflict(format!(
-            "hook {} of tenant {tenant:?} is not quarantined",
-            seq.0
-        ))),
-        None => Err(ApiError::not_found(format!(
-            "tenant {tenant:?} has no hook {} (never stored, dropped, or removed by retention)",
-            seq.0
-        ))),
-    }
+    let reason = quarantine::reason(state, tenant, ord, seq)?;
+    Ok((ord, seq, reason))
 }
 
 /// `GET /v1/tenants/{tenant}/quarantine/{seq}`: why it is held, and the hook
@@ -121,26 +107,6 @@ pub(crate) fn get<K: Kv>(
     Ok(json!({ "reason": reason, "hook": hook_view(state, tenant, ord, seq, &env)? }))
 }
 
-fn release_error(tenant: &str, seq: Seq, e: ReleaseError) -> ApiError {
-    match e {
-        ReleaseError::NotQuarantined { .. } => ApiError::conflict(format!(
-            "hook {} of tenant {tenant:?} is not quarantined",
-            seq.0
-        )),
-        ReleaseError::SourceNotConfigured { source_id } => ApiError::conflict(format!(
-            "the hook's source (number {source_id}) is not in the configuration: nothing to deliver it to; drop it instead"
-        )),
-        ReleaseError::Write(ankusa_queue::writer::WriteError::TenantPurging { .. }) => {
-            ApiError::conflict(format!("tenant {tenant:?} is being purged"))
-        }
-        ReleaseError::Write(ankusa_queue::writer::WriteError::Stopped) => {
-            ApiError::unavailable("the Writer has stopped (the relay is stopping)")
-        }
-        ReleaseError::Write(e) => ApiError::store(e),
-        ReleaseError::Store(m) => ApiError::store(m),
-    }
-}
-
 /// `POST /v1/tenants/{tenant}/quarantine/{seq}/release`: the hook's rows,
 /// resolved from its stored envelope with its source's configuration as at
 /// ingest, committed through the Writer; the hook keeps its seq.
@@ -151,18 +117,9 @@ pub(crate) fn release<K: Kv>(
     q: Query,
 ) -> Result<Value, ApiError> {
     q.finish()?;
-    let _writes = state.writes.blocking_lock();
-    let (ord, seq, _) = held(state, tenant, seq)?;
-    if purging(state, ord)? {
-        return Err(ApiError::conflict(format!(
-            "tenant {tenant:?} is being purged"
-        )));
-    }
-    let edge = state
-        .edge()
-        .ok_or_else(|| ApiError::unavailable("the Writer is not running"))?;
-    let released =
-        block(edge.release_quarantined(ord, seq)).map_err(|e| release_error(tenant, seq, e))?;
+    let ord = tenant_ord(&state.registry, tenant)?;
+    let seq = parse_seq(seq)?;
+    let released = quarantine::release(state, tenant, ord, seq)?;
     Ok(
         json!({ "id": format!("{tenant}.{}", seq.0), "released": true, "source": released.source, "rows": released.rows }),
     )
@@ -177,16 +134,8 @@ pub(crate) fn drop_one<K: Kv>(
     q: Query,
 ) -> Result<Value, ApiError> {
     q.finish()?;
-    let _writes = state.writes.blocking_lock();
-    let (ord, seq, _) = held(state, tenant, seq)?;
-    if purging(state, ord)? {
-        return Err(ApiError::conflict(format!(
-            "tenant {tenant:?} is being purged"
-        )));
-    }
-    let edge = state
-        .edge()
-        .ok_or_else(|| ApiError::unavailable("the Writer is not running"))?;
-    block(edge.drop_quarantined(ord, seq)).map_err(|e| release_error(tenant, seq, e))?;
+    let ord = tenant_ord(&state.registry, tenant)?;
+    let seq = parse_seq(seq)?;
+    quarantine::drop_one(state, tenant, ord, seq)?;
     Ok(json!({ "id": format!("{tenant}.{}", seq.0), "dropped": true }))
 }

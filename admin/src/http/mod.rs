@@ -32,14 +32,17 @@
 //! input is a 5xx or a panic: only a store failure is (503 `store_failed`).
 //!
 //! # Mutations
-//! One at a time ([`AdminState::writes`]), each one batch built by a pure
+//! One at a time ([`Context::writes`]), each one batch built by a pure
 //! builder of `queue`, written `Durability::Sync`; a revive wakes the
 //! pipeline. Writes that must be serialised with ingest (a quarantine
 //! release or drop, an archive replay, a tenant's purge mark) go through the
-//! Writer ([`AdminState::ingest`]); writes that move rows the pipeline moves
+//! Writer ([`Context::ingest`]); writes that move rows the pipeline moves
 //! (a purge page, a retired source's dead letters) and pauses go through the
-//! pipeline ([`AdminState::pipeline`], [`PipelineControl`]). Bulk work is a
-//! job ([`jobs`]) that survives a restart.
+//! pipeline ([`Context::pipeline`], [`crate::PipelineControl`]). Bulk work
+//! is a job ([`crate::jobs`]) that survives a restart. The mutations and the
+//! jobs are the domain's ([`crate::dlq`], [`crate::quarantine`],
+//! [`crate::jobs`]); the handlers here parse a request, call them and write
+//! the answer (a [`crate::JobError`] becomes an [`api::ApiError`]).
 //!
 //! Gauges of `/metrics` come from the store's maintained counters of the node
 //! aggregate, read at scrape time, never from scans (ADR 0004 section 7); no
@@ -49,24 +52,19 @@ pub mod api;
 pub mod console;
 mod dlq;
 pub mod jobs;
+mod metrics;
 mod pause;
 mod quarantine;
-mod steps;
 mod views;
 
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ankusa_config::Config;
-use ankusa_engine::{Batch, Kv};
-use ankusa_keys::meta::PauseTarget;
-use ankusa_keys::{CounterField, SinkIx, SourceId, TenantOrd, counter_key};
-use ankusa_queue::Registry;
-use ankusa_queue::metrics::{AttemptOutcome, DeliveryMetrics, Histogram, WriterMetrics};
+use ankusa_engine::Kv;
+use ankusa_keys::{SinkIx, SourceId, TenantOrd};
+use ankusa_queue::metrics::{DeliveryMetrics, WriterMetrics};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{
@@ -75,20 +73,19 @@ use hyper::header::{
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry as MetricsRegistry;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Edge, EdgeStats, limits};
+use ankusa_edge::server::{EdgeStats, limits};
 use api::{ApiError, Query};
-pub use dlq::{DlqFilter, LIST_SCAN_BUDGET};
+pub use dlq::{LIST_SCAN_BUDGET, filter_from_query};
+use metrics::StoreCollector;
 pub use views::BreakerReport;
+
+use crate::context::Context;
 
 /// The most admin connections a relay holds open at once, whatever its
 /// file-descriptor limit ([`AdminState::max_connections`] is derived from that
@@ -142,81 +139,24 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/jobs/{id}/cancel"),
 ];
 
-/// A future the admin API waits on from its blocking threads.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Admin work run on the pipeline's task (`pipeline::PipelineHandle::
-/// exclusive`): reads the live store, returns the batch the pipeline commits.
-pub type PipelineWork = Box<dyn FnOnce() -> Result<Batch, String> + Send>;
-
-/// Why the pipeline did not do what the admin API asked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ControlFailure {
-    /// The target is not a configured source or sink entry.
-    NotConfigured,
-    /// The work refused to build its batch (its message).
-    Refused(String),
-    /// The pipeline has stopped, or the store failed.
-    Unavailable(String),
-}
-
-/// What the admin API asks of the pipeline (docs/design.md section 5,
-/// "Pause", "Purge a tenant", "Retire a source"). `serve` implements it over
-/// `pipeline::PipelineHandle`; the edge crate does not depend on the
-/// pipeline. Each call is awaited from a blocking thread of the admin API.
-pub trait PipelineControl: Send + Sync {
-    /// Pauses `target` at run time (`Some(reason)`) or lifts its runtime
-    /// pause (`None`), committed `Sync` and applied before it returns.
-    fn set_pause(
-        &self,
-        target: PauseTarget,
-        reason: Option<String>,
-    ) -> BoxFuture<'_, Result<(), ControlFailure>>;
-    /// Stops (`true`) or restarts the pipeline's visits of `tenant`.
-    fn quiesce(&self, tenant: TenantOrd, quiet: bool) -> BoxFuture<'_, Result<(), ControlFailure>>;
-    /// Retires `source` (`Some(reason)`) or ends it (`None`); the source's
-    /// calls in flight now, and the rows the pipeline dead-lettered for the
-    /// retirement since the previous call (taken by this one).
-    fn retire(
-        &self,
-        source: SourceId,
-        reason: Option<String>,
-    ) -> BoxFuture<'_, Result<(usize, u64), ControlFailure>>;
-    /// Runs `work` on the pipeline's task and commits its batch `Sync`.
-    fn exclusive(&self, work: PipelineWork) -> BoxFuture<'_, Result<(), ControlFailure>>;
-}
-
 /// Reads a breaker: `(tenant, source, sink index, now_ms)`.
 pub type BreakerFn = Box<dyn Fn(TenantOrd, SourceId, SinkIx, u64) -> BreakerReport + Send + Sync>;
 
-/// What the admin routes read and write. It holds no part of the edge that
-/// keeps the Writer alive, so the admin listener can answer (`/readyz` 503,
+/// What the admin routes read and write: the domain's [`Context`] (the
+/// store, the configuration, the clock, the write lock, the edge and the
+/// pipeline's controls; `AdminState` derefs to it) and what only the
+/// listener reads (the figures of `/metrics`, the breakers of the source
+/// views, its connection cap). It holds no part of the edge that keeps the
+/// Writer alive, so the admin listener can answer (`/readyz` 503,
 /// `/metrics`) until the relay has stopped.
 pub struct AdminState<K: Kv> {
-    /// The store (maintained counters, the API's reads and batches).
-    pub kv: Arc<K>,
+    /// What the admin actions and the jobs work with; shared with the jobs'
+    /// tasks.
+    pub ctx: Arc<Context<K>>,
     /// The edge's counters.
-    pub edge: Arc<EdgeStats>,
-    /// Ready once the store is open and the pipeline has recovered the
-    /// previous run's claimed rows (the pipeline sets it).
-    pub ready: Arc<AtomicBool>,
-    /// Set when the relay begins to stop: `/readyz` answers 503 from then on,
-    /// and jobs stop between steps (the next start resumes them).
-    pub shutting_down: Arc<AtomicBool>,
-    /// The configuration (names, bounds, sinks; its secrets are never shown,
-    /// only the admin token is read, to check requests).
-    pub config: Arc<Config>,
-    /// The store's names and numbers (tenants, sources).
-    pub registry: Registry,
+    pub stats: Arc<EdgeStats>,
     /// The pipeline's breakers, read-only.
     pub breakers: BreakerFn,
-    /// Wakes the pipeline (after a revive), as ingest's on_commit does.
-    pub wake: Box<dyn Fn() + Send + Sync>,
-    /// Unix ms.
-    pub clock: Box<dyn Fn() -> u64 + Send + Sync>,
-    /// One admin mutation at a time: two revives of one row cannot race, and
-    /// a job's step and a cancel do not interleave.
-    pub writes: tokio::sync::Mutex<()>,
     /// Configured sink entries paused now (the pipeline keeps it:
     /// `PipelineHandle::paused_sinks`), the `ankusa_dispatch_paused` gauge.
     pub paused_sinks: Arc<AtomicU64>,
@@ -231,20 +171,13 @@ pub struct AdminState<K: Kv> {
     /// `ankusa_forwarded_headers_dropped_total{sink}` counter. The relay wires
     /// the sinks crate's totals; the default has none.
     pub forwarded_headers_dropped: Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>,
-    /// The ingest edge: its Writer handle and its routes (quarantine
-    /// releases and drops, archive replays, purge marks). `None` before it
-    /// is attached and after [`AdminState::detach_edge`]: the Writer stops
-    /// only when every handle is gone, so the relay detaches it when it
-    /// begins to stop; a job step that finds none stops and is resumed at the
-    /// next start.
-    pub ingest: std::sync::Mutex<Option<Arc<Edge<K>>>>,
-    /// The pipeline's controls (pauses, quiesce, retire, exclusive work);
-    /// `None` answers those routes 503.
-    pub pipeline: Option<Box<dyn PipelineControl>>,
     /// Most admin connections open at once (default
     /// [`MAX_ADMIN_CONNECTIONS`]; the relay derives it from its
     /// file-descriptor limit).
     pub max_connections: usize,
+    /// The admin listener's connections: open, cap, refused (on `/metrics`
+    /// beside the ingest listener's, which are the edge's).
+    pub connections: limits::ConnStats,
     /// The pipeline's delivery figures by sink kind (attempts by outcome,
     /// call and ingest-to-delivery latencies); the default has no kind.
     pub delivery: Arc<DeliveryMetrics>,
@@ -259,535 +192,34 @@ pub struct AdminState<K: Kv> {
     pub version: &'static str,
 }
 
+impl<K: Kv> std::ops::Deref for AdminState<K> {
+    type Target = Context<K>;
+
+    fn deref(&self) -> &Context<K> {
+        &self.ctx
+    }
+}
+
 impl<K: Kv> AdminState<K> {
-    /// An admin state whose breakers all read closed, whose wake does nothing,
-    /// whose clock is the system's and whose pause and retention counters are
-    /// its own zeros; set the fields to wire the pipeline and the retention
-    /// task.
-    pub fn new(
-        kv: Arc<K>,
-        edge: Arc<EdgeStats>,
-        ready: Arc<AtomicBool>,
-        shutting_down: Arc<AtomicBool>,
-        config: Arc<Config>,
-        registry: Registry,
-    ) -> AdminState<K> {
+    /// An admin state over `ctx` and the edge's counters whose breakers all
+    /// read closed and whose pause and retention counters are its own zeros;
+    /// set the fields to wire the pipeline and the retention task.
+    pub fn new(ctx: Arc<Context<K>>, stats: Arc<EdgeStats>) -> AdminState<K> {
         AdminState {
-            kv,
-            edge,
-            ready,
-            shutting_down,
-            config,
-            registry,
+            ctx,
+            stats,
             breakers: Box::new(|_, _, _, _| BreakerReport::Closed { failures: 0 }),
-            wake: Box::new(|| {}),
-            clock: Box::new(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0)
-            }),
-            writes: tokio::sync::Mutex::new(()),
             paused_sinks: Arc::new(AtomicU64::new(0)),
             retention_hooks_deleted: Arc::new(AtomicU64::new(0)),
             retention_dedupe_expired: Arc::new(AtomicU64::new(0)),
             forwarded_headers_dropped: Box::new(Vec::<(&'static str, u64)>::new),
-            ingest: std::sync::Mutex::new(None),
-            pipeline: None,
             max_connections: MAX_ADMIN_CONNECTIONS,
+            connections: limits::ConnStats::default(),
             delivery: Arc::new(DeliveryMetrics::default()),
             breakers_by_kind: Box::new(|_| Vec::new()),
             writer: Arc::new(WriterMetrics::default()),
             version: env!("CARGO_PKG_VERSION"),
         }
-    }
-
-    /// Gives the admin API the edge (its Writer and routes).
-    pub fn attach_edge(&self, edge: Arc<Edge<K>>) {
-        *self.ingest.lock().unwrap_or_else(|p| p.into_inner()) = Some(edge);
-    }
-
-    /// Drops the admin API's hold on the edge (and so on the Writer), as the
-    /// relay begins to stop.
-    pub fn detach_edge(&self) {
-        self.ingest.lock().unwrap_or_else(|p| p.into_inner()).take();
-    }
-
-    /// The edge, while attached.
-    pub(crate) fn edge(&self) -> Option<Arc<Edge<K>>> {
-        self.ingest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// The pipeline's controls.
-    ///
-    /// # Errors
-    /// 503 when there is none.
-    pub(crate) fn pipeline(&self) -> Result<&dyn PipelineControl, ApiError> {
-        self.pipeline
-            .as_deref()
-            .ok_or_else(|| ApiError::unavailable("the pipeline is not running"))
-    }
-}
-
-/// Waits on `fut` from one of the admin API's blocking threads.
-pub(crate) fn block<T>(fut: impl Future<Output = T>) -> T {
-    tokio::runtime::Handle::current().block_on(fut)
-}
-
-struct StoreCollector<K: Kv> {
-    state: Arc<AdminState<K>>,
-}
-
-impl<K: Kv> std::fmt::Debug for StoreCollector<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StoreCollector")
-    }
-}
-
-/// (metric name, help, field, is a monotonic total)
-const STORE_METRICS: &[(&str, &str, CounterField, bool)] = &[
-    (
-        "ankusa_queue_pending",
-        "Pending deliveries (due, in flight, lane members)",
-        CounterField::Pending,
-        false,
-    ),
-    (
-        "ankusa_queue_pending_bytes",
-        "Bytes of pending deliveries",
-        CounterField::Bytes,
-        false,
-    ),
-    (
-        "ankusa_dispatch_in_flight",
-        "Deliveries claimed and not yet settled",
-        CounterField::InFlight,
-        false,
-    ),
-    (
-        "ankusa_dlq_dead",
-        "Rows in the dead-letter queue",
-        CounterField::Dead,
-        false,
-    ),
-    (
-        "ankusa_dlq_dead_bytes",
-        "Bytes of rows in the dead-letter queue",
-        CounterField::DeadBytes,
-        false,
-    ),
-    (
-        "ankusa_quarantined",
-        "Hooks held in quarantine",
-        CounterField::Quarantined,
-        false,
-    ),
-    (
-        "ankusa_dispatch_delivered",
-        "Deliveries completed",
-        CounterField::DeliveredTotal,
-        true,
-    ),
-    (
-        "ankusa_dispatch_dead_lettered",
-        "Rows dead-lettered",
-        CounterField::DeadLetteredTotal,
-        true,
-    ),
-    (
-        "ankusa_dispatch_retries",
-        "Delivery attempts that will be retried",
-        CounterField::RetriesTotal,
-        true,
-    ),
-    (
-        "ankusa_dispatch_lanes",
-        "Busy ordering lanes (lanes with a head)",
-        CounterField::Lanes,
-        false,
-    ),
-    (
-        "ankusa_dispatch_lanes_blocked",
-        "Lane heads waiting out a retry or a breaker park",
-        CounterField::LanesBlocked,
-        false,
-    ),
-    (
-        "ankusa_dispatch_lane_members",
-        "Hooks waiting in ordering lanes behind their head",
-        CounterField::LaneMembers,
-        false,
-    ),
-];
-
-impl<K: Kv> Collector for StoreCollector<K> {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for (name, help, field, total) in STORE_METRICS {
-            // A store read failure leaves the series out of this scrape.
-            let Ok(v) = self.state.kv.counter(&counter_key(TenantOrd::NODE, *field)) else {
-                continue;
-            };
-            if *total {
-                let c = ConstCounter::new(v.max(0) as u64);
-                let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
-                c.encode(m)?;
-            } else {
-                let g = ConstGauge::new(v);
-                let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
-                g.encode(m)?;
-            }
-        }
-        let s = &*self.state.edge;
-        let paused = ConstGauge::new(
-            i64::try_from(self.state.paused_sinks.load(Ordering::Relaxed)).unwrap_or(i64::MAX),
-        );
-        let m = encoder.encode_descriptor(
-            "ankusa_dispatch_paused",
-            "Sink entries paused (by the configuration or the runtime control); their rows wait",
-            None,
-            paused.metric_type(),
-        )?;
-        paused.encode(m)?;
-        // The store's own operation counts (exact, `Kv::stats`): what the
-        // bench gate counts per hook, on the live node.
-        let ops = self.state.kv.stats();
-        let engine: [(&str, &str, u64); 5] = [
-            (
-                "ankusa_engine_gets",
-                "Store point reads (counter reads included)",
-                ops.gets,
-            ),
-            ("ankusa_engine_seeks", "Store scans started", ops.seeks),
-            (
-                "ankusa_engine_entries_scanned",
-                "Store entries returned by scans",
-                ops.entries_scanned,
-            ),
-            (
-                "ankusa_engine_batches",
-                "Store batches committed",
-                ops.batches,
-            ),
-            (
-                "ankusa_engine_written_bytes",
-                "Bytes of keys and values in committed store batches",
-                ops.bytes_written,
-            ),
-        ];
-        for (name, help, v) in engine {
-            let c = ConstCounter::new(v);
-            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
-            c.encode(m)?;
-        }
-        let retention: [(&str, &str, &AtomicU64); 2] = [
-            (
-                "ankusa_retention_hooks_deleted",
-                "Delivered hooks whose envelope and archive entry the retention sweep deleted",
-                &self.state.retention_hooks_deleted,
-            ),
-            (
-                "ankusa_retention_dedupe_expired",
-                "Expired dedupe records the retention sweep deleted",
-                &self.state.retention_dedupe_expired,
-            ),
-        ];
-        for (name, help, v) in retention {
-            let c = ConstCounter::new(v.load(Ordering::Relaxed));
-            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
-            c.encode(m)?;
-        }
-        let edge: [(&str, &str, &AtomicU64); 8] = [
-            ("ankusa_ingest_accepted", "Hooks committed", &s.accepted),
-            (
-                "ankusa_ingest_unmatched",
-                "Hooks committed, or released from quarantine, that no sink's filter took (no delivery row)",
-                &s.unmatched,
-            ),
-            (
-                "ankusa_ingest_duplicates",
-                "Provider retries answered from the dedupe record",
-                &s.duplicates,
-            ),
-            (
-                "ankusa_ingest_unauthorized",
-                "Hooks refused by verification (401)",
-                &s.unauthorized,
-            ),
-            (
-                "ankusa_ingest_too_large",
-                "Hooks refused for size (413)",
-                &s.too_large,
-            ),
-            (
-                "ankusa_ingest_throttled",
-                "Hooks refused by tenant bounds (429)",
-                &s.throttled,
-            ),
-            (
-                "ankusa_ingest_unavailable",
-                "Hooks refused with 503 (node bounds, shutdown, store)",
-                &s.unavailable,
-            ),
-            (
-                "ankusa_ingest_quarantined",
-                "Hooks held in quarantine (202)",
-                &s.quarantined,
-            ),
-        ];
-        for (name, help, v) in edge {
-            let c = ConstCounter::new(v.load(Ordering::Relaxed));
-            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
-            c.encode(m)?;
-        }
-        // The limits (docs/design.md section 5, "Limits"): the body budget and
-        // each listener's connections (labelled by listener: two series each).
-        let budget = &s.body_budget;
-        let gauges: [(&str, &str, u64); 2] = [
-            (
-                "ankusa_ingest_body_budget_bytes",
-                "The node's budget of request body bytes read, verified and committed at once (listeners.body_budget_bytes)",
-                budget.limit_bytes(),
-            ),
-            (
-                "ankusa_ingest_body_bytes_in_flight",
-                "Request body bytes held now against the body budget",
-                budget.in_use_bytes(),
-            ),
-        ];
-        for (name, help, v) in gauges {
-            let g = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
-            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
-            g.encode(m)?;
-        }
-        let c = ConstCounter::new(budget.refused());
-        let m = encoder.encode_descriptor(
-            "ankusa_ingest_body_budget_refused",
-            "Requests answered 503 because the body budget had no room for their body (also in ankusa_ingest_unavailable_total)",
-            None,
-            c.metric_type(),
-        )?;
-        c.encode(m)?;
-        let listeners = [
-            ("ingest", &s.ingest_connections),
-            ("admin", &s.admin_connections),
-        ];
-        type Field = fn(&limits::ConnStats) -> &AtomicU64;
-        let families: [(&str, &str, Field, bool); 3] = [
-            (
-                "ankusa_listener_connections",
-                "Connections open now, by listener",
-                |c| &c.open,
-                false,
-            ),
-            (
-                "ankusa_listener_connections_max",
-                "The connection cap of each listener (derived from the file-descriptor limit at start)",
-                |c| &c.cap,
-                false,
-            ),
-            (
-                "ankusa_listener_connections_refused",
-                "Connections answered 503 and closed because the listener held its cap, by listener",
-                |c| &c.refused,
-                true,
-            ),
-        ];
-        for (name, help, field, total) in families {
-            let kind = if total {
-                prometheus_client::metrics::MetricType::Counter
-            } else {
-                prometheus_client::metrics::MetricType::Gauge
-            };
-            let mut family = encoder.encode_descriptor(name, help, None, kind)?;
-            for (listener, conns) in listeners {
-                let v = field(conns).load(Ordering::Relaxed);
-                let labels = [("listener", listener)];
-                let m = family.encode_family(&labels)?;
-                if total {
-                    ConstCounter::new(v).encode(m)?;
-                } else {
-                    ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)).encode(m)?;
-                }
-            }
-        }
-        // Labelled by sink kind only: the series count never depends on keys,
-        // tenants or lanes (ADR 0004 section 7).
-        let missing = s
-            .lane_key_missing
-            .lock()
-            .map(|m| m.clone())
-            .unwrap_or_default();
-        let mut family = encoder.encode_descriptor(
-            "ankusa_dispatch_lane_key_missing",
-            "Ordered rows that resolved no ordering key and took the keyless lane, by sink kind",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
-        for (kind, n) in missing {
-            let labels = [("sink", kind)];
-            let m = family.encode_family(&labels)?;
-            ConstCounter::new(n).encode(m)?;
-        }
-        // Labelled by source and sink entry names: bounded by the
-        // configuration, never by keys or tenants.
-        let filtered = s.filtered.lock().map(|m| m.clone()).unwrap_or_default();
-        let mut family = encoder.encode_descriptor(
-            "ankusa_ingest_filtered",
-            "Delivery rows not made because the sink entry's filter did not match the hook, by source and sink entry name",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
-        for ((source, sink), n) in &filtered {
-            let labels = [("source", source.as_str()), ("sink_name", sink.as_str())];
-            let m = family.encode_family(&labels)?;
-            ConstCounter::new(*n).encode(m)?;
-        }
-        let dropped = (self.state.forwarded_headers_dropped)();
-        let mut family = encoder.encode_descriptor(
-            "ankusa_forwarded_headers_dropped",
-            "Provider headers (forward_headers) a broker sink left out of a message because they did not fit the medium, by sink kind",
-            None,
-            prometheus_client::metrics::MetricType::Counter,
-        )?;
-        for (kind, n) in dropped {
-            let labels = [("sink", kind)];
-            let m = family.encode_family(&labels)?;
-            ConstCounter::new(n).encode(m)?;
-        }
-        self.encode_labelled_figures_and_histograms(&mut encoder)
-    }
-}
-
-/// Encodes `h` as one histogram series (of a family when `labels` has any).
-fn encode_histogram(
-    m: &mut prometheus_client::encoding::MetricEncoder<'_>,
-    h: &Histogram,
-) -> Result<(), std::fmt::Error> {
-    let s = h.snapshot();
-    m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(s.sum, s.count, &s.buckets, None)
-}
-
-impl<K: Kv> StoreCollector<K> {
-    /// The labelled figures and the histograms (README, "What to watch"):
-    /// requests by source and code, ack latency and body size, delivery
-    /// attempts and latencies by sink kind, breakers by kind, the oldest due
-    /// age, the Writer's groups, the build. Every label is a configured name, a
-    /// status code, an outcome or a state: the series count does not grow with
-    /// tenants, keys or lanes (ADR 0004 section 7).
-    fn encode_labelled_figures_and_histograms(
-        &self,
-        encoder: &mut DescriptorEncoder,
-    ) -> Result<(), std::fmt::Error> {
-        use prometheus_client::metrics::MetricType;
-        let st = &*self.state;
-        let ingest = &st.edge.ingest;
-        let mut family = encoder.encode_descriptor(
-            "ankusa_ingest_requests",
-            "Requests the ingest listener answered, by source (_none: no configured source) and status code; a series appears with its first request",
-            None,
-            MetricType::Counter,
-        )?;
-        for (source, code, n) in ingest.requests() {
-            let labels = [("source", source.as_str()), ("code", code)];
-            ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
-        }
-        let hists: [(&str, &str, &Histogram); 4] = [
-            (
-                "ankusa_ingest_ack_seconds",
-                "From a hook's arrival to its 2xx answer (committed durably, duplicate, or held in quarantine), seconds",
-                &ingest.ack_latency,
-            ),
-            (
-                "ankusa_ingest_body_bytes",
-                "Size of each request body read whole, bytes",
-                &ingest.body_size,
-            ),
-            (
-                "ankusa_writer_group_hooks",
-                "Hooks given a seq per Writer group commit (one observation per group written)",
-                &st.writer.group_hooks,
-            ),
-            (
-                "ankusa_writer_commit_seconds",
-                "From a Writer group's write to the end of the sync that makes it durable, seconds",
-                &st.writer.commit_latency,
-            ),
-        ];
-        for (name, help, h) in hists {
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-            encode_histogram(&mut m, h)?;
-        }
-        let kinds = st.delivery.kinds();
-        let mut family = encoder.encode_descriptor(
-            "ankusa_dispatch_attempts",
-            "Delivery attempts by sink kind and outcome (delivered, retry; horizon_passed, permanent, sink_gone, source_gone and retired dead-letter the row)",
-            None,
-            MetricType::Counter,
-        )?;
-        for k in kinds {
-            for o in AttemptOutcome::ALL {
-                let labels = [("sink", k.kind), ("outcome", o.label())];
-                ConstCounter::new(k.attempts(o)).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        type Pick = fn(&ankusa_queue::metrics::SinkKindMetrics) -> &Histogram;
-        let per_kind: [(&str, &str, Pick); 2] = [
-            (
-                "ankusa_dispatch_call_seconds",
-                "Duration of each sink call, from its start to the sink's answer, by sink kind, seconds",
-                |k| &k.call_latency,
-            ),
-            (
-                "ankusa_dispatch_ingest_to_delivery_seconds",
-                "From a hook's receipt to the commit of its delivered row, by sink kind, seconds",
-                |k| &k.ingest_to_delivery,
-            ),
-        ];
-        for (name, help, pick) in per_kind {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-            for k in kinds {
-                let labels = [("sink", k.kind)];
-                encode_histogram(&mut family.encode_family(&labels)?, pick(k))?;
-            }
-        }
-        let now = (st.clock)();
-        let mut family = encoder.encode_descriptor(
-            "ankusa_dispatch_breakers",
-            "Breakers (one per tenant, source and sink entry) open or half-open now, by sink kind and state",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (kind, open, half_open) in (st.breakers_by_kind)(now) {
-            for (state, n) in [("open", open), ("half_open", half_open)] {
-                let labels = [("sink", kind), ("state", state)];
-                ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX))
-                    .encode(family.encode_family(&labels)?)?;
-            }
-        }
-        // One seek per tenant with due rows (its ?A marker), no row scan; a
-        // store read failure leaves the series out of this scrape.
-        if let Ok(oldest) = ankusa_queue::oldest_due(&*st.kv, now) {
-            let age = oldest.map_or(0.0, |d| now.saturating_sub(d) as f64 / 1000.0);
-            let g = ConstGauge::new(age);
-            let m = encoder.encode_descriptor(
-                "ankusa_dispatch_oldest_due_age_seconds",
-                "Age of the node's oldest row that is due and not claimed (0 when none), seconds",
-                None,
-                g.metric_type(),
-            )?;
-            g.encode(m)?;
-        }
-        let mut m = encoder.encode_descriptor(
-            "ankusa_build",
-            "The relay's build: its version",
-            None,
-            MetricType::Info,
-        )?;
-        m.encode_info(&[("version", st.version)])?;
-        Ok(())
     }
 }
 
@@ -926,10 +358,10 @@ pub async fn serve_admin<K: Kv>(
             "the admin API is open (no listeners.admin_token): anyone who can reach this loopback address can revive and drop dead letters"
         );
     }
-    match jobs::resume(&state) {
+    match crate::jobs::resume(&state.ctx) {
         Ok(0) => {}
         Ok(n) => info!(jobs = n, "admin jobs resumed"),
-        Err(e) => warn!(error = %e.message, "could not read the admin jobs; none resumed"),
+        Err(e) => warn!(error = %e.message(), "could not read the admin jobs; none resumed"),
     }
     let mut registry = MetricsRegistry::default();
     registry.register_collector(Box::new(StoreCollector {
@@ -938,7 +370,7 @@ pub async fn serve_admin<K: Kv>(
     let registry = Arc::new(registry);
     let mut conns = tokio::task::JoinSet::new();
     let cap = state.max_connections.max(1);
-    let counts = &state.edge.admin_connections;
+    let counts = &state.connections;
     counts.cap.store(cap as u64, Ordering::Relaxed);
     let mut accept_errors = limits::AcceptErrors::default();
     loop {

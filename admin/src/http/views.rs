@@ -3,14 +3,14 @@
 //! hook with every delivery row.
 
 use ankusa_config::{KeySource, Order, OrderingKey, Source, TenantBinding, Verification};
-use ankusa_engine::{Cf, Direction, Kv, Read};
+use ankusa_engine::{Cf, Direction, Kv};
 use std::collections::BTreeSet;
 
 use ankusa_keys::meta::{PauseTarget, decode_name, tenant_by_ord_key, tenant_ords_range};
 use ankusa_keys::{
     CounterField, DeadLetterValue, DeliveryKey, DeliveryRow, DueKey, Envelope, QuarantinedValue,
     RowState, Seq, SinkIx, SourceId, TenantOrd, archive_time_range, counter_key, dead_letter_key,
-    deliveries_of_hook_range, due_key, held_due_ms, held_due_range, hook_key, live_due_range,
+    deliveries_of_hook_range, due_key, held_due_ms, held_due_range, live_due_range,
     quarantined_key,
 };
 use ankusa_queue::RowId;
@@ -22,6 +22,7 @@ use super::api::{
     tenant_ord, utf8, uuid_text,
 };
 use super::pause::pause_info;
+use crate::context::read_envelope;
 
 /// The counter fields as the API names them (`bytes` is `pending_bytes`).
 pub(crate) fn counter_name(field: CounterField) -> &'static str {
@@ -291,19 +292,6 @@ pub(crate) fn get_source<K: Kv>(
     Ok(source_view(state, s, &runtime))
 }
 
-/// The sink entry name of `(source, index)` in the configuration.
-pub(crate) fn sink_name<K: Kv>(
-    state: &AdminState<K>,
-    source: Option<&str>,
-    sink: SinkIx,
-) -> Option<String> {
-    let s = state.config.source(source?)?;
-    s.sinks
-        .iter()
-        .find(|e| e.index == sink.0)
-        .map(|e| e.name.clone())
-}
-
 /// One delivery row of a hook: where it is and what happened to it.
 fn row_view<K: Kv>(
     state: &AdminState<K>,
@@ -344,7 +332,7 @@ fn row_view<K: Kv>(
     Ok(json!({
         "id": row_id_text(tenant, id),
         "sink_index": id.sink.0,
-        "sink": sink_name(state, source, id.sink),
+        "sink": state.sink_name(source, id.sink),
         "state": state_name,
         "attempts": row.attempts,
         "first_attempt_at_ms": row.first_attempt_at_ms,
@@ -513,17 +501,6 @@ pub(crate) fn hook_view<K: Kv>(
     }))
 }
 
-pub(crate) fn read_envelope(
-    read: &impl Read,
-    ord: TenantOrd,
-    seq: Seq,
-) -> Result<Option<Envelope>, ApiError> {
-    match read.get(Cf::Hooks, &hook_key(ord, seq))? {
-        Some(raw) => Ok(Some(Envelope::decode(&raw).map_err(ApiError::store)?)),
-        None => Ok(None),
-    }
-}
-
 /// `GET /v1/tenants/{tenant}/hooks/{seq}`.
 pub(crate) fn get_hook<K: Kv>(
     state: &AdminState<K>,
@@ -616,6 +593,7 @@ mod tests {
     use super::super::api::Query;
     use super::super::{AdminState, OPENAPI_JSON};
     use super::{get_hook, get_tenant};
+    use crate::context::Context;
 
     const NOW: u64 = 1_700_000_000_000;
 
@@ -662,16 +640,15 @@ mod tests {
         commit(&kv, ankusa_queue::init_store());
         let (b, registry) = ankusa_queue::register(&kv, ["default"], ["demo"]).unwrap();
         commit(&kv, b);
-        let mut s = AdminState::new(
+        let mut ctx = Context::new(
             Arc::new(kv),
-            Arc::default(),
             Arc::new(AtomicBool::new(true)),
             Arc::new(AtomicBool::new(false)),
             Arc::new(ankusa_config::Config::default_demo()),
             registry,
         );
-        s.clock = Box::new(|| NOW + 1_000);
-        s
+        ctx.clock = || NOW + 1_000;
+        AdminState::new(Arc::new(ctx), Arc::default())
     }
 
     fn row_state<K: Kv>(s: &AdminState<K>, seq: u64) -> String {

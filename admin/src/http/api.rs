@@ -13,6 +13,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hyper::StatusCode;
 
+use crate::error::JobError;
+
 /// Items a list answers when the request gives no `limit`.
 pub const DEFAULT_LIMIT: usize = 100;
 /// The largest `limit` a list accepts; above it is a 400, not a silent clamp.
@@ -25,8 +27,7 @@ const CURSOR_KEY_MAX: usize = 128;
 
 /// The message of every 503 `store_failed` of the admin API; the detail is in
 /// the relay's log.
-pub const STORE_FAILED_MESSAGE: &str =
-    "the store failed a read or a write; the relay's log has the detail";
+pub use crate::error::STORE_FAILED_MESSAGE;
 
 /// An answer other than 2xx: its status, a stable machine-readable `code`
 /// (`bad_request`, `unauthorized`, `forbidden`, `not_found`, `method_not_allowed`,
@@ -107,6 +108,28 @@ impl ApiError {
 impl From<ankusa_engine::EngineError> for ApiError {
     fn from(e: ankusa_engine::EngineError) -> Self {
         ApiError::store(e)
+    }
+}
+
+impl From<JobError> for ApiError {
+    /// Each kind of domain error as its status and code: invalid 400
+    /// `bad_request`, not found 404, conflict 409, unprocessable 422,
+    /// unavailable 503 `unavailable`, a store failure 503 `store_failed`
+    /// (already logged with its detail when it was made, never answered).
+    fn from(e: JobError) -> Self {
+        let (status, code) = match &e {
+            JobError::Invalid(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            JobError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            JobError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            JobError::Unprocessable(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable"),
+            JobError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            JobError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_failed"),
+        };
+        ApiError {
+            status,
+            code,
+            message: e.message().to_owned(),
+        }
     }
 }
 
@@ -296,11 +319,7 @@ pub fn parse_row_id(registry: &Registry, text: &str) -> Result<RowId, ApiError> 
 /// # Errors
 /// 404 when the store has no such tenant.
 pub fn tenant_ord(registry: &Registry, name: &str) -> Result<TenantOrd, ApiError> {
-    registry
-        .tenants
-        .get(name)
-        .copied()
-        .ok_or_else(|| ApiError::not_found(format!("no tenant {name:?}")))
+    Ok(crate::context::tenant_ord(registry, name)?)
 }
 
 /// A seq from a path segment.

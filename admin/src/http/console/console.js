@@ -1,7 +1,7 @@
 // Ankusa's operator console (docs/design.md section 5, "Operator console").
 //
 // Plain JavaScript, no framework and no build step; the admin listener serves
-// it from the binary. It calls only the admin API (edge/src/server/admin/
+// it from the binary. It calls only the admin API (admin/src/http/
 // openapi.json) and /metrics, with `Authorization: Bearer <token>` when the
 // operator gave a token (kept in this tab's sessionStorage). Every value the
 // API returns reaches the page as text (textContent, Node.append of strings,

@@ -4,7 +4,7 @@
 //! `GET /v1/sources[/{source}]` shows.
 //!
 //! The pipeline commits the change (`meta` `pause/...`, `Sync`) and applies it
-//! before the call returns ([`super::PipelineControl::set_pause`]). A pause the
+//! before the call returns ([`crate::PipelineControl::set_pause`]). A pause the
 //! configuration sets (`paused: true`) cannot be lifted here: a resume of it
 //! is a 409 that changes nothing; a resume of a target that is not paused is a
 //! 409 too (never a silent success, as a second DLQ revive).
@@ -17,8 +17,9 @@ use ankusa_queue::PauseMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::AdminState;
 use super::api::{ApiError, Query, rfc3339};
-use super::{AdminState, ControlFailure, block};
+use crate::context::{ControlFailure, block};
 
 /// The reason a pause made through the API records when the request gives
 /// none.

@@ -1,6 +1,8 @@
-//! The dead-letter queue through the admin API (docs/design.md section 5,
-//! "Admin API"; the ?X family of section 3): list with filters, show, revive
-//! one row, drop one row, and the bounded step a revive or drop job takes.
+//! The dead-letter queue as the operator acts on it (docs/design.md section
+//! 5, "Admin API"; the ?X family of section 3): which dead letters a filter
+//! takes ([`DlqFilter`], [`scan`]), revive one row, drop one row. A list and a
+//! view of them are the HTTP layer's (`http::dlq`); a revive or drop by
+//! filter is a job (`jobs::dlq`).
 //!
 //! Every mutation is one batch built by a pure builder of `queue`
 //! (`queue::revive`, ADR 0004 section 4.8: a laned row re-enters as a member
@@ -10,25 +12,16 @@
 
 use std::collections::HashMap;
 
-use ankusa_engine::{Batch, Cf, Direction, KeyRange, Kv, Read};
+use ankusa_engine::{Cf, Direction, KeyRange, Kv, Read};
 use ankusa_keys::{
     DeadLetterKey, DeadLetterValue, DeliveryRow, Envelope, Family, Seq, SourceId, TenantOrd,
-    dead_letter_key, delivery_key, family_range, hook_key, tenant_range,
+    delivery_key, family_range, hook_key, tenant_range,
 };
 use ankusa_queue::{QueueError, RowId};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
-use super::AdminState;
-use super::api::{
-    ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_row_id, rfc3339, row_id_text,
-    tenant_ord, utf8, uuid_text,
-};
-use super::views::sink_name;
-
-/// Most ?X entries one list request examines: a page may hold fewer than
-/// `limit` items (filters that match little) while `next_cursor` is set.
-pub const LIST_SCAN_BUDGET: usize = 10_000;
+use crate::context::Context;
+use crate::error::JobError;
 
 /// Which dead letters a list or a job takes. Every field narrows; all names
 /// are the configuration's. Stored in a job's state as it was given.
@@ -56,42 +49,26 @@ pub struct DlqFilter {
 }
 
 impl DlqFilter {
-    /// From the query parameters `tenant`, `source`, `sink`, `reason`,
-    /// `since`, `until` (unix ms or RFC 3339).
-    ///
-    /// # Errors
-    /// 400 for a malformed time.
-    pub fn from_query(q: &mut Query) -> Result<DlqFilter, ApiError> {
-        Ok(DlqFilter {
-            tenant: q.take("tenant"),
-            source: q.take("source"),
-            sink: q.take("sink"),
-            reason: q.take("reason"),
-            since_ms: q.time_ms("since")?,
-            until_ms: q.time_ms("until")?,
-        })
-    }
-
     /// Checks the filter against the store and the configuration.
     ///
     /// # Errors
     /// 400 for an inverted time range; 404 for a tenant, source or sink name
     /// nobody has.
-    pub fn check<K: Kv>(&self, state: &AdminState<K>) -> Result<(), ApiError> {
+    pub fn check<K: Kv>(&self, state: &Context<K>) -> Result<(), JobError> {
         if let (Some(s), Some(u)) = (self.since_ms, self.until_ms)
             && s >= u
         {
-            return Err(ApiError::bad_request(format!(
+            return Err(JobError::Invalid(format!(
                 "the time range is empty or inverted: since {s} is not before until {u}"
             )));
         }
         if let Some(t) = &self.tenant {
-            tenant_ord(&state.registry, t)?;
+            state.tenant_ord(t)?;
         }
         if let Some(s) = &self.source
             && !state.registry.sources.contains_key(s)
         {
-            return Err(ApiError::not_found(format!("no source {s:?}")));
+            return Err(JobError::NotFound(format!("no source {s:?}")));
         }
         if let Some(name) = &self.sink {
             let sources: Vec<&ankusa_config::Source> = match &self.source {
@@ -102,7 +79,7 @@ impl DlqFilter {
                 .iter()
                 .any(|s| s.sinks.iter().any(|e| &e.name == name))
             {
-                return Err(ApiError::not_found(format!(
+                return Err(JobError::NotFound(format!(
                     "no sink {name:?} in {}",
                     self.source
                         .as_deref()
@@ -114,9 +91,9 @@ impl DlqFilter {
     }
 
     /// The ?X range the filter covers.
-    fn range<K: Kv>(&self, state: &AdminState<K>) -> Result<KeyRange, ApiError> {
+    fn range<K: Kv>(&self, state: &Context<K>) -> Result<KeyRange, JobError> {
         Ok(match &self.tenant {
-            Some(t) => tenant_range(Family::DeadLetter, tenant_ord(&state.registry, t)?),
+            Some(t) => tenant_range(Family::DeadLetter, state.tenant_ord(t)?),
             None => family_range(Family::DeadLetter),
         })
     }
@@ -126,21 +103,29 @@ impl DlqFilter {
     }
 }
 
-/// One ?X entry, decoded, with its hook's source when it was read.
-pub(crate) struct Dead {
+/// One ?X entry, decoded, with its hook's envelope when it was read.
+pub struct Dead {
+    /// The row.
     pub row: RowId,
+    /// Its ?X value (when, why).
     pub value: DeadLetterValue,
-    envelope: Option<Envelope>,
+    /// Its hook's envelope, when the scan read it (a filter by source or
+    /// sink).
+    pub envelope: Option<Envelope>,
 }
 
 /// Reads envelopes once per hook.
 #[derive(Default)]
-struct Envelopes {
+pub struct Envelopes {
     seen: HashMap<(TenantOrd, Seq), Option<Envelope>>,
 }
 
 impl Envelopes {
-    fn get(&mut self, read: &impl Read, row: RowId) -> Result<Option<Envelope>, ApiError> {
+    /// The envelope of `row`'s hook (`None`: gone, or it does not decode).
+    ///
+    /// # Errors
+    /// A store failure.
+    pub fn get(&mut self, read: &impl Read, row: RowId) -> Result<Option<Envelope>, JobError> {
         if let Some(e) = self.seen.get(&(row.tenant, row.seq)) {
             return Ok(e.clone());
         }
@@ -157,21 +142,27 @@ impl Envelopes {
 
 /// What [`scan`] found: the matching entries, and where the next scan
 /// resumes (`None`: the range is done).
-pub(crate) struct Scanned {
+pub struct Scanned {
+    /// The entries the filter takes.
     pub matched: Vec<Dead>,
+    /// The entries examined.
     pub examined: usize,
+    /// The key the next scan resumes at.
     pub resume: Option<Vec<u8>>,
 }
 
 /// Examines up to `budget` ?X entries of `filter`'s range from `from` (a key;
 /// empty: the start), stopping early once `want` match.
-pub(crate) fn scan<K: Kv>(
-    state: &AdminState<K>,
+///
+/// # Errors
+/// A store failure, an entry that does not decode.
+pub fn scan<K: Kv>(
+    state: &Context<K>,
     filter: &DlqFilter,
     from: &[u8],
     budget: usize,
     want: usize,
-) -> Result<Scanned, ApiError> {
+) -> Result<Scanned, JobError> {
     let mut range = filter.range(state)?;
     if from > range.start.as_slice() {
         if from >= range.end.as_slice() {
@@ -206,8 +197,8 @@ pub(crate) fn scan<K: Kv>(
             out.examined += 1;
             let mut next = k.to_vec();
             next.push(0);
-            let key = DeadLetterKey::decode(k).map_err(ApiError::store)?;
-            let value = DeadLetterValue::decode(v).map_err(ApiError::store)?;
+            let key = DeadLetterKey::decode(k).map_err(JobError::store)?;
+            let value = DeadLetterValue::decode(v).map_err(JobError::store)?;
             let row = RowId::new(key.tenant, key.seq, key.sink);
             let mut ok = filter
                 .reason
@@ -224,7 +215,7 @@ pub(crate) fn scan<K: Kv>(
                 }
                 if let Some(want_sink) = &filter.sink {
                     let src_name = src.and_then(|s| state.registry.source_name(s));
-                    if sink_name(state, src_name, row.sink).as_deref() != Some(want_sink.as_str()) {
+                    if state.sink_name(src_name, row.sink).as_deref() != Some(want_sink.as_str()) {
                         ok = false;
                     }
                 }
@@ -257,107 +248,11 @@ pub(crate) fn scan<K: Kv>(
     Ok(out)
 }
 
-/// A dead letter as JSON.
-fn dead_view<K: Kv>(
-    state: &AdminState<K>,
-    d: &Dead,
-    envelopes: &mut Envelopes,
-) -> Result<Value, ApiError> {
-    let tenant = state
-        .registry
-        .tenant_name(d.row.tenant)
-        .unwrap_or("?")
-        .to_owned();
-    let env = match &d.envelope {
-        Some(e) => Some(e.clone()),
-        None => envelopes.get(&*state.kv, d.row)?,
-    };
-    let source = env
-        .as_ref()
-        .and_then(|e| state.registry.source_name(e.source))
-        .map(str::to_owned);
-    let row = match state.kv.get(
-        Cf::Deliveries,
-        &delivery_key(d.row.tenant, d.row.seq, d.row.sink),
-    )? {
-        Some(raw) => DeliveryRow::decode(&raw).ok(),
-        None => None,
-    };
-    Ok(json!({
-        "id": row_id_text(&tenant, d.row),
-        "tenant": tenant,
-        "seq": d.row.seq.0,
-        "sink_index": d.row.sink.0,
-        "sink": sink_name(state, source.as_deref(), d.row.sink),
-        "source": source,
-        "idempotency_key": env.as_ref().map(|e| uuid_text(&e.idempotency_key)),
-        "dead_at_ms": d.value.dead_at_ms,
-        "dead_at": rfc3339(d.value.dead_at_ms),
-        "reason": d.value.reason,
-        "attempts": row.as_ref().map(|r| r.attempts),
-        "last_error": row.as_ref().and_then(|r| r.last_error.clone()),
-        "size_bytes": row.as_ref().map(|r| r.size),
-        "ordering_key": row.as_ref().and_then(|r| r.ordering_key.as_deref().map(utf8)),
-    }))
-}
-
-/// `GET /v1/dead-letters`: filters `tenant`, `source`, `sink`, `reason`
-/// (prefix), `since`/`until` on dead_at; `limit`, `cursor`. In ?X key order
-/// (tenant, seq, sink).
-pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, ApiError> {
-    let limit = q.limit()?;
-    let cursor = q
-        .take("cursor")
-        .map(|c| decode_cursor(CursorKind::DeadLetters, &c))
-        .transpose()?;
-    let filter = DlqFilter::from_query(&mut q)?;
-    q.finish()?;
-    filter.check(state)?;
-    let found = scan(
-        state,
-        &filter,
-        cursor.as_deref().unwrap_or(&[]),
-        LIST_SCAN_BUDGET,
-        limit,
-    )?;
-    let mut envelopes = Envelopes::default();
-    let items = found
-        .matched
-        .iter()
-        .map(|d| dead_view(state, d, &mut envelopes))
-        .collect::<Result<Vec<_>, _>>()?;
-    let next = found
-        .resume
-        .map(|k| encode_cursor(CursorKind::DeadLetters, &k));
-    Ok(json!({ "items": items, "next_cursor": next }))
-}
-
-fn one<K: Kv>(
-    state: &AdminState<K>,
-    id: &str,
-) -> Result<(RowId, Option<DeadLetterValue>), ApiError> {
-    let row = parse_row_id(&state.registry, id)?;
-    let value = state
-        .kv
-        .get(Cf::Index, &dead_letter_key(row.tenant, row.seq, row.sink))?;
-    Ok((
-        row,
-        value
-            .map(|v| DeadLetterValue::decode(&v))
-            .transpose()
-            .map_err(ApiError::store)?,
-    ))
-}
-
 /// A dead row whose source, or sink entry, is no longer in the
 /// configuration would only be dead-lettered again at once (and lose its
 /// reason): refused with 409, nothing changed. A row whose envelope is gone
 /// is left to `queue::revive`, which refuses it.
-fn refuse_unconfigured<K: Kv>(
-    state: &AdminState<K>,
-    row: ankusa_queue::RowId,
-    id: &str,
-) -> Result<(), ApiError> {
+fn refuse_unconfigured<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Result<(), JobError> {
     let Some(raw) = state.kv.get(Cf::Hooks, &hook_key(row.tenant, row.seq))? else {
         return Ok(());
     };
@@ -371,7 +266,7 @@ fn refuse_unconfigured<K: Kv>(
     if configured {
         return Ok(());
     }
-    Err(ApiError::conflict(format!(
+    Err(JobError::Conflict(format!(
         "row {id} cannot be revived: its {} is no longer in the configuration (it would be dead-lettered again at once)",
         match name.and_then(|n| state.config.source(n)) {
             Some(_) => "sink entry".to_owned(),
@@ -380,76 +275,54 @@ fn refuse_unconfigured<K: Kv>(
     )))
 }
 
-fn not_dead(id: &str) -> ApiError {
-    ApiError::conflict(format!("row {id} is not in the dead-letter queue"))
+fn not_dead(id: &str) -> JobError {
+    JobError::Conflict(format!("row {id} is not in the dead-letter queue"))
 }
 
-/// `GET /v1/dead-letters/{id}`.
-pub(crate) fn get<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
-    q.finish()?;
-    let (row, value) = one(state, id)?;
-    let value = value
-        .ok_or_else(|| ApiError::not_found(format!("row {id} is not in the dead-letter queue")))?;
-    dead_view(
-        state,
-        &Dead {
-            row,
-            value,
-            envelope: None,
-        },
-        &mut Envelopes::default(),
-    )
-}
-
-/// Writes an admin batch `Sync` (docs/design.md section 5, "Admin API").
-pub(crate) fn commit<K: Kv>(state: &AdminState<K>, batch: Batch) -> Result<(), ApiError> {
-    state.kv.write(batch, ankusa_engine::Durability::Sync)?;
-    Ok(())
-}
-
-/// A 409 for a row of a tenant being purged (its rows are the purge's).
-fn refuse_purging<K: Kv>(state: &AdminState<K>, row: RowId) -> Result<(), ApiError> {
-    if super::steps::purging(state, row.tenant)? {
+/// A conflict for a row of a tenant being purged (its rows are the purge's).
+fn refuse_purging<K: Kv>(state: &Context<K>, row: RowId) -> Result<(), JobError> {
+    if state.purging(row.tenant)? {
         let tenant = state.registry.tenant_name(row.tenant).unwrap_or("?");
-        return Err(ApiError::conflict(format!(
+        return Err(JobError::Conflict(format!(
             "tenant {tenant:?} is being purged"
         )));
     }
     Ok(())
 }
 
-/// `POST /v1/dead-letters/{id}/revive`: `queue::revive` of one row (ADR 0004
-/// section 4.8). A row not in the DLQ is a 409 and nothing changes.
-pub(crate) fn revive<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
-    q.finish()?;
-    let row = parse_row_id(&state.registry, id)?;
+/// Revives one row (`queue::revive`, ADR 0004 section 4.8) and wakes the
+/// pipeline; `id` is the row's id as the operator wrote it (for messages).
+/// Answers whether the revived row is a lane member (else it is due).
+///
+/// # Errors
+/// A conflict for a row not in the DLQ (nothing changes), of a tenant being
+/// purged, or whose source or sink entry is no longer configured; a store
+/// failure.
+pub fn revive<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Result<bool, JobError> {
     let _writes = state.writes.blocking_lock();
     refuse_purging(state, row)?;
     refuse_unconfigured(state, row, id)?;
-    let batch = match ankusa_queue::revive(&*state.kv, row, (state.clock)()) {
+    let batch = match ankusa_queue::revive(&*state.kv, row, state.now()) {
         Ok(b) => b,
         Err(QueueError::NotInDlq { .. }) => return Err(not_dead(id)),
         Err(e) => return Err(e.into()),
     };
-    commit(state, batch)?;
-    (state.wake)();
+    state.commit(batch)?;
+    state.wake();
     let laned = state
         .kv
         .get(Cf::Deliveries, &delivery_key(row.tenant, row.seq, row.sink))?
         .and_then(|raw| DeliveryRow::decode(&raw).ok())
         .is_some_and(|r| r.lane.is_some());
-    Ok(json!({ "id": id, "revived": true, "state": if laned { "lane_member" } else { "due" } }))
+    Ok(laned)
 }
 
-/// `DELETE /v1/dead-letters/{id}`: `queue::drop_dead` of one row. A row not
-/// in the DLQ is a 409 and nothing changes.
-pub(crate) fn drop_one<K: Kv>(
-    state: &AdminState<K>,
-    id: &str,
-    q: Query,
-) -> Result<Value, ApiError> {
-    q.finish()?;
-    let row = parse_row_id(&state.registry, id)?;
+/// Drops one row (`queue::drop_dead`); `id` as in [`revive`].
+///
+/// # Errors
+/// A conflict for a row not in the DLQ (nothing changes) or of a tenant
+/// being purged; a store failure.
+pub fn drop_one<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Result<(), JobError> {
     let _writes = state.writes.blocking_lock();
     refuse_purging(state, row)?;
     let batch = match ankusa_queue::drop_dead(&*state.kv, &[row]) {
@@ -457,6 +330,5 @@ pub(crate) fn drop_one<K: Kv>(
         Err(QueueError::NotInDlq { .. }) => return Err(not_dead(id)),
         Err(e) => return Err(e.into()),
     };
-    commit(state, batch)?;
-    Ok(json!({ "id": id, "dropped": true }))
+    state.commit(batch)
 }
