@@ -17,9 +17,9 @@
 //! - [`KeySpec`] and [`ParsedBody`]: where a key comes from, and the one lazy
 //!   JSON decode that dedupe, every ordering key and every filter of a hook
 //!   share.
-//! - [`fuzz`]: the fuzz targets of all of the above and of the request path
-//!   (README, "Fuzzing the edge"), shared by cargo-fuzz (`fuzz/`) and the
-//!   bounded run of `cargo test`.
+//! - `fuzz` (behind the feature of that name): the fuzz targets of all of the
+//!   above and of the request path (README, "Fuzzing the edge"), shared by
+//!   cargo-fuzz (`fuzz/`) and the bounded run of `cargo test`.
 //!
 //! # Invariants it keeps
 //! - The body is only read: nothing here re-serialises it, so the stored bytes
