@@ -69,18 +69,16 @@ use tokio::sync::{Notify, mpsc, watch};
 use tracing::{info, warn};
 
 mod breaker;
-#[cfg(test)]
-mod breakit;
 mod calls;
 mod commit;
 mod dispatcher;
-#[cfg(test)]
-mod gate;
 mod handle;
 mod limit;
 pub mod retention;
 mod retry;
 mod scan;
+#[cfg(test)]
+mod tests;
 
 pub use breaker::{BreakerCounts, BreakerPolicy, BreakerState, PipelineStatus};
 pub use handle::{ControlError, ExclusiveWork, PauseStatus, PipelineHandle, Retirement};

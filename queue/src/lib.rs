@@ -255,6 +255,3 @@ impl fmt::Display for Origin {
 pub fn row_id(tenant: TenantOrd, seq: Seq, sink: SinkIx) -> RowId {
     RowId::new(tenant, seq, sink)
 }
-
-#[cfg(test)]
-mod tests;

@@ -268,7 +268,7 @@ async fn browser(chromium: &Path, chromedriver: &Path, profile: &Path) -> (Drive
 }
 
 /// A relay without `admin_token` (loopback only) refuses requests from other
-/// sites' pages and rebound host names (tests/it/admin.rs): its own console,
+/// sites' pages and rebound host names (tests/it/admin_access.rs): its own console,
 /// at `127.0.0.1` and at `localhost`, opens at once without the token form
 /// and its Revive (a POST with the page's own Origin) goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

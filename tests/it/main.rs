@@ -3,25 +3,28 @@
 //! destination. One test binary for the root package (link size: RocksDB).
 #![allow(dead_code)]
 
+mod admin;
 mod peer;
 mod relay;
 mod sink;
 
-mod admin;
+mod admin_access;
+mod admin_input;
+mod bounds;
 mod breaker;
-mod breakit;
 mod challenge;
+mod cli;
 mod config;
 mod console;
 mod corpus;
 mod crash;
 mod damage;
 mod dashboard;
+mod dedupe;
 mod dump;
 mod faults;
 mod filter;
 mod hangup;
-mod ingest;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod leaks;
@@ -29,30 +32,39 @@ mod limits;
 mod logs;
 mod metrics;
 mod migrate;
+mod moved_source;
 #[cfg(feature = "nats")]
 mod nats;
-mod operate;
-mod ops;
 mod ordering;
 #[cfg(feature = "otel")]
 mod otel;
+mod pause;
 mod provider;
 #[cfg(feature = "pubsub")]
 mod pubsub;
+mod purge;
+mod quarantine;
 #[cfg(feature = "rabbitmq")]
 mod rabbitmq;
 mod ratelimit;
 #[cfg(feature = "redis")]
 mod redis;
+mod replay;
 mod restart;
+mod retention;
+mod retire;
 mod retry;
+mod revive;
 mod routes;
 mod send;
+mod shutdown;
 mod signing;
 #[cfg(feature = "sqs")]
 mod sqs;
+mod startup;
 mod starvation;
 mod store;
 mod stripe;
 mod top;
+mod unconfigured;
 mod webdriver;

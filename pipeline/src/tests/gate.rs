@@ -199,7 +199,7 @@ async fn run(case: &Case) -> (OpStats, OpStats) {
 /// `case path metric per_1000_hooks` lines, the baseline's format.
 fn table(rows: &[(&str, &str, OpStats)]) -> String {
     let mut out = String::from(
-        "# case path metric per_1000_hooks (pipeline/src/gate.rs; exact, never timings)\n",
+        "# case path metric per_1000_hooks (pipeline/src/tests/gate.rs; exact, never timings)\n",
     );
     for (case, path, s) in rows {
         for (metric, v) in [

@@ -1,0 +1,191 @@
+//! Unconfigured sources and sinks (docs/design.md section 5): a source or
+//! sink removed from the configuration with hooks still queued stops the
+//! start until they are dropped.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ankusa_engine::{Cf, Direction, Kv, Read};
+use ankusa_engine_rocksdb::RocksKv;
+use ankusa_keys::{DeadLetterValue, Family, TenantOrd, tenant_range};
+
+use crate::relay::{Relay, config};
+use crate::sink::{Reply, Sink, until};
+
+/// Every wait of this file: generous, never a measure of speed.
+const WAIT: Duration = Duration::from_secs(90);
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+const KEYS: [&str; 4] = ["cus_a", "cus_b", "cus_c", "cus_d"];
+
+fn body(key: &str, i: usize) -> String {
+    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
+}
+
+fn store_path(relay: &Relay) -> std::path::PathBuf {
+    relay.data_dir().join("store-rocksdb")
+}
+
+async fn stop(relay: &mut Relay) {
+    relay.sigterm();
+    let status = relay.wait_exit(WAIT).await;
+    assert!(
+        status.success(),
+        "the relay did not stop cleanly: {status}\n{}",
+        relay.log()
+    );
+}
+
+fn before_removal(url: &str) -> String {
+    config(
+        "rocksdb",
+        &format!(
+            "
+breaker: {{failures: 1000}}
+retry: {{base_ms: 50, max_ms: 200}}
+sources:
+  - name: keep
+    sinks:
+      - {{type: http, name: main, url: '{url}'}}
+      - {{type: http, name: audit, url: '{url}down'}}
+  - name: gone
+    sinks:
+      - {{type: http, name: ordered, url: '{url}down', ordered: true, ordering_key: {{header: x-entity-id}}}}
+"
+        ),
+    )
+}
+
+fn after_removal(url: &str) -> String {
+    config(
+        "rocksdb",
+        &format!(
+            "
+sources:
+  - name: keep
+    sinks:
+      - {{type: http, name: main, url: '{url}'}}
+"
+        ),
+    )
+}
+
+/// The dead letters of tenant 1 in the store at `path`: reason -> count.
+fn dead_letters(path: &std::path::Path) -> BTreeMap<String, usize> {
+    let kv = RocksKv::open(path).expect("open the store");
+    let mut out = BTreeMap::new();
+    for (_, v) in kv
+        .scan(
+            Cf::Index,
+            &tenant_range(Family::DeadLetter, TenantOrd(1)),
+            Direction::Forward,
+            10_000,
+        )
+        .expect("scan")
+    {
+        *out.entry(DeadLetterValue::decode(&v).expect("?X value").reason)
+            .or_default() += 1;
+    }
+    out
+}
+
+/// A source (with ordered lanes) and a sink entry removed from the
+/// configuration while their hooks are queued (their endpoint down): the node
+/// refuses to start, naming each with its pending count and the two ways out,
+/// and changes nothing; `--drop-unconfigured` starts it with their rows in the
+/// dead-letter queue under "source removed from the config" and "sink removed
+/// from the config"; the next start needs no flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_source_or_sink_with_queued_hooks_stops_the_start_until_dropped() {
+    let sink = Sink::start(|r| {
+        if r.path == "/indown" {
+            Reply::Status(503)
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
+    let mut relay = Relay::start(&before_removal(&sink.url())).await;
+    for i in 0..3 {
+        relay
+            .post("/hooks/keep", &[JSON], body("keep", i))
+            .await
+            .id();
+    }
+    for i in 0..5 {
+        let key = KEYS[i % 2];
+        relay
+            .post("/hooks/gone", &[JSON, ("x-entity-id", key)], body(key, i))
+            .await
+            .id();
+    }
+    until(
+        "keep's main sink delivered 3, 8 rows queued",
+        WAIT,
+        async || {
+            let main = sink.delivered().iter().filter(|r| r.path == "/in").count();
+            let m = relay.metrics().await;
+            (main == 3
+                && m["ankusa_queue_pending"] == 8.0
+                && m["ankusa_dispatch_retries_total"] >= 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    stop(&mut relay).await;
+
+    relay.set_template(&after_removal(&sink.url()));
+    let (status, log) = relay.restart_refused().await;
+    assert!(!status.success(), "{log}");
+    for needle in [
+        "the store has queued deliveries for sources or sinks that are not in the configuration",
+        "source \"gone\" (not in the configuration): 5 pending",
+        "source \"gone\", sink \"ordered\" (index 0): 5 pending",
+        "source \"keep\", sink \"audit\" (index 1), not in the configuration: 3 pending",
+        "paused: true",
+        "ankusa serve --drop-unconfigured",
+    ] {
+        assert!(
+            log.contains(needle),
+            "{needle:?} not in the refusal:\n{log}"
+        );
+    }
+    assert!(
+        dead_letters(&store_path(&relay)).is_empty(),
+        "a refused start changed the store"
+    );
+
+    relay.set_args(&["--drop-unconfigured"]);
+    relay.restart().await;
+    let m = relay.metrics().await;
+    assert_eq!(
+        (
+            m["ankusa_dlq_dead"],
+            m["ankusa_queue_pending"],
+            m["ankusa_dispatch_lanes"],
+            m["ankusa_dispatch_lane_members"]
+        ),
+        (8.0, 0.0, 0.0, 0.0),
+        "{m:?}"
+    );
+    stop(&mut relay).await;
+    assert_eq!(
+        dead_letters(&store_path(&relay)),
+        BTreeMap::from([
+            ("sink removed from the config".to_owned(), 3),
+            ("source removed from the config".to_owned(), 5)
+        ])
+    );
+    {
+        let kv = RocksKv::open(store_path(&relay)).expect("open the store");
+        assert_eq!(
+            ankusa_queue::check_invariants(&kv.snapshot()).expect("check"),
+            vec![]
+        );
+    }
+    // Nothing unconfigured is left: a start without the flag.
+    relay.set_args(&[]);
+    relay.restart().await;
+    assert_eq!(relay.metrics().await["ankusa_dlq_dead"], 8.0);
+}
