@@ -108,11 +108,14 @@ pub fn raise_nofile() -> Result<NoFile, (std::io::Error, Option<NoFile>)> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err((std::io::Error::last_os_error(), None));
     }
+    // rlim_t is u64 on 64-bit Linux and u32 on 32-bit: the conversion is
+    // needed on the latter.
+    #[allow(clippy::useless_conversion)]
     let as_u64 = |v: libc::rlim_t| {
         if v == libc::RLIM_INFINITY {
             UNLIMITED_AS
         } else {
-            v as u64
+            u64::from(v)
         }
     };
     let before = as_u64(lim.rlim_cur);

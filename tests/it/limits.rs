@@ -39,6 +39,9 @@ const JSON: (&str, &str) = ("content-type", "application/json");
 
 /// Raises this test process's own soft file-descriptor limit to its hard
 /// limit (its tests hold hundreds or thousands of sockets) and returns it.
+// rlim_t is u64 on 64-bit Linux and u32 on 32-bit: the conversion is needed
+// on the latter.
+#[allow(clippy::useless_conversion)]
 fn raise_own_nofile() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -56,7 +59,7 @@ fn raise_own_nofile() -> u64 {
             assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0, "setrlimit");
         }
     }
-    lim.rlim_cur as u64
+    u64::from(lim.rlim_cur)
 }
 
 /// A field of `/proc/PID/status` in KiB (`VmHWM`, `VmRSS`).
@@ -219,7 +222,7 @@ async fn under_a_low_fd_limit_connections_past_the_cap_are_refused_and_nothing_i
         64 + cap + admin_cap + store_files + sink_fds <= NOFILE as usize,
         "the shares exceed the limit:\n{log}"
     );
-    assert!(cap >= 16 && cap < FLOOD, "{log}");
+    assert!((16..FLOOD).contains(&cap), "{log}");
     let m = relay.metrics().await;
     assert_eq!(
         m["ankusa_listener_connections_max{listener=\"ingest\"}"],

@@ -64,9 +64,8 @@ pub(crate) fn parse(text: &str) -> (BTreeMap<String, Kind>, Vec<Sample>) {
     let mut families: BTreeMap<String, Kind> = BTreeMap::new();
     let mut samples = Vec::new();
     let mut current: Option<(String, Option<Kind>)> = None;
-    let mut lines = text.lines().peekable();
     let mut eof = false;
-    while let Some(line) = lines.next() {
+    for line in text.lines() {
         assert!(!eof, "a line after # EOF: {line:?}");
         if line == "# EOF" {
             eof = true;
@@ -226,6 +225,10 @@ fn parse_sample(line: &str) -> Sample {
     }
 }
 
+/// One histogram series: its buckets (upper bound, cumulative count) in
+/// order, its count and its sum.
+type HistogramSeries = (Vec<(f64, f64)>, Option<f64>, Option<f64>);
+
 /// Every histogram series: buckets ascending and cumulative, the last
 /// `le="+Inf"` equal to its `_count`, a `_sum`.
 fn check_histograms(families: &BTreeMap<String, Kind>, samples: &[Sample]) {
@@ -234,8 +237,7 @@ fn check_histograms(families: &BTreeMap<String, Kind>, samples: &[Sample]) {
             continue;
         }
         // Per label set (without le): the buckets in order, the count, the sum.
-        let mut series: BTreeMap<String, (Vec<(f64, f64)>, Option<f64>, Option<f64>)> =
-            BTreeMap::new();
+        let mut series: BTreeMap<String, HistogramSeries> = BTreeMap::new();
         let of_family = |s: &&Sample| {
             ["_bucket", "_sum", "_count"]
                 .iter()

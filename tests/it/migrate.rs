@@ -180,9 +180,11 @@ async fn a_format_1_binary_refuses_a_format_2_fjall_store_and_changes_nothing() 
     a_format_1_binary_refuses_a_format_2_store("fjall").await;
 }
 
-/// The hooks' keys in cf hooks, and the test migration's marks (hook key,
-/// count).
-fn hooks_and_marks(listing: &Listing) -> (Vec<Vec<u8>>, Vec<(Vec<u8>, u32)>) {
+/// The test migration's marks: (hook key, count).
+type Marks = Vec<(Vec<u8>, u32)>;
+
+/// The hooks' keys in cf hooks, and the test migration's marks.
+fn hooks_and_marks(listing: &Listing) -> (Vec<Vec<u8>>, Marks) {
     let hooks: Vec<Vec<u8>> = listing
         .iter()
         .filter(|(cf, k, _)| *cf == Cf::Hooks && !ankusa_keys::is_sentinel(Cf::Hooks, k))

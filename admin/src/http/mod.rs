@@ -142,6 +142,10 @@ pub const ROUTES: &[(&str, &str)] = &[
 /// Reads a breaker: `(tenant, source, sink index, now_ms)`.
 pub type BreakerFn = Box<dyn Fn(TenantOrd, SourceId, SinkIx, u64) -> BreakerReport + Send + Sync>;
 
+/// Open and half-open breakers of each configured sink kind at `now_ms`:
+/// `(kind, open, half-open)`.
+pub type BreakersByKind = Box<dyn Fn(u64) -> Vec<(&'static str, u64, u64)> + Send + Sync>;
+
 /// What the admin routes read and write: the domain's [`Context`] (the
 /// store, the configuration, the clock, the write lock, the edge and the
 /// pipeline's controls; `AdminState` derefs to it) and what only the
@@ -183,7 +187,7 @@ pub struct AdminState<K: Kv> {
     pub delivery: Arc<DeliveryMetrics>,
     /// Open and half-open breakers of each configured sink kind at `now_ms`
     /// (`pipeline::PipelineStatus::breakers_by_kind`); the default has none.
-    pub breakers_by_kind: Box<dyn Fn(u64) -> Vec<(&'static str, u64, u64)> + Send + Sync>,
+    pub breakers_by_kind: BreakersByKind,
     /// The Writer's group sizes and commit latencies
     /// (`WriterHandle::metrics`); the default is its own zeros.
     pub writer: Arc<WriterMetrics>,
