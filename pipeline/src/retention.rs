@@ -108,6 +108,7 @@ pub async fn retention_round<K: Kv>(
                 PipelineError::Store(ankusa_engine::EngineError::Backend {
                     backend: "retention",
                     op: "join",
+                    kind: ankusa_engine::ErrorKind::Other,
                     message: e.to_string(),
                 })
             })??;
@@ -161,6 +162,7 @@ async fn tenants<K: Kv>(kv: &Arc<K>) -> Result<Vec<TenantOrd>, PipelineError> {
             PipelineError::Store(ankusa_engine::EngineError::Backend {
                 backend: "retention",
                 op: "join",
+                kind: ankusa_engine::ErrorKind::Other,
                 message: e.to_string(),
             })
         })??;

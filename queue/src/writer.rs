@@ -580,6 +580,7 @@ fn joined(r: Result<Result<(), EngineError>, tokio::task::JoinError>) -> Result<
         Err(EngineError::Backend {
             backend: "writer",
             op: "sync",
+            kind: ankusa_engine::ErrorKind::Other,
             message: e.to_string(),
         })
     })
@@ -999,6 +1000,7 @@ impl<K: Kv> Writer<K> {
                     Err(EngineError::Backend {
                         backend: "writer",
                         op: "write",
+                        kind: ankusa_engine::ErrorKind::Other,
                         message: e.to_string(),
                     })
                 });
