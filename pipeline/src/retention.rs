@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use ankusa_engine::{Durability, Kv};
 use ankusa_keys::TenantOrd;
-use ankusa_queue::writer::{WriteError, WriterHandle};
+use ankusa_queue::writer::{StoreFailure, WriteError, WriterHandle};
 use ankusa_queue::{Cursor, Registry};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -135,7 +135,7 @@ pub async fn dedupe_round<K: Kv>(
 ) -> Result<usize, WriteError> {
     let tenants = tenants(kv)
         .await
-        .map_err(|e| WriteError::Store(e.to_string()))?;
+        .map_err(|e| WriteError::Store(StoreFailure::Other(Arc::new(e))))?;
     let mut deleted = 0;
     for tenant in tenants {
         let mut cursor = None;

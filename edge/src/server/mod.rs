@@ -802,9 +802,9 @@ impl<K: Kv> Edge<K> {
         let raw = self
             .kv
             .get(Cf::Hooks, &hook_key(tenant, seq))
-            .map_err(|e| ReleaseError::Store(e.to_string()))?
+            .map_err(|e| ReleaseError::Store(e.into()))?
             .ok_or(ReleaseError::NotQuarantined { tenant, seq })?;
-        let envelope = Envelope::decode(&raw).map_err(|e| ReleaseError::Store(e.to_string()))?;
+        let envelope = Envelope::decode(&raw).map_err(|e| ReleaseError::Store(e.into()))?;
         let route = self
             .sources
             .iter()
@@ -882,11 +882,10 @@ impl<K: Kv> Edge<K> {
     /// dedupe pre-check (and the bounds), so a provider's resend of a hook the
     /// purge deletes is refused (503, it retries) rather than answered
     /// "duplicate".
-    fn is_purging(&self, tenant: TenantOrd) -> Result<bool, String> {
+    fn is_purging(&self, tenant: TenantOrd) -> Result<bool, ankusa_engine::EngineError> {
         Ok(self
             .kv
-            .get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant))
-            .map_err(|e| e.to_string())?
+            .get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant))?
             .is_some())
     }
 
@@ -963,12 +962,12 @@ impl<K: Kv> Edge<K> {
         route: &SourceRoute,
         dk: &[u8],
         now: u64,
-    ) -> Result<Option<Option<String>>, String> {
+    ) -> Result<Option<Option<String>>, StoreReadError> {
         let key = dedupe_key(tenant, route.id, dk);
-        let Some(v) = self.kv.get(Cf::Index, &key).map_err(|e| e.to_string())? else {
+        let Some(v) = self.kv.get(Cf::Index, &key)? else {
             return Ok(None);
         };
-        let d = DedupeValue::decode(&v).map_err(|e| e.to_string())?;
+        let d = DedupeValue::decode(&v)?;
         if d.expires_at_ms <= now {
             return Ok(None);
         }
@@ -992,7 +991,7 @@ impl<K: Kv> Edge<K> {
         tenant: &TenantRoute,
         rows: u64,
         bytes: u64,
-    ) -> Result<Result<Reservation<'_>, Resp>, String> {
+    ) -> Result<Result<Reservation<'_>, Resp>, ankusa_engine::EngineError> {
         // No row: nothing is added to the queue, so no bound can refuse it
         // (docs/design.md section 5, "Edge", step 8 counts only the rows made).
         if rows == 0 {
@@ -1003,12 +1002,8 @@ impl<K: Kv> Edge<K> {
                 bytes: 0,
             }));
         }
-        let read = |t: TenantOrd, f: CounterField| -> Result<u64, String> {
-            Ok(self
-                .kv
-                .counter(&counter_key(t, f))
-                .map_err(|e| e.to_string())?
-                .max(0) as u64)
+        let read = |t: TenantOrd, f: CounterField| -> Result<u64, ankusa_engine::EngineError> {
+            Ok(self.kv.counter(&counter_key(t, f))?.max(0) as u64)
         };
         let mut held = self.reservations.lock().unwrap_or_else(|p| p.into_inner());
         let (t_rows, t_bytes) = held.tenants.get(&tenant.ord).copied().unwrap_or((0, 0));
@@ -1046,6 +1041,19 @@ impl<K: Kv> Edge<K> {
             bytes,
         }))
     }
+}
+
+/// A read of the store that did not give what the edge needs: the engine
+/// failed it, or the value read does not decode (the dedupe pre-check, a
+/// release's envelope).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreReadError {
+    /// The engine failed the read.
+    #[error(transparent)]
+    Engine(#[from] ankusa_engine::EngineError),
+    /// The value does not have its family's layout.
+    #[error(transparent)]
+    Value(#[from] ankusa_keys::ValueError),
 }
 
 /// A hook the edge is about to hold in quarantine.
@@ -1094,7 +1102,7 @@ pub enum ReleaseError {
     Write(WriteError),
     /// A store read failed, or the envelope does not decode.
     #[error("store: {0}")]
-    Store(String),
+    Store(StoreReadError),
 }
 
 /// Rows and bytes admitted at the edge and not yet committed, per tenant and
