@@ -512,7 +512,7 @@ pub fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, PathBuf)>
 
 /// True for an error that means nothing is there: no such file, or a file
 /// where a directory was looked for.
-pub fn absent(e: &std::io::Error) -> bool {
+fn absent(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
         std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
@@ -537,7 +537,7 @@ pub fn creating_marker(dir: &Path) -> PathBuf {
 ///
 /// # Errors
 /// The directory exists but cannot be read.
-pub fn is_new_store_dir(dir: &Path) -> std::io::Result<bool> {
+fn is_new_store_dir(dir: &Path) -> std::io::Result<bool> {
     match std::fs::read_dir(dir) {
         Ok(entries) => {
             for e in entries {
