@@ -26,6 +26,7 @@ mod admin_cli;
 mod fixture;
 mod limits;
 mod migrate;
+mod open;
 mod send;
 mod serve;
 mod sinks;
@@ -256,7 +257,7 @@ enum StoreCmd {
         data_dir: PathBuf,
         /// Only this backend's store (when data_dir holds both).
         #[arg(long, value_enum)]
-        store: Option<store::Backend>,
+        store: Option<open::Backend>,
         /// Set every maintained counter (pending, bytes, in_flight, dead,
         /// dead_bytes, quarantined, lanes, lanes_blocked, lane_members, and
         /// the node aggregate of every field) to what the keys add up to, in
@@ -277,7 +278,7 @@ enum StoreCmd {
         file: PathBuf,
         /// Only this backend's store (when data_dir holds both).
         #[arg(long, value_enum)]
-        store: Option<store::Backend>,
+        store: Option<open::Backend>,
     },
     /// Load a dump into a new store of the backend --store names, in
     /// DATA_DIR/store-<backend>/ (DATA_DIR is created if missing; its parent must exist). Every
@@ -294,7 +295,7 @@ enum StoreCmd {
         data_dir: PathBuf,
         /// The backend to load it into.
         #[arg(long, value_enum)]
-        store: store::Backend,
+        store: open::Backend,
     },
     /// Bring a stopped store to the store format this ankusa reads (what
     /// `serve` does at start; docs/design.md section 8). Forward only: a
@@ -309,7 +310,7 @@ enum StoreCmd {
         data_dir: PathBuf,
         /// Only this backend's store (when data_dir holds both).
         #[arg(long, value_enum)]
-        store: Option<store::Backend>,
+        store: Option<open::Backend>,
         /// Print each migration that would run (from -> to, what it
         /// rewrites, whether it only stamps) and write nothing.
         #[arg(long)]

@@ -30,20 +30,21 @@ use ankusa_admin::{
 use ankusa_config::{Config, LogFormat, StoreBackend};
 use ankusa_edge::server::{Edge, EdgeStats, build_routes};
 use ankusa_engine::memory::MemoryKv;
-use ankusa_engine::{Cf, CounterMirror, Durability, Kv};
+use ankusa_engine::{CounterMirror, Durability, Kv};
 use ankusa_keys::index::{CounterField, counter_key};
 use ankusa_keys::meta::PauseTarget;
-use ankusa_keys::{FORMAT_KEY, STORE_FORMAT, SinkIx, SourceId, TenantOrd};
+use ankusa_keys::{SinkIx, SourceId, TenantOrd};
 use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
 use ankusa_pipeline::{
     BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RateLimit,
     RetryPolicy, RetryStatuses, Route, Routes,
 };
-use ankusa_queue::migrate::MigrateError;
 use ankusa_queue::writer::{Writer, WriterConfig};
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
+
+use crate::open::store_dir;
 
 pub fn main(
     config: Option<PathBuf>,
@@ -118,9 +119,7 @@ pub fn main(
             #[cfg(feature = "rocksdb")]
             StoreBackend::RocksDb => {
                 let recovery = wal_recovery()?;
-                let creation = Creation::before_open(&store_dir, "rocksdb")?;
-                let kv = ankusa_engine_rocksdb::RocksKv::open_with_recovery(&store_dir, Some(fds.store_files), recovery)
-                    .map_err(|e| open_failed(&store_dir, e))?;
+                let (kv, creation) = crate::open::serve_rocksdb(&store_dir, fds.store_files, recovery)?;
                 if recovery == ankusa_engine_rocksdb::WalRecovery::PointInTime {
                     warn!(dir = %store_dir.display(), "ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time: the WAL was replayed up to its first record that does not verify, and the rest dropped for good");
                 }
@@ -132,12 +131,10 @@ pub fn main(
                  (cargo build --no-default-features): build it with the feature, or set node.store: fjall"
             ),
             StoreBackend::Fjall => {
-                let creation = Creation::before_open(&store_dir, "fjall")?;
-                let kv = ankusa_engine_fjall::FjallKv::open_with_file_limit(&store_dir, fds.store_files)
-                    .map_err(|e| open_failed(&store_dir, e))?;
+                let (kv, creation) = crate::open::serve_fjall(&store_dir, fds.store_files)?;
                 run(Arc::new(kv), cfg, drop_unconfigured, fds, creation, listeners).await
             }
-            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured, fds, Creation::memory(), listeners).await,
+            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured, fds, crate::open::Creation::memory(), listeners).await,
         }
     });
     // The spans still queued go out while the runtime still runs.
@@ -146,20 +143,14 @@ pub fn main(
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             fatal(json, &format!("{e:#}"));
-            if store_newer(&e) || e.downcast_ref::<StoreRefused>().is_some() {
-                ExitCode::from(3)
-            } else {
-                ExitCode::FAILURE
-            }
+            // A refusal of the store has its own code (3: restarting the
+            // same binary on the same store cannot help).
+            ExitCode::from(
+                e.downcast_ref::<crate::open::OpenError>()
+                    .map_or(1, crate::open::OpenError::exit_code),
+            )
         }
     }
-}
-
-/// The directory of the `backend` store (`rocksdb`, `fjall`) inside a
-/// relay's data_dir: `<data_dir>/store-<backend>` (what `ankusa store check`
-/// looks for).
-pub fn store_dir(data_dir: &std::path::Path, backend: &str) -> PathBuf {
-    data_dir.join(format!("store-{backend}"))
 }
 
 /// Raises the file-descriptor soft limit to the hard limit and splits it
@@ -201,52 +192,6 @@ fn file_descriptors(cfg: &Config) -> Result<crate::limits::FdBudget, String> {
     Ok(b)
 }
 
-/// A store that cannot be opened because its lock is held says so: another
-/// relay (or a leftover process) is using this data_dir. A store whose files
-/// do not verify (a WAL damaged before its end) is [`StoreRefused`] (exit 3),
-/// with what to do.
-fn open_failed(dir: &std::path::Path, e: ankusa_engine::EngineError) -> anyhow::Error {
-    if crate::store::is_corruption(&e) {
-        return StoreRefused(format!(
-            "the store at {} is damaged: {e}. {}",
-            dir.display(),
-            crate::store::DAMAGED_ADVICE
-        ))
-        .into();
-    }
-    let text = e.to_string();
-    let locked = [
-        "While lock file",
-        "lock hold by current process",
-        "FjallError: Locked",
-    ]
-    .iter()
-    .any(|m| text.contains(m));
-    let e = anyhow::Error::new(e);
-    if locked {
-        e.context(format!(
-            "the store at {} is in use: is another relay running on this data_dir?",
-            dir.display()
-        ))
-    } else {
-        e.context(format!("opening the store at {}", dir.display()))
-    }
-}
-
-/// A store `serve` must not start on, whatever a restart does (exit status
-/// 3): damaged files, or data files without a format stamp. The message says
-/// what it is and what to do.
-#[derive(Debug)]
-pub(crate) struct StoreRefused(pub(crate) String);
-
-impl std::fmt::Display for StoreRefused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for StoreRefused {}
-
 /// `ANKUSA_ROCKSDB_WAL_RECOVERY`: unset or `torn-tail` (the default: a
 /// record torn at the WAL's end by a crash is dropped, a WAL damaged before
 /// its end refuses the start), or `point-in-time` (an operator's choice for
@@ -261,84 +206,6 @@ fn wal_recovery() -> anyhow::Result<ankusa_engine_rocksdb::WalRecovery> {
             "ANKUSA_ROCKSDB_WAL_RECOVERY={other}: expected torn-tail (the default) or point-in-time"
         ),
     }
-}
-
-/// Whether `serve` may stamp a store that has no format stamp, decided
-/// before the engine's open creates anything (docs: README, "Store
-/// damage"): only a missing or empty store directory is a new store, or one
-/// whose creation marker ([`crate::store::creating_marker`]) says its first
-/// start was interrupted before the stamp was durable. A directory with the
-/// engine's files and no stamp is refused ([`crate::store::no_stamp_message`]).
-pub(crate) struct Creation {
-    /// The store directory and its backend's name (`None`: the memory store).
-    dir: Option<(PathBuf, &'static str)>,
-    /// A store without a stamp is new: stamp it.
-    may_create: bool,
-}
-
-impl Creation {
-    /// Looks at `dir` before the open; for a new store, writes the creation
-    /// marker (synced, with its directory) so a kill before the stamp is
-    /// durable leaves a store the next start knows to be new.
-    fn before_open(dir: &std::path::Path, backend: &'static str) -> anyhow::Result<Creation> {
-        let marker = crate::store::creating_marker(dir);
-        let fresh = crate::store::is_new_store_dir(dir)
-            .with_context(|| format!("reading the store directory {}", dir.display()))?;
-        // Files, no creation marker, and not the engine's own record of what
-        // it holds: an open would start a new, empty database there (RocksDB
-        // then deletes the table files it does not know). Refused before the
-        // engine touches anything (a new user's report, 2026-12-03).
-        if !fresh && !marker.exists() {
-            crate::store::engine_record_present(dir, backend)?;
-        }
-        if fresh {
-            let f = std::fs::File::create(&marker)
-                .with_context(|| format!("creating {}", marker.display()))?;
-            f.sync_all()
-                .with_context(|| format!("syncing {}", marker.display()))?;
-            sync_dir_of(&marker)?;
-        }
-        Ok(Creation {
-            dir: Some((dir.to_path_buf(), backend)),
-            may_create: fresh || marker.exists(),
-        })
-    }
-
-    fn memory() -> Creation {
-        Creation {
-            dir: None,
-            may_create: true,
-        }
-    }
-
-    /// The store is stamped (durably): its creation marker goes.
-    fn stamped(&self) -> anyhow::Result<()> {
-        if let Some((dir, _)) = &self.dir {
-            let marker = crate::store::creating_marker(dir);
-            match std::fs::remove_file(&marker) {
-                Ok(()) => sync_dir_of(&marker)?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(
-                        anyhow::Error::new(e).context(format!("removing {}", marker.display()))
-                    );
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// fsyncs the directory that holds `path` (a create or a remove is durable
-/// only then).
-fn sync_dir_of(path: &std::path::Path) -> anyhow::Result<()> {
-    let parent = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    std::fs::File::open(parent)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("syncing the directory {}", parent.display()))
 }
 
 /// A fatal error of `serve` once the logs are set up: `ankusa: <message>` on
@@ -473,53 +340,6 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Stamps a new store (only one [`Creation`] allows: a store with data
-/// files and no stamp is refused, [`StoreRefused`]), or brings an existing one to the format this binary
-/// reads through the migration registry (`crate::migrate`, docs/design.md
-/// section 8), logging a line per migration; refuses a store newer than this
-/// binary before anything is written (`ankusa_queue::migrate::MigrateError::StoreFormatNewer`,
-/// exit status 3).
-fn prepare_store<K: Kv>(kv: &K, creation: &Creation) -> anyhow::Result<()> {
-    let supported = crate::migrate::Supported::from_env().map_err(|e| anyhow!(e))?;
-    if kv.get(Cf::Meta, FORMAT_KEY)?.is_none() {
-        if !creation.may_create
-            && let Some((dir, backend)) = &creation.dir
-        {
-            return Err(StoreRefused(format!(
-                "{}: {}",
-                dir.display(),
-                crate::store::no_stamp_message(dir, backend)
-            ))
-            .into());
-        }
-        if supported.format < STORE_FORMAT {
-            bail!(
-                "a new store: this ankusa reads store formats up to {} (a test setting) and creates none",
-                supported.format
-            );
-        }
-        kv.write(ankusa_queue::init_store(), Durability::Sync)?;
-        info!(format = STORE_FORMAT, "new store");
-    }
-    creation.stamped()?;
-    crate::migrate::run(kv, &supported)?;
-    Ok(())
-}
-
-/// True when `e` is the refusal of a store newer than this binary, or of one
-/// whose stamp (or migration progress) does not decode (exit status 3:
-/// restarting the same binary cannot help).
-fn store_newer(e: &anyhow::Error) -> bool {
-    matches!(
-        e.downcast_ref::<MigrateError>(),
-        Some(
-            MigrateError::StoreFormatNewer { .. }
-                | MigrateError::MigrationNewer { .. }
-                | MigrateError::Undecodable { .. }
-        )
-    )
-}
-
 /// The ingest and admin listeners, bound before the store is opened.
 struct Listeners {
     ingest: tokio::net::TcpListener,
@@ -545,13 +365,13 @@ async fn run<K: Kv>(
     cfg: Config,
     drop_unconfigured: bool,
     fds: crate::limits::FdBudget,
-    creation: Creation,
+    creation: crate::open::Creation,
     listeners: Listeners,
 ) -> anyhow::Result<()> {
     // Migrations first, before the signal handlers: a SIGTERM (or a crash)
     // in the middle of one ends the process, and the next start resumes it
     // after its last committed batch (docs/design.md section 8).
-    prepare_store(&*kv, &creation)?;
+    crate::open::stamp::prepare(&*kv, &creation)?;
     // A SIGTERM from here on is a clean shutdown (shutdown_signal).
     let mut shutdown = Box::pin(shutdown_signal());
     let (batch, registry) = ankusa_queue::register(

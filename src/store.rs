@@ -27,9 +27,11 @@
 //! keep a store as it is, check a copy (`cp -a`).
 //!
 //! A store with data files but no format stamp (damaged, or its journal/WAL
-//! cut at an open) is exit 3 with what to do ([`no_stamp`]), as `serve`
-//! refuses it; one whose first start was interrupted before the stamp (its
-//! creation marker, [`creating_marker`], is still there) is exit 2.
+//! cut at an open) is exit 3 with what to do ([`OpenError::NoStamp`]), as
+//! `serve` refuses it; one whose first start was interrupted before the stamp
+//! (its creation marker, [`crate::open::creating_marker`], is still there) is
+//! exit 2. Finding and opening the store, and every refusal of it, are
+//! [`crate::open`]'s.
 //!
 //! `--repair-counters` then sets every maintained counter to what the keys
 //! call for (`CheckReport::counter_fixes`), in one `Sync` batch, prints each
@@ -43,7 +45,7 @@
 //! (in use by a running relay, a damaged WAL, no format stamp, a newer store
 //! format, an engine error). A
 //! newer store format gets the message `serve` refuses it with
-//! (`StoreFormatNewer { found, supported }` and what to do; src/migrate.rs).
+//! (`StoreFormatNewer { found, supported }` and what to do; src/open/stamp.rs).
 //!
 //! `ankusa store export DATA_DIR FILE [--store B]` and `ankusa store import
 //! FILE DATA_DIR --store B` move a stopped store between backends through the
@@ -66,31 +68,8 @@ use ankusa_queue::{
     CheckReport, CounterFix, Registry, RowId, Violation, check_store, counter_fix_batch,
 };
 
-/// A store backend `store check` can open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Backend {
-    /// RocksDB (`store-rocksdb/`).
-    Rocksdb,
-    /// fjall (`store-fjall/`).
-    Fjall,
-}
-
-impl Backend {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Backend::Rocksdb => "rocksdb",
-            Backend::Fjall => "fjall",
-        }
-    }
-
-    /// True when `dir` holds this backend's files (it wrote them).
-    fn wrote(self, dir: &Path) -> bool {
-        match self {
-            Backend::Rocksdb => dir.join("CURRENT").is_file() && dir.join("IDENTITY").is_file(),
-            Backend::Fjall => dir.join("version").is_file() && dir.join("keyspaces").is_dir(),
-        }
-    }
-}
+use crate::open::stamp::Supported;
+use crate::open::{Backend, OpenError, Opener, find, store_dir};
 
 /// The arguments of `ankusa store check`.
 pub struct Args<'a> {
@@ -105,8 +84,14 @@ pub struct Args<'a> {
 /// A failure that ends the command: its message and exit code.
 pub(crate) struct Fail(pub(crate) u8, pub(crate) String);
 
+impl From<OpenError> for Fail {
+    fn from(e: OpenError) -> Fail {
+        Fail(e.exit_code(), e.to_string())
+    }
+}
+
 pub fn main(args: &Args<'_>) -> ExitCode {
-    let stores = match find(args.dir, args.store) {
+    let stores = match find(args.dir, args.store).map_err(Fail::from) {
         Ok(s) => s,
         Err(Fail(code, msg)) => {
             eprintln!("ankusa store check: {msg}");
@@ -127,121 +112,30 @@ pub fn main(args: &Args<'_>) -> ExitCode {
     ExitCode::from(worst)
 }
 
-/// The stores under `dir`: `dir` itself when a backend wrote it, else its
-/// `store-<backend>` directories that one did.
-pub(crate) fn find(dir: &Path, only: Option<Backend>) -> Result<Vec<(Backend, PathBuf)>, Fail> {
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Err(e) if !absent(&e) => return Err(unreadable(dir, &e)),
-        _ => {
-            let what = if dir.exists() {
-                "not a directory"
-            } else {
-                "not a directory (it does not exist)"
-            };
-            return Err(Fail(
-                2,
-                format!(
-                    "{}: {what}; give the relay's node.data_dir, or a store directory in it",
-                    dir.display()
-                ),
-            ));
-        }
-    }
-    let wanted = |b: Backend| only.is_none_or(|o| o == b);
-    let backends = [Backend::Rocksdb, Backend::Fjall];
-    let mut out: Vec<(Backend, PathBuf)> = backends
-        .into_iter()
-        .filter(|b| b.wrote(dir))
-        .map(|b| (b, dir.to_path_buf()))
-        .collect();
-    if out.is_empty() {
-        out = backends
-            .into_iter()
-            .map(|b| (b, crate::serve::store_dir(dir, b.name())))
-            .filter(|(b, d)| b.wrote(d))
-            .collect();
-    }
-    if out.is_empty() {
-        // A directory it may not read hides a store: that is not "no store".
-        let dirs = std::iter::once(dir.to_path_buf()).chain(
-            backends
-                .iter()
-                .map(|b| crate::serve::store_dir(dir, b.name())),
-        );
-        for d in dirs {
-            if let Err(e) = std::fs::read_dir(&d)
-                && !absent(&e)
-            {
-                return Err(unreadable(&d, &e));
-            }
-        }
-    }
-    let found: Vec<&str> = out.iter().map(|(b, _)| b.name()).collect();
-    out.retain(|(b, _)| wanted(*b));
-    if out.is_empty() {
-        let msg = match (only, found.is_empty()) {
-            (Some(b), false) => format!(
-                "{}: no {} store (found: {})",
-                dir.display(),
-                b.name(),
-                found.join(", ")
-            ),
-            _ => format!(
-                "{}: no ankusa store here (a relay's data_dir holds store-rocksdb/ or store-fjall/; a store directory holds RocksDB's CURRENT or fjall's version file)",
-                dir.display()
-            ),
-        };
-        return Err(Fail(2, msg));
-    }
-    Ok(out)
-}
-
-/// True for an error that means nothing is there: no such file, or a file
-/// where a directory was looked for.
-fn absent(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-    )
-}
-
-/// Exit 3 for a directory that exists but cannot be read (permissions, a
-/// symlink loop, an I/O error), naming it and the OS error.
-fn unreadable(dir: &Path, e: &std::io::Error) -> Fail {
-    let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
-        "; run store check as the relay's user"
-    } else {
-        ""
-    };
-    Fail(3, format!("{}: cannot read it ({e}){hint}", dir.display()))
-}
-
 /// Checks (and with `repair`, repairs the counters of) one store; `Ok(true)`
 /// when it ends clean.
 fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
-            use ankusa_engine_rocksdb::{RocksKv, WalRecovery};
-            refuse_if_locked(dir)?;
+            use crate::open::Access;
+            use ankusa_engine_rocksdb::WalRecovery;
             if repair {
-                let kv = RocksKv::open(dir).map_err(|e| open_failed(dir, &e))?;
+                let kv = crate::open::rocksdb(dir, Access::Write)?;
                 return run(&kv, backend, dir, repair);
             }
-            let kv = match RocksKv::open_read_only(dir, WalRecovery::Absolute) {
+            let kv = match crate::open::rocksdb(dir, Access::ReadOnly(WalRecovery::Absolute)) {
                 Ok(kv) => kv,
-                Err(strict) if is_corruption(&strict) => {
+                Err(OpenError::Damaged { cause: strict, .. }) => {
                     // Is it only the WAL's end? Then check what precedes it.
-                    let kv = RocksKv::open_read_only(dir, WalRecovery::TornTail)
-                        .map_err(|e| open_failed(dir, &e))?;
+                    let kv = crate::open::rocksdb(dir, Access::ReadOnly(WalRecovery::TornTail))?;
                     println!(
                         "{}: note: the end of the WAL does not verify ({strict}): a write a crash cut short (never acknowledged; serve drops it too), or damage in the WAL's last 32 KiB block; checked without it (read-only: nothing was changed)",
                         dir.display()
                     );
                     kv
                 }
-                Err(e) => return Err(open_failed(dir, &e)),
+                Err(e) => return Err(e.into()),
             };
             run(&kv, backend, dir, repair)
         }
@@ -251,190 +145,11 @@ fn check_one(backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
             "a rocksdb store, but this binary was built without the `rocksdb` feature".into(),
         )),
         Backend::Fjall => {
-            let kv = ankusa_engine_fjall::FjallKv::open(dir).map_err(|e| open_failed(dir, &e))?;
+            let kv = crate::open::fjall(dir)?;
             run(&kv, backend, dir, repair)
         }
     }
 }
-
-/// True for an engine error that says the store's files do not verify
-/// (RocksDB's `Corruption` status: a damaged WAL, MANIFEST or SST file).
-pub(crate) fn is_corruption(e: &ankusa_engine::EngineError) -> bool {
-    e.to_string().contains("Corruption:")
-}
-
-/// The file beside the store directory `dir` (`<parent>/.<name>.creating`)
-/// that `serve` writes before it creates a new store there and removes once
-/// the store's format stamp is durable: a store without a stamp and with
-/// this marker is one whose first start was interrupted (it holds no hooks);
-/// without it, a damaged one ([`no_stamp`]).
-pub fn creating_marker(dir: &Path) -> PathBuf {
-    let name = dir
-        .file_name()
-        .map_or_else(|| "store".into(), |n| n.to_string_lossy().into_owned());
-    dir.with_file_name(format!(".{name}.creating"))
-}
-
-/// `Ok` when the store directory `dir` (not new: it holds files) has its
-/// engine's record of what it holds: RocksDB's `CURRENT` (the name of its
-/// MANIFEST), fjall's `version`. Without it an engine's open starts a new,
-/// empty database in the directory (RocksDB then deletes every table file
-/// the new MANIFEST does not name), so `serve` refuses before the open.
-///
-/// # Errors
-/// [`crate::serve::StoreRefused`] (exit 3) naming the missing file, saying
-/// that nothing was changed and what to do.
-pub(crate) fn engine_record_present(dir: &Path, backend: &str) -> anyhow::Result<()> {
-    let (record, repair) = match backend {
-        "rocksdb" => (
-            "CURRENT",
-            "RocksDB's repair can rebuild it from the table files (`ldb repair --db=DIR`, from RocksDB's tools, on a copy); ",
-        ),
-        _ => ("version", ""),
-    };
-    if dir.join(record).is_file() {
-        return Ok(());
-    }
-    Err(crate::serve::StoreRefused(format!(
-        "the store directory {dir} holds files but no {record} ({backend}'s record of what the store holds): it is damaged. \
-         Nothing was changed: opening it would start a new, empty store there and drop the data files. \
-         {repair}or restore a backup dump with `ankusa store import DUMP DATA_DIR --store {backend}` (into a data_dir without this store), \
-         or move {dir} away to start with an empty store",
-        dir = dir.display()
-    ))
-    .into())
-}
-
-/// True when `dir` is missing or holds nothing (a `lost+found` of a fresh
-/// filesystem mounted there aside): the only store directory `serve` may
-/// create a new store in.
-///
-/// # Errors
-/// The directory exists but cannot be read.
-pub fn is_new_store_dir(dir: &Path) -> std::io::Result<bool> {
-    match std::fs::read_dir(dir) {
-        Ok(entries) => {
-            for e in entries {
-                if e?.file_name() != "lost+found" {
-                    return Ok(false);
-                }
-            }
-            Ok(true)
-        }
-        Err(e) if absent(&e) => Ok(true),
-        Err(e) => Err(e),
-    }
-}
-
-/// The refusal of a store directory with the engine's data files but no
-/// format stamp (it is never taken for a new, empty store): what it means
-/// and what to do.
-pub fn no_stamp_message(dir: &Path, backend: &str) -> String {
-    format!(
-        "the store has data files but no format stamp: it is damaged, or its journal/WAL was cut when it was opened \
-         (an engine drops a journal or WAL from its first entry that does not verify, and the stamp is in the first batch a relay writes), \
-         so the hooks it held are not all there. Refusing to use it as a new, empty store. Restore a backup dump with \
-         `ankusa store import DUMP DATA_DIR --store {backend}` (into a data_dir without this store), or move {dir} away to start with an empty store",
-        dir = dir.display()
-    )
-}
-
-/// [`no_stamp_message`] as the `store` commands' failure (exit 3), or exit 2
-/// for a store whose first start was interrupted before its stamp
-/// ([`creating_marker`]).
-pub(crate) fn no_stamp(dir: &Path, backend: Backend) -> Fail {
-    if creating_marker(dir).exists() {
-        return Fail(
-            2,
-            "no store format stamp: a relay's first start was interrupted before it stamped this new store; it holds no hooks, and the next `ankusa serve` stamps it".into(),
-        );
-    }
-    Fail(3, no_stamp_message(dir, backend.name()))
-}
-
-/// The process that holds RocksDB's `LOCK` file in `dir` (a running relay),
-/// if another one does. RocksDB takes it with `fcntl(F_SETLK)`; `F_GETLK`
-/// asks without taking it or writing anything. Asked before the open, because
-/// RocksDB creates its info log before it takes the lock: an open that then
-/// fails on the lock has already renamed the running relay's `LOG` to
-/// `LOG.old.<time>` (the relay goes on writing to the renamed file).
-#[cfg(feature = "rocksdb")]
-fn rocksdb_lock_holder(dir: &Path) -> Option<libc::pid_t> {
-    use std::os::fd::AsRawFd;
-    let file = std::fs::File::open(dir.join("LOCK")).ok()?;
-    // SAFETY: `flock` is plain data; all-zero is a valid value of it.
-    let mut query: libc::flock = unsafe { std::mem::zeroed() };
-    query.l_type = libc::F_WRLCK as libc::c_short;
-    query.l_whence = libc::SEEK_SET as libc::c_short;
-    // SAFETY: F_GETLK reads and writes the `flock` it is given, a valid
-    // local, on a descriptor that stays open for the call.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut query) };
-    (rc == 0 && query.l_type != libc::F_UNLCK as libc::c_short).then_some(query.l_pid)
-}
-
-/// Exit 3 when another process (a running relay) holds the RocksDB store in
-/// `dir`: asked before every open of the `store` commands
-/// ([`rocksdb_lock_holder`]).
-#[cfg(feature = "rocksdb")]
-pub(crate) fn refuse_if_locked(dir: &Path) -> Result<(), Fail> {
-    match rocksdb_lock_holder(dir) {
-        Some(pid) => Err(in_use(&format!(
-            "process {pid} holds {}",
-            dir.join("LOCK").display()
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// Exit 3 for a store another process has open; `why` is what says so.
-fn in_use(why: &str) -> Fail {
-    Fail(
-        3,
-        format!(
-            "the store is in use: a running relay (or another ankusa process) has it open; stop the relay first, this command reads a stopped store ({why})"
-        ),
-    )
-}
-
-/// The engine's open error; a held lock is a running relay, a corruption
-/// is named as damage (with what to do). Only the
-/// engines' own lock errors say so (RocksDB's `While lock file: .../LOCK` or
-/// `lock hold by current process`, fjall's `Locked`): any other error, even
-/// one whose text has "lock" in it (a `block checksum mismatch`, a path such
-/// as `/srv/blocks/`), is a store that cannot be opened.
-pub(crate) fn open_failed(dir: &Path, e: &ankusa_engine::EngineError) -> Fail {
-    let text = e.to_string();
-    let locked = [
-        "While lock file",
-        "lock hold by current process",
-        "FjallError: Locked",
-    ]
-    .iter()
-    .any(|m| text.contains(m));
-    if locked {
-        in_use(&text)
-    } else if is_corruption(e) {
-        Fail(
-            3,
-            format!(
-                "cannot open the store at {}: it is damaged: {text}. {}",
-                dir.display(),
-                DAMAGED_ADVICE
-            ),
-        )
-    } else {
-        Fail(
-            3,
-            format!("cannot open the store at {}: {text}", dir.display()),
-        )
-    }
-}
-
-/// What to do about a store whose files do not verify (RocksDB's
-/// `Corruption` at open), said by `serve` and the `store` commands.
-pub const DAMAGED_ADVICE: &str = "Nothing was changed: a WAL damaged before its end is refused, not cut (every batch after the damage would be lost without a word). \
-     Restore a backup dump with `ankusa store import`, or keep what precedes the damage: start the relay once with \
-     ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time (the WAL is cut at the damage, for good; check the store after with `ankusa store check`)";
 
 fn store_err(e: impl std::fmt::Display) -> Fail {
     Fail(3, format!("the store failed: {e}"))
@@ -442,15 +157,13 @@ fn store_err(e: impl std::fmt::Display) -> Fail {
 
 fn run<K: Kv>(kv: &K, backend: Backend, dir: &Path, repair: bool) -> Result<bool, Fail> {
     // The refusals of `serve` and `store migrate`, word for word (and the
-    // same test setting: src/migrate.rs).
-    let Some(format) = read_format(kv).map_err(|e| Fail(3, e.to_string()))? else {
-        return Err(no_stamp(dir, backend));
+    // same test setting: src/open/stamp.rs).
+    let Some(format) = read_format(kv).map_err(OpenError::Format)? else {
+        return Err(OpenError::no_stamp(dir, backend).into());
     };
-    let supported = crate::migrate::Supported::from_env()
-        .map_err(|e| Fail(2, e))?
-        .format;
-    let progress = read_progress(kv).map_err(|e| Fail(3, e.to_string()))?;
-    check_readable(format, progress.as_ref(), supported).map_err(|e| Fail(3, e.to_string()))?;
+    let supported = Supported::from_env(Opener::Command)?.format;
+    let progress = read_progress(kv).map_err(OpenError::Format)?;
+    check_readable(format, progress.as_ref(), supported).map_err(OpenError::Format)?;
     let names = Registry::read(kv).map_err(store_err)?;
     let what = format!("{} ({}, format {format})", dir.display(), backend.name());
     let report = check_store(&kv.snapshot()).map_err(store_err)?;
@@ -761,12 +474,10 @@ fn export(args: &ExportArgs<'_>) -> Result<(), Fail> {
             // block once, so a large cache would only grow the process (the
             // export of a store of any size stays in bounded memory;
             // tests/it/dump.rs measures it), and it writes nothing in the store.
-            refuse_if_locked(&dir)?;
-            let kv = ankusa_engine_rocksdb::RocksKv::open_read_only(
+            let kv = crate::open::rocksdb(
                 &dir,
-                ankusa_engine_rocksdb::WalRecovery::TornTail,
-            )
-            .map_err(|e| open_failed(&dir, &e))?;
+                crate::open::Access::ReadOnly(ankusa_engine_rocksdb::WalRecovery::TornTail),
+            )?;
             export_from(&kv, backend, &dir, args.file)
         }
         #[cfg(not(feature = "rocksdb"))]
@@ -775,7 +486,7 @@ fn export(args: &ExportArgs<'_>) -> Result<(), Fail> {
             "a rocksdb store, but this binary was built without the `rocksdb` feature".into(),
         )),
         Backend::Fjall => {
-            let kv = ankusa_engine_fjall::FjallKv::open(&dir).map_err(|e| open_failed(&dir, &e))?;
+            let kv = crate::open::fjall(&dir)?;
             export_from(&kv, backend, &dir, args.file)
         }
     }
@@ -838,7 +549,7 @@ fn remove_leftovers(path: &Path, what: &str) {
 fn export_from<K: Kv>(kv: &K, backend: Backend, dir: &Path, file: &Path) -> Result<(), Fail> {
     let format = match kv.get(Cf::Meta, FORMAT_KEY).map_err(store_err)? {
         None => {
-            let Fail(code, msg) = no_stamp(dir, backend);
+            let Fail(code, msg) = OpenError::no_stamp(dir, backend).into();
             return Err(Fail(code, format!("{}: {msg}", dir.display())));
         }
         Some(v) => decode_format(&v).map_err(|e| {
@@ -986,7 +697,7 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
         .map_err(|e| Fail(2, format!("{}: cannot open: {e}", args.file.display())))?;
     let len = file.metadata().map(|m| m.len()).ok();
     let dir = args.dir;
-    for b in [Backend::Rocksdb, Backend::Fjall] {
+    for b in Backend::ALL {
         if b.wrote(dir) {
             return Err(Fail(
                 2,
@@ -1015,11 +726,7 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
         .file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n == "store-rocksdb" || n == "store-fjall");
-    if named_like_a_store
-        || [Backend::Rocksdb, Backend::Fjall]
-            .into_iter()
-            .any(|b| b.wrote(dir))
-    {
+    if named_like_a_store || Backend::ALL.into_iter().any(|b| b.wrote(dir)) {
         return Err(Fail(
             2,
             format!(
@@ -1029,7 +736,7 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
             ),
         ));
     }
-    let target = crate::serve::store_dir(dir, args.store.name());
+    let target = store_dir(dir, args.store.name());
     if target.exists() && std::fs::read_dir(&target).map_or(true, |mut d| d.next().is_some()) {
         return Err(Fail(
             2,
@@ -1067,7 +774,7 @@ fn import(args: &ImportArgs<'_>) -> Result<(), Fail> {
         let s = beside(dir, "import");
         (
             s.clone(),
-            crate::serve::store_dir(&s, args.store.name()),
+            store_dir(&s, args.store.name()),
             dir.to_path_buf(),
         )
     };
@@ -1120,8 +827,7 @@ fn import_into(
     match backend {
         #[cfg(feature = "rocksdb")]
         Backend::Rocksdb => {
-            refuse_if_locked(dir)?;
-            let kv = ankusa_engine_rocksdb::RocksKv::open(dir).map_err(|e| open_failed(dir, &e))?;
+            let kv = crate::open::rocksdb(dir, crate::open::Access::Write)?;
             import_to(&kv, file, len)
         }
         #[cfg(not(feature = "rocksdb"))]
@@ -1130,7 +836,7 @@ fn import_into(
             "--store rocksdb, but this binary was built without the `rocksdb` feature".into(),
         )),
         Backend::Fjall => {
-            let kv = ankusa_engine_fjall::FjallKv::open(dir).map_err(|e| open_failed(dir, &e))?;
+            let kv = crate::open::fjall(dir)?;
             import_to(&kv, file, len)
         }
     }

@@ -7,7 +7,7 @@
 //! calls themselves, on the edge. Release or drop of every hook a filter
 //! takes is a job (`jobs::quarantine`).
 
-use ankusa_edge::server::{Edge, Resolved};
+use ankusa_edge::server::{Edge, Resolved, StoreReadError};
 use ankusa_edge::{Header, ParsedBody};
 use ankusa_engine::{Cf, Kv};
 use ankusa_keys::{
@@ -76,7 +76,7 @@ pub enum ReleaseError {
     Write(WriteError),
     /// A store read failed, or the envelope does not decode.
     #[error("store: {0}")]
-    Store(String),
+    Store(StoreReadError),
 }
 
 /// A failed release or drop of hook `seq` of tenant `name` as the operator
@@ -183,9 +183,9 @@ pub async fn release_quarantined<K: Kv>(
     let raw = edge
         .kv
         .get(Cf::Hooks, &hook_key(tenant, seq))
-        .map_err(|e| ReleaseError::Store(e.to_string()))?
+        .map_err(|e| ReleaseError::Store(e.into()))?
         .ok_or(ReleaseError::NotQuarantined { tenant, seq })?;
-    let envelope = Envelope::decode(&raw).map_err(|e| ReleaseError::Store(e.to_string()))?;
+    let envelope = Envelope::decode(&raw).map_err(|e| ReleaseError::Store(e.into()))?;
     let route = edge
         .sources
         .iter()

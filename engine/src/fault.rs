@@ -208,6 +208,7 @@ impl<K: Kv> FaultKv<K> {
         let e = EngineError::Backend {
             backend: BACKEND,
             op,
+            kind: crate::ErrorKind::Other,
             message: format!("injected {op} failure"),
         };
         if !self.transient {

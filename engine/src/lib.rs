@@ -190,8 +190,32 @@ pub enum Durability {
 /// One key and its value, as a scan yields them.
 pub type KeyValue = (Bytes, Bytes);
 
+/// What a backend's failure ([`EngineError::Backend`]) is, as far as the
+/// backend can tell: what a caller decides on (a damaged store is refused
+/// with what to do, a held lock is another process on the store), where the
+/// message is only for the reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The store's files do not verify: RocksDB's `Corruption` status (a
+    /// damaged WAL, MANIFEST or SST file). fjall's checksum and decoding
+    /// failures are [`ErrorKind::Other`]: what the relay says of a damaged
+    /// store (cut the WAL at the damage with RocksDB's recovery mode) is
+    /// RocksDB's.
+    Corruption,
+    /// Another process (or another handle of this one) holds the store's
+    /// lock: RocksDB's `LOCK` file, fjall's `Locked`.
+    Locked,
+    /// The operating system failed an I/O call (a full disk, a read-only
+    /// filesystem, permissions): RocksDB's `IO error` status other than its
+    /// lock, fjall's I/O error.
+    Io,
+    /// Anything else (an injected failure, a task that panicked, an
+    /// argument the backend refuses).
+    Other,
+}
+
 /// Errors of the storage layer. Free of every other layer's concepts.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
     /// The backend failed an operation (I/O, corruption it detected, a lock).
     #[error("{backend}: {op} failed: {message}")]
@@ -200,6 +224,8 @@ pub enum EngineError {
         backend: &'static str,
         /// What was being done: `open`, `write`, `sync`, `get`, `scan`, ...
         op: &'static str,
+        /// What the failure is, for a caller to decide on.
+        kind: ErrorKind,
         /// The backend's own error text.
         message: String,
     },
@@ -225,6 +251,17 @@ pub enum EngineError {
     /// delete whose start is above its end).
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
+}
+
+impl EngineError {
+    /// The [`ErrorKind`] of a backend's failure; `None` for the other errors
+    /// (a poisoned handle, a value of the wrong shape, a refused batch).
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            EngineError::Backend { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
 }
 
 /// Read access to a store: the live engine or a snapshot.

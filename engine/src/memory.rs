@@ -196,6 +196,7 @@ impl Kv for MemoryKv {
             let e = EngineError::Backend {
                 backend: BACKEND,
                 op: "write",
+                kind: crate::ErrorKind::Other,
                 message: "injected write failure".into(),
             };
             self.poison.set_by(&e);

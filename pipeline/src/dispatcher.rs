@@ -277,7 +277,7 @@ impl<K: Kv> Dispatcher<K> {
                 if !batch.is_empty()
                     && let Err(e) = self.kv.write(batch, Durability::Sync)
                 {
-                    let _ = reply.send(Err(ControlError::Store(e.to_string())));
+                    let _ = reply.send(Err(ControlError::Store(e.clone())));
                     return Err(e.into());
                 }
                 let _ = reply.send(Ok(()));
@@ -298,7 +298,7 @@ impl<K: Kv> Dispatcher<K> {
             None => ankusa_queue::clear_pause(target),
         };
         if let Err(e) = self.kv.write(batch, Durability::Sync) {
-            let _ = reply.send(Err(ControlError::Store(e.to_string())));
+            let _ = reply.send(Err(ControlError::Store(e.clone())));
             return Err(e.into());
         }
         let status = {

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
-use ankusa_engine::Batch;
+use ankusa_engine::{Batch, EngineError};
 use ankusa_keys::meta::{PauseTarget, PausedValue};
 use ankusa_keys::{SinkIx, SourceId, TenantOrd};
 use ankusa_queue::PauseMap;
@@ -54,7 +54,7 @@ pub enum ControlError {
     NotConfigured(PauseTarget),
     /// The store failed the write (the node takes its crash path).
     #[error("store: {0}")]
-    Store(String),
+    Store(EngineError),
     /// The pipeline has stopped.
     #[error("the pipeline has stopped")]
     Stopped,

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use ankusa_engine::{Durability, Kv};
 use ankusa_keys::TenantOrd;
-use ankusa_queue::writer::{WriteError, WriterHandle};
+use ankusa_queue::writer::{StoreFailure, WriteError, WriterHandle};
 use ankusa_queue::{Cursor, Registry};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -108,6 +108,7 @@ pub async fn retention_round<K: Kv>(
                 PipelineError::Store(ankusa_engine::EngineError::Backend {
                     backend: "retention",
                     op: "join",
+                    kind: ankusa_engine::ErrorKind::Other,
                     message: e.to_string(),
                 })
             })??;
@@ -134,7 +135,7 @@ pub async fn dedupe_round<K: Kv>(
 ) -> Result<usize, WriteError> {
     let tenants = tenants(kv)
         .await
-        .map_err(|e| WriteError::Store(e.to_string()))?;
+        .map_err(|e| WriteError::Store(StoreFailure::Other(Arc::new(e))))?;
     let mut deleted = 0;
     for tenant in tenants {
         let mut cursor = None;
@@ -161,6 +162,7 @@ async fn tenants<K: Kv>(kv: &Arc<K>) -> Result<Vec<TenantOrd>, PipelineError> {
             PipelineError::Store(ankusa_engine::EngineError::Backend {
                 backend: "retention",
                 op: "join",
+                kind: ankusa_engine::ErrorKind::Other,
                 message: e.to_string(),
             })
         })??;

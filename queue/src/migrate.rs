@@ -25,7 +25,7 @@
 //!   it would otherwise read; it does not resume the step, and the next start
 //!   of the newer binary does).
 //!
-//! No clock, no I/O: the runtime (the binary's `src/migrate.rs`) reads, calls
+//! No clock, no I/O: the runtime (the binary's `src/open/stamp.rs`) reads, calls
 //! [`next_batch`] and commits.
 //!
 //! # Invariants
@@ -112,7 +112,7 @@ pub fn stamp_only(
 
 /// The format of the test-only migration [`TEST_MIGRATION`] leads to. No
 /// real binary writes it: a binary runs [`TEST_MIGRATION`] only under its
-/// test setting (`ANKUSA_TEST_SUPPORTED_FORMAT=3`, src/migrate.rs).
+/// test setting (`ANKUSA_TEST_SUPPORTED_FORMAT=3`, src/open/stamp.rs).
 pub const TEST_FORMAT: u32 = 3;
 
 /// A test-only migration `2 -> 3` that really rewrites rows, in batches of 8:

@@ -110,13 +110,68 @@ pub enum Ingested {
     Duplicate(Seq),
 }
 
+/// What failed in the store, as [`WriteError::Store`] carries it: the
+/// engine's error, or a record the Writer read that does not decode.
+#[derive(Clone, Debug)]
+pub enum StoreFailure {
+    /// The engine failed a read, a commit or a sync (or a task running one
+    /// ended without its result).
+    Engine(EngineError),
+    /// A dedupe record (`?K`) that does not decode.
+    CorruptDedupe(ankusa_keys::ValueError),
+    /// A failure of the store's reader outside the Writer, in its own words
+    /// (the retention sweep's read of the registry).
+    Other(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl StoreFailure {
+    /// The engine's error, when it is one.
+    pub fn engine(&self) -> Option<&EngineError> {
+        match self {
+            StoreFailure::Engine(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreFailure::Engine(e) => e.fmt(f),
+            StoreFailure::CorruptDedupe(e) => write!(f, "corrupt dedupe record: {e}"),
+            StoreFailure::Other(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Equal failures: the same engine error or record, or the same shared
+/// cause of [`StoreFailure::Other`].
+impl PartialEq for StoreFailure {
+    fn eq(&self, other: &StoreFailure) -> bool {
+        match (self, other) {
+            (StoreFailure::Engine(a), StoreFailure::Engine(b)) => a == b,
+            (StoreFailure::CorruptDedupe(a), StoreFailure::CorruptDedupe(b)) => a == b,
+            (StoreFailure::Other(a), StoreFailure::Other(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for StoreFailure {}
+
+impl From<EngineError> for StoreFailure {
+    fn from(e: EngineError) -> StoreFailure {
+        StoreFailure::Engine(e)
+    }
+}
+
 /// Why a hook was not committed.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum WriteError {
     /// The store failed the commit (or an earlier one): nothing of the group is
     /// acknowledged. The edge answers 503.
     #[error("store failed: {0}")]
-    Store(String),
+    Store(StoreFailure),
     /// The Writer has stopped (shutdown or an earlier store failure).
     #[error("the writer has stopped")]
     Stopped,
@@ -150,7 +205,7 @@ impl WriteError {
             QueueError::NotQuarantined { tenant, seq } => {
                 WriteError::NotQuarantined { tenant, seq }
             }
-            QueueError::Engine(e) => WriteError::Store(e.to_string()),
+            QueueError::Engine(e) => WriteError::Store(e.into()),
             other => WriteError::Refused(other.to_string()),
         }
     }
@@ -580,6 +635,7 @@ fn joined(r: Result<Result<(), EngineError>, tokio::task::JoinError>) -> Result<
         Err(EngineError::Backend {
             backend: "writer",
             op: "sync",
+            kind: ankusa_engine::ErrorKind::Other,
             message: e.to_string(),
         })
     })
@@ -727,7 +783,7 @@ impl<K: Kv> Writer<K> {
                         let result = joined(job.await);
                         let _ = self.synced(result, answers, &started, &mut Vec::new());
                     }
-                    let err = WriteError::Store(e.to_string());
+                    let err = WriteError::Store(StoreFailure::from(e.clone()));
                     for a in written {
                         a.fail(&err);
                     }
@@ -781,7 +837,7 @@ impl<K: Kv> Writer<K> {
                 Ok(())
             }
             Err(e) => {
-                let err = WriteError::Store(e.to_string());
+                let err = WriteError::Store(StoreFailure::from(e.clone()));
                 for a in answers.into_iter().chain(written.drain(..)) {
                     a.fail(&err);
                 }
@@ -948,15 +1004,15 @@ impl<K: Kv> Writer<K> {
                                 }
                                 Ok(_) => {} // expired: a new hook
                                 Err(e) => {
-                                    let _ = reply.send(Err(WriteError::Store(format!(
-                                        "corrupt dedupe record: {e}"
-                                    ))));
+                                    let _ = reply.send(Err(WriteError::Store(
+                                        StoreFailure::CorruptDedupe(e),
+                                    )));
                                     continue;
                                 }
                             },
                             Ok(None) => {}
                             Err(e) => {
-                                let _ = reply.send(Err(WriteError::Store(e.to_string())));
+                                let _ = reply.send(Err(WriteError::Store(e.into())));
                                 continue;
                             }
                         }
@@ -999,11 +1055,12 @@ impl<K: Kv> Writer<K> {
                     Err(EngineError::Backend {
                         backend: "writer",
                         op: "write",
+                        kind: ankusa_engine::ErrorKind::Other,
                         message: e.to_string(),
                     })
                 });
             if let Err(e) = result {
-                let err = WriteError::Store(e.to_string());
+                let err = WriteError::Store(StoreFailure::from(e.clone()));
                 for a in answers {
                     a.fail(&err);
                 }
@@ -1039,7 +1096,7 @@ impl<K: Kv> Writer<K> {
         let stored = self
             .kv
             .get(Cf::Meta, &state.key)
-            .map_err(|e| WriteError::Store(e.to_string()))?;
+            .map_err(|e| WriteError::Store(e.into()))?;
         if stored.as_deref() != state.expect.as_deref() {
             return Err(WriteError::Refused(
                 "the job's state changed since its step was built".into(),
@@ -1292,7 +1349,7 @@ mod tests {
         kv.inject_write_failure();
         let err = handle.ingest(req(2, None)).await.unwrap_err();
         assert!(
-            matches!(err, WriteError::Store(ref m) if m.contains("injected")),
+            matches!(err, WriteError::Store(ref m) if m.to_string().contains("injected")),
             "{err}"
         );
         assert!(task.await.unwrap().is_err());
@@ -1409,7 +1466,7 @@ mod tests {
         for r in [a.await.unwrap(), b.await.unwrap()] {
             let err = r.unwrap_err();
             assert!(
-                matches!(err, WriteError::Store(ref m) if m.contains("injected sync failure")),
+                matches!(err, WriteError::Store(ref m) if m.to_string().contains("injected sync failure")),
                 "{err}"
             );
         }

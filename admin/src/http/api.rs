@@ -372,6 +372,7 @@ mod tests {
         let e = ankusa_engine::EngineError::Backend {
             backend: "rocksdb",
             op: "write",
+            kind: ankusa_engine::ErrorKind::Io,
             message: format!("IO error: No space left on device: While appending to file: {path}"),
         };
         assert!(e.to_string().contains(path));

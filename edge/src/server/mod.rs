@@ -802,11 +802,10 @@ impl<K: Kv> Edge<K> {
     /// dedupe pre-check (and the bounds), so a provider's resend of a hook the
     /// purge deletes is refused (503, it retries) rather than answered
     /// "duplicate".
-    fn is_purging(&self, tenant: TenantOrd) -> Result<bool, String> {
+    fn is_purging(&self, tenant: TenantOrd) -> Result<bool, ankusa_engine::EngineError> {
         Ok(self
             .kv
-            .get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant))
-            .map_err(|e| e.to_string())?
+            .get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant))?
             .is_some())
     }
 
@@ -883,12 +882,12 @@ impl<K: Kv> Edge<K> {
         route: &SourceRoute,
         dk: &[u8],
         now: u64,
-    ) -> Result<Option<Option<String>>, String> {
+    ) -> Result<Option<Option<String>>, StoreReadError> {
         let key = dedupe_key(tenant, route.id, dk);
-        let Some(v) = self.kv.get(Cf::Index, &key).map_err(|e| e.to_string())? else {
+        let Some(v) = self.kv.get(Cf::Index, &key)? else {
             return Ok(None);
         };
-        let d = DedupeValue::decode(&v).map_err(|e| e.to_string())?;
+        let d = DedupeValue::decode(&v)?;
         if d.expires_at_ms <= now {
             return Ok(None);
         }
@@ -912,7 +911,7 @@ impl<K: Kv> Edge<K> {
         tenant: &TenantRoute,
         rows: u64,
         bytes: u64,
-    ) -> Result<Result<Reservation<'_>, Resp>, String> {
+    ) -> Result<Result<Reservation<'_>, Resp>, ankusa_engine::EngineError> {
         // No row: nothing is added to the queue, so no bound can refuse it
         // (docs/design.md section 5, "Edge", step 8 counts only the rows made).
         if rows == 0 {
@@ -923,12 +922,8 @@ impl<K: Kv> Edge<K> {
                 bytes: 0,
             }));
         }
-        let read = |t: TenantOrd, f: CounterField| -> Result<u64, String> {
-            Ok(self
-                .kv
-                .counter(&counter_key(t, f))
-                .map_err(|e| e.to_string())?
-                .max(0) as u64)
+        let read = |t: TenantOrd, f: CounterField| -> Result<u64, ankusa_engine::EngineError> {
+            Ok(self.kv.counter(&counter_key(t, f))?.max(0) as u64)
         };
         let mut held = self.reservations.lock().unwrap_or_else(|p| p.into_inner());
         let (t_rows, t_bytes) = held.tenants.get(&tenant.ord).copied().unwrap_or((0, 0));
@@ -966,6 +961,19 @@ impl<K: Kv> Edge<K> {
             bytes,
         }))
     }
+}
+
+/// A read of the store that did not give what the edge needs: the engine
+/// failed it, or the value read does not decode (the dedupe pre-check, a
+/// release's envelope).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreReadError {
+    /// The engine failed the read.
+    #[error(transparent)]
+    Engine(#[from] ankusa_engine::EngineError),
+    /// The value does not have its family's layout.
+    #[error(transparent)]
+    Value(#[from] ankusa_keys::ValueError),
 }
 
 /// A hook the edge is about to hold in quarantine.
@@ -1071,6 +1079,7 @@ mod tests {
         let e = ankusa_engine::EngineError::Backend {
             backend: "rocksdb",
             op: "sync",
+            kind: ankusa_engine::ErrorKind::Io,
             message: format!("IO error: No space left on device: While appending to file: {path}"),
         };
         assert!(e.to_string().contains(path));

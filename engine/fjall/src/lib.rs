@@ -29,8 +29,8 @@ use std::path::Path;
 use std::sync::{PoisonError, RwLock};
 
 use ankusa_engine::{
-    Batch, Bytes, COUNTER_CF, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Op,
-    OpCounters, OpStats, Poison, Read, decode_counter, encode_counter,
+    Batch, Bytes, COUNTER_CF, Cf, Direction, Durability, EngineError, ErrorKind, KeyRange,
+    KeyValue, Kv, Op, OpCounters, OpStats, Poison, Read, decode_counter, encode_counter,
 };
 use fjall::{
     Iter, KeyspaceCreateOptions, PersistMode, Readable, SingleWriterTxDatabase,
@@ -39,10 +39,19 @@ use fjall::{
 
 const BACKEND: &str = "fjall";
 
-fn backend_err(op: &'static str, e: impl std::fmt::Display) -> EngineError {
+/// fjall's error with its kind: `Locked` (another process holds the store),
+/// an I/O error (its own or its LSM-tree's), or anything else (its checksum
+/// and decoding failures included: [`ErrorKind::Corruption`] is RocksDB's).
+fn backend_err(op: &'static str, e: fjall::Error) -> EngineError {
+    let kind = match &e {
+        fjall::Error::Locked => ErrorKind::Locked,
+        fjall::Error::Io(_) | fjall::Error::Storage(fjall::LsmError::Io(_)) => ErrorKind::Io,
+        _ => ErrorKind::Other,
+    };
     EngineError::Backend {
         backend: BACKEND,
         op,
+        kind,
         message: e.to_string(),
     }
 }
@@ -356,5 +365,26 @@ impl Kv for FjallKv {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store another handle holds is [`ErrorKind::Locked`], with fjall's
+    /// message as it is.
+    #[test]
+    fn a_held_lock_is_its_own_kind() {
+        let dir = std::env::temp_dir().join(format!("ankusa-fjall-locked-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let held = FjallKv::open(&dir).expect("open");
+        let Err(err) = FjallKv::open(&dir) else {
+            panic!("a second open of a held store succeeded")
+        };
+        assert_eq!(err.kind(), Some(ErrorKind::Locked), "{err}");
+        assert_eq!(err.to_string(), "fjall: open failed: FjallError: Locked");
+        drop(held);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -45,8 +45,8 @@
 use std::path::Path;
 
 use ankusa_engine::{
-    Batch, Bytes, COUNTER_CF, Cf, Direction, Durability, EngineError, KeyRange, KeyValue, Kv, Op,
-    OpCounters, OpStats, Poison, Read,
+    Batch, Bytes, COUNTER_CF, Cf, Direction, Durability, EngineError, ErrorKind, KeyRange,
+    KeyValue, Kv, Op, OpCounters, OpStats, Poison, Read,
 };
 use rocksdb::{
     BlockBasedOptions, BottommostLevelCompaction, Cache, ColumnFamily, ColumnFamilyDescriptor,
@@ -150,11 +150,38 @@ impl std::fmt::Debug for RocksKv {
     }
 }
 
-fn backend_err(op: &'static str, e: impl std::fmt::Display) -> EngineError {
+/// RocksDB's error with its kind: its status code (`rocksdb::Error::kind`),
+/// and for an `IO error` its lock file's own words (`While lock file: .../LOCK`,
+/// another process; `lock hold by current process`, another handle of this
+/// one): RocksDB has no status of its own for a held lock.
+fn backend_err(op: &'static str, e: rocksdb::Error) -> EngineError {
+    let message = e.to_string();
+    let kind = if message.contains("While lock file")
+        || message.contains("lock hold by current process")
+    {
+        ErrorKind::Locked
+    } else {
+        match e.kind() {
+            rocksdb::ErrorKind::Corruption => ErrorKind::Corruption,
+            rocksdb::ErrorKind::IOError => ErrorKind::Io,
+            _ => ErrorKind::Other,
+        }
+    };
     EngineError::Backend {
         backend: BACKEND,
         op,
-        message: e.to_string(),
+        kind,
+        message,
+    }
+}
+
+/// A failure this backend finds itself (not RocksDB's): [`ErrorKind::Other`].
+fn own_err(op: &'static str, message: impl std::fmt::Display) -> EngineError {
+    EngineError::Backend {
+        backend: BACKEND,
+        op,
+        kind: ErrorKind::Other,
+        message: message.to_string(),
     }
 }
 
@@ -210,7 +237,7 @@ impl RocksKv {
         // rust-rocksdb creates the directory before every open, read-only
         // ones too: a missing store must not be made.
         if !path.is_dir() {
-            return Err(backend_err(
+            return Err(own_err(
                 "open",
                 format!("{}: no such store directory", path.display()),
             ));
@@ -296,7 +323,7 @@ impl RocksKv {
     fn checked(db: DB, read_only: bool) -> Result<Self, EngineError> {
         for cf in Cf::ALL {
             if db.cf_handle(cf.name()).is_none() {
-                return Err(backend_err(
+                return Err(own_err(
                     "open",
                     format!("column family {} missing after open", cf.name()),
                 ));
@@ -362,7 +389,7 @@ impl RocksKv {
         self.db
             .property_int_value_cf(self.cf(cf), "rocksdb.total-sst-files-size")
             .map_err(|e| backend_err("property", e))?
-            .ok_or_else(|| backend_err("property", "rocksdb.total-sst-files-size not reported"))
+            .ok_or_else(|| own_err("property", "rocksdb.total-sst-files-size not reported"))
     }
 
     /// True when opened with [`RocksKv::open_read_only`].
@@ -372,7 +399,7 @@ impl RocksKv {
 
     fn refuse_if_read_only(&self, op: &'static str) -> Result<(), EngineError> {
         if self.read_only {
-            return Err(backend_err(op, "the store is open read-only"));
+            return Err(own_err(op, "the store is open read-only"));
         }
         Ok(())
     }

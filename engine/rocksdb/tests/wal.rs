@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ankusa_engine::{Batch, Cf, Direction, Durability, KeyRange, Kv, Read};
+use ankusa_engine::{Batch, Cf, Direction, Durability, ErrorKind, KeyRange, Kv, Read};
 use ankusa_engine_rocksdb::{RocksKv, WalRecovery};
 
 /// A directory under the system temp dir, removed when dropped.
@@ -155,6 +155,18 @@ fn a_read_only_open_of_no_store_creates_nothing() {
     assert!(!missing.exists(), "created {}", missing.display());
 }
 
+/// A store another handle holds is [`ErrorKind::Locked`] (RocksDB says so
+/// only in its `IO error`'s words), with RocksDB's message as it is.
+#[test]
+fn a_held_lock_is_its_own_kind() {
+    let dir = Dir::new("locked");
+    let held = RocksKv::open(&dir.0).expect("open");
+    let err = RocksKv::open(&dir.0).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Locked), "{err}");
+    assert!(err.to_string().contains("IO error"), "{err}");
+    drop(held);
+}
+
 /// The offset of the hook payload (100 bytes of 7s) nearest a third into `wal`.
 fn payload_at_a_third(wal: &Path) -> u64 {
     let bytes = std::fs::read(wal).expect("read the WAL");
@@ -174,9 +186,9 @@ fn a_wal_damaged_before_its_end_refuses_the_open_and_point_in_time_cuts_it() {
     damage(&wal, payload_at_a_third(&wal));
     let before = contents(&dir.0);
     for mode in [WalRecovery::TornTail, WalRecovery::Absolute] {
-        let err = RocksKv::open_read_only(&dir.0, mode)
-            .unwrap_err()
-            .to_string();
+        let err = RocksKv::open_read_only(&dir.0, mode).unwrap_err();
+        assert_eq!(err.kind(), Some(ErrorKind::Corruption), "{mode:?}: {err}");
+        let err = err.to_string();
         assert!(
             err.contains("Corruption") && err.contains("checksum mismatch"),
             "{mode:?}: the read-only open names the damage: {err}"
@@ -187,7 +199,9 @@ fn a_wal_damaged_before_its_end_refuses_the_open_and_point_in_time_cuts_it() {
             &format!("{mode:?}: the refused read-only open"),
         );
     }
-    let err = RocksKv::open(&dir.0).unwrap_err().to_string();
+    let err = RocksKv::open(&dir.0).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Corruption), "{err}");
+    let err = err.to_string();
     assert!(
         err.contains("Corruption") && err.contains("checksum mismatch"),
         "the writable open refuses too: {err}"

@@ -378,7 +378,7 @@ async fn a_failed_ingest_commit_is_answered_with_an_error_and_leaves_nothing() {
     node.kv.fail_write_where(|b| puts_envelope(b, Seq(4)));
     let err = node.ingest("k-3", Some("k")).await.unwrap_err();
     assert!(
-        matches!(err, WriteError::Store(ref m) if m.contains("injected write failure")),
+        matches!(err, WriteError::Store(ref m) if m.to_string().contains("injected write failure")),
         "{err:?}"
     );
     let ended = node.writer_ended().await.unwrap_err();
@@ -447,7 +447,7 @@ async fn a_failed_ingest_sync_is_answered_with_an_error_and_the_acknowledged_hoo
     node.kv.fail_next_syncs(1);
     let err = node.ingest("k-2", Some("k")).await.unwrap_err();
     assert!(
-        matches!(err, WriteError::Store(ref m) if m.contains("injected sync failure")),
+        matches!(err, WriteError::Store(ref m) if m.to_string().contains("injected sync failure")),
         "{err:?}"
     );
     let ended = node.writer_ended().await.unwrap_err();
@@ -562,7 +562,7 @@ async fn a_failed_flush_after_the_sink_took_a_head_holds_its_lane_until_the_rest
     // stops at its next commit.
     let err = node.ingest("a-5", Some("a")).await.unwrap_err();
     assert!(
-        matches!(err, WriteError::Store(ref m) if m.contains("poisoned") && m.contains("injected write failure")),
+        matches!(err, WriteError::Store(ref m) if m.to_string().contains("poisoned") && m.to_string().contains("injected write failure")),
         "{err:?}"
     );
     let ended = node.writer_ended().await.unwrap_err();
