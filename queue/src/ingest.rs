@@ -12,6 +12,7 @@ use ankusa_keys::{
 use ankusa_lanes::{LaneAssignment, RowId, count};
 
 use crate::QueueError;
+use crate::admission::size_of_encoded;
 
 /// A hook the Writer commits: its tenant, the seq it assigned, the envelope.
 #[derive(Clone, Copy, Debug)]
@@ -34,17 +35,6 @@ pub struct NewRow {
     pub sink: SinkIx,
     /// `Some` for an ordered sink (ADR 0004 section 2: [`ankusa_lanes::assign`]).
     pub lane: Option<LaneAssignment>,
-}
-
-/// The size a hook counts against its tenant's queue bounds (counter `bytes`):
-/// the length of its stored envelope, saturated at `u32::MAX`. Every row of the
-/// hook has this size.
-pub fn hook_size(envelope: &Envelope) -> u32 {
-    size_of_encoded(envelope.encode().len())
-}
-
-fn size_of_encoded(len: usize) -> u32 {
-    u32::try_from(len).unwrap_or(u32::MAX)
 }
 
 /// The envelope, its archive entry and its dedupe record.

@@ -82,6 +82,7 @@ pub use ankusa_lanes as lanes;
 pub use ankusa_lanes::{LaneAssignment, RowId, count, mutation};
 
 mod admin;
+mod admission;
 mod check;
 mod ingest;
 pub mod metrics;
@@ -98,12 +99,13 @@ pub use admin::{
     OLDEST_DUE_TENANTS, dead_letter_sinks, dead_letter_source, drop_dead, expire_dedupe,
     init_store, oldest_due, purge_tenant, retention, sweep_markers, sweep_markers_recheck,
 };
+pub use admission::{hook_size, is_purging, live_dedupe};
 pub use check::{
     Census, CheckReport, CounterFix, Violation, check_invariants, check_store, counter_fix_batch,
 };
 pub use ingest::{
-    Hook, NewRow, QuarantinePage, Quarantined, drop_quarantined, hook_size, list_quarantined,
-    new_ops, quarantine, release, replay,
+    Hook, NewRow, QuarantinePage, Quarantined, drop_quarantined, list_quarantined, new_ops,
+    quarantine, release, replay,
 };
 pub use pause::{
     PauseMap, SinkUnhold, clear_pause, hold, read_pauses, set_pause, unhold, unhold_sink,

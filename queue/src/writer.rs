@@ -55,7 +55,7 @@ use std::time::Instant;
 
 use ankusa_engine::{Batch, Cf, Durability, EngineError, Kv, Read};
 use ankusa_keys::meta::{decode_seq_high_water, encode_seq_high_water};
-use ankusa_keys::{DedupeValue, Envelope, LaneId, SEQ_HIGH_WATER_KEY, Seq, TenantOrd, dedupe_key};
+use ankusa_keys::{Envelope, LaneId, SEQ_HIGH_WATER_KEY, Seq, TenantOrd, dedupe_key};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::WriterMetrics;
@@ -996,23 +996,27 @@ impl<K: Kv> Writer<K> {
                             answers.push(Answer::Ingest(reply, Ingested::Duplicate(*seq)));
                             continue;
                         }
-                        match self.kv.get(Cf::Index, &key) {
-                            Ok(Some(v)) => match DedupeValue::decode(&v) {
-                                Ok(d) if d.expires_at_ms > now_ms => {
-                                    answers.push(Answer::Ingest(reply, Ingested::Duplicate(d.seq)));
-                                    continue;
-                                }
-                                Ok(_) => {} // expired: a new hook
-                                Err(e) => {
-                                    let _ = reply.send(Err(WriteError::Store(
-                                        StoreFailure::CorruptDedupe(e),
-                                    )));
-                                    continue;
-                                }
-                            },
-                            Ok(None) => {}
+                        // The edge's pre-check read the same record
+                        // (`crate::live_dedupe`); this decides at the commit.
+                        match crate::live_dedupe(
+                            &*self.kv,
+                            req.tenant,
+                            req.envelope.source,
+                            dk,
+                            now_ms,
+                        ) {
+                            Ok(Some(seq)) => {
+                                answers.push(Answer::Ingest(reply, Ingested::Duplicate(seq)));
+                                continue;
+                            }
+                            Ok(None) => {} // none, or expired: a new hook
+                            Err(QueueError::Value(e)) => {
+                                let _ = reply
+                                    .send(Err(WriteError::Store(StoreFailure::CorruptDedupe(e))));
+                                continue;
+                            }
                             Err(e) => {
-                                let _ = reply.send(Err(WriteError::Store(e.into())));
+                                let _ = reply.send(Err(WriteError::of(e)));
                                 continue;
                             }
                         }
@@ -1205,7 +1209,7 @@ mod tests {
 
     use ankusa_engine::memory::MemoryKv;
     use ankusa_engine::{Direction, scan_pages};
-    use ankusa_keys::{SinkIx, SourceId, hooks_range};
+    use ankusa_keys::{DedupeValue, SinkIx, SourceId, hooks_range};
 
     use super::*;
     use crate::check_invariants;

@@ -54,9 +54,8 @@ use std::time::{Duration, Instant};
 
 use ankusa_config::OnInvalidSignature;
 use ankusa_engine::{Cf, Kv};
-use ankusa_keys::{
-    CounterField, DedupeValue, Envelope, Seq, TenantOrd, counter_key, dedupe_key, hook_key,
-};
+use ankusa_keys::{CounterField, Envelope, Seq, TenantOrd, counter_key, hook_key};
+use ankusa_queue::QueueError;
 use ankusa_queue::writer::{IngestRequest, Ingested, QuarantineRequest, WriteError, WriterHandle};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -614,7 +613,7 @@ impl<K: Kv> Edge<K> {
         // check reserves exactly what the Writer's commit adds (a break-it
         // run: reserving the body's length let `max_pending_bytes` be
         // overshot by the envelope's headers and fields).
-        let bytes_n = envelope.encoded_len().min(u32::MAX as usize) as u64 * rows_n;
+        let bytes_n = u64::from(ankusa_queue::hook_size(&envelope)) * rows_n;
         let reservation = match self.reserve(&tenant, rows_n, bytes_n) {
             Ok(Ok(r)) => r,
             Ok(Err(resp)) => return resp,
@@ -802,11 +801,8 @@ impl<K: Kv> Edge<K> {
     /// dedupe pre-check (and the bounds), so a provider's resend of a hook the
     /// purge deletes is refused (503, it retries) rather than answered
     /// "duplicate".
-    fn is_purging(&self, tenant: TenantOrd) -> Result<bool, ankusa_engine::EngineError> {
-        Ok(self
-            .kv
-            .get(Cf::Meta, &ankusa_keys::meta::purge_key(tenant))?
-            .is_some())
+    fn is_purging(&self, tenant: TenantOrd) -> Result<bool, QueueError> {
+        ankusa_queue::is_purging(&*self.kv, tenant)
     }
 
     /// 503 for a store failure: the detail (a backend's error, which may
@@ -882,16 +878,11 @@ impl<K: Kv> Edge<K> {
         route: &SourceRoute,
         dk: &[u8],
         now: u64,
-    ) -> Result<Option<Option<String>>, StoreReadError> {
-        let key = dedupe_key(tenant, route.id, dk);
-        let Some(v) = self.kv.get(Cf::Index, &key)? else {
-            return Ok(None);
-        };
-        let d = DedupeValue::decode(&v)?;
-        if d.expires_at_ms <= now {
-            return Ok(None);
-        }
-        Ok(Some(self.id_of(tenant, d.seq)))
+    ) -> Result<Option<Option<String>>, QueueError> {
+        Ok(
+            ankusa_queue::live_dedupe(&*self.kv, tenant, route.id, dk, now)?
+                .map(|seq| self.id_of(tenant, seq)),
+        )
     }
 
     fn id_of(&self, tenant: TenantOrd, seq: Seq) -> Option<String> {

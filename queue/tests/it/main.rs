@@ -6,6 +6,7 @@
 
 mod support;
 
+mod admission;
 mod check;
 mod claim_retry_park;
 mod dead_letter;
