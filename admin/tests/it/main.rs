@@ -3,5 +3,6 @@
 //! OpenAPI document held together. One test binary (docs/contributing.md, "One
 //! integration-test binary per crate").
 
+mod answers;
 mod jobs;
 mod openapi;

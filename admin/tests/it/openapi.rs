@@ -579,3 +579,62 @@ fn job_kinds_and_states_are_the_documents() {
     }
     assert_eq!(states.len(), 4, "every JobState is in the document");
 }
+
+/// Every answer of a running listener ([`crate::answers`]) is one the
+/// document lists for its route, method and status; its JSON is valid
+/// against the schema the document names, and goes through the schema's
+/// type unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_listeners_answers_are_the_documents_and_their_types() {
+    let doc = doc();
+    let schemas = &doc["components"]["schemas"];
+    let answers = crate::answers::answers().await;
+    let mut statuses = BTreeSet::new();
+    for a in &answers {
+        let what = format!("{} {} -> {}", a.method, a.target, a.status);
+        statuses.insert(a.status);
+        assert_eq!(a.content_type, "application/json", "{what}");
+        let v: Value = serde_json::from_str(&a.body).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let path = a.target.split('?').next().unwrap_or_default();
+        let pattern = routes().map(|(_, p)| p).find(|p| {
+            let (ps, ts): (Vec<&str>, Vec<&str>) =
+                (p.split('/').collect(), path.split('/').collect());
+            ps.len() == ts.len()
+                && ps
+                    .iter()
+                    .zip(&ts)
+                    .all(|(p, t)| p.starts_with('{') || p == t)
+        });
+        let schema = match pattern {
+            // No route: the router's own 404.
+            None => "Error".to_owned(),
+            Some(p) => {
+                let op = &doc["paths"][p][a.method.to_ascii_lowercase()];
+                // A method the path does not answer: its 405.
+                let op = if op.is_null() {
+                    &doc["paths"][p]["get"]
+                } else {
+                    op
+                };
+                let content = &op["responses"][a.status.to_string()]["content"]["application/json"];
+                ref_name(&content["schema"])
+                    .unwrap_or_else(|| panic!("{what}: openapi.json lists no such answer"))
+                    .to_owned()
+            }
+        };
+        if let Some(e) = invalid(schemas, &schemas[&schema], &v, &schema) {
+            panic!("{what}: not a valid {schema}: {e}\n{}", a.body);
+        }
+        let back = type_of(&schema)(&v).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(
+            back, v,
+            "{what}: {schema} did not go through its type unchanged"
+        );
+    }
+    // The questions reach successes and errors both.
+    assert!(
+        statuses.contains(&200) && statuses.contains(&202),
+        "{statuses:?}"
+    );
+    assert!(statuses.iter().any(|s| *s >= 400), "{statuses:?}");
+}
