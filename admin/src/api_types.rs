@@ -15,6 +15,10 @@
 //! - Deserialising ignores fields it does not know, so a client reads the
 //!   answer of a relay that added one.
 //!
+//! The two request bodies (`JobRequest`, `PauseRequest`) are here too: the
+//! listener reads them, the CLI writes them (leaving out what it does not
+//! give).
+//!
 //! These types hold only data and serde (no store, no HTTP); the job kinds
 //! and states are the job model's own enums ([`JobKind`], [`JobState`]).
 //! They live in this crate, not one of their own, because their one client,
@@ -556,4 +560,54 @@ pub struct Released {
     pub source: String,
     /// Delivery rows made.
     pub rows: u64,
+}
+
+/// The body of `POST /v1/jobs`: which fields of the filter a kind takes is
+/// each kind's (`crate::jobs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    /// What the job does.
+    pub kind: JobKind,
+    /// What it acts on.
+    #[serde(default)]
+    pub filter: FilterRequest,
+    /// A replay's sink entries (default: every sink of the source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sinks: Option<Vec<String>>,
+}
+
+/// A job's filter as a request gives it: a field left out is every one;
+/// `since`/`until` are unix ms (a number) or RFC 3339 (text), read by the
+/// listener, which names what else it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterRequest {
+    /// Tenant name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// Source name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Sink entry name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sink: Option<String>,
+    /// The reason (a prefix, or a retirement's reason).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// At or after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<serde_json::Value>,
+    /// Before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<serde_json::Value>,
+}
+
+/// The body of a pause (optional): why.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PauseRequest {
+    /// Why (default "paused through the admin API").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }

@@ -7,16 +7,15 @@ use std::sync::Arc;
 
 use ankusa_engine::{Cf, Direction, KeyRange, Kv};
 use ankusa_keys::meta::{job_key, jobs_range};
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::AdminState;
 use super::api::{
     ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_time_ms, rfc3339,
 };
-use crate::api_types::{self, Filter, JobList, Page};
+use crate::api_types::{self, Filter, JobList, JobRequest, Page};
 use crate::dlq::DlqFilter;
-use crate::jobs::{self, Job, JobKind, decode, read_job};
+use crate::jobs::{self, Job, decode, read_job};
 
 /// A job as the API shows it (no version, no cursor).
 pub fn job_view(job: &Job) -> api_types::Job {
@@ -48,30 +47,6 @@ fn filter_view(f: &DlqFilter) -> Filter {
         since_ms: f.since_ms,
         until_ms: f.until_ms,
     }
-}
-
-/// The body of `POST /v1/jobs`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JobRequest {
-    kind: JobKind,
-    #[serde(default)]
-    filter: FilterRequest,
-    /// A replay's sink entries (default: every sink of the source).
-    #[serde(default)]
-    sinks: Option<Vec<String>>,
-}
-
-/// A filter as a request gives it: `since`/`until` as unix ms or RFC 3339.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FilterRequest {
-    tenant: Option<String>,
-    source: Option<String>,
-    sink: Option<String>,
-    reason: Option<String>,
-    since: Option<Value>,
-    until: Option<Value>,
 }
 
 fn time_of(name: &str, v: Option<Value>) -> Result<Option<u64>, ApiError> {

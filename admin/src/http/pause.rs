@@ -14,11 +14,10 @@ use ankusa_engine::Kv;
 use ankusa_keys::SinkIx;
 use ankusa_keys::meta::{PauseTarget, PausedValue};
 use ankusa_queue::PauseMap;
-use serde::Deserialize;
 
 use super::AdminState;
 use super::api::{ApiError, Query, rfc3339};
-use crate::api_types::{PauseInfo, PauseState, RuntimePause};
+use crate::api_types::{PauseInfo, PauseRequest, PauseState, RuntimePause};
 use crate::context::{ControlFailure, block};
 
 /// The reason a pause made through the API records when the request gives
@@ -26,13 +25,6 @@ use crate::context::{ControlFailure, block};
 pub const DEFAULT_PAUSE_REASON: &str = "paused through the admin API";
 /// The longest pause reason the API takes, bytes.
 pub const MAX_REASON_BYTES: usize = 1024;
-
-/// The body of a pause (optional): `{"reason": "..."}`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PauseRequest {
-    reason: Option<String>,
-}
 
 /// `{by_config, by_runtime}` of one target: what pauses it itself.
 pub(crate) fn pause_info(by_config: bool, runtime: Option<&PausedValue>) -> PauseInfo {

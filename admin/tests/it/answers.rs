@@ -199,6 +199,8 @@ pub(crate) async fn answers() -> Vec<Answer> {
             ("POST", "/v1/sources/demo/resume", r#"{"reason": "x"}"#),
             ("POST", "/v1/sources/demo/resume", ""),
             ("POST", "/v1/sources/nowhere/pause", ""),
+            ("POST", "/v1/sources/demo/pause", r#"{"why": "x"}"#),
+            ("POST", "/v1/sources/demo/pause", "not json"),
         ] {
             out.push(ask(addr, method, target, body));
         }
@@ -239,6 +241,24 @@ pub(crate) async fn answers() -> Vec<Answer> {
                 "/v1/jobs",
                 r#"{"kind": "revive", "filter": {"reason": ""}}"#,
             ),
+            ("POST", "/v1/jobs", r#"{"kind": "nope"}"#),
+            ("POST", "/v1/jobs", r#"{"kind": "revive", "x": 1}"#),
+            (
+                "POST",
+                "/v1/jobs",
+                r#"{"kind": "revive", "filter": {"x": 1}}"#,
+            ),
+            (
+                "POST",
+                "/v1/jobs",
+                r#"{"kind": "revive", "filter": {"since": true}}"#,
+            ),
+            (
+                "POST",
+                "/v1/jobs",
+                r#"{"kind": "revive", "filter": {"until": "yesterday"}}"#,
+            ),
+            ("POST", "/v1/jobs", r#"{"kind": "replay", "sinks": "web"}"#),
         ] {
             out.push(ask(addr, method, target, body));
         }

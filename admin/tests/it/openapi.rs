@@ -4,15 +4,15 @@
 //!
 //! - Every route the router serves is in the document with its method, and
 //!   the document has no route the router lacks.
-//! - Every schema the document names for an answer is a type here
-//!   ([`TYPES`]), and the document names no answer schema without one.
+//! - Every schema the document names for an answer or a request body is a
+//!   type here ([`TYPES`]), and every type is one the document names.
 //! - Sample answers ([`samples`]), which together use every property of
 //!   every schema, are valid against the document's schema (a validator of
 //!   the part of JSON Schema the document uses) and go through their type and
 //!   back to the same JSON: so a type has every field of its schema, no
 //!   other, with the same names, nullability and variants.
-//! - Every `example` the document gives an answer schema deserialises into
-//!   its type and serialises back to itself.
+//! - Every `example` the document gives a schema deserialises into its type
+//!   and serialises back to itself.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,10 +35,11 @@ fn through<T: Serialize + DeserializeOwned>(v: &Value) -> Result<Value, String> 
 
 type Through = fn(&Value) -> Result<Value, String>;
 
-/// Every schema of the document that an answer is, or is part of one, with
-/// its type. The request bodies (`JobRequest`, `PauseRequest`) are the
-/// listener's to parse and not here.
+/// Every schema of the document that an answer or a request body is, or is
+/// part of one, with its type.
 const TYPES: &[(&str, Through)] = &[
+    ("JobRequest", through::<api_types::JobRequest>),
+    ("PauseRequest", through::<api_types::PauseRequest>),
     ("Error", through::<api_types::Error>),
     ("Counters", through::<api_types::Counters>),
     ("Tenant", through::<api_types::Tenant>),
@@ -65,9 +66,6 @@ const TYPES: &[(&str, Through)] = &[
     ("QuarantinedHook", through::<api_types::QuarantinedHook>),
     ("Released", through::<api_types::Released>),
 ];
-
-/// Schemas of the document that are request bodies, not answers.
-const REQUESTS: &[&str] = &["JobRequest", "PauseRequest"];
 
 fn type_of(schema: &str) -> Through {
     TYPES
@@ -136,9 +134,9 @@ fn every_route_of_the_router_is_in_the_document_and_no_other() {
     assert!(extra.is_empty(), "in openapi.json, not served: {extra:?}");
 }
 
-/// Every schema an answer of the document names (its JSON content, and what
-/// those schemas name in turn) has a type; every schema of the document is
-/// an answer's or a request's.
+/// Every schema an answer or a request body of the document names (its
+/// JSON content, and what those schemas name in turn) has a type; every
+/// schema of the document is one of those, and every type is.
 #[test]
 fn every_schema_the_document_answers_with_is_a_type() {
     let doc = doc();
@@ -149,6 +147,10 @@ fn every_schema_the_document_answers_with_is_a_type() {
             for answer in op["responses"].as_object().into_iter().flatten() {
                 refs_under(&answer.1["content"]["application/json"], &mut named);
             }
+            refs_under(
+                &op["requestBody"]["content"]["application/json"],
+                &mut named,
+            );
         }
     }
     // What an answer's schema names, down to the leaves.
@@ -166,19 +168,19 @@ fn every_schema_the_document_answers_with_is_a_type() {
         assert!(schemas.contains_key(name), "{name} is named, not defined");
         assert!(
             TYPES.iter().any(|(t, _)| t == name),
-            "answer schema {name} has no type in api_types"
+            "schema {name} has no type in api_types"
         );
     }
     for name in schemas.keys() {
         assert!(
-            named.contains(name) || REQUESTS.contains(&name.as_str()),
+            named.contains(name),
             "schema {name} is neither an answer's nor a request's"
         );
     }
     for (name, _) in TYPES {
         assert!(
             named.contains(*name),
-            "type {name} answers nothing in the document"
+            "type {name} is no answer or request of the document"
         );
     }
 }
@@ -459,6 +461,19 @@ fn samples() -> BTreeMap<&'static str, Vec<Value>> {
     s.insert("QuarantineList", vec![page(quarantined.clone(), None)]);
     s.insert("QuarantinedItem", quarantined);
     s.insert(
+        "JobRequest",
+        vec![
+            json!({"kind": "replay", "filter": {"source": "orders", "since": 1_700_000_000_000u64,
+                   "until": "2023-11-14T22:13:20Z", "tenant": "acme"}, "sinks": ["web"]}),
+            json!({"kind": "drop", "filter": {"sink": "web", "reason": "permanent"}}),
+            json!({"kind": "revive", "filter": {}}),
+        ],
+    );
+    s.insert(
+        "PauseRequest",
+        vec![json!({"reason": "maintenance"}), json!({})],
+    );
+    s.insert(
         "Released",
         vec![json!({"id": "acme.44", "released": true, "source": "orders", "rows": 2})],
     );
@@ -511,8 +526,8 @@ fn sample_answers_are_valid_and_go_through_their_types_unchanged() {
     }
 }
 
-/// Every `example` (or `examples`) of the document under an answer's schema
-/// or an answer's content goes through its type unchanged.
+/// Every `example` (or `examples`) of the document under a schema, an
+/// answer's content or a request body's goes through its type unchanged.
 #[test]
 fn the_documents_examples_go_through_their_types_unchanged() {
     fn walk(v: &Value, schema: Option<&str>, found: &mut Vec<(String, Value)>) {
@@ -549,9 +564,7 @@ fn the_documents_examples_go_through_their_types_unchanged() {
     let doc = doc();
     let mut found = Vec::new();
     for (name, schema) in doc["components"]["schemas"].as_object().expect("schemas") {
-        if !REQUESTS.contains(&name.as_str()) {
-            walk(schema, Some(name), &mut found);
-        }
+        walk(schema, Some(name), &mut found);
     }
     walk(&doc["paths"], None, &mut found);
     for (name, example) in found {
