@@ -15,8 +15,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ankusa_admin::api_types::{
-    self, BreakerState, DeadLetterList, Dropped, Hook, Job, JobList, Page, PauseInfo, PauseState,
-    QuarantineList, QuarantinedHook, Released, Revived, Source, SourceTenant, Tenant,
+    self, BreakerState, DeadLetterList, Dropped, FilterRequest, Hook, Job, JobList, JobRequest,
+    Page, PauseInfo, PauseRequest, PauseState, QuarantineList, QuarantinedHook, Released, Revived,
+    Source, SourceTenant, Tenant,
 };
 use ankusa_admin::jobs::{JobKind, JobState};
 use clap::{Args, Subcommand};
@@ -94,16 +95,15 @@ impl Filter {
         .collect()
     }
 
-    fn json(&self) -> Value {
-        let mut m = serde_json::Map::new();
-        for (k, v) in self.pairs() {
-            let v = match v.parse::<u64>() {
-                Ok(n) if matches!(k, "since" | "until") => json!(n),
-                _ => json!(v),
-            };
-            m.insert(k.into(), v);
+    fn request(&self) -> FilterRequest {
+        FilterRequest {
+            tenant: self.tenant.clone(),
+            source: self.source.clone(),
+            sink: self.sink.clone(),
+            reason: self.reason.clone(),
+            since: self.since.as_deref().map(time_json),
+            until: self.until.as_deref().map(time_json),
         }
-        Value::Object(m)
     }
 }
 
@@ -624,7 +624,7 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             wait,
         }) => {
             let target = target(row, all, &filter, "revive")?;
-            act(api, json_out, target, "revive", &filter, wait).await
+            act(api, json_out, target, JobKind::Revive, &filter, wait).await
         }
         Command::Dlq(DlqCmd::Drop {
             row,
@@ -637,7 +637,7 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             if !yes {
                 return Err(Fail::Usage("refusing to drop dead letters without --yes: a dropped hook is gone for good (its envelope too, when no other row needs it)".into()));
             }
-            act(api, json_out, target, "drop", &filter, wait).await
+            act(api, json_out, target, JobKind::Drop, &filter, wait).await
         }
         Command::Jobs {
             cmd: Some(JobsCmd::Cancel { id }),
@@ -1020,7 +1020,9 @@ async fn pause(
         ),
         None => format!("/v1/sources/{}/{}", seg(&source), seg(&verb)),
     };
-    let body = reason.map(|r| json!({ "reason": r }));
+    let body = reason
+        .map(|r| request_json(&PauseRequest { reason: Some(r) }))
+        .transpose()?;
     let method = reqwest::Method::POST;
     let v = api.call(method.clone(), &path, &[], body).await?;
     if json_out {
@@ -1052,19 +1054,17 @@ async fn pause(
 
 /// `ankusa replay`: a replay job.
 async fn replay(api: &Api, json_out: bool, a: ReplayArgs) -> Result<(), Fail> {
-    let mut filter = serde_json::Map::new();
-    filter.insert("source".into(), json!(a.source));
-    filter.insert("since".into(), time_json(&a.since));
-    if let Some(u) = &a.until {
-        filter.insert("until".into(), time_json(u));
-    }
-    if let Some(t) = &a.tenant {
-        filter.insert("tenant".into(), json!(t));
-    }
-    let mut body = json!({ "kind": "replay", "filter": filter });
-    if !a.sinks.is_empty() {
-        body["sinks"] = json!(a.sinks);
-    }
+    let body = JobRequest {
+        kind: JobKind::Replay,
+        filter: FilterRequest {
+            source: Some(a.source),
+            since: Some(time_json(&a.since)),
+            until: a.until.as_deref().map(time_json),
+            tenant: a.tenant,
+            ..FilterRequest::default()
+        },
+        sinks: (!a.sinks.is_empty()).then_some(a.sinks),
+    };
     start_job(api, json_out, body, a.wait).await
 }
 
@@ -1081,13 +1081,15 @@ async fn purge_tenant(
             "refusing to purge tenant {tenant} without --yes: every hook, delivery, dead letter and quarantined hook of the tenant is deleted for good"
         )));
     }
-    start_job(
-        api,
-        json_out,
-        json!({ "kind": "purge_tenant", "filter": { "tenant": tenant } }),
-        wait,
-    )
-    .await
+    let body = JobRequest {
+        kind: JobKind::PurgeTenant,
+        filter: FilterRequest {
+            tenant: Some(tenant.to_owned()),
+            ..FilterRequest::default()
+        },
+        sinks: None,
+    };
+    start_job(api, json_out, body, wait).await
 }
 
 /// `ankusa retire-source SOURCE --yes`: a job that dead-letters the
@@ -1106,21 +1108,17 @@ async fn retire_source(
             "refusing to dead-letter the queued deliveries of source {source} without --yes"
         )));
     }
-    let mut filter = serde_json::Map::new();
-    filter.insert("source".into(), json!(source));
-    if let Some(t) = tenant {
-        filter.insert("tenant".into(), json!(t));
-    }
-    if let Some(r) = reason {
-        filter.insert("reason".into(), json!(r));
-    }
-    start_job(
-        api,
-        json_out,
-        json!({ "kind": "dead_letter_source", "filter": filter }),
-        wait,
-    )
-    .await
+    let body = JobRequest {
+        kind: JobKind::DeadLetterSource,
+        filter: FilterRequest {
+            source: Some(source),
+            tenant,
+            reason,
+            ..FilterRequest::default()
+        },
+        sinks: None,
+    };
+    start_job(api, json_out, body, wait).await
 }
 
 /// Who pauses a sink entry: `config`, `api` (the runtime control), its
@@ -1169,9 +1167,10 @@ fn nothing_matched(id: u64, kind: JobKind) -> String {
 }
 
 /// Starts a job and prints it (or waits for it).
-async fn start_job(api: &Api, json_out: bool, body: Value, wait: bool) -> Result<(), Fail> {
+async fn start_job(api: &Api, json_out: bool, body: JobRequest, wait: bool) -> Result<(), Fail> {
     let path = "/v1/jobs";
     let method = reqwest::Method::POST;
+    let body = request_json(&body)?;
     let v = api.call(method.clone(), path, &[], Some(body)).await?;
     let job: Job = api.read(&method, path, &v)?;
     let id = job.id;
@@ -1240,14 +1239,16 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
                     "release: give a hook (e.g. default.42), --source, --tenant or --all".into(),
                 ));
             }
-            let filter = json!({ "tenant": tenant, "source": source });
-            start_job(
-                api,
-                json_out,
-                json!({ "kind": "release_quarantined", "filter": strip_nulls(filter) }),
-                wait,
-            )
-            .await
+            let body = JobRequest {
+                kind: JobKind::ReleaseQuarantined,
+                filter: FilterRequest {
+                    tenant,
+                    source,
+                    ..FilterRequest::default()
+                },
+                sinks: None,
+            };
+            start_job(api, json_out, body, wait).await
         }
         QuarantineCmd::Drop {
             hook: None,
@@ -1268,14 +1269,16 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
                         .into(),
                 ));
             }
-            let filter = json!({ "tenant": tenant, "source": source });
-            start_job(
-                api,
-                json_out,
-                json!({ "kind": "drop_quarantined", "filter": strip_nulls(filter) }),
-                wait,
-            )
-            .await
+            let body = JobRequest {
+                kind: JobKind::DropQuarantined,
+                filter: FilterRequest {
+                    tenant,
+                    source,
+                    ..FilterRequest::default()
+                },
+                sinks: None,
+            };
+            start_job(api, json_out, body, wait).await
         }
     }
 }
@@ -1405,11 +1408,11 @@ async fn quarantine_drop(api: &Api, json_out: bool, hook: &str, yes: bool) -> Re
     Ok(())
 }
 
-fn strip_nulls(v: Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
-        other => other,
-    }
+/// A request body ([`api_types`]) as JSON: what it does not give is left
+/// out.
+fn request_json(body: &impl serde::Serialize) -> Result<Value, Fail> {
+    serde_json::to_value(body)
+        .map_err(|e| Fail::Usage(format!("cannot write the request's body: {e}")))
 }
 
 /// One row, or a job over a filter.
@@ -1461,7 +1464,7 @@ async fn act(
     api: &Api,
     json_out: bool,
     target: Target,
-    verb: &str,
+    kind: JobKind,
     filter: &Filter,
     wait: bool,
 ) -> Result<(), Fail> {
@@ -1471,13 +1474,17 @@ async fn act(
             return start_job(
                 api,
                 json_out,
-                json!({ "kind": verb, "filter": filter.json() }),
+                JobRequest {
+                    kind,
+                    filter: filter.request(),
+                    sinks: None,
+                },
                 wait,
             )
             .await;
         }
     };
-    if verb == "revive" {
+    if kind == JobKind::Revive {
         let path = format!("/v1/dead-letters/{}/revive", seg(&row));
         let method = reqwest::Method::POST;
         let v = api.call(method.clone(), &path, &[], None).await?;
@@ -1703,6 +1710,37 @@ pub fn non_empty(text: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request's body has what the command gives and nothing else (no
+    /// `null`s), times as numbers when they are unix ms.
+    #[test]
+    fn request_bodies_leave_out_what_is_not_given() {
+        let filter = Filter {
+            tenant: Some("acme".into()),
+            since: Some("1700000000000".into()),
+            until: Some("2026-01-02T03:04:05Z".into()),
+            ..Filter::default()
+        };
+        let job = JobRequest {
+            kind: JobKind::Drop,
+            filter: filter.request(),
+            sinks: None,
+        };
+        assert_eq!(
+            request_json(&job).ok().map(|v| v.to_string()),
+            Some(
+                r#"{"filter":{"since":1700000000000,"tenant":"acme","until":"2026-01-02T03:04:05Z"},"kind":"drop"}"#
+                    .to_owned()
+            )
+        );
+        let pause = PauseRequest {
+            reason: Some("maintenance".into()),
+        };
+        assert_eq!(
+            request_json(&pause).ok().map(|v| v.to_string()),
+            Some(r#"{"reason":"maintenance"}"#.to_owned())
+        );
+    }
 
     #[test]
     fn a_message_prints_without_the_terminals_control_characters() {
