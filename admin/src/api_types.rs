@@ -1,23 +1,22 @@
 //! The answers of the admin API as types (docs/design.md section 5, "Admin
 //! API"): what the listener ([`crate::http`]) serialises, and what its
 //! clients (`ankusa tenants`, `dlq`, `jobs`, ..., and `ankusa top`)
-//! deserialise. One type per schema of the OpenAPI document
-//! (`http/openapi.json`, served at `/v1/openapi.json`), named as the document
-//! names it; `admin/tests/it/openapi.rs` holds the two together.
+//! deserialise; and the two request bodies ([`JobRequest`],
+//! [`PauseRequest`]), which the listener reads and the CLI writes. One type
+//! per schema of the OpenAPI document (`http/openapi.json`, served at
+//! `/v1/openapi.json`), named as the document names it;
+//! `admin/tests/it/openapi.rs` holds the two together.
 //!
 //! # The wire
-//! - Every field the document lists as required is always written: an
-//!   `Option` is `null` when absent, never left out (no field here is
-//!   skipped when empty).
+//! - Every field of an answer is always written: an `Option` is `null` when
+//!   absent, never left out (no answer's field is skipped when empty), as
+//!   the document requires. A request body leaves out what it does not give.
 //! - The listener writes an answer through `serde_json::Value`, whose
 //!   objects are sorted by key: the bytes do not depend on the order of the
 //!   fields here, which follow the document.
-//! - Deserialising ignores fields it does not know, so a client reads the
-//!   answer of a relay that added one.
-//!
-//! The two request bodies (`JobRequest`, `PauseRequest`) are here too: the
-//! listener reads them, the CLI writes them (leaving out what it does not
-//! give).
+//! - An answer read ignores fields it does not know, so a client reads the
+//!   answer of a relay that added one; a request body with a field it does
+//!   not know is refused (400), so a typo is not a filter silently ignored.
 //!
 //! These types hold only data and serde (no store, no HTTP); the job kinds
 //! and states are the job model's own enums ([`JobKind`], [`JobState`]).
