@@ -14,7 +14,15 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use ankusa_admin::api_types::{
+    self, BreakerState, DeadLetterList, Dropped, FilterRequest, Hook, Job, JobList, JobRequest,
+    Page, PauseInfo, PauseRequest, PauseState, QuarantineList, QuarantinedHook, Released, Revived,
+    Source, SourceTenant, Tenant,
+};
+use ankusa_admin::jobs::{JobKind, JobState};
 use clap::{Args, Subcommand};
+use serde::Deserialize as _;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 /// The exit codes, as `--help` prints them.
@@ -87,16 +95,15 @@ impl Filter {
         .collect()
     }
 
-    fn json(&self) -> Value {
-        let mut m = serde_json::Map::new();
-        for (k, v) in self.pairs() {
-            let v = match v.parse::<u64>() {
-                Ok(n) if matches!(k, "since" | "until") => json!(n),
-                _ => json!(v),
-            };
-            m.insert(k.into(), v);
+    fn request(&self) -> FilterRequest {
+        FilterRequest {
+            tenant: self.tenant.clone(),
+            source: self.source.clone(),
+            sink: self.sink.clone(),
+            reason: self.reason.clone(),
+            since: self.since.as_deref().map(time_json),
+            until: self.until.as_deref().map(time_json),
         }
-        Value::Object(m)
     }
 }
 
@@ -438,10 +445,16 @@ impl Api {
             }
             return Ok(v);
         }
-        let msg = v["error"]["message"]
-            .as_str()
-            .map_or_else(|| v.to_string(), str::to_owned);
-        let code = v["error"]["code"].as_str().unwrap_or("error");
+        // The API's error; from something else, what it answered.
+        let (code, msg) = match api_types::Error::deserialize(&v) {
+            Ok(e) => (e.error.code, e.error.message),
+            Err(_) => (
+                v["error"]["code"].as_str().unwrap_or("error").to_owned(),
+                v["error"]["message"]
+                    .as_str()
+                    .map_or_else(|| v.to_string(), str::to_owned),
+            ),
+        };
         let line = format!("{method} {path}: {} {code}: {msg}", status.as_u16());
         Err(if status == reqwest::StatusCode::UNAUTHORIZED {
             Fail::Unauthorized(format!("{line} (set ANKUSA_ADMIN_TOKEN)"))
@@ -452,6 +465,31 @@ impl Api {
 
     async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, Fail> {
         self.call(reqwest::Method::GET, path, query, None).await
+    }
+
+    /// `v`, the answer of `method path`, as its type ([`api_types`]).
+    ///
+    /// # Errors
+    /// [`Fail::Refused`] for an answer that is not of the API's shape.
+    fn read<T: DeserializeOwned>(
+        &self,
+        method: &reqwest::Method,
+        path: &str,
+        v: &Value,
+    ) -> Result<T, Fail> {
+        T::deserialize(v).map_err(|e| {
+            Fail::Refused(format!(
+                "{method} {path}: an answer the CLI cannot read ({e}): is {} an Ankusa admin listener?",
+                self.base
+            ))
+        })
+    }
+
+    /// The items of `v`, every page of `GET path` ([`all_pages`]), as their
+    /// type.
+    fn read_items<T: DeserializeOwned>(&self, path: &str, v: &Value) -> Result<Vec<T>, Fail> {
+        let page: Page<T> = self.read(&reqwest::Method::GET, path, v)?;
+        Ok(page.items)
     }
 
     /// `GET path` of an answer that is not JSON (`/metrics`): its text.
@@ -569,256 +607,16 @@ pub fn main(conn: &Conn, command: Command) -> ExitCode {
 
 async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
     match command {
-        Command::Tenants => {
-            let v = all_pages(api, "/v1/tenants").await?;
-            if json_out {
-                return print_json(&v);
-            }
-            let rows: Vec<Vec<String>> = items(&v)
-                .iter()
-                .map(|t| {
-                    let c = &t["counters"];
-                    vec![
-                        s(&t["name"]),
-                        s(&c["pending"]),
-                        s(&c["pending_bytes"]),
-                        s(&c["in_flight"]),
-                        s(&c["dead"]),
-                        s(&c["quarantined"]),
-                        s(&c["lanes"]),
-                        s(&c["lanes_blocked"]),
-                        s(&c["lane_members"]),
-                        t["oldest_due_age_ms"]
-                            .as_u64()
-                            .map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
-                        format!("{}/{}", s(&t["max_pending"]), s(&t["max_pending_bytes"])),
-                    ]
-                })
-                .collect();
-            table(
-                &[
-                    "TENANT",
-                    "PENDING",
-                    "BYTES",
-                    "IN_FLIGHT",
-                    "DEAD",
-                    "QUARANTINED",
-                    "LANES",
-                    "BLOCKED",
-                    "MEMBERS",
-                    "OLDEST_DUE",
-                    "BOUNDS",
-                ],
-                &rows,
-            );
-        }
-        Command::Sources => {
-            let v = all_pages(api, "/v1/sources").await?;
-            if json_out {
-                return print_json(&v);
-            }
-            let mut rows = Vec::new();
-            for src in items(&v) {
-                for sink in src["sinks"].as_array().cloned().unwrap_or_default() {
-                    let order = match sink["ordering_key"]
-                        .as_object()
-                        .and_then(|o| o.iter().next())
-                    {
-                        Some((k, v)) => format!("{k}:{}", s(v)),
-                        None if sink["ordered"] == true => "keyless lane".into(),
-                        None => "-".into(),
-                    };
-                    let breakers: Vec<String> = sink["breakers"]
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default()
-                        .iter()
-                        .filter(|b| {
-                            b["state"] != "closed" || b["failures"].as_u64().unwrap_or(0) > 0
-                        })
-                        .map(|b| format!("{}:{}", s(&b["tenant"]), s(&b["state"])))
-                        .collect();
-                    rows.push(vec![
-                        s(&src["name"]),
-                        // A tenant_path source takes hooks at {path}/{tenant}.
-                        if src["tenant"]["path"] == true {
-                            format!("{}/{{tenant}}", s(&src["path"]))
-                        } else {
-                            s(&src["path"])
-                        },
-                        s(&src["verification"]),
-                        format!("{}#{}", s(&sink["name"]), s(&sink["index"])),
-                        s(&sink["type"]),
-                        order,
-                        paused_by(&src["pause"], &sink["pause"]),
-                        if breakers.is_empty() {
-                            "closed".into()
-                        } else {
-                            breakers.join(",")
-                        },
-                    ]);
-                }
-            }
-            table(
-                &[
-                    "SOURCE",
-                    "PATH",
-                    "VERIFY",
-                    "SINK",
-                    "TYPE",
-                    "ORDERED BY",
-                    "PAUSED",
-                    "BREAKER",
-                ],
-                &rows,
-            );
-        }
+        Command::Tenants => tenants(api, json_out).await,
+        Command::Sources => sources(api, json_out).await,
         Command::Hooks(HooksCmd::Show { id, tenant, seq }) => {
-            let path = match (id, tenant, seq) {
-                // `<tenant>.<seq>` as `hooks show` prints it, or a row id
-                // `<tenant>.<seq>.<sink index>` as `dlq list` does (tenant
-                // names have no dots; an idempotency key has none either).
-                (Some(id), _, _) if id.contains('.') => {
-                    let parts: Vec<&str> = id.split('.').collect();
-                    let bad = || {
-                        Fail::Usage(format!(
-                            "{id:?} is not a hook: give its idempotency key, <tenant>.<seq> (e.g. default.42) or a row id (default.42.0)"
-                        ))
-                    };
-                    let (t, n) = match parts.as_slice() {
-                        [t, n] | [t, n, _] if !t.is_empty() => (*t, *n),
-                        _ => return Err(bad()),
-                    };
-                    let n: u64 = n.parse().map_err(|_| bad())?;
-                    format!("/v1/tenants/{}/hooks/{n}", seg(&t))
-                }
-                (Some(id), _, _) => format!("/v1/hooks/{}", seg(&id)),
-                (None, Some(t), Some(n)) => format!("/v1/tenants/{}/hooks/{}", seg(&t), seg(&n)),
-                _ => {
-                    return Err(Fail::Usage(
-                        "give an idempotency key, or --tenant and --seq".into(),
-                    ));
-                }
-            };
-            let h = api.get(&path, &[]).await?;
-            if json_out {
-                return print_json(&h);
-            }
-            println!(
-                "hook {}.{}  {}",
-                s(&h["tenant"]),
-                s(&h["seq"]),
-                s(&h["idempotency_key"])
-            );
-            println!(
-                "source {}  received {}  {} {}{}",
-                s(&h["source"]),
-                s(&h["received_at"]),
-                s(&h["method"]),
-                s(&h["path"]),
-                h["query"]
-                    .as_str()
-                    .map(|q| format!("?{q}"))
-                    .unwrap_or_default()
-            );
-            if let Some(d) = h["dedupe_key"].as_str() {
-                println!("dedupe key {d}");
-            }
-            if let Some(why) = h["quarantined"].as_str() {
-                println!(
-                    "quarantined: {why} (no deliveries until `ankusa quarantine release {}.{}`)",
-                    s(&h["tenant"]),
-                    s(&h["seq"])
-                );
-            }
-            for hd in h["headers"].as_array().cloned().unwrap_or_default() {
-                println!(
-                    "  {}: {}",
-                    s(&hd["name"]),
-                    hd["value"].as_str().map_or_else(
-                        || format!("(base64) {}", s(&hd["value_base64"])),
-                        str::to_owned
-                    )
-                );
-            }
-            match h["body_text"].as_str() {
-                Some(b) => println!("body: {b}"),
-                None => println!("body (base64): {}", s(&h["body_base64"])),
-            }
-            let rows: Vec<Vec<String>> = h["deliveries"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .iter()
-                .map(|d| {
-                    vec![
-                        s(&d["id"]),
-                        s(&d["sink"]),
-                        s(&d["state"]),
-                        s(&d["attempts"]),
-                        d["ordering_key"]
-                            .as_str()
-                            .map_or("-".into(), |k| format!("{k} ({})", s(&d["lane_position"]))),
-                        d["dead"]["reason"]
-                            .as_str()
-                            .or(d["last_error"].as_str())
-                            .unwrap_or("-")
-                            .to_owned(),
-                    ]
-                })
-                .collect();
-            if rows.is_empty() && h["quarantined"].is_null() {
-                // A delivered row is deleted, and a filter may have made none.
-                println!(
-                    "no delivery rows: delivered to every sink it had, or no sink's filter took it"
-                );
-            } else {
-                table(
-                    &[
-                        "ROW",
-                        "SINK",
-                        "STATE",
-                        "ATTEMPTS",
-                        "ORDERING KEY",
-                        "DEAD REASON / LAST ERROR",
-                    ],
-                    &rows,
-                );
-            }
+            hooks_show(api, json_out, id, tenant, seq).await
         }
         Command::Dlq(DlqCmd::List {
             filter,
             limit,
             cursor,
-        }) => {
-            let mut q = filter.pairs();
-            q.extend(limit.map(|l| ("limit", l.to_string())));
-            q.extend(cursor.map(|c| ("cursor", c)));
-            let v = api.get("/v1/dead-letters", &q).await?;
-            if json_out {
-                return print_json(&v);
-            }
-            let rows: Vec<Vec<String>> = items(&v)
-                .iter()
-                .map(|d| {
-                    vec![
-                        s(&d["id"]),
-                        s(&d["source"]),
-                        s(&d["sink"]),
-                        s(&d["dead_at"]),
-                        s(&d["attempts"]),
-                        s(&d["reason"]),
-                    ]
-                })
-                .collect();
-            table(
-                &["ROW", "SOURCE", "SINK", "DEAD AT", "ATTEMPTS", "REASON"],
-                &rows,
-            );
-            if let Some(c) = v["next_cursor"].as_str() {
-                println!("more: --cursor {c}");
-            }
-        }
+        }) => dlq_list(api, json_out, &filter, limit, cursor).await,
         Command::Dlq(DlqCmd::Revive {
             row,
             all,
@@ -826,7 +624,7 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             wait,
         }) => {
             let target = target(row, all, &filter, "revive")?;
-            act(api, json_out, target, "revive", &filter, wait).await?;
+            act(api, json_out, target, JobKind::Revive, &filter, wait).await
         }
         Command::Dlq(DlqCmd::Drop {
             row,
@@ -839,130 +637,32 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             if !yes {
                 return Err(Fail::Usage("refusing to drop dead letters without --yes: a dropped hook is gone for good (its envelope too, when no other row needs it)".into()));
             }
-            act(api, json_out, target, "drop", &filter, wait).await?;
+            act(api, json_out, target, JobKind::Drop, &filter, wait).await
         }
         Command::Jobs {
             cmd: Some(JobsCmd::Cancel { id }),
             ..
-        } => {
-            let j = api
-                .call(
-                    reqwest::Method::POST,
-                    &format!("/v1/jobs/{}/cancel", seg(&id)),
-                    &[],
-                    None,
-                )
-                .await?;
-            if json_out {
-                return print_json(&j);
-            }
-            print_jobs(&[j]);
-        }
+        } => jobs_cancel(api, json_out, id).await,
         Command::Jobs {
             id: Some(id),
             wait,
             cmd: None,
-        } => {
-            let j = if wait {
-                wait_job(api, id, !json_out).await?
-            } else {
-                api.get(&format!("/v1/jobs/{}", seg(&id)), &[]).await?
-            };
-            if json_out {
-                print_json(&j)?;
-            } else {
-                print_jobs(std::slice::from_ref(&j));
-            }
-            // Exit 1 for a job that failed or was cancelled only when it was
-            // waited for: a look at a job that is done is a success.
-            if wait {
-                job_outcome(&j)?;
-            }
-        }
+        } => jobs_show(api, json_out, id, wait).await,
         Command::Jobs {
             id: None,
             wait: _,
             cmd: None,
-        } => {
-            let v = api.get("/v1/jobs", &[]).await?;
-            if json_out {
-                return print_json(&v);
-            }
-            print_jobs(&items(&v));
-        }
+        } => jobs_list(api, json_out).await,
         Command::Pause {
             source,
             sink,
             reason,
             resume,
-        } => {
-            let verb = if resume { "resume" } else { "pause" };
-            let path = match &sink {
-                Some(k) => format!(
-                    "/v1/sources/{}/sinks/{}/{}",
-                    seg(&source),
-                    seg(&k),
-                    seg(&verb)
-                ),
-                None => format!("/v1/sources/{}/{}", seg(&source), seg(&verb)),
-            };
-            let body = reason.map(|r| json!({ "reason": r }));
-            let v = api.call(reqwest::Method::POST, &path, &[], body).await?;
-            if json_out {
-                return print_json(&v);
-            }
-            let what = match &sink {
-                Some(k) => format!("sink {k} of source {source}"),
-                None => format!("source {source}"),
-            };
-            let state = if v["paused"] == true {
-                "paused"
-            } else {
-                "not paused"
-            };
-            let by = match (v["by_config"] == true, v["by_runtime"]["reason"].as_str()) {
-                (true, Some(r)) => format!(" (by the configuration, and by the API: {r})"),
-                (true, None) => " (by the configuration)".into(),
-                (false, Some(r)) => format!(" ({r})"),
-                (false, None) => String::new(),
-            };
-            let delivering = if v["delivering"] == true {
-                "delivering"
-            } else {
-                "not delivering"
-            };
-            println!("{what}: {state}{by}; {delivering}");
-        }
-        Command::Quarantine(cmd) => quarantine(api, json_out, cmd).await?,
-        Command::Replay(a) => {
-            let mut filter = serde_json::Map::new();
-            filter.insert("source".into(), json!(a.source));
-            filter.insert("since".into(), time_json(&a.since));
-            if let Some(u) = &a.until {
-                filter.insert("until".into(), time_json(u));
-            }
-            if let Some(t) = &a.tenant {
-                filter.insert("tenant".into(), json!(t));
-            }
-            let mut body = json!({ "kind": "replay", "filter": filter });
-            if !a.sinks.is_empty() {
-                body["sinks"] = json!(a.sinks);
-            }
-            start_job(api, json_out, body, a.wait).await?;
-        }
+        } => pause(api, json_out, &source, sink.as_deref(), reason, resume).await,
+        Command::Quarantine(cmd) => quarantine(api, json_out, cmd).await,
+        Command::Replay(a) => replay(api, json_out, a).await,
         Command::PurgeTenant { tenant, yes, wait } => {
-            if !yes {
-                return Err(Fail::Usage(format!(
-                    "refusing to purge tenant {tenant} without --yes: every hook, delivery, dead letter and quarantined hook of the tenant is deleted for good"
-                )));
-            }
-            start_job(
-                api,
-                json_out,
-                json!({ "kind": "purge_tenant", "filter": { "tenant": tenant } }),
-                wait,
-            )
-            .await?;
+            purge_tenant(api, json_out, &tenant, yes, wait).await
         }
         Command::RetireSource {
             source,
@@ -970,41 +670,466 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             reason,
             yes,
             wait,
-        } => {
-            if !yes {
-                return Err(Fail::Usage(format!(
-                    "refusing to dead-letter the queued deliveries of source {source} without --yes"
-                )));
-            }
-            let mut filter = serde_json::Map::new();
-            filter.insert("source".into(), json!(source));
-            if let Some(t) = tenant {
-                filter.insert("tenant".into(), json!(t));
-            }
-            if let Some(r) = reason {
-                filter.insert("reason".into(), json!(r));
-            }
-            start_job(
-                api,
-                json_out,
-                json!({ "kind": "dead_letter_source", "filter": filter }),
-                wait,
-            )
-            .await?;
+        } => retire_source(api, json_out, source, tenant, reason, yes, wait).await,
+    }
+}
+
+/// `ankusa tenants`: every tenant, its counters and bounds.
+async fn tenants(api: &Api, json_out: bool) -> Result<(), Fail> {
+    let path = "/v1/tenants";
+    let v = all_pages(api, path).await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let tenants: Vec<Tenant> = api.read_items(path, &v)?;
+    let rows: Vec<Vec<String>> = tenants
+        .iter()
+        .map(|t| {
+            let c = &t.counters;
+            vec![
+                t.name.clone(),
+                c.pending.to_string(),
+                c.pending_bytes.to_string(),
+                c.in_flight.to_string(),
+                c.dead.to_string(),
+                c.quarantined.to_string(),
+                c.lanes.to_string(),
+                c.lanes_blocked.to_string(),
+                c.lane_members.to_string(),
+                t.oldest_due_age_ms
+                    .map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
+                format!("{}/{}", opt(&t.max_pending), opt(&t.max_pending_bytes)),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "TENANT",
+            "PENDING",
+            "BYTES",
+            "IN_FLIGHT",
+            "DEAD",
+            "QUARANTINED",
+            "LANES",
+            "BLOCKED",
+            "MEMBERS",
+            "OLDEST_DUE",
+            "BOUNDS",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
+/// `ankusa sources`: one line per sink entry of every source.
+async fn sources(api: &Api, json_out: bool) -> Result<(), Fail> {
+    let path = "/v1/sources";
+    let v = all_pages(api, path).await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let sources: Vec<Source> = api.read_items(path, &v)?;
+    let mut rows = Vec::new();
+    for src in &sources {
+        for sink in &src.sinks {
+            let order = match &sink.ordering_key {
+                Some(key) => {
+                    let (by, what) = key.parts();
+                    format!("{by}:{what}")
+                }
+                None if sink.ordered => "keyless lane".into(),
+                None => "-".into(),
+            };
+            let breakers: Vec<String> = sink
+                .breakers
+                .iter()
+                .filter(|b| match b.state {
+                    BreakerState::Closed { failures } => failures > 0,
+                    _ => true,
+                })
+                .map(|b| format!("{}:{}", b.tenant, b.state.as_str()))
+                .collect();
+            rows.push(vec![
+                src.name.clone(),
+                // A tenant_path source takes hooks at {path}/{tenant}.
+                if src.tenant == SourceTenant::Path(true) {
+                    format!("{}/{{tenant}}", src.path)
+                } else {
+                    src.path.clone()
+                },
+                src.verification.clone(),
+                format!("{}#{}", sink.name, sink.index),
+                sink.kind.clone(),
+                order,
+                paused_by(&src.pause, &sink.pause),
+                if breakers.is_empty() {
+                    "closed".into()
+                } else {
+                    breakers.join(",")
+                },
+            ]);
         }
+    }
+    table(
+        &[
+            "SOURCE",
+            "PATH",
+            "VERIFY",
+            "SINK",
+            "TYPE",
+            "ORDERED BY",
+            "PAUSED",
+            "BREAKER",
+        ],
+        &rows,
+    );
+    Ok(())
+}
+
+/// `ankusa hooks show`: a hook by idempotency key, `<tenant>.<seq>`, a row
+/// id, or `--tenant` and `--seq`.
+async fn hooks_show(
+    api: &Api,
+    json_out: bool,
+    id: Option<String>,
+    tenant: Option<String>,
+    seq: Option<u64>,
+) -> Result<(), Fail> {
+    let path = match (id, tenant, seq) {
+        // `<tenant>.<seq>` as `hooks show` prints it, or a row id
+        // `<tenant>.<seq>.<sink index>` as `dlq list` does (tenant
+        // names have no dots; an idempotency key has none either).
+        (Some(id), _, _) if id.contains('.') => {
+            let parts: Vec<&str> = id.split('.').collect();
+            let bad = || {
+                Fail::Usage(format!(
+                    "{id:?} is not a hook: give its idempotency key, <tenant>.<seq> (e.g. default.42) or a row id (default.42.0)"
+                ))
+            };
+            let (t, n) = match parts.as_slice() {
+                [t, n] | [t, n, _] if !t.is_empty() => (*t, *n),
+                _ => return Err(bad()),
+            };
+            let n: u64 = n.parse().map_err(|_| bad())?;
+            format!("/v1/tenants/{}/hooks/{n}", seg(&t))
+        }
+        (Some(id), _, _) => format!("/v1/hooks/{}", seg(&id)),
+        (None, Some(t), Some(n)) => format!("/v1/tenants/{}/hooks/{}", seg(&t), seg(&n)),
+        _ => {
+            return Err(Fail::Usage(
+                "give an idempotency key, or --tenant and --seq".into(),
+            ));
+        }
+    };
+    let v = api.get(&path, &[]).await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let h: Hook = api.read(&reqwest::Method::GET, &path, &v)?;
+    println!("hook {}.{}  {}", h.tenant, h.seq, h.idempotency_key);
+    print_request(&h);
+    if let Some(d) = &h.dedupe_key {
+        println!("dedupe key {d}");
+    }
+    if let Some(why) = &h.quarantined {
+        println!(
+            "quarantined: {why} (no deliveries until `ankusa quarantine release {}.{}`)",
+            h.tenant, h.seq
+        );
+    }
+    print_headers_and_body(&h);
+    let rows: Vec<Vec<String>> = h
+        .deliveries
+        .iter()
+        .map(|d| {
+            vec![
+                d.id.clone(),
+                opt(&d.sink),
+                d.state.clone(),
+                d.attempts.to_string(),
+                d.ordering_key
+                    .as_ref()
+                    .map_or("-".into(), |k| format!("{k} ({})", opt(&d.lane_position))),
+                d.dead
+                    .as_ref()
+                    .map(|dead| dead.reason.as_str())
+                    .or(d.last_error.as_deref())
+                    .unwrap_or("-")
+                    .to_owned(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() && h.quarantined.is_none() {
+        // A delivered row is deleted, and a filter may have made none.
+        println!("no delivery rows: delivered to every sink it had, or no sink's filter took it");
+    } else {
+        table(
+            &[
+                "ROW",
+                "SINK",
+                "STATE",
+                "ATTEMPTS",
+                "ORDERING KEY",
+                "DEAD REASON / LAST ERROR",
+            ],
+            &rows,
+        );
     }
     Ok(())
 }
 
+/// The line of a hook's request: its source, when, method, path and query.
+fn print_request(h: &Hook) {
+    println!(
+        "source {}  received {}  {} {}{}",
+        opt(&h.source),
+        opt(&h.received_at),
+        h.method,
+        h.path,
+        h.query
+            .as_ref()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default()
+    );
+}
+
+/// A hook's headers (a value that is not UTF-8 in base64), then its body.
+fn print_headers_and_body(h: &Hook) {
+    for hd in &h.headers {
+        println!(
+            "  {}: {}",
+            hd.name,
+            hd.value
+                .clone()
+                .unwrap_or_else(|| format!("(base64) {}", hd.value_base64))
+        );
+    }
+    match &h.body_text {
+        Some(b) => println!("body: {b}"),
+        None => println!("body (base64): {}", h.body_base64),
+    }
+}
+
+/// `ankusa dlq list`: one page of dead letters.
+async fn dlq_list(
+    api: &Api,
+    json_out: bool,
+    filter: &Filter,
+    limit: Option<u64>,
+    cursor: Option<String>,
+) -> Result<(), Fail> {
+    let path = "/v1/dead-letters";
+    let mut q = filter.pairs();
+    q.extend(limit.map(|l| ("limit", l.to_string())));
+    q.extend(cursor.map(|c| ("cursor", c)));
+    let v = api.get(path, &q).await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let page: DeadLetterList = api.read(&reqwest::Method::GET, path, &v)?;
+    let rows: Vec<Vec<String>> = page
+        .items
+        .iter()
+        .map(|d| {
+            vec![
+                d.id.clone(),
+                opt(&d.source),
+                opt(&d.sink),
+                opt(&d.dead_at),
+                opt(&d.attempts),
+                d.reason.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &["ROW", "SOURCE", "SINK", "DEAD AT", "ATTEMPTS", "REASON"],
+        &rows,
+    );
+    if let Some(c) = &page.next_cursor {
+        println!("more: --cursor {c}");
+    }
+    Ok(())
+}
+
+/// `ankusa jobs cancel ID`.
+async fn jobs_cancel(api: &Api, json_out: bool, id: u64) -> Result<(), Fail> {
+    let path = format!("/v1/jobs/{}/cancel", seg(&id));
+    let method = reqwest::Method::POST;
+    let v = api.call(method.clone(), &path, &[], None).await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let j: Job = api.read(&method, &path, &v)?;
+    print_jobs(&[j]);
+    Ok(())
+}
+
+/// `ankusa jobs ID [--wait]`: exit 1 for a job that failed or was cancelled
+/// only when it was waited for (a look at a job that is done is a success).
+async fn jobs_show(api: &Api, json_out: bool, id: u64, wait: bool) -> Result<(), Fail> {
+    let (v, j) = if wait {
+        wait_job(api, id, !json_out).await?
+    } else {
+        let path = format!("/v1/jobs/{}", seg(&id));
+        let v = api.get(&path, &[]).await?;
+        if json_out {
+            return print_json(&v);
+        }
+        let j: Job = api.read(&reqwest::Method::GET, &path, &v)?;
+        (v, j)
+    };
+    if json_out {
+        print_json(&v)?;
+    } else {
+        print_jobs(std::slice::from_ref(&j));
+    }
+    if wait {
+        job_outcome(&j)?;
+    }
+    Ok(())
+}
+
+/// `ankusa jobs`: the newest page of jobs.
+async fn jobs_list(api: &Api, json_out: bool) -> Result<(), Fail> {
+    let path = "/v1/jobs";
+    let v = api.get(path, &[]).await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let page: JobList = api.read(&reqwest::Method::GET, path, &v)?;
+    print_jobs(&page.items);
+    Ok(())
+}
+
+/// `ankusa pause|resume SOURCE [--sink SINK]`.
+async fn pause(
+    api: &Api,
+    json_out: bool,
+    source: &str,
+    sink: Option<&str>,
+    reason: Option<String>,
+    resume: bool,
+) -> Result<(), Fail> {
+    let verb = if resume { "resume" } else { "pause" };
+    let path = match sink {
+        Some(k) => format!(
+            "/v1/sources/{}/sinks/{}/{}",
+            seg(&source),
+            seg(&k),
+            seg(&verb)
+        ),
+        None => format!("/v1/sources/{}/{}", seg(&source), seg(&verb)),
+    };
+    let body = reason
+        .map(|r| request_json(&PauseRequest { reason: Some(r) }))
+        .transpose()?;
+    let method = reqwest::Method::POST;
+    let v = api.call(method.clone(), &path, &[], body).await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let p: PauseState = api.read(&method, &path, &v)?;
+    let what = match sink {
+        Some(k) => format!("sink {k} of source {source}"),
+        None => format!("source {source}"),
+    };
+    let state = if p.paused { "paused" } else { "not paused" };
+    let by = match (
+        p.by_config,
+        p.by_runtime.as_ref().map(|r| r.reason.as_str()),
+    ) {
+        (true, Some(r)) => format!(" (by the configuration, and by the API: {r})"),
+        (true, None) => " (by the configuration)".into(),
+        (false, Some(r)) => format!(" ({r})"),
+        (false, None) => String::new(),
+    };
+    let delivering = if p.delivering {
+        "delivering"
+    } else {
+        "not delivering"
+    };
+    println!("{what}: {state}{by}; {delivering}");
+    Ok(())
+}
+
+/// `ankusa replay`: a replay job.
+async fn replay(api: &Api, json_out: bool, a: ReplayArgs) -> Result<(), Fail> {
+    let body = JobRequest {
+        kind: JobKind::Replay,
+        filter: FilterRequest {
+            source: Some(a.source),
+            since: Some(time_json(&a.since)),
+            until: a.until.as_deref().map(time_json),
+            tenant: a.tenant,
+            ..FilterRequest::default()
+        },
+        sinks: (!a.sinks.is_empty()).then_some(a.sinks),
+    };
+    start_job(api, json_out, body, a.wait).await
+}
+
+/// `ankusa purge-tenant TENANT --yes`: a purge job.
+async fn purge_tenant(
+    api: &Api,
+    json_out: bool,
+    tenant: &str,
+    yes: bool,
+    wait: bool,
+) -> Result<(), Fail> {
+    if !yes {
+        return Err(Fail::Usage(format!(
+            "refusing to purge tenant {tenant} without --yes: every hook, delivery, dead letter and quarantined hook of the tenant is deleted for good"
+        )));
+    }
+    let body = JobRequest {
+        kind: JobKind::PurgeTenant,
+        filter: FilterRequest {
+            tenant: Some(tenant.to_owned()),
+            ..FilterRequest::default()
+        },
+        sinks: None,
+    };
+    start_job(api, json_out, body, wait).await
+}
+
+/// `ankusa retire-source SOURCE --yes`: a job that dead-letters the
+/// source's queued deliveries.
+async fn retire_source(
+    api: &Api,
+    json_out: bool,
+    source: String,
+    tenant: Option<String>,
+    reason: Option<String>,
+    yes: bool,
+    wait: bool,
+) -> Result<(), Fail> {
+    if !yes {
+        return Err(Fail::Usage(format!(
+            "refusing to dead-letter the queued deliveries of source {source} without --yes"
+        )));
+    }
+    let body = JobRequest {
+        kind: JobKind::DeadLetterSource,
+        filter: FilterRequest {
+            source: Some(source),
+            tenant,
+            reason,
+            ..FilterRequest::default()
+        },
+        sinks: None,
+    };
+    start_job(api, json_out, body, wait).await
+}
+
 /// Who pauses a sink entry: `config`, `api` (the runtime control), its
 /// `source (...)`, or `-`.
-fn paused_by(source: &Value, sink: &Value) -> String {
-    let by = |p: &Value| {
+fn paused_by(source: &PauseInfo, sink: &PauseInfo) -> String {
+    let by = |p: &PauseInfo| {
         let mut who = Vec::new();
-        if p["by_config"] == true {
+        if p.by_config {
             who.push("config");
         }
-        if p["by_runtime"].is_object() {
+        if p.by_runtime.is_some() {
             who.push("api");
         }
         who.join("+")
@@ -1027,12 +1152,12 @@ fn time_json(t: &str) -> Value {
 
 /// What a job that ended done with nothing done says, by its kind: the
 /// filter hint only where there is a filter to check.
-fn nothing_matched(id: u64, kind: &str) -> String {
+fn nothing_matched(id: u64, kind: JobKind) -> String {
     match kind {
-        "purge_tenant" => format!(
+        JobKind::PurgeTenant => format!(
             "job {id}: the tenant had no pending, dead-lettered or quarantined rows; its delivered hooks, archive and dedupe records were deleted"
         ),
-        "replay" => format!(
+        JobKind::Replay => format!(
             "job {id} matched nothing: no archived hook of the source in that time range (see the source's retention)"
         ),
         _ => format!(
@@ -1042,27 +1167,26 @@ fn nothing_matched(id: u64, kind: &str) -> String {
 }
 
 /// Starts a job and prints it (or waits for it).
-async fn start_job(api: &Api, json_out: bool, body: Value, wait: bool) -> Result<(), Fail> {
-    let job = api
-        .call(reqwest::Method::POST, "/v1/jobs", &[], Some(body))
-        .await?;
-    let id = job["id"].as_u64().unwrap_or(0);
-    let job = if wait {
+async fn start_job(api: &Api, json_out: bool, body: JobRequest, wait: bool) -> Result<(), Fail> {
+    let path = "/v1/jobs";
+    let method = reqwest::Method::POST;
+    let body = request_json(&body)?;
+    let v = api.call(method.clone(), path, &[], Some(body)).await?;
+    let job: Job = api.read(&method, path, &v)?;
+    let id = job.id;
+    let (v, job) = if wait {
         wait_job(api, id, !json_out).await?
     } else {
-        job
+        (v, job)
     };
     if json_out {
-        print_json(&job)?;
+        print_json(&v)?;
     } else {
         print_jobs(std::slice::from_ref(&job));
         if !wait {
             println!("follow it with: ankusa jobs {id} --wait");
-        } else if job["state"] == "done" && job["done"].as_u64() == Some(0) {
-            eprintln!(
-                "{}",
-                nothing_matched(id, job["kind"].as_str().unwrap_or(""))
-            );
+        } else if job.state == JobState::Done && job.done == 0 {
+            eprintln!("{}", nothing_matched(id, job.kind));
         }
     }
     job_outcome(&job)
@@ -1083,6 +1207,7 @@ fn hook_ref(text: &str) -> Result<(String, u64), Fail> {
     Ok((t.to_owned(), seq))
 }
 
+/// `ankusa quarantine ...`.
 async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(), Fail> {
     match cmd {
         QuarantineCmd::List {
@@ -1090,150 +1215,18 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
             source,
             limit,
             cursor,
-        } => {
-            let mut q: Vec<(&str, String)> = Vec::new();
-            q.extend(source.map(|s| ("source", s)));
-            let v = match tenant {
-                Some(t) => {
-                    q.extend(limit.map(|l| ("limit", l.to_string())));
-                    q.extend(cursor.map(|c| ("cursor", c)));
-                    api.get(&format!("/v1/tenants/{}/quarantine", seg(&t)), &q)
-                        .await?
-                }
-                None => {
-                    let tenants = all_pages(api, "/v1/tenants").await?;
-                    let mut all = Vec::new();
-                    for t in items(&tenants) {
-                        let name = s(&t["name"]);
-                        let mut cursor: Option<String> = None;
-                        loop {
-                            let mut qq = q.clone();
-                            qq.push(("limit", "1000".into()));
-                            qq.extend(cursor.take().map(|c| ("cursor", c)));
-                            let page = api
-                                .get(&format!("/v1/tenants/{}/quarantine", seg(&name)), &qq)
-                                .await?;
-                            all.extend(items(&page));
-                            match page["next_cursor"].as_str() {
-                                Some(c) => cursor = Some(c.to_owned()),
-                                None => break,
-                            }
-                        }
-                    }
-                    json!({ "items": all, "next_cursor": null })
-                }
-            };
-            if json_out {
-                return print_json(&v);
-            }
-            let rows: Vec<Vec<String>> = items(&v)
-                .iter()
-                .map(|h| {
-                    vec![
-                        s(&h["id"]),
-                        s(&h["source"]),
-                        s(&h["received_at"]),
-                        s(&h["size_bytes"]),
-                        s(&h["reason"]),
-                    ]
-                })
-                .collect();
-            table(&["HOOK", "SOURCE", "RECEIVED", "BYTES", "REASON"], &rows);
-            if let Some(c) = v["next_cursor"].as_str() {
-                println!("more: --cursor {c}");
-            }
-        }
-        QuarantineCmd::Show { hook } => {
-            let (t, seq) = hook_ref(&hook)?;
-            let v = api
-                .get(
-                    &format!("/v1/tenants/{}/quarantine/{}", seg(&t), seg(&seq)),
-                    &[],
-                )
-                .await?;
-            if json_out {
-                return print_json(&v);
-            }
-            let h = &v["hook"];
-            println!(
-                "hook {t}.{seq}  {}  held: {}",
-                s(&h["idempotency_key"]),
-                s(&v["reason"])
-            );
-            println!(
-                "source {}  received {}  {} {}{}",
-                s(&h["source"]),
-                s(&h["received_at"]),
-                s(&h["method"]),
-                s(&h["path"]),
-                h["query"]
-                    .as_str()
-                    .map(|q| format!("?{q}"))
-                    .unwrap_or_default()
-            );
-            for hd in h["headers"].as_array().cloned().unwrap_or_default() {
-                println!(
-                    "  {}: {}",
-                    s(&hd["name"]),
-                    hd["value"].as_str().map_or_else(
-                        || format!("(base64) {}", s(&hd["value_base64"])),
-                        str::to_owned
-                    )
-                );
-            }
-            match h["body_text"].as_str() {
-                Some(b) => println!("body: {b}"),
-                None => println!("body (base64): {}", s(&h["body_base64"])),
-            }
-        }
+        } => quarantine_list(api, json_out, tenant, source, limit, cursor).await,
+        QuarantineCmd::Show { hook } => quarantine_show(api, json_out, &hook).await,
         QuarantineCmd::Release {
             hook: Some(hook),
             wait: _,
             ..
-        } => {
-            let (t, seq) = hook_ref(&hook)?;
-            let v = api
-                .call(
-                    reqwest::Method::POST,
-                    &format!("/v1/tenants/{}/quarantine/{}/release", seg(&t), seg(&seq)),
-                    &[],
-                    None,
-                )
-                .await?;
-            if json_out {
-                return print_json(&v);
-            }
-            let rows = v["rows"].as_u64().unwrap_or(0);
-            println!(
-                "released {t}.{seq} ({rows} {} for source {})",
-                if rows == 1 { "row" } else { "rows" },
-                s(&v["source"])
-            );
-        }
+        } => quarantine_release(api, json_out, &hook).await,
         QuarantineCmd::Drop {
             hook: Some(hook),
             yes,
             ..
-        } => {
-            let (t, seq) = hook_ref(&hook)?;
-            if !yes {
-                return Err(Fail::Usage(
-                    "refusing to drop a quarantined hook without --yes: it is gone for good".into(),
-                ));
-            }
-            let v = api
-                .call(
-                    reqwest::Method::DELETE,
-                    &format!("/v1/tenants/{}/quarantine/{}", seg(&t), seg(&seq)),
-                    &[],
-                    None,
-                )
-                .await?;
-            if json_out {
-                return print_json(&v);
-            }
-            println!("dropped {t}.{seq}");
-        }
+        } => quarantine_drop(api, json_out, &hook, yes).await,
         QuarantineCmd::Release {
             hook: None,
             all,
@@ -1246,14 +1239,16 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
                     "release: give a hook (e.g. default.42), --source, --tenant or --all".into(),
                 ));
             }
-            let filter = json!({ "tenant": tenant, "source": source });
-            start_job(
-                api,
-                json_out,
-                json!({ "kind": "release_quarantined", "filter": strip_nulls(filter) }),
-                wait,
-            )
-            .await?;
+            let body = JobRequest {
+                kind: JobKind::ReleaseQuarantined,
+                filter: FilterRequest {
+                    tenant,
+                    source,
+                    ..FilterRequest::default()
+                },
+                sinks: None,
+            };
+            start_job(api, json_out, body, wait).await
         }
         QuarantineCmd::Drop {
             hook: None,
@@ -1274,24 +1269,150 @@ async fn quarantine(api: &Api, json_out: bool, cmd: QuarantineCmd) -> Result<(),
                         .into(),
                 ));
             }
-            let filter = json!({ "tenant": tenant, "source": source });
-            start_job(
-                api,
-                json_out,
-                json!({ "kind": "drop_quarantined", "filter": strip_nulls(filter) }),
-                wait,
-            )
-            .await?;
+            let body = JobRequest {
+                kind: JobKind::DropQuarantined,
+                filter: FilterRequest {
+                    tenant,
+                    source,
+                    ..FilterRequest::default()
+                },
+                sinks: None,
+            };
+            start_job(api, json_out, body, wait).await
         }
+    }
+}
+
+/// `ankusa quarantine list`: one page of `--tenant`'s quarantined hooks, or
+/// every page of every tenant's.
+async fn quarantine_list(
+    api: &Api,
+    json_out: bool,
+    tenant: Option<String>,
+    source: Option<String>,
+    limit: Option<u64>,
+    cursor: Option<String>,
+) -> Result<(), Fail> {
+    let mut q: Vec<(&str, String)> = Vec::new();
+    q.extend(source.map(|s| ("source", s)));
+    let (path, v) = match tenant {
+        Some(t) => {
+            q.extend(limit.map(|l| ("limit", l.to_string())));
+            q.extend(cursor.map(|c| ("cursor", c)));
+            let path = format!("/v1/tenants/{}/quarantine", seg(&t));
+            let v = api.get(&path, &q).await?;
+            (path, v)
+        }
+        None => {
+            let tenants_path = "/v1/tenants";
+            let tenants = all_pages(api, tenants_path).await?;
+            let tenants: Vec<Tenant> = api.read_items(tenants_path, &tenants)?;
+            let mut all = Vec::new();
+            for t in &tenants {
+                let path = format!("/v1/tenants/{}/quarantine", seg(&t.name));
+                let mut cursor: Option<String> = None;
+                loop {
+                    let mut qq = q.clone();
+                    qq.push(("limit", "1000".into()));
+                    qq.extend(cursor.take().map(|c| ("cursor", c)));
+                    let v = api.get(&path, &qq).await?;
+                    let page: Page<Value> = api.read(&reqwest::Method::GET, &path, &v)?;
+                    all.extend(page.items);
+                    match page.next_cursor {
+                        Some(c) => cursor = Some(c),
+                        None => break,
+                    }
+                }
+            }
+            (
+                "/v1/tenants/{tenant}/quarantine".to_owned(),
+                json!({ "items": all, "next_cursor": null }),
+            )
+        }
+    };
+    if json_out {
+        return print_json(&v);
+    }
+    let page: QuarantineList = api.read(&reqwest::Method::GET, &path, &v)?;
+    let rows: Vec<Vec<String>> = page
+        .items
+        .iter()
+        .map(|h| {
+            vec![
+                h.id.clone(),
+                opt(&h.source),
+                opt(&h.received_at),
+                h.size_bytes.to_string(),
+                h.reason.clone(),
+            ]
+        })
+        .collect();
+    table(&["HOOK", "SOURCE", "RECEIVED", "BYTES", "REASON"], &rows);
+    if let Some(c) = &page.next_cursor {
+        println!("more: --cursor {c}");
     }
     Ok(())
 }
 
-fn strip_nulls(v: Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
-        other => other,
+/// `ankusa quarantine show HOOK`.
+async fn quarantine_show(api: &Api, json_out: bool, hook: &str) -> Result<(), Fail> {
+    let (t, seq) = hook_ref(hook)?;
+    let path = format!("/v1/tenants/{}/quarantine/{}", seg(&t), seg(&seq));
+    let v = api.get(&path, &[]).await?;
+    if json_out {
+        return print_json(&v);
     }
+    let q: QuarantinedHook = api.read(&reqwest::Method::GET, &path, &v)?;
+    let h = &q.hook;
+    println!("hook {t}.{seq}  {}  held: {}", h.idempotency_key, q.reason);
+    print_request(h);
+    print_headers_and_body(h);
+    Ok(())
+}
+
+/// `ankusa quarantine release HOOK`.
+async fn quarantine_release(api: &Api, json_out: bool, hook: &str) -> Result<(), Fail> {
+    let (t, seq) = hook_ref(hook)?;
+    let path = format!("/v1/tenants/{}/quarantine/{}/release", seg(&t), seg(&seq));
+    let method = reqwest::Method::POST;
+    let v = api.call(method.clone(), &path, &[], None).await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let r: Released = api.read(&method, &path, &v)?;
+    println!(
+        "released {t}.{seq} ({} {} for source {})",
+        r.rows,
+        if r.rows == 1 { "row" } else { "rows" },
+        r.source
+    );
+    Ok(())
+}
+
+/// `ankusa quarantine drop HOOK --yes`.
+async fn quarantine_drop(api: &Api, json_out: bool, hook: &str, yes: bool) -> Result<(), Fail> {
+    let (t, seq) = hook_ref(hook)?;
+    if !yes {
+        return Err(Fail::Usage(
+            "refusing to drop a quarantined hook without --yes: it is gone for good".into(),
+        ));
+    }
+    let path = format!("/v1/tenants/{}/quarantine/{}", seg(&t), seg(&seq));
+    let method = reqwest::Method::DELETE;
+    let v = api.call(method.clone(), &path, &[], None).await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let _: Dropped = api.read(&method, &path, &v)?;
+    println!("dropped {t}.{seq}");
+    Ok(())
+}
+
+/// A request body ([`api_types`]) as JSON: what it does not give is left
+/// out.
+fn request_json(body: &impl serde::Serialize) -> Result<Value, Fail> {
+    serde_json::to_value(body)
+        .map_err(|e| Fail::Usage(format!("cannot write the request's body: {e}")))
 }
 
 /// One row, or a job over a filter.
@@ -1343,52 +1464,51 @@ async fn act(
     api: &Api,
     json_out: bool,
     target: Target,
-    verb: &str,
+    kind: JobKind,
     filter: &Filter,
     wait: bool,
 ) -> Result<(), Fail> {
-    match target {
-        Target::Row(row) => {
-            let v = if verb == "revive" {
-                api.call(
-                    reqwest::Method::POST,
-                    &format!("/v1/dead-letters/{}/revive", seg(&row)),
-                    &[],
-                    None,
-                )
-                .await?
-            } else {
-                api.call(
-                    reqwest::Method::DELETE,
-                    &format!("/v1/dead-letters/{}", seg(&row)),
-                    &[],
-                    None,
-                )
-                .await?
-            };
-            if json_out {
-                return print_json(&v);
-            }
-            match verb {
-                "revive" => println!("revived {row} ({})", s(&v["state"])),
-                _ => println!("dropped {row}"),
-            }
-        }
+    let row = match target {
+        Target::Row(row) => row,
         Target::Filter => {
-            start_job(
+            return start_job(
                 api,
                 json_out,
-                json!({ "kind": verb, "filter": filter.json() }),
+                JobRequest {
+                    kind,
+                    filter: filter.request(),
+                    sinks: None,
+                },
                 wait,
             )
-            .await?
+            .await;
         }
+    };
+    if kind == JobKind::Revive {
+        let path = format!("/v1/dead-letters/{}/revive", seg(&row));
+        let method = reqwest::Method::POST;
+        let v = api.call(method.clone(), &path, &[], None).await?;
+        if json_out {
+            return print_json(&v);
+        }
+        let r: Revived = api.read(&method, &path, &v)?;
+        println!("revived {row} ({})", r.state);
+    } else {
+        let path = format!("/v1/dead-letters/{}", seg(&row));
+        let method = reqwest::Method::DELETE;
+        let v = api.call(method.clone(), &path, &[], None).await?;
+        if json_out {
+            return print_json(&v);
+        }
+        let _: Dropped = api.read(&method, &path, &v)?;
+        println!("dropped {row}");
     }
     Ok(())
 }
 
-/// Polls job `id` until it leaves `running`, with a progress bar on a terminal.
-async fn wait_job(api: &Api, id: u64, bar: bool) -> Result<Value, Fail> {
+/// Polls job `id` until it leaves `running`, with a progress bar on a
+/// terminal: its last answer, as received and as its type.
+async fn wait_job(api: &Api, id: u64, bar: bool) -> Result<(Value, Job), Fail> {
     let pb = indicatif::ProgressBar::new(0);
     if bar {
         pb.set_style(
@@ -1398,84 +1518,73 @@ async fn wait_job(api: &Api, id: u64, bar: bool) -> Result<Value, Fail> {
     } else {
         pb.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
+    let path = format!("/v1/jobs/{}", seg(&id));
     loop {
-        let j = api.get(&format!("/v1/jobs/{}", seg(&id)), &[]).await?;
-        let examined = j["examined"].as_u64().unwrap_or(0);
-        pb.set_length(j["total"].as_u64().unwrap_or(0).max(examined));
-        pb.set_position(examined);
-        let phase = j["phase"]
-            .as_str()
+        let v = api.get(&path, &[]).await?;
+        let j: Job = api.read(&reqwest::Method::GET, &path, &v)?;
+        pb.set_length(j.total.unwrap_or(0).max(j.examined));
+        pb.set_position(j.examined);
+        let phase = j
+            .phase
+            .as_ref()
             .map(|p| format!(" ({p})"))
             .unwrap_or_default();
-        pb.set_message(format!(
-            "{id} {}: {} done{phase}",
-            s(&j["kind"]),
-            s(&j["done"])
-        ));
-        if j["state"] != "running" {
+        pb.set_message(format!("{id} {}: {} done{phase}", j.kind.as_str(), j.done));
+        if j.state != JobState::Running {
             pb.finish_and_clear();
-            return Ok(j);
+            return Ok((v, j));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
-fn job_outcome(j: &Value) -> Result<(), Fail> {
-    match j["state"].as_str() {
-        Some("failed") => Err(Fail::Refused(format!(
+fn job_outcome(j: &Job) -> Result<(), Fail> {
+    match j.state {
+        JobState::Failed => Err(Fail::Refused(format!(
             "job {} failed: {}",
-            s(&j["id"]),
-            s(&j["error"])
+            j.id,
+            opt(&j.error)
         ))),
-        Some("cancelled") => Err(Fail::Refused(format!(
+        JobState::Cancelled => Err(Fail::Refused(format!(
             "job {} was cancelled after {} rows",
-            s(&j["id"]),
-            s(&j["done"])
+            j.id, j.done
         ))),
         _ => Ok(()),
     }
 }
 
-fn print_jobs(jobs: &[Value]) {
+fn print_jobs(jobs: &[Job]) {
     let rows: Vec<Vec<String>> = jobs
         .iter()
         .map(|j| {
-            let mut f: Vec<String> = j["filter"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .filter(|(_, v)| !v.is_null())
-                        .map(|(k, v)| format!("{k}={}", s(v)))
-                        .collect()
-                })
-                .unwrap_or_default();
-            if let Some(sinks) = j["sinks"].as_array() {
-                f.push(format!(
-                    "sinks={}",
-                    sinks.iter().map(s).collect::<Vec<_>>().join(",")
-                ));
+            // In the order of the fields' names.
+            let mut given = j.filter.given();
+            given.sort_by_key(|(k, _)| *k);
+            let mut f: Vec<String> = given.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            if let Some(sinks) = &j.sinks {
+                f.push(format!("sinks={}", sinks.join(",")));
             }
-            let progress = match j["total"].as_u64() {
-                Some(t) => format!("{}/{t}", s(&j["examined"])),
-                None => s(&j["examined"]),
+            let progress = match j.total {
+                Some(t) => format!("{}/{t}", j.examined),
+                None => j.examined.to_string(),
             };
-            let state = match j["phase"].as_str() {
-                Some(p) if j["state"] == "running" => format!("running ({p})"),
-                _ => s(&j["state"]),
+            let state = match &j.phase {
+                Some(p) if j.state == JobState::Running => format!("running ({p})"),
+                _ => j.state.as_str().to_owned(),
             };
             vec![
-                s(&j["id"]),
-                s(&j["kind"]),
+                j.id.to_string(),
+                j.kind.as_str().to_owned(),
                 state,
                 progress,
-                s(&j["done"]),
-                s(&j["skipped"]),
+                j.done.to_string(),
+                j.skipped.to_string(),
                 if f.is_empty() {
                     "all".into()
                 } else {
                     f.join(" ")
                 },
-                s(&j["created_at"]),
+                opt(&j.created_at),
             ]
         })
         .collect();
@@ -1486,18 +1595,20 @@ fn print_jobs(jobs: &[Value]) {
         &rows,
     );
     for j in jobs {
-        if let Some(e) = j["error"].as_str() {
-            println!("job {}: {e}", s(&j["id"]));
+        if let Some(e) = &j.error {
+            println!("job {}: {e}", j.id);
         }
     }
 }
 
-/// Every page of a list: `{"items": [...], "next_cursor": null}`.
+/// Every page of a list: `{"items": [...], "next_cursor": null}`, its items
+/// as received.
 ///
 /// # Errors
-/// The API's, and [`Fail::Refused`] for an answer that would page forever:
-/// a `next_cursor` the listing gave before (the API's cursors only move
-/// forward), or a page with no items that still names a next one.
+/// The API's, and [`Fail::Refused`] for a page that is not a list's, or an
+/// answer that would page forever: a `next_cursor` the listing gave before
+/// (the API's cursors only move forward), or a page with no items that still
+/// names a next one.
 pub(crate) async fn all_pages(api: &Api, path: &str) -> Result<Value, Fail> {
     let mut all = Vec::new();
     let mut cursor: Option<String> = None;
@@ -1506,11 +1617,11 @@ pub(crate) async fn all_pages(api: &Api, path: &str) -> Result<Value, Fail> {
         let mut q = vec![("limit", "1000".to_owned())];
         q.extend(cursor.take().map(|c| ("cursor", c)));
         let v = api.get(path, &q).await?;
-        let page = items(&v);
-        let empty = page.is_empty();
-        all.extend(page);
-        match v["next_cursor"].as_str() {
-            Some(c) if empty || !seen.insert(c.to_owned()) => {
+        let page: Page<Value> = api.read(&reqwest::Method::GET, path, &v)?;
+        let empty = page.items.is_empty();
+        all.extend(page.items);
+        match page.next_cursor {
+            Some(c) if empty || !seen.insert(c.clone()) => {
                 return Err(Fail::Refused(format!(
                     "GET {path}: the listing does not end (a page {} next_cursor {:?}): is {} an Ankusa admin listener?",
                     if empty {
@@ -1522,22 +1633,15 @@ pub(crate) async fn all_pages(api: &Api, path: &str) -> Result<Value, Fail> {
                     api.base
                 )));
             }
-            Some(c) => cursor = Some(c.to_owned()),
+            Some(c) => cursor = Some(c),
             None => return Ok(json!({ "items": all, "next_cursor": null })),
         }
     }
 }
 
-fn items(v: &Value) -> Vec<Value> {
-    v["items"].as_array().cloned().unwrap_or_default()
-}
-
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+/// An optional field as a cell: its text, or `-`.
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or_else(|| "-".into(), ToString::to_string)
 }
 
 fn print_json(v: &Value) -> Result<(), Fail> {
@@ -1606,6 +1710,37 @@ pub fn non_empty(text: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A request's body has what the command gives and nothing else (no
+    /// `null`s), times as numbers when they are unix ms.
+    #[test]
+    fn request_bodies_leave_out_what_is_not_given() {
+        let filter = Filter {
+            tenant: Some("acme".into()),
+            since: Some("1700000000000".into()),
+            until: Some("2026-01-02T03:04:05Z".into()),
+            ..Filter::default()
+        };
+        let job = JobRequest {
+            kind: JobKind::Drop,
+            filter: filter.request(),
+            sinks: None,
+        };
+        assert_eq!(
+            request_json(&job).ok().map(|v| v.to_string()),
+            Some(
+                r#"{"filter":{"since":1700000000000,"tenant":"acme","until":"2026-01-02T03:04:05Z"},"kind":"drop"}"#
+                    .to_owned()
+            )
+        );
+        let pause = PauseRequest {
+            reason: Some("maintenance".into()),
+        };
+        assert_eq!(
+            request_json(&pause).ok().map(|v| v.to_string()),
+            Some(r#"{"reason":"maintenance"}"#.to_owned())
+        );
+    }
 
     #[test]
     fn a_message_prints_without_the_terminals_control_characters() {

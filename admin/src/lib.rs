@@ -13,6 +13,8 @@
 //!   - [`dlq`] and [`quarantine`]: one dead letter or one quarantined hook
 //!     (revive, drop, release), and which dead letters a filter takes;
 //!   - [`error`]: [`JobError`], why an action did not happen.
+//! - [`api_types`]: the API's answers as serde types, the listener's and its
+//!   clients' (the CLI, `ankusa top`) one spelling of them.
 //! - [`http`]: the admin listener on top of it: `/metrics`, `/healthz`,
 //!   `/readyz`, the JSON API under `/v1/` (its routes, views and OpenAPI
 //!   document) and the operator console. Its `ApiError` converts from
@@ -29,6 +31,7 @@
 //! crate does not depend on the pipeline.
 #![deny(missing_docs, clippy::unwrap_used)]
 
+pub mod api_types;
 pub mod context;
 pub mod dlq;
 pub mod error;

@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use serde::Deserialize;
+use ankusa_admin::api_types::{SourceList, TenantList};
 
 /// Why a text of the relay could not be read: which document, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -297,46 +297,11 @@ pub struct Snapshot {
     pub metrics: Metrics,
 }
 
-#[derive(Deserialize)]
-struct List<T> {
-    items: Vec<T>,
-}
-
-#[derive(Deserialize)]
-struct TenantJson {
-    name: String,
-    counters: CountersJson,
-    oldest_due_age_ms: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct CountersJson {
-    pending: i64,
-    in_flight: i64,
-    dead: i64,
-    quarantined: i64,
-    lanes: i64,
-    lanes_blocked: i64,
-    delivered_total: i64,
-}
-
-#[derive(Deserialize)]
-struct SourceJson {
-    name: String,
-    sinks: Vec<SinkJson>,
-}
-
-#[derive(Deserialize)]
-struct SinkJson {
-    #[serde(rename = "type")]
-    kind: String,
-    paused: bool,
-}
-
 impl Snapshot {
     /// Parses one reading: `tenants_json` and `sources_json` are list
     /// answers of `GET /v1/tenants` and `GET /v1/sources` (`{"items": [...],
-    /// ...}`, every page's items in one list; other fields are ignored),
+    /// ...}`, every page's items in one list), read as the API's types
+    /// (`ankusa_admin::api_types`: a field they do not know is ignored),
     /// `metrics_text` the body of `/metrics` ([`Metrics::parse`]).
     ///
     /// # Errors
@@ -347,9 +312,9 @@ impl Snapshot {
         sources_json: &str,
         metrics_text: &str,
     ) -> Result<Snapshot, ParseError> {
-        let tenants: List<TenantJson> = serde_json::from_str(tenants_json)
+        let tenants: TenantList = serde_json::from_str(tenants_json)
             .map_err(|e| ParseError(format!("GET /v1/tenants: {e}")))?;
-        let sources: List<SourceJson> = serde_json::from_str(sources_json)
+        let sources: SourceList = serde_json::from_str(sources_json)
             .map_err(|e| ParseError(format!("GET /v1/sources: {e}")))?;
         let metrics = Metrics::parse(metrics_text)?;
         let tenants = tenants
@@ -556,10 +521,14 @@ ankusa_build_info{version="0.1.0"} 1
        "oldest_due_at_ms": 1000, "oldest_due_age_ms": 2500}
     ], "next_cursor": null}"#;
     const SOURCES: &str = r#"{"items": [
-      {"name": "orders", "path": "/hooks/orders", "paused": false, "sinks": [
-        {"name": "web", "type": "http", "index": 0, "paused": false, "breakers": []},
-        {"name": "log", "type": "file", "index": 1, "paused": true, "breakers": []}]},
-      {"name": "quiet", "path": "/hooks/quiet", "paused": false, "sinks": []}
+      {"name": "orders", "path": "/hooks/orders", "tenant": {"fixed": "acme"}, "verification": "none",
+       "dedupe": null, "pause": {"by_config": false, "by_runtime": null}, "paused": false, "sinks": [
+        {"name": "web", "type": "http", "index": 0, "ordered": false, "ordering_key": null,
+         "pause": {"by_config": false, "by_runtime": null}, "paused": false, "breakers": []},
+        {"name": "log", "type": "file", "index": 1, "ordered": false, "ordering_key": null,
+         "pause": {"by_config": true, "by_runtime": null}, "paused": true, "breakers": []}]},
+      {"name": "quiet", "path": "/hooks/quiet", "tenant": {"path": true}, "verification": "none",
+       "dedupe": null, "pause": {"by_config": false, "by_runtime": null}, "paused": false, "sinks": []}
     ], "next_cursor": null}"#;
 
     #[test]
@@ -598,7 +567,11 @@ ankusa_build_info{version="0.1.0"} 1
 
     #[test]
     fn an_answer_that_is_not_the_apis_is_an_error_that_names_the_route() {
-        let e = Snapshot::parse(r#"{"items": [{"name": "acme"}]}"#, SOURCES, "").unwrap_err();
+        let e = Snapshot::parse(
+            r#"{"items": [{"name": "acme", "ordinal": 1, "configured": true}], "next_cursor": null}"#,
+            SOURCES,
+            "",
+        ).unwrap_err();
         assert!(
             e.0.starts_with("GET /v1/tenants: missing field `counters`"),
             "{e}"

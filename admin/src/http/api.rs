@@ -99,9 +99,19 @@ impl ApiError {
         }
     }
 
+    /// The answer's body as its type.
+    pub fn answer(&self) -> crate::api_types::Error {
+        crate::api_types::Error {
+            error: crate::api_types::ErrorDetail {
+                code: self.code.to_owned(),
+                message: self.message.clone(),
+            },
+        }
+    }
+
     /// The JSON body.
     pub fn body(&self) -> serde_json::Value {
-        serde_json::json!({ "error": { "code": self.code, "message": self.message } })
+        to_json(&self.answer())
     }
 }
 
@@ -342,10 +352,20 @@ pub fn canonical<N: std::str::FromStr>(text: &str) -> Option<N> {
     text.parse().ok()
 }
 
-/// `bytes` as JSON text when it is UTF-8, else `null`.
-pub fn utf8(bytes: &[u8]) -> serde_json::Value {
-    std::str::from_utf8(bytes).map_or(serde_json::Value::Null, |s| {
-        serde_json::Value::String(s.to_owned())
+/// `bytes` as text when they are UTF-8 (`null` on the wire otherwise).
+pub fn utf8(bytes: &[u8]) -> Option<String> {
+    std::str::from_utf8(bytes).ok().map(str::to_owned)
+}
+
+/// An answer ([`crate::api_types`]) as the JSON value the listener writes:
+/// through `serde_json::Value`, whose objects are sorted by key, so the
+/// bytes are those of the answer built field by field. An answer type that
+/// cannot be a JSON value (a map with keys that are not text) is a bug: it
+/// is logged and written as `null`.
+pub fn to_json<T: serde::Serialize>(answer: &T) -> serde_json::Value {
+    serde_json::to_value(answer).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "an admin answer is not JSON");
+        serde_json::Value::Null
     })
 }
 

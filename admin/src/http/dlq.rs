@@ -6,13 +6,13 @@
 use ankusa_engine::{Cf, Kv};
 use ankusa_keys::{DeadLetterValue, DeliveryRow, dead_letter_key, delivery_key};
 use ankusa_queue::RowId;
-use serde_json::{Value, json};
 
 use super::AdminState;
 use super::api::{
     ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_row_id, rfc3339, row_id_text,
     utf8, uuid_text,
 };
+use crate::api_types::{DeadLetter, DeadLetterList, Dropped, Page, Revived};
 use crate::dlq::{self, Dead, DlqFilter, Envelopes, scan};
 
 /// Most ?X entries one list request examines: a page may hold fewer than
@@ -35,12 +35,12 @@ pub fn filter_from_query(q: &mut Query) -> Result<DlqFilter, ApiError> {
     })
 }
 
-/// A dead letter as JSON.
+/// A dead letter as the API shows it.
 fn dead_view<K: Kv>(
     state: &AdminState<K>,
     d: &Dead,
     envelopes: &mut Envelopes,
-) -> Result<Value, ApiError> {
+) -> Result<DeadLetter, ApiError> {
     let tenant = state
         .registry
         .tenant_name(d.row.tenant)
@@ -61,28 +61,30 @@ fn dead_view<K: Kv>(
         Some(raw) => DeliveryRow::decode(&raw).ok(),
         None => None,
     };
-    Ok(json!({
-        "id": row_id_text(&tenant, d.row),
-        "tenant": tenant,
-        "seq": d.row.seq.0,
-        "sink_index": d.row.sink.0,
-        "sink": state.sink_name(source.as_deref(), d.row.sink),
-        "source": source,
-        "idempotency_key": env.as_ref().map(|e| uuid_text(&e.idempotency_key)),
-        "dead_at_ms": d.value.dead_at_ms,
-        "dead_at": rfc3339(d.value.dead_at_ms),
-        "reason": d.value.reason,
-        "attempts": row.as_ref().map(|r| r.attempts),
-        "last_error": row.as_ref().and_then(|r| r.last_error.clone()),
-        "size_bytes": row.as_ref().map(|r| r.size),
-        "ordering_key": row.as_ref().and_then(|r| r.ordering_key.as_deref().map(utf8)),
-    }))
+    Ok(DeadLetter {
+        id: row_id_text(&tenant, d.row),
+        seq: d.row.seq.0,
+        sink_index: d.row.sink.0,
+        sink: state.sink_name(source.as_deref(), d.row.sink),
+        idempotency_key: env.as_ref().map(|e| uuid_text(&e.idempotency_key)),
+        dead_at_ms: d.value.dead_at_ms,
+        dead_at: rfc3339(d.value.dead_at_ms),
+        reason: d.value.reason.clone(),
+        attempts: row.as_ref().map(|r| r.attempts),
+        last_error: row.as_ref().and_then(|r| r.last_error.clone()),
+        size_bytes: row.as_ref().map(|r| r.size),
+        ordering_key: row
+            .as_ref()
+            .and_then(|r| r.ordering_key.as_deref().and_then(utf8)),
+        tenant,
+        source,
+    })
 }
 
 /// `GET /v1/dead-letters`: filters `tenant`, `source`, `sink`, `reason`
 /// (prefix), `since`/`until` on dead_at; `limit`, `cursor`. In ?X key order
 /// (tenant, seq, sink).
-pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, ApiError> {
+pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<DeadLetterList, ApiError> {
     let limit = q.limit()?;
     let cursor = q
         .take("cursor")
@@ -107,7 +109,10 @@ pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, 
     let next = found
         .resume
         .map(|k| encode_cursor(CursorKind::DeadLetters, &k));
-    Ok(json!({ "items": items, "next_cursor": next }))
+    Ok(Page {
+        items,
+        next_cursor: next,
+    })
 }
 
 fn one<K: Kv>(
@@ -128,7 +133,11 @@ fn one<K: Kv>(
 }
 
 /// `GET /v1/dead-letters/{id}`.
-pub(crate) fn get<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
+pub(crate) fn get<K: Kv>(
+    state: &AdminState<K>,
+    id: &str,
+    q: Query,
+) -> Result<DeadLetter, ApiError> {
     q.finish()?;
     let (row, value) = one(state, id)?;
     let value = value
@@ -146,11 +155,19 @@ pub(crate) fn get<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Va
 
 /// `POST /v1/dead-letters/{id}/revive`: `queue::revive` of one row (ADR 0004
 /// section 4.8). A row not in the DLQ is a 409 and nothing changes.
-pub(crate) fn revive<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
+pub(crate) fn revive<K: Kv>(
+    state: &AdminState<K>,
+    id: &str,
+    q: Query,
+) -> Result<Revived, ApiError> {
     q.finish()?;
     let row = parse_row_id(&state.registry, id)?;
     let laned = dlq::revive(state, row, id)?;
-    Ok(json!({ "id": id, "revived": true, "state": if laned { "lane_member" } else { "due" } }))
+    Ok(Revived {
+        id: id.to_owned(),
+        revived: true,
+        state: if laned { "lane_member" } else { "due" }.to_owned(),
+    })
 }
 
 /// `DELETE /v1/dead-letters/{id}`: `queue::drop_dead` of one row. A row not
@@ -159,9 +176,12 @@ pub(crate) fn drop_one<K: Kv>(
     state: &AdminState<K>,
     id: &str,
     q: Query,
-) -> Result<Value, ApiError> {
+) -> Result<Dropped, ApiError> {
     q.finish()?;
     let row = parse_row_id(&state.registry, id)?;
     dlq::drop_one(state, row, id)?;
-    Ok(json!({ "id": id, "dropped": true }))
+    Ok(Dropped {
+        id: id.to_owned(),
+        dropped: true,
+    })
 }

@@ -7,70 +7,46 @@ use std::sync::Arc;
 
 use ankusa_engine::{Cf, Direction, KeyRange, Kv};
 use ankusa_keys::meta::{job_key, jobs_range};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::AdminState;
 use super::api::{
     ApiError, CursorKind, Query, decode_cursor, encode_cursor, parse_time_ms, rfc3339,
 };
+use crate::api_types::{self, Filter, JobList, JobRequest, Page};
 use crate::dlq::DlqFilter;
-use crate::jobs::{self, Job, JobKind, decode, read_job};
+use crate::jobs::{self, Job, decode, read_job};
 
 /// A job as the API shows it (no version, no cursor).
-pub fn job_view(job: &Job) -> Value {
-    json!({
-        "id": job.id,
-        "kind": job.kind,
-        "filter": filter_view(&job.filter),
-        "state": job.state,
-        "created_at_ms": job.created_at_ms,
-        "created_at": rfc3339(job.created_at_ms),
-        "updated_at_ms": job.updated_at_ms,
-        "finished_at_ms": job.finished_at_ms,
-        "examined": job.examined,
-        "done": job.done,
-        "skipped": job.skipped,
-        "total": job.total,
-        "error": job.error,
-        "sinks": job.sinks,
-        "phase": job.phase,
-    })
+pub fn job_view(job: &Job) -> api_types::Job {
+    api_types::Job {
+        id: job.id,
+        kind: job.kind,
+        filter: filter_view(&job.filter),
+        state: job.state,
+        created_at_ms: job.created_at_ms,
+        created_at: rfc3339(job.created_at_ms),
+        updated_at_ms: job.updated_at_ms,
+        finished_at_ms: job.finished_at_ms,
+        examined: job.examined,
+        done: job.done,
+        total: job.total,
+        error: job.error.clone(),
+        skipped: job.skipped,
+        sinks: job.sinks.clone(),
+        phase: job.phase.clone(),
+    }
 }
 
-fn filter_view(f: &DlqFilter) -> Value {
-    json!({
-        "tenant": f.tenant,
-        "source": f.source,
-        "sink": f.sink,
-        "reason": f.reason,
-        "since_ms": f.since_ms,
-        "until_ms": f.until_ms,
-    })
-}
-
-/// The body of `POST /v1/jobs`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JobRequest {
-    kind: JobKind,
-    #[serde(default)]
-    filter: FilterRequest,
-    /// A replay's sink entries (default: every sink of the source).
-    #[serde(default)]
-    sinks: Option<Vec<String>>,
-}
-
-/// A filter as a request gives it: `since`/`until` as unix ms or RFC 3339.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FilterRequest {
-    tenant: Option<String>,
-    source: Option<String>,
-    sink: Option<String>,
-    reason: Option<String>,
-    since: Option<Value>,
-    until: Option<Value>,
+fn filter_view(f: &DlqFilter) -> Filter {
+    Filter {
+        tenant: f.tenant.clone(),
+        source: f.source.clone(),
+        sink: f.sink.clone(),
+        reason: f.reason.clone(),
+        since_ms: f.since_ms,
+        until_ms: f.until_ms,
+    }
 }
 
 fn time_of(name: &str, v: Option<Value>) -> Result<Option<u64>, ApiError> {
@@ -95,7 +71,7 @@ pub(crate) fn create<K: Kv>(
     state: &Arc<AdminState<K>>,
     body: &[u8],
     q: Query,
-) -> Result<Value, ApiError> {
+) -> Result<api_types::Job, ApiError> {
     q.finish()?;
     let req: JobRequest = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the body is not a job request: {e}")))?;
@@ -128,7 +104,7 @@ pub(crate) fn create<K: Kv>(
 }
 
 /// `GET /v1/jobs`: newest first.
-pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, ApiError> {
+pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<JobList, ApiError> {
     let limit = q.limit()?;
     let cursor = q
         .take("cursor")
@@ -160,7 +136,10 @@ pub(crate) fn list<K: Kv>(state: &AdminState<K>, mut q: Query) -> Result<Value, 
         }
         items.push(job_view(&job));
     }
-    Ok(json!({ "items": items, "next_cursor": next }))
+    Ok(Page {
+        items,
+        next_cursor: next,
+    })
 }
 
 /// A job id from a path segment.
@@ -173,7 +152,11 @@ pub fn parse_id(text: &str) -> Result<u64, ApiError> {
 }
 
 /// `GET /v1/jobs/{id}`.
-pub(crate) fn get<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
+pub(crate) fn get<K: Kv>(
+    state: &AdminState<K>,
+    id: &str,
+    q: Query,
+) -> Result<api_types::Job, ApiError> {
     q.finish()?;
     let id = parse_id(id)?;
     let job =
@@ -184,7 +167,11 @@ pub(crate) fn get<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Va
 /// `POST /v1/jobs/{id}/cancel`: a running job stops before its next step (a
 /// purge lifts its tenant's purge mark, a source's retirement ends); a job no
 /// longer running is a 409.
-pub(crate) fn cancel<K: Kv>(state: &AdminState<K>, id: &str, q: Query) -> Result<Value, ApiError> {
+pub(crate) fn cancel<K: Kv>(
+    state: &AdminState<K>,
+    id: &str,
+    q: Query,
+) -> Result<api_types::Job, ApiError> {
     q.finish()?;
     let id = parse_id(id)?;
     let job = jobs::cancel(state, id)?;

@@ -14,11 +14,10 @@ use ankusa_engine::Kv;
 use ankusa_keys::SinkIx;
 use ankusa_keys::meta::{PauseTarget, PausedValue};
 use ankusa_queue::PauseMap;
-use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::AdminState;
 use super::api::{ApiError, Query, rfc3339};
+use crate::api_types::{PauseInfo, PauseRequest, PauseState, RuntimePause};
 use crate::context::{ControlFailure, block};
 
 /// The reason a pause made through the API records when the request gives
@@ -27,19 +26,16 @@ pub const DEFAULT_PAUSE_REASON: &str = "paused through the admin API";
 /// The longest pause reason the API takes, bytes.
 pub const MAX_REASON_BYTES: usize = 1024;
 
-/// The body of a pause (optional): `{"reason": "..."}`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PauseRequest {
-    reason: Option<String>,
-}
-
 /// `{by_config, by_runtime}` of one target: what pauses it itself.
-pub(crate) fn pause_info(by_config: bool, runtime: Option<&PausedValue>) -> Value {
-    json!({
-        "by_config": by_config,
-        "by_runtime": runtime.map(|p| json!({ "since_ms": p.since_ms, "since": rfc3339(p.since_ms), "reason": p.reason })),
-    })
+pub(crate) fn pause_info(by_config: bool, runtime: Option<&PausedValue>) -> PauseInfo {
+    PauseInfo {
+        by_config,
+        by_runtime: runtime.map(|p| RuntimePause {
+            since_ms: p.since_ms,
+            since: rfc3339(p.since_ms),
+            reason: p.reason.clone(),
+        }),
+    }
 }
 
 /// The configured source `name` and, for `sink`, its entry's index.
@@ -78,16 +74,19 @@ fn view(
     source_paused: bool,
     runtime: &PauseMap,
     target: PauseTarget,
-) -> Value {
+) -> PauseState {
     let by_runtime = runtime.get(&target);
     let paused = by_config || by_runtime.is_some();
-    let mut v = pause_info(by_config, by_runtime);
-    v["source"] = json!(source);
-    v["sink"] = json!(sink);
-    v["paused"] = json!(paused);
-    // A sink entry delivers when neither it nor its source is paused.
-    v["delivering"] = json!(!paused && !source_paused);
-    v
+    let info = pause_info(by_config, by_runtime);
+    PauseState {
+        source: source.to_owned(),
+        sink: sink.map(str::to_owned),
+        paused,
+        // A sink entry delivers when neither it nor its source is paused.
+        delivering: !paused && !source_paused,
+        by_config: info.by_config,
+        by_runtime: info.by_runtime,
+    }
 }
 
 /// `POST /v1/sources/{source}[/sinks/{sink}]/pause|resume`.
@@ -98,7 +97,7 @@ pub(crate) fn change<K: Kv>(
     pause: bool,
     body: &[u8],
     q: Query,
-) -> Result<Value, ApiError> {
+) -> Result<PauseState, ApiError> {
     q.finish()?;
     let req: PauseRequest = if body.iter().all(u8::is_ascii_whitespace) {
         PauseRequest::default()

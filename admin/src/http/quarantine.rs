@@ -7,7 +7,6 @@
 
 use ankusa_engine::Kv;
 use ankusa_keys::Seq;
-use serde_json::{Value, json};
 
 use super::AdminState;
 use super::api::{
@@ -15,6 +14,7 @@ use super::api::{
     uuid_text,
 };
 use super::views::hook_view;
+use crate::api_types::{Dropped, Page, QuarantineList, QuarantinedHook, QuarantinedItem, Released};
 use crate::context::read_envelope;
 use crate::quarantine;
 
@@ -24,7 +24,7 @@ pub(crate) fn list<K: Kv>(
     state: &AdminState<K>,
     tenant: &str,
     mut q: Query,
-) -> Result<Value, ApiError> {
+) -> Result<QuarantineList, ApiError> {
     let limit = q.limit()?;
     let cursor = q
         .take("cursor")
@@ -50,28 +50,32 @@ pub(crate) fn list<K: Kv>(
         None => None,
     };
     let page = ankusa_queue::list_quarantined(&*state.kv, ord, after, limit)?;
-    let items: Vec<Value> = page
+    let items: Vec<QuarantinedItem> = page
         .hooks
         .iter()
         .filter(|h| only.is_none() || h.source == only)
-        .map(|h| {
-            json!({
-                "id": format!("{tenant}.{}", h.seq.0),
-                "tenant": tenant,
-                "seq": h.seq.0,
-                "reason": h.reason,
-                "source": h.source.and_then(|s| state.registry.source_name(s)),
-                "received_at_ms": h.received_at_ms,
-                "received_at": h.received_at_ms.and_then(rfc3339),
-                "size_bytes": h.size_bytes,
-                "idempotency_key": h.idempotency_key.as_ref().map(uuid_text),
-            })
+        .map(|h| QuarantinedItem {
+            id: format!("{tenant}.{}", h.seq.0),
+            tenant: tenant.to_owned(),
+            seq: h.seq.0,
+            reason: h.reason.clone(),
+            source: h
+                .source
+                .and_then(|s| state.registry.source_name(s))
+                .map(str::to_owned),
+            received_at_ms: h.received_at_ms,
+            received_at: h.received_at_ms.and_then(rfc3339),
+            size_bytes: h.size_bytes,
+            idempotency_key: h.idempotency_key.as_ref().map(uuid_text),
         })
         .collect();
     let next = page
         .next
         .map(|s| encode_cursor(CursorKind::Quarantine, &s.0.to_be_bytes()));
-    Ok(json!({ "items": items, "next_cursor": next }))
+    Ok(Page {
+        items,
+        next_cursor: next,
+    })
 }
 
 /// The hook a path names and the reason it is held, or why it is not: 404
@@ -95,7 +99,7 @@ pub(crate) fn get<K: Kv>(
     tenant: &str,
     seq: &str,
     q: Query,
-) -> Result<Value, ApiError> {
+) -> Result<QuarantinedHook, ApiError> {
     q.finish()?;
     let (ord, seq, reason) = held(state, tenant, seq)?;
     let env = read_envelope(&*state.kv, ord, seq)?.ok_or_else(|| {
@@ -104,7 +108,10 @@ pub(crate) fn get<K: Kv>(
             seq.0
         ))
     })?;
-    Ok(json!({ "reason": reason, "hook": hook_view(state, tenant, ord, seq, &env)? }))
+    Ok(QuarantinedHook {
+        reason,
+        hook: hook_view(state, tenant, ord, seq, &env)?,
+    })
 }
 
 /// `POST /v1/tenants/{tenant}/quarantine/{seq}/release`: the hook's rows,
@@ -115,14 +122,17 @@ pub(crate) fn release<K: Kv>(
     tenant: &str,
     seq: &str,
     q: Query,
-) -> Result<Value, ApiError> {
+) -> Result<Released, ApiError> {
     q.finish()?;
     let ord = tenant_ord(&state.registry, tenant)?;
     let seq = parse_seq(seq)?;
     let released = quarantine::release(state, tenant, ord, seq)?;
-    Ok(
-        json!({ "id": format!("{tenant}.{}", seq.0), "released": true, "source": released.source, "rows": released.rows }),
-    )
+    Ok(Released {
+        id: format!("{tenant}.{}", seq.0),
+        released: true,
+        source: released.source,
+        rows: released.rows as u64,
+    })
 }
 
 /// `DELETE /v1/tenants/{tenant}/quarantine/{seq}`: the hook, its envelope and
@@ -132,10 +142,13 @@ pub(crate) fn drop_one<K: Kv>(
     tenant: &str,
     seq: &str,
     q: Query,
-) -> Result<Value, ApiError> {
+) -> Result<Dropped, ApiError> {
     q.finish()?;
     let ord = tenant_ord(&state.registry, tenant)?;
     let seq = parse_seq(seq)?;
     quarantine::drop_one(state, tenant, ord, seq)?;
-    Ok(json!({ "id": format!("{tenant}.{}", seq.0), "dropped": true }))
+    Ok(Dropped {
+        id: format!("{tenant}.{}", seq.0),
+        dropped: true,
+    })
 }

@@ -64,6 +64,33 @@ pub enum JobState {
     Failed,
 }
 
+impl JobKind {
+    /// The kind as the API and the stored state write it (`purge_tenant`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Revive => "revive",
+            JobKind::Drop => "drop",
+            JobKind::Replay => "replay",
+            JobKind::PurgeTenant => "purge_tenant",
+            JobKind::DeadLetterSource => "dead_letter_source",
+            JobKind::ReleaseQuarantined => "release_quarantined",
+            JobKind::DropQuarantined => "drop_quarantined",
+        }
+    }
+}
+
+impl JobState {
+    /// The state as the API and the stored state write it (`running`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Cancelled => "cancelled",
+            JobState::Failed => "failed",
+        }
+    }
+}
+
 /// A job's state as stored (versioned JSON, `v`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Job {

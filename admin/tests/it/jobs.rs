@@ -15,7 +15,7 @@ use ankusa_engine::{Batch, Durability, Kv, Read};
 use ankusa_keys::{CounterField, Envelope, Seq, SinkIx, TenantOrd, counter_key};
 use ankusa_queue::{Hook, NewRow};
 
-const NOW: u64 = 1_700_000_000_000;
+pub(crate) const NOW: u64 = 1_700_000_000_000;
 
 fn commit(kv: &MemoryKv, b: Batch) {
     kv.write(b, Durability::Sync).expect("commit");
@@ -23,7 +23,7 @@ fn commit(kv: &MemoryKv, b: Batch) {
 
 /// The demo's store (tenant `default`, source `demo`) with `n` hooks of the
 /// source, one row each for sink 0, dead-lettered.
-fn store_with_dead_letters(n: u64) -> (MemoryKv, ankusa_queue::Registry) {
+pub(crate) fn store_with_dead_letters(n: u64) -> (MemoryKv, ankusa_queue::Registry) {
     let kv = MemoryKv::new();
     commit(&kv, ankusa_queue::init_store());
     let (b, registry) = ankusa_queue::register(&kv, ["default"], ["demo"]).expect("register");
@@ -75,7 +75,7 @@ fn store_with_dead_letters(n: u64) -> (MemoryKv, ankusa_queue::Registry) {
     (kv, registry)
 }
 
-fn context(kv: MemoryKv, registry: ankusa_queue::Registry) -> Arc<Context<MemoryKv>> {
+pub(crate) fn context(kv: MemoryKv, registry: ankusa_queue::Registry) -> Arc<Context<MemoryKv>> {
     let mut ctx = Context::new(
         Arc::new(kv),
         Arc::new(AtomicBool::new(true)),
