@@ -164,7 +164,7 @@ async fn run(case: &Case) -> (OpStats, OpStats) {
         || CLOCK_MS,
     );
     let mut d = pipeline.lane_rows(lane_rows).dispatcher;
-    d.low_water_reset = std::time::Duration::MAX;
+    d.set_low_water_reset(std::time::Duration::MAX);
     d.start_up().expect("start");
     let before = kv.stats();
     let mut done = Vec::new();
@@ -172,7 +172,7 @@ async fn run(case: &Case) -> (OpStats, OpStats) {
     loop {
         d.step(Vec::new(), std::mem::take(&mut done), true)
             .expect("step");
-        let calls = std::mem::take(&mut d.calls);
+        let calls = d.take_calls();
         if calls.is_empty() {
             break;
         }
