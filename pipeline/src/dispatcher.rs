@@ -128,6 +128,12 @@ impl<K: Kv> Dispatcher<K> {
         &self.calls
     }
 
+    /// Tenant visits so far.
+    #[cfg(test)]
+    pub(crate) fn visits(&self) -> u64 {
+        self.scanner.visits()
+    }
+
     /// Calls in flight on the node.
     pub(crate) fn in_flight(&self) -> usize {
         self.slots.total()

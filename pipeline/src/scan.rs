@@ -53,6 +53,9 @@ pub(crate) struct Scanner {
     /// a visit reads a first page no larger than their free call slots, and
     /// stops reading when it has found all of them saturated.
     tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>>,
+    /// Visits so far (the bench gate reports the batches per visit).
+    #[cfg(test)]
+    visits: u64,
 }
 
 /// The state of the other stages a visit reads (slots, breakers, pauses) and
@@ -181,6 +184,33 @@ enum Flow {
     Saturated,
 }
 
+/// Where a visit reads the due index and how its reading ended: the cursor
+/// policy's answer ([`Scanner::begin`]), moved on by the page loop
+/// ([`Scanner::read_pages`]), kept by the bookkeeping ([`Scanner::keep`]).
+struct Scan {
+    /// What is left to read of the tenant's due range.
+    range: ankusa_engine::KeyRange,
+    /// The visit started at a low-water cursor.
+    had_cursor: bool,
+    /// Where the last visit stopped, for the pages after the first (taken
+    /// when used).
+    resume: Option<Vec<u8>>,
+    /// The free call slots of the tenant's sink entries (`None`: a tenant
+    /// the routes do not name).
+    free: Option<usize>,
+    /// The first page's length: no more than the free slots.
+    first_len: usize,
+    /// Pages read.
+    pages: usize,
+    /// The visit read to the end of what is due.
+    reached_end: bool,
+    /// Where a visit stopped past its first page with every entry saturated.
+    saturated_at: Option<Vec<u8>>,
+    /// The visit stopped because every entry was saturated: it did not read
+    /// on past them, so it says nothing of their live backlog.
+    stopped_saturated: bool,
+}
+
 /// A tenant's visits between two deep ones ([`Cursors`]' met entries): a shallow
 /// visit counts only the sink entries that recent visits met rows of.
 pub(crate) const SHALLOW_VISITS: u32 = 16;
@@ -198,7 +228,15 @@ impl Scanner {
             sources: HashMap::new(),
             first_visited: None,
             tenant_routes,
+            #[cfg(test)]
+            visits: 0,
         }
+    }
+
+    /// Visits so far.
+    #[cfg(test)]
+    pub(crate) fn visits(&self) -> u64 {
+        self.visits
     }
 
     /// The low-water cursors and met entries (the resume work, the
@@ -242,9 +280,11 @@ impl Scanner {
     }
 
     /// Scan and claim of one tenant (its lane sweep ran before:
-    /// [`crate::sweep::LaneSweep::sweep`]): reads its due rows from the
-    /// low-water cursor, decides each, commits what it decided and hands on
-    /// the rows it claimed.
+    /// [`crate::sweep::LaneSweep::sweep`]), in named steps: the cursor
+    /// policy ([`Scanner::begin`]), the page loop ([`Scanner::read_pages`]),
+    /// the bookkeeping of what the visit met ([`Scanner::keep`]), the
+    /// half-open trials kept in reserve ([`Scanner::deferred_trials`]), and
+    /// the visit's writes ([`write_decisions`]). Hands on the rows it claimed.
     pub(crate) fn visit<K: Kv>(
         &mut self,
         env: &Env<K>,
@@ -252,7 +292,37 @@ impl Scanner {
         tenant: TenantOrd,
         now: u64,
     ) -> Result<Visited, PipelineError> {
-        let mut more = false;
+        #[cfg(test)]
+        {
+            self.visits += 1;
+        }
+        let (mut v, mut scan) = self.begin(env, st.slots, tenant, now);
+        if !self.read_pages(env, st, &mut v, &mut scan)? {
+            self.nothing_due(env, &mut v, scan.had_cursor)?;
+            return Ok(Visited {
+                starts: Vec::new(),
+                more: false,
+            });
+        }
+        self.keep(st.held, &mut v, scan);
+        Self::deferred_trials(env, st, &mut v)?;
+        // Stopped at the claim budget, not at the end of what is due.
+        let more = v.starts.len() + v.parks.len() >= env.page_len();
+        let starts = write_decisions(env, st.wake, v)?;
+        Ok(Visited { starts, more })
+    }
+
+    /// The cursor policy of a visit: where its scan starts (the low-water
+    /// cursor; where a visit stopped by saturated sinks resumes after the
+    /// first page), whether it is deep or shallow, and how long its first
+    /// page is.
+    fn begin<K: Kv>(
+        &mut self,
+        env: &Env<K>,
+        slots: &Slots,
+        tenant: TenantOrd,
+        now: u64,
+    ) -> (Visit, Scan) {
         let mut range = due_range_until(tenant, now);
         // Low-water cursor: the first live due entry of the last visit. Every
         // row that becomes due later is due at or after it (ingest, a
@@ -266,8 +336,7 @@ impl Scanner {
                 range.start = from.to_vec();
             }
         }
-        let mut resume = self.resume.remove(&tenant);
-        let mut reached_end = false;
+        let resume = self.resume.remove(&tenant);
         let page_len = env.page_len();
         let mut v = Visit::new(tenant, now);
         // Deep or shallow: a shallow visit sizes its reading by the sink
@@ -288,105 +357,148 @@ impl Scanner {
         }
         // The first page is no larger than the free call slots: in the steady
         // state a visit reads the rows it claims and no more.
-        let free = self.free_slots(env, st.slots, tenant, v.busy.as_ref());
+        let free = self.free_slots(env, slots, tenant, v.busy.as_ref());
         let first_len = free.map_or(page_len, |f| f.clamp(1, page_len));
+        let scan = Scan {
+            range,
+            had_cursor,
+            resume,
+            free,
+            first_len,
+            pages: 0,
+            reached_end: false,
+            saturated_at: None,
+            stopped_saturated: false,
+        };
+        (v, scan)
+    }
+
+    /// The page loop: reads the due index in pages from `scan.range` and
+    /// decides each entry ([`Scanner::consider`]) until the claim budget,
+    /// [`SCAN_PAGES`], the free slots, the admission window or the
+    /// saturation of every sink entry stops it. `false` when the first page
+    /// was empty (nothing due).
+    fn read_pages<K: Kv>(
+        &mut self,
+        env: &Env<K>,
+        st: &mut VisitStages<'_>,
+        v: &mut Visit,
+        scan: &mut Scan,
+    ) -> Result<bool, PipelineError> {
+        let page_len = env.page_len();
         // Rows of a saturated sink are skipped, not claimed, so a visit reads on
         // past them (up to SCAN_PAGES pages) to reach other sinks' rows: one
         // slow sink does not starve the tenant's other sinks.
-        let mut pages = 0;
-        let mut saturated_at: Option<Vec<u8>> = None;
-        // The visit stopped because every entry was saturated: it did not
-        // read on past them, so it says nothing of their live backlog.
-        let mut stopped_saturated = false;
         'pages: while v.starts.len() + v.parks.len() < page_len
-            && pages < SCAN_PAGES
-            && (v.unlisted || free.is_none_or(|f| v.starts.len() < f.max(1)))
+            && scan.pages < SCAN_PAGES
+            && (v.unlisted || scan.free.is_none_or(|f| v.starts.len() < f.max(1)))
         {
             // After the first page, jump to where the last visit stopped.
-            if pages == 1
-                && let Some(at) = resume.take()
-                && at > range.start
-                && at < range.end
+            if scan.pages == 1
+                && let Some(at) = scan.resume.take()
+                && at > scan.range.start
+                && at < scan.range.end
             {
-                range.start = at;
+                scan.range.start = at;
             }
-            let len = if pages == 0 { first_len } else { page_len };
-            let due = env.kv.scan(Cf::Index, &range, Direction::Forward, len)?;
-            pages += 1;
-            if pages == 1
+            let len = if scan.pages == 0 {
+                scan.first_len
+            } else {
+                page_len
+            };
+            let due = env
+                .kv
+                .scan(Cf::Index, &scan.range, Direction::Forward, len)?;
+            scan.pages += 1;
+            if scan.pages == 1
                 && let Some((first, _)) = due.first()
             {
                 let first = DueKey::decode(first).map_err(QueueError::from)?;
-                self.cursors.set_low_water(tenant, first.due_ms);
+                self.cursors.set_low_water(v.tenant, first.due_ms);
             }
             if due.is_empty() {
-                if pages == 1 {
-                    // Nothing due: the tenant's ?A may go, checked (and
-                    // rechecked) over its whole live due range, from its start,
-                    // so over the deleted entry of every row since claimed or
-                    // held. Only in a visit without a low-water cursor (the
-                    // first after start-up, a control call or the once-a-second
-                    // reset): a stale ?A costs a visit one scan from the
-                    // cursor, while this check in every visit of a tenant whose
-                    // rows are held (a paused sink) was 24% of the relay's CPU
-                    // at 19,000 ingested hooks/s in a load run. ?A present with
-                    // no ?D breaks no invariant; ?D without ?A would.
-                    if !had_cursor {
-                        let b = ankusa_queue::sweep_markers(&*env.kv, tenant)?;
-                        if !b.is_empty() {
-                            env.write(b)?;
-                            let again = ankusa_queue::sweep_markers_recheck(&*env.kv, tenant)?;
-                            env.write(again)?;
-                        }
-                    }
-                    if let Some(busy) = v.busy.take() {
-                        self.cursors.put_met(tenant, busy);
-                    }
-                    return Ok(Visited {
-                        starts: Vec::new(),
-                        more,
-                    });
+                if scan.pages == 1 {
+                    return Ok(false);
                 }
-                reached_end = true;
+                scan.reached_end = true;
                 break;
             }
             let full_page = due.len() == len;
             if let Some((last, _)) = due.last() {
                 let mut next = last.to_vec();
                 next.push(0);
-                range.start = next;
+                scan.range.start = next;
             }
             for (k, val) in due {
-                match self.consider(env, st, &mut v, &k, &val)? {
+                match self.consider(env, st, v, &k, &val)? {
                     Flow::Next => {}
                     Flow::Stop => break 'pages,
                     Flow::Saturated => {
-                        stopped_saturated = true;
+                        scan.stopped_saturated = true;
                         // Stopped past the first page with every sink entry
                         // saturated: the next visit reads its first page from
                         // the top and goes on from here, instead of walking
                         // again what this one skipped (as at the page limit).
-                        if pages >= 2 {
-                            saturated_at = Some(k.to_vec());
+                        if scan.pages >= 2 {
+                            scan.saturated_at = Some(k.to_vec());
                         }
                         break 'pages;
                     }
                 }
             }
             if !full_page {
-                reached_end = true;
+                scan.reached_end = true;
                 break;
             }
         }
+        Ok(true)
+    }
+
+    /// A visit whose first page was empty: nothing due. The tenant's ?A may
+    /// go, checked (and rechecked) over its whole live due range, from its
+    /// start, so over the deleted entry of every row since claimed or held.
+    /// Only in a visit without a low-water cursor (the first after start-up,
+    /// a control call or the once-a-second reset): a stale ?A costs a visit
+    /// one scan from the cursor, while this check in every visit of a tenant
+    /// whose rows are held (a paused sink) was 24% of the relay's CPU at
+    /// 19,000 ingested hooks/s in a load run. ?A present with no ?D breaks no
+    /// invariant; ?D without ?A would. Two writes: the recheck reads the
+    /// store the sweep's batch was written to (an ingest between the two
+    /// puts the marker back).
+    fn nothing_due<K: Kv>(
+        &mut self,
+        env: &Env<K>,
+        v: &mut Visit,
+        had_cursor: bool,
+    ) -> Result<(), PipelineError> {
+        if !had_cursor {
+            let b = ankusa_queue::sweep_markers(&*env.kv, v.tenant)?;
+            if !b.is_empty() {
+                env.write(b)?;
+                let again = ankusa_queue::sweep_markers_recheck(&*env.kv, v.tenant)?;
+                env.write(again)?;
+            }
+        }
+        if let Some(busy) = v.busy.take() {
+            self.cursors.put_met(v.tenant, busy);
+        }
+        Ok(())
+    }
+
+    /// The bookkeeping of a visit that read something: where the next one
+    /// resumes, the entries whose backlog it held back and the live backlog
+    /// of the tenant's held-back entries, and the entries it met.
+    fn keep(&mut self, held: &mut HeldBacklogs, v: &mut Visit, scan: Scan) {
+        let tenant = v.tenant;
         // Stopped at the page limit with saturated sinks' rows skipped: the
         // next visit goes on from here (after its first page) instead of
         // re-reading the same backlog and never reaching what lies behind it.
-        if let Some(at) = saturated_at {
+        if let Some(at) = scan.saturated_at {
             self.resume.insert(tenant, at);
-        } else if !reached_end && pages >= SCAN_PAGES && !v.saturated.is_empty() {
-            self.resume.insert(tenant, range.start.clone());
-        } else if let Some(at) = resume.take()
-            && !reached_end
+        } else if !scan.reached_end && scan.pages >= SCAN_PAGES && !v.saturated.is_empty() {
+            self.resume.insert(tenant, scan.range.start);
+        } else if let Some(at) = scan.resume
+            && !scan.reached_end
         {
             // A visit that stopped on its first page (its claim budget, every
             // entry saturated) did not use the point: the next one may.
@@ -396,10 +508,10 @@ impl Scanner {
         // entry of the tenant with rows held, whether this visit found it
         // saturated (its rows come back only when it was not).
         for key in v.overflowed.drain() {
-            st.held.held(key);
+            held.held(key);
         }
-        if !stopped_saturated {
-            st.held.set_live(tenant, &v.skipped);
+        if !scan.stopped_saturated {
+            held.set_live(tenant, &v.skipped);
         }
         // What this visit met: a deep visit's view replaces the tenant's met
         // entries, a shallow one adds to them.
@@ -411,53 +523,29 @@ impl Scanner {
             None => std::mem::take(&mut v.met),
         };
         self.cursors.put_met(tenant, met);
-        // A half-open sink whose due rows the scan met are all of lanes that
-        // failed in the breaker's current run: the best ranked is the trial.
-        for (key, (_, dk, start)) in v.deferred {
+    }
+
+    /// A half-open sink whose due rows the scan met are all of lanes that
+    /// failed in the breaker's current run: the best ranked is the trial
+    /// (claimed into the visit's claims, built before any write of it).
+    fn deferred_trials<K: Kv>(
+        env: &Env<K>,
+        st: &mut VisitStages<'_>,
+        v: &mut Visit,
+    ) -> Result<(), PipelineError> {
+        for (key, (_, dk, start)) in std::mem::take(&mut v.deferred) {
             let trial_taken = v.starts.iter().any(|s| s.key == key && s.trial);
             if trial_taken || st.slots.total() + v.starts.len() >= env.dispatch.window {
                 continue;
             }
-            if let Some(at) = st.slots.rate_limited((key.1, key.2), now) {
+            if let Some(at) = st.slots.rate_limited((key.1, key.2), v.now) {
                 wake_at(st.wake, at);
                 continue;
             }
-            v.claims.extend(ankusa_queue::claim(&*env.kv, dk, now)?);
+            v.claims.extend(ankusa_queue::claim(&*env.kv, dk, v.now)?);
             v.starts.push(start);
         }
-        env.write(v.dead)?;
-        env.write(v.holds)?;
-        env.write(v.claims)?;
-        if !v.horizon.is_empty() {
-            let mut b = Batch::new();
-            for row_id in &v.horizon {
-                warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
-                b.extend(ankusa_queue::dead_letter(
-                    &*env.kv,
-                    *row_id,
-                    Origin::InFlight,
-                    "retry horizon passed",
-                    now,
-                )?);
-            }
-            env.write(b)?;
-        }
-        if !v.parks.is_empty() {
-            let mut b = Batch::new();
-            for (dk, until) in &v.parks {
-                b.extend(ankusa_queue::park(&*env.kv, *dk, *until, now)?);
-                wake_at(st.wake, *until);
-            }
-            env.write(b)?;
-        }
-        if v.starts.len() + v.parks.len() >= page_len {
-            // Stopped at the claim budget, not at the end of what is due.
-            more = true;
-        }
-        Ok(Visited {
-            starts: v.starts,
-            more,
-        })
+        Ok(())
     }
 
     /// Decides one due entry `(k, val)` of a visit: hold it (paused sink),
@@ -742,6 +830,61 @@ impl Scanner {
         }
         self.sources.insert((tenant, seq), source);
     }
+}
+
+/// The visit's writes, built from what it decided: two batches, in this
+/// order (docs/design.md section 5, "Durability": each `Buffered`).
+///
+/// 1. The dead letters and orphans, the holds and the claims, in that order:
+///    every op of them was built against the store as the page loop read it,
+///    before any write of the visit, so one batch of the three is the same
+///    ops in the same order as the three writes it replaces, applied at once
+///    (a crash keeps all or none of them, where it could keep a prefix).
+/// 2. The dead letters of the rows claimed past their retry horizon, then the
+///    parks. They stay a second write: a horizon dead letter is built from
+///    the row in ?F (`Origin::InFlight`), which only batch 1's claim puts
+///    there, so it must read the store after batch 1 is written. The parks
+///    join it: a park reads only its own row's ?D entry, which neither batch
+///    writes (a horizon dead letter's lane release promotes a member that was
+///    not in ?D, and a lane has one row in ?D/?F), so built before or after
+///    the dead letters it is the same ops, in the order they were written.
+///
+/// The rows claimed are handed on; each park lowers the wake time.
+fn write_decisions<K: Kv>(
+    env: &Env<K>,
+    wake: &mut Option<u64>,
+    v: Visit,
+) -> Result<Vec<Start>, PipelineError> {
+    let Visit {
+        now,
+        mut dead,
+        holds,
+        claims,
+        horizon,
+        parks,
+        starts,
+        ..
+    } = v;
+    dead.extend(holds);
+    dead.extend(claims);
+    env.write(dead)?;
+    let mut after = Batch::new();
+    for row_id in &horizon {
+        warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
+        after.extend(ankusa_queue::dead_letter(
+            &*env.kv,
+            *row_id,
+            Origin::InFlight,
+            "retry horizon passed",
+            now,
+        )?);
+    }
+    for (dk, until) in &parks {
+        after.extend(ankusa_queue::park(&*env.kv, *dk, *until, now)?);
+        wake_at(wake, *until);
+    }
+    env.write(after)?;
+    Ok(starts)
 }
 
 /// The decoded envelope of a row about to be claimed (`raw`: its bytes
