@@ -19,6 +19,37 @@
 //!   which the scan of the same step claims. The retry policy ([`retry`])
 //!   decides retries and dead letters; the breakers count failures here.
 //!
+//! Each stage is a type that owns its state behind private fields and a
+//! small method surface: the scan's [`scan::Scanner`] (with its
+//! [`cursor::Cursors`]), the lane sweep's [`sweep::LaneSweep`] (a visit's
+//! first step), the call slots and rate limiters ([`slots::Slots`]), the
+//! breakers ([`breaker::BreakerBook`]), the pauses and their resume work
+//! ([`pauses::Pauses`]), the held-back backlogs ([`held::HeldBacklogs`]),
+//! the retiring sources ([`retire::Retirements`]) and the committer
+//! ([`commit::Committer`]). What every stage reads and none changes (store,
+//! routes, configuration, clock) is [`env::Env`]. The dispatcher
+//! ([`dispatcher::Dispatcher`]) is their composition: it runs them in order
+//! and hands each, as arguments, the others' state it needs.
+//!
+//! The module graph (who imports whom; the crate root's types, `Routes`,
+//! `DispatchConfig`, `PipelineError` and the policies, are read by every
+//! module and left out). It has no circle, and the test
+//! `tests::module_graph` checks that it is the code's:
+//!
+//! ```text
+//! dispatcher -> breaker, calls, commit, env, handle, held, limit, pauses, retire, scan, slots, sweep
+//! commit -> breaker, calls, env, retire, slots
+//! calls -> breaker, scan, slots
+//! scan -> breaker, cursor, env, held, pauses, retire, slots
+//! held -> breaker, cursor, env, pauses
+//! pauses -> cursor, env, handle
+//! sweep -> env
+//! slots -> breaker, limit
+//! env -> breaker
+//! handle -> breaker
+//! breaker, cursor, limit, retention, retire, retry -> (none)
+//! ```
+//!
 //! The engine work of the stages (every store read and commit) runs in one
 //! engine step at a time ([`dispatcher`]), off the async worker threads
 //! (`spawn_blocking`): a slow compaction or fsync never stalls the sink

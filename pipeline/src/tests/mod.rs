@@ -2,6 +2,8 @@
 //! break-it checks of the dispatcher's scan and claim (the other modules),
 //! on the memory engine and a frozen clock, so every count is exact and
 //! nothing depends on timing.
+//! [`module_graph`] checks that the module graph the crate doc draws is the
+//! code's and has no circle.
 //!
 //! They are unit tests (`#[cfg(test)]`), not integration tests, because they
 //! drive the engine step and its stages' state: `Dispatcher::step`, the
@@ -28,6 +30,7 @@ mod gate;
 mod horizon;
 mod lane_sweep;
 mod low_water;
+mod module_graph;
 mod moved_source;
 
 const TENANT: TenantOrd = TenantOrd(1);
