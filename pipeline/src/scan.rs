@@ -857,7 +857,7 @@ fn write_decisions<K: Kv>(
 ) -> Result<Vec<Start>, PipelineError> {
     let Visit {
         now,
-        mut dead,
+        dead,
         holds,
         claims,
         horizon,
@@ -865,9 +865,7 @@ fn write_decisions<K: Kv>(
         starts,
         ..
     } = v;
-    dead.extend(holds);
-    dead.extend(claims);
-    env.write(dead)?;
+    env.write(joined(joined(dead, holds), claims))?;
     let mut after = Batch::new();
     for row_id in &horizon {
         warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
@@ -885,6 +883,16 @@ fn write_decisions<K: Kv>(
     }
     env.write(after)?;
     Ok(starts)
+}
+
+/// `first`'s ops, then `then`'s, in one batch (no copy when `first` is
+/// empty: in the steady state a visit's batch is its claims alone).
+fn joined(mut first: Batch, then: Batch) -> Batch {
+    if first.is_empty() {
+        return then;
+    }
+    first.extend(then);
+    first
 }
 
 /// The decoded envelope of a row about to be claimed (`raw`: its bytes
