@@ -152,6 +152,58 @@ impl PipelineStatus {
     }
 }
 
+/// Every breaker of the node and the copy the admin API reads: the scan
+/// reads them ([`BreakerBook::get`]), the committer decides them
+/// ([`BreakerBook::entry`]) and publishes them after each flush.
+pub(crate) struct BreakerBook {
+    breakers: HashMap<BreakerKey, Breaker>,
+    /// The copy of `breakers` the admin API reads, and the delivery metrics.
+    status: PipelineStatus,
+}
+
+impl BreakerBook {
+    pub(crate) fn new(status: PipelineStatus) -> BreakerBook {
+        BreakerBook {
+            breakers: HashMap::new(),
+            status,
+        }
+    }
+
+    /// The breaker of `key`, if it has seen an outcome.
+    pub(crate) fn get(&self, key: &BreakerKey) -> Option<&Breaker> {
+        self.breakers.get(key)
+    }
+
+    /// The breaker of `key`, closed if new.
+    pub(crate) fn entry(&mut self, key: BreakerKey) -> &mut Breaker {
+        self.breakers.entry(key).or_default()
+    }
+
+    /// The delivery metrics the committer keeps.
+    pub(crate) fn delivery(&self) -> Arc<DeliveryMetrics> {
+        Arc::clone(&self.status.delivery)
+    }
+
+    /// Copies the breakers' failures and open times for the admin API
+    /// (`kind`: the sink kind of a (source, sink entry)).
+    pub(crate) fn publish(&self, kind: impl Fn(SourceId, SinkIx) -> &'static str) {
+        if let Ok(mut m) = self.status.breakers.write() {
+            m.clear();
+            m.extend(self.breakers.iter().map(|(k, b)| {
+                (
+                    *k,
+                    Published {
+                        failures: b.failures,
+                        open_until_ms: b.open_until_ms,
+                        open: b.open,
+                        kind: kind(k.1, k.2),
+                    },
+                )
+            }));
+        }
+    }
+}
+
 /// A breaker's (and a sink slot's) key: (tenant, source, sink entry).
 pub(crate) type BreakerKey = (TenantOrd, SourceId, SinkIx);
 

@@ -1,6 +1,6 @@
 //! The calls stage (docs/design.md section 5): a claimed row ([`Start`])
-//! becomes a [`Call`] (its delivery context built by the dispatcher, which
-//! takes its sink slot), the call runs as its own task on the async runtime
+//! becomes a [`Call`] ([`launch`]: its delivery context built, its sink slot
+//! taken), the call runs as its own task on the async runtime
 //! and holds no store handle and no lock, and its [`Done`] goes back to the
 //! committer. A slot is free again when the outcome is committed.
 
@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ankusa_engine::Kv;
 use ankusa_keys::{Envelope, SinkIx, SourceId};
 use ankusa_queue::RowId;
 use ankusa_sinks::{DeliveryCtx, Outcome};
@@ -16,8 +15,8 @@ use tokio::sync::mpsc;
 use tracing::{Instrument, warn};
 
 use crate::breaker::{BreakerKey, Site};
-use crate::dispatcher::Dispatcher;
 use crate::scan::Start;
+use crate::slots::Slots;
 use crate::{Route, Routes};
 
 /// A finished call: the boundary between the calls stage and the committer.
@@ -83,61 +82,57 @@ fn delivery_span(kind: &'static str, ctx: &DeliveryCtx) -> tracing::Span {
     )
 }
 
-impl<K: Kv> Dispatcher<K> {
-    /// Takes the sink slot and window room of a claimed row and queues its
-    /// call in [`Dispatcher::calls`].
-    pub(crate) fn launch(&mut self, s: Start) {
-        let tenant_name = self
-            .routes
-            .tenants
-            .get(&s.row_id.tenant)
-            .cloned()
-            .unwrap_or_else(|| s.row_id.tenant.to_string());
-        let content_type = s
-            .envelope
-            .headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(b"content-type"))
-            .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
-        let ordered = s.row.lane.is_some();
-        let ordering_key =
-            if ordered {
-                Some(s.row.ordering_key.clone().unwrap_or_else(|| {
-                    format!("{}/{}", tenant_name, s.route.source_name).into_bytes()
-                }))
-            } else {
-                None
-            };
-        let ctx = DeliveryCtx {
-            tenant: tenant_name,
-            source: s.route.source_name.clone(),
-            sink_name: s.route.sink_name.clone(),
-            sink: s.row_id.sink,
-            seq: s.row_id.seq,
-            attempt: s.row.attempts + 1,
-            idempotency_key: ankusa_sinks::uuid_text(&s.envelope.idempotency_key),
-            ordering_key,
-            lane_hex: s.row.lane.map(|l| l.to_hex()),
-            ordered,
-            received_at_ms: s.envelope.received_at_ms,
-            content_type,
-        };
-        let span = delivery_span(s.route.sink.kind(), &ctx);
-        *self.in_flight.entry(s.key).or_default() += 1;
-        self.in_flight_total += 1;
-        self.in_flight_bytes += s.size;
-        self.calls.push(Call {
-            route: s.route,
-            envelope: s.envelope,
-            ctx,
-            row: s.row_id,
-            key: s.key,
-            site: s.site,
-            attempts_before: s.row.attempts,
-            size: s.size,
-            trial: s.trial,
-            span,
-        });
+/// Takes the sink slot and window room of a claimed row and makes its call.
+pub(crate) fn launch(s: Start, routes: &Routes, slots: &mut Slots) -> Call {
+    let tenant_name = routes
+        .tenants
+        .get(&s.row_id.tenant)
+        .cloned()
+        .unwrap_or_else(|| s.row_id.tenant.to_string());
+    let content_type = s
+        .envelope
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(b"content-type"))
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned());
+    let ordered = s.row.lane.is_some();
+    let ordering_key = if ordered {
+        Some(
+            s.row
+                .ordering_key
+                .clone()
+                .unwrap_or_else(|| format!("{}/{}", tenant_name, s.route.source_name).into_bytes()),
+        )
+    } else {
+        None
+    };
+    let ctx = DeliveryCtx {
+        tenant: tenant_name,
+        source: s.route.source_name.clone(),
+        sink_name: s.route.sink_name.clone(),
+        sink: s.row_id.sink,
+        seq: s.row_id.seq,
+        attempt: s.row.attempts + 1,
+        idempotency_key: ankusa_sinks::uuid_text(&s.envelope.idempotency_key),
+        ordering_key,
+        lane_hex: s.row.lane.map(|l| l.to_hex()),
+        ordered,
+        received_at_ms: s.envelope.received_at_ms,
+        content_type,
+    };
+    let span = delivery_span(s.route.sink.kind(), &ctx);
+    slots.take(s.key, s.size);
+    Call {
+        route: s.route,
+        envelope: s.envelope,
+        ctx,
+        row: s.row_id,
+        key: s.key,
+        site: s.site,
+        attempts_before: s.row.attempts,
+        size: s.size,
+        trial: s.trial,
+        span,
     }
 }
 

@@ -19,6 +19,37 @@
 //!   which the scan of the same step claims. The retry policy ([`retry`])
 //!   decides retries and dead letters; the breakers count failures here.
 //!
+//! Each stage is a type that owns its state behind private fields and a
+//! small method surface: the scan's [`scan::Scanner`] (with its
+//! [`cursor::Cursors`]), the lane sweep's [`sweep::LaneSweep`] (a visit's
+//! first step), the call slots and rate limiters ([`slots::Slots`]), the
+//! breakers ([`breaker::BreakerBook`]), the pauses and their resume work
+//! ([`pauses::Pauses`]), the held-back backlogs ([`held::HeldBacklogs`]),
+//! the retiring sources ([`retire::Retirements`]) and the committer
+//! ([`commit::Committer`]). What every stage reads and none changes (store,
+//! routes, configuration, clock) is [`env::Env`]. The dispatcher
+//! ([`dispatcher::Dispatcher`]) is their composition: it runs them in order
+//! and hands each, as arguments, the others' state it needs.
+//!
+//! The module graph (who imports whom; the crate root's types, `Routes`,
+//! `DispatchConfig`, `PipelineError` and the policies, are read by every
+//! module and left out). It has no circle, and the test
+//! `tests::module_graph` checks that it is the code's:
+//!
+//! ```text
+//! dispatcher -> breaker, calls, commit, env, handle, held, limit, pauses, retire, scan, slots, sweep
+//! commit -> breaker, calls, env, retire, slots
+//! calls -> breaker, scan, slots
+//! scan -> breaker, cursor, env, held, pauses, retire, slots
+//! held -> breaker, cursor, env, pauses
+//! pauses -> cursor, env, handle
+//! sweep -> env
+//! slots -> breaker, limit
+//! env -> breaker
+//! handle -> breaker
+//! breaker, cursor, limit, retention, retire, retry -> (none)
+//! ```
+//!
 //! The engine work of the stages (every store read and commit) runs in one
 //! engine step at a time ([`dispatcher`]), off the async worker threads
 //! (`spawn_blocking`): a slow compaction or fsync never stalls the sink
@@ -58,7 +89,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ankusa_engine::{EngineError, Kv, Read};
 use ankusa_keys::meta::PauseTarget;
@@ -71,12 +102,19 @@ use tracing::{info, warn};
 mod breaker;
 mod calls;
 mod commit;
+mod cursor;
 mod dispatcher;
+mod env;
 mod handle;
+mod held;
 mod limit;
+mod pauses;
 pub mod retention;
+mod retire;
 mod retry;
 mod scan;
+mod slots;
+mod sweep;
 #[cfg(test)]
 mod tests;
 
@@ -297,46 +335,24 @@ impl<K: Kv> Pipeline<K> {
         };
         (
             Pipeline {
-                dispatcher: Dispatcher {
-                    kv,
-                    routes: Arc::new(routes),
-                    dispatch,
-                    retry,
-                    breaker,
-                    clock,
-                    in_flight: HashMap::new(),
-                    in_flight_total: 0,
-                    in_flight_bytes: 0,
-                    ready: Arc::clone(&ready),
-                    next_wake_ms: None,
-                    breakers: HashMap::new(),
-                    limiters,
-                    status,
-                    resume: HashMap::new(),
-                    book,
-                    paused: BTreeSet::new(),
-                    paused_sinks,
-                    unhold: BTreeMap::new(),
-                    overflow: HashMap::new(),
-                    quiet: BTreeSet::new(),
-                    retiring: HashMap::new(),
-                    retired_dead: HashMap::new(),
-                    tenant_routes,
-                    calls: Vec::new(),
-                    more: false,
-                    low_water: HashMap::new(),
-                    low_water_since: Instant::now(),
-                    low_water_reset: dispatcher::LOW_WATER_RESET,
-                    due_floor: None,
-                    first_visited: None,
-                    sources: HashMap::new(),
-                    met: HashMap::new(),
-                    lane_rows: None,
-                    sweep_lanes: HashMap::new(),
-                    sweep: true,
-                    shallow_visits: HashMap::new(),
-                    delivered_scratch: Vec::new(),
-                },
+                dispatcher: Dispatcher::new(
+                    env::Env {
+                        kv,
+                        routes: Arc::new(routes),
+                        dispatch,
+                        retry,
+                        breaker,
+                        clock,
+                    },
+                    dispatcher::Shared {
+                        ready: Arc::clone(&ready),
+                        book,
+                        paused_sinks,
+                        status,
+                        limiters,
+                        tenant_routes,
+                    },
+                ),
                 wake,
                 shutdown,
                 done_tx,
@@ -354,7 +370,7 @@ impl<K: Kv> Pipeline<K> {
     /// the next cursor reset, at most a second later).
     #[must_use]
     pub fn due_floor(mut self, floor: Arc<std::sync::atomic::AtomicU64>) -> Self {
-        self.dispatcher.due_floor = Some(floor);
+        self.dispatcher.set_due_floor(floor);
         self
     }
 
@@ -368,7 +384,7 @@ impl<K: Kv> Pipeline<K> {
     /// while the node has lane members.
     #[must_use]
     pub fn lane_rows(mut self, hints: Arc<ankusa_queue::writer::LaneRows>) -> Self {
-        self.dispatcher.lane_rows = Some(hints);
+        self.dispatcher.set_lane_rows(hints);
         self
     }
 
@@ -386,9 +402,9 @@ impl<K: Kv> Pipeline<K> {
             mut done_rx,
             mut control_rx,
         } = self;
-        let routes = Arc::clone(&dispatcher.routes);
-        let flush_interval = Duration::from_millis(dispatcher.dispatch.flush_interval_ms);
-        let idle_ms = dispatcher.dispatch.idle_ms.max(1);
+        let routes = Arc::clone(&dispatcher.env().routes);
+        let flush_interval = Duration::from_millis(dispatcher.env().dispatch.flush_interval_ms);
+        let idle_ms = dispatcher.env().dispatch.idle_ms.max(1);
         let (mut d, ()) = engine(dispatcher, |d| d.start_up()).await?;
         let mut stopping_since: Option<tokio::time::Instant> = None;
         let mut done: Vec<Done> = Vec::new();
@@ -408,7 +424,7 @@ impl<K: Kv> Pipeline<K> {
             let (c, x) = (std::mem::take(&mut controls), std::mem::take(&mut done));
             let (next, calls) = engine(d, move |d| {
                 d.step(c, x, !stopping)?;
-                Ok(std::mem::take(&mut d.calls))
+                Ok(d.take_calls())
             })
             .await?;
             d = next;
@@ -416,7 +432,7 @@ impl<K: Kv> Pipeline<K> {
                 calls::spawn(call, &done_tx);
             }
             if stopping {
-                if d.in_flight_total == 0 {
+                if d.in_flight() == 0 {
                     info!("pipeline stopped: nothing in flight");
                     return Ok(());
                 }
@@ -428,13 +444,13 @@ impl<K: Kv> Pipeline<K> {
                     .is_some_and(|t| t.elapsed() >= Duration::from_millis(SHUTDOWN_WAIT_MS))
                 {
                     warn!(
-                        in_flight = d.in_flight_total,
+                        in_flight = d.in_flight(),
                         waited_ms = SHUTDOWN_WAIT_MS,
                         "pipeline stopped with deliveries still in flight; they are delivered again after the next start"
                     );
                     return Ok(());
                 }
-            } else if d.more {
+            } else if d.more() {
                 // A visit stopped at its claim budget: step again at once
                 // (after letting the calls just spawned run).
                 tokio::task::yield_now().await;
@@ -442,10 +458,8 @@ impl<K: Kv> Pipeline<K> {
             }
             let now = d.now();
             let mut idle = idle_ms;
-            match d.next_wake_ms {
-                Some(at) if at <= now => d.next_wake_ms = None,
-                Some(at) => idle = idle.min(at - now),
-                None => {}
+            if let Some(wait) = d.wake_in(now) {
+                idle = idle.min(wait);
             }
             tokio::select! {
                 Some(x) = done_rx.recv() => {

@@ -8,15 +8,73 @@ use std::collections::{HashMap, HashSet};
 
 use ankusa_engine::{Batch, Bytes, Cf, Direction, Kv};
 use ankusa_keys::{
-    CounterField, DeliveryRow, DueKey, DueValue, Envelope, Family, Seq, SinkIx, SourceId,
-    TenantOrd, counter_key, delivery_key, due_key, due_range_until, family_range, hook_key,
+    DeliveryRow, DueKey, DueValue, Envelope, Family, Seq, SinkIx, SourceId, TenantOrd,
+    delivery_key, due_key, due_range_until, family_range, hook_key,
 };
 use ankusa_queue::{Origin, QueueError, RowId};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
-use crate::breaker::{BreakerKey, Site};
-use crate::dispatcher::Dispatcher;
+use crate::breaker::{BreakerBook, BreakerKey, Site};
+use crate::cursor::{Cursors, Entries};
+use crate::env::{Env, SCAN_PAGES, wake_at};
+use crate::held::{HeldBacklogs, OVERFLOW_SKIPPED};
+use crate::pauses::Pauses;
+use crate::retire::Retirements;
+use crate::slots::Slots;
 use crate::{PipelineError, Route};
+
+/// The scan's own state, per tenant: its cursors and met entries
+/// ([`Cursors`]), where a visit stopped by saturated sinks resumes, its
+/// shallow visits since the last deep one, the sources of the hooks it read,
+/// the tenant the last pass visited first, and the sink entries each
+/// tenant's rows may be for.
+pub(crate) struct Scanner {
+    cursors: Cursors,
+    /// Per tenant, where the last visit stopped reading the due index when it
+    /// hit [`SCAN_PAGES`] with saturated sinks' rows in front: the next visit
+    /// reads its first page from the top (new and retried rows, the head of
+    /// every sink) and its other pages from here, so rows behind more than
+    /// `SCAN_PAGES` pages of a slow sink's backlog are reached too. Dropped when
+    /// a visit reads to the end of what is due.
+    resume: HashMap<TenantOrd, Vec<u8>>,
+    /// Per tenant, the shallow visits since its last deep one.
+    shallow_visits: HashMap<TenantOrd, u32>,
+    /// The source of each hook a visit read the envelope of (at most
+    /// [`SOURCES_KEPT`]): a row met again, its sink saturated, is skipped
+    /// without reading its envelope again (in the 1,000-key load run, a
+    /// tenant with an idle second source read 125 envelopes per hook
+    /// delivered, half of the relay's CPU).
+    sources: HashMap<(TenantOrd, Seq), SourceId>,
+    /// The tenant the last pass visited first: the next pass starts after it,
+    /// so the tenants take turns at the room a step frees (fair share).
+    first_visited: Option<TenantOrd>,
+    /// Per tenant, the sink entries its rows may be for (its sources' and
+    /// those of the sources [`crate::Routes::source_tenants`] does not bind):
+    /// a visit reads a first page no larger than their free call slots, and
+    /// stops reading when it has found all of them saturated.
+    tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>>,
+    /// Visits so far (the bench gate reports the batches per visit).
+    #[cfg(test)]
+    visits: u64,
+}
+
+/// The state of the other stages a visit reads (slots, breakers, pauses) and
+/// changes (the held-back backlogs, the retirements' counts, the wake time).
+pub(crate) struct VisitStages<'a> {
+    pub(crate) slots: &'a Slots,
+    pub(crate) breakers: &'a BreakerBook,
+    pub(crate) pauses: &'a Pauses,
+    pub(crate) held: &'a mut HeldBacklogs,
+    pub(crate) retire: &'a mut Retirements,
+    pub(crate) wake: &'a mut Option<u64>,
+}
+
+/// What a visit hands on: the rows it claimed, and whether it stopped at its
+/// claim budget with rows left (step again at once).
+pub(crate) struct Visited {
+    pub(crate) starts: Vec<Start>,
+    pub(crate) more: bool,
+}
 
 /// A claimed row on its way to its sink: the boundary between scan and claim
 /// and the calls stage.
@@ -47,14 +105,14 @@ struct Visit {
     saturated: HashSet<BreakerKey>,
     /// Rows of each saturated entry this visit skipped: past
     /// [`OVERFLOW_SKIPPED`] pages of them, the entry's further rows are held
-    /// back ([`Dispatcher::overflow`]).
+    /// back ([`HeldBacklogs`]).
     skipped: HashMap<BreakerKey, usize>,
     /// The entries whose rows this visit held back as overflow.
     overflowed: HashSet<BreakerKey>,
     /// A deep visit's copy of the entries recent visits met (a shallow one
     /// has them in `busy`): an entry with rows further down that is not
     /// saturated is what makes a saturated entry's backlog worth holding back.
-    recent: Option<HashSet<(SourceId, SinkIx)>>,
+    recent: Option<Entries>,
     start_bytes: u64,
     /// Rows claimed only to be dead-lettered: their retry horizon passed.
     horizon: Vec<RowId>,
@@ -64,17 +122,17 @@ struct Visit {
     /// lane of the sink is.
     deferred: HashMap<BreakerKey, (u8, DueKey, Start)>,
     /// The visit met a row of a sink entry that is not one of the tenant's
-    /// (`Dispatcher::tenant_routes`: a source since bound to another tenant
+    /// (`Scanner::tenant_routes`: a source since bound to another tenant
     /// left rows of this one): the tenant's free slots and saturated entries
     /// no longer tell what lies further down, so the visit reads on as if
     /// neither were known.
     unlisted: bool,
     /// The sink entries whose rows this visit met (in any state).
-    met: HashSet<(SourceId, SinkIx)>,
+    met: Entries,
     /// The entries a shallow visit takes as the tenant's busy ones
-    /// (`Dispatcher::met`); `None` for a deep visit (every entry of the
+    /// (`Cursors::take_met`); `None` for a deep visit (every entry of the
     /// tenant counts, as the free slots and saturation checks always did).
-    busy: Option<HashSet<(SourceId, SinkIx)>>,
+    busy: Option<Entries>,
 }
 
 impl Visit {
@@ -126,31 +184,80 @@ enum Flow {
     Saturated,
 }
 
-/// Pages of `dispatch.batch` due entries a tenant visit reads at most.
-pub(crate) const SCAN_PAGES: usize = 8;
+/// Where a visit reads the due index and how its reading ended: the cursor
+/// policy's answer ([`Scanner::begin`]), moved on by the page loop
+/// ([`Scanner::read_pages`]), kept by the bookkeeping ([`Scanner::keep`]).
+struct Scan {
+    /// What is left to read of the tenant's due range.
+    range: ankusa_engine::KeyRange,
+    /// The visit started at a low-water cursor.
+    had_cursor: bool,
+    /// Where the last visit stopped, for the pages after the first (taken
+    /// when used).
+    resume: Option<Vec<u8>>,
+    /// The free call slots of the tenant's sink entries (`None`: a tenant
+    /// the routes do not name).
+    free: Option<usize>,
+    /// The first page's length: no more than the free slots.
+    first_len: usize,
+    /// Pages read.
+    pages: usize,
+    /// The visit read to the end of what is due.
+    reached_end: bool,
+    /// Where a visit stopped past its first page with every entry saturated.
+    saturated_at: Option<Vec<u8>>,
+    /// The visit stopped because every entry was saturated: it did not read
+    /// on past them, so it says nothing of their live backlog.
+    stopped_saturated: bool,
+}
 
-/// Pages of `dispatch.batch` rows of one saturated sink entry a visit skips
-/// before it holds the entry's further rows back (docs/design.md section 5,
-/// "A sink's backlog held back"): the rows of a slow or rate-limited sink
-/// never stand between a visit and the rows of the tenant's other sinks.
-pub(crate) const OVERFLOW_SKIPPED: usize = 1;
-
-/// A tenant's visits between two deep ones ([`Dispatcher::met`]): a shallow
+/// A tenant's visits between two deep ones ([`Cursors`]' met entries): a shallow
 /// visit counts only the sink entries that recent visits met rows of.
 pub(crate) const SHALLOW_VISITS: u32 = 16;
 
-/// Hooks whose source the dispatcher keeps ([`Dispatcher::sources`]): about
+/// Hooks whose source the scan keeps (`Scanner::sources`): about
 /// 2 MiB at this size.
 pub(crate) const SOURCES_KEPT: usize = 65_536;
 
-impl<K: Kv> Dispatcher<K> {
-    /// One visit of every active tenant.
-    pub(crate) fn pass(&mut self) -> Result<(), PipelineError> {
-        self.unhold_pass()?;
-        self.overflow_pass()?;
-        // Set again by a visit whose sweep read a full budget of markers.
-        let sweep = std::mem::replace(&mut self.sweep, false);
-        let active = self.kv.scan(
+impl Scanner {
+    pub(crate) fn new(tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>>) -> Scanner {
+        Scanner {
+            cursors: Cursors::new(),
+            resume: HashMap::new(),
+            shallow_visits: HashMap::new(),
+            sources: HashMap::new(),
+            first_visited: None,
+            tenant_routes,
+            #[cfg(test)]
+            visits: 0,
+        }
+    }
+
+    /// Visits so far.
+    #[cfg(test)]
+    pub(crate) fn visits(&self) -> u64 {
+        self.visits
+    }
+
+    /// The low-water cursors and met entries (the resume work, the
+    /// held-back backlogs' release and the step lower or drop them).
+    pub(crate) fn cursors_mut(&mut self) -> &mut Cursors {
+        &mut self.cursors
+    }
+
+    /// `tenant` is quiet (being purged): where its last visit stopped is
+    /// forgotten.
+    pub(crate) fn forget_resume(&mut self, tenant: TenantOrd) {
+        self.resume.remove(&tenant);
+    }
+
+    /// The tenants a pass visits: every tenant with an ?A marker, in key
+    /// order, starting one tenant further than the last pass (fair share:
+    /// the tenant visited first takes the room the last step freed, and a
+    /// tenant later in key order would otherwise wait for the others'
+    /// backlogs).
+    pub(crate) fn tenants<K: Kv>(&mut self, env: &Env<K>) -> Result<Vec<TenantOrd>, PipelineError> {
+        let active = env.kv.scan(
             Cf::Index,
             &family_range(Family::Active),
             Direction::Forward,
@@ -164,96 +271,73 @@ impl<K: Kv> Dispatcher<K> {
                     .tenant,
             );
         }
-        // Each pass starts one tenant further (fair share): the tenant
-        // visited first takes the room the last step freed, and a tenant
-        // later in key order would otherwise wait for the others' backlogs.
         let start = self
             .first_visited
             .map_or(0, |t| tenants.iter().position(|x| *x > t).unwrap_or(0));
         tenants.rotate_left(start);
         self.first_visited = tenants.first().copied();
-        for tenant in tenants {
-            if self.quiet.contains(&tenant) {
-                continue;
-            }
-            self.visit(tenant, sweep)?;
-        }
-        Ok(())
+        Ok(tenants)
     }
 
-    /// Commits a sweep's batch, then its recheck (ADR 4.6).
-    fn commit_sweep(
+    /// Scan and claim of one tenant (its lane sweep ran before:
+    /// [`crate::sweep::LaneSweep::sweep`]), in named steps: the cursor
+    /// policy ([`Scanner::begin`]), the page loop ([`Scanner::read_pages`]),
+    /// the bookkeeping of what the visit met ([`Scanner::keep`]), the
+    /// half-open trials kept in reserve ([`Scanner::deferred_trials`]), and
+    /// the visit's writes ([`write_decisions`]). Hands on the rows it claimed.
+    pub(crate) fn visit<K: Kv>(
         &mut self,
+        env: &Env<K>,
+        st: &mut VisitStages<'_>,
         tenant: TenantOrd,
-        out: ankusa_lanes::SweepOutcome,
-    ) -> Result<(), PipelineError> {
-        self.write(out.batch)?;
-        if !out.recheck.is_empty() {
-            let again = ankusa_lanes::sweep_recheck(&*self.kv, tenant, &out.recheck)
-                .map_err(QueueError::from)?;
-            self.write(again)?;
+        now: u64,
+    ) -> Result<Visited, PipelineError> {
+        #[cfg(test)]
+        {
+            self.visits += 1;
         }
-        Ok(())
+        let (mut v, mut scan) = self.begin(env, st.slots, tenant, now);
+        if !self.read_pages(env, st, &mut v, &mut scan)? {
+            self.nothing_due(env, &mut v, scan.had_cursor)?;
+            return Ok(Visited {
+                starts: Vec::new(),
+                more: false,
+            });
+        }
+        self.keep(st.held, &mut v, scan);
+        Self::deferred_trials(env, st, &mut v)?;
+        // Stopped at the claim budget, not at the end of what is due.
+        let more = v.starts.len() + v.parks.len() >= env.page_len();
+        let starts = write_decisions(env, st.wake, v)?;
+        Ok(Visited { starts, more })
     }
 
-    fn visit(&mut self, tenant: TenantOrd, sweep: bool) -> Result<(), PipelineError> {
-        let now = self.now();
-        // ADR 4.6: lane sweep while the node has lane members; one read when
-        // not. Only in a pass after lane rows may have been written
-        // (`Dispatcher::sweep`): a member and its ?P come from the Writer
-        // (ingest, release, an admin job step) or a control call, and what a
-        // release promotes it promotes itself.
-        // The lanes the Writer named (`Dispatcher::sweep_lanes`) are swept by
-        // point reads of their markers, a budget of them per visit, in visits
-        // without a full sweep; a full sweep that read every marker of the
-        // tenant covers them, one that read a full budget leaves them to the
-        // sweeps that go on.
-        let named = self.sweep_lanes.remove(&tenant).unwrap_or_default();
-        if self
-            .kv
-            .counter(&counter_key(TenantOrd::NODE, CounterField::LaneMembers))?
-            > 0
-        {
-            if sweep {
-                let out = ankusa_lanes::sweep(&*self.kv, tenant, self.dispatch.batch, now)
-                    .map_err(QueueError::from)?;
-                if out.markers >= self.dispatch.batch {
-                    // More markers than one budget: the next pass sweeps on.
-                    self.sweep = true;
-                    if !named.is_empty() {
-                        self.sweep_lanes.insert(tenant, named);
-                    }
-                }
-                self.commit_sweep(tenant, out)?;
-            } else if !named.is_empty() {
-                let budget = self.dispatch.batch.max(1);
-                let (now_named, later) = named.split_at(named.len().min(budget));
-                let out = ankusa_lanes::sweep_lanes(&*self.kv, tenant, now_named, now)
-                    .map_err(QueueError::from)?;
-                self.commit_sweep(tenant, out)?;
-                if !later.is_empty() {
-                    // More named lanes than one budget: step again at once.
-                    self.sweep_lanes.insert(tenant, later.to_vec());
-                    self.more = true;
-                }
-            }
-        }
+    /// The cursor policy of a visit: where its scan starts (the low-water
+    /// cursor; where a visit stopped by saturated sinks resumes after the
+    /// first page), whether it is deep or shallow, and how long its first
+    /// page is.
+    fn begin<K: Kv>(
+        &mut self,
+        env: &Env<K>,
+        slots: &Slots,
+        tenant: TenantOrd,
+        now: u64,
+    ) -> (Visit, Scan) {
         let mut range = due_range_until(tenant, now);
         // Low-water cursor: the first live due entry of the last visit. Every
         // row that becomes due later is due at or after it (ingest, a
         // promote, a recovery and a revive are due "now"; a retry or a park
         // later), so the scan skips the deleted entries of every row claimed
         // before it instead of walking their tombstones again.
-        let had_cursor = self.low_water.contains_key(&tenant);
-        if let Some(&low) = self.low_water.get(&tenant) {
+        let had_cursor = self.cursors.low_water(tenant).is_some();
+        if let Some(low) = self.cursors.low_water(tenant) {
             let from = due_key(tenant, low, Seq(0), SinkIx(0));
             if from.as_slice() > range.start.as_slice() && from.as_slice() < range.end.as_slice() {
                 range.start = from.to_vec();
             }
         }
-        let mut resume = self.resume.remove(&tenant);
-        let mut reached_end = false;
-        let page_len = self.dispatch.batch.max(1);
+        let resume = self.resume.remove(&tenant);
+        let page_len = env.page_len();
         let mut v = Visit::new(tenant, now);
         // Deep or shallow: a shallow visit sizes its reading by the sink
         // entries recent visits met rows of, so an entry of the tenant that
@@ -263,7 +347,7 @@ impl<K: Kv> Dispatcher<K> {
         let shallow = self.shallow_visits.get(&tenant).copied().unwrap_or(0);
         // The visit takes the met entries and puts them back (with what it
         // met) when it ends.
-        let met = self.met.remove(&tenant);
+        let met = self.cursors.take_met(tenant);
         if shallow < SHALLOW_VISITS && met.is_some() {
             v.busy = met;
             self.shallow_visits.insert(tenant, shallow + 1);
@@ -273,102 +357,148 @@ impl<K: Kv> Dispatcher<K> {
         }
         // The first page is no larger than the free call slots: in the steady
         // state a visit reads the rows it claims and no more.
-        let free = self.free_slots(tenant, v.busy.as_ref());
+        let free = self.free_slots(env, slots, tenant, v.busy.as_ref());
         let first_len = free.map_or(page_len, |f| f.clamp(1, page_len));
+        let scan = Scan {
+            range,
+            had_cursor,
+            resume,
+            free,
+            first_len,
+            pages: 0,
+            reached_end: false,
+            saturated_at: None,
+            stopped_saturated: false,
+        };
+        (v, scan)
+    }
+
+    /// The page loop: reads the due index in pages from `scan.range` and
+    /// decides each entry ([`Scanner::consider`]) until the claim budget,
+    /// [`SCAN_PAGES`], the free slots, the admission window or the
+    /// saturation of every sink entry stops it. `false` when the first page
+    /// was empty (nothing due).
+    fn read_pages<K: Kv>(
+        &mut self,
+        env: &Env<K>,
+        st: &mut VisitStages<'_>,
+        v: &mut Visit,
+        scan: &mut Scan,
+    ) -> Result<bool, PipelineError> {
+        let page_len = env.page_len();
         // Rows of a saturated sink are skipped, not claimed, so a visit reads on
         // past them (up to SCAN_PAGES pages) to reach other sinks' rows: one
         // slow sink does not starve the tenant's other sinks.
-        let mut pages = 0;
-        let mut saturated_at: Option<Vec<u8>> = None;
-        // The visit stopped because every entry was saturated: it did not
-        // read on past them, so it says nothing of their live backlog.
-        let mut stopped_saturated = false;
         'pages: while v.starts.len() + v.parks.len() < page_len
-            && pages < SCAN_PAGES
-            && (v.unlisted || free.is_none_or(|f| v.starts.len() < f.max(1)))
+            && scan.pages < SCAN_PAGES
+            && (v.unlisted || scan.free.is_none_or(|f| v.starts.len() < f.max(1)))
         {
             // After the first page, jump to where the last visit stopped.
-            if pages == 1
-                && let Some(at) = resume.take()
-                && at > range.start
-                && at < range.end
+            if scan.pages == 1
+                && let Some(at) = scan.resume.take()
+                && at > scan.range.start
+                && at < scan.range.end
             {
-                range.start = at;
+                scan.range.start = at;
             }
-            let len = if pages == 0 { first_len } else { page_len };
-            let due = self.kv.scan(Cf::Index, &range, Direction::Forward, len)?;
-            pages += 1;
-            if pages == 1
+            let len = if scan.pages == 0 {
+                scan.first_len
+            } else {
+                page_len
+            };
+            let due = env
+                .kv
+                .scan(Cf::Index, &scan.range, Direction::Forward, len)?;
+            scan.pages += 1;
+            if scan.pages == 1
                 && let Some((first, _)) = due.first()
             {
                 let first = DueKey::decode(first).map_err(QueueError::from)?;
-                self.low_water.insert(tenant, first.due_ms);
+                self.cursors.set_low_water(v.tenant, first.due_ms);
             }
             if due.is_empty() {
-                if pages == 1 {
-                    // Nothing due: the tenant's ?A may go, checked (and
-                    // rechecked) over its whole live due range, from its start,
-                    // so over the deleted entry of every row since claimed or
-                    // held. Only in a visit without a low-water cursor (the
-                    // first after start-up, a control call or the once-a-second
-                    // reset): a stale ?A costs a visit one scan from the
-                    // cursor, while this check in every visit of a tenant whose
-                    // rows are held (a paused sink) was 24% of the relay's CPU
-                    // at 19,000 ingested hooks/s in a load run. ?A present with
-                    // no ?D breaks no invariant; ?D without ?A would.
-                    if !had_cursor {
-                        let b = ankusa_queue::sweep_markers(&*self.kv, tenant)?;
-                        if !b.is_empty() {
-                            self.write(b)?;
-                            let again = ankusa_queue::sweep_markers_recheck(&*self.kv, tenant)?;
-                            self.write(again)?;
-                        }
-                    }
-                    if let Some(busy) = v.busy.take() {
-                        self.met.insert(tenant, busy);
-                    }
-                    return Ok(());
+                if scan.pages == 1 {
+                    return Ok(false);
                 }
-                reached_end = true;
+                scan.reached_end = true;
                 break;
             }
             let full_page = due.len() == len;
             if let Some((last, _)) = due.last() {
                 let mut next = last.to_vec();
                 next.push(0);
-                range.start = next;
+                scan.range.start = next;
             }
             for (k, val) in due {
-                match self.consider(&mut v, &k, &val)? {
+                match self.consider(env, st, v, &k, &val)? {
                     Flow::Next => {}
                     Flow::Stop => break 'pages,
                     Flow::Saturated => {
-                        stopped_saturated = true;
+                        scan.stopped_saturated = true;
                         // Stopped past the first page with every sink entry
                         // saturated: the next visit reads its first page from
                         // the top and goes on from here, instead of walking
                         // again what this one skipped (as at the page limit).
-                        if pages >= 2 {
-                            saturated_at = Some(k.to_vec());
+                        if scan.pages >= 2 {
+                            scan.saturated_at = Some(k.to_vec());
                         }
                         break 'pages;
                     }
                 }
             }
             if !full_page {
-                reached_end = true;
+                scan.reached_end = true;
                 break;
             }
         }
+        Ok(true)
+    }
+
+    /// A visit whose first page was empty: nothing due. The tenant's ?A may
+    /// go, checked (and rechecked) over its whole live due range, from its
+    /// start, so over the deleted entry of every row since claimed or held.
+    /// Only in a visit without a low-water cursor (the first after start-up,
+    /// a control call or the once-a-second reset): a stale ?A costs a visit
+    /// one scan from the cursor, while this check in every visit of a tenant
+    /// whose rows are held (a paused sink) was 24% of the relay's CPU at
+    /// 19,000 ingested hooks/s in a load run. ?A present with no ?D breaks no
+    /// invariant; ?D without ?A would. Two writes: the recheck reads the
+    /// store the sweep's batch was written to (an ingest between the two
+    /// puts the marker back).
+    fn nothing_due<K: Kv>(
+        &mut self,
+        env: &Env<K>,
+        v: &mut Visit,
+        had_cursor: bool,
+    ) -> Result<(), PipelineError> {
+        if !had_cursor {
+            let b = ankusa_queue::sweep_markers(&*env.kv, v.tenant)?;
+            if !b.is_empty() {
+                env.write(b)?;
+                let again = ankusa_queue::sweep_markers_recheck(&*env.kv, v.tenant)?;
+                env.write(again)?;
+            }
+        }
+        if let Some(busy) = v.busy.take() {
+            self.cursors.put_met(v.tenant, busy);
+        }
+        Ok(())
+    }
+
+    /// The bookkeeping of a visit that read something: where the next one
+    /// resumes, the entries whose backlog it held back and the live backlog
+    /// of the tenant's held-back entries, and the entries it met.
+    fn keep(&mut self, held: &mut HeldBacklogs, v: &mut Visit, scan: Scan) {
+        let tenant = v.tenant;
         // Stopped at the page limit with saturated sinks' rows skipped: the
         // next visit goes on from here (after its first page) instead of
         // re-reading the same backlog and never reaching what lies behind it.
-        if let Some(at) = saturated_at {
+        if let Some(at) = scan.saturated_at {
             self.resume.insert(tenant, at);
-        } else if !reached_end && pages >= SCAN_PAGES && !v.saturated.is_empty() {
-            self.resume.insert(tenant, range.start.clone());
-        } else if let Some(at) = resume.take()
-            && !reached_end
+        } else if !scan.reached_end && scan.pages >= SCAN_PAGES && !v.saturated.is_empty() {
+            self.resume.insert(tenant, scan.range.start);
+        } else if let Some(at) = scan.resume
+            && !scan.reached_end
         {
             // A visit that stopped on its first page (its claim budget, every
             // entry saturated) did not use the point: the next one may.
@@ -378,22 +508,10 @@ impl<K: Kv> Dispatcher<K> {
         // entry of the tenant with rows held, whether this visit found it
         // saturated (its rows come back only when it was not).
         for key in v.overflowed.drain() {
-            self.overflow.entry(key).or_insert_with(|| {
-                info!(
-                    tenant = key.0.0,
-                    source = key.1.0,
-                    sink = key.2.0,
-                    "a sink's backlog is deeper than a visit skips while the sink is saturated: its further rows are held back until it frees slots, so the tenant's other sinks go on"
-                );
-                crate::dispatcher::Overflow::default()
-            });
+            held.held(key);
         }
-        if !stopped_saturated {
-            for (key, o) in self.overflow.iter_mut() {
-                if key.0 == tenant {
-                    o.live = v.skipped.get(key).copied().unwrap_or(0);
-                }
-            }
+        if !scan.stopped_saturated {
+            held.set_live(tenant, &v.skipped);
         }
         // What this visit met: a deep visit's view replaces the tenant's met
         // entries, a shallow one adds to them.
@@ -404,56 +522,28 @@ impl<K: Kv> Dispatcher<K> {
             }
             None => std::mem::take(&mut v.met),
         };
-        self.met.insert(tenant, met);
-        // A half-open sink whose due rows the scan met are all of lanes that
-        // failed in the breaker's current run: the best ranked is the trial.
-        for (key, (_, dk, start)) in v.deferred {
+        self.cursors.put_met(tenant, met);
+    }
+
+    /// A half-open sink whose due rows the scan met are all of lanes that
+    /// failed in the breaker's current run: the best ranked is the trial
+    /// (claimed into the visit's claims, built before any write of it).
+    fn deferred_trials<K: Kv>(
+        env: &Env<K>,
+        st: &mut VisitStages<'_>,
+        v: &mut Visit,
+    ) -> Result<(), PipelineError> {
+        for (key, (_, dk, start)) in std::mem::take(&mut v.deferred) {
             let trial_taken = v.starts.iter().any(|s| s.key == key && s.trial);
-            if trial_taken || self.in_flight_total + v.starts.len() >= self.dispatch.window {
+            if trial_taken || st.slots.total() + v.starts.len() >= env.dispatch.window {
                 continue;
             }
-            if let Some(at) = self.rate_limited((key.1, key.2), now) {
-                self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
+            if let Some(at) = st.slots.rate_limited((key.1, key.2), v.now) {
+                wake_at(st.wake, at);
                 continue;
             }
-            v.claims.extend(ankusa_queue::claim(&*self.kv, dk, now)?);
+            v.claims.extend(ankusa_queue::claim(&*env.kv, dk, v.now)?);
             v.starts.push(start);
-        }
-        self.write(v.dead)?;
-        self.write(v.holds)?;
-        self.write(v.claims)?;
-        if !v.horizon.is_empty() {
-            let mut b = Batch::new();
-            for row_id in &v.horizon {
-                warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
-                b.extend(ankusa_queue::dead_letter(
-                    &*self.kv,
-                    *row_id,
-                    Origin::InFlight,
-                    "retry horizon passed",
-                    now,
-                )?);
-            }
-            self.write(b)?;
-        }
-        if !v.parks.is_empty() {
-            let mut b = Batch::new();
-            for (dk, until) in &v.parks {
-                b.extend(ankusa_queue::park(&*self.kv, *dk, *until, now)?);
-                self.next_wake_ms = Some(self.next_wake_ms.map_or(*until, |w| w.min(*until)));
-            }
-            self.write(b)?;
-        }
-        if v.starts.len() + v.parks.len() >= page_len {
-            // Stopped at the claim budget, not at the end of what is due.
-            self.more = true;
-        }
-        for s in v.starts {
-            if s.trial {
-                self.breakers.entry(s.key).or_default().trial_in_flight = true;
-                info!(row = %s.row_id, "breaker half-open: one trial delivery");
-            }
-            self.launch(s);
         }
         Ok(())
     }
@@ -463,9 +553,18 @@ impl<K: Kv> Dispatcher<K> {
     /// horizon passed), skip it (its sink saturated), park it (breaker open),
     /// keep it as a half-open trial candidate, leave it due (rate limit), or
     /// claim it into `v.starts`. [`Flow::Stop`] ends the visit's reading.
-    fn consider(&mut self, v: &mut Visit, k: &[u8], val: &[u8]) -> Result<Flow, PipelineError> {
-        if self.in_flight_total + v.starts.len() >= self.dispatch.window
-            || self.in_flight_bytes + v.start_bytes >= self.dispatch.window_bytes
+    fn consider<K: Kv>(
+        &mut self,
+        env: &Env<K>,
+        st: &mut VisitStages<'_>,
+        v: &mut Visit,
+        k: &[u8],
+        val: &[u8],
+    ) -> Result<Flow, PipelineError> {
+        let kv = &*env.kv;
+        if st
+            .slots
+            .window_full(&env.dispatch, v.starts.len(), v.start_bytes)
         {
             return Ok(Flow::Stop);
         }
@@ -473,7 +572,7 @@ impl<K: Kv> Dispatcher<K> {
         let size = u64::from(DueValue::decode(val).map_err(QueueError::from)?.size);
         let row_id = RowId::new(v.tenant, dk.seq, dk.sink);
         // The source decides everything up to the claim. It is read from
-        // the envelope once per hook (`Dispatcher::sources` keeps it), so a
+        // the envelope once per hook (`Scanner::sources` keeps it), so a
         // row skipped because its sink is saturated costs no read of its
         // envelope on the next visits; the whole envelope is read and
         // decoded only for a row that is claimed.
@@ -481,8 +580,8 @@ impl<K: Kv> Dispatcher<K> {
         let source = match self.sources.get(&(v.tenant, dk.seq)) {
             Some(s) => *s,
             None => {
-                let Some(r) = self.kv.get(Cf::Hooks, &hook_key(v.tenant, dk.seq))? else {
-                    self.envelope_missing(v, row_id, dk)?;
+                let Some(r) = kv.get(Cf::Hooks, &hook_key(v.tenant, dk.seq))? else {
+                    envelope_missing(kv, v, row_id, dk)?;
                     return Ok(Flow::Next);
                 };
                 let source = match Envelope::peek_source(&r) {
@@ -490,7 +589,7 @@ impl<K: Kv> Dispatcher<K> {
                     Err(e) => {
                         warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
                         v.dead.extend(ankusa_queue::orphan(
-                            &*self.kv,
+                            kv,
                             row_id,
                             Origin::Due { due_ms: dk.due_ms },
                             "envelope does not decode",
@@ -504,16 +603,16 @@ impl<K: Kv> Dispatcher<K> {
                 source
             }
         };
-        if let Some(reason) = self.retiring.get(&source) {
+        if let Some(reason) = st.retire.reason(source) {
             debug!(%row_id, "a row of a retired source: dead-lettered");
             v.dead.extend(ankusa_queue::dead_letter(
-                &*self.kv,
+                kv,
                 row_id,
                 Origin::Due { due_ms: dk.due_ms },
                 reason,
                 v.now,
             )?);
-            *self.retired_dead.entry(source).or_default() += 1;
+            st.retire.count_dead(source);
             return Ok(Flow::Next);
         }
         let key = (v.tenant, source, dk.sink);
@@ -522,25 +621,24 @@ impl<K: Kv> Dispatcher<K> {
             // A saturated entry's backlog deeper than what the visit skips
             // is held back (the overflow), so the scan of the tenant's other
             // entries never walks it: it comes back as the entry frees slots
-            // (`Dispatcher::overflow_pass`), oldest first.
+            // (`HeldBacklogs::pass`), oldest first.
             let skipped = v.skipped.entry(key).or_insert(0);
             *skipped += 1;
-            if *skipped > OVERFLOW_SKIPPED * self.dispatch.batch.max(1) && v.other_entry_waits(key)
-            {
-                v.holds.extend(ankusa_queue::hold(&*self.kv, dk)?);
+            if *skipped > OVERFLOW_SKIPPED * env.page_len() && v.other_entry_waits(key) {
+                v.holds.extend(ankusa_queue::hold(kv, dk)?);
                 v.overflowed.insert(key);
             }
             return Ok(Flow::Next);
         }
-        let Some(route) = self.routes.sinks.get(&(source, dk.sink)).cloned() else {
-            let reason = if self.routes.source_known(source) {
+        let Some(route) = env.routes.sinks.get(&(source, dk.sink)).cloned() else {
+            let reason = if env.routes.source_known(source) {
                 "sink gone: not configured"
             } else {
                 "source gone: not configured"
             };
             warn!(%row_id, reason, "dead-lettering a row nobody can deliver");
             v.dead.extend(ankusa_queue::dead_letter(
-                &*self.kv,
+                kv,
                 row_id,
                 Origin::Due { due_ms: dk.due_ms },
                 reason,
@@ -558,16 +656,15 @@ impl<K: Kv> Dispatcher<K> {
         }
         // A paused sink: its row leaves the due scan until a resume
         // (a head stays its lane's head; nothing behind it moves).
-        if self.is_paused(source, dk.sink) {
-            v.holds.extend(ankusa_queue::hold(&*self.kv, dk)?);
+        if st.pauses.is_paused(source, dk.sink) {
+            v.holds.extend(ankusa_queue::hold(kv, dk)?);
             return Ok(Flow::Next);
         }
-        let busy = self.in_flight.get(&key).copied().unwrap_or(0)
-            + v.starts.iter().filter(|s| s.key == key).count();
+        let busy = st.slots.busy(&key) + v.starts.iter().filter(|s| s.key == key).count();
         let cap = if route.sink.pipelined() {
-            self.dispatch.pipelined_concurrency
+            env.dispatch.pipelined_concurrency
         } else {
-            self.dispatch.sink_concurrency
+            env.dispatch.sink_concurrency
         };
         if busy >= cap {
             v.saturated.insert(key);
@@ -577,7 +674,7 @@ impl<K: Kv> Dispatcher<K> {
             return Ok(Flow::Next);
         }
         // Breaker: open -> park; half-open -> one trial call at a time.
-        let (open, half_open, trial_busy) = match self.breakers.get(&key) {
+        let (open, half_open, trial_busy) = match st.breakers.get(&key) {
             Some(b) => (
                 b.open,
                 b.open && b.open_until_ms <= v.now,
@@ -592,10 +689,7 @@ impl<K: Kv> Dispatcher<K> {
             }
             return Ok(Flow::Next);
         }
-        let Some(row) = self
-            .kv
-            .get(Cf::Deliveries, &delivery_key(v.tenant, dk.seq, dk.sink))?
-        else {
+        let Some(row) = kv.get(Cf::Deliveries, &delivery_key(v.tenant, dk.seq, dk.sink))? else {
             return Ok(Flow::Next); // claim would fail the same way; the checker reports it
         };
         let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
@@ -603,12 +697,12 @@ impl<K: Kv> Dispatcher<K> {
         // retry due just inside it must not start an attempt outside
         // it (a row due at or past it gets its attempt: RetryPolicy::dead_at_claim).
         if let Some(first) = row.first_attempt_at_ms
-            && self
+            && env
                 .routes
-                .retry_policy(source, dk.sink, self.retry)
+                .retry_policy(source, dk.sink, env.retry)
                 .dead_at_claim(first, dk.due_ms, v.now)
         {
-            v.claims.extend(ankusa_queue::claim(&*self.kv, dk, v.now)?);
+            v.claims.extend(ankusa_queue::claim(kv, dk, v.now)?);
             v.horizon.push(row_id);
             return Ok(Flow::Next);
         }
@@ -616,18 +710,18 @@ impl<K: Kv> Dispatcher<K> {
             // Parked unclaimed: a park is no attempt, so a row never attempted
             // keeps no first_attempt_at (its retry horizon starts at its first
             // real attempt).
-            let until = self.breakers.get(&key).map_or(v.now, |b| b.open_until_ms);
+            let until = st.breakers.get(&key).map_or(v.now, |b| b.open_until_ms);
             v.parks.push((dk, until));
             return Ok(Flow::Next);
         }
         let site = Site::of(row_id, &row);
         if half_open {
-            let rank = self.breakers.get(&key).map_or(0, |b| b.trial_rank(site));
+            let rank = st.breakers.get(&key).map_or(0, |b| b.trial_rank(site));
             if rank > 0 {
                 // A lane that failed in this run: kept in reserve in
                 // case no other lane of the sink has a due row.
                 if v.deferred.get(&key).is_none_or(|(r, ..)| rank < *r) {
-                    let Some(envelope) = self.envelope(raw, v, row_id, dk)? else {
+                    let Some(envelope) = envelope(kv, raw, v, row_id, dk)? else {
                         return Ok(Flow::Next);
                     };
                     v.deferred.insert(
@@ -654,18 +748,18 @@ impl<K: Kv> Dispatcher<K> {
         // Rate limit: a sink over its rate leaves its rows due (no
         // claim, no slot, no window room; a lane head simply waits)
         // and the loop wakes when the next call may start.
-        if let Some(at) = self.rate_limited((source, dk.sink), v.now) {
+        if let Some(at) = st.slots.rate_limited((source, dk.sink), v.now) {
             v.saturated.insert(key);
-            self.next_wake_ms = Some(self.next_wake_ms.map_or(at, |w| w.min(at)));
+            wake_at(st.wake, at);
             if self.all_saturated(v) {
                 return Ok(Flow::Saturated);
             }
             return Ok(Flow::Next);
         }
-        let Some(envelope) = self.envelope(raw, v, row_id, dk)? else {
+        let Some(envelope) = envelope(kv, raw, v, row_id, dk)? else {
             return Ok(Flow::Next);
         };
-        v.claims.extend(ankusa_queue::claim(&*self.kv, dk, v.now)?);
+        v.claims.extend(ankusa_queue::claim(kv, dk, v.now)?);
         v.start_bytes += size;
         v.starts.push(Start {
             row_id,
@@ -705,84 +799,26 @@ impl<K: Kv> Dispatcher<K> {
     /// 1), and the visit reads no further page once it has claimed that many,
     /// so it does not read rows it cannot claim. Later pages read
     /// `dispatch.batch`. `busy`: a shallow visit counts only these entries.
-    fn free_slots(
+    fn free_slots<K: Kv>(
         &self,
+        env: &Env<K>,
+        slots: &Slots,
         tenant: TenantOrd,
-        busy: Option<&HashSet<(SourceId, SinkIx)>>,
+        busy: Option<&Entries>,
     ) -> Option<usize> {
         let routes = self.tenant_routes.get(&tenant)?;
         let free: usize = routes
             .iter()
             .filter(|id| busy.is_none_or(|b| b.contains(id)))
             .map(|id| {
-                let cap = match self.routes.sinks.get(id) {
-                    Some(r) if r.sink.pipelined() => self.dispatch.pipelined_concurrency,
-                    _ => self.dispatch.sink_concurrency,
+                let cap = match env.routes.sinks.get(id) {
+                    Some(r) if r.sink.pipelined() => env.dispatch.pipelined_concurrency,
+                    _ => env.dispatch.sink_concurrency,
                 };
-                cap.saturating_sub(
-                    self.in_flight
-                        .get(&(tenant, id.0, id.1))
-                        .copied()
-                        .unwrap_or(0),
-                )
+                cap.saturating_sub(slots.busy(&(tenant, id.0, id.1)))
             })
             .sum();
         Some(free)
-    }
-
-    /// The decoded envelope of a row about to be claimed (`raw`: its bytes
-    /// when this visit read them already, else they are read now); `None`,
-    /// and the row dead-lettered as an orphan into `v.dead`, when it is gone
-    /// or does not decode.
-    fn envelope(
-        &self,
-        raw: Option<Bytes>,
-        v: &mut Visit,
-        row_id: RowId,
-        dk: DueKey,
-    ) -> Result<Option<Envelope>, PipelineError> {
-        let raw = match raw {
-            Some(r) => r,
-            None => match self.kv.get(Cf::Hooks, &hook_key(v.tenant, dk.seq))? {
-                Some(r) => r,
-                None => {
-                    self.envelope_missing(v, row_id, dk)?;
-                    return Ok(None);
-                }
-            },
-        };
-        match Envelope::decode(&raw) {
-            Ok(e) => Ok(Some(e)),
-            Err(e) => {
-                warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
-                v.dead.extend(ankusa_queue::orphan(
-                    &*self.kv,
-                    row_id,
-                    Origin::Due { due_ms: dk.due_ms },
-                    "envelope does not decode",
-                    v.now,
-                )?);
-                Ok(None)
-            }
-        }
-    }
-
-    /// A due row whose hook has no envelope: dead-lettered as an orphan.
-    fn envelope_missing(
-        &self,
-        v: &mut Visit,
-        row_id: RowId,
-        dk: DueKey,
-    ) -> Result<(), PipelineError> {
-        warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
-        v.dead.extend(ankusa_queue::orphan(
-            &*self.kv,
-            row_id,
-            Origin::Due { due_ms: dk.due_ms },
-            "envelope missing",
-            v.now,
-        )?);
-        Ok(())
     }
 
     /// Keeps the source of hook `seq` of `tenant` for later visits. A hook's
@@ -794,4 +830,122 @@ impl<K: Kv> Dispatcher<K> {
         }
         self.sources.insert((tenant, seq), source);
     }
+}
+
+/// The visit's writes, built from what it decided: two batches, in this
+/// order (docs/design.md section 5, "Durability": each `Buffered`).
+///
+/// 1. The dead letters and orphans, the holds and the claims, in that order:
+///    every op of them was built against the store as the page loop read it,
+///    before any write of the visit, so one batch of the three is the same
+///    ops in the same order as the three writes it replaces, applied at once
+///    (a crash keeps all or none of them, where it could keep a prefix).
+/// 2. The dead letters of the rows claimed past their retry horizon, then the
+///    parks. They stay a second write: a horizon dead letter is built from
+///    the row in ?F (`Origin::InFlight`), which only batch 1's claim puts
+///    there, so it must read the store after batch 1 is written. The parks
+///    join it: a park reads only its own row's ?D entry, which neither batch
+///    writes (a horizon dead letter's lane release promotes a member that was
+///    not in ?D, and a lane has one row in ?D/?F), so built before or after
+///    the dead letters it is the same ops, in the order they were written.
+///
+/// The rows claimed are handed on; each park lowers the wake time.
+fn write_decisions<K: Kv>(
+    env: &Env<K>,
+    wake: &mut Option<u64>,
+    v: Visit,
+) -> Result<Vec<Start>, PipelineError> {
+    let Visit {
+        now,
+        dead,
+        holds,
+        claims,
+        horizon,
+        parks,
+        starts,
+        ..
+    } = v;
+    env.write(joined(joined(dead, holds), claims))?;
+    let mut after = Batch::new();
+    for row_id in &horizon {
+        warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
+        after.extend(ankusa_queue::dead_letter(
+            &*env.kv,
+            *row_id,
+            Origin::InFlight,
+            "retry horizon passed",
+            now,
+        )?);
+    }
+    for (dk, until) in &parks {
+        after.extend(ankusa_queue::park(&*env.kv, *dk, *until, now)?);
+        wake_at(wake, *until);
+    }
+    env.write(after)?;
+    Ok(starts)
+}
+
+/// `first`'s ops, then `then`'s, in one batch (no copy when `first` is
+/// empty: in the steady state a visit's batch is its claims alone).
+fn joined(mut first: Batch, then: Batch) -> Batch {
+    if first.is_empty() {
+        return then;
+    }
+    first.extend(then);
+    first
+}
+
+/// The decoded envelope of a row about to be claimed (`raw`: its bytes
+/// when this visit read them already, else they are read now); `None`,
+/// and the row dead-lettered as an orphan into `v.dead`, when it is gone
+/// or does not decode.
+fn envelope<K: Kv>(
+    kv: &K,
+    raw: Option<Bytes>,
+    v: &mut Visit,
+    row_id: RowId,
+    dk: DueKey,
+) -> Result<Option<Envelope>, PipelineError> {
+    let raw = match raw {
+        Some(r) => r,
+        None => match kv.get(Cf::Hooks, &hook_key(v.tenant, dk.seq))? {
+            Some(r) => r,
+            None => {
+                envelope_missing(kv, v, row_id, dk)?;
+                return Ok(None);
+            }
+        },
+    };
+    match Envelope::decode(&raw) {
+        Ok(e) => Ok(Some(e)),
+        Err(e) => {
+            warn!(%row_id, error = %e, "envelope does not decode: dead-lettering the row as an orphan");
+            v.dead.extend(ankusa_queue::orphan(
+                kv,
+                row_id,
+                Origin::Due { due_ms: dk.due_ms },
+                "envelope does not decode",
+                v.now,
+            )?);
+            Ok(None)
+        }
+    }
+}
+
+/// A due row whose hook has no envelope: dead-lettered as an orphan.
+fn envelope_missing<K: Kv>(
+    kv: &K,
+    v: &mut Visit,
+    row_id: RowId,
+    dk: DueKey,
+) -> Result<(), PipelineError> {
+    warn!(%row_id, "envelope missing: dead-lettering the row as an orphan");
+    v.dead.extend(ankusa_queue::orphan(
+        kv,
+        row_id,
+        Origin::Due { due_ms: dk.due_ms },
+        "envelope missing",
+        v.now,
+    )?);
+    Ok(())
 }

@@ -92,7 +92,7 @@ async fn fast_behind_a_slow_backlog(hooks: u64) -> Cost {
         || CLOCK_MS,
     );
     let mut d = pipeline.dispatcher;
-    d.low_water_reset = std::time::Duration::MAX;
+    d.set_low_water_reset(std::time::Duration::MAX);
     d.start_up().expect("start");
     let before = kv.stats();
     let mut done: Vec<Done> = Vec::new();
@@ -106,7 +106,7 @@ async fn fast_behind_a_slow_backlog(hooks: u64) -> Cost {
             .expect("step");
         steps += 1;
         let mut claimed_fast = 0;
-        for c in std::mem::take(&mut d.calls) {
+        for c in d.take_calls() {
             let x = c.finish(Outcome::Ok);
             if x.key.2 == FAST {
                 claimed_fast += 1;
@@ -144,7 +144,7 @@ async fn fast_behind_a_slow_backlog(hooks: u64) -> Cost {
 /// index (each hook has a row for both, in seq order). With `sink_concurrency`
 /// 8, the fast sink can take 8 rows a step: about `hooks / 8` steps. A visit
 /// that stops because every sink is saturated does not keep where it stopped
-/// (`Dispatcher::resume` is kept only for a visit that read its 8 pages), so
+/// (`Scanner::resume` is kept only for a visit that read its 8 pages), so
 /// the next visits walk the slow backlog again from the low-water cursor,
 /// 456 entries (a hook get each) at a time, before they reach the fast rows:
 /// steps and reads per fast delivery grow with the backlog.
@@ -223,7 +223,7 @@ async fn lanes_behind_a_slow_backlog(hooks: u64) -> LaneCost {
         move || now.load(std::sync::atomic::Ordering::SeqCst),
     );
     let mut d = pipeline.lane_rows(lane_rows).dispatcher;
-    d.low_water_reset = std::time::Duration::MAX;
+    d.set_low_water_reset(std::time::Duration::MAX);
     d.start_up().expect("start");
     let before = kv.stats();
     let mut done: Vec<Done> = Vec::new();
@@ -237,7 +237,7 @@ async fn lanes_behind_a_slow_backlog(hooks: u64) -> LaneCost {
         d.step(Vec::new(), std::mem::take(&mut done), true)
             .expect("step");
         steps += 1;
-        for c in std::mem::take(&mut d.calls) {
+        for c in d.take_calls() {
             let x = c.finish(Outcome::Ok);
             if x.key.2 == FAST {
                 let base = *first_seq.get_or_insert(x.row.seq.0 - x.row.seq.0 % LANES);

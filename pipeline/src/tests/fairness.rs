@@ -89,17 +89,13 @@ async fn four_busy_tenants_on_a_pipelining_sink_do_not_starve_a_fifth() {
         || CLOCK_MS,
     );
     let mut d = pipeline.dispatcher;
-    d.low_water_reset = std::time::Duration::MAX;
+    d.set_low_water_reset(std::time::Duration::MAX);
     d.start_up().expect("start");
     let mut in_flight: std::collections::VecDeque<Done> = std::collections::VecDeque::new();
     // The four fill the window (no call ends yet).
-    while d.in_flight_total < dispatch.window {
+    while d.in_flight() < dispatch.window {
         d.step(Vec::new(), Vec::new(), true).expect("step");
-        in_flight.extend(
-            std::mem::take(&mut d.calls)
-                .into_iter()
-                .map(|c| c.finish(Outcome::Ok)),
-        );
+        in_flight.extend(d.take_calls().into_iter().map(|c| c.finish(Outcome::Ok)));
     }
     // Now the fifth tenant's one hook comes in.
     ingest(4 * BACKLOG, tenants[4]).await;
@@ -116,7 +112,8 @@ async fn four_busy_tenants_on_a_pipelining_sink_do_not_starve_a_fifth() {
         d.step(Vec::new(), std::mem::take(&mut done), true)
             .expect("step");
         steps += 1;
-        let calls: Vec<Done> = std::mem::take(&mut d.calls)
+        let calls: Vec<Done> = d
+            .take_calls()
             .into_iter()
             .map(|c| c.finish(Outcome::Ok))
             .collect();

@@ -70,12 +70,13 @@ async fn a_retry_reached_after_its_horizon_is_dead_lettered_with_the_horizon_rea
         move || c.load(Ordering::SeqCst),
     );
     let mut d = pipeline.dispatcher;
-    d.low_water_reset = std::time::Duration::MAX;
+    d.set_low_water_reset(std::time::Duration::MAX);
     d.start_up().expect("start");
 
     // The first attempt, at CLOCK_MS, fails: the retry is due 100 ms later.
     d.step(Vec::new(), Vec::new(), true).expect("step");
-    let failed: Vec<Done> = std::mem::take(&mut d.calls)
+    let failed: Vec<Done> = d
+        .take_calls()
         .into_iter()
         .map(|c| {
             c.finish(Outcome::Retry {
@@ -90,7 +91,7 @@ async fn a_retry_reached_after_its_horizon_is_dead_lettered_with_the_horizon_rea
     // The pipeline gets to the row 2 s later: its horizon has passed.
     clock.store(CLOCK_MS + 2_000, Ordering::SeqCst);
     d.step(Vec::new(), Vec::new(), true).expect("step");
-    assert!(d.calls.is_empty(), "no attempt past the horizon");
+    assert!(d.calls().is_empty(), "no attempt past the horizon");
 
     let dead = kv
         .scan(

@@ -92,13 +92,13 @@ async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_or
         || CLOCK_MS,
     );
     let mut d = pipeline.lane_rows(Arc::clone(&lane_rows)).dispatcher;
-    d.low_water_reset = std::time::Duration::MAX;
+    d.set_low_water_reset(std::time::Duration::MAX);
     d.start_up().expect("start");
 
     // One step: the sweep promotes every lane's first member; the calls
     // stay out (each lane's head in flight, members behind it).
     d.step(Vec::new(), Vec::new(), true).expect("step");
-    let calls = std::mem::take(&mut d.calls);
+    let calls = d.take_calls();
     let (slow, first): (Vec<Done>, Vec<Done>) = calls
         .into_iter()
         .map(|c| c.finish(Outcome::Ok))
@@ -121,13 +121,13 @@ async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_or
         })
         .collect();
     d.step(Vec::new(), retry, true).expect("commit the retry");
-    assert!(d.calls.is_empty());
+    assert!(d.calls().is_empty());
 
     // A pass with nothing new: no sweep, so no read of the ?P markers.
     let before = kv.stats();
     d.step(Vec::new(), Vec::new(), true).expect("idle step");
     let idle = kv.stats() - before;
-    d.sweep = true;
+    d.sweep_all();
     let before = kv.stats();
     d.step(Vec::new(), Vec::new(), true).expect("forced sweep");
     let swept = kv.stats() - before;
@@ -145,7 +145,8 @@ async fn the_lane_sweep_runs_after_lane_rows_and_every_lane_still_delivers_in_or
     while !done.is_empty() {
         d.step(Vec::new(), std::mem::take(&mut done), true)
             .expect("step");
-        done = std::mem::take(&mut d.calls)
+        done = d
+            .take_calls()
             .into_iter()
             .map(|c| c.finish(Outcome::Ok))
             .collect();
@@ -220,11 +221,11 @@ async fn a_pass_sweeps_the_named_lanes_and_a_lost_name_waits_for_the_full_sweep(
         || CLOCK_MS,
     );
     let mut d = pipeline.lane_rows(Arc::clone(&lane_rows)).dispatcher;
-    d.low_water_reset = std::time::Duration::MAX;
+    d.set_low_water_reset(std::time::Duration::MAX);
     d.start_up().expect("start");
     // The start-up pass: the full sweep over an empty store.
     d.step(Vec::new(), Vec::new(), true).expect("step");
-    assert!(d.calls.is_empty());
+    assert!(d.calls().is_empty());
 
     // Key "lost": committed, its name taken by nobody's pass.
     let lost = handle.ingest(keyed(0, "lost")).await.expect("ingest");
@@ -239,7 +240,8 @@ async fn a_pass_sweeps_the_named_lanes_and_a_lost_name_waits_for_the_full_sweep(
     let (lost, named) = (seq_of(lost), seq_of(named));
 
     d.step(Vec::new(), Vec::new(), true).expect("step");
-    let calls: Vec<Done> = std::mem::take(&mut d.calls)
+    let calls: Vec<Done> = d
+        .take_calls()
         .into_iter()
         .map(|c| c.finish(Outcome::Ok))
         .collect();
@@ -252,14 +254,15 @@ async fn a_pass_sweeps_the_named_lanes_and_a_lost_name_waits_for_the_full_sweep(
     );
     d.step(Vec::new(), calls, true).expect("commit");
     assert!(
-        d.calls.is_empty(),
+        d.calls().is_empty(),
         "a pass with no name and no full sweep promotes nothing"
     );
 
     // The full sweep (as after a control call or the once-a-second reset).
-    d.sweep = true;
+    d.sweep_all();
     d.step(Vec::new(), Vec::new(), true).expect("full sweep");
-    let calls: Vec<Done> = std::mem::take(&mut d.calls)
+    let calls: Vec<Done> = d
+        .take_calls()
         .into_iter()
         .map(|c| c.finish(Outcome::Ok))
         .collect();
@@ -269,7 +272,7 @@ async fn a_pass_sweeps_the_named_lanes_and_a_lost_name_waits_for_the_full_sweep(
         "the full sweep promotes it"
     );
     d.step(Vec::new(), calls, true).expect("commit");
-    assert!(d.calls.is_empty());
+    assert!(d.calls().is_empty());
 
     drop(handle);
     task.await.expect("writer task").expect("writer");

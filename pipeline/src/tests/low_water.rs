@@ -69,7 +69,7 @@ async fn a_hook_committed_after_a_visit_that_read_a_later_row_is_claimed_by_the_
     let mut d = pipeline.due_floor(handle.due_floor()).dispatcher;
     // The cursor reset is a wall-clock second; this test is about the steps
     // before it.
-    d.low_water_reset = std::time::Duration::MAX;
+    d.set_low_water_reset(std::time::Duration::MAX);
     d.start_up().expect("start");
 
     // Hook 0 is committed at +10 ms and claimed by a visit at +20 ms: the
@@ -78,7 +78,8 @@ async fn a_hook_committed_after_a_visit_that_read_a_later_row_is_claimed_by_the_
     handle.ingest(one_row(0)).await.expect("ingest");
     pipeline_clock.store(CLOCK_MS + 20, Ordering::SeqCst);
     d.step(Vec::new(), Vec::new(), true).expect("step");
-    let first: Vec<Done> = std::mem::take(&mut d.calls)
+    let first: Vec<Done> = d
+        .take_calls()
         .into_iter()
         .map(|c| c.finish(Outcome::Ok))
         .collect();
@@ -97,7 +98,7 @@ async fn a_hook_committed_after_a_visit_that_read_a_later_row_is_claimed_by_the_
         pipeline_clock.store(CLOCK_MS + 20 + step, Ordering::SeqCst);
         d.step(Vec::new(), std::mem::take(&mut done), true)
             .expect("step");
-        for c in std::mem::take(&mut d.calls) {
+        for c in d.take_calls() {
             let x = c.finish(Outcome::Ok);
             claimed.push(x.row);
             done.push(x);

@@ -2,11 +2,15 @@
 //! break-it checks of the dispatcher's scan and claim (the other modules),
 //! on the memory engine and a frozen clock, so every count is exact and
 //! nothing depends on timing.
+//! [`module_graph`] checks that the module graph the crate doc draws is the
+//! code's and has no circle.
 //!
 //! They are unit tests (`#[cfg(test)]`), not integration tests, because they
-//! drive the engine step's own state: `Dispatcher::step`, its `calls`,
-//! `sweep`, `low_water_reset` and `in_flight_total`, and the `Done` of each
-//! call. A public (even `#[doc(hidden)]`) door to those would let the relay's
+//! drive the engine step and its stages' state: `Dispatcher::step`, the
+//! calls it claimed (`take_calls`), the lane sweep (`sweep_all`), the
+//! low-water cursors' reset (`set_low_water_reset`), the calls in flight
+//! (`in_flight`), and the `Done` of each call (the test-only doors are
+//! `#[cfg(test)]`). A public (even `#[doc(hidden)]`) door to those would let the relay's
 //! other crates reach the dispatcher's internals; a test module keeps them
 //! private to the crate.
 //!
@@ -26,6 +30,7 @@ mod gate;
 mod horizon;
 mod lane_sweep;
 mod low_water;
+mod module_graph;
 mod moved_source;
 
 const TENANT: TenantOrd = TenantOrd(1);

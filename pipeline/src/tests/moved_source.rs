@@ -18,7 +18,7 @@ use crate::{BreakerPolicy, DispatchConfig, Pipeline, RetryPolicy, Route, Routes}
 /// a` -> `tenant: b`; `ankusa serve` starts, the source and its sinks are
 /// still configured) leaves tenant a's queued rows of it. `Routes::
 /// source_tenants` now binds it to b, so tenant a's sink entries
-/// (`Dispatcher::tenant_routes`) are its other sources' only, and
+/// (`Scanner::tenant_routes`) are its other sources' only, and
 /// `all_saturated` compares counts, not entries: the moved source's sink at its
 /// concurrency counts as "every sink of tenant a saturated", and the visit
 /// stops before tenant a's other source's rows. Against the real binary: a
@@ -70,18 +70,14 @@ async fn a_source_moved_to_another_tenant_does_not_stall_its_old_tenants_other_s
         || CLOCK_MS,
     );
     let mut d = pipeline.dispatcher;
-    d.low_water_reset = std::time::Duration::MAX;
+    d.set_low_water_reset(std::time::Duration::MAX);
     d.start_up().expect("start");
     // The moved source's calls never end (a slow receiver): it stays at its
     // sink_concurrency.
     let mut claimed: Vec<Done> = Vec::new();
     for _ in 0..10 {
         d.step(Vec::new(), Vec::new(), true).expect("step");
-        claimed.extend(
-            std::mem::take(&mut d.calls)
-                .into_iter()
-                .map(|c| c.finish(Outcome::Ok)),
-        );
+        claimed.extend(d.take_calls().into_iter().map(|c| c.finish(Outcome::Ok)));
     }
     let moved = claimed.iter().filter(|x| x.key.1 == MOVED).count();
     assert_eq!(
