@@ -5,4 +5,5 @@
 
 mod answers;
 mod jobs;
+mod layering;
 mod openapi;
