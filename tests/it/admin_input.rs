@@ -17,10 +17,6 @@ const LONG: Duration = Duration::from_secs(120);
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
-fn body(key: &str, i: usize) -> String {
-    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
-}
-
 /// Bad input to every route is a 4xx with `{"error": {code, message}}`,
 /// never a 5xx, and changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,7 @@ mod filter;
 mod hangup;
 #[cfg(feature = "kafka")]
 mod kafka;
+mod keyed;
 mod leaks;
 mod limits;
 mod logs;

@@ -4,12 +4,12 @@
 //! whose lists show the paused rows as held (docs/design.md section 5,
 //! "Pause").
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::admin::{Admin, cli, validate};
+use crate::keyed::{KEYS, body, by_key, label, stop, want};
 use crate::relay::{Relay, config};
 use crate::sink::{Req, Sink, until};
 
@@ -19,51 +19,6 @@ const WAIT: Duration = Duration::from_secs(180);
 const LONG: Duration = Duration::from_secs(120);
 
 const JSON: (&str, &str) = ("content-type", "application/json");
-
-const KEYS: [&str; 4] = ["cus_a", "cus_b", "cus_c", "cus_d"];
-
-fn body(key: &str, i: usize) -> String {
-    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
-}
-
-fn label(r: &Req) -> (String, u64) {
-    let j = r.json();
-    (
-        j["key"].as_str().unwrap_or("?").to_owned(),
-        j["i"].as_u64().unwrap_or(u64::MAX),
-    )
-}
-
-/// The `i`s each key's hooks arrived with, in arrival order.
-fn by_key(reqs: &[Req]) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for r in reqs {
-        let (k, i) = label(r);
-        out.entry(k).or_default().push(i);
-    }
-    out
-}
-
-/// What each key's hooks `from..to` are, in the order they were posted.
-fn want(from: usize, to: usize) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for i in from..to {
-        out.entry(KEYS[i % KEYS.len()].to_owned())
-            .or_default()
-            .push(i as u64);
-    }
-    out
-}
-
-async fn stop(relay: &mut Relay) {
-    relay.sigterm();
-    let status = relay.wait_exit(WAIT).await;
-    assert!(
-        status.success(),
-        "the relay did not stop cleanly: {status}\n{}",
-        relay.log()
-    );
-}
 
 fn two_sinks(url: &str, paused: bool) -> String {
     config(

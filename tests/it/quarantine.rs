@@ -14,37 +14,14 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 
 use crate::admin::{Admin, cli};
+use crate::keyed::{KEYS, body, by_key, label};
 use crate::relay::{Relay, config};
-use crate::sink::{Req, Sink, until};
+use crate::sink::{Sink, until};
 
 /// Every wait of this file: generous, never a measure of speed.
 const WAIT: Duration = Duration::from_secs(180);
 
 const JSON: (&str, &str) = ("content-type", "application/json");
-
-const KEYS: [&str; 4] = ["cus_a", "cus_b", "cus_c", "cus_d"];
-
-fn body(key: &str, i: usize) -> String {
-    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
-}
-
-fn label(r: &Req) -> (String, u64) {
-    let j = r.json();
-    (
-        j["key"].as_str().unwrap_or("?").to_owned(),
-        j["i"].as_u64().unwrap_or(u64::MAX),
-    )
-}
-
-/// The `i`s each key's hooks arrived with, in arrival order.
-fn by_key(reqs: &[Req]) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for r in reqs {
-        let (k, i) = label(r);
-        out.entry(k).or_default().push(i);
-    }
-    out
-}
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()

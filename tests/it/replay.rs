@@ -5,11 +5,12 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use ankusa_engine::{Cf, Direction, Kv};
+use ankusa_engine::{Cf, Direction};
 use ankusa_keys::Envelope;
 use serde_json::{Value, json};
 
 use crate::admin::{Admin, cli, validate};
+use crate::keyed::{KEYS, assert_clean, body, by_key, label, open_store, stop, want};
 use crate::purge::{job_ended, start_purge};
 use crate::relay::{Relay, config};
 use crate::sink::{Reply, Req, Sink, until};
@@ -19,66 +20,11 @@ const WAIT: Duration = Duration::from_secs(180);
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
-const KEYS: [&str; 4] = ["cus_a", "cus_b", "cus_c", "cus_d"];
-
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-fn body(key: &str, i: usize) -> String {
-    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
-}
-
-fn label(r: &Req) -> (String, u64) {
-    let j = r.json();
-    (
-        j["key"].as_str().unwrap_or("?").to_owned(),
-        j["i"].as_u64().unwrap_or(u64::MAX),
-    )
-}
-
-/// The `i`s of each key's requests, in arrival order.
-fn by_key(reqs: &[Req]) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for r in reqs {
-        let (k, i) = label(r);
-        out.entry(k).or_default().push(i);
-    }
-    out
-}
-
-/// What each key's hooks `from..to` are, in the order they were posted.
-fn want(from: usize, to: usize) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for i in from..to {
-        out.entry(KEYS[i % KEYS.len()].to_owned())
-            .or_default()
-            .push(i as u64);
-    }
-    out
-}
-
-async fn stop(relay: &mut Relay) {
-    relay.sigterm();
-    let status = relay.wait_exit(WAIT).await;
-    assert!(
-        status.success(),
-        "the relay did not stop cleanly: {status}\n{}",
-        relay.log()
-    );
-}
-
-fn open_store(relay: &Relay) -> ankusa_engine_rocksdb::RocksKv {
-    ankusa_engine_rocksdb::RocksKv::open(relay.data_dir().join("store-rocksdb"))
-        .expect("open the store")
-}
-
-fn assert_clean(kv: &ankusa_engine_rocksdb::RocksKv) {
-    let violations = ankusa_queue::check_invariants(&kv.snapshot()).expect("check");
-    assert!(violations.is_empty(), "{violations:#?}");
 }
 
 /// Posts hooks `from..to` of `source` (key `KEYS[i % 4]` in x-entity-id)

@@ -7,22 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::keyed::{body, label};
 use crate::relay::{Relay, config};
-use crate::sink::{Reply, Req, Sink, lane, until};
+use crate::sink::{Reply, Sink, lane, until};
 
 const JSON: (&str, &str) = ("content-type", "application/json");
-
-fn body(key: &str, i: usize) -> String {
-    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
-}
-
-fn label(r: &Req) -> (String, u64) {
-    let j = r.json();
-    (
-        j["key"].as_str().unwrap_or("?").to_owned(),
-        j["i"].as_u64().unwrap_or(u64::MAX),
-    )
-}
 
 /// SIGKILL with lane A's head held open by the endpoint (A1, A2 behind it),
 /// lane B's head waiting out a 503 + Retry-After (B1 behind it) and lane C

@@ -8,6 +8,7 @@ use ankusa_engine::{Cf, Direction, Kv, Read};
 use ankusa_engine_rocksdb::RocksKv;
 use ankusa_keys::TenantOrd;
 
+use crate::keyed::stop;
 use crate::relay::{Relay, config};
 use crate::sink::{Sink, until};
 
@@ -16,22 +17,8 @@ const WAIT: Duration = Duration::from_secs(90);
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
-fn body(key: &str, i: usize) -> String {
-    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
-}
-
 fn store_path(relay: &Relay) -> std::path::PathBuf {
     relay.data_dir().join("store-rocksdb")
-}
-
-async fn stop(relay: &mut Relay) {
-    relay.sigterm();
-    let status = relay.wait_exit(WAIT).await;
-    assert!(
-        status.success(),
-        "the relay did not stop cleanly: {status}\n{}",
-        relay.log()
-    );
 }
 
 /// Keys of `cf` in tenant 1's range of the store at `path`.

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use ankusa_engine::Kv;
 use serde_json::Value;
 
 use crate::admin::{Admin, cli, validate};
+use crate::keyed::{KEYS, assert_clean, body, open_store, stop};
 use crate::relay::{Relay, config};
 use crate::sink::{Reply, Sink, until};
 
@@ -14,32 +14,6 @@ use crate::sink::{Reply, Sink, until};
 const WAIT: Duration = Duration::from_secs(180);
 
 const JSON: (&str, &str) = ("content-type", "application/json");
-
-const KEYS: [&str; 4] = ["cus_a", "cus_b", "cus_c", "cus_d"];
-
-fn body(key: &str, i: usize) -> String {
-    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
-}
-
-async fn stop(relay: &mut Relay) {
-    relay.sigterm();
-    let status = relay.wait_exit(WAIT).await;
-    assert!(
-        status.success(),
-        "the relay did not stop cleanly: {status}\n{}",
-        relay.log()
-    );
-}
-
-fn open_store(relay: &Relay) -> ankusa_engine_rocksdb::RocksKv {
-    ankusa_engine_rocksdb::RocksKv::open(relay.data_dir().join("store-rocksdb"))
-        .expect("open the store")
-}
-
-fn assert_clean(kv: &ankusa_engine_rocksdb::RocksKv) {
-    let violations = ankusa_queue::check_invariants(&kv.snapshot()).expect("check");
-    assert!(violations.is_empty(), "{violations:#?}");
-}
 
 /// A retired source (docs/design.md section 5, "Retire a source"): its lane
 /// members and due rows are dead-lettered by a job, its lane heads in flight

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::keyed::{body, stop};
 use crate::relay::{Relay, config};
 use crate::sink::{Reply, Req, Sink, until};
 
@@ -15,20 +16,6 @@ use crate::sink::{Reply, Req, Sink, until};
 const WAIT: Duration = Duration::from_secs(90);
 
 const JSON: (&str, &str) = ("content-type", "application/json");
-
-fn body(key: &str, i: usize) -> String {
-    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
-}
-
-async fn stop(relay: &mut Relay) {
-    relay.sigterm();
-    let status = relay.wait_exit(WAIT).await;
-    assert!(
-        status.success(),
-        "the relay did not stop cleanly: {status}\n{}",
-        relay.log()
-    );
-}
 
 /// Clients post continuously to an unordered and an ordered source while the
 /// relay gets SIGTERM: it exits 0, and after a restart every hook that got a

@@ -2,21 +2,12 @@
 
 use std::time::Duration;
 
+use crate::keyed::stop;
 use crate::relay::{Relay, config};
 use crate::sink::Sink;
 
 /// Every wait of this file: generous, never a measure of speed.
 const WAIT: Duration = Duration::from_secs(90);
-
-async fn stop(relay: &mut Relay) {
-    relay.sigterm();
-    let status = relay.wait_exit(WAIT).await;
-    assert!(
-        status.success(),
-        "the relay did not stop cleanly: {status}\n{}",
-        relay.log()
-    );
-}
 
 /// A port in use refuses the start before the store is opened: the error
 /// names `listeners.ingest`, and no new, empty store is left behind (a new

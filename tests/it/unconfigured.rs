@@ -9,6 +9,7 @@ use ankusa_engine::{Cf, Direction, Kv, Read};
 use ankusa_engine_rocksdb::RocksKv;
 use ankusa_keys::{DeadLetterValue, Family, TenantOrd, tenant_range};
 
+use crate::keyed::{KEYS, body, stop};
 use crate::relay::{Relay, config};
 use crate::sink::{Reply, Sink, until};
 
@@ -17,24 +18,8 @@ const WAIT: Duration = Duration::from_secs(90);
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
-const KEYS: [&str; 4] = ["cus_a", "cus_b", "cus_c", "cus_d"];
-
-fn body(key: &str, i: usize) -> String {
-    format!("{{\"key\":\"{key}\",\"i\":{i}}}")
-}
-
 fn store_path(relay: &Relay) -> std::path::PathBuf {
     relay.data_dir().join("store-rocksdb")
-}
-
-async fn stop(relay: &mut Relay) {
-    relay.sigterm();
-    let status = relay.wait_exit(WAIT).await;
-    assert!(
-        status.success(),
-        "the relay did not stop cleanly: {status}\n{}",
-        relay.log()
-    );
 }
 
 fn before_removal(url: &str) -> String {
