@@ -9,18 +9,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ankusa_engine::memory::MemoryKv;
-use ankusa_keys::{CounterField, Envelope, SinkIx, SourceId, TenantOrd};
+use ankusa_keys::{CounterField, SinkIx, TenantOrd};
 use ankusa_pipeline::{
     BreakerPolicy, DispatchConfig, Pipeline, PipelineHandle, RetryPolicy, Route, Routes, counter,
 };
-use ankusa_queue::writer::{IngestRequest, Writer, WriterConfig, WriterHandle};
-use ankusa_queue::{NewRow, check_invariants, lanes};
+use ankusa_queue::check_invariants;
+use ankusa_queue::writer::{Writer, WriterConfig, WriterHandle};
 use ankusa_sinks::{DeliveryCtx, Envelope as SinkEnvelope, Outcome, Sink};
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-const TENANT: TenantOrd = TenantOrd(1);
-const SOURCE: SourceId = SourceId(1);
+use crate::support::{SOURCE, TENANT, request};
 
 /// Holds every call until `open` turns true; counts calls in flight, overall
 /// and per ordering key, and the most seen at once.
@@ -67,31 +66,6 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-fn request(n: u64, key: Option<String>) -> IngestRequest {
-    let envelope = Envelope {
-        source: SOURCE,
-        received_at_ms: now_ms(),
-        method: "POST".into(),
-        path: "/hooks/demo".into(),
-        query: None,
-        headers: vec![],
-        body: format!("hook-{n}").into_bytes(),
-        dedupe_key: None,
-        idempotency_key: [0; 16],
-        replay_of: None,
-    };
-    let lane = key.map(|k| lanes::assign(SinkIx(0), SOURCE, Some(k.as_bytes())));
-    IngestRequest {
-        tenant: TENANT,
-        envelope,
-        rows: vec![NewRow {
-            sink: SinkIx(0),
-            lane,
-        }],
-        dedupe_ttl_ms: None,
-    }
 }
 
 struct Run {
@@ -194,7 +168,7 @@ async fn finish(run: Run, hooks: u64) {
 async fn a_pipelining_sink_gets_many_unordered_calls_at_once() {
     let run = start(true);
     for n in 0..100 {
-        run.writer.ingest(request(n, None)).await.unwrap();
+        run.writer.ingest(request(n, None, false)).await.unwrap();
         run.pipeline.wake();
     }
     let sink = Arc::clone(&run.sink);
@@ -211,7 +185,7 @@ async fn a_pipelining_sink_gets_one_call_per_lane_for_many_lanes() {
     // 20 lanes of 5 hooks each.
     for n in 0..100 {
         run.writer
-            .ingest(request(n, Some(format!("k{}", n % 20))))
+            .ingest(request(n, Some(&format!("k{}", n % 20)), true))
             .await
             .unwrap();
         run.pipeline.wake();
@@ -234,7 +208,7 @@ async fn a_pipelining_sink_gets_one_call_per_lane_for_many_lanes() {
 async fn any_other_sink_stays_at_sink_concurrency() {
     let run = start(false);
     for n in 0..40 {
-        run.writer.ingest(request(n, None)).await.unwrap();
+        run.writer.ingest(request(n, None, false)).await.unwrap();
         run.pipeline.wake();
     }
     let sink = Arc::clone(&run.sink);
