@@ -120,8 +120,29 @@ pub fn start(kv: Arc<MemoryKv>, script: Arc<Mutex<Script>>, slow_key: Option<&st
         },
     );
     routes.tenants.insert(TENANT, "acme".into());
+    let (writer_handle, handle, tasks) = run(&kv, routes);
+    Relay {
+        kv,
+        writer: writer_handle,
+        pipeline: handle,
+        release,
+        delivered,
+        tasks,
+    }
+}
+
+/// The Writer and the pipeline over `kv` with `routes`, on the tests' quick
+/// retry and dispatch settings, each running on its own task.
+fn run(
+    kv: &Arc<MemoryKv>,
+    routes: Routes,
+) -> (
+    WriterHandle,
+    PipelineHandle,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
     let (writer, writer_handle) =
-        Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
+        Writer::new(Arc::clone(kv), WriterConfig::default(), now_ms).unwrap();
     let retry = RetryPolicy {
         base_ms: 2,
         max_ms: 10,
@@ -137,7 +158,7 @@ pub fn start(kv: Arc<MemoryKv>, script: Arc<Mutex<Script>>, slow_key: Option<&st
         ..DispatchConfig::default()
     };
     let (pipeline, handle) = Pipeline::new(
-        Arc::clone(&kv),
+        Arc::clone(kv),
         routes,
         dispatch,
         retry,
@@ -148,14 +169,7 @@ pub fn start(kv: Arc<MemoryKv>, script: Arc<Mutex<Script>>, slow_key: Option<&st
         tokio::spawn(async move { writer.run().await.unwrap() }),
         tokio::spawn(async move { pipeline.run().await.unwrap() }),
     ];
-    Relay {
-        kv,
-        writer: writer_handle,
-        pipeline: handle,
-        release,
-        delivered,
-        tasks,
-    }
+    (writer_handle, handle, tasks)
 }
 
 /// Hook `n` of the test source (body `hook-<n>`), for sink 0, laned by `key`
@@ -324,34 +338,7 @@ pub fn start_two(
     }
     routes.tenants.insert(TENANT, "acme".into());
     routes.paused = paused.iter().copied().collect();
-    let (writer, writer_handle) =
-        Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms).unwrap();
-    let retry = RetryPolicy {
-        base_ms: 2,
-        max_ms: 10,
-        max_elapsed_ms: 60_000,
-        ..RetryPolicy::default()
-    };
-    let dispatch = DispatchConfig {
-        batch: 16,
-        sink_concurrency: 8,
-        window: 64,
-        idle_ms: 2,
-        flush_interval_ms: 1,
-        ..DispatchConfig::default()
-    };
-    let (pipeline, handle) = Pipeline::new(
-        Arc::clone(&kv),
-        routes,
-        dispatch,
-        retry,
-        BreakerPolicy::default(),
-        now_ms,
-    );
-    let tasks = vec![
-        tokio::spawn(async move { writer.run().await.unwrap() }),
-        tokio::spawn(async move { pipeline.run().await.unwrap() }),
-    ];
+    let (writer_handle, handle, tasks) = run(&kv, routes);
     Relay {
         kv,
         writer: writer_handle,
