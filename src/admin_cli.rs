@@ -581,6 +581,7 @@ pub enum Command {
         yes: bool,
         wait: bool,
     },
+    Reload,
 }
 
 /// Runs an admin subcommand; the process's exit code.
@@ -671,7 +672,40 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             yes,
             wait,
         } => retire_source(api, json_out, source, tenant, reason, yes, wait).await,
+        Command::Reload => reload(api, json_out).await,
     }
+}
+
+/// `ankusa reload`: the relay re-reads its configuration file and applies it
+/// while it runs (docs/design.md section 5, "Reload"), or changes nothing and
+/// says why (exit 1, every problem printed).
+async fn reload(api: &Api, json_out: bool) -> Result<(), Fail> {
+    let path = "/v1/reload";
+    let method = reqwest::Method::POST;
+    let v = api.call(method.clone(), path, &[], None).await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let r: ankusa_admin::api_types::Reloaded = api.read(&method, path, &v)?;
+    let file = r
+        .config
+        .file
+        .as_deref()
+        .map_or_else(|| "the embedded demo configuration".to_owned(), printable);
+    let short: String = r.config.hash.chars().take(12).collect();
+    if r.changes.is_empty() {
+        println!("reloaded {file} (sha256 {short}): nothing changed");
+    } else {
+        println!(
+            "reloaded {file} (sha256 {short}): {} change{}",
+            r.changes.len(),
+            if r.changes.len() == 1 { "" } else { "s" }
+        );
+        for c in &r.changes {
+            println!("  {}", printable(c));
+        }
+    }
+    Ok(())
 }
 
 /// `ankusa tenants`: every tenant, its counters and bounds.

@@ -9,8 +9,8 @@
 //! - `ankusa check-config FILE`: loads a configuration and reports what is wrong.
 //! - `ankusa tenants`, `sources`, `hooks show`, `dlq list|revive|drop`,
 //!   `pause`, `resume`, `quarantine list|show|release|drop`, `replay`,
-//!   `purge-tenant`, `retire-source`, `jobs`: the operator's commands, over
-//!   the admin API of a running relay (`admin_cli`).
+//!   `purge-tenant`, `retire-source`, `jobs`, `reload`: the operator's
+//!   commands, over the admin API of a running relay (`admin_cli`).
 //! - `ankusa top [--once] [--interval-ms N]`: a terminal view of a running
 //!   relay, refreshed every N ms, over the same admin API (`top`).
 //! - `ankusa store check DATA_DIR [--repair-counters]`: the invariant checker
@@ -27,8 +27,10 @@ mod fixture;
 mod limits;
 mod migrate;
 mod open;
+mod reload;
 mod send;
 mod serve;
+mod settings;
 mod sinks;
 mod store;
 mod telemetry;
@@ -170,6 +172,16 @@ enum Command {
         /// Only this sink entry of the source.
         #[arg(long)]
         sink: Option<String>,
+    },
+    /// Make the running relay re-read its configuration file and apply it
+    /// without a restart (the same as SIGHUP): tenants, sources, sinks,
+    /// secrets, retry, breaker and bounds change live; a file that does not
+    /// load, or a change that needs a restart, changes nothing and is
+    /// printed (exit 1).
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Reload {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
     },
     /// Quarantined hooks: list, show, release, drop.
     #[command(after_help = admin_cli::EXIT_CODES)]
@@ -386,6 +398,7 @@ fn main() -> ExitCode {
         Command::Quarantine { conn, cmd } => {
             admin_cli::main(&conn, admin_cli::Command::Quarantine(cmd))
         }
+        Command::Reload { conn } => admin_cli::main(&conn, admin_cli::Command::Reload),
         Command::Replay { conn, args } => admin_cli::main(&conn, admin_cli::Command::Replay(args)),
         Command::PurgeTenant {
             conn,

@@ -28,17 +28,14 @@ use ankusa_admin::{
     serve_admin,
 };
 use ankusa_config::{Config, LogFormat, StoreBackend};
-use ankusa_edge::server::{Edge, EdgeStats, build_routes};
+use ankusa_edge::server::{Edge, EdgeStats, IngestRoutes};
 use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{CounterMirror, Durability, Kv};
 use ankusa_keys::index::{CounterField, counter_key};
 use ankusa_keys::meta::PauseTarget;
-use ankusa_keys::{SinkIx, SourceId, TenantOrd};
+use ankusa_keys::{SourceId, TenantOrd};
 use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
-use ankusa_pipeline::{
-    BreakerPolicy, BreakerState, ControlError, DispatchConfig, Pipeline, PipelineHandle, RateLimit,
-    RetryPolicy, RetryStatuses, Route, Routes,
-};
+use ankusa_pipeline::{BreakerState, ControlError, Pipeline, PipelineHandle};
 use ankusa_queue::writer::{Writer, WriterConfig};
 use anyhow::{Context, bail};
 use tokio::sync::watch;
@@ -107,7 +104,16 @@ pub fn main(
             "the C library's mmap threshold is its own: large freed blocks may stay resident"
         );
     }
+    let reload = ReloadStart {
+        file: config.clone(),
+        log_format_flag: log_format.map(LogFormatArg::format),
+    };
     let result = rt.block_on(async move {
+        // SIGHUP is a reload (docs/design.md section 5, "Reload"), never the
+        // signal's default action (the end of the process): its handler is
+        // installed first, and one that arrives while the relay starts is
+        // taken by the reload task once it runs.
+        let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         other_stores(&cfg)?;
         // The listeners before the store: a port in use refuses the start
         // without leaving a new, empty store behind (a new user's report).
@@ -123,7 +129,7 @@ pub fn main(
                 if recovery == ankusa_engine_rocksdb::WalRecovery::PointInTime {
                     warn!(dir = %store_dir.display(), "ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time: the WAL was replayed up to its first record that does not verify, and the rest dropped for good");
                 }
-                run(Arc::new(kv), cfg, drop_unconfigured, fds, creation, listeners).await
+                run(Arc::new(kv), cfg, drop_unconfigured, fds, creation, listeners, (reload, hangup)).await
             }
             #[cfg(not(feature = "rocksdb"))]
             StoreBackend::RocksDb => anyhow::bail!(
@@ -132,9 +138,9 @@ pub fn main(
             ),
             StoreBackend::Fjall => {
                 let (kv, creation) = crate::open::serve_fjall(&store_dir, fds.store_files)?;
-                run(Arc::new(kv), cfg, drop_unconfigured, fds, creation, listeners).await
+                run(Arc::new(kv), cfg, drop_unconfigured, fds, creation, listeners, (reload, hangup)).await
             }
-            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured, fds, crate::open::Creation::memory(), listeners).await,
+            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured, fds, crate::open::Creation::memory(), listeners, (reload, hangup)).await,
         }
     });
     // The spans still queued go out while the runtime still runs.
@@ -333,7 +339,7 @@ fn other_stores(cfg: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -360,18 +366,34 @@ impl Listeners {
     }
 }
 
+/// What a reload needs from the start: the file, `--log-format`.
+struct ReloadStart {
+    file: Option<PathBuf>,
+    log_format_flag: Option<LogFormat>,
+}
+
 async fn run<K: Kv>(
     kv: Arc<K>,
-    cfg: Config,
+    mut cfg: Config,
     drop_unconfigured: bool,
     fds: crate::limits::FdBudget,
     creation: crate::open::Creation,
     listeners: Listeners,
+    (reload, hangup): (ReloadStart, Option<tokio::signal::unix::Signal>),
 ) -> anyhow::Result<()> {
     // Migrations first, before the signal handlers: a SIGTERM (or a crash)
     // in the middle of one ends the process, and the next start resumes it
     // after its last committed batch (docs/design.md section 8).
     crate::open::stamp::prepare(&*kv, &creation)?;
+    // Invariant 6 (docs/design.md section 4), before anything is written: a
+    // store holding a hook above its seq high-water mark would have it
+    // overwritten by the next hook (the Writer refuses it too).
+    if let Some(v) = ankusa_queue::seq_above_high_water(&*kv)? {
+        bail!(
+            "{v}. Nothing was changed; `ankusa store check` reports it. The store was not written by a relay alone \
+             (an edited or cut dump?): import the dump it came from again, or restore another backup"
+        );
+    }
     // A SIGTERM from here on is a clean shutdown (shutdown_signal).
     let mut shutdown = Box::pin(shutdown_signal());
     let (batch, registry) = ankusa_queue::register(
@@ -382,9 +404,13 @@ async fn run<K: Kv>(
     if !batch.is_empty() {
         kv.write(batch, Durability::Sync)?;
     }
-    // Queued work of sources and sink entries no longer configured: refuse to
-    // start, or dead-letter it with --drop-unconfigured (docs/design.md section 5).
-    let found = crate::unconfigured::find(&*kv, &cfg, &registry)?;
+    // Each sink entry's slot follows its name, then queued work of sources
+    // and sink entries no longer configured: refuse to start, or dead-letter
+    // it with --drop-unconfigured (docs/design.md section 5, "Unconfigured
+    // sources and sinks").
+    let stored_slots = crate::unconfigured::stored_slots(&*kv, &registry)?;
+    crate::unconfigured::assign_slots(&mut cfg, &registry, &stored_slots)?;
+    let found = crate::unconfigured::find(&*kv, &cfg, &registry, &stored_slots)?;
     if !found.is_empty() {
         if !drop_unconfigured {
             bail!("{}", crate::unconfigured::refusal(&found));
@@ -394,7 +420,7 @@ async fn run<K: Kv>(
         }
         crate::unconfigured::drop_all(&*kv, &found, now_ms())?;
     }
-    crate::unconfigured::remember(&*kv, &cfg, &registry)?;
+    crate::unconfigured::remember(&*kv, &cfg, &registry, &stored_slots)?;
     // The start-up writes are done: from here every write goes through the
     // mirror of the queue bounds' counters (each tenant's and the node's
     // pending rows and bytes), so the edge's check of the bounds on every hook
@@ -408,118 +434,21 @@ async fn run<K: Kv>(
             [CounterField::Pending, CounterField::Bytes].map(|f| counter_key(t, f).to_vec())
         });
     let kv = Arc::new(CounterMirror::new(kv, bound_counters)?);
-    let mut routes = Routes::default();
-    for (name, ord) in &registry.tenants {
-        routes.tenants.insert(*ord, name.clone());
-    }
-    for s in &cfg.sources {
-        let id = registry.sources[&s.name];
-        // A source bound to one tenant; a `{tenant}` path source may carry
-        // any tenant's hooks and is left out (Routes::source_tenants).
-        if let ankusa_config::TenantBinding::Fixed(t) = &s.tenant
-            && let Some(ord) = registry.tenants.get(t)
-        {
-            routes.source_tenants.insert(id, *ord);
-        }
-        if s.paused {
-            routes.paused.insert(PauseTarget::Source(id));
-        }
-        for e in s.sinks.iter().filter(|e| e.paused) {
-            routes.paused.insert(PauseTarget::Sink(id, SinkIx(e.index)));
-        }
-        for e in &s.sinks {
-            if let Some(rl) = e.rate_limit {
-                routes.rate_limits.insert(
-                    (id, SinkIx(e.index)),
-                    RateLimit {
-                        per_second: rl.per_second,
-                        burst: rl.burst,
-                    },
-                );
-            }
-        }
-    }
-    let mut destinations = Vec::new();
-    for s in &cfg.sources {
-        let id = registry.sources[&s.name];
-        for e in &s.sinks {
-            let sink = crate::sinks::build(&s.name, e).await?;
-            let paused = if s.paused || e.paused {
-                " [paused]"
-            } else {
-                ""
-            };
-            let rate = e
-                .rate_limit
-                .map(|r| format!(" [at most {}/s, burst {}]", r.per_second, r.burst))
-                .unwrap_or_default();
-            // The options that change what this sink gets or how, by name, so
-            // the banner shows what the configuration turned on.
-            let mut set: Vec<&str> = Vec::new();
-            if !e.filter.is_empty() {
-                set.push("filter");
-            }
-            if e.retry.overridden {
-                set.push("retry");
-            }
-            for key in ["signing", "forward_headers"] {
-                if e.options.contains_key(key) {
-                    set.push(key);
-                }
-            }
-            let set = if set.is_empty() {
-                String::new()
-            } else {
-                format!(" [{}]", set.join(", "))
-            };
-            // A tenant_path source takes hooks at {path}/{tenant}.
-            let path = match s.tenant {
-                ankusa_config::TenantBinding::Path => format!("{}/{{tenant}}", s.path),
-                ankusa_config::TenantBinding::Fixed(_) => s.path.clone(),
-            };
-            destinations.push(format!(
-                "{path} -> {} {} {}{paused}{rate}{set}",
-                e.kind.as_str(),
-                e.name,
-                describe(s, e)
-            ));
-            routes.sinks.insert(
-                (id, SinkIx(e.index)),
-                Route {
-                    sink,
-                    sink_name: e.name.clone(),
-                    source_name: s.name.clone(),
-                },
-            );
-            if e.retry.overridden {
-                routes
-                    .retry
-                    .insert((id, SinkIx(e.index)), sink_retry_policy(&e.retry));
-            }
-        }
-    }
-    let edge_routes = build_routes(&cfg, &registry)?;
+    let built = crate::settings::Pipelined::build(&cfg, &registry, None).await?;
+    let running_routes = built.routes.clone();
+    let destinations = built.destinations.clone();
+    let edge_routes = IngestRoutes::build(&cfg, &registry, None)?;
 
     let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms)?;
     let retention_writer = writer_handle.clone();
-    let d = &cfg.dispatch;
-    let dispatch = DispatchConfig {
-        batch: d.batch as usize,
-        sink_concurrency: d.sink_concurrency as usize,
-        pipelined_concurrency: d.pipelined_concurrency as usize,
-        window: d.admission_window as usize,
-        window_bytes: d.admission_window_bytes,
-        flush_interval_ms: d.flush_interval_ms,
-        ..DispatchConfig::default()
-    };
-    let retry = sink_retry_policy(&ankusa_config::SinkRetry::from_global(&cfg.retry));
-    let breaker = BreakerPolicy {
-        failures: cfg.breaker.failures,
-        distinct: cfg.breaker.distinct,
-        open_ms: cfg.breaker.open_ms,
-    };
-    let (pipeline, pipeline_handle) =
-        Pipeline::new(Arc::clone(&kv), routes, dispatch, retry, breaker, now_ms);
+    let (pipeline, pipeline_handle) = Pipeline::new(
+        Arc::clone(&kv),
+        built.routes,
+        built.dispatch,
+        built.retry,
+        built.breaker,
+        now_ms,
+    );
     let pipeline = pipeline
         .due_floor(writer_handle.due_floor())
         .lane_rows(writer_handle.lane_rows());
@@ -531,17 +460,14 @@ async fn run<K: Kv>(
         body_budget: ankusa_edge::server::limits::BodyBudget::new(cfg.listeners.body_budget_bytes),
         ..EdgeStats::default()
     });
-    stats.ingest.register_sources(&edge_routes);
+    stats.ingest.register_sources(&edge_routes.sources);
     let writer_metrics = writer_handle.metrics();
     let edge = Arc::new(Edge {
         kv: Arc::clone(&kv),
         writer: writer_handle,
         on_commit: Box::new(move || wake.wake()),
-        sources: edge_routes,
-        body_limit_bytes: cfg.listeners.body_limit_bytes,
+        routes: arc_swap::ArcSwap::from_pointee(edge_routes),
         max_connections: fds.ingest_connections,
-        node_max_pending: cfg.node.max_pending,
-        node_max_pending_bytes: cfg.node.max_pending_bytes,
         shutting_down: Arc::clone(&shutting_down),
         reservations: Default::default(),
         stats: Arc::clone(&stats),
@@ -557,6 +483,14 @@ async fn run<K: Kv>(
     );
     admin_ctx.clock = now_ms;
     admin_ctx.pipeline = Some(Box::new(Control(pipeline_handle.clone())));
+    let config_status = Arc::new(std::sync::Mutex::new(ankusa_admin::ConfigStatus {
+        file: reload.file.as_ref().map(|p| p.display().to_string()),
+        hash: crate::reload::config_hash(reload.file.as_deref()),
+        loaded_at_ms: now_ms(),
+        ..ankusa_admin::ConfigStatus::default()
+    }));
+    let (reload_handle, reload_asks) = crate::reload::channel(Arc::clone(&config_status));
+    admin_ctx.reload = Some(Box::new(reload_handle));
     admin_ctx.attach_edge(Arc::clone(&edge));
     let mut admin_state = AdminState::new(Arc::new(admin_ctx), stats);
     admin_state.max_connections = fds.admin_connections;
@@ -584,6 +518,20 @@ async fn run<K: Kv>(
         }
     });
     let admin_state = Arc::new(admin_state);
+    let reloader = crate::reload::Reloader {
+        file: reload.file,
+        log_format_flag: reload.log_format_flag,
+        kv: Arc::clone(&kv),
+        edge: Arc::clone(&edge),
+        admin: Arc::clone(&admin_state.ctx),
+        pipeline: pipeline_handle.clone(),
+        sink_fds: fds.sink_fds,
+        running: crate::reload::Running {
+            cfg: Arc::new(cfg.clone()),
+            routes: running_routes,
+        },
+        status: config_status,
+    };
     let admin_hold = Arc::clone(&admin_state);
     // The ingest listener stops first; the admin listener answers until the
     // end (`/readyz` 503 "shutting down", `/metrics` while the pipeline drains).
@@ -632,6 +580,9 @@ async fn run<K: Kv>(
         retention_stats,
         shutdown_rx.clone(),
     ));
+    // Reloads stop with the ingest listener (a reload needs the edge, and
+    // holds it: the Writer stops only when every handle is gone).
+    let reload_task = tokio::spawn(reloader.run(reload_asks, hangup, shutdown_rx.clone()));
     let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx));
     let admin_task = tokio::spawn(serve_admin(admin_state, admin, admin_shutdown_rx));
 
@@ -678,6 +629,7 @@ async fn run<K: Kv>(
     admin_hold.detach_edge();
     let _ = shutdown_tx.send(true);
     let _ = edge_task.await;
+    let _ = reload_task.await;
     match retention_task.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => error!("the retention sweep failed: {e}"),
@@ -769,34 +721,6 @@ impl PipelineControl for Control {
     }
 }
 
-/// One start-up line's tail for a sink entry: where it delivers and, for an
-/// ordered sink, by what key. Hooks without a key share the sink's keyless
-/// lane, whose ordering key (what the sink sees) is `<tenant>/<source>`
-/// (ADR 0004 section 2).
-fn describe(s: &ankusa_config::Source, e: &ankusa_config::SinkEntry) -> String {
-    let target = crate::sinks::target(e);
-    let keyless = match &s.tenant {
-        ankusa_config::TenantBinding::Fixed(t) => format!("{t}/{}", s.name),
-        ankusa_config::TenantBinding::Path => format!("<tenant>/{}", s.name),
-    };
-    let by = match &e.order {
-        ankusa_config::Order::Unordered => return target,
-        ankusa_config::Order::Ordered { key: None } => {
-            return format!("{target} (ordered: one keyless lane, key {keyless})");
-        }
-        ankusa_config::Order::Ordered {
-            key: Some(ankusa_config::OrderingKey::Header(h)),
-        } => format!("header {h}"),
-        ankusa_config::Order::Ordered {
-            key: Some(ankusa_config::OrderingKey::Json(p)),
-        } => format!("json {}", p.dotted),
-        ankusa_config::Order::Ordered {
-            key: Some(ankusa_config::OrderingKey::Func(_)),
-        } => "a key function".to_owned(),
-    };
-    format!("{target} (ordered by {by}; hooks without one: the keyless lane, key {keyless})")
-}
-
 /// Resolves on SIGTERM or SIGINT. The handlers are installed when this is
 /// called, not when the future is first polled: `run` calls it before it
 /// binds its listeners, so a SIGTERM that arrives as soon as the ports answer
@@ -819,24 +743,5 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-    }
-}
-
-/// The pipeline's retry policy of a sink entry (docs/design.md section 5,
-/// "Retry policy"): the config's effective values, the default statuses when
-/// the entry lists none.
-fn sink_retry_policy(r: &ankusa_config::SinkRetry) -> RetryPolicy {
-    RetryPolicy {
-        base_ms: r.base_ms,
-        max_ms: r.max_ms,
-        max_elapsed_ms: r.max_elapsed_ms,
-        retry_after_max_ms: Some(r.retry_after_max_ms),
-        grace_ms: r.grace_ms.unwrap_or(0),
-        statuses: r
-            .retry_statuses
-            .as_ref()
-            .map_or_else(RetryStatuses::default, |l| {
-                RetryStatuses::from_statuses(l.iter().copied())
-            }),
     }
 }

@@ -166,7 +166,14 @@ fn run<K: Kv>(kv: &K, backend: Backend, dir: &Path, repair: bool) -> Result<bool
     check_readable(format, progress.as_ref(), supported).map_err(OpenError::Format)?;
     let names = Registry::read(kv).map_err(store_err)?;
     let what = format!("{} ({}, format {format})", dir.display(), backend.name());
-    let report = check_store(&kv.snapshot()).map_err(store_err)?;
+    let snapshot = kv.snapshot();
+    let mut report = check_store(&snapshot).map_err(store_err)?;
+    // Invariant 6, which the model checker leaves out (its stores have no
+    // seq high-water mark): a real store must keep it.
+    if let Some(v) = ankusa_queue::seq_above_high_water(&snapshot).map_err(store_err)? {
+        report.violations.push(Violation::SeqAboveHighWater(v));
+    }
+    drop(snapshot);
     if !repair {
         return Ok(print_report(&what, &report, &names));
     }
@@ -190,7 +197,11 @@ fn run<K: Kv>(kv: &K, backend: Backend, dir: &Path, repair: bool) -> Result<bool
     for f in &report.counter_fixes {
         println!("  {}", describe_fix(f, &names));
     }
-    let again = check_store(&kv.snapshot()).map_err(store_err)?;
+    let snapshot = kv.snapshot();
+    let mut again = check_store(&snapshot).map_err(store_err)?;
+    if let Some(v) = ankusa_queue::seq_above_high_water(&snapshot).map_err(store_err)? {
+        again.violations.push(Violation::SeqAboveHighWater(v));
+    }
     Ok(print_report(&what, &again, &names))
 }
 
@@ -368,6 +379,12 @@ fn describe(v: &Violation, names: &Registry) -> String {
         Violation::EnvelopeMissing { row: r } => format!(
             "row {} has no envelope in cf hooks (invariant 5)",
             row(*r, names)
+        ),
+        Violation::SeqAboveHighWater(v) => format!(
+            "{} stores hook seq {} above the seq high-water mark {}: new hooks would overwrite stored ones (invariant 6)",
+            tenant(v.tenant, names),
+            v.seq.0,
+            v.high_water.0
         ),
     }
 }
@@ -892,6 +909,14 @@ fn import_to<K: Kv>(
             format!(
                 "the dump is refused, nothing was imported: its header says {header}, its records hold {records}"
             ),
+        ));
+    }
+    // Invariant 6: a dump whose seq high-water mark is below a stored seq
+    // would have the relay overwrite stored hooks with new ones.
+    if let Some(v) = ankusa_queue::seq_above_high_water(kv).map_err(store_err)? {
+        return Err(Fail(
+            1,
+            format!("the dump is refused, nothing was imported: {v}"),
         ));
     }
     Ok(summary)

@@ -1,25 +1,36 @@
-//! Unconfigured sources and sinks (docs/design.md section 5): before `ankusa
-//! serve` starts anything, it looks for queued deliveries of sources and sink
-//! entries that are no longer in the configuration, and refuses to start,
-//! naming each with its pending count, unless `--drop-unconfigured` is given
-//! (then they are dead-lettered, lane by lane, members before heads).
+//! Unconfigured sources and sinks, and the sink entries' slots
+//! (docs/design.md section 5, "Unconfigured sources and sinks").
+//!
+//! A queued row names its sink entry by a `sink:16` slot. Slots follow the
+//! entries' names, not their positions in the list: the store keeps, per
+//! source, the names by slot (`meta` `source/sinks/<id>`), and before `ankusa
+//! serve` starts anything it gives every configured entry the slot its name
+//! has there ([`assign_slots`]; a new name takes the next free slot), so
+//! removing an entry from the middle of a list, or reordering it, never sends
+//! one entry's queued hooks to another. A slot is never reused for another
+//! name: an entry that was removed keeps its slot, marked retired (`~name`)
+//! once nothing of it is queued, and gets it back if it returns.
+//!
+//! Then it looks for queued deliveries of sources and slots that are no
+//! longer in the configuration, and refuses to start, naming each with its
+//! pending count, unless `--drop-unconfigured` is given (then they are
+//! dead-lettered, lane by lane, members before heads).
 //!
 //! What it reads, and why that is cheap in the usual case:
 //! - the source registry (`meta`: every source the store ever had) and each
-//!   source's sink list as of the last start that passed this check
-//!   (`meta` `source/sinks/<id>`): point gets, no scan;
-//! - only when a registered source is missing from the configuration (and was
-//!   not cleared before), or a configured source has fewer sink entries than
-//!   its stored list (or no stored list yet), and the node's `pending`
-//!   counter is above zero: the pending index keys (?D, ?F, ?O) of each
-//!   tenant whose `pending` counter is above zero, with one envelope read per
-//!   pending hook whose sink index cannot be ruled out from the key alone
-//!   (`ankusa_queue::pending_rows`). Nothing else is read; no full scan of the
-//!   store.
+//!   source's slots (`meta` `source/sinks/<id>`): point gets, no scan;
+//! - only when a registered source is missing from the configuration, or a
+//!   configured source's stored slots hold a name the configuration no
+//!   longer has (not retired), or a configured source has no stored slots
+//!   yet, and the node's `pending` counter is above zero: the pending index
+//!   keys (?D, ?F, ?O) of each tenant whose `pending` counter is above zero,
+//!   with one envelope read per pending hook whose slot cannot be ruled out
+//!   from the key alone (`ankusa_queue::pending_rows`). Nothing else is read;
+//!   no full scan of the store.
 //!
-//! After the check passes, every configured source's sink list is stored, and
-//! a removed source with nothing left gets an empty list, so the next start
-//! reads only `meta` again.
+//! After the check passes, every source's slots are stored (the names
+//! configured, and the others retired), so the next start reads only `meta`
+//! again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,12 +40,17 @@ use ankusa_keys::meta::{decode_sink_names, encode_sink_names, source_sinks_key};
 use ankusa_keys::{CounterField, SinkIx, SourceId, TenantOrd, counter_key};
 use ankusa_queue::Registry;
 use anyhow::Context;
-use tracing::{info, warn};
+use tracing::info;
 
 /// The reason a `--drop-unconfigured` start dead-letters a removed source's rows with.
 pub const SOURCE_REMOVED: &str = "source removed from the config";
 /// The reason for a removed sink entry's rows.
 pub const SINK_REMOVED: &str = "sink removed from the config";
+
+/// How a stored slot's name says the entry is retired: removed from the
+/// configuration with nothing of it left queued. Configured names start with
+/// a letter or digit, so no configured name starts with it.
+const RETIRED: char = '~';
 
 /// Queued deliveries of one source (or one sink entry) not in the configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,9 +61,9 @@ pub struct Unconfigured {
     pub source: SourceId,
     /// `false`: the source is configured and only this sink entry is gone.
     pub source_removed: bool,
-    /// The sink index.
+    /// The sink entry's slot.
     pub sink: SinkIx,
-    /// The entry's name at the last start, when the store knows it.
+    /// The entry's name, when the store knows it.
     pub sink_name: Option<String>,
     /// Its pending rows, all tenants.
     pub pending: u64,
@@ -55,78 +71,142 @@ pub struct Unconfigured {
     pub tenants: BTreeSet<TenantOrd>,
 }
 
-fn sink_lists<K: Kv>(
+/// The stored slots of a source: each slot's name, `~name` when retired.
+pub type SlotNames = Vec<String>;
+
+/// Every registered source's stored slots (a source without any has none:
+/// a new source, or a store written before slots were stored).
+///
+/// # Errors
+/// Store read and decode errors.
+pub fn stored_slots<K: Kv>(
     kv: &K,
     registry: &Registry,
-) -> anyhow::Result<BTreeMap<SourceId, Vec<String>>> {
+) -> anyhow::Result<BTreeMap<SourceId, SlotNames>> {
     let mut out = BTreeMap::new();
     for id in registry.sources.values() {
         if let Some(v) = kv.get(Cf::Meta, &source_sinks_key(*id))? {
             out.insert(
                 *id,
                 decode_sink_names(&v)
-                    .with_context(|| format!("the stored sink list of source {}", id.0))?,
+                    .with_context(|| format!("the stored sink slots of source {}", id.0))?,
             );
         }
     }
     Ok(out)
 }
 
+/// The name a stored slot holds, retired or not.
+fn slot_name(stored: &str) -> &str {
+    stored.strip_prefix(RETIRED).unwrap_or(stored)
+}
+
+/// Gives every configured sink entry of a source with stored slots the slot
+/// of its name ([`ankusa_config::SinkEntry::index`]); a name the store does
+/// not know takes the next slot after the stored ones, in list order. A
+/// source without stored slots keeps the positions (its first start: they
+/// become its slots). Pure: the stored slots come from [`stored_slots`].
+///
+/// # Errors
+/// A source whose slots would pass 65,536 (each name ever configured keeps
+/// its slot), named.
+pub fn assign_slots(
+    cfg: &mut Config,
+    registry: &Registry,
+    stored: &BTreeMap<SourceId, SlotNames>,
+) -> anyhow::Result<()> {
+    for s in &mut cfg.sources {
+        let Some(slots) = registry.sources.get(&s.name).and_then(|id| stored.get(id)) else {
+            continue;
+        };
+        let mut next = slots.len();
+        for e in &mut s.sinks {
+            let slot = match slots.iter().position(|n| slot_name(n) == e.name) {
+                Some(at) => at,
+                None => {
+                    next += 1;
+                    next - 1
+                }
+            };
+            e.index = u16::try_from(slot).map_err(|_| {
+                anyhow::anyhow!(
+                    "source \"{}\", sink \"{}\": the source has had 65,536 differently named sink entries, and each keeps its slot in the store; reuse a former name",
+                    s.name,
+                    e.name
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Finds the pending deliveries of unconfigured sources and sink entries
-/// (see the module docs for what it reads).
+/// (see the module docs for what it reads), after [`assign_slots`].
 ///
 /// # Errors
 /// Store read and decode errors.
-pub fn find<K: Kv>(kv: &K, cfg: &Config, registry: &Registry) -> anyhow::Result<Vec<Unconfigured>> {
-    let stored = sink_lists(kv, registry)?;
-    let configured: BTreeMap<SourceId, usize> = cfg
+pub fn find<K: Kv>(
+    kv: &K,
+    cfg: &Config,
+    registry: &Registry,
+    stored: &BTreeMap<SourceId, SlotNames>,
+) -> anyhow::Result<Vec<Unconfigured>> {
+    let configured: BTreeMap<SourceId, BTreeSet<u16>> = cfg
         .sources
         .iter()
-        .filter_map(|s| Some((*registry.sources.get(&s.name)?, s.sinks.len())))
+        .filter_map(|s| {
+            let id = *registry.sources.get(&s.name)?;
+            Some((id, s.sinks.iter().map(|e| e.index).collect()))
+        })
         .collect();
-    // A configured source's sink names that moved: a sink index is a position,
-    // so its queued rows now go to the entry at that position.
-    for s in &cfg.sources {
-        let Some(id) = registry.sources.get(&s.name) else {
-            continue;
-        };
-        if let Some(old) = stored.get(id) {
-            for (i, (was, now)) in old.iter().zip(s.sinks.iter().map(|e| &e.name)).enumerate() {
-                if was != now {
-                    warn!(
-                        source = %s.name,
-                        index = i,
-                        was = %was,
-                        now = %now,
-                        "sink index {i} of source {} was named {was:?} at the last start and is {now:?} now: its queued deliveries go to {now:?} (sink indexes are positions; add new sinks at the end)",
-                        s.name
-                    );
-                }
+    // What may be unconfigured, per source: `None` for every slot (a removed
+    // source without stored slots), else the slots. A configured source
+    // without stored slots (written before slots were stored) may have lost
+    // entries past its configured count.
+    let mut suspect: BTreeMap<SourceId, Option<BTreeSet<u16>>> = BTreeMap::new();
+    for id in registry.sources.values() {
+        let live = stored.get(id).map(|slots| {
+            slots
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| !n.starts_with(RETIRED))
+                .filter_map(|(i, _)| u16::try_from(i).ok())
+                .collect::<BTreeSet<u16>>()
+        });
+        let gone = match (configured.get(id), live) {
+            (None, None) => Some(None),
+            (None, Some(live)) => (!live.is_empty()).then_some(Some(live)),
+            (Some(now), Some(live)) => {
+                let gone: BTreeSet<u16> = live.difference(now).copied().collect();
+                (!gone.is_empty()).then_some(Some(gone))
             }
+            (Some(now), None) => {
+                let n = u16::try_from(now.len()).unwrap_or(u16::MAX);
+                Some(Some((n..=u16::MAX).collect()))
+            }
+        };
+        if let Some(gone) = gone {
+            suspect.insert(*id, gone);
         }
     }
-    let removed: BTreeSet<SourceId> = registry
-        .sources
-        .values()
-        .filter(|id| !configured.contains_key(id))
-        // A removed source cleared at an earlier start has an empty list.
-        .filter(|id| stored.get(id).is_none_or(|l| !l.is_empty()))
-        .copied()
-        .collect();
-    // Configured sources that may have lost sink entries: their lowest index
-    // that is gone (a source without a stored list: unknown, so from its count).
-    let shrunk: BTreeMap<SourceId, usize> = configured
-        .iter()
-        .filter(|(id, n)| stored.get(id).is_none_or(|l| l.len() > **n))
-        .map(|(id, n)| (*id, *n))
-        .collect();
-    if removed.is_empty() && shrunk.is_empty() {
+    if suspect.is_empty() {
         return Ok(Vec::new());
     }
     if kv.counter(&counter_key(TenantOrd::NODE, CounterField::Pending))? <= 0 {
         return Ok(Vec::new());
     }
-    let min_gone = shrunk.values().copied().min().unwrap_or(usize::MAX);
+    // A slot some source may have lost: the key has the slot, not the source,
+    // so only these need the envelope read.
+    let any_source: Option<BTreeSet<u16>> =
+        suspect.values().try_fold(BTreeSet::new(), |mut all, gone| {
+            all.extend(gone.as_ref()?.iter().copied());
+            Some(all)
+        });
+    let is_suspect = |s: SourceId, k: SinkIx| match suspect.get(&s) {
+        Some(None) => true,
+        Some(Some(gone)) => gone.contains(&k.0),
+        None => false,
+    };
     let mut counts: BTreeMap<(SourceId, SinkIx), (u64, BTreeSet<TenantOrd>)> = BTreeMap::new();
     for tenant in registry.tenants.values() {
         if kv.counter(&counter_key(*tenant, CounterField::Pending))? <= 0 {
@@ -135,13 +215,8 @@ pub fn find<K: Kv>(kv: &K, cfg: &Config, registry: &Registry) -> anyhow::Result<
         let found = ankusa_queue::pending_rows(
             kv,
             *tenant,
-            // Without a removed source, only an index past some source's
-            // configured count can be unconfigured: no envelope read for the rest.
-            |k| !removed.is_empty() || usize::from(k.0) >= min_gone,
-            |s, k| match configured.get(&s) {
-                Some(n) => usize::from(k.0) >= *n,
-                None => true,
-            },
+            |k| any_source.as_ref().is_none_or(|all| all.contains(&k.0)),
+            is_suspect,
             1024,
         )?;
         for (key, n) in found {
@@ -159,7 +234,8 @@ pub fn find<K: Kv>(kv: &K, cfg: &Config, registry: &Registry) -> anyhow::Result<
             sink,
             sink_name: stored
                 .get(&source)
-                .and_then(|l| l.get(usize::from(sink.0)).cloned()),
+                .and_then(|l| l.get(usize::from(sink.0)))
+                .map(|n| slot_name(n).to_owned()),
             pending,
             tenants,
         })
@@ -189,8 +265,8 @@ pub fn refusal(found: &[Unconfigured]) -> String {
         }
         for u in sinks {
             let sink = match &u.sink_name {
-                Some(n) => format!("sink \"{n}\" (index {})", u.sink.0),
-                None => format!("sink index {}", u.sink.0),
+                Some(n) => format!("sink \"{n}\" (slot {})", u.sink.0),
+                None => format!("sink slot {}", u.sink.0),
             };
             let tail = if removed {
                 ""
@@ -206,8 +282,8 @@ pub fn refusal(found: &[Unconfigured]) -> String {
     }
     lines.push(
         "Nothing was changed. Either put each one back in the configuration with `paused: true` \
-         (a removed source with its sinks, a removed sink entry at its old position) so its \
-         deliveries wait, or start with `ankusa serve --drop-unconfigured` to dead-letter them \
+         (a removed source with its sinks, a removed sink entry by its name, anywhere in the \
+         source's list) so its deliveries wait, or start with `ankusa serve --drop-unconfigured` to dead-letter them \
          (reason \"source removed from the config\" or \"sink removed from the config\"; they stay \
          in the dead-letter queue)."
             .to_owned(),
@@ -278,26 +354,157 @@ pub fn drop_all<K: Kv>(kv: &K, found: &[Unconfigured], now_ms: u64) -> anyhow::R
     Ok(moved)
 }
 
-/// After the check passed: stores every configured source's sink list, and an
-/// empty list for each removed source (nothing of it is left queued), in one
-/// `Sync` batch when anything changed.
+/// After the check passed (nothing unconfigured is queued any more): stores
+/// every registered source's slots, in one `Sync` batch when anything
+/// changed. A configured entry's slot holds its name; every other slot the
+/// store knew is retired (`~name`), so the next start finds nothing to look
+/// for and a returning name gets its slot back.
 ///
 /// # Errors
 /// Store errors.
-pub fn remember<K: Kv>(kv: &K, cfg: &Config, registry: &Registry) -> anyhow::Result<()> {
-    let stored = sink_lists(kv, registry)?;
+pub fn remember<K: Kv>(
+    kv: &K,
+    cfg: &Config,
+    registry: &Registry,
+    stored: &BTreeMap<SourceId, SlotNames>,
+) -> anyhow::Result<()> {
     let mut batch = ankusa_engine::Batch::new();
     for (name, id) in &registry.sources {
-        let names: Vec<String> = cfg
+        let old = stored.get(id).cloned().unwrap_or_default();
+        let mut slots: SlotNames = old
+            .iter()
+            .map(|n| format!("{RETIRED}{}", slot_name(n)))
+            .collect();
+        for e in cfg
             .source(name)
-            .map(|s| s.sinks.iter().map(|e| e.name.clone()).collect())
-            .unwrap_or_default();
-        if stored.get(id) != Some(&names) {
-            batch.put(Cf::Meta, source_sinks_key(*id), encode_sink_names(&names));
+            .map(|s| s.sinks.as_slice())
+            .unwrap_or_default()
+        {
+            let at = usize::from(e.index);
+            if slots.len() <= at {
+                slots.resize(at + 1, String::from(RETIRED));
+            }
+            slots[at].clone_from(&e.name);
+        }
+        if stored.get(id) != Some(&slots) {
+            batch.put(Cf::Meta, source_sinks_key(*id), encode_sink_names(&slots));
         }
     }
     if !batch.is_empty() {
         kv.write(batch, Durability::Sync)?;
     }
     Ok(())
+}
+
+/// A reload's part of [`remember`]: stores the slots of the names the store
+/// does not know yet (before any hook can use them), and retires nothing. A
+/// removed entry's slot stays live until the next start's check has seen
+/// that nothing of it is queued (a hook the old routes took while the reload
+/// ran may still be).
+///
+/// # Errors
+/// Store errors.
+pub fn remember_added<K: Kv>(
+    kv: &K,
+    cfg: &Config,
+    registry: &Registry,
+    stored: &BTreeMap<SourceId, SlotNames>,
+) -> anyhow::Result<()> {
+    let mut batch = ankusa_engine::Batch::new();
+    for s in &cfg.sources {
+        let Some(id) = registry.sources.get(&s.name) else {
+            continue;
+        };
+        let mut slots = stored.get(id).cloned().unwrap_or_default();
+        let before = slots.clone();
+        for e in &s.sinks {
+            let at = usize::from(e.index);
+            if slots.len() <= at {
+                slots.resize(at + 1, String::from(RETIRED));
+            }
+            if slot_name(&slots[at]) != e.name || slots[at].starts_with(RETIRED) {
+                slots[at].clone_from(&e.name);
+            }
+        }
+        if slots != before {
+            batch.put(Cf::Meta, source_sinks_key(*id), encode_sink_names(&slots));
+        }
+    }
+    if !batch.is_empty() {
+        kv.write(batch, Durability::Sync)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(sinks: &[&str]) -> Config {
+        let list: Vec<String> = sinks
+            .iter()
+            .map(|n| format!("{{type: file, name: {n}, path: /tmp/{n}.ndjson}}"))
+            .collect();
+        Config::from_yaml(
+            &format!("sources:\n  - name: s\n    sinks: [{}]\n", list.join(", ")),
+            &|_| None,
+        )
+        .expect("config")
+    }
+
+    fn registry() -> Registry {
+        Registry {
+            tenants: BTreeMap::from([("default".to_owned(), TenantOrd(1))]),
+            sources: BTreeMap::from([("s".to_owned(), SourceId(7))]),
+        }
+    }
+
+    fn slots(cfg: &Config) -> Vec<(String, u16)> {
+        cfg.sources[0]
+            .sinks
+            .iter()
+            .map(|e| (e.name.clone(), e.index))
+            .collect()
+    }
+
+    fn stored(names: &[&str]) -> BTreeMap<SourceId, SlotNames> {
+        BTreeMap::from([(SourceId(7), names.iter().map(|n| (*n).to_owned()).collect())])
+    }
+
+    #[test]
+    fn slots_follow_names_and_new_names_take_the_next_free_slot() {
+        let reg = registry();
+        // Removed from the front, reordered, and a new one.
+        let mut cfg = config(&["c", "b", "new"]);
+        assign_slots(&mut cfg, &reg, &stored(&["a", "b", "c"])).expect("assign");
+        assert_eq!(
+            slots(&cfg),
+            [("c".into(), 2), ("b".into(), 1), ("new".into(), 3)]
+        );
+        // A retired name comes back to its slot.
+        let mut cfg = config(&["a", "b"]);
+        assign_slots(&mut cfg, &reg, &stored(&["~a", "b"])).expect("assign");
+        assert_eq!(slots(&cfg), [("a".into(), 0), ("b".into(), 1)]);
+        // No stored slots: positions.
+        let mut cfg = config(&["x", "y"]);
+        assign_slots(&mut cfg, &reg, &BTreeMap::new()).expect("assign");
+        assert_eq!(slots(&cfg), [("x".into(), 0), ("y".into(), 1)]);
+    }
+
+    #[test]
+    fn remember_keeps_every_slot_and_retires_the_names_gone() {
+        let kv = ankusa_engine::memory::MemoryKv::new();
+        let reg = registry();
+        let before = stored(&["a", "b", "c"]);
+        let mut cfg = config(&["c", "new"]);
+        assign_slots(&mut cfg, &reg, &before).expect("assign");
+        remember(&kv, &cfg, &reg, &before).expect("remember");
+        let after = stored_slots(&kv, &reg).expect("read");
+        assert_eq!(after, stored(&["~a", "~b", "c", "new"]));
+        // Nothing configured is unconfigured, and nothing is looked for.
+        assert_eq!(find(&kv, &cfg, &reg, &after).expect("find"), vec![]);
+        // Unchanged: no write (the same value read back).
+        remember(&kv, &cfg, &reg, &after).expect("remember");
+        assert_eq!(stored_slots(&kv, &reg).expect("read"), after);
+    }
 }

@@ -40,7 +40,7 @@ pub struct ErrorDetail {
     /// Stable and machine-readable: `bad_request`, `unauthorized`,
     /// `forbidden`, `not_found`, `method_not_allowed`, `conflict`,
     /// `payload_too_large`, `unprocessable`, `request_timeout`,
-    /// `unavailable`, `store_failed`.
+    /// `too_many_requests`, `unavailable`, `store_failed`.
     pub code: String,
     /// For a person.
     pub message: String,
@@ -609,4 +609,30 @@ pub struct PauseRequest {
     /// Why (default "paused through the admin API").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// `GET /v1/config`: the configuration running.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigInfo {
+    /// The file it was loaded from (`None`: the embedded demo).
+    pub file: Option<String>,
+    /// SHA-256 of the file's bytes, hex.
+    pub hash: String,
+    /// When it was loaded (the start or the last reload applied), unix ms.
+    pub loaded_at_ms: u64,
+    /// The same, RFC 3339.
+    pub loaded_at: String,
+    /// Reloads applied since the start.
+    pub reloads_applied: u64,
+    /// Reloads refused since the start.
+    pub reloads_refused: u64,
+}
+
+/// `POST /v1/reload`: the reload applied (a refusal is an error answer).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reloaded {
+    /// What changed, one line each (empty: the file is the one running).
+    pub changes: Vec<String>,
+    /// The configuration running now.
+    pub config: ConfigInfo,
 }

@@ -19,6 +19,7 @@ use ankusa_keys::{
     CounterField, Envelope, Seq, SinkIx, SourceId, TenantOrd, counter_key, hook_key,
 };
 use ankusa_queue::Registry;
+use arc_swap::ArcSwap;
 
 use crate::error::JobError;
 
@@ -38,6 +39,57 @@ pub enum ControlFailure {
     Refused(String),
     /// The pipeline has stopped, or the store failed.
     Unavailable(String),
+}
+
+/// Why a reload changed nothing (docs/design.md section 5, "Reload").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReloadFailure {
+    /// The file does not load or does not pass `check-config`: every problem,
+    /// as `check-config` says it (422).
+    Invalid(Vec<String>),
+    /// The file is valid but cannot be applied while the relay runs (a
+    /// listener, `data_dir` or the store changed; queued work of a removed
+    /// source or sink entry): every reason, named (409).
+    Refused(Vec<String>),
+    /// The relay is stopping, or the store failed (503).
+    Unavailable(String),
+}
+
+/// What a reload did: the configuration now running (its hash and load
+/// time) and what changed, one line each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReloadDone {
+    /// The loaded configuration's status after the reload.
+    pub status: ConfigStatus,
+    /// What changed (`source "billing" added`, ...); empty when the file is
+    /// the one already running.
+    pub changes: Vec<String>,
+}
+
+/// The configuration running: where it came from, its hash, when it was
+/// loaded, and how many reloads were applied or refused since the start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConfigStatus {
+    /// The file (`None`: the embedded demo configuration).
+    pub file: Option<String>,
+    /// SHA-256 of the loaded configuration file's bytes, hex.
+    pub hash: String,
+    /// When it was loaded (the start, or the last reload applied), unix ms.
+    pub loaded_at_ms: u64,
+    /// Reloads applied since the start.
+    pub reloads_applied: u64,
+    /// Reloads refused since the start.
+    pub reloads_refused: u64,
+}
+
+/// Reloads the configuration (docs/design.md section 5, "Reload"): `serve`
+/// implements it; `POST /v1/reload` calls it from a blocking thread of the
+/// admin API.
+pub trait ReloadControl: Send + Sync {
+    /// Re-reads the configuration file and applies it, or says why not.
+    fn reload(&self) -> BoxFuture<'_, Result<ReloadDone, ReloadFailure>>;
+    /// The configuration running.
+    fn status(&self) -> ConfigStatus;
 }
 
 /// What the admin API asks of the pipeline (docs/design.md section 5,
@@ -85,10 +137,14 @@ pub struct Context<K: Kv> {
     /// The store (maintained counters, the API's reads and batches).
     pub kv: Arc<K>,
     /// The configuration (names, bounds, sinks; its secrets are never shown,
-    /// only the admin token is read, to check requests).
-    pub config: Arc<Config>,
-    /// The store's names and numbers (tenants, sources).
-    pub registry: Registry,
+    /// only the admin token is read, to check requests). A reload replaces
+    /// it whole ([`Context::reconfigure`]); read it once per request or step.
+    pub config: ArcSwap<Config>,
+    /// The store's names and numbers (tenants, sources). A reload that adds
+    /// names replaces it; it only grows (names are never taken back), so a
+    /// registry newer than the configuration read beside it still names all
+    /// of that configuration's tenants and sources.
+    pub registry: ArcSwap<Registry>,
     /// Ready once the store is open and the pipeline has recovered the
     /// previous run's claimed rows (the pipeline sets it).
     pub ready: Arc<AtomicBool>,
@@ -110,6 +166,9 @@ pub struct Context<K: Kv> {
     /// The pipeline's controls (pauses, quiesce, retire, exclusive work,
     /// wake); `None` answers those routes 503 and wakes nobody.
     pub pipeline: Option<Box<dyn PipelineControl>>,
+    /// The reload (`POST /v1/reload`, `GET /v1/config`); `None` answers
+    /// those routes 503.
+    pub reload: Option<Box<dyn ReloadControl>>,
 }
 
 impl<K: Kv> Context<K> {
@@ -123,15 +182,24 @@ impl<K: Kv> Context<K> {
     ) -> Context<K> {
         Context {
             kv,
-            config,
-            registry,
+            config: ArcSwap::new(config),
+            registry: ArcSwap::from_pointee(registry),
             ready,
             shutting_down,
             clock: system_clock,
             writes: tokio::sync::Mutex::new(()),
             ingest: std::sync::Mutex::new(None),
             pipeline: None,
+            reload: None,
         }
+    }
+
+    /// Replaces the configuration and the registry (a reload: docs/design.md
+    /// section 5, "Reload"), the registry first, so that every configuration
+    /// read finds its names registered.
+    pub fn reconfigure(&self, config: Arc<Config>, registry: Registry) {
+        self.registry.store(Arc::new(registry));
+        self.config.store(config);
     }
 
     /// Gives the admin API the edge (its Writer and routes).
@@ -209,12 +277,13 @@ impl<K: Kv> Context<K> {
     /// # Errors
     /// [`JobError::NotFound`] when the store has no such tenant.
     pub fn tenant_ord(&self, name: &str) -> Result<TenantOrd, JobError> {
-        tenant_ord(&self.registry, name)
+        tenant_ord(&self.registry.load(), name)
     }
 
     /// The sink entry name of `(source, index)` in the configuration.
     pub fn sink_name(&self, source: Option<&str>, sink: SinkIx) -> Option<String> {
-        let s = self.config.source(source?)?;
+        let config = self.config.load();
+        let s = config.source(source?)?;
         s.sinks
             .iter()
             .find(|e| e.index == sink.0)

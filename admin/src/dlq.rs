@@ -66,14 +66,15 @@ impl DlqFilter {
             state.tenant_ord(t)?;
         }
         if let Some(s) = &self.source
-            && !state.registry.sources.contains_key(s)
+            && !state.registry.load().sources.contains_key(s)
         {
             return Err(JobError::NotFound(format!("no source {s:?}")));
         }
         if let Some(name) = &self.sink {
+            let config = state.config.load();
             let sources: Vec<&ankusa_config::Source> = match &self.source {
-                Some(s) => state.config.source(s).into_iter().collect(),
-                None => state.config.sources.iter().collect(),
+                Some(s) => config.source(s).into_iter().collect(),
+                None => config.sources.iter().collect(),
             };
             if !sources
                 .iter()
@@ -177,7 +178,7 @@ pub fn scan<K: Kv>(
     let source_id: Option<SourceId> = filter
         .source
         .as_ref()
-        .and_then(|s| state.registry.sources.get(s).copied());
+        .and_then(|s| state.registry.load().sources.get(s).copied());
     let mut envelopes = Envelopes::default();
     let mut out = Scanned {
         matched: Vec::new(),
@@ -214,7 +215,8 @@ pub fn scan<K: Kv>(
                     ok = false;
                 }
                 if let Some(want_sink) = &filter.sink {
-                    let src_name = src.and_then(|s| state.registry.source_name(s));
+                    let registry = state.registry.load();
+                    let src_name = src.and_then(|s| registry.source_name(s));
                     if state.sink_name(src_name, row.sink).as_deref() != Some(want_sink.as_str()) {
                         ok = false;
                     }
@@ -259,16 +261,17 @@ fn refuse_unconfigured<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Resul
     let Ok(env) = Envelope::decode(&raw) else {
         return Ok(());
     };
-    let name = state.registry.source_name(env.source);
+    let (registry, config) = (state.registry.load(), state.config.load());
+    let name = registry.source_name(env.source);
     let configured = name
-        .and_then(|n| state.config.source(n))
+        .and_then(|n| config.source(n))
         .is_some_and(|s| s.sinks.iter().any(|e| e.index == row.sink.0));
     if configured {
         return Ok(());
     }
     Err(JobError::Conflict(format!(
         "row {id} cannot be revived: its {} is no longer in the configuration (it would be dead-lettered again at once)",
-        match name.and_then(|n| state.config.source(n)) {
+        match name.and_then(|n| config.source(n)) {
             Some(_) => "sink entry".to_owned(),
             None => format!("source {:?}", name.unwrap_or("?")),
         }
@@ -282,7 +285,8 @@ fn not_dead(id: &str) -> JobError {
 /// A conflict for a row of a tenant being purged (its rows are the purge's).
 fn refuse_purging<K: Kv>(state: &Context<K>, row: RowId) -> Result<(), JobError> {
     if state.purging(row.tenant)? {
-        let tenant = state.registry.tenant_name(row.tenant).unwrap_or("?");
+        let registry = state.registry.load();
+        let tenant = registry.tenant_name(row.tenant).unwrap_or("?");
         return Err(JobError::Conflict(format!(
             "tenant {tenant:?} is being purged"
         )));

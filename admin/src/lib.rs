@@ -39,6 +39,9 @@ pub mod http;
 pub mod jobs;
 pub mod quarantine;
 
-pub use context::{BoxFuture, Context, ControlFailure, PipelineControl, PipelineWork};
+pub use context::{
+    BoxFuture, ConfigStatus, Context, ControlFailure, PipelineControl, PipelineWork, ReloadControl,
+    ReloadDone, ReloadFailure,
+};
 pub use error::{JobError, STORE_FAILED_MESSAGE};
 pub use http::{AdminState, BreakerFn, BreakerReport, MAX_ADMIN_CONNECTIONS, serve_admin};

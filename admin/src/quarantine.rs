@@ -186,7 +186,8 @@ pub async fn release_quarantined<K: Kv>(
         .map_err(|e| ReleaseError::Store(e.into()))?
         .ok_or(ReleaseError::NotQuarantined { tenant, seq })?;
     let envelope = Envelope::decode(&raw).map_err(|e| ReleaseError::Store(e.into()))?;
-    let route = edge
+    let routes = edge.routes.load();
+    let route = routes
         .sources
         .iter()
         .find(|r| r.id == envelope.source)

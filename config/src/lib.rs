@@ -197,6 +197,11 @@ pub mod defaults {
 /// sink entry's `retry:` take at most a year, and `rate_limit` at most
 /// 1,000,000 hooks per second (their own checks).
 pub mod limits {
+    /// `listeners.admin_token`: at least 16 characters. The token guards
+    /// revive, drop, purge and replay; a short one falls to guessing (two
+    /// characters took 0.3 s at one connection's pace). 16 random hex
+    /// characters are 64 bits; `openssl rand -hex 32` gives 256.
+    pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
     /// `node.max_pending` and `tenants[].max_pending`: 1,000,000,000 rows.
     pub const MAX_PENDING: u64 = 1_000_000_000;
     /// `node.max_pending_bytes` and `tenants[].max_pending_bytes`: 1 TiB.

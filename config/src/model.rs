@@ -402,8 +402,10 @@ pub struct Source {
     pub store_headers: HeaderPolicy,
     /// Whether `store_headers` is the source's own override.
     pub store_headers_overridden: bool,
-    /// The sinks, in file order; a sink's index is its position (the
-    /// `sink:16` of the store's keys).
+    /// The sinks, in file order. Each entry's [`SinkEntry::index`] is its
+    /// position when loaded; `ankusa serve` replaces it with the entry's slot
+    /// in the store, found by its name (docs/design.md section 5,
+    /// "Unconfigured sources and sinks"), so a reordered list changes nothing.
     pub sinks: Vec<SinkEntry>,
     /// `paused: true`: its hooks are accepted and committed as usual, and none
     /// is delivered to any of its sinks until it is resumed (docs/design.md
@@ -777,7 +779,9 @@ pub struct SinkEntry {
     pub name: String,
     /// The type.
     pub kind: SinkKind,
-    /// Its position in the source's list: the store's `sink:16`.
+    /// The store's `sink:16` of its rows: its position in the source's list
+    /// as loaded; `ankusa serve` sets it to the entry's slot, which follows
+    /// its name (docs/design.md section 5, "Unconfigured sources and sinks").
     pub index: u16,
     /// Ordered or not, and by what key.
     pub order: Order,

@@ -279,6 +279,18 @@ fn listeners(raw: &RawConfig, env: EnvLookup<'_>, p: &mut Problems) -> Listeners
                 );
                 None
             }
+            Ok(s) if s.expose().len() < max::MIN_ADMIN_TOKEN_LEN => {
+                p.push(
+                    &scope,
+                    "admin_token",
+                    format!(
+                        "is {} characters; it must have at least {} (it guards revive, drop and purge, and a short token can be guessed): make one with `openssl rand -hex 32`",
+                        s.expose().len(),
+                        max::MIN_ADMIN_TOKEN_LEN
+                    ),
+                );
+                None
+            }
             Ok(s) => Some(s),
             Err(m) => {
                 p.push(&scope, "admin_token", m);

@@ -12,7 +12,7 @@
 //! | `tenant/ord/` ord:32 | the tenant's name, UTF-8 |
 //! | `source/name/` name | the source's number ([`SourceId`]), `u32` |
 //! | `source/id/` id:32 | the source's name (its id in the configuration), UTF-8 |
-//! | `source/sinks/` id:32 | the names of the source's sink entries at the last start that passed the unconfigured-work check, by index ([`encode_sink_names`]) |
+//! | `source/sinks/` id:32 | the names of the source's sink entries by slot (the `sink:16` of its rows), `~name` for a retired slot ([`encode_sink_names`]; docs/design.md section 5, "Unconfigured sources and sinks") |
 //! | `pause/` id:32 | the source is paused by the runtime control (the admin API): [`PausedValue`] |
 //! | `pause/` id:32, sink:16 | one sink entry of the source is paused by the runtime control: [`PausedValue`] |
 //! | `job/` id:64 | an admin job (docs/design.md section 5, "Admin API"): its state, versioned JSON written and read by `ankusa_admin::jobs` |
@@ -116,12 +116,12 @@ pub fn source_ids_range() -> KeyRange {
     KeyRange::prefix(SOURCE_BY_ID)
 }
 
-/// Key of a source's sink list: `source/sinks/` + id:32. The value is the
-/// names of its sink entries by index ([`encode_sink_names`]), as the
-/// configuration had them at the last start whose unconfigured-work check
-/// passed (docs/design.md section 5, "Unconfigured sources and sinks"): a
-/// start compares it with the configuration to learn, without a scan, whether
-/// a sink entry may have been removed.
+/// Key of a source's sink slots: `source/sinks/` + id:32. The value is the
+/// names of its sink entries by slot, the `sink:16` of their rows
+/// ([`encode_sink_names`]; `~name` for a retired slot): a start gives each
+/// configured entry the slot of its name, and compares the slots with the
+/// configuration to learn, without a scan, whether a sink entry may have
+/// been removed (docs/design.md section 5, "Unconfigured sources and sinks").
 pub fn source_sinks_key(source: SourceId) -> Vec<u8> {
     join(SOURCE_SINKS, &source.0.to_be_bytes())
 }

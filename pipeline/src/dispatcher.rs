@@ -74,7 +74,7 @@ pub(crate) struct Shared {
     pub(crate) book: Arc<Mutex<PauseBook>>,
     pub(crate) paused_sinks: Arc<AtomicU64>,
     pub(crate) status: PipelineStatus,
-    pub(crate) limiters: HashMap<(SourceId, SinkIx), Limiter>,
+    pub(crate) limiters: HashMap<(SourceId, SinkIx), (crate::limit::RateLimit, Limiter)>,
     pub(crate) tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>>,
 }
 
@@ -212,6 +212,11 @@ impl<K: Kv> Dispatcher<K> {
                 }));
                 return Ok(());
             }
+            Control::Reconfigure { config, reply } => {
+                self.reconfigure(*config);
+                let _ = reply.send(Ok(()));
+                return Ok(());
+            }
             Control::Exclusive { work, reply } => {
                 let batch = match work() {
                     Ok(b) => b,
@@ -256,6 +261,30 @@ impl<K: Kv> Dispatcher<K> {
         );
         let _ = reply.send(Ok(status));
         Ok(())
+    }
+
+    /// A reload's new routes and settings (docs/design.md section 5,
+    /// "Reload"): each stage takes what it derives from them (the tenants'
+    /// sink entries, the rate limiters, the configuration's pauses); the
+    /// breakers, the slots in flight and the held backlogs are keyed by
+    /// (tenant, source, sink slot), which a reload does not change.
+    fn reconfigure(&mut self, c: crate::handle::Reconfiguration) {
+        let routes = c.routes;
+        self.scanner
+            .set_tenant_routes(crate::tenant_routes_of(&routes));
+        let clock = crate::limit::LimiterClock(Arc::clone(&self.env.clock));
+        self.slots.set_limits(&routes.rate_limits, &clock);
+        self.env.routes = Arc::new(routes);
+        self.env.dispatch = c.dispatch;
+        self.env.retry = c.retry;
+        self.env.breaker = c.breaker;
+        self.pauses.reconfigure(&self.env.routes);
+        // A new source's markers: the next pass sweeps every lane.
+        self.lanes.request_full();
+        info!(
+            sink_entries = self.env.routes.sinks.len(),
+            "the pipeline took the reloaded configuration"
+        );
     }
 
     /// recover_inflight at start: every ?F back to ?D as a first attempt.

@@ -137,6 +137,28 @@ pub(crate) enum Control {
         work: ExclusiveWork,
         reply: oneshot::Sender<Result<(), ControlError>>,
     },
+    Reconfigure {
+        config: Box<Reconfiguration>,
+        reply: oneshot::Sender<Result<(), ControlError>>,
+    },
+}
+
+/// What a reload gives the pipeline (docs/design.md section 5, "Reload"):
+/// the new routing table and the dispatch, retry and breaker settings, each
+/// replacing the old one whole at the start of the next step. Calls in
+/// flight finish with what claimed them (each holds its route).
+#[derive(Debug)]
+pub struct Reconfiguration {
+    /// The new routing table. An entry leaving the configuration stays in it
+    /// while rows of it may still be queued (the reload keeps it; the next
+    /// start's unconfigured-work check decides its rows).
+    pub routes: crate::Routes,
+    /// `dispatch` settings.
+    pub dispatch: crate::DispatchConfig,
+    /// The global retry policy.
+    pub retry: crate::RetryPolicy,
+    /// The breaker policy.
+    pub breaker: crate::BreakerPolicy,
 }
 
 impl PipelineHandle {
@@ -265,6 +287,19 @@ impl PipelineHandle {
     /// [`ControlError::Stopped`].
     pub async fn exclusive(&self, work: ExclusiveWork) -> Result<(), ControlError> {
         self.ask(|reply| Control::Exclusive { work, reply }).await
+    }
+
+    /// Replaces the routing table and the dispatch, retry and breaker
+    /// settings (a reload: docs/design.md section 5, "Reload"); applied by
+    /// the pipeline before this returns. Rows claimed from then on are
+    /// delivered by the new routes; calls in flight finish with theirs.
+    ///
+    /// # Errors
+    /// [`ControlError::Stopped`].
+    pub async fn reconfigure(&self, config: Reconfiguration) -> Result<(), ControlError> {
+        let config = Box::new(config);
+        self.ask(|reply| Control::Reconfigure { config, reply })
+            .await
     }
 
     /// Every target paused now, by the configuration or the runtime control,

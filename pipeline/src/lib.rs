@@ -119,9 +119,11 @@ mod sweep;
 mod tests;
 
 pub use breaker::{BreakerCounts, BreakerPolicy, BreakerState, PipelineStatus};
-pub use handle::{ControlError, ExclusiveWork, PauseStatus, PipelineHandle, Retirement};
+pub use handle::{
+    ControlError, ExclusiveWork, PauseStatus, PipelineHandle, Reconfiguration, Retirement,
+};
 pub use limit::RateLimit;
-pub use retry::{RetryPolicy, RetryStatuses};
+pub use retry::{ALWAYS_RETRIED, RetryPolicy, RetryStatuses};
 
 use calls::Done;
 use dispatcher::Dispatcher;
@@ -308,22 +310,10 @@ impl<K: Kv> Pipeline<K> {
                         "a rate limit no quota can express: not applied"
                     );
                 }
-                Some((*id, l?))
+                Some((*id, (*limit, l?)))
             })
             .collect();
-        let tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>> = routes
-            .tenants
-            .keys()
-            .map(|t| {
-                let mine = routes
-                    .sinks
-                    .keys()
-                    .filter(|id| routes.source_tenants.get(&id.0).is_none_or(|o| o == t))
-                    .copied()
-                    .collect();
-                (*t, mine)
-            })
-            .collect();
+        let tenant_routes = tenant_routes_of(&routes);
         let handle = PipelineHandle {
             wake: Arc::clone(&wake),
             shutdown: Arc::new(shutdown_tx),
@@ -402,14 +392,15 @@ impl<K: Kv> Pipeline<K> {
             mut done_rx,
             mut control_rx,
         } = self;
-        let routes = Arc::clone(&dispatcher.env().routes);
-        let flush_interval = Duration::from_millis(dispatcher.env().dispatch.flush_interval_ms);
-        let idle_ms = dispatcher.env().dispatch.idle_ms.max(1);
         let (mut d, ()) = engine(dispatcher, |d| d.start_up()).await?;
         let mut stopping_since: Option<tokio::time::Instant> = None;
         let mut done: Vec<Done> = Vec::new();
         let mut controls: Vec<Control> = Vec::new();
         loop {
+            // Read each round: a reload replaces them (Control::Reconfigure).
+            let routes = Arc::clone(&d.env().routes);
+            let flush_interval = Duration::from_millis(d.env().dispatch.flush_interval_ms);
+            let idle_ms = d.env().dispatch.idle_ms.max(1);
             let stopping = *shutdown.borrow();
             if stopping && stopping_since.is_none() {
                 stopping_since = Some(tokio::time::Instant::now());
@@ -476,6 +467,25 @@ impl<K: Kv> Pipeline<K> {
             }
         }
     }
+}
+
+/// Each tenant's sink entries: those of the sources bound to it and of the
+/// sources bound to none (a scan visit sizes its first page by their free
+/// call slots).
+pub(crate) fn tenant_routes_of(routes: &Routes) -> HashMap<TenantOrd, Vec<(SourceId, SinkIx)>> {
+    routes
+        .tenants
+        .keys()
+        .map(|t| {
+            let mine = routes
+                .sinks
+                .keys()
+                .filter(|id| routes.source_tenants.get(&id.0).is_none_or(|o| o == t))
+                .copied()
+                .collect();
+            (*t, mine)
+        })
+        .collect()
 }
 
 /// Runs `f` on the dispatcher on a blocking thread (`spawn_blocking`), off

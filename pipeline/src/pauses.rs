@@ -50,6 +50,20 @@ impl Pauses {
         self.unhold = routes.tenants.keys().map(|t| (*t, None)).collect();
     }
 
+    /// A reload's routes: the configuration's pauses are replaced by
+    /// `routes.paused`; when one was lifted, every tenant's held rows are
+    /// looked at again (as a runtime resume does).
+    pub(crate) fn reconfigure(&mut self, routes: &Routes) {
+        self.book.lock().unwrap_or_else(|p| p.into_inner()).config = routes.paused.clone();
+        let before = self.paused.clone();
+        self.refresh(routes);
+        if !before.is_subset(&self.paused) {
+            for t in routes.tenants.keys() {
+                self.unhold.insert(*t, None);
+            }
+        }
+    }
+
     /// Recomputes the pipeline's copy of the pauses and the paused-sinks gauge.
     fn refresh(&mut self, routes: &Routes) {
         self.paused = self

@@ -14,9 +14,17 @@ use std::time::Duration;
 use ankusa_sinks::Outcome;
 use rand::Rng;
 
+/// The statuses retried under every policy: 408 Request Timeout, 425 Too Early
+/// and 429 Too Many Requests mean "later" by definition, so a
+/// `retry.retry_statuses` list that leaves them out still retries them (with
+/// their Retry-After). Dead-lettering a 429 at its first attempt would turn a
+/// receiver's request to slow down into lost deliveries.
+pub const ALWAYS_RETRIED: [u16; 3] = [408, 425, 429];
+
 /// A set of HTTP error statuses (400-599): the ones a sink entry retries
-/// (`retry.retry_statuses`). [`RetryStatuses::default`] is the default list:
-/// 408, 425, 429 and every 5xx ([`Outcome::retried_by_default`]).
+/// (`retry.retry_statuses`, plus [`ALWAYS_RETRIED`]). [`RetryStatuses::default`]
+/// is the default list: 408, 425, 429 and every 5xx
+/// ([`Outcome::retried_by_default`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct RetryStatuses {
     /// Bit `s - 400` for status `s`.
@@ -29,11 +37,12 @@ impl RetryStatuses {
         RetryStatuses { bits: [0; 4] }
     }
 
-    /// The statuses of `list`. A status outside 400-599 is not an HTTP error
-    /// status and is left out (the configuration refuses it at load).
+    /// The statuses of `list` and [`ALWAYS_RETRIED`]. A status outside
+    /// 400-599 is not an HTTP error status and is left out (the configuration
+    /// refuses it at load).
     pub fn from_statuses(list: impl IntoIterator<Item = u16>) -> RetryStatuses {
         let mut set = RetryStatuses::none();
-        for s in list {
+        for s in list.into_iter().chain(ALWAYS_RETRIED) {
             if (400..=599).contains(&s) {
                 let i = usize::from(s - 400);
                 set.bits[i / 64] |= 1 << (i % 64);
@@ -228,9 +237,11 @@ mod tests {
         assert!((500..=599).all(|s| d.contains(s)));
         assert!(!d.contains(404) && !d.contains(410) && !d.contains(200) && !d.contains(600));
         assert_eq!(d.iter().count(), 103);
+        // A list keeps 408, 425 and 429 ("later" by definition) and drops
+        // what is not an HTTP error status.
         let s = RetryStatuses::from_statuses([404, 409, 599, 200, 600, 399]);
-        assert_eq!(s.iter().collect::<Vec<_>>(), [404, 409, 599]);
-        assert_eq!(format!("{s:?}"), "{404, 409, 599}");
+        assert_eq!(s.iter().collect::<Vec<_>>(), [404, 408, 409, 425, 429, 599]);
+        assert_eq!(format!("{s:?}"), "{404, 408, 409, 425, 429, 599}");
     }
 
     #[test]

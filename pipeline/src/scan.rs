@@ -220,6 +220,16 @@ pub(crate) const SHALLOW_VISITS: u32 = 16;
 pub(crate) const SOURCES_KEPT: usize = 65_536;
 
 impl Scanner {
+    /// A reload's tenants' sink entries ([`crate::tenant_routes_of`]).
+    pub(crate) fn set_tenant_routes(
+        &mut self,
+        tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>>,
+    ) {
+        self.tenant_routes = tenant_routes;
+        // What recent visits met was of the old entries.
+        self.shallow_visits.clear();
+    }
+
     pub(crate) fn new(tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>>) -> Scanner {
         Scanner {
             cursors: Cursors::new(),

@@ -10,7 +10,7 @@ use ankusa_keys::{SinkIx, SourceId};
 
 use crate::DispatchConfig;
 use crate::breaker::BreakerKey;
-use crate::limit::Limiter;
+use crate::limit::{Limiter, LimiterClock, RateLimit};
 
 /// Calls in flight and rate limiters.
 pub(crate) struct Slots {
@@ -18,17 +18,35 @@ pub(crate) struct Slots {
     total: usize,
     bytes: u64,
     /// One limiter per sink entry with a `rate_limit`, on the pipeline's
-    /// clock.
-    limiters: HashMap<(SourceId, SinkIx), Limiter>,
+    /// clock, with the limit it enforces.
+    limiters: HashMap<(SourceId, SinkIx), (RateLimit, Limiter)>,
 }
 
 impl Slots {
-    pub(crate) fn new(limiters: HashMap<(SourceId, SinkIx), Limiter>) -> Slots {
+    pub(crate) fn new(limiters: HashMap<(SourceId, SinkIx), (RateLimit, Limiter)>) -> Slots {
         Slots {
             in_flight: HashMap::new(),
             total: 0,
             bytes: 0,
             limiters,
+        }
+    }
+
+    /// A reload's rate limits: an entry whose limit is unchanged keeps its
+    /// limiter (and the calls it has counted); the others get a new one, or
+    /// none.
+    pub(crate) fn set_limits(
+        &mut self,
+        limits: &HashMap<(SourceId, SinkIx), RateLimit>,
+        clock: &LimiterClock,
+    ) {
+        let mut old = std::mem::take(&mut self.limiters);
+        for (id, limit) in limits {
+            let kept = old.remove(id).filter(|(was, _)| was == limit);
+            let made = || crate::limit::limiter(*limit, clock).map(|l| (*limit, l));
+            if let Some(l) = kept.or_else(made) {
+                self.limiters.insert(*id, l);
+            }
         }
     }
 
@@ -76,7 +94,7 @@ impl Slots {
     /// place in the entry's rate); else the unix ms from which the next one
     /// may start. Never sleeps.
     pub(crate) fn rate_limited(&self, id: (SourceId, SinkIx), now: u64) -> Option<u64> {
-        let limiter = self.limiters.get(&id)?;
+        let (_, limiter) = self.limiters.get(&id)?;
         match limiter.check() {
             Ok(()) => None,
             Err(not_until) => {

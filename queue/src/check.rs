@@ -3,12 +3,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ankusa_engine::{Batch, COUNTER_CF, Cf, Direction, Read, encode_counter, scan_pages};
+use ankusa_engine::{Batch, COUNTER_CF, Cf, Direction, KeyRange, Read, encode_counter, scan_pages};
+use ankusa_keys::meta::{SEQ_HIGH_WATER_KEY, decode_seq_high_water};
 use ankusa_keys::{
     ActiveKey, CounterField, CounterKey, DeadLetterKey, DeadLetterValue, DedupeKey, DedupeValue,
     DeliveryKey, DeliveryRow, DueKey, DueKind, DueValue, Family, HookKey, InFlightKey,
     InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey,
-    LaneMemberValue, QuarantinedKey, QuarantinedValue, RowState, TenantOrd, counter_key,
+    LaneMemberValue, QuarantinedKey, QuarantinedValue, RowState, Seq, TenantOrd, counter_key,
     decode_counter_value, decode_empty_value, deliveries_range, family_range, hooks_range,
     is_sentinel,
 };
@@ -134,9 +135,105 @@ pub enum Violation {
         /// The row.
         row: RowId,
     },
+    /// 6: a hook (or delivery row) stored above the seq high-water mark.
+    /// Not among [`check_store`]'s: the pure builders' model stores have no
+    /// mark (the Writer alone writes it); [`seq_above_high_water`] checks it,
+    /// for `ankusa store check`, `store import` and the Writer's start.
+    SeqAboveHighWater(SeqAboveHighWater),
 }
 
-/// Checks the five invariants of docs/design.md section 4 over everything `read` sees
+/// A stored seq above the seq high-water mark (invariant 6, docs/design.md
+/// section 4): the Writer gives out seqs from the mark up, so new hooks would
+/// overwrite stored ones. Only a store not written by the relay itself has
+/// one (a dump edited or cut by hand, a copy of files from two stores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeqAboveHighWater {
+    /// The tenant of the highest stored seq.
+    pub tenant: TenantOrd,
+    /// The highest seq a hook or a delivery row of the store has.
+    pub seq: Seq,
+    /// The stored mark (0 when there is none).
+    pub high_water: Seq,
+}
+
+impl std::fmt::Display for SeqAboveHighWater {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the store holds hook seq {} (tenant ordinal {}) above its seq high-water mark {} \
+             (meta key `seq_high_water`): new hooks would take seqs from {} on and overwrite stored ones",
+            self.seq.0,
+            self.tenant.0,
+            self.high_water.0,
+            self.high_water.0 + 1
+        )
+    }
+}
+
+/// The highest seq under any tenant of `cf` (keys `ord:32, seq:64, ...`):
+/// one reverse seek per tenant present, never a scan of the rows. A key
+/// that does not decode is passed over (it is [`check_store`]'s to report).
+fn highest_seq(
+    read: &impl Read,
+    cf: Cf,
+    whole: KeyRange,
+    decode: impl Fn(&[u8]) -> Option<(TenantOrd, Seq)>,
+) -> Result<Option<(TenantOrd, Seq)>, QueueError> {
+    let mut best: Option<(TenantOrd, Seq)> = None;
+    let mut end = whole.end.clone();
+    loop {
+        let range = KeyRange::new(whole.start.clone(), end);
+        let Some((k, _)) = read
+            .scan(cf, &range, Direction::Reverse, 1)?
+            .into_iter()
+            .next()
+        else {
+            return Ok(best);
+        };
+        end = match decode(&k) {
+            Some((tenant, seq)) => {
+                if best.is_none_or(|(_, b)| seq > b) {
+                    best = Some((tenant, seq));
+                }
+                // Next: below this tenant's first key.
+                tenant.0.to_be_bytes().to_vec()
+            }
+            None => k.to_vec(),
+        };
+    }
+}
+
+/// Invariant 6 (docs/design.md section 4): `Some` when a hook or a delivery
+/// row is stored above the seq high-water mark. Reads the mark and, per
+/// tenant, the last key of cf `hooks` and of cf `deliveries`: cheap enough
+/// for every start (the Writer refuses such a store) and every import.
+///
+/// # Errors
+/// Engine errors; a key or a mark that does not decode.
+pub fn seq_above_high_water(read: &impl Read) -> Result<Option<SeqAboveHighWater>, QueueError> {
+    let high_water = match read.get(Cf::Meta, SEQ_HIGH_WATER_KEY)? {
+        Some(v) => decode_seq_high_water(&v)?,
+        None => Seq(0),
+    };
+    let hooks = highest_seq(read, Cf::Hooks, hooks_range(), |k| {
+        HookKey::decode(k).ok().map(|h| (h.tenant, h.seq))
+    })?;
+    let rows = highest_seq(read, Cf::Deliveries, deliveries_range(), |k| {
+        DeliveryKey::decode(k).ok().map(|d| (d.tenant, d.seq))
+    })?;
+    Ok(hooks
+        .into_iter()
+        .chain(rows)
+        .max_by_key(|(_, seq)| *seq)
+        .filter(|(_, seq)| *seq > high_water)
+        .map(|(tenant, seq)| SeqAboveHighWater {
+            tenant,
+            seq,
+            high_water,
+        }))
+}
+
+/// Checks invariants 1 to 5 of docs/design.md section 4 over everything `read` sees
 /// (pass a snapshot for a consistent answer) and returns every violation found,
 /// not just the first: empty when the store is consistent. Sentinels are
 /// skipped. Counters checked per tenant: pending, bytes, in_flight, dead,

@@ -26,6 +26,8 @@
 //! 4. A tenant with a ?D row that is not held (docs/design.md section 5,
 //!    "Pause") has an ?A marker.
 //! 5. A delivery row's envelope exists in `hooks`.
+//! 6. No hook or delivery row is stored above the seq high-water mark (the
+//!    Writer gives out seqs above it: [`seq_above_high_water`]).
 //!
 //! # Decisions where docs/design.md and ADR 0004 are silent
 //! - A row's size ([`hook_size`]) is the length of its stored envelope.
@@ -101,7 +103,8 @@ pub use admin::{
 };
 pub use admission::{hook_size, is_purging, live_dedupe};
 pub use check::{
-    Census, CheckReport, CounterFix, Violation, check_invariants, check_store, counter_fix_batch,
+    Census, CheckReport, CounterFix, SeqAboveHighWater, Violation, check_invariants, check_store,
+    counter_fix_batch, seq_above_high_water,
 };
 pub use ingest::{
     Hook, NewRow, QuarantinePage, Quarantined, drop_quarantined, list_quarantined, new_ops,

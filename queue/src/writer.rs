@@ -672,13 +672,31 @@ impl<K: Kv> Writer<K> {
     /// tests pass their own).
     ///
     /// # Errors
-    /// The engine's error reading the high-water mark, or a corrupt mark.
+    /// The engine's error reading the high-water mark, a corrupt mark, or a
+    /// store holding a hook above the mark (invariant 6: new hooks would
+    /// overwrite it).
     pub fn new(
         kv: Arc<K>,
         cfg: WriterConfig,
         clock: impl Fn() -> u64 + Send + 'static,
     ) -> Result<(Writer<K>, WriterHandle), EngineError> {
         let high = seq_high_water(&*kv)?.0;
+        // Invariant 6: seqs are given out from the mark up, so a store with a
+        // hook above it would have that hook overwritten.
+        match crate::check::seq_above_high_water(&*kv) {
+            Ok(None) => {}
+            Ok(Some(v)) => {
+                return Err(EngineError::Corrupt {
+                    what: v.to_string(),
+                });
+            }
+            Err(crate::QueueError::Engine(e)) => return Err(e),
+            Err(e) => {
+                return Err(EngineError::Corrupt {
+                    what: format!("reading the highest stored seq: {e}"),
+                });
+            }
+        }
         let purging = crate::read_purges(&*kv)
             .map_err(|e| EngineError::Corrupt {
                 what: format!("purge marks: {e}"),

@@ -414,7 +414,7 @@ async fn bad_input_to_every_route_is_a_4xx_json_error() {
 /// and nothing changes; and 401 without the token on every one of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_and_no_token_on_every_new_route_are_4xx() {
-    const TOKEN: &str = "operate-token";
+    const TOKEN: &str = "operate-token-4c1d9e";
     let sink = Sink::ok().await;
     let relay = Relay::start(
         &config(

@@ -15,7 +15,7 @@ const LONG: Duration = Duration::from_secs(120);
 /// and changes nothing, and the exit codes say what happened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_prints_json_refuses_drops_without_yes_and_exits_with_its_codes() {
-    const TOKEN: &str = "cli-token";
+    const TOKEN: &str = "cli-token-8e2f4a7b";
     let sink = Sink::start(|_| Reply::Status(400)).await;
     let yaml = two_sources(&sink, "memory", "").replace(
         "listeners: {ingest: '{INGEST}', admin: '{ADMIN}'}",

@@ -50,6 +50,7 @@ mod rabbitmq;
 mod ratelimit;
 #[cfg(feature = "redis")]
 mod redis;
+mod reload;
 mod replay;
 mod restart;
 mod retention;

@@ -189,11 +189,13 @@ sources:
         on_commit: Box::new(move || {
             w.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }),
-        sources: build_routes(&cfg, &registry).expect("routes"),
-        body_limit_bytes: 1 << 20,
+        routes: arc_swap::ArcSwap::from_pointee(ankusa_edge::server::IngestRoutes {
+            sources: build_routes(&cfg, &registry).expect("routes"),
+            body_limit_bytes: 1 << 20,
+            node_max_pending: 1000,
+            node_max_pending_bytes: 1 << 30,
+        }),
         max_connections: ankusa_edge::server::MAX_CONNECTIONS,
-        node_max_pending: 1000,
-        node_max_pending_bytes: 1 << 30,
         shutting_down: Arc::new(AtomicBool::new(false)),
         reservations: Default::default(),
         stats: Arc::new(EdgeStats::default()),

@@ -217,14 +217,42 @@ impl Relay {
         }
     }
 
-    fn spawn(&mut self) -> Child {
-        let yaml = self
-            .template
+    /// The template with its placeholders filled.
+    fn render(&self) -> String {
+        self.template
             .replace("{INGEST}", &self.ingest.to_string())
             .replace("{ADMIN}", &self.admin.to_string())
             .replace("{DATA}", &self.data_dir().display().to_string())
-            .replace("{DIR}", &self.dir.path().display().to_string());
-        std::fs::write(self.config_path(), yaml).expect("write config");
+            .replace("{DIR}", &self.dir.path().display().to_string())
+    }
+
+    /// Writes `template` (placeholders as in [`Relay::start`]) to the
+    /// running relay's configuration file: what its next reload reads, and
+    /// its next restart runs.
+    pub fn rewrite_config(&mut self, template: &str) {
+        self.set_template(template);
+        std::fs::write(self.config_path(), self.render()).expect("write config");
+    }
+
+    /// Sends SIGHUP (a reload).
+    pub fn sighup(&self) {
+        let status = Command::new("kill")
+            .arg("-HUP")
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -HUP failed");
+    }
+
+    /// Whether the process is still running (not exited).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().expect("try_wait").is_none())
+    }
+
+    fn spawn(&mut self) -> Child {
+        std::fs::write(self.config_path(), self.render()).expect("write config");
         self.runs += 1;
         let log = self.dir.path().join(format!("relay-{}.log", self.runs));
         let out = File::create(&log).expect("log file");

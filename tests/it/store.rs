@@ -161,7 +161,8 @@ sources:
         "violation: counter pending of tenant default holds 8, its keys add up to 5 (invariant 3",
         "violation: row default.999.0 is in no index (its state says due (?D)) (invariant 1)",
         "violation: row default.999.0 has no envelope in cf hooks (invariant 5)",
-        ": 3 violations",
+        "violation: tenant default stores hook seq 999 above the seq high-water mark 5: new hooks would overwrite stored ones (invariant 6)",
+        ": 4 violations",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
@@ -174,7 +175,7 @@ sources:
         "repaired 2 counters in one batch:",
         "  pending of tenant default: 8 -> 5",
         "  pending of the node aggregate: 8 -> 5",
-        ": 2 violations",
+        ": 3 violations",
     ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}");
     }
@@ -296,4 +297,116 @@ async fn store_check_names_a_store_dir_it_cannot_read() {
         out.contains(&format!("{}: cannot read it (", store.display())),
         "{out}"
     );
+}
+
+/// Invariant 6: a store whose seq high-water mark is below a stored hook's
+/// seq (a relay's store with its mark lowered with the engine, as an edited
+/// dump would carry it) is named by `store check` (exit 1), refused by
+/// `serve` before it writes anything, and its dump refused by `store import`
+/// (exit 1, no store made); with the mark put back, the store checks clean
+/// and serves. Before, such a dump imported, passed `store check`, and the
+/// relay then overwrote stored hooks with new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seq_high_water_mark_below_a_stored_seq_is_refused_by_check_serve_and_import() {
+    let sink = Sink::ok().await;
+    let mut relay = Relay::start(&config(
+        "rocksdb",
+        &format!(
+            "sources:\n  - name: s\n    sinks: [{{type: http, url: '{}'}}]\n",
+            sink.url()
+        ),
+    ))
+    .await;
+    for i in 0..3 {
+        relay
+            .post("/hooks/s", &[JSON], format!("{{\"i\":{i}}}"))
+            .await
+            .id();
+    }
+    until(
+        "three hooks delivered",
+        Duration::from_secs(60),
+        async || (sink.delivered().len() == 3).then_some(()),
+    )
+    .await;
+    relay.sigterm();
+    let status = relay.wait_exit(Duration::from_secs(60)).await;
+    assert!(status.success(), "{status}");
+    let data = relay.data_dir();
+    let mark = |seq: u64| {
+        let mut b = Batch::new();
+        b.put(
+            Cf::Meta,
+            ankusa_keys::meta::SEQ_HIGH_WATER_KEY.to_vec(),
+            ankusa_keys::meta::encode_seq_high_water(Seq(seq)).to_vec(),
+        );
+        b
+    };
+    plant("rocksdb", &data, mark(1));
+
+    let (status, out) = store_check(&data, &[]);
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("stores hook seq 3 above the seq high-water mark 1")
+            && out.contains("(invariant 6)"),
+        "{out}"
+    );
+
+    let (status, log) = relay.restart_refused().await;
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains(
+            "the store holds hook seq 3 (tenant ordinal 1) above its seq high-water mark 1"
+        ),
+        "{log}"
+    );
+
+    let dump = data.parent().expect("parent").join("low-mark.dump");
+    let (status, out) = run_cli(
+        &[
+            OsStr::new("store"),
+            OsStr::new("export"),
+            data.as_os_str(),
+            dump.as_os_str(),
+        ],
+        data.parent().expect("parent"),
+    );
+    assert!(status.success(), "{out}");
+    let target = data.parent().expect("parent").join("imported");
+    let (status, out) = run_cli(
+        &[
+            OsStr::new("store"),
+            OsStr::new("import"),
+            dump.as_os_str(),
+            target.as_os_str(),
+            OsStr::new("--store"),
+            OsStr::new("fjall"),
+        ],
+        data.parent().expect("parent"),
+    );
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("the dump is refused, nothing was imported: the store holds hook seq 3"),
+        "{out}"
+    );
+    assert!(
+        !target.exists(),
+        "a refused import left {}",
+        target.display()
+    );
+
+    plant("rocksdb", &data, mark(3));
+    let (status, out) = store_check(&data, &[]);
+    assert_eq!(status.code(), Some(0), "{out}");
+    relay.restart().await;
+    let id = relay
+        .post("/hooks/s", &[JSON], "{\"i\":3}".to_owned())
+        .await
+        .id();
+    until(
+        "the fourth hook delivered",
+        Duration::from_secs(60),
+        async || sink.delivered().iter().any(|r| r.id() == id).then_some(()),
+    )
+    .await;
 }

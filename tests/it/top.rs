@@ -17,7 +17,7 @@ use crate::relay::{Relay, config};
 use crate::sink::{Reply, Sink, until};
 
 const LONG: Duration = Duration::from_secs(120);
-const TOKEN: &str = "top-token";
+const TOKEN: &str = "top-token-3b9d1c6e";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_once_shows_every_figure_of_a_settled_relay() {

@@ -43,6 +43,7 @@ fn dead_view<K: Kv>(
 ) -> Result<DeadLetter, ApiError> {
     let tenant = state
         .registry
+        .load()
         .tenant_name(d.row.tenant)
         .unwrap_or("?")
         .to_owned();
@@ -50,10 +51,13 @@ fn dead_view<K: Kv>(
         Some(e) => Some(e.clone()),
         None => envelopes.get(&*state.kv, d.row)?,
     };
-    let source = env
-        .as_ref()
-        .and_then(|e| state.registry.source_name(e.source))
-        .map(str::to_owned);
+    let source = env.as_ref().and_then(|e| {
+        state
+            .registry
+            .load()
+            .source_name(e.source)
+            .map(str::to_owned)
+    });
     let row = match state.kv.get(
         Cf::Deliveries,
         &delivery_key(d.row.tenant, d.row.seq, d.row.sink),
@@ -119,7 +123,7 @@ fn one<K: Kv>(
     state: &AdminState<K>,
     id: &str,
 ) -> Result<(RowId, Option<DeadLetterValue>), ApiError> {
-    let row = parse_row_id(&state.registry, id)?;
+    let row = parse_row_id(&state.registry.load(), id)?;
     let value = state
         .kv
         .get(Cf::Index, &dead_letter_key(row.tenant, row.seq, row.sink))?;
@@ -161,7 +165,7 @@ pub(crate) fn revive<K: Kv>(
     q: Query,
 ) -> Result<Revived, ApiError> {
     q.finish()?;
-    let row = parse_row_id(&state.registry, id)?;
+    let row = parse_row_id(&state.registry.load(), id)?;
     let laned = dlq::revive(state, row, id)?;
     Ok(Revived {
         id: id.to_owned(),
@@ -178,7 +182,7 @@ pub(crate) fn drop_one<K: Kv>(
     q: Query,
 ) -> Result<Dropped, ApiError> {
     q.finish()?;
-    let row = parse_row_id(&state.registry, id)?;
+    let row = parse_row_id(&state.registry.load(), id)?;
     dlq::drop_one(state, row, id)?;
     Ok(Dropped {
         id: id.to_owned(),

@@ -253,6 +253,49 @@ impl<K: Kv> Collector for StoreCollector<K> {
             c.metric_type(),
         )?;
         c.encode(m)?;
+        // The configuration's reloads (docs/design.md section 5, "Reload").
+        if let Some(reload) = &self.state.reload {
+            let st = reload.status();
+            let mut family = encoder.encode_descriptor(
+                "ankusa_config_reloads",
+                "Configuration reloads since the start, by result (applied, refused)",
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (result, n) in [
+                ("applied", st.reloads_applied),
+                ("refused", st.reloads_refused),
+            ] {
+                let labels = [("result", result)];
+                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+            }
+            let g = ConstGauge::new(i64::try_from(st.loaded_at_ms / 1000).unwrap_or(i64::MAX));
+            let m = encoder.encode_descriptor(
+                "ankusa_config_loaded_timestamp_seconds",
+                "When the configuration running was loaded (the start or the last reload applied), unix seconds",
+                None,
+                g.metric_type(),
+            )?;
+            g.encode(m)?;
+        }
+        let auth = &self.state.auth_failures;
+        let auth: [(&str, &str, &AtomicU64); 2] = [
+            (
+                "ankusa_admin_auth_failures",
+                "Admin requests refused 401 for a missing or wrong bearer token",
+                &auth.failed,
+            ),
+            (
+                "ankusa_admin_auth_throttled",
+                "Admin requests answered 429 because their client address kept sending wrong bearer tokens",
+                &auth.throttled,
+            ),
+        ];
+        for (name, help, v) in auth {
+            let c = ConstCounter::new(v.load(Ordering::Relaxed));
+            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(m)?;
+        }
         let listeners = [
             ("ingest", &s.ingest_connections),
             ("admin", &self.state.connections),

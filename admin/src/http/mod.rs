@@ -11,18 +11,23 @@
 //!   `Authorization: Bearer <token>` (`/metrics` only with
 //!   `listeners.metrics_require_token`); the token is compared in constant
 //!   time (SHA-256 of both sides, then `subtle`), and a missing or wrong one
-//!   is 401 `unauthorized` with nothing changed.
+//!   is 401 `unauthorized` with nothing changed. Wrong tokens are counted
+//!   and logged, and a client address that keeps sending them is answered
+//!   429 for a while ([`auth`]).
 //! - Without a token the configuration only binds loopback (a load rule) and
 //!   [`serve_admin`] logs at start that the API is open. A browser on that
 //!   machine reaches loopback for every page it shows, so such a relay
 //!   refuses (403 `forbidden`, [`browser_guard`]) a request whose `Origin`
 //!   is another site (a cross-site form or `fetch`: CSRF) and a `/v1/`
-//!   request whose `Host` is a name other than `localhost` (DNS rebinding).
+//!   or `/metrics` request whose `Host` is a name other than `localhost`
+//!   (DNS rebinding).
 //!   Clients that are not browsers send no `Origin`; the console sends its
 //!   own.
 //! - At most [`AdminState::max_connections`] connections (the relay derives
-//!   it from its file-descriptor limit, at most [`MAX_ADMIN_CONNECTIONS`]; past
-//!   it a connection is answered 503 and closed); a request's headers within
+//!   it from its file-descriptor limit, at most [`MAX_ADMIN_CONNECTIONS`]); at
+//!   the cap a new connection closes the oldest idle one, and only when every
+//!   connection is inside a request is it answered 503 and closed ([`conns`]:
+//!   idle connections must not keep the probes out); a request's headers within
 //!   [`ADMIN_HEADER_READ_TIMEOUT`] (a connection that sends half a request, or
 //!   stays idle that long, is closed); request bodies at most
 //!   [`ADMIN_BODY_LIMIT_BYTES`] (413) within [`ADMIN_BODY_READ_TIMEOUT`].
@@ -49,6 +54,9 @@
 //! label comes from a key, a tenant or a lane, so the series count is fixed.
 
 pub mod api;
+pub mod auth;
+mod config;
+mod conns;
 pub mod console;
 mod dlq;
 pub mod jobs;
@@ -68,7 +76,8 @@ use ankusa_queue::metrics::{DeliveryMetrics, WriterMetrics};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{
-    ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue, ORIGIN, WWW_AUTHENTICATE,
+    ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue, ORIGIN, RETRY_AFTER,
+    WWW_AUTHENTICATE,
 };
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -89,8 +98,9 @@ use crate::context::Context;
 
 /// The most admin connections a relay holds open at once, whatever its
 /// file-descriptor limit ([`AdminState::max_connections`] is derived from that
-/// limit, at most this); past the cap a connection is answered 503 and
-/// closed, so idle sockets cannot exhaust file descriptors.
+/// limit, at most this); at the cap a new connection takes the place of the
+/// oldest idle one, or is answered 503 and closed when all are busy, so idle
+/// sockets can exhaust neither file descriptors nor the probes' room.
 pub const MAX_ADMIN_CONNECTIONS: usize = 256;
 /// How long a connection may take to send a request's headers (and the idle
 /// time allowed between keep-alive requests).
@@ -207,6 +217,8 @@ const ROUTES: &[(&str, &str, Handler)] = &[
         "/v1/jobs/{id}/cancel",
         Handler::Api(ApiRoute::CancelJob),
     ),
+    ("GET", "/v1/config", Handler::Api(ApiRoute::GetConfig)),
+    ("POST", "/v1/reload", Handler::Api(ApiRoute::Reload)),
 ];
 
 /// Every route of the admin listener as `(method, path pattern)`: the
@@ -253,6 +265,8 @@ enum ApiRoute {
     CreateJob,
     GetJob,
     CancelJob,
+    GetConfig,
+    Reload,
 }
 
 /// Reads a breaker: `(tenant, source, sink index, now_ms)`.
@@ -310,6 +324,8 @@ pub struct AdminState<K: Kv> {
     /// The `version` label of `ankusa_build_info` (the relay sets its own;
     /// the default is this crate's).
     pub version: &'static str,
+    /// Wrong bearer tokens: counted, logged, and their senders slowed.
+    pub auth_failures: auth::AuthFailures,
 }
 
 impl<K: Kv> std::ops::Deref for AdminState<K> {
@@ -339,6 +355,7 @@ impl<K: Kv> AdminState<K> {
             breakers_by_kind: Box::new(|_| Vec::new()),
             writer: Arc::new(WriterMetrics::default()),
             version: env!("CARGO_PKG_VERSION"),
+            auth_failures: auth::AuthFailures::default(),
         }
     }
 }
@@ -382,6 +399,22 @@ fn token_matches(header: Option<&HeaderValue>, token: &str) -> bool {
     bool::from(subtle::ConstantTimeEq::ct_eq(a.as_slice(), b.as_slice()))
 }
 
+/// The 429 for a client address that has spent its wrong tokens
+/// ([`auth::AuthFailures::admit`]): `Retry-After` in whole seconds, rounded up.
+fn too_many_wrong_tokens(wait: Duration) -> Resp {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let secs = secs.max(1);
+    let mut r = error_resp(&ApiError {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        code: "too_many_requests",
+        message: format!(
+            "too many wrong bearer tokens from this address: retry in {secs} s (every request of it that needs the token waits, the right token included)"
+        ),
+    });
+    r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
+    r
+}
+
 /// The browser's attacks on an admin listener without a token
 /// (docs/design.md section 5, "Admin API"), checked before any route:
 /// `None` to go on, or the 403 `forbidden` to answer.
@@ -390,9 +423,10 @@ fn token_matches(header: Option<&HeaderValue>, token: &str) -> bool {
 ///   (`http://` or `https://` and the `Host` value): another site's page
 ///   posting to it (a form, or `fetch` with `mode: 'no-cors'`, needs no
 ///   preflight and so no CORS answer).
-/// - For `/v1/` paths, `host` (the `Host` header) naming anything but an IP
-///   address or `localhost`: a page whose own name was re-pointed at
-///   127.0.0.1 (DNS rebinding) reading the API as its own origin.
+/// - For `/v1/` paths and `/metrics`, `host` (the `Host` header) naming
+///   anything but an IP address or `localhost`: a page whose own name was
+///   re-pointed at 127.0.0.1 (DNS rebinding) reading the API or the figures
+///   (tenants' backlogs, delivery rates) as its own origin.
 ///
 /// A request without `Host` (HTTP/1.0) or `Origin` is not a browser's and
 /// goes on.
@@ -423,7 +457,7 @@ fn browser_guard(
             )));
         }
     }
-    if path.starts_with("/v1/")
+    if (path.starts_with("/v1/") || path == "/metrics")
         && let Some(host) = host
     {
         let name = match host.strip_prefix('[') {
@@ -435,7 +469,7 @@ fn browser_guard(
         };
         if name.parse::<std::net::IpAddr>().is_err() && !name.eq_ignore_ascii_case("localhost") {
             return Some(forbidden(format!(
-                "Host {:?} is refused: this admin listener has no listeners.admin_token, so it answers the API only \
+                "Host {:?} is refused: this admin listener has no listeners.admin_token, so it answers the API and /metrics only \
                  at an IP address or localhost (a page's own name pointed at 127.0.0.1 must not read it); \
                  use http://127.0.0.1:PORT or set listeners.admin_token",
                 host.chars().take(100).collect::<String>()
@@ -472,9 +506,9 @@ pub async fn serve_admin<K: Kv>(
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    if state.config.listeners.admin_token.is_none() {
+    if state.config.load().listeners.admin_token.is_none() {
         warn!(
-            admin = %state.config.listeners.admin,
+            admin = %state.config.load().listeners.admin,
             "the admin API is open (no listeners.admin_token): anyone who can reach this loopback address can revive and drop dead letters"
         );
     }
@@ -488,7 +522,7 @@ pub async fn serve_admin<K: Kv>(
         state: Arc::clone(&state),
     }));
     let registry = Arc::new(registry);
-    let mut conns = tokio::task::JoinSet::new();
+    let mut conns = conns::Conns::default();
     let cap = state.max_connections.max(1);
     let counts = &state.connections;
     counts.cap.store(cap as u64, Ordering::Relaxed);
@@ -496,7 +530,7 @@ pub async fn serve_admin<K: Kv>(
     loop {
         counts.open.store(conns.len() as u64, Ordering::Relaxed);
         tokio::select! {
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            () = conns.ended() => {}
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
@@ -506,27 +540,41 @@ pub async fn serve_admin<K: Kv>(
                         continue;
                     }
                 };
+                // At the cap the oldest idle connection makes room (the
+                // probes must get through: `conns`); only a listener whose
+                // every connection is inside a request refuses.
                 if conns.len() >= cap {
-                    counts.refused.fetch_add(1, Ordering::Relaxed);
-                    debug!(%peer, cap, "admin connection refused: the listener holds its cap");
-                    let body = ApiError::unavailable(limits::cap_message("admin", cap)).body();
-                    limits::refuse_connection(stream, &body.to_string());
-                    continue;
+                    if conns.evict_idle() {
+                        debug!(%peer, cap, "the admin listener holds its cap: its oldest idle connection was closed to make room");
+                    } else {
+                        counts.refused.fetch_add(1, Ordering::Relaxed);
+                        debug!(%peer, cap, "admin connection refused: the listener holds its cap, every connection busy");
+                        let body = ApiError::unavailable(limits::cap_message("admin", cap)).body();
+                        limits::refuse_connection(stream, &body.to_string());
+                        continue;
+                    }
                 }
                 let state = Arc::clone(&state);
                 let registry = Arc::clone(&registry);
-                let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let state = Arc::clone(&state);
-                    let registry = Arc::clone(&registry);
-                    async move { Ok::<_, Infallible>(handle(state, registry, req).await) }
-                });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(ADMIN_HEADER_READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), svc);
-                conns.spawn(async move {
-                    if let Err(e) = conn.await {
-                        debug!(error = %e, %peer, "admin connection ended with an error");
+                let client = peer.ip();
+                conns.spawn(move |busy| {
+                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let state = Arc::clone(&state);
+                        let registry = Arc::clone(&registry);
+                        let guard = conns::Busy::new(&busy);
+                        async move {
+                            let resp = handle(state, registry, client, req).await;
+                            Ok::<_, Infallible>(resp.map(|body| conns::Tracked::new(body, guard)))
+                        }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(ADMIN_HEADER_READ_TIMEOUT)
+                        .serve_connection(TokioIo::new(stream), svc);
+                    async move {
+                        if let Err(e) = conn.await {
+                            debug!(error = %e, %peer, "admin connection ended with an error");
+                        }
                     }
                 });
             }
@@ -542,18 +590,20 @@ pub async fn serve_admin<K: Kv>(
 async fn handle<K: Kv>(
     state: Arc<AdminState<K>>,
     registry: Arc<MetricsRegistry>,
+    client: std::net::IpAddr,
     req: Request<hyper::body::Incoming>,
 ) -> Resp {
     let path = req.uri().path().to_owned();
     let token = state
         .config
+        .load()
         .listeners
         .admin_token
         .as_ref()
         .map(|t| t.expose().to_owned());
     let open = match path.as_str() {
         "/healthz" | "/readyz" => true,
-        "/metrics" => !state.config.listeners.metrics_require_token,
+        "/metrics" => !state.config.load().listeners.metrics_require_token,
         // The console's static files hold no data; the page sends the token
         // with every API call it makes.
         p => console::is_console_path(p),
@@ -564,20 +614,34 @@ async fn handle<K: Kv>(
     {
         return error_resp(&refused);
     }
-    if !open
-        && let Some(token) = &token
-        && !token_matches(req.headers().get(AUTHORIZATION), token)
-    {
-        let why = if req.headers().contains_key(AUTHORIZATION) {
-            "the bearer token is wrong"
-        } else {
-            "send Authorization: Bearer <listeners.admin_token>"
-        };
-        return error_resp(&ApiError {
-            status: StatusCode::UNAUTHORIZED,
-            code: "unauthorized",
-            message: why.into(),
-        });
+    if !open && let Some(token) = &token {
+        let now = std::time::Instant::now();
+        // Before the token is compared: a guesser must not learn at full
+        // speed which guess was right ([`auth`]).
+        if let Err(wait) = state.auth_failures.admit(client, now) {
+            return too_many_wrong_tokens(wait);
+        }
+        if !token_matches(req.headers().get(AUTHORIZATION), token) {
+            let sent = req.headers().contains_key(AUTHORIZATION);
+            if let Some(line) = state.auth_failures.failed(client, now) {
+                warn!(
+                    client = %line.client,
+                    failures = line.failures,
+                    path = %path.chars().take(100).collect::<String>(),
+                    "admin requests refused for a missing or wrong bearer token (failures since the last such line; the latest client shown)"
+                );
+            }
+            let why = if sent {
+                "the bearer token is wrong"
+            } else {
+                "send Authorization: Bearer <listeners.admin_token>"
+            };
+            return error_resp(&ApiError {
+                status: StatusCode::UNAUTHORIZED,
+                code: "unauthorized",
+                message: why.into(),
+            });
+        }
     }
     let matched: Vec<(&str, &str, Handler, Vec<&str>)> = ROUTES
         .iter()
@@ -754,6 +818,8 @@ fn route<K: Kv>(
         )),
         R::GetJob => ok(jobs::get(state, arg(0), q)?),
         R::CancelJob => ok(jobs::cancel(state, arg(0), q)?),
+        R::GetConfig => ok(config::get(state, q)?),
+        R::Reload => ok(config::reload(state, body, q)?),
     }
 }
 
@@ -835,8 +901,15 @@ mod tests {
                 "{path} {host:?} {origin:?}"
             );
         }
-        // Outside /v1/ the host is not checked (health, /metrics, the console's files).
-        assert_eq!(guard("/metrics", Some("relay-box:8081"), None), None);
+        // /metrics is checked as /v1/ is (a rebound page must not read the
+        // figures); health and the console's files (no data) are not.
+        assert_eq!(
+            guard("/metrics", Some("relay-box:8081"), None),
+            Some((403, "forbidden"))
+        );
+        assert_eq!(guard("/metrics", Some("127.0.0.1:8081"), None), None);
+        assert_eq!(guard("/metrics", Some("localhost:8081"), None), None);
+        assert_eq!(guard("/healthz", Some("relay-box:8081"), None), None);
         assert_eq!(guard("/console", Some("relay-box:8081"), None), None);
     }
 

@@ -44,11 +44,11 @@ fn target<K: Kv>(
     name: &str,
     sink: Option<&str>,
 ) -> Result<(PauseTarget, bool, &'static str), ApiError> {
-    let source: &Source = state
-        .config
+    let config = state.config.load();
+    let source: &Source = config
         .source(name)
         .ok_or_else(|| ApiError::not_found(format!("no source {name:?} in the configuration")))?;
-    let id = *state.registry.sources.get(name).ok_or_else(|| {
+    let id = *state.registry.load().sources.get(name).ok_or_else(|| {
         ApiError::not_found(format!("source {name:?} is not registered in the store"))
     })?;
     match sink {
@@ -157,7 +157,7 @@ pub(crate) fn change<K: Kv>(
     let runtime = ankusa_queue::read_pauses(&*state.kv)?;
     let source_paused = match target {
         PauseTarget::Sink(id, _) => {
-            state.config.source(source).is_some_and(|s| s.paused)
+            state.config.load().source(source).is_some_and(|s| s.paused)
                 || runtime.contains_key(&PauseTarget::Source(id))
         }
         PauseTarget::Source(_) => false,

@@ -32,11 +32,12 @@ pub(crate) fn list<K: Kv>(
         .transpose()?;
     let source = q.take("source");
     q.finish()?;
-    let ord = tenant_ord(&state.registry, tenant)?;
+    let ord = tenant_ord(&state.registry.load(), tenant)?;
     let only = match &source {
         Some(s) => Some(
             *state
                 .registry
+                .load()
                 .sources
                 .get(s)
                 .ok_or_else(|| ApiError::not_found(format!("no source {s:?}")))?,
@@ -61,8 +62,7 @@ pub(crate) fn list<K: Kv>(
             reason: h.reason.clone(),
             source: h
                 .source
-                .and_then(|s| state.registry.source_name(s))
-                .map(str::to_owned),
+                .and_then(|s| state.registry.load().source_name(s).map(str::to_owned)),
             received_at_ms: h.received_at_ms,
             received_at: h.received_at_ms.and_then(rfc3339),
             size_bytes: h.size_bytes,
@@ -86,7 +86,7 @@ fn held<K: Kv>(
     tenant: &str,
     seq: &str,
 ) -> Result<(ankusa_keys::TenantOrd, Seq, String), ApiError> {
-    let ord = tenant_ord(&state.registry, tenant)?;
+    let ord = tenant_ord(&state.registry.load(), tenant)?;
     let seq = parse_seq(seq)?;
     let reason = quarantine::reason(state, tenant, ord, seq)?;
     Ok((ord, seq, reason))
@@ -124,7 +124,7 @@ pub(crate) fn release<K: Kv>(
     q: Query,
 ) -> Result<Released, ApiError> {
     q.finish()?;
-    let ord = tenant_ord(&state.registry, tenant)?;
+    let ord = tenant_ord(&state.registry.load(), tenant)?;
     let seq = parse_seq(seq)?;
     let released = quarantine::release(state, tenant, ord, seq)?;
     Ok(Released {
@@ -144,7 +144,7 @@ pub(crate) fn drop_one<K: Kv>(
     q: Query,
 ) -> Result<Dropped, ApiError> {
     q.finish()?;
-    let ord = tenant_ord(&state.registry, tenant)?;
+    let ord = tenant_ord(&state.registry.load(), tenant)?;
     let seq = parse_seq(seq)?;
     quarantine::drop_one(state, tenant, ord, seq)?;
     Ok(Dropped {

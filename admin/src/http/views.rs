@@ -66,7 +66,8 @@ fn tenant_view<K: Kv>(
         Some((k, _)) => Some(DueKey::decode(&k).map_err(ApiError::store)?.due_ms),
         None => None,
     };
-    let configured = state.config.tenant(name);
+    let config = state.config.load();
+    let configured = config.tenant(name);
     Ok(Tenant {
         name: name.to_owned(),
         ordinal: ord.0,
@@ -136,7 +137,7 @@ pub(crate) fn get_tenant<K: Kv>(
     q: Query,
 ) -> Result<Tenant, ApiError> {
     q.finish()?;
-    let ord = tenant_ord(&state.registry, name)?;
+    let ord = tenant_ord(&state.registry.load(), name)?;
     tenant_view(state, name, ord, (state.clock)())
 }
 
@@ -200,17 +201,13 @@ fn source_view<K: Kv>(
     runtime: &ankusa_queue::PauseMap,
 ) -> api_types::Source {
     let now = (state.clock)();
-    let id = state.registry.sources.get(&s.name).copied();
+    let id = state.registry.load().sources.get(&s.name).copied();
     let source_runtime = id.and_then(|id| runtime.get(&PauseTarget::Source(id)));
     let source_paused = s.paused || source_runtime.is_some();
+    let config = state.config.load();
     let tenants: Vec<&str> = match &s.tenant {
         TenantBinding::Fixed(t) => vec![t.as_str()],
-        TenantBinding::Path => state
-            .config
-            .tenants
-            .iter()
-            .map(|t| t.name.as_str())
-            .collect(),
+        TenantBinding::Path => config.tenants.iter().map(|t| t.name.as_str()).collect(),
     };
     let sinks: Vec<Sink> = s
         .sinks
@@ -232,7 +229,7 @@ fn source_view<K: Kv>(
             let breakers: Vec<Breaker> = match id {
                 Some(id) => tenants
                     .iter()
-                    .filter_map(|t| Some((*t, *state.registry.tenants.get(*t)?)))
+                    .filter_map(|t| Some((*t, *state.registry.load().tenants.get(*t)?)))
                     .map(|(t, ord)| {
                         breaker_view(t, (state.breakers)(ord, id, SinkIx(e.index), now))
                     })
@@ -282,7 +279,8 @@ pub(crate) fn list_sources<K: Kv>(
         .map(|c| decode_cursor(CursorKind::Sources, &c))
         .transpose()?;
     q.finish()?;
-    let mut sources: Vec<&Source> = state.config.sources.iter().collect();
+    let config = state.config.load();
+    let mut sources: Vec<&Source> = config.sources.iter().collect();
     sources.sort_by(|a, b| a.name.cmp(&b.name));
     let start = cursor.unwrap_or_default();
     let rest: Vec<&Source> = sources
@@ -311,8 +309,8 @@ pub(crate) fn get_source<K: Kv>(
     q: Query,
 ) -> Result<api_types::Source, ApiError> {
     q.finish()?;
-    let s = state
-        .config
+    let config = state.config.load();
+    let s = config
         .source(name)
         .ok_or_else(|| ApiError::not_found(format!("no source {name:?} in the configuration")))?;
     let runtime = ankusa_queue::read_pauses(&*state.kv)?;
@@ -406,7 +404,8 @@ fn held_sinks<K: Kv>(
         return Ok(held);
     }
     let runtime = ankusa_queue::read_pauses(&*state.kv)?;
-    let configured = source_name.and_then(|n| state.config.source(n));
+    let config = state.config.load();
+    let configured = source_name.and_then(|n| config.source(n));
     for &sink in due {
         let by_config = configured
             .is_some_and(|s| s.paused || s.sinks.iter().any(|e| e.index == sink.0 && e.paused));
@@ -458,7 +457,11 @@ pub(crate) fn hook_view<K: Kv>(
     seq: Seq,
     env: &Envelope,
 ) -> Result<Hook, ApiError> {
-    let source = state.registry.source_name(env.source).map(str::to_owned);
+    let source = state
+        .registry
+        .load()
+        .source_name(env.source)
+        .map(str::to_owned);
     let rows = state.kv.scan(
         Cf::Deliveries,
         &deliveries_of_hook_range(ord, seq),
@@ -544,7 +547,7 @@ pub(crate) fn get_hook<K: Kv>(
     q: Query,
 ) -> Result<Hook, ApiError> {
     q.finish()?;
-    let ord = tenant_ord(&state.registry, tenant)?;
+    let ord = tenant_ord(&state.registry.load(), tenant)?;
     let env = read_envelope(&*state.kv, ord, seq)?.ok_or_else(|| {
         ApiError::not_found(format!(
             "tenant {tenant:?} has no hook {} (never stored, or removed by retention or a drop)",
@@ -592,7 +595,7 @@ pub(crate) fn find_hook<K: Kv>(
         ),
     ];
     for (from, until, cap) in windows {
-        for (name, &ord) in &state.registry.tenants {
+        for (name, &ord) in &state.registry.load().tenants {
             let range = archive_time_range(ord, from, until);
             let entries =
                 state
@@ -727,8 +730,8 @@ mod tests {
     fn held_rows_are_not_due_and_show_as_held() {
         let s = state();
         let kv = &*s.kv;
-        let ord = s.registry.tenants["default"];
-        let src = s.registry.sources["demo"];
+        let ord = s.registry.load().tenants["default"];
+        let src = s.registry.load().sources["demo"];
         ingest(kv, ord, src, 1, NOW);
         ingest(kv, ord, src, 2, NOW + 5);
         assert_eq!(oldest(&s), Some(NOW));

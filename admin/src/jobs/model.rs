@@ -261,19 +261,20 @@ pub(crate) fn source_tenants<K: Kv>(
     source: &str,
     only: Option<&str>,
 ) -> Result<Vec<TenantOrd>, JobError> {
-    let names: Vec<String> = match state.config.source(source).map(|s| &s.tenant) {
+    let names: Vec<String> = match state.config.load().source(source).map(|s| &s.tenant) {
         Some(ankusa_config::TenantBinding::Fixed(t)) => vec![t.clone()],
         Some(ankusa_config::TenantBinding::Path) => state
             .config
+            .load()
             .tenants
             .iter()
             .map(|t| t.name.clone())
             .collect(),
-        None => state.registry.tenants.keys().cloned().collect(),
+        None => state.registry.load().tenants.keys().cloned().collect(),
     };
     let mut ords: Vec<TenantOrd> = names
         .iter()
-        .filter_map(|n| state.registry.tenants.get(n).copied())
+        .filter_map(|n| state.registry.load().tenants.get(n).copied())
         .collect();
     if let Some(t) = only {
         let ord = state.tenant_ord(t)?;
@@ -295,7 +296,7 @@ pub(crate) fn scope_tenants<K: Kv>(
 ) -> Result<Vec<TenantOrd>, JobError> {
     let mut ords: Vec<TenantOrd> = match only {
         Some(t) => vec![state.tenant_ord(t)?],
-        None => state.registry.tenants.values().copied().collect(),
+        None => state.registry.load().tenants.values().copied().collect(),
     };
     ords.sort();
     Ok(ords)
@@ -307,6 +308,7 @@ pub(crate) fn registered_source<K: Kv>(
 ) -> Result<SourceId, JobError> {
     state
         .registry
+        .load()
         .sources
         .get(name)
         .copied()
@@ -318,6 +320,7 @@ pub(crate) fn registered_source<K: Kv>(
 pub(crate) fn tenant_name<K: Kv>(state: &Context<K>, ord: TenantOrd) -> String {
     state
         .registry
+        .load()
         .tenants
         .iter()
         .find(|(_, o)| **o == ord)

@@ -90,9 +90,10 @@ pub(super) fn step<K: Kv>(
             job.examined += 1;
             match job.kind {
                 JobKind::ReleaseQuarantined => {
+                    let routes = edge.routes.load();
                     let route = env
                         .as_ref()
-                        .and_then(|e| edge.sources.iter().find(|r| r.id == e.source));
+                        .and_then(|e| routes.sources.iter().find(|r| r.id == e.source));
                     let (Some(env), Some(route)) = (env.as_ref(), route) else {
                         job.skipped += 1; // no envelope, or its source is not configured
                         continue;

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use ankusa_edge::server::{Edge, SourceRoute};
+use ankusa_edge::server::{IngestRoutes, SourceRoute};
 use ankusa_edge::{Header, ParsedBody};
 use ankusa_engine::{Batch, Cf, Kv};
 use ankusa_keys::{
@@ -51,8 +51,8 @@ pub(super) fn plan<K: Kv>(
         .source
         .clone()
         .ok_or_else(|| JobError::invalid("a replay needs filter.source"))?;
-    let configured = state
-        .config
+    let config = state.config.load();
+    let configured = config
         .source(&source)
         .ok_or_else(|| JobError::not_found(format!("no source {source:?} in the configuration (a replay builds rows with its current sinks)")))?;
     registered_source(state, &source)?;
@@ -87,9 +87,10 @@ pub(super) fn plan<K: Kv>(
     Ok(plan)
 }
 
-/// The route of `source` in the running edge.
-fn route_of<'e, K: Kv>(edge: &'e Edge<K>, source: &str) -> Result<&'e SourceRoute, JobError> {
-    edge.sources
+/// The route of `source` in the running edge's routes.
+fn route_of<'r>(routes: &'r IngestRoutes, source: &str) -> Result<&'r SourceRoute, JobError> {
+    routes
+        .sources
         .iter()
         .find(|r| r.name == source)
         .ok_or_else(|| JobError::conflict(format!("source {source:?} is no longer configured")))
@@ -111,7 +112,9 @@ pub(super) fn step<K: Kv>(
         return Ok(Next::Stop);
     };
     let source = job.filter.source.clone().unwrap_or_default();
-    let route = route_of(&edge, &source)?;
+    // One configuration for the whole step (a reload replaces it whole).
+    let routes = edge.routes.load_full();
+    let route = route_of(&routes, &source)?;
     let tenants = source_tenants(state, &source, job.filter.tenant.as_deref())?;
     let bound = |ord: TenantOrd| {
         route
@@ -120,11 +123,12 @@ pub(super) fn step<K: Kv>(
             .chain(route.path_tenants.values())
             .find(|t| t.ord == ord)
             .map(|t| (t.max_pending, t.max_pending_bytes))
-            .unwrap_or((edge.node_max_pending, edge.node_max_pending_bytes))
+            .unwrap_or((routes.node_max_pending, routes.node_max_pending_bytes))
     };
     let chosen: Option<BTreeSet<SinkIx>> = job.sinks.as_ref().map(|names| {
         state
             .config
+            .load()
             .source(&source)
             .map(|s| {
                 s.sinks
@@ -146,8 +150,8 @@ pub(super) fn step<K: Kv>(
         let node_bytes = state.counter(TenantOrd::NODE, CounterField::Bytes)?;
         if state.counter(ord, CounterField::Pending)?.saturating_mul(2) >= max_rows
             || state.counter(ord, CounterField::Bytes)?.saturating_mul(2) >= max_bytes
-            || node_rows.saturating_mul(2) >= edge.node_max_pending
-            || node_bytes.saturating_mul(2) >= edge.node_max_pending_bytes
+            || node_rows.saturating_mul(2) >= routes.node_max_pending
+            || node_bytes.saturating_mul(2) >= routes.node_max_pending_bytes
         {
             let phase = "waiting for the tenant's queue to drain below half its bounds";
             if job.phase.as_deref() != Some(phase) {

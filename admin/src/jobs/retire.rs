@@ -156,8 +156,7 @@ pub(crate) fn finish<K: Kv>(
         .filter
         .source
         .as_deref()
-        .and_then(|s| state.registry.sources.get(s))
-        .copied()
+        .and_then(|s| state.registry.load().sources.get(s).copied())
         && let Ok(control) = state.pipeline()
     {
         match block(control.retire(id, None)) {

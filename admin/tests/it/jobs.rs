@@ -123,7 +123,7 @@ fn counter(ctx: &Context<MemoryKv>, ord: TenantOrd, field: CounterField) -> i64 
 async fn a_revive_job_revives_every_dead_letter_of_its_filter() {
     let (kv, registry) = store_with_dead_letters(300);
     let ctx = context(kv, registry);
-    let ord = ctx.registry.tenants["default"];
+    let ord = ctx.registry.load().tenants["default"];
     assert_eq!(counter(&ctx, ord, CounterField::Dead), 300);
     let filter = DlqFilter {
         tenant: Some("default".into()),

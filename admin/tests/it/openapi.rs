@@ -65,6 +65,8 @@ const TYPES: &[(&str, Through)] = &[
     ("QuarantineList", through::<api_types::QuarantineList>),
     ("QuarantinedHook", through::<api_types::QuarantinedHook>),
     ("Released", through::<api_types::Released>),
+    ("ConfigInfo", through::<api_types::ConfigInfo>),
+    ("Reloaded", through::<api_types::Reloaded>),
 ];
 
 fn type_of(schema: &str) -> Through {
@@ -476,6 +478,23 @@ fn samples() -> BTreeMap<&'static str, Vec<Value>> {
     s.insert(
         "Released",
         vec![json!({"id": "acme.44", "released": true, "source": "orders", "rows": 2})],
+    );
+    let config = json!({"file": "/etc/ankusa/ankusa.yaml", "hash": "9f2c", "loaded_at_ms": 1_700_000_000_000u64,
+                        "loaded_at": "2023-11-14T22:13:20Z", "reloads_applied": 3, "reloads_refused": 1});
+    s.insert(
+        "ConfigInfo",
+        vec![
+            config.clone(),
+            json!({"file": null, "hash": "00", "loaded_at_ms": 0, "loaded_at": "1970-01-01T00:00:00Z",
+                   "reloads_applied": 0, "reloads_refused": 0}),
+        ],
+    );
+    s.insert(
+        "Reloaded",
+        vec![
+            json!({"changes": ["source \"billing\" added"], "config": config}),
+            json!({"changes": [], "config": config}),
+        ],
     );
     s
 }

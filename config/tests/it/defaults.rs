@@ -114,7 +114,7 @@ fn an_almost_empty_file_takes_every_default() {
 fn every_section_option_is_read() {
     let c = ok("
 node: {name: relay-2, data_dir: /var/lib/ankusa, store: fjall, max_pending: 50, max_pending_bytes: 4096}
-listeners: {ingest: '0.0.0.0:9000', admin: '[::1]:9001', admin_token: t0ken, metrics_require_token: true, body_limit_bytes: 2048, body_budget_bytes: 4096}
+listeners: {ingest: '0.0.0.0:9000', admin: '[::1]:9001', admin_token: t0ken-0123456789abc, metrics_require_token: true, body_limit_bytes: 2048, body_budget_bytes: 4096}
 store_headers: {default: drop, headers: {X-Entity-Id: keep, authorization: hash}}
 dispatch: {batch: 16, sink_concurrency: 2, pipelined_concurrency: 9, admission_window: 100, admission_window_bytes: 1000, flush_interval_ms: 3}
 retry: {base_ms: 10, max_ms: 10, max_elapsed_ms: 60000}
@@ -194,7 +194,7 @@ sources:
     // metrics_require_token needs a token, given here; read as written.
     assert_eq!(
         c.listeners.admin_token.as_ref().map(|t| t.expose()),
-        Some("t0ken")
+        Some("t0ken-0123456789abc")
     );
 }
 

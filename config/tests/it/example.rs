@@ -18,7 +18,7 @@ pub(crate) fn example_path() -> PathBuf {
 }
 
 pub(crate) const EXAMPLE_ENV: [(&str, &str); 11] = [
-    ("ANKUSA_ADMIN_TOKEN", "admin-token"),
+    ("ANKUSA_ADMIN_TOKEN", "admin-token-0123456789"),
     ("GITHUB_WEBHOOK_SECRET", "It's a Secret to Everybody"),
     ("GITHUB_WEBHOOK_SECRET_OLD", "old github secret"),
     ("CI_TOKEN", "Bearer ci"),
@@ -53,7 +53,7 @@ fn the_example_file_loads_into_the_model_it_documents() {
     );
     assert_eq!(
         c.listeners.admin_token.as_ref().map(|t| t.expose()),
-        Some("admin-token")
+        Some("admin-token-0123456789")
     );
     assert!(!c.listeners.metrics_require_token);
     assert_eq!(c.store_headers.action("Authorization"), HeaderAction::Drop);

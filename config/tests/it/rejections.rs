@@ -283,6 +283,18 @@ fn listener_addresses() {
             "{token}"
         );
     }
+    // A short token falls to guessing (a two-character one in 0.3 s): refused
+    // at any address, loopback included, with a way to make a good one.
+    for token in ["x", "0123456789abcde"] {
+        assert_eq!(
+            one(&format!("listeners: {{admin_token: '{token}'}}\n")),
+            format!(
+                "listeners: option \"admin_token\": is {} characters; it must have at least 16 (it guards revive, drop and purge, and a short token can be guessed): make one with `openssl rand -hex 32`",
+                token.len()
+            ),
+            "{token}"
+        );
+    }
     assert_eq!(
         one("listeners: {metrics_require_token: true}\n"),
         "listeners: option \"metrics_require_token\": requires admin_token (there is no token to require)"

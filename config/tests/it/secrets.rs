@@ -16,7 +16,7 @@ sources:
 ";
 
 const ALL: [(&str, &str); 7] = [
-    ("ADMIN_TOKEN", "admin-t0ken"),
+    ("ADMIN_TOKEN", "admin-t0ken-0123456789"),
     ("STRIPE_SECRET", "whsec_corpus_test_secret_0001"),
     ("STRIPE_SECRET_OLD", "whsec_corpus_test_secret_0000"),
     ("SINK_TOKEN", "Bearer abc"),
@@ -29,7 +29,7 @@ const ALL: [(&str, &str); 7] = [
 fn env_secrets_are_resolved_everywhere() {
     let c = load_env(YAML, &ALL).expect("all variables set");
     let token = c.listeners.admin_token.as_ref().expect("token");
-    assert_eq!(token.expose(), "admin-t0ken");
+    assert_eq!(token.expose(), "admin-t0ken-0123456789");
     assert_eq!(token.origin(), &SecretOrigin::Env("ADMIN_TOKEN".into()));
     let s = &c.sources[0];
     let secrets: Vec<(&str, &SecretOrigin)> = s

@@ -57,6 +57,7 @@ use ankusa_engine::{Cf, Kv};
 use ankusa_keys::{CounterField, Envelope, Seq, TenantOrd, counter_key, hook_key};
 use ankusa_queue::QueueError;
 use ankusa_queue::writer::{IngestRequest, Ingested, QuarantineRequest, WriteError, WriterHandle};
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
@@ -68,8 +69,8 @@ use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};
 
 pub use routes::{
-    ChallengeRoute, Resolved, RouteError, SinkRoute, SourceRoute, TenantRoute, build_routes,
-    check_source,
+    ChallengeRoute, IngestRoutes, Resolved, RouteError, SinkRoute, SourceRoute, TenantRoute,
+    build_routes, check_source,
 };
 
 use crate::{Header, ParsedBody, dedupe, slack};
@@ -158,18 +159,15 @@ pub struct Edge<K: Kv> {
     pub writer: WriterHandle,
     /// Called after each commit (wakes the pipeline).
     pub on_commit: Box<dyn Fn() + Send + Sync>,
-    /// Sources by path.
-    pub sources: Vec<SourceRoute>,
-    /// Body limit, bytes.
-    pub body_limit_bytes: u64,
+    /// What the ingest path routes by: one configuration's sources and
+    /// limits, replaced whole by a reload. Each request reads it once, so a
+    /// hook is routed by one configuration, never a mix (docs/design.md
+    /// section 5, "Reload").
+    pub routes: ArcSwap<IngestRoutes>,
     /// Most ingest connections open at once (at most [`MAX_CONNECTIONS`]);
     /// the relay derives it from its file-descriptor limit. Past it a new
     /// connection is answered 503 (`Retry-After`) and closed.
     pub max_connections: usize,
-    /// Node-wide pending bound (rows), 503 past it.
-    pub node_max_pending: u64,
-    /// Node-wide pending bytes bound, 503 past it.
-    pub node_max_pending_bytes: u64,
     /// Set when shutting down: new hooks get 503, `/readyz` answers 503 (the
     /// admin listener shares it and outlives the ingest listener).
     pub shutting_down: Arc<AtomicBool>,
@@ -185,7 +183,7 @@ pub struct Edge<K: Kv> {
 impl<K: Kv> std::fmt::Debug for Edge<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Edge")
-            .field("sources", &self.sources.len())
+            .field("sources", &self.routes.load().sources.len())
             .finish_non_exhaustive()
     }
 }
@@ -394,10 +392,11 @@ impl<K: Kv> Edge<K> {
     {
         let started = Instant::now();
         let post = req.method() == Method::POST;
+        let routes = self.routes.load_full();
         let mut routed = None;
         let span = ingest_span();
         let resp = self
-            .respond(req, peer, &mut routed, &span)
+            .respond(&routes, req, peer, &mut routed, &span)
             .instrument(span.clone())
             .await;
         let status = resp.status();
@@ -422,7 +421,8 @@ impl<K: Kv> Edge<K> {
     /// [`Edge::handle`]'s answer; sets `routed` to the request's source once
     /// it is known.
     async fn respond<'s, B>(
-        &'s self,
+        &self,
+        routes: &'s IngestRoutes,
         req: Request<B>,
         peer: SocketAddr,
         routed: &mut Option<&'s SourceRoute>,
@@ -433,7 +433,7 @@ impl<K: Kv> Edge<K> {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let path = req.uri().path().to_owned();
-        let Some((route, tenant)) = self.route(&path) else {
+        let Some((route, tenant)) = routes.route(&path) else {
             return error(StatusCode::NOT_FOUND, format!("no source at {path}"));
         };
         *routed = Some(route);
@@ -458,14 +458,14 @@ impl<K: Kv> Edge<K> {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if let Some(len) = declared
-            && len > self.body_limit_bytes
+            && len > routes.body_limit_bytes
         {
             self.stats.too_large.fetch_add(1, Ordering::Relaxed);
             return error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(
                     "body of {len} bytes is over the {} byte limit",
-                    self.body_limit_bytes
+                    routes.body_limit_bytes
                 ),
             );
         }
@@ -474,14 +474,14 @@ impl<K: Kv> Edge<K> {
         // is answered (`_permit` lives to the end of this function).
         let mut permit = self.stats.body_budget.empty_permit();
         let (parts, body) = req.into_parts();
-        let read = limits::read_body(body, self.body_limit_bytes, declared, &mut permit);
+        let read = limits::read_body(body, routes.body_limit_bytes, declared, &mut permit);
         let body = match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
             Ok(Ok(b)) => b,
             Ok(Err(limits::BodyReadError::TooLarge)) => {
                 self.stats.too_large.fetch_add(1, Ordering::Relaxed);
                 return error(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("body is over the {} byte limit", self.body_limit_bytes),
+                    format!("body is over the {} byte limit", routes.body_limit_bytes),
                 );
             }
             Ok(Err(limits::BodyReadError::Budget)) => {
@@ -614,7 +614,7 @@ impl<K: Kv> Edge<K> {
         // run: reserving the body's length let `max_pending_bytes` be
         // overshot by the envelope's headers and fields).
         let bytes_n = u64::from(ankusa_queue::hook_size(&envelope)) * rows_n;
-        let reservation = match self.reserve(&tenant, rows_n, bytes_n) {
+        let reservation = match self.reserve(routes, &tenant, rows_n, bytes_n) {
             Ok(Ok(r)) => r,
             Ok(Err(resp)) => return resp,
             Err(msg) => return self.store_failed(msg),
@@ -840,33 +840,6 @@ impl<K: Kv> Edge<K> {
         retry_after(error(StatusCode::SERVICE_UNAVAILABLE, msg), 5)
     }
 
-    fn route(&self, path: &str) -> Option<(&SourceRoute, Result<TenantRoute, String>)> {
-        for s in &self.sources {
-            if path == s.path {
-                return match &s.tenant {
-                    Some(t) => Some((s, Ok(t.clone()))),
-                    None => Some((
-                        s,
-                        Err(format!("{path} needs a tenant: POST {path}/{{tenant}}")),
-                    )),
-                };
-            }
-            if s.tenant.is_none()
-                && let Some(rest) = path
-                    .strip_prefix(s.path.as_str())
-                    .and_then(|r| r.strip_prefix('/'))
-                && !rest.is_empty()
-                && !rest.contains('/')
-            {
-                return Some(match s.path_tenants.get(rest) {
-                    Some(t) => (s, Ok(t.clone())),
-                    None => (s, Err(format!("no tenant {rest:?} for source {}", s.name))),
-                });
-            }
-        }
-        None
-    }
-
     /// The dedupe pre-check: `Some(id)` on a live record, where `id` is the
     /// first hook's idempotency key read from its envelope, or `None` when
     /// retention (whose `keep_ms` may be shorter than the dedupe lifetime)
@@ -899,6 +872,7 @@ impl<K: Kv> Edge<K> {
     /// cannot all pass on the same stale counter.
     fn reserve(
         &self,
+        routes: &IngestRoutes,
         tenant: &TenantRoute,
         rows: u64,
         bytes: u64,
@@ -933,8 +907,8 @@ impl<K: Kv> Edge<K> {
         }
         let node_pending = read(TenantOrd::NODE, CounterField::Pending)? + held.node.0;
         let node_bytes = read(TenantOrd::NODE, CounterField::Bytes)? + held.node.1;
-        if node_pending + rows > self.node_max_pending
-            || node_bytes + bytes > self.node_max_pending_bytes
+        if node_pending + rows > routes.node_max_pending
+            || node_bytes + bytes > routes.node_max_pending_bytes
         {
             return Ok(Err(
                 self.unavailable("the node is over its queue bounds".into())

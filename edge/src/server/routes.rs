@@ -359,6 +359,79 @@ pub fn check_source(source: &Source) -> Vec<Problem> {
     out
 }
 
+/// What the ingest path routes by: one configuration's sources and the
+/// node's limits. The edge holds one at a time and a reload replaces it whole
+/// ([`super::Edge::routes`]): a request reads it once, so a hook is routed by
+/// one configuration, never a mix (docs/design.md section 5, "Reload").
+#[derive(Debug)]
+pub struct IngestRoutes {
+    /// Sources by path.
+    pub sources: Vec<SourceRoute>,
+    /// Body limit, bytes (`listeners.body_limit_bytes`).
+    pub body_limit_bytes: u64,
+    /// Node-wide pending bound (rows), 503 past it (`node.max_pending`).
+    pub node_max_pending: u64,
+    /// Node-wide pending bytes bound, 503 past it (`node.max_pending_bytes`).
+    pub node_max_pending_bytes: u64,
+}
+
+impl IngestRoutes {
+    /// The routes of `config` ([`build_routes`]) and its limits. A source
+    /// that `previous` also routes keeps its request counters
+    /// (`ankusa_ingest_requests_total` does not restart at a reload).
+    ///
+    /// # Errors
+    /// [`RouteError`] for an option the edge cannot serve (named).
+    pub fn build(
+        config: &Config,
+        registry: &Registry,
+        previous: Option<&IngestRoutes>,
+    ) -> Result<IngestRoutes, RouteError> {
+        let mut sources = build_routes(config, registry)?;
+        if let Some(prev) = previous {
+            for s in &mut sources {
+                if let Some(p) = prev.sources.iter().find(|p| p.name == s.name) {
+                    s.requests = std::sync::Arc::clone(&p.requests);
+                }
+            }
+        }
+        Ok(IngestRoutes {
+            sources,
+            body_limit_bytes: config.listeners.body_limit_bytes,
+            node_max_pending: config.node.max_pending,
+            node_max_pending_bytes: config.node.max_pending_bytes,
+        })
+    }
+
+    /// The source at `path` and its tenant (or why the path names none).
+    pub fn route(&self, path: &str) -> Option<(&SourceRoute, Result<TenantRoute, String>)> {
+        for s in &self.sources {
+            if path == s.path {
+                return match &s.tenant {
+                    Some(t) => Some((s, Ok(t.clone()))),
+                    None => Some((
+                        s,
+                        Err(format!("{path} needs a tenant: POST {path}/{{tenant}}")),
+                    )),
+                };
+            }
+            if s.tenant.is_none()
+                && let Some(rest) = path
+                    .strip_prefix(s.path.as_str())
+                    .and_then(|r| r.strip_prefix('/'))
+                && !rest.is_empty()
+                && !rest.contains('/')
+            {
+                return Some(match s.path_tenants.get(rest) {
+                    Some(t) => (s, Ok(t.clone())),
+                    None => (s, Err(format!("no tenant {rest:?} for source {}", s.name))),
+                });
+            }
+        }
+        None
+    }
+}
+
 /// Builds every source's route from `config`, with the store's numbers in
 /// `registry` (every configured tenant and source must be registered).
 ///

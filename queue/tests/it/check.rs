@@ -283,3 +283,80 @@ fn check_invariants_finds_a_stranded_member_and_two_live_rows_in_a_lane() {
         }]
     );
 }
+
+/// Invariant 6: a hook or a delivery row above the seq high-water mark is
+/// found (the highest, under any tenant), one at or below it is not; a key
+/// that does not decode is passed over.
+#[test]
+fn seq_above_high_water_finds_the_highest_stored_seq_above_the_mark() {
+    use ankusa_keys::meta::{SEQ_HIGH_WATER_KEY, encode_seq_high_water};
+    let kv = store();
+    let mark = |seq: u64| {
+        let mut b = Batch::new();
+        b.put(
+            Cf::Meta,
+            SEQ_HIGH_WATER_KEY.to_vec(),
+            encode_seq_high_water(Seq(seq)).to_vec(),
+        );
+        commit(&kv, b);
+    };
+    assert_eq!(seq_above_high_water(&kv).expect("read"), None);
+    ingest(&kv, T1, 3, &[plain(S0)]);
+    ingest(&kv, T2, 9, &[plain(S0)]);
+    ingest(&kv, T1, 5, &[plain(S0)]);
+    // No mark at all: every seq is above it.
+    assert_eq!(
+        seq_above_high_water(&kv).expect("read"),
+        Some(SeqAboveHighWater {
+            tenant: T2,
+            seq: Seq(9),
+            high_water: Seq(0)
+        })
+    );
+    mark(8);
+    assert_eq!(
+        seq_above_high_water(&kv).expect("read"),
+        Some(SeqAboveHighWater {
+            tenant: T2,
+            seq: Seq(9),
+            high_water: Seq(8)
+        })
+    );
+    mark(9);
+    assert_eq!(seq_above_high_water(&kv).expect("read"), None);
+    // A delivery row alone (no envelope) counts as well.
+    let mut b = Batch::new();
+    b.put(
+        Cf::Deliveries,
+        delivery_key(T1, Seq(12), S0),
+        DeliveryRow {
+            state: RowState::Due,
+            size: 1,
+            attempts: 0,
+            first_attempt_at_ms: None,
+            last_error: None,
+            lane: None,
+            ordering_key: None,
+        }
+        .encode(),
+    );
+    // And a hooks key that is no hook key is passed over.
+    b.put(Cf::Hooks, b"k".to_vec(), b"v".to_vec());
+    commit(&kv, b);
+    assert_eq!(
+        seq_above_high_water(&kv).expect("read"),
+        Some(SeqAboveHighWater {
+            tenant: T1,
+            seq: Seq(12),
+            high_water: Seq(9)
+        })
+    );
+    let e = seq_above_high_water(&kv)
+        .expect("read")
+        .expect("found")
+        .to_string();
+    assert!(
+        e.contains("hook seq 12 (tenant ordinal 1) above its seq high-water mark 9"),
+        "{e}"
+    );
+}

@@ -1,0 +1,490 @@
+//! Reload (docs/design.md section 5, "Reload"): SIGHUP, `ankusa reload` and
+//! `POST /v1/reload` re-read the configuration file, run every check of
+//! `check-config`, and apply the new configuration while ingest and delivery
+//! go on, or change nothing and say why.
+//!
+//! One reload at a time runs on the reload task ([`Reloader::run`]); the
+//! admin API reaches it through a [`ReloadHandle`]. A reload:
+//! 1. loads the file as `serve` and `check-config` do (every problem: 422);
+//! 2. refuses what cannot change live, each named (409): the listeners,
+//!    `node.data_dir`, `node.store`, `node.name`, the log format, the OTel
+//!    export, `listeners.body_budget_bytes`, `retention`, turning the admin
+//!    token on or off, and sinks that need more file descriptors than the
+//!    start kept for them;
+//! 3. registers new tenants and sources, gives every sink entry the slot its
+//!    name has (`crate::unconfigured::assign_slots`) and refuses (409) when a
+//!    removed source or sink entry still has queued deliveries, as a start
+//!    does (a reload never drops them: put it back paused, or restart with
+//!    `--drop-unconfigured`); new names' slots are stored before any hook can
+//!    use them;
+//! 4. builds the pipeline's routes (the sink clients of unchanged entries are
+//!    kept) and the edge's routes, and only then applies them, the pipeline
+//!    first (it can deliver what the new edge routes to), then the admin
+//!    API's configuration, then the edge. A hook is routed by one
+//!    configuration: the edge reads its routes once per request. Calls in
+//!    flight finish with the route that claimed them. An entry the reload
+//!    removed stays in the pipeline's routes until the next start, so a hook
+//!    the old routes took while the reload ran is still delivered.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use ankusa_admin::{ConfigStatus, Context, ReloadControl, ReloadDone, ReloadFailure};
+use ankusa_config::{Config, LogFormat};
+use ankusa_edge::server::{Edge, IngestRoutes};
+use ankusa_engine::{Durability, Kv};
+use ankusa_pipeline::{PipelineHandle, Reconfiguration, Routes};
+use ankusa_queue::Registry;
+use sha2::{Digest, Sha256};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
+
+use crate::settings::Pipelined;
+
+/// A reload asked through the admin API, with where to send its outcome.
+type Ask = oneshot::Sender<Result<ReloadDone, ReloadFailure>>;
+
+/// The admin API's way to the reload task, and the status it shows.
+pub struct ReloadHandle {
+    asks: mpsc::Sender<Ask>,
+    status: Arc<Mutex<ConfigStatus>>,
+}
+
+impl ReloadControl for ReloadHandle {
+    fn reload(&self) -> ankusa_admin::BoxFuture<'_, Result<ReloadDone, ReloadFailure>> {
+        Box::pin(async move {
+            let stopped = || ReloadFailure::Unavailable("the relay is stopping".to_owned());
+            let (tx, rx) = oneshot::channel();
+            self.asks.send(tx).await.map_err(|_| stopped())?;
+            rx.await.map_err(|_| stopped())?
+        })
+    }
+
+    fn status(&self) -> ConfigStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The handle the admin API reloads through (showing `status`), and the
+/// receiver of its requests for [`Reloader::run`].
+pub fn channel(status: Arc<Mutex<ConfigStatus>>) -> (ReloadHandle, mpsc::Receiver<Ask>) {
+    let (asks, rx) = mpsc::channel(8);
+    (ReloadHandle { asks, status }, rx)
+}
+
+/// What the running relay was built from: the configuration (with its sink
+/// entries' slots) and the pipeline's routes (with the entries a reload
+/// removed).
+pub struct Running {
+    /// The configuration, slots assigned.
+    pub cfg: Arc<Config>,
+    /// The pipeline's routing table as last given to it.
+    pub routes: Routes,
+}
+
+/// The parts of the running relay a reload replaces, and what it must not
+/// change.
+pub struct Reloader<K: Kv> {
+    /// The configuration file (`None`: the embedded demo, which never
+    /// changes).
+    pub file: Option<PathBuf>,
+    /// `serve --log-format`, which wins over the file's.
+    pub log_format_flag: Option<LogFormat>,
+    /// The store.
+    pub kv: Arc<K>,
+    /// The ingest edge (its routes).
+    pub edge: Arc<Edge<K>>,
+    /// The admin API's context (its configuration and registry).
+    pub admin: Arc<Context<K>>,
+    /// The pipeline.
+    pub pipeline: PipelineHandle,
+    /// File descriptors the start kept for the sinks.
+    pub sink_fds: usize,
+    /// What runs now.
+    pub running: Running,
+    /// Shown by `GET /v1/config` and `/metrics`.
+    pub status: Arc<Mutex<ConfigStatus>>,
+}
+
+/// SHA-256 of the configuration file's bytes, hex (of the embedded demo
+/// configuration without a file).
+pub fn config_hash(file: Option<&std::path::Path>) -> String {
+    let bytes = match file {
+        Some(p) => std::fs::read(p).unwrap_or_default(),
+        None => ankusa_config::DEFAULT_YAML.as_bytes().to_vec(),
+    };
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl<K: Kv> Reloader<K> {
+    /// Serves reloads until `shutdown`: on SIGHUP (`hangup`, logged) and on
+    /// each request of the admin API (answered), one at a time.
+    pub async fn run(
+        mut self,
+        mut asks: mpsc::Receiver<Ask>,
+        mut hangup: Option<tokio::signal::unix::Signal>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        loop {
+            let hup = async {
+                match hangup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                Some(_) = hup => {
+                    info!("SIGHUP: reloading the configuration");
+                    let _ = self.reload().await;
+                }
+                Some(reply) = asks.recv() => {
+                    let outcome = self.reload().await;
+                    let _ = reply.send(outcome);
+                }
+                _ = shutdown.changed() => {
+                    if *shutdown.borrow() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One reload: applied, or nothing changed. Counted and logged either way.
+    pub async fn reload(&mut self) -> Result<ReloadDone, ReloadFailure> {
+        let outcome = self.apply().await;
+        let mut st = self
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &outcome {
+            Ok(done) => {
+                st.reloads_applied += 1;
+                st.hash.clone_from(&done.status.hash);
+                st.loaded_at_ms = done.status.loaded_at_ms;
+                info!(
+                    hash = %st.hash,
+                    changes = done.changes.len(),
+                    "configuration reloaded{}",
+                    if done.changes.is_empty() {
+                        ": nothing changed".to_owned()
+                    } else {
+                        format!(": {}", done.changes.join("; "))
+                    }
+                );
+            }
+            Err(e) => {
+                st.reloads_refused += 1;
+                let (kind, lines) = match e {
+                    ReloadFailure::Invalid(p) => ("the file does not load", p.clone()),
+                    ReloadFailure::Refused(r) => ("it cannot be applied live", r.clone()),
+                    ReloadFailure::Unavailable(w) => {
+                        ("the relay cannot reload now", vec![w.clone()])
+                    }
+                };
+                warn!(
+                    problems = %lines.join("; "),
+                    "configuration reload refused ({kind}); the running configuration stays"
+                );
+            }
+        }
+        let status = st.clone();
+        drop(st);
+        outcome.map(|done| ReloadDone { status, ..done })
+    }
+
+    async fn apply(&mut self) -> Result<ReloadDone, ReloadFailure> {
+        let hash = config_hash(self.file.as_deref());
+        let mut new = crate::serve::load(self.file.as_deref()).map_err(|e| {
+            let problems = e.problems();
+            ReloadFailure::Invalid(if problems.is_empty() {
+                vec![e.to_string()]
+            } else {
+                problems.iter().map(ToString::to_string).collect()
+            })
+        })?;
+        if let Some(f) = self.log_format_flag {
+            new.node.log_format = f;
+        }
+        let old = Arc::clone(&self.running.cfg);
+        let mut refused = fixed_changes(&old, &new);
+        let need = crate::limits::sink_fds(&new);
+        if need > self.sink_fds {
+            refused.push(format!(
+                "sinks: the configuration's sinks need {need} file descriptors, the start kept {} for them \
+                 (the split of the file-descriptor limit is made at start): restart to apply it",
+                self.sink_fds
+            ));
+        }
+        if !refused.is_empty() {
+            return Err(ReloadFailure::Refused(refused));
+        }
+        // The store's part: names, slots, queued work of what was removed.
+        let kv = Arc::clone(&self.kv);
+        let (new, registry) = tokio::task::spawn_blocking(move || store_part(&*kv, new))
+            .await
+            .map_err(|e| {
+                ReloadFailure::Unavailable(format!("the reload's store work failed: {e}"))
+            })??;
+        let built = Pipelined::build(&new, &registry, Some((&old, &self.running.routes)))
+            .await
+            .map_err(|e| ReloadFailure::Refused(vec![format!("{e:#}")]))?;
+        let ingest = IngestRoutes::build(&new, &registry, Some(&self.edge.routes.load()))
+            .map_err(|e| ReloadFailure::Refused(vec![e.to_string()]))?;
+        let changes = changes(&old, &new);
+        let routes = with_leaving(built.routes, &self.running.routes);
+        let sinks: Vec<String> = built.destinations;
+        // Apply: the pipeline first (it can deliver whatever the new edge
+        // routes), then the admin API, then the edge.
+        self.pipeline
+            .reconfigure(Reconfiguration {
+                routes: routes.clone(),
+                dispatch: built.dispatch,
+                retry: built.retry,
+                breaker: built.breaker,
+            })
+            .await
+            .map_err(|e| ReloadFailure::Unavailable(format!("the pipeline: {e}")))?;
+        let new = Arc::new(new);
+        self.admin.reconfigure(Arc::clone(&new), registry.clone());
+        let ingest = Arc::new(ingest);
+        self.edge.stats.ingest.register_sources(&ingest.sources);
+        self.edge.routes.store(ingest);
+        for d in &sinks {
+            tracing::debug!(destination = %d, "after the reload");
+        }
+        self.running = Running { cfg: new, routes };
+        Ok(ReloadDone {
+            status: ConfigStatus {
+                hash,
+                loaded_at_ms: crate::serve::now_ms(),
+                ..ConfigStatus::default()
+            },
+            changes,
+        })
+    }
+}
+
+/// The store work of a reload, on a blocking thread: registers the new
+/// configuration's names, gives its sink entries their slots, refuses when a
+/// removed source or entry has queued deliveries, and stores the new names'
+/// slots. The configuration with its slots, and the registry.
+fn store_part<K: Kv>(kv: &K, mut new: Config) -> Result<(Config, Registry), ReloadFailure> {
+    let failed = |e: &dyn std::fmt::Display| {
+        warn!(error = %e, "a reload: the store failed");
+        ReloadFailure::Unavailable(ankusa_admin::STORE_FAILED_MESSAGE.to_owned())
+    };
+    let (batch, registry) = ankusa_queue::register(
+        kv,
+        new.tenants.iter().map(|t| t.name.as_str()),
+        new.sources.iter().map(|s| s.name.as_str()),
+    )
+    .map_err(|e| failed(&e))?;
+    if !batch.is_empty() {
+        kv.write(batch, Durability::Sync).map_err(|e| failed(&e))?;
+    }
+    let stored = crate::unconfigured::stored_slots(kv, &registry).map_err(|e| failed(&e))?;
+    crate::unconfigured::assign_slots(&mut new, &registry, &stored)
+        .map_err(|e| ReloadFailure::Refused(vec![format!("{e:#}")]))?;
+    let found = crate::unconfigured::find(kv, &new, &registry, &stored).map_err(|e| failed(&e))?;
+    if !found.is_empty() {
+        let mut lines: Vec<String> = found
+            .iter()
+            .map(|u| {
+                let sink = u
+                    .sink_name
+                    .as_ref()
+                    .map_or_else(|| format!("slot {}", u.sink.0), |n| format!("\"{n}\" (slot {})", u.sink.0));
+                if u.source_removed {
+                    format!(
+                        "source \"{}\" is not in the configuration and its sink {sink} has {} queued deliveries",
+                        u.source_name, u.pending
+                    )
+                } else {
+                    format!(
+                        "source \"{}\", sink {sink} is not in the configuration and has {} queued deliveries",
+                        u.source_name, u.pending
+                    )
+                }
+            })
+            .collect();
+        lines.push(
+            "put each back with `paused: true` (a sink entry under its name, anywhere in its list) so its deliveries wait, \
+             or restart with `ankusa serve --drop-unconfigured` to dead-letter them (a reload never drops queued hooks)"
+                .to_owned(),
+        );
+        return Err(ReloadFailure::Refused(lines));
+    }
+    crate::unconfigured::remember_added(kv, &new, &registry, &stored).map_err(|e| failed(&e))?;
+    Ok((new, registry))
+}
+
+/// The options of `new` that differ from `old` and cannot change while the
+/// relay runs, each named with why.
+fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut fixed = |changed: bool, option: &str, why: &str| {
+        if changed {
+            out.push(format!(
+                "{option}: cannot change while the relay runs ({why}); restart to apply it"
+            ));
+        }
+    };
+    let (o, n) = (&old.listeners, &new.listeners);
+    fixed(
+        o.ingest != n.ingest,
+        "listeners.ingest",
+        "the listener is bound",
+    );
+    fixed(
+        o.admin != n.admin,
+        "listeners.admin",
+        "the listener is bound",
+    );
+    fixed(
+        o.body_budget_bytes != n.body_budget_bytes,
+        "listeners.body_budget_bytes",
+        "the node's body budget is sized at start",
+    );
+    fixed(
+        o.admin_token.is_some() != n.admin_token.is_some(),
+        "listeners.admin_token",
+        "turning the token on or off changes which addresses the admin listener may bind; rotating a token is live",
+    );
+    let (o, n) = (&old.node, &new.node);
+    fixed(
+        o.data_dir != n.data_dir,
+        "node.data_dir",
+        "the store is open",
+    );
+    fixed(o.store != n.store, "node.store", "the store is open");
+    fixed(
+        o.name != n.name,
+        "node.name",
+        "it names the node in its telemetry",
+    );
+    fixed(
+        o.log_format != n.log_format,
+        "node.log_format",
+        "the log is set up at start",
+    );
+    fixed(
+        o.otel != n.otel,
+        "node.otel",
+        "the export is set up at start",
+    );
+    fixed(
+        old.retention != new.retention,
+        "retention",
+        "the sweep's schedule is set at start",
+    );
+    out
+}
+
+/// What changed from `old` to `new`, one line each.
+fn changes(old: &Config, new: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in &new.tenants {
+        match old.tenant(&t.name) {
+            None => out.push(format!("tenant \"{}\" added", t.name)),
+            Some(o) if o != t => out.push(format!("tenant \"{}\" changed", t.name)),
+            Some(_) => {}
+        }
+    }
+    for t in &old.tenants {
+        if new.tenant(&t.name).is_none() {
+            out.push(format!("tenant \"{}\" removed", t.name));
+        }
+    }
+    for s in &new.sources {
+        let Some(o) = old.source(&s.name) else {
+            out.push(format!("source \"{}\" added", s.name));
+            continue;
+        };
+        for e in &s.sinks {
+            match o.sinks.iter().find(|x| x.name == e.name) {
+                None => out.push(format!("source \"{}\", sink \"{}\" added", s.name, e.name)),
+                Some(x) if x != e => {
+                    out.push(format!(
+                        "source \"{}\", sink \"{}\" changed",
+                        s.name, e.name
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        for x in &o.sinks {
+            if !s.sinks.iter().any(|e| e.name == x.name) {
+                out.push(format!(
+                    "source \"{}\", sink \"{}\" removed",
+                    s.name, x.name
+                ));
+            }
+        }
+        let mut a = o.clone();
+        let mut b = s.clone();
+        a.sinks.clear();
+        b.sinks.clear();
+        if a != b {
+            out.push(format!("source \"{}\" changed", s.name));
+        }
+    }
+    for s in &old.sources {
+        if new.source(&s.name).is_none() {
+            out.push(format!("source \"{}\" removed", s.name));
+        }
+    }
+    for (section, changed) in [
+        ("dispatch", old.dispatch != new.dispatch),
+        ("retry", old.retry != new.retry),
+        ("breaker", old.breaker != new.breaker),
+        ("store_headers", old.store_headers != new.store_headers),
+        (
+            "node.max_pending, node.max_pending_bytes",
+            old.node.max_pending != new.node.max_pending
+                || old.node.max_pending_bytes != new.node.max_pending_bytes,
+        ),
+        (
+            "listeners.body_limit_bytes",
+            old.listeners.body_limit_bytes != new.listeners.body_limit_bytes,
+        ),
+        (
+            "listeners.admin_token, listeners.metrics_require_token",
+            old.listeners.admin_token != new.listeners.admin_token
+                || old.listeners.metrics_require_token != new.listeners.metrics_require_token,
+        ),
+    ] {
+        if changed {
+            out.push(format!("{section} changed"));
+        }
+    }
+    out
+}
+
+/// `routes` with the sink entries of `old` it no longer has: a hook the old
+/// routes took while the reload ran is still delivered (the next start's
+/// unconfigured-work check decides what is left of them).
+fn with_leaving(mut routes: Routes, old: &Routes) -> Routes {
+    for (key, route) in &old.sinks {
+        if routes.sinks.contains_key(key) {
+            continue;
+        }
+        routes.sinks.insert(*key, route.clone());
+        if let Some(r) = old.retry.get(key) {
+            routes.retry.insert(*key, *r);
+        }
+        if let Some(r) = old.rate_limits.get(key) {
+            routes.rate_limits.insert(*key, *r);
+        }
+        if let Some(t) = old.source_tenants.get(&key.0) {
+            routes.source_tenants.entry(key.0).or_insert(*t);
+        }
+    }
+    routes
+}
