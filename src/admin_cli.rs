@@ -1741,6 +1741,151 @@ pub fn non_empty(text: &str) -> Result<String, String> {
     }
 }
 
+/// `ankusa store backup FILE`: `GET /v1/backup` of the relay at `conn`,
+/// written beside FILE and moved into place once the whole dump arrived and
+/// reached the disk (FILE is never replaced).
+pub fn backup_main(conn: &Conn, file: &std::path::Path) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ankusa: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let api = match connect(&conn.admin, Duration::from_secs(60)) {
+        Ok(api) => api,
+        Err(f) => return f.exit(),
+    };
+    match rt.block_on(backup(&api, file)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => f.exit(),
+    }
+}
+
+async fn backup(api: &Api, file: &std::path::Path) -> Result<(), Fail> {
+    use std::io::Write as _;
+    if file.exists() {
+        return Err(Fail::Usage(format!(
+            "{}: exists; a backup writes a new file (remove it or give another name)",
+            file.display()
+        )));
+    }
+    let name = file
+        .file_name()
+        .map_or_else(|| "backup".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = file.with_file_name(format!(".{name}.partial-{}", std::process::id()));
+    let path = "/v1/backup";
+    let url = format!("{}{path}", api.base.trim_end_matches('/'));
+    // No deadline for the whole answer: a large store takes as long as it
+    // takes; the relay cuts the answer if it fails.
+    let mut req = api
+        .client
+        .get(url)
+        .timeout(Duration::from_secs(7 * 24 * 3600));
+    if let Some(t) = &api.token {
+        req = req.bearer_auth(t);
+    }
+    let mut resp = req.send().await.map_err(|e| {
+        Fail::Unreachable(format!(
+            "cannot reach the admin listener at {}: {e}",
+            api.base
+        ))
+    })?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let text = read_answer(resp, &reqwest::Method::GET, path).await?;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        let msg = v["error"]["message"]
+            .as_str()
+            .map_or_else(|| v.to_string(), str::to_owned);
+        let line = format!("GET {path}: {} {msg}", status.as_u16());
+        return Err(if status == reqwest::StatusCode::UNAUTHORIZED {
+            Fail::Unauthorized(format!("{line} (set ANKUSA_ADMIN_TOKEN)"))
+        } else {
+            Fail::Refused(line)
+        });
+    }
+    let cannot_write = |e: std::io::Error| {
+        Fail::Usage(format!(
+            "{}: cannot be written (at {} beside it): {e}",
+            file.display(),
+            tmp.display()
+        ))
+    };
+    // Plain blocking writes: this command's runtime has nothing else to do.
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(cannot_write)?;
+    let mut bytes = 0u64;
+    let outcome: Result<(), Fail> = async {
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    bytes += chunk.len() as u64;
+                    out.write_all(&chunk).map_err(cannot_write)?;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(Fail::Refused(format!(
+                        "the relay cut the backup after {bytes} bytes ({e}); its log says why; nothing was written under {}",
+                        file.display()
+                    )));
+                }
+            }
+        }
+        out.flush().map_err(cannot_write)?;
+        out.sync_all().map_err(cannot_write)?;
+        Ok(())
+    }
+    .await;
+    if let Err(f) = outcome {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(f);
+    }
+    // Never replaces a file: a hard link fails when FILE appeared meanwhile.
+    match std::fs::hard_link(&tmp, file) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        Err(e) => {
+            return Err(Fail::Usage(format!(
+                "{}: cannot move the backup into place ({e}); it is at {}",
+                file.display(),
+                tmp.display()
+            )));
+        }
+    }
+    if let Some(parent) = file.parent() {
+        let parent = if parent.as_os_str().is_empty() {
+            std::path::Path::new(".")
+        } else {
+            parent
+        };
+        if let Ok(d) = std::fs::File::open(parent) {
+            let _ = d.sync_all();
+        }
+    }
+    let header = std::fs::File::open(file)
+        .ok()
+        .and_then(|f| ankusa_engine::dump::read_dump_header(std::io::BufReader::new(f)).ok());
+    match header {
+        Some(h) => println!(
+            "{}: backed up {bytes} bytes of the running relay's store (format {}, origin {}); restore with `ankusa store import {} DATA_DIR --store rocksdb|fjall`",
+            file.display(),
+            h.store_format,
+            h.backend,
+            file.display()
+        ),
+        None => println!("{}: backed up {bytes} bytes", file.display()),
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

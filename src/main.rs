@@ -292,6 +292,20 @@ enum StoreCmd {
         #[arg(long, value_enum)]
         store: Option<open::Backend>,
     },
+    /// Write a running relay's store to FILE as the same dump `store export`
+    /// writes, from one snapshot, while the relay takes and delivers hooks
+    /// (its admin API, `GET /v1/backup`; docs/design.md section 8). FILE
+    /// must not exist; it appears only once the whole dump arrived. Restore
+    /// with `store import`. Exit 0 written, 1 the relay refused (a backup
+    /// already runs) or cut the dump, 2 usage (FILE exists), 3 the admin
+    /// listener cannot be reached, 4 unauthorized.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Backup {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        /// The dump to write.
+        file: PathBuf,
+    },
     /// Load a dump into a new store of the backend --store names, in
     /// DATA_DIR/store-<backend>/ (DATA_DIR is created if missing; its parent must exist). Every
     /// record's CRC32, the counts and the digest are checked; the store is
@@ -441,6 +455,7 @@ fn main() -> ExitCode {
             file: &file,
             store,
         }),
+        Command::Store(StoreCmd::Backup { conn, file }) => admin_cli::backup_main(&conn, &file),
         Command::Store(StoreCmd::Import {
             file,
             data_dir,

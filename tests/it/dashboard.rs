@@ -41,7 +41,7 @@ const LONG: Duration = Duration::from_secs(120);
 const DS: &str = "${DS_PROMETHEUS}";
 
 /// The rows the dashboard has, in order.
-const ROWS: [&str; 9] = [
+const ROWS: [&str; 10] = [
     "Overview",
     "Ingest",
     "Delivery",
@@ -51,6 +51,7 @@ const ROWS: [&str; 9] = [
     "Dead letters",
     "Writer",
     "Engine",
+    "Operations",
 ];
 
 /// Labels Prometheus adds to every scraped series (the target's), never in

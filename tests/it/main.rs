@@ -10,6 +10,7 @@ mod sink;
 
 mod admin_access;
 mod admin_input;
+mod backup;
 mod bounds;
 mod breaker;
 mod challenge;

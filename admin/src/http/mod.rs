@@ -55,6 +55,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod backup;
 mod config;
 mod conns;
 pub mod console;
@@ -74,7 +75,7 @@ use ankusa_engine::Kv;
 use ankusa_keys::{SinkIx, SourceId, TenantOrd};
 use ankusa_queue::metrics::{DeliveryMetrics, WriterMetrics};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::header::{
     ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderValue, ORIGIN, RETRY_AFTER,
     WWW_AUTHENTICATE,
@@ -218,6 +219,7 @@ const ROUTES: &[(&str, &str, Handler)] = &[
         Handler::Api(ApiRoute::CancelJob),
     ),
     ("GET", "/v1/config", Handler::Api(ApiRoute::GetConfig)),
+    ("GET", backup::PATH, Handler::Backup),
     ("POST", "/v1/reload", Handler::Api(ApiRoute::Reload)),
 ];
 
@@ -238,6 +240,9 @@ enum Handler {
     Console,
     /// A route of the JSON API (its answer one of [`crate::api_types`]).
     Api(ApiRoute),
+    /// The online backup: its answer is streamed ([`backup`]), outside
+    /// [`handle`].
+    Backup,
 }
 
 /// The routes of the JSON API under `/v1/`, each one handler of [`route`].
@@ -361,6 +366,24 @@ impl<K: Kv> AdminState<K> {
 }
 
 type Resp = Response<Full<Bytes>>;
+
+/// An answer's body: built whole, or the backup's stream.
+type AdminBody = Either<Full<Bytes>, backup::DumpBody>;
+
+/// `GET /v1/backup`, after the access rules: the dump's stream, or the error.
+fn stream_backup<K: Kv>(
+    state: &Arc<AdminState<K>>,
+    client: std::net::IpAddr,
+    req: &Request<hyper::body::Incoming>,
+) -> Response<AdminBody> {
+    if let Some(refused) = admit(state, client, req) {
+        return refused.map(Either::Left);
+    }
+    match backup::start(state) {
+        Ok(r) => r.map(Either::Right),
+        Err(e) => error_resp(&e).map(Either::Left),
+    }
+}
 
 fn text(status: StatusCode, content_type: &'static str, body: String) -> Resp {
     let mut r = Response::new(Full::new(Bytes::from(body)));
@@ -563,7 +586,12 @@ pub async fn serve_admin<K: Kv>(
                         let registry = Arc::clone(&registry);
                         let guard = conns::Busy::new(&busy);
                         async move {
-                            let resp = handle(state, registry, client, req).await;
+                            let resp: Response<AdminBody> =
+                                if backup::is_backup(req.method(), req.uri().path()) {
+                                    stream_backup(&state, client, &req)
+                                } else {
+                                    handle(state, registry, client, req).await.map(Either::Left)
+                                };
                             Ok::<_, Infallible>(resp.map(|body| conns::Tracked::new(body, guard)))
                         }
                     });
@@ -587,12 +615,14 @@ pub async fn serve_admin<K: Kv>(
     }
 }
 
-async fn handle<K: Kv>(
-    state: Arc<AdminState<K>>,
-    registry: Arc<MetricsRegistry>,
+/// The listener's access rules ("Access" in the module docs), before any
+/// route runs: the browser guard without a token, the throttle of wrong
+/// tokens, the token. `Some(answer)` refuses the request.
+fn admit<K: Kv>(
+    state: &AdminState<K>,
     client: std::net::IpAddr,
-    req: Request<hyper::body::Incoming>,
-) -> Resp {
+    req: &Request<hyper::body::Incoming>,
+) -> Option<Resp> {
     let path = req.uri().path().to_owned();
     let token = state
         .config
@@ -612,14 +642,14 @@ async fn handle<K: Kv>(
         && let Some(refused) =
             browser_guard(&path, req.headers().get(HOST), req.headers().get(ORIGIN))
     {
-        return error_resp(&refused);
+        return Some(error_resp(&refused));
     }
     if !open && let Some(token) = &token {
         let now = std::time::Instant::now();
         // Before the token is compared: a guesser must not learn at full
         // speed which guess was right ([`auth`]).
         if let Err(wait) = state.auth_failures.admit(client, now) {
-            return too_many_wrong_tokens(wait);
+            return Some(too_many_wrong_tokens(wait));
         }
         if !token_matches(req.headers().get(AUTHORIZATION), token) {
             let sent = req.headers().contains_key(AUTHORIZATION);
@@ -636,12 +666,25 @@ async fn handle<K: Kv>(
             } else {
                 "send Authorization: Bearer <listeners.admin_token>"
             };
-            return error_resp(&ApiError {
+            return Some(error_resp(&ApiError {
                 status: StatusCode::UNAUTHORIZED,
                 code: "unauthorized",
                 message: why.into(),
-            });
+            }));
         }
+    }
+    None
+}
+
+async fn handle<K: Kv>(
+    state: Arc<AdminState<K>>,
+    registry: Arc<MetricsRegistry>,
+    client: std::net::IpAddr,
+    req: Request<hyper::body::Incoming>,
+) -> Resp {
+    let path = req.uri().path().to_owned();
+    if let Some(refused) = admit(&state, client, &req) {
+        return refused;
     }
     let matched: Vec<(&str, &str, Handler, Vec<&str>)> = ROUTES
         .iter()
@@ -707,6 +750,10 @@ async fn handle<K: Kv>(
             });
         }
         Handler::Api(r) => r,
+        // Streamed by the connection's service before `handle` (`backup`).
+        Handler::Backup => {
+            return error_resp(&ApiError::not_found(format!("no admin route {path}")));
+        }
     };
     let query = match Query::parse(req.uri().query()) {
         Ok(q) => q,
