@@ -1161,7 +1161,13 @@ fn unknown_options(options: &Mapping, known: &[&str], kind: &str, scope: &Scope,
             );
             continue;
         }
-        if !known.contains(&key.as_str()) {
+        if RETRY_OPTIONS.contains(&key.as_str()) {
+            // Written beside `type` instead of under `retry:`.
+            let message = format!(
+                "unknown option of a {kind} sink: `{key}` is an option of the entry's `retry:` (write `retry: {{{key}: ...}}`)"
+            );
+            p.push(scope, key, message);
+        } else if !known.contains(&key.as_str()) {
             p.push(
                 scope,
                 key,

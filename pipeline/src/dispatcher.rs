@@ -253,8 +253,25 @@ impl<K: Kv> Dispatcher<K> {
             return Err(e.into());
         }
         let status = self.pauses.apply(target, reason, now, &self.env.routes);
+        // Named as the operator named them (the ids are the store's).
+        let (source, sink) = match target {
+            PauseTarget::Source(s) => (
+                self.env
+                    .routes
+                    .sinks
+                    .iter()
+                    .find(|((id, _), _)| *id == s)
+                    .map(|(_, r)| r.source_name.clone()),
+                None,
+            ),
+            PauseTarget::Sink(s, k) => match self.env.routes.sinks.get(&(s, k)) {
+                Some(r) => (Some(r.source_name.clone()), Some(r.sink_name.clone())),
+                None => (None, None),
+            },
+        };
         info!(
-            ?target,
+            source = source.as_deref().unwrap_or("?"),
+            sink = sink.as_deref().unwrap_or("(all)"),
             paused = status.paused(),
             by_config = status.by_config,
             "pause changed by the runtime control"

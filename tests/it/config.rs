@@ -294,7 +294,7 @@ sources:
       - {{type: redis, name: r, url: 'http://x', stream: '', strem: 1}}
       - {{type: nats, name: n, url: 'http://x', subject: 'a.*', mode: bogus}}
       - {{type: rabbitmq, name: q, url: 'amqp://127.0.0.1', exchange: x, declare: {{type: bogus, durable: maybe}}, mandatory: 'no'}}
-      - {{type: http, name: h, url: 'http://127.0.0.1:9/x', headers: {{x-a: "a\x01b", x-b: "c\x01d"}}}}
+      - {{type: http, name: h, url: 'http://127.0.0.1:9/x', headers: {{x-a: "a\x01b", x-b: "c\x01d"}}, retry_statuses: [500]}}
   - name: events
     sinks:
       - {{type: kafka, name: k, brokers: '127.0.0.1:9092', topic: t, lingr_ms: 5, properties: {{linger.ms: abc, no.such.property: 1, acks: '0'}}}}
@@ -320,6 +320,8 @@ sources:
         "source \"billing\", sink \"q\" (rabbitmq): option \"mandatory\": must be true or false".to_owned(),
         "source \"billing\", sink \"h\" (http): option \"headers.x-a\": is not a valid header value (control character)".to_owned(),
         "source \"billing\", sink \"h\" (http): option \"headers.x-b\": is not a valid header value (control character)".to_owned(),
+        // A retry option beside `type` names where it belongs.
+        "source \"billing\", sink \"h\" (http): option \"retry_statuses\": unknown option of a http sink: `retry_statuses` is an option of the entry's `retry:` (write `retry: {retry_statuses: ...}`)".to_owned(),
         format!("source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties, forward_headers; {every})"),
         "source \"events\", sink \"k\" (kafka): option \"properties.acks\": cannot be set".to_owned(),
         "source \"events\", sink \"k\" (kafka): option \"properties.linger.ms\": ".to_owned(),
