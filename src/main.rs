@@ -345,8 +345,20 @@ enum StoreCmd {
 }
 
 fn main() -> ExitCode {
+    // SIGHUP: ignored from the first line of the process, so that a reload
+    // sent as the relay starts (`systemctl reload` right after a start) never
+    // ends it; `serve` installs its reload handler once it runs, every other
+    // command goes back to the default below (a closed terminal ends it).
+    // SAFETY: called once at start, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Serve { .. }) {
+        // SAFETY: as above.
+        unsafe {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+        }
         // A command whose output is piped into `head` stops quietly when the
         // pipe closes, as other command-line tools do, instead of panicking
         // on the failed write (Rust ignores SIGPIPE by default). `serve` keeps

@@ -109,17 +109,60 @@ pub struct Reloader<K: Kv> {
     pub status: Arc<Mutex<ConfigStatus>>,
 }
 
-/// SHA-256 of the configuration file's bytes, hex (of the embedded demo
-/// configuration without a file).
-pub fn config_hash(file: Option<&std::path::Path>) -> String {
-    let bytes = match file {
-        Some(p) => std::fs::read(p).unwrap_or_default(),
-        None => ankusa_config::DEFAULT_YAML.as_bytes().to_vec(),
-    };
-    Sha256::digest(&bytes)
+/// The largest configuration file a reload reads, bytes (a configuration of
+/// thousands of sources is a few MiB).
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+/// How long a reload waits for the configuration file's bytes: a file on a
+/// mount that hangs must not hold the reload task (nor, through it, a stop).
+pub const CONFIG_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// SHA-256 of `bytes`, hex.
+pub fn config_hash(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The bytes of the configuration file (of the embedded demo configuration
+/// without one), read on a blocking thread within [`CONFIG_READ_TIMEOUT`]:
+/// only a regular file of at most [`MAX_CONFIG_BYTES`] (a FIFO would block
+/// the read until someone writes to it, `/dev/zero` would never end).
+///
+/// # Errors
+/// Why the file cannot be read, naming it.
+pub async fn read_config(file: Option<&std::path::Path>) -> Result<Vec<u8>, String> {
+    let Some(path) = file.map(std::path::Path::to_path_buf) else {
+        return Ok(ankusa_config::DEFAULT_YAML.as_bytes().to_vec());
+    };
+    let shown = path.display().to_string();
+    let read = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+        use std::io::Read as _;
+        let meta = std::fs::metadata(&path).map_err(|e| format!("cannot read it: {e}"))?;
+        if !meta.is_file() {
+            return Err(
+                "is not a regular file (a directory, a FIFO or a device): write the configuration to a file"
+                    .to_owned(),
+            );
+        }
+        let mut bytes = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|f| f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|e| format!("cannot read it: {e}"))?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(format!("is over {} MiB", MAX_CONFIG_BYTES >> 20));
+        }
+        Ok(bytes)
+    });
+    match tokio::time::timeout(CONFIG_READ_TIMEOUT, read).await {
+        Ok(Ok(Ok(bytes))) => Ok(bytes),
+        Ok(Ok(Err(why))) => Err(format!("{shown}: {why}")),
+        Ok(Err(e)) => Err(format!("{shown}: the read failed: {e}")),
+        Err(_) => Err(format!(
+            "{shown}: could not be read within {} s (a hung mount?)",
+            CONFIG_READ_TIMEOUT.as_secs()
+        )),
+    }
 }
 
 impl<K: Kv> Reloader<K> {
@@ -200,8 +243,15 @@ impl<K: Kv> Reloader<K> {
     }
 
     async fn apply(&mut self) -> Result<ReloadDone, ReloadFailure> {
-        let hash = config_hash(self.file.as_deref());
-        let mut new = crate::serve::load(self.file.as_deref()).map_err(|e| {
+        // Read once: the hash and the configuration are of the same bytes.
+        let bytes = read_config(self.file.as_deref())
+            .await
+            .map_err(|why| ReloadFailure::Invalid(vec![why]))?;
+        let hash = config_hash(&bytes);
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            ReloadFailure::Invalid(vec![format!("the configuration file is not UTF-8: {e}")])
+        })?;
+        let mut new = crate::serve::load_text(text).map_err(|e| {
             let problems = e.problems();
             ReloadFailure::Invalid(if problems.is_empty() {
                 vec![e.to_string()]
@@ -222,21 +272,35 @@ impl<K: Kv> Reloader<K> {
                 self.sink_fds
             ));
         }
-        if !refused.is_empty() {
-            return Err(ReloadFailure::Refused(refused));
-        }
-        // The store's part: names, slots, queued work of what was removed.
+        // The store's part, read only: the names the file adds, each sink
+        // entry's slot, queued work of what it removes. Every refusal is
+        // named together; nothing is written before everything is built.
         let kv = Arc::clone(&self.kv);
-        let (new, registry) = tokio::task::spawn_blocking(move || store_part(&*kv, new))
+        let plan = tokio::task::spawn_blocking(move || plan(&*kv, new))
             .await
             .map_err(|e| {
                 ReloadFailure::Unavailable(format!("the reload's store work failed: {e}"))
             })??;
+        refused.extend(plan.queued);
+        if !refused.is_empty() {
+            return Err(ReloadFailure::Refused(refused));
+        }
+        let (new, registry) = (plan.cfg, plan.registry);
         let built = Pipelined::build(&new, &registry, Some((&old, &self.running.routes)))
             .await
             .map_err(|e| ReloadFailure::Refused(vec![format!("{e:#}")]))?;
         let ingest = IngestRoutes::build(&new, &registry, Some(&self.edge.routes.load()))
             .map_err(|e| ReloadFailure::Refused(vec![e.to_string()]))?;
+        // Everything is built: the new names and slots go to the store (Sync)
+        // before any hook can use them.
+        let kv = Arc::clone(&self.kv);
+        let (cfg, reg) = (new.clone(), registry.clone());
+        let names = plan.names;
+        tokio::task::spawn_blocking(move || commit_names(&*kv, names, &cfg, &reg, &plan.stored))
+            .await
+            .map_err(|e| {
+                ReloadFailure::Unavailable(format!("the reload's store work failed: {e}"))
+            })??;
         let changes = changes(&old, &new);
         let routes = with_leaving(built.routes, &self.running.routes);
         let sinks: Vec<String> = built.destinations;
@@ -271,58 +335,89 @@ impl<K: Kv> Reloader<K> {
     }
 }
 
-/// The store work of a reload, on a blocking thread: registers the new
-/// configuration's names, gives its sink entries their slots, refuses when a
-/// removed source or entry has queued deliveries, and stores the new names'
-/// slots. The configuration with its slots, and the registry.
-fn store_part<K: Kv>(kv: &K, mut new: Config) -> Result<(Config, Registry), ReloadFailure> {
-    let failed = |e: &dyn std::fmt::Display| {
-        warn!(error = %e, "a reload: the store failed");
-        ReloadFailure::Unavailable(ankusa_admin::STORE_FAILED_MESSAGE.to_owned())
-    };
-    let (batch, registry) = ankusa_queue::register(
+/// What a reload found in the store, before it writes anything: the
+/// configuration with its sink entries' slots, the registry with the file's
+/// new names (their batch not written yet), the stored slots, and why queued
+/// work refuses it (empty: nothing does).
+struct Plan {
+    cfg: Config,
+    registry: Registry,
+    names: ankusa_engine::Batch,
+    stored: std::collections::BTreeMap<ankusa_keys::SourceId, crate::unconfigured::SlotNames>,
+    queued: Vec<String>,
+}
+
+fn store_failed(e: &dyn std::fmt::Display) -> ReloadFailure {
+    warn!(error = %e, "a reload: the store failed");
+    ReloadFailure::Unavailable(ankusa_admin::STORE_FAILED_MESSAGE.to_owned())
+}
+
+/// The store's part of a reload, read only, on a blocking thread: the
+/// registry the file needs (its new names numbered, not written), every
+/// sink entry's slot, and the queued deliveries of a removed source or sink
+/// entry, each named (a reload never dead-letters them).
+fn plan<K: Kv>(kv: &K, mut new: Config) -> Result<Plan, ReloadFailure> {
+    let (names, registry) = ankusa_queue::register(
         kv,
         new.tenants.iter().map(|t| t.name.as_str()),
         new.sources.iter().map(|s| s.name.as_str()),
     )
-    .map_err(|e| failed(&e))?;
-    if !batch.is_empty() {
-        kv.write(batch, Durability::Sync).map_err(|e| failed(&e))?;
-    }
-    let stored = crate::unconfigured::stored_slots(kv, &registry).map_err(|e| failed(&e))?;
+    .map_err(|e| store_failed(&e))?;
+    let stored = crate::unconfigured::stored_slots(kv, &registry).map_err(|e| store_failed(&e))?;
     crate::unconfigured::assign_slots(&mut new, &registry, &stored)
         .map_err(|e| ReloadFailure::Refused(vec![format!("{e:#}")]))?;
-    let found = crate::unconfigured::find(kv, &new, &registry, &stored).map_err(|e| failed(&e))?;
-    if !found.is_empty() {
-        let mut lines: Vec<String> = found
-            .iter()
-            .map(|u| {
-                let sink = u
-                    .sink_name
-                    .as_ref()
-                    .map_or_else(|| format!("slot {}", u.sink.0), |n| format!("\"{n}\" (slot {})", u.sink.0));
-                if u.source_removed {
-                    format!(
-                        "source \"{}\" is not in the configuration and its sink {sink} has {} queued deliveries",
-                        u.source_name, u.pending
-                    )
-                } else {
-                    format!(
-                        "source \"{}\", sink {sink} is not in the configuration and has {} queued deliveries",
-                        u.source_name, u.pending
-                    )
-                }
-            })
-            .collect();
-        lines.push(
+    let found =
+        crate::unconfigured::find(kv, &new, &registry, &stored).map_err(|e| store_failed(&e))?;
+    let mut queued: Vec<String> = found
+        .iter()
+        .map(|u| {
+            let sink = u.sink_name.as_ref().map_or_else(
+                || format!("slot {}", u.sink.0),
+                |n| format!("\"{n}\" (slot {})", u.sink.0),
+            );
+            if u.source_removed {
+                format!(
+                    "source \"{}\" is not in the configuration and its sink {sink} has {} queued deliveries",
+                    u.source_name, u.pending
+                )
+            } else {
+                format!(
+                    "source \"{}\", sink {sink} is not in the configuration and has {} queued deliveries",
+                    u.source_name, u.pending
+                )
+            }
+        })
+        .collect();
+    if !queued.is_empty() {
+        queued.push(
             "put each back with `paused: true` (a sink entry under its name, anywhere in its list) so its deliveries wait, \
              or restart with `ankusa serve --drop-unconfigured` to dead-letter them (a reload never drops queued hooks)"
                 .to_owned(),
         );
-        return Err(ReloadFailure::Refused(lines));
     }
-    crate::unconfigured::remember_added(kv, &new, &registry, &stored).map_err(|e| failed(&e))?;
-    Ok((new, registry))
+    Ok(Plan {
+        cfg: new,
+        registry,
+        names,
+        stored,
+        queued,
+    })
+}
+
+/// Writes a planned reload's new names and its new entries' slots (`Sync`),
+/// before the new routes can route a hook to them.
+fn commit_names<K: Kv>(
+    kv: &K,
+    names: ankusa_engine::Batch,
+    cfg: &Config,
+    registry: &Registry,
+    stored: &std::collections::BTreeMap<ankusa_keys::SourceId, crate::unconfigured::SlotNames>,
+) -> Result<(), ReloadFailure> {
+    if !names.is_empty() {
+        kv.write(names, Durability::Sync)
+            .map_err(|e| store_failed(&e))?;
+    }
+    crate::unconfigured::remember_added(kv, cfg, registry, stored).map_err(|e| store_failed(&e))
 }
 
 /// The options of `new` that differ from `old` and cannot change while the

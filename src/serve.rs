@@ -48,6 +48,8 @@ pub fn main(
     drop_unconfigured: bool,
     log_format: Option<LogFormatArg>,
 ) -> ExitCode {
+    // SIGHUP is ignored since `main`'s first line, and a reload once the
+    // reload task's handler is installed (on the runtime, below).
     // Before any thread exists (mallopt is not for a running program).
     let large_blocks_returned = crate::limits::return_large_blocks();
     // Nothing logs through tracing before the config is loaded (its errors
@@ -279,6 +281,17 @@ pub fn load(path: Option<&std::path::Path>) -> Result<Config, ankusa_config::Con
         Some(path) => Config::load_checked(path, &check_source)?,
         None => Config::from_yaml_checked(ankusa_config::DEFAULT_YAML, &|_| None, &check_source)?,
     };
+    checked_telemetry(cfg)
+}
+
+/// [`load`] of a file's text already read (a reload reads it once, for its
+/// hash and its configuration alike: `crate::reload`).
+pub fn load_text(text: &str) -> Result<Config, ankusa_config::ConfigError> {
+    let cfg = Config::from_yaml_checked(text, &ankusa_config::process_env, &check_source)?;
+    checked_telemetry(cfg)
+}
+
+fn checked_telemetry(cfg: Config) -> Result<Config, ankusa_config::ConfigError> {
     // `node.otel` as this build reads it (its filter; or no OTel export at
     // all): once the rest of the file is valid.
     let problems = crate::telemetry::check(&cfg.node);
@@ -485,7 +498,11 @@ async fn run<K: Kv>(
     admin_ctx.pipeline = Some(Box::new(Control(pipeline_handle.clone())));
     let config_status = Arc::new(std::sync::Mutex::new(ankusa_admin::ConfigStatus {
         file: reload.file.as_ref().map(|p| p.display().to_string()),
-        hash: crate::reload::config_hash(reload.file.as_deref()),
+        hash: crate::reload::config_hash(
+            &crate::reload::read_config(reload.file.as_deref())
+                .await
+                .unwrap_or_default(),
+        ),
         loaded_at_ms: now_ms(),
         ..ankusa_admin::ConfigStatus::default()
     }));
@@ -629,7 +646,19 @@ async fn run<K: Kv>(
     admin_hold.detach_edge();
     let _ = shutdown_tx.send(true);
     let _ = edge_task.await;
-    let _ = reload_task.await;
+    // A reload in progress ends within its read deadline; past a grace it is
+    // dropped (it holds the edge, and so the Writer).
+    let mut reload_task = reload_task;
+    if tokio::time::timeout(std::time::Duration::from_secs(15), &mut reload_task)
+        .await
+        .is_err()
+    {
+        warn!(
+            "a configuration reload was still running at the stop; it was abandoned (the relay stops anyway)"
+        );
+        reload_task.abort();
+        let _ = reload_task.await;
+    }
     match retention_task.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => error!("the retention sweep failed: {e}"),

@@ -913,7 +913,15 @@ fn import_to<K: Kv>(
     }
     // Invariant 6: a dump whose seq high-water mark is below a stored seq
     // would have the relay overwrite stored hooks with new ones.
-    if let Some(v) = ankusa_queue::seq_above_high_water(kv).map_err(store_err)? {
+    let high = ankusa_queue::seq_above_high_water(kv).map_err(|e| match e {
+        // A mark that does not decode is the dump's fault, as any bad record.
+        ankusa_queue::QueueError::Value(_) | ankusa_queue::QueueError::Key(_) => Fail(
+            1,
+            format!("the dump is refused, nothing was imported: its seq high-water mark (meta key `seq_high_water`): {e}"),
+        ),
+        other => store_err(other),
+    })?;
+    if let Some(v) = high {
         return Err(Fail(
             1,
             format!("the dump is refused, nothing was imported: {v}"),

@@ -95,4 +95,29 @@ async fn no_url_secret_appears_in_the_output_of_a_run() {
             "{secret} is in the error of check-config:\n{out}"
         );
     }
+
+    // An http URL the parser refuses (a port out of range): its error names
+    // it masked too (found by a break-it pass: it was echoed whole).
+    let bad = template.replace("127.0.0.1:9/hooks", "127.0.0.1:99999/hooks");
+    let bad = bad
+        .replace("{INGEST}", "127.0.0.1:0")
+        .replace("{ADMIN}", "127.0.0.1:0")
+        .replace("{DATA}", &relay.data_dir().display().to_string());
+    std::fs::write(&file, &bad).expect("write");
+    let (status, out) = run_cli(
+        &[OsStr::new("check-config"), file.as_os_str()],
+        relay.dir.path(),
+    );
+    assert!(!status.success(), "{out}");
+    assert!(
+        out.contains("relay-user:***@127.0.0.1:99999/hooks?token=***&v=1&API_KEY=*** is not a URL")
+            || out.contains("`http://relay-user:***@127.0.0.1:99999/hooks?token=***&v=1&API_KEY=***` is not a URL"),
+        "{out}"
+    );
+    for secret in [PASSWORD, TOKEN, KEY] {
+        assert!(
+            !out.contains(secret),
+            "{secret} is in the error of check-config:\n{out}"
+        );
+    }
 }

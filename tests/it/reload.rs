@@ -311,6 +311,17 @@ async fn a_reload_that_removes_a_sink_with_queued_hooks_is_refused_by_name() {
         ),
         "{stderr}"
     );
+    // With a listener changed as well, both are named in one answer.
+    relay.rewrite_config(
+        &two_sources(&sink, main, false).replace("ingest: '{INGEST}'", "ingest: '127.0.0.1:1'"),
+    );
+    let (code, stdout, stderr) = reload(&relay);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("listeners.ingest: cannot change while the relay runs")
+            && stderr.contains("sink \"slow\" (slot 1) is not in the configuration"),
+        "{stderr}"
+    );
     // `main` has nothing queued: removing it is applied, and `slow` keeps its
     // slot (its hooks stay its own).
     relay.rewrite_config(&two_sources(&sink, down, false));
@@ -380,4 +391,57 @@ async fn a_reload_rotates_a_provider_secret() {
     assert!(stdout.contains("source \"gh\" changed"), "{stdout}");
     assert_eq!(signed(&relay, NEW_SECRET).await, 200);
     assert_eq!(signed(&relay, OLD_SECRET).await, 401);
+}
+
+/// The configuration file replaced by a FIFO (or a device): the reload is
+/// refused at once, naming the file, instead of blocking on the read (before,
+/// every later reload hung, and a SIGTERM never ended the relay); the relay
+/// then stops cleanly. A SIGHUP sent as the relay starts never ends it (it
+/// died with exit 129 when one came before the handler was installed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_of_a_fifo_is_refused_and_sighup_during_the_start_is_ignored() {
+    let sink = Sink::start(|_| Reply::Status(200)).await;
+    let web = "{type: http, name: web, url: '{BASE}'}";
+    let mut relay = Relay::start(&two_sources(&sink, web, false)).await;
+    // SIGHUPs while the relay starts: from its first log line (the file is
+    // loaded; before it, the process may not have reached `main`, whose
+    // first line ignores SIGHUP) until it is ready.
+    relay.sigterm();
+    assert!(relay.wait_exit(WAIT).await.success());
+    relay.spawn_detached();
+    let mut sent = 0;
+    until(
+        "the relay ready after SIGHUPs during its start",
+        WAIT,
+        async || {
+            assert!(
+                relay.running(),
+                "a SIGHUP ended the starting relay:\n{}",
+                relay.log()
+            );
+            if !relay.log().is_empty() {
+                relay.sighup();
+                sent += 1;
+            }
+            (relay.readyz().await.map(|r| r.0) == Some(200)).then_some(())
+        },
+    )
+    .await;
+
+    assert!(sent > 0, "no SIGHUP was sent during the start");
+    assert!(relay.running());
+    let file = relay.data_dir().parent().expect("dir").join("relay.yaml");
+    std::fs::remove_file(&file).expect("rm");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&file)
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    let (code, stdout, stderr) = reload(&relay);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stderr.contains("is not a regular file"), "{stderr}");
+    assert_eq!(relay.post("/hooks/orders", &[JSON], "{}").await.status, 200);
+    relay.sigterm();
+    let status = relay.wait_exit(WAIT).await;
+    assert!(status.success(), "{status}\n{}", relay.log());
 }

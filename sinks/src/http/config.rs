@@ -185,8 +185,11 @@ impl HttpSinkConfig {
     }
 
     pub(crate) fn parsed_url(&self) -> Result<reqwest::Url, SinkError> {
-        let url = reqwest::Url::parse(&self.url)
-            .map_err(|e| SinkError::invalid("url", format!("`{}` is not a URL: {e}", self.url)))?;
+        let url = reqwest::Url::parse(&self.url).map_err(|e| {
+            // The URL may carry a password or a token: never echoed whole.
+            let shown = crate::secret::redact_url(&self.url);
+            SinkError::invalid("url", format!("`{shown}` is not a URL: {e}"))
+        })?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(SinkError::invalid(
                 "url",

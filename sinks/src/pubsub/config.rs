@@ -371,8 +371,10 @@ fn check_emulator_host(host: &str) -> Result<(), String> {
 /// The endpoint as a URL: http(s), a host, no path, query or user info.
 pub(crate) fn parse_endpoint(endpoint: &str) -> Result<reqwest::Url, SinkError> {
     let bad = |reason: String| SinkError::invalid("endpoint", reason);
-    let url = reqwest::Url::parse(endpoint)
-        .map_err(|e| bad(format!("`{endpoint}` is not a URL: {e}")))?;
+    let url = reqwest::Url::parse(endpoint).map_err(|e| {
+        let shown = crate::secret::redact_url(endpoint);
+        bad(format!("`{shown}` is not a URL: {e}"))
+    })?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(bad(format!(
             "scheme `{}` is not https or http",
