@@ -26,6 +26,7 @@ mod admin_cli;
 mod fixture;
 mod limits;
 mod migrate;
+mod notify;
 mod open;
 mod reload;
 mod send;

@@ -201,7 +201,9 @@ impl<K: Kv> Reloader<K> {
 
     /// One reload: applied, or nothing changed. Counted and logged either way.
     pub async fn reload(&mut self) -> Result<ReloadDone, ReloadFailure> {
+        crate::notify::reloading();
         let outcome = self.apply().await;
+        crate::notify::notify("READY=1");
         let mut st = self
             .status
             .lock()

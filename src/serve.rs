@@ -585,6 +585,15 @@ async fn run<K: Kv>(
         }
     }
 
+    // systemd's READY=1 once the relay takes hooks and has recovered the
+    // previous run's claims (`/readyz` answers 200 from the same moment).
+    let ready = Arc::clone(&pipeline_handle.ready);
+    tokio::spawn(async move {
+        while !ready.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        crate::notify::notify("READY=1");
+    });
     let writer_task = tokio::spawn(writer.run());
     let pipeline_task = tokio::spawn(pipeline.run());
     // The retention sweep stops with the ingest listener: it holds a Writer
@@ -610,6 +619,7 @@ async fn run<K: Kv>(
         r = &mut retention_task => Some(("the retention sweep", ended(r))),
         _ = &mut shutdown => {
             info!("shutting down: no new hooks; finishing commits and deliveries in flight");
+            crate::notify::notify("STOPPING=1");
             None
         }
         r = &mut pipeline_task => Some(("the pipeline", ended(r))),

@@ -445,3 +445,44 @@ async fn a_reload_of_a_fifo_is_refused_and_sighup_during_the_start_is_ignored() 
     let status = relay.wait_exit(WAIT).await;
     assert!(status.success(), "{status}\n{}", relay.log());
 }
+
+/// Under systemd (`NOTIFY_SOCKET`, here a datagram socket of the test's
+/// own): `READY=1` once the relay answers `/readyz` 200, `RELOADING=1` (with
+/// `MONOTONIC_USEC`) then `READY=1` around a reload, `STOPPING=1` at SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_systemd_the_relay_notifies_ready_reloading_and_stopping() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("notify.sock");
+    let sock = tokio::net::UnixDatagram::bind(&path).expect("bind");
+    let sink = Sink::start(|_| Reply::Status(200)).await;
+    let web = "{type: http, name: web, url: '{BASE}'}";
+    let socket = path.display().to_string();
+    let mut relay = Relay::start_with_env(
+        &two_sources(&sink, web, false),
+        &[("NOTIFY_SOCKET", &socket)],
+    )
+    .await;
+    let next = async || -> String {
+        let mut buf = [0u8; 512];
+        let n = tokio::time::timeout(WAIT, sock.recv(&mut buf))
+            .await
+            .expect("a notification within the deadline")
+            .expect("recv");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert_eq!(next().await, "READY=1");
+    assert_eq!(relay.readyz().await.map(|r| r.0), Some(200));
+    relay.sighup();
+    let reloading = next().await;
+    assert!(
+        reloading.starts_with("RELOADING=1\nMONOTONIC_USEC=")
+            && reloading["RELOADING=1\nMONOTONIC_USEC=".len()..]
+                .parse::<u64>()
+                .is_ok(),
+        "{reloading:?}"
+    );
+    assert_eq!(next().await, "READY=1");
+    relay.sigterm();
+    assert_eq!(next().await, "STOPPING=1");
+    assert!(relay.wait_exit(WAIT).await.success());
+}
