@@ -16,7 +16,9 @@
 //! - `ankusa store check DATA_DIR [--repair-counters]`: the invariant checker
 //!   on a stopped store (`store`).
 //! - `ankusa store export DATA_DIR FILE`, `ankusa store import FILE DATA_DIR
-//!   --store B`: a stopped store to and from a backend-neutral dump (`store`).
+//!   --store B`: a stopped store to and from a backend-neutral dump (`store`);
+//!   `ankusa store backup FILE`: the same dump of a running relay's store,
+//!   through its admin API (`admin_cli`).
 //! - `ankusa fixture --format N OUT_FILE`: the checked-in store fixture of a
 //!   format, built deterministically (`fixture`).
 //! - `ankusa store migrate DATA_DIR [--dry-run]`: the store format migrations
