@@ -359,13 +359,22 @@ fn store_failed(e: &dyn std::fmt::Display) -> ReloadFailure {
 /// sink entry's slot, and the queued deliveries of a removed source or sink
 /// entry, each named (a reload never dead-letters them).
 fn plan<K: Kv>(kv: &K, mut new: Config) -> Result<Plan, ReloadFailure> {
+    let before = Registry::read(kv).map_err(|e| store_failed(&e))?;
     let (names, registry) = ankusa_queue::register(
         kv,
         new.tenants.iter().map(|t| t.name.as_str()),
         new.sources.iter().map(|s| s.name.as_str()),
     )
     .map_err(|e| store_failed(&e))?;
-    let stored = crate::unconfigured::stored_slots(kv, &registry).map_err(|e| store_failed(&e))?;
+    let mut stored =
+        crate::unconfigured::stored_slots(kv, &registry).map_err(|e| store_failed(&e))?;
+    // A source this reload registers has no row in the store: its slots
+    // start empty (no pending scan looks for its rows), as after a start.
+    for (name, id) in &registry.sources {
+        if !before.sources.contains_key(name) {
+            stored.entry(*id).or_default();
+        }
+    }
     crate::unconfigured::assign_slots(&mut new, &registry, &stored)
         .map_err(|e| ReloadFailure::Refused(vec![format!("{e:#}")]))?;
     let found =
