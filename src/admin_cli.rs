@@ -1773,10 +1773,10 @@ async fn backup(api: &Api, file: &std::path::Path) -> Result<(), Fail> {
             file.display()
         )));
     }
-    let name = file
-        .file_name()
-        .map_or_else(|| "backup".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = file.with_file_name(format!(".{name}.partial-{}", std::process::id()));
+    // Staged beside FILE as `store export` stages its dump (and what a
+    // killed backup left there removed first).
+    crate::store::remove_leftovers(file, "partial");
+    let tmp = crate::store::beside(file, "partial");
     let path = "/v1/backup";
     let url = format!("{}{path}", api.base.trim_end_matches('/'));
     // No deadline for the whole answer: a large store takes as long as it
@@ -1847,29 +1847,9 @@ async fn backup(api: &Api, file: &std::path::Path) -> Result<(), Fail> {
         let _ = std::fs::remove_file(&tmp);
         return Err(f);
     }
-    // Never replaces a file: a hard link fails when FILE appeared meanwhile.
-    match std::fs::hard_link(&tmp, file) {
-        Ok(()) => {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        Err(e) => {
-            return Err(Fail::Usage(format!(
-                "{}: cannot move the backup into place ({e}); it is at {}",
-                file.display(),
-                tmp.display()
-            )));
-        }
-    }
-    if let Some(parent) = file.parent() {
-        let parent = if parent.as_os_str().is_empty() {
-            std::path::Path::new(".")
-        } else {
-            parent
-        };
-        if let Ok(d) = std::fs::File::open(parent) {
-            let _ = d.sync_all();
-        }
-    }
+    // Never replaces a file (`store export`'s publish: a hard link).
+    crate::store::publish(&tmp, file).map_err(|f| Fail::Usage(f.1))?;
+    crate::store::sync_parent(file);
     let header = std::fs::File::open(file)
         .ok()
         .and_then(|f| ankusa_engine::dump::read_dump_header(std::io::BufReader::new(f)).ok());

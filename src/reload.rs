@@ -118,10 +118,7 @@ pub const CONFIG_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 
 /// SHA-256 of `bytes`, hex.
 pub fn config_hash(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    ankusa_engine::hex(&Sha256::digest(bytes))
 }
 
 /// The bytes of the configuration file (of the embedded demo configuration
@@ -381,23 +378,7 @@ fn plan<K: Kv>(kv: &K, mut new: Config) -> Result<Plan, ReloadFailure> {
         crate::unconfigured::find(kv, &new, &registry, &stored).map_err(|e| store_failed(&e))?;
     let mut queued: Vec<String> = found
         .iter()
-        .map(|u| {
-            let sink = u.sink_name.as_ref().map_or_else(
-                || format!("slot {}", u.sink.0),
-                |n| format!("\"{n}\" (slot {})", u.sink.0),
-            );
-            if u.source_removed {
-                format!(
-                    "source \"{}\" is not in the configuration and its sink {sink} has {} queued deliveries",
-                    u.source_name, u.pending
-                )
-            } else {
-                format!(
-                    "source \"{}\", sink {sink} is not in the configuration and has {} queued deliveries",
-                    u.source_name, u.pending
-                )
-            }
-        })
+        .map(crate::unconfigured::Unconfigured::line)
         .collect();
     if !queued.is_empty() {
         queued.push(

@@ -510,7 +510,7 @@ fn export(args: &ExportArgs<'_>) -> Result<(), Fail> {
 }
 
 /// A temporary name beside `path`: `.<name>.<what>-<pid>`.
-fn beside(path: &Path, what: &str) -> PathBuf {
+pub(crate) fn beside(path: &Path, what: &str) -> PathBuf {
     let name = path
         .file_name()
         .map_or_else(|| "ankusa".into(), |n| n.to_string_lossy().into_owned());
@@ -521,7 +521,7 @@ fn beside(path: &Path, what: &str) -> PathBuf {
 /// (`.<name>.<what>-<pid>` of a process that no longer runs, [`beside`]),
 /// saying so on stderr: a SIGKILL mid-import can leave a store-sized
 /// directory that nothing else would ever remove. Best effort.
-fn remove_leftovers(path: &Path, what: &str) {
+pub(crate) fn remove_leftovers(path: &Path, what: &str) {
     let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
         return;
     };
@@ -650,7 +650,7 @@ fn export_from<K: Kv>(kv: &K, backend: Backend, dir: &Path, file: &Path) -> Resu
 /// ran, checked at the start), then `tmp` goes. A `rename` would overwrite it.
 /// Exit 2 when `file` exists (the dump stays at `tmp`, named), 4 when it
 /// cannot be linked.
-fn publish(tmp: &Path, file: &Path) -> Result<(), Fail> {
+pub(crate) fn publish(tmp: &Path, file: &Path) -> Result<(), Fail> {
     match std::fs::hard_link(tmp, file) {
         Ok(()) => {
             let _ = std::fs::remove_file(tmp);
@@ -688,7 +688,7 @@ fn bytes_text(bytes: u64) -> String {
 }
 
 /// fsyncs the directory that holds `path` (a rename is durable only then).
-fn sync_parent(path: &Path) {
+pub(crate) fn sync_parent(path: &Path) {
     if let Some(parent) = path.parent() {
         let parent = if parent.as_os_str().is_empty() {
             Path::new(".")

@@ -71,6 +71,28 @@ pub struct Unconfigured {
     pub tenants: BTreeSet<TenantOrd>,
 }
 
+impl Unconfigured {
+    /// One line naming it, its slot and its pending count (a reload's
+    /// refusal; a start's groups them by source: [`refusal`]).
+    pub fn line(&self) -> String {
+        let sink = self.sink_name.as_ref().map_or_else(
+            || format!("slot {}", self.sink.0),
+            |n| format!("\"{n}\" (slot {})", self.sink.0),
+        );
+        if self.source_removed {
+            format!(
+                "source \"{}\" is not in the configuration and its sink {sink} has {} queued deliveries",
+                self.source_name, self.pending
+            )
+        } else {
+            format!(
+                "source \"{}\", sink {sink} is not in the configuration and has {} queued deliveries",
+                self.source_name, self.pending
+            )
+        }
+    }
+}
+
 /// The stored slots of a source: each slot's name, `~name` when retired.
 pub type SlotNames = Vec<String>;
 

@@ -16,8 +16,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -354,16 +352,7 @@ async fn under_a_low_fd_limit_connections_past_the_cap_are_refused_and_nothing_i
 const GITHUB_SECRET: &str = "limits-secret";
 
 fn github_signature(body: &[u8]) -> String {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(GITHUB_SECRET.as_bytes())
-        .expect("any key length");
-    mac.update(body);
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256={hex}")
+    crate::relay::github_signature(GITHUB_SECRET, body)
 }
 
 /// Sends a POST whose body is `len` bytes of spaces with a wrong GitHub

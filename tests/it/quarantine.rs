@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use ankusa_engine::{Cf, Durability, Kv, Read};
 use ankusa_keys::TenantOrd;
-use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
-use sha2::Sha256;
 
 use crate::admin::{Admin, cli};
 use crate::keyed::{KEYS, body, by_key, label};
@@ -33,16 +31,7 @@ fn now_ms() -> u64 {
 const GITHUB_SECRET: &str = "It's a Secret to Everybody";
 
 fn github_signature(body: &[u8]) -> String {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(GITHUB_SECRET.as_bytes())
-        .expect("any key length");
-    mac.update(body);
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256={hex}")
+    crate::relay::github_signature(GITHUB_SECRET, body)
 }
 
 /// `quarantine: true` holds every hook (202, never delivered);

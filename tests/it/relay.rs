@@ -544,3 +544,59 @@ pub fn config(store: &str, rest: &str) -> String {
         "node: {{data_dir: '{{DATA}}', store: {store}}}\nlisteners: {{ingest: '{{INGEST}}', admin: '{{ADMIN}}'}}\n{rest}"
     )
 }
+
+/// GitHub's `X-Hub-Signature-256` of `body` under `secret`:
+/// `sha256=<hex HMAC-SHA256>`.
+pub fn github_signature(secret: &str, body: &[u8]) -> String {
+    use hmac::{Hmac, KeyInit, Mac};
+    let mut mac =
+        <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(secret.as_bytes()).expect("any key length");
+    mac.update(body);
+    format!(
+        "sha256={}",
+        ankusa_engine::hex(&mac.finalize().into_bytes())
+    )
+}
+
+/// What each hook of a [`load`] got: its id (200), or what else happened.
+pub type Outcomes = std::sync::Arc<std::sync::Mutex<Vec<Result<String, String>>>>;
+
+/// Posts hooks to `url` one after another until `stop`, each on a new
+/// connection (as a provider sends them), every outcome in `out`. Hook `n`
+/// has the JSON body `{"n": n}` and the ordering key `x-entity-id: k<n % 7>`.
+pub fn load(
+    url: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    out: Outcomes,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        // A new connection per hook: no idle connection is kept.
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(0)
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("client");
+        let mut n = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let body = format!("{{\"n\":{n}}}").into_bytes();
+            let key = format!("k{}", n % 7);
+            let headers = [
+                ("content-type", "application/json"),
+                ("x-entity-id", key.as_str()),
+            ];
+            let got = match post(&client, &url, &headers, body).await {
+                Ok(a) if a.status == 200 => Ok(a.id()),
+                Ok(a) => Err(format!("status {}: {}", a.status, a.body)),
+                Err(e) => Err(format!("transport: {e}")),
+            };
+            out.lock().expect("lock").push(got);
+            n += 1;
+        }
+    })
+}
+
+/// Hooks a [`load`] has had an answer (or an error) for so far.
+pub fn acked(out: &Outcomes) -> usize {
+    out.lock().expect("lock").len()
+}

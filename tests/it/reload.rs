@@ -8,12 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
-use sha2::Sha256;
 
 use crate::admin::cli;
-use crate::relay::{Relay, config, post};
+use crate::relay::{Outcomes, Relay, acked, config, load};
 use crate::sink::{Reply, Sink, until};
 
 /// Every wait of this file: generous, never a measure of speed.
@@ -40,38 +38,6 @@ async fn config_info(relay: &Relay) -> Value {
         .await
         .map(|t| serde_json::from_str(&t).expect("JSON"))
         .expect("body")
-}
-
-/// What each hook of a load got: its id (200), or what else happened.
-type Outcomes = Arc<std::sync::Mutex<Vec<Result<String, String>>>>;
-
-/// Posts hooks to `url` one after another, each on a new connection, until
-/// `stop`; every outcome in `out`.
-fn load(url: String, stop: Arc<AtomicBool>, out: Outcomes) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        // A new connection per hook: no idle connection is kept.
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .pool_max_idle_per_host(0)
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("client");
-        let mut i = 0u64;
-        while !stop.load(Ordering::SeqCst) {
-            let body = format!("{{\"n\":{i}}}").into_bytes();
-            let got = match post(&client, &url, &[JSON], body).await {
-                Ok(a) if a.status == 200 => Ok(a.id()),
-                Ok(a) => Err(format!("status {}: {}", a.status, a.body)),
-                Err(e) => Err(format!("transport: {e}")),
-            };
-            out.lock().expect("lock").push(got);
-            i += 1;
-        }
-    })
-}
-
-fn acked(out: &Outcomes) -> usize {
-    out.lock().expect("lock").len()
 }
 
 fn two_sources(sink: &Sink, orders_sinks: &str, billing: bool) -> String {
@@ -337,23 +303,10 @@ async fn a_reload_that_removes_a_sink_with_queued_hooks_is_refused_by_name() {
 const OLD_SECRET: &str = "old-secret-0001";
 const NEW_SECRET: &str = "new-secret-0002";
 
-fn github_signature(secret: &str, body: &[u8]) -> String {
-    let mut mac =
-        <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()).expect("any key length");
-    mac.update(body);
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256={hex}")
-}
-
 /// POSTs a GitHub hook signed with `secret` to source `gh`: the status.
 async fn signed(relay: &Relay, secret: &str) -> u16 {
     let body = b"{\"action\":\"opened\"}";
-    let sig = github_signature(secret, body);
+    let sig = crate::relay::github_signature(secret, body);
     relay
         .post(
             "/hooks/gh",
