@@ -19,7 +19,7 @@ use crate::breaker::PipelineStatus;
 #[derive(Clone, Debug)]
 pub struct PipelineHandle {
     pub(crate) wake: Arc<Notify>,
-    pub(crate) shutdown: Arc<watch::Sender<bool>>,
+    pub(crate) shutdown: Arc<watch::Sender<Option<u64>>>,
     /// True once the pipeline has recovered the previous run's claimed rows
     /// and is dispatching (what `/readyz` reports).
     pub ready: Arc<AtomicBool>,
@@ -169,7 +169,18 @@ impl PipelineHandle {
     /// Stops claiming; the pipeline finishes the calls in flight, flushes their
     /// outcomes and returns.
     pub fn shutdown(&self) {
-        let _ = self.shutdown.send(true);
+        self.shutdown_within(std::time::Duration::from_millis(crate::SHUTDOWN_WAIT_MS));
+    }
+
+    /// [`PipelineHandle::shutdown`], waiting at most `wait` for the calls in
+    /// flight: a takeover's old process (docs/design.md section 5,
+    /// "Takeover") keeps the new one's held requests waiting while it
+    /// stops, so it leaves a slow call claimed for the new process to make
+    /// again (at-least-once) rather than hold them.
+    pub fn shutdown_within(&self, wait: std::time::Duration) {
+        let _ = self
+            .shutdown
+            .send(Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)));
         self.wake.notify_one();
     }
 

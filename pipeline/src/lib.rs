@@ -252,7 +252,9 @@ pub enum PipelineError {
 pub struct Pipeline<K: Kv> {
     dispatcher: Dispatcher<K>,
     wake: Arc<Notify>,
-    shutdown: watch::Receiver<bool>,
+    /// `Some(wait_ms)` once stopping: how long to wait for the calls in
+    /// flight ([`SHUTDOWN_WAIT_MS`], or a takeover's shorter wait).
+    shutdown: watch::Receiver<Option<u64>>,
     done_tx: mpsc::UnboundedSender<Done>,
     done_rx: mpsc::UnboundedReceiver<Done>,
     control_rx: mpsc::UnboundedReceiver<Control>,
@@ -270,7 +272,7 @@ impl<K: Kv> Pipeline<K> {
     ) -> (Pipeline<K>, PipelineHandle) {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let (control, control_rx) = mpsc::unbounded_channel();
-        let (shutdown_tx, shutdown) = watch::channel(false);
+        let (shutdown_tx, shutdown) = watch::channel(None);
         let wake = Arc::new(Notify::new());
         let ready = Arc::new(AtomicBool::new(false));
         let book = Arc::new(Mutex::new(PauseBook {
@@ -401,7 +403,8 @@ impl<K: Kv> Pipeline<K> {
             let routes = Arc::clone(&d.env().routes);
             let flush_interval = Duration::from_millis(d.env().dispatch.flush_interval_ms);
             let idle_ms = d.env().dispatch.idle_ms.max(1);
-            let stopping = *shutdown.borrow();
+            let stop_wait_ms = *shutdown.borrow();
+            let stopping = stop_wait_ms.is_some();
             if stopping && stopping_since.is_none() {
                 stopping_since = Some(tokio::time::Instant::now());
             }
@@ -431,12 +434,11 @@ impl<K: Kv> Pipeline<K> {
                 // process past an orchestrator's kill grace: the calls still
                 // out stay claimed in the store and are delivered again after
                 // the next start (recover_inflight, ADR 4.7; at-least-once).
-                if stopping_since
-                    .is_some_and(|t| t.elapsed() >= Duration::from_millis(SHUTDOWN_WAIT_MS))
-                {
+                let wait_ms = stop_wait_ms.unwrap_or(SHUTDOWN_WAIT_MS);
+                if stopping_since.is_some_and(|t| t.elapsed() >= Duration::from_millis(wait_ms)) {
                     warn!(
                         in_flight = d.in_flight(),
-                        waited_ms = SHUTDOWN_WAIT_MS,
+                        waited_ms = wait_ms,
                         "pipeline stopped with deliveries still in flight; they are delivered again after the next start"
                     );
                     return Ok(());

@@ -42,6 +42,7 @@
 //! request is answered. There is no minimum rate: holding budget costs a client
 //! the bytes it holds, re-sent at least every [`BODY_READ_TIMEOUT`].
 
+pub mod hold;
 pub mod limits;
 pub mod metrics;
 mod routes;
@@ -64,7 +65,7 @@ use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{Instrument, debug, info, warn};
 
@@ -300,10 +301,32 @@ impl<K: Kv> Edge<K> {
     /// Serves ingest on `listener` until `shutdown` turns true; then stops
     /// accepting, lets requests in progress finish (their commits included),
     /// and returns.
-    pub async fn serve(
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
+        self.serve_inner(listener, Vec::new(), shutdown, true).await;
+    }
+
+    /// [`Edge::serve`], serving first the connections a takeover held while
+    /// the store moved ([`hold::Holding`]; docs/design.md section 5,
+    /// "Takeover"), then what the listener accepts. When `shutdown` turns
+    /// true it stops accepting and lets the requests in progress finish, but
+    /// leaves [`Edge::shutting_down`] to the caller: a process handing over
+    /// commits and answers 200 the hooks it has read (on SIGTERM the caller
+    /// sets it first, and they are answered 503).
+    pub async fn serve_with(
         self: Arc<Self>,
         listener: TcpListener,
+        held: Vec<hold::Held>,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        self.serve_inner(listener, held, shutdown, false).await;
+    }
+
+    async fn serve_inner(
+        self: Arc<Self>,
+        listener: TcpListener,
+        held: Vec<hold::Held>,
         mut shutdown: watch::Receiver<bool>,
+        mark_shutting_down: bool,
     ) {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         // The connection tasks, so the ones still open when the grace period
@@ -314,6 +337,9 @@ impl<K: Kv> Edge<K> {
         let counts = &self.stats.ingest_connections;
         counts.cap.store(cap as u64, Ordering::Relaxed);
         let mut accept_errors = limits::AcceptErrors::default();
+        for h in held {
+            self.spawn_connection(h.stream, h.peer, &graceful, &mut conns);
+        }
         loop {
             counts.open.store(conns.len() as u64, Ordering::Relaxed);
             tokio::select! {
@@ -335,25 +361,7 @@ impl<K: Kv> Edge<K> {
                         limits::refuse_connection(stream, &body.to_string());
                         continue;
                     }
-                    let edge = Arc::clone(&self);
-                    let svc = service_fn(move |req| {
-                        let edge = Arc::clone(&edge);
-                        async move { Ok::<_, Infallible>(edge.handle(req, peer).await) }
-                    });
-                    // half_close: a client that shuts its write side after the
-                    // request still gets its answer (its hook may already be
-                    // committed; it must learn the id).
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .timer(hyper_util::rt::TokioTimer::new())
-                        .header_read_timeout(HEADER_READ_TIMEOUT)
-                        .half_close(true)
-                        .serve_connection(TokioIo::new(stream), svc);
-                    let conn = graceful.watch(conn);
-                    conns.spawn(async move {
-                        if let Err(e) = conn.await {
-                            debug!(error = %e, %peer, "connection ended with an error");
-                        }
-                    });
+                    self.spawn_connection(stream, peer, &graceful, &mut conns);
                 }
                 _ = shutdown.changed() => {
                     if *shutdown.borrow() {
@@ -362,7 +370,9 @@ impl<K: Kv> Edge<K> {
                 }
             }
         }
-        self.shutting_down.store(true, Ordering::SeqCst);
+        if mark_shutting_down {
+            self.shutting_down.store(true, Ordering::SeqCst);
+        }
         drop(listener);
         if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
             .await
@@ -376,6 +386,36 @@ impl<K: Kv> Edge<K> {
         }
         while conns.join_next().await.is_some() {}
         counts.open.store(0, Ordering::Relaxed);
+    }
+
+    /// Serves one accepted connection (HTTP/1.1) on its own task in `conns`,
+    /// watched by `graceful` for the shutdown.
+    fn spawn_connection(
+        self: &Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        graceful: &hyper_util::server::graceful::GracefulShutdown,
+        conns: &mut tokio::task::JoinSet<()>,
+    ) {
+        let edge = Arc::clone(self);
+        let svc = service_fn(move |req| {
+            let edge = Arc::clone(&edge);
+            async move { Ok::<_, Infallible>(edge.handle(req, peer).await) }
+        });
+        // half_close: a client that shuts its write side after the
+        // request still gets its answer (its hook may already be
+        // committed; it must learn the id).
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .half_close(true)
+            .serve_connection(TokioIo::new(stream), svc);
+        let conn = graceful.watch(conn);
+        conns.spawn(async move {
+            if let Err(e) = conn.await {
+                debug!(error = %e, %peer, "connection ended with an error");
+            }
+        });
     }
 
     /// Handles one request (public for tests that drive the handler directly).
