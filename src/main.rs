@@ -36,6 +36,7 @@ mod serve;
 mod settings;
 mod sinks;
 mod store;
+mod takeover;
 mod telemetry;
 mod top;
 mod unconfigured;
@@ -73,6 +74,20 @@ enum Command {
         /// filters both (README, "Logs").
         #[arg(long, value_enum)]
         log_format: Option<serve::LogFormatArg>,
+        /// Take over from the relay serving the same data_dir without
+        /// refusing a connection (an upgrade to a new binary, a change a
+        /// reload refuses): this process takes its listening sockets, holds
+        /// the connections it accepts while that relay stops and closes the
+        /// store, then serves them. If this process cannot serve, the old one
+        /// serves again and this one exits non-zero saying why (README,
+        /// "Changing a running relay").
+        #[arg(long)]
+        takeover: bool,
+        /// With --takeover: how long a held connection waits for this
+        /// process to serve before it is answered 503 with Retry-After, in
+        /// seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 5, requires = "takeover", value_parser = clap::value_parser!(u64).range(1..=60))]
+        takeover_hold: u64,
     },
     /// POST provider webhooks saved in the corpus format to a running relay.
     Send {
@@ -353,14 +368,17 @@ fn main() -> ExitCode {
     // ends it; `serve` installs its reload handler once it runs, every other
     // command goes back to the default below (a closed terminal ends it).
     // SAFETY: called once at start, before any other thread exists.
+    // SIGUSR2 (start a successor that takes over) likewise.
     unsafe {
         libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        libc::signal(libc::SIGUSR2, libc::SIG_IGN);
     }
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Serve { .. }) {
         // SAFETY: as above.
         unsafe {
             libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            libc::signal(libc::SIGUSR2, libc::SIG_DFL);
         }
         // A command whose output is piped into `head` stops quietly when the
         // pipe closes, as other command-line tools do, instead of panicking
@@ -376,7 +394,14 @@ fn main() -> ExitCode {
             config,
             drop_unconfigured,
             log_format,
-        } => serve::main(config, drop_unconfigured, log_format),
+            takeover,
+            takeover_hold,
+        } => serve::main(
+            config,
+            drop_unconfigured,
+            log_format,
+            takeover.then(|| std::time::Duration::from_secs(takeover_hold)),
+        ),
         Command::Send {
             files,
             url,

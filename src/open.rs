@@ -558,6 +558,7 @@ fn is_new_store_dir(dir: &Path) -> std::io::Result<bool> {
 /// whose creation marker ([`creating_marker`]) says its first start was
 /// interrupted before the stamp was durable. A directory with the engine's
 /// files and no stamp is refused ([`OpenError::NoStamp`]).
+#[derive(Clone)]
 pub struct Creation {
     /// The store directory and its backend (`None`: the memory store).
     dir: Option<(PathBuf, Backend)>,

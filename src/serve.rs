@@ -47,11 +47,15 @@ pub fn main(
     config: Option<PathBuf>,
     drop_unconfigured: bool,
     log_format: Option<LogFormatArg>,
+    takeover: Option<std::time::Duration>,
 ) -> ExitCode {
     // SIGHUP is ignored since `main`'s first line, and a reload once the
     // reload task's handler is installed (on the runtime, below).
     // Before any thread exists (mallopt is not for a running program).
     let large_blocks_returned = crate::limits::return_large_blocks();
+    // The binary's path now, before an upgrade can replace the file: SIGUSR2
+    // starts the successor from that path (crate::takeover::Successor).
+    let successor = crate::takeover::Successor::of_this_process();
     // Nothing logs through tracing before the config is loaded (its errors
     // go to stderr as one line), so the format can come from the file.
     let mut cfg = match load(config.as_deref()) {
@@ -117,32 +121,67 @@ pub fn main(
         // taken by the reload task once it runs.
         let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         other_stores(&cfg)?;
+        // Before a takeover begins: a setting the store cannot be opened
+        // with must not stop the serving process first.
+        #[cfg(feature = "rocksdb")]
+        let recovery = match cfg.node.store {
+            StoreBackend::RocksDb => wal_recovery()?,
+            _ => ankusa_engine_rocksdb::WalRecovery::TornTail,
+        };
         // The listeners before the store: a port in use refuses the start
         // without leaving a new, empty store behind (a new user's report).
-        let listeners = Listeners::bind(&cfg).await?;
+        // A takeover gets them from the process serving the data_dir, holds
+        // what it accepts, and has that process close the store.
+        let (listeners, taking) = match takeover {
+            None => (Listeners::bind(&cfg).await?, None),
+            Some(hold) => {
+                let (listeners, t) = take_over(&cfg, hold, fds.ingest_connections).await?;
+                (listeners, Some(t))
+            }
+        };
         std::fs::create_dir_all(&cfg.node.data_dir)
             .with_context(|| format!("creating data_dir {}", cfg.node.data_dir.display()))?;
         let store_dir = store_dir(&cfg.node.data_dir, cfg.node.store.as_str());
-        match cfg.node.store {
+        let backend = cfg.node.store;
+        let start = Start {
+            cfg,
+            drop_unconfigured,
+            fds,
+            listeners,
+            reload,
+            hangup,
+            taking,
+            successor,
+        };
+        match backend {
             #[cfg(feature = "rocksdb")]
             StoreBackend::RocksDb => {
-                let recovery = wal_recovery()?;
-                let (kv, creation) = crate::open::serve_rocksdb(&store_dir, fds.store_files, recovery)?;
-                if recovery == ankusa_engine_rocksdb::WalRecovery::PointInTime {
-                    warn!(dir = %store_dir.display(), "ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time: the WAL was replayed up to its first record that does not verify, and the rest dropped for good");
-                }
-                run(Arc::new(kv), cfg, drop_unconfigured, fds, creation, listeners, (reload, hangup)).await
+                serve_store(start, || {
+                    let opened = crate::open::serve_rocksdb(&store_dir, fds.store_files, recovery)?;
+                    if recovery == ankusa_engine_rocksdb::WalRecovery::PointInTime {
+                        warn!(dir = %store_dir.display(), "ANKUSA_ROCKSDB_WAL_RECOVERY=point-in-time: the WAL was replayed up to its first record that does not verify, and the rest dropped for good");
+                    }
+                    Ok(opened)
+                })
+                .await
             }
             #[cfg(not(feature = "rocksdb"))]
-            StoreBackend::RocksDb => anyhow::bail!(
-                "node.store is rocksdb, but this binary was built without the `rocksdb` feature \
-                 (cargo build --no-default-features): build it with the feature, or set node.store: fjall"
-            ),
-            StoreBackend::Fjall => {
-                let (kv, creation) = crate::open::serve_fjall(&store_dir, fds.store_files)?;
-                run(Arc::new(kv), cfg, drop_unconfigured, fds, creation, listeners, (reload, hangup)).await
+            StoreBackend::RocksDb => {
+                let e = anyhow::anyhow!(
+                    "node.store is rocksdb, but this binary was built without the `rocksdb` feature \
+                     (cargo build --no-default-features): build it with the feature, or set node.store: fjall"
+                );
+                if let Some(t) = start.taking {
+                    t.fail(&e).await;
+                }
+                Err(e)
             }
-            StoreBackend::Memory => run(Arc::new(MemoryKv::new()), cfg, drop_unconfigured, fds, crate::open::Creation::memory(), listeners, (reload, hangup)).await,
+            StoreBackend::Fjall => {
+                serve_store(start, || Ok(crate::open::serve_fjall(&store_dir, fds.store_files)?)).await
+            }
+            StoreBackend::Memory => {
+                serve_store(start, || Ok((MemoryKv::new(), crate::open::Creation::memory()))).await
+            }
         }
     });
     // The spans still queued go out while the runtime still runs.
@@ -359,10 +398,14 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// The ingest and admin listeners, bound before the store is opened.
+/// The ingest and admin listening sockets, bound before the store is opened
+/// (or passed by the process a takeover replaces). They are kept for the
+/// whole process: each run of the relay serves duplicates of them, so a
+/// takeover that fails finds them still open (docs/design.md section 5,
+/// "Takeover").
 struct Listeners {
-    ingest: tokio::net::TcpListener,
-    admin: tokio::net::TcpListener,
+    ingest: std::net::TcpListener,
+    admin: std::net::TcpListener,
 }
 
 impl Listeners {
@@ -375,11 +418,238 @@ impl Listeners {
         let admin = tokio::net::TcpListener::bind(cfg.listeners.admin)
             .await
             .with_context(|| format!("listeners.admin: cannot bind {}", cfg.listeners.admin))?;
-        Ok(Self { ingest, admin })
+        Ok(Self {
+            ingest: ingest.into_std()?,
+            admin: admin.into_std()?,
+        })
+    }
+
+    /// A duplicate of one of them for a tokio task (the same socket and
+    /// accept queue).
+    fn serve(l: &std::net::TcpListener) -> anyhow::Result<tokio::net::TcpListener> {
+        Ok(tokio::net::TcpListener::from_std(l.try_clone()?)?)
     }
 }
 
+/// A takeover in progress on the new process's side: the old process has
+/// closed the store, and the ingest connections accepted meanwhile are held.
+struct TakeoverStart {
+    taking: crate::takeover::Taking,
+    holding: ankusa_edge::server::hold::Holding,
+}
+
+impl TakeoverStart {
+    /// This process cannot serve: its held connections are answered 503 with
+    /// `Retry-After`, and the old process serves again.
+    async fn fail(self, e: &anyhow::Error) {
+        let held = self.holding.refuse_all().await;
+        error!(
+            old_pid = self.taking.old_pid,
+            held,
+            "takeover failed: process {} opens the store again and serves; the {held} connection(s) held here were answered 503 with Retry-After",
+            self.taking.old_pid
+        );
+        self.taking.failed(format!("{e:#}")).await;
+    }
+}
+
+/// Steps 1 to 3 of a takeover (crate::takeover): the old process's
+/// listening sockets, held connections from now on, the store closed.
+async fn take_over(
+    cfg: &Config,
+    hold: std::time::Duration,
+    cap: usize,
+) -> anyhow::Result<(Listeners, TakeoverStart)> {
+    let (mut taking, passed) = crate::takeover::ask(cfg).await?;
+    let holding =
+        ankusa_edge::server::hold::Holding::start(Listeners::serve(&passed.ingest)?, hold, cap);
+    info!(
+        old_pid = taking.old_pid,
+        old_version = %taking.old_version,
+        hold_ms = hold.as_millis() as u64,
+        "takeover: holding ingest connections while process {} stops and closes the store",
+        taking.old_pid
+    );
+    if let Err(e) = taking.stop_old().await {
+        let held = holding.refuse_all().await;
+        bail!("--takeover: {e:#} ({held} held connection(s) answered 503 with Retry-After)");
+    }
+    info!(
+        old_pid = taking.old_pid,
+        "takeover: the old process closed the store"
+    );
+    Ok((
+        Listeners {
+            ingest: passed.ingest,
+            admin: passed.admin,
+        },
+        TakeoverStart { taking, holding },
+    ))
+}
+
+/// Everything a run of the relay starts from, kept across the runs of one
+/// process (a takeover that fails makes the old process run again).
+struct Start {
+    cfg: Config,
+    drop_unconfigured: bool,
+    fds: crate::limits::FdBudget,
+    listeners: Listeners,
+    reload: ReloadStart,
+    hangup: Option<tokio::signal::unix::Signal>,
+    taking: Option<TakeoverStart>,
+    successor: Option<crate::takeover::Successor>,
+}
+
+/// How a run of the relay ended.
+enum Ended {
+    /// SIGTERM or SIGINT: the process exits.
+    Stopped,
+    /// A takeover asked this process to stop: it closes the store and hands
+    /// over; `running` is the configuration it ran (reloads included), to run
+    /// again if the takeover fails.
+    HandingOver {
+        handover: crate::takeover::Handover,
+        running: Box<Config>,
+    },
+}
+
+/// How long a process that hands over waits for the last other holder of
+/// the store (an admin job's step, a backup's stream) to let it go.
+const STORE_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a takeover retries the store's lock, which the old process's
+/// end releases a moment after its socket closes.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Opens the store and runs the relay on it; when a takeover asks, closes
+/// the store and hands over, and runs again if the new process does not
+/// take over (docs/design.md section 5, "Takeover").
+async fn serve_store<K: Kv>(
+    mut start: Start,
+    open: impl Fn() -> anyhow::Result<(K, crate::open::Creation)>,
+) -> anyhow::Result<()> {
+    let mut cfg = start.cfg.clone();
+    let mut hangup = start.hangup.take();
+    let mut kept: Option<(Arc<K>, crate::open::Creation)> = None;
+    loop {
+        let opened = match kept.take() {
+            Some(k) => Ok(k),
+            None => open_store(&open, start.taking.is_some())
+                .await
+                .map(|(kv, c)| (Arc::new(kv), c)),
+        };
+        let (kv, creation) = match opened {
+            Ok(k) => k,
+            Err(e) => {
+                if let Some(t) = start.taking.take() {
+                    t.fail(&e).await;
+                }
+                return Err(e);
+            }
+        };
+        let ended = run(
+            Arc::clone(&kv),
+            cfg.clone(),
+            creation.clone(),
+            hangup.take(),
+            &mut start,
+        )
+        .await;
+        // A run that fails before it serves fails the takeover it began.
+        if let (Err(e), Some(t)) = (&ended, start.taking.take()) {
+            t.fail(e).await;
+        }
+        let (handover, running) = match ended? {
+            Ended::Stopped => return Ok(()),
+            Ended::HandingOver { handover, running } => (handover, running),
+        };
+        cfg = *running;
+        hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let new_pid = handover.new_pid;
+        if let Some(kv) = close_store(kv).await {
+            // Still held: this process serves on, on the store it has open.
+            error!(
+                new_pid,
+                wait_s = STORE_CLOSE_WAIT.as_secs(),
+                "takeover abandoned: the store is still in use here after the wait; serving again"
+            );
+            handover
+                .abort(format!(
+                    "the store was still in use after {} s",
+                    STORE_CLOSE_WAIT.as_secs()
+                ))
+                .await;
+            kept = Some((kv, creation));
+            continue;
+        }
+        info!(
+            new_pid,
+            "takeover: the store is closed; process {new_pid} opens it"
+        );
+        match handover.released().await {
+            crate::takeover::Handed::Taken => {
+                info!(
+                    new_pid,
+                    "takeover done: process {new_pid} serves; this process exits"
+                );
+                return Ok(());
+            }
+            crate::takeover::Handed::Back(why) => {
+                warn!(
+                    new_pid,
+                    "takeover failed ({why}): opening the store again and serving"
+                );
+            }
+        }
+    }
+}
+
+/// Opens the store; in a takeover, waits out a lock the old process's end
+/// has not released yet.
+async fn open_store<K>(
+    open: &impl Fn() -> anyhow::Result<(K, crate::open::Creation)>,
+    taking: bool,
+) -> anyhow::Result<(K, crate::open::Creation)> {
+    let deadline = std::time::Instant::now() + LOCK_RETRY;
+    loop {
+        match open() {
+            Err(e)
+                if taking
+                    && std::time::Instant::now() < deadline
+                    && e.downcast_ref::<crate::open::OpenError>().is_some_and(|o| {
+                        matches!(
+                            o,
+                            crate::open::OpenError::Locked { .. }
+                                | crate::open::OpenError::HeldBy { .. }
+                        )
+                    }) =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Lets the store go once this is its last holder: `None` when it is, after
+/// the engine has closed it; the store back when something still holds it
+/// after [`STORE_CLOSE_WAIT`].
+async fn close_store<K: Kv>(kv: Arc<K>) -> Option<Arc<K>> {
+    let deadline = tokio::time::Instant::now() + STORE_CLOSE_WAIT;
+    while Arc::strong_count(&kv) > 1 {
+        if tokio::time::Instant::now() >= deadline {
+            return Some(kv);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The engine's close (RocksDB's flush of nothing, its lock's release) on
+    // a blocking thread.
+    let _ = tokio::task::spawn_blocking(move || drop(kv)).await;
+    None
+}
+
 /// What a reload needs from the start: the file, `--log-format`.
+#[derive(Clone)]
 struct ReloadStart {
     file: Option<PathBuf>,
     log_format_flag: Option<LogFormat>,
@@ -388,12 +658,14 @@ struct ReloadStart {
 async fn run<K: Kv>(
     kv: Arc<K>,
     mut cfg: Config,
-    drop_unconfigured: bool,
-    fds: crate::limits::FdBudget,
     creation: crate::open::Creation,
-    listeners: Listeners,
-    (reload, hangup): (ReloadStart, Option<tokio::signal::unix::Signal>),
-) -> anyhow::Result<()> {
+    hangup: Option<tokio::signal::unix::Signal>,
+    start: &mut Start,
+) -> anyhow::Result<Ended> {
+    let (drop_unconfigured, fds, reload) =
+        (start.drop_unconfigured, start.fds, start.reload.clone());
+    let (listeners, taking) = (&start.listeners, &mut start.taking);
+    let took_over = taking.is_some();
     // Migrations first, before the signal handlers: a SIGTERM (or a crash)
     // in the middle of one ends the process, and the next start resumes it
     // after its last committed batch (docs/design.md section 8).
@@ -466,7 +738,6 @@ async fn run<K: Kv>(
         .due_floor(writer_handle.due_floor())
         .lane_rows(writer_handle.lane_rows());
 
-    let Listeners { ingest, admin } = listeners;
     let wake = pipeline_handle.clone();
     let shutting_down = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EdgeStats {
@@ -592,7 +863,44 @@ async fn run<K: Kv>(
         while !ready.load(Ordering::SeqCst) {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        crate::notify::notify("READY=1");
+        if took_over {
+            // This process replaces the service's main process (systemd
+            // accepts it with NotifyAccess=all).
+            crate::notify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+        } else {
+            crate::notify::notify("READY=1");
+        }
+    });
+    // SIGUSR2 starts a successor that takes over (an upgrade under a
+    // supervisor: docs/design.md section 5, "Takeover").
+    tokio::spawn(crate::takeover::successor_on_signal(
+        start.successor.clone(),
+        shutdown_rx.clone(),
+    ));
+    // The takeover socket: a new process (`serve --takeover`) asks through
+    // it for the listeners and for this run's end (crate::takeover). Without
+    // it the relay serves all the same, and says so.
+    let offers = match crate::takeover::Offers::bind(&cfg.node.data_dir) {
+        Ok(o) => Some(o),
+        Err(e) => {
+            warn!(
+                error = %e,
+                path = %crate::takeover::socket_path(&cfg.node.data_dir).display(),
+                "no takeover socket: `serve --takeover` cannot replace this process (a restart can)"
+            );
+            None
+        }
+    };
+    let offer = Arc::new(crate::takeover::Offer {
+        ingest: listeners.ingest.try_clone()?,
+        admin: listeners.admin.try_clone()?,
+        store: (cfg.node.store != StoreBackend::Memory).then(|| cfg.node.store.as_str()),
+    });
+    let mut handover = Box::pin(async {
+        match &offers {
+            Some(o) => o.next(offer).await,
+            None => std::future::pending().await,
+        }
     });
     let writer_task = tokio::spawn(writer.run());
     let pipeline_task = tokio::spawn(pipeline.run());
@@ -609,17 +917,51 @@ async fn run<K: Kv>(
     // Reloads stop with the ingest listener (a reload needs the edge, and
     // holds it: the Writer stops only when every handle is gone).
     let reload_task = tokio::spawn(reloader.run(reload_asks, hangup, shutdown_rx.clone()));
-    let edge_task = tokio::spawn(Arc::clone(&edge).serve(ingest, shutdown_rx));
-    let admin_task = tokio::spawn(serve_admin(admin_state, admin, admin_shutdown_rx));
+    let edge_task = match taking.take() {
+        // A takeover: the connections held while the store moved first.
+        Some(TakeoverStart { taking, holding }) => {
+            let released = holding.release().await;
+            let task = tokio::spawn(Arc::clone(&edge).serve_with(
+                released.listener,
+                released.held,
+                shutdown_rx,
+            ));
+            let old_pid = taking.old_pid;
+            taking.serving().await;
+            info!(old_pid, "takeover: serving; process {old_pid} exits");
+            task
+        }
+        None => tokio::spawn(Arc::clone(&edge).serve_with(
+            Listeners::serve(&listeners.ingest)?,
+            Vec::new(),
+            shutdown_rx,
+        )),
+    };
+    let admin_task = tokio::spawn(serve_admin(
+        admin_state,
+        Listeners::serve(&listeners.admin)?,
+        admin_shutdown_rx,
+    ));
 
     let mut pipeline_task = pipeline_task;
     let mut writer_task = writer_task;
     let mut retention_task = retention_task;
+    let mut handing_over = None;
     let failed = tokio::select! {
         r = &mut retention_task => Some(("the retention sweep", ended(r))),
         _ = &mut shutdown => {
             info!("shutting down: no new hooks; finishing commits and deliveries in flight");
             crate::notify::notify("STOPPING=1");
+            None
+        }
+        h = &mut handover => {
+            info!(
+                new_pid = h.new_pid,
+                "takeover: handing over to process {}: no new hooks here; finishing commits, and deliveries in flight for up to {} s",
+                h.new_pid,
+                crate::takeover::PIPELINE_WAIT.as_secs()
+            );
+            handing_over = Some(h);
             None
         }
         r = &mut pipeline_task => Some(("the pipeline", ended(r))),
@@ -651,11 +993,17 @@ async fn run<K: Kv>(
         }
         bail!("{task} stopped: {why}");
     }
-    shutting_down.store(true, Ordering::SeqCst);
+    // On SIGTERM the hooks still being read are answered 503 (the clients
+    // retry elsewhere); a process handing over commits and answers them, and
+    // its held successor takes the next ones.
+    if handing_over.is_none() {
+        shutting_down.store(true, Ordering::SeqCst);
+    }
     // The admin API's hold on the edge keeps the Writer alive: let it go.
     admin_hold.detach_edge();
     let _ = shutdown_tx.send(true);
     let _ = edge_task.await;
+    shutting_down.store(true, Ordering::SeqCst);
     // A reload in progress ends within its read deadline; past a grace it is
     // dropped (it holds the edge, and so the Writer).
     let mut reload_task = reload_task;
@@ -678,12 +1026,27 @@ async fn run<K: Kv>(
     // queue and stops.
     drop(edge);
     writer_task.await.context("writer task")??;
-    pipeline_handle.shutdown();
+    if handing_over.is_some() {
+        pipeline_handle.shutdown_within(crate::takeover::PIPELINE_WAIT);
+    } else {
+        pipeline_handle.shutdown();
+    }
     pipeline_task.await.context("pipeline task")??;
     let _ = admin_shutdown_tx.send(true);
     let _ = admin_task.await;
-    info!("stopped cleanly");
-    Ok(())
+    drop(handover);
+    drop(offers);
+    match handing_over {
+        Some(handover) => {
+            let running = Box::new(Config::clone(&admin_hold.ctx.config.load()));
+            info!("stopped cleanly for the takeover");
+            Ok(Ended::HandingOver { handover, running })
+        }
+        None => {
+            info!("stopped cleanly");
+            Ok(Ended::Stopped)
+        }
+    }
 }
 
 /// How long a failing node lets the ingest requests in progress get their

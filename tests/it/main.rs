@@ -68,6 +68,7 @@ mod startup;
 mod starvation;
 mod store;
 mod stripe;
+mod takeover;
 mod top;
 mod unconfigured;
 mod webdriver;

@@ -252,6 +252,12 @@ impl Relay {
     }
 
     fn spawn(&mut self) -> Child {
+        self.spawn_with(&[], &[])
+    }
+
+    /// [`Relay::spawn`] with more arguments of `serve` and more environment
+    /// variables for this run only.
+    fn spawn_with(&mut self, more_args: &[&str], more_env: &[(&str, &str)]) -> Child {
         std::fs::write(self.config_path(), self.render()).expect("write config");
         self.runs += 1;
         let log = self.dir.path().join(format!("relay-{}.log", self.runs));
@@ -279,6 +285,7 @@ impl Relay {
             .arg("--config")
             .arg(self.config_path())
             .args(&self.args)
+            .args(more_args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .env_remove("HTTP_PROXY")
@@ -286,6 +293,7 @@ impl Relay {
             .env_remove("ALL_PROXY")
             .env_remove("all_proxy")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(more_env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log"))
             .stderr(out)
@@ -332,6 +340,96 @@ impl Relay {
             }
         }
         panic!("could not start the relay on free ports after 5 tries");
+    }
+
+    /// `serve --takeover` on the same configuration file and data_dir
+    /// (docs/design.md section 5, "Takeover"): waits until the serving
+    /// process has exited and the new one is ready, which is then the one
+    /// this `Relay` runs. Returns the old process's exit status and log.
+    pub async fn take_over(&mut self) -> (ExitStatus, String) {
+        let mut old = self
+            .child
+            .take()
+            .expect("a running relay to take over from");
+        let old_log = self.log();
+        let new = self.spawn_with(&["--takeover"], &[]);
+        self.child = Some(new);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = old.try_wait().expect("try_wait") {
+                break status;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().expect("try_wait"))
+            {
+                let _ = old.kill();
+                let _ = old.wait();
+                panic!(
+                    "the takeover exited with {status}:\n{}\nthe old process:\n{}",
+                    self.log(),
+                    std::fs::read_to_string(
+                        self.dir.path().join(format!("relay-{}.log", self.runs - 1))
+                    )
+                    .unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the old process still runs 120 s into the takeover:\n{}\nthe new one:\n{}",
+                old_log,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let old_log =
+            std::fs::read_to_string(self.dir.path().join(format!("relay-{}.log", self.runs - 1)))
+                .unwrap_or_default();
+        until_ready(self, deadline).await;
+        (status, old_log)
+    }
+
+    /// `serve --takeover` (with `env` for it) that is expected to fail: waits
+    /// for it to exit and returns its status and log. The serving process (if
+    /// any) stays this `Relay`'s.
+    pub async fn take_over_refused(&mut self, env: &[(&str, &str)]) -> (ExitStatus, String) {
+        let mut new = self.spawn_with(&["--takeover"], env);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = new.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the takeover still runs after 120 s:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let log = self.log();
+        // The serving process's log is the current one again.
+        self.runs -= 1;
+        (status, log)
+    }
+
+    /// Starts `serve --takeover` and returns at once (the test kills either
+    /// process when it likes): the new child; the old one is returned too,
+    /// and neither is this `Relay`'s until the test gives one back with
+    /// [`Relay::adopt`].
+    pub fn spawn_takeover(&mut self) -> (Child, Child) {
+        let old = self
+            .child
+            .take()
+            .expect("a running relay to take over from");
+        let new = self.spawn_with(&["--takeover"], &[]);
+        (old, new)
+    }
+
+    /// Makes `child` (a process on this relay's data_dir) this `Relay`'s.
+    pub fn adopt(&mut self, child: Child) {
+        assert!(self.child.is_none(), "adopt while a child is this relay's");
+        self.child = Some(child);
     }
 
     /// The log of the current (or last) run.
@@ -456,6 +554,31 @@ impl Relay {
         let m = self.metrics().await;
         *m.get(name)
             .unwrap_or_else(|| panic!("no metric {name} in {m:?}"))
+    }
+}
+
+/// Waits until `relay`'s admin listener answers `/readyz` 200.
+async fn until_ready(relay: &mut Relay, deadline: Instant) {
+    loop {
+        if let Some(status) = relay
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().expect("try_wait"))
+        {
+            panic!(
+                "ankusa serve exited with {status} before it was ready:\n{}",
+                relay.log()
+            );
+        }
+        if relay.readyz().await.is_some_and(|(s, _)| s == 200) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "relay not ready in time:\n{}",
+            relay.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
