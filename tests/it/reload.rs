@@ -176,6 +176,17 @@ async fn a_refused_reload_changes_nothing_and_sighup_reloads() {
     let good = two_sources(&sink, web, false);
     let mut relay = Relay::start(&good).await;
     let hash = config_info(&relay).await["hash"].clone();
+    // Hooks on new connections all along: no refusal may touch them.
+    let (stop, out): (Arc<AtomicBool>, Outcomes) = Default::default();
+    let task = load(
+        relay.url("/hooks/orders"),
+        Arc::clone(&stop),
+        Arc::clone(&out),
+    );
+    until("20 hooks before the reloads", WAIT, async || {
+        (acked(&out) >= 20).then_some(())
+    })
+    .await;
 
     relay.rewrite_config(&two_sources(
         &sink,
@@ -237,6 +248,45 @@ async fn a_refused_reload_changes_nothing_and_sighup_reloads() {
         (1.0, 3.0),
         "{m:?}"
     );
+    let mark = acked(&out);
+    until("20 hooks after the reloads", WAIT, async || {
+        (acked(&out) >= mark + 20).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    task.await.expect("load task");
+    every_hook_accepted_and_delivered(&sink, &out, "/in").await;
+}
+
+/// Every hook of a [`load`] was answered 200 and reached the sink at `path`.
+async fn every_hook_accepted_and_delivered(sink: &Sink, out: &Outcomes, path: &str) {
+    let outcomes = out.lock().expect("lock").clone();
+    let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} hooks not accepted: {:?}",
+        failed.len(),
+        outcomes.len(),
+        &failed[..failed.len().min(5)]
+    );
+    let ids: Vec<String> = outcomes
+        .into_iter()
+        .map(Result::unwrap_or_default)
+        .collect();
+    until(
+        &format!("every hook delivered to {path}"),
+        WAIT,
+        async || {
+            let got: std::collections::BTreeSet<String> = sink
+                .delivered()
+                .iter()
+                .filter(|r| r.path == path)
+                .map(crate::sink::Req::id)
+                .collect();
+            ids.iter().all(|id| got.contains(id)).then_some(())
+        },
+    )
+    .await;
 }
 
 /// Removing a sink entry that still has queued deliveries is refused by
@@ -321,29 +371,78 @@ async fn signed(relay: &Relay, secret: &str) -> u16 {
         .status
 }
 
-/// A rotated provider secret is live at once: after the reload a hook signed
-/// with the new secret is accepted and one signed with the old is 401.
+/// Under a steady stream of hooks on new connections, a reload rotates a
+/// provider secret and a sink's signing secret: after it a hook signed with
+/// the new provider secret is accepted and one signed with the old is 401;
+/// every hook of the stream is answered 200 and delivered, signed with the
+/// old or the new signing secret, and those accepted after the reload with
+/// the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reload_rotates_a_provider_secret() {
+async fn a_reload_under_load_rotates_a_provider_secret_and_a_signing_secret() {
     let sink = Sink::start(|_| Reply::Status(200)).await;
-    let yaml = |secret: &str| {
+    let yaml = |secret: &str, signing: &str| {
         config(
             "memory",
             &format!(
-                "sources:\n  - name: gh\n    verification: {{type: github, secrets: ['{secret}']}}\n    sinks: [{{type: http, url: '{}'}}]\n",
-                sink.url()
+                "sources:\n  - name: gh\n    verification: {{type: github, secrets: ['{secret}']}}\n    sinks: [{{type: http, url: '{base}'}}]\n  \
+                 - name: orders\n    sinks: [{{type: http, name: signed, url: '{base}/orders', signing: {{type: hmac, secret: '{signing}', header: x-signature, prefix: 'sha256='}}}}]\n",
+                base = sink.url()
             ),
         )
     };
-    let mut relay = Relay::start(&yaml(OLD_SECRET)).await;
+    let (old_signing, new_signing) = ("relay-signing-0001", "relay-signing-0002");
+    let mut relay = Relay::start(&yaml(OLD_SECRET, old_signing)).await;
+    let (stop, out): (Arc<AtomicBool>, Outcomes) = Default::default();
+    let task = load(
+        relay.url("/hooks/orders"),
+        Arc::clone(&stop),
+        Arc::clone(&out),
+    );
+    until("20 hooks before the reload", WAIT, async || {
+        (acked(&out) >= 20).then_some(())
+    })
+    .await;
     assert_eq!(signed(&relay, OLD_SECRET).await, 200);
     assert_eq!(signed(&relay, NEW_SECRET).await, 401);
-    relay.rewrite_config(&yaml(NEW_SECRET));
+    relay.rewrite_config(&yaml(NEW_SECRET, new_signing));
     let (code, stdout, stderr) = reload(&relay);
+    let after = acked(&out);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("source \"gh\" changed"), "{stdout}");
+    assert!(stdout.contains("source \"orders\""), "{stdout}");
     assert_eq!(signed(&relay, NEW_SECRET).await, 200);
     assert_eq!(signed(&relay, OLD_SECRET).await, 401);
+    until("20 hooks after the reload", WAIT, async || {
+        (acked(&out) >= after + 20).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    task.await.expect("load task");
+    every_hook_accepted_and_delivered(&sink, &out, "/in/orders").await;
+
+    let ids: Vec<String> = out
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|o| o.clone().unwrap_or_default())
+        .collect();
+    let sign = |secret: &str, body: &[u8]| crate::relay::github_signature(secret, body);
+    for r in sink.delivered().iter().filter(|r| r.path == "/in/orders") {
+        let got = r.header("x-signature").unwrap_or_default();
+        let (old, new) = (sign(old_signing, &r.body), sign(new_signing, &r.body));
+        assert!(
+            got == old || got == new,
+            "a delivery signed with neither secret: {got}"
+        );
+        // The one request that may have been in flight when the command
+        // returned was routed by either configuration.
+        if ids[after + 1..].contains(&r.id()) {
+            assert_eq!(
+                got, new,
+                "a hook accepted after the reload signed with the old secret"
+            );
+        }
+    }
 }
 
 /// The configuration file replaced by a FIFO (or a device): the reload is
