@@ -665,7 +665,6 @@ async fn run<K: Kv>(
     let (drop_unconfigured, fds, reload) =
         (start.drop_unconfigured, start.fds, start.reload.clone());
     let (listeners, taking) = (&start.listeners, &mut start.taking);
-    let took_over = taking.is_some();
     // Migrations first, before the signal handlers: a SIGTERM (or a crash)
     // in the middle of one ends the process, and the next start resumes it
     // after its last committed batch (docs/design.md section 8).
@@ -863,13 +862,7 @@ async fn run<K: Kv>(
         while !ready.load(Ordering::SeqCst) {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        if took_over {
-            // This process replaces the service's main process (systemd
-            // accepts it with NotifyAccess=all).
-            crate::notify::notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
-        } else {
-            crate::notify::notify("READY=1");
-        }
+        crate::notify::notify("READY=1");
     });
     // SIGUSR2 starts a successor that takes over (an upgrade under a
     // supervisor: docs/design.md section 5, "Takeover").
@@ -927,6 +920,11 @@ async fn run<K: Kv>(
                 shutdown_rx,
             ));
             let old_pid = taking.old_pid;
+            // Under systemd this process is the service's main process from
+            // now on, before the old one exits (an exit of the main process
+            // would end the service; NotifyAccess=all lets a process that is
+            // not the main one say so). READY=1 follows once it is ready.
+            crate::notify::notify(&format!("MAINPID={}", std::process::id()));
             taking.serving().await;
             info!(old_pid, "takeover: serving; process {old_pid} exits");
             task
