@@ -85,7 +85,8 @@ enum Command {
         takeover: bool,
         /// With --takeover: how long a held connection waits for this
         /// process to serve before it is answered 503 with Retry-After, in
-        /// seconds.
+        /// seconds (1 to 60). A store that takes longer to open (a large fjall
+        /// journal) needs more.
         #[arg(long, value_name = "SECONDS", default_value_t = 5, requires = "takeover", value_parser = clap::value_parser!(u64).range(1..=60))]
         takeover_hold: u64,
     },

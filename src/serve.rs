@@ -132,11 +132,13 @@ pub fn main(
         // without leaving a new, empty store behind (a new user's report).
         // A takeover gets them from the process serving the data_dir, holds
         // what it accepts, and has that process close the store.
-        let (listeners, taking) = match takeover {
-            None => (Listeners::bind(&cfg).await?, None),
+        let (listeners, taking, stop) = match takeover {
+            None => (Listeners::bind(&cfg).await?, None, None),
             Some(hold) => {
-                let (listeners, t) = take_over(&cfg, hold, fds.ingest_connections).await?;
-                (listeners, Some(t))
+                let mut stop: Stop = Box::pin(shutdown_signal());
+                let (listeners, t) =
+                    take_over(&cfg, hold, fds.ingest_connections, &mut stop).await?;
+                (listeners, Some(t), Some(stop))
             }
         };
         std::fs::create_dir_all(&cfg.node.data_dir)
@@ -152,6 +154,7 @@ pub fn main(
             hangup,
             taking,
             successor,
+            stop,
         };
         match backend {
             #[cfg(feature = "rocksdb")]
@@ -186,6 +189,10 @@ pub fn main(
     });
     // The spans still queued go out while the runtime still runs.
     telemetry.shutdown();
+    // Blocking work still running does not hold the exit: a takeover's
+    // handshake with a client that says nothing (its deadlines), a backup's
+    // stream to a client that went away. The store is closed by now.
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -459,8 +466,18 @@ async fn take_over(
     cfg: &Config,
     hold: std::time::Duration,
     cap: usize,
+    stop: &mut Stop,
 ) -> anyhow::Result<(Listeners, TakeoverStart)> {
-    let (mut taking, passed) = crate::takeover::ask(cfg).await?;
+    info!(
+        socket = %crate::takeover::socket_path(&cfg.node.data_dir).display(),
+        "takeover: asking the relay serving this data_dir for its listeners"
+    );
+    // A SIGTERM meanwhile ends this process, not the old one (which serves
+    // on: a handshake that stops halfway changes nothing there).
+    let (mut taking, passed) = tokio::select! {
+        r = crate::takeover::ask(cfg) => r?,
+        () = &mut *stop => bail!("--takeover: interrupted by SIGTERM or SIGINT before the handover began; the serving relay serves on"),
+    };
     let holding =
         ankusa_edge::server::hold::Holding::start(Listeners::serve(&passed.ingest)?, hold, cap);
     info!(
@@ -470,14 +487,29 @@ async fn take_over(
         "takeover: holding ingest connections while process {} stops and closes the store",
         taking.old_pid
     );
-    if let Err(e) = taking.stop_old().await {
-        let held = holding.refuse_all().await;
-        bail!("--takeover: {e:#} ({held} held connection(s) answered 503 with Retry-After)");
+    // Likewise while the old process stops: the wait is dropped (its socket
+    // closed), and the old process serves again.
+    let stopped = tokio::select! {
+        r = taking.stop_old() => r,
+        () = stop => Err(anyhow::anyhow!(
+            "interrupted by SIGTERM or SIGINT; process {} serves again",
+            taking.old_pid
+        )),
+    };
+    match stopped {
+        Ok(true) => info!(
+            old_pid = taking.old_pid,
+            "takeover: the old process closed the store"
+        ),
+        Ok(false) => warn!(
+            old_pid = taking.old_pid,
+            "takeover: the old process ended before it said it closed the store; taking the store"
+        ),
+        Err(e) => {
+            let held = holding.refuse_all().await;
+            bail!("--takeover: {e:#} ({held} held connection(s) answered 503 with Retry-After)");
+        }
     }
-    info!(
-        old_pid = taking.old_pid,
-        "takeover: the old process closed the store"
-    );
     Ok((
         Listeners {
             ingest: passed.ingest,
@@ -486,6 +518,9 @@ async fn take_over(
         TakeoverStart { taking, holding },
     ))
 }
+
+/// The stop on SIGTERM or SIGINT ([`shutdown_signal`]).
+type Stop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Everything a run of the relay starts from, kept across the runs of one
 /// process (a takeover that fails makes the old process run again).
@@ -498,6 +533,9 @@ struct Start {
     hangup: Option<tokio::signal::unix::Signal>,
     taking: Option<TakeoverStart>,
     successor: Option<crate::takeover::Successor>,
+    /// A takeover's stop, installed before it began (a SIGTERM during the
+    /// handover must not take the default action), for its first run.
+    stop: Option<Stop>,
 }
 
 /// How a run of the relay ended.
@@ -531,15 +569,26 @@ async fn serve_store<K: Kv>(
     let mut cfg = start.cfg.clone();
     let mut hangup = start.hangup.take();
     let mut kept: Option<(Arc<K>, crate::open::Creation)> = None;
+    // After a takeover that failed, the new process may still be letting the
+    // store's lock go: it is retried, as by a takeover.
+    let mut taken_back = false;
     loop {
         let opened = match kept.take() {
             Some(k) => Ok(k),
-            None => open_store(&open, start.taking.is_some())
+            None => open_store(&open, start.taking.is_some() || taken_back)
                 .await
                 .map(|(kv, c)| (Arc::new(kv), c)),
         };
         let (kv, creation) = match opened {
             Ok(k) => k,
+            // The new process said nothing in time but holds the store: it
+            // serves, and this process has nothing left to do.
+            Err(e) if taken_back && locked(&e) => {
+                warn!(
+                    "the store's lock is held by another process after the takeover ({e:#}): it serves the store; this process exits"
+                );
+                return Ok(());
+            }
             Err(e) => {
                 if let Some(t) = start.taking.take() {
                     t.fail(&e).await;
@@ -555,9 +604,17 @@ async fn serve_store<K: Kv>(
             &mut start,
         )
         .await;
-        // A run that fails before it serves fails the takeover it began.
+        // A run that fails before it serves fails the takeover it began,
+        // once the store is closed here: the old process opens it next.
         if let (Err(e), Some(t)) = (&ended, start.taking.take()) {
+            if close_store(kv).await.is_some() {
+                warn!(
+                    "the store is still open here after {} s; the old process waits for its lock",
+                    STORE_CLOSE_WAIT.as_secs()
+                );
+            }
             t.fail(e).await;
+            return ended.map(|_| ());
         }
         let (handover, running) = match ended? {
             Ended::Stopped => return Ok(()),
@@ -599,6 +656,7 @@ async fn serve_store<K: Kv>(
                     new_pid,
                     "takeover failed ({why}): opening the store again and serving"
                 );
+                taken_back = true;
             }
         }
     }
@@ -608,27 +666,27 @@ async fn serve_store<K: Kv>(
 /// has not released yet.
 async fn open_store<K>(
     open: &impl Fn() -> anyhow::Result<(K, crate::open::Creation)>,
-    taking: bool,
+    retry_lock: bool,
 ) -> anyhow::Result<(K, crate::open::Creation)> {
     let deadline = std::time::Instant::now() + LOCK_RETRY;
     loop {
         match open() {
-            Err(e)
-                if taking
-                    && std::time::Instant::now() < deadline
-                    && e.downcast_ref::<crate::open::OpenError>().is_some_and(|o| {
-                        matches!(
-                            o,
-                            crate::open::OpenError::Locked { .. }
-                                | crate::open::OpenError::HeldBy { .. }
-                        )
-                    }) =>
-            {
+            Err(e) if retry_lock && std::time::Instant::now() < deadline && locked(&e) => {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
             r => return r,
         }
     }
+}
+
+/// Whether `e` is the store's lock held by another process.
+fn locked(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<crate::open::OpenError>().is_some_and(|o| {
+        matches!(
+            o,
+            crate::open::OpenError::Locked { .. } | crate::open::OpenError::HeldBy { .. }
+        )
+    })
 }
 
 /// Lets the store go once this is its last holder: `None` when it is, after
@@ -679,7 +737,10 @@ async fn run<K: Kv>(
         );
     }
     // A SIGTERM from here on is a clean shutdown (shutdown_signal).
-    let mut shutdown = Box::pin(shutdown_signal());
+    let mut shutdown = start
+        .stop
+        .take()
+        .unwrap_or_else(|| Box::pin(shutdown_signal()));
     let (batch, registry) = ankusa_queue::register(
         &*kv,
         cfg.tenants.iter().map(|t| t.name.as_str()),
@@ -824,6 +885,8 @@ async fn run<K: Kv>(
     // end (`/readyz` 503 "shutting down", `/metrics` while the pipeline drains).
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (admin_shutdown_tx, admin_shutdown_rx) = watch::channel(false);
+    // The edge's stop carries how long its requests in progress get.
+    let (edge_stop_tx, edge_stop_rx) = watch::channel(None::<std::time::Duration>);
 
     // The banner before the tasks start: a client that sees the node ready
     // (`/readyz`) has its whole banner too (the listeners are bound already;
@@ -868,6 +931,7 @@ async fn run<K: Kv>(
     // supervisor: docs/design.md section 5, "Takeover").
     tokio::spawn(crate::takeover::successor_on_signal(
         start.successor.clone(),
+        cfg.node.store == StoreBackend::Memory,
         shutdown_rx.clone(),
     ));
     // The takeover socket: a new process (`serve --takeover`) asks through
@@ -917,7 +981,7 @@ async fn run<K: Kv>(
             let task = tokio::spawn(Arc::clone(&edge).serve_with(
                 released.listener,
                 released.held,
-                shutdown_rx,
+                edge_stop_rx.clone(),
             ));
             let old_pid = taking.old_pid;
             // Under systemd this process is the service's main process from
@@ -932,7 +996,7 @@ async fn run<K: Kv>(
         None => tokio::spawn(Arc::clone(&edge).serve_with(
             Listeners::serve(&listeners.ingest)?,
             Vec::new(),
-            shutdown_rx,
+            edge_stop_rx.clone(),
         )),
     };
     let admin_task = tokio::spawn(serve_admin(
@@ -980,6 +1044,7 @@ async fn run<K: Kv>(
         shutting_down.store(true, Ordering::SeqCst);
         admin_hold.detach_edge();
         let _ = shutdown_tx.send(true);
+        let _ = edge_stop_tx.send(Some(FAIL_STOP_GRACE));
         if tokio::time::timeout(FAIL_STOP_GRACE, edge_task)
             .await
             .is_err()
@@ -1000,6 +1065,14 @@ async fn run<K: Kv>(
     // The admin API's hold on the edge keeps the Writer alive: let it go.
     admin_hold.detach_edge();
     let _ = shutdown_tx.send(true);
+    // A takeover's held requests wait for this stop: the ones in progress
+    // here get a short grace (a slow client's are closed unanswered, and it
+    // sends again to the new process).
+    let _ = edge_stop_tx.send(Some(if handing_over.is_some() {
+        crate::takeover::INGEST_WAIT
+    } else {
+        ankusa_edge::server::SHUTDOWN_GRACE
+    }));
     let _ = edge_task.await;
     shutting_down.store(true, Ordering::SeqCst);
     // A reload in progress ends within its read deadline; past a grace it is

@@ -67,6 +67,11 @@ const SERVING: Duration = Duration::from_secs(120);
 /// (at-least-once; docs/design.md section 5, "Takeover").
 pub const PIPELINE_WAIT: Duration = Duration::from_secs(2);
 
+/// How long the old process gives the ingest requests in progress when it
+/// hands over (a body still arriving after it is cut, unanswered: the client
+/// sends it again, to the new process), for the same reason.
+pub const INGEST_WAIT: Duration = Duration::from_secs(2);
+
 /// The takeover socket of a data_dir.
 #[must_use]
 pub fn socket_path(data_dir: &Path) -> PathBuf {
@@ -129,6 +134,29 @@ fn receive(stream: &mut UnixStream) -> std::io::Result<Option<Msg>> {
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
+        }
+    }
+    serde_json::from_slice(&line)
+        .map(Some)
+        .map_err(|e| std::io::Error::other(format!("a takeover message that does not parse: {e}")))
+}
+
+/// [`receive`] on a tokio stream: cancellable.
+async fn receive_async(stream: &mut tokio::net::UnixStream) -> std::io::Result<Option<Msg>> {
+    use tokio::io::AsyncReadExt;
+    let mut line = Vec::new();
+    loop {
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte).await? {
+            0 if line.is_empty() => return Ok(None),
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            _ if byte[0] == b'\n' => break,
+            _ => {
+                line.push(byte[0]);
+                if line.len() > 64 * 1024 {
+                    return Err(std::io::Error::other("a takeover message over 64 KiB"));
+                }
+            }
         }
     }
     serde_json::from_slice(&line)
@@ -269,32 +297,39 @@ impl Offers {
     /// [`Handover::released`]). A takeover that fails its handshake is
     /// logged; this process serves on.
     pub async fn next(&self, offer: std::sync::Arc<Offer>) -> Handover {
+        // Each handshake on its own blocking thread, with its deadlines: a
+        // client that connects and says nothing holds up no other. The first
+        // to ask this process to stop takes it; any later one is told so.
+        let taken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Handover>(1);
         loop {
-            // Accepted here (a blocking accept would hold the runtime's end),
-            // answered on a blocking thread with deadlines.
-            let stream = match self.listener.accept().await {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    warn!(error = %e, "the takeover socket's accept failed");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
+            tokio::select! {
+                accepted = self.listener.accept() => {
+                    let stream = match accepted {
+                        Ok((s, _)) => s,
+                        Err(e) => {
+                            warn!(error = %e, "the takeover socket's accept failed");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            continue;
+                        }
+                    };
+                    let (offer, taken, tx) = (std::sync::Arc::clone(&offer), std::sync::Arc::clone(&taken), tx.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let handshake = stream.into_std().and_then(|s| {
+                            s.set_nonblocking(false)?;
+                            offers_handshake(s, &offer, &taken)
+                        });
+                        match handshake {
+                            // If this run has ended meanwhile, the handover is
+                            // dropped and its socket closed: the new process
+                            // takes the store once this one has let it go.
+                            Ok(Some(h)) => drop(tx.blocking_send(h)),
+                            Ok(None) => {}
+                            Err(e) => warn!(error = %e, "a takeover's handshake failed; serving on"),
+                        }
+                    });
                 }
-            };
-            let offer = std::sync::Arc::clone(&offer);
-            let got = tokio::task::spawn_blocking(move || {
-                let stream = stream.into_std()?;
-                stream.set_nonblocking(false)?;
-                offers_handshake(stream, &offer)
-            })
-            .await;
-            match got {
-                Ok(Ok(Some(h))) => return h,
-                Ok(Ok(None)) => {}
-                Ok(Err(e)) => warn!(error = %e, "a takeover's handshake failed; serving on"),
-                Err(e) => {
-                    warn!(error = %e, "the takeover socket's task failed; no takeover is taken");
-                    std::future::pending::<()>().await;
-                }
+                Some(h) = rx.recv() => return h,
             }
         }
     }
@@ -309,7 +344,11 @@ impl Drop for Offers {
 }
 
 /// Steps 1 and 2 of the protocol on the old side: `Some` once asked to stop.
-fn offers_handshake(mut stream: UnixStream, offer: &Offer) -> std::io::Result<Option<Handover>> {
+fn offers_handshake(
+    mut stream: UnixStream,
+    offer: &Offer,
+    taken: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<Option<Handover>> {
     stream.set_read_timeout(Some(HANDSHAKE))?;
     stream.set_write_timeout(Some(HANDSHAKE))?;
     let Some(Msg::Ask { pid, version }) = receive(&mut stream)? else {
@@ -339,6 +378,19 @@ fn offers_handshake(mut stream: UnixStream, offer: &Offer) -> std::io::Result<Op
         &[offer.ingest.as_fd(), offer.admin.as_fd()],
     )?;
     match receive(&mut stream)? {
+        Some(Msg::Stop) if taken.swap(true, std::sync::atomic::Ordering::SeqCst) => {
+            warn!(
+                new_pid = pid,
+                "a second takeover asked to stop this process; refused (one is under way)"
+            );
+            send(
+                &mut stream,
+                &Msg::Abort {
+                    why: "another takeover of this relay is under way".into(),
+                },
+            )?;
+            Ok(None)
+        }
         Some(Msg::Stop) => {
             stream.set_read_timeout(None)?;
             Ok(Some(Handover {
@@ -438,10 +490,26 @@ pub async fn ask(cfg: &ankusa_config::Config) -> anyhow::Result<(Taking, Passed)
     let store_want = cfg.node.store.as_str();
     tokio::task::spawn_blocking(move || {
         let mut stream = UnixStream::connect(&path).map_err(|e| {
-            anyhow::anyhow!(
-                "--takeover: no relay answers on {} ({e}): is one serving this data_dir? Start without --takeover",
-                path.display()
-            )
+            let p = path.display();
+            match e.kind() {
+                std::io::ErrorKind::NotFound => anyhow::anyhow!(
+                    "--takeover: there is no {p}: no relay serves this data_dir (start without --takeover), \
+                     or a takeover of it is under way (retry once it is done)"
+                ),
+                std::io::ErrorKind::ConnectionRefused => anyhow::anyhow!(
+                    "--takeover: nothing answers on {p} (a relay that ended left it): no relay serves this \
+                     data_dir; start without --takeover"
+                ),
+                std::io::ErrorKind::PermissionDenied => anyhow::anyhow!(
+                    "--takeover: {p}: permission denied: run the takeover as the user the relay runs as"
+                ),
+                std::io::ErrorKind::InvalidInput => anyhow::anyhow!(
+                    "--takeover: {p} is longer than a UNIX socket's path may be (107 bytes), so the relay \
+                     serving it has no takeover socket (its log says so): restart it instead, or give \
+                     node.data_dir a shorter path"
+                ),
+                _ => anyhow::anyhow!("--takeover: cannot reach the relay serving this data_dir on {p}: {e}"),
+            }
         })?;
         stream.set_read_timeout(Some(HANDSHAKE))?;
         stream.set_write_timeout(Some(HANDSHAKE))?;
@@ -452,7 +520,14 @@ pub async fn ask(cfg: &ankusa_config::Config) -> anyhow::Result<(Taking, Passed)
                 version: env!("CARGO_PKG_VERSION").to_owned(),
             },
         )?;
-        let (msg, mut fds) = receive_with_fds(&mut stream).context("--takeover: the serving relay's offer")?;
+        let (msg, mut fds) = receive_with_fds(&mut stream).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => anyhow::anyhow!(
+                "--takeover: the serving relay did not offer its listeners within {} s (is it stopped, \
+                 or stuck?); it serves on",
+                HANDSHAKE.as_secs()
+            ),
+            _ => anyhow::anyhow!("--takeover: the serving relay's offer: {e}"),
+        })?;
         let (old_pid, old_version, store, ingest, admin) = match msg {
             Some(Msg::Offer { pid, version, store, ingest, admin }) => (pid, version, store, ingest, admin),
             Some(Msg::Refuse { why }) => bail!("--takeover: the serving relay refused: {why}"),
@@ -506,55 +581,51 @@ pub async fn ask(cfg: &ankusa_config::Config) -> anyhow::Result<(Taking, Passed)
 
 impl Taking {
     /// Step 2's end and step 3 on the new side: asks the old process to stop
-    /// and waits until it has closed the store (or ended).
+    /// and waits until it has closed the store (`true`) or ended (`false`).
+    /// The wait is cancellable (a SIGTERM): dropping it closes the socket,
+    /// and the old process, finding it closed, serves again.
     ///
     /// # Errors
     /// The old process did not close the store within [`RELEASE`], or could
     /// not (it serves on).
-    pub async fn stop_old(&mut self) -> anyhow::Result<()> {
+    pub async fn stop_old(&mut self) -> anyhow::Result<bool> {
         let mut stream = self.stream.take().context("the takeover is over")?;
         let old_pid = self.old_pid;
-        let (stream, result) = tokio::task::spawn_blocking(move || {
-            let r = (|| -> anyhow::Result<()> {
-                match send(&mut stream, &Msg::Stop) {
-                    Ok(()) => {}
-                    // It ended (killed?) after its offer: the store's lock
-                    // went with it, and this process takes the store.
-                    Err(e) if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) => {
-                        warn!(old_pid, "the old process ended before it was asked to stop");
-                        return Ok(());
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-                stream.set_read_timeout(Some(RELEASE))?;
-                match receive(&mut stream) {
-                    Ok(Some(Msg::Released)) => Ok(()),
-                    // It ended: the store's lock went with it.
-                    Ok(None) => {
-                        warn!(old_pid, "the old process ended before it said it closed the store");
-                        Ok(())
-                    }
-                    Ok(Some(Msg::Abort { why })) => {
-                        bail!("process {old_pid} could not close the store ({why}) and serves on")
-                    }
-                    Ok(Some(other)) => bail!("process {old_pid} said {other:?}, not `released`"),
-                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                        bail!(
-                            "process {old_pid} did not close the store within {} s; it serves again once it has",
-                            RELEASE.as_secs()
-                        )
-                    }
-                    // A reset: it ended.
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(()),
-                    Err(e) => Err(e.into()),
-                }
-            })();
-            (stream, r)
-        })
-        .await
-        .context("the takeover socket's task")?;
+        match send(&mut stream, &Msg::Stop) {
+            Ok(()) => {}
+            // It ended (killed?) after its offer: the store's lock went with
+            // it, and this process takes the store.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                return Ok(false);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        stream.set_nonblocking(true)?;
+        let mut tokio_stream = tokio::net::UnixStream::from_std(stream)?;
+        let got = tokio::time::timeout(RELEASE, receive_async(&mut tokio_stream)).await;
+        let stream = tokio_stream.into_std()?;
+        stream.set_nonblocking(false)?;
         self.stream = Some(stream);
-        result
+        match got {
+            Ok(Ok(Some(Msg::Released))) => Ok(true),
+            // It ended: the store's lock went with it.
+            Ok(Ok(None)) => Ok(false),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(false),
+            Ok(Ok(Some(Msg::Abort { why }))) => {
+                bail!("process {old_pid} could not close the store ({why}) and serves on")
+            }
+            Ok(Ok(Some(other))) => bail!("process {old_pid} said {other:?}, not `released`"),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => bail!(
+                "process {old_pid} did not close the store within {} s; it serves again once it has",
+                RELEASE.as_secs()
+            ),
+        }
     }
 
     /// Step 4: this process serves; the old one exits.
@@ -620,6 +691,7 @@ impl Successor {
 /// serving, as any failed takeover does.
 pub async fn successor_on_signal(
     successor: Option<Successor>,
+    memory_store: bool,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let Ok(mut signal) =
@@ -635,8 +707,13 @@ pub async fn successor_on_signal(
                 if got.is_none() {
                     return;
                 }
-                if running.is_some() {
-                    warn!("SIGUSR2: a successor is already taking over; ignored");
+                if let Some(c) = &running {
+                    let pid = c.id().unwrap_or(0);
+                    warn!(pid, "SIGUSR2: a successor (process {pid}) is already taking over; ignored");
+                    continue;
+                }
+                if memory_store {
+                    warn!("SIGUSR2: node.store is memory: its hooks live in this process and a takeover would lose them; ignored (restart instead)");
                     continue;
                 }
                 let Some(s) = &successor else {

@@ -426,6 +426,12 @@ impl Relay {
         (old, new)
     }
 
+    /// After a [`Relay::spawn_takeover`] whose new process ended: the log of
+    /// the run before it is the current one again.
+    pub fn forget_last_run(&mut self) {
+        self.runs -= 1;
+    }
+
     /// Makes `child` (a process on this relay's data_dir) this `Relay`'s.
     pub fn adopt(&mut self, child: Child) {
         assert!(self.child.is_none(), "adopt while a child is this relay's");

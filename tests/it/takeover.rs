@@ -20,12 +20,23 @@ const WAIT: Duration = Duration::from_secs(120);
 /// One source whose hooks go to an ordered sink keyed by `x-entity-id`
 /// (the load's keys) and to an unordered one.
 fn ordered_and_not(sink: &Sink) -> String {
+    with_sinks(sink, true)
+}
+
+/// [`ordered_and_not`], with or without the ordered sink entry.
+fn with_sinks(sink: &Sink, lanes: bool) -> String {
     let base = sink.url();
+    let lanes = if lanes {
+        format!(
+            "      - {{type: http, name: lanes, url: '{base}/lanes', ordered: true, ordering_key: {{header: x-entity-id}}}}\n"
+        )
+    } else {
+        String::new()
+    };
     config(
         "rocksdb",
         &format!(
-            "retry: {{base_ms: 50, max_ms: 200}}\nsources:\n  - name: orders\n    sinks:\n      \
-             - {{type: http, name: lanes, url: '{base}/lanes', ordered: true, ordering_key: {{header: x-entity-id}}}}\n      \
+            "retry: {{base_ms: 50, max_ms: 200}}\nsources:\n  - name: orders\n    sinks:\n{lanes}      \
              - {{type: http, name: web, url: '{base}/web'}}\n"
         ),
     )
@@ -210,6 +221,43 @@ async fn a_takeover_that_cannot_serve_leaves_the_old_process_serving() {
     })
     .await;
 
+    // A configuration without a sink entry that still has queued hooks: the
+    // new process refuses after it opened the store, and closes it before
+    // it says so (the old process then takes the lock back; before, it
+    // tried once, found it held and exited, and nothing served).
+    sink.set_script(|r| {
+        if r.path == "/in/lanes" {
+            Reply::Status(500)
+        } else {
+            Reply::Status(200)
+        }
+    });
+    until("hooks queued for the lanes sink", WAIT, async || {
+        (relay.metrics().await["ankusa_queue_pending"] >= 5.0).then_some(())
+    })
+    .await;
+    relay.set_template(&with_sinks(&sink, false));
+    let (status, log) = relay.take_over_refused(&[]).await;
+    relay.set_template(&template);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("sink \"lanes\""),
+        "the refusal does not name the sink:\n{log}"
+    );
+    until("the old process serves again", WAIT, async || {
+        relay.readyz().await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    assert!(relay.running(), "the old process ended:\n{}", relay.log());
+    sink.set_script(|_| Reply::Status(200));
+    let mark = acked(&out);
+    until(
+        "40 hooks after the second failed takeover",
+        WAIT,
+        async || (acked(&out) >= mark + 40).then_some(()),
+    )
+    .await;
+
     // Other listeners: refused before the old process stops anything.
     let other = template.replace(
         "listeners: {ingest: '{INGEST}'",
@@ -255,7 +303,7 @@ async fn a_takeover_that_cannot_serve_leaves_the_old_process_serving() {
     assert!(relay.wait_exit(WAIT).await.success());
     let (status, log) = relay.take_over_refused(&[]).await;
     assert_eq!(status.code(), Some(1), "{log}");
-    assert!(log.contains("no relay answers on"), "{log}");
+    assert!(log.contains("no relay serves this data_dir"), "{log}");
 }
 
 /// A relay on the memory store refuses a takeover (it would lose the hooks
@@ -540,4 +588,110 @@ async fn sigusr2_starts_a_successor_that_takes_over_and_says_its_pid() {
     })
     .await;
     drop(successor);
+}
+
+/// `pid` sent `signal`.
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: a signal to a process this test started.
+    assert_eq!(
+        unsafe { libc::kill(pid as i32, signal) },
+        0,
+        "kill({pid}, {signal})"
+    );
+}
+
+/// What a takeover does not control does not hold it, and a SIGTERM during
+/// one ends only the new process:
+/// - clients connected to `takeover.sock` that say nothing do not block a
+///   takeover (each handshake has its own thread and deadline);
+/// - a SIGTERM to the new process while it waits for the old one (paused
+///   here with SIGSTOP, so the wait cannot end first) ends the new process
+///   with exit 1 and says so, and the old one serves on once resumed (before,
+///   the SIGTERM's default action killed the new process and reset the
+///   connections it held);
+/// - an ingest request whose body never comes does not hold the old
+///   process's stop past its 2 s grace: it is closed unanswered (nothing of
+///   it was acknowledged) and the takeover completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_is_not_held_by_idle_clients_and_a_sigterm_ends_only_the_new_process() {
+    use std::io::{Read, Write};
+    let sink = Sink::start(|_| Reply::Status(200)).await;
+    let mut relay = Relay::start(&ordered_and_not(&sink)).await;
+    let socket = relay.data_dir().join("takeover.sock");
+    let _idle: Vec<std::os::unix::net::UnixStream> = (0..3)
+        .map(|_| {
+            std::os::unix::net::UnixStream::connect(&socket).expect("connect to takeover.sock")
+        })
+        .collect();
+
+    // SIGTERM to the new process while the old one cannot answer.
+    let old_pid = relay.pid();
+    signal(old_pid, libc::SIGSTOP);
+    let (old, mut new) = relay.spawn_takeover();
+    until("the new process asks for the listeners", WAIT, async || {
+        relay
+            .log()
+            .contains("takeover: asking the relay")
+            .then_some(())
+    })
+    .await;
+    signal(new.id(), libc::SIGTERM);
+    let status = new.wait().expect("wait");
+    let log = relay.log();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the new process ended with {status}:\n{log}"
+    );
+    assert!(log.contains("interrupted by SIGTERM"), "{log}");
+    signal(old_pid, libc::SIGCONT);
+    relay.adopt(old);
+    // Its log is the current one again.
+    relay.forget_last_run();
+    let a = relay
+        .post(
+            "/hooks/orders",
+            &[("content-type", "application/json")],
+            "{\"n\":1}",
+        )
+        .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(relay.pid(), old_pid);
+
+    // An ingest request whose body never comes, open across the takeover.
+    let mut slow = std::net::TcpStream::connect(relay.ingest).expect("connect");
+    slow.write_all(
+        b"POST /hooks/orders HTTP/1.1\r\nhost: relay\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"n\":",
+    )
+    .expect("write");
+    slow.set_read_timeout(Some(WAIT)).expect("timeout");
+    let (status, old_log) = relay.take_over().await;
+    assert!(status.success(), "{old_log}");
+    assert!(
+        old_log.contains("ingest requests still open after the stop's grace period"),
+        "{old_log}"
+    );
+    let mut answer = Vec::new();
+    let _ = slow.read_to_end(&mut answer);
+    assert!(
+        !String::from_utf8_lossy(&answer).contains(" 200 "),
+        "the request whose body never came was answered 200: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    let b = relay
+        .post(
+            "/hooks/orders",
+            &[("content-type", "application/json")],
+            "{\"n\":2}",
+        )
+        .await;
+    assert_eq!(b.status, 200, "{b:?}");
+    until("both hooks delivered", WAIT, async || {
+        let ids = sink.delivered_ids();
+        [a.id(), b.id()]
+            .iter()
+            .all(|id| ids.contains(id))
+            .then_some(())
+    })
+    .await;
 }

@@ -207,6 +207,10 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// connections.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 
+/// How long a stop waits for the first request of connections accepted just
+/// before it (see [`Edge::serve_with`]); bounded by the stop's grace.
+pub const FIRST_REQUEST_SETTLE: Duration = Duration::from_secs(1);
+
 fn json(status: StatusCode, body: serde_json::Value) -> Resp {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
     *r.status_mut() = status;
@@ -301,31 +305,53 @@ impl<K: Kv> Edge<K> {
     /// Serves ingest on `listener` until `shutdown` turns true; then stops
     /// accepting, lets requests in progress finish (their commits included),
     /// and returns.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
-        self.serve_inner(listener, Vec::new(), shutdown, true).await;
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let stop = async move {
+            while shutdown.changed().await.is_ok() {
+                if *shutdown.borrow() {
+                    return SHUTDOWN_GRACE;
+                }
+            }
+            std::future::pending().await
+        };
+        self.serve_inner(listener, Vec::new(), stop, true).await;
     }
 
     /// [`Edge::serve`], serving first the connections a takeover held while
     /// the store moved ([`hold::Holding`]; docs/design.md section 5,
-    /// "Takeover"), then what the listener accepts. When `shutdown` turns
-    /// true it stops accepting and lets the requests in progress finish, but
-    /// leaves [`Edge::shutting_down`] to the caller: a process handing over
-    /// commits and answers 200 the hooks it has read (on SIGTERM the caller
-    /// sets it first, and they are answered 503).
+    /// "Takeover"), then what the listener accepts, until `stop` holds a
+    /// grace: it then stops accepting and gives the requests in progress that
+    /// long to finish. It leaves [`Edge::shutting_down`] to the caller: a
+    /// process handing over commits and answers 200 the hooks it has read (on
+    /// SIGTERM the caller sets it first, and they are answered 503).
     pub async fn serve_with(
         self: Arc<Self>,
         listener: TcpListener,
         held: Vec<hold::Held>,
-        shutdown: watch::Receiver<bool>,
+        mut stop: watch::Receiver<Option<Duration>>,
     ) {
-        self.serve_inner(listener, held, shutdown, false).await;
+        let stop = async move {
+            loop {
+                if let Some(grace) = *stop.borrow_and_update() {
+                    return grace;
+                }
+                if stop.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        };
+        self.serve_inner(listener, held, stop, false).await;
     }
 
     async fn serve_inner(
         self: Arc<Self>,
         listener: TcpListener,
         held: Vec<hold::Held>,
-        mut shutdown: watch::Receiver<bool>,
+        stop: impl std::future::Future<Output = Duration>,
         mark_shutting_down: bool,
     ) {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -333,14 +359,17 @@ impl<K: Kv> Edge<K> {
         // ends can be ended: each holds the edge (and its Writer handle),
         // which the Writer waits for before it stops.
         let mut conns = tokio::task::JoinSet::new();
+        // Connections whose first request has not begun (see the stop below).
+        let fresh = Arc::new(AtomicU64::new(0));
         let cap = self.max_connections.max(1);
         let counts = &self.stats.ingest_connections;
         counts.cap.store(cap as u64, Ordering::Relaxed);
         let mut accept_errors = limits::AcceptErrors::default();
         for h in held {
-            self.spawn_connection(h.stream, h.peer, &graceful, &mut conns);
+            self.spawn_connection(h.stream, h.peer, &graceful, &mut conns, &fresh);
         }
-        loop {
+        let mut stop = std::pin::pin!(stop);
+        let grace = loop {
             counts.open.store(conns.len() as u64, Ordering::Relaxed);
             tokio::select! {
                 // Reap finished connections as they end.
@@ -361,26 +390,31 @@ impl<K: Kv> Edge<K> {
                         limits::refuse_connection(stream, &body.to_string());
                         continue;
                     }
-                    self.spawn_connection(stream, peer, &graceful, &mut conns);
+                    self.spawn_connection(stream, peer, &graceful, &mut conns, &fresh);
                 }
-                _ = shutdown.changed() => {
-                    if *shutdown.borrow() {
-                        break;
-                    }
-                }
+                grace = &mut stop => break grace,
             }
-        }
+        };
         if mark_shutting_down {
             self.shutting_down.store(true, Ordering::SeqCst);
         }
         drop(listener);
-        if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        // A connection accepted just before the stop has not sent its request
+        // yet (a client sends it right after it connects): the graceful
+        // shutdown would close it as idle, unanswered. It gets a moment for
+        // its first request, which is then answered (200, or 503 on SIGTERM).
+        let settle = tokio::time::Instant::now() + FIRST_REQUEST_SETTLE.min(grace);
+        while fresh.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < settle {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if tokio::time::timeout(grace, graceful.shutdown())
             .await
             .is_err()
         {
             warn!(
-                grace_s = SHUTDOWN_GRACE.as_secs(),
-                "connections still open after the shutdown grace period; closing them"
+                grace_ms = grace.as_millis() as u64,
+                open = conns.len(),
+                "ingest requests still open after the stop's grace period; closing them (none of them was answered 200)"
             );
             conns.abort_all();
         }
@@ -389,16 +423,30 @@ impl<K: Kv> Edge<K> {
     }
 
     /// Serves one accepted connection (HTTP/1.1) on its own task in `conns`,
-    /// watched by `graceful` for the shutdown.
+    /// watched by `graceful` for the shutdown; counted in `fresh` until its
+    /// first request begins (or it ends without one).
     fn spawn_connection(
         self: &Arc<Self>,
         stream: TcpStream,
         peer: SocketAddr,
         graceful: &hyper_util::server::graceful::GracefulShutdown,
         conns: &mut tokio::task::JoinSet<()>,
+        fresh: &Arc<AtomicU64>,
     ) {
         let edge = Arc::clone(self);
+        fresh.fetch_add(1, Ordering::SeqCst);
+        let begun = Arc::new(AtomicBool::new(false));
+        let begin = {
+            let (begun, fresh) = (Arc::clone(&begun), Arc::clone(fresh));
+            move || {
+                if !begun.swap(true, Ordering::SeqCst) {
+                    fresh.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        };
+        let first = begin.clone();
         let svc = service_fn(move |req| {
+            first();
             let edge = Arc::clone(&edge);
             async move { Ok::<_, Infallible>(edge.handle(req, peer).await) }
         });
@@ -415,6 +463,7 @@ impl<K: Kv> Edge<K> {
             if let Err(e) = conn.await {
                 debug!(error = %e, %peer, "connection ended with an error");
             }
+            begin();
         });
     }
 
