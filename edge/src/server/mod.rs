@@ -207,9 +207,10 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// connections.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 
-/// How long a stop waits for the first request of connections accepted just
-/// before it (see [`Edge::serve_with`]); bounded by the stop's grace.
-pub const FIRST_REQUEST_SETTLE: Duration = Duration::from_secs(1);
+/// How long a stop lets connections end on their own, each answer saying
+/// `Connection: close`, before it closes the idle ones (see
+/// [`Edge::serve_with`]); bounded by the stop's grace.
+pub const CONNECTION_DRAIN: Duration = Duration::from_secs(1);
 
 fn json(status: StatusCode, body: serde_json::Value) -> Resp {
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
@@ -359,14 +360,15 @@ impl<K: Kv> Edge<K> {
         // ends can be ended: each holds the edge (and its Writer handle),
         // which the Writer waits for before it stops.
         let mut conns = tokio::task::JoinSet::new();
-        // Connections whose first request has not begun (see the stop below).
-        let fresh = Arc::new(AtomicU64::new(0));
+        // Once stopping, every answer says `Connection: close` (see the stop
+        // below).
+        let closing = Arc::new(AtomicBool::new(false));
         let cap = self.max_connections.max(1);
         let counts = &self.stats.ingest_connections;
         counts.cap.store(cap as u64, Ordering::Relaxed);
         let mut accept_errors = limits::AcceptErrors::default();
         for h in held {
-            self.spawn_connection(h.stream, h.peer, &graceful, &mut conns, &fresh);
+            self.spawn_connection(h.stream, h.peer, &graceful, &mut conns, &closing);
         }
         let mut stop = std::pin::pin!(stop);
         let grace = loop {
@@ -390,7 +392,7 @@ impl<K: Kv> Edge<K> {
                         limits::refuse_connection(stream, &body.to_string());
                         continue;
                     }
-                    self.spawn_connection(stream, peer, &graceful, &mut conns, &fresh);
+                    self.spawn_connection(stream, peer, &graceful, &mut conns, &closing);
                 }
                 grace = &mut stop => break grace,
             }
@@ -399,13 +401,20 @@ impl<K: Kv> Edge<K> {
             self.shutting_down.store(true, Ordering::SeqCst);
         }
         drop(listener);
-        // A connection accepted just before the stop has not sent its request
-        // yet (a client sends it right after it connects): the graceful
-        // shutdown would close it as idle, unanswered. It gets a moment for
-        // its first request, which is then answered (200, or 503 on SIGTERM).
-        let settle = tokio::time::Instant::now() + FIRST_REQUEST_SETTLE.min(grace);
-        while fresh.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < settle {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        // The graceful shutdown closes a connection that is between requests
+        // at once, unanswered: one accepted just before the stop whose
+        // request is on its way (a client sends it right after it connects),
+        // or a kept-alive one whose client is sending its next. So first,
+        // for a moment, every answer says `Connection: close` (200, or 503 on
+        // SIGTERM) and the connections end on their own as their clients
+        // send; then the ones still idle are closed.
+        closing.store(true, Ordering::SeqCst);
+        let drain = tokio::time::Instant::now() + CONNECTION_DRAIN.min(grace);
+        while !conns.is_empty() {
+            tokio::select! {
+                _ = conns.join_next() => {}
+                () = tokio::time::sleep_until(drain) => break,
+            }
         }
         if tokio::time::timeout(grace, graceful.shutdown())
             .await
@@ -423,32 +432,30 @@ impl<K: Kv> Edge<K> {
     }
 
     /// Serves one accepted connection (HTTP/1.1) on its own task in `conns`,
-    /// watched by `graceful` for the shutdown; counted in `fresh` until its
-    /// first request begins (or it ends without one).
+    /// watched by `graceful` for the shutdown; its answers say `Connection:
+    /// close` once `closing` is set.
     fn spawn_connection(
         self: &Arc<Self>,
         stream: TcpStream,
         peer: SocketAddr,
         graceful: &hyper_util::server::graceful::GracefulShutdown,
         conns: &mut tokio::task::JoinSet<()>,
-        fresh: &Arc<AtomicU64>,
+        closing: &Arc<AtomicBool>,
     ) {
         let edge = Arc::clone(self);
-        fresh.fetch_add(1, Ordering::SeqCst);
-        let begun = Arc::new(AtomicBool::new(false));
-        let begin = {
-            let (begun, fresh) = (Arc::clone(&begun), Arc::clone(fresh));
-            move || {
-                if !begun.swap(true, Ordering::SeqCst) {
-                    fresh.fetch_sub(1, Ordering::SeqCst);
-                }
-            }
-        };
-        let first = begin.clone();
+        let closing = Arc::clone(closing);
         let svc = service_fn(move |req| {
-            first();
-            let edge = Arc::clone(&edge);
-            async move { Ok::<_, Infallible>(edge.handle(req, peer).await) }
+            let (edge, closing) = (Arc::clone(&edge), Arc::clone(&closing));
+            async move {
+                let mut resp = edge.handle(req, peer).await;
+                if closing.load(Ordering::SeqCst) {
+                    resp.headers_mut().insert(
+                        hyper::header::CONNECTION,
+                        hyper::header::HeaderValue::from_static("close"),
+                    );
+                }
+                Ok::<_, Infallible>(resp)
+            }
         });
         // half_close: a client that shuts its write side after the
         // request still gets its answer (its hook may already be
@@ -463,7 +470,6 @@ impl<K: Kv> Edge<K> {
             if let Err(e) = conn.await {
                 debug!(error = %e, %peer, "connection ended with an error");
             }
-            begin();
         });
     }
 
