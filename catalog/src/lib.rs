@@ -137,6 +137,10 @@ impl Etcd {
     /// # Errors
     /// The HTTP client cannot be built.
     pub fn new(endpoints: &[String], timeout: Duration) -> Result<Self, CatalogError> {
+        // reqwest panics at `build` without a provider when the build has its
+        // `rustls-no-provider` feature (see Cargo.toml); one already
+        // installed stays.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .no_proxy()
             .timeout(timeout)
