@@ -729,3 +729,13 @@ pub fn load(
 pub fn acked(out: &Outcomes) -> usize {
     out.lock().expect("lock").len()
 }
+
+/// Waits (within a generous deadline) until a [`load`] has had `n` more
+/// answers than it has now: `what` names the wait in a failure.
+pub async fn more_hooks(out: &Outcomes, n: usize, what: &str) {
+    let mark = acked(out);
+    crate::sink::until(what, Duration::from_secs(120), async || {
+        (acked(out) >= mark + n).then_some(())
+    })
+    .await;
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::admin::cli;
-use crate::relay::{Outcomes, Relay, acked, config, load};
+use crate::relay::{Outcomes, Relay, acked, config, load, more_hooks};
 use crate::sink::{Reply, Sink, until};
 
 /// Every wait of this file: generous, never a measure of speed.
@@ -74,10 +74,7 @@ async fn a_reload_under_load_adds_a_source_and_a_sink_and_refuses_no_hook() {
         Arc::clone(&stop),
         Arc::clone(&out),
     );
-    until("50 hooks before the reload", WAIT, async || {
-        (acked(&out) >= 50).then_some(())
-    })
-    .await;
+    more_hooks(&out, 50, "50 hooks before the reload").await;
 
     let before = acked(&out);
     relay.rewrite_config(&two_sources(
@@ -183,10 +180,7 @@ async fn a_refused_reload_changes_nothing_and_sighup_reloads() {
         Arc::clone(&stop),
         Arc::clone(&out),
     );
-    until("20 hooks before the reloads", WAIT, async || {
-        (acked(&out) >= 20).then_some(())
-    })
-    .await;
+    more_hooks(&out, 20, "20 hooks before the reloads").await;
 
     relay.rewrite_config(&two_sources(
         &sink,
@@ -248,11 +242,7 @@ async fn a_refused_reload_changes_nothing_and_sighup_reloads() {
         (1.0, 3.0),
         "{m:?}"
     );
-    let mark = acked(&out);
-    until("20 hooks after the reloads", WAIT, async || {
-        (acked(&out) >= mark + 20).then_some(())
-    })
-    .await;
+    more_hooks(&out, 20, "20 hooks after the reloads").await;
     stop.store(true, Ordering::SeqCst);
     task.await.expect("load task");
     every_hook_accepted_and_delivered(&sink, &out, "/in").await;
@@ -398,10 +388,7 @@ async fn a_reload_under_load_rotates_a_provider_secret_and_a_signing_secret() {
         Arc::clone(&stop),
         Arc::clone(&out),
     );
-    until("20 hooks before the reload", WAIT, async || {
-        (acked(&out) >= 20).then_some(())
-    })
-    .await;
+    more_hooks(&out, 20, "20 hooks before the reload").await;
     assert_eq!(signed(&relay, OLD_SECRET).await, 200);
     assert_eq!(signed(&relay, NEW_SECRET).await, 401);
     relay.rewrite_config(&yaml(NEW_SECRET, new_signing));
