@@ -934,6 +934,21 @@ async fn run<K: Kv>(
         cfg.node.store == StoreBackend::Memory,
         shutdown_rx.clone(),
     ));
+    // A takeover's new process stopped (SIGTERM, SIGINT) while it opened the
+    // store: it must not tell the old process it serves and then stop, which
+    // would leave nothing serving. It gives up the takeover instead (its
+    // caller closes the store and the old process serves again); nothing has
+    // run on the store yet.
+    if taking.is_some()
+        && shutdown
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+            .is_ready()
+    {
+        bail!(
+            "--takeover: interrupted by SIGTERM or SIGINT while the store opened; the old process serves again"
+        );
+    }
     // The takeover socket: a new process (`serve --takeover`) asks through
     // it for the listeners and for this run's end (crate::takeover). Without
     // it the relay serves all the same, and says so.
