@@ -112,6 +112,10 @@ enum End {
     Answered(u16, String),
     /// The relay closed without sending a byte.
     Closed,
+    /// The relay closed without sending a byte, with a reset: bytes the
+    /// client sent were still unread when it closed (a connection closed
+    /// before its request was read).
+    Reset,
 }
 
 /// Reads what the relay sends on `stream` until it closes it: the status of
@@ -130,11 +134,9 @@ async fn until_closed(mut stream: TcpStream) -> End {
             ),
             Ok(Ok(0)) => break,
             Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Ok(Err(_)) if got.is_empty() => return End::Reset,
             // A reset after the answer: the answer counts.
-            Ok(Err(e)) => {
-                assert!(!got.is_empty(), "reset before any answer: {e}");
-                break;
-            }
+            Ok(Err(_)) => break,
         }
     }
     if got.is_empty() {
@@ -768,10 +770,13 @@ async fn idle_admin_connections_never_keep_the_probes_out() {
     for t in conns {
         ends.push(t.await.expect("connection task"));
     }
+    // Closed unanswered, with a FIN, or with a reset when the relay closed
+    // it before it had read the half head (the kernel resets a socket
+    // closed with bytes unread): either way no answer, no 503.
     assert!(
-        ends.iter().all(|e| *e == End::Closed),
+        ends.iter().all(|e| matches!(e, End::Closed | End::Reset)),
         "every idle connection closed unanswered: {:?}",
-        ends.iter().find(|e| **e != End::Closed)
+        ends.iter().find(|e| !matches!(e, End::Closed | End::Reset))
     );
 
     // Serving again, with only this scrape's connection open.
