@@ -104,26 +104,8 @@ async fn a_reload_under_load_adds_a_source_and_a_sink_and_refuses_no_hook() {
     stop.store(true, Ordering::SeqCst);
     task.await.expect("load task");
 
-    let outcomes = out.lock().expect("lock").clone();
-    let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
-    assert!(
-        failed.is_empty(),
-        "{} of {} hooks not accepted: {:?}",
-        failed.len(),
-        outcomes.len(),
-        &failed[..failed.len().min(5)]
-    );
-    let ids: Vec<String> = outcomes
-        .into_iter()
-        .map(Result::unwrap_or_default)
-        .collect();
-    let at = |path: &str| -> std::collections::BTreeSet<String> {
-        sink.delivered()
-            .iter()
-            .filter(|r| r.path == path)
-            .map(crate::sink::Req::id)
-            .collect()
-    };
+    let ids = accepted_ids(&out);
+    let at = |path: &str| sink.ids_at(path);
     until("every hook delivered to web", WAIT, async || {
         let web = at("/in");
         ids.iter().all(|id| web.contains(id)).then_some(())
@@ -248,8 +230,9 @@ async fn a_refused_reload_changes_nothing_and_sighup_reloads() {
     every_hook_accepted_and_delivered(&sink, &out, "/in").await;
 }
 
-/// Every hook of a [`load`] was answered 200 and reached the sink at `path`.
-async fn every_hook_accepted_and_delivered(sink: &Sink, out: &Outcomes, path: &str) {
+/// The ids of a [`load`]'s hooks, once it is checked that every one was
+/// answered 200.
+fn accepted_ids(out: &Outcomes) -> Vec<String> {
     let outcomes = out.lock().expect("lock").clone();
     let failed: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
     assert!(
@@ -259,20 +242,20 @@ async fn every_hook_accepted_and_delivered(sink: &Sink, out: &Outcomes, path: &s
         outcomes.len(),
         &failed[..failed.len().min(5)]
     );
-    let ids: Vec<String> = outcomes
+    outcomes
         .into_iter()
         .map(Result::unwrap_or_default)
-        .collect();
+        .collect()
+}
+
+/// Every hook of a [`load`] was answered 200 and reached the sink at `path`.
+async fn every_hook_accepted_and_delivered(sink: &Sink, out: &Outcomes, path: &str) {
+    let ids = accepted_ids(out);
     until(
         &format!("every hook delivered to {path}"),
         WAIT,
         async || {
-            let got: std::collections::BTreeSet<String> = sink
-                .delivered()
-                .iter()
-                .filter(|r| r.path == path)
-                .map(crate::sink::Req::id)
-                .collect();
+            let got = sink.ids_at(path);
             ids.iter().all(|id| got.contains(id)).then_some(())
         },
     )

@@ -225,6 +225,16 @@ impl Sink {
 
     /// The `x-ankusa-idempotency-key` of every request answered 2xx so far,
     /// in arrival order (no copy of the bodies: for large hooks).
+    /// The ids (`x-ankusa-idempotency-key`) of the requests answered 2xx at
+    /// `path`.
+    pub fn ids_at(&self, path: &str) -> std::collections::BTreeSet<String> {
+        self.delivered()
+            .iter()
+            .filter(|r| r.path == path)
+            .map(Req::id)
+            .collect()
+    }
+
     pub fn delivered_ids(&self) -> Vec<String> {
         let ok: std::collections::HashSet<usize> = self
             .state

@@ -140,12 +140,7 @@ async fn takeovers_under_load_refuse_no_connection_and_keep_each_keys_order() {
             &format!("every accepted hook delivered to {path}"),
             WAIT,
             async || {
-                let got: BTreeSet<String> = sink
-                    .delivered()
-                    .iter()
-                    .filter(|r| r.path == path)
-                    .map(crate::sink::Req::id)
-                    .collect();
+                let got = sink.ids_at(path);
                 ids.iter().all(|id| got.contains(id)).then_some(())
             },
         )
@@ -285,13 +280,7 @@ async fn a_memory_store_refuses_a_takeover() {
     let (status, log) = relay.take_over_refused(&[]).await;
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("node.store is memory"), "{log}");
-    let a = relay
-        .post(
-            "/hooks/orders",
-            &[("content-type", "application/json")],
-            "{\"n\":1}",
-        )
-        .await;
+    let a = post_n(&relay, 1).await;
     assert_eq!(a.status, 200, "{a:?}");
 }
 
@@ -478,13 +467,7 @@ async fn sigusr2_starts_a_successor_that_takes_over_and_says_its_pid() {
     };
     assert_eq!(next().await, "READY=1");
     let old_pid = relay.pid();
-    let before = relay
-        .post(
-            "/hooks/orders",
-            &[("content-type", "application/json")],
-            "{\"n\":1}",
-        )
-        .await;
+    let before = post_n(&relay, 1).await;
     assert_eq!(before.status, 200, "{before:?}");
 
     // SAFETY: a signal to the relay's own child process.
@@ -530,13 +513,7 @@ async fn sigusr2_starts_a_successor_that_takes_over_and_says_its_pid() {
         relay.readyz().await.filter(|(s, _)| *s == 200)
     })
     .await;
-    let after = relay
-        .post(
-            "/hooks/orders",
-            &[("content-type", "application/json")],
-            "{\"n\":2}",
-        )
-        .await;
+    let after = post_n(&relay, 2).await;
     assert_eq!(after.status, 200, "{after:?}");
     until("both hooks delivered to both sinks", WAIT, async || {
         let ids = sink.delivered_ids();
@@ -553,6 +530,17 @@ async fn sigusr2_starts_a_successor_that_takes_over_and_says_its_pid() {
     })
     .await;
     drop(successor);
+}
+
+/// POSTs the hook `{"n": n}` to the source `orders`.
+async fn post_n(relay: &Relay, n: u64) -> crate::relay::Answer {
+    relay
+        .post(
+            "/hooks/orders",
+            &[("content-type", "application/json")],
+            format!("{{\"n\":{n}}}"),
+        )
+        .await
 }
 
 /// `pid` sent `signal`.
@@ -613,13 +601,7 @@ async fn a_takeover_is_not_held_by_idle_clients_and_a_sigterm_ends_only_the_new_
     relay.adopt(old);
     // Its log is the current one again.
     relay.forget_last_run();
-    let a = relay
-        .post(
-            "/hooks/orders",
-            &[("content-type", "application/json")],
-            "{\"n\":1}",
-        )
-        .await;
+    let a = post_n(&relay, 1).await;
     assert_eq!(a.status, 200, "{a:?}");
     assert_eq!(relay.pid(), old_pid);
 
@@ -643,13 +625,7 @@ async fn a_takeover_is_not_held_by_idle_clients_and_a_sigterm_ends_only_the_new_
         "the request whose body never came was answered 200: {}",
         String::from_utf8_lossy(&answer)
     );
-    let b = relay
-        .post(
-            "/hooks/orders",
-            &[("content-type", "application/json")],
-            "{\"n\":2}",
-        )
-        .await;
+    let b = post_n(&relay, 2).await;
     assert_eq!(b.status, 200, "{b:?}");
     until("both hooks delivered", WAIT, async || {
         let ids = sink.delivered_ids();
