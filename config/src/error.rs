@@ -64,12 +64,16 @@ impl ConfigError {
 /// The parser names this crate's private types (`expected struct
 /// RawSource`); a user wrote a mapping: say so.
 fn plain_type_names(message: &str) -> String {
-    const NAMES: [(&str, &str); 14] = [
+    const NAMES: [(&str, &str); 15] = [
         (
             "struct RawConfig",
             "a mapping of top-level sections (node, listeners, tenants, sources, ...)",
         ),
         ("struct RawNode", "a mapping (the node section)"),
+        (
+            "struct RawCluster",
+            "a mapping (the cluster section: node_id, etcd, advertise, lease_ttl_ms, hold_ms, name)",
+        ),
         (
             "struct RawOtel",
             "a mapping (node.otel: endpoint, service_name, filter)",

@@ -92,12 +92,13 @@ pub(crate) mod sink;
 mod structural;
 mod validate;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use error::{ConfigError, Problem, Scope};
 pub use model::RateLimit;
 pub use model::{
-    Breaker, Challenge, Config, Dedupe, Dispatch, FileSink, FilterCondition, FilterTest,
+    Breaker, Challenge, Cluster, Config, Dedupe, Dispatch, FileSink, FilterCondition, FilterTest,
     HeaderAction, HeaderPolicy, HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner, KeyInput,
     KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Order, OrderingKey, Otel, Retention,
     Retry, SignatureEncoding, SinkEntry, SinkKind, SinkRetry, Source, StoreBackend, Tenant,
@@ -186,6 +187,12 @@ pub mod defaults {
     pub const DEDUPE_TTL_MS: u64 = 259_200_000;
     /// `timeout_ms` of an http sink: 10 s.
     pub const HTTP_TIMEOUT_MS: u64 = 10_000;
+    /// `cluster.lease_ttl_ms`: 3 s.
+    pub const CLUSTER_LEASE_TTL_MS: u64 = 3_000;
+    /// `cluster.hold_ms`: 4 s.
+    pub const CLUSTER_HOLD_MS: u64 = 4_000;
+    /// `cluster.name`.
+    pub const CLUSTER_NAME: &str = "ankusa";
 }
 
 /// The upper bound of every numeric option, in the option's unit, checked at
@@ -246,9 +253,87 @@ pub mod limits {
     pub const SINK_TIMEOUT_MS: u64 = 600_000;
     /// `maxlen` of a redis sink: 1,000,000,000 stream entries.
     pub const REDIS_MAXLEN: u64 = 1_000_000_000;
+    /// `cluster.lease_ttl_ms`: 2 s at least (etcd grants no shorter lease
+    /// with its default timings), 60 s at most (a dead node's tenants wait
+    /// that long for a new owner).
+    pub const CLUSTER_LEASE_TTL_MS: (u64, u64) = (2_000, 60_000);
+    /// `cluster.hold_ms`: 60 s.
+    pub const CLUSTER_HOLD_MS: u64 = 60_000;
     /// `max_message_bytes` of an sqs sink: 1 MiB, SQS's own limit (the sinks
     /// crate checks its lower bound, 1,024).
     pub const SQS_MAX_MESSAGE_BYTES: u64 = 1 << 20;
+}
+
+/// The parts of a configuration file every node of a cluster must have
+/// alike (docs/design.md section 11, "The catalog"), by name, each as
+/// canonical JSON (keys sorted): every top-level section but `node` and
+/// `listeners`, each tenant (`tenants.<name>`) and each source
+/// (`sources.<name>`) on its own, and `cluster` without `node_id` and
+/// `advertise`. The catalog keeps each part's digest, so a node whose file
+/// differs is refused naming the parts that differ. The text is compared as
+/// written: `env:` names, not their values, and an omitted default differs
+/// from the default written out.
+///
+/// # Errors
+/// A file that does not parse as YAML, or has a key YAML allows and JSON
+/// does not (a mapping as a key).
+pub fn shared_sections(text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    use serde_json::Value as J;
+    let yaml: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(text).map_err(|e| ConfigError::from_yaml(&e))?;
+    let json: J = serde_json::to_value(&yaml).map_err(|e| ConfigError::Yaml {
+        message: format!("a key that is not a string or number: {e}"),
+        line: None,
+        column: None,
+    })?;
+    let mut parts = BTreeMap::new();
+    let J::Object(top) = json else {
+        return Ok(parts);
+    };
+    for (section, value) in top {
+        match (section.as_str(), value) {
+            ("node" | "listeners", _) => {}
+            ("cluster", J::Object(mut c)) => {
+                c.remove("node_id");
+                c.remove("advertise");
+                parts.insert(section, canonical(&J::Object(c)));
+            }
+            ("tenants" | "sources", J::Array(list)) => {
+                for (i, item) in list.into_iter().enumerate() {
+                    let name = item["name"]
+                        .as_str()
+                        .map_or_else(|| format!("[{i}]"), str::to_owned);
+                    parts.insert(format!("{section}.{name}"), canonical(&item));
+                }
+            }
+            (_, value) => {
+                parts.insert(section, canonical(&value));
+            }
+        }
+    }
+    Ok(parts)
+}
+
+/// JSON text with every object's keys sorted, whatever order the map type
+/// keeps (serde_json's `preserve_order` may be on in the build).
+fn canonical(v: &serde_json::Value) -> String {
+    use serde_json::Value as J;
+    match v {
+        J::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", J::String(k.clone()), canonical(&map[k])))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        J::Array(items) => {
+            let items: Vec<String> = items.iter().map(canonical).collect();
+            format!("[{}]", items.join(","))
+        }
+        other => other.to_string(),
+    }
 }
 
 impl Config {

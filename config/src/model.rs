@@ -32,6 +32,10 @@ pub struct Config {
     pub tenants: Vec<Tenant>,
     /// The sources, in file order.
     pub sources: Vec<Source>,
+    /// `cluster`: this node's place in a cluster of relays on etcd
+    /// (docs/design.md section 11); `None`, the default, is a standalone
+    /// relay.
+    pub cluster: Option<Cluster>,
 }
 
 impl Config {
@@ -44,6 +48,39 @@ impl Config {
     pub fn tenant(&self, name: &str) -> Option<&Tenant> {
         self.tenants.iter().find(|t| t.name == name)
     }
+}
+
+/// `cluster`: cluster mode (docs/design.md section 11, README "Running a
+/// cluster"). `node_id` and `advertise` are this node's; the rest is the
+/// cluster's and must be the same on every node, as must every section but
+/// `node` and `listeners` (the catalog compares the digests of
+/// [`crate::shared_sections`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cluster {
+    /// `node_id`: this node's name in the catalog, unique in the cluster and
+    /// stable across restarts (the tenants it owns are recorded under it).
+    pub node_id: String,
+    /// `etcd`: the client URLs of the etcd members (`http://host:port`), at
+    /// least one; each call tries them in turn.
+    pub etcd: Vec<String>,
+    /// `advertise`: where the other nodes forward the hooks of the tenants
+    /// this node owns (`host:port` of its ingest listener as they reach
+    /// it). Default: `listeners.ingest`, which must then not be an
+    /// unspecified address (`0.0.0.0`).
+    pub advertise: String,
+    /// `lease_ttl_ms`: the TTL of this node's lease in etcd, whole seconds
+    /// (etcd's unit), 2,000 to 60,000. Default 3,000. A node that has not
+    /// renewed within it loses its tenants (a failover); it stops
+    /// acknowledging before then, by its own clock.
+    pub lease_ttl_ms: u64,
+    /// `hold_ms`: how long a hook for a tenant that has no live owner (a
+    /// failover in progress) is held before it is answered 503 with
+    /// `Retry-After`. Default 4,000; at most 60,000.
+    pub hold_ms: u64,
+    /// `name`: the cluster's name, the prefix of its keys in etcd
+    /// (`/ankusa/<name>/`), so clusters can share etcd members. Default
+    /// `ankusa`.
+    pub name: String,
 }
 
 /// `node`: this node.

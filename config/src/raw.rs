@@ -23,6 +23,18 @@ pub(crate) struct RawConfig {
     pub retention: RawRetention,
     pub tenants: Option<Vec<RawTenant>>,
     pub sources: Vec<RawSource>,
+    pub cluster: Option<RawCluster>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawCluster {
+    pub node_id: Option<String>,
+    pub etcd: Option<Vec<String>>,
+    pub advertise: Option<String>,
+    pub lease_ttl_ms: Option<u64>,
+    pub hold_ms: Option<u64>,
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

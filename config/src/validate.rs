@@ -10,14 +10,14 @@ use crate::defaults as d;
 use crate::error::{ConfigError, Problems, Scope};
 use crate::limits as max;
 use crate::model::{
-    Breaker, Challenge, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy, HmacAlgorithm,
-    JsonPath, KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Otel, Retention, Retry,
-    SignatureEncoding, SinkKind, Source, StoreBackend, Tenant, TenantBinding, TypedOptions,
-    Verification,
+    Breaker, Challenge, Cluster, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy,
+    HmacAlgorithm, JsonPath, KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Otel,
+    Retention, Retry, SignatureEncoding, SinkKind, Source, StoreBackend, Tenant, TenantBinding,
+    TypedOptions, Verification,
 };
 use crate::raw::{
-    RawAction, RawAlgorithm, RawConfig, RawDedupe, RawEncoding, RawHeaderPolicy, RawLogFormat,
-    RawOnInvalid, RawOtel, RawScheme, RawSource, RawStore, RawVerification,
+    RawAction, RawAlgorithm, RawCluster, RawConfig, RawDedupe, RawEncoding, RawHeaderPolicy,
+    RawLogFormat, RawOnInvalid, RawOtel, RawScheme, RawSource, RawStore, RawVerification,
 };
 use crate::secret::{self, EnvLookup, Secret};
 use crate::sink;
@@ -63,6 +63,10 @@ pub(crate) fn config(
         &mut p,
     );
     sink_paths_outside(&node.data_dir, &sources, &mut p);
+    let cluster = raw
+        .cluster
+        .as_ref()
+        .map(|c| cluster(c, &node, &listeners, &mut p));
 
     if !p.0.is_empty() {
         scrub_env_values(&mut p.0, &read.borrow());
@@ -78,7 +82,123 @@ pub(crate) fn config(
         retention,
         tenants,
         sources,
+        cluster,
     })
+}
+
+/// `cluster` (docs/design.md section 11): a node id, at least one etcd
+/// member's `http://` URL, an address the other nodes can reach, and a lease
+/// TTL etcd can grant (whole seconds).
+fn cluster(c: &RawCluster, node: &Node, listeners: &Listeners, p: &mut Problems) -> Cluster {
+    let scope = Scope::Section("cluster");
+    let node_id = match &c.node_id {
+        None => {
+            p.push(
+                &scope,
+                "node_id",
+                "is required: this node's name in the cluster, unique and stable across restarts (n1)",
+            );
+            String::new()
+        }
+        Some(id) => {
+            if let Err(why) = check_name(id) {
+                p.push(&scope, "node_id", why);
+            }
+            id.clone()
+        }
+    };
+    let etcd = c.etcd.clone().unwrap_or_default();
+    if etcd.is_empty() {
+        p.push(
+            &scope,
+            "etcd",
+            "is required: the client URLs of the etcd members ([http://127.0.0.1:2379])",
+        );
+    }
+    for url in &etcd {
+        let host = url.strip_prefix("http://");
+        let ok = host.is_some_and(|h| !h.is_empty() && !h.starts_with('/'))
+            && !url.chars().any(|ch| ch.is_whitespace() || ch.is_control());
+        if !ok {
+            p.push(
+                &scope,
+                "etcd",
+                format!(
+                    "\"{url}\" is not an etcd client URL: http://host:port (the member's --advertise-client-urls)"
+                ),
+            );
+        }
+    }
+    let advertise = match &c.advertise {
+        Some(a) => {
+            let ok = a.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+            }) && !a
+                .chars()
+                .any(|ch| ch.is_whitespace() || ch.is_control() || ch == '/');
+            if !ok {
+                p.push(
+                    &scope,
+                    "advertise",
+                    format!("\"{a}\" is not host:port (where the other nodes reach this node's ingest listener)"),
+                );
+            }
+            a.clone()
+        }
+        None => {
+            let ingest = listeners.ingest;
+            if ingest.ip().is_unspecified() || ingest.port() == 0 {
+                p.push(
+                    &scope,
+                    "advertise",
+                    format!(
+                        "is required when listeners.ingest ({ingest}) is not an address the other nodes can reach: \
+                         give this node's host:port"
+                    ),
+                );
+            }
+            ingest.to_string()
+        }
+    };
+    let (min_ttl, max_ttl) = max::CLUSTER_LEASE_TTL_MS;
+    let lease_ttl_ms = c.lease_ttl_ms.unwrap_or(d::CLUSTER_LEASE_TTL_MS);
+    if lease_ttl_ms < min_ttl || lease_ttl_ms > max_ttl || lease_ttl_ms % 1_000 != 0 {
+        p.push(
+            &scope,
+            "lease_ttl_ms",
+            format!(
+                "{lease_ttl_ms} is not a lease etcd grants: whole seconds from {min_ttl} to {max_ttl} (3000)"
+            ),
+        );
+    }
+    let hold_ms = bounded(
+        c.hold_ms,
+        d::CLUSTER_HOLD_MS,
+        max::CLUSTER_HOLD_MS,
+        &scope,
+        "hold_ms",
+        p,
+    );
+    let name = c.name.clone().unwrap_or_else(|| d::CLUSTER_NAME.to_owned());
+    if let Err(why) = check_name(&name) {
+        p.push(&scope, "name", why);
+    }
+    if node.store == StoreBackend::Memory {
+        p.push(
+            &scope,
+            "",
+            "a cluster node needs a store that survives a restart (node.store: memory does not): \
+             what it acknowledges must outlive it until it is delivered or drained",
+        );
+    }
+    Cluster {
+        node_id,
+        etcd,
+        advertise,
+        lease_ttl_ms,
+        hold_ms,
+        name,
+    }
 }
 
 fn retention(raw: &RawConfig, p: &mut Problems) -> Retention {

@@ -3,6 +3,7 @@
 //! with its source, sink and option.
 
 mod adr;
+mod cluster;
 mod defaults;
 mod example;
 mod filter;
