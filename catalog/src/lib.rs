@@ -16,6 +16,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+pub mod cluster;
+
 /// What a catalog call failed with.
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -318,6 +320,89 @@ impl Etcd {
         } else {
             Ok(None)
         }
+    }
+}
+
+/// A condition of [`Etcd::txn`]: the key's modification revision is
+/// `mod_revision` (0: the key does not exist).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Compare {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Its expected modification revision.
+    pub mod_revision: i64,
+}
+
+/// A write of [`Etcd::txn`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Put the value at the key, under the lease if any.
+    Put {
+        /// The key.
+        key: Vec<u8>,
+        /// The value.
+        value: Vec<u8>,
+        /// The lease (`None`: no lease).
+        lease: Option<i64>,
+    },
+    /// Delete the key.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+    },
+}
+
+impl Etcd {
+    /// Makes every write of `ops` in one etcd transaction if every
+    /// condition of `compares` holds; nothing otherwise. `Ok(true)` when the
+    /// writes were made.
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn txn(&self, compares: &[Compare], ops: &[Op]) -> Result<bool, CatalogError> {
+        let compare: Vec<Value> = compares
+            .iter()
+            .map(|c| {
+                json!({
+                    "key": B64.encode(&c.key),
+                    "target": "MOD",
+                    "result": "EQUAL",
+                    "mod_revision": c.mod_revision.to_string(),
+                })
+            })
+            .collect();
+        let success: Vec<Value> = ops
+            .iter()
+            .map(|op| match op {
+                Op::Put { key, value, lease } => {
+                    let mut put = json!({ "key": B64.encode(key), "value": B64.encode(value) });
+                    if let Some(l) = lease {
+                        put["lease"] = json!(l.to_string());
+                    }
+                    json!({ "request_put": put })
+                }
+                Op::Delete { key } => json!({ "request_delete_range": { "key": B64.encode(key) } }),
+            })
+            .collect();
+        let v = self
+            .call("kv/txn", json!({ "compare": compare, "success": success }))
+            .await?;
+        Ok(v["succeeded"].as_bool() == Some(true))
+    }
+
+    /// Every entry whose key begins with `prefix`, and the store's revision
+    /// they were read at (one read: a consistent view).
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn prefix_at(&self, prefix: &[u8]) -> Result<(Vec<Entry>, i64), CatalogError> {
+        let v = self
+            .call(
+                "kv/range",
+                json!({ "key": B64.encode(prefix), "range_end": B64.encode(prefix_end(prefix)) }),
+            )
+            .await?;
+        Ok((entries(&v)?, int(&v["header"]["revision"])?))
     }
 }
 

@@ -1,0 +1,711 @@
+//! The cluster's records in etcd and the transactions that change them
+//! (docs/design.md section 11, "The catalog"). Every key is under
+//! `/ankusa/<cluster>/`:
+//!
+//! | key | value | lease |
+//! |---|---|---|
+//! | `nodes/<node_id>` | [`NodeRecord`] | the node's |
+//! | `config` | [`ConfigRecord`]: the shared parts' digests | none |
+//! | `tenants/<name>` | [`TenantRecord`]: number, owner, epoch, drain | none |
+//! | `numbers/tenant/<n>` | the tenant's name: `n` is taken | none |
+//! | `sources/<name>` | the source's id (decimal) | none |
+//! | `numbers/source/<n>` | the source's name | none |
+//! | `controller` | the controller's node id | the controller's |
+//!
+//! Tenant numbers and source ids are global: lane ids hash the source id,
+//! so a tenant that moves keeps each key's lane. A number is taken in the
+//! same transaction as its name (both compared absent), so two nodes never
+//! give one number to two names. Ownership changes are transactions compared
+//! on the tenant record's revision; [`assign`], a pure function of a
+//! [`Snapshot`], decides them for the controller.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{CatalogError, Compare, Entry, Etcd, Op};
+
+/// A node's record (`nodes/<node_id>`), under its lease: it is there while
+/// the node is alive.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Where the other nodes forward the hooks of its tenants (`host:port`).
+    pub addr: String,
+    /// A draining node is given no tenant by the controller.
+    #[serde(default)]
+    pub draining: bool,
+    /// The digest of its configuration's shared parts ([`ConfigRecord::hash`]).
+    pub config: String,
+}
+
+/// The configuration every node must have alike (`config`): the digest of
+/// each shared part (`ankusa_config::shared_sections`) and of all of them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigRecord {
+    /// The digest of every part together.
+    pub hash: String,
+    /// Each part's digest, by the part's name (`sources.stripe`).
+    pub parts: BTreeMap<String, String>,
+}
+
+impl ConfigRecord {
+    /// The names of the parts that differ between `self` and `other`: in
+    /// one and not the other, or with another digest.
+    pub fn differences(&self, other: &ConfigRecord) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .parts
+            .keys()
+            .chain(other.parts.keys())
+            .filter(|k| self.parts.get(*k) != other.parts.get(*k))
+            .cloned()
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// A tenant's record (`tenants/<name>`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantRecord {
+    /// Its number in every node's store (the key families' tenant ordinal).
+    pub ord: u32,
+    /// The node that owns it at `epoch`; `None` before the controller first
+    /// assigned it.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// Its epoch: 0 before its first owner, then + 1 at every change of
+    /// owner.
+    #[serde(default)]
+    pub epoch: u64,
+    /// The earlier epochs whose rows are still to be delivered by the
+    /// nodes that held them (a failover's epoch barrier), oldest first: only
+    /// the first is drained at a time, so the epochs go out in their order.
+    /// Empty when there is no barrier.
+    #[serde(default)]
+    pub drains: Vec<Drain>,
+}
+
+/// An epoch still to be drained: its node delivers what it holds of the
+/// tenant, in lane order, once every older epoch is drained, and then
+/// removes it from [`TenantRecord::drains`]; until then the owner's
+/// ordered lanes of the tenant hold their new hooks (docs/design.md section
+/// 11, "Failover").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Drain {
+    /// The node that held the epoch.
+    pub node: String,
+    /// The epoch.
+    pub epoch: u64,
+}
+
+/// The catalog at one revision.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The etcd revision it was read at.
+    pub revision: i64,
+    /// Live nodes, by id, with the lease each lives under.
+    pub nodes: BTreeMap<String, (NodeRecord, i64)>,
+    /// Tenants by name, with each record's modification revision.
+    pub tenants: BTreeMap<String, (TenantRecord, i64)>,
+    /// Source ids by name.
+    pub sources: BTreeMap<String, u32>,
+    /// The controller's node id, if one is elected.
+    pub controller: Option<String>,
+    /// The shared configuration, once the first node published it.
+    pub config: Option<ConfigRecord>,
+}
+
+impl Snapshot {
+    /// The node that owns `tenant` and is alive, with its address.
+    pub fn live_owner(&self, tenant: &str) -> Option<(&str, &NodeRecord)> {
+        let (t, _) = self.tenants.get(tenant)?;
+        let owner = t.owner.as_deref()?;
+        self.nodes.get(owner).map(|(n, _)| (owner, n))
+    }
+}
+
+/// Why a node may not join (each names what is in the way).
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// etcd failed or could not be reached.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// A live node has this node's id.
+    #[error("node_id {node} is in use by a live node at {addr}: each node needs its own node_id")]
+    NodeIdInUse {
+        /// The id.
+        node: String,
+        /// The live node's address.
+        addr: String,
+    },
+    /// This node's configuration differs from the cluster's.
+    #[error(
+        "this node's configuration differs from the cluster's in {}: every section but node and listeners must be the same on every node (and cluster but node_id and advertise)",
+        parts.join(", ")
+    )]
+    ConfigDiffers {
+        /// The names of the parts that differ.
+        parts: Vec<String>,
+    },
+    /// A name's number in this node's store is not its number in the
+    /// cluster, or is another name's there.
+    #[error("{0}")]
+    Numbering(String),
+}
+
+/// A record that does not decode is a catalog this relay did not write.
+fn decode<T: for<'de> Deserialize<'de>>(e: &Entry) -> Result<T, CatalogError> {
+    serde_json::from_slice(&e.value).map_err(|err| {
+        CatalogError::Decode(format!(
+            "the record at {}: {err}",
+            String::from_utf8_lossy(&e.key)
+        ))
+    })
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // Records are plain structs of strings and numbers: they always encode.
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// What a name is numbered for: tenants (ordinals) or sources (ids).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Numbered {
+    /// `tenants/<name>`, `numbers/tenant/<n>`.
+    Tenant,
+    /// `sources/<name>`, `numbers/source/<n>`.
+    Source,
+}
+
+impl Numbered {
+    fn word(self) -> &'static str {
+        match self {
+            Numbered::Tenant => "tenant",
+            Numbered::Source => "source",
+        }
+    }
+}
+
+/// The catalog of one cluster: an etcd client and the cluster's prefix.
+#[derive(Clone, Debug)]
+pub struct Catalog {
+    etcd: Etcd,
+    prefix: String,
+}
+
+impl Catalog {
+    /// The catalog of the cluster `name` on `etcd`.
+    pub fn new(etcd: Etcd, name: &str) -> Catalog {
+        Catalog {
+            etcd,
+            prefix: format!("/ankusa/{name}/"),
+        }
+    }
+
+    /// The etcd client.
+    pub fn etcd(&self) -> &Etcd {
+        &self.etcd
+    }
+
+    fn key(&self, rest: &str) -> Vec<u8> {
+        format!("{}{rest}", self.prefix).into_bytes()
+    }
+
+    /// The whole catalog in one read.
+    ///
+    /// # Errors
+    /// [`CatalogError`], and a record that does not decode.
+    pub async fn snapshot(&self) -> Result<Snapshot, CatalogError> {
+        let (entries, revision) = self.etcd.prefix_at(self.prefix.as_bytes()).await?;
+        let mut snap = Snapshot {
+            revision,
+            ..Snapshot::default()
+        };
+        for e in &entries {
+            let rest = String::from_utf8_lossy(&e.key[self.prefix.len()..]).into_owned();
+            if let Some(id) = rest.strip_prefix("nodes/") {
+                snap.nodes.insert(id.to_owned(), (decode(e)?, e.lease));
+            } else if let Some(name) = rest.strip_prefix("tenants/") {
+                snap.tenants
+                    .insert(name.to_owned(), (decode(e)?, e.mod_revision));
+            } else if let Some(name) = rest.strip_prefix("sources/") {
+                snap.sources.insert(name.to_owned(), decode(e)?);
+            } else if rest == "controller" {
+                snap.controller = Some(String::from_utf8_lossy(&e.value).into_owned());
+            } else if rest == "config" {
+                snap.config = Some(decode(e)?);
+            }
+        }
+        Ok(snap)
+    }
+
+    /// Puts this node's record under `lease` if no live node has its id.
+    ///
+    /// # Errors
+    /// [`JoinError::NodeIdInUse`] naming the live node's address.
+    pub async fn join(&self, node: &str, record: &NodeRecord, lease: i64) -> Result<(), JoinError> {
+        let key = self.key(&format!("nodes/{node}"));
+        let put = Op::Put {
+            key: key.clone(),
+            value: encode(record),
+            lease: Some(lease),
+        };
+        if self
+            .etcd
+            .txn(
+                &[Compare {
+                    key: key.clone(),
+                    mod_revision: 0,
+                }],
+                &[put],
+            )
+            .await?
+        {
+            return Ok(());
+        }
+        let addr = match self.etcd.get(&key).await? {
+            Some(e) if e.lease == lease => return Ok(()),
+            Some(e) => decode::<NodeRecord>(&e)?.addr,
+            None => String::from("(gone since)"),
+        };
+        Err(JoinError::NodeIdInUse {
+            node: node.to_owned(),
+            addr,
+        })
+    }
+
+    /// Rewrites this node's record (its `draining` flag, its configuration)
+    /// under the same lease.
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn update_node(
+        &self,
+        node: &str,
+        record: &NodeRecord,
+        lease: i64,
+    ) -> Result<(), CatalogError> {
+        self.etcd
+            .put(
+                &self.key(&format!("nodes/{node}")),
+                &encode(record),
+                Some(lease),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Publishes `mine` as the cluster's configuration if there is none yet;
+    /// otherwise compares.
+    ///
+    /// # Errors
+    /// [`JoinError::ConfigDiffers`] naming the parts that differ.
+    pub async fn check_config(&self, mine: &ConfigRecord) -> Result<(), JoinError> {
+        let key = self.key("config");
+        loop {
+            match self.etcd.get(&key).await? {
+                Some(e) => {
+                    let theirs: ConfigRecord = decode(&e)?;
+                    if theirs.hash == mine.hash {
+                        return Ok(());
+                    }
+                    return Err(JoinError::ConfigDiffers {
+                        parts: theirs.differences(mine),
+                    });
+                }
+                None => {
+                    if self
+                        .etcd
+                        .put_if(&key, &encode(mine), 0, None)
+                        .await?
+                        .is_some()
+                    {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Replaces the cluster's configuration record (a reload that every node
+    /// is to follow).
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn publish_config(&self, record: &ConfigRecord) -> Result<(), CatalogError> {
+        self.etcd
+            .put(&self.key("config"), &encode(record), None)
+            .await
+            .map(|_| ())
+    }
+
+    /// The cluster's number of each name of `names` (tenants or sources),
+    /// numbering the new ones. `local` is what this node's store already
+    /// numbered (every name it ever knew, with its number): a name the
+    /// cluster knows must have the same number here, and a name new to the
+    /// cluster keeps its local number if no other name has it there (a
+    /// standalone store joining). New names with no local number get the
+    /// next number free in both.
+    ///
+    /// # Errors
+    /// [`JoinError::Numbering`] naming the name and both numbers.
+    pub async fn number(
+        &self,
+        what: Numbered,
+        names: &[String],
+        local: &BTreeMap<String, u32>,
+    ) -> Result<BTreeMap<String, u32>, JoinError> {
+        let word = what.word();
+        let plural = format!("{word}s/");
+        let numbers = format!("numbers/{word}/");
+        'again: loop {
+            let (entries, _) = self.etcd.prefix_at(self.prefix.as_bytes()).await?;
+            let mut by_name: BTreeMap<String, u32> = BTreeMap::new();
+            let mut by_number: BTreeMap<u32, String> = BTreeMap::new();
+            for e in &entries {
+                let rest = String::from_utf8_lossy(&e.key[self.prefix.len()..]).into_owned();
+                if let Some(name) = rest.strip_prefix(&plural) {
+                    let n = match what {
+                        Numbered::Tenant => decode::<TenantRecord>(e)?.ord,
+                        Numbered::Source => decode::<u32>(e)?,
+                    };
+                    by_name.insert(name.to_owned(), n);
+                } else if let Some(n) = rest.strip_prefix(&numbers) {
+                    let n: u32 = n.parse().map_err(|_| {
+                        CatalogError::Decode(format!("a number that is not one: {rest}"))
+                    })?;
+                    by_number.insert(n, String::from_utf8_lossy(&e.value).into_owned());
+                }
+            }
+            // Every local number must mean the same name in the cluster, or
+            // be free there.
+            for (name, n) in local {
+                match (by_name.get(name), by_number.get(n)) {
+                    (Some(theirs), _) if theirs != n => {
+                        return Err(JoinError::Numbering(format!(
+                            "{word} {name} is number {n} in this node's store and number {theirs} in the cluster: \
+                             a store joins a cluster only if its numbers are free there (start this node with an empty data_dir, or export and import its hooks)"
+                        )));
+                    }
+                    (_, Some(other)) if other != name => {
+                        return Err(JoinError::Numbering(format!(
+                            "{word} {name} is number {n} in this node's store, which is {word} {other}'s in the cluster: \
+                             a store joins a cluster only if its numbers are free there (start this node with an empty data_dir, or export and import its hooks)"
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            let mut out = BTreeMap::new();
+            let mut next = by_number
+                .keys()
+                .chain(local.values())
+                .max()
+                .copied()
+                .unwrap_or(0);
+            for name in names {
+                if let Some(n) = by_name.get(name) {
+                    out.insert(name.clone(), *n);
+                    continue;
+                }
+                let n = if let Some(n) = local.get(name) {
+                    *n
+                } else {
+                    next = next
+                        .checked_add(1)
+                        .ok_or_else(|| JoinError::Numbering(format!("no {word} number is left")))?;
+                    next
+                };
+                let name_key = self.key(&format!("{plural}{name}"));
+                let number_key = self.key(&format!("{numbers}{n}"));
+                let value = match what {
+                    Numbered::Tenant => encode(&TenantRecord {
+                        ord: n,
+                        owner: None,
+                        epoch: 0,
+                        drains: Vec::new(),
+                    }),
+                    Numbered::Source => encode(&n),
+                };
+                let taken = self
+                    .etcd
+                    .txn(
+                        &[
+                            Compare {
+                                key: name_key.clone(),
+                                mod_revision: 0,
+                            },
+                            Compare {
+                                key: number_key.clone(),
+                                mod_revision: 0,
+                            },
+                        ],
+                        &[
+                            Op::Put {
+                                key: name_key,
+                                value,
+                                lease: None,
+                            },
+                            Op::Put {
+                                key: number_key,
+                                value: name.clone().into_bytes(),
+                                lease: None,
+                            },
+                        ],
+                    )
+                    .await?;
+                if !taken {
+                    // Another node numbered a name meanwhile: read again.
+                    continue 'again;
+                }
+                out.insert(name.clone(), n);
+            }
+            return Ok(out);
+        }
+    }
+
+    /// Becomes the controller if there is none (the key lives under this
+    /// node's lease, so it is freed when the node dies). `true` when this
+    /// node is the controller.
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn campaign(&self, node: &str, lease: i64) -> Result<bool, CatalogError> {
+        let key = self.key("controller");
+        if self
+            .etcd
+            .put_if(&key, node.as_bytes(), 0, Some(lease))
+            .await?
+            .is_some()
+        {
+            return Ok(true);
+        }
+        Ok(self
+            .etcd
+            .get(&key)
+            .await?
+            .is_some_and(|e| e.value == node.as_bytes() && e.lease == lease))
+    }
+
+    /// Writes `record` at `tenant` if its record is still at `mod_revision`:
+    /// one change of ownership. `false` when another writer changed it first.
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn set_tenant(
+        &self,
+        tenant: &str,
+        record: &TenantRecord,
+        mod_revision: i64,
+    ) -> Result<bool, CatalogError> {
+        Ok(self
+            .etcd
+            .put_if(
+                &self.key(&format!("tenants/{tenant}")),
+                &encode(record),
+                mod_revision,
+                None,
+            )
+            .await?
+            .is_some())
+    }
+}
+
+/// One change the controller makes: `tenant`'s record becomes `record` if it
+/// is still at `mod_revision`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// The tenant.
+    pub tenant: String,
+    /// Its new record.
+    pub record: TenantRecord,
+    /// The revision its record must still have.
+    pub mod_revision: i64,
+}
+
+/// The controller's decisions on `snap` (docs/design.md section 11,
+/// "Failover"): every tenant without a live owner goes to the live node
+/// that is not draining and owns the fewest tenants (ties by id), at epoch +
+/// 1. A tenant that had an owner (now dead) gets that epoch appended to its
+/// drains, so its ordered lanes hold new hooks until every earlier epoch's
+/// node delivered what it holds, oldest epoch first. A tenant whose owner is
+/// alive is never moved here: planned moves are explicit.
+pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
+    let mut load: BTreeMap<&str, usize> = snap
+        .nodes
+        .iter()
+        .filter(|(_, (n, _))| !n.draining)
+        .map(|(id, _)| (id.as_str(), 0))
+        .collect();
+    for (t, _) in snap.tenants.values() {
+        if let Some(o) = t.owner.as_deref()
+            && let Some(n) = load.get_mut(o)
+        {
+            *n += 1;
+        }
+    }
+    let mut out = Vec::new();
+    for (name, (t, rev)) in &snap.tenants {
+        if t.owner
+            .as_deref()
+            .is_some_and(|o| snap.nodes.contains_key(o))
+        {
+            continue;
+        }
+        let Some((&to, _)) = load.iter().min_by_key(|(id, n)| (**n, **id)) else {
+            break;
+        };
+        *load.entry(to).or_default() += 1;
+        let mut drains = t.drains.clone();
+        if let Some(old) = &t.owner {
+            drains.push(Drain {
+                node: old.clone(),
+                epoch: t.epoch,
+            });
+        }
+        out.push(Assignment {
+            tenant: name.clone(),
+            record: TenantRecord {
+                ord: t.ord,
+                owner: Some(to.to_owned()),
+                epoch: t.epoch + 1,
+                drains,
+            },
+            mod_revision: *rev,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(draining: bool) -> (NodeRecord, i64) {
+        (
+            NodeRecord {
+                addr: "127.0.0.1:1".into(),
+                draining,
+                config: "h".into(),
+            },
+            7,
+        )
+    }
+
+    fn tenant(ord: u32, owner: Option<&str>, epoch: u64) -> (TenantRecord, i64) {
+        (
+            TenantRecord {
+                ord,
+                owner: owner.map(str::to_owned),
+                epoch,
+                drains: Vec::new(),
+            },
+            100 + i64::from(ord),
+        )
+    }
+
+    #[test]
+    fn unowned_tenants_go_to_the_least_loaded_live_nodes() {
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n1".into(), node(false));
+        snap.nodes.insert("n2".into(), node(false));
+        snap.nodes.insert("n3".into(), node(true));
+        snap.tenants.insert("a".into(), tenant(1, Some("n1"), 1));
+        snap.tenants.insert("b".into(), tenant(2, None, 0));
+        snap.tenants.insert("c".into(), tenant(3, None, 0));
+        let got = assign(&snap);
+        // n2 has none, so b goes there; then both have one and c goes to n1
+        // (ties by id); the draining n3 gets nothing.
+        assert_eq!(
+            got.iter()
+                .map(|a| (
+                    a.tenant.as_str(),
+                    a.record.owner.as_deref(),
+                    a.record.epoch,
+                    a.mod_revision
+                ))
+                .collect::<Vec<_>>(),
+            [("b", Some("n2"), 1, 102), ("c", Some("n1"), 1, 103)]
+        );
+        assert!(got.iter().all(|a| a.record.drains.is_empty()));
+    }
+
+    #[test]
+    fn a_dead_owners_tenant_moves_at_epoch_plus_one_behind_a_drain() {
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n2".into(), node(false));
+        snap.tenants.insert("a".into(), tenant(1, Some("n1"), 4));
+        let got = assign(&snap);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            got[0].record,
+            TenantRecord {
+                ord: 1,
+                owner: Some("n2".into()),
+                epoch: 5,
+                drains: vec![Drain {
+                    node: "n1".into(),
+                    epoch: 4
+                }],
+            }
+        );
+        // n2 dies too before n1 drained: the tenant moves on to n3 at 6
+        // behind both epochs, n1's 4 first (n2's epoch-5 hooks of a key came
+        // after n1's).
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n3".into(), node(false));
+        snap.tenants
+            .insert("a".into(), (got[0].record.clone(), 200));
+        let again = assign(&snap);
+        assert_eq!(again[0].record.owner.as_deref(), Some("n3"));
+        assert_eq!(again[0].record.epoch, 6);
+        assert_eq!(
+            again[0].record.drains,
+            [
+                Drain {
+                    node: "n1".into(),
+                    epoch: 4
+                },
+                Drain {
+                    node: "n2".into(),
+                    epoch: 5
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_moves_while_owners_live_or_no_node_can_take() {
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n1".into(), node(false));
+        snap.tenants.insert("a".into(), tenant(1, Some("n1"), 1));
+        assert_eq!(assign(&snap), []);
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n1".into(), node(true));
+        snap.tenants.insert("a".into(), tenant(1, None, 0));
+        assert_eq!(assign(&snap), []);
+    }
+
+    #[test]
+    fn config_differences_name_each_part() {
+        let a = ConfigRecord {
+            hash: "x".into(),
+            parts: [
+                ("retry".into(), "1".into()),
+                ("sources.s".into(), "2".into()),
+            ]
+            .into(),
+        };
+        let b = ConfigRecord {
+            hash: "y".into(),
+            parts: [
+                ("retry".into(), "1".into()),
+                ("sources.s".into(), "3".into()),
+                ("tenants.t".into(), "4".into()),
+            ]
+            .into(),
+        };
+        assert_eq!(a.differences(&b), ["sources.s", "tenants.t"]);
+    }
+}
