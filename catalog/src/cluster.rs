@@ -526,9 +526,9 @@ pub struct Assignment {
 
 /// The controller's decisions on `snap` (docs/design.md section 11,
 /// "Failover"): every tenant without a live owner goes to the live node
-/// that is not draining and owns the fewest tenants (ties by id), at epoch +
-/// 1. A tenant that had an owner (now dead) gets that epoch appended to its
-/// drains, so its ordered lanes hold new hooks until every earlier epoch's
+/// that is not draining and owns the fewest tenants (ties by id), at the
+/// next epoch. A tenant that had an owner (now dead) gets that epoch appended
+/// to its drains, so its ordered lanes hold new hooks until every earlier epoch's
 /// node delivered what it holds, oldest epoch first. A tenant whose owner is
 /// alive is never moved here: planned moves are explicit.
 pub fn assign(snap: &Snapshot) -> Vec<Assignment> {

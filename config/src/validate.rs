@@ -162,7 +162,7 @@ fn cluster(c: &RawCluster, node: &Node, listeners: &Listeners, p: &mut Problems)
     };
     let (min_ttl, max_ttl) = max::CLUSTER_LEASE_TTL_MS;
     let lease_ttl_ms = c.lease_ttl_ms.unwrap_or(d::CLUSTER_LEASE_TTL_MS);
-    if lease_ttl_ms < min_ttl || lease_ttl_ms > max_ttl || lease_ttl_ms % 1_000 != 0 {
+    if lease_ttl_ms < min_ttl || lease_ttl_ms > max_ttl || !lease_ttl_ms.is_multiple_of(1_000) {
         p.push(
             &scope,
             "lease_ttl_ms",

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 mod admin;
+mod history;
 mod peer;
 mod relay;
 mod sink;
