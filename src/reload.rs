@@ -572,6 +572,9 @@ fn with_leaving(mut routes: Routes, old: &Routes) -> Routes {
         if let Some(t) = old.source_tenants.get(&key.0) {
             routes.source_tenants.entry(key.0).or_insert(*t);
         }
+        if old.ordered.contains(key) {
+            routes.ordered.insert(*key);
+        }
     }
     routes
 }

@@ -68,6 +68,9 @@ impl Pipelined {
                 if e.paused {
                     routes.paused.insert(PauseTarget::Sink(id, SinkIx(e.index)));
                 }
+                if e.order.is_ordered() {
+                    routes.ordered.insert(key);
+                }
                 if let Some(rl) = e.rate_limit {
                     routes.rate_limits.insert(
                         key,

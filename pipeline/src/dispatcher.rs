@@ -53,6 +53,8 @@ pub(crate) struct Dispatcher<K: Kv> {
     /// Tenants no visit touches ([`crate::PipelineHandle::quiesce`]: being
     /// purged).
     quiet: BTreeSet<TenantOrd>,
+    /// The cluster's fencing ([`crate::Pipeline::fencing`]); `None`: standalone.
+    fencing: Option<crate::Fencing>,
     ready: Arc<AtomicBool>,
     /// The Writer's due floor ([`crate::Pipeline::due_floor`]): taken before
     /// each pass, it lowers the cursors to the rows committed meanwhile.
@@ -91,6 +93,7 @@ impl<K: Kv> Dispatcher<K> {
             retire: Retirements::default(),
             committer: Committer::default(),
             quiet: BTreeSet::new(),
+            fencing: None,
             ready: shared.ready,
             due_floor: None,
             next_wake_ms: None,
@@ -105,6 +108,11 @@ impl<K: Kv> Dispatcher<K> {
 
     pub(crate) fn now(&self) -> u64 {
         self.env.now()
+    }
+
+    /// Takes the cluster's fencing.
+    pub(crate) fn set_fencing(&mut self, fencing: crate::Fencing) {
+        self.fencing = Some(fencing);
     }
 
     /// Takes the Writer's due floor.
@@ -403,6 +411,13 @@ impl<K: Kv> Dispatcher<K> {
             if self.quiet.contains(&tenant) {
                 continue;
             }
+            let claims = self
+                .fencing
+                .as_ref()
+                .map_or(crate::TenantClaims::All, |g| g(tenant));
+            if claims == crate::TenantClaims::Nothing {
+                continue;
+            }
             let now = self.now();
             if self.lanes.sweep(&self.env, tenant, full_sweep, now)? {
                 self.more = true;
@@ -416,6 +431,7 @@ impl<K: Kv> Dispatcher<K> {
                     held: &mut self.held,
                     retire: &mut self.retire,
                     wake: &mut self.next_wake_ms,
+                    unordered_only: claims == crate::TenantClaims::Unordered,
                 },
                 tenant,
                 now,

@@ -217,7 +217,33 @@ pub struct Routes {
     /// reading when it has found all of them saturated (docs/design.md
     /// section 5, "A pass").
     pub source_tenants: HashMap<SourceId, TenantOrd>,
+    /// The ordered sink entries (ADR 0004): what a tenant behind a
+    /// cluster's epoch barrier does not claim ([`TenantClaims::Unordered`]).
+    pub ordered: BTreeSet<(SourceId, SinkIx)>,
 }
+
+/// Which of a tenant's due rows this node may claim: every tenant's, always,
+/// in a standalone relay. In a cluster (docs/design.md section 11) a node
+/// claims the rows of a tenant it owns while its lease is fresh, and of an
+/// earlier epoch it is draining; a tenant whose earlier epochs are not yet
+/// drained (the epoch barrier) has only its unordered rows claimed, so
+/// every key's hooks of the earlier epoch are delivered before its new ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TenantClaims {
+    /// Every due row.
+    All,
+    /// The rows of unordered sink entries only: an ordered lane's head stays
+    /// due and its members stay members, unclaimed, until the barrier lifts.
+    Unordered,
+    /// None: the tenant is not this node's to deliver now (another node
+    /// owns it, or this node's lease is past its deadline). Rows already
+    /// claimed finish.
+    Nothing,
+}
+
+/// Says, at each visit, which rows of a tenant may be claimed
+/// ([`Pipeline::fencing`]).
+pub type Fencing = Arc<dyn Fn(TenantOrd) -> TenantClaims + Send + Sync>;
 
 impl Routes {
     pub(crate) fn source_known(&self, source: SourceId) -> bool {
@@ -353,6 +379,15 @@ impl<K: Kv> Pipeline<K> {
             },
             handle,
         )
+    }
+
+    /// Takes the cluster's fencing (docs/design.md section 11): each visit of
+    /// a tenant first asks it which of the tenant's rows this node may claim
+    /// ([`TenantClaims`]). Without one, every row of every tenant.
+    #[must_use]
+    pub fn fencing(mut self, fencing: Fencing) -> Self {
+        self.dispatcher.set_fencing(fencing);
+        self
     }
 
     /// Takes the Writer's due floor ([`ankusa_queue::writer::WriterHandle::due_floor`]):

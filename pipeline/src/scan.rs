@@ -67,6 +67,9 @@ pub(crate) struct VisitStages<'a> {
     pub(crate) held: &'a mut HeldBacklogs,
     pub(crate) retire: &'a mut Retirements,
     pub(crate) wake: &'a mut Option<u64>,
+    /// Behind a cluster's epoch barrier ([`crate::TenantClaims::Unordered`]):
+    /// the rows of ordered sink entries are left due, unclaimed.
+    pub(crate) unordered_only: bool,
 }
 
 /// What a visit hands on: the rows it claimed, and whether it stopped at its
@@ -663,6 +666,12 @@ impl Scanner {
                 .is_some_and(|r| r.contains(&(source, dk.sink)))
         {
             v.unlisted = true;
+        }
+        // Behind the epoch barrier (docs/design.md section 11): an ordered
+        // entry's row stays due, so its lane keeps its head and its members
+        // until the earlier epochs are drained.
+        if st.unordered_only && env.routes.ordered.contains(&(source, dk.sink)) {
+            return Ok(Flow::Next);
         }
         // A paused sink: its row leaves the due scan until a resume
         // (a head stays its lane's head; nothing behind it moves).

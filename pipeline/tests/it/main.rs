@@ -6,6 +6,7 @@ mod support;
 
 mod concurrency;
 mod faults;
+mod fencing;
 mod lanes;
 mod overflow;
 mod pause;

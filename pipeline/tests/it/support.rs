@@ -141,6 +141,18 @@ fn run(
     PipelineHandle,
     Vec<tokio::task::JoinHandle<()>>,
 ) {
+    run_fenced(kv, routes, None)
+}
+
+fn run_fenced(
+    kv: &Arc<MemoryKv>,
+    routes: Routes,
+    fencing: Option<ankusa_pipeline::Fencing>,
+) -> (
+    WriterHandle,
+    PipelineHandle,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
     let (writer, writer_handle) =
         Writer::new(Arc::clone(kv), WriterConfig::default(), now_ms).unwrap();
     let retry = RetryPolicy {
@@ -165,6 +177,10 @@ fn run(
         BreakerPolicy::default(),
         now_ms,
     );
+    let pipeline = match fencing {
+        Some(f) => pipeline.fencing(f),
+        None => pipeline,
+    };
     let tasks = vec![
         tokio::spawn(async move { writer.run().await.unwrap() }),
         tokio::spawn(async move { pipeline.run().await.unwrap() }),
@@ -325,7 +341,19 @@ pub fn start_two(
     rec: &Recorder,
     paused: &[ankusa_keys::meta::PauseTarget],
 ) -> Relay {
+    start_two_fenced(kv, rec, paused, None)
+}
+
+/// [`start_two`] with a cluster's fencing ([`Pipeline::fencing`]); sink 0
+/// is an ordered entry.
+pub fn start_two_fenced(
+    kv: Arc<MemoryKv>,
+    rec: &Recorder,
+    paused: &[ankusa_keys::meta::PauseTarget],
+    fencing: Option<ankusa_pipeline::Fencing>,
+) -> Relay {
     let mut routes = Routes::default();
+    routes.ordered.insert((SOURCE, SinkIx(0)));
     for (i, name) in [(0u16, "ordered"), (1, "plain")] {
         routes.sinks.insert(
             (SOURCE, SinkIx(i)),
@@ -338,7 +366,7 @@ pub fn start_two(
     }
     routes.tenants.insert(TENANT, "acme".into());
     routes.paused = paused.iter().copied().collect();
-    let (writer_handle, handle, tasks) = run(&kv, routes);
+    let (writer_handle, handle, tasks) = run_fenced(&kv, routes, fencing);
     Relay {
         kv,
         writer: writer_handle,
