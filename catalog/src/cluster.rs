@@ -525,11 +525,20 @@ pub struct Assignment {
 }
 
 /// The controller's decisions on `snap` (docs/design.md section 11,
-/// "Failover"): every tenant without a live owner goes to the live node
-/// that is not draining and owns the fewest tenants (ties by id), at the
-/// next epoch. A tenant that had an owner (now dead) gets that epoch appended
-/// to its drains, so its ordered lanes hold new hooks until every earlier epoch's
-/// node delivered what it holds, oldest epoch first. A tenant whose owner is
+/// "Failover"): every tenant without a live owner goes to a live node that
+/// is not draining, the one that owns the fewest tenants (ties by id), at
+/// the next epoch. A tenant that had an owner (now dead) gets that epoch
+/// appended to its drains, so its ordered lanes hold new hooks until every
+/// earlier epoch's node delivered what it holds, oldest epoch first.
+///
+/// A node's own drains at the end of the list need no barrier on it: its
+/// store's lanes already hold its older epochs' hooks of a key before its
+/// new ones (seq order), so they are dropped when it becomes the owner. For
+/// the same reason a node whose drain comes before another node's cannot
+/// own the tenant (it could not deliver its older hooks without its newer
+/// ones, which must wait for the other node's): it is passed over, and a
+/// tenant no live node can own stays unowned (503 after the hold) until the
+/// other node returns or its epoch is forfeited. A tenant whose owner is
 /// alive is never moved here: planned moves are explicit.
 pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
     let mut load: BTreeMap<&str, usize> = snap
@@ -553,16 +562,23 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
         {
             continue;
         }
-        let Some((&to, _)) = load.iter().min_by_key(|(id, n)| (**n, **id)) else {
-            break;
-        };
-        *load.entry(to).or_default() += 1;
         let mut drains = t.drains.clone();
         if let Some(old) = &t.owner {
             drains.push(Drain {
                 node: old.clone(),
                 epoch: t.epoch,
             });
+        }
+        let Some((&to, _)) = load
+            .iter()
+            .filter(|(id, _)| may_own(&drains, id))
+            .min_by_key(|(id, n)| (**n, **id))
+        else {
+            continue;
+        };
+        *load.entry(to).or_default() += 1;
+        while drains.last().is_some_and(|d| d.node == to) {
+            drains.pop();
         }
         out.push(Assignment {
             tenant: name.clone(),
@@ -576,6 +592,13 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
         });
     }
     out
+}
+
+/// Whether `node` may own a tenant with `drains`: none of its drains comes
+/// before another node's.
+fn may_own(drains: &[Drain], node: &str) -> bool {
+    let first_mine = drains.iter().position(|d| d.node == node);
+    first_mine.is_none_or(|i| drains[i..].iter().all(|d| d.node == node))
 }
 
 #[cfg(test)]
@@ -673,6 +696,129 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn a_node_with_an_undrained_epoch_before_another_nodes_is_passed_over() {
+        let drain = |node: &str, epoch| Drain {
+            node: node.into(),
+            epoch,
+        };
+        // n1 owned epoch 1, n2 epoch 2, and n2 died before n1 drained: n1
+        // cannot own it (its epoch-1 hooks would go out with its epoch-3
+        // ones before n2's epoch-2), n3 can.
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n1".into(), node(false));
+        snap.nodes.insert("n3".into(), node(false));
+        snap.tenants.insert(
+            "a".into(),
+            (
+                TenantRecord {
+                    ord: 1,
+                    owner: Some("n2".into()),
+                    epoch: 2,
+                    drains: vec![drain("n1", 1)],
+                },
+                9,
+            ),
+        );
+        snap.tenants.insert("b".into(), tenant(2, Some("n3"), 1));
+        snap.tenants.insert("c".into(), tenant(3, Some("n3"), 1));
+        let got = assign(&snap);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].record.owner.as_deref(), Some("n3"));
+        assert_eq!(got[0].record.drains, [drain("n1", 1), drain("n2", 2)]);
+        // With n1 alone alive, nobody may own it: it waits (b and c, whose
+        // owner n3 is gone, go to n1).
+        snap.nodes.remove("n3");
+        let got = assign(&snap);
+        assert_eq!(
+            got.iter().map(|a| a.tenant.as_str()).collect::<Vec<_>>(),
+            ["b", "c"]
+        );
+        // The old owner itself back under a new lease (a restart): its own
+        // epoch needs no barrier on it; n1's earlier one still does.
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n2".into(), node(false));
+        snap.tenants.insert(
+            "a".into(),
+            (
+                TenantRecord {
+                    ord: 1,
+                    owner: Some("n2-old".into()),
+                    epoch: 2,
+                    drains: vec![drain("n1", 1), drain("n2", 0)],
+                },
+                9,
+            ),
+        );
+        // (n2-old stands for a dead owner; n2's own drain is last but one.)
+        let got = assign(&snap);
+        assert_eq!(got, []);
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n2".into(), node(false));
+        snap.tenants.insert(
+            "a".into(),
+            (
+                TenantRecord {
+                    ord: 1,
+                    owner: Some("n2".into()),
+                    epoch: 2,
+                    drains: vec![drain("n1", 1)],
+                },
+                9,
+            ),
+        );
+        // n2's record is alive again: nothing to do (its lease was renewed
+        // in time, or it re-joined before the controller looked).
+        assert_eq!(assign(&snap), []);
+        snap.nodes.clear();
+        snap.nodes.insert("n2".into(), node(false));
+        snap.tenants.get_mut("a").expect("a").0.owner = Some("gone".into());
+        snap.tenants.get_mut("a").expect("a").0.drains = vec![drain("n1", 1), drain("n2", 2)];
+        // n2's drain would come before the dead owner's: n2 may not own.
+        assert_eq!(assign(&snap), []);
+    }
+
+    #[test]
+    fn a_restarted_owner_gets_its_tenant_back_without_a_barrier() {
+        let mut snap = Snapshot::default();
+        // n1 died and came back under a new lease before the controller
+        // moved its tenant; while its record was gone the controller saw
+        // the tenant's owner dead. Now n1 is the only node.
+        snap.nodes.insert("n1".into(), node(false));
+        snap.tenants.insert("a".into(), tenant(1, Some("n0"), 3));
+        let got = assign(&snap);
+        assert_eq!(
+            got[0].record.drains.len(),
+            1,
+            "n0's epoch is another node's"
+        );
+        let mut snap = Snapshot::default();
+        snap.tenants.insert("a".into(), tenant(1, Some("n1"), 3));
+        // n1's record gone (its lease expired), n1 back as the only node:
+        // its own epoch 3 needs no barrier.
+        let plan_without = assign(&snap);
+        assert_eq!(plan_without, [], "no live node");
+        snap.nodes.insert("n1".into(), node(false));
+        // The tenant says n1 and n1 is alive: nothing to move.
+        assert_eq!(assign(&snap), []);
+        snap.nodes.clear();
+        snap.nodes.insert("n2".into(), node(false));
+        let got = assign(&snap);
+        assert_eq!(
+            got[0].record.drains,
+            [Drain {
+                node: "n1".into(),
+                epoch: 3
+            }]
+        );
+        // n2 dies too and n1 returns: n1's epoch 3 then n2's 4; n1 may
+        // not own (its 3 comes before n2's 4).
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n1".into(), node(false));
+        snap.tenants.insert("a".into(), (got[0].record.clone(), 50));
+        assert_eq!(assign(&snap), []);
     }
 
     #[test]

@@ -85,6 +85,7 @@ sources:
             reservations: Default::default(),
             stats: Arc::clone(&stats),
             clock: Box::new(now_ms),
+            owners: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -189,6 +189,7 @@ sources:
         reservations: Default::default(),
         stats: Arc::new(EdgeStats::default()),
         clock: Box::new(now_ms),
+        owners: None,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -303,6 +303,7 @@ async fn run(
         reservations: Default::default(),
         stats: Arc::new(EdgeStats::default()),
         clock: Box::new(move || now_ms),
+        owners: None,
     };
     let peer = SocketAddr::from(([127, 0, 0, 1], 40_000));
     let resp = edge.handle(req, peer).await;

@@ -25,6 +25,14 @@
 //! bad signature). Their release and drop are the operator's (the admin
 //! crate, `ankusa_admin::quarantine`).
 //!
+//! In a cluster ([`owners`]; docs/design.md section 11), once the body is
+//! read: a hook of a tenant another node owns is forwarded to it and its
+//! answer returned; one of a tenant without a live owner is held (then 503 +
+//! Retry-After); this node commits only a tenant it owns while its lease is
+//! fresh, checked before the commit and again before the answer (a hook
+//! committed past the deadline is answered 503: the provider sends it again,
+//! to the new owner, and the committed copy is drained with its epoch).
+//!
 //! Nothing here blocks: the Writer commits on a blocking thread and the
 //! handler awaits its answer.
 //!
@@ -45,6 +53,7 @@
 pub mod hold;
 pub mod limits;
 pub mod metrics;
+pub mod owners;
 mod routes;
 
 use std::convert::Infallible;
@@ -107,6 +116,15 @@ pub struct EdgeStats {
     /// and deleted by retention), at ingest or at a quarantine release (one
     /// hook or a job's): `ankusa_ingest_unmatched_total`.
     pub unmatched: AtomicU64,
+    /// Hooks forwarded to the tenant's owner and answered by it (cluster
+    /// mode): `ankusa_cluster_forwarded_total`.
+    pub forwarded: AtomicU64,
+    /// Hooks held because their tenant had no live owner (cluster mode):
+    /// `ankusa_cluster_held_total`.
+    pub held: AtomicU64,
+    /// Held hooks answered 503 once the hold passed with no owner:
+    /// `ankusa_cluster_held_refused_total`.
+    pub held_out: AtomicU64,
     /// The node's budget of request body bytes being read, verified and
     /// committed at once (`listeners.body_budget_bytes`); its bytes in use
     /// and its refusals are on `/metrics`.
@@ -179,6 +197,9 @@ pub struct Edge<K: Kv> {
     pub stats: Arc<EdgeStats>,
     /// Unix ms.
     pub clock: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// The cluster runtime ([`owners`]): `None` in a standalone relay,
+    /// which takes every tenant's hooks.
+    pub owners: Option<Arc<dyn owners::Owners>>,
 }
 
 impl<K: Kv> std::fmt::Debug for Edge<K> {
@@ -235,6 +256,22 @@ pub const STORE_FAILED: &str =
 fn store_failure(detail: &dyn std::fmt::Display) -> Resp {
     warn!(error = %detail, "the store failed: answered 503 store_failed");
     retry_after(error(StatusCode::SERVICE_UNAVAILABLE, STORE_FAILED), 5)
+}
+
+/// The owner's answer to a forwarded hook, passed on: its status, body,
+/// `content-type` and `retry-after`.
+fn forwarded_answer(a: owners::Answer) -> Resp {
+    let mut r = Response::new(Full::new(a.body));
+    *r.status_mut() = StatusCode::from_u16(a.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    for (name, value) in a.headers {
+        if let (Ok(n), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            r.headers_mut().insert(n, v);
+        }
+    }
+    r
 }
 
 fn retry_after(mut r: Resp, seconds: u64) -> Resp {
@@ -605,6 +642,13 @@ impl<K: Kv> Edge<K> {
             .iter()
             .map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
             .collect();
+        if let Some(o) = &self.owners
+            && let Some(resp) = self
+                .placed(o.as_ref(), &tenant.name, &parts, &owned, &body)
+                .await
+        {
+            return resp;
+        }
         let headers: Vec<Header<'_>> = owned
             .iter()
             .map(|(n, v)| (n.as_slice(), v.as_slice()))
@@ -717,6 +761,11 @@ impl<K: Kv> Edge<K> {
         if self.shutting_down.load(Ordering::SeqCst) {
             return self.unavailable("shutting down".into());
         }
+        if let Some(o) = &self.owners
+            && !o.fresh(&tenant.name)
+        {
+            return self.not_owner(&tenant.name, false);
+        }
         let req = IngestRequest {
             tenant: tenant.ord,
             envelope,
@@ -731,6 +780,15 @@ impl<K: Kv> Edge<K> {
             Ok(Ingested::Committed(seq)) => {
                 span.record("seq", i64::try_from(seq.0).unwrap_or(i64::MAX));
                 (self.on_commit)();
+                // Fencing again before the answer: committed past the
+                // deadline, the hook belongs to an epoch that may already be
+                // another node's; unacknowledged, it is sent again to the
+                // new owner and this copy goes out with the drain.
+                if let Some(o) = &self.owners
+                    && !o.fresh(&tenant.name)
+                {
+                    return self.not_owner(&tenant.name, true);
+                }
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
                 self.count_keyless(&keyless);
                 self.count_filtered(route, &filtered, rows_n == 0);
@@ -836,6 +894,11 @@ impl<K: Kv> Edge<K> {
         if self.shutting_down.load(Ordering::SeqCst) {
             return self.unavailable("shutting down".into());
         }
+        if let Some(o) = &self.owners
+            && !o.fresh(&h.tenant.name)
+        {
+            return self.not_owner(&h.tenant.name, false);
+        }
         let idempotency_key = idempotency_key_at(h.now);
         let envelope = Envelope {
             source: h.route.id,
@@ -928,6 +991,97 @@ impl<K: Kv> Edge<K> {
         r.headers_mut()
             .insert(CONNECTION, HeaderValue::from_static("close"));
         r
+    }
+
+    /// 503 + `Retry-After: 1`: this node may no longer acknowledge a hook
+    /// of `tenant` (its lease is past its deadline, or the tenant moved).
+    fn not_owner(&self, tenant: &str, committed: bool) -> Resp {
+        self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
+        if committed {
+            warn!(%tenant, "a hook committed after this node's lease deadline: answered 503; the provider sends it again and this copy is delivered with the drain of its epoch");
+        } else {
+            info!(%tenant, "hook refused: this node's lease is past its deadline or the tenant moved");
+        }
+        retry_after(
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "this node cannot take tenant {tenant}'s hooks now (cluster ownership changing); retry"
+                ),
+            ),
+            1,
+        )
+    }
+
+    /// A cluster's placement of a hook of `tenant` ([`owners`]): `None` when
+    /// this node commits it; otherwise the answer (the owner's, when
+    /// forwarded; 503 once the hold has passed with no owner).
+    async fn placed(
+        &self,
+        o: &dyn owners::Owners,
+        tenant: &str,
+        parts: &hyper::http::request::Parts,
+        headers: &[(Vec<u8>, Vec<u8>)],
+        body: &[u8],
+    ) -> Option<Resp> {
+        let forwarded = parts.headers.contains_key(owners::FORWARDED_BY);
+        let until = Instant::now() + o.hold();
+        let mut held = false;
+        loop {
+            match o.place(tenant) {
+                owners::Placement::Local => return None,
+                owners::Placement::Remote(addr) if !forwarded => {
+                    let mut sent = headers.to_vec();
+                    sent.push((
+                        owners::FORWARDED_BY.as_bytes().to_vec(),
+                        o.node_id().as_bytes().to_vec(),
+                    ));
+                    let path_and_query = parts
+                        .uri
+                        .path_and_query()
+                        .map_or("/", hyper::http::uri::PathAndQuery::as_str);
+                    let answer = o
+                        .forward(owners::Forward {
+                            addr: &addr,
+                            method: parts.method.as_str(),
+                            path_and_query,
+                            headers: &sent,
+                            body: Bytes::copy_from_slice(body),
+                        })
+                        .await;
+                    match answer {
+                        Ok(a) => {
+                            self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
+                            return Some(forwarded_answer(a));
+                        }
+                        Err(e) => {
+                            debug!(%tenant, owner = %addr, error = %e, "forward failed: holding the hook and placing it again");
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if !held {
+                held = true;
+                self.stats.held.fetch_add(1, Ordering::Relaxed);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.shutting_down.load(Ordering::SeqCst) {
+                self.stats.held_out.fetch_add(1, Ordering::Relaxed);
+                self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
+                info!(%tenant, "hook refused: the tenant has no live owner yet (a failover in progress)");
+                return Some(retry_after(
+                    error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!(
+                            "tenant {tenant} has no live owner yet (a failover in progress); retry"
+                        ),
+                    ),
+                    1,
+                ));
+            }
+            let _ = tokio::time::timeout(left, o.changed()).await;
+        }
     }
 
     fn unavailable(&self, msg: String) -> Resp {
