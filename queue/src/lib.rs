@@ -114,7 +114,7 @@ pub use pause::{
     PauseMap, SinkUnhold, clear_pause, hold, read_pauses, set_pause, unhold, unhold_sink,
 };
 pub use purge::{clear_purge, purge_phase, purge_tenant_page, read_purges, set_purge};
-pub use registry::{Registry, register};
+pub use registry::{Registry, register, register_numbered};
 pub use transitions::{
     claim, dead_letter, dead_letter_attempted, delivered, orphan, park, recover_inflight, retry,
     revive,
@@ -223,6 +223,19 @@ pub enum QueueError {
     RegistryFull {
         /// `tenant` or `source`.
         what: &'static str,
+    },
+    /// A number given for a name (a cluster's) that this store already
+    /// gives to another name, or a name this store numbers otherwise.
+    #[error("{what} {name} is number {number} in the cluster, but {detail} in this store")]
+    RegistryConflict {
+        /// `tenant` or `source`.
+        what: &'static str,
+        /// The name.
+        name: String,
+        /// The number it was given.
+        number: u32,
+        /// What the store says instead.
+        detail: String,
     },
     /// A hook whose envelope is gone where one is needed.
     #[error("hook {tenant}/{seq} has no envelope")]

@@ -116,6 +116,92 @@ pub fn register<'a>(
     Ok((batch, reg))
 }
 
+/// Registers each name of `tenants` and `sources` with the number given
+/// (a cluster's catalog numbers names for every node: docs/design.md section
+/// 11, "The catalog"), and returns the batch and the registry as it will be
+/// once the batch commits. A name the store already numbers the same is
+/// left alone.
+///
+/// # Errors
+/// Engine and decode errors; [`QueueError::RegistryConflict`] when the store
+/// numbers a name otherwise or gives its number to another name (the store
+/// is left unchanged).
+pub fn register_numbered(
+    read: &impl Read,
+    tenants: &BTreeMap<String, u32>,
+    sources: &BTreeMap<String, u32>,
+) -> Result<(Batch, Registry), QueueError> {
+    let mut reg = Registry::read(read)?;
+    let mut batch = Batch::new();
+    for (name, n) in tenants {
+        let ord = TenantOrd(*n);
+        if ord == TenantOrd::NODE {
+            return Err(QueueError::RegistryConflict {
+                what: "tenant",
+                name: name.clone(),
+                number: *n,
+                detail: "0 is the node aggregate's number".into(),
+            });
+        }
+        if let Some(conflict) = conflict(
+            "tenant",
+            name,
+            *n,
+            reg.tenants.get(name).map(|o| o.0),
+            reg.tenant_name(ord),
+        ) {
+            return Err(conflict);
+        }
+        if reg.tenants.contains_key(name) {
+            continue;
+        }
+        batch.put(Cf::Meta, tenant_by_name_key(name), encode_tenant_ord(ord));
+        batch.put(Cf::Meta, tenant_by_ord_key(ord), name.as_bytes());
+        reg.tenants.insert(name.clone(), ord);
+    }
+    for (name, n) in sources {
+        let id = SourceId(*n);
+        if let Some(conflict) = conflict(
+            "source",
+            name,
+            *n,
+            reg.sources.get(name).map(|s| s.0),
+            reg.source_name(id),
+        ) {
+            return Err(conflict);
+        }
+        if reg.sources.contains_key(name) {
+            continue;
+        }
+        batch.put(Cf::Meta, source_by_name_key(name), encode_source_id(id));
+        batch.put(Cf::Meta, source_by_id_key(id), name.as_bytes());
+        reg.sources.insert(name.clone(), id);
+    }
+    Ok((batch, reg))
+}
+
+/// A name's given number against the store's: its own number there
+/// (`mine`) and the name that has the number there (`holder`).
+fn conflict(
+    what: &'static str,
+    name: &str,
+    number: u32,
+    mine: Option<u32>,
+    holder: Option<&str>,
+) -> Option<QueueError> {
+    let detail = match (mine, holder) {
+        (Some(m), _) if m != number => format!("number {m}"),
+        (_, Some(h)) if h != name => format!("{what} {h}'s number"),
+        _ => return None,
+    };
+    Some(QueueError::RegistryConflict {
+        what,
+        name: name.to_owned(),
+        number,
+        detail,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -145,5 +231,38 @@ mod tests {
         // Nothing new: an empty batch.
         let (b, _) = register(&kv, ["acme"], ["stripe"]).unwrap();
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn numbered_names_take_the_numbers_given_or_are_refused() {
+        let kv = MemoryKv::new();
+        let (b, _) = register(&kv, ["acme"], ["stripe"]).unwrap();
+        kv.write(b, Durability::Sync).unwrap();
+        let t: BTreeMap<String, u32> = [("acme".into(), 1), ("globex".into(), 9)].into();
+        let s: BTreeMap<String, u32> = [("stripe".into(), 1), ("github".into(), 4)].into();
+        let (b, reg) = register_numbered(&kv, &t, &s).unwrap();
+        kv.write(b, Durability::Sync).unwrap();
+        assert_eq!(reg.tenants["globex"], TenantOrd(9));
+        assert_eq!(reg.sources["github"], SourceId(4));
+        assert_eq!(Registry::read(&kv).unwrap(), reg);
+        // A name numbered otherwise here, and a number that is another
+        // name's here: refused, naming both.
+        let t: BTreeMap<String, u32> = [("acme".into(), 2)].into();
+        let e = register_numbered(&kv, &t, &BTreeMap::new()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "tenant acme is number 2 in the cluster, but number 1 in this store"
+        );
+        let s: BTreeMap<String, u32> = [("shopify".into(), 4)].into();
+        let e = register_numbered(&kv, &BTreeMap::new(), &s).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "source shopify is number 4 in the cluster, but source github's number in this store"
+        );
+        let t: BTreeMap<String, u32> = [("zero".into(), 0)].into();
+        assert!(matches!(
+            register_numbered(&kv, &t, &BTreeMap::new()),
+            Err(QueueError::RegistryConflict { .. })
+        ));
     }
 }
