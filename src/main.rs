@@ -25,6 +25,7 @@
 //!   on a stopped store (`migrate`).
 
 mod admin_cli;
+mod cluster;
 mod fixture;
 mod limits;
 mod migrate;

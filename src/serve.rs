@@ -741,11 +741,37 @@ async fn run<K: Kv>(
         .stop
         .take()
         .unwrap_or_else(|| Box::pin(shutdown_signal()));
-    let (batch, registry) = ankusa_queue::register(
-        &*kv,
-        cfg.tenants.iter().map(|t| t.name.as_str()),
-        cfg.sources.iter().map(|s| s.name.as_str()),
-    )?;
+    // Cluster mode (docs/design.md section 11): join before the names are
+    // numbered, which the catalog does for the whole cluster.
+    let member = match &cfg.cluster {
+        Some(c) => {
+            let text = crate::reload::read_config(reload.file.as_deref())
+                .await
+                .map_err(|e| anyhow::anyhow!("cluster: the configuration file {e}"))?;
+            let record = crate::cluster::config_record(&text)?;
+            Some(crate::cluster::Member::join(c, &record).await?)
+        }
+        None => None,
+    };
+    // A run that ends, however, stops the member's tasks (a clean stop
+    // leaves the cluster first: below).
+    let _member_stops = member.clone().map(MemberStops);
+    let (batch, registry) = match &member {
+        Some(m) => {
+            let local = ankusa_queue::Registry::read(&*kv)?;
+            let (tenants, sources) = m.number(&cfg, &local).await?;
+            ankusa_queue::register_numbered(&*kv, &tenants, &sources)
+                .map_err(|e| anyhow::anyhow!("cluster: {e}"))?
+        }
+        None => ankusa_queue::register(
+            &*kv,
+            cfg.tenants.iter().map(|t| t.name.as_str()),
+            cfg.sources.iter().map(|s| s.name.as_str()),
+        )?,
+    };
+    if let Some(m) = &member {
+        m.set_names(&registry);
+    }
     if !batch.is_empty() {
         kv.write(batch, Durability::Sync)?;
     }
@@ -797,6 +823,13 @@ async fn run<K: Kv>(
     let pipeline = pipeline
         .due_floor(writer_handle.due_floor())
         .lane_rows(writer_handle.lane_rows());
+    let pipeline = match &member {
+        Some(m) => {
+            let m = Arc::clone(m);
+            pipeline.fencing(Arc::new(move |t| m.claims(t)))
+        }
+        None => pipeline,
+    };
 
     let wake = pipeline_handle.clone();
     let shutting_down = Arc::new(AtomicBool::new(false));
@@ -816,6 +849,9 @@ async fn run<K: Kv>(
         reservations: Default::default(),
         stats: Arc::clone(&stats),
         clock: Box::new(now_ms),
+        owners: member
+            .clone()
+            .map(|m| m as Arc<dyn ankusa_edge::server::owners::Owners>),
     });
     let retention_stats = RetentionStats::default();
     let mut admin_ctx = ankusa_admin::Context::new(
@@ -846,6 +882,10 @@ async fn run<K: Kv>(
     admin_state.retention_hooks_deleted = Arc::clone(&retention_stats.hooks_deleted);
     admin_state.retention_dedupe_expired = Arc::clone(&retention_stats.dedupe_expired);
     admin_state.forwarded_headers_dropped = Box::new(crate::sinks::forwarded_headers_dropped);
+    if let Some(m) = &member {
+        let (m, edge_stats) = (Arc::clone(m), Arc::clone(&edge.stats));
+        admin_state.cluster = Box::new(move || m.metrics(&edge_stats));
+    }
     admin_state.writer = writer_metrics;
     admin_state.version = env!("CARGO_PKG_VERSION");
     admin_state.delivery = pipeline_handle.status.delivery();
@@ -916,6 +956,15 @@ async fn run<K: Kv>(
         for d in &destinations {
             println!("  {d}");
         }
+        if let (Some(m), Some(c)) = (&member, &cfg.cluster) {
+            println!(
+                "cluster {}: node {} (forwarded to at {}), etcd {}",
+                c.name,
+                m.id(),
+                c.advertise,
+                c.etcd.join(", ")
+            );
+        }
     }
 
     // systemd's READY=1 once the relay takes hooks and has recovered the
@@ -976,6 +1025,20 @@ async fn run<K: Kv>(
     });
     let writer_task = tokio::spawn(writer.run());
     let pipeline_task = tokio::spawn(pipeline.run());
+    let pending_of = {
+        let kv = Arc::clone(&kv);
+        move |t: TenantOrd| {
+            ankusa_pipeline::counter(&*kv, t, CounterField::Pending)
+                .ok()
+                .and_then(|v| u64::try_from(v).ok())
+        }
+    };
+    if let Some(m) = &member {
+        let wake = pipeline_handle.clone();
+        tokio::spawn(
+            Arc::clone(m).run(Box::new(move || wake.wake()), Box::new(pending_of.clone())),
+        );
+    }
     // The retention sweep stops with the ingest listener: it holds a Writer
     // handle, and the Writer stops only when every handle is gone.
     let retention_task = tokio::spawn(ankusa_pipeline::retention::run(
@@ -1118,6 +1181,9 @@ async fn run<K: Kv>(
         pipeline_handle.shutdown();
     }
     pipeline_task.await.context("pipeline task")??;
+    if let Some(m) = &member {
+        m.leave(&pending_of).await;
+    }
     let _ = admin_shutdown_tx.send(true);
     let _ = admin_task.await;
     drop(handover);
@@ -1132,6 +1198,16 @@ async fn run<K: Kv>(
             info!("stopped cleanly");
             Ok(Ended::Stopped)
         }
+    }
+}
+
+/// Stops the cluster member's tasks when a run ends (its lease then
+/// expires on its own unless the run left the cluster first).
+struct MemberStops(Arc<crate::cluster::Member>);
+
+impl Drop for MemberStops {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 mod admin;
+mod etcd;
 mod history;
 mod peer;
 mod relay;
@@ -16,6 +17,7 @@ mod bounds;
 mod breaker;
 mod challenge;
 mod cli;
+mod cluster;
 mod config;
 mod console;
 mod corpus;

@@ -371,6 +371,11 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = family.encode_family(&labels)?;
             ConstCounter::new(*n).encode(m)?;
         }
+        for (name, help, v) in (self.state.cluster)() {
+            let c = ConstCounter::new(v);
+            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(m)?;
+        }
         let dropped = (self.state.forwarded_headers_dropped)();
         let mut family = encoder.encode_descriptor(
             "ankusa_forwarded_headers_dropped",

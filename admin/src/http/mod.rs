@@ -310,6 +310,10 @@ pub struct AdminState<K: Kv> {
     /// `ankusa_forwarded_headers_dropped_total{sink}` counter. The relay wires
     /// the sinks crate's totals; the default has none.
     pub forwarded_headers_dropped: Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>,
+    /// Cluster mode's counters (docs/design.md section 11), each as (name
+    /// without `_total`, help, value): the relay wires its cluster
+    /// runtime's; a standalone relay has none.
+    pub cluster: Box<dyn Fn() -> Vec<(&'static str, &'static str, u64)> + Send + Sync>,
     /// Most admin connections open at once (default
     /// [`MAX_ADMIN_CONNECTIONS`]; the relay derives it from its
     /// file-descriptor limit).
@@ -354,6 +358,7 @@ impl<K: Kv> AdminState<K> {
             retention_hooks_deleted: Arc::new(AtomicU64::new(0)),
             retention_dedupe_expired: Arc::new(AtomicU64::new(0)),
             forwarded_headers_dropped: Box::new(Vec::<(&'static str, u64)>::new),
+            cluster: Box::new(Vec::new),
             max_connections: MAX_ADMIN_CONNECTIONS,
             connections: limits::ConnStats::default(),
             delivery: Arc::new(DeliveryMetrics::default()),

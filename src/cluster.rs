@@ -1,0 +1,774 @@
+//! Cluster mode (docs/design.md section 11; README, "Running a cluster"):
+//! this node's membership in the catalog in etcd, its lease and the deadline
+//! it fences itself with, its view of who owns each tenant, and the
+//! controller's work when it is elected.
+//!
+//! - **The lease.** Renewed every third of its TTL. The deadline is the time
+//!   a keep-alive was *sent* plus the TTL etcd answered minus a margin, by
+//!   this process's monotonic clock: etcd counts the TTL from when it
+//!   *received* the keep-alive, so the deadline passes before etcd can expire
+//!   the lease. Past it the node acknowledges and claims nothing for the
+//!   tenants it owns until a renewal and a read of the catalog under it. A
+//!   lease that expired anyway (etcd unreachable past the TTL) is granted
+//!   again and the node record put back; by then the controller may have
+//!   moved the tenants, which the next read shows.
+//! - **The view.** The whole catalog is read every [`POLL`]; each read is
+//!   tagged with the lease it was read under, and only a read under the
+//!   current lease can make this node the owner of anything
+//!   ([`Member::fresh`]).
+//! - **The controller.** Every node campaigns every [`CONTROL`]; the one
+//!   holding the key assigns each tenant that has no live owner
+//!   ([`ankusa_catalog::cluster::assign`]), one transaction per tenant
+//!   compared on its record's revision.
+//! - **Drains.** A node that is the first of a tenant's drains and no longer
+//!   its owner delivers what it holds of the tenant (the pipeline claims all
+//!   of it: [`Member::claims`]) and, once the tenant has no pending row here,
+//!   removes its drains from the record: the owner's barrier lifts.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ankusa_catalog::Etcd;
+use ankusa_catalog::cluster::{
+    Catalog, ConfigRecord, JoinError, NodeRecord, Numbered, Snapshot, TenantRecord, assign,
+};
+use ankusa_edge::server::owners::{Answer, Forward, Owners, Pending, Placement};
+use ankusa_keys::TenantOrd;
+use ankusa_pipeline::TenantClaims;
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+/// How often the catalog is read.
+pub const POLL: Duration = Duration::from_millis(200);
+/// How often every node campaigns for controller, and the controller
+/// assigns.
+pub const CONTROL: Duration = Duration::from_millis(500);
+/// The most one call to etcd may take (each endpoint in turn).
+const ETCD_CALL: Duration = Duration::from_secs(1);
+
+/// The catalog's record of a configuration file: each shared part's
+/// SHA-256 ([`ankusa_config::shared_sections`]) and the SHA-256 of them all.
+///
+/// # Errors
+/// A file that does not parse.
+pub fn config_record(text: &[u8]) -> anyhow::Result<ConfigRecord> {
+    let text = std::str::from_utf8(text).context("the configuration file is not UTF-8")?;
+    let sections = ankusa_config::shared_sections(text)?;
+    let mut all = Sha256::new();
+    let mut parts = BTreeMap::new();
+    for (name, canonical) in sections {
+        let digest = ankusa_engine::hex(&Sha256::digest(canonical.as_bytes()));
+        all.update(format!("{name}={digest}\n").as_bytes());
+        parts.insert(name, digest);
+    }
+    Ok(ConfigRecord {
+        hash: ankusa_engine::hex(&all.finalize()),
+        parts,
+    })
+}
+
+/// What the cluster runtime counts (`/metrics`: `ankusa_cluster_*`).
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    /// Tenants this node gained or lost.
+    pub ownership_changes: AtomicU64,
+    /// Keep-alives answered, and their total time in microseconds.
+    pub renewals: AtomicU64,
+    /// The sum of the keep-alives' round trips, microseconds.
+    pub renew_us: AtomicU64,
+    /// The last keep-alive's round trip, microseconds.
+    pub renew_last_us: AtomicU64,
+    /// Keep-alives that failed (etcd unreachable) or found the lease gone.
+    pub renew_failures: AtomicU64,
+    /// Drains this node finished (an earlier epoch of a tenant delivered).
+    pub drains: AtomicU64,
+}
+
+/// The catalog as last read, and the lease it was read under.
+#[derive(Debug, Default)]
+struct View {
+    snap: Snapshot,
+    lease: i64,
+}
+
+/// This node in the cluster.
+pub struct Member {
+    id: String,
+    record: Mutex<NodeRecord>,
+    catalog: Catalog,
+    ttl: Duration,
+    hold: Duration,
+    lease: AtomicI64,
+    /// The lease's deadline by this process's clock; `None` when there is no
+    /// fresh lease.
+    deadline: Mutex<Option<Instant>>,
+    view: ArcSwap<View>,
+    /// Bumped after every read of the catalog (held requests look again).
+    changed: watch::Sender<u64>,
+    /// Tenant names by ordinal, for the pipeline's fencing.
+    names: ArcSwap<BTreeMap<TenantOrd, String>>,
+    forwarder: reqwest::Client,
+    stopping: AtomicBool,
+    /// What the runtime counts.
+    pub stats: ClusterStats,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The margin the deadline keeps below the TTL: a sixth of it, at least
+/// 300 ms (the two clocks' rates may differ that much over one TTL).
+fn margin(ttl: Duration) -> Duration {
+    (ttl / 6).max(Duration::from_millis(300))
+}
+
+impl Member {
+    /// Joins the cluster of `cluster`: a lease, this node's record under it
+    /// (waiting up to the TTL and 2 s for a record of its id left by an
+    /// earlier run to expire), and the configuration compared with the
+    /// cluster's. The lease is renewed from here on.
+    ///
+    /// # Errors
+    /// etcd unreachable, another live node with this id, a configuration
+    /// that differs (naming the parts).
+    pub async fn join(
+        cluster: &ankusa_config::Cluster,
+        config: &ConfigRecord,
+    ) -> anyhow::Result<Arc<Member>> {
+        let etcd = Etcd::new(&cluster.etcd, ETCD_CALL)?;
+        let catalog = Catalog::new(etcd, &cluster.name);
+        catalog.check_config(config).await.map_err(|e| match e {
+            JoinError::Catalog(c) => anyhow::anyhow!(
+                "cluster: cannot reach etcd at {}: {c}",
+                cluster.etcd.join(", ")
+            ),
+            other => anyhow::anyhow!("cluster: {other}"),
+        })?;
+        let ttl = Duration::from_millis(cluster.lease_ttl_ms);
+        let record = NodeRecord {
+            addr: cluster.advertise.clone(),
+            draining: false,
+            config: config.hash.clone(),
+        };
+        let sent = Instant::now();
+        let lease = catalog
+            .etcd()
+            .grant(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
+            .await
+            .context("cluster: granting this node's lease in etcd")?;
+        let member = Arc::new(Member {
+            id: cluster.node_id.clone(),
+            record: Mutex::new(record.clone()),
+            catalog,
+            ttl,
+            hold: Duration::from_millis(cluster.hold_ms),
+            lease: AtomicI64::new(lease.id),
+            deadline: Mutex::new(Some(sent + granted(lease.ttl_s) - margin(ttl))),
+            view: ArcSwap::default(),
+            changed: watch::channel(0).0,
+            names: ArcSwap::default(),
+            forwarder: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_millis(cluster.hold_ms))
+                .build()
+                .context("cluster: the forwarding HTTP client")?,
+            stopping: AtomicBool::new(false),
+            stats: ClusterStats::default(),
+        });
+        // The lease is renewed from now on: the rest of the start (the
+        // store's checks, the sinks' connections) may take longer than it.
+        tokio::spawn(Arc::clone(&member).renew());
+        let until = Instant::now() + ttl + Duration::from_secs(2);
+        loop {
+            let lease = member.lease.load(Ordering::SeqCst);
+            match member.catalog.join(&member.id, &record, lease).await {
+                Ok(()) => break,
+                Err(JoinError::NodeIdInUse { .. }) if Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => {
+                    member.stopping.store(true, Ordering::SeqCst);
+                    let _ = member.catalog.etcd().revoke(lease).await;
+                    return Err(anyhow::anyhow!("cluster: {e}"));
+                }
+            }
+        }
+        member
+            .read()
+            .await
+            .context("cluster: reading the catalog")?;
+        info!(
+            node_id = %member.id,
+            advertise = %cluster.advertise,
+            lease_ttl_ms = cluster.lease_ttl_ms,
+            cluster = %cluster.name,
+            "joined the cluster"
+        );
+        Ok(member)
+    }
+
+    /// The cluster's numbers for the configuration's tenants and sources,
+    /// new names numbered; `local` is what this node's store numbers.
+    ///
+    /// # Errors
+    /// A number of this store's that is another name's in the cluster, or
+    /// a name numbered otherwise there (naming both).
+    pub async fn number(
+        &self,
+        cfg: &ankusa_config::Config,
+        local: &ankusa_queue::Registry,
+    ) -> anyhow::Result<(BTreeMap<String, u32>, BTreeMap<String, u32>)> {
+        let tenants: Vec<String> = cfg.tenants.iter().map(|t| t.name.clone()).collect();
+        let sources: Vec<String> = cfg.sources.iter().map(|s| s.name.clone()).collect();
+        let local_tenants = local
+            .tenants
+            .iter()
+            .map(|(n, o)| (n.clone(), o.0))
+            .collect();
+        let local_sources = local
+            .sources
+            .iter()
+            .map(|(n, s)| (n.clone(), s.0))
+            .collect();
+        let t = self
+            .catalog
+            .number(Numbered::Tenant, &tenants, &local_tenants)
+            .await
+            .map_err(|e| anyhow::anyhow!("cluster: {e}"))?;
+        let s = self
+            .catalog
+            .number(Numbered::Source, &sources, &local_sources)
+            .await
+            .map_err(|e| anyhow::anyhow!("cluster: {e}"))?;
+        Ok((t, s))
+    }
+
+    /// The tenants of this node's store by ordinal (the pipeline's fencing
+    /// asks by ordinal).
+    pub fn set_names(&self, registry: &ankusa_queue::Registry) {
+        self.names.store(Arc::new(
+            registry
+                .tenants
+                .iter()
+                .map(|(n, o)| (*o, n.clone()))
+                .collect(),
+        ));
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether the lease is within its deadline.
+    fn lease_fresh(&self) -> bool {
+        self.deadline
+            .lock()
+            .map(|d| d.is_some_and(|d| Instant::now() < d))
+            .unwrap_or(false)
+    }
+
+    /// Whether this node owns `tenant` and may act as its owner now: a fresh
+    /// lease, and a view read under it that names this node.
+    pub fn fresh(&self, tenant: &str) -> bool {
+        let view = self.view.load();
+        view.lease == self.lease.load(Ordering::SeqCst)
+            && view
+                .snap
+                .tenants
+                .get(tenant)
+                .is_some_and(|(t, _)| t.owner.as_deref() == Some(self.id.as_str()))
+            && self.lease_fresh()
+    }
+
+    /// Which of `tenant`'s rows this node's pipeline may claim (docs/design.md
+    /// section 11): all of a tenant it owns with no earlier epoch of another
+    /// node undrained; its unordered rows only behind such a barrier; all of
+    /// a tenant whose first drain is this node's (it delivers its earlier
+    /// epoch, owner or not, fresh or not: nothing new joins it); nothing
+    /// otherwise.
+    pub fn claims(&self, tenant: TenantOrd) -> TenantClaims {
+        let names = self.names.load();
+        let Some(name) = names.get(&tenant) else {
+            return TenantClaims::Nothing;
+        };
+        let view = self.view.load();
+        let Some((t, _)) = view.snap.tenants.get(name) else {
+            return TenantClaims::Nothing;
+        };
+        let me = self.id.as_str();
+        if t.owner.as_deref() == Some(me) {
+            if !self.fresh(name) {
+                return TenantClaims::Nothing;
+            }
+            if t.drains.iter().all(|d| d.node == me) {
+                return TenantClaims::All;
+            }
+            return TenantClaims::Unordered;
+        }
+        if t.drains.first().is_some_and(|d| d.node == me) {
+            return TenantClaims::All;
+        }
+        TenantClaims::Nothing
+    }
+
+    /// Renews the lease every third of its TTL until the node stops.
+    async fn renew(self: Arc<Self>) {
+        let every = self.ttl / 3;
+        let mut failing = false;
+        while !self.stopping.load(Ordering::SeqCst) {
+            tokio::time::sleep(if failing {
+                Duration::from_millis(250)
+            } else {
+                every
+            })
+            .await;
+            if self.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            let lease = self.lease.load(Ordering::SeqCst);
+            let sent = Instant::now();
+            match self.catalog.etcd().keep_alive(lease).await {
+                Ok(Some(ttl_s)) => {
+                    let took = sent.elapsed();
+                    let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+                    self.stats.renewals.fetch_add(1, Ordering::Relaxed);
+                    self.stats.renew_us.fetch_add(us, Ordering::Relaxed);
+                    self.stats.renew_last_us.store(us, Ordering::Relaxed);
+                    if let Ok(mut d) = self.deadline.lock() {
+                        *d = Some(sent + granted(ttl_s) - margin(self.ttl));
+                    }
+                    if failing {
+                        info!("cluster: lease renewed again");
+                    }
+                    failing = false;
+                }
+                Ok(None) => {
+                    self.stats.renew_failures.fetch_add(1, Ordering::Relaxed);
+                    warn!(
+                        "cluster: this node's lease expired in etcd; its tenants may have moved. Joining again"
+                    );
+                    if let Ok(mut d) = self.deadline.lock() {
+                        *d = None;
+                    }
+                    failing = !self.rejoin().await;
+                }
+                Err(e) => {
+                    self.stats.renew_failures.fetch_add(1, Ordering::Relaxed);
+                    if !failing {
+                        warn!(error = %e, "cluster: cannot renew the lease; this node stops acknowledging its tenants' hooks at its deadline");
+                    }
+                    failing = true;
+                }
+            }
+        }
+    }
+
+    /// A new lease and this node's record under it, after the old lease
+    /// expired. `false` when etcd did not allow it (tried again later).
+    async fn rejoin(&self) -> bool {
+        let sent = Instant::now();
+        let lease = match self
+            .catalog
+            .etcd()
+            .grant(i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX))
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "cluster: cannot grant a new lease");
+                return false;
+            }
+        };
+        let record = self
+            .record
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_else(|e| e.into_inner().clone());
+        match self.catalog.join(&self.id, &record, lease.id).await {
+            Ok(()) => {
+                self.lease.store(lease.id, Ordering::SeqCst);
+                if let Ok(mut d) = self.deadline.lock() {
+                    *d = Some(sent + granted(lease.ttl_s) - margin(self.ttl));
+                }
+                info!("cluster: joined again under a new lease");
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "cluster: cannot put this node's record back");
+                let _ = self.catalog.etcd().revoke(lease.id).await;
+                false
+            }
+        }
+    }
+
+    /// Reads the catalog and makes it the view (tagged with the lease it was
+    /// read under).
+    async fn read(&self) -> Result<(), ankusa_catalog::CatalogError> {
+        let lease = self.lease.load(Ordering::SeqCst);
+        let snap = self.catalog.snapshot().await?;
+        let old = self.view.load();
+        let me = self.id.as_str();
+        for (name, (t, _)) in &snap.tenants {
+            let was = old
+                .snap
+                .tenants
+                .get(name)
+                .and_then(|(o, _)| o.owner.as_deref())
+                == Some(me);
+            let is = t.owner.as_deref() == Some(me);
+            if was != is {
+                self.stats.ownership_changes.fetch_add(1, Ordering::Relaxed);
+                if is {
+                    info!(tenant = %name, epoch = t.epoch, drains = t.drains.len(), "cluster: this node owns the tenant now");
+                } else {
+                    info!(tenant = %name, owner = ?t.owner, epoch = t.epoch, "cluster: the tenant moved to another node");
+                }
+            }
+        }
+        self.view.store(Arc::new(View { snap, lease }));
+        self.changed.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Reads the catalog every [`POLL`], wakes the pipeline, and finishes
+    /// this node's drains; campaigns for controller every [`CONTROL`] and
+    /// assigns when elected. Ends when the node stops.
+    pub async fn run(
+        self: Arc<Self>,
+        wake: Box<dyn Fn() + Send + Sync>,
+        pending: Box<dyn Fn(TenantOrd) -> Option<u64> + Send + Sync>,
+    ) {
+        let mut last_control = Instant::now();
+        let mut controller = false;
+        let mut unreachable = false;
+        while !self.stopping.load(Ordering::SeqCst) {
+            match self.read().await {
+                Ok(()) => {
+                    if unreachable {
+                        info!("cluster: the catalog answers again");
+                    }
+                    unreachable = false;
+                    wake();
+                    self.finish_drains(&*pending).await;
+                }
+                Err(e) => {
+                    if !unreachable {
+                        warn!(error = %e, "cluster: cannot read the catalog");
+                    }
+                    unreachable = true;
+                }
+            }
+            if last_control.elapsed() >= CONTROL {
+                last_control = Instant::now();
+                controller = self.control(controller).await;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Removes this node's drains from the tenants whose first drain is
+    /// this node's once it holds no pending row of the tenant; and its own
+    /// drains from a tenant it owns (its lanes order them already).
+    async fn finish_drains(&self, pending: &(dyn Fn(TenantOrd) -> Option<u64> + Send + Sync)) {
+        let view = self.view.load_full();
+        let names = self.names.load();
+        let me = self.id.as_str();
+        for (name, (t, rev)) in &view.snap.tenants {
+            if !t.drains.iter().any(|d| d.node == me) {
+                continue;
+            }
+            let owner = t.owner.as_deref() == Some(me);
+            let drains = if owner {
+                if !t.drains.iter().all(|d| d.node == me) {
+                    continue;
+                }
+                Vec::new()
+            } else {
+                if t.drains.first().is_none_or(|d| d.node != me) {
+                    continue;
+                }
+                let ord = names.iter().find(|(_, n)| *n == name).map(|(o, _)| *o);
+                let left = ord.and_then(&*pending);
+                if left != Some(0) && ord.is_some() {
+                    continue;
+                }
+                t.drains
+                    .iter()
+                    .skip_while(|d| d.node == me)
+                    .cloned()
+                    .collect()
+            };
+            let epochs: Vec<u64> = t
+                .drains
+                .iter()
+                .filter(|d| d.node == me)
+                .map(|d| d.epoch)
+                .collect();
+            let record = TenantRecord {
+                drains,
+                ..t.clone()
+            };
+            match self.catalog.set_tenant(name, &record, *rev).await {
+                Ok(true) => {
+                    self.stats.drains.fetch_add(1, Ordering::Relaxed);
+                    info!(tenant = %name, ?epochs, barrier_left = record.drains.len(), "cluster: drained this node's earlier epochs of the tenant");
+                }
+                Ok(false) => {
+                    debug!(tenant = %name, "cluster: the tenant's record changed first; the drain is recorded at the next read")
+                }
+                Err(e) => {
+                    debug!(tenant = %name, error = %e, "cluster: cannot record the drain yet")
+                }
+            }
+        }
+    }
+
+    /// One round of the controller: campaign, and assign when elected.
+    /// Returns whether this node is the controller.
+    async fn control(&self, was: bool) -> bool {
+        if !self.lease_fresh() {
+            return false;
+        }
+        let lease = self.lease.load(Ordering::SeqCst);
+        let is = match self.catalog.campaign(&self.id, lease).await {
+            Ok(is) => is,
+            Err(e) => {
+                debug!(error = %e, "cluster: cannot campaign for controller");
+                return false;
+            }
+        };
+        if is && !was {
+            info!("cluster: this node is the controller");
+        }
+        if !is {
+            return false;
+        }
+        let snap = match self.catalog.snapshot().await {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(error = %e, "cluster: the controller cannot read the catalog");
+                return true;
+            }
+        };
+        for a in assign(&snap) {
+            match self
+                .catalog
+                .set_tenant(&a.tenant, &a.record, a.mod_revision)
+                .await
+            {
+                Ok(true) => info!(
+                    tenant = %a.tenant,
+                    owner = ?a.record.owner,
+                    epoch = a.record.epoch,
+                    barrier = ?a.record.drains.iter().map(|d| format!("{}@{}", d.node, d.epoch)).collect::<Vec<_>>(),
+                    "cluster: tenant assigned"
+                ),
+                Ok(false) => {
+                    debug!(tenant = %a.tenant, "cluster: the tenant changed first; assigned at the next round")
+                }
+                Err(e) => {
+                    debug!(tenant = %a.tenant, error = %e, "cluster: cannot assign the tenant yet")
+                }
+            }
+        }
+        true
+    }
+
+    /// Leaves the cluster at a clean stop, after the pipeline stopped: every
+    /// tenant it owns with nothing pending here is released (its next owner
+    /// needs no barrier for it), and the lease is revoked so the others take
+    /// its tenants at once instead of after the TTL.
+    pub async fn leave(&self, pending: &(dyn Fn(TenantOrd) -> Option<u64> + Send + Sync)) {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Ok(snap) = self.catalog.snapshot().await {
+            let names = self.names.load();
+            for (name, (t, rev)) in &snap.tenants {
+                if t.owner.as_deref() != Some(self.id.as_str()) {
+                    continue;
+                }
+                let ord = names.iter().find(|(_, n)| *n == name).map(|(o, _)| *o);
+                if ord.and_then(pending) != Some(0) {
+                    continue;
+                }
+                let record = TenantRecord {
+                    owner: None,
+                    ..t.clone()
+                };
+                if let Ok(true) = self.catalog.set_tenant(name, &record, *rev).await {
+                    debug!(tenant = %name, "cluster: released (nothing pending here)");
+                }
+            }
+        }
+        let lease = self.lease.load(Ordering::SeqCst);
+        match self.catalog.etcd().revoke(lease).await {
+            Ok(()) => {
+                info!("cluster: left (lease revoked); the other nodes take this node's tenants")
+            }
+            Err(e) => warn!(error = %e, "cluster: cannot revoke the lease; it expires on its own"),
+        }
+    }
+
+    /// The counters of `/metrics` (`ankusa_cluster_*_total`): this
+    /// runtime's and the edge's forwarded and held hooks.
+    pub fn metrics(
+        &self,
+        edge: &ankusa_edge::server::EdgeStats,
+    ) -> Vec<(&'static str, &'static str, u64)> {
+        let s = &self.stats;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            (
+                "ankusa_cluster_ownership_changes",
+                "Tenants this node gained or lost",
+                get(&s.ownership_changes),
+            ),
+            (
+                "ankusa_cluster_forwarded",
+                "Hooks forwarded to their tenant's owner and answered by it",
+                get(&edge.forwarded),
+            ),
+            (
+                "ankusa_cluster_held",
+                "Hooks held because their tenant had no live owner (a failover in progress)",
+                get(&edge.held),
+            ),
+            (
+                "ankusa_cluster_held_refused",
+                "Held hooks answered 503 when the hold passed with no owner",
+                get(&edge.held_out),
+            ),
+            (
+                "ankusa_cluster_lease_renewals",
+                "Keep-alives of this node's lease answered by etcd",
+                get(&s.renewals),
+            ),
+            (
+                "ankusa_cluster_lease_renew_microseconds",
+                "The keep-alives' round trips, summed (divide by the renewals for the mean)",
+                get(&s.renew_us),
+            ),
+            (
+                "ankusa_cluster_lease_renew_failures",
+                "Keep-alives that failed or found the lease expired",
+                get(&s.renew_failures),
+            ),
+            (
+                "ankusa_cluster_drains",
+                "Earlier epochs of a tenant this node delivered and recorded drained",
+                get(&s.drains),
+            ),
+        ]
+    }
+
+    /// Stops the runtime's tasks without leaving (a fail-stop: the lease
+    /// expires on its own).
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A TTL etcd granted, in seconds, as a duration (at least 1 s).
+fn granted(ttl_s: i64) -> Duration {
+    Duration::from_secs(u64::try_from(ttl_s).unwrap_or(1).max(1))
+}
+
+/// Headers a forward does not pass on: hop-by-hop ones, and the ones the
+/// client sets for the new request.
+const NOT_FORWARDED: [&str; 9] = [
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+];
+
+impl Owners for Member {
+    fn place(&self, tenant: &str) -> Placement {
+        let view = self.view.load();
+        let Some((t, _)) = view.snap.tenants.get(tenant) else {
+            return Placement::Unowned;
+        };
+        match t.owner.as_deref() {
+            Some(o) if o == self.id => {
+                if self.fresh(tenant) {
+                    Placement::Local
+                } else {
+                    Placement::Unowned
+                }
+            }
+            Some(o) => match view.snap.nodes.get(o) {
+                Some((n, _)) => Placement::Remote(n.addr.clone()),
+                None => Placement::Unowned,
+            },
+            None => Placement::Unowned,
+        }
+    }
+
+    fn fresh(&self, tenant: &str) -> bool {
+        Member::fresh(self, tenant)
+    }
+
+    fn hold(&self) -> Duration {
+        self.hold
+    }
+
+    fn changed(&self) -> Pending<'_, ()> {
+        let mut rx = self.changed.subscribe();
+        Box::pin(async move {
+            let _ = rx.changed().await;
+        })
+    }
+
+    fn forward<'a>(&'a self, f: Forward<'a>) -> Pending<'a, Result<Answer, String>> {
+        Box::pin(async move {
+            let method = reqwest::Method::from_bytes(f.method.as_bytes())
+                .map_err(|e| format!("method {}: {e}", f.method))?;
+            let mut req = self
+                .forwarder
+                .request(method, format!("http://{}{}", f.addr, f.path_and_query));
+            for (name, value) in f.headers {
+                let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+                if NOT_FORWARDED.contains(&lower.as_str()) {
+                    continue;
+                }
+                req = req.header(name.as_slice(), value.as_slice());
+            }
+            let resp = req.body(f.body).send().await.map_err(|e| e.to_string())?;
+            let status = resp.status().as_u16();
+            let headers = ["content-type", "retry-after"]
+                .into_iter()
+                .filter_map(|h| {
+                    resp.headers()
+                        .get(h)
+                        .and_then(|v| v.to_str().ok())
+                        .map(|v| (h.to_owned(), v.to_owned()))
+                })
+                .collect();
+            let body = resp.bytes().await.map_err(|e| e.to_string())?;
+            Ok(Answer {
+                status,
+                headers,
+                body,
+            })
+        })
+    }
+
+    fn node_id(&self) -> &str {
+        &self.id
+    }
+}

@@ -1,0 +1,296 @@
+//! Cluster mode (docs/design.md section 11; README, "Running a cluster"):
+//! real etcd members and real relays on loopback. Any node takes any
+//! tenant's hooks (the owner commits, the others forward); a node's death
+//! moves its tenants to the live nodes at the next epoch, behind the epoch
+//! barrier, and every acknowledged hook is delivered, each key's in
+//! acknowledgement order ([`crate::history`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ankusa_catalog::cluster::{Catalog, Snapshot};
+
+use crate::etcd::Etcd;
+use crate::history::History;
+use crate::relay::{Relay, client, config, post};
+use crate::sink::{Reply, Sink, until};
+
+/// Every wait of this file: generous, never a measure of speed.
+const WAIT: Duration = Duration::from_secs(120);
+
+/// The tenants of every test: one source each (`/hooks/s<i>`), with an
+/// ordered sink (`/o`) and an unordered one (`/u`).
+const TENANTS: usize = 6;
+
+/// A node's configuration: everything but `node_id` is the same on every
+/// node (the listeners are placeholders the relay harness fills).
+fn template(node_id: &str, etcd: &Etcd, sink: &Sink, lease_ttl_ms: u64) -> String {
+    let url = sink.url();
+    let mut rest = format!(
+        "cluster: {{node_id: {node_id}, etcd: {}, lease_ttl_ms: {lease_ttl_ms}}}\n\
+         retry: {{base_ms: 20, max_ms: 200}}\n\
+         tenants: [{}]\nsources:\n",
+        etcd.yaml_list(),
+        (0..TENANTS)
+            .map(|i| format!("{{name: t{i}}}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for i in 0..TENANTS {
+        rest.push_str(&format!(
+            "  - name: s{i}\n    tenant: t{i}\n    sinks:\n      \
+             - {{type: http, name: o, url: '{url}/o', ordered: true, ordering_key: {{header: x-entity-id}}}}\n      \
+             - {{type: http, name: u, url: '{url}/u'}}\n"
+        ));
+    }
+    config("rocksdb", &rest)
+}
+
+/// The catalog of the test's cluster.
+fn catalog(etcd: &Etcd) -> Catalog {
+    Catalog::new(etcd.client(), "ankusa")
+}
+
+/// Waits until every tenant has a live owner; the catalog then.
+async fn all_owned(etcd: &Etcd) -> Snapshot {
+    let cat = catalog(etcd);
+    until("every tenant owned by a live node", WAIT, async || {
+        let snap = cat.snapshot().await.ok()?;
+        (snap.tenants.len() == TENANTS && snap.tenants.keys().all(|t| snap.live_owner(t).is_some()))
+            .then_some(snap)
+    })
+    .await
+}
+
+/// Starts the nodes `n1..=count` one after the other.
+async fn nodes(count: usize, etcd: &Etcd, sink: &Sink, lease_ttl_ms: u64) -> Vec<Relay> {
+    let mut out = Vec::new();
+    for i in 1..=count {
+        out.push(Relay::start(&template(&format!("n{i}"), etcd, sink, lease_ttl_ms)).await);
+    }
+    out
+}
+
+/// Which relay of `nodes` (`n<i+1>`) owns `tenant`.
+fn owner_index(snap: &Snapshot, tenant: &str) -> usize {
+    let (id, _) = snap.live_owner(tenant).expect("an owner");
+    id.trim_start_matches('n').parse::<usize>().expect("n<i>") - 1
+}
+
+/// Any node takes any tenant's hooks: the three nodes share the six
+/// tenants two each; every hook posted to every node is answered 200 and
+/// delivered once to each sink; the nodes that do not own a tenant forward
+/// its hooks (their metrics count them) and commit none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_node_takes_any_tenants_hooks_and_the_owner_commits_them() {
+    let etcd = Etcd::start(1).await;
+    let sink = Sink::ok().await;
+    let relays = nodes(3, &etcd, &sink, 3_000).await;
+    let snap = all_owned(&etcd).await;
+    let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in snap.tenants.keys() {
+        *per_node
+            .entry(snap.live_owner(t).expect("owner").0)
+            .or_default() += 1;
+    }
+    assert_eq!(
+        per_node.values().copied().collect::<Vec<_>>(),
+        [2, 2, 2],
+        "the controller balances by tenant count: {per_node:?}"
+    );
+    let mut ids = std::collections::BTreeSet::new();
+    for (n, r) in relays.iter().enumerate() {
+        for t in 0..TENANTS {
+            let key = format!("k{n}");
+            let a = r
+                .post(
+                    &format!("/hooks/s{t}"),
+                    &[("content-type", "application/json"), ("x-entity-id", &key)],
+                    format!("{{\"node\":{n},\"tenant\":{t}}}"),
+                )
+                .await;
+            ids.insert(a.id());
+        }
+    }
+    assert_eq!(ids.len(), 3 * TENANTS);
+    until("every hook delivered to both sinks", WAIT, async || {
+        (sink.ids_at("/in/o") == ids && sink.ids_at("/in/u") == ids).then_some(())
+    })
+    .await;
+    // Each node forwarded the hooks of the four tenants it does not own.
+    for (i, r) in relays.iter().enumerate() {
+        let owned = snap
+            .tenants
+            .keys()
+            .filter(|t| owner_index(&snap, t) == i)
+            .count();
+        assert_eq!(owned, 2);
+        assert_eq!(
+            r.metric("ankusa_cluster_forwarded_total").await,
+            4.0,
+            "node n{}: {}",
+            i + 1,
+            r.log()
+        );
+    }
+}
+
+/// Posts hooks for `tenant` (source `s<t>`) to `nodes` in turn, one key at
+/// a time per task so each key's hooks are sent after the previous answer,
+/// recording acks and refusals in `history`.
+fn keyed_load(
+    urls: Vec<String>,
+    tenant: usize,
+    keys: usize,
+    stop: Arc<AtomicBool>,
+    history: Arc<History>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..keys)
+        .map(|k| {
+            let (urls, stop, history) = (urls.clone(), Arc::clone(&stop), Arc::clone(&history));
+            tokio::spawn(async move {
+                let client = client();
+                let key = format!("t{tenant}k{k}");
+                let mut n = 0usize;
+                while !stop.load(Ordering::SeqCst) {
+                    let url = &urls[(n + k) % urls.len()];
+                    let body = format!("{{\"key\":\"{key}\",\"n\":{n}}}");
+                    let headers = [
+                        ("content-type", "application/json"),
+                        ("x-entity-id", key.as_str()),
+                    ];
+                    match post(
+                        &client,
+                        &format!("{url}/hooks/s{tenant}"),
+                        &headers,
+                        body.into_bytes(),
+                    )
+                    .await
+                    {
+                        Ok(a) if a.status == 200 => history.ack(&a.id(), Some(&key)),
+                        // A refusal carries no id: nothing to record but
+                        // that it was not acknowledged.
+                        Ok(_) | Err(_) => {}
+                    }
+                    n += 1;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        })
+        .collect()
+}
+
+/// Records every delivery of `sink` into `history`, by path (`/in/o` is the
+/// ordered sink, `/in/u` the unordered one).
+fn record_deliveries(sink: &Sink, history: &History) {
+    for r in sink.delivered() {
+        let name = r.path.trim_start_matches("/in/");
+        // The ordered sink's key is the lane's (`x-ankusa-ordering-key`).
+        let key = if name == "o" { r.key() } else { None };
+        history.delivered(name, &r.id(), key.as_deref());
+    }
+}
+
+/// A node's death under load: its tenants go to the live nodes within the
+/// lease's TTL and a second, hooks held meanwhile are answered once the new
+/// owner has the tenant; the killed node comes back, drains what it held of
+/// its old epoch (in lane order, before the barrier lifts), and every
+/// acknowledged hook is delivered, each key's in acknowledgement order on
+/// the ordered sink.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_owners_tenants_move_and_its_old_epoch_drains_first() {
+    let etcd = Etcd::start(1).await;
+    let sink = Sink::ok().await;
+    let mut relays = nodes(3, &etcd, &sink, 2_000).await;
+    let snap = all_owned(&etcd).await;
+    let victim = owner_index(&snap, "t0");
+    let urls: Vec<String> = relays
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != victim)
+        .map(|(_, r)| format!("http://{}", r.ingest))
+        .collect();
+    let history = Arc::new(History::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = keyed_load(urls, 0, 4, Arc::clone(&stop), Arc::clone(&history));
+    until("100 hooks acknowledged", WAIT, async || {
+        (history.acked().len() >= 100).then_some(())
+    })
+    .await;
+    // The victim's ordered sink answers slowly from now on, so it holds
+    // undelivered hooks of the old epoch when it dies.
+    sink.set_script(|r| {
+        if r.path == "/in/o" {
+            Reply::Delay(Duration::from_millis(30), 200)
+        } else {
+            Reply::Status(200)
+        }
+    });
+    until("100 more hooks acknowledged", WAIT, async || {
+        (history.acked().len() >= 200).then_some(())
+    })
+    .await;
+    relays[victim].kill();
+    let killed = Instant::now();
+    let cat = catalog(&etcd);
+    let moved = until(
+        "t0 owned by a live node at the next epoch",
+        WAIT,
+        async || {
+            let s = cat.snapshot().await.ok()?;
+            let (t, _) = &s.tenants["t0"];
+            (t.epoch > snap.tenants["t0"].0.epoch && s.live_owner("t0").is_some()).then_some(s)
+        },
+    )
+    .await;
+    let after = killed.elapsed();
+    let (t0, _) = &moved.tenants["t0"];
+    assert_eq!(
+        t0.drains
+            .iter()
+            .map(|d| d.node.as_str())
+            .collect::<Vec<_>>(),
+        [format!("n{}", victim + 1)],
+        "the killed node's epoch is the barrier"
+    );
+    // Hooks are taken again by the new owner.
+    let mark = history.acked().len();
+    until("hooks acknowledged after the failover", WAIT, async || {
+        (history.acked().len() >= mark + 50).then_some(())
+    })
+    .await;
+    eprintln!("failover: t0 moved {after:?} after the kill");
+    sink.set_script(|_| Reply::Status(200));
+    relays[victim].restart().await;
+    until(
+        "the barrier lifted (the old epoch drained)",
+        WAIT,
+        async || {
+            let s = cat.snapshot().await.ok()?;
+            s.tenants["t0"].0.drains.is_empty().then_some(())
+        },
+    )
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    for h in load {
+        h.await.expect("load task");
+    }
+    let acked = history.acked();
+    until(
+        "every acknowledged hook delivered to both sinks",
+        WAIT,
+        async || {
+            let (o, u) = (sink.ids_at("/in/o"), sink.ids_at("/in/u"));
+            acked
+                .iter()
+                .all(|id| o.contains(id) && u.contains(id))
+                .then_some(())
+        },
+    )
+    .await;
+    record_deliveries(&sink, &history);
+    let summary = history.assert_kept(&["o"], &["o", "u"]);
+    eprintln!("{summary}");
+}
