@@ -499,7 +499,7 @@ impl Member {
                     continue;
                 }
                 let ord = names.iter().find(|(_, n)| *n == name).map(|(o, _)| *o);
-                let left = ord.and_then(&*pending);
+                let left = ord.and_then(pending);
                 if left != Some(0) && ord.is_some() {
                     continue;
                 }
