@@ -48,6 +48,8 @@ pub const POLL: Duration = Duration::from_millis(200);
 /// How often every node campaigns for controller, and the controller
 /// assigns.
 pub const CONTROL: Duration = Duration::from_millis(500);
+/// How often a node says what it holds of its tenants (when it changed).
+pub const REPORT: Duration = Duration::from_secs(1);
 /// The most one call to etcd may take (each endpoint in turn).
 const ETCD_CALL: Duration = Duration::from_secs(1);
 
@@ -450,6 +452,8 @@ impl Member {
         pending: Box<dyn Fn(TenantOrd) -> Option<u64> + Send + Sync>,
     ) {
         let mut last_control = Instant::now();
+        let mut last_report = Instant::now();
+        let mut reported: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         let mut controller = false;
         let mut unreachable = false;
         while !self.stopping.load(Ordering::SeqCst) {
@@ -473,7 +477,52 @@ impl Member {
                 last_control = Instant::now();
                 controller = self.control(controller).await;
             }
+            if last_report.elapsed() >= REPORT {
+                last_report = Instant::now();
+                self.report(&*pending, &mut reported).await;
+            }
             tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Says in the catalog what this node holds of each tenant it owns or
+    /// drains ([`ankusa_catalog::cluster::PendingReport`]) when it changed
+    /// since the last report: `ankusa cluster status` shows it, and a forfeit
+    /// of this node's epoch says what it gives up.
+    async fn report(
+        &self,
+        pending: &(dyn Fn(TenantOrd) -> Option<u64> + Send + Sync),
+        reported: &mut BTreeMap<String, (u64, u64)>,
+    ) {
+        let view = self.view.load_full();
+        let names = self.names.load();
+        let me = self.id.as_str();
+        for (ord, name) in names.iter() {
+            let Some((t, _)) = view.snap.tenants.get(name) else {
+                continue;
+            };
+            let epoch = if t.owner.as_deref() == Some(me) {
+                t.epoch
+            } else if let Some(d) = t.drains.iter().find(|d| d.node == me) {
+                d.epoch
+            } else {
+                continue;
+            };
+            let Some(n) = pending(*ord) else {
+                continue;
+            };
+            if reported.get(name) == Some(&(epoch, n)) {
+                continue;
+            }
+            let report = ankusa_catalog::cluster::PendingReport {
+                node: self.id.clone(),
+                epoch,
+                pending: n,
+                at_ms: crate::serve::now_ms(),
+            };
+            if self.catalog.report(name, &report).await.is_ok() {
+                reported.insert(name.clone(), (epoch, n));
+            }
         }
     }
 

@@ -11,6 +11,8 @@
 //!   `pause`, `resume`, `quarantine list|show|release|drop`, `replay`,
 //!   `purge-tenant`, `retire-source`, `jobs`, `reload`: the operator's
 //!   commands, over the admin API of a running relay (`admin_cli`).
+//! - `ankusa cluster status|forfeit --config FILE`: cluster mode's catalog
+//!   in etcd, read and changed directly (`cluster_cli`).
 //! - `ankusa top [--once] [--interval-ms N]`: a terminal view of a running
 //!   relay, refreshed every N ms, over the same admin API (`top`).
 //! - `ankusa store check DATA_DIR [--repair-counters]`: the invariant checker
@@ -26,6 +28,7 @@
 
 mod admin_cli;
 mod cluster;
+mod cluster_cli;
 mod fixture;
 mod limits;
 mod migrate;
@@ -144,6 +147,12 @@ enum Command {
     /// one plain-text frame.
     #[command(after_help = admin_cli::EXIT_CODES)]
     Top(top::Args),
+    /// Cluster mode (README, "Running a cluster"): `cluster status` shows
+    /// the nodes and who owns each tenant, `cluster forfeit` lifts the epoch
+    /// barrier of a node gone for good. They read the catalog in etcd, named
+    /// by a node's configuration file.
+    #[command(subcommand, after_help = cluster_cli::EXIT_CODES)]
+    Cluster(cluster_cli::ClusterCmd),
     /// Every source: its sinks, how they are ordered, their breakers.
     #[command(after_help = admin_cli::EXIT_CODES)]
     Sources {
@@ -419,6 +428,7 @@ fn main() -> ExitCode {
         }),
         Command::Tenants { conn } => admin_cli::main(&conn, admin_cli::Command::Tenants),
         Command::Top(args) => top::main(&args),
+        Command::Cluster(cmd) => cluster_cli::main(cmd),
         Command::Sources { conn } => admin_cli::main(&conn, admin_cli::Command::Sources),
         Command::Hooks { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Hooks(cmd)),
         Command::Dlq { conn, cmd } => admin_cli::main(&conn, admin_cli::Command::Dlq(cmd)),

@@ -11,6 +11,7 @@
 //! | `sources/<name>` | the source's id (decimal) | none |
 //! | `numbers/source/<n>` | the source's name | none |
 //! | `controller` | the controller's node id | the controller's |
+//! | `reports/<tenant>/<node_id>` | [`PendingReport`]: what the node holds of it | none |
 //!
 //! Tenant numbers and source ids are global: lane ids hash the source id,
 //! so a tenant that moves keeps each key's lane. A number is taken in the
@@ -99,6 +100,66 @@ pub struct Drain {
     pub epoch: u64,
 }
 
+/// What a node last said it holds of a tenant (`reports/<tenant>/<node>`): its
+/// pending rows, at the epoch it owned or drains. Kept after the node is
+/// gone, so a forfeit can say what it gives up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingReport {
+    /// The node.
+    pub node: String,
+    /// The tenant's epoch that node held.
+    pub epoch: u64,
+    /// Its pending rows of the tenant (ADR 0004's pending: due, in flight,
+    /// lane members, held).
+    pub pending: u64,
+    /// When it said so, unix ms.
+    pub at_ms: u64,
+}
+
+/// What a forfeit gave up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forfeited {
+    /// The node that held the epoch.
+    pub node: String,
+    /// Its last report of the tenant, if it made one at that epoch.
+    pub report: Option<PendingReport>,
+    /// The drains left (the barrier lifts when none is left).
+    pub left: Vec<Drain>,
+}
+
+/// Why a forfeit was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ForfeitError {
+    /// etcd failed or could not be reached.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// The tenant is not in the catalog.
+    #[error("no tenant {0} in the cluster")]
+    NoTenant(String),
+    /// The tenant has no undrained epoch `epoch`.
+    #[error("tenant {tenant} has no undrained epoch {epoch} (its barrier: {barrier})")]
+    NoSuchEpoch {
+        /// The tenant.
+        tenant: String,
+        /// The epoch asked for.
+        epoch: u64,
+        /// Its drains, `node@epoch`, or `none`.
+        barrier: String,
+    },
+    /// The node that holds the epoch is alive: it drains on its own.
+    #[error(
+        "node {node}, which holds epoch {epoch} of tenant {tenant}, is alive: it delivers what it holds and lifts the barrier itself (a forfeit is for a node gone for good)"
+    )]
+    Alive {
+        /// The tenant.
+        tenant: String,
+        /// The epoch.
+        epoch: u64,
+        /// The live node.
+        node: String,
+    },
+}
+
 /// The catalog at one revision.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
@@ -114,6 +175,9 @@ pub struct Snapshot {
     pub controller: Option<String>,
     /// The shared configuration, once the first node published it.
     pub config: Option<ConfigRecord>,
+    /// The last [`PendingReport`] of each node of each tenant, by tenant
+    /// then node.
+    pub reports: BTreeMap<String, BTreeMap<String, PendingReport>>,
 }
 
 impl Snapshot {
@@ -235,6 +299,14 @@ impl Catalog {
                 snap.controller = Some(String::from_utf8_lossy(&e.value).into_owned());
             } else if rest == "config" {
                 snap.config = Some(decode(e)?);
+            } else if let Some((tenant, node)) = rest
+                .strip_prefix("reports/")
+                .and_then(|r| r.split_once('/'))
+            {
+                snap.reports
+                    .entry(tenant.to_owned())
+                    .or_default()
+                    .insert(node.to_owned(), decode(e)?);
             }
         }
         Ok(snap)
@@ -509,6 +581,77 @@ impl Catalog {
             )
             .await?
             .is_some())
+    }
+}
+
+impl Catalog {
+    /// Says what this node holds of `tenant` ([`PendingReport`]).
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn report(&self, tenant: &str, report: &PendingReport) -> Result<(), CatalogError> {
+        self.etcd
+            .put(
+                &self.key(&format!("reports/{tenant}/{}", report.node)),
+                &encode(report),
+                None,
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Gives up epoch `epoch` of `tenant`: removes it from the tenant's
+    /// drains (the operator's act for a node gone for good; docs/design.md
+    /// section 11). Refused while the node that holds it is alive.
+    ///
+    /// # Errors
+    /// [`ForfeitError`].
+    pub async fn forfeit(&self, tenant: &str, epoch: u64) -> Result<Forfeited, ForfeitError> {
+        loop {
+            let snap = self.snapshot().await?;
+            let Some((t, rev)) = snap.tenants.get(tenant) else {
+                return Err(ForfeitError::NoTenant(tenant.to_owned()));
+            };
+            let Some(i) = t.drains.iter().position(|d| d.epoch == epoch) else {
+                let barrier = if t.drains.is_empty() {
+                    "none".to_owned()
+                } else {
+                    t.drains
+                        .iter()
+                        .map(|d| format!("{}@{}", d.node, d.epoch))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                return Err(ForfeitError::NoSuchEpoch {
+                    tenant: tenant.to_owned(),
+                    epoch,
+                    barrier,
+                });
+            };
+            let node = t.drains[i].node.clone();
+            if snap.nodes.contains_key(&node) {
+                return Err(ForfeitError::Alive {
+                    tenant: tenant.to_owned(),
+                    epoch,
+                    node,
+                });
+            }
+            let mut record = t.clone();
+            record.drains.remove(i);
+            if self.set_tenant(tenant, &record, *rev).await? {
+                let report = snap
+                    .reports
+                    .get(tenant)
+                    .and_then(|r| r.get(&node))
+                    .filter(|r| r.epoch == epoch)
+                    .cloned();
+                return Ok(Forfeited {
+                    node,
+                    report,
+                    left: record.drains,
+                });
+            }
+        }
     }
 }
 

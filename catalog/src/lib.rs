@@ -228,6 +228,19 @@ impl Etcd {
         Ok((ttl > 0).then_some(ttl))
     }
 
+    /// The time `lease` has left and the TTL it was granted, seconds; `None`
+    /// when it has expired.
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn time_to_live(&self, lease: i64) -> Result<Option<(i64, i64)>, CatalogError> {
+        let v = self
+            .call("lease/timetolive", json!({ "ID": lease.to_string() }))
+            .await?;
+        let ttl = int(&v["TTL"])?;
+        Ok((ttl > 0).then_some((ttl, int(&v["grantedTTL"])?)))
+    }
+
     /// Revokes `lease` (its keys are deleted at once).
     ///
     /// # Errors

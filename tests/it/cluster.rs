@@ -335,3 +335,162 @@ async fn a_killed_owners_tenants_move_and_its_old_epoch_drains_first() {
     let summary = history.assert_kept(&["o"], &["o", "u"]);
     eprintln!("{summary}");
 }
+
+/// `ankusa cluster ...` with the configuration file of `relay`: its exit
+/// code and output.
+fn cluster_cli(relay: &Relay, args: &[&str]) -> (i32, String) {
+    let config = relay.config_path();
+    let mut all: Vec<&std::ffi::OsStr> = vec!["cluster".as_ref()];
+    all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+    all.push("--config".as_ref());
+    all.push(config.as_os_str());
+    let (status, out) = crate::relay::run_cli(&all, relay.dir.path());
+    (status.code().unwrap_or(-1), out)
+}
+
+/// A node gone for good: its tenant moves behind a barrier that `cluster
+/// status` shows, new hooks reach the unordered sink at once and wait on
+/// the ordered one; `cluster forfeit` is refused without `--yes`, for an
+/// epoch the tenant does not wait for, and for a live node's; given, it
+/// says how many acknowledged hooks it gives up (the dead node's last
+/// report) and the ordered sink gets the new hooks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gives_up() {
+    let etcd = Etcd::start(1).await;
+    // The ordered sink holds every call: the owner's hooks stay pending.
+    let sink = Sink::start(|r| {
+        if r.path == "/in/o" {
+            Reply::Hold
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
+    let mut relays = nodes(2, &etcd, &sink, 2_000).await;
+    let snap = all_owned(&etcd).await;
+    let victim = owner_index(&snap, "t0");
+    let other = 1 - victim;
+    let victim_id = format!("n{}", victim + 1);
+    for n in 0..10 {
+        let key = format!("k{}", n % 2);
+        relays[other]
+            .post(
+                "/hooks/s0",
+                &[("content-type", "application/json"), ("x-entity-id", &key)],
+                format!("{{\"n\":{n}}}"),
+            )
+            .await
+            .id();
+    }
+    // The owner's report: 10 pending (2 in flight, 8 lane members).
+    let cat = catalog(&etcd);
+    until("the owner reports 10 pending hooks of t0", WAIT, async || {
+        let s = cat.snapshot().await.ok()?;
+        let r = s.reports.get("t0")?.get(&victim_id)?;
+        (r.pending == 10).then_some(())
+    })
+    .await;
+    relays[victim].kill();
+    let epoch = snap.tenants["t0"].0.epoch;
+    until("t0 moved behind the dead node's epoch", WAIT, async || {
+        let s = cat.snapshot().await.ok()?;
+        (s.live_owner("t0").is_some() && s.tenants["t0"].0.epoch == epoch + 1).then_some(())
+    })
+    .await;
+    let (code, out) = cluster_cli(&relays[other], &["status", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    let status: serde_json::Value = serde_json::from_str(&out).expect("status is JSON");
+    let t0 = status["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .find(|t| t["name"] == "t0")
+        .expect("t0")
+        .clone();
+    assert_eq!(t0["owner"], format!("n{}", other + 1));
+    assert_eq!(t0["epoch"], epoch + 1);
+    assert_eq!(
+        t0["barrier"],
+        serde_json::json!([{"node": victim_id, "epoch": epoch}])
+    );
+    assert_eq!(t0["barrier_pending"][format!("{victim_id}@{epoch}")], 10);
+    let dead = status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["id"] == victim_id.as_str())
+        .expect("the dead node is listed");
+    assert_eq!(dead["alive"], false);
+    let live = status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["id"] == format!("n{}", other + 1))
+        .expect("the live node");
+    assert_eq!(live["alive"], true);
+    assert_eq!(live["config_current"], true);
+    // The text form names the barrier too.
+    let (code, text) = cluster_cli(&relays[other], &["status"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(&format!("{victim_id}@{epoch} (10)")),
+        "{text}"
+    );
+    // New hooks: the unordered sink gets them, the ordered one waits.
+    sink.set_script(|_| Reply::Status(200));
+    let mut after = Vec::new();
+    for n in 10..14 {
+        let key = format!("k{}", n % 2);
+        after.push(
+            relays[other]
+                .post(
+                    "/hooks/s0",
+                    &[("content-type", "application/json"), ("x-entity-id", &key)],
+                    format!("{{\"n\":{n}}}"),
+                )
+                .await
+                .id(),
+        );
+    }
+    until("the unordered sink got the new hooks", WAIT, async || {
+        let u = sink.ids_at("/in/u");
+        after.iter().all(|id| u.contains(id)).then_some(())
+    })
+    .await;
+    let o = sink.ids_at("/in/o");
+    assert!(
+        after.iter().all(|id| !o.contains(id)),
+        "an ordered lane behind the barrier delivered"
+    );
+    // Refusals: no --yes; an epoch the tenant does not wait for.
+    let e = epoch.to_string();
+    let (code, out) = cluster_cli(&relays[other], &["forfeit", "t0", "--epoch", &e]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("add --yes"), "{out}");
+    let wrong = (epoch + 7).to_string();
+    let (code, out) = cluster_cli(&relays[other], &["forfeit", "t0", "--epoch", &wrong, "--yes"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!("tenant t0 has no undrained epoch {wrong} (its barrier: {victim_id}@{epoch})")),
+        "{out}"
+    );
+    let (code, out) = cluster_cli(&relays[other], &["forfeit", "t0", "--epoch", &e, "--yes"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "forfeited epoch {epoch} of tenant t0, held by node {victim_id}: 10 acknowledged hooks not delivered"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("the barrier is lifted"), "{out}");
+    until("the ordered sink got the new hooks", WAIT, async || {
+        let o = sink.ids_at("/in/o");
+        after.iter().all(|id| o.contains(id)).then_some(())
+    })
+    .await;
+    // A live node's epoch is never forfeited: kill nothing, ask for the
+    // live owner's current epoch (not a drain): refused as not waited for.
+    let cur = (epoch + 1).to_string();
+    let (code, out) = cluster_cli(&relays[other], &["forfeit", "t0", "--epoch", &cur, "--yes"]);
+    assert_eq!(code, 1, "{out}");
+}

@@ -134,7 +134,8 @@ impl Relay {
         self.dir.path().join("data")
     }
 
-    fn config_path(&self) -> PathBuf {
+    /// The configuration file of the current (or last) run.
+    pub fn config_path(&self) -> PathBuf {
         self.dir.path().join("relay.yaml")
     }
 
