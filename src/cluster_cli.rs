@@ -149,7 +149,9 @@ async fn run(cmd: ClusterCmd) -> ExitCode {
                         f.node
                     );
                     if f.left.is_empty() {
-                        println!("the barrier is lifted: the owner delivers the tenant's ordered lanes");
+                        println!(
+                            "the barrier is lifted: the owner delivers the tenant's ordered lanes"
+                        );
                     } else {
                         println!(
                             "the barrier still waits for: {}",
@@ -274,7 +276,10 @@ fn print_status(cluster: &ankusa_config::Cluster, s: &serde_json::Value) {
     );
     for n in s["nodes"].as_array().into_iter().flatten() {
         let config = if n["config_current"] == json!(false) {
-            format!("{} (not the cluster's)", text(&n["config"]).chars().take(12).collect::<String>())
+            format!(
+                "{} (not the cluster's)",
+                text(&n["config"]).chars().take(12).collect::<String>()
+            )
         } else {
             text(&n["config"]).chars().take(12).collect()
         };
@@ -282,7 +287,11 @@ fn print_status(cluster: &ankusa_config::Cluster, s: &serde_json::Value) {
             "{:<16} {:<22} {:<6} {:>9} {:<9} {}",
             text(&n["id"]),
             text(&n["address"]),
-            if n["alive"] == json!(true) { "yes" } else { "no" },
+            if n["alive"] == json!(true) {
+                "yes"
+            } else {
+                "no"
+            },
             n["lease_age_ms"]
                 .as_i64()
                 .map_or("-".to_owned(), |ms| format!("{} s", ms / 1000)),

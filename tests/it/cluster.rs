@@ -384,11 +384,15 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
     }
     // The owner's report: 10 pending (2 in flight, 8 lane members).
     let cat = catalog(&etcd);
-    until("the owner reports 10 pending hooks of t0", WAIT, async || {
-        let s = cat.snapshot().await.ok()?;
-        let r = s.reports.get("t0")?.get(&victim_id)?;
-        (r.pending == 10).then_some(())
-    })
+    until(
+        "the owner reports 10 pending hooks of t0",
+        WAIT,
+        async || {
+            let s = cat.snapshot().await.ok()?;
+            let r = s.reports.get("t0")?.get(&victim_id)?;
+            (r.pending == 10).then_some(())
+        },
+    )
     .await;
     relays[victim].kill();
     let epoch = snap.tenants["t0"].0.epoch;
@@ -468,10 +472,15 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("add --yes"), "{out}");
     let wrong = (epoch + 7).to_string();
-    let (code, out) = cluster_cli(&relays[other], &["forfeit", "t0", "--epoch", &wrong, "--yes"]);
+    let (code, out) = cluster_cli(
+        &relays[other],
+        &["forfeit", "t0", "--epoch", &wrong, "--yes"],
+    );
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains(&format!("tenant t0 has no undrained epoch {wrong} (its barrier: {victim_id}@{epoch})")),
+        out.contains(&format!(
+            "tenant t0 has no undrained epoch {wrong} (its barrier: {victim_id}@{epoch})"
+        )),
         "{out}"
     );
     let (code, out) = cluster_cli(&relays[other], &["forfeit", "t0", "--epoch", &e, "--yes"]);
@@ -493,4 +502,137 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
     let cur = (epoch + 1).to_string();
     let (code, out) = cluster_cli(&relays[other], &["forfeit", "t0", "--epoch", &cur, "--yes"]);
     assert_eq!(code, 1, "{out}");
+}
+
+/// A zombie: the owner of a busy tenant paused (SIGSTOP) past its lease
+/// while hooks arrive, through the other nodes and at its own listener. The
+/// tenant moves; when the zombie resumes it has passed its deadline, so it
+/// acknowledges nothing as the owner (what reached it is forwarded to the
+/// new owner), joins again, and delivers what it held of the old epoch only
+/// as the drain, before the barrier lifts: every key's order holds across
+/// the two owners and nothing acknowledged is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_acknowledges_nothing_after_its_deadline_and_drains_in_order() {
+    let etcd = Etcd::start(1).await;
+    let sink = Sink::ok().await;
+    let relays = nodes(3, &etcd, &sink, 2_000).await;
+    let snap = all_owned(&etcd).await;
+    let zombie = owner_index(&snap, "t0");
+    let urls: Vec<String> = relays
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != zombie)
+        .map(|(_, r)| format!("http://{}", r.ingest))
+        .collect();
+    let history = Arc::new(History::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = keyed_load(urls, 0, 4, Arc::clone(&stop), Arc::clone(&history));
+    until("100 hooks acknowledged", WAIT, async || {
+        (history.acked().len() >= 100).then_some(())
+    })
+    .await;
+    // Slow ordered deliveries: the zombie holds undelivered hooks when it
+    // is paused.
+    sink.set_script(|r| {
+        if r.path == "/in/o" {
+            Reply::Delay(Duration::from_millis(30), 200)
+        } else {
+            Reply::Status(200)
+        }
+    });
+    until("200 hooks acknowledged", WAIT, async || {
+        (history.acked().len() >= 200).then_some(())
+    })
+    .await;
+    relays[zombie].signal("STOP");
+    // A provider that reaches the zombie itself: its requests wait in the
+    // paused process's accept queue (one key, one at a time).
+    let direct = {
+        let (url, history, stop) = (
+            format!("http://{}/hooks/s0", relays[zombie].ingest),
+            Arc::clone(&history),
+            Arc::clone(&stop),
+        );
+        tokio::spawn(async move {
+            let client = crate::relay::client();
+            let mut n = 0usize;
+            while !stop.load(Ordering::SeqCst) && n < 20 {
+                let id = format!("t0z-{n}");
+                let body = format!("{{\"key\":\"t0z\",\"n\":{n}}}");
+                let headers = [("content-type", "application/json"), ("x-entity-id", "t0z")];
+                match post(&client, &url, &headers, body.into_bytes()).await {
+                    Ok(a) if a.status == 200 => history.ack(&id, Some("t0z")),
+                    Ok(_) | Err(_) => history.refused(&id),
+                }
+                n += 1;
+            }
+        })
+    };
+    let cat = catalog(&etcd);
+    let epoch = snap.tenants["t0"].0.epoch;
+    until("t0 moved off the paused owner", WAIT, async || {
+        let s = cat.snapshot().await.ok()?;
+        (s.tenants["t0"].0.epoch > epoch && s.live_owner("t0").is_some()).then_some(())
+    })
+    .await;
+    let mark = history.acked().len();
+    until("hooks acknowledged by the new owner", WAIT, async || {
+        (history.acked().len() >= mark + 100).then_some(())
+    })
+    .await;
+    sink.set_script(|_| Reply::Status(200));
+    relays[zombie].signal("CONT");
+    until(
+        "the barrier lifted (the zombie drained its epoch)",
+        WAIT,
+        async || {
+            let s = cat.snapshot().await.ok()?;
+            s.tenants["t0"].0.drains.is_empty().then_some(())
+        },
+    )
+    .await;
+    let mark = history.acked().len();
+    until("hooks acknowledged after the drain", WAIT, async || {
+        (history.acked().len() >= mark + 50).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    for h in load {
+        h.await.expect("load task");
+    }
+    direct.await.expect("direct task");
+    // The zombie owns nothing now and said so in its log.
+    let s = cat.snapshot().await.expect("catalog");
+    let zid = format!("n{}", zombie + 1);
+    assert!(
+        s.tenants
+            .values()
+            .all(|(t, _)| t.owner.as_deref() != Some(zid.as_str())),
+        "the zombie owns a tenant again: {s:?}"
+    );
+    let log = relays[zombie].log();
+    assert!(log.contains("lease expired in etcd"), "{log}");
+    // What reached the zombie directly after it resumed was forwarded to
+    // the new owner (and acknowledged by it), never committed as the owner.
+    let direct_acked = history
+        .acked()
+        .iter()
+        .filter(|id| id.starts_with("t0z-"))
+        .count();
+    assert!(
+        direct_acked > 0,
+        "no hook sent to the zombie was acknowledged"
+    );
+    assert!(
+        relays[zombie]
+            .metric("ankusa_cluster_forwarded_total")
+            .await
+            >= 1.0,
+        "{}",
+        relays[zombie].log()
+    );
+    all_delivered(&history, &sink, &relays).await;
+    record_deliveries(&sink, &history);
+    let summary = history.assert_kept(&["o"], &["o", "u"]);
+    eprintln!("zombie: {direct_acked} hooks sent to it acknowledged; {summary}");
 }

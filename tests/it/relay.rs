@@ -470,6 +470,16 @@ impl Relay {
         Some((status, r.text().await.unwrap_or_default()))
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
     /// Sends SIGTERM (the process keeps running until it has stopped cleanly).
     pub fn sigterm(&self) {
         let status = Command::new("kill")
