@@ -27,9 +27,20 @@ const TENANTS: usize = 6;
 /// A node's configuration: everything but `node_id` is the same on every
 /// node (the listeners are placeholders the relay harness fills).
 fn template(node_id: &str, etcd: &Etcd, sink: &Sink, lease_ttl_ms: u64) -> String {
+    template_held(node_id, etcd, sink, lease_ttl_ms, 4_000)
+}
+
+/// [`template`] with the cluster's `hold_ms`.
+fn template_held(
+    node_id: &str,
+    etcd: &Etcd,
+    sink: &Sink,
+    lease_ttl_ms: u64,
+    hold_ms: u64,
+) -> String {
     let url = sink.url();
     let mut rest = format!(
-        "cluster: {{node_id: {node_id}, etcd: {}, lease_ttl_ms: {lease_ttl_ms}}}\n\
+        "cluster: {{node_id: {node_id}, etcd: {}, lease_ttl_ms: {lease_ttl_ms}, hold_ms: {hold_ms}}}\n\
          retry: {{base_ms: 20, max_ms: 200}}\n\
          tenants: [{}]\nsources:\n",
         etcd.yaml_list(),
@@ -635,4 +646,131 @@ async fn a_paused_owner_acknowledges_nothing_after_its_deadline_and_drains_in_or
     record_deliveries(&sink, &history);
     let summary = history.assert_kept(&["o"], &["o", "u"]);
     eprintln!("zombie: {direct_acked} hooks sent to it acknowledged; {summary}");
+}
+
+/// etcd's faults. One member of three killed (a follower) changes nothing:
+/// no tenant moves, every hook is answered 200. All three paused: each node
+/// serves until its deadline, then answers 503 with `Retry-After`, never a
+/// 200 for a hook sent after the lease's TTL had passed since etcd stopped
+/// (a node cannot know it still owns the tenant); when etcd returns the
+/// nodes take hooks again, and every acknowledged hook is delivered, each
+/// key's in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_losing_a_member_changes_nothing_and_losing_all_stops_acknowledgements() {
+    let ttl = Duration::from_millis(3_000);
+    let mut etcd = Etcd::start(3).await;
+    let sink = Sink::ok().await;
+    // A short hold: each refusal below waits for it.
+    let mut relays = Vec::new();
+    for i in 1..=3 {
+        relays
+            .push(Relay::start(&template_held(&format!("n{i}"), &etcd, &sink, 3_000, 1_000)).await);
+    }
+    let before = all_owned(&etcd).await;
+    // A follower dies: hooks keep being acknowledged, nothing moves.
+    let leader = until("an etcd leader", WAIT, async || etcd.leader().await).await;
+    let follower = (leader + 1) % 3;
+    etcd.kill(follower);
+    let history = Arc::new(History::new());
+    let client = client();
+    for n in 0..60 {
+        let r = &relays[n % 3];
+        let t = n % TENANTS;
+        let key = format!("t{t}k0");
+        let id = format!("{key}-{n}");
+        let a = post(
+            &client,
+            &format!("http://{}/hooks/s{t}", r.ingest),
+            &[("content-type", "application/json"), ("x-entity-id", &key)],
+            format!("{{\"key\":\"{key}\",\"n\":{n}}}").into_bytes(),
+        )
+        .await
+        .expect("answered");
+        assert_eq!(a.status, 200, "hook {n} with one etcd member down: {a:?}");
+        history.ack(&id, Some(&key));
+    }
+    let cat = catalog(&etcd);
+    let now = cat.snapshot().await.expect("catalog");
+    for (name, (t, _)) in &before.tenants {
+        assert_eq!(now.tenants[name].0.epoch, t.epoch, "tenant {name} moved");
+    }
+    etcd.restart(follower);
+    etcd.wait_writable().await;
+    // All three paused.
+    for i in 0..3 {
+        etcd.signal(i, "STOP");
+    }
+    let stopped = Instant::now();
+    let mut n = 1_000usize;
+    let mut refused_after_ttl = 0;
+    // Until 12 hooks sent after the TTL have been answered.
+    while refused_after_ttl < 12 {
+        let sent = Instant::now();
+        let r = &relays[n % 3];
+        let t = n % TENANTS;
+        let key = format!("t{t}k0");
+        let id = format!("{key}-{n}");
+        let got = post(
+            &client,
+            &format!("http://{}/hooks/s{t}", r.ingest),
+            &[("content-type", "application/json"), ("x-entity-id", &key)],
+            format!("{{\"key\":\"{key}\",\"n\":{n}}}").into_bytes(),
+        )
+        .await;
+        let after_ttl = sent.duration_since(stopped) > ttl;
+        match got {
+            Ok(a) if a.status == 200 => {
+                assert!(
+                    !after_ttl,
+                    "hook {n} sent {:?} after etcd stopped (TTL {ttl:?}) was acknowledged",
+                    sent.duration_since(stopped)
+                );
+                history.ack(&id, Some(&key));
+            }
+            Ok(a) => {
+                history.refused(&id);
+                if after_ttl {
+                    assert_eq!(a.status, 503, "{a:?}");
+                    assert!(a.retry_after.is_some(), "503 without Retry-After: {a:?}");
+                    refused_after_ttl += 1;
+                }
+            }
+            Err(e) => panic!("hook {n}: a live node did not answer: {e}"),
+        }
+        n += 1;
+    }
+    for i in 0..3 {
+        etcd.signal(i, "CONT");
+    }
+    // Back: every tenant takes hooks again.
+    for t in 0..TENANTS {
+        let key = format!("t{t}k0");
+        let acked = until(
+            "a hook acknowledged after etcd returned",
+            WAIT,
+            async || {
+                n += 1;
+                let id = format!("{key}-{n}");
+                let a = post(
+                    &client,
+                    &format!("http://{}/hooks/s{t}", relays[n % 3].ingest),
+                    &[("content-type", "application/json"), ("x-entity-id", &key)],
+                    format!("{{\"key\":\"{key}\",\"n\":{n}}}").into_bytes(),
+                )
+                .await
+                .ok()?;
+                if a.status == 200 {
+                    Some(id)
+                } else {
+                    history.refused(&id);
+                    None
+                }
+            },
+        )
+        .await;
+        history.ack(&acked, Some(&key));
+    }
+    all_delivered(&history, &sink, &relays).await;
+    record_deliveries(&sink, &history);
+    history.assert_kept(&["o"], &["o", "u"]);
 }

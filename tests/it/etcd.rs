@@ -118,6 +118,35 @@ impl Etcd {
         }
     }
 
+    /// The index of the member that is the raft leader now, if one answers.
+    pub async fn leader(&self) -> Option<usize> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .ok()?;
+        for (i, m) in self.members.iter().enumerate() {
+            let Ok(r) = client
+                .post(format!("{}/v3/maintenance/status", m.client))
+                .body("{}")
+                .send()
+                .await
+            else {
+                continue;
+            };
+            let Ok(body) = r.bytes().await else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) else {
+                continue;
+            };
+            if v["header"]["member_id"] == v["leader"] && !v["leader"].is_null() {
+                return Some(i);
+            }
+        }
+        None
+    }
+
     /// SIGKILLs member `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].child.take() {
