@@ -255,6 +255,37 @@ impl Member {
         Ok((t, s))
     }
 
+    /// After a reload applied the configuration `record`: this node's record
+    /// says it runs it, and the cluster's becomes it when it differs (the
+    /// first node to reload a new file validated it and publishes it; the
+    /// others follow with the same file, and `ankusa cluster status` shows
+    /// the nodes still on another). A failure is logged: the reload stands.
+    pub async fn follow(&self, record: &ConfigRecord) {
+        let node = {
+            let mut r = self
+                .record
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            r.config.clone_from(&record.hash);
+            r.clone()
+        };
+        let lease = self.lease.load(Ordering::SeqCst);
+        if let Err(e) = self.catalog.update_node(&self.id, &node, lease).await {
+            warn!(error = %e, "cluster: cannot record this node's new configuration in the catalog");
+        }
+        let current = self.view.load().snap.config.clone();
+        if current.as_ref().is_none_or(|c| c.hash != record.hash) {
+            match self.catalog.publish_config(record).await {
+                Ok(()) => info!(
+                    hash = %record.hash,
+                    changed = ?current.map(|c| c.differences(record)).unwrap_or_default(),
+                    "cluster: published the reloaded configuration; the other nodes follow when they reload the same file"
+                ),
+                Err(e) => warn!(error = %e, "cluster: cannot publish the reloaded configuration"),
+            }
+        }
+    }
+
     /// The tenants of this node's store by ordinal (the pipeline's fencing
     /// asks by ordinal).
     pub fn set_names(&self, registry: &ankusa_queue::Registry) {

@@ -107,6 +107,9 @@ pub struct Reloader<K: Kv> {
     pub running: Running,
     /// Shown by `GET /v1/config` and `/metrics`.
     pub status: Arc<Mutex<ConfigStatus>>,
+    /// Cluster mode: the catalog numbers the new names and keeps the
+    /// configuration every node follows (docs/design.md section 11).
+    pub member: Option<Arc<crate::cluster::Member>>,
 }
 
 /// The largest configuration file a reload reads, bytes (a configuration of
@@ -263,6 +266,23 @@ impl<K: Kv> Reloader<K> {
         }
         let old = Arc::clone(&self.running.cfg);
         let mut refused = fixed_changes(&old, &new);
+        // Cluster mode: the catalog numbers the file's new names for every
+        // node (a name's number is the cluster's), before the store's part.
+        let mut numbered = None;
+        let mut record = None;
+        if let Some(m) = &self.member
+            && refused.is_empty()
+        {
+            let r = crate::cluster::config_record(&bytes)
+                .map_err(|e| ReloadFailure::Invalid(vec![format!("{e:#}")]))?;
+            let local = Registry::read(&*self.kv).map_err(|e| store_failed(&e))?;
+            numbered = Some(
+                m.number(&new, &local)
+                    .await
+                    .map_err(|e| ReloadFailure::Refused(vec![format!("{e:#}")]))?,
+            );
+            record = Some(r);
+        }
         let need = crate::limits::sink_fds(&new);
         if need > self.sink_fds {
             refused.push(format!(
@@ -275,7 +295,7 @@ impl<K: Kv> Reloader<K> {
         // entry's slot, queued work of what it removes. Every refusal is
         // named together; nothing is written before everything is built.
         let kv = Arc::clone(&self.kv);
-        let plan = tokio::task::spawn_blocking(move || plan(&*kv, new))
+        let plan = tokio::task::spawn_blocking(move || plan(&*kv, new, numbered.as_ref()))
             .await
             .map_err(|e| {
                 ReloadFailure::Unavailable(format!("the reload's store work failed: {e}"))
@@ -323,6 +343,10 @@ impl<K: Kv> Reloader<K> {
             tracing::debug!(destination = %d, "after the reload");
         }
         self.running = Running { cfg: new, routes };
+        if let (Some(m), Some(r)) = (&self.member, &record) {
+            m.set_names(&registry);
+            m.follow(r).await;
+        }
         Ok(ReloadDone {
             status: ConfigStatus {
                 hash,
@@ -355,14 +379,30 @@ fn store_failed(e: &dyn std::fmt::Display) -> ReloadFailure {
 /// registry the file needs (its new names numbered, not written), every
 /// sink entry's slot, and the queued deliveries of a removed source or sink
 /// entry, each named (a reload never dead-letters them).
-fn plan<K: Kv>(kv: &K, mut new: Config) -> Result<Plan, ReloadFailure> {
+fn plan<K: Kv>(
+    kv: &K,
+    mut new: Config,
+    numbered: Option<&(
+        std::collections::BTreeMap<String, u32>,
+        std::collections::BTreeMap<String, u32>,
+    )>,
+) -> Result<Plan, ReloadFailure> {
     let before = Registry::read(kv).map_err(|e| store_failed(&e))?;
-    let (names, registry) = ankusa_queue::register(
-        kv,
-        new.tenants.iter().map(|t| t.name.as_str()),
-        new.sources.iter().map(|s| s.name.as_str()),
-    )
-    .map_err(|e| store_failed(&e))?;
+    let (names, registry) = match numbered {
+        Some((tenants, sources)) => ankusa_queue::register_numbered(kv, tenants, sources)
+            .map_err(|e| match e {
+                e @ ankusa_queue::QueueError::RegistryConflict { .. } => {
+                    ReloadFailure::Refused(vec![format!("cluster: {e}")])
+                }
+                e => store_failed(&e),
+            })?,
+        None => ankusa_queue::register(
+            kv,
+            new.tenants.iter().map(|t| t.name.as_str()),
+            new.sources.iter().map(|s| s.name.as_str()),
+        )
+        .map_err(|e| store_failed(&e))?,
+    };
     let mut stored =
         crate::unconfigured::stored_slots(kv, &registry).map_err(|e| store_failed(&e))?;
     // A source this reload registers has no row in the store: its slots
@@ -443,6 +483,11 @@ fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
         o.admin_token.is_some() != n.admin_token.is_some(),
         "listeners.admin_token",
         "turning the token on or off changes which addresses the admin listener may bind; rotating a token is live",
+    );
+    fixed(
+        old.cluster != new.cluster,
+        "cluster",
+        "the node joined its cluster with it (its etcd, its lease, its id)",
     );
     let (o, n) = (&old.node, &new.node);
     fixed(

@@ -919,6 +919,7 @@ async fn run<K: Kv>(
             routes: running_routes,
         },
         status: config_status,
+        member: member.clone(),
     };
     let admin_hold = Arc::clone(&admin_state);
     // The ingest listener stops first; the admin listener answers until the

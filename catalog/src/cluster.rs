@@ -669,8 +669,9 @@ pub struct Assignment {
 
 /// The controller's decisions on `snap` (docs/design.md section 11,
 /// "Failover"): every tenant without a live owner goes to a live node that
-/// is not draining, the one that owns the fewest tenants (ties by id), at
-/// the next epoch. A tenant that had an owner (now dead) gets that epoch
+/// is not draining, the one that owns the fewest tenants (ties by id) among
+/// those running the cluster's configuration if any can take it, at the next
+/// epoch. A tenant that had an owner (now dead) gets that epoch
 /// appended to its drains, so its ordered lanes hold new hooks until every
 /// earlier epoch's node delivered what it holds, oldest epoch first.
 ///
@@ -712,10 +713,17 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
                 epoch: t.epoch,
             });
         }
+        // Nodes on the cluster's configuration first: a node still on an
+        // older file may not have the tenant at all.
+        let current = |id: &str| {
+            snap.config
+                .as_ref()
+                .is_none_or(|c| snap.nodes.get(id).is_some_and(|(n, _)| n.config == c.hash))
+        };
         let Some((&to, _)) = load
             .iter()
             .filter(|(id, _)| may_own(&drains, id))
-            .min_by_key(|(id, n)| (**n, **id))
+            .min_by_key(|(id, n)| (!current(id), **n, **id))
         else {
             continue;
         };
@@ -962,6 +970,32 @@ mod tests {
         snap.nodes.insert("n1".into(), node(false));
         snap.tenants.insert("a".into(), (got[0].record.clone(), 50));
         assert_eq!(assign(&snap), []);
+    }
+
+    #[test]
+    fn a_node_on_the_clusters_configuration_is_preferred() {
+        let mut snap = Snapshot::default();
+        snap.config = Some(ConfigRecord {
+            hash: "new".into(),
+            parts: BTreeMap::new(),
+        });
+        snap.nodes.insert("n1".into(), node(false));
+        let mut n2 = node(false);
+        n2.0.config = "new".into();
+        snap.nodes.insert("n2".into(), n2);
+        snap.tenants.insert("a".into(), tenant(1, Some("n2"), 1));
+        snap.tenants.insert("b".into(), tenant(2, None, 0));
+        // n1 owns nothing, but runs an older file: b goes to n2.
+        assert_eq!(assign(&snap)[0].record.owner.as_deref(), Some("n2"));
+        // With n2 gone, n1 is all there is.
+        snap.nodes.remove("n2");
+        assert_eq!(
+            assign(&snap)
+                .iter()
+                .map(|a| a.record.owner.as_deref())
+                .collect::<Vec<_>>(),
+            [Some("n1"), Some("n1")]
+        );
     }
 
     #[test]

@@ -38,18 +38,31 @@ fn template_held(
     lease_ttl_ms: u64,
     hold_ms: u64,
 ) -> String {
+    template_of(
+        node_id,
+        &format!(
+            "etcd: {}, lease_ttl_ms: {lease_ttl_ms}, hold_ms: {hold_ms}",
+            etcd.yaml_list()
+        ),
+        sink,
+        TENANTS,
+    )
+}
+
+/// A node's configuration: `cluster` is `node_id` and `cluster` (the rest
+/// of the section), with `tenants` tenants `t<i>` and their sources.
+fn template_of(node_id: &str, cluster: &str, sink: &Sink, tenants: usize) -> String {
     let url = sink.url();
     let mut rest = format!(
-        "cluster: {{node_id: {node_id}, etcd: {}, lease_ttl_ms: {lease_ttl_ms}, hold_ms: {hold_ms}}}\n\
+        "cluster: {{node_id: {node_id}, {cluster}}}\n\
          retry: {{base_ms: 20, max_ms: 200}}\n\
          tenants: [{}]\nsources:\n",
-        etcd.yaml_list(),
-        (0..TENANTS)
+        (0..tenants)
             .map(|i| format!("{{name: t{i}}}"))
             .collect::<Vec<_>>()
             .join(", ")
     );
-    for i in 0..TENANTS {
+    for i in 0..tenants {
         rest.push_str(&format!(
             "  - name: s{i}\n    tenant: t{i}\n    sinks:\n      \
              - {{type: http, name: o, url: '{url}/o', ordered: true, ordering_key: {{header: x-entity-id}}}}\n      \
@@ -773,4 +786,135 @@ async fn etcd_losing_a_member_changes_nothing_and_losing_all_stops_acknowledgeme
     all_delivered(&history, &sink, &relays).await;
     record_deliveries(&sink, &history);
     history.assert_kept(&["o"], &["o", "u"]);
+}
+
+/// The `ankusa cluster status --json` of the cluster `relay` is in.
+fn status_json(relay: &Relay) -> serde_json::Value {
+    let (code, out) = cluster_cli(relay, &["status", "--json"]);
+    assert_eq!(code, 0, "{out}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("status is not JSON ({e}): {out}"))
+}
+
+/// Whether node `id` runs the cluster's configuration, by `status`.
+fn config_current(status: &serde_json::Value, id: &str) -> Option<bool> {
+    status["nodes"]
+        .as_array()?
+        .iter()
+        .find(|n| n["id"] == id)?["config_current"]
+        .as_bool()
+}
+
+/// A reload reaches the cluster one node at a time: the first node to
+/// reload a new file (a seventh tenant and its source) validates and
+/// publishes it, the catalog numbers the new tenant once for every node and
+/// gives it to a node on the new file, and `cluster status` shows the node
+/// still on the old one until it reloads the same file. A reload that
+/// changes the `cluster` section is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_reaches_every_node_and_new_names_are_numbered_once() {
+    let etcd = Etcd::start(1).await;
+    let sink = Sink::ok().await;
+    let mut relays = nodes(2, &etcd, &sink, 3_000).await;
+    let before = all_owned(&etcd).await;
+    let cluster = format!("etcd: {}, lease_ttl_ms: 3000, hold_ms: 4000", etcd.yaml_list());
+    relays[0].rewrite_config(&template_of("n1", &cluster, &sink, TENANTS + 1));
+    relays[0].sighup();
+    let cat = catalog(&etcd);
+    let snap = until("the new configuration published and t6 owned", WAIT, async || {
+        let s = cat.snapshot().await.ok()?;
+        let changed = s.config.as_ref()?.hash != before.config.as_ref()?.hash;
+        (changed && s.live_owner("t6").is_some()).then_some(s)
+    })
+    .await;
+    // t6 went to n1, the node on the cluster's configuration, numbered 7.
+    assert_eq!(snap.live_owner("t6").map(|(id, _)| id), Some("n1"));
+    assert_eq!(snap.tenants["t6"].0.ord, 7);
+    let status = status_json(&relays[0]);
+    assert_eq!(config_current(&status, "n1"), Some(true), "{status:#}");
+    assert_eq!(config_current(&status, "n2"), Some(false), "{status:#}");
+    let hook = |n: usize| format!("{{\"n\":{n}}}");
+    let headers = [("content-type", "application/json"), ("x-entity-id", "k")];
+    let first = relays[0].post("/hooks/s6", &headers, hook(1)).await.id();
+    // n2 routes by its own file, which has no s6 yet.
+    assert_eq!(relays[1].post("/hooks/s6", &headers, hook(2)).await.status, 404);
+    relays[1].rewrite_config(&template_of("n2", &cluster, &sink, TENANTS + 1));
+    relays[1].sighup();
+    until("n2 on the cluster's configuration", WAIT, async || {
+        config_current(&status_json(&relays[0]), "n2").filter(|c| *c)
+    })
+    .await;
+    let second = relays[1].post("/hooks/s6", &headers, hook(3)).await.id();
+    until("both hooks of t6 delivered in order", WAIT, async || {
+        let o: Vec<String> = sink
+            .delivered()
+            .iter()
+            .filter(|r| r.path == "/in/o")
+            .map(crate::sink::Req::id)
+            .collect();
+        (o == [first.clone(), second.clone()]).then_some(())
+    })
+    .await;
+    // The cluster section cannot change on a running node.
+    let changed = format!("etcd: {}, lease_ttl_ms: 4000, hold_ms: 4000", etcd.yaml_list());
+    relays[1].rewrite_config(&template_of("n2", &changed, &sink, TENANTS + 1));
+    relays[1].sighup();
+    until("the refused reload logged", WAIT, async || {
+        relays[1]
+            .log()
+            .contains("cluster: cannot change while the relay runs")
+            .then_some(())
+    })
+    .await;
+}
+
+/// `ankusa serve` of `template` in a directory of its own, on free ports,
+/// which must exit without serving: its exit code and output.
+fn refused_start(template: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .to_string()
+    };
+    let text = template
+        .replace("{INGEST}", &port())
+        .replace("{ADMIN}", &port())
+        .replace("{DATA}", &dir.path().join("data").display().to_string())
+        .replace("{DIR}", &dir.path().display().to_string());
+    let file = dir.path().join("node.yaml");
+    std::fs::write(&file, text).expect("write the config");
+    let (status, out) = crate::relay::run_cli(
+        &["serve".as_ref(), "--config".as_ref(), file.as_os_str()],
+        dir.path(),
+    );
+    (status.code().unwrap_or(-1), out)
+}
+
+/// A node whose file differs from the cluster's is refused at start,
+/// naming the parts that differ; one with a live node's id is refused
+/// naming that node's address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_another_file_or_a_taken_id_is_refused_by_name() {
+    let etcd = Etcd::start(1).await;
+    let sink = Sink::ok().await;
+    let relays = nodes(1, &etcd, &sink, 3_000).await;
+    let cluster = format!("etcd: {}, lease_ttl_ms: 3000, hold_ms: 4000", etcd.yaml_list());
+    // Another file: a seventh tenant and source.
+    let (status, log) = refused_start(&template_of("n2", &cluster, &sink, TENANTS + 1));
+    assert_eq!(status, 1, "{log}");
+    assert!(
+        log.contains("this node's configuration differs from the cluster's in sources.s6, tenants.t6: every section but node and listeners must be the same on every node"),
+        "{log}"
+    );
+    // n1's id while n1 lives: refused after waiting for the record to go.
+    let (status, log) = refused_start(&template("n1", &etcd, &sink, 3_000));
+    assert_eq!(status, 1, "{log}");
+    assert!(
+        log.contains(&format!(
+            "node_id n1 is in use by a live node at {}: each node needs its own node_id",
+            relays[0].ingest
+        )),
+        "{log}"
+    );
 }

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Stops the demo cluster of deploy/cluster/up.sh: HAProxy first (no new
+# hooks), then the relays (SIGTERM: they finish their commits and deliveries
+# in flight; SIGKILL for any still running after 20 s), then etcd (last: a
+# stopping relay still talks to it).
+#
+#   deploy/cluster/down.sh           # stop; the state dir stays (up.sh starts on it again)
+#   deploy/cluster/down.sh --clean   # stop, and delete the state dir
+#
+# The state dir is $ANKUSA_CLUSTER_DIR, default ./ankusa-cluster, as for up.sh.
+# Only the processes named by its pid files are signalled.
+set -euo pipefail
+
+clean=0
+case "${1:-}" in
+  "") ;;
+  --clean) clean=1 ;;
+  -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) printf 'usage: %s [--clean]\n' "$0" >&2; exit 2 ;;
+esac
+
+say() { printf '[cluster] %s\n' "$*"; }
+die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
+
+state=${ANKUSA_CLUSTER_DIR:-./ankusa-cluster}
+[ -d "$state" ] || { say "no state dir $state: nothing to stop"; exit 0; }
+state=$(cd "$state" && pwd)
+[ -e "$state/.ankusa-cluster" ] || die "$state is not a state dir of up.sh (no .ankusa-cluster in it)"
+
+# pid_of NAME COMM: the pid in $state/NAME.pid if it is a live process named
+# COMM (a pid since reused by another program is left alone).
+pid_of() {
+  local pid
+  pid=$(cat "$state/$1.pid" 2>/dev/null) || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$(ps -o comm= -p "$pid" 2>/dev/null)" = "$2" ] && echo "$pid"
+}
+
+# gone PID...: none of them is running any more.
+gone() {
+  local pid
+  for pid in "$@"; do
+    if kill -0 "$pid" 2>/dev/null; then return 1; fi
+  done
+}
+# stop SECONDS COMM NAME...: SIGTERM to each, wait up to SECONDS for all of
+# them, SIGKILL to those left (and wait until the kernel has them gone).
+stop() {
+  local secs=$1 comm=$2; shift 2
+  local name pid pids=() names=()
+  for name in "$@"; do
+    if pid=$(pid_of "$name" "$comm"); then
+      say "stopping $name (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null || true
+      pids+=("$pid"); names+=("$name")
+    fi
+  done
+  if [ "${#pids[@]}" -gt 0 ]; then
+    local deadline=$((SECONDS + secs)) i
+    until gone "${pids[@]}" || [ "$SECONDS" -ge "$deadline" ]; do sleep 0.2; done
+    for i in "${!pids[@]}"; do
+      if kill -0 "${pids[$i]}" 2>/dev/null; then
+        say "${names[$i]} (pid ${pids[$i]}) still running after ${secs}s: SIGKILL"
+        kill -KILL "${pids[$i]}" 2>/dev/null || true
+      fi
+    done
+    deadline=$((SECONDS + 5))
+    until gone "${pids[@]}" || [ "$SECONDS" -ge "$deadline" ]; do sleep 0.2; done
+    gone "${pids[@]}" || die "still running after SIGKILL: ${pids[*]}"
+  fi
+  for name in "$@"; do rm -f "$state/$name.pid"; done
+}
+
+stop 10 haproxy haproxy
+stop 20 ankusa n1 n2 n3
+stop 20 etcd etcd1 etcd2 etcd3
+say "stopped"
+
+if [ "$clean" -eq 1 ]; then
+  rm -rf -- "$state"
+  say "deleted $state"
+fi
