@@ -34,7 +34,7 @@ use ankusa_catalog::Etcd;
 use ankusa_catalog::cluster::{
     Catalog, ConfigRecord, JoinError, NodeRecord, Numbered, Snapshot, TenantRecord, assign,
 };
-use ankusa_edge::server::owners::{Answer, Forward, Owners, Pending, Placement};
+use ankusa_edge::server::owners::{Admitted, Answer, Forward, Owners, Pending, Placement};
 use ankusa_keys::TenantOrd;
 use ankusa_pipeline::TenantClaims;
 use anyhow::Context as _;
@@ -116,6 +116,8 @@ pub struct Member {
     names: ArcSwap<BTreeMap<TenantOrd, String>>,
     forwarder: reqwest::Client,
     stopping: AtomicBool,
+    /// Hooks admitted for commit and not answered yet, by tenant.
+    inflight: Mutex<BTreeMap<String, usize>>,
     /// What the runtime counts.
     pub stats: ClusterStats,
 }
@@ -185,17 +187,23 @@ impl Member {
                 .build()
                 .context("cluster: the forwarding HTTP client")?,
             stopping: AtomicBool::new(false),
+            inflight: Mutex::new(BTreeMap::new()),
             stats: ClusterStats::default(),
         });
         // The lease is renewed from now on: the rest of the start (the
         // store's checks, the sinks' connections) may take longer than it.
         tokio::spawn(Arc::clone(&member).renew());
         let until = Instant::now() + ttl + Duration::from_secs(2);
+        let mut waited = false;
         loop {
             let lease = member.lease.load(Ordering::SeqCst);
             match member.catalog.join(&member.id, &record, lease).await {
                 Ok(()) => break,
-                Err(JoinError::NodeIdInUse { .. }) if Instant::now() < until => {
+                Err(JoinError::NodeIdInUse { addr, .. }) if Instant::now() < until => {
+                    if !waited {
+                        info!(%addr, "cluster: a live record has this node's id (an earlier run's, whose lease has not expired yet?): waiting up to the lease TTL and 2 s");
+                        waited = true;
+                    }
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
                 Err(e) => {
@@ -298,6 +306,12 @@ impl Member {
         ));
     }
 
+    /// Whether an operator drained this node (`ankusa cluster drain`):
+    /// `/readyz` then answers 503, so a load balancer sends it nothing.
+    pub fn drained(&self) -> bool {
+        self.view.load().snap.draining.contains(&self.id)
+    }
+
     /// This node's id.
     pub fn id(&self) -> &str {
         &self.id
@@ -311,9 +325,9 @@ impl Member {
             .unwrap_or(false)
     }
 
-    /// Whether this node owns `tenant` and may act as its owner now: a fresh
-    /// lease, and a view read under it that names this node.
-    pub fn fresh(&self, tenant: &str) -> bool {
+    /// Whether this node owns `tenant` now: a fresh lease, and a view read
+    /// under it that names this node.
+    fn owns(&self, tenant: &str) -> bool {
         let view = self.view.load();
         view.lease == self.lease.load(Ordering::SeqCst)
             && view
@@ -322,6 +336,20 @@ impl Member {
                 .get(tenant)
                 .is_some_and(|(t, _)| t.owner.as_deref() == Some(self.id.as_str()))
             && self.lease_fresh()
+    }
+
+    /// Whether this node may acknowledge a hook of `tenant` now: it owns it
+    /// ([`Member::owns`]) and the tenant is not being moved (a planned move
+    /// fences it first).
+    pub fn fresh(&self, tenant: &str) -> bool {
+        self.owns(tenant)
+            && self
+                .view
+                .load()
+                .snap
+                .tenants
+                .get(tenant)
+                .is_some_and(|(t, _)| t.moving.is_none())
     }
 
     /// Which of `tenant`'s rows this node's pipeline may claim (docs/design.md
@@ -341,7 +369,9 @@ impl Member {
         };
         let me = self.id.as_str();
         if t.owner.as_deref() == Some(me) {
-            if !self.fresh(name) {
+            // A tenant being moved off this node is still delivered here:
+            // what it holds goes out in place.
+            if !self.owns(name) {
                 return TenantClaims::Nothing;
             }
             if t.drains.iter().all(|d| d.node == me) {
@@ -495,6 +525,7 @@ impl Member {
                     }
                     unreachable = false;
                     wake();
+                    self.fence_moves().await;
                     self.finish_drains(&*pending).await;
                 }
                 Err(e) => {
@@ -513,6 +544,48 @@ impl Member {
                 self.report(&*pending, &mut reported).await;
             }
             tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Confirms the planned moves of this node's tenants: the view that
+    /// shows the move is in place (so no hook of the tenant is acknowledged
+    /// from here on: [`Member::fresh`]); the controller may flip.
+    async fn fence_moves(&self) {
+        let view = self.view.load_full();
+        let me = self.id.as_str();
+        for (name, (t, rev)) in &view.snap.tenants {
+            let Some(m) = &t.moving else { continue };
+            if m.fenced || t.owner.as_deref() != Some(me) {
+                continue;
+            }
+            // The view that shows the move is in place (`read` stored it
+            // before this): a hook admitted from now on is refused, and the
+            // ones admitted before it are answered first.
+            let busy = self
+                .inflight
+                .lock()
+                .map(|i| i.get(name).copied().unwrap_or(0))
+                .unwrap_or(1);
+            if busy > 0 {
+                debug!(tenant = %name, busy, "cluster: a planned move waits for hooks being committed");
+                continue;
+            }
+            let mut record = t.clone();
+            record.moving = Some(ankusa_catalog::cluster::Move {
+                to: m.to.clone(),
+                fenced: true,
+            });
+            match self.catalog.set_tenant(name, &record, *rev).await {
+                Ok(true) => {
+                    info!(tenant = %name, to = %m.to, "cluster: fenced for a planned move: no more hooks of the tenant here")
+                }
+                Ok(false) => {
+                    debug!(tenant = %name, "cluster: the tenant changed first; fencing at the next read")
+                }
+                Err(e) => {
+                    debug!(tenant = %name, error = %e, "cluster: cannot confirm the fence yet")
+                }
+            }
         }
     }
 
@@ -649,9 +722,9 @@ impl Member {
             {
                 Ok(true) => info!(
                     tenant = %a.tenant,
-                    owner = ?a.record.owner,
+                    owner = a.record.owner.as_deref().unwrap_or("-"),
                     epoch = a.record.epoch,
-                    barrier = ?a.record.drains.iter().map(|d| format!("{}@{}", d.node, d.epoch)).collect::<Vec<_>>(),
+                    barrier = %a.record.drains.iter().map(|d| format!("{}@{}", d.node, d.epoch)).collect::<Vec<_>>().join(","),
                     "cluster: tenant assigned"
                 ),
                 Ok(false) => {
@@ -758,6 +831,49 @@ impl Member {
     }
 }
 
+/// A hook of a tenant admitted for commit: counted in flight until it is
+/// answered (a planned move confirms its fence only when none is).
+struct Admission<'a> {
+    member: &'a Member,
+    tenant: String,
+}
+
+impl<'a> Admission<'a> {
+    fn new(member: &'a Member, tenant: &str) -> Admission<'a> {
+        let mut inflight = member
+            .inflight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *inflight.entry(tenant.to_owned()).or_default() += 1;
+        Admission {
+            member,
+            tenant: tenant.to_owned(),
+        }
+    }
+}
+
+impl Admitted for Admission<'_> {
+    fn may_acknowledge(&self) -> bool {
+        self.member.owns(&self.tenant)
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        let mut inflight = self
+            .member
+            .inflight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = inflight.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                inflight.remove(&self.tenant);
+            }
+        }
+    }
+}
+
 /// A TTL etcd granted, in seconds, as a duration (at least 1 s).
 fn granted(ttl_s: i64) -> Duration {
     Duration::from_secs(u64::try_from(ttl_s).unwrap_or(1).max(1))
@@ -765,8 +881,7 @@ fn granted(ttl_s: i64) -> Duration {
 
 /// Headers a forward does not pass on: hop-by-hop ones, and the ones the
 /// client sets for the new request.
-const NOT_FORWARDED: [&str; 9] = [
-    "host",
+const NOT_FORWARDED: [&str; 8] = [
     "content-length",
     "connection",
     "keep-alive",
@@ -799,8 +914,11 @@ impl Owners for Member {
         }
     }
 
-    fn fresh(&self, tenant: &str) -> bool {
-        Member::fresh(self, tenant)
+    fn admit(&self, tenant: &str) -> Option<Box<dyn Admitted + '_>> {
+        // Counted first, checked second: a fence that stored its view and
+        // then found no hook in flight is seen by every later check.
+        let admission = Admission::new(self, tenant);
+        Member::fresh(self, tenant).then(|| Box::new(admission) as Box<dyn Admitted>)
     }
 
     fn hold(&self) -> Duration {
@@ -830,15 +948,19 @@ impl Owners for Member {
             }
             let resp = req.body(f.body).send().await.map_err(|e| e.to_string())?;
             let status = resp.status().as_u16();
-            let headers = ["content-type", "retry-after"]
-                .into_iter()
-                .filter_map(|h| {
-                    resp.headers()
-                        .get(h)
-                        .and_then(|v| v.to_str().ok())
-                        .map(|v| (h.to_owned(), v.to_owned()))
-                })
-                .collect();
+            let headers = [
+                "content-type",
+                "retry-after",
+                ankusa_edge::server::owners::PLACE_AGAIN,
+            ]
+            .into_iter()
+            .filter_map(|h| {
+                resp.headers()
+                    .get(h)
+                    .and_then(|v| v.to_str().ok())
+                    .map(|v| (h.to_owned(), v.to_owned()))
+            })
+            .collect();
             let body = resp.bytes().await.map_err(|e| e.to_string())?;
             Ok(Answer {
                 status,

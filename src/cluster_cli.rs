@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use ankusa_catalog::Etcd;
-use ankusa_catalog::cluster::{Catalog, ForfeitError, Snapshot};
+use ankusa_catalog::cluster::{Catalog, ForfeitError, MoveError, Snapshot};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
@@ -39,6 +39,42 @@ pub enum ClusterCmd {
         /// One JSON object: `nodes` and `tenants` arrays.
         #[arg(long)]
         json: bool,
+    },
+    /// Move a tenant to another node (planned): its owner stops taking its
+    /// hooks, the tenant goes to NODE at the next epoch, and the old owner
+    /// delivers what it holds in place (NODE's ordered lanes of the tenant
+    /// wait for that). Hooks meanwhile are held, not refused.
+    Move {
+        #[command(flatten)]
+        target: Target,
+        /// The tenant.
+        tenant: String,
+        /// The node it goes to.
+        #[arg(long)]
+        to: String,
+        /// Wait until the old owner has delivered what it held.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Move every tenant off NODE, one at a time, and give it no other (for
+    /// an upgrade or a restart); it stays drained, across its restarts,
+    /// until `undrain`.
+    Drain {
+        #[command(flatten)]
+        target: Target,
+        /// The node.
+        node: String,
+        /// Wait until the node has delivered what it held of each tenant.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Let a drained node take tenants again (tenants without a live owner;
+    /// no tenant is moved back on its own).
+    Undrain {
+        #[command(flatten)]
+        target: Target,
+        /// The node.
+        node: String,
     },
     /// Lift a tenant's epoch barrier held by a node that is gone for good:
     /// the hooks that node acknowledged and had not delivered are given up
@@ -118,6 +154,78 @@ async fn run(cmd: ClusterCmd) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        ClusterCmd::Move {
+            target,
+            tenant,
+            to,
+            wait,
+        } => {
+            let (cat, _) = match catalog(&target) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match move_one(&cat, &tenant, &to, wait).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(code) => code,
+            }
+        }
+        ClusterCmd::Drain { target, node, wait } => {
+            let (cat, _) = match catalog(&target) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            if let Err(e) = cat.set_draining(&node, true).await {
+                eprintln!("error: {e}");
+                return ExitCode::from(3);
+            }
+            println!("node {node} is drained: it is given no tenant");
+            loop {
+                let snap = match cat.snapshot().await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(3);
+                    }
+                };
+                let Some(tenant) = snap
+                    .tenants
+                    .iter()
+                    .find(|(_, (t, _))| t.owner.as_deref() == Some(node.as_str()))
+                    .map(|(n, _)| n.clone())
+                else {
+                    break;
+                };
+                if !snap.nodes.contains_key(&node) {
+                    println!("node {node} is not alive: a failover moves its tenants");
+                    break;
+                }
+                let Some(to) = least_loaded(&snap, &node) else {
+                    eprintln!("error: no other live node takes tenants: {tenant} stays on {node}");
+                    return ExitCode::from(1);
+                };
+                if let Err(code) = move_one(&cat, &tenant, &to, wait).await {
+                    return code;
+                }
+            }
+            println!("node {node} owns no tenant");
+            ExitCode::SUCCESS
+        }
+        ClusterCmd::Undrain { target, node } => {
+            let (cat, _) = match catalog(&target) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match cat.set_draining(&node, false).await {
+                Ok(()) => {
+                    println!("node {node} takes tenants again");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(3)
+                }
+            }
+        }
         ClusterCmd::Forfeit {
             target,
             tenant,
@@ -177,6 +285,93 @@ async fn run(cmd: ClusterCmd) -> ExitCode {
     }
 }
 
+/// The live node, other than `except`, that takes tenants and owns the
+/// fewest (ties by id).
+fn least_loaded(snap: &Snapshot, except: &str) -> Option<String> {
+    snap.nodes
+        .iter()
+        .filter(|(id, (n, _))| *id != except && !n.draining && !snap.draining.contains(*id))
+        .map(|(id, _)| {
+            let owned = snap
+                .tenants
+                .values()
+                .filter(|(t, _)| t.owner.as_deref() == Some(id.as_str()))
+                .count();
+            (owned, id.clone())
+        })
+        .min()
+        .map(|(_, id)| id)
+}
+
+/// How long a move waits for each of its steps before it says so and
+/// gives up waiting (the move itself goes on).
+const MOVE_WAIT: Duration = Duration::from_secs(300);
+
+/// One planned move: asked, then waited for until flipped (and, with
+/// `drained`, until the old owner delivered what it held).
+async fn move_one(cat: &Catalog, tenant: &str, to: &str, drained: bool) -> Result<(), ExitCode> {
+    let epoch = match cat.request_move(tenant, to).await {
+        Ok(e) => e,
+        Err(MoveError::Catalog(e)) => {
+            eprintln!("error: {e}");
+            return Err(ExitCode::from(3));
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Err(ExitCode::from(1));
+        }
+    };
+    println!("moving tenant {tenant} to {to}: its owner stops taking its hooks (held meanwhile)");
+    let started = std::time::Instant::now();
+    let mut from = None;
+    loop {
+        if started.elapsed() > MOVE_WAIT {
+            eprintln!(
+                "error: tenant {tenant} has not moved after {} s (ankusa cluster status)",
+                MOVE_WAIT.as_secs()
+            );
+            return Err(ExitCode::from(1));
+        }
+        let snap = cat.snapshot().await.map_err(|e| {
+            eprintln!("error: {e}");
+            ExitCode::from(3)
+        })?;
+        let Some((t, _)) = snap.tenants.get(tenant) else {
+            return Err(ExitCode::from(1));
+        };
+        if t.epoch > epoch {
+            if t.owner.as_deref() != Some(to) {
+                eprintln!(
+                    "error: tenant {tenant} went to {} instead (its owner died: a failover)",
+                    t.owner.as_deref().unwrap_or("no node")
+                );
+                return Err(ExitCode::from(1));
+            }
+            let old = from.get_or_insert_with(|| {
+                t.drains
+                    .iter()
+                    .find(|d| d.epoch == epoch)
+                    .map(|d| d.node.clone())
+            });
+            if !drained || t.drains.iter().all(|d| d.epoch != epoch) {
+                match (drained, old) {
+                    (true, Some(o)) => {
+                        println!("tenant {tenant} is on {to}; {o} delivered what it held")
+                    }
+                    _ => println!("tenant {tenant} is on {to} at epoch {}", t.epoch),
+                }
+                return Ok(());
+            }
+        } else if t.moving.is_none() {
+            eprintln!(
+                "error: the move of tenant {tenant} was called off (its target left or cannot own it)"
+            );
+            return Err(ExitCode::from(1));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The status as JSON: `nodes` (every live node, and every node a tenant
 /// still names: its owner or a drain) and `tenants`.
 async fn status(cat: &Catalog, snap: &Snapshot) -> serde_json::Value {
@@ -198,7 +393,7 @@ async fn status(cat: &Catalog, snap: &Snapshot) -> serde_json::Value {
                     "address": n.addr,
                     "alive": true,
                     "lease_age_ms": age_ms,
-                    "draining": n.draining,
+                    "draining": n.draining || snap.draining.contains(id),
                     "config": n.config,
                     "config_current": snap.config.as_ref().is_some_and(|c| c.hash == n.config),
                 }));
@@ -252,7 +447,9 @@ async fn status(cat: &Catalog, snap: &Snapshot) -> serde_json::Value {
         "config": snap.config.as_ref().map(|c| c.hash.clone()),
         "nodes": nodes,
         "tenants": tenants,
-        "moves": [],
+        "moves": snap.tenants.iter().filter_map(|(name, (t, _))| {
+            t.moving.as_ref().map(|m| json!({"tenant": name, "from": t.owner, "to": m.to, "fenced": m.fenced}))
+        }).collect::<Vec<_>>(),
     })
 }
 

@@ -389,13 +389,14 @@ fn plan<K: Kv>(
 ) -> Result<Plan, ReloadFailure> {
     let before = Registry::read(kv).map_err(|e| store_failed(&e))?;
     let (names, registry) = match numbered {
-        Some((tenants, sources)) => ankusa_queue::register_numbered(kv, tenants, sources)
-            .map_err(|e| match e {
+        Some((tenants, sources)) => {
+            ankusa_queue::register_numbered(kv, tenants, sources).map_err(|e| match e {
                 e @ ankusa_queue::QueueError::RegistryConflict { .. } => {
                     ReloadFailure::Refused(vec![format!("cluster: {e}")])
                 }
                 e => store_failed(&e),
-            })?,
+            })?
+        }
         None => ankusa_queue::register(
             kv,
             new.tenants.iter().map(|t| t.name.as_str()),

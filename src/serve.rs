@@ -862,6 +862,13 @@ async fn run<K: Kv>(
         registry.clone(),
     );
     admin_ctx.clock = now_ms;
+    if let Some(m) = &member {
+        let m = Arc::clone(m);
+        admin_ctx.unready = Some(Box::new(move || {
+            m.drained()
+                .then(|| "drained (ankusa cluster undrain takes it back)".to_owned())
+        }));
+    }
     admin_ctx.pipeline = Some(Box::new(Control(pipeline_handle.clone())));
     let config_status = Arc::new(std::sync::Mutex::new(ankusa_admin::ConfigStatus {
         file: reload.file.as_ref().map(|p| p.display().to_string()),

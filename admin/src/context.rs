@@ -151,6 +151,11 @@ pub struct Context<K: Kv> {
     /// Set when the relay begins to stop: `/readyz` answers 503 from then on,
     /// and jobs stop between steps (the next start resumes them).
     pub shutting_down: Arc<AtomicBool>,
+    /// Why the node takes no traffic now though it runs, if it does not
+    /// (cluster mode: drained by an operator, so a load balancer sends it
+    /// nothing before its restart): `/readyz` answers 503 with it. `None`:
+    /// no such reason (a standalone relay).
+    pub unready: Option<Box<dyn Fn() -> Option<String> + Send + Sync>>,
     /// Unix ms (default [`system_clock`]).
     pub clock: fn() -> u64,
     /// One admin mutation at a time: two revives of one row cannot race, and
@@ -186,6 +191,7 @@ impl<K: Kv> Context<K> {
             registry: ArcSwap::from_pointee(registry),
             ready,
             shutting_down,
+            unready: None,
             clock: system_clock,
             writes: tokio::sync::Mutex::new(()),
             ingest: std::sync::Mutex::new(None),

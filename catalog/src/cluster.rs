@@ -11,6 +11,7 @@
 //! | `sources/<name>` | the source's id (decimal) | none |
 //! | `numbers/source/<n>` | the source's name | none |
 //! | `controller` | the controller's node id | the controller's |
+//! | `draining/<node_id>` | empty: the node is drained | none |
 //! | `reports/<tenant>/<node_id>` | [`PendingReport`]: what the node holds of it | none |
 //!
 //! Tenant numbers and source ids are global: lane ids hash the source id,
@@ -85,6 +86,23 @@ pub struct TenantRecord {
     /// Empty when there is no barrier.
     #[serde(default)]
     pub drains: Vec<Drain>,
+    /// A planned move in progress (`ankusa cluster move`, `cluster
+    /// drain`): the owner stops taking the tenant's hooks and says so
+    /// (`fenced`), then the controller gives the tenant to `to`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving: Option<Move>,
+}
+
+/// A planned move of a tenant (docs/design.md section 11, "Planned
+/// moves"): fence, flip, then drain in place.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    /// The node the tenant goes to.
+    pub to: String,
+    /// Set by the owner once it takes no more hook of the tenant: the
+    /// controller may flip.
+    #[serde(default)]
+    pub fenced: bool,
 }
 
 /// An epoch still to be drained: its node delivers what it holds of the
@@ -125,6 +143,47 @@ pub struct Forfeited {
     pub report: Option<PendingReport>,
     /// The drains left (the barrier lifts when none is left).
     pub left: Vec<Drain>,
+}
+
+/// Why a planned move was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum MoveError {
+    /// etcd failed or could not be reached.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// The tenant is not in the catalog.
+    #[error("no tenant {0} in the cluster")]
+    NoTenant(String),
+    /// The target is not a live node, or is drained.
+    #[error("node {0} is not a live node that takes tenants (see `ankusa cluster status`)")]
+    BadTarget(String),
+    /// The tenant's owner is not alive: a failover moves it.
+    #[error("tenant {tenant} has no live owner: a failover gives it to a live node")]
+    NoOwner {
+        /// The tenant.
+        tenant: String,
+    },
+    /// The tenant is on the target already.
+    #[error("tenant {tenant} is owned by {node} already")]
+    Already {
+        /// The tenant.
+        tenant: String,
+        /// Its owner.
+        node: String,
+    },
+    /// Another move involves the owner or the target (one per node at a
+    /// time), or the tenant is moving.
+    #[error("{0}: one move per node at a time; wait for it (ankusa cluster status)")]
+    Busy(String),
+    /// The target may not own the tenant yet: an earlier epoch of its
+    /// comes before another node's in the tenant's barrier.
+    #[error("node {node} cannot own tenant {tenant} until the tenant's earlier epochs are drained")]
+    Barrier {
+        /// The tenant.
+        tenant: String,
+        /// The target.
+        node: String,
+    },
 }
 
 /// Why a forfeit was refused.
@@ -175,6 +234,9 @@ pub struct Snapshot {
     pub controller: Option<String>,
     /// The shared configuration, once the first node published it.
     pub config: Option<ConfigRecord>,
+    /// Nodes an operator drains (`draining/<node_id>`, no lease: a drained
+    /// node stays drained across its restarts until `undrain`).
+    pub draining: std::collections::BTreeSet<String>,
     /// The last [`PendingReport`] of each node of each tenant, by tenant
     /// then node.
     pub reports: BTreeMap<String, BTreeMap<String, PendingReport>>,
@@ -295,6 +357,8 @@ impl Catalog {
                     .insert(name.to_owned(), (decode(e)?, e.mod_revision));
             } else if let Some(name) = rest.strip_prefix("sources/") {
                 snap.sources.insert(name.to_owned(), decode(e)?);
+            } else if let Some(node) = rest.strip_prefix("draining/") {
+                snap.draining.insert(node.to_owned());
             } else if rest == "controller" {
                 snap.controller = Some(String::from_utf8_lossy(&e.value).into_owned());
             } else if rest == "config" {
@@ -497,6 +561,7 @@ impl Catalog {
                         owner: None,
                         epoch: 0,
                         drains: Vec::new(),
+                        moving: None,
                     }),
                     Numbered::Source => encode(&n),
                 };
@@ -600,6 +665,89 @@ impl Catalog {
             .map(|_| ())
     }
 
+    /// Starts a planned move of `tenant` to `to` (docs/design.md section
+    /// 11): the owner fences the tenant, then the controller flips it.
+    /// Returns the tenant's epoch before the move.
+    ///
+    /// # Errors
+    /// [`MoveError`].
+    pub async fn request_move(&self, tenant: &str, to: &str) -> Result<u64, MoveError> {
+        loop {
+            let snap = self.snapshot().await?;
+            let Some((t, rev)) = snap.tenants.get(tenant) else {
+                return Err(MoveError::NoTenant(tenant.to_owned()));
+            };
+            let Some(owner) = t.owner.clone().filter(|o| snap.nodes.contains_key(o)) else {
+                return Err(MoveError::NoOwner {
+                    tenant: tenant.to_owned(),
+                });
+            };
+            let target_ok = snap
+                .nodes
+                .get(to)
+                .is_some_and(|(n, _)| !n.draining && !snap.draining.contains(to));
+            if !target_ok {
+                return Err(MoveError::BadTarget(to.to_owned()));
+            }
+            if owner == to {
+                return Err(MoveError::Already {
+                    tenant: tenant.to_owned(),
+                    node: owner,
+                });
+            }
+            for (other, (o, _)) in &snap.tenants {
+                if let Some(m) = &o.moving {
+                    let from = o.owner.as_deref().unwrap_or("");
+                    if other == tenant
+                        || [from, m.to.as_str()]
+                            .iter()
+                            .any(|n| *n == owner || *n == to)
+                    {
+                        return Err(MoveError::Busy(format!(
+                            "tenant {other} is moving from {from} to {}",
+                            m.to
+                        )));
+                    }
+                }
+            }
+            let mut drains = t.drains.clone();
+            drains.push(Drain {
+                node: owner.clone(),
+                epoch: t.epoch,
+            });
+            if !may_own(&drains, to) {
+                return Err(MoveError::Barrier {
+                    tenant: tenant.to_owned(),
+                    node: to.to_owned(),
+                });
+            }
+            let record = TenantRecord {
+                moving: Some(Move {
+                    to: to.to_owned(),
+                    fenced: false,
+                }),
+                ..t.clone()
+            };
+            if self.set_tenant(tenant, &record, *rev).await? {
+                return Ok(t.epoch);
+            }
+        }
+    }
+
+    /// Marks `node` drained (`true`: the controller gives it no tenant, and
+    /// `ankusa cluster drain` moves its tenants off) or takes the mark off.
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn set_draining(&self, node: &str, draining: bool) -> Result<(), CatalogError> {
+        let key = self.key(&format!("draining/{node}"));
+        if draining {
+            self.etcd.put(&key, b"", None).await.map(|_| ())
+        } else {
+            self.etcd.txn(&[], &[Op::Delete { key }]).await.map(|_| ())
+        }
+    }
+
     /// Gives up epoch `epoch` of `tenant`: removes it from the tenant's
     /// drains (the operator's act for a node gone for good; docs/design.md
     /// section 11). Refused while the node that holds it is alive.
@@ -688,7 +836,7 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
     let mut load: BTreeMap<&str, usize> = snap
         .nodes
         .iter()
-        .filter(|(_, (n, _))| !n.draining)
+        .filter(|(id, (n, _))| !n.draining && !snap.draining.contains(*id))
         .map(|(id, _)| (id.as_str(), 0))
         .collect();
     for (t, _) in snap.tenants.values() {
@@ -700,10 +848,16 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
     }
     let mut out = Vec::new();
     for (name, (t, rev)) in &snap.tenants {
-        if t.owner
+        let owner_alive = t
+            .owner
             .as_deref()
-            .is_some_and(|o| snap.nodes.contains_key(o))
-        {
+            .is_some_and(|o| snap.nodes.contains_key(o));
+        if owner_alive {
+            if let Some(m) = &t.moving {
+                if let Some(a) = flip(name, t, *rev, m, snap) {
+                    out.push(a);
+                }
+            }
             continue;
         }
         let mut drains = t.drains.clone();
@@ -738,11 +892,54 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
                 owner: Some(to.to_owned()),
                 epoch: t.epoch + 1,
                 drains,
+                moving: None,
             },
             mod_revision: *rev,
         });
     }
     out
+}
+
+/// A planned move's next step for the controller: once the owner has
+/// fenced the tenant, the tenant goes to the target at epoch + 1 behind the
+/// owner's epoch (drained in place by the owner); a move whose target is
+/// gone or may not own the tenant is called off (the owner takes hooks
+/// again).
+fn flip(name: &str, t: &TenantRecord, rev: i64, m: &Move, snap: &Snapshot) -> Option<Assignment> {
+    let owner = t.owner.clone()?;
+    let target_ok = snap.nodes.contains_key(&m.to) && m.to != owner;
+    let mut drains = t.drains.clone();
+    drains.push(Drain {
+        node: owner,
+        epoch: t.epoch,
+    });
+    if !target_ok || !may_own(&drains, &m.to) {
+        return Some(Assignment {
+            tenant: name.to_owned(),
+            record: TenantRecord {
+                moving: None,
+                ..t.clone()
+            },
+            mod_revision: rev,
+        });
+    }
+    if !m.fenced {
+        return None;
+    }
+    while drains.last().is_some_and(|d| d.node == m.to) {
+        drains.pop();
+    }
+    Some(Assignment {
+        tenant: name.to_owned(),
+        record: TenantRecord {
+            ord: t.ord,
+            owner: Some(m.to.clone()),
+            epoch: t.epoch + 1,
+            drains,
+            moving: None,
+        },
+        mod_revision: rev,
+    })
 }
 
 /// Whether `node` may own a tenant with `drains`: none of its drains comes
@@ -774,6 +971,7 @@ mod tests {
                 owner: owner.map(str::to_owned),
                 epoch,
                 drains: Vec::new(),
+                moving: None,
             },
             100 + i64::from(ord),
         )
@@ -822,6 +1020,7 @@ mod tests {
                     node: "n1".into(),
                     epoch: 4
                 }],
+                moving: None,
             }
         );
         // n2 dies too before n1 drained: the tenant moves on to n3 at 6
@@ -869,6 +1068,7 @@ mod tests {
                     owner: Some("n2".into()),
                     epoch: 2,
                     drains: vec![drain("n1", 1)],
+                    moving: None,
                 },
                 9,
             ),
@@ -899,6 +1099,7 @@ mod tests {
                     owner: Some("n2-old".into()),
                     epoch: 2,
                     drains: vec![drain("n1", 1), drain("n2", 0)],
+                    moving: None,
                 },
                 9,
             ),
@@ -916,6 +1117,7 @@ mod tests {
                     owner: Some("n2".into()),
                     epoch: 2,
                     drains: vec![drain("n1", 1)],
+                    moving: None,
                 },
                 9,
             ),

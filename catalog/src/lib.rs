@@ -237,8 +237,11 @@ impl Etcd {
         let v = self
             .call("lease/timetolive", json!({ "ID": lease.to_string() }))
             .await?;
+        // The gateway leaves a zero out: a lease in its last second has no
+        // `TTL`; an expired one has -1.
         let ttl = int(&v["TTL"])?;
-        Ok((ttl > 0).then_some((ttl, int(&v["grantedTTL"])?)))
+        let granted = int(&v["grantedTTL"])?;
+        Ok((ttl >= 0 && granted > 0).then_some((ttl, granted)))
     }
 
     /// Revokes `lease` (its keys are deleted at once).

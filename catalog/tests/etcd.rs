@@ -438,6 +438,7 @@ mod cluster {
                     node: "n1".into(),
                     epoch: 1
                 }],
+                moving: None,
             }
         );
     }

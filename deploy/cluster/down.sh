@@ -28,18 +28,21 @@ state=$(cd "$state" && pwd)
 [ -e "$state/.ankusa-cluster" ] || die "$state is not a state dir of up.sh (no .ankusa-cluster in it)"
 
 # pid_of NAME COMM: the pid in $state/NAME.pid if it is a live process named
-# COMM (a pid since reused by another program is left alone).
+# COMM (a pid since reused by another program is left alone, and so is a
+# zombie).
 pid_of() {
-  local pid
-  pid=$(cat "$state/$1.pid" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$(ps -o comm= -p "$pid" 2>/dev/null)" = "$2" ] && echo "$pid"
+  local pid st comm
+  pid=$(cat "$state/$1.pid" 2>/dev/null) && [ -n "$pid" ] || return 1
+  read -r st comm < <(ps -o stat=,comm= -p "$pid" 2>/dev/null) || return 1
+  [ "${st#Z}" = "$st" ] && [ "$comm" = "$2" ] && echo "$pid"
 }
 
 # gone PID...: none of them is running any more.
 gone() {
-  local pid
+  local pid st
   for pid in "$@"; do
-    if kill -0 "$pid" 2>/dev/null; then return 1; fi
+    st=$(ps -o stat= -p "$pid" 2>/dev/null) || continue
+    case $st in Z*) ;; *) return 1 ;; esac
   done
 }
 # stop SECONDS COMM NAME...: SIGTERM to each, wait up to SECONDS for all of
@@ -58,7 +61,7 @@ stop() {
     local deadline=$((SECONDS + secs)) i
     until gone "${pids[@]}" || [ "$SECONDS" -ge "$deadline" ]; do sleep 0.2; done
     for i in "${!pids[@]}"; do
-      if kill -0 "${pids[$i]}" 2>/dev/null; then
+      if ! gone "${pids[$i]}"; then
         say "${names[$i]} (pid ${pids[$i]}) still running after ${secs}s: SIGKILL"
         kill -KILL "${pids[$i]}" 2>/dev/null || true
       fi

@@ -60,11 +60,13 @@ touch "$state/.ankusa-cluster"
 
 # ---- processes and pid files ---------------------------------------------------
 # alive NAME COMM: the pid in $state/NAME.pid is a live process named COMM (a
-# pid reused by another program does not count).
+# pid reused by another program does not count, nor a zombie: a relay just
+# killed with -9 is one for a moment).
 alive() {
-  local pid
-  pid=$(cat "$state/$1.pid" 2>/dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$(ps -o comm= -p "$pid" 2>/dev/null)" = "$2" ]
+  local pid st comm
+  pid=$(cat "$state/$1.pid" 2>/dev/null) && [ -n "$pid" ] || return 1
+  read -r st comm < <(ps -o stat=,comm= -p "$pid" 2>/dev/null) || return 1
+  [ "${st#Z}" = "$st" ] && [ "$comm" = "$2" ]
 }
 port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 port_free() { ! port_open "$1" || die "127.0.0.1:$1 is taken by another process (ss -ltnp 'sport = :$1'); $2 needs it"; }

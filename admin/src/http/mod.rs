@@ -725,6 +725,12 @@ async fn handle<K: Kv>(
                     "text/plain",
                     "shutting down\n".into(),
                 )
+            } else if let Some(why) = state.unready.as_ref().and_then(|f| f()) {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("{why}\n"),
+                )
             } else if state.ready.load(Ordering::SeqCst) {
                 text(StatusCode::OK, "text/plain", "ready\n".into())
             } else {

@@ -258,6 +258,13 @@ fn store_failure(detail: &dyn std::fmt::Display) -> Resp {
     retry_after(error(StatusCode::SERVICE_UNAVAILABLE, STORE_FAILED), 5)
 }
 
+/// `r` marked [`owners::PLACE_AGAIN`].
+fn place_again(mut r: Resp) -> Resp {
+    r.headers_mut()
+        .insert(owners::PLACE_AGAIN, HeaderValue::from_static("1"));
+    r
+}
+
 /// The owner's answer to a forwarded hook, passed on: its status, body,
 /// `content-type` and `retry-after`.
 fn forwarded_answer(a: owners::Answer) -> Resp {
@@ -637,17 +644,21 @@ impl<K: Kv> Edge<K> {
         };
         let _permit = permit;
         self.stats.ingest.body_size.observe(body.len() as u64);
-        let owned: Vec<(Vec<u8>, Vec<u8>)> = parts
+        let mut owned: Vec<(Vec<u8>, Vec<u8>)> = parts
             .headers
             .iter()
             .map(|(n, v)| (n.as_str().as_bytes().to_vec(), v.as_bytes().to_vec()))
             .collect();
-        if let Some(o) = &self.owners
-            && let Some(resp) = self
+        if let Some(o) = &self.owners {
+            if let Some(resp) = self
                 .placed(o.as_ref(), &tenant.name, &parts, &owned, &body)
                 .await
-        {
-            return resp;
+            {
+                return resp;
+            }
+            // Stored as the provider sent it: the hops it took are not part
+            // of the hook (placement reads them from the request itself).
+            owned.retain(|(n, _)| !n.eq_ignore_ascii_case(owners::FORWARDED_BY.as_bytes()));
         }
         let headers: Vec<Header<'_>> = owned
             .iter()
@@ -759,13 +770,33 @@ impl<K: Kv> Edge<K> {
             Err(msg) => return self.store_failed(msg),
         };
         if self.shutting_down.load(Ordering::SeqCst) {
-            return self.unavailable("shutting down".into());
+            return self.stopping();
         }
-        if let Some(o) = &self.owners
-            && !o.fresh(&tenant.name)
-        {
-            return self.not_owner(&tenant.name, false);
-        }
+        let admitted = match &self.owners {
+            Some(o) => {
+                let mut tries = 0;
+                loop {
+                    if let Some(a) = o.admit(&tenant.name) {
+                        break Some(a);
+                    }
+                    // Not this node's to commit any more (a planned move
+                    // fenced the tenant since it was placed, or the lease
+                    // lapsed): placed again, it is held, forwarded to the
+                    // new owner, or refused when the hold passes.
+                    tries += 1;
+                    if tries > 3 {
+                        return self.not_owner(&tenant.name, false);
+                    }
+                    if let Some(resp) = self
+                        .placed(o.as_ref(), &tenant.name, &parts, &owned, &envelope.body)
+                        .await
+                    {
+                        return resp;
+                    }
+                }
+            }
+            None => None,
+        };
         let req = IngestRequest {
             tenant: tenant.ord,
             envelope,
@@ -784,9 +815,7 @@ impl<K: Kv> Edge<K> {
                 // deadline, the hook belongs to an epoch that may already be
                 // another node's; unacknowledged, it is sent again to the
                 // new owner and this copy goes out with the drain.
-                if let Some(o) = &self.owners
-                    && !o.fresh(&tenant.name)
-                {
+                if admitted.as_ref().is_some_and(|a| !a.may_acknowledge()) {
                     return self.not_owner(&tenant.name, true);
                 }
                 self.stats.accepted.fetch_add(1, Ordering::Relaxed);
@@ -807,7 +836,7 @@ impl<K: Kv> Edge<K> {
                     serde_json::json!({ "id": id, "duplicate": true }),
                 )
             }
-            Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
+            Err(WriteError::Stopped) => self.stopping(),
             Err(WriteError::TenantPurging { .. }) => self.purging(&tenant.name),
             Err(WriteError::Store(msg)) => self.store_failed(msg),
             // Never for an ingest: nothing was committed.
@@ -892,13 +921,15 @@ impl<K: Kv> Edge<K> {
             );
         }
         if self.shutting_down.load(Ordering::SeqCst) {
-            return self.unavailable("shutting down".into());
+            return self.stopping();
         }
-        if let Some(o) = &self.owners
-            && !o.fresh(&h.tenant.name)
-        {
-            return self.not_owner(&h.tenant.name, false);
-        }
+        let admitted = match &self.owners {
+            Some(o) => match o.admit(&h.tenant.name) {
+                Some(a) => Some(a),
+                None => return self.not_owner(&h.tenant.name, false),
+            },
+            None => None,
+        };
         let idempotency_key = idempotency_key_at(h.now);
         let envelope = Envelope {
             source: h.route.id,
@@ -921,6 +952,9 @@ impl<K: Kv> Edge<K> {
         let quarantined = self.writer.quarantine(req).await;
         drop(slot);
         match quarantined {
+            Ok(_) if admitted.as_ref().is_some_and(|a| !a.may_acknowledge()) => {
+                self.not_owner(&h.tenant.name, true)
+            }
             Ok(seq) => {
                 self.stats.quarantined.fetch_add(1, Ordering::Relaxed);
                 info!(source = %h.route.name, tenant = %h.tenant.name, seq = seq.0, "hook held in quarantine");
@@ -929,7 +963,7 @@ impl<K: Kv> Edge<K> {
                     serde_json::json!({ "id": uuid_text(&idempotency_key), "quarantined": true }),
                 )
             }
-            Err(WriteError::Stopped) => self.unavailable("shutting down".into()),
+            Err(WriteError::Stopped) => self.stopping(),
             Err(WriteError::TenantPurging { .. }) => self.purging(&h.tenant.name),
             Err(WriteError::Store(msg)) => self.store_failed(msg),
             Err(e) => {
@@ -993,6 +1027,13 @@ impl<K: Kv> Edge<K> {
         r
     }
 
+    /// 503 + `Retry-After`: the relay is stopping. Marked
+    /// [`owners::PLACE_AGAIN`]: a node that forwarded the hook here places it
+    /// again (the tenant moves to another node) instead of passing this on.
+    fn stopping(&self) -> Resp {
+        place_again(self.unavailable("shutting down".into()))
+    }
+
     /// 503 + `Retry-After: 1`: this node may no longer acknowledge a hook
     /// of `tenant` (its lease is past its deadline, or the tenant moved).
     fn not_owner(&self, tenant: &str, committed: bool) -> Resp {
@@ -1024,17 +1065,34 @@ impl<K: Kv> Edge<K> {
         headers: &[(Vec<u8>, Vec<u8>)],
         body: &[u8],
     ) -> Option<Resp> {
-        let forwarded = parts.headers.contains_key(owners::FORWARDED_BY);
+        let hops: Vec<&str> = parts
+            .headers
+            .get(owners::FORWARDED_BY)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|h| !h.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let may_forward = hops.len() < owners::MAX_HOPS && !hops.contains(&o.node_id());
         let until = Instant::now() + o.hold();
         let mut held = false;
         loop {
             match o.place(tenant) {
                 owners::Placement::Local => return None,
-                owners::Placement::Remote(addr) if !forwarded => {
-                    let mut sent = headers.to_vec();
+                owners::Placement::Remote(addr) if may_forward => {
+                    let mut sent: Vec<(Vec<u8>, Vec<u8>)> = headers
+                        .iter()
+                        .filter(|(n, _)| !n.eq_ignore_ascii_case(owners::FORWARDED_BY.as_bytes()))
+                        .cloned()
+                        .collect();
+                    let mut list = hops.clone();
+                    list.push(o.node_id());
                     sent.push((
                         owners::FORWARDED_BY.as_bytes().to_vec(),
-                        o.node_id().as_bytes().to_vec(),
+                        list.join(",").into_bytes(),
                     ));
                     let path_and_query = parts
                         .uri
@@ -1050,6 +1108,14 @@ impl<K: Kv> Edge<K> {
                         })
                         .await;
                     match answer {
+                        // The owner stopped or lost the tenant meanwhile:
+                        // placed again here, not passed on.
+                        Ok(a)
+                            if a.status == 503
+                                && a.headers.iter().any(|(n, _)| n == owners::PLACE_AGAIN) =>
+                        {
+                            debug!(%tenant, owner = %addr, "the owner gave the hook back: placing it again");
+                        }
                         Ok(a) => {
                             self.stats.forwarded.fetch_add(1, Ordering::Relaxed);
                             return Some(forwarded_answer(a));
@@ -1058,6 +1124,19 @@ impl<K: Kv> Edge<K> {
                             debug!(%tenant, owner = %addr, error = %e, "forward failed: holding the hook and placing it again");
                         }
                     }
+                }
+                // Forwarded here, and this node would send it back along
+                // its path: the views of the catalog differ for a moment.
+                // Given back at once, the node before places it again at
+                // its next read of the catalog instead of both holding it.
+                owners::Placement::Remote(_) if !hops.is_empty() => {
+                    return Some(place_again(retry_after(
+                        error(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("tenant {tenant}'s owner is changing; retry"),
+                        ),
+                        1,
+                    )));
                 }
                 _ => {}
             }

@@ -12,10 +12,22 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-/// The header a forwarded request carries (the forwarding node's id): the
-/// node it reaches never forwards it again, so two nodes whose views of the
-/// catalog differ for a moment cannot pass a hook back and forth.
+/// The header a forwarded request carries: the ids of the nodes that
+/// forwarded it, comma-separated. A node in the list never forwards it
+/// again, and it is forwarded at most [`MAX_HOPS`] times, so nodes whose
+/// views of the catalog differ for a moment cannot pass a hook around; a
+/// node that cannot forward it holds it.
 pub const FORWARDED_BY: &str = "x-ankusa-forwarded-by";
+
+/// The header of a 503 that means "not here, now": this node is stopping,
+/// or cannot take the tenant's hooks (its lease lapsed, a move fenced it,
+/// no owner within the hold). A node that forwarded the hook places it
+/// again instead of passing the 503 on.
+pub const PLACE_AGAIN: &str = "x-ankusa-place-again";
+
+/// The most times a hook is forwarded (an owner that lost the tenant while
+/// the hook was on its way forwards it on to the new owner).
+pub const MAX_HOPS: usize = 3;
 
 /// Where a tenant's hooks go now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,7 +60,8 @@ pub struct Forward<'a> {
 pub struct Answer {
     /// Its status code.
     pub status: u16,
-    /// Its headers worth passing on (`content-type`, `retry-after`).
+    /// Its headers worth passing on (`content-type`, `retry-after`,
+    /// [`PLACE_AGAIN`]).
     pub headers: Vec<(String, String)>,
     /// Its body.
     pub body: Bytes,
@@ -61,11 +74,13 @@ pub type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Owners: Send + Sync {
     /// Where `tenant`'s hooks go now.
     fn place(&self, tenant: &str) -> Placement;
-    /// Whether this node may still acknowledge a hook of `tenant`: it owns
-    /// it and its lease is fresh by its own clock. Asked before a hook's
-    /// commit and again before its answer (docs/design.md section 11,
-    /// "Fencing").
-    fn fresh(&self, tenant: &str) -> bool;
+    /// Admits a hook of `tenant` for commit if this node may acknowledge
+    /// it now (it owns the tenant, its lease is fresh by its own clock, and
+    /// no planned move has fenced the tenant): the [`Admitted`] guard counts
+    /// the hook as in flight until dropped (a planned move's fence waits
+    /// for none), and is asked again before the answer (docs/design.md
+    /// section 11, "Fencing"). `None`: answer 503.
+    fn admit(&self, tenant: &str) -> Option<Box<dyn Admitted + '_>>;
     /// How long a hook of a tenant without a live owner is held.
     fn hold(&self) -> Duration;
     /// Resolves when the catalog's view may have changed (or after a short
@@ -77,4 +92,12 @@ pub trait Owners: Send + Sync {
     fn forward<'a>(&'a self, forward: Forward<'a>) -> Pending<'a, Result<Answer, String>>;
     /// This node's id (the [`FORWARDED_BY`] value).
     fn node_id(&self) -> &str;
+}
+
+/// A hook admitted for commit ([`Owners::admit`]); dropped when answered.
+pub trait Admitted: Send + Sync {
+    /// Whether the committed hook may be acknowledged: this node still owns
+    /// the tenant and its lease is still fresh (a planned move that fenced
+    /// the tenant meanwhile waited for this hook, so it does not count).
+    fn may_acknowledge(&self) -> bool;
 }
