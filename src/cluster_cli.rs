@@ -1,4 +1,5 @@
-//! `ankusa cluster ...`: the operator's commands of cluster mode (README,
+//! `ankusa cluster ...` (status, move, drain, undrain, forfeit): the
+//! operator's commands of cluster mode (README,
 //! "Running a cluster"; docs/design.md section 11). They read and change the
 //! catalog in etcd directly, with the etcd endpoints and the cluster's name
 //! of a node's configuration file, so they work from any machine that
@@ -498,6 +499,19 @@ fn print_status(cluster: &ankusa_config::Cluster, s: &serde_json::Value) {
                 None => "-",
             },
             config
+        );
+    }
+    for m in s["moves"].as_array().into_iter().flatten() {
+        println!(
+            "moving: tenant {} from {} to {} ({})",
+            text(&m["tenant"]),
+            text(&m["from"]),
+            text(&m["to"]),
+            if m["fenced"] == json!(true) {
+                "fenced, flipping"
+            } else {
+                "fencing"
+            }
         );
     }
     println!();
