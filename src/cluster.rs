@@ -74,6 +74,10 @@ pub fn config_record(text: &[u8]) -> anyhow::Result<ConfigRecord> {
     })
 }
 
+/// The cluster's numbers of a configuration's names: tenant ordinals and
+/// source ids, by name ([`Member::number`]).
+pub type Numbers = (BTreeMap<String, u32>, BTreeMap<String, u32>);
+
 /// What the cluster runtime counts (`/metrics`: `ankusa_cluster_*`).
 #[derive(Debug, Default)]
 pub struct ClusterStats {
@@ -237,7 +241,7 @@ impl Member {
         &self,
         cfg: &ankusa_config::Config,
         local: &ankusa_queue::Registry,
-    ) -> anyhow::Result<(BTreeMap<String, u32>, BTreeMap<String, u32>)> {
+    ) -> anyhow::Result<Numbers> {
         let tenants: Vec<String> = cfg.tenants.iter().map(|t| t.name.clone()).collect();
         let sources: Vec<String> = cfg.sources.iter().map(|s| s.name.clone()).collect();
         let local_tenants = local

@@ -382,10 +382,7 @@ fn store_failed(e: &dyn std::fmt::Display) -> ReloadFailure {
 fn plan<K: Kv>(
     kv: &K,
     mut new: Config,
-    numbered: Option<&(
-        std::collections::BTreeMap<String, u32>,
-        std::collections::BTreeMap<String, u32>,
-    )>,
+    numbered: Option<&crate::cluster::Numbers>,
 ) -> Result<Plan, ReloadFailure> {
     let before = Registry::read(kv).map_err(|e| store_failed(&e))?;
     let (names, registry) = match numbered {

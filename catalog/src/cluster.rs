@@ -853,10 +853,10 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
             .as_deref()
             .is_some_and(|o| snap.nodes.contains_key(o));
         if owner_alive {
-            if let Some(m) = &t.moving {
-                if let Some(a) = flip(name, t, *rev, m, snap) {
-                    out.push(a);
-                }
+            if let Some(m) = &t.moving
+                && let Some(a) = flip(name, t, *rev, m, snap)
+            {
+                out.push(a);
             }
             continue;
         }
@@ -1176,11 +1176,13 @@ mod tests {
 
     #[test]
     fn a_node_on_the_clusters_configuration_is_preferred() {
-        let mut snap = Snapshot::default();
-        snap.config = Some(ConfigRecord {
-            hash: "new".into(),
-            parts: BTreeMap::new(),
-        });
+        let mut snap = Snapshot {
+            config: Some(ConfigRecord {
+                hash: "new".into(),
+                parts: BTreeMap::new(),
+            }),
+            ..Snapshot::default()
+        };
         snap.nodes.insert("n1".into(), node(false));
         let mut n2 = node(false);
         n2.0.config = "new".into();

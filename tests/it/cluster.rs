@@ -5,7 +5,6 @@
 //! barrier, and every acknowledged hook is delivered, each key's in
 //! acknowledgement order ([`crate::history`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
