@@ -150,6 +150,7 @@ impl Member {
     /// etcd unreachable, another live node with this id, a configuration
     /// that differs (naming the parts).
     pub async fn join(
+        cfg: &ankusa_config::Config,
         cluster: &ankusa_config::Cluster,
         config: &ConfigRecord,
     ) -> anyhow::Result<Arc<Member>> {
@@ -167,6 +168,7 @@ impl Member {
             addr: cluster.advertise.clone(),
             draining: false,
             config: config.hash.clone(),
+            tenants: cfg.tenants.iter().map(|t| t.name.clone()).collect(),
         };
         let sent = Instant::now();
         let lease = catalog
@@ -272,13 +274,14 @@ impl Member {
     /// first node to reload a new file validated it and publishes it; the
     /// others follow with the same file, and `ankusa cluster status` shows
     /// the nodes still on another). A failure is logged: the reload stands.
-    pub async fn follow(&self, record: &ConfigRecord) {
+    pub async fn follow(&self, cfg: &ankusa_config::Config, record: &ConfigRecord) {
         let node = {
             let mut r = self
                 .record
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             r.config.clone_from(&record.hash);
+            r.tenants = cfg.tenants.iter().map(|t| t.name.clone()).collect();
             r.clone()
         };
         let lease = self.lease.load(Ordering::SeqCst);

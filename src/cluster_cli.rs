@@ -519,6 +519,13 @@ fn print_status(cluster: &ankusa_config::Cluster, s: &serde_json::Value) {
         "{:<16} {:<16} {:>6} {:>8}  BARRIER (pending held)",
         "TENANT", "OWNER", "EPOCH", "PENDING"
     );
+    let alive: Vec<String> = s["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["alive"] == json!(true))
+        .map(|n| text(&n["id"]))
+        .collect();
     for t in s["tenants"].as_array().into_iter().flatten() {
         let owner = match (&t["owner"], t["owner_alive"].as_bool()) {
             (serde_json::Value::String(o), Some(false)) => format!("{o} (dead)"),
@@ -530,9 +537,14 @@ fn print_status(cluster: &ankusa_config::Cluster, s: &serde_json::Value) {
             .flatten()
             .map(|d| {
                 let at = format!("{}@{}", text(&d["node"]), d["epoch"]);
-                match t["barrier_pending"].get(&at) {
-                    Some(p) => format!("{at} ({p})"),
-                    None => at,
+                let held = t["barrier_pending"].get(&at).map_or_else(
+                    || "pending unknown".to_owned(),
+                    |p| format!("{p} pending there"),
+                );
+                if alive.contains(&text(&d["node"])) {
+                    format!("{at} ({held}, draining)")
+                } else {
+                    format!("{at} ({held}; node down: it drains when back, or forfeit)")
                 }
             })
             .collect();

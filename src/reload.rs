@@ -345,7 +345,7 @@ impl<K: Kv> Reloader<K> {
         self.running = Running { cfg: new, routes };
         if let (Some(m), Some(r)) = (&self.member, &record) {
             m.set_names(&registry);
-            m.follow(r).await;
+            m.follow(&self.running.cfg, r).await;
         }
         Ok(ReloadDone {
             status: ConfigStatus {

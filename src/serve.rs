@@ -749,7 +749,7 @@ async fn run<K: Kv>(
                 .await
                 .map_err(|e| anyhow::anyhow!("cluster: the configuration file {e}"))?;
             let record = crate::cluster::config_record(&text)?;
-            Some(crate::cluster::Member::join(c, &record).await?)
+            Some(crate::cluster::Member::join(&cfg, c, &record).await?)
         }
         None => None,
     };

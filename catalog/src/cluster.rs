@@ -38,6 +38,18 @@ pub struct NodeRecord {
     pub draining: bool,
     /// The digest of its configuration's shared parts ([`ConfigRecord::hash`]).
     pub config: String,
+    /// The tenants its configuration has: the controller gives it no other
+    /// (a node that has not reloaded a file with a new tenant cannot take
+    /// its hooks). Empty: not said (any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<String>,
+}
+
+impl NodeRecord {
+    /// Whether the node's configuration has `tenant` (or does not say).
+    pub fn has(&self, tenant: &str) -> bool {
+        self.tenants.is_empty() || self.tenants.iter().any(|t| t == tenant)
+    }
 }
 
 /// The configuration every node must have alike (`config`): the digest of
@@ -874,9 +886,10 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
                 .as_ref()
                 .is_none_or(|c| snap.nodes.get(id).is_some_and(|(n, _)| n.config == c.hash))
         };
+        let has = |id: &str| snap.nodes.get(id).is_some_and(|(n, _)| n.has(name));
         let Some((&to, _)) = load
             .iter()
-            .filter(|(id, _)| may_own(&drains, id))
+            .filter(|(id, _)| may_own(&drains, id) && has(id))
             .min_by_key(|(id, n)| (!current(id), **n, **id))
         else {
             continue;
@@ -959,6 +972,7 @@ mod tests {
                 addr: "127.0.0.1:1".into(),
                 draining,
                 config: "h".into(),
+                tenants: Vec::new(),
             },
             7,
         )
@@ -1172,6 +1186,30 @@ mod tests {
         snap.nodes.insert("n1".into(), node(false));
         snap.tenants.insert("a".into(), (got[0].record.clone(), 50));
         assert_eq!(assign(&snap), []);
+    }
+
+    #[test]
+    fn a_tenant_goes_only_to_a_node_whose_file_has_it() {
+        let mut snap = Snapshot::default();
+        let mut n1 = node(false);
+        n1.0.tenants = vec!["a".into()];
+        let mut n2 = node(false);
+        n2.0.tenants = vec!["a".into(), "b".into()];
+        snap.nodes.insert("n1".into(), n1);
+        snap.nodes.insert("n2".into(), n2);
+        snap.tenants.insert("a".into(), tenant(1, Some("n2"), 1));
+        snap.tenants.insert("b".into(), tenant(2, None, 0));
+        // n1 owns nothing, but its file has no b.
+        assert_eq!(assign(&snap)[0].record.owner.as_deref(), Some("n2"));
+        snap.nodes.remove("n2");
+        assert_eq!(
+            assign(&snap)
+                .iter()
+                .map(|a| (a.tenant.as_str(), a.record.owner.as_deref()))
+                .collect::<Vec<_>>(),
+            [("a", Some("n1"))],
+            "b waits for a node whose file has it"
+        );
     }
 
     #[test]

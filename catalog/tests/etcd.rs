@@ -232,6 +232,7 @@ mod cluster {
             addr: addr.into(),
             draining: false,
             config: "h1".into(),
+            tenants: Vec::new(),
         }
     }
 

@@ -458,7 +458,9 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
     let (code, text) = cluster_cli(&relays[other], &["status"]);
     assert_eq!(code, 0, "{text}");
     assert!(
-        text.contains(&format!("{victim_id}@{epoch} (10)")),
+        text.contains(&format!(
+            "{victim_id}@{epoch} (10 pending there; node down: it drains when back, or forfeit)"
+        )),
         "{text}"
     );
     // New hooks: the unordered sink gets them, the ordered one waits.
