@@ -612,24 +612,34 @@ impl Member {
             let Some((t, _)) = view.snap.tenants.get(name) else {
                 continue;
             };
-            let epoch = if t.owner.as_deref() == Some(me) {
-                t.epoch
-            } else if let Some(d) = t.drains.iter().find(|d| d.node == me) {
-                d.epoch
-            } else {
+            let Some(n) = pending(*ord) else {
                 continue;
             };
-            let Some(n) = pending(*ord) else {
+            // Rows of a tenant this node neither owns nor drains: an epoch
+            // forfeited while it was away. Never delivered from here.
+            let (epoch, stale) = if t.owner.as_deref() == Some(me) {
+                (t.epoch, false)
+            } else if let Some(d) = t.drains.iter().find(|d| d.node == me) {
+                (d.epoch, false)
+            } else if n > 0 {
+                (0, true)
+            } else if view.snap.stale_rows(name, me) > 0 {
+                (0, false)
+            } else {
                 continue;
             };
             if reported.get(name) == Some(&(epoch, n)) {
                 continue;
+            }
+            if stale {
+                warn!(tenant = %name, rows = n, "cluster: this node holds rows of the tenant from an epoch that was forfeited while it was away: they are not delivered, and the node cannot own the tenant again until they are gone (ankusa purge-tenant on this node)");
             }
             let report = ankusa_catalog::cluster::PendingReport {
                 node: self.id.clone(),
                 epoch,
                 pending: n,
                 at_ms: crate::serve::now_ms(),
+                stale,
             };
             if self.catalog.report(name, &report).await.is_ok() {
                 reported.insert(name.clone(), (epoch, n));

@@ -175,6 +175,33 @@ async fn run(cmd: ClusterCmd) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            // A node the catalog does not know is a typo: nothing is marked.
+            let snap = match cat.snapshot().await {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(3);
+                }
+            };
+            let known = snap.nodes.contains_key(&node)
+                || snap.tenants.values().any(|(t, _)| {
+                    t.owner.as_deref() == Some(node.as_str())
+                        || t.drains.iter().any(|d| d.node == node)
+                });
+            if !known {
+                eprintln!("error: no node {node} in the cluster (see ankusa cluster status)");
+                return ExitCode::from(1);
+            }
+            let owns = snap
+                .tenants
+                .values()
+                .any(|(t, _)| t.owner.as_deref() == Some(node.as_str()));
+            if owns && snap.nodes.contains_key(&node) && least_loaded(&snap, &node).is_none() {
+                eprintln!(
+                    "error: no other live node takes tenants, so {node}'s cannot move: nothing was changed"
+                );
+                return ExitCode::from(1);
+            }
             if let Err(e) = cat.set_draining(&node, true).await {
                 eprintln!("error: {e}");
                 return ExitCode::from(3);

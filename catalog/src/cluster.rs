@@ -144,6 +144,23 @@ pub struct PendingReport {
     pub pending: u64,
     /// When it said so, unix ms.
     pub at_ms: u64,
+    /// The rows are of an epoch of the tenant the node no longer owns nor
+    /// drains (forfeited while the node was away): they are not delivered,
+    /// and the node may not own the tenant again while it holds them (they
+    /// would go out after newer hooks).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stale: bool,
+}
+
+impl Snapshot {
+    /// The stale rows `node` holds of `tenant` ([`PendingReport::stale`]).
+    pub fn stale_rows(&self, tenant: &str, node: &str) -> u64 {
+        self.reports
+            .get(tenant)
+            .and_then(|r| r.get(node))
+            .filter(|r| r.stale)
+            .map_or(0, |r| r.pending)
+    }
 }
 
 /// What a forfeit gave up.
@@ -187,6 +204,18 @@ pub enum MoveError {
     /// time), or the tenant is moving.
     #[error("{0}: one move per node at a time; wait for it (ankusa cluster status)")]
     Busy(String),
+    /// The target holds rows of a forfeited epoch of the tenant.
+    #[error(
+        "node {node} holds {rows} undelivered rows of tenant {tenant} from an epoch that was forfeited: it cannot own the tenant again (they would go out after newer hooks); purge the tenant on that node first"
+    )]
+    Stale {
+        /// The tenant.
+        tenant: String,
+        /// The target.
+        node: String,
+        /// Its stale rows.
+        rows: u64,
+    },
     /// The target may not own the tenant yet: an earlier epoch of its
     /// comes before another node's in the tenant's barrier.
     #[error("node {node} cannot own tenant {tenant} until the tenant's earlier epochs are drained")]
@@ -727,6 +756,14 @@ impl Catalog {
                 node: owner.clone(),
                 epoch: t.epoch,
             });
+            let stale = snap.stale_rows(tenant, to);
+            if stale > 0 {
+                return Err(MoveError::Stale {
+                    tenant: tenant.to_owned(),
+                    node: to.to_owned(),
+                    rows: stale,
+                });
+            }
             if !may_own(&drains, to) {
                 return Err(MoveError::Barrier {
                     tenant: tenant.to_owned(),
@@ -886,7 +923,9 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
                 .as_ref()
                 .is_none_or(|c| snap.nodes.get(id).is_some_and(|(n, _)| n.config == c.hash))
         };
-        let has = |id: &str| snap.nodes.get(id).is_some_and(|(n, _)| n.has(name));
+        let has = |id: &str| {
+            snap.nodes.get(id).is_some_and(|(n, _)| n.has(name)) && snap.stale_rows(name, id) == 0
+        };
         let Some((&to, _)) = load
             .iter()
             .filter(|(id, _)| may_own(&drains, id) && has(id))
@@ -920,7 +959,8 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
 /// again).
 fn flip(name: &str, t: &TenantRecord, rev: i64, m: &Move, snap: &Snapshot) -> Option<Assignment> {
     let owner = t.owner.clone()?;
-    let target_ok = snap.nodes.contains_key(&m.to) && m.to != owner;
+    let target_ok =
+        snap.nodes.contains_key(&m.to) && m.to != owner && snap.stale_rows(name, &m.to) == 0;
     let mut drains = t.drains.clone();
     drains.push(Drain {
         node: owner,

@@ -525,6 +525,29 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
     let cur = (epoch + 1).to_string();
     let (code, out) = cluster_cli(&relays[other], &["forfeit", "t0", "--epoch", &cur, "--yes"]);
     assert_eq!(code, 1, "{out}");
+    // The node comes back after all: it delivers nothing of the forfeited
+    // epoch, says so, and is never given t0 while it holds those rows.
+    let before = sink.ids_at("/in/o").len();
+    relays[victim].restart().await;
+    until("the returned node reports its stale rows", WAIT, async || {
+        let s = cat.snapshot().await.ok()?;
+        (s.stale_rows("t0", &victim_id) == 10).then_some(())
+    })
+    .await;
+    assert!(
+        relays[victim].log().contains("from an epoch that was forfeited while it was away"),
+        "{}",
+        relays[victim].log()
+    );
+    let (code, out) = cluster_cli(&relays[other], &["move", "t0", "--to", &victim_id]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "node {victim_id} holds 10 undelivered rows of tenant t0 from an epoch that was forfeited"
+        )),
+        "{out}"
+    );
+    assert_eq!(sink.ids_at("/in/o").len(), before, "a forfeited hook was delivered");
 }
 
 /// A zombie: the owner of a busy tenant paused (SIGSTOP) past its lease

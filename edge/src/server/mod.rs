@@ -1148,16 +1148,16 @@ impl<K: Kv> Edge<K> {
             if left.is_zero() || self.shutting_down.load(Ordering::SeqCst) {
                 self.stats.held_out.fetch_add(1, Ordering::Relaxed);
                 self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
-                info!(%tenant, "hook refused: the tenant has no live owner yet (a failover in progress)");
-                return Some(retry_after(
+                info!(%tenant, "hook refused: no node could take the tenant's hooks within the hold (a failover or a move in progress, or etcd unreachable)");
+                return Some(place_again(retry_after(
                     error(
                         StatusCode::SERVICE_UNAVAILABLE,
                         format!(
-                            "tenant {tenant} has no live owner yet (a failover in progress); retry"
+                            "no node can take tenant {tenant}'s hooks now (a failover or a move in progress, or the cluster's etcd unreachable); retry"
                         ),
                     ),
                     1,
-                ));
+                )));
             }
             let _ = tokio::time::timeout(left, o.changed()).await;
         }
