@@ -12,6 +12,9 @@ if [ -z "${CARGO_TARGET_DIR:-}" ]; then
   ankusa_root=$(git rev-parse --show-toplevel 2>/dev/null || pwd -P)
   ankusa_hash=$(printf '%s' "$ankusa_root" | sha256sum | cut -c1-10)
   export CARGO_TARGET_DIR="/var/cache/ankusa/targets/$(basename "$ankusa_root")-$ankusa_hash"
+  # The target dir records its checkout, so `.ci/run` removes it once the
+  # checkout is gone (a clone that only builds leaves no orphan of several GB).
+  mkdir -p "$CARGO_TARGET_DIR" 2>/dev/null && printf '%s\n' "$ankusa_root" >"$CARGO_TARGET_DIR/.checkout" 2>/dev/null || true
   unset ankusa_root ankusa_hash
 fi
 export CCACHE_DIR="${CCACHE_DIR:-/var/cache/ankusa/ccache}"

@@ -274,9 +274,9 @@ async fn run(cmd: ClusterCmd) -> ExitCode {
                 Ok(f) => {
                     let given_up = match &f.report {
                         Some(r) => format!(
-                            "{} acknowledged hooks not delivered (its last report, {} ms before now)",
+                            "{} acknowledged hooks not delivered (its last report, {} s before now)",
                             r.pending,
-                            crate::serve::now_ms().saturating_sub(r.at_ms)
+                            crate::serve::now_ms().saturating_sub(r.at_ms) / 1000
                         ),
                         None => "an unknown number of acknowledged hooks (it made no report at that epoch)".to_owned(),
                     };
@@ -500,13 +500,13 @@ fn print_status(cluster: &ankusa_config::Cluster, s: &serde_json::Value) {
         "NODE", "ADDRESS", "ALIVE", "LEASE AGE", "DRAINING"
     );
     for n in s["nodes"].as_array().into_iter().flatten() {
-        let config = if n["config_current"] == json!(false) {
-            format!(
-                "{} (not the cluster's)",
-                text(&n["config"]).chars().take(12).collect::<String>()
-            )
-        } else {
-            text(&n["config"]).chars().take(12).collect()
+        let digest: String = text(&n["config"]).chars().take(12).collect();
+        let config = match n["config_current"].as_bool() {
+            Some(true) => format!("the cluster's ({digest})"),
+            Some(false) => {
+                format!("NOT the cluster's ({digest}): reload it with the cluster's file")
+            }
+            None => "-".to_owned(),
         };
         println!(
             "{:<16} {:<22} {:<6} {:>9} {:<9} {}",

@@ -11,7 +11,7 @@
 //!   `pause`, `resume`, `quarantine list|show|release|drop`, `replay`,
 //!   `purge-tenant`, `retire-source`, `jobs`, `reload`: the operator's
 //!   commands, over the admin API of a running relay (`admin_cli`).
-//! - `ankusa cluster status|forfeit --config FILE`: cluster mode's catalog
+//! - `ankusa cluster status|move|drain|undrain|forfeit --config FILE`: cluster mode's catalog
 //!   in etcd, read and changed directly (`cluster_cli`).
 //! - `ankusa top [--once] [--interval-ms N]`: a terminal view of a running
 //!   relay, refreshed every N ms, over the same admin API (`top`).
@@ -148,9 +148,10 @@ enum Command {
     #[command(after_help = admin_cli::EXIT_CODES)]
     Top(top::Args),
     /// Cluster mode (README, "Running a cluster"): `cluster status` shows
-    /// the nodes and who owns each tenant, `cluster forfeit` lifts the epoch
-    /// barrier of a node gone for good. They read the catalog in etcd, named
-    /// by a node's configuration file.
+    /// the nodes and who owns each tenant; `move`, `drain` and `undrain`
+    /// move tenants between nodes (an upgrade); `forfeit` lifts the epoch
+    /// barrier of a node gone for good. They read and change the catalog in
+    /// etcd, named by a node's configuration file.
     #[command(subcommand, after_help = cluster_cli::EXIT_CODES)]
     Cluster(cluster_cli::ClusterCmd),
     /// Every source: its sinks, how they are ordered, their breakers.

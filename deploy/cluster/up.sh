@@ -177,7 +177,17 @@ $shared_cluster
 $shared_rest
 EOF
 }
-ready() { curl -sf --max-time 2 "http://127.0.0.1:1908$1/readyz" >/dev/null 2>&1; }
+# ready N: relay nN's /readyz answers 200, or 503 "drained" (a node drained
+# with `ankusa cluster drain` runs and serves, but tells load balancers to
+# send it nothing until `ankusa cluster undrain`).
+ready() {
+  local out
+  out=$(curl -s --max-time 2 -w '\n%{http_code}' "http://127.0.0.1:1908$1/readyz" 2>/dev/null) || return 1
+  case "$out" in
+    *$'\n'200 | drained*) return 0 ;;
+  esac
+  return 1
+}
 
 for n in "${nodes[@]}"; do
   if alive "n$n" ankusa; then continue; fi

@@ -529,13 +529,19 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
     // epoch, says so, and is never given t0 while it holds those rows.
     let before = sink.ids_at("/in/o").len();
     relays[victim].restart().await;
-    until("the returned node reports its stale rows", WAIT, async || {
-        let s = cat.snapshot().await.ok()?;
-        (s.stale_rows("t0", &victim_id) == 10).then_some(())
-    })
+    until(
+        "the returned node reports its stale rows",
+        WAIT,
+        async || {
+            let s = cat.snapshot().await.ok()?;
+            (s.stale_rows("t0", &victim_id) == 10).then_some(())
+        },
+    )
     .await;
     assert!(
-        relays[victim].log().contains("from an epoch that was forfeited while it was away"),
+        relays[victim]
+            .log()
+            .contains("from an epoch that was forfeited while it was away"),
         "{}",
         relays[victim].log()
     );
@@ -547,7 +553,11 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
         )),
         "{out}"
     );
-    assert_eq!(sink.ids_at("/in/o").len(), before, "a forfeited hook was delivered");
+    assert_eq!(
+        sink.ids_at("/in/o").len(),
+        before,
+        "a forfeited hook was delivered"
+    );
 }
 
 /// A zombie: the owner of a busy tenant paused (SIGSTOP) past its lease
