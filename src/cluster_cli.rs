@@ -274,11 +274,11 @@ async fn run(cmd: ClusterCmd) -> ExitCode {
                 Ok(f) => {
                     let given_up = match &f.report {
                         Some(r) => format!(
-                            "{} acknowledged hooks not delivered (its last report, {} s before now)",
+                            "{} deliveries of acknowledged hooks not made (one per hook and sink; its last report, {} s before now)",
                             r.pending,
                             crate::serve::now_ms().saturating_sub(r.at_ms) / 1000
                         ),
-                        None => "an unknown number of acknowledged hooks (it made no report at that epoch)".to_owned(),
+                        None => "an unknown number of deliveries of acknowledged hooks (it made no report at that epoch)".to_owned(),
                     };
                     println!(
                         "forfeited epoch {epoch} of tenant {tenant}, held by node {}: {given_up} are given up",

@@ -510,7 +510,7 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains(&format!(
-            "forfeited epoch {epoch} of tenant t0, held by node {victim_id}: 10 acknowledged hooks not delivered"
+            "forfeited epoch {epoch} of tenant t0, held by node {victim_id}: 10 deliveries of acknowledged hooks not made (one per hook and sink"
         )),
         "{out}"
     );
