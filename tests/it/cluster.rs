@@ -254,6 +254,56 @@ fn names_at(sink: &Sink, path: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// A busy t0 whose owner is about to fail: the load of [`keyed_load`] on
+/// four keys through the other nodes, 100 hooks acknowledged, then the
+/// ordered sink slowed (30 ms a call) and 100 more, so the owner holds
+/// undelivered hooks of its epoch when it fails.
+struct Busy {
+    snap: Snapshot,
+    owner: usize,
+    history: Arc<History>,
+    stop: Arc<AtomicBool>,
+    load: Vec<tokio::task::JoinHandle<()>>,
+}
+
+async fn busy_t0(etcd: &Etcd, sink: &Sink, relays: &[Relay]) -> Busy {
+    let snap = all_owned(etcd).await;
+    let owner = owner_index(&snap, "t0");
+    let urls: Vec<String> = relays
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != owner)
+        .map(|(_, r)| format!("http://{}", r.ingest))
+        .collect();
+    let history = Arc::new(History::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = keyed_load(urls, 0, 4, Arc::clone(&stop), Arc::clone(&history));
+    acked_at_least(&history, 100).await;
+    sink.set_script(|r| {
+        if r.path == "/in/o" {
+            Reply::Delay(Duration::from_millis(30), 200)
+        } else {
+            Reply::Status(200)
+        }
+    });
+    acked_at_least(&history, 200).await;
+    Busy {
+        snap,
+        owner,
+        history,
+        stop,
+        load,
+    }
+}
+
+/// Waits until `history` has `n` acknowledged hooks.
+async fn acked_at_least(history: &History, n: usize) {
+    until(&format!("{n} hooks acknowledged"), WAIT, async || {
+        (history.acked().len() >= n).then_some(())
+    })
+    .await;
+}
+
 /// A node's death under load: its tenants go to the live nodes within the
 /// lease's TTL and a second, hooks held meanwhile are answered once the new
 /// owner has the tenant; the killed node comes back, drains what it held of
@@ -265,34 +315,13 @@ async fn a_killed_owners_tenants_move_and_its_old_epoch_drains_first() {
     let etcd = Etcd::start(1).await;
     let sink = Sink::ok().await;
     let mut relays = nodes(3, &etcd, &sink, 2_000).await;
-    let snap = all_owned(&etcd).await;
-    let victim = owner_index(&snap, "t0");
-    let urls: Vec<String> = relays
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != victim)
-        .map(|(_, r)| format!("http://{}", r.ingest))
-        .collect();
-    let history = Arc::new(History::new());
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = keyed_load(urls, 0, 4, Arc::clone(&stop), Arc::clone(&history));
-    until("100 hooks acknowledged", WAIT, async || {
-        (history.acked().len() >= 100).then_some(())
-    })
-    .await;
-    // The victim's ordered sink answers slowly from now on, so it holds
-    // undelivered hooks of the old epoch when it dies.
-    sink.set_script(|r| {
-        if r.path == "/in/o" {
-            Reply::Delay(Duration::from_millis(30), 200)
-        } else {
-            Reply::Status(200)
-        }
-    });
-    until("100 more hooks acknowledged", WAIT, async || {
-        (history.acked().len() >= 200).then_some(())
-    })
-    .await;
+    let Busy {
+        snap,
+        owner: victim,
+        history,
+        stop,
+        load,
+    } = busy_t0(&etcd, &sink, &relays).await;
     relays[victim].kill();
     let killed = Instant::now();
     let cat = catalog(&etcd);
@@ -572,34 +601,13 @@ async fn a_paused_owner_acknowledges_nothing_after_its_deadline_and_drains_in_or
     let etcd = Etcd::start(1).await;
     let sink = Sink::ok().await;
     let relays = nodes(3, &etcd, &sink, 2_000).await;
-    let snap = all_owned(&etcd).await;
-    let zombie = owner_index(&snap, "t0");
-    let urls: Vec<String> = relays
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != zombie)
-        .map(|(_, r)| format!("http://{}", r.ingest))
-        .collect();
-    let history = Arc::new(History::new());
-    let stop = Arc::new(AtomicBool::new(false));
-    let load = keyed_load(urls, 0, 4, Arc::clone(&stop), Arc::clone(&history));
-    until("100 hooks acknowledged", WAIT, async || {
-        (history.acked().len() >= 100).then_some(())
-    })
-    .await;
-    // Slow ordered deliveries: the zombie holds undelivered hooks when it
-    // is paused.
-    sink.set_script(|r| {
-        if r.path == "/in/o" {
-            Reply::Delay(Duration::from_millis(30), 200)
-        } else {
-            Reply::Status(200)
-        }
-    });
-    until("200 hooks acknowledged", WAIT, async || {
-        (history.acked().len() >= 200).then_some(())
-    })
-    .await;
+    let Busy {
+        snap,
+        owner: zombie,
+        history,
+        stop,
+        load,
+    } = busy_t0(&etcd, &sink, &relays).await;
     relays[zombie].signal("STOP");
     // A provider that reaches the zombie itself: its requests wait in the
     // paused process's accept queue (one key, one at a time).
