@@ -1329,7 +1329,11 @@ fn live_load(
                         }
                     }
                     n += 1;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    // Paced so the ordered sink's lanes (one call at a time
+                    // per key, a failure in ten retried with backoff) keep
+                    // up: a backlog that grows round after round would make
+                    // each drain longer than the last.
+                    tokio::time::sleep(Duration::from_millis(25)).await;
                 }
             })
         })
@@ -1398,8 +1402,18 @@ async fn five_kills_of_a_busy_owner_lose_nothing_and_reorder_nothing() {
             (history.acked().len() >= mark + 60).then_some(())
         })
         .await;
+        let mut polls = 0u32;
         let snap = until("t0 owned and no barrier", WAIT, async || {
             let s = cat.snapshot().await.ok()?;
+            polls += 1;
+            if polls % 1000 == 0 {
+                eprintln!(
+                    "round {round}: still waiting: tenants {:?}, live nodes {:?}, reports {:?}",
+                    s.tenants,
+                    s.nodes.keys().collect::<Vec<_>>(),
+                    s.reports
+                );
+            }
             (s.live_owner("t0").is_some() && s.tenants.values().all(|(t, _)| t.drains.is_empty()))
                 .then_some(s)
         })
