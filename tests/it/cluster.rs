@@ -1406,7 +1406,7 @@ async fn five_kills_of_a_busy_owner_lose_nothing_and_reorder_nothing() {
         let snap = until("t0 owned and no barrier", WAIT, async || {
             let s = cat.snapshot().await.ok()?;
             polls += 1;
-            if polls % 1000 == 0 {
+            if polls.is_multiple_of(1000) {
                 eprintln!(
                     "round {round}: still waiting: tenants {:?}, live nodes {:?}, reports {:?}",
                     s.tenants,
