@@ -150,6 +150,44 @@ async fn any_node_takes_any_tenants_hooks_and_the_owner_commits_them() {
     }
 }
 
+/// Posts hook `n` of `key` (JSON `{"key", "n"}`) for tenant `t<tenant>`
+/// to the node at `url` and records it in `history` under the name
+/// `<key>-<n>` (a hook committed whose answer was lost has no id the client
+/// saw, and may be delivered all the same): acknowledged on a 200, refused
+/// otherwise. Returns the transport error, if any.
+async fn post_recorded(
+    client: &reqwest::Client,
+    url: &str,
+    tenant: usize,
+    key: &str,
+    n: usize,
+    history: &History,
+) -> Result<(), reqwest::Error> {
+    let id = format!("{key}-{n}");
+    let body = format!("{{\"key\":\"{key}\",\"n\":{n}}}");
+    let headers = [("content-type", "application/json"), ("x-entity-id", key)];
+    let got = post(
+        client,
+        &format!("{url}/hooks/s{tenant}"),
+        &headers,
+        body.into_bytes(),
+    )
+    .await;
+    match got {
+        Ok(a) if a.status == 200 => history.ack(&id, Some(key)),
+        Ok(other) => {
+            eprintln!("{id} not acknowledged: {other:?}");
+            history.refused(&id);
+        }
+        Err(e) => {
+            eprintln!("{id} not acknowledged: {e}");
+            history.refused(&id);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// Posts hooks for `tenant` (source `s<t>`) to `nodes` in turn, one key at
 /// a time per task so each key's hooks are sent after the previous answer,
 /// recording acks and refusals in `history`.
@@ -169,29 +207,7 @@ fn keyed_load(
                 let mut n = 0usize;
                 while !stop.load(Ordering::SeqCst) {
                     let url = &urls[(n + k) % urls.len()];
-                    let body = format!("{{\"key\":\"{key}\",\"n\":{n}}}");
-                    let headers = [
-                        ("content-type", "application/json"),
-                        ("x-entity-id", key.as_str()),
-                    ];
-                    // The hook's name in the history is its key and number (a
-                    // hook committed whose answer was lost has no id the
-                    // client saw, and may be delivered all the same).
-                    let id = format!("{key}-{n}");
-                    let got = post(
-                        &client,
-                        &format!("{url}/hooks/s{tenant}"),
-                        &headers,
-                        body.into_bytes(),
-                    )
-                    .await;
-                    match got {
-                        Ok(a) if a.status == 200 => history.ack(&id, Some(&key)),
-                        other => {
-                            eprintln!("{id} not acknowledged: {other:?}");
-                            history.refused(&id);
-                        }
-                    }
+                    let _ = post_recorded(&client, url, tenant, &key, n, &history).await;
                     n += 1;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
@@ -990,26 +1006,7 @@ async fn backlog(
                 // Key `i % keys` belongs to task `(i % keys) % 32` alone.
                 for i in (0..count).filter(|i| (i % keys) % 32 == task) {
                     let key = format!("{prefix}{}", i % keys);
-                    let id = format!("{key}-{i}");
-                    let body = format!("{{\"key\":\"{key}\",\"n\":{i}}}");
-                    let headers = [
-                        ("content-type", "application/json"),
-                        ("x-entity-id", key.as_str()),
-                    ];
-                    match post(
-                        &client,
-                        &format!("{url}/hooks/s{tenant}"),
-                        &headers,
-                        body.into_bytes(),
-                    )
-                    .await
-                    {
-                        Ok(a) if a.status == 200 => history.ack(&id, Some(&key)),
-                        other => {
-                            eprintln!("{id} not acknowledged: {other:?}");
-                            history.refused(&id);
-                        }
-                    }
+                    let _ = post_recorded(&client, &url, tenant, &key, i, &history).await;
                 }
             })
         })
@@ -1304,29 +1301,12 @@ fn live_load(
                         let l = live.lock().expect("lock");
                         l[(n + k) % l.len()].clone()
                     };
-                    let id = format!("{key}-{n}");
-                    let body = format!("{{\"key\":\"{key}\",\"n\":{n}}}");
-                    let headers = [
-                        ("content-type", "application/json"),
-                        ("x-entity-id", key.as_str()),
-                    ];
-                    match post(
-                        &client,
-                        &format!("{url}/hooks/s{tenant}"),
-                        &headers,
-                        body.into_bytes(),
-                    )
-                    .await
+                    if let Err(e) = post_recorded(&client, &url, tenant, &key, n, &history).await
+                        && e.is_connect()
+                        && live.lock().expect("lock").contains(&url)
                     {
-                        Ok(a) if a.status == 200 => history.ack(&id, Some(&key)),
-                        Ok(_) => history.refused(&id),
-                        Err(e) => {
-                            history.refused(&id);
-                            if e.is_connect() && live.lock().expect("lock").contains(&url) {
-                                eprintln!("{id}: a live node refused the connection: {e}");
-                                refused.fetch_add(1, Ordering::SeqCst);
-                            }
-                        }
+                        eprintln!("{key}-{n}: a live node refused the connection: {e}");
+                        refused.fetch_add(1, Ordering::SeqCst);
                     }
                     n += 1;
                     // Paced so the ordered sink's lanes (one call at a time
