@@ -13,6 +13,7 @@
 //! | `controller` | the controller's node id | the controller's |
 //! | `draining/<node_id>` | empty: the node is drained | none |
 //! | `reports/<tenant>/<node_id>` | [`PendingReport`]: what the node holds of it | none |
+//! | `handovers/<tenant>/<node_id>` | [`HandoverOffer`]: the node hands its remains of the tenant to the owner | the node's |
 //!
 //! Tenant numbers and source ids are global: lane ids hash the source id,
 //! so a tenant that moves keeps each key's lane. A number is taken in the
@@ -21,7 +22,7 @@
 //! on the tenant record's revision; [`assign`], a pure function of a
 //! [`Snapshot`], decides them for the controller.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -115,7 +116,19 @@ pub struct Move {
     /// controller may flip.
     #[serde(default)]
     pub fenced: bool,
+    /// Set with `fenced`: the ordered lanes (hex lane ids) in which the owner
+    /// still held rows when it fenced the tenant, the only lanes its drain
+    /// holds back on the target ([`Drain::lanes`]); `None` when it held more
+    /// than [`MAX_DRAIN_LANES`] (the drain then holds every ordered lane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<Vec<String>>,
 }
+
+/// The most lanes a planned move lists in its drain: past this many the
+/// drain holds every ordered lane of the tenant, as a failover's does (the
+/// tenant record stays small: every node reads the whole catalog at each
+/// poll).
+pub const MAX_DRAIN_LANES: usize = 4096;
 
 /// An epoch still to be drained: its node delivers what it holds of the
 /// tenant, in lane order, once every older epoch is drained, and then
@@ -128,6 +141,65 @@ pub struct Drain {
     pub node: String,
     /// The epoch.
     pub epoch: u64,
+    /// The ordered lanes (hex lane ids) the drain holds back on the owner:
+    /// after a planned move, those in which the old owner held rows when it
+    /// fenced the tenant (every other key's earlier hooks are already
+    /// delivered, so its new hooks need not wait); `None`, every ordered
+    /// lane of the tenant: after a failover the new owner cannot know which
+    /// keys the old epoch holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<Vec<String>>,
+}
+
+/// What a tenant's drains hold back on a node that owns it
+/// ([`TenantRecord::barrier`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Barrier {
+    /// Nothing: no other node's earlier epoch is undrained.
+    Open,
+    /// The listed ordered lanes (hex lane ids): every drain left is a
+    /// planned move's with its lanes.
+    Lanes(BTreeSet<String>),
+    /// Every ordered lane of the tenant: some drain left is a failover's.
+    All,
+}
+
+impl TenantRecord {
+    /// What the tenant's drains hold back on `node` as its owner
+    /// (docs/design.md section 11, "Planned moves"): the union of the lanes
+    /// of the other nodes' drains, or every ordered lane when one of them
+    /// lists none. `node`'s own drains hold nothing back: its store's lanes
+    /// order its own epochs already.
+    pub fn barrier(&self, node: &str) -> Barrier {
+        let mut lanes = BTreeSet::new();
+        let mut any = false;
+        for d in self.drains.iter().filter(|d| d.node != node) {
+            any = true;
+            match &d.lanes {
+                Some(l) => lanes.extend(l.iter().cloned()),
+                None => return Barrier::All,
+            }
+        }
+        if any {
+            Barrier::Lanes(lanes)
+        } else {
+            Barrier::Open
+        }
+    }
+}
+
+/// A node's offer to hand its remains of a tenant to the owner
+/// (`handovers/<tenant>/<node>`, under the node's lease; docs/design.md
+/// section 11, "Hand-over").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoverOffer {
+    /// The owner it is offered to.
+    pub to: String,
+    /// The owner's epoch of the tenant when offered.
+    pub epoch: u64,
+    /// A random token each page carries (`authorization: Bearer`): the
+    /// owner takes a page only with the token of an offer in the catalog.
+    pub token: String,
 }
 
 /// What a node last said it holds of a tenant (`reports/<tenant>/<node>`): its
@@ -142,6 +214,10 @@ pub struct PendingReport {
     /// Its pending rows of the tenant (ADR 0004's pending: due, in flight,
     /// lane members, held).
     pub pending: u64,
+    /// Their bytes (the sizes counted against the tenant's bounds): the
+    /// controller balances tenants by them after their count.
+    #[serde(default)]
+    pub bytes: u64,
     /// When it said so, unix ms.
     pub at_ms: u64,
     /// The rows are of an epoch of the tenant the node no longer owns nor
@@ -281,6 +357,8 @@ pub struct Snapshot {
     /// The last [`PendingReport`] of each node of each tenant, by tenant
     /// then node.
     pub reports: BTreeMap<String, BTreeMap<String, PendingReport>>,
+    /// The hand-overs offered, by tenant then sending node.
+    pub handovers: BTreeMap<String, BTreeMap<String, HandoverOffer>>,
 }
 
 impl Snapshot {
@@ -409,6 +487,14 @@ impl Catalog {
                 .and_then(|r| r.split_once('/'))
             {
                 snap.reports
+                    .entry(tenant.to_owned())
+                    .or_default()
+                    .insert(node.to_owned(), decode(e)?);
+            } else if let Some((tenant, node)) = rest
+                .strip_prefix("handovers/")
+                .and_then(|r| r.split_once('/'))
+            {
+                snap.handovers
                     .entry(tenant.to_owned())
                     .or_default()
                     .insert(node.to_owned(), decode(e)?);
@@ -706,6 +792,40 @@ impl Catalog {
             .map(|_| ())
     }
 
+    /// Offers the hand-over of this node's remains of `tenant` to its owner
+    /// (docs/design.md section 11, "Hand-over"), under the node's lease: the
+    /// owner takes pages of it that carry `offer.token`, and only while the
+    /// offer is in the catalog (so only from a live member of the cluster:
+    /// writing to etcd is the credential).
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn offer_handover(
+        &self,
+        tenant: &str,
+        node: &str,
+        offer: &HandoverOffer,
+        lease: i64,
+    ) -> Result<(), CatalogError> {
+        self.etcd
+            .put(
+                &self.key(&format!("handovers/{tenant}/{node}")),
+                &encode(offer),
+                Some(lease),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Withdraws this node's hand-over offer of `tenant` (done, or given up).
+    ///
+    /// # Errors
+    /// [`CatalogError`].
+    pub async fn withdraw_handover(&self, tenant: &str, node: &str) -> Result<(), CatalogError> {
+        let key = self.key(&format!("handovers/{tenant}/{node}"));
+        self.etcd.txn(&[], &[Op::Delete { key }]).await.map(|_| ())
+    }
+
     /// Starts a planned move of `tenant` to `to` (docs/design.md section
     /// 11): the owner fences the tenant, then the controller flips it.
     /// Returns the tenant's epoch before the move.
@@ -755,6 +875,7 @@ impl Catalog {
             drains.push(Drain {
                 node: owner.clone(),
                 epoch: t.epoch,
+                lanes: None,
             });
             let stale = snap.stale_rows(tenant, to);
             if stale > 0 {
@@ -774,6 +895,7 @@ impl Catalog {
                 moving: Some(Move {
                     to: to.to_owned(),
                     fenced: false,
+                    lanes: None,
                 }),
                 ..t.clone()
             };
@@ -866,7 +988,8 @@ pub struct Assignment {
 
 /// The controller's decisions on `snap` (docs/design.md section 11,
 /// "Failover"): every tenant without a live owner goes to a live node that
-/// is not draining, the one that owns the fewest tenants (ties by id) among
+/// is not draining, the one that owns the fewest tenants (ties by the
+/// pending bytes of its last reports, then by id) among
 /// those running the cluster's configuration if any can take it, at the next
 /// epoch. A tenant that had an owner (now dead) gets that epoch
 /// appended to its drains, so its ordered lanes hold new hooks until every
@@ -895,6 +1018,16 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
             *n += 1;
         }
     }
+    // Each live node's pending bytes, from its last reports: the second
+    // measure of its load, after its tenant count.
+    let mut bytes: BTreeMap<&str, u64> = BTreeMap::new();
+    for by_node in snap.reports.values() {
+        for (node, r) in by_node {
+            if !r.stale {
+                *bytes.entry(node.as_str()).or_default() += r.bytes;
+            }
+        }
+    }
     let mut out = Vec::new();
     for (name, (t, rev)) in &snap.tenants {
         let owner_alive = t
@@ -914,6 +1047,7 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
             drains.push(Drain {
                 node: old.clone(),
                 epoch: t.epoch,
+                lanes: None,
             });
         }
         // Nodes on the cluster's configuration first: a node still on an
@@ -929,7 +1063,14 @@ pub fn assign(snap: &Snapshot) -> Vec<Assignment> {
         let Some((&to, _)) = load
             .iter()
             .filter(|(id, _)| may_own(&drains, id) && has(id))
-            .min_by_key(|(id, n)| (!current(id), **n, **id))
+            .min_by_key(|(id, n)| {
+                (
+                    !current(id),
+                    **n,
+                    bytes.get(**id).copied().unwrap_or(0),
+                    **id,
+                )
+            })
         else {
             continue;
         };
@@ -965,6 +1106,7 @@ fn flip(name: &str, t: &TenantRecord, rev: i64, m: &Move, snap: &Snapshot) -> Op
     drains.push(Drain {
         node: owner,
         epoch: t.epoch,
+        lanes: m.lanes.clone(),
     });
     if !target_ok || !may_own(&drains, &m.to) {
         return Some(Assignment {
@@ -1072,7 +1214,8 @@ mod tests {
                 epoch: 5,
                 drains: vec![Drain {
                     node: "n1".into(),
-                    epoch: 4
+                    epoch: 4,
+                    lanes: None,
                 }],
                 moving: None,
             }
@@ -1092,11 +1235,13 @@ mod tests {
             [
                 Drain {
                     node: "n1".into(),
-                    epoch: 4
+                    epoch: 4,
+                    lanes: None,
                 },
                 Drain {
                     node: "n2".into(),
-                    epoch: 5
+                    epoch: 5,
+                    lanes: None,
                 }
             ]
         );
@@ -1107,6 +1252,7 @@ mod tests {
         let drain = |node: &str, epoch| Drain {
             node: node.into(),
             epoch,
+            lanes: None,
         };
         // n1 owned epoch 1, n2 epoch 2, and n2 died before n1 drained: n1
         // cannot own it (its epoch-1 hooks would go out with its epoch-3
@@ -1217,7 +1363,8 @@ mod tests {
             got[0].record.drains,
             [Drain {
                 node: "n1".into(),
-                epoch: 3
+                epoch: 3,
+                lanes: None,
             }]
         );
         // n2 dies too and n1 returns: n1's epoch 3 then n2's 4; n1 may
@@ -1312,5 +1459,110 @@ mod tests {
             .into(),
         };
         assert_eq!(a.differences(&b), ["sources.s", "tenants.t"]);
+    }
+
+    #[test]
+    fn a_fenced_move_flips_behind_a_drain_of_the_lanes_the_owner_listed() {
+        let lanes = vec!["aa".to_owned(), "bb".to_owned()];
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n1".into(), node(false));
+        snap.nodes.insert("n2".into(), node(false));
+        let (mut t, rev) = tenant(1, Some("n1"), 3);
+        t.moving = Some(Move {
+            to: "n2".into(),
+            fenced: false,
+            lanes: None,
+        });
+        snap.tenants.insert("a".into(), (t.clone(), rev));
+        // Not fenced yet: the controller waits.
+        assert_eq!(assign(&snap), []);
+        t.moving = Some(Move {
+            to: "n2".into(),
+            fenced: true,
+            lanes: Some(lanes.clone()),
+        });
+        snap.tenants.insert("a".into(), (t, rev));
+        let got = assign(&snap);
+        assert_eq!(got.len(), 1);
+        let flipped = &got[0].record;
+        assert_eq!((flipped.owner.as_deref(), flipped.epoch), (Some("n2"), 4));
+        assert_eq!(
+            flipped.drains,
+            [Drain {
+                node: "n1".into(),
+                epoch: 3,
+                lanes: Some(lanes.clone()),
+            }]
+        );
+        assert_eq!(
+            flipped.barrier("n2"),
+            Barrier::Lanes(lanes.iter().cloned().collect())
+        );
+    }
+
+    #[test]
+    fn a_barrier_is_every_lane_when_a_failover_drain_is_left_and_nothing_for_its_own_drains() {
+        let drain = |node: &str, epoch, lanes: Option<&[&str]>| Drain {
+            node: node.into(),
+            epoch,
+            lanes: lanes.map(|l| l.iter().map(|s| (*s).to_owned()).collect()),
+        };
+        let (mut t, _) = tenant(1, Some("n3"), 5);
+        t.drains = vec![
+            drain("n1", 3, Some(&["aa"])),
+            drain("n2", 4, Some(&["bb", "aa"])),
+        ];
+        assert_eq!(
+            t.barrier("n3"),
+            Barrier::Lanes(["aa".to_owned(), "bb".to_owned()].into_iter().collect())
+        );
+        // n2's own drain holds nothing back on n2.
+        assert_eq!(
+            t.barrier("n2"),
+            Barrier::Lanes(["aa".to_owned()].into_iter().collect())
+        );
+        t.drains.push(drain("n4", 4, None));
+        assert_eq!(t.barrier("n3"), Barrier::All);
+        t.drains = vec![drain("n3", 4, None)];
+        assert_eq!(t.barrier("n3"), Barrier::Open);
+        t.drains.clear();
+        assert_eq!(t.barrier("n3"), Barrier::Open);
+        // A drain without `lanes` reads as every lane (a record written
+        // before lanes were listed).
+        let old: Drain = serde_json::from_str(r#"{"node":"n1","epoch":2}"#).expect("decodes");
+        assert_eq!(old.lanes, None);
+    }
+
+    #[test]
+    fn among_nodes_with_as_many_tenants_the_one_with_fewer_pending_bytes_is_given_the_tenant() {
+        let mut snap = Snapshot::default();
+        snap.nodes.insert("n1".into(), node(false));
+        snap.nodes.insert("n2".into(), node(false));
+        snap.tenants.insert("a".into(), tenant(1, Some("n1"), 1));
+        snap.tenants.insert("b".into(), tenant(2, Some("n2"), 1));
+        snap.tenants.insert("c".into(), tenant(3, None, 0));
+        let report = |node: &str, bytes| PendingReport {
+            node: node.into(),
+            epoch: 1,
+            pending: 1,
+            bytes,
+            at_ms: 0,
+            stale: false,
+        };
+        snap.reports
+            .entry("a".into())
+            .or_default()
+            .insert("n1".into(), report("n1", 5_000_000));
+        snap.reports
+            .entry("b".into())
+            .or_default()
+            .insert("n2".into(), report("n2", 10));
+        let got = assign(&snap);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].record.owner.as_deref(), Some("n2"));
+        // The count comes first: n2 with two tenants loses to n1 with one,
+        // whatever the bytes.
+        snap.tenants.insert("d".into(), tenant(4, Some("n2"), 1));
+        assert_eq!(assign(&snap)[0].record.owner.as_deref(), Some("n1"));
     }
 }

@@ -437,7 +437,8 @@ mod cluster {
                 epoch: 2,
                 drains: vec![ankusa_catalog::cluster::Drain {
                     node: "n1".into(),
-                    epoch: 1
+                    epoch: 1,
+                    lanes: None,
                 }],
                 moving: None,
             }

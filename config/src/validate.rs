@@ -1381,6 +1381,11 @@ fn check_path(path: &str) -> Result<(), String> {
     if rest.is_empty() {
         return bad("it needs at least one segment");
     }
+    // A cluster's nodes send each other hand-over pages under /_ankusa/
+    // (docs/design.md section 11, "Hand-over").
+    if rest == "_ankusa" || rest.starts_with("_ankusa/") {
+        return bad("/_ankusa/ is reserved for the relay's own cluster traffic");
+    }
     for seg in rest.split('/') {
         if seg.is_empty() {
             return bad("empty segment (// or a trailing /)");

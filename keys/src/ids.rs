@@ -114,6 +114,25 @@ impl LaneId {
     pub fn to_hex(&self) -> String {
         ankusa_engine::hex(&self.0)
     }
+
+    /// The lane id whose [`LaneId::to_hex`] is `hex` (either case); `None`
+    /// for anything else.
+    pub fn from_hex(hex: &str) -> Option<LaneId> {
+        let b = hex.as_bytes();
+        if b.len() != 32 {
+            return None;
+        }
+        let nibble = |c: u8| {
+            char::from(c)
+                .to_digit(16)
+                .and_then(|d| u8::try_from(d).ok())
+        };
+        let mut out = [0u8; 16];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = nibble(b[2 * i])? << 4 | nibble(b[2 * i + 1])?;
+        }
+        Some(LaneId(out))
+    }
 }
 
 impl fmt::Debug for LaneId {

@@ -29,9 +29,9 @@ use std::fmt;
 
 use ankusa_engine::{Batch, Cf, Direction, EngineError, Read};
 use ankusa_keys::{
-    CounterField, DeliveryRow, DueKind, DueValue, EMPTY_VALUE, Family, KeyError, LaneHeadValue,
-    LaneId, LaneMarkerKey, LaneMemberKey, LaneMemberValue, RowState, Seq, SinkIx, SourceId,
-    TenantOrd, ValueError, active_key, counter_key, delivery_key, due_key, lane_head_key,
+    CounterField, DeliveryRow, DueKind, DueValue, EMPTY_VALUE, Family, KeyError, LaneHeadKey,
+    LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey, LaneMemberValue, RowState, Seq, SinkIx,
+    SourceId, TenantOrd, ValueError, active_key, counter_key, delivery_key, due_key, lane_head_key,
     lane_marker_key, lane_member_key, lane_members_range, tenant_range,
 };
 use sha2::{Digest, Sha256};
@@ -233,6 +233,41 @@ pub fn head(read: &impl Read, tenant: TenantOrd, lane: LaneId) -> Result<Option<
         }
         None => Ok(None),
     }
+}
+
+/// The lanes of `tenant` that hold a pending row: every lane with a head
+/// (?H) or a marker (?P); by invariant 2 a member's lane has one of them.
+/// `None` when there are more than `limit` (two scans of at most
+/// `limit + 1` keys each). A cluster node lists them when it fences a
+/// tenant for a planned move (docs/design.md section 11, "Planned moves"):
+/// only these keys' new hooks wait on the target.
+///
+/// # Errors
+/// [`LaneError::Engine`], or a key that does not decode.
+pub fn busy_lanes(
+    read: &impl Read,
+    tenant: TenantOrd,
+    limit: usize,
+) -> Result<Option<std::collections::BTreeSet<LaneId>>, LaneError> {
+    let mut lanes = std::collections::BTreeSet::new();
+    let bound = limit.saturating_add(1);
+    for e in read.scan(
+        Cf::Index,
+        &tenant_range(Family::LaneHead, tenant),
+        Direction::Forward,
+        bound,
+    )? {
+        lanes.insert(LaneHeadKey::decode(&e.0)?.lane);
+    }
+    for e in read.scan(
+        Cf::Index,
+        &tenant_range(Family::LaneMarker, tenant),
+        Direction::Forward,
+        bound,
+    )? {
+        lanes.insert(LaneMarkerKey::decode(&e.0)?.lane);
+    }
+    Ok((lanes.len() <= limit).then_some(lanes))
 }
 
 // ---- 4.1 / 4.8: member put ------------------------------------------------

@@ -406,3 +406,41 @@ fn a_scoped_mutation_is_active_on_this_thread_only() {
     }
     assert_eq!(mutation::current(), Mutation::None);
 }
+
+#[test]
+fn busy_lanes_lists_the_lanes_with_a_head_or_a_marker_up_to_a_limit() {
+    let kv = MemoryKv::new();
+    let key_lane = |k: &[u8]| lane_id(SinkIx(1), SourceId(2), Some(k));
+    let (headed, marked, other_tenant) = (key_lane(b"headed"), key_lane(b"marked"), key_lane(b"x"));
+    assert_eq!(
+        busy_lanes(&kv, T, 8).expect("read"),
+        Some(Default::default())
+    );
+    // headed: a member promoted to head (its marker deleted by the sweep);
+    // marked: a member with its marker, not swept yet.
+    ingest_member_in(&kv, headed, None, 1, 10);
+    commit(&kv, sweep(&kv, T, 16, NOW).expect("sweep").batch);
+    ingest_member_in(&kv, marked, None, 2, 10);
+    // Another tenant's lane is not listed.
+    let mut b = Batch::new();
+    b.put(
+        Cf::Index,
+        lane_marker_key(TenantOrd(T.0 + 1), other_tenant),
+        ankusa_keys::EMPTY_VALUE,
+    );
+    commit(&kv, b);
+    assert_eq!(keys(&kv, Family::LaneHead).len(), 1);
+    assert_eq!(
+        busy_lanes(&kv, T, 8).expect("read"),
+        Some([headed, marked].into_iter().collect())
+    );
+    assert_eq!(
+        busy_lanes(&kv, T, 2).expect("read"),
+        Some([headed, marked].into_iter().collect())
+    );
+    assert_eq!(
+        busy_lanes(&kv, T, 1).expect("read"),
+        None,
+        "more than the limit"
+    );
+}

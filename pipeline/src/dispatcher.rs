@@ -431,7 +431,7 @@ impl<K: Kv> Dispatcher<K> {
                     held: &mut self.held,
                     retire: &mut self.retire,
                     wake: &mut self.next_wake_ms,
-                    unordered_only: claims == crate::TenantClaims::Unordered,
+                    claims: &claims,
                 },
                 tenant,
                 now,

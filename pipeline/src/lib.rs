@@ -93,7 +93,7 @@ use std::time::Duration;
 
 use ankusa_engine::{EngineError, Kv, Read};
 use ankusa_keys::meta::PauseTarget;
-use ankusa_keys::{CounterField, SinkIx, SourceId, TenantOrd, counter_key};
+use ankusa_keys::{CounterField, LaneId, SinkIx, SourceId, TenantOrd, counter_key};
 use ankusa_queue::{PauseMap, QueueError};
 use ankusa_sinks::Sink;
 use tokio::sync::{Notify, mpsc, watch};
@@ -226,15 +226,23 @@ pub struct Routes {
 /// in a standalone relay. In a cluster (docs/design.md section 11) a node
 /// claims the rows of a tenant it owns while its lease is fresh, and of an
 /// earlier epoch it is draining; a tenant whose earlier epochs are not yet
-/// drained (the epoch barrier) has only its unordered rows claimed, so
-/// every key's hooks of the earlier epoch are delivered before its new ones.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// drained (the epoch barrier) has the rows of its held-back ordered lanes
+/// left due, so every key's hooks of the earlier epoch are delivered before
+/// its new ones.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TenantClaims {
     /// Every due row.
     All,
     /// The rows of unordered sink entries only: an ordered lane's head stays
-    /// due and its members stay members, unclaimed, until the barrier lifts.
+    /// due and its members stay members, unclaimed, until the barrier lifts
+    /// (a failover's barrier: the new owner cannot know which keys the old
+    /// epoch holds).
     Unordered,
+    /// Every row but those of these ordered lanes, whose heads stay due and
+    /// members stay members until the barrier lifts (a planned move's
+    /// barrier: the lanes in which the old owner still held rows when it
+    /// fenced the tenant).
+    AllBut(Arc<BTreeSet<LaneId>>),
     /// None: the tenant is not this node's to deliver now (another node
     /// owns it, or this node's lease is past its deadline). Rows already
     /// claimed finish.

@@ -67,9 +67,10 @@ pub(crate) struct VisitStages<'a> {
     pub(crate) held: &'a mut HeldBacklogs,
     pub(crate) retire: &'a mut Retirements,
     pub(crate) wake: &'a mut Option<u64>,
-    /// Behind a cluster's epoch barrier ([`crate::TenantClaims::Unordered`]):
-    /// the rows of ordered sink entries are left due, unclaimed.
-    pub(crate) unordered_only: bool,
+    /// Behind a cluster's epoch barrier ([`crate::TenantClaims::Unordered`],
+    /// [`crate::TenantClaims::AllBut`]): the rows of ordered sink entries
+    /// (of the listed lanes only, for `AllBut`) are left due, unclaimed.
+    pub(crate) claims: &'a crate::TenantClaims,
 }
 
 /// What a visit hands on: the rows it claimed, and whether it stopped at its
@@ -670,8 +671,25 @@ impl Scanner {
         // Behind the epoch barrier (docs/design.md section 11): an ordered
         // entry's row stays due, so its lane keeps its head and its members
         // until the earlier epochs are drained.
-        if st.unordered_only && env.routes.ordered.contains(&(source, dk.sink)) {
-            return Ok(Flow::Next);
+        let mut row = None;
+        match st.claims {
+            crate::TenantClaims::Unordered if env.routes.ordered.contains(&(source, dk.sink)) => {
+                return Ok(Flow::Next);
+            }
+            crate::TenantClaims::AllBut(lanes)
+                if env.routes.ordered.contains(&(source, dk.sink)) =>
+            {
+                let Some(r) = kv.get(Cf::Deliveries, &delivery_key(v.tenant, dk.seq, dk.sink))?
+                else {
+                    return Ok(Flow::Next); // as below
+                };
+                let r = DeliveryRow::decode(&r).map_err(QueueError::from)?;
+                if r.lane.is_some_and(|l| lanes.contains(&l)) {
+                    return Ok(Flow::Next);
+                }
+                row = Some(r);
+            }
+            _ => {}
         }
         // A paused sink: its row leaves the due scan until a resume
         // (a head stays its lane's head; nothing behind it moves).
@@ -708,10 +726,16 @@ impl Scanner {
             }
             return Ok(Flow::Next);
         }
-        let Some(row) = kv.get(Cf::Deliveries, &delivery_key(v.tenant, dk.seq, dk.sink))? else {
-            return Ok(Flow::Next); // claim would fail the same way; the checker reports it
+        let row = match row {
+            Some(r) => r,
+            None => {
+                let Some(r) = kv.get(Cf::Deliveries, &delivery_key(v.tenant, dk.seq, dk.sink))?
+                else {
+                    return Ok(Flow::Next); // claim would fail the same way; the checker reports it
+                };
+                DeliveryRow::decode(&r).map_err(QueueError::from)?
+            }
         };
-        let row = DeliveryRow::decode(&row).map_err(QueueError::from)?;
         // The horizon is checked again when the row is claimed: a
         // retry due just inside it must not start an attempt outside
         // it (a row due at or past it gets its attempt: RetryPolicy::dead_at_claim).

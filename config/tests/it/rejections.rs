@@ -102,6 +102,14 @@ fn bad_paths() {
             "/hooks/a b",
             "only letters, digits and -._~!$&'()*+,;=:@ in a segment (no spaces, ?, #, %)",
         ),
+        (
+            "/_ankusa/handover/t",
+            "/_ankusa/ is reserved for the relay's own cluster traffic",
+        ),
+        (
+            "/_ankusa",
+            "/_ankusa/ is reserved for the relay's own cluster traffic",
+        ),
     ] {
         assert_eq!(
             one(&format!(

@@ -469,6 +469,30 @@ fn lane_id_hex_is_lower_case_and_full_width() {
         format!("{lane:?}"),
         "LaneId(ab000000000000000000000000000001)"
     );
+    // from_hex reads back what to_hex writes, in either case, and nothing
+    // else.
+    assert_eq!(LaneId::from_hex(&lane.to_hex()), Some(lane));
+    assert_eq!(
+        LaneId::from_hex("AB000000000000000000000000000001"),
+        Some(lane)
+    );
+    for bad in [
+        "",
+        "ab",
+        "ab00000000000000000000000000000",
+        "ab0000000000000000000000000000011",
+        "zz000000000000000000000000000001",
+        "+b000000000000000000000000000001",
+    ] {
+        assert_eq!(LaneId::from_hex(bad), None, "{bad:?}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn lane_id_hex_round_trips(id in proptest::array::uniform16(any::<u8>())) {
+        prop_assert_eq!(LaneId::from_hex(&LaneId(id).to_hex()), Some(LaneId(id)));
+    }
 }
 
 #[test]

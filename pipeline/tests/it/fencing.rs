@@ -108,3 +108,66 @@ async fn a_fenced_tenant_waits_and_the_barrier_holds_only_its_ordered_lanes() {
     let kv = stop(relay).await;
     check_invariants(&*kv).unwrap();
 }
+
+/// A planned move's barrier ([`TenantClaims::AllBut`]): only the listed
+/// ordered lanes are held; every other key's ordered lane and the unordered
+/// sink deliver at once, and the held lane goes out in order once the barrier
+/// lifts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_moves_barrier_holds_only_the_lanes_it_lists() {
+    let rec = Recorder::default();
+    let held_lane = ankusa_queue::lanes::lane_id(ankusa_keys::SinkIx(0), SOURCE, Some(b"a"));
+    let lifted = Arc::new(AtomicU8::new(0));
+    let seen = Arc::clone(&lifted);
+    let listed = Arc::new(
+        [held_lane]
+            .into_iter()
+            .collect::<std::collections::BTreeSet<_>>(),
+    );
+    let relay = start_two_fenced(
+        Arc::new(MemoryKv::new()),
+        &rec,
+        &[],
+        Some(Arc::new(move |_| {
+            if seen.load(Ordering::SeqCst) == 0 {
+                TenantClaims::AllBut(Arc::clone(&listed))
+            } else {
+                TenantClaims::All
+            }
+        })),
+    );
+    let keys = ["a", "b", "c"];
+    for n in 0..30 {
+        ingest_two(&relay, n, keys[n as usize % 3]).await;
+    }
+    // Keys b and c (not listed) and the unordered sink go at once.
+    until("b's and c's 20 ordered hooks and all 30 unordered", || {
+        (rec.bodies(0).len() == 20 && rec.bodies(1).len() == 30).then_some(())
+    })
+    .await;
+    for k in ["b", "c"] {
+        assert_eq!(rec.bodies_of_key(0, k), want(&keys, 30, k), "key {k}");
+    }
+    assert!(
+        rec.bodies_of_key(0, "a").is_empty(),
+        "a listed lane was delivered behind the barrier"
+    );
+    until("their outcomes committed: a's 10 ordered rows left", || {
+        (counter(&*relay.kv, TENANT, CounterField::Pending).unwrap() == 10).then_some(())
+    })
+    .await;
+    assert!(rec.bodies_of_key(0, "a").is_empty());
+    lifted.store(1, Ordering::SeqCst);
+    relay.pipeline.wake();
+    until("a's 10 ordered hooks", || {
+        (rec.bodies(0).len() == 30).then_some(())
+    })
+    .await;
+    assert_eq!(rec.bodies_of_key(0, "a"), want(&keys, 30, "a"));
+    until("every outcome committed", || {
+        (counter(&*relay.kv, TENANT, CounterField::Pending).unwrap() == 0).then_some(())
+    })
+    .await;
+    let kv = stop(relay).await;
+    check_invariants(&*kv).unwrap();
+}
