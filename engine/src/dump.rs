@@ -243,17 +243,14 @@ pub fn export<R: Read + ?Sized, W: Write>(
         Some(v) => String::from_utf8_lossy(&v).into_owned(),
         None => backend.to_owned(),
     };
-    let header = Header {
-        dump_version: DUMP_VERSION,
-        store_format,
-        backend: origin,
-    };
-    let mut out = Counted { out, bytes: 0 };
-    out.put(&header_bytes(&header))?;
-    let mut counts = [0u64; 5];
-    let mut digest = crc32fast::Hasher::new();
-    let mut record_bytes = 0u64;
-    let mut record = Vec::new();
+    let mut w = DumpWriter::new(
+        Header {
+            dump_version: DUMP_VERSION,
+            store_format,
+            backend: origin,
+        },
+        out,
+    )?;
     for cf in Cf::ALL {
         let mut range = all_keys();
         let mut limit = 1usize;
@@ -266,13 +263,9 @@ pub fn export<R: Read + ?Sized, W: Write>(
                 if cf == Cf::Meta && k.as_ref() == origin_key {
                     continue;
                 }
-                encode_record(&mut record, cf, k, v);
-                digest.update(&record);
-                record_bytes += record.len() as u64;
-                out.put(&record)?;
-                counts[cf.index()] += 1;
+                w.record(cf, k, v)?;
             }
-            progress(counts.iter().sum(), out.bytes);
+            progress(w.records(), w.out.bytes);
             match page.last() {
                 Some((last, _)) if full => {
                     let mut next = last.to_vec();
@@ -285,31 +278,87 @@ pub fn export<R: Read + ?Sized, W: Write>(
         }
         let top = top_key();
         if let Some(v) = read.get(cf, &top)? {
-            encode_record(&mut record, cf, &top, &v);
-            digest.update(&record);
-            record_bytes += record.len() as u64;
-            out.put(&record)?;
-            counts[cf.index()] += 1;
+            w.record(cf, &top, &v)?;
         }
     }
-    let digest = digest.finalize();
-    let mut t = Vec::with_capacity(1 + 8 * 6 + 8);
-    t.push(END_TAG);
-    for c in counts {
-        t.extend_from_slice(&c.to_be_bytes());
+    w.finish()
+}
+
+/// Writes a dump record by record: the header at [`DumpWriter::new`], the
+/// trailer at [`DumpWriter::finish`]. [`export`] writes a whole store with
+/// it; a caller that knows the key layout writes part of one (a cluster
+/// node's hand-over of one tenant, docs/design.md section 11). Records must
+/// come in [`Cf::ALL`] order and ascending key order within a column family,
+/// as [`import`] and [`read_records`] check.
+pub struct DumpWriter<W: Write> {
+    out: Counted<W>,
+    header: Header,
+    counts: [u64; 5],
+    digest: crc32fast::Hasher,
+    record_bytes: u64,
+    record: Vec<u8>,
+}
+
+impl<W: Write> DumpWriter<W> {
+    /// Writes `header` to `out`.
+    ///
+    /// # Errors
+    /// [`DumpError::Io`] when the write fails.
+    pub fn new(header: Header, out: W) -> Result<DumpWriter<W>, DumpError> {
+        let mut out = Counted { out, bytes: 0 };
+        out.put(&header_bytes(&header))?;
+        Ok(DumpWriter {
+            out,
+            header,
+            counts: [0; 5],
+            digest: crc32fast::Hasher::new(),
+            record_bytes: 0,
+            record: Vec::new(),
+        })
     }
-    t.extend_from_slice(&record_bytes.to_be_bytes());
-    t.extend_from_slice(&digest.to_be_bytes());
-    let crc = crc32fast::hash(&t);
-    t.extend_from_slice(&crc.to_be_bytes());
-    out.put(&t)?;
-    out.out.flush().map_err(io_err("writing the dump"))?;
-    Ok(Summary {
-        header,
-        counts,
-        file_bytes: out.bytes,
-        digest,
-    })
+
+    /// Writes one record.
+    ///
+    /// # Errors
+    /// [`DumpError::Io`] when the write fails.
+    pub fn record(&mut self, cf: Cf, key: &[u8], value: &[u8]) -> Result<(), DumpError> {
+        encode_record(&mut self.record, cf, key, value);
+        self.digest.update(&self.record);
+        self.record_bytes += self.record.len() as u64;
+        self.out.put(&self.record)?;
+        self.counts[cf.index()] += 1;
+        Ok(())
+    }
+
+    /// The records written so far.
+    pub fn records(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Writes the trailer and flushes.
+    ///
+    /// # Errors
+    /// [`DumpError::Io`] when the write fails.
+    pub fn finish(mut self) -> Result<Summary, DumpError> {
+        let digest = self.digest.finalize();
+        let mut t = Vec::with_capacity(1 + 8 * 6 + 8);
+        t.push(END_TAG);
+        for c in self.counts {
+            t.extend_from_slice(&c.to_be_bytes());
+        }
+        t.extend_from_slice(&self.record_bytes.to_be_bytes());
+        t.extend_from_slice(&digest.to_be_bytes());
+        let crc = crc32fast::hash(&t);
+        t.extend_from_slice(&crc.to_be_bytes());
+        self.out.put(&t)?;
+        self.out.out.flush().map_err(io_err("writing the dump"))?;
+        Ok(Summary {
+            header: self.header,
+            counts: self.counts,
+            file_bytes: self.out.bytes,
+            digest,
+        })
+    }
 }
 
 /// One record's bytes into `buf` (cleared first).
@@ -475,14 +524,65 @@ pub fn import<K: Kv, R: io::Read>(
             return Err(DumpError::NotEmpty { cf: cf.name() });
         }
     }
+    let mut batch = Batch::new();
+    let mut batch_bytes = 0usize;
+    let mut batch_records = 0usize;
+    let summary = read_records(input, origin_key, &mut |r| {
+        batch.put(r.cf, r.key.to_vec(), r.value.to_vec());
+        batch_bytes += r.key.len() + r.value.len();
+        batch_records += 1;
+        if batch_bytes >= BATCH_BYTES || batch_records >= BATCH_RECORDS {
+            kv.write(std::mem::take(&mut batch), Durability::Buffered)?;
+            batch_bytes = 0;
+            batch_records = 0;
+            progress(r.index + 1, r.end);
+        }
+        Ok(())
+    })?;
+    batch.put(
+        Cf::Meta,
+        origin_key.to_vec(),
+        summary.header.backend.as_bytes().to_vec(),
+    );
+    kv.write(batch, Durability::Sync)?;
+    progress(summary.records(), summary.file_bytes);
+    Ok(summary)
+}
+
+/// One verified record of a dump, handed to [`read_records`]' caller.
+#[derive(Debug)]
+pub struct Record<'a> {
+    /// Its index (0 for the first record).
+    pub index: u64,
+    /// The byte offset just past it in the dump.
+    pub end: u64,
+    /// Its column family.
+    pub cf: Cf,
+    /// Its key.
+    pub key: &'a [u8],
+    /// Its value.
+    pub value: &'a [u8],
+}
+
+/// Reads a dump from `input` and hands each record to `each` once its own
+/// checks passed (framing, CRC32, order, not the `origin_key` record); then
+/// verifies the trailer. A record handed on is not yet covered by the
+/// trailer's checks: a caller that must not act on a damaged dump collects
+/// the records and acts once this returns `Ok` ([`import`] writes to a new
+/// store it throws away on error).
+///
+/// # Errors
+/// As [`import`], and whatever `each` returns.
+pub fn read_records<R: io::Read>(
+    input: R,
+    origin_key: &[u8],
+    each: &mut dyn FnMut(Record<'_>) -> Result<(), DumpError>,
+) -> Result<Summary, DumpError> {
     let mut src = Source { input, offset: 0 };
     let (header, _) = read_header(&mut src)?;
     let mut counts = [0u64; 5];
     let mut digest = crc32fast::Hasher::new();
     let mut record_bytes = 0u64;
-    let mut batch = Batch::new();
-    let mut batch_bytes = 0usize;
-    let mut batch_records = 0usize;
     let mut index = 0u64;
     let mut last: Option<(Cf, Vec<u8>)> = None;
     let trailer_at = loop {
@@ -564,20 +664,14 @@ pub fn import<K: Kv, R: io::Read>(
         digest.update(&rec);
         record_bytes += rec.len() as u64;
         counts[cf.index()] += 1;
-        batch.put(
+        each(Record {
+            index,
+            end: src.offset,
             cf,
-            key.to_vec(),
-            rec[head + klen..head + klen + vlen].to_vec(),
-        );
-        batch_bytes += klen + vlen;
-        batch_records += 1;
+            key,
+            value: &rec[head + klen..head + klen + vlen],
+        })?;
         index += 1;
-        if batch_bytes >= BATCH_BYTES || batch_records >= BATCH_RECORDS {
-            kv.write(std::mem::take(&mut batch), Durability::Buffered)?;
-            batch_bytes = 0;
-            batch_records = 0;
-            progress(index, src.offset);
-        }
     };
     let at = Position::Trailer { offset: trailer_at };
     let mut t = [0u8; 8 * 5 + 8 + 4 + 4];
@@ -629,13 +723,6 @@ pub fn import<K: Kv, R: io::Read>(
             format!("bytes after the trailer (at byte {})", src.offset - 1),
         ));
     }
-    batch.put(
-        Cf::Meta,
-        origin_key.to_vec(),
-        header.backend.as_bytes().to_vec(),
-    );
-    kv.write(batch, Durability::Sync)?;
-    progress(index, src.offset);
     Ok(Summary {
         header,
         counts,

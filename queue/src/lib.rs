@@ -86,6 +86,7 @@ pub use ankusa_lanes::{LaneAssignment, RowId, count, mutation};
 mod admin;
 mod admission;
 mod check;
+pub mod handover;
 mod ingest;
 pub mod metrics;
 pub mod migrate;
@@ -237,6 +238,10 @@ pub enum QueueError {
         /// What the store says instead.
         detail: String,
     },
+    /// A cluster hand-over's page refused (docs/design.md section 11,
+    /// "Hand-over").
+    #[error(transparent)]
+    Handover(#[from] handover::HandoverError),
     /// A hook whose envelope is gone where one is needed.
     #[error("hook {tenant}/{seq} has no envelope")]
     MissingEnvelope {

@@ -320,6 +320,11 @@ enum Request {
         reply: ReplyTo<Expired>,
     },
     JobStep(JobStep, ReplyTo<Vec<Seq>>),
+    Adopt {
+        tenant: TenantOrd,
+        records: Vec<crate::handover::Record>,
+        reply: ReplyTo<crate::handover::Adopted>,
+    },
     PurgeMark {
         tenant: TenantOrd,
         job: Option<u64>,
@@ -334,6 +339,9 @@ impl Request {
         match self {
             Request::Ingest(r, _) => r.envelope.body.len(),
             Request::Quarantine(r, _) => r.envelope.body.len(),
+            Request::Adopt { records, .. } => {
+                records.iter().map(|(_, k, v)| k.len() + v.len()).sum()
+            }
             Request::JobStep(step, _) => step
                 .ops
                 .iter()
@@ -354,6 +362,7 @@ enum Answer {
     Done(ReplyTo<()>),
     Expired(ReplyTo<Expired>, Expired),
     Seqs(ReplyTo<Vec<Seq>>, Vec<Seq>),
+    Adopted(ReplyTo<crate::handover::Adopted>, crate::handover::Adopted),
 }
 
 impl Answer {
@@ -364,6 +373,7 @@ impl Answer {
             Answer::Done(r) => drop(r.send(Ok(()))),
             Answer::Expired(r, v) => drop(r.send(Ok(v))),
             Answer::Seqs(r, v) => drop(r.send(Ok(v))),
+            Answer::Adopted(r, v) => drop(r.send(Ok(v))),
         }
     }
 
@@ -374,6 +384,7 @@ impl Answer {
             Answer::Done(r) => drop(r.send(Err(e.clone()))),
             Answer::Expired(r, _) => drop(r.send(Err(e.clone()))),
             Answer::Seqs(r, _) => drop(r.send(Err(e.clone()))),
+            Answer::Adopted(r, _) => drop(r.send(Err(e.clone()))),
         }
     }
 }
@@ -593,6 +604,27 @@ impl WriterHandle {
     /// an error.
     pub async fn job_step(&self, step: JobStep) -> Result<Vec<Seq>, WriteError> {
         self.ask(|reply| Request::JobStep(step, reply)).await
+    }
+
+    /// Stores a page of another node's remains of `tenant` (a cluster's
+    /// hand-over, docs/design.md section 11: [`crate::handover::adopt`]),
+    /// every hook under a new seq, committed `Sync` with the group.
+    ///
+    /// # Errors
+    /// [`WriteError::Refused`] for a page [`crate::handover::adopt`] refuses
+    /// (nothing is written); [`WriteError::TenantPurging`];
+    /// [`WriteError::Store`]; [`WriteError::Stopped`].
+    pub async fn adopt(
+        &self,
+        tenant: TenantOrd,
+        records: Vec<crate::handover::Record>,
+    ) -> Result<crate::handover::Adopted, WriteError> {
+        self.ask(|reply| Request::Adopt {
+            tenant,
+            records,
+            reply,
+        })
+        .await
     }
 
     /// Sets (`job: Some(id)`) or clears (`None`) the purge mark of `tenant`
@@ -947,6 +979,31 @@ impl<K: Kv> Writer<K> {
                     }
                     batch.put(Cf::Meta, state.key, state.value);
                     answers.push(Answer::Done(reply));
+                }
+                Request::Adopt { tenant, reply, .. } if self.purging.contains(&tenant) => {
+                    let _ = reply.send(Err(WriteError::TenantPurging { tenant }));
+                }
+                Request::Adopt {
+                    tenant,
+                    records,
+                    reply,
+                } => {
+                    let mut adopted = Batch::new();
+                    let mut next = self.next_seq;
+                    match crate::handover::adopt(
+                        &*self.kv,
+                        &mut adopted,
+                        tenant,
+                        &records,
+                        &mut next,
+                    ) {
+                        Ok(a) => {
+                            self.next_seq = next;
+                            batch.extend(adopted);
+                            answers.push(Answer::Adopted(reply, a));
+                        }
+                        Err(e) => drop(reply.send(Err(WriteError::of(e)))),
+                    }
                 }
                 Request::Release { tenant, reply, .. } | Request::Drop { tenant, reply, .. }
                     if self.purging.contains(&tenant) =>

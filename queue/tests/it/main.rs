@@ -12,6 +12,7 @@ mod claim_retry_park;
 mod dead_letter;
 mod delivered;
 mod drop_dead;
+mod handover;
 mod ingest;
 mod markers;
 #[cfg(feature = "mutations")]
