@@ -25,17 +25,17 @@
 //!   of it: [`Member::claims`]) and, once the tenant has no pending row here,
 //!   removes its drains from the record: the owner's barrier lifts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ankusa_catalog::Etcd;
 use ankusa_catalog::cluster::{
-    Catalog, ConfigRecord, JoinError, NodeRecord, Numbered, Snapshot, TenantRecord, assign,
+    Barrier, Catalog, ConfigRecord, JoinError, NodeRecord, Numbered, Snapshot, TenantRecord, assign,
 };
 use ankusa_edge::server::owners::{Admitted, Answer, Forward, Owners, Pending, Placement};
-use ankusa_keys::TenantOrd;
+use ankusa_keys::{LaneId, TenantOrd};
 use ankusa_pipeline::TenantClaims;
 use anyhow::Context as _;
 use arc_swap::ArcSwap;
@@ -93,6 +93,8 @@ pub struct ClusterStats {
     pub renew_failures: AtomicU64,
     /// Drains this node finished (an earlier epoch of a tenant delivered).
     pub drains: AtomicU64,
+    /// Hooks of this node's remains handed to their tenant's owner.
+    pub handed_over: AtomicU64,
 }
 
 /// The catalog as last read, and the lease it was read under.
@@ -100,7 +102,53 @@ pub struct ClusterStats {
 struct View {
     snap: Snapshot,
     lease: i64,
+    /// Per tenant this node owns behind a planned move's barrier, the lanes
+    /// held back ([`Barrier::Lanes`], parsed once per read).
+    held_lanes: HashMap<String, Arc<BTreeSet<LaneId>>>,
 }
+
+/// What the cluster runtime reads and writes of this node's store
+/// (`serve` implements it over the relay's `Kv`).
+pub trait NodeStore: Send + Sync {
+    /// The tenant's pending rows here (`None`: the store cannot be read).
+    fn pending(&self, tenant: TenantOrd) -> Option<u64>;
+    /// Their bytes.
+    fn pending_bytes(&self, tenant: TenantOrd) -> Option<u64>;
+    /// The ordered lanes (hex lane ids) holding rows of the tenant here, for
+    /// a planned move's fence; `None` past
+    /// [`ankusa_catalog::cluster::MAX_DRAIN_LANES`] or when the store cannot
+    /// be read (the drain then holds every ordered lane on the target).
+    fn busy_lanes(&self, tenant: TenantOrd) -> Option<Vec<String>>;
+    /// Whether the store holds anything a hand-over carries of the tenant.
+    ///
+    /// # Errors
+    /// The store's, as text.
+    fn holds_remains(&self, tenant: TenantOrd) -> Result<bool, String>;
+    /// The next page of the tenant's remains from hook `from`, as a dump
+    /// (`ankusa_queue::handover::handover_page`), with the page itself.
+    ///
+    /// # Errors
+    /// The store's, or a hook with a row still to deliver, as text.
+    fn handover_page(
+        &self,
+        tenant: TenantOrd,
+        from: ankusa_keys::Seq,
+    ) -> Result<(Vec<u8>, ankusa_queue::handover::HandoverPage), String>;
+    /// Deletes a page the owner committed (`ankusa_queue::handover::handed_over`),
+    /// `Sync`.
+    ///
+    /// # Errors
+    /// The store's, as text.
+    fn handed_over(
+        &self,
+        page: &ankusa_queue::handover::HandoverPage,
+        tenant: TenantOrd,
+    ) -> Result<(), String>;
+}
+
+/// The most pages one round of the run loop hands over (it goes on at the
+/// next round): the loop's other work waits for no more than that.
+const HANDOVER_PAGES_PER_ROUND: usize = 8;
 
 /// This node in the cluster.
 pub struct Member {
@@ -361,7 +409,9 @@ impl Member {
 
     /// Which of `tenant`'s rows this node's pipeline may claim (docs/design.md
     /// section 11): all of a tenant it owns with no earlier epoch of another
-    /// node undrained; its unordered rows only behind such a barrier; all of
+    /// node undrained; behind such a barrier, all but the held lanes' rows
+    /// when every drain left is a planned move's that listed its lanes, its
+    /// unordered rows only otherwise; all of
     /// a tenant whose first drain is this node's (it delivers its earlier
     /// epoch, owner or not, fresh or not: nothing new joins it); nothing
     /// otherwise.
@@ -381,10 +431,16 @@ impl Member {
             if !self.owns(name) {
                 return TenantClaims::Nothing;
             }
-            if t.drains.iter().all(|d| d.node == me) {
-                return TenantClaims::All;
-            }
-            return TenantClaims::Unordered;
+            return match t.barrier(me) {
+                Barrier::Open => TenantClaims::All,
+                Barrier::All => TenantClaims::Unordered,
+                // A lane id that does not parse is left out of the set, so
+                // hold everything rather than let its key through.
+                Barrier::Lanes(l) => match view.held_lanes.get(name) {
+                    Some(held) if held.len() == l.len() => TenantClaims::AllBut(Arc::clone(held)),
+                    _ => TenantClaims::Unordered,
+                },
+            };
         }
         if t.drains.first().is_some_and(|d| d.node == me) {
             return TenantClaims::All;
@@ -506,7 +562,23 @@ impl Member {
                 }
             }
         }
-        self.view.store(Arc::new(View { snap, lease }));
+        let held_lanes = snap
+            .tenants
+            .iter()
+            .filter(|(_, (t, _))| t.owner.as_deref() == Some(me))
+            .filter_map(|(name, (t, _))| match t.barrier(me) {
+                Barrier::Lanes(l) => Some((
+                    name.clone(),
+                    Arc::new(l.iter().filter_map(|h| LaneId::from_hex(h)).collect()),
+                )),
+                Barrier::Open | Barrier::All => None,
+            })
+            .collect();
+        self.view.store(Arc::new(View {
+            snap,
+            lease,
+            held_lanes,
+        }));
         self.changed.send_modify(|n| *n += 1);
         Ok(())
     }
@@ -517,8 +589,10 @@ impl Member {
     pub async fn run(
         self: Arc<Self>,
         wake: Box<dyn Fn() + Send + Sync>,
-        pending: Box<dyn Fn(TenantOrd) -> Option<u64> + Send + Sync>,
+        store: Arc<dyn NodeStore>,
     ) {
+        let pending = |t: TenantOrd| store.pending(t);
+        let lanes = |t: TenantOrd| store.busy_lanes(t);
         let mut last_control = Instant::now();
         let mut last_report = Instant::now();
         let mut reported: BTreeMap<String, (u64, u64)> = BTreeMap::new();
@@ -532,8 +606,8 @@ impl Member {
                     }
                     unreachable = false;
                     wake();
-                    self.fence_moves().await;
-                    self.finish_drains(&*pending).await;
+                    self.fence_moves(&lanes).await;
+                    self.finish_drains(&pending).await;
                 }
                 Err(e) => {
                     if !unreachable {
@@ -548,7 +622,8 @@ impl Member {
             }
             if last_report.elapsed() >= REPORT {
                 last_report = Instant::now();
-                self.report(&*pending, &mut reported).await;
+                self.report(&*store, &mut reported).await;
+                self.hand_over(&*store).await;
             }
             tokio::time::sleep(POLL).await;
         }
@@ -556,9 +631,14 @@ impl Member {
 
     /// Confirms the planned moves of this node's tenants: the view that
     /// shows the move is in place (so no hook of the tenant is acknowledged
-    /// from here on: [`Member::fresh`]); the controller may flip.
-    async fn fence_moves(&self) {
+    /// from here on: [`Member::fresh`]); the controller may flip. With the
+    /// fence go the ordered lanes in which this node still holds rows of the
+    /// tenant (`lanes`: hex lane ids, `None` for too many to list): the only
+    /// lanes whose new hooks wait on the target. No hook joins a lane here
+    /// after the fence, so the list can only shrink as this node drains.
+    async fn fence_moves(&self, lanes: &(dyn Fn(TenantOrd) -> Option<Vec<String>> + Send + Sync)) {
         let view = self.view.load_full();
+        let names = self.names.load();
         let me = self.id.as_str();
         for (name, (t, rev)) in &view.snap.tenants {
             let Some(m) = &t.moving else { continue };
@@ -577,14 +657,20 @@ impl Member {
                 debug!(tenant = %name, busy, "cluster: a planned move waits for hooks being committed");
                 continue;
             }
+            let held = names
+                .iter()
+                .find(|(_, n)| *n == name)
+                .and_then(|(ord, _)| lanes(*ord));
+            let listed = held.as_ref().map(Vec::len);
             let mut record = t.clone();
             record.moving = Some(ankusa_catalog::cluster::Move {
                 to: m.to.clone(),
                 fenced: true,
+                lanes: held,
             });
             match self.catalog.set_tenant(name, &record, *rev).await {
                 Ok(true) => {
-                    info!(tenant = %name, to = %m.to, "cluster: fenced for a planned move: no more hooks of the tenant here")
+                    info!(tenant = %name, to = %m.to, lanes_held = ?listed, "cluster: fenced for a planned move: no more hooks of the tenant here; the target holds back only the lanes listed (every ordered lane when none are)")
                 }
                 Ok(false) => {
                     debug!(tenant = %name, "cluster: the tenant changed first; fencing at the next read")
@@ -600,11 +686,7 @@ impl Member {
     /// drains ([`ankusa_catalog::cluster::PendingReport`]) when it changed
     /// since the last report: `ankusa cluster status` shows it, and a forfeit
     /// of this node's epoch says what it gives up.
-    async fn report(
-        &self,
-        pending: &(dyn Fn(TenantOrd) -> Option<u64> + Send + Sync),
-        reported: &mut BTreeMap<String, (u64, u64)>,
-    ) {
+    async fn report(&self, store: &dyn NodeStore, reported: &mut BTreeMap<String, (u64, u64)>) {
         let view = self.view.load_full();
         let names = self.names.load();
         let me = self.id.as_str();
@@ -612,7 +694,7 @@ impl Member {
             let Some((t, _)) = view.snap.tenants.get(name) else {
                 continue;
             };
-            let Some(n) = pending(*ord) else {
+            let Some(n) = store.pending(*ord) else {
                 continue;
             };
             // Rows of a tenant this node neither owns nor drains: an epoch
@@ -638,11 +720,136 @@ impl Member {
                 node: self.id.clone(),
                 epoch,
                 pending: n,
+                bytes: store.pending_bytes(*ord).unwrap_or(0),
                 at_ms: crate::serve::now_ms(),
                 stale,
             };
             if self.catalog.report(name, &report).await.is_ok() {
                 reported.insert(name.clone(), (epoch, n));
+            }
+        }
+    }
+
+    /// Hands this node's remains of each tenant it neither owns nor drains
+    /// (dead letters, quarantined hooks, the archive, dedupe records) to the
+    /// tenant's live owner, then deletes them here (docs/design.md section
+    /// 11, "Hand-over"): an offer with a fresh token under this node's
+    /// lease, then pages of the tenant's remains in the dump format, each
+    /// deleted here once the owner answered that it committed it. At most
+    /// [`HANDOVER_PAGES_PER_ROUND`] pages per round; a refused page stops
+    /// the tenant's hand-over until the next round (an owner that has not
+    /// read the offer yet answers 403).
+    async fn hand_over(&self, store: &dyn NodeStore) {
+        let view = self.view.load_full();
+        let names = self.names.load_full();
+        let me = self.id.as_str();
+        let mut pages = 0usize;
+        for (ord, name) in names.iter() {
+            let Some((t, _)) = view.snap.tenants.get(name) else {
+                continue;
+            };
+            let offered = view.snap.handovers.get(name).and_then(|h| h.get(me));
+            // Only an epoch this node has finished: it neither owns the
+            // tenant nor has a drain of it, and holds no row to deliver.
+            let owner = t.owner.as_deref().filter(|o| *o != me);
+            let owner_addr = owner
+                .and_then(|o| view.snap.nodes.get(o))
+                .map(|(n, _)| n.addr.clone());
+            let done_here = t.owner.as_deref() != Some(me)
+                && !t.drains.iter().any(|d| d.node == me)
+                && store.pending(*ord) == Some(0);
+            let remains = done_here && store.holds_remains(*ord).unwrap_or(false);
+            if !remains {
+                if offered.is_some() && done_here {
+                    let _ = self.catalog.withdraw_handover(name, me).await;
+                }
+                continue;
+            }
+            let (Some(owner), Some(addr)) = (owner, owner_addr) else {
+                continue;
+            };
+            let offer = match offered {
+                Some(o) if o.to == owner && o.epoch == t.epoch => o.clone(),
+                _ => {
+                    let token: [u8; 32] = rand::random();
+                    let offer = ankusa_catalog::cluster::HandoverOffer {
+                        to: owner.to_owned(),
+                        epoch: t.epoch,
+                        token: ankusa_engine::hex(&token),
+                    };
+                    let lease = self.lease.load(Ordering::SeqCst);
+                    if let Err(e) = self.catalog.offer_handover(name, me, &offer, lease).await {
+                        debug!(tenant = %name, error = %e, "cluster: cannot offer the hand-over yet");
+                        continue;
+                    }
+                    info!(tenant = %name, to = %owner, "cluster: offering this node's remains of the tenant (dead letters, quarantine, archive, dedupe records) to its owner");
+                    // The owner takes pages once its view shows the offer.
+                    continue;
+                }
+            };
+            let mut from = ankusa_keys::Seq(0);
+            let mut sent = 0u64;
+            loop {
+                if pages >= HANDOVER_PAGES_PER_ROUND || self.stopping.load(Ordering::SeqCst) {
+                    return;
+                }
+                let (dump, page) = match store.handover_page(*ord, from) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        warn!(tenant = %name, error = %e, "cluster: cannot read the tenant's remains for the hand-over");
+                        break;
+                    }
+                };
+                if page.seqs.is_empty() && page.dedupe.is_empty() {
+                    break;
+                }
+                pages += 1;
+                let answer = self
+                    .forwarder
+                    .post(format!(
+                        "http://{addr}{}{name}",
+                        ankusa_edge::server::handover::HANDOVER_PATH
+                    ))
+                    .timeout(Duration::from_secs(60))
+                    .header(ankusa_edge::server::handover::HANDOVER_FROM, me)
+                    .bearer_auth(&offer.token)
+                    .header("content-type", "application/octet-stream")
+                    .body(dump)
+                    .send()
+                    .await;
+                match answer {
+                    Ok(r) if r.status().is_success() => {}
+                    Ok(r) => {
+                        let status = r.status();
+                        let text = r.text().await.unwrap_or_default();
+                        if status == reqwest::StatusCode::FORBIDDEN {
+                            debug!(tenant = %name, %text, "cluster: the owner has not seen the hand-over offer yet");
+                        } else {
+                            warn!(tenant = %name, to = %owner, %status, %text, "cluster: the owner refused a hand-over page; trying again later");
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        debug!(tenant = %name, error = %e, "cluster: a hand-over page did not reach the owner");
+                        break;
+                    }
+                }
+                if let Err(e) = store.handed_over(&page, *ord) {
+                    warn!(tenant = %name, error = %e, "cluster: the owner took a page this node cannot delete: it may be handed over again");
+                    break;
+                }
+                sent += page.seqs.len() as u64;
+                self.stats
+                    .handed_over
+                    .fetch_add(page.seqs.len() as u64, Ordering::Relaxed);
+                match page.next {
+                    Some(n) => from = n,
+                    None => {
+                        info!(tenant = %name, to = %owner, hooks = sent, "cluster: handed this node's remains of the tenant to its owner and deleted them here");
+                        let _ = self.catalog.withdraw_handover(name, me).await;
+                        break;
+                    }
+                }
             }
         }
     }
@@ -834,6 +1041,16 @@ impl Member {
                 get(&s.renew_failures),
             ),
             (
+                "ankusa_cluster_handed_over",
+                "Hooks of this node's remains of tenants it no longer holds (dead letters, quarantine, archive) handed to their owner",
+                get(&s.handed_over),
+            ),
+            (
+                "ankusa_cluster_adopted",
+                "Hooks of other nodes' remains this node took as a tenant's owner",
+                get(&edge.adopted),
+            ),
+            (
                 "ankusa_cluster_drains",
                 "Earlier epochs of a tenant this node delivered and recorded drained",
                 get(&s.drains),
@@ -989,5 +1206,27 @@ impl Owners for Member {
 
     fn node_id(&self) -> &str {
         &self.id
+    }
+
+    fn accept_handover(&self, tenant: &str, from: &str, token: &str) -> Option<TenantOrd> {
+        let view = self.view.load();
+        let offer = view.snap.handovers.get(tenant)?.get(from)?;
+        // Compared in full whatever the length (the token is random, so a
+        // timing side channel would have to guess 256 bits anyway).
+        let same = offer.token.len() == token.len()
+            && offer
+                .token
+                .bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if !same || offer.to != self.id || from == self.id || !self.owns(tenant) {
+            return None;
+        }
+        self.names
+            .load()
+            .iter()
+            .find(|(_, n)| n.as_str() == tenant)
+            .map(|(o, _)| *o)
     }
 }

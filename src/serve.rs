@@ -33,7 +33,7 @@ use ankusa_engine::memory::MemoryKv;
 use ankusa_engine::{CounterMirror, Durability, Kv};
 use ankusa_keys::index::{CounterField, counter_key};
 use ankusa_keys::meta::PauseTarget;
-use ankusa_keys::{SourceId, TenantOrd};
+use ankusa_keys::{LaneId, SourceId, TenantOrd};
 use ankusa_pipeline::retention::{RetentionConfig, RetentionStats};
 use ankusa_pipeline::{BreakerState, ControlError, Pipeline, PipelineHandle};
 use ankusa_queue::writer::{Writer, WriterConfig};
@@ -1033,19 +1033,10 @@ async fn run<K: Kv>(
     });
     let writer_task = tokio::spawn(writer.run());
     let pipeline_task = tokio::spawn(pipeline.run());
-    let pending_of = {
-        let kv = Arc::clone(&kv);
-        move |t: TenantOrd| {
-            ankusa_pipeline::counter(&*kv, t, CounterField::Pending)
-                .ok()
-                .and_then(|v| u64::try_from(v).ok())
-        }
-    };
+    let node_store: Arc<dyn crate::cluster::NodeStore> = Arc::new(NodeStoreOf(Arc::clone(&kv)));
     if let Some(m) = &member {
         let wake = pipeline_handle.clone();
-        tokio::spawn(
-            Arc::clone(m).run(Box::new(move || wake.wake()), Box::new(pending_of.clone())),
-        );
+        tokio::spawn(Arc::clone(m).run(Box::new(move || wake.wake()), Arc::clone(&node_store)));
     }
     // The retention sweep stops with the ingest listener: it holds a Writer
     // handle, and the Writer stops only when every handle is gone.
@@ -1190,7 +1181,7 @@ async fn run<K: Kv>(
     }
     pipeline_task.await.context("pipeline task")??;
     if let Some(m) = &member {
-        m.leave(&pending_of).await;
+        m.leave(&|t| node_store.pending(t)).await;
     }
     let _ = admin_shutdown_tx.send(true);
     let _ = admin_task.await;
@@ -1315,5 +1306,81 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
+    }
+}
+
+/// The cluster runtime's view of this node's store (`cluster::NodeStore`).
+struct NodeStoreOf<K>(Arc<K>);
+
+/// A hand-over page's bounds: hooks, and bytes of records (the owner takes
+/// up to `edge::server::handover::HANDOVER_MAX_BYTES`).
+const HANDOVER_PAGE_HOOKS: usize = 512;
+const HANDOVER_PAGE_BYTES: usize = 4 << 20;
+
+impl<K: Kv> crate::cluster::NodeStore for NodeStoreOf<K> {
+    fn pending(&self, tenant: TenantOrd) -> Option<u64> {
+        ankusa_pipeline::counter(&*self.0, tenant, CounterField::Pending)
+            .ok()
+            .and_then(|v| u64::try_from(v).ok())
+    }
+
+    fn pending_bytes(&self, tenant: TenantOrd) -> Option<u64> {
+        ankusa_pipeline::counter(&*self.0, tenant, CounterField::Bytes)
+            .ok()
+            .and_then(|v| u64::try_from(v).ok())
+    }
+
+    fn busy_lanes(&self, tenant: TenantOrd) -> Option<Vec<String>> {
+        ankusa_queue::lanes::busy_lanes(&*self.0, tenant, ankusa_catalog::cluster::MAX_DRAIN_LANES)
+            .ok()
+            .flatten()
+            .map(|l| l.iter().map(LaneId::to_hex).collect())
+    }
+
+    fn holds_remains(&self, tenant: TenantOrd) -> Result<bool, String> {
+        ankusa_queue::handover::holds_remains(&*self.0, tenant).map_err(|e| e.to_string())
+    }
+
+    fn handover_page(
+        &self,
+        tenant: TenantOrd,
+        from: ankusa_keys::Seq,
+    ) -> Result<(Vec<u8>, ankusa_queue::handover::HandoverPage), String> {
+        let snap = self.0.snapshot();
+        let page = ankusa_queue::handover::handover_page(
+            &snap,
+            tenant,
+            from,
+            HANDOVER_PAGE_HOOKS,
+            HANDOVER_PAGE_BYTES,
+        )
+        .map_err(|e| e.to_string())?;
+        let mut dump = Vec::new();
+        let mut w = ankusa_engine::dump::DumpWriter::new(
+            ankusa_engine::dump::Header {
+                dump_version: ankusa_engine::dump::DUMP_VERSION,
+                store_format: ankusa_keys::STORE_FORMAT,
+                backend: "handover".into(),
+            },
+            &mut dump,
+        )
+        .map_err(|e| e.to_string())?;
+        for (cf, k, v) in &page.records {
+            w.record(*cf, k, v).map_err(|e| e.to_string())?;
+        }
+        w.finish().map_err(|e| e.to_string())?;
+        Ok((dump, page))
+    }
+
+    fn handed_over(
+        &self,
+        page: &ankusa_queue::handover::HandoverPage,
+        tenant: TenantOrd,
+    ) -> Result<(), String> {
+        let batch = ankusa_queue::handover::handed_over(&*self.0, tenant, &page.seqs, &page.dedupe)
+            .map_err(|e| e.to_string())?;
+        self.0
+            .write(batch, ankusa_engine::Durability::Sync)
+            .map_err(|e| e.to_string())
     }
 }

@@ -1020,16 +1020,18 @@ async fn backlog(
 /// 1,000 keys with `ANKUSA_CLUSTER_SOAK=1`, else 2,000 over 200), under
 /// load, and back: the owner fences the tenant (hooks held, not refused),
 /// the tenant flips to the target, the old owner delivers its backlog in
-/// place before the target's ordered lanes go on; nothing lost, every key
-/// in order.
+/// place before the target's lanes of those keys go on, while keys with no
+/// pending row at the fence are delivered by the target at once; nothing
+/// lost, every key in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planned_move_with_a_backlog_loses_nothing_and_keeps_order() {
     let soak = std::env::var_os("ANKUSA_CLUSTER_SOAK").is_some();
     let (count, keys) = if soak { (10_000, 1_000) } else { (2_000, 200) };
     let etcd = Etcd::start(1).await;
-    // The ordered sink holds every call until released: the backlog stays.
+    // The ordered sink holds every call of a backlog key (`b...`) until
+    // released: the backlog stays, and so does the old owner's drain.
     let sink = Sink::start(|r| {
-        if r.path == "/in/o" {
+        if r.path == "/in/o" && r.key().is_some_and(|k| k.starts_with('b')) {
             Reply::Hold
         } else {
             Reply::Status(200)
@@ -1077,6 +1079,68 @@ async fn a_planned_move_with_a_backlog_loses_nothing_and_keeps_order() {
             .collect::<Vec<_>>(),
         [from_id.as_str()],
         "the old owner's epoch is the barrier"
+    );
+    // The drain lists the lanes the old owner held at the fence: every
+    // backlog key's (one ordered sink), and only a few load keys' besides.
+    let listed = moved.tenants["t0"].0.drains[0]
+        .lanes
+        .as_ref()
+        .map_or(usize::MAX, Vec::len);
+    assert!(
+        (keys..=keys + 4).contains(&listed),
+        "the drain lists {listed} lanes, the backlog has {keys} keys"
+    );
+    // Keys with no pending row at the fence are not held: their hooks,
+    // sent through both nodes, are delivered by the target while the old
+    // owner's drain is still in place (its backlog is held by the sink).
+    let client = client();
+    let mut acked_at = std::collections::HashMap::new();
+    for n in 0..60 {
+        let key = format!("f{}", n % 20);
+        let url = format!("http://{}", relays[n % 2].ingest);
+        post_recorded(&client, &url, 0, &key, n, &history)
+            .await
+            .expect("a fresh key's hook");
+        acked_at.insert(format!("{key}-{n}"), Instant::now());
+    }
+    assert_eq!(
+        history
+            .acked()
+            .iter()
+            .filter(|id| id.starts_with('f'))
+            .count(),
+        60,
+        "every fresh key's hook acknowledged"
+    );
+    until(
+        "the fresh keys' 60 hooks delivered to the ordered sink behind the barrier",
+        WAIT,
+        async || {
+            let got = sink
+                .delivered()
+                .into_iter()
+                .filter(|r| r.path == "/in/o" && r.key().is_some_and(|k| k.starts_with('f')))
+                .count();
+            (got >= 60).then_some(())
+        },
+    )
+    .await;
+    let barrier = cat.snapshot().await.expect("catalog").tenants["t0"]
+        .0
+        .drains
+        .len();
+    assert_eq!(barrier, 1, "the old owner's drain is still in place");
+    let mut delays: Vec<Duration> = sink
+        .delivered()
+        .into_iter()
+        .filter(|r| r.path == "/in/o" && r.key().is_some_and(|k| k.starts_with('f')))
+        .filter_map(|r| Some(r.at.saturating_duration_since(*acked_at.get(&hook_name(&r))?)))
+        .collect();
+    delays.sort();
+    eprintln!(
+        "move: fresh keys delivered behind the barrier, acknowledgement to delivery: median {:?}, max {:?}",
+        delays[delays.len() / 2],
+        delays[delays.len() - 1]
     );
     // The move back is refused while the old owner's epoch is undrained:
     // its older hooks would have to go out after the target's newer ones.
@@ -1470,4 +1534,124 @@ async fn five_kills_of_a_busy_owner_lose_nothing_and_reorder_nothing() {
         );
         assert_eq!(status.code(), Some(0), "store check of n{}: {out}", i + 1);
     }
+}
+
+/// After a planned move, the old owner, once it has delivered what it held
+/// of the tenant, hands the rest (dead letters, the archive, dedupe
+/// records) to the new owner and deletes its copy (docs/design.md section
+/// 11, "Hand-over"): the new owner lists the dead letters, revives them
+/// into their keys' lanes, and the old node holds nothing of the tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_nodes_dead_letters_and_archive_go_to_the_new_owner() {
+    let etcd = Etcd::start(1).await;
+    // The ordered sink refuses (400: a dead letter at once) the hooks of
+    // keys `x...` until the receiver is fixed.
+    let fixed = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&fixed);
+    let sink = Sink::start(move |r| {
+        if r.path == "/in/o"
+            && r.key().is_some_and(|k| k.starts_with('x'))
+            && !seen.load(Ordering::SeqCst)
+        {
+            Reply::Status(400)
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
+    let relays = nodes(2, &etcd, &sink, 3_000).await;
+    let snap = all_owned(&etcd).await;
+    let from = owner_index(&snap, "t0");
+    let to = 1 - from;
+    let to_id = format!("n{}", to + 1);
+    let history = Arc::new(History::new());
+    let client = client();
+    let url = format!("http://{}", relays[from].ingest);
+    for n in 0..20 {
+        let key = if n % 2 == 0 {
+            format!("x{n}")
+        } else {
+            format!("k{n}")
+        };
+        post_recorded(&client, &url, 0, &key, n, &history)
+            .await
+            .expect("a hook");
+    }
+    assert_eq!(history.acked().len(), 20);
+    let old = crate::admin::Admin::new(&relays[from], None);
+    let new = crate::admin::Admin::new(&relays[to], None);
+    until(
+        "the old owner dead-lettered the ten x hooks",
+        WAIT,
+        async || {
+            let t = old.tenant("t0").await;
+            (t["counters"]["dead"] == 10 && t["counters"]["pending"] == 0).then_some(())
+        },
+    )
+    .await;
+    let (code, out) = cluster_cli(&relays[0], &["move", "t0", "--to", &to_id, "--wait"]);
+    assert_eq!(code, 0, "{out}");
+    until(
+        "the dead letters handed to the new owner and gone from the old",
+        WAIT,
+        async || {
+            let (o, n) = (old.dead("tenant=t0").await, new.dead("tenant=t0").await);
+            (o.is_empty() && n.len() == 10).then_some(())
+        },
+    )
+    .await;
+    until("the hand-over recorded on both nodes", WAIT, async || {
+        let sent = relays[from]
+            .metric("ankusa_cluster_handed_over_total")
+            .await;
+        let took = relays[to].metric("ankusa_cluster_adopted_total").await;
+        // Every hook: ten dead letters, ten delivered (archive).
+        (sent == 20.0 && took == 20.0).then_some(())
+    })
+    .await;
+    let t = old.tenant("t0").await["counters"].clone();
+    assert_eq!(
+        (t["dead"].as_u64(), t["pending"].as_u64()),
+        (Some(0), Some(0)),
+        "{t}"
+    );
+    let t = new.tenant("t0").await["counters"].clone();
+    assert_eq!(t["dead"].as_u64(), Some(10), "{t}");
+    // The offer is gone from the catalog once the hand-over is done.
+    until("the hand-over offer withdrawn", WAIT, async || {
+        let s = catalog(&etcd).snapshot().await.ok()?;
+        s.handovers
+            .get("t0")
+            .is_none_or(|h| h.is_empty())
+            .then_some(())
+    })
+    .await;
+    // Revived on the new owner, each dead letter is delivered in its lane.
+    fixed.store(true, Ordering::SeqCst);
+    for item in new.dead("tenant=t0").await {
+        let id = item["id"].as_str().expect("id").to_owned();
+        new.ok(
+            "POST",
+            "/v1/dead-letters/{id}/revive",
+            &format!("/v1/dead-letters/{id}/revive"),
+            None,
+        )
+        .await;
+    }
+    until(
+        "the revived hooks delivered by the new owner",
+        WAIT,
+        async || {
+            let keys: std::collections::BTreeSet<String> = sink
+                .delivered()
+                .into_iter()
+                .filter(|r| r.path == "/in/o")
+                .filter_map(|r| r.key())
+                .filter(|k| k.starts_with('x'))
+                .collect();
+            (keys.len() == 10).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(new.dead("tenant=t0").await.len(), 0);
 }

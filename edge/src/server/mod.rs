@@ -50,6 +50,7 @@
 //! request is answered. There is no minimum rate: holding budget costs a client
 //! the bytes it holds, re-sent at least every [`BODY_READ_TIMEOUT`].
 
+pub mod handover;
 pub mod hold;
 pub mod limits;
 pub mod metrics;
@@ -125,6 +126,10 @@ pub struct EdgeStats {
     /// Held hooks answered 503 once the hold passed with no owner:
     /// `ankusa_cluster_held_refused_total`.
     pub held_out: AtomicU64,
+    /// Hooks of another node's remains taken by a hand-over (cluster mode,
+    /// docs/design.md section 11, "Hand-over"):
+    /// `ankusa_cluster_adopted_total`.
+    pub adopted: AtomicU64,
     /// The node's budget of request body bytes being read, verified and
     /// committed at once (`listeners.body_budget_bytes`); its bytes in use
     /// and its refusals are on `/metrics`.
@@ -572,6 +577,11 @@ impl<K: Kv> Edge<K> {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let path = req.uri().path().to_owned();
+        if let Some(tenant) = path.strip_prefix(handover::HANDOVER_PATH)
+            && let Some(o) = &self.owners
+        {
+            return self.receive_handover(o.as_ref(), tenant, req).await;
+        }
         let Some((route, tenant)) = routes.route(&path) else {
             return error(StatusCode::NOT_FOUND, format!("no source at {path}"));
         };

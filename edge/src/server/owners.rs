@@ -10,6 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use ankusa_keys::TenantOrd;
 use bytes::Bytes;
 
 /// The header a forwarded request carries: the ids of the nodes that
@@ -92,6 +93,11 @@ pub trait Owners: Send + Sync {
     fn forward<'a>(&'a self, forward: Forward<'a>) -> Pending<'a, Result<Answer, String>>;
     /// This node's id (the [`FORWARDED_BY`] value).
     fn node_id(&self) -> &str;
+    /// The tenant's ordinal when a hand-over page of `tenant` from node
+    /// `from` carrying `token` may be stored here: this node owns the tenant
+    /// and the catalog holds `from`'s offer of it to this node with that
+    /// token (docs/design.md section 11, "Hand-over"). `None`: refuse it.
+    fn accept_handover(&self, tenant: &str, from: &str, token: &str) -> Option<TenantOrd>;
 }
 
 /// A hook admitted for commit ([`Owners::admit`]); dropped when answered.
