@@ -146,6 +146,10 @@ pub trait NodeStore: Send + Sync {
     ) -> Result<(), String>;
 }
 
+/// How long a tenant's hand-over waits after the owner refused a page
+/// (a sink entry its configuration lacks: a reload may fix it).
+const HANDOVER_BACKOFF: Duration = Duration::from_secs(30);
+
 /// The most pages one round of the run loop hands over (it goes on at the
 /// next round): the loop's other work waits for no more than that.
 const HANDOVER_PAGES_PER_ROUND: usize = 8;
@@ -170,6 +174,8 @@ pub struct Member {
     stopping: AtomicBool,
     /// Hooks admitted for commit and not answered yet, by tenant.
     inflight: Mutex<BTreeMap<String, usize>>,
+    /// Tenants whose hand-over waits after a refused page, until when.
+    handover_backoff: Mutex<HashMap<String, Instant>>,
     /// What the runtime counts.
     pub stats: ClusterStats,
 }
@@ -242,6 +248,7 @@ impl Member {
                 .context("cluster: the forwarding HTTP client")?,
             stopping: AtomicBool::new(false),
             inflight: Mutex::new(BTreeMap::new()),
+            handover_backoff: Mutex::new(HashMap::new()),
             stats: ClusterStats::default(),
         });
         // The lease is renewed from now on: the rest of the start (the
@@ -373,7 +380,7 @@ impl Member {
     }
 
     /// Whether the lease is within its deadline.
-    fn lease_fresh(&self) -> bool {
+    pub fn lease_fresh(&self) -> bool {
         self.deadline
             .lock()
             .map(|d| d.is_some_and(|d| Instant::now() < d))
@@ -760,9 +767,18 @@ impl Member {
                 && store.pending(*ord) == Some(0);
             let remains = done_here && store.holds_remains(*ord).unwrap_or(false);
             if !remains {
-                if offered.is_some() && done_here {
+                if offered.is_some() {
                     let _ = self.catalog.withdraw_handover(name, me).await;
                 }
+                continue;
+            }
+            if self
+                .handover_backoff
+                .lock()
+                .ok()
+                .and_then(|b| b.get(name).copied())
+                .is_some_and(|until| Instant::now() < until)
+            {
                 continue;
             }
             let (Some(owner), Some(addr)) = (owner, owner_addr) else {
@@ -825,7 +841,10 @@ impl Member {
                         if status == reqwest::StatusCode::FORBIDDEN {
                             debug!(tenant = %name, %text, "cluster: the owner has not seen the hand-over offer yet");
                         } else {
-                            warn!(tenant = %name, to = %owner, %status, %text, "cluster: the owner refused a hand-over page; trying again later");
+                            warn!(tenant = %name, to = %owner, %status, %text, "cluster: the owner refused a hand-over page; this node keeps it and tries again in {} s", HANDOVER_BACKOFF.as_secs());
+                            if let Ok(mut b) = self.handover_backoff.lock() {
+                                b.insert(name.clone(), Instant::now() + HANDOVER_BACKOFF);
+                            }
                         }
                         break;
                     }

@@ -865,8 +865,15 @@ async fn run<K: Kv>(
     if let Some(m) = &member {
         let m = Arc::clone(m);
         admin_ctx.unready = Some(Box::new(move || {
-            m.drained()
-                .then(|| "drained (ankusa cluster undrain takes it back)".to_owned())
+            if m.drained() {
+                Some("drained (ankusa cluster undrain takes it back)".to_owned())
+            } else if !m.lease_fresh() {
+                // It can acknowledge no hook until etcd renews its lease: a
+                // load balancer sends the providers elsewhere meanwhile.
+                Some("the cluster lease is past its deadline (etcd not answering?)".to_owned())
+            } else {
+                None
+            }
         }));
     }
     admin_ctx.pipeline = Some(Box::new(Control(pipeline_handle.clone())));

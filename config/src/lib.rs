@@ -296,6 +296,11 @@ pub fn shared_sections(text: &str) -> Result<BTreeMap<String, String>, ConfigErr
             ("cluster", J::Object(mut c)) => {
                 c.remove("node_id");
                 c.remove("advertise");
+                // The same etcd members in another order are the same
+                // cluster: each node may list its nearest member first.
+                if let Some(J::Array(members)) = c.get_mut("etcd") {
+                    members.sort_by_key(|m| m.to_string());
+                }
                 parts.insert(section, canonical(&J::Object(c)));
             }
             ("tenants" | "sources", J::Array(list)) => {

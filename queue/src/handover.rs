@@ -347,15 +347,16 @@ pub fn adopt(
                 sink: format!("slot {}", sink.0),
                 seq,
             })?;
-        if !here.contains_key(&source) {
-            let mine = match read.get(Cf::Meta, &source_sinks_key(source))? {
-                Some(v) => decode_sink_names(&v)?,
-                None => Vec::new(),
-            };
-            here.insert(source, mine);
-        }
-        here[&source]
-            .iter()
+        let mine = match here.entry(source) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(match read.get(Cf::Meta, &source_sinks_key(source))? {
+                    Some(v) => decode_sink_names(&v)?,
+                    None => Vec::new(),
+                })
+            }
+        };
+        mine.iter()
             .position(|n| *n == name)
             .and_then(|p| u16::try_from(p).ok())
             .map(SinkIx)
@@ -421,7 +422,7 @@ pub fn adopt(
         }
         out.hooks += 1;
     }
-    for ((seq, sink), _) in &rows {
+    for (seq, sink) in rows.keys() {
         if !hooks.contains_key(seq) {
             return Err(foreign(
                 0,

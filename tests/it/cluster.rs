@@ -808,6 +808,13 @@ async fn etcd_losing_a_member_changes_nothing_and_losing_all_stops_acknowledgeme
         }
         n += 1;
     }
+    // Past their deadlines the nodes are not ready: a load balancer sends
+    // providers elsewhere (or answers 503 itself).
+    for r in &relays {
+        let (status, body) = r.readyz().await.expect("/readyz answers");
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("cluster lease"), "{body}");
+    }
     for i in 0..3 {
         etcd.signal(i, "CONT");
     }
@@ -838,6 +845,12 @@ async fn etcd_losing_a_member_changes_nothing_and_losing_all_stops_acknowledgeme
         )
         .await;
         history.ack(&acked, Some(&key));
+    }
+    for r in &relays {
+        until("the node ready again", WAIT, async || {
+            (r.readyz().await?.0 == 200).then_some(())
+        })
+        .await;
     }
     all_delivered(&history, &sink, &relays).await;
     record_deliveries(&sink, &history);

@@ -123,4 +123,16 @@ fn shared_sections_leave_out_what_is_per_node() {
     let b = shared_sections(&n3).expect("parses");
     let differ: Vec<&String> = a.keys().filter(|k| a.get(*k) != b.get(*k)).collect();
     assert_eq!(differ, ["sources.github"]);
+    // The same etcd members listed in another order: the same cluster.
+    let three = |list: &str| {
+        shared_sections(&n1.replace("['http://e:1']", list)).expect("parses")["cluster"].clone()
+    };
+    assert_eq!(
+        three("['http://e:1', 'http://e:2', 'http://e:3']"),
+        three("['http://e:3', 'http://e:1', 'http://e:2']")
+    );
+    assert_ne!(
+        three("['http://e:1', 'http://e:2']"),
+        three("['http://e:1', 'http://e:3']")
+    );
 }
