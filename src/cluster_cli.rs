@@ -464,9 +464,12 @@ async fn status(cat: &Catalog, snap: &Snapshot) -> serde_json::Value {
                 "owner": t.owner,
                 "owner_alive": t.owner.as_ref().is_some_and(|o| snap.nodes.contains_key(o)),
                 "epoch": t.epoch,
-                "barrier": t.drains.iter().map(|d| json!({"node": d.node, "epoch": d.epoch})).collect::<Vec<_>>(),
+                // `lanes`: the ordered lanes a planned move's drain holds
+                // back (null: every ordered lane, as after a failover).
+                "barrier": t.drains.iter().map(|d| json!({"node": d.node, "epoch": d.epoch, "lanes": d.lanes.as_ref().map(Vec::len)})).collect::<Vec<_>>(),
                 "pending": pending,
                 "barrier_pending": held,
+                "handovers": snap.handovers.get(name).map(|h| h.iter().map(|(from, o)| json!({"from": from, "to": o.to})).collect::<Vec<_>>()).unwrap_or_default(),
             })
         })
         .collect();
@@ -564,10 +567,13 @@ fn print_status(cluster: &ankusa_config::Cluster, s: &serde_json::Value) {
             .flatten()
             .map(|d| {
                 let at = format!("{}@{}", text(&d["node"]), d["epoch"]);
-                let held = t["barrier_pending"].get(&at).map_or_else(
+                let mut held = t["barrier_pending"].get(&at).map_or_else(
                     || "pending unknown".to_owned(),
                     |p| format!("{p} pending there"),
                 );
+                if let Some(n) = d["lanes"].as_u64() {
+                    held.push_str(&format!(", holding {n} lanes"));
+                }
                 if alive.contains(&text(&d["node"])) {
                     format!("{at} ({held}, draining)")
                 } else {
@@ -587,5 +593,13 @@ fn print_status(cluster: &ankusa_config::Cluster, s: &serde_json::Value) {
                 barrier.join(", ")
             }
         );
+        for h in t["handovers"].as_array().into_iter().flatten() {
+            println!(
+                "{:<16} handing over from {} to {}: dead letters, quarantine, archive",
+                "",
+                text(&h["from"]),
+                text(&h["to"])
+            );
+        }
     }
 }

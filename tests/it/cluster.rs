@@ -1103,6 +1103,19 @@ async fn a_planned_move_with_a_backlog_loses_nothing_and_keeps_order() {
         (keys..=keys + 4).contains(&listed),
         "the drain lists {listed} lanes, the backlog has {keys} keys"
     );
+    let status = status_json(&relays[0]);
+    let t0 = status["tenants"]
+        .as_array()
+        .expect("tenants")
+        .iter()
+        .find(|t| t["name"] == "t0")
+        .expect("t0")
+        .clone();
+    assert_eq!(
+        t0["barrier"][0]["lanes"].as_u64(),
+        Some(listed as u64),
+        "{t0}"
+    );
     // Keys with no pending row at the fence are not held: their hooks,
     // sent through both nodes, are delivered by the target while the old
     // owner's drain is still in place (its backlog is held by the sink).
