@@ -479,9 +479,10 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
         .clone();
     assert_eq!(t0["owner"], format!("n{}", other + 1));
     assert_eq!(t0["epoch"], epoch + 1);
+    // A failover's drain holds every ordered lane (`lanes` null).
     assert_eq!(
         t0["barrier"],
-        serde_json::json!([{"node": victim_id, "epoch": epoch}])
+        serde_json::json!([{"node": victim_id, "epoch": epoch, "lanes": null}])
     );
     assert_eq!(t0["barrier_pending"][format!("{victim_id}@{epoch}")], 10);
     let dead = status["nodes"]
