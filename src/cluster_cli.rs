@@ -110,7 +110,14 @@ pub fn main(cmd: ClusterCmd) -> ExitCode {
 }
 
 fn catalog(target: &Target) -> Result<(Catalog, ankusa_config::Cluster), ExitCode> {
-    let cfg = match ankusa_config::Config::load(&target.config) {
+    // The cluster commands read only the `cluster` section and etcd: the
+    // file's secrets (`env:NAME`) need not be set where an operator runs
+    // them. An unset one reads as a stand-in; a set one as its value.
+    let stand_in = |name: &str| {
+        ankusa_config::process_env(name)
+            .or_else(|| Some("set-only-where-the-relay-runs-0123456789".into()))
+    };
+    let cfg = match ankusa_config::Config::load_with_env(&target.config, &stand_in) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {}: {e}", target.config.display());

@@ -470,6 +470,28 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
     let (code, out) = cluster_cli(&relays[other], &["status", "--json"]);
     assert_eq!(code, 0, "{out}");
     let status: serde_json::Value = serde_json::from_str(&out).expect("status is JSON");
+    // An operator's machine need not have the relay's secrets: a file with
+    // an `env:` secret that is not set there gives the same status.
+    let with_secret = relays[other].dir.path().join("with-secret.yaml");
+    let text = std::fs::read_to_string(relays[other].config_path()).expect("config");
+    let marked = text.replacen(
+        "url: '",
+        "headers: {x-token: 'env:ANKUSA_TEST_NEVER_SET'}, url: '",
+        1,
+    );
+    assert_ne!(marked, text, "the file has an HTTP sink");
+    std::fs::write(&with_secret, marked).expect("write");
+    let (code, out) = crate::relay::run_cli(
+        &[
+            "cluster".as_ref(),
+            "status".as_ref(),
+            "--config".as_ref(),
+            with_secret.as_os_str(),
+        ],
+        relays[other].dir.path(),
+    );
+    assert_eq!(code.code(), Some(0), "{out}");
+    assert!(out.contains("TENANT"), "{out}");
     let t0 = status["tenants"]
         .as_array()
         .expect("tenants")
