@@ -150,8 +150,13 @@ pub trait NodeStore: Send + Sync {
 /// (a sink entry its configuration lacks: a reload may fix it).
 const HANDOVER_BACKOFF: Duration = Duration::from_secs(30);
 
-/// The most pages one round of the run loop hands over (it goes on at the
-/// next round): the loop's other work waits for no more than that.
+/// How long a hand-over page may take to be answered (read, committed
+/// `Sync`, answered) before the round gives up on it; the owner may have
+/// committed it, so it is sent again (at-least-once).
+const HANDOVER_PAGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most pages one round of the hand-over task sends (it goes on at the
+/// next round).
 const HANDOVER_PAGES_PER_ROUND: usize = 8;
 
 /// This node in the cluster.
@@ -598,6 +603,10 @@ impl Member {
         wake: Box<dyn Fn() + Send + Sync>,
         store: Arc<dyn NodeStore>,
     ) {
+        // The hand-over runs on its own task: a page the owner is slow to
+        // answer (paused, overloaded) must not hold back the catalog reads,
+        // the fencing and the controller of this loop.
+        tokio::spawn(Arc::clone(&self).hand_overs(Arc::clone(&store)));
         let pending = |t: TenantOrd| store.pending(t);
         let lanes = |t: TenantOrd| store.busy_lanes(t);
         let mut last_control = Instant::now();
@@ -630,7 +639,6 @@ impl Member {
             if last_report.elapsed() >= REPORT {
                 last_report = Instant::now();
                 self.report(&*store, &mut reported).await;
-                self.hand_over(&*store).await;
             }
             tokio::time::sleep(POLL).await;
         }
@@ -737,6 +745,14 @@ impl Member {
         }
     }
 
+    /// Runs [`Member::hand_over`] every [`REPORT`] until the node stops.
+    async fn hand_overs(self: Arc<Self>, store: Arc<dyn NodeStore>) {
+        while !self.stopping.load(Ordering::SeqCst) {
+            tokio::time::sleep(REPORT).await;
+            self.hand_over(&*store).await;
+        }
+    }
+
     /// Hands this node's remains of each tenant it neither owns nor drains
     /// (dead letters, quarantined hooks, the archive, dedupe records) to the
     /// tenant's live owner, then deletes them here (docs/design.md section
@@ -812,7 +828,10 @@ impl Member {
                 let (dump, page) = match store.handover_page(*ord, from) {
                     Ok(p) => p,
                     Err(e) => {
-                        warn!(tenant = %name, error = %e, "cluster: cannot read the tenant's remains for the hand-over");
+                        warn!(tenant = %name, error = %e, "cluster: cannot read the tenant's remains for the hand-over; trying again in {} s", HANDOVER_BACKOFF.as_secs());
+                        if let Ok(mut b) = self.handover_backoff.lock() {
+                            b.insert(name.clone(), Instant::now() + HANDOVER_BACKOFF);
+                        }
                         break;
                     }
                 };
@@ -826,7 +845,7 @@ impl Member {
                         "http://{addr}{}{name}",
                         ankusa_edge::server::handover::HANDOVER_PATH
                     ))
-                    .timeout(Duration::from_secs(60))
+                    .timeout(HANDOVER_PAGE_TIMEOUT)
                     .header(ankusa_edge::server::handover::HANDOVER_FROM, me)
                     .bearer_auth(&offer.token)
                     .header("content-type", "application/octet-stream")

@@ -250,6 +250,21 @@ async fn run(cmd: ClusterCmd) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            // Only a node that is drained can be undrained: anything else is
+            // a typo, and saying "takes tenants again" would mislead.
+            let snap = match cat.snapshot().await {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(3);
+                }
+            };
+            if !snap.draining.contains(&node) {
+                eprintln!(
+                    "error: node {node} is not drained (see ankusa cluster status): nothing was changed"
+                );
+                return ExitCode::from(1);
+            }
             match cat.set_draining(&node, false).await {
                 Ok(()) => {
                     println!("node {node} takes tenants again");

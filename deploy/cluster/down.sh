@@ -45,13 +45,17 @@ gone() {
     case $st in Z*) ;; *) return 1 ;; esac
   done
 }
-# stop SECONDS COMM NAME...: SIGTERM to each, wait up to SECONDS for all of
+# relay_comm NAME: the process name up.sh recorded for relay NAME (the
+# binary's file name: ANKUSA_BIN may name one that is not called `ankusa`).
+relay_comm() { cat "$state/$1.comm" 2>/dev/null || echo ankusa; }
+# stop SECONDS COMM NAME...: SIGTERM to each (COMM `@relay`: the name up.sh
+# recorded for each relay), wait up to SECONDS for all of
 # them, SIGKILL to those left (and wait until the kernel has them gone).
 stop() {
   local secs=$1 comm=$2; shift 2
   local name pid pids=() names=()
   for name in "$@"; do
-    if pid=$(pid_of "$name" "$comm"); then
+    if pid=$(pid_of "$name" "${comm/#@relay/$(relay_comm "$name")}"); then
       say "stopping $name (pid $pid)"
       kill -TERM "$pid" 2>/dev/null || true
       pids+=("$pid"); names+=("$name")
@@ -70,11 +74,11 @@ stop() {
     until gone "${pids[@]}" || [ "$SECONDS" -ge "$deadline" ]; do sleep 0.2; done
     gone "${pids[@]}" || die "still running after SIGKILL: ${pids[*]}"
   fi
-  for name in "$@"; do rm -f "$state/$name.pid"; done
+  for name in "$@"; do rm -f "$state/$name.pid" "$state/$name.comm"; done
 }
 
 stop 10 haproxy haproxy
-stop 20 ankusa n1 n2 n3
+stop 20 @relay n1 n2 n3
 stop 20 etcd etcd1 etcd2 etcd3
 say "stopped"
 

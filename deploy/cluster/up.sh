@@ -68,6 +68,10 @@ alive() {
   read -r st comm < <(ps -o stat=,comm= -p "$pid" 2>/dev/null) || return 1
   [ "${st#Z}" = "$st" ] && [ "$comm" = "$2" ]
 }
+# relay_comm NAME: the process name relay NAME runs under (the binary's file
+# name as ps shows it, 15 characters at most), recorded when up.sh started it:
+# ANKUSA_BIN may name a binary that is not called `ankusa`.
+relay_comm() { cat "$state/$1.comm" 2>/dev/null || echo ankusa; }
 port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 port_free() { ! port_open "$1" || die "127.0.0.1:$1 is taken by another process (ss -ltnp 'sport = :$1'); $2 needs it"; }
 # spawn NAME CMD...: runs CMD in its own session (Ctrl-C or closing this
@@ -190,7 +194,7 @@ ready() {
 }
 
 for n in "${nodes[@]}"; do
-  if alive "n$n" ankusa; then continue; fi
+  if alive "n$n" "$(relay_comm "n$n")"; then continue; fi
   port_free "1808$n" "relay n$n (ingest)"
   port_free "1908$n" "relay n$n (admin)"
   [ -e "$state/n$n.yaml" ] || node_config "$n" >"$state/n$n.yaml"
@@ -198,12 +202,13 @@ for n in "${nodes[@]}"; do
     { cat "$state/n$n.check" >&2; die "$state/n$n.yaml does not load"; }
   rm -f "$state/n$n.check"
   say "starting relay n$n: ingest 127.0.0.1:1808$n, admin 127.0.0.1:1908$n"
+  basename "$bin" | cut -c1-15 >"$state/n$n.comm"
   spawn "n$n" "$bin" serve --config "$state/n$n.yaml"
   started=1
 done
 # A node whose node_id's record from an earlier run is still alive in etcd
 # waits for it to expire (lease TTL + 2 s) before it joins.
-for n in "${nodes[@]}"; do wait_until "relay n$n" 90 "n$n" ankusa ready "$n"; done
+for n in "${nodes[@]}"; do wait_until "relay n$n" 90 "n$n" "$(relay_comm "n$n")" ready "$n"; done
 say "relays ready: $(for n in "${nodes[@]}"; do printf 'http://127.0.0.1:1908%s/readyz ' "$n"; done)"
 
 # ---- HAProxy --------------------------------------------------------------------

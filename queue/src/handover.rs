@@ -385,6 +385,18 @@ pub fn adopt(
         );
         for ((_, sink), rv) in rows.range((*old, SinkIx(0))..=(*old, SinkIx(u16::MAX))) {
             let mut row = DeliveryRow::decode(rv)?;
+            // Only dead letters are handed over: a row in any other state
+            // would be listed in the DLQ while not being one (invariant 1).
+            if row.state != RowState::Dead {
+                return Err(foreign(
+                    0,
+                    format!(
+                        "the row ({old}, {}) is {}, not a dead letter",
+                        sink.0,
+                        state_name(row.state)
+                    ),
+                ));
+            }
             let Some(xv) = dead.get(&(*old, *sink)) else {
                 return Err(HandoverError::Pending {
                     tenant,

@@ -1360,6 +1360,10 @@ async fn a_rolling_restart_behind_haproxy_refuses_nothing_and_loses_nothing() {
         .await;
         let (code, out) = cluster_cli(&relays[ctl], &["undrain", &id]);
         assert_eq!(code, 0, "{out}");
+        // Twice, or a node that is not drained: refused, nothing changed.
+        let (code, out) = cluster_cli(&relays[ctl], &["undrain", &id]);
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains(&format!("node {id} is not drained")), "{out}");
         until("the node ready again", WAIT, async || {
             relays[i]
                 .readyz()

@@ -17,7 +17,7 @@ use ankusa_engine::dump::read_records;
 use ankusa_queue::writer::WriteError;
 use hyper::header::AUTHORIZATION;
 use hyper::{Method, Request, StatusCode};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::owners::Owners;
 use super::{BODY_READ_TIMEOUT, Edge, Resp, error, json, limits, retry_after};
@@ -64,7 +64,9 @@ impl<K: Kv> Edge<K> {
         let auth = header(AUTHORIZATION.as_str());
         let token = auth.strip_prefix("Bearer ").unwrap_or("");
         let Some(ord) = owners.accept_handover(tenant, &from, token) else {
-            warn!(%tenant, %from, "a hand-over page without an offer in the catalog for this node: refused");
+            // debug, not warn: anyone who reaches the ingest listener can
+            // send these, and the 403 says why.
+            debug!(%tenant, %from, "a hand-over page without an offer in the catalog for this node: refused");
             return error(
                 StatusCode::FORBIDDEN,
                 format!(

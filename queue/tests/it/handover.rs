@@ -244,6 +244,30 @@ fn a_page_the_owner_cannot_map_or_of_another_tenant_writes_nothing() {
         "{err:?}"
     );
     assert_eq!(next, 1, "no seq used");
+    // A row that is not a dead letter (a peer's bug, or a forged page):
+    // refused, however well-formed the rest.
+    let new = store();
+    sinks(&new, &["o", "u"]);
+    let forged: Vec<Record> = page
+        .records
+        .iter()
+        .map(|(cf, k, v)| {
+            if *cf == Cf::Deliveries {
+                let mut row = DeliveryRow::decode(v).expect("row");
+                row.state = RowState::Due;
+                (*cf, k.clone(), row.encode())
+            } else {
+                (*cf, k.clone(), v.clone())
+            }
+        })
+        .collect();
+    let mut b = Batch::new();
+    let err = adopt(&new, &mut b, T1, &forged, &mut next).expect_err("a due row");
+    assert!(
+        matches!(&err, QueueError::Handover(HandoverError::Foreign { why, .. }) if why.contains("not a dead letter")),
+        "{err:?}"
+    );
+    assert_eq!(next, 1);
     // Adopted as another tenant's: refused.
     let new = store();
     sinks(&new, &["o", "u"]);
