@@ -95,6 +95,9 @@ pub struct ClusterStats {
     pub drains: AtomicU64,
     /// Hooks of this node's remains handed to their tenant's owner.
     pub handed_over: AtomicU64,
+    /// The ordered rows this node holds behind an epoch barrier (a gauge,
+    /// read at each report round).
+    pub barrier_held: AtomicU64,
 }
 
 /// The catalog as last read, and the lease it was read under.
@@ -119,6 +122,10 @@ pub trait NodeStore: Send + Sync {
     /// [`ankusa_catalog::cluster::MAX_DRAIN_LANES`] or when the store cannot
     /// be read (the drain then holds every ordered lane on the target).
     fn busy_lanes(&self, tenant: TenantOrd) -> Option<Vec<String>>;
+    /// The ordered rows (lane heads and members) of the tenant held here
+    /// behind an epoch barrier: of every lane (`None`) or of the listed
+    /// ones.
+    fn held_rows(&self, tenant: TenantOrd, lanes: Option<&BTreeSet<LaneId>>) -> u64;
     /// Whether the store holds anything a hand-over carries of the tenant.
     ///
     /// # Errors
@@ -705,6 +712,26 @@ impl Member {
         let view = self.view.load_full();
         let names = self.names.load();
         let me = self.id.as_str();
+        // The barrier-held gauge: what this node's ordered lanes hold back
+        // of the tenants it owns behind another node's undrained epoch.
+        let mut held = 0u64;
+        for (ord, name) in names.iter() {
+            let Some((t, _)) = view.snap.tenants.get(name) else {
+                continue;
+            };
+            if t.owner.as_deref() != Some(me) {
+                continue;
+            }
+            held += match t.barrier(me) {
+                Barrier::Open => 0,
+                Barrier::All => store.held_rows(*ord, None),
+                Barrier::Lanes(_) => match view.held_lanes.get(name) {
+                    Some(l) => store.held_rows(*ord, Some(l)),
+                    None => store.held_rows(*ord, None),
+                },
+            };
+        }
+        self.stats.barrier_held.store(held, Ordering::Relaxed);
         for (ord, name) in names.iter() {
             let Some((t, _)) = view.snap.tenants.get(name) else {
                 continue;
@@ -1094,6 +1121,15 @@ impl Member {
                 get(&s.drains),
             ),
         ]
+    }
+
+    /// The gauges of `/metrics` (`ankusa_cluster_*`).
+    pub fn gauges(&self) -> Vec<(&'static str, &'static str, i64)> {
+        vec![(
+            "ankusa_cluster_barrier_held_rows",
+            "Ordered rows (lane heads and members) this node holds behind another node's undrained epoch of their tenant (the epoch barrier)",
+            i64::try_from(self.stats.barrier_held.load(Ordering::Relaxed)).unwrap_or(i64::MAX),
+        )]
     }
 
     /// Stops the runtime's tasks without leaving (a fail-stop: the lease

@@ -898,7 +898,9 @@ async fn run<K: Kv>(
     admin_state.forwarded_headers_dropped = Box::new(crate::sinks::forwarded_headers_dropped);
     if let Some(m) = &member {
         let (m, edge_stats) = (Arc::clone(m), Arc::clone(&edge.stats));
+        let g = Arc::clone(&m);
         admin_state.cluster = Box::new(move || m.metrics(&edge_stats));
+        admin_state.cluster_gauges = Box::new(move || g.gauges());
     }
     admin_state.writer = writer_metrics;
     admin_state.version = env!("CARGO_PKG_VERSION");
@@ -1342,6 +1344,39 @@ impl<K: Kv> crate::cluster::NodeStore for NodeStoreOf<K> {
             .ok()
             .flatten()
             .map(|l| l.iter().map(LaneId::to_hex).collect())
+    }
+
+    fn held_rows(
+        &self,
+        tenant: TenantOrd,
+        lanes: Option<&std::collections::BTreeSet<LaneId>>,
+    ) -> u64 {
+        let counter = |f| {
+            ankusa_pipeline::counter(&*self.0, tenant, f)
+                .ok()
+                .and_then(|v| u64::try_from(v).ok())
+                .unwrap_or(0)
+        };
+        let Some(lanes) = lanes else {
+            // Every ordered lane is held: its heads and its members.
+            return counter(CounterField::Lanes) + counter(CounterField::LaneMembers);
+        };
+        let mut held = 0u64;
+        for lane in lanes {
+            if ankusa_queue::lanes::head(&*self.0, tenant, *lane).is_ok_and(|h| h.is_some()) {
+                held += 1;
+            }
+            held += self
+                .0
+                .scan(
+                    ankusa_engine::Cf::Index,
+                    &ankusa_keys::lane_members_range(tenant, *lane),
+                    ankusa_engine::Direction::Forward,
+                    100_000,
+                )
+                .map_or(0, |m| m.len() as u64);
+        }
+        held
     }
 
     fn holds_remains(&self, tenant: TenantOrd) -> Result<bool, String> {

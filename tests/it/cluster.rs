@@ -557,6 +557,19 @@ async fn a_forfeit_lifts_the_barrier_of_a_node_gone_for_good_and_says_what_it_gi
         after.iter().all(|id| !o.contains(id)),
         "an ordered lane behind the barrier delivered"
     );
+    // The new owner says what it holds back: two keys, each a head and a
+    // member.
+    until(
+        "the barrier-held gauge counts the 4 ordered rows",
+        WAIT,
+        async || {
+            let held = relays[other]
+                .metric("ankusa_cluster_barrier_held_rows")
+                .await;
+            (held == 4.0).then_some(())
+        },
+    )
+    .await;
     // Refusals: no --yes; an epoch the tenant does not wait for.
     let e = epoch.to_string();
     let (code, out) = cluster_cli(&relays[other], &["forfeit", "t0", "--epoch", &e]);

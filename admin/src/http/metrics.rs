@@ -376,6 +376,11 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
             c.encode(m)?;
         }
+        for (name, help, v) in (self.state.cluster_gauges)() {
+            let g = ConstGauge::new(v);
+            let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
+            g.encode(m)?;
+        }
         let dropped = (self.state.forwarded_headers_dropped)();
         let mut family = encoder.encode_descriptor(
             "ankusa_forwarded_headers_dropped",

@@ -314,6 +314,9 @@ pub struct AdminState<K: Kv> {
     /// without `_total`, help, value): the relay wires its cluster
     /// runtime's; a standalone relay has none.
     pub cluster: Box<dyn Fn() -> Vec<(&'static str, &'static str, u64)> + Send + Sync>,
+    /// The cluster runtime's gauges (name, help, value): empty for a
+    /// standalone relay.
+    pub cluster_gauges: Box<dyn Fn() -> Vec<(&'static str, &'static str, i64)> + Send + Sync>,
     /// Most admin connections open at once (default
     /// [`MAX_ADMIN_CONNECTIONS`]; the relay derives it from its
     /// file-descriptor limit).
@@ -359,6 +362,7 @@ impl<K: Kv> AdminState<K> {
             retention_dedupe_expired: Arc::new(AtomicU64::new(0)),
             forwarded_headers_dropped: Box::new(Vec::<(&'static str, u64)>::new),
             cluster: Box::new(Vec::new),
+            cluster_gauges: Box::new(Vec::new),
             max_connections: MAX_ADMIN_CONNECTIONS,
             connections: limits::ConnStats::default(),
             delivery: Arc::new(DeliveryMetrics::default()),
