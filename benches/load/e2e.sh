@@ -86,25 +86,6 @@ trap finish EXIT
 trap 'exit 130' INT TERM
 
 
-# Waits until 127.0.0.1:$1 accepts connections, at most 30 s, served by
-# process $2 (a server that failed to bind is an error, not a measurement of
-# someone else's).
-wait_port() {
-  local port=$1 pid=$2
-  for _ in $(seq 1 300); do
-    kill -0 "$pid" 2>/dev/null || { echo "e2e.sh: process $pid (for port $port) exited" >&2; return 1; }
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      if command -v ss >/dev/null && ! ss -ltnpH "sport = :$port" | grep -q "pid=$pid,"; then
-        echo "e2e.sh: port $port is not served by process $pid" >&2
-        return 1
-      fi
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "e2e.sh: nothing listening on port $port after 30 s" >&2
-  return 1
-}
 
 # Writes $1/ankusa.yaml: ingest on $INGEST, admin on $ADMIN, two sources whose
 # HTTP sinks deliver to ankusa-load's receiver on $SINK: `unordered`, and

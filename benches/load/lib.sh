@@ -1,4 +1,4 @@
-# Shared by the load scripts (run.sh, e2e.sh, sinks.sh): the processes a script
+# Shared by the load scripts (run.sh, e2e.sh, sinks.sh, cluster.sh): the processes a script
 # started, stopped at its end, and free loopback ports. Source it after
 # setting PIDS=().
 
@@ -27,5 +27,25 @@ free_port() {
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
   done
   echo "$(basename "$0"): no free port found" >&2
+  return 1
+}
+
+# Waits until 127.0.0.1:$1 accepts connections, at most 30 s, served by
+# process $2 (a server that failed to bind is an error, not a measurement of
+# someone else's).
+wait_port() {
+  local port=$1 pid=$2 me=${0##*/}
+  for _ in $(seq 1 300); do
+    kill -0 "$pid" 2>/dev/null || { echo "$me: process $pid (for port $port) exited" >&2; return 1; }
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      if command -v ss >/dev/null && ! ss -ltnpH "sport = :$port" | grep -q "pid=$pid,"; then
+        echo "$me: port $port is not served by process $pid" >&2
+        return 1
+      fi
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "$me: nothing listening on port $port after 30 s" >&2
   return 1
 }

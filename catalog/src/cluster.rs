@@ -457,6 +457,20 @@ impl Catalog {
         format!("{}{rest}", self.prefix).into_bytes()
     }
 
+    /// Puts `record` (JSON) at `rest` under the cluster's prefix, under
+    /// `lease` if any.
+    async fn put_record<T: Serialize>(
+        &self,
+        rest: &str,
+        record: &T,
+        lease: Option<i64>,
+    ) -> Result<(), CatalogError> {
+        self.etcd
+            .put(&self.key(rest), &encode(record), lease)
+            .await
+            .map(|_| ())
+    }
+
     /// The whole catalog in one read.
     ///
     /// # Errors
@@ -549,14 +563,8 @@ impl Catalog {
         record: &NodeRecord,
         lease: i64,
     ) -> Result<(), CatalogError> {
-        self.etcd
-            .put(
-                &self.key(&format!("nodes/{node}")),
-                &encode(record),
-                Some(lease),
-            )
+        self.put_record(&format!("nodes/{node}"), record, Some(lease))
             .await
-            .map(|_| ())
     }
 
     /// Publishes `mine` as the cluster's configuration if there is none yet;
@@ -782,14 +790,8 @@ impl Catalog {
     /// # Errors
     /// [`CatalogError`].
     pub async fn report(&self, tenant: &str, report: &PendingReport) -> Result<(), CatalogError> {
-        self.etcd
-            .put(
-                &self.key(&format!("reports/{tenant}/{}", report.node)),
-                &encode(report),
-                None,
-            )
+        self.put_record(&format!("reports/{tenant}/{}", report.node), report, None)
             .await
-            .map(|_| ())
     }
 
     /// Offers the hand-over of this node's remains of `tenant` to its owner
@@ -807,14 +809,8 @@ impl Catalog {
         offer: &HandoverOffer,
         lease: i64,
     ) -> Result<(), CatalogError> {
-        self.etcd
-            .put(
-                &self.key(&format!("handovers/{tenant}/{node}")),
-                &encode(offer),
-                Some(lease),
-            )
+        self.put_record(&format!("handovers/{tenant}/{node}"), offer, Some(lease))
             .await
-            .map(|_| ())
     }
 
     /// Withdraws this node's hand-over offer of `tenant` (done, or given up).
