@@ -360,6 +360,25 @@ fn describe(v: &Violation, names: &Registry) -> String {
             kind.as_u8(),
             if *laned { "laned" } else { "not laned" }
         ),
+        Violation::LaneSeqWrong {
+            row: r,
+            lane,
+            lane_seq,
+            last,
+            shared,
+        } => {
+            if *shared {
+                format!(
+                    "row {} of lane {lane} has lane position {lane_seq}, which another row of the lane has too (invariant 2)",
+                    row(*r, names)
+                )
+            } else {
+                format!(
+                    "row {} of lane {lane} has lane position {lane_seq}, above the last one the lane gave out ({last}, ?S) (invariant 2)",
+                    row(*r, names)
+                )
+            }
+        }
         Violation::CounterMismatch {
             tenant: t,
             field,

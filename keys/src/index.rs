@@ -59,6 +59,9 @@ pub enum Family {
     Dedupe = b'K',
     /// `?C` counter: a maintained counter.
     Counter = b'C',
+    /// `?S` lane sequence: the last position given out in a lane (ADR 0004
+    /// section 6, "The lane sequence").
+    LaneSeq = b'S',
 }
 
 /// Width of a `?D` key: `?D, ord:32, due_ms:64, seq:64, sink:16`.
@@ -82,10 +85,12 @@ pub const QUARANTINED_KEY_LEN: usize = 1 + 4 + 8;
 pub const DEDUPE_KEY_PREFIX_LEN: usize = 1 + 4 + 4;
 /// Width of a `?C` key: `?C, ord:32, field:8`.
 pub const COUNTER_KEY_LEN: usize = 1 + 4 + 1;
+/// Width of a `?S` key: `?S, ord:32, lane:128`.
+pub const LANE_SEQ_KEY_LEN: usize = 1 + 4 + 16;
 
 impl Family {
     /// Every family, in the order of docs/design.md section 3's table.
-    pub const ALL: [Family; 10] = [
+    pub const ALL: [Family; 11] = [
         Family::Due,
         Family::InFlight,
         Family::Active,
@@ -96,6 +101,7 @@ impl Family {
         Family::Quarantined,
         Family::Dedupe,
         Family::Counter,
+        Family::LaneSeq,
     ];
 
     /// The family byte that begins every key of the family.
@@ -136,6 +142,7 @@ impl Family {
             Family::Quarantined => "?Q quarantined",
             Family::Dedupe => "?K dedupe",
             Family::Counter => "?C counter",
+            Family::LaneSeq => "?S lane sequence",
         }
     }
 
@@ -153,6 +160,7 @@ impl Family {
             Family::Quarantined => QUARANTINED_KEY_LEN,
             Family::Dedupe => DEDUPE_KEY_PREFIX_LEN,
             Family::Counter => COUNTER_KEY_LEN,
+            Family::LaneSeq => LANE_SEQ_KEY_LEN,
         }
     }
 
@@ -591,6 +599,44 @@ impl LaneMarkerKey {
     pub fn decode(key: &[u8]) -> Result<LaneMarkerKey, KeyError> {
         let (tenant, lane) = decode_lane_key(Family::LaneMarker, key)?;
         Ok(LaneMarkerKey { tenant, lane })
+    }
+}
+
+// ---- ?S lane sequence ---------------------------------------------------
+
+/// A decoded `?S` key: the lane sequence of `lane` of `tenant`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LaneSeqKey {
+    /// The tenant.
+    pub tenant: TenantOrd,
+    /// The lane.
+    pub lane: LaneId,
+}
+
+/// `?S, ord:32, lane:128` (ADR 0004 section 6, "The lane sequence"): outlives
+/// the lane's ?H and ?P, so a key that goes quiet and comes back continues
+/// its numbers. Read by point gets only (no sentinel, like ?C).
+///
+/// # Panics
+/// On a reserved ordinal.
+pub fn lane_seq_key(tenant: TenantOrd, lane: LaneId) -> [u8; LANE_SEQ_KEY_LEN] {
+    lane_key(Family::LaneSeq, tenant, lane)
+}
+
+impl LaneSeqKey {
+    /// The key bytes ([`lane_seq_key`]).
+    pub fn encode(&self) -> [u8; LANE_SEQ_KEY_LEN] {
+        lane_seq_key(self.tenant, self.lane)
+    }
+
+    /// Decodes a `?S` key.
+    ///
+    /// # Errors
+    /// [`KeyError::WrongFamily`], [`KeyError::WrongLength`],
+    /// [`KeyError::ReservedOrdinal`].
+    pub fn decode(key: &[u8]) -> Result<LaneSeqKey, KeyError> {
+        let (tenant, lane) = decode_lane_key(Family::LaneSeq, key)?;
+        Ok(LaneSeqKey { tenant, lane })
     }
 }
 

@@ -44,10 +44,10 @@ pub use error::{KeyError, ValueError};
 pub use ids::{LaneId, Seq, SinkIx, SourceId, TenantOrd};
 pub use index::{
     ActiveKey, CounterField, CounterKey, DeadLetterKey, DedupeKey, DueKey, Family, HELD_DUE_BIT,
-    InFlightKey, LaneHeadKey, LaneMarkerKey, LaneMemberKey, QuarantinedKey, active_key,
+    InFlightKey, LaneHeadKey, LaneMarkerKey, LaneMemberKey, LaneSeqKey, QuarantinedKey, active_key,
     counter_key, dead_letter_key, dedupe_key, dedupe_source_range, due_key, due_range_until,
     family_range, held_due_ms, held_due_range, in_flight_key, lane_head_key, lane_marker_key,
-    lane_member_key, lane_members_range, live_due_range, quarantined_key, tenant_range,
+    lane_member_key, lane_members_range, lane_seq_key, live_due_range, quarantined_key, tenant_range,
 };
 pub use meta::{
     FORMAT_KEY, MIGRATION_KEY, MetaKey, MigrationProgress, NODE_ID_KEY, ORIGIN_KEY,
@@ -62,7 +62,7 @@ pub use rows::{
 pub use sentinel::{SENTINEL_VALUE, is_sentinel, sentinels};
 pub use values::{
     DeadLetterValue, DedupeValue, DueKind, DueValue, EMPTY_VALUE, InFlightValue, LaneHeadValue,
-    LaneMemberValue, QuarantinedValue, decode_counter_value, decode_empty_value,
+    LaneMemberValue, LaneSeqValue, QuarantinedValue, decode_counter_value, decode_empty_value,
 };
 
 /// Every range that holds state of `tenant`, one per index family (its

@@ -28,8 +28,9 @@
 //! Delivery row tags (version [`DELIVERY_ROW_VERSION`]): 1 state (`u8`), 2 size
 //! (`u32`), 3 attempts (`u32`), 4 first_attempt_at_ms (`u64`, optional), 5
 //! last_error (UTF-8, optional), 6 lane (16 bytes, optional; ADR 0004 section
-//! 2), 7 ordering_key (at most [`ORDERING_KEY_MAX_BYTES`], optional). Required:
-//! 1, 2, 3.
+//! 2), 7 ordering_key (at most [`ORDERING_KEY_MAX_BYTES`], optional), 8 lane_seq
+//! (`u64`, optional; ADR 0004 section 6, "The lane sequence"). Required: 1, 2,
+//! 3.
 
 use crate::codec::Take;
 use crate::error::ValueError;
@@ -364,6 +365,7 @@ const ROW_FIRST_ATTEMPT_AT: u8 = 4;
 const ROW_LAST_ERROR: u8 = 5;
 const ROW_LANE: u8 = 6;
 const ROW_ORDERING_KEY: u8 = 7;
+const ROW_LANE_SEQ: u8 = 8;
 
 /// Where a delivery row is (docs/design.md section 4, invariant 1: exactly one of ?D,
 /// ?F, ?O or ?X holds it).
@@ -418,6 +420,12 @@ pub struct DeliveryRow {
     pub lane: Option<LaneId>,
     /// The row's ordering key, at most [`ORDERING_KEY_MAX_BYTES`].
     pub ordering_key: Option<Vec<u8>>,
+    /// The row's position in its lane (1, 2, 3, ... per lane), given when it
+    /// first becomes the lane's head and kept from then on: a retry, a
+    /// redelivery after a restart and a revive carry the same number (ADR 0004
+    /// section 6, "The lane sequence"). `None` for a row not yet promoted and
+    /// for an unlaned row.
+    pub lane_seq: Option<u64>,
 }
 
 impl DeliveryRow {
@@ -449,6 +457,9 @@ impl DeliveryRow {
             );
             put_field(&mut out, ROW_ORDERING_KEY, k);
         }
+        if let Some(n) = self.lane_seq {
+            put_field(&mut out, ROW_LANE_SEQ, &n.to_be_bytes());
+        }
         out.push(END);
         out
     }
@@ -463,7 +474,7 @@ impl DeliveryRow {
     pub fn decode(value: &[u8]) -> Result<DeliveryRow, ValueError> {
         const WHAT: &str = "delivery row";
         let (mut state, mut size, mut attempts, mut first_attempt_at_ms) = (None, None, None, None);
-        let (mut last_error, mut lane, mut ordering_key) = (None, None, None);
+        let (mut last_error, mut lane, mut ordering_key, mut lane_seq) = (None, None, None, None);
         for field in open(value, WHAT, DELIVERY_ROW_VERSION)? {
             let (tag, bytes) = field?;
             match tag {
@@ -514,6 +525,12 @@ impl DeliveryRow {
                     }
                     set(&mut ordering_key, bytes.to_vec(), WHAT, "ordering_key")?;
                 }
+                ROW_LANE_SEQ => set(
+                    &mut lane_seq,
+                    u64::from_be_bytes(fixed(bytes, WHAT, "lane_seq")?),
+                    WHAT,
+                    "lane_seq",
+                )?,
                 _ => {} // a field of a later binary
             }
         }
@@ -525,6 +542,7 @@ impl DeliveryRow {
             last_error,
             lane,
             ordering_key,
+            lane_seq,
         })
     }
 }

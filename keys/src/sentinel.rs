@@ -25,7 +25,8 @@ use crate::rows::{ARCHIVE_KEY_LEN, DELIVERY_KEY_LEN, HOOK_KEY_LEN};
 /// The value stored under every sentinel: empty.
 pub const SENTINEL_VALUE: [u8; 0] = [];
 
-/// The index families that have a sentinel: all but ?C.
+/// The index families that have a sentinel: all but ?C and ?S (read by point
+/// gets only).
 pub const SENTINEL_FAMILIES: [Family; 9] = [
     Family::Due,
     Family::InFlight,
@@ -40,9 +41,9 @@ pub const SENTINEL_FAMILIES: [Family; 9] = [
 
 /// The sentinel of an index family: the family byte, then `0xff` for the rest
 /// of the family's key width (for ?K, its fixed part: ordinal and source).
-/// `None` for ?C, which has none.
+/// `None` for ?C and ?S, which have none.
 pub fn family_sentinel(family: Family) -> Option<Vec<u8>> {
-    if family == Family::Counter {
+    if matches!(family, Family::Counter | Family::LaneSeq) {
         return None;
     }
     let mut key = vec![0xff; family.key_len()];

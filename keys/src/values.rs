@@ -11,6 +11,7 @@
 //! | `?Q` | `reason` (UTF-8, [`QuarantinedValue`]) |
 //! | `?K` | `seq:64, expires_at_ms:64` ([`DedupeValue`]) |
 //! | `?C` | `i64` big endian ([`ankusa_engine::encode_counter`], [`decode_counter_value`]) |
+//! | `?S` | `last:64`, the last lane position given out ([`LaneSeqValue`]) |
 //!
 //! Sizes are the byte size of the delivery row's hook as counted against the
 //! tenant's queue bounds (counter fields `bytes` and `dead_bytes`).
@@ -232,6 +233,35 @@ impl LaneHeadValue {
         Ok(LaneHeadValue {
             seq: Seq(t.u64()?),
             sink: SinkIx(t.u16()?),
+        })
+    }
+}
+
+/// The value of a `?S` lane sequence key: the last position given out in the
+/// lane (ADR 0004 section 6, "The lane sequence"); the next promoted row that
+/// has none gets `last + 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LaneSeqValue {
+    /// The last position given out, from 1.
+    pub last: u64,
+}
+
+/// Width of a `?S` value.
+pub const LANE_SEQ_VALUE_LEN: usize = 8;
+
+impl LaneSeqValue {
+    /// `last:64`.
+    pub fn encode(&self) -> [u8; LANE_SEQ_VALUE_LEN] {
+        self.last.to_be_bytes()
+    }
+
+    /// Decodes a `?S` value.
+    ///
+    /// # Errors
+    /// [`ValueError::WrongLength`].
+    pub fn decode(value: &[u8]) -> Result<LaneSeqValue, ValueError> {
+        Ok(LaneSeqValue {
+            last: u64::from_be_bytes(value_len::<LANE_SEQ_VALUE_LEN>(value, "?S lane sequence")?),
         })
     }
 }

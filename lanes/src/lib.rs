@@ -30,9 +30,9 @@ use std::fmt;
 use ankusa_engine::{Batch, Cf, Direction, EngineError, Read};
 use ankusa_keys::{
     CounterField, DeliveryRow, DueKind, DueValue, EMPTY_VALUE, Family, KeyError, LaneHeadKey,
-    LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey, LaneMemberValue, RowState, Seq, SinkIx,
-    SourceId, TenantOrd, ValueError, active_key, counter_key, delivery_key, due_key, lane_head_key,
-    lane_marker_key, lane_member_key, lane_members_range, tenant_range,
+    LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey, LaneMemberValue, LaneSeqValue, RowState,
+    Seq, SinkIx, SourceId, TenantOrd, ValueError, active_key, counter_key, delivery_key, due_key,
+    lane_head_key, lane_marker_key, lane_member_key, lane_members_range, lane_seq_key, tenant_range,
 };
 use sha2::{Digest, Sha256};
 
@@ -353,6 +353,9 @@ fn promote_inner(
         "promote of {row_id} into another lane"
     );
     row.state = RowState::Due;
+    if row.lane_seq.is_none() {
+        row.lane_seq = Some(next_lane_seq(read, batch, k.tenant, k.lane)?);
+    }
     batch.delete(Cf::Index, lane_member_key(k.tenant, k.lane, k.seq, k.sink));
     batch.put(Cf::Deliveries, dkey, row.encode());
     if !mutation::active(Mutation::PromoteSkipsHead) {
@@ -386,6 +389,32 @@ fn promote_inner(
         count(batch, k.tenant, CounterField::Lanes, 1);
     }
     Ok(())
+}
+
+/// The lane sequence (ADR 0004 section 6, "The lane sequence"): the next
+/// position of `lane`, one more than its ?S (1 for a lane that never gave one
+/// out), with the put of ?S appended. A row keeps the position it was given at
+/// its first promotion, so only a row that has none calls this: a retry, a
+/// redelivery after a restart (the head stays the head, ADR 4.7) and a revive
+/// of a dead letter carry the number the receiver may have seen already.
+///
+/// One promotion per lane per batch at most (a lane has one head), read from
+/// the same reader as the promotion itself: what keeps invariant 2 keeps the
+/// positions distinct.
+fn next_lane_seq(
+    read: &impl Read,
+    batch: &mut Batch,
+    tenant: TenantOrd,
+    lane: LaneId,
+) -> Result<u64, LaneError> {
+    let key = lane_seq_key(tenant, lane);
+    let last = match read.get(Cf::Index, &key)? {
+        Some(v) => LaneSeqValue::decode(&v)?.last,
+        None => 0,
+    };
+    let next = last.saturating_add(1);
+    batch.put(Cf::Index, key, LaneSeqValue { last: next }.encode());
+    Ok(next)
 }
 
 // ---- 4.3: a blocked head --------------------------------------------------
@@ -618,8 +647,13 @@ pub fn remove_marker(batch: &mut Batch, tenant: TenantOrd, lane: LaneId) {
     batch.delete(Cf::Index, lane_marker_key(tenant, lane));
 }
 
-/// The lane families ?O, ?H, ?P.
-pub const LANE_FAMILIES: [Family; 3] = [Family::LaneMember, Family::LaneHead, Family::LaneMarker];
+/// The lane families ?O, ?H, ?P and ?S.
+pub const LANE_FAMILIES: [Family; 4] = [
+    Family::LaneMember,
+    Family::LaneHead,
+    Family::LaneMarker,
+    Family::LaneSeq,
+];
 
 /// The counter fields lanes owns (ADR 0004 section 3): lanes, lanes_blocked,
 /// lane_members.
@@ -629,7 +663,7 @@ pub const LANE_FIELDS: [CounterField; 3] = [
     CounterField::LaneMembers,
 ];
 
-/// ADR 4.9, `purge_tenant` part: range-deletes `tenant`'s ?O, ?H and ?P. The
+/// ADR 4.9, `purge_tenant` part: range-deletes `tenant`'s ?O, ?H, ?P and ?S. The
 /// lane counters go with the tenant's other counters (the caller subtracts them
 /// from the aggregate).
 pub fn purge_ops(batch: &mut Batch, tenant: TenantOrd) {

@@ -42,12 +42,33 @@ fn keys(kv: &MemoryKv, family: Family) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn row_state(kv: &MemoryKv, seq: u64) -> RowState {
+fn stored_row(kv: &MemoryKv, seq: u64) -> DeliveryRow {
     let raw = kv
         .get(Cf::Deliveries, &delivery_key(T, Seq(seq), SinkIx(1)))
         .expect("get")
         .expect("row");
-    DeliveryRow::decode(&raw).expect("decode").state
+    DeliveryRow::decode(&raw).expect("decode")
+}
+
+fn row_state(kv: &MemoryKv, seq: u64) -> RowState {
+    stored_row(kv, seq).state
+}
+
+fn lane_seq_of(kv: &MemoryKv, lane: LaneId) -> Option<u64> {
+    kv.get(Cf::Index, &ankusa_keys::lane_seq_key(T, lane))
+        .expect("get")
+        .map(|v| ankusa_keys::LaneSeqValue::decode(&v).expect("decode").last)
+}
+
+/// Delivers the head `seq` of `lane` as `queue::delivered` does for the lane's
+/// part: the release (promoting the next member), then the head's ?D and row
+/// deleted.
+fn deliver_head(kv: &MemoryKv, lane: LaneId, seq: u64) {
+    let mut b = Batch::new();
+    release_ops(kv, &mut b, row(seq), lane, NOW).expect("release");
+    b.delete(Cf::Index, due_key(T, NOW, Seq(seq), SinkIx(1)));
+    b.delete(Cf::Deliveries, delivery_key(T, Seq(seq), SinkIx(1)));
+    commit(kv, b);
 }
 
 #[test]
@@ -149,6 +170,63 @@ fn member_put_is_blind_puts_of_member_marker_active() {
     );
 }
 
+/// ADR 0004 section 6, "The lane sequence": each row gets the next position
+/// of its lane when it is first promoted (by the sweep or by the release of
+/// the head before it), the positions outlive the lane's ?H and ?P, and a
+/// row that has one keeps it when promoted again (a revived dead letter).
+#[test]
+fn promotion_gives_each_row_the_next_lane_position_once() {
+    let kv = MemoryKv::new();
+    let other = lane_id(SinkIx(1), SourceId(2), Some(b"cust_7"));
+    for seq in [5, 9, 12] {
+        ingest_member(&kv, seq, 10);
+    }
+    ingest_member_in(&kv, other, Some(b"cust_7"), 6, 10);
+    assert_eq!(lane_seq_of(&kv, lane()), None);
+    let out = sweep(&kv, T, 16, NOW).expect("sweep");
+    assert_eq!(out.promoted, 2);
+    commit(&kv, out.batch);
+    assert_eq!(stored_row(&kv, 5).lane_seq, Some(1));
+    assert_eq!(stored_row(&kv, 6).lane_seq, Some(1), "each lane counts alone");
+    assert_eq!(stored_row(&kv, 9).lane_seq, None, "a member has none yet");
+    deliver_head(&kv, lane(), 5);
+    assert_eq!(stored_row(&kv, 9).lane_seq, Some(2));
+    deliver_head(&kv, lane(), 9);
+    assert_eq!(stored_row(&kv, 12).lane_seq, Some(3));
+    deliver_head(&kv, lane(), 12);
+    // The lane is idle: no ?H, no ?P, but its ?S stays.
+    assert_eq!(
+        kv.get(Cf::Index, &lane_head_key(T, lane())).expect("get"),
+        None
+    );
+    assert_eq!(lane_seq_of(&kv, lane()), Some(3));
+    assert_eq!(lane_seq_of(&kv, other), Some(1));
+
+    // The key comes back: the next hook continues at 4.
+    ingest_member(&kv, 20, 10);
+    commit(&kv, sweep(&kv, T, 16, NOW).expect("sweep").batch);
+    assert_eq!(stored_row(&kv, 20).lane_seq, Some(4));
+    deliver_head(&kv, lane(), 20);
+
+    // A row that already has a position (a revived dead letter) keeps it
+    // and the lane gives out nothing.
+    let mut b = Batch::new();
+    let mut revived = stored_row(&kv, 6);
+    revived.state = RowState::Member;
+    revived.lane = Some(lane());
+    revived.lane_seq = Some(2);
+    b.put(
+        Cf::Deliveries,
+        delivery_key(T, Seq(30), SinkIx(1)),
+        revived.encode(),
+    );
+    member_put(&mut b, row(30), lane(), 10);
+    commit(&kv, b);
+    commit(&kv, sweep(&kv, T, 16, NOW).expect("sweep").batch);
+    assert_eq!(stored_row(&kv, 30).lane_seq, Some(2));
+    assert_eq!(lane_seq_of(&kv, lane()), Some(4));
+}
+
 #[test]
 fn sweep_promotes_the_lowest_member_then_drops_markers_of_busy_lanes() {
     let kv = MemoryKv::new();
@@ -213,6 +291,7 @@ fn ingest_member_in(kv: &MemoryKv, lane: LaneId, ordering_key: Option<&[u8]>, se
         last_error: None,
         lane: Some(lane),
         ordering_key: ordering_key.map(<[u8]>::to_vec),
+        lane_seq: None,
     };
     b.put(
         Cf::Deliveries,
@@ -354,14 +433,15 @@ fn promote_of_a_member_without_row_is_an_error() {
 }
 
 #[test]
-fn purge_ops_range_deletes_the_three_lane_families() {
+fn purge_ops_range_deletes_the_four_lane_families() {
     let kv = MemoryKv::new();
     ingest_member(&kv, 5, 10);
     ingest_member(&kv, 6, 10);
     commit(&kv, sweep(&kv, T, 16, NOW).expect("sweep").batch);
+    assert_eq!(keys(&kv, Family::LaneSeq).len(), 1);
     let mut b = Batch::new();
     purge_ops(&mut b, T);
-    assert_eq!(b.len(), 3);
+    assert_eq!(b.len(), 4);
     commit(&kv, b);
     for f in LANE_FAMILIES {
         assert!(keys(&kv, f).is_empty(), "{f:?} survived the purge");

@@ -8,7 +8,8 @@ use ankusa_keys::meta::{SEQ_HIGH_WATER_KEY, decode_seq_high_water};
 use ankusa_keys::{
     ActiveKey, CounterField, CounterKey, DeadLetterKey, DeadLetterValue, DedupeKey, DedupeValue,
     DeliveryKey, DeliveryRow, DueKey, DueKind, DueValue, Family, HookKey, InFlightKey,
-    InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey,
+    InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey, LaneSeqKey,
+    LaneSeqValue,
     LaneMemberValue, QuarantinedKey, QuarantinedValue, RowState, Seq, TenantOrd, counter_key,
     decode_counter_value, decode_empty_value, deliveries_range, family_range, hooks_range,
     is_sentinel,
@@ -111,6 +112,21 @@ pub enum Violation {
         kind: DueKind,
         /// Whether the row has a lane.
         laned: bool,
+    },
+    /// 2: a laned row whose lane position is above its lane's ?S (the last
+    /// position given out), or that shares its position with another row of
+    /// its lane (ADR 0004 section 6, "The lane sequence").
+    LaneSeqWrong {
+        /// The row.
+        row: RowId,
+        /// Its lane.
+        lane: LaneId,
+        /// Its position.
+        lane_seq: u64,
+        /// The lane's ?S value (0 when there is none).
+        last: u64,
+        /// Whether another row of the lane has the same position.
+        shared: bool,
     },
     /// 3: a counter that does not equal its keys' count or byte sum
     /// ([`TenantOrd::NODE`]: the aggregate, which must equal the sum over
@@ -426,6 +442,7 @@ struct Checker {
     members: Vec<(RowId, LaneId)>,
     counters: BTreeMap<(TenantOrd, CounterField), i64>,
     hooks: BTreeSet<(TenantOrd, u64)>,
+    lane_seqs: BTreeMap<(TenantOrd, LaneId), u64>,
 }
 
 /// The counter fields whose value is a function of the keys (the `_total`
@@ -573,6 +590,11 @@ impl Checker {
                 let val = decode_counter_value(v).map_err(s)?;
                 self.counters.insert((key.tenant, key.field), val);
             }
+            Family::LaneSeq => {
+                let key = LaneSeqKey::decode(k).map_err(s)?;
+                let val = LaneSeqValue::decode(v).map_err(s)?;
+                self.lane_seqs.insert((key.tenant, key.lane), val.last);
+            }
         }
         Ok(())
     }
@@ -663,6 +685,27 @@ impl Checker {
                 .is_some_and(|rs| rs.contains(&head));
             if !is_live {
                 self.out.push(Violation::HeadNotLive { tenant, lane, head });
+            }
+        }
+        // Lane positions: at most the lane's ?S, and each given once.
+        let mut given: BTreeMap<(TenantOrd, LaneId, u64), Vec<RowId>> = BTreeMap::new();
+        for (id, row) in rows {
+            if let (Some(lane), Some(n)) = (row.lane, row.lane_seq) {
+                given.entry((id.tenant, lane, n)).or_default().push(*id);
+            }
+        }
+        for ((tenant, lane, lane_seq), ids) in given {
+            let last = self.lane_seqs.get(&(tenant, lane)).copied().unwrap_or(0);
+            if lane_seq > last || ids.len() > 1 {
+                for row in ids.iter().copied() {
+                    self.out.push(Violation::LaneSeqWrong {
+                        row,
+                        lane,
+                        lane_seq,
+                        last,
+                        shared: ids.len() > 1,
+                    });
+                }
             }
         }
         for ((tenant, lane), rs) in live {

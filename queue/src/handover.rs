@@ -413,6 +413,10 @@ pub fn adopt(
                     row.ordering_key.as_deref(),
                 ));
             }
+            // A lane position counts in the old node's lane (its ?S is not
+            // handed over): a revive here numbers the row in this node's
+            // lane (ADR 0004 section 6, "The lane sequence").
+            row.lane_seq = None;
             batch.put(
                 Cf::Deliveries,
                 delivery_key(tenant, seq, to).to_vec(),

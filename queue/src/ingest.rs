@@ -88,6 +88,8 @@ pub(crate) fn rows_ops(
             last_error: None,
             lane: r.lane.as_ref().map(|a| a.lane),
             ordering_key: r.lane.as_ref().and_then(|a| a.ordering_key.clone()),
+            // Given at the row's first promotion (`ankusa_lanes::promote`).
+            lane_seq: None,
         };
         batch.put(
             Cf::Deliveries,

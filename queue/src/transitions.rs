@@ -289,6 +289,7 @@ pub(crate) fn dead_into(
         last_error: None,
         lane: None,
         ordering_key: None,
+        lane_seq: None,
     });
     debug_assert!(
         stored.is_none()

@@ -190,6 +190,15 @@ index_family!(
 );
 
 index_family!(
+    lane_seq,
+    Family::LaneSeq,
+    LaneSeqKey,
+    true,
+    (tenant(), lane()).prop_map(|(tenant, lane)| LaneSeqKey { tenant, lane }),
+    |k: &LaneSeqKey| (k.tenant.0, k.lane.0)
+);
+
+index_family!(
     dead_letter,
     Family::DeadLetter,
     DeadLetterKey,
@@ -362,6 +371,7 @@ fn family_bytes_are_the_designs() {
         (Family::Quarantined, b'Q'),
         (Family::Dedupe, b'K'),
         (Family::Counter, b'C'),
+        (Family::LaneSeq, b'S'),
     ];
     assert_eq!(Family::ALL.len(), table.len());
     for (family, byte) in table {

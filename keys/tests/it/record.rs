@@ -58,9 +58,10 @@ fn row() -> impl Strategy<Value = DeliveryRow> {
         option::of(".{0,40}"),
         option::of(lane()),
         option::of(vec(any::<u8>(), 0..=ORDERING_KEY_MAX_BYTES)),
+        option::of(u64s()),
     )
         .prop_map(
-            |(state, size, attempts, first_attempt_at_ms, last_error, lane, ordering_key)| {
+            |(state, size, attempts, first_attempt_at_ms, last_error, lane, ordering_key, lane_seq)| {
                 DeliveryRow {
                     state,
                     size,
@@ -69,6 +70,7 @@ fn row() -> impl Strategy<Value = DeliveryRow> {
                     last_error,
                     lane,
                     ordering_key,
+                    lane_seq,
                 }
             },
         )
@@ -144,7 +146,7 @@ proptest! {
     }
 
     #[test]
-    fn row_skips_unknown_fields(r in row(), tag in 8..=u8::MAX, data in bytes(40)) {
+    fn row_skips_unknown_fields(r in row(), tag in 9..=u8::MAX, data in bytes(40)) {
         prop_assert_eq!(DeliveryRow::decode(&with_unknown_fields(&r.encode(), tag, &data)), Ok(r));
     }
 
@@ -183,10 +185,12 @@ fn a_row_has_a_stable_layout() {
         last_error: None,
         lane: Some(LaneId([7; 16])),
         ordering_key: Some(b"cus_1".to_vec()),
+        lane_seq: Some(258),
     };
     let mut fields = ROW_FIELDS.to_vec();
     fields.push((6, &[7; 16]));
     fields.push((7, b"cus_1"));
+    fields.push((8, &[0, 0, 0, 0, 0, 0, 1, 2]));
     assert_eq!(row.encode(), value(1, &fields));
     // A format 1 row (no lane fields) reads as unlaned.
     assert_eq!(
@@ -194,6 +198,16 @@ fn a_row_has_a_stable_layout() {
         Ok(DeliveryRow {
             lane: None,
             ordering_key: None,
+            lane_seq: None,
+            ..row.clone()
+        })
+    );
+    // A row of a binary before the lane sequence (no field 8) reads without
+    // a position; the row gets none until it is promoted again.
+    assert_eq!(
+        DeliveryRow::decode(&value(1, &fields[..fields.len() - 1])),
+        Ok(DeliveryRow {
+            lane_seq: None,
             ..row
         })
     );
@@ -285,6 +299,7 @@ fn encoding_an_overlong_ordering_key_panics() {
         last_error: None,
         lane: None,
         ordering_key: Some(vec![0; ORDERING_KEY_MAX_BYTES + 1]),
+        lane_seq: None,
     };
     let _ = row.encode();
 }

@@ -50,6 +50,7 @@ fn check_invariants_reports_every_planted_inconsistency() {
             last_error: None,
             lane: None,
             ordering_key: None,
+            lane_seq: None,
         }
         .encode(),
     );
@@ -284,6 +285,61 @@ fn check_invariants_finds_a_stranded_member_and_two_live_rows_in_a_lane() {
     );
 }
 
+/// Invariant 2, lane positions (ADR 0004 section 6, "The lane sequence"): a
+/// row whose position is above its lane's ?S, and two rows of a lane with one
+/// position, are found; positions given by the builders are not.
+#[test]
+fn check_invariants_finds_a_lane_position_above_its_lane_or_given_twice() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    clean(&kv);
+    assert_eq!(row(&kv, id(T1, 1, S0)).and_then(|r| r.lane_seq), Some(1));
+
+    // The member carries position 1 too, as if given twice.
+    let mut member = row(&kv, id(T1, 2, S0)).expect("row");
+    member.lane_seq = Some(1);
+    let mut bad = Batch::new();
+    bad.put(
+        Cf::Deliveries,
+        delivery_key(T1, Seq(2), S0),
+        member.encode(),
+    );
+    commit(&kv, bad);
+    let v = check_invariants(&kv.snapshot()).expect("check");
+    let shared = |seq| Violation::LaneSeqWrong {
+        row: id(T1, seq, S0),
+        lane,
+        lane_seq: 1,
+        last: 1,
+        shared: true,
+    };
+    assert_eq!(v, vec![shared(1), shared(2)]);
+
+    // Above the lane's last position.
+    member.lane_seq = Some(5);
+    let mut bad = Batch::new();
+    bad.put(
+        Cf::Deliveries,
+        delivery_key(T1, Seq(2), S0),
+        member.encode(),
+    );
+    commit(&kv, bad);
+    let v = check_invariants(&kv.snapshot()).expect("check");
+    assert_eq!(
+        v,
+        vec![Violation::LaneSeqWrong {
+            row: id(T1, 2, S0),
+            lane,
+            lane_seq: 5,
+            last: 1,
+            shared: false,
+        }]
+    );
+}
+
 /// Invariant 6: a hook or a delivery row above the seq high-water mark is
 /// found (the highest, under any tenant), one at or below it is not; a key
 /// that does not decode is passed over.
@@ -337,6 +393,7 @@ fn seq_above_high_water_finds_the_highest_stored_seq_above_the_mark() {
             last_error: None,
             lane: None,
             ordering_key: None,
+            lane_seq: None,
         }
         .encode(),
     );
