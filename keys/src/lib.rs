@@ -47,7 +47,8 @@ pub use index::{
     InFlightKey, LaneHeadKey, LaneMarkerKey, LaneMemberKey, LaneSeqKey, QuarantinedKey, active_key,
     counter_key, dead_letter_key, dedupe_key, dedupe_source_range, due_key, due_range_until,
     family_range, held_due_ms, held_due_range, in_flight_key, lane_head_key, lane_marker_key,
-    lane_member_key, lane_members_range, lane_seq_key, live_due_range, quarantined_key, tenant_range,
+    lane_member_key, lane_members_range, lane_seq_key, live_due_range, quarantined_key,
+    tenant_range,
 };
 pub use meta::{
     FORMAT_KEY, MIGRATION_KEY, MetaKey, MigrationProgress, NODE_ID_KEY, ORIGIN_KEY,

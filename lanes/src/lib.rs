@@ -32,7 +32,8 @@ use ankusa_keys::{
     CounterField, DeliveryRow, DueKind, DueValue, EMPTY_VALUE, Family, KeyError, LaneHeadKey,
     LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey, LaneMemberValue, LaneSeqValue, RowState,
     Seq, SinkIx, SourceId, TenantOrd, ValueError, active_key, counter_key, delivery_key, due_key,
-    lane_head_key, lane_marker_key, lane_member_key, lane_members_range, lane_seq_key, tenant_range,
+    lane_head_key, lane_marker_key, lane_member_key, lane_members_range, lane_seq_key,
+    tenant_range,
 };
 use sha2::{Digest, Sha256};
 

@@ -187,7 +187,11 @@ fn promotion_gives_each_row_the_next_lane_position_once() {
     assert_eq!(out.promoted, 2);
     commit(&kv, out.batch);
     assert_eq!(stored_row(&kv, 5).lane_seq, Some(1));
-    assert_eq!(stored_row(&kv, 6).lane_seq, Some(1), "each lane counts alone");
+    assert_eq!(
+        stored_row(&kv, 6).lane_seq,
+        Some(1),
+        "each lane counts alone"
+    );
     assert_eq!(stored_row(&kv, 9).lane_seq, None, "a member has none yet");
     deliver_head(&kv, lane(), 5);
     assert_eq!(stored_row(&kv, 9).lane_seq, Some(2));

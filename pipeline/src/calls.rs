@@ -116,6 +116,7 @@ pub(crate) fn launch(s: Start, routes: &Routes, slots: &mut Slots) -> Call {
         idempotency_key: ankusa_sinks::uuid_text(&s.envelope.idempotency_key),
         ordering_key,
         lane_hex: s.row.lane.map(|l| l.to_hex()),
+        lane_seq: s.row.lane_seq,
         ordered,
         received_at_ms: s.envelope.received_at_ms,
         content_type,

@@ -8,11 +8,10 @@ use ankusa_keys::meta::{SEQ_HIGH_WATER_KEY, decode_seq_high_water};
 use ankusa_keys::{
     ActiveKey, CounterField, CounterKey, DeadLetterKey, DeadLetterValue, DedupeKey, DedupeValue,
     DeliveryKey, DeliveryRow, DueKey, DueKind, DueValue, Family, HookKey, InFlightKey,
-    InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey, LaneSeqKey,
-    LaneSeqValue,
-    LaneMemberValue, QuarantinedKey, QuarantinedValue, RowState, Seq, TenantOrd, counter_key,
-    decode_counter_value, decode_empty_value, deliveries_range, family_range, hooks_range,
-    is_sentinel,
+    InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey,
+    LaneMemberValue, LaneSeqKey, LaneSeqValue, QuarantinedKey, QuarantinedValue, RowState, Seq,
+    TenantOrd, counter_key, decode_counter_value, decode_empty_value, deliveries_range,
+    family_range, hooks_range, is_sentinel,
 };
 
 use crate::{QueueError, RowId};

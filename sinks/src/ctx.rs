@@ -39,6 +39,11 @@ pub struct DeliveryCtx {
     pub ordering_key: Option<Vec<u8>>,
     /// The lane id in hex (32 characters), for logs; `None` when not laned.
     pub lane_hex: Option<String>,
+    /// The hook's position in its lane (the row's `lane_seq`: 1, 2, 3, ... per
+    /// lane, kept across retries; ADR 0004 section 6, "The lane sequence").
+    /// `None` when not laned, and for a head promoted by a binary before the
+    /// lane sequence.
+    pub lane_seq: Option<u64>,
     /// Whether the row is laned (the sink entry had `ordered: true` when the
     /// hook was ingested). Delivery follows the row, not the current config.
     pub ordered: bool,
@@ -58,6 +63,12 @@ impl DeliveryCtx {
         } else {
             None
         }
+    }
+
+    /// The lane position to send: `Some` only when [`DeliveryCtx::ordered`]
+    /// and the row has one.
+    pub fn lane_seq(&self) -> Option<u64> {
+        if self.ordered { self.lane_seq } else { None }
     }
 
     /// The ordering key as text for media whose attributes are strings: the
@@ -86,7 +97,8 @@ impl DeliveryCtx {
     /// The metadata of docs/design.md section 6 as `(attribute name, value)` pairs, for
     /// media with string attributes (message attributes, broker headers):
     /// message version, idempotency key, tenant, source, received_at (unix
-    /// milliseconds, decimal) and, when ordered, the ordering key.
+    /// milliseconds, decimal) and, when ordered, the ordering key and the
+    /// lane position.
     pub fn attributes(&self) -> Vec<(&'static str, String)> {
         let mut out = vec![
             (meta::MESSAGE_VERSION_ATTR, meta::MESSAGE_VERSION.to_owned()),
@@ -97,6 +109,9 @@ impl DeliveryCtx {
         ];
         if let Some(key) = self.ordering_key_text() {
             out.push((meta::ORDERING_KEY_ATTR, key.into_owned()));
+        }
+        if let Some(n) = self.lane_seq() {
+            out.push((meta::LANE_SEQ_ATTR, n.to_string()));
         }
         out
     }
@@ -133,6 +148,7 @@ mod tests {
             idempotency_key: "01932c4e-5f60-7abc-8def-0123456789ab".into(),
             ordering_key: key.map(<[u8]>::to_vec),
             lane_hex: None,
+            lane_seq: Some(4),
             ordered,
             received_at_ms: 1_700_000_000_000,
             content_type: None,
@@ -155,12 +171,16 @@ mod tests {
         assert_eq!(ctx(false, Some(b"cus_1")).ordering_key(), None);
         let mut ordered = base.clone();
         ordered.push(("ankusa_ordering_key", "cus_1".to_owned()));
+        ordered.push(("ankusa_lane_seq", "4".to_owned()));
         assert_eq!(ctx(true, Some(b"cus_1")).attributes(), ordered);
         assert_eq!(
             ctx(true, Some(b"a\xffb")).ordering_key_text().as_deref(),
             Some("a\u{fffd}b")
         );
-        assert_eq!(ctx(true, None).attributes(), base);
+        let mut keyless = base.clone();
+        keyless.push(("ankusa_lane_seq", "4".to_owned()));
+        assert_eq!(ctx(true, None).attributes(), keyless);
+        assert_eq!(ctx(false, None).lane_seq(), None);
     }
 
     #[test]

@@ -708,6 +708,7 @@ mod tests {
             idempotency_key: crate::uuid_text(&[0; 16]),
             ordering_key: None,
             lane_hex: None,
+            lane_seq: None,
             ordered: false,
             received_at_ms: 0,
             content_type: None,

@@ -21,6 +21,9 @@ pub const SOURCE_ATTR: &str = "ankusa_source";
 pub const RECEIVED_AT_ATTR: &str = "ankusa_received_at";
 /// Attribute: the ordering key, in ordered mode only.
 pub const ORDERING_KEY_ATTR: &str = "ankusa_ordering_key";
+/// Attribute: the hook's position in its lane, in ordered mode only (decimal;
+/// [`LANE_SEQ_HEADER`]).
+pub const LANE_SEQ_ATTR: &str = "ankusa_lane_seq";
 
 /// HTTP header: [`MESSAGE_VERSION`].
 pub const MESSAGE_VERSION_HEADER: &str = "x-ankusa-message-version";
@@ -41,6 +44,12 @@ pub const ATTEMPT_HEADER: &str = "x-ankusa-attempt";
 pub const SEQ_HEADER: &str = "x-ankusa-seq";
 /// HTTP header: the ordering key, in ordered mode only (ADR 0004 section 6).
 pub const ORDERING_KEY_HEADER: &str = "x-ankusa-ordering-key";
+/// HTTP header: the hook's position in its lane, in ordered mode only: 1, 2,
+/// 3, ... per ordering key and sink, the same on every retry and redelivery
+/// of the hook (decimal; ADR 0004 section 6, "The lane sequence"). A receiver
+/// that has seen `n` for a key and is given `n` again has a redelivery; given
+/// `n + 2`, it missed one.
+pub const LANE_SEQ_HEADER: &str = "x-ankusa-lane-seq";
 
 /// Stored provider headers no sink forwards: hop-by-hop headers (RFC 9110
 /// section 7.6.1), the framing of the provider's request, and the content

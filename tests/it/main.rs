@@ -32,6 +32,7 @@ mod hangup;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod keyed;
+mod lane_seq;
 mod leaks;
 mod limits;
 mod logs;

@@ -216,6 +216,7 @@ async fn stripe_corpus_through_an_ordered_fifo_queue_arrives_once_in_order_per_c
             names,
             [
                 "ankusa_idempotency_key",
+                "ankusa_lane_seq",
                 "ankusa_message_version",
                 "ankusa_ordering_key",
                 "ankusa_received_at",

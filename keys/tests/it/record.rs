@@ -61,7 +61,16 @@ fn row() -> impl Strategy<Value = DeliveryRow> {
         option::of(u64s()),
     )
         .prop_map(
-            |(state, size, attempts, first_attempt_at_ms, last_error, lane, ordering_key, lane_seq)| {
+            |(
+                state,
+                size,
+                attempts,
+                first_attempt_at_ms,
+                last_error,
+                lane,
+                ordering_key,
+                lane_seq,
+            )| {
                 DeliveryRow {
                     state,
                     size,

@@ -16,6 +16,7 @@
 //! | `ordered` | whether the row is laned |
 //! | `ordering_key` | the key when ordered, else `null` |
 //! | `lane` | the lane id in hex when ordered, else `null` |
+//! | `lane_seq` | the hook's position in its lane when ordered (ADR 0004 section 6, "The lane sequence"), else `null` |
 //! | `method`, `path`, `query` | as received (`query` `null` when none) |
 //! | `content_type` | the original content type, or `null` |
 //! | `headers` | the stored headers (after the store_headers policy), in order, as `[name, value]` pairs |

@@ -186,6 +186,7 @@ struct Line<'a> {
     ordered: bool,
     ordering_key: Option<Bytes<'a>>,
     lane: Option<&'a str>,
+    lane_seq: Option<u64>,
     method: &'a str,
     path: &'a str,
     query: Option<&'a str>,
@@ -213,6 +214,7 @@ impl<'a> Line<'a> {
             } else {
                 None
             },
+            lane_seq: ctx.lane_seq(),
             method: &hook.method,
             path: &hook.path,
             query: hook.query.as_deref(),

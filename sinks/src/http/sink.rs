@@ -107,6 +107,9 @@ impl HttpSink {
         if let Some(key) = ctx.ordering_key() {
             put(meta::ORDERING_KEY_HEADER, key);
         }
+        if let Some(n) = ctx.lane_seq() {
+            put(meta::LANE_SEQ_HEADER, n.to_string().as_bytes());
+        }
         if let Some(signing) = &self.signing {
             // The body signed is the body sent: `hook.body`, as stored.
             for (name, value) in signing.headers(&ctx.idempotency_key, timestamp_s, &hook.body) {

@@ -75,6 +75,7 @@ async fn lines_decode_to_the_hook() {
             "ordered": false,
             "ordering_key": null,
             "lane": null,
+            "lane_seq": null,
             "method": "POST",
             "path": "/hooks/shopify",
             "query": "shop=corpus-test-shop",
@@ -90,7 +91,7 @@ async fn lines_decode_to_the_hook() {
         .map(String::as_str)
         .collect();
     assert!(
-        keys.contains(&"body_base64") && keys.len() == 18,
+        keys.contains(&"body_base64") && keys.len() == 19,
         "{keys:?}"
     );
 
@@ -99,6 +100,7 @@ async fn lines_decode_to_the_hook() {
     assert_eq!(l[1]["ordered"], true);
     assert_eq!(l[1]["ordering_key"], "cus_9");
     assert_eq!(l[1]["lane"], "00112233445566778899aabbccddeeff");
+    assert_eq!(l[1]["lane_seq"], 3);
     assert_eq!(l[1]["query"], Value::Null);
     assert_eq!(l[1]["content_type"], Value::Null);
     // A non-UTF-8 header value keeps its bytes.

@@ -118,7 +118,7 @@ async fn metadata_headers_have_the_right_values() {
 }
 
 #[tokio::test]
-async fn ordering_key_header_only_when_ordered() {
+async fn ordering_key_and_lane_seq_headers_only_when_ordered() {
     let server = ok_server().await;
     let s = sink(server.url("/"));
     // A key on a row that is not laned is not sent.
@@ -137,8 +137,11 @@ async fn ordering_key_header_only_when_ordered() {
     let r = server.requests();
     assert_eq!(r.len(), 3);
     assert!(r[0].all("x-ankusa-ordering-key").is_empty());
+    assert!(r[0].all("x-ankusa-lane-seq").is_empty());
     assert_eq!(r[1].header("x-ankusa-ordering-key"), Some("cus_123"));
+    assert_eq!(r[1].header("x-ankusa-lane-seq"), Some("3"));
     assert_eq!(r[2].header("x-ankusa-ordering-key"), Some("acme/shopify"));
+    assert_eq!(r[2].header("x-ankusa-lane-seq"), Some("3"));
 }
 
 #[tokio::test]

@@ -352,6 +352,7 @@ async fn headers_key_and_body_are_exact() {
         "ankusa_ordering_key".into(),
         "cus_\u{fffd}_1".as_bytes().to_vec(),
     ));
+    ordered.push(("ankusa_lane_seq".into(), b"3".to_vec()));
     ordered.push(("content_type".into(), b"application/json".to_vec()));
     assert_eq!(fourth.headers, ordered);
 

@@ -67,6 +67,7 @@ pub fn ctx() -> DeliveryCtx {
         idempotency_key: uuid_text(&IDEMPOTENCY_KEY),
         ordering_key: None,
         lane_hex: None,
+        lane_seq: None,
         ordered: false,
         received_at_ms: 1_764_500_000_123,
         content_type: Some("application/json".into()),
@@ -78,6 +79,7 @@ pub fn ordered_ctx(key: &[u8]) -> DeliveryCtx {
     DeliveryCtx {
         ordering_key: Some(key.to_vec()),
         lane_hex: Some("00112233445566778899aabbccddeeff".into()),
+        lane_seq: Some(3),
         ordered: true,
         ..ctx()
     }

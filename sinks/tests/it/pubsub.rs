@@ -162,6 +162,7 @@ async fn emulator_publish_carries_the_body_attributes_and_ordering_key_and_no_cr
     assert_eq!(sha256_hex(&data), SHOPIFY_SHA256);
     let mut want = base_attrs();
     want.insert("ankusa_ordering_key".into(), "cus_QXg1o8vcGmoR32".into());
+    want.insert("ankusa_lane_seq".into(), "3".into());
     assert_eq!(attrs, want);
     assert_eq!(key.as_deref(), Some("cus_QXg1o8vcGmoR32"));
 }

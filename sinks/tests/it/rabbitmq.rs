@@ -128,6 +128,10 @@ fn expected(ctx: &DeliveryCtx) -> BasicProperties {
     if let Some(key) = ctx.ordering_key_text() {
         put("ankusa_ordering_key", &key);
     }
+    if ctx.ordered {
+        // The lane position of `ordered_ctx` (ADR 0004 section 6).
+        put("ankusa_lane_seq", "3");
+    }
     let mut p = BasicProperties::default()
         .with_delivery_mode(2)
         .with_message_id("01932c4e-5f60-7abc-8def-0123456789ab".into())
