@@ -9,20 +9,25 @@ sequence", says what the number promises; this file shows how a receiver
 uses it (Python 3.8+, standard library only):
 
 - n == last + 1: the next hook; process it.
-- n <= last and n was processed: a redelivery (an answer the relay never
-  got, a restart); answer 200 and do nothing.
+- n == last with the last hook's idempotency key: a redelivery (an answer
+  the relay never got, a restart; only the last hook of a key can come
+  again, since the relay moves a key on only after a delivery it
+  recorded); answer 200 and do nothing.
 - n > last + 1: numbers last+1 .. n-1 are missing. Ankusa never reorders a
   key, so a missing number is a hook that was dead-lettered while its key
-  moved on (`dead_letter: release`) or is still held; process n, remember
-  the gap. When an operator revives the missing hook it arrives with its
-  own (lower) number: it fills the gap and is processed then.
+  moved on (`dead_letter: release`) or purged; process n, remember the gap.
+  When an operator revives the missing hook it arrives with its own (lower)
+  number: it fills the gap and is processed then.
+- any other lower number: the key's numbers started again (in a cluster,
+  the tenant moved to a node that numbers its lanes itself; or the tenant
+  was purged): a new run of numbers begins at n.
 
 The state is per (tenant, source, ordering key): the same key of two sources
 is two lanes. A real receiver keeps `last` and the gaps in the same
 transaction as the effect of the hook; this one keeps them in memory.
 
     python3 receiver.py --port 9000          # then point an ordered http sink at it
-    curl localhost:9000/report               # per key: last, gaps, duplicates, arrivals
+    curl localhost:9000/report               # per key: last, missing, duplicates, restarts, arrivals
 
 `--fail N` answers 503 to the first attempt of every Nth lane position, to
 watch a retry carry the same number again.
@@ -41,29 +46,34 @@ class Lanes:
         self.lock = threading.Lock()
         self.keys = {}
 
-    def take(self, key, n):
-        """Records delivery `n` of `key`; returns what it was."""
+    def take(self, key, n, hook_id):
+        """Records delivery `n` (idempotency key `hook_id`) of `key`;
+        returns what it was."""
         with self.lock:
-            k = self.keys.setdefault(
-                key,
-                {"last": 0, "missing": [], "processed": [], "duplicates": 0, "arrivals": []},
-            )
+            k = self.keys.setdefault(key, {
+                "last": 0, "last_id": None, "missing": [], "processed": [],
+                "duplicates": 0, "restarts": 0, "arrivals": [],
+            })
             k["arrivals"].append(n)
-            if n == k["last"] + 1:
-                k["last"] = n
-                k["processed"].append(n)
-                return "next"
-            if n > k["last"] + 1:
-                k["missing"].extend(range(k["last"] + 1, n))
-                k["last"] = n
-                k["processed"].append(n)
-                return "gap"
+            if n == k["last"] and hook_id == k["last_id"]:
+                k["duplicates"] += 1
+                return "duplicate"
             if n in k["missing"]:
                 k["missing"].remove(n)
                 k["processed"].append(n)
                 return "late"
-            k["duplicates"] += 1
-            return "duplicate"
+            if n > k["last"] + 1:
+                k["missing"].extend(range(k["last"] + 1, n))
+                what = "gap"
+            elif n == k["last"] + 1:
+                what = "next"
+            else:
+                k["missing"] = []
+                k["restarts"] += 1
+                what = "restart"
+            k["last"], k["last_id"] = n, hook_id
+            k["processed"].append(n)
+            return what
 
     def report(self):
         with self.lock:
@@ -89,7 +99,7 @@ def handler(lanes, fail_every):
                 self.headers.get(h, "")
                 for h in ("x-ankusa-tenant", "x-ankusa-source", "x-ankusa-ordering-key")
             )
-            what = lanes.take(key, n)
+            what = lanes.take(key, n, self.headers.get("x-ankusa-idempotency-key"))
             self.answer(200, (what + "\n").encode())
 
         def do_GET(self):

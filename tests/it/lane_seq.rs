@@ -162,6 +162,7 @@ sources:
             .collect();
         assert_eq!(processed, (1..=PER_KEY as u64).collect::<Vec<_>>(), "{key}");
         assert_eq!(k["missing"], serde_json::json!([]), "{key}");
+        assert_eq!(k["restarts"], 0, "{key}: the numbers started again");
         repeats += k["duplicates"].as_u64().expect("duplicates");
     }
     // The 503s were retried with their numbers: the receiver processed them
