@@ -201,17 +201,23 @@ fn describe(s: &ankusa_config::Source, e: &ankusa_config::SinkEntry) -> String {
         ankusa_config::Order::Ordered { key: None } => {
             return format!("{target} (ordered: one keyless lane, key {keyless})");
         }
-        ankusa_config::Order::Ordered {
-            key: Some(ankusa_config::OrderingKey::Header(h)),
-        } => format!("header {h}"),
-        ankusa_config::Order::Ordered {
-            key: Some(ankusa_config::OrderingKey::Json(p)),
-        } => format!("json {}", p.dotted),
-        ankusa_config::Order::Ordered {
-            key: Some(ankusa_config::OrderingKey::Func(_)),
-        } => "a key function".to_owned(),
+        ankusa_config::Order::Ordered { key: Some(k) } => key_words(k),
     };
     format!("{target} (ordered by {by}; hooks without one: the keyless lane, key {keyless})")
+}
+
+/// An ordering key in the start-up line's words: `header x-id`, `json
+/// data.object.id`, `the first of json a, json b`.
+fn key_words(k: &ankusa_config::OrderingKey) -> String {
+    match k {
+        ankusa_config::OrderingKey::Header(h) => format!("header {h}"),
+        ankusa_config::OrderingKey::Json(p) => format!("json {}", p.dotted),
+        ankusa_config::OrderingKey::Func(_) => "a key function".to_owned(),
+        ankusa_config::OrderingKey::FirstOf(places) => format!(
+            "the first of {}",
+            places.iter().map(key_words).collect::<Vec<_>>().join(", ")
+        ),
+    }
 }
 
 /// The pipeline's retry policy of a sink entry (docs/design.md section 5,

@@ -169,7 +169,8 @@ impl BreakerState {
 }
 
 /// Where a key is read: one of `{"header": name}`, `{"json": dotted path}`,
-/// `{"function": true}` (an ordering key computed by a function).
+/// `{"function": true}` (an ordering key computed by a function),
+/// `{"first_of": [...]}` (an ordering key's places, tried in order).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KeySpec {
@@ -179,6 +180,9 @@ pub enum KeySpec {
     Json(String),
     /// A function of the configuration (always `true`).
     Function(bool),
+    /// Places tried in order, the first that holds a key giving it (ADR 0004
+    /// section 1).
+    FirstOf(Vec<KeySpec>),
 }
 
 impl KeySpec {
@@ -188,6 +192,17 @@ impl KeySpec {
             KeySpec::Header(h) => ("header", h.clone()),
             KeySpec::Json(p) => ("json", p.clone()),
             KeySpec::Function(f) => ("function", f.to_string()),
+            KeySpec::FirstOf(places) => (
+                "first_of",
+                places
+                    .iter()
+                    .map(|p| {
+                        let (by, what) = p.parts();
+                        format!("{by} {what}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
         }
     }
 }

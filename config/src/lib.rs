@@ -125,6 +125,9 @@ pub const DEFAULT_YAML: &str = include_str!("default.yaml");
 pub mod defaults {
     /// `node.name`.
     pub const NODE_NAME: &str = "ankusa";
+    /// The most places an `ordering_key` list may try (ADR 0004 section 1):
+    /// each is read from every hook at ingest.
+    pub const ORDERING_KEY_PLACES: usize = 8;
     /// `node.data_dir`.
     pub const DATA_DIR: &str = "./data";
     /// `node.max_pending`.

@@ -693,6 +693,11 @@ pub enum OrderingKey {
     Json(JsonPath),
     /// A Rust function (library API only).
     Func(KeyFn),
+    /// `[{json: data.object.customer}, {json: data.object.id}]`: the places
+    /// tried in order; the first that holds a non-empty key gives it (ADR
+    /// 0004 section 1). Each is a `Header` or a `Json`; at most
+    /// [`crate::defaults::ORDERING_KEY_PLACES`].
+    FirstOf(Vec<OrderingKey>),
 }
 
 /// Whether a sink entry is ordered, and by what key.

@@ -895,29 +895,73 @@ fn order(
         // section 2).
         return Order::Ordered { key: None };
     };
-    match ordering_key(key) {
+    let key = match key {
+        Value::Sequence(places) => ordering_key_places(places),
+        one => ordering_key(one),
+    };
+    match key {
         Err(m) => {
             p.push(scope, "ordering_key", m);
             Order::Ordered { key: None }
         }
-        Ok(OrderingKey::Header(h)) => {
-            let action = ctx.store_headers.action(&h);
-            if action != HeaderAction::Keep {
-                let (whose, verb) = policy_words(ctx, action);
-                p.push(
-                    scope,
-                    "ordering_key",
-                    format!(
-                        "header \"{h}\" is not kept by the store: {whose} {verb} it, so a replay could not resolve the same key (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.{h}: keep"
-                    ),
-                );
+        Ok(k) => {
+            let headers: Vec<&String> = match &k {
+                OrderingKey::Header(h) => vec![h],
+                OrderingKey::FirstOf(places) => places
+                    .iter()
+                    .filter_map(|k| match k {
+                        OrderingKey::Header(h) => Some(h),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for h in headers {
+                let action = ctx.store_headers.action(h);
+                if action != HeaderAction::Keep {
+                    let (whose, verb) = policy_words(ctx, action);
+                    p.push(
+                        scope,
+                        "ordering_key",
+                        format!(
+                            "header \"{h}\" is not kept by the store: {whose} {verb} it, so a replay could not resolve the same key (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.{h}: keep"
+                        ),
+                    );
+                }
             }
-            Order::Ordered {
-                key: Some(OrderingKey::Header(h)),
-            }
+            Order::Ordered { key: Some(k) }
         }
-        Ok(k) => Order::Ordered { key: Some(k) },
     }
+}
+
+/// An ordering key given as a list of places tried in order (ADR 0004
+/// section 1): each `{header: NAME}` or `{json: a.b.c}`, at least one and at
+/// most [`d::ORDERING_KEY_PLACES`]; a list of one is that place.
+fn ordering_key_places(places: &[Value]) -> Result<OrderingKey, String> {
+    if places.is_empty() {
+        return Err(format!(
+            "an empty list; give one or more of {KEY_FORMS}, tried in order"
+        ));
+    }
+    if places.len() > d::ORDERING_KEY_PLACES {
+        return Err(format!(
+            "{} places; at most {} are tried",
+            places.len(),
+            d::ORDERING_KEY_PLACES
+        ));
+    }
+    let mut out = Vec::with_capacity(places.len());
+    for (i, place) in places.iter().enumerate() {
+        if matches!(place, Value::Sequence(_)) {
+            return Err(format!("place {i} is a list; a place is {KEY_FORMS}"));
+        }
+        out.push(ordering_key(place).map_err(|m| format!("place {i}: {m}"))?);
+    }
+    Ok(if out.len() == 1 {
+        out.remove(0)
+    } else {
+        OrderingKey::FirstOf(out)
+    })
 }
 
 /// The store_headers rule of a broker sink's `forward_headers` (its shape and

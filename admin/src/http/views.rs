@@ -141,6 +141,18 @@ pub(crate) fn get_tenant<K: Kv>(
     tenant_view(state, name, ord, (state.clock)())
 }
 
+/// An ordering key as the API shows it.
+fn ordering_key_spec(k: &OrderingKey) -> KeySpec {
+    match k {
+        OrderingKey::Header(h) => KeySpec::Header(h.clone()),
+        OrderingKey::Json(p) => KeySpec::Json(p.dotted.clone()),
+        OrderingKey::Func(_) => KeySpec::Function(true),
+        OrderingKey::FirstOf(places) => {
+            KeySpec::FirstOf(places.iter().map(ordering_key_spec).collect())
+        }
+    }
+}
+
 fn key_source(k: &KeySource) -> KeySpec {
     match k {
         KeySource::Header(h) => KeySpec::Header(h.clone()),
@@ -216,15 +228,7 @@ fn source_view<K: Kv>(
             let (ordered, key) = match &e.order {
                 Order::Unordered => (false, None),
                 Order::Ordered { key: None } => (true, None),
-                Order::Ordered {
-                    key: Some(OrderingKey::Header(h)),
-                } => (true, Some(KeySpec::Header(h.clone()))),
-                Order::Ordered {
-                    key: Some(OrderingKey::Json(p)),
-                } => (true, Some(KeySpec::Json(p.dotted.clone()))),
-                Order::Ordered {
-                    key: Some(OrderingKey::Func(_)),
-                } => (true, Some(KeySpec::Function(true))),
+                Order::Ordered { key: Some(k) } => (true, Some(ordering_key_spec(k))),
             };
             let breakers: Vec<Breaker> = match id {
                 Some(id) => tenants

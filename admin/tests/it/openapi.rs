@@ -363,6 +363,7 @@ fn samples() -> BTreeMap<&'static str, Vec<Value>> {
         json!({"header": "x-key"}),
         json!({"json": "data.customer"}),
         json!({"function": true}),
+        json!({"first_of": [{"json": "data.object.customer"}, {"json": "data.object.id"}]}),
     ];
     let sinks = vec![
         json!({"name": "web", "type": "http", "index": 0, "ordered": true, "ordering_key": {"json": "data.customer"},

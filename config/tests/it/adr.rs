@@ -138,7 +138,24 @@ fn ordered_key_of_any_other_form_is_refused() {
     let cases = [
         (
             "[x-entity-id]",
-            "must be {header: NAME} or {json: a.b.c}, found a list",
+            "place 0: \"x-entity-id\" is a plain string; an ordered sink takes {header: NAME} or \
+             {json: a.b.c} (YAML cannot express a function key)",
+        ),
+        (
+            "[]",
+            "an empty list; give one or more of {header: NAME} or {json: a.b.c}, tried in order",
+        ),
+        (
+            "[{json: data.id}, [{json: a}]]",
+            "place 1 is a list; a place is {header: NAME} or {json: a.b.c}",
+        ),
+        (
+            "[{json: data.id}, {json: 'a..b'}]",
+            "place 1: \"a..b\" is not a JSON dot path: write member names separated by dots, e.g. data.object.customer",
+        ),
+        (
+            "[{json: a}, {json: b}, {json: c}, {json: d}, {json: e}, {json: f}, {json: g}, {json: h}, {json: i}]",
+            "9 places; at most 8 are tried",
         ),
         ("42", "must be {header: NAME} or {json: a.b.c}, found 42"),
         (
@@ -296,6 +313,43 @@ fn ordered_header_key_is_lowercased_and_removed_from_options() {
     );
     let keys: Vec<&str> = s.options.keys().filter_map(Value::as_str).collect();
     assert_eq!(keys, ["url"]);
+}
+
+/// ADR 0004 section 1: an ordering key may be a list of places tried in
+/// order; a list of one is that place.
+#[test]
+fn an_ordering_key_list_is_its_places_in_order() {
+    let c = ok(&with_sink(
+        "{type: http, name: orders, url: 'http://h/x', ordered: true, ordering_key: [{json: data.object.customer}, {header: X-Entity-Id}]}",
+    ));
+    let Some(OrderingKey::FirstOf(places)) = c.sources[0].sinks[0].order.key() else {
+        panic!("{:?}", c.sources[0].sinks[0].order);
+    };
+    assert!(
+        matches!(&places[0], OrderingKey::Json(p) if p.dotted == "data.object.customer"),
+        "{places:?}"
+    );
+    assert_eq!(places[1], OrderingKey::Header("x-entity-id".into()));
+    let c = ok(&with_sink(
+        "{type: http, name: orders, url: 'http://h/x', ordered: true, ordering_key: [{header: X-Entity-Id}]}",
+    ));
+    assert_eq!(
+        c.sources[0].sinks[0].order.key(),
+        Some(&OrderingKey::Header("x-entity-id".into()))
+    );
+    // A header place must be kept by the store like a single header key.
+    let yaml = format!(
+        "store_headers:\n  headers:\n    x-entity-id: drop\n{}",
+        with_sink(
+            "{type: http, name: orders, url: 'http://h/x', ordered: true, ordering_key: [{json: data.id}, {header: X-Entity-Id}]}"
+        )
+    );
+    assert_eq!(
+        one(&yaml),
+        "source \"stripe\", sink \"orders\" (http): option \"ordering_key\": header \"x-entity-id\" is \
+         not kept by the store: the instance store_headers policy drops it, so a replay could not \
+         resolve the same key (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.x-entity-id: keep"
+    );
 }
 
 const ORDERED_HTTP: &str = "{type: http, name: orders, url: 'http://h/x', ordered: true, ordering_key: {header: X-Entity-Id}}";

@@ -167,12 +167,22 @@ fn the_example_file_loads_into_the_model_it_documents() {
     let orders = st.sink("orders").expect("orders");
     assert_eq!((orders.kind, orders.index), (SinkKind::Sqs, 0));
     let Order::Ordered {
-        key: Some(OrderingKey::Json(path)),
+        key: Some(OrderingKey::FirstOf(places)),
     } = &orders.order
     else {
-        panic!("ordered by json expected: {:?}", orders.order)
+        panic!("ordered by a list of places expected: {:?}", orders.order)
     };
-    assert_eq!(path.segments, ["data", "object", "customer"]);
+    let paths: Vec<&[String]> = places
+        .iter()
+        .map(|p| match p {
+            OrderingKey::Json(path) => path.segments.as_slice(),
+            other => panic!("a json place expected: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        [["data", "object", "customer"], ["data", "object", "id"]]
+    );
     assert_eq!(
         orders
             .options

@@ -38,9 +38,10 @@ pub struct SinkRoute {
     /// The sink's kind (`http`, `file`, ...), the label of
     /// `ankusa_dispatch_lane_key_missing_total{sink}`.
     pub kind: &'static str,
-    /// `None`: unordered. `Some(None)`: ordered, keyless lane only.
-    /// `Some(Some(spec))`: ordered by that key.
-    pub ordered: Option<Option<KeySpec>>,
+    /// `None`: unordered. `Some([])`: ordered, keyless lane only.
+    /// `Some(specs)`: ordered by the first of `specs` that holds a key (ADR
+    /// 0004 section 1: one place, or a list of places tried in order).
+    pub ordered: Option<Vec<KeySpec>>,
     /// The entry's name, the `sink_name` label of `ankusa_ingest_filtered_total`.
     pub name: String,
     /// The entry's `filter`: a hook that does not match gets no row for this
@@ -123,10 +124,10 @@ impl SourceRoute {
                 out.filtered.push(s.name.as_str());
                 continue;
             }
-            let lane = s.ordered.as_ref().map(|spec| {
-                let key = spec
-                    .as_ref()
-                    .and_then(|spec| ordering::ordering_key(spec, headers, body));
+            let lane = s.ordered.as_ref().map(|specs| {
+                let key = specs
+                    .iter()
+                    .find_map(|spec| ordering::ordering_key(spec, headers, body));
                 if key.is_none() {
                     out.keyless.push(s.kind);
                 }
@@ -265,36 +266,43 @@ fn verifier(source: &str, v: &Verification) -> Result<Verifier, RouteError> {
     })
 }
 
-/// An entry's ordering as ingest resolves it: `None` unordered, `Some(None)`
-/// ordered with every hook in the keyless lane, `Some(Some(spec))` keyed.
-fn sink_order(source: &str, e: &SinkEntry) -> Result<Option<Option<KeySpec>>, RouteError> {
+/// An entry's ordering as ingest resolves it: `None` unordered, `Some([])`
+/// ordered with every hook in the keyless lane, `Some(specs)` keyed by the
+/// first of `specs` that holds a key.
+fn sink_order(source: &str, e: &SinkEntry) -> Result<Option<Vec<KeySpec>>, RouteError> {
     Ok(match &e.order {
         Order::Unordered => None,
-        Order::Ordered { key: None } => Some(None),
-        Order::Ordered {
-            key: Some(OrderingKey::Header(h)),
-        } => Some(Some(spec(
+        Order::Ordered { key: None } => Some(Vec::new()),
+        Order::Ordered { key: Some(k) } => Some(key_places(source, k)?),
+    })
+}
+
+/// The places of one ordering key, in the order they are tried.
+fn key_places(source: &str, k: &OrderingKey) -> Result<Vec<KeySpec>, RouteError> {
+    match k {
+        OrderingKey::Header(h) => Ok(vec![spec(
             source,
             "ordering_key",
             &KeySource::Header(h.clone()),
-        )?)),
-        Order::Ordered {
-            key: Some(OrderingKey::Json(p)),
-        } => Some(Some(spec(
+        )?]),
+        OrderingKey::Json(p) => Ok(vec![spec(
             source,
             "ordering_key",
             &KeySource::Json(p.clone()),
-        )?)),
-        Order::Ordered {
-            key: Some(OrderingKey::Func(_)),
-        } => {
-            return Err(RouteError::Unsupported {
-                source_name: source.into(),
-                option: "ordering_key".into(),
-                message: "function keys are not wired into the edge yet".into(),
-            });
+        )?]),
+        OrderingKey::FirstOf(places) => {
+            let mut out = Vec::with_capacity(places.len());
+            for place in places {
+                out.extend(key_places(source, place)?);
+            }
+            Ok(out)
         }
-    })
+        OrderingKey::Func(_) => Err(RouteError::Unsupported {
+            source_name: source.into(),
+            option: "ordering_key".into(),
+            message: "function keys are not wired into the edge yet".into(),
+        }),
+    }
 }
 
 /// An entry's `filter` as ingest evaluates it (values as bytes).
@@ -592,6 +600,62 @@ mod tests {
             (rows.len(), keyless.len()),
             (1, 0),
             "rows_for applies the filters too"
+        );
+    }
+
+    /// An ordering key given as a list of places (ADR 0004 section 1): the
+    /// first that holds a key gives it. Stripe's `customer.created` carries
+    /// the customer id in `data.object.id` and `invoice.paid` in
+    /// `data.object.customer`: with `[customer, id]` the two hooks of one
+    /// customer (the repository's corpus) share a lane; a hook with neither
+    /// goes to the keyless lane and is counted keyless; an empty string is
+    /// no key, so the next place is tried.
+    #[test]
+    fn an_ordering_key_list_takes_the_first_place_that_holds_a_key() {
+        let r = route(
+            "sources:
+  - name: stripe
+    sinks:
+      - {type: http, url: 'http://h/a', ordered: true, ordering_key: [{json: data.object.customer}, {json: data.object.id}]}
+",
+        );
+        let corpus = |name: &str| -> Vec<u8> {
+            let path = format!(
+                "{}/../fixtures/corpus/stripe/{name}.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let file: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&path).expect("corpus file"))
+                    .expect("corpus JSON");
+            match &file["body"] {
+                serde_json::Value::String(b) => b.clone().into_bytes(),
+                other => serde_json::to_vec(other).expect("body"),
+            }
+        };
+        let lane_of = |body: &[u8]| {
+            let got = r.resolve(&[], &ParsedBody::new(body));
+            (got.rows[0].lane.clone(), got.keyless)
+        };
+        let customer = lanes::assign(SinkIx(0), SourceId(3), Some(b"cus_QXg1o8vcGmoR32"));
+        assert_eq!(
+            lane_of(&corpus("customer_created")),
+            (Some(customer.clone()), vec![])
+        );
+        assert_eq!(
+            lane_of(&corpus("invoice_paid")),
+            (Some(customer.clone()), vec![])
+        );
+        assert_eq!(
+            lane_of(br#"{"data":{"object":{"customer":"","id":"cus_QXg1o8vcGmoR32"}}}"#),
+            (Some(customer), vec![]),
+            "an empty customer is no key: the id is tried"
+        );
+        assert_eq!(
+            lane_of(br#"{"data":{"object":{}}}"#),
+            (
+                Some(lanes::assign(SinkIx(0), SourceId(3), None)),
+                vec!["http"]
+            )
         );
     }
 }
