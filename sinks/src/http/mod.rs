@@ -16,7 +16,8 @@
 //! - The configured extra headers ([`HttpSinkConfig::headers`]).
 //! - With `signing`, the signature headers ([`signing`]): Standard Webhooks'
 //!   `webhook-id` (the idempotency key), `webhook-timestamp` (the attempt's
-//!   unix seconds) and `webhook-signature`, or one HMAC header. They replace
+//!   unix seconds) and `webhook-signature` (`v1` HMAC and `v1a` Ed25519
+//!   entries), or one HMAC header. They replace
 //!   a provider's stored header of the same name.
 //!
 //! # Outcomes

@@ -6,17 +6,33 @@
 //!
 //! | `type` | headers sent | signed bytes | value |
 //! | --- | --- | --- | --- |
-//! | `standard_webhooks` | `webhook-id`, `webhook-timestamp`, `webhook-signature` | `{id}.{timestamp}.{body}` | `v1,<base64 HMAC-SHA256>` per secret, space-separated |
+//! | `standard_webhooks` | `webhook-id`, `webhook-timestamp`, `webhook-signature` | `{id}.{timestamp}.{body}` | `v1,<base64 HMAC-SHA256>` per `whsec_` secret and `v1a,<base64 Ed25519>` per `whsk_` key, space-separated |
 //! | `hmac` | `signing.header` (default `x-ankusa-signature`) | the body | `prefix` + hex or base64 HMAC-SHA256 (or SHA-512) |
 //!
 //! Standard Webhooks (<https://www.standardwebhooks.com>): the id is the
 //! hook's idempotency key ([`crate::DeliveryCtx::idempotency_key`]), so every
 //! redelivery and replay of a hook carries the same `webhook-id` and a
 //! receiver can drop the duplicate; the timestamp is the attempt's, unix
-//! seconds. Each secret is `whsec_` (optional) followed by the padded
-//! standard base64 of the key (as the scheme's libraries decode it); the key
-//! is the HMAC key. Several secrets sign side by side (rotation): a receiver
-//! that knows any one of them verifies.
+//! seconds. Each entry of `secrets` is one of the scheme's two kinds of key,
+//! told apart by its prefix as the scheme means them to be (its "secret
+//! serialization": a key says which scheme it is for, so no other option
+//! is needed):
+//! - `whsec_` (optional) followed by the padded standard base64 of an HMAC
+//!   key (as the scheme's libraries decode it): a symmetric `v1` signature,
+//!   HMAC-SHA256.
+//! - `whsk_` followed by the padded standard base64 of an Ed25519 secret key
+//!   (its 32-byte seed, as the scheme's Go library reads it, or the 64 bytes
+//!   of seed and public key that libsodium and tweetnacl write, whose public
+//!   half must match the seed): an asymmetric `v1a` signature (RFC 8032
+//!   Ed25519, ring's). The receiver verifies it with the public key,
+//!   `whpk_` and its base64 ([`Ed25519Key::public_key`]), and cannot sign:
+//!   use it when the receiver is not trusted with a secret. A `whpk_` in
+//!   `secrets` is refused (the sink signs; a public key cannot).
+//!
+//! Several keys sign side by side (rotation, or an HMAC and an Ed25519
+//! signature for receivers of either kind), in the order of `secrets`: a
+//! receiver that knows any one of them verifies, and each skips the entries
+//! of a version it does not know (`v1a` beside `v1`, as the scheme says).
 //!
 //! The body signed is the body sent: the stored envelope's bytes, untouched.
 //! The signature headers belong to the sink: the configured `headers` cannot
@@ -24,18 +40,23 @@
 //! is replaced, never forwarded beside ours.
 //!
 //! Keys never reach a log or an error: [`SigningKey`]'s `Debug` shows only
-//! its length, and no error message quotes a secret.
+//! its length, an [`Ed25519Key`]'s only its public key, and no error message
+//! quotes a secret.
+
+use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, KeyInit, Mac};
 use reqwest::header::{HeaderName, HeaderValue};
+use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use serde_json::Value;
 
 use crate::{OptionProblems, SinkError};
 
 /// The most secrets a `standard_webhooks` signing takes: a rotation needs
-/// two or three; each one adds about 50 bytes to `webhook-signature`.
+/// two or three; each one adds about 50 bytes (`v1a`: 93) to
+/// `webhook-signature`.
 pub const MAX_SECRETS: usize = 10;
 
 /// The least a Standard Webhooks key decodes to, bytes: the scheme asks for
@@ -120,6 +141,137 @@ impl std::fmt::Debug for SigningKey {
     }
 }
 
+/// The prefix of a Standard Webhooks Ed25519 secret key.
+pub const ED25519_SECRET_PREFIX: &str = "whsk_";
+/// The prefix of a Standard Webhooks Ed25519 public key.
+pub const ED25519_PUBLIC_PREFIX: &str = "whpk_";
+
+/// A Standard Webhooks Ed25519 secret key (`whsk_`, module docs): signs
+/// `v1a` signatures. Its `Debug` shows its public key (`whpk_...`), never
+/// the secret; two keys are equal when their public keys are.
+#[derive(Clone)]
+pub struct Ed25519Key {
+    /// ring's key pair (not `Clone`: shared).
+    pair: Arc<Ed25519KeyPair>,
+}
+
+impl Ed25519Key {
+    /// A `whsk_` secret key: the prefix, then the padded standard base64 of
+    /// the 32-byte seed, or of the seed and its public key (64 bytes, whose
+    /// second half must be the seed's public key). The error says what is
+    /// wrong without quoting the key.
+    pub fn standard_webhooks(secret: &str) -> Result<Ed25519Key, String> {
+        let b64 = secret.strip_prefix(ED25519_SECRET_PREFIX).ok_or_else(|| {
+            format!(
+                "is not an Ed25519 secret key: expected {ED25519_SECRET_PREFIX} followed by base64"
+            )
+        })?;
+        let bytes = BASE64.decode(b64).map_err(|_| {
+            format!(
+                "is not a Standard Webhooks Ed25519 secret key: expected {ED25519_SECRET_PREFIX} followed by (padded, standard) base64"
+            )
+        })?;
+        let pair = match bytes.len() {
+            32 => Ed25519KeyPair::from_seed_unchecked(&bytes),
+            64 => Ed25519KeyPair::from_seed_and_public_key(&bytes[..32], &bytes[32..]),
+            n => {
+                return Err(format!(
+                    "decodes to {n} bytes; an Ed25519 secret key is its 32-byte seed (or 64 bytes: the seed and its public key)"
+                ));
+            }
+        }
+        .map_err(|_| {
+            "holds a public key that is not the seed's: an Ed25519 secret key of 64 bytes is the seed and then its own public key"
+                .to_owned()
+        })?;
+        Ok(Ed25519Key {
+            pair: Arc::new(pair),
+        })
+    }
+
+    /// The public key a receiver verifies with, as the scheme writes it:
+    /// `whpk_` and the padded standard base64 of its 32 bytes.
+    pub fn public_key(&self) -> String {
+        format!(
+            "{ED25519_PUBLIC_PREFIX}{}",
+            BASE64.encode(self.pair.public_key().as_ref())
+        )
+    }
+
+    /// The Ed25519 signature (RFC 8032, 64 bytes) of `message`.
+    pub fn sign(&self, message: &[u8]) -> Vec<u8> {
+        self.pair.sign(message).as_ref().to_vec()
+    }
+}
+
+impl PartialEq for Ed25519Key {
+    fn eq(&self, other: &Ed25519Key) -> bool {
+        self.pair.public_key().as_ref() == other.pair.public_key().as_ref()
+    }
+}
+
+impl Eq for Ed25519Key {}
+
+impl std::fmt::Debug for Ed25519Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ed25519Key({})", self.public_key())
+    }
+}
+
+/// One key of a `standard_webhooks` signing: which one is told by its
+/// prefix (module docs). Its `Debug` is the key's own.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StandardKey {
+    /// A `whsec_` secret: a `v1` signature, HMAC-SHA256.
+    Hmac(SigningKey),
+    /// A `whsk_` secret key: a `v1a` signature, Ed25519.
+    Ed25519(Ed25519Key),
+}
+
+impl StandardKey {
+    /// An entry of `signing.secrets`: `whsk_...` is an Ed25519 key, anything
+    /// else a `whsec_` HMAC secret ([`SigningKey::standard_webhooks`]); a
+    /// `whpk_` public key is refused. The error never quotes the key.
+    pub fn parse(secret: &str) -> Result<StandardKey, String> {
+        if secret.starts_with(ED25519_PUBLIC_PREFIX) {
+            return Err(format!(
+                "is an Ed25519 public key ({ED25519_PUBLIC_PREFIX}): the sink signs with the secret key ({ED25519_SECRET_PREFIX}...), and the receiver verifies with the public one"
+            ));
+        }
+        if secret.starts_with(ED25519_SECRET_PREFIX) {
+            return Ed25519Key::standard_webhooks(secret).map(StandardKey::Ed25519);
+        }
+        SigningKey::standard_webhooks(secret).map(StandardKey::Hmac)
+    }
+
+    /// The entry of `webhook-signature` this key writes for the signed
+    /// bytes `{id}.{timestamp}.{body}` (given in parts): `v1,<base64>` or
+    /// `v1a,<base64>`.
+    fn signature(&self, parts: &[&[u8]]) -> String {
+        match self {
+            StandardKey::Hmac(k) => {
+                let mac = mac(HmacAlgorithm::Sha256, &k.0, parts);
+                format!("v1,{}", BASE64.encode(mac))
+            }
+            StandardKey::Ed25519(k) => {
+                // Ed25519 reads the message twice (RFC 8032 section 5.1.6):
+                // it needs the bytes in one piece.
+                let signed = parts.concat();
+                format!("v1a,{}", BASE64.encode(k.sign(&signed)))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for StandardKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StandardKey::Hmac(k) => k.fmt(f),
+            StandardKey::Ed25519(k) => k.fmt(f),
+        }
+    }
+}
+
 /// The digest of an `hmac` signing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HmacAlgorithm {
@@ -161,8 +313,9 @@ pub enum Signing {
     /// `type: standard_webhooks`: one signature per key, in the order of
     /// `secrets`.
     StandardWebhooks {
-        /// One to [`MAX_SECRETS`] keys, distinct.
-        keys: Vec<SigningKey>,
+        /// One to [`MAX_SECRETS`] keys, distinct: HMAC (`whsec_`) and
+        /// Ed25519 (`whsk_`) keys in any mix.
+        keys: Vec<StandardKey>,
     },
     /// `type: hmac`.
     Hmac(HmacSigning),
@@ -204,8 +357,8 @@ impl Signing {
 
     /// The headers of one delivery of `body`: for Standard Webhooks
     /// `webhook-id: <id>`, `webhook-timestamp: <timestamp_s>` and
-    /// `webhook-signature`, the HMAC of `{id}.{timestamp_s}.{body}` under each
-    /// key; for `hmac` the one header of the HMAC of `body` (`id` and
+    /// `webhook-signature`, the signature of `{id}.{timestamp_s}.{body}`
+    /// under each key (`v1,` HMAC-SHA256 or `v1a,` Ed25519); for `hmac` the one header of the HMAC of `body` (`id` and
     /// `timestamp_s` unused). Pure: the time is passed in.
     ///
     /// `id` must be a legal header value (the sink passes the idempotency
@@ -226,14 +379,7 @@ impl Signing {
                 let ts = timestamp_s.to_string();
                 let signature = keys
                     .iter()
-                    .map(|k| {
-                        let mac = mac(
-                            HmacAlgorithm::Sha256,
-                            &k.0,
-                            &[id.as_bytes(), b".", ts.as_bytes(), b".", body],
-                        );
-                        format!("v1,{}", BASE64.encode(mac))
-                    })
+                    .map(|k| k.signature(&[id.as_bytes(), b".", ts.as_bytes(), b".", body]))
                     .collect::<Vec<_>>()
                     .join(" ");
                 vec![
@@ -384,20 +530,23 @@ fn standard_webhooks(
         None => {
             p.invalid(
                 "signing.secrets",
-                "is required: a list of one or more whsec_ secrets (several sign side by side, for rotation)",
+                "is required: a list of one or more whsec_ (HMAC) or whsk_ (Ed25519) secrets (several sign side by side, for rotation)",
             );
             return None;
         }
         Some(Value::Array(list)) => list,
         Some(_) => {
-            p.invalid("signing.secrets", "must be a list of whsec_ secrets");
+            p.invalid(
+                "signing.secrets",
+                "must be a list of whsec_ (HMAC) or whsk_ (Ed25519) secrets",
+            );
             return None;
         }
     };
     if list.is_empty() {
         p.invalid(
             "signing.secrets",
-            "is empty: name at least one whsec_ secret",
+            "is empty: name at least one whsec_ (HMAC) or whsk_ (Ed25519) secret",
         );
         return None;
     }
@@ -412,18 +561,18 @@ fn standard_webhooks(
         return None;
     }
     // (index in `secrets`, key) of every good secret.
-    let mut keys: Vec<(usize, SigningKey)> = Vec::new();
+    let mut keys: Vec<(usize, StandardKey)> = Vec::new();
     for (i, v) in list.iter().enumerate() {
         let option = format!("signing.secrets[{i}]");
         let Some(s) = v.as_str() else {
-            p.invalid(option, "must be a string (whsec_...)");
+            p.invalid(option, "must be a string (whsec_... or whsk_...)");
             continue;
         };
         if s.is_empty() {
             p.invalid(option, "is empty");
             continue;
         }
-        match SigningKey::standard_webhooks(s) {
+        match StandardKey::parse(s) {
             Err(m) => p.invalid(option, m),
             Ok(k) => match keys.iter().find(|(_, x)| *x == k) {
                 Some((j, _)) => {
@@ -567,7 +716,6 @@ mod tests {
             panic!("{s:?}")
         };
         assert_eq!(keys.len(), 2);
-        assert_eq!(keys[0].len(), 24);
         // Without the prefix the same key.
         let bare = Signing::from_option(
             &json!({"type": "standard_webhooks", "secrets": ["MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]}),
@@ -579,6 +727,10 @@ mod tests {
                 keys: vec![keys[0].clone()]
             }
         );
+        let StandardKey::Hmac(first) = &keys[0] else {
+            panic!("{keys:?}")
+        };
+        assert_eq!(first.len(), 24);
         assert_eq!(
             s.owned_headers(),
             ["webhook-id", "webhook-timestamp", "webhook-signature"]
@@ -613,7 +765,7 @@ mod tests {
             ),
             [
                 "signing.secrets[0]: is not a Standard Webhooks secret: expected whsec_ followed by (padded, standard) base64",
-                "signing.secrets[2]: must be a string (whsec_...)",
+                "signing.secrets[2]: must be a string (whsec_... or whsk_...)",
                 "signing.secrets[3]: is empty",
                 "signing.secrets[4]: is the same key as signing.secrets[1]",
                 "signing.secrets[5]: decodes to 3 bytes; a Standard Webhooks key is 24 to 64 random bytes (e.g. whsec_ followed by `openssl rand -base64 32`)",
@@ -621,17 +773,19 @@ mod tests {
         );
         assert_eq!(
             problems(json!({"type": "standard_webhooks", "secrets": []})),
-            ["signing.secrets: is empty: name at least one whsec_ secret"]
+            [
+                "signing.secrets: is empty: name at least one whsec_ (HMAC) or whsk_ (Ed25519) secret"
+            ]
         );
         assert_eq!(
             problems(json!({"type": "standard_webhooks"})),
             [
-                "signing.secrets: is required: a list of one or more whsec_ secrets (several sign side by side, for rotation)"
+                "signing.secrets: is required: a list of one or more whsec_ (HMAC) or whsk_ (Ed25519) secrets (several sign side by side, for rotation)"
             ]
         );
         assert_eq!(
             problems(json!({"type": "standard_webhooks", "secrets": SECRET_A})),
-            ["signing.secrets: must be a list of whsec_ secrets"]
+            ["signing.secrets: must be a list of whsec_ (HMAC) or whsk_ (Ed25519) secrets"]
         );
         let eleven: Vec<&str> = vec![SECRET_A; 11];
         assert_eq!(
@@ -795,5 +949,130 @@ mod tests {
             sign(json!({"encoding": "base64"})).1,
             "W9zBRr9gdU5qBCQmCJV1x1oAPwidJzmDnexYuWTsOEM="
         );
+    }
+
+    /// RFC 8032 section 7.1, TEST 1 and TEST 2: the seed's public key and
+    /// the signatures of the empty message and of the one byte 0x72 (the
+    /// RFC's vectors, not computed by this code).
+    const RFC8032_SEED_1: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+    const RFC8032_PUBLIC_1: &str =
+        "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a";
+    const RFC8032_SIGNATURE_1: &str = "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b";
+    const RFC8032_SEED_2: &str = "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb";
+    const RFC8032_PUBLIC_2: &str =
+        "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c";
+    const RFC8032_SIGNATURE_2: &str = "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00";
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
+
+    fn whsk(bytes: &[u8]) -> String {
+        format!("whsk_{}", BASE64.encode(bytes))
+    }
+
+    #[test]
+    fn ed25519_keys_match_rfc_8032() {
+        for (seed, public, message, signature) in [
+            (
+                RFC8032_SEED_1,
+                RFC8032_PUBLIC_1,
+                &b""[..],
+                RFC8032_SIGNATURE_1,
+            ),
+            (
+                RFC8032_SEED_2,
+                RFC8032_PUBLIC_2,
+                &[0x72][..],
+                RFC8032_SIGNATURE_2,
+            ),
+        ] {
+            let seed = unhex(seed);
+            let k = Ed25519Key::standard_webhooks(&whsk(&seed)).expect("32-byte seed");
+            assert_eq!(
+                k.public_key(),
+                format!("whpk_{}", BASE64.encode(unhex(public)))
+            );
+            assert_eq!(k.sign(message), unhex(signature));
+            // libsodium's 64-byte form (seed, then public key): the same key.
+            let long = [seed.clone(), unhex(public)].concat();
+            assert_eq!(
+                Ed25519Key::standard_webhooks(&whsk(&long)).expect("64 bytes"),
+                k
+            );
+        }
+    }
+
+    #[test]
+    fn ed25519_key_problems_name_the_entry_and_never_quote_it() {
+        let seed_1 = unhex(RFC8032_SEED_1);
+        let wrong_public = [seed_1.clone(), unhex(RFC8032_PUBLIC_2)].concat();
+        let e = problems(json!({"type": "standard_webhooks", "secrets": [
+            whsk(&seed_1),
+            "whsk_not base64",
+            whsk(&seed_1[..16]),
+            whsk(&wrong_public),
+            format!("whpk_{}", BASE64.encode(unhex(RFC8032_PUBLIC_1))),
+            whsk(&[seed_1.clone(), unhex(RFC8032_PUBLIC_1)].concat()),
+        ]}));
+        assert_eq!(
+            e,
+            [
+                "signing.secrets[1]: is not a Standard Webhooks Ed25519 secret key: expected whsk_ followed by (padded, standard) base64",
+                "signing.secrets[2]: decodes to 16 bytes; an Ed25519 secret key is its 32-byte seed (or 64 bytes: the seed and its public key)",
+                "signing.secrets[3]: holds a public key that is not the seed's: an Ed25519 secret key of 64 bytes is the seed and then its own public key",
+                "signing.secrets[4]: is an Ed25519 public key (whpk_): the sink signs with the secret key (whsk_...), and the receiver verifies with the public one",
+                "signing.secrets[5]: is the same key as signing.secrets[0]",
+            ]
+        );
+        let seed_b64 = BASE64.encode(&seed_1);
+        assert!(e.iter().all(|l| !l.contains(&seed_b64)), "{e:?}");
+        // Debug shows the public key only.
+        let s = Signing::from_option(
+            &json!({"type": "standard_webhooks", "secrets": [whsk(&seed_1), SECRET_A]}),
+        )
+        .expect("valid");
+        let d = format!("{s:?}");
+        assert_eq!(
+            d,
+            format!(
+                "StandardWebhooks {{ keys: [Ed25519Key(whpk_{}), SigningKey(24 bytes)] }}",
+                BASE64.encode(unhex(RFC8032_PUBLIC_1))
+            )
+        );
+        assert!(!d.contains(&seed_b64), "{d}");
+    }
+
+    /// An Ed25519 key writes `v1a,` beside the HMAC's `v1,`, in the order
+    /// of `secrets`, over the same `{id}.{timestamp}.{body}`; the `v1`
+    /// entry is still the published vector's and the `v1a` one verifies
+    /// under the public key (ring's verifier over the RFC's algorithm).
+    #[test]
+    fn standard_webhooks_signs_v1a_beside_v1() {
+        let seed = unhex(RFC8032_SEED_2);
+        let s = Signing::from_option(
+            &json!({"type": "standard_webhooks", "secrets": [whsk(&seed), SECRET_B]}),
+        )
+        .expect("valid");
+        let id = "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk";
+        let body = br#"{"email":"test@example.com","username":"test_user"}"#;
+        let h = s.headers(id, 1_649_367_553, body);
+        let sig = h[2].1.to_str().expect("ascii");
+        let parts: Vec<&str> = sig.split(' ').collect();
+        assert_eq!(parts.len(), 2, "{sig}");
+        assert_eq!(parts[1], "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=");
+        let v1a = parts[0].strip_prefix("v1a,").expect("v1a first");
+        let raw = BASE64.decode(v1a).expect("base64");
+        assert_eq!(raw.len(), 64);
+        let public = ring::signature::UnparsedPublicKey::new(
+            &ring::signature::ED25519,
+            unhex(RFC8032_PUBLIC_2),
+        );
+        let signed = [id.as_bytes(), b".1649367553.", body].concat();
+        public.verify(&signed, &raw).expect("v1a verifies");
+        assert!(public.verify(&signed[1..], &raw).is_err());
     }
 }

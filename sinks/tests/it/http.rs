@@ -706,6 +706,59 @@ async fn standard_webhooks_signing_replaces_the_providers_headers() {
     );
 }
 
+/// An Ed25519 (`whsk_`) key signs `v1a` beside a `whsec_` secret's `v1`,
+/// and a receiver that holds only the public key (`whpk_`, as the sink's
+/// key gives it) verifies the delivery: the signature is Ed25519 over
+/// `{webhook-id}.{webhook-timestamp}.{body}` as received.
+#[tokio::test]
+async fn ed25519_signature_verifies_with_the_public_key() {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD as B64;
+    let server = ok_server().await;
+    let whsk = format!("whsk_{}", B64.encode([7u8; 32]));
+    let config = HttpSinkConfig::from_options(&options(json!({
+        "url": server.url("/in"),
+        "signing": {"type": "standard_webhooks", "secrets": [WHSEC_A, whsk]},
+    })))
+    .expect("valid");
+    let Some(ankusa_sinks::http::Signing::StandardWebhooks { keys }) = &config.signing else {
+        panic!("{:?}", config.signing)
+    };
+    let ankusa_sinks::http::signing::StandardKey::Ed25519(key) = &keys[1] else {
+        panic!("{keys:?}")
+    };
+    let whpk = key.public_key();
+    let s = HttpSink::new(&config).expect("sink");
+    assert_eq!(s.deliver(&hook(SHOPIFY_BODY), &ctx()).await, Outcome::Ok);
+    let r = only(&server);
+    let sig = r.header("webhook-signature").expect("signature");
+    let entries: Vec<&str> = sig.split(' ').collect();
+    assert_eq!(entries.len(), 2, "{sig}");
+    assert!(entries[0].starts_with("v1,"), "{sig}");
+    let v1a = B64
+        .decode(entries[1].strip_prefix("v1a,").expect("v1a second"))
+        .expect("base64");
+    // What the receiver knows: the public key, and the request.
+    let public = B64
+        .decode(whpk.strip_prefix("whpk_").expect("whpk_"))
+        .expect("base64");
+    assert_eq!(public.len(), 32);
+    let signed = [
+        r.header("webhook-id").expect("id").as_bytes(),
+        b".",
+        r.header("webhook-timestamp").expect("timestamp").as_bytes(),
+        b".",
+        &r.body,
+    ]
+    .concat();
+    let verifier = ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, &public);
+    verifier.verify(&signed, &v1a).expect("v1a verifies");
+    // Over another body it does not.
+    let mut other = signed.clone();
+    *other.last_mut().expect("body") ^= 1;
+    assert!(verifier.verify(&other, &v1a).is_err());
+}
+
 /// The hmac type: one header, GitHub's form when asked, over the exact body.
 #[tokio::test]
 async fn hmac_signing_writes_one_header() {
