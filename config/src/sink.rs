@@ -1027,10 +1027,11 @@ fn ordering_key(v: &Value) -> Result<OrderingKey, String> {
     }
 }
 
-/// The http sink's options. `signing` (docs/design.md section 6) is checked by
-/// the sinks crate (`ankusa_sinks::http::signing`), through the binary's load
-/// check.
-const HTTP_OPTIONS: [&str; 4] = ["url", "timeout_ms", "headers", "signing"];
+/// The http sink's options. `signing` and `tls` (docs/design.md section 6)
+/// are checked by the sinks crate (`ankusa_sinks::http::signing`, `::tls`:
+/// it reads the PEM files), through the binary's load check; here only
+/// their paths are (not inside `node.data_dir`).
+const HTTP_OPTIONS: [&str; 5] = ["url", "timeout_ms", "headers", "signing", "tls"];
 /// Headers the http sink sets itself (besides `x-ankusa-*`, its metadata): the
 /// hook's original content type and the body's framing. The same list as the
 /// sinks crate's http adapter, plus `connection`.

@@ -1156,28 +1156,41 @@ fn standard_webhooks_secret(s: &str) -> bool {
 /// (docs/design.md section 7): a file sink writing there can overwrite the
 /// store's own files (its first delivery once replaced RocksDB's CURRENT, and
 /// the store never opened again). The paths: a file sink's `path`, a pubsub
-/// sink's `credentials`. Both sides are compared after [`resolved`] (absolute,
+/// sink's `credentials`, an http sink's `tls.client_cert`, `tls.client_key`
+/// and `tls.ca` (read, never written, but the store's directory is the
+/// store's alone). Both sides are compared after [`resolved`] (absolute,
 /// `..` resolved, symlinks resolved where the parts exist).
 fn sink_paths_outside(data_dir: &Path, sources: &[Source], p: &mut Problems) {
     if data_dir.as_os_str().is_empty() {
         return;
     }
     let store = resolved(data_dir);
+    let text = |v: Option<&serde_yaml_ng::Value>| {
+        v.and_then(serde_yaml_ng::Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    };
     for s in sources {
         for e in &s.sinks {
-            let (option, path) = match (&e.typed, e.kind) {
-                (TypedOptions::File(f), _) => ("path", f.path.clone()),
-                (_, SinkKind::Pubsub) => match e
-                    .options
-                    .get("credentials")
-                    .and_then(serde_yaml_ng::Value::as_str)
-                {
-                    Some(c) if !c.is_empty() => ("credentials", PathBuf::from(c)),
-                    _ => continue,
-                },
+            let paths: Vec<(String, PathBuf)> = match (&e.typed, e.kind) {
+                (TypedOptions::File(f), _) => vec![("path".to_owned(), f.path.clone())],
+                (_, SinkKind::Pubsub) => text(e.options.get("credentials"))
+                    .map(|c| ("credentials".to_owned(), c))
+                    .into_iter()
+                    .collect(),
+                (_, SinkKind::Http) => ["client_cert", "client_key", "ca"]
+                    .into_iter()
+                    .filter_map(|k| {
+                        let tls = e.options.get("tls")?;
+                        text(tls.get(k)).map(|path| (format!("tls.{k}"), path))
+                    })
+                    .collect(),
                 _ => continue,
             };
-            if resolved(&path).starts_with(&store) {
+            for (option, path) in paths {
+                if !resolved(&path).starts_with(&store) {
+                    continue;
+                }
                 p.push(
                     &sink::scope_of(&s.name, &e.name, e.kind.as_str()),
                     option,

@@ -457,6 +457,36 @@ fn a_pubsub_credentials_file_inside_the_data_dir_is_refused() {
     );
 }
 
+/// An http sink's `tls` files are paths of a sink too: each one inside the
+/// data dir is refused by its name, one outside it is fine.
+#[test]
+fn tls_files_inside_the_data_dir_are_refused() {
+    let s = Scratch::new("tls");
+    let data = s.path().join("data");
+    let d = data.display();
+    let outside = s.path().join("ca.pem");
+    let yaml = with_data_dir(
+        &data,
+        &format!(
+            "{{type: http, name: h, url: 'https://h/', tls: {{client_cert: '{d}/relay.crt', client_key: '{d}/../data/relay.key', ca: '{}'}}}}",
+            outside.display()
+        ),
+    );
+    let inside = |option: &str, path: String| {
+        format!(
+            "source \"stripe\", sink \"h\" (http): option \"{option}\": \"{path}\" is inside node.data_dir (\"{d}\"), \
+             where the store keeps its files: name a path outside it"
+        )
+    };
+    assert_eq!(
+        problems(load(&yaml)),
+        [
+            inside("tls.client_cert", format!("{d}/relay.crt")),
+            inside("tls.client_key", format!("{d}/../data/relay.key")),
+        ]
+    );
+}
+
 #[test]
 fn a_data_dir_that_is_a_file_is_refused() {
     let s = Scratch::new("datafile");

@@ -3,6 +3,7 @@
 use reqwest::header::{HeaderName, HeaderValue};
 
 use super::signing::{self, Signing};
+use super::tls::{self, TlsOptions};
 use crate::{OptionProblems, Options, SinkError};
 
 /// `timeout_ms` when the option is absent: 10 s.
@@ -18,7 +19,7 @@ const RESERVED: &[&str] = &[
 ];
 
 /// The options of an http sink.
-const OPTIONS: &[&str] = &["url", "timeout_ms", "headers", "signing"];
+const OPTIONS: &[&str] = &["url", "timeout_ms", "headers", "signing", "tls"];
 
 /// One extra header, parsed: a name the sink does not own and a legal value.
 /// The error names `headers.<name>`.
@@ -48,7 +49,11 @@ fn parsed_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), S
 ///     headers: { authorization: "Bearer ..." }  # optional extra headers
 ///     signing:                            # optional (crate::http::signing)
 ///       type: standard_webhooks           # or hmac (secret, header, algorithm, encoding, prefix)
-///       secrets: [whsec_..., env:OLD_SECRET]
+///       secrets: [whsec_..., env:OLD_SECRET, whsk_...]
+///     tls:                                # optional (crate::http::tls), https only
+///       client_cert: /etc/ankusa/relay.crt
+///       client_key: /etc/ankusa/relay.key
+///       ca: /etc/ankusa/internal-ca.pem
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpSinkConfig {
@@ -66,6 +71,11 @@ pub struct HttpSinkConfig {
     /// [`crate::http::signing`]); `None`: not signed. The headers it writes
     /// may not be among [`HttpSinkConfig::headers`].
     pub signing: Option<Signing>,
+    /// A client certificate and a private CA for an `https` receiver
+    /// ([`TlsOptions`], docs of [`crate::http::tls`]), their files already
+    /// read and checked; `None`: the platform's roots, no client
+    /// certificate.
+    pub tls: Option<TlsOptions>,
 }
 
 impl HttpSinkConfig {
@@ -82,11 +92,13 @@ impl HttpSinkConfig {
             timeout_ms: DEFAULT_TIMEOUT_MS,
             headers: Vec::new(),
             signing: None,
+            tls: None,
         }
     }
 
-    /// Reads and validates the options `url`, `timeout_ms`, `headers` and
-    /// `signing` (`signing.<key>` in its errors); any
+    /// Reads and validates the options `url`, `timeout_ms`, `headers`,
+    /// `signing` (`signing.<key>` in its errors) and `tls` (whose files are
+    /// read and checked here: `tls.<key>`); any
     /// other option is an error, as is a wrong type or value. Every error names
     /// the option (`headers.<name>` for one header), and every problem of
     /// `options` is reported, in the order of the options
@@ -116,6 +128,12 @@ impl HttpSinkConfig {
                     }
                 },
                 "signing" => config.signing = signing::parse(value, &mut p),
+                "tls" => {
+                    config.tls = tls::parse(value, &mut p);
+                    if config.tls.is_none() {
+                        p.placeholder("tls");
+                    }
+                }
                 _ => p.unknown(name.clone(), OPTIONS),
             }
         }
@@ -153,6 +171,20 @@ impl HttpSinkConfig {
         }
         if p.ok("timeout_ms") && self.timeout_ms == 0 {
             p.invalid("timeout_ms", "must be more than 0");
+        }
+        // A client certificate or a CA only means something to TLS.
+        if self.tls.is_some()
+            && p.ok("url")
+            && p.ok("tls")
+            && self
+                .url
+                .get(..7)
+                .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+        {
+            p.invalid(
+                "tls",
+                "applies to an https:// receiver; url is http:// (no TLS, so no certificate is checked or presented)",
+            );
         }
         for (name, value) in &self.headers {
             p.take(parsed_header(name, value));

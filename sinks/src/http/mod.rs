@@ -53,6 +53,11 @@
 //! OpenSSL to link (docs/contributing.md, "TLS: rustls and ring": all TLS is
 //! rustls).
 //!
+//! With `tls` ([`tls`]) the sink presents a client certificate to a receiver
+//! that asks for one (mutual TLS), and checks the receiver's certificate
+//! against a private CA instead of the platform's roots; both are read and
+//! checked at load.
+//!
 //! # Connections
 //! One [`reqwest::Client`] per sink, so each sink has its own connection pool
 //! (keep-alive) and one sink's slow endpoint cannot starve another's pool.
@@ -63,7 +68,9 @@
 mod config;
 pub mod signing;
 mod sink;
+pub mod tls;
 
 pub use config::{DEFAULT_TIMEOUT_MS, HttpSinkConfig};
 pub use signing::Signing;
 pub use sink::{HttpSink, classify, client, install_crypto_provider, retry_after};
+pub use tls::TlsOptions;

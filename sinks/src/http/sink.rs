@@ -48,7 +48,13 @@ impl HttpSink {
         for (n, v) in config.parsed_headers()? {
             headers.append(n, v);
         }
-        let client = client(Duration::from_millis(config.timeout_ms))?;
+        let mut builder = client_builder(Duration::from_millis(config.timeout_ms));
+        if let Some(tls) = &config.tls {
+            builder = tls.apply(builder)?;
+        }
+        let client = builder
+            .build()
+            .map_err(|e| SinkError::Setup(format!("HTTP client: {e}")))?;
         Ok(HttpSink {
             client,
             url,
@@ -226,14 +232,19 @@ pub fn classify(
 /// # Errors
 /// [`SinkError::Setup`] when the client cannot be built (TLS setup).
 pub fn client(timeout: Duration) -> Result<reqwest::Client, SinkError> {
+    client_builder(timeout)
+        .build()
+        .map_err(|e| SinkError::Setup(format!("HTTP client: {e}")))
+}
+
+/// The builder of [`client`], for a client with more (the sink's `tls`).
+pub(crate) fn client_builder(timeout: Duration) -> reqwest::ClientBuilder {
     install_crypto_provider();
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("ankusa/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| SinkError::Setup(format!("HTTP client: {e}")))
 }
 
 /// A Retry-After value (RFC 9110 section 10.2.3): delay-seconds, or an

@@ -6,6 +6,8 @@
 mod file;
 #[cfg(feature = "http")]
 mod http;
+#[cfg(feature = "http")]
+mod http_tls;
 #[cfg(feature = "kafka")]
 mod kafka;
 #[cfg(feature = "nats")]
