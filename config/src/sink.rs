@@ -142,36 +142,17 @@ pub(crate) fn entry(
         if core {
             continue;
         }
-        // A map option (http headers, kafka properties) resolves entry by
-        // entry: an unset secret is named `<option>.<entry>`, and the other
-        // entries still reach the sink's own checks.
+        // A map option (http headers, kafka properties, the http sink's
+        // `auth`) resolves entry by entry, at every depth: an unset secret
+        // is named by its path (`headers.<entry>`,
+        // `auth.basic.password`), and the other entries still reach the
+        // sink's own checks.
         if let Value::Mapping(entries) = v {
             let mut resolved = Mapping::new();
             for (ek, ev) in entries {
-                // A list in a map option (the http sink's
-                // `signing.secrets`) resolves item by item: an unset secret
-                // is named `<option>.<entry>[i]` and left as null, so the
-                // other items keep their index for the sink's own checks
-                // (which then name the same option, reported once).
-                if let Value::Sequence(items) = ev {
-                    let mut out = Vec::with_capacity(items.len());
-                    for (i, item) in items.iter().enumerate() {
-                        match resolve_env(item, ctx.env) {
-                            Ok(v) => out.push(v),
-                            Err(m) => {
-                                p.push(&scope, format!("{key}.{}[{i}]", key_text(ek)), m);
-                                out.push(Value::Null);
-                            }
-                        }
-                    }
-                    resolved.insert(ek.clone(), Value::Sequence(out));
-                    continue;
-                }
-                match resolve_env(ev, ctx.env) {
-                    Ok(ev) => {
-                        resolved.insert(ek.clone(), ev);
-                    }
-                    Err(m) => p.push(&scope, format!("{key}.{}", key_text(ek)), m),
+                let path = format!("{key}.{}", key_text(ek));
+                if let Some(ev) = resolve_entry(ev, &path, ctx.env, &scope, p) {
+                    resolved.insert(ek.clone(), ev);
                 }
             }
             options.insert(k.clone(), Value::Mapping(resolved));
@@ -1027,11 +1008,12 @@ fn ordering_key(v: &Value) -> Result<OrderingKey, String> {
     }
 }
 
-/// The http sink's options. `signing` and `tls` (docs/design.md section 6)
-/// are checked by the sinks crate (`ankusa_sinks::http::signing`, `::tls`:
-/// it reads the PEM files), through the binary's load check; here only
-/// their paths are (not inside `node.data_dir`).
-const HTTP_OPTIONS: [&str; 5] = ["url", "timeout_ms", "headers", "signing", "tls"];
+/// The http sink's options. `signing`, `tls` and `auth` (docs/design.md
+/// section 6) are checked by the sinks crate (`ankusa_sinks::http::signing`,
+/// `::tls`, which reads the PEM files, and `::auth`), through the binary's
+/// load check; here only `tls`'s paths are (not inside `node.data_dir`) and
+/// `auth`'s `env:` secrets resolved.
+const HTTP_OPTIONS: [&str; 6] = ["url", "timeout_ms", "headers", "signing", "tls", "auth"];
 /// Headers the http sink sets itself (besides `x-ankusa-*`, its metadata): the
 /// hook's original content type and the body's framing. The same list as the
 /// sinks crate's http adapter, plus `connection`.
@@ -1242,6 +1224,55 @@ fn check_url(u: &str) -> Result<(), String> {
         return Err(format!("\"{shown}\" contains whitespace"));
     }
     Ok(())
+}
+
+/// Resolves every string `env:NAME` in `v`, the value of the option `path`
+/// inside a map option, reporting each one that cannot be resolved under its
+/// own path: an entry of a map is then left out (`None`), and an item of a
+/// list (the http sink's `signing.secrets`) is left as null, so the other
+/// items keep their index for the sink's own checks (which then name the
+/// same option, reported once).
+fn resolve_entry(
+    v: &Value,
+    path: &str,
+    env: EnvLookup<'_>,
+    scope: &Scope,
+    p: &mut Problems,
+) -> Option<Value> {
+    match v {
+        Value::String(s) if s.starts_with("env:") => match secret::resolve(s, env) {
+            Ok(secret) => Some(Value::String(secret.expose().to_owned())),
+            Err(m) => {
+                p.push(scope, path, m);
+                None
+            }
+        },
+        Value::Sequence(items) => Some(Value::Sequence(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    resolve_entry(x, &format!("{path}[{i}]"), env, scope, p).unwrap_or(Value::Null)
+                })
+                .collect(),
+        )),
+        Value::Mapping(m) => {
+            let mut out = Mapping::new();
+            for (k, x) in m {
+                let entry = format!("{path}.{}", key_text(k));
+                if let Some(x) = resolve_entry(x, &entry, env, scope, p) {
+                    out.insert(k.clone(), x);
+                }
+            }
+            Some(Value::Mapping(out))
+        }
+        Value::Tagged(t) => {
+            let mut t = (**t).clone();
+            t.value = resolve_entry(&t.value, path, env, scope, p)?;
+            Some(Value::Tagged(Box::new(t)))
+        }
+        other => Some(other.clone()),
+    }
 }
 
 /// Resolves every string `env:NAME` in a value, nested ones included.

@@ -178,7 +178,7 @@ fn http_sink_options() {
         one(&sink(
             "{type: http, name: h, url: 'http://h/', urll: 'http://h/'}"
         )),
-        "source \"a\", sink \"h\" (http): option \"urll\": unknown option of a http sink (its options: url, timeout_ms, headers, signing, tls; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit)"
+        "source \"a\", sink \"h\" (http): option \"urll\": unknown option of a http sink (its options: url, timeout_ms, headers, signing, tls, auth; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit)"
     );
     let p = problems(load(&sink("{type: http, name: h, urll: 'http://h/'}")));
     assert_eq!(

@@ -168,3 +168,37 @@ fn a_list_in_a_map_option_names_the_unset_item() {
         serde_json::json!({"type": "standard_webhooks", "secrets": ["whsec_new", "whsec_old", "whsec_literal"]})
     );
 }
+
+/// Deeper in a map option (the http sink's `auth`), each unset secret is
+/// named by its whole path, and the entries that resolve reach the sink.
+#[test]
+fn a_secret_deep_in_a_map_option_is_named_by_its_path() {
+    let yaml = "sources:\n  - name: s\n    sinks:\n      - {type: http, name: b, url: 'https://h/', auth: {basic: {username: relay, password: 'env:RECEIVER_PASSWORD'}}}\n      - {type: http, name: o, url: 'https://h/', auth: {oauth2: {token_url: 'https://idp/token', client_id: 'env:CLIENT_ID', client_secret: 'env:CLIENT_SECRET', scope: [a, 'env:SCOPE']}}}\n";
+    assert_eq!(
+        problems(load_env(yaml, &[("CLIENT_ID", "relay")])),
+        [
+            "source \"s\", sink \"b\" (http): option \"auth.basic.password\": environment variable RECEIVER_PASSWORD is not set",
+            "source \"s\", sink \"o\" (http): option \"auth.oauth2.client_secret\": environment variable CLIENT_SECRET is not set",
+            "source \"s\", sink \"o\" (http): option \"auth.oauth2.scope[1]\": environment variable SCOPE is not set",
+        ]
+    );
+    let c = load_env(
+        yaml,
+        &[
+            ("RECEIVER_PASSWORD", "pw"),
+            ("CLIENT_ID", "relay"),
+            ("CLIENT_SECRET", "s3cret"),
+            ("SCOPE", "hooks.write"),
+        ],
+    )
+    .expect("all set");
+    let sinks = &c.sources[0].sinks;
+    assert_eq!(
+        sinks[0].options_json()["auth"],
+        serde_json::json!({"basic": {"username": "relay", "password": "pw"}})
+    );
+    assert_eq!(
+        sinks[1].options_json()["auth"],
+        serde_json::json!({"oauth2": {"token_url": "https://idp/token", "client_id": "relay", "client_secret": "s3cret", "scope": ["a", "hooks.write"]}})
+    );
+}

@@ -2,6 +2,7 @@
 
 use reqwest::header::{HeaderName, HeaderValue};
 
+use super::auth::{self, Auth};
 use super::signing::{self, Signing};
 use super::tls::{self, TlsOptions};
 use crate::{OptionProblems, Options, SinkError};
@@ -19,7 +20,7 @@ const RESERVED: &[&str] = &[
 ];
 
 /// The options of an http sink.
-const OPTIONS: &[&str] = &["url", "timeout_ms", "headers", "signing", "tls"];
+const OPTIONS: &[&str] = &["url", "timeout_ms", "headers", "signing", "tls", "auth"];
 
 /// One extra header, parsed: a name the sink does not own and a legal value.
 /// The error names `headers.<name>`.
@@ -54,6 +55,9 @@ fn parsed_header(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), S
 ///       client_cert: /etc/ankusa/relay.crt
 ///       client_key: /etc/ankusa/relay.key
 ///       ca: /etc/ankusa/internal-ca.pem
+///     auth:                               # optional (crate::http::auth): one of
+///       basic: {username: relay, password: env:RECEIVER_PASSWORD}
+///       # oauth2: {token_url: https://..., client_id: ..., client_secret: env:..., scope: ...}
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpSinkConfig {
@@ -76,6 +80,11 @@ pub struct HttpSinkConfig {
     /// read and checked; `None`: the platform's roots, no client
     /// certificate.
     pub tls: Option<TlsOptions>,
+    /// How the sink authenticates to the receiver ([`Auth`], docs of
+    /// [`crate::http::auth`]): Basic, or an OAuth2 client-credentials token;
+    /// `None`: not at all (or by a configured header). `headers` may not set
+    /// `authorization` beside it.
+    pub auth: Option<Auth>,
 }
 
 impl HttpSinkConfig {
@@ -93,12 +102,14 @@ impl HttpSinkConfig {
             headers: Vec::new(),
             signing: None,
             tls: None,
+            auth: None,
         }
     }
 
     /// Reads and validates the options `url`, `timeout_ms`, `headers`,
-    /// `signing` (`signing.<key>` in its errors) and `tls` (whose files are
-    /// read and checked here: `tls.<key>`); any
+    /// `signing` (`signing.<key>` in its errors), `tls` (whose files are
+    /// read and checked here: `tls.<key>`) and `auth` (`auth.<scheme>.<key>`);
+    /// any
     /// other option is an error, as is a wrong type or value. Every error names
     /// the option (`headers.<name>` for one header), and every problem of
     /// `options` is reported, in the order of the options
@@ -134,6 +145,7 @@ impl HttpSinkConfig {
                         p.placeholder("tls");
                     }
                 }
+                "auth" => config.auth = auth::parse(value, &mut p),
                 _ => p.unknown(name.clone(), OPTIONS),
             }
         }
@@ -149,6 +161,12 @@ impl HttpSinkConfig {
             && let Some(owned) = options.get("signing").and_then(signing::owned_headers_of)
         {
             config.check_owned(Some(owned), &mut p);
+        }
+        // So does an auth with problems of its own: `authorization`.
+        if config.auth.is_none()
+            && let Some(value) = options.get("auth")
+        {
+            config.check_authorization(auth::scheme_of(value), &mut p);
         }
         p.sort_as_written(options);
         p.finish(config)
@@ -195,6 +213,24 @@ impl HttpSinkConfig {
                 .map(|s| (s.type_name(), s.owned_headers())),
             p,
         );
+        if let Some(a) = &self.auth {
+            self.check_authorization(a.scheme(), p);
+        }
+    }
+
+    /// With `auth` (whose scheme is `scheme`), a configured `authorization`
+    /// header would be a second credential in the same header: refused.
+    fn check_authorization(&self, scheme: &str, p: &mut OptionProblems) {
+        for (name, value) in &self.headers {
+            if let Ok((n, _)) = parsed_header(name, value)
+                && n == reqwest::header::AUTHORIZATION
+            {
+                p.invalid(
+                    format!("headers.{name}"),
+                    format!("is written by the sink's auth ({scheme}) and cannot be configured beside it"),
+                );
+            }
+        }
     }
 
     /// The signature headers are the signing's (`owned`: its type and

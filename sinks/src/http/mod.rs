@@ -65,12 +65,16 @@
 //! answer); the body of an answer is read up to 64 KiB so the connection can go
 //! back to the pool.
 
+pub mod auth;
 mod config;
+mod oauth2;
 pub mod signing;
 mod sink;
 pub mod tls;
 
+pub use auth::Auth;
 pub use config::{DEFAULT_TIMEOUT_MS, HttpSinkConfig};
+pub use oauth2::{MAX_RENEW_MARGIN, renew_margin};
 pub use signing::Signing;
 pub use sink::{HttpSink, classify, client, install_crypto_provider, retry_after};
 pub use tls::TlsOptions;

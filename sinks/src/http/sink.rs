@@ -5,10 +5,14 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{
+    AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER,
+};
 use sha2::{Digest, Sha256};
 
+use super::auth::Auth;
 use super::config::HttpSinkConfig;
+use super::oauth2::{Token, Tokens};
 use super::signing::Signing;
 use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError, meta};
 
@@ -29,6 +33,18 @@ pub struct HttpSink {
     /// How each delivery is signed, if it is (its keys' `Debug` shows only
     /// their length).
     signing: Option<Signing>,
+    /// `auth.oauth2`'s token source (`auth.basic` is a fixed header in
+    /// `headers`, marked sensitive).
+    tokens: Option<Tokens>,
+}
+
+/// What a receiver answered: the parts an [`Outcome`] is made of.
+struct Answer {
+    status: StatusCode,
+    retry_after: Option<HeaderValue>,
+    location: Option<HeaderValue>,
+    /// The start of the body (up to 64 KiB).
+    body: Vec<u8>,
 }
 
 /// Installs ring as the process's rustls crypto provider unless one is
@@ -48,19 +64,49 @@ impl HttpSink {
         for (n, v) in config.parsed_headers()? {
             headers.append(n, v);
         }
-        let mut builder = client_builder(Duration::from_millis(config.timeout_ms));
+        let timeout = Duration::from_millis(config.timeout_ms);
+        let mut builder = client_builder(timeout);
         if let Some(tls) = &config.tls {
             builder = tls.apply(builder)?;
         }
         let client = builder
             .build()
             .map_err(|e| SinkError::Setup(format!("HTTP client: {e}")))?;
+        let tokens = match &config.auth {
+            None => None,
+            Some(Auth::Basic(b)) => {
+                // `headers` has no authorization (refused beside `auth`).
+                headers.insert(AUTHORIZATION, b.header());
+                None
+            }
+            Some(Auth::OAuth2(o)) => {
+                let url = reqwest::Url::parse(o.token_url())
+                    .map_err(|_| SinkError::invalid("auth.oauth2.token_url", "is not a URL"))?;
+                // The token endpoint is another server than the receiver,
+                // usually a public identity provider: its own client, with
+                // the platform's roots and the sink's `tls.ca` beside them
+                // (an endpoint on the same private PKI), and no client
+                // certificate (the client authenticates with its secret).
+                let mut builder = client_builder(timeout);
+                if let Some(tls) = &config.tls
+                    && !tls.ca_certificates().is_empty()
+                {
+                    builder =
+                        builder.tls_certs_merge(super::tls::certificates(tls.ca_certificates())?);
+                }
+                let client = builder
+                    .build()
+                    .map_err(|e| SinkError::Setup(format!("OAuth2 token client: {e}")))?;
+                Some(Tokens::new(o, client, url, config.timeout_ms))
+            }
+        };
         Ok(HttpSink {
             client,
             url,
             headers,
             timeout_ms: config.timeout_ms,
             signing: config.signing.clone(),
+            tokens,
         })
     }
 
@@ -133,15 +179,72 @@ impl Sink for HttpSink {
         let timestamp_s = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        let headers = self.request_headers(hook, ctx, timestamp_s);
+        let Some(tokens) = &self.tokens else {
+            return match self.post(headers, hook).await {
+                Ok(answer) => outcome(answer),
+                Err(o) => o,
+            };
+        };
+        // `auth.oauth2` (module docs of `oauth2`): a 401 forgets the token
+        // and the hook is posted once more, in this attempt, with a new one.
+        let token = match tokens.get().await {
+            Ok(t) => t,
+            Err(o) => return o,
+        };
+        let answer = match self.post(bearer(headers.clone(), &token), hook).await {
+            Ok(a) => a,
+            Err(o) => return o,
+        };
+        if answer.status != StatusCode::UNAUTHORIZED {
+            return outcome(answer);
+        }
+        tokens.forget(&token).await;
+        let token = match tokens.get().await {
+            Ok(t) => t,
+            Err(o) => return o,
+        };
+        match self.post(bearer(headers, &token), hook).await {
+            Ok(a) => {
+                let mut o = outcome(a);
+                if let Outcome::HttpStatus {
+                    status: 401,
+                    reason,
+                    ..
+                } = &mut o
+                {
+                    reason.push_str(" (again with a new OAuth2 token)");
+                }
+                o
+            }
+            Err(o) => o,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "http"
+    }
+}
+
+/// `headers` with `authorization: Bearer <token>`.
+fn bearer(mut headers: HeaderMap, token: &Token) -> HeaderMap {
+    headers.insert(AUTHORIZATION, token.header.clone());
+    headers
+}
+
+impl HttpSink {
+    /// POSTs the hook's body with `headers`: the receiver's answer, or the
+    /// outcome of a request that got none.
+    async fn post(&self, headers: HeaderMap, hook: &Envelope) -> Result<Answer, Outcome> {
         let request = self
             .client
             .post(self.url.clone())
-            .headers(self.request_headers(hook, ctx, timestamp_s))
+            .headers(headers)
             .body(hook.body.clone());
-        let mut response = match request.send().await {
-            Ok(r) => r,
-            Err(e) => return self.request_error(&e),
-        };
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| Outcome::retry(request_failure(&e, self.timeout_ms)))?;
         let status = response.status();
         let retry_after = response.headers().get(RETRY_AFTER).cloned();
         let location = response.headers().get(reqwest::header::LOCATION).cloned();
@@ -155,38 +258,45 @@ impl Sink for HttpSink {
                 Ok(None) | Err(_) => break,
             }
         }
-        let mut outcome = classify(
+        Ok(Answer {
             status,
-            retry_after.as_ref().map(HeaderValue::as_bytes),
-            &body,
-            SystemTime::now(),
-        );
-        if let (Outcome::Permanent { reason }, Some(loc)) = (&mut outcome, location)
-            && status.is_redirection()
-        {
-            reason.push_str(&format!(
-                " (redirect to {} not followed)",
-                String::from_utf8_lossy(loc.as_bytes())
-            ));
-        }
-        outcome
-    }
-
-    fn kind(&self) -> &'static str {
-        "http"
+            retry_after,
+            location,
+            body,
+        })
     }
 }
 
-impl HttpSink {
-    fn request_error(&self, e: &reqwest::Error) -> Outcome {
-        let reason = if e.is_timeout() {
-            format!("timed out after {} ms", self.timeout_ms)
-        } else if e.is_connect() {
-            format!("connection failed: {}", chain(e))
-        } else {
-            format!("request failed: {}", chain(e))
-        };
-        Outcome::retry(reason)
+/// The outcome of a receiver's answer ([`classify`], and the target of a
+/// redirect that was not followed).
+fn outcome(answer: Answer) -> Outcome {
+    let mut outcome = classify(
+        answer.status,
+        answer.retry_after.as_ref().map(HeaderValue::as_bytes),
+        &answer.body,
+        SystemTime::now(),
+    );
+    if let (Outcome::Permanent { reason }, Some(loc)) = (&mut outcome, answer.location)
+        && answer.status.is_redirection()
+    {
+        reason.push_str(&format!(
+            " (redirect to {} not followed)",
+            String::from_utf8_lossy(loc.as_bytes())
+        ));
+    }
+    outcome
+}
+
+/// The reason of a request that got no answer: timed out (after
+/// `timeout_ms`), a connection that failed (DNS, refused, TLS), or another
+/// failure, with its causes.
+pub(crate) fn request_failure(e: &reqwest::Error, timeout_ms: u64) -> String {
+    if e.is_timeout() {
+        format!("timed out after {timeout_ms} ms")
+    } else if e.is_connect() {
+        format!("connection failed: {}", chain(e))
+    } else {
+        format!("request failed: {}", chain(e))
     }
 }
 
@@ -262,7 +372,7 @@ pub fn retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
 
 /// The start of a body as one line of text for a reason: lossy UTF-8, control
 /// characters as spaces, whitespace collapsed, at most 200 characters.
-fn excerpt(body: &[u8]) -> String {
+pub(crate) fn excerpt(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(4 * EXCERPT_MAX_CHARS)]);
     let mut out = String::new();
     for word in text.split(|c: char| c.is_whitespace() || c.is_control()) {

@@ -486,6 +486,7 @@ fn config_from_options() {
             headers: vec![("Authorization".into(), "Bearer x".into())],
             signing: None,
             tls: None,
+            auth: None,
         }
     );
     let d = HttpSinkConfig::from_options(&options(json!({"url": "http://127.0.0.1:9/"})))
@@ -579,7 +580,7 @@ fn every_config_problem_is_reported_at_once() {
             "sink option `headers.x-b`: is not a valid header value (control character)",
             "sink option `headers.x-c`: must be a string",
             "sink option `timeout_ms`: must be more than 0",
-            "unknown sink option `timout` (valid: url, timeout_ms, headers, signing, tls)",
+            "unknown sink option `timout` (valid: url, timeout_ms, headers, signing, tls, auth)",
             "sink option `url`: scheme `ftp` is not http or https",
         ]
     );

@@ -7,6 +7,8 @@ mod file;
 #[cfg(feature = "http")]
 mod http;
 #[cfg(feature = "http")]
+mod http_auth;
+#[cfg(feature = "http")]
 mod http_tls;
 #[cfg(feature = "kafka")]
 mod kafka;
