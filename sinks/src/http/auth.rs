@@ -21,7 +21,7 @@
 //! - `oauth2`: the client-credentials grant (RFC 6749 section 4.4), then
 //!   `authorization: Bearer <access token>` (RFC 6750) on each delivery. How
 //!   the token is fetched, cached, shared and refreshed, and what a failure
-//!   of the token endpoint comes to, is [`super::oauth2`]'s.
+//!   of the token endpoint comes to, is [`crate::http::oauth2`]'s.
 //! - `password` and `client_secret` (any string of the options, in fact)
 //!   may be written `env:NAME`: the config crate resolves them at load.
 //! - A configured `headers.authorization` beside `auth` is refused at load

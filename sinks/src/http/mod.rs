@@ -14,6 +14,10 @@
 //!   newline) is sent as `sha256:<hex of its bytes>`, the same stable form
 //!   docs/design.md section 10 gives the SQS group id.
 //! - The configured extra headers ([`HttpSinkConfig::headers`]).
+//! - With `auth` ([`auth`]), `authorization`: `Basic` credentials, or an
+//!   OAuth2 client-credentials token as `Bearer` ([`oauth2`]: fetched once
+//!   per sink, shared, renewed before it expires). A provider's stored `Authorization` is not forwarded beside
+//!   it.
 //! - With `signing`, the signature headers ([`signing`]): Standard Webhooks'
 //!   `webhook-id` (the idempotency key), `webhook-timestamp` (the attempt's
 //!   unix seconds) and `webhook-signature` (`v1` HMAC and `v1a` Ed25519
@@ -25,7 +29,9 @@
 //! | --- | --- |
 //! | 2xx | [`Outcome::Ok`](crate::Outcome::Ok) |
 //! | 4xx, 5xx | [`HttpStatus`](crate::Outcome::HttpStatus), reason `HTTP <status> <phrase>: <body excerpt>`, `after` from Retry-After (delay-seconds or an HTTP date) |
-//! | connection refused/reset, DNS, TLS, timeout (`timeout_ms`) | `Retry`, no `after` |
+//! | connection refused/reset, DNS, TLS (a receiver refusing the client certificate, a certificate not chaining to `tls.ca`), timeout (`timeout_ms`) | `Retry`, no `after` |
+//! | with `auth.oauth2`: the token endpoint unreachable, answering an error, or no token | `Retry`, reason `OAuth2 token endpoint <url>: ...`, `after` from its Retry-After |
+//! | with `auth.oauth2`: 401 | the token is renewed and the hook posted once more in the same attempt; that answer is the outcome |
 //! | 1xx/3xx (redirects are not followed: a POST turned into a GET would lose the hook) | `Permanent` |
 //!
 //! The pipeline resolves an `HttpStatus` with the sink entry's retry policy
@@ -67,14 +73,13 @@
 
 pub mod auth;
 mod config;
-mod oauth2;
+pub mod oauth2;
 pub mod signing;
 mod sink;
 pub mod tls;
 
 pub use auth::Auth;
 pub use config::{DEFAULT_TIMEOUT_MS, HttpSinkConfig};
-pub use oauth2::{MAX_RENEW_MARGIN, renew_margin};
 pub use signing::Signing;
 pub use sink::{HttpSink, classify, client, install_crypto_provider, retry_after};
 pub use tls::TlsOptions;

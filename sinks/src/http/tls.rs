@@ -24,8 +24,11 @@
 //!   certificate (or key), a key that does not match the certificate or that
 //!   ring cannot use, and a CA that is not an X.509 trust anchor are load
 //!   errors naming the option (`tls.client_key`), never a failure of the
-//!   first delivery. A reload reads them again, so a renewed certificate is
-//!   picked up by a reload.
+//!   first delivery. The sink's client holds what was read: a reload that
+//!   leaves the sink entry's options as they were keeps that client (and
+//!   the old certificate), so roll a renewed certificate in under a new path
+//!   and reload (or restart); a reload checks the new files first, and
+//!   refuses them as a start would.
 //! - A handshake that fails at delivery (the receiver refuses the
 //!   certificate, or its own does not chain to `ca`) is a connection failure:
 //!   [`Outcome::Retry`](crate::Outcome::Retry), as every TLS error is.

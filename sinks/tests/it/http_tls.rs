@@ -435,3 +435,40 @@ fn loaded_options_keep_paths_and_hide_the_key() {
         None
     );
 }
+
+/// With `auth.oauth2` the token endpoint is reached with the platform's
+/// roots and `tls.ca` beside them (an endpoint on the receiver's private
+/// PKI is trusted) and without the client certificate (it asks for none
+/// here; the client authenticates with its secret).
+#[tokio::test]
+async fn a_token_endpoint_on_the_private_pki_is_trusted_through_tls_ca() {
+    let pki = pki();
+    let receiver = receiver(&pki.server, &pki.ca).await;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let idp = leaf(&pki.ca, "idp", true);
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(idp.key.serialize_der()));
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![idp.der.clone()], key)
+        .expect("server config");
+    let tokens = Server::start_tls(Arc::new(config), |_| {
+        Reply::status(200)
+            .body(r#"{"access_token":"tok-1","token_type":"Bearer","expires_in":3600}"#)
+    })
+    .await;
+    let s = sink(json!({
+        "url": receiver.https_url("/in"),
+        "tls": {"client_cert": pki.client_cert, "client_key": pki.client_key, "ca": pki.ca_pem},
+        "auth": {"oauth2": {"token_url": tokens.https_url("/token"), "client_id": "c", "client_secret": "s"}},
+    }));
+    assert_eq!(s.deliver(&hook(b"{}"), &ctx()).await, Outcome::Ok);
+    let t = tokens.requests();
+    assert_eq!(t.len(), 1);
+    assert_eq!(t[0].client_cert, None);
+    let r = receiver.requests();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].header("authorization"), Some("Bearer tok-1"));
+    assert_eq!(r[0].client_cert.as_deref(), Some(pki.client.der.as_ref()));
+}
