@@ -64,7 +64,8 @@
 //!   the two routes would overlap.
 //! - `env:NAME` is resolved in every string of a sink's options, nested ones
 //!   included, so sink crates never see a reference and an unset variable
-//!   names the sink and option at load.
+//!   names the sink and option at load (inside a map option, by its whole
+//!   path: `auth.basic.password`, `signing.secrets[1]`).
 //! - An empty file (or comments only) is refused: it is most likely the wrong
 //!   file. `sources: []` is a valid node with no sources (it still drains and
 //!   serves the admin API).

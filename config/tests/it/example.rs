@@ -17,11 +17,18 @@ pub(crate) fn example_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("ankusa.example.yaml")
 }
 
-pub(crate) const EXAMPLE_ENV: [(&str, &str); 11] = [
+pub(crate) const EXAMPLE_ENV: [(&str, &str); 14] = [
     ("ANKUSA_ADMIN_TOKEN", "admin-token-0123456789"),
     ("GITHUB_WEBHOOK_SECRET", "It's a Secret to Everybody"),
     ("GITHUB_WEBHOOK_SECRET_OLD", "old github secret"),
     ("CI_TOKEN", "Bearer ci"),
+    ("DEPLOY_BOT_CLIENT_SECRET", "deploy-bot-client-secret"),
+    ("LEDGER_PASSWORD", "ledger-password"),
+    // RFC 8032 section 7.1 TEST 1's secret key.
+    (
+        "PARTNER_SIGNING_KEY",
+        "whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=",
+    ),
     (
         "CI_SIGNING_SECRET",
         "whsec_YW5rdXNhLW91dGJvdW5kLXNpZ25pbmcta2V5LW5ldzI=",
@@ -238,12 +245,32 @@ fn the_example_file_loads_into_the_model_it_documents() {
             .collect::<Vec<_>>(),
         [("file-0", false), ("ledger", true)]
     );
-    // `paused` is core's: the sink does not see it.
+    // `paused` is core's: the sink does not see it; its Basic credentials
+    // are the sinks crate's option, resolved here.
     assert!(bi.sinks[1].options.get("paused").is_none());
+    assert_eq!(
+        bi.sinks[1].options_json()["auth"],
+        serde_json::json!({"basic": {"username": "ankusa", "password": "ledger-password"}})
+    );
+    // The deploy bot's OAuth2 client credentials, the secret resolved.
+    assert_eq!(
+        gh.sink("deploys").expect("deploys").options_json()["auth"],
+        serde_json::json!({"oauth2": {
+            "token_url": "https://idp.internal.example/oauth2/token",
+            "client_id": "ankusa-relay",
+            "client_secret": "deploy-bot-client-secret",
+            "scope": "deploys.write",
+        }})
+    );
 
     // Under review: every hook held.
     let pa = c.source("partner").expect("partner");
     assert!(pa.quarantine);
+    // Its sink signs with an Ed25519 key (the sinks crate's option).
+    assert_eq!(
+        pa.sinks[0].options_json()["signing"],
+        serde_json::json!({"type": "standard_webhooks", "secrets": ["whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A="]})
+    );
     assert_eq!(pa.on_invalid_signature, OnInvalidSignature::Reject);
     assert!(!gh.quarantine && !gh.paused);
 }
@@ -262,10 +289,13 @@ fn the_example_file_names_every_variable_it_needs() {
             "environment variable CI_TOKEN is not set",
             "environment variable CI_SIGNING_SECRET is not set",
             "environment variable CI_SIGNING_SECRET_OLD is not set",
+            "environment variable DEPLOY_BOT_CLIENT_SECRET is not set",
             "environment variable STRIPE_WEBHOOK_SECRET is not set",
             "environment variable SHOPIFY_WEBHOOK_SECRET is not set",
             "environment variable BILLING_SECRET is not set",
+            "environment variable LEDGER_PASSWORD is not set",
             "environment variable PARTNER_WEBHOOK_SECRET is not set",
+            "environment variable PARTNER_SIGNING_KEY is not set",
         ]
     );
 }

@@ -853,3 +853,40 @@ fn a_header_clash_is_reported_beside_a_broken_signing() {
     let names: Vec<_> = e.problems().iter().filter_map(SinkError::option).collect();
     assert_eq!(names, ["headers.X-Sig", "signing.secret"]);
 }
+
+/// Every http sink of `config/ankusa.example.yaml` loads in this crate as
+/// `check-config` loads it (signing with an Ed25519 key, Basic and OAuth2
+/// auth), so the file documents options the sink takes.
+#[test]
+fn the_example_files_http_sinks_load() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/ankusa.example.yaml");
+    let text = std::fs::read_to_string(path).expect("example file");
+    // Values of the shapes the file asks for (whsec_, whsk_, any).
+    let env = |name: &str| -> Option<std::ffi::OsString> {
+        Some(match name {
+            "PARTNER_SIGNING_KEY" => "whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=".into(),
+            "CI_SIGNING_SECRET_OLD" => WHSEC_B.into(),
+            n if n.contains("SIGNING_SECRET") || n == "PARTNER_WEBHOOK_SECRET" => WHSEC_A.into(),
+            _ => "a-secret-value-of-32-characters".into(),
+        })
+    };
+    let c = ankusa_config::Config::from_yaml(&text, &env).expect("example");
+    let mut schemes = Vec::new();
+    for s in &c.sources {
+        for e in s.sinks.iter().filter(|e| e.kind.as_str() == "http") {
+            let h = HttpSinkConfig::from_options(&e.options_json())
+                .unwrap_or_else(|err| panic!("{} / {}: {err}", s.name, e.name));
+            HttpSink::new(&h).unwrap_or_else(|err| panic!("{} / {}: {err}", s.name, e.name));
+            if let Some(a) = &h.auth {
+                schemes.push((e.name.clone(), a.scheme()));
+            }
+        }
+    }
+    assert_eq!(
+        schemes,
+        [
+            ("deploys".to_owned(), "oauth2"),
+            ("ledger".to_owned(), "basic")
+        ]
+    );
+}
