@@ -42,6 +42,11 @@
 //! [`Outcome::HttpStatus`] that the entry's retry policy resolves, its
 //! reason saying a new token was tried.
 //!
+//! Each request (a token request, a post) is bounded by the sink's
+//! `timeout_ms`, so one delivery with `auth.oauth2` takes at most four of
+//! them (a token, the post, a new token after a 401, the post again), and
+//! usually one.
+//!
 //! # A failing token endpoint
 //! Unreachable, timed out, an error status, an answer without a usable
 //! token: the delivery is [`Outcome::Retry`] with a reason that starts
