@@ -1,0 +1,79 @@
+//! The native filters a transform may call: jaq's core, standard library and
+//! JSON filters, less what would reach outside the run (docs/design.md
+//! section 6, "Transforms").
+//!
+//! - `env` (and so `$ENV`, which is not declared either) fails: a program
+//!   must not read the relay's environment, where its secrets are.
+//! - `debug` and `stderr` (`debug_empty`, `stderr_empty`) pass their input on
+//!   and write nothing: a program does not write to the relay's log or its
+//!   standard error.
+//! - `input`, `inputs` and module imports are not there: a run reads the
+//!   hook's body and nothing else.
+//! - `halt` and `halt_error` end the run with an error (never the process:
+//!   the run does not use `jaq_core::unwrap_valr`, which would exit).
+//! - `range/3` is jaq's own, stepping the run's budget at each output
+//!   (src/budget.rs): jaq's yields without a step, so `[range(1e18)]` would
+//!   not meet the clock.
+
+use jaq_core::box_iter::box_once;
+use jaq_core::native::{Fun, run, v};
+use jaq_core::{Cv, Error, Exn, ValX, ValXs};
+use jaq_json::Val;
+
+use crate::budget::Guarded;
+
+/// Every native filter of a transform.
+pub(crate) fn all() -> Vec<Fun<Guarded>> {
+    jaq_core::funs::<Guarded>()
+        .chain(jaq_std::funs::<Guarded>())
+        .chain(jaq_json::funs::<Guarded>())
+        .map(|f| match (f.0, f.1.len()) {
+            ("range", 3) => run::<Guarded>(("range", v(3), range)),
+            ("env", 0) => run::<Guarded>(("env", v(0), env)),
+            ("debug_empty", 0) => run::<Guarded>(("debug_empty", v(0), silent)),
+            ("stderr_empty", 0) => run::<Guarded>(("stderr_empty", v(0), silent)),
+            _ => f,
+        })
+        .collect()
+}
+
+fn env(_: Cv<'_, Guarded>) -> ValXs<'_, Val> {
+    box_once(Err(Exn::from(Error::str(
+        "env is not available to a transform (it would read the relay's environment)",
+    ))))
+}
+
+fn silent(_: Cv<'_, Guarded>) -> ValXs<'_, Val> {
+    Box::new(core::iter::empty())
+}
+
+/// `range($from; $to; $by)`, as jaq's (`jaq_core` src/funs.rs), one budget
+/// step per output.
+fn range(mut cv: Cv<'_, Guarded>) -> ValXs<'_, Val> {
+    let by = cv.0.pop_var();
+    let to = cv.0.pop_var();
+    let from = cv.0.pop_var();
+    let budget = cv.0.data().budget();
+    Box::new(range_from(Ok(from), to, by).inspect(move |_| budget.step()))
+}
+
+fn range_from<'a>(
+    mut from: ValX<'a, Val>,
+    to: Val,
+    by: Val,
+) -> impl Iterator<Item = ValX<'a, Val>> {
+    use core::cmp::Ordering::{Equal, Greater, Less};
+    let cmp = by.partial_cmp(&Val::from(0isize)).unwrap_or(Equal);
+    core::iter::from_fn(move || match from.clone() {
+        Ok(x) => match cmp {
+            Greater => x < to,
+            Less => x > to,
+            Equal => x != to,
+        }
+        .then(|| core::mem::replace(&mut from, (x + by.clone()).map_err(Exn::from))),
+        e @ Err(_) => {
+            from = Ok(to.clone());
+            Some(e)
+        }
+    })
+}
