@@ -849,6 +849,11 @@ pub struct SinkEntry {
     /// at a quarantine release or an archive replay). Empty (no `filter`):
     /// every hook of the source.
     pub filter: Vec<FilterCondition>,
+    /// `transform: {jq, timeout_ms, max_output_bytes}`: the compiled jq
+    /// program whose one output, run on the stored body at each delivery, is
+    /// the body this sink gets (docs/design.md section 6, "Transforms").
+    /// `None`: the body as received.
+    pub transform: Option<std::sync::Arc<ankusa_transform::Program>>,
 }
 
 /// A sink entry's `rate_limit` (docs/design.md section 5, "Rate limit"):

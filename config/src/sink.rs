@@ -38,7 +38,7 @@ pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
 
 /// The keys of a sink entry that core reads itself (docs/design.md section
 /// 7); every other key is the adapter's own option.
-pub const CORE_KEYS: [&str; 8] = [
+pub const CORE_KEYS: [&str; 9] = [
     "type",
     "name",
     "ordered",
@@ -47,6 +47,7 @@ pub const CORE_KEYS: [&str; 8] = [
     "retry",
     "filter",
     "rate_limit",
+    "transform",
 ];
 const KEY_FORMS: &str = "{header: NAME} or {json: a.b.c}";
 
@@ -130,6 +131,7 @@ pub(crate) fn entry(
         None => Vec::new(),
         Some(v) => filter(ctx, v, &scope, p),
     };
+    let transform = raw.get("transform").and_then(|v| transform(v, &scope, p));
     let keep_legacy_key = kind == SinkKind::Pubsub && !order.is_ordered();
     let retry = retry(ctx.retry, kind, raw, &scope, p);
 
@@ -208,6 +210,7 @@ pub(crate) fn entry(
         options,
         typed,
         filter,
+        transform,
     })
 }
 
@@ -316,6 +319,115 @@ fn rate_limit(v: &Value, scope: &Scope, p: &mut Problems) -> Option<RateLimit> {
         (true, Some(per_second), Some(burst)) => Some(RateLimit { per_second, burst }),
         _ => None,
     }
+}
+
+/// The options of a sink entry's `transform:`.
+const TRANSFORM_OPTIONS: [&str; 3] = ["jq", "timeout_ms", "max_output_bytes"];
+
+/// `transform: {jq: PROGRAM, timeout_ms: N, max_output_bytes: N}`
+/// (docs/design.md section 6, "Transforms"): the program compiled here, so
+/// one that does not compile is refused with jaq's words, as
+/// `transform.jq`; every problem reported, `None` when any.
+fn transform(
+    v: &Value,
+    scope: &Scope,
+    p: &mut Problems,
+) -> Option<std::sync::Arc<ankusa_transform::Program>> {
+    use ankusa_transform as t;
+    const FORM: &str = "{jq: PROGRAM} (optionally timeout_ms, max_output_bytes)";
+    let Value::Mapping(m) = v else {
+        p.push(
+            scope,
+            "transform",
+            format!("must be {FORM}, found {}", show(Some(v))),
+        );
+        return None;
+    };
+    let before = p.0.len();
+    for k in m.keys() {
+        let key = key_text(k);
+        if !TRANSFORM_OPTIONS.contains(&key.as_str()) {
+            p.push(
+                scope,
+                format!("transform.{key}"),
+                format!(
+                    "unknown option of transform (its options: {})",
+                    TRANSFORM_OPTIONS.join(", ")
+                ),
+            );
+        }
+    }
+    let mut bounded = |option: &str, default: u64, max: u64, unit: &str| match m.get(option) {
+        None => default,
+        Some(x) => match x.as_u64() {
+            Some(n) if (1..=max).contains(&n) => n,
+            _ => {
+                p.push(
+                    scope,
+                    format!("transform.{option}"),
+                    format!(
+                        "must be a whole number of {unit} from 1 to {max}, found {}",
+                        show(Some(x))
+                    ),
+                );
+                default
+            }
+        },
+    };
+    let limits = t::Limits {
+        timeout_ms: bounded(
+            "timeout_ms",
+            t::DEFAULT_TIMEOUT_MS,
+            t::MAX_TIMEOUT_MS,
+            "milliseconds",
+        ),
+        max_output_bytes: bounded(
+            "max_output_bytes",
+            t::DEFAULT_MAX_OUTPUT_BYTES,
+            t::MAX_OUTPUT_BYTES,
+            "bytes",
+        ),
+    };
+    let program = match m.get("jq") {
+        None => {
+            p.push(
+                scope,
+                "transform.jq",
+                "required: the jq program whose one output is the body this sink gets",
+            );
+            None
+        }
+        Some(Value::String(text)) if text.trim().is_empty() => {
+            p.push(
+                scope,
+                "transform.jq",
+                "is empty: write a jq program, or omit transform to deliver the body as received",
+            );
+            None
+        }
+        Some(Value::String(text)) => match t::Program::compile(text, limits) {
+            Ok(program) => Some(std::sync::Arc::new(program)),
+            Err(e) => {
+                p.push(scope, "transform.jq", format!("does not compile: {e}"));
+                None
+            }
+        },
+        Some(other) => {
+            p.push(
+                scope,
+                "transform.jq",
+                format!(
+                    "must be a jq program (a string), found {}",
+                    show(Some(other))
+                ),
+            );
+            None
+        }
+    };
+    if p.0.len() > before {
+        return None;
+    }
+    program
 }
 
 /// The options of a sink entry's `retry:` (docs/design.md section 5, "Retry

@@ -13,4 +13,5 @@ mod ops;
 mod rejections;
 mod retry;
 mod secrets;
+mod transform;
 mod yaml;
