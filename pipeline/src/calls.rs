@@ -17,6 +17,7 @@ use tracing::{Instrument, warn};
 use crate::breaker::{BreakerKey, Site};
 use crate::scan::Start;
 use crate::slots::Slots;
+use crate::transform::{self, Transform};
 use crate::{Route, Routes};
 
 /// A finished call: the boundary between the calls stage and the committer.
@@ -53,6 +54,8 @@ pub(crate) struct Call {
     size: u64,
     trial: bool,
     span: tracing::Span,
+    /// The sink entry's transform, run on the body before the sink call.
+    transform: Option<Transform>,
 }
 
 /// The `delivery` span of one attempt (debug level, target
@@ -122,8 +125,10 @@ pub(crate) fn launch(s: Start, routes: &Routes, slots: &mut Slots) -> Call {
         content_type,
     };
     let span = delivery_span(s.route.sink.kind(), &ctx);
+    let transform = routes.transforms.get(&(s.key.1, s.key.2)).cloned();
     slots.take(s.key, s.size);
     Call {
+        transform,
         route: s.route,
         envelope: s.envelope,
         ctx,
@@ -163,12 +168,28 @@ pub(crate) fn spawn(call: Call, tx: &mpsc::UnboundedSender<Done>) {
     let span = call.span.clone();
     tokio::spawn(async move {
         let started = Instant::now();
-        let outcome = call
-            .route
-            .sink
-            .deliver(&call.envelope, &call.ctx)
-            .instrument(span)
-            .await;
+        let mut call = call;
+        let outcome = match call.transform.take() {
+            None => {
+                call.route
+                    .sink
+                    .deliver(&call.envelope, &call.ctx)
+                    .instrument(span)
+                    .await
+            }
+            // The stored envelope stays as it is; the sink gets the
+            // transformed one (src/transform.rs).
+            Some(t) => match transform::apply(&t, &call.envelope, &mut call.ctx).await {
+                Ok(transformed) => {
+                    call.route
+                        .sink
+                        .deliver(&transformed, &call.ctx)
+                        .instrument(span)
+                        .await
+                }
+                Err(outcome) => outcome,
+            },
+        };
         let elapsed = started.elapsed();
         let mut done = call.finish(outcome);
         done.elapsed = elapsed;

@@ -12,7 +12,9 @@
 //!   ([`limit`]) due, and hands every claimed row on as a `Start`.
 //! - **calls** ([`calls`]): each claimed row becomes a `Call` that runs as its
 //!   own task on the async runtime, holds no store handle and no lock, and
-//!   reports a `Done`. A slow sink delays nobody but its own lane.
+//!   reports a `Done`. A slow sink delays nobody but its own lane. A sink
+//!   entry with a transform ([`transform`]) has its program run on the body
+//!   first, in the call (docs/design.md section 6, "Transforms").
 //! - **committer** ([`commit`]): the `Done`s that came in since the last step
 //!   become row transitions built against the live engine (ADR 0004 4.5) and
 //!   one `Buffered` batch; a lane's release in it promotes the next member,
@@ -39,7 +41,7 @@
 //! ```text
 //! dispatcher -> breaker, calls, commit, env, handle, held, limit, pauses, retire, scan, slots, sweep
 //! commit -> breaker, calls, env, retire, slots
-//! calls -> breaker, scan, slots
+//! calls -> breaker, scan, slots, transform
 //! scan -> breaker, cursor, env, held, pauses, retire, slots
 //! held -> breaker, cursor, env, pauses
 //! pauses -> cursor, env, handle
@@ -47,7 +49,7 @@
 //! slots -> breaker, limit
 //! env -> breaker
 //! handle -> breaker
-//! breaker, cursor, limit, retention, retire, retry -> (none)
+//! breaker, cursor, limit, retention, retire, retry, transform -> (none)
 //! ```
 //!
 //! The engine work of the stages (every store read and commit) runs in one
@@ -117,6 +119,7 @@ mod slots;
 mod sweep;
 #[cfg(test)]
 mod tests;
+mod transform;
 
 pub use breaker::{BreakerCounts, BreakerPolicy, BreakerState, PipelineStatus};
 pub use handle::{
@@ -124,6 +127,7 @@ pub use handle::{
 };
 pub use limit::RateLimit;
 pub use retry::{ALWAYS_RETRIED, RetryPolicy, RetryStatuses};
+pub use transform::{TRANSFORMED_CONTENT_TYPE, Transform};
 
 use calls::Done;
 use dispatcher::Dispatcher;
@@ -220,6 +224,10 @@ pub struct Routes {
     /// The ordered sink entries (ADR 0004): what a tenant behind a
     /// cluster's epoch barrier does not claim ([`TenantClaims::Unordered`]).
     pub ordered: BTreeSet<(SourceId, SinkIx)>,
+    /// The sink entries with a `transform` (docs/design.md section 6,
+    /// "Transforms"): each call runs it on the stored body before the sink
+    /// gets the hook. An entry not here gets the body as received.
+    pub transforms: HashMap<(SourceId, SinkIx), Transform>,
 }
 
 /// Which of a tenant's due rows this node may claim: every tenant's, always,

@@ -79,3 +79,23 @@ pub const NEVER_FORWARDED_PREFIXES: &[&str] = &["proxy-", "x-ankusa-"];
 pub fn never_forwarded(name: &str) -> bool {
     NEVER_FORWARDED.contains(&name) || NEVER_FORWARDED_PREFIXES.iter().any(|p| name.starts_with(p))
 }
+
+/// The providers' signature headers, lower-case (the edge's verifiers,
+/// docs/design.md section 5, "Edge"): GitHub's `x-hub-signature-256` and its
+/// SHA-1 `x-hub-signature`, Stripe's `stripe-signature`, Shopify's
+/// `x-shopify-hmac-sha256`, Slack's `x-slack-signature`, Standard Webhooks'
+/// `webhook-signature` and Svix's `svix-signature`, Twilio's
+/// `x-twilio-signature`. A sink entry with a transform delivers another body
+/// than the one they sign, so they would not verify: no sink gets them with
+/// a transformed body (docs/design.md section 6, "Transforms"), nor a
+/// source's own `hmac` header, which the relay adds to these.
+pub const PROVIDER_SIGNATURE_HEADERS: &[&str] = &[
+    "x-hub-signature-256",
+    "x-hub-signature",
+    "stripe-signature",
+    "x-shopify-hmac-sha256",
+    "x-slack-signature",
+    "webhook-signature",
+    "svix-signature",
+    "x-twilio-signature",
+];

@@ -12,3 +12,4 @@ mod overflow;
 mod pause;
 mod restart;
 mod retention;
+mod transform;

@@ -133,7 +133,7 @@ pub fn start(kv: Arc<MemoryKv>, script: Arc<Mutex<Script>>, slow_key: Option<&st
 
 /// The Writer and the pipeline over `kv` with `routes`, on the tests' quick
 /// retry and dispatch settings, each running on its own task.
-fn run(
+pub fn run(
     kv: &Arc<MemoryKv>,
     routes: Routes,
 ) -> (
