@@ -643,6 +643,20 @@ pub struct ConfigInfo {
     pub reloads_refused: u64,
 }
 
+/// `POST /v1/transform/test`: the body a sink entry's transform makes of a
+/// sample (docs/design.md section 6, "Transforms"); a run that fails is an
+/// error answer (422 `transform_failed`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransformTested {
+    /// The program that ran, as written.
+    pub program: String,
+    /// The body the sink would get: the program's one output as compact
+    /// JSON (content type `application/json`).
+    pub body: String,
+    /// Its length in bytes.
+    pub bytes: u64,
+}
+
 /// `POST /v1/reload`: the reload applied (a refusal is an error answer).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reloaded {

@@ -381,6 +381,18 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;
             g.encode(m)?;
         }
+        // Labelled like ankusa_ingest_filtered: configured names only.
+        let mut family = encoder.encode_descriptor(
+            "ankusa_transform_failed",
+            "Deliveries whose sink entry's transform (its jq program) failed, so they were dead-lettered, by source and sink entry name",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (source, sink, n) in ankusa_transform::metrics::failures() {
+            let labels = [("source", source.as_str()), ("sink_name", sink.as_str())];
+            let m = family.encode_family(&labels)?;
+            ConstCounter::new(n).encode(m)?;
+        }
         let dropped = (self.state.forwarded_headers_dropped)();
         let mut family = encoder.encode_descriptor(
             "ankusa_forwarded_headers_dropped",

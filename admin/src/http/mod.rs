@@ -64,6 +64,7 @@ pub mod jobs;
 mod metrics;
 mod pause;
 mod quarantine;
+mod transform;
 mod views;
 
 use std::convert::Infallible;
@@ -221,6 +222,11 @@ const ROUTES: &[(&str, &str, Handler)] = &[
     ("GET", "/v1/config", Handler::Api(ApiRoute::GetConfig)),
     ("GET", backup::PATH, Handler::Backup),
     ("POST", "/v1/reload", Handler::Api(ApiRoute::Reload)),
+    (
+        "POST",
+        "/v1/transform/test",
+        Handler::Api(ApiRoute::TestTransform),
+    ),
 ];
 
 /// Every route of the admin listener as `(method, path pattern)`: the
@@ -272,6 +278,7 @@ enum ApiRoute {
     CancelJob,
     GetConfig,
     Reload,
+    TestTransform,
 }
 
 /// Reads a breaker: `(tenant, source, sink index, now_ms)`.
@@ -882,6 +889,7 @@ fn route<K: Kv>(
         R::CancelJob => ok(jobs::cancel(state, arg(0), q)?),
         R::GetConfig => ok(config::get(state, q)?),
         R::Reload => ok(config::reload(state, body, q)?),
+        R::TestTransform => ok(transform::test(state, body, q)?),
     }
 }
 

@@ -67,6 +67,7 @@ const TYPES: &[(&str, Through)] = &[
     ("Released", through::<api_types::Released>),
     ("ConfigInfo", through::<api_types::ConfigInfo>),
     ("Reloaded", through::<api_types::Reloaded>),
+    ("TransformTested", through::<api_types::TransformTested>),
 ];
 
 fn type_of(schema: &str) -> Through {
@@ -496,6 +497,10 @@ fn samples() -> BTreeMap<&'static str, Vec<Value>> {
             json!({"changes": ["source \"billing\" added"], "config": config}),
             json!({"changes": [], "config": config}),
         ],
+    );
+    s.insert(
+        "TransformTested",
+        vec![json!({"program": "{id: .data.object.id}", "body": "{\"id\":\"in_1\"}", "bytes": 13})],
     );
     s
 }
