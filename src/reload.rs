@@ -612,6 +612,9 @@ fn with_leaving(mut routes: Routes, old: &Routes) -> Routes {
         if let Some(r) = old.rate_limits.get(key) {
             routes.rate_limits.insert(*key, *r);
         }
+        if let Some(t) = old.transforms.get(key) {
+            routes.transforms.insert(*key, t.clone());
+        }
         if let Some(t) = old.source_tenants.get(&key.0) {
             routes.source_tenants.entry(key.0).or_insert(*t);
         }

@@ -1,6 +1,6 @@
 //! What the pipeline runs by, built from one configuration ([`Pipelined`]):
 //! the routing table (each sink entry's sink client, names, retry policy,
-//! rate limit and configured pause; each source's tenant), the dispatch,
+//! rate limit, transform and configured pause; each source's tenant), the dispatch,
 //! retry and breaker settings, and the start-up lines that name each
 //! destination. `ankusa serve` builds it at start and a reload builds it
 //! again (docs/design.md section 5, "Reload"), keeping the sink clients of
@@ -12,7 +12,7 @@ use ankusa_config::{Config, SinkEntry, Source};
 use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{SinkIx, SourceId};
 use ankusa_pipeline::{
-    BreakerPolicy, DispatchConfig, RateLimit, RetryPolicy, RetryStatuses, Route, Routes,
+    BreakerPolicy, DispatchConfig, RateLimit, RetryPolicy, RetryStatuses, Route, Routes, Transform,
 };
 use ankusa_queue::Registry;
 use ankusa_sinks::Sink;
@@ -82,6 +82,18 @@ impl Pipelined {
                 }
                 if e.retry.overridden {
                     routes.retry.insert(key, sink_retry_policy(&e.retry));
+                }
+                if let Some(program) = &e.transform {
+                    // The source's own `hmac` header signs the body as
+                    // received, like the providers' (docs/design.md section
+                    // 6, "Transforms").
+                    let hmac_header = match &s.verification {
+                        ankusa_config::Verification::Hmac { header, .. } => Some(header.as_str()),
+                        _ => None,
+                    };
+                    routes
+                        .transforms
+                        .insert(key, Transform::new(Arc::clone(program), hmac_header));
                 }
                 let sink = match previous.and_then(|p| kept_sink(p, s, e, key)) {
                     Some(sink) => sink,
