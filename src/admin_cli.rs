@@ -1,7 +1,7 @@
 //! The operator's subcommands (`ankusa tenants`, `sources`, `hooks show`,
 //! `dlq list|revive|drop`, `pause`, `resume`, `quarantine
 //! list|show|release|drop`, `replay`, `purge-tenant`, `retire-source`,
-//! `jobs`): each calls the admin API of a running relay over HTTP
+//! `jobs`, `transform test`): each calls the admin API of a running relay over HTTP
 //! (docs/design.md section 5, "Admin API") and prints a table, or the API's
 //! JSON with `--json`.
 //!
@@ -173,6 +173,34 @@ pub enum DlqCmd {
         /// Wait for the job with a progress bar.
         #[arg(long)]
         wait: bool,
+    },
+}
+
+/// `ankusa transform ...`.
+#[derive(Subcommand, Debug)]
+pub enum TransformCmd {
+    /// Run a sink entry's transform (its jq program) on a sample body, as a
+    /// delivery would, and print the body the sink would get; nothing is
+    /// stored or sent. A run that fails prints why (the reason a delivery
+    /// would be dead-lettered with) and exits 1.
+    Test {
+        /// The source of the sink entry (with --sink).
+        #[arg(long, value_parser = non_empty, requires = "sink", conflicts_with = "program")]
+        source: Option<String>,
+        /// The sink entry's name (with --source).
+        #[arg(long, value_parser = non_empty, requires = "source")]
+        sink: Option<String>,
+        /// A jq program to run instead of a configured one.
+        #[arg(long, value_parser = non_empty, required_unless_present = "source")]
+        program: Option<String>,
+        /// With --program: the run's time bound, ms (default 100).
+        #[arg(long, requires = "program")]
+        timeout_ms: Option<u64>,
+        /// With --program: the output's bound, bytes (default 1 MiB).
+        #[arg(long, requires = "program")]
+        max_output_bytes: Option<u64>,
+        /// The sample body (`-`: standard input), as a provider sends it.
+        file: std::path::PathBuf,
     },
 }
 
@@ -387,7 +415,7 @@ impl Api {
         method: &reqwest::Method,
         path: &str,
         query: &[(&str, String)],
-        body: Option<Value>,
+        body: Option<(&str, Vec<u8>)>,
     ) -> Result<(reqwest::StatusCode, String), Fail> {
         let mut url = reqwest::Url::parse(&format!("{}{path}", self.base.trim_end_matches('/')))
             .map_err(|e| Fail::Usage(format!("--admin {}: not a URL ({e})", self.base)))?;
@@ -399,10 +427,10 @@ impl Api {
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
         }
-        if let Some(b) = body {
+        if let Some((content_type, bytes)) = body {
             req = req
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(b.to_string());
+                .header(reqwest::header::CONTENT_TYPE, content_type)
+                .body(bytes);
         }
         // The innermost cause says why ("Connection refused (os error
         // 111)"); reqwest's own message only names the URL.
@@ -428,6 +456,19 @@ impl Api {
         path: &str,
         query: &[(&str, String)],
         body: Option<Value>,
+    ) -> Result<Value, Fail> {
+        let body = body.map(|b| ("application/json", b.to_string().into_bytes()));
+        self.call_with(method, path, query, body).await
+    }
+
+    /// [`Api::call`] with a body of any content type (`ankusa transform
+    /// test`'s sample).
+    async fn call_with(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<(&str, Vec<u8>)>,
     ) -> Result<Value, Fail> {
         let (status, text) = self.send(&method, path, query, body).await?;
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
@@ -582,6 +623,7 @@ pub enum Command {
         wait: bool,
     },
     Reload,
+    Transform(TransformCmd),
 }
 
 /// Runs an admin subcommand; the process's exit code.
@@ -661,6 +703,7 @@ async fn run(api: &Api, json_out: bool, command: Command) -> Result<(), Fail> {
             resume,
         } => pause(api, json_out, &source, sink.as_deref(), reason, resume).await,
         Command::Quarantine(cmd) => quarantine(api, json_out, cmd).await,
+        Command::Transform(cmd) => transform(api, json_out, cmd).await,
         Command::Replay(a) => replay(api, json_out, a).await,
         Command::PurgeTenant { tenant, yes, wait } => {
             purge_tenant(api, json_out, &tenant, yes, wait).await
@@ -705,6 +748,56 @@ async fn reload(api: &Api, json_out: bool) -> Result<(), Fail> {
             println!("  {}", printable(c));
         }
     }
+    Ok(())
+}
+
+/// `ankusa transform test`: `POST /v1/transform/test` with the sample as
+/// the body; prints the body the sink would get (exactly, and a newline).
+async fn transform(api: &Api, json_out: bool, cmd: TransformCmd) -> Result<(), Fail> {
+    let TransformCmd::Test {
+        source,
+        sink,
+        program,
+        timeout_ms,
+        max_output_bytes,
+        file,
+    } = cmd;
+    let sample = if file.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
+            .map_err(|e| Fail::Usage(format!("cannot read the sample from standard input: {e}")))?;
+        buf
+    } else {
+        std::fs::read(&file)
+            .map_err(|e| Fail::Usage(format!("cannot read {}: {e}", file.display())))?
+    };
+    let mut query: Vec<(&str, String)> = Vec::new();
+    for (name, value) in [
+        ("source", source),
+        ("sink", sink),
+        ("program", program),
+        ("timeout_ms", timeout_ms.map(|n| n.to_string())),
+        ("max_output_bytes", max_output_bytes.map(|n| n.to_string())),
+    ] {
+        if let Some(v) = value {
+            query.push((name, v));
+        }
+    }
+    let path = "/v1/transform/test";
+    let method = reqwest::Method::POST;
+    let v = api
+        .call_with(
+            method.clone(),
+            path,
+            &query,
+            Some(("application/octet-stream", sample)),
+        )
+        .await?;
+    if json_out {
+        return print_json(&v);
+    }
+    let t: ankusa_admin::api_types::TransformTested = api.read(&method, path, &v)?;
+    println!("{}", t.body);
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 //! - `ankusa check-config FILE`: loads a configuration and reports what is wrong.
 //! - `ankusa tenants`, `sources`, `hooks show`, `dlq list|revive|drop`,
 //!   `pause`, `resume`, `quarantine list|show|release|drop`, `replay`,
-//!   `purge-tenant`, `retire-source`, `jobs`, `reload`: the operator's
+//!   `purge-tenant`, `retire-source`, `jobs`, `reload`, `transform test`: the operator's
 //!   commands, over the admin API of a running relay (`admin_cli`).
 //! - `ankusa cluster status|move|drain|undrain|forfeit --config FILE`: cluster mode's catalog
 //!   in etcd, read and changed directly (`cluster_cli`).
@@ -212,6 +212,15 @@ enum Command {
     Reload {
         #[command(flatten)]
         conn: admin_cli::Conn,
+    },
+    /// Sink entries' transforms (jq programs): `test` runs one on a sample
+    /// body and prints what the sink would get.
+    #[command(after_help = admin_cli::EXIT_CODES)]
+    Transform {
+        #[command(flatten)]
+        conn: admin_cli::Conn,
+        #[command(subcommand)]
+        cmd: admin_cli::TransformCmd,
     },
     /// Quarantined hooks: list, show, release, drop.
     #[command(after_help = admin_cli::EXIT_CODES)]
@@ -466,6 +475,9 @@ fn main() -> ExitCode {
             admin_cli::main(&conn, admin_cli::Command::Quarantine(cmd))
         }
         Command::Reload { conn } => admin_cli::main(&conn, admin_cli::Command::Reload),
+        Command::Transform { conn, cmd } => {
+            admin_cli::main(&conn, admin_cli::Command::Transform(cmd))
+        }
         Command::Replay { conn, args } => admin_cli::main(&conn, admin_cli::Command::Replay(args)),
         Command::PurgeTenant {
             conn,
