@@ -74,5 +74,6 @@ mod store;
 mod stripe;
 mod takeover;
 mod top;
+mod transform;
 mod unconfigured;
 mod webdriver;

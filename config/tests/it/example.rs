@@ -207,6 +207,23 @@ fn the_example_file_loads_into_the_model_it_documents() {
         })
     );
 
+    // Billing's sink reshapes each invoice event; the others send it as received.
+    let invoices = st.sink("invoices").expect("invoices");
+    assert_eq!(
+        invoices.transform.as_ref().map(|p| p.text()),
+        Some(
+            "{invoice: .data.object.id, customer: .data.object.customer, status: .data.object.status, amount_due: .data.object.amount_due}"
+        )
+    );
+    assert_eq!(
+        invoices.transform.as_ref().map(|p| p.limits()),
+        Some(ankusa_transform::Limits::default())
+    );
+    assert_eq!(
+        (orders.transform.as_ref(), st.sinks[1].transform.as_ref()),
+        (None, None)
+    );
+
     // TenantPath: Shopify, ordered by a header the instance policy keeps.
     let sh = c.source("shopify").expect("shopify");
     assert_eq!(sh.tenant, TenantBinding::Path);
