@@ -248,7 +248,7 @@ sources:
             "source \"billing\", sink \"c\" (file): option \"ordering_key\": \"k\" is a plain string",
             "source \"billing\", sink \"r\" (redis): option \"url\": ",
             "source \"events\": option \"tenant\": unknown tenant \"nobody\"",
-            "source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties, forward_headers; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit)",
+            "source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties, forward_headers; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform)",
         ];
         let mut at = 0;
         for e in expected {
@@ -307,7 +307,7 @@ sources:
     std::fs::write(&file, &bad).expect("write");
     let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
     assert!(!status.success(), "{out}");
-    let every = "every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit";
+    let every = "every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform";
     let expected = [
         "source \"billing\", sink \"r\" (redis): option \"stream\": must not be empty".to_owned(),
         format!("source \"billing\", sink \"r\" (redis): option \"strem\": unknown option of a redis sink (its options: url, mode, stream, channel, maxlen, timeout_ms, forward_headers; {every})"),
