@@ -260,11 +260,17 @@ impl Program {
     /// [`STACK_BUDGET_BYTES`] (`run` makes one; tests may call this from a
     /// thread they made so).
     fn eval(&self, body: &[u8]) -> Result<Vec<u8>, RunError> {
+        self.eval_within(body, STACK_BUDGET_BYTES)
+    }
+
+    /// [`Program::eval`] with a stack budget of `stack_bytes` (tests use a
+    /// small one, so that a recursion meets it before the clock).
+    fn eval_within(&self, body: &[u8], stack_bytes: usize) -> Result<Vec<u8>, RunError> {
         let input: Val =
             serde_json::from_slice(body).map_err(|e| RunError::BodyNotJson(e.to_string()))?;
         let deadline = Instant::now() + Duration::from_millis(self.limits.timeout_ms);
         let max = usize::try_from(self.limits.max_output_bytes).unwrap_or(usize::MAX);
-        let budget = Budget::new(deadline, STACK_BUDGET_BYTES);
+        let budget = Budget::new(deadline, stack_bytes);
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let ctx = Ctx::<Guarded>::new(Guard::new(&self.filter.lut, &budget), Vars::new([]));
             let mut outputs = self.filter.id.run((ctx, input));
