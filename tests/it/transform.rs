@@ -113,8 +113,8 @@ fn bodies(sink: &Sink) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_and_a_revive_after_a_reload_run_the_new_program() {
     let sink = Sink::ok().await;
-    let v1 = r#"{v: 1, id: (.id // error(\"no id\"))}"#;
-    let v2 = r#"{v: 2, id: (.id // \"none\")}"#;
+    let v1 = r#"{v: 1, id: (.id // error("no id"))}"#;
+    let v2 = r#"{v: 2, id: (.id // "none")}"#;
     let mut relay = Relay::start(&orders_config(&sink, v1)).await;
     let api = Admin::new(&relay, None);
     let json_type = ("content-type", "application/json");
@@ -177,7 +177,7 @@ async fn a_replay_and_a_revive_after_a_reload_run_the_new_program() {
         WAIT,
         async || {
             bodies(&sink)
-                .contains(&r#"{"v":2,"id":null}"#.to_owned())
+                .contains(&r#"{"v":2,"id":"none"}"#.to_owned())
                 .then_some(())
         },
     )
@@ -193,7 +193,7 @@ async fn a_replay_and_a_revive_after_a_reload_run_the_new_program() {
         .await;
     let id = job["id"].as_u64().expect("job id");
     until("the replay done", WAIT, async || {
-        (api.job(id).await["state"] == "succeeded").then_some(())
+        (api.job(id).await["state"] == "done").then_some(())
     })
     .await;
     until(
@@ -210,7 +210,7 @@ async fn a_replay_and_a_revive_after_a_reload_run_the_new_program() {
         bodies(&sink),
         [
             r#"{"v":1,"id":"a"}"#,
-            r#"{"v":2,"id":null}"#,
+            r#"{"v":2,"id":"none"}"#,
             r#"{"v":2,"id":"a"}"#
         ]
     );
