@@ -16,6 +16,7 @@
 //! | `?Q` quarantined | `?Q, ord:32, seq:64` | a hook held back from delivery |
 //! | `?K` dedupe | `?K, ord:32, source:32, dedupe_key` | a provider id already accepted, per source (docs/design.md section 10) |
 //! | `?C` counter | `?C, ord:32, field:8` | a maintained counter ([`CounterField`]), ordinal 0 the node aggregate |
+//! | `?L` attempt log | `?L, ord:32, seq:64, sink:16, attempt:32` | one attempt of a row: when, how long, how it ended, what the destination answered ([`crate::AttemptRecord`]) |
 //!
 //! Each family has a builder returning the key bytes (a fixed array; a `Vec` for
 //! the variable-width ?K), a decoded struct with a checked `decode`, and ranges
@@ -62,6 +63,9 @@ pub enum Family {
     /// `?S` lane sequence: the last position given out in a lane (ADR 0004
     /// section 6, "The lane sequence").
     LaneSeq = b'S',
+    /// `?L` attempt log: one attempt of a row and the destination's answer
+    /// (docs/design.md section 3, "The attempt log").
+    AttemptLog = b'L',
 }
 
 /// Width of a `?D` key: `?D, ord:32, due_ms:64, seq:64, sink:16`.
@@ -87,10 +91,12 @@ pub const DEDUPE_KEY_PREFIX_LEN: usize = 1 + 4 + 4;
 pub const COUNTER_KEY_LEN: usize = 1 + 4 + 1;
 /// Width of a `?S` key: `?S, ord:32, lane:128`.
 pub const LANE_SEQ_KEY_LEN: usize = 1 + 4 + 16;
+/// Width of a `?L` key: `?L, ord:32, seq:64, sink:16, attempt:32`.
+pub const ATTEMPT_LOG_KEY_LEN: usize = 1 + 4 + 8 + 2 + 4;
 
 impl Family {
     /// Every family, in the order of docs/design.md section 3's table.
-    pub const ALL: [Family; 11] = [
+    pub const ALL: [Family; 12] = [
         Family::Due,
         Family::InFlight,
         Family::Active,
@@ -102,6 +108,7 @@ impl Family {
         Family::Dedupe,
         Family::Counter,
         Family::LaneSeq,
+        Family::AttemptLog,
     ];
 
     /// The family byte that begins every key of the family.
@@ -143,6 +150,7 @@ impl Family {
             Family::Dedupe => "?K dedupe",
             Family::Counter => "?C counter",
             Family::LaneSeq => "?S lane sequence",
+            Family::AttemptLog => "?L attempt log",
         }
     }
 
@@ -161,6 +169,7 @@ impl Family {
             Family::Dedupe => DEDUPE_KEY_PREFIX_LEN,
             Family::Counter => COUNTER_KEY_LEN,
             Family::LaneSeq => LANE_SEQ_KEY_LEN,
+            Family::AttemptLog => ATTEMPT_LOG_KEY_LEN,
         }
     }
 
@@ -918,6 +927,111 @@ impl CounterKey {
             tenant,
             field: CounterField::from_u8(t.u8()?)?,
         })
+    }
+}
+
+// ---- ?L attempt log ------------------------------------------------------
+
+/// A decoded `?L` key: attempt `attempt` of the row `(seq, sink)` of `tenant`
+/// (docs/design.md section 3, "The attempt log").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AttemptLogKey {
+    /// The tenant.
+    pub tenant: TenantOrd,
+    /// The hook.
+    pub seq: Seq,
+    /// The sink.
+    pub sink: SinkIx,
+    /// The attempt's number in the row's log, 1 for the first attempt the
+    /// log holds (the row's `logged_attempts` after it: a revive does not
+    /// start it again, so a revived row's attempts follow its earlier ones).
+    pub attempt: u32,
+}
+
+/// `?L, ord:32, seq:64, sink:16, attempt:32`. A row's entries are adjacent
+/// and in attempt order, and a hook's rows' entries are adjacent: one
+/// prefix deletes a hook's log ([`attempt_log_hook_range`]).
+///
+/// # Panics
+/// On a reserved ordinal.
+pub fn attempt_log_key(
+    tenant: TenantOrd,
+    seq: Seq,
+    sink: SinkIx,
+    attempt: u32,
+) -> [u8; ATTEMPT_LOG_KEY_LEN] {
+    assert_holds(Family::AttemptLog, tenant);
+    Put::new()
+        .u8(Family::AttemptLog.as_byte())
+        .u32(tenant.0)
+        .u64(seq.0)
+        .u16(sink.0)
+        .u32(attempt)
+        .done()
+}
+
+impl AttemptLogKey {
+    /// The key bytes ([`attempt_log_key`]).
+    pub fn encode(&self) -> [u8; ATTEMPT_LOG_KEY_LEN] {
+        attempt_log_key(self.tenant, self.seq, self.sink, self.attempt)
+    }
+
+    /// Decodes a `?L` key.
+    ///
+    /// # Errors
+    /// [`KeyError::WrongFamily`], [`KeyError::WrongLength`],
+    /// [`KeyError::ReservedOrdinal`].
+    pub fn decode(key: &[u8]) -> Result<AttemptLogKey, KeyError> {
+        let (mut t, tenant) = open(key, Family::AttemptLog)?;
+        Ok(AttemptLogKey {
+            tenant,
+            seq: Seq(t.u64()?),
+            sink: SinkIx(t.u16()?),
+            attempt: t.u32()?,
+        })
+    }
+}
+
+/// The `?L` entries of one row, oldest attempt first: a reverse scan with a
+/// limit reads the newest ones and stops before the deleted older ones.
+///
+/// # Panics
+/// On a reserved ordinal.
+pub fn attempt_log_row_range(tenant: TenantOrd, seq: Seq, sink: SinkIx) -> KeyRange {
+    KeyRange::prefix(&row_index_key(Family::AttemptLog, tenant, seq, sink))
+}
+
+/// The `?L` entries of every row of one hook (what goes with its envelope:
+/// retention, a drop, a hand-over).
+///
+/// # Panics
+/// On a reserved ordinal.
+pub fn attempt_log_hook_range(tenant: TenantOrd, seq: Seq) -> KeyRange {
+    attempt_log_hooks_range(tenant, seq, seq)
+}
+
+/// The `?L` entries of the hooks `first..=last` of `tenant` (a purge page's
+/// envelopes). Empty when `first > last`.
+///
+/// # Panics
+/// On a reserved ordinal.
+pub fn attempt_log_hooks_range(tenant: TenantOrd, first: Seq, last: Seq) -> KeyRange {
+    assert_holds(Family::AttemptLog, tenant);
+    let hook = |seq: u64| -> [u8; 13] {
+        Put::new()
+            .u8(Family::AttemptLog.as_byte())
+            .u32(tenant.0)
+            .u64(seq)
+            .done()
+    };
+    let start = hook(first.0);
+    if first > last {
+        return KeyRange::new(start, start);
+    }
+    match last.0.checked_add(1) {
+        Some(next) => KeyRange::new(start, hook(next)),
+        // The tenant's last possible seq: the range ends where the tenant's does.
+        None => KeyRange::new(start, tenant_range(Family::AttemptLog, tenant).end),
     }
 }
 

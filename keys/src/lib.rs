@@ -6,10 +6,10 @@
 //! # What it owns
 //! - The key families and their layouts, fixed-width big endian, so the byte
 //!   order of keys is the order of their field tuples: [`index`] (?D ?F ?A ?O ?H
-//!   ?P ?X ?Q ?K ?C in cf `index`), [`rows`] (cfs `hooks`, `deliveries`,
+//!   ?P ?X ?Q ?K ?C ?L in cf `index`), [`rows`] (cfs `hooks`, `deliveries`,
 //!   `archive`), [`meta`] (cf `meta`).
 //! - The value layouts: [`values`] (index families), [`record`] (the versioned
-//!   envelope and delivery row).
+//!   envelope, delivery row and attempt record).
 //! - The ranges every scan and range delete uses: per family, per tenant, and the
 //!   narrower ones (due up to now, one lane's members, one hook's rows).
 //! - The [`sentinel`]s and the [`CounterField`]s.
@@ -43,18 +43,19 @@ use ankusa_engine::{Cf, KeyRange};
 pub use error::{KeyError, ValueError};
 pub use ids::{LaneId, Seq, SinkIx, SourceId, TenantOrd};
 pub use index::{
-    ActiveKey, CounterField, CounterKey, DeadLetterKey, DedupeKey, DueKey, Family, HELD_DUE_BIT,
-    InFlightKey, LaneHeadKey, LaneMarkerKey, LaneMemberKey, LaneSeqKey, QuarantinedKey, active_key,
-    counter_key, dead_letter_key, dedupe_key, dedupe_source_range, due_key, due_range_until,
-    family_range, held_due_ms, held_due_range, in_flight_key, lane_head_key, lane_marker_key,
-    lane_member_key, lane_members_range, lane_seq_key, live_due_range, quarantined_key,
+    ActiveKey, AttemptLogKey, CounterField, CounterKey, DeadLetterKey, DedupeKey, DueKey, Family,
+    HELD_DUE_BIT, InFlightKey, LaneHeadKey, LaneMarkerKey, LaneMemberKey, LaneSeqKey, QuarantinedKey,
+    active_key, attempt_log_hook_range, attempt_log_hooks_range, attempt_log_key,
+    attempt_log_row_range, counter_key, dead_letter_key, dedupe_key, dedupe_source_range, due_key,
+    due_range_until, family_range, held_due_ms, held_due_range, in_flight_key, lane_head_key,
+    lane_marker_key, lane_member_key, lane_members_range, lane_seq_key, live_due_range, quarantined_key,
     tenant_range,
 };
 pub use meta::{
     FORMAT_KEY, MIGRATION_KEY, MetaKey, MigrationProgress, NODE_ID_KEY, ORIGIN_KEY,
     SEQ_HIGH_WATER_KEY, STORE_FORMAT,
 };
-pub use record::{DeliveryRow, Envelope, ORDERING_KEY_MAX_BYTES, RowState};
+pub use record::{AttemptRecord, DeliveryRow, Envelope, ORDERING_KEY_MAX_BYTES, RowState};
 pub use rows::{
     ArchiveKey, DeliveryKey, HookKey, archive_key, archive_range, archive_tenant_range,
     archive_time_range, deliveries_of_hook_range, deliveries_range, deliveries_tenant_range,

@@ -1,5 +1,6 @@
-//! The versioned values: the envelope (cf `hooks`) and the delivery row (cf
-//! `deliveries`), docs/design.md section 3 ("versioned, additive fields").
+//! The versioned values: the envelope (cf `hooks`), the delivery row (cf
+//! `deliveries`) and the attempt record (?L in cf `index`), docs/design.md
+//! section 3 ("versioned, additive fields").
 //!
 //! # Encoding
 //! `version:8`, then fields, each `tag:8, len:32, bytes[len]` (big endian) in
@@ -29,8 +30,18 @@
 //! (`u32`), 3 attempts (`u32`), 4 first_attempt_at_ms (`u64`, optional), 5
 //! last_error (UTF-8, optional), 6 lane (16 bytes, optional; ADR 0004 section
 //! 2), 7 ordering_key (at most [`ORDERING_KEY_MAX_BYTES`], optional), 8 lane_seq
-//! (`u64`, optional; ADR 0004 section 6, "The lane sequence"). Required: 1, 2,
-//! 3.
+//! (`u64`, optional; ADR 0004 section 6, "The lane sequence"), 9
+//! logged_attempts (`u32`, written when above 0: the attempts the row's
+//! attempt log has numbered, docs/design.md section 3, "The attempt log").
+//! Required: 1, 2, 3.
+//!
+//! Attempt record tags (version [`ATTEMPT_RECORD_VERSION`]): 1 at_ms (`u64`),
+//! 2 duration_ms (`u64`), 3 outcome (UTF-8, the label of
+//! `ankusa_dispatch_attempts_total`), 4 status (`u16`, optional), 5 error
+//! (UTF-8, optional), 6 response header (repeated, in order: `name_len:32,
+//! name, value`), 7 response body (optional: the first bytes kept), 8
+//! body_truncated (`u8` 1, written only when the body kept is not all of
+//! it). Required: 1, 2, 3.
 
 use crate::codec::Take;
 use crate::error::ValueError;
@@ -40,6 +51,9 @@ use crate::ids::{LaneId, SourceId};
 pub const ENVELOPE_VERSION: u8 = 1;
 /// The version byte of delivery rows this binary writes and reads.
 pub const DELIVERY_ROW_VERSION: u8 = 1;
+/// The version byte of attempt records (?L values) this binary writes and
+/// reads.
+pub const ATTEMPT_RECORD_VERSION: u8 = 1;
 /// The longest ordering key a delivery row holds (the SQS group id limit; a
 /// longer key is hashed at ingest, ADR 0004 section 2).
 pub const ORDERING_KEY_MAX_BYTES: usize = 128;
@@ -366,6 +380,7 @@ const ROW_LAST_ERROR: u8 = 5;
 const ROW_LANE: u8 = 6;
 const ROW_ORDERING_KEY: u8 = 7;
 const ROW_LANE_SEQ: u8 = 8;
+const ROW_LOGGED_ATTEMPTS: u8 = 9;
 
 /// Where a delivery row is (docs/design.md section 4, invariant 1: exactly one of ?D,
 /// ?F, ?O or ?X holds it).
@@ -426,6 +441,13 @@ pub struct DeliveryRow {
     /// section 6, "The lane sequence"). `None` for a row not yet promoted and
     /// for an unlaned row.
     pub lane_seq: Option<u64>,
+    /// Attempts numbered in the row's attempt log (?L), ever: the next
+    /// attempt's entry is `logged_attempts + 1`. Unlike `attempts`, a revive
+    /// does not reset it, so the log of a revived row goes on after its
+    /// earlier attempts instead of writing over them (docs/design.md section
+    /// 3, "The attempt log"). Tag 9, written when above 0; 0 for a row of a
+    /// binary before the log, or of a relay that keeps none.
+    pub logged_attempts: u32,
 }
 
 impl DeliveryRow {
@@ -460,6 +482,13 @@ impl DeliveryRow {
         if let Some(n) = self.lane_seq {
             put_field(&mut out, ROW_LANE_SEQ, &n.to_be_bytes());
         }
+        if self.logged_attempts > 0 {
+            put_field(
+                &mut out,
+                ROW_LOGGED_ATTEMPTS,
+                &self.logged_attempts.to_be_bytes(),
+            );
+        }
         out.push(END);
         out
     }
@@ -475,6 +504,7 @@ impl DeliveryRow {
         const WHAT: &str = "delivery row";
         let (mut state, mut size, mut attempts, mut first_attempt_at_ms) = (None, None, None, None);
         let (mut last_error, mut lane, mut ordering_key, mut lane_seq) = (None, None, None, None);
+        let mut logged_attempts = None;
         for field in open(value, WHAT, DELIVERY_ROW_VERSION)? {
             let (tag, bytes) = field?;
             match tag {
@@ -531,6 +561,12 @@ impl DeliveryRow {
                     WHAT,
                     "lane_seq",
                 )?,
+                ROW_LOGGED_ATTEMPTS => set(
+                    &mut logged_attempts,
+                    u32::from_be_bytes(fixed(bytes, WHAT, "logged_attempts")?),
+                    WHAT,
+                    "logged_attempts",
+                )?,
                 _ => {} // a field of a later binary
             }
         }
@@ -543,6 +579,161 @@ impl DeliveryRow {
             lane,
             ordering_key,
             lane_seq,
+            logged_attempts: logged_attempts.unwrap_or(0),
+        })
+    }
+}
+
+// ---- attempt record -----------------------------------------------------
+
+const ATT_AT: u8 = 1;
+const ATT_DURATION: u8 = 2;
+const ATT_OUTCOME: u8 = 3;
+const ATT_STATUS: u8 = 4;
+const ATT_ERROR: u8 = 5;
+const ATT_HEADER: u8 = 6;
+const ATT_BODY: u8 = 7;
+const ATT_BODY_TRUNCATED: u8 = 8;
+
+/// One attempt of a delivery row, as its attempt log keeps it (?L in cf
+/// `index`, key `?L, ord:32, seq:64, sink:16, attempt:32`; docs/design.md
+/// section 3, "The attempt log"): when it started, how long the sink call
+/// took, how it ended, and what the destination answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AttemptRecord {
+    /// When the attempt started (its row was claimed), unix milliseconds.
+    pub at_ms: u64,
+    /// How long the sink call took, milliseconds.
+    pub duration_ms: u64,
+    /// How the attempt ended: the outcome label of
+    /// `ankusa_dispatch_attempts_total` (`delivered`, `retry`,
+    /// `horizon_passed`, `permanent`, `sink_gone`, `source_gone`, `retired`).
+    /// Text, so a later binary's new outcome still reads.
+    pub outcome: String,
+    /// The HTTP status the destination answered; `None` when there was no
+    /// HTTP answer (a timeout, a refused connection, a broker sink).
+    pub status: Option<u16>,
+    /// The outcome's reason: a failed attempt's error (for a broker sink,
+    /// the broker's error text); `None` for a delivery.
+    pub error: Option<String>,
+    /// The answer's headers, in the order received: `(name, value)`.
+    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The first bytes of the answer's body (`node.attempt_log.max_body_bytes`
+    /// at most); empty when it had none or none was kept.
+    pub body: Vec<u8>,
+    /// The answer's body had more than `body` holds.
+    pub body_truncated: bool,
+}
+
+impl AttemptRecord {
+    /// The versioned encoding (see the module docs).
+    ///
+    /// # Panics
+    /// When a field is 4 GiB or more.
+    pub fn encode(&self) -> Vec<u8> {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(n, v)| 9 + n.len() + v.len())
+            .sum();
+        let mut out = Vec::with_capacity(
+            48 + self.outcome.len()
+                + self.error.as_ref().map_or(0, |e| 5 + e.len())
+                + headers
+                + self.body.len(),
+        );
+        out.push(ATTEMPT_RECORD_VERSION);
+        put_field(&mut out, ATT_AT, &self.at_ms.to_be_bytes());
+        put_field(&mut out, ATT_DURATION, &self.duration_ms.to_be_bytes());
+        put_field(&mut out, ATT_OUTCOME, self.outcome.as_bytes());
+        if let Some(status) = self.status {
+            put_field(&mut out, ATT_STATUS, &status.to_be_bytes());
+        }
+        if let Some(e) = &self.error {
+            put_field(&mut out, ATT_ERROR, e.as_bytes());
+        }
+        for (name, value) in &self.headers {
+            assert!(u32::try_from(name.len()).is_ok(), "header name of 4 GiB");
+            let mut h = Vec::with_capacity(4 + name.len() + value.len());
+            h.extend_from_slice(&(name.len() as u32).to_be_bytes());
+            h.extend_from_slice(name);
+            h.extend_from_slice(value);
+            put_field(&mut out, ATT_HEADER, &h);
+        }
+        if !self.body.is_empty() {
+            put_field(&mut out, ATT_BODY, &self.body);
+        }
+        if self.body_truncated {
+            put_field(&mut out, ATT_BODY_TRUNCATED, &[1]);
+        }
+        out.push(END);
+        out
+    }
+
+    /// Decodes a stored attempt record.
+    ///
+    /// # Errors
+    /// [`ValueError::UnknownVersion`], [`ValueError::Truncated`],
+    /// [`ValueError::TrailingBytes`], [`ValueError::MissingField`],
+    /// [`ValueError::DuplicateField`], [`ValueError::InvalidField`].
+    pub fn decode(value: &[u8]) -> Result<AttemptRecord, ValueError> {
+        const WHAT: &str = "attempt record";
+        let (mut at_ms, mut duration_ms, mut outcome, mut status) = (None, None, None, None);
+        let (mut error, mut body, mut body_truncated) = (None, None, None);
+        let mut headers = Vec::new();
+        for field in open(value, WHAT, ATTEMPT_RECORD_VERSION)? {
+            let (tag, bytes) = field?;
+            match tag {
+                ATT_AT => set(
+                    &mut at_ms,
+                    u64::from_be_bytes(fixed(bytes, WHAT, "at_ms")?),
+                    WHAT,
+                    "at_ms",
+                )?,
+                ATT_DURATION => set(
+                    &mut duration_ms,
+                    u64::from_be_bytes(fixed(bytes, WHAT, "duration_ms")?),
+                    WHAT,
+                    "duration_ms",
+                )?,
+                ATT_OUTCOME => set(&mut outcome, text(bytes, WHAT, "outcome")?, WHAT, "outcome")?,
+                ATT_STATUS => set(
+                    &mut status,
+                    u16::from_be_bytes(fixed(bytes, WHAT, "status")?),
+                    WHAT,
+                    "status",
+                )?,
+                ATT_ERROR => set(&mut error, text(bytes, WHAT, "error")?, WHAT, "error")?,
+                ATT_HEADER => {
+                    let mut t = Take::new(bytes, WHAT);
+                    let name_len = t.u32()? as usize;
+                    let name = t.bytes(name_len)?.to_vec();
+                    headers.push((name, t.rest().to_vec()));
+                }
+                ATT_BODY => set(&mut body, bytes.to_vec(), WHAT, "body")?,
+                ATT_BODY_TRUNCATED => {
+                    let [b] = fixed::<1>(bytes, WHAT, "body_truncated")?;
+                    if b != 1 {
+                        return Err(ValueError::InvalidField {
+                            what: WHAT,
+                            field: "body_truncated",
+                            reason: format!("{b}, expected 1 (the tag is left out when false)"),
+                        });
+                    }
+                    set(&mut body_truncated, true, WHAT, "body_truncated")?;
+                }
+                _ => {} // a field of a later binary
+            }
+        }
+        Ok(AttemptRecord {
+            at_ms: required(at_ms, WHAT, "at_ms")?,
+            duration_ms: required(duration_ms, WHAT, "duration_ms")?,
+            outcome: required(outcome, WHAT, "outcome")?,
+            status,
+            error,
+            headers,
+            body: body.unwrap_or_default(),
+            body_truncated: body_truncated.unwrap_or(false),
         })
     }
 }

@@ -15,7 +15,11 @@
 //! Sentinels exist for every index family but ?C (counters are read by point
 //! gets and are deleted only by a tenant purge's range delete: no tombstone
 //! tail; and a sentinel there would be a counter key whose value is not an
-//! `i64`), and for cfs `hooks`, `deliveries` and `archive`. cf `meta` has none.
+//! `i64`) and ?L (the attempt log is read only within one hook's or one row's
+//! prefix, whose end bounds the scan, a row's newest entries first; no scan
+//! walks the family as a queue; and a store made before the family has no
+//! sentinel for it), and for cfs `hooks`, `deliveries` and `archive`. cf
+//! `meta` has none.
 
 use ankusa_engine::Cf;
 
@@ -25,8 +29,8 @@ use crate::rows::{ARCHIVE_KEY_LEN, DELIVERY_KEY_LEN, HOOK_KEY_LEN};
 /// The value stored under every sentinel: empty.
 pub const SENTINEL_VALUE: [u8; 0] = [];
 
-/// The index families that have a sentinel: all but ?C and ?S (read by point
-/// gets only).
+/// The index families that have a sentinel: all but ?C, ?S and ?L (read by
+/// point gets or by the ranges of one hook only).
 pub const SENTINEL_FAMILIES: [Family; 9] = [
     Family::Due,
     Family::InFlight,
@@ -41,9 +45,9 @@ pub const SENTINEL_FAMILIES: [Family; 9] = [
 
 /// The sentinel of an index family: the family byte, then `0xff` for the rest
 /// of the family's key width (for ?K, its fixed part: ordinal and source).
-/// `None` for ?C and ?S, which have none.
+/// `None` for ?C, ?S and ?L, which have none.
 pub fn family_sentinel(family: Family) -> Option<Vec<u8>> {
-    if matches!(family, Family::Counter | Family::LaneSeq) {
+    if !SENTINEL_FAMILIES.contains(&family) {
         return None;
     }
     let mut key = vec![0xff; family.key_len()];

@@ -296,6 +296,7 @@ fn ingest_member_in(kv: &MemoryKv, lane: LaneId, ordering_key: Option<&[u8]>, se
         lane: Some(lane),
         ordering_key: ordering_key.map(<[u8]>::to_vec),
         lane_seq: None,
+        logged_attempts: 0,
     };
     b.put(
         Cf::Deliveries,

@@ -13,6 +13,7 @@ use ankusa_keys::{
 };
 use ankusa_lanes::{LANE_FAMILIES, RowId, count};
 
+use crate::attempt_log::{delete_hook_log, delete_row_log};
 use crate::transitions::{DeadLetterOf, dead_into};
 use crate::{Cursor, Origin, Page, QueueError};
 
@@ -260,6 +261,7 @@ pub fn dead_letter_sinks(
                     now_ms,
                     tolerant: false,
                     attempted: false,
+                    log: None,
                 },
             )?;
             page.moved += 1;
@@ -282,12 +284,14 @@ pub fn dead_letter_sinks(
     Ok(page)
 }
 
-/// Retention (docs/design.md section 4): deletes the envelope and the archive entry of
-/// each of `tenant`'s hooks received before `cutoff_ms` that no delivery row and
-/// no ?Q references; examines up to `limit` archive entries per call, oldest
-/// first, resumable through [`Page::next`].
+/// Retention (docs/design.md section 4): deletes the envelope, the archive entry
+/// and the attempt log (?L, every row's) of each of `tenant`'s hooks received
+/// before `cutoff_ms` that no delivery row and no ?Q references; examines up
+/// to `limit` archive entries per call, oldest first, resumable through
+/// [`Page::next`].
 ///
-/// Keeps invariant 5 (only unreferenced envelopes go).
+/// Keeps invariant 5 (only unreferenced envelopes go) and 7 (their log goes
+/// with them).
 ///
 /// # Errors
 /// Engine and decode errors.
@@ -328,6 +332,9 @@ pub fn retention(
         if !has_row && !quarantined {
             page.batch.delete(Cf::Hooks, hook_key(tenant, ak.seq));
             page.batch.delete(Cf::Archive, k.to_vec());
+            // The attempt log outlives the rows (docs/design.md section 3,
+            // "The attempt log"), not the envelope (invariant 7).
+            delete_hook_log(read, &mut page.batch, tenant, ak.seq)?;
             page.moved += 1;
         }
     }
@@ -393,11 +400,12 @@ pub fn expire_dedupe(
 
 /// DLQ drop (docs/design.md section 4, `drop_dead`; the admin API's purge of
 /// dead letters, section 5): deletes each row of `rows` from the DLQ for
-/// good, in one batch. Per row: deletes its ?X key and its delivery row; dead
-/// −1, dead_bytes −size (tenant and node aggregate, [`count`]). Per hook none
-/// of whose rows is left after the batch (its other rows read from `read`,
-/// the rows of `rows` counted as gone): deletes the envelope, its archive
-/// entry, and its ?K dedupe record when that record still names this hook (a
+/// good, in one batch. Per row: deletes its ?X key, its delivery row and its
+/// attempt log (?L); dead −1, dead_bytes −size (tenant and node aggregate,
+/// [`count`]). Per hook none of whose rows is left after the batch (its other
+/// rows read from `read`, the rows of `rows` counted as gone): deletes the
+/// envelope, the attempt log of its delivered rows, its archive entry, and
+/// its ?K dedupe record when that record still names this hook (a
 /// record rewritten for a later hook with the same dedupe key stays). A hook
 /// with another row left (pending, in flight, or dead and not dropped) keeps
 /// its envelope (invariant 5). An envelope that does not decode is deleted
@@ -416,7 +424,7 @@ pub fn expire_dedupe(
 /// record's delete is not serialised by the Writer (the admin API commits the
 /// batch under its own lock): should the record expire and an ingest of the
 /// same dedupe key rewrite it for a new hook between this read and the
-/// commit, that new record is deleted too. Keeps invariants 1-5.
+/// commit, that new record is deleted too. Keeps invariants 1-5, 7 and 8.
 ///
 /// # Errors
 /// [`QueueError::NotInDlq`] for the first row of `rows` that is not in ?X
@@ -442,6 +450,7 @@ pub fn drop_dead(read: &impl Read, rows: &[RowId]) -> Result<Batch, QueueError> 
         );
         batch.delete(Cf::Index, xkey);
         batch.delete(Cf::Deliveries, delivery_key(id.tenant, id.seq, id.sink));
+        delete_row_log(read, &mut batch, id)?;
         count(&mut batch, id.tenant, CounterField::Dead, -1);
         count(
             &mut batch,
@@ -474,6 +483,10 @@ pub fn drop_dead(read: &impl Read, rows: &[RowId]) -> Result<Batch, QueueError> 
             continue;
         };
         batch.delete(Cf::Hooks, hkey);
+        // The log of its delivered rows goes with the envelope (invariant 7);
+        // the dropped rows' entries are deleted twice in this batch, which
+        // changes nothing.
+        delete_hook_log(read, &mut batch, tenant, seq)?;
         let Ok(env) = Envelope::decode(&raw) else {
             continue;
         };

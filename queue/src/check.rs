@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use ankusa_engine::{Batch, COUNTER_CF, Cf, Direction, KeyRange, Read, encode_counter, scan_pages};
 use ankusa_keys::meta::{SEQ_HIGH_WATER_KEY, decode_seq_high_water};
 use ankusa_keys::{
-    ActiveKey, CounterField, CounterKey, DeadLetterKey, DeadLetterValue, DedupeKey, DedupeValue,
-    DeliveryKey, DeliveryRow, DueKey, DueKind, DueValue, Family, HookKey, InFlightKey,
-    InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey, LaneMemberKey,
-    LaneMemberValue, LaneSeqKey, LaneSeqValue, QuarantinedKey, QuarantinedValue, RowState, Seq,
-    TenantOrd, counter_key, decode_counter_value, decode_empty_value, deliveries_range,
-    family_range, hooks_range, is_sentinel,
+    ActiveKey, AttemptLogKey, AttemptRecord, CounterField, CounterKey, DeadLetterKey,
+    DeadLetterValue, DedupeKey, DedupeValue, DeliveryKey, DeliveryRow, DueKey, DueKind, DueValue,
+    Family, HookKey, InFlightKey, InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey,
+    LaneMemberKey, LaneMemberValue, LaneSeqKey, LaneSeqValue, QuarantinedKey, QuarantinedValue, RowState, Seq, TenantOrd,
+    counter_key, decode_counter_value, decode_empty_value, deliveries_range, family_range,
+    hooks_range, is_sentinel,
 };
 
 use crate::{QueueError, RowId};
@@ -150,6 +150,25 @@ pub enum Violation {
         /// The row.
         row: RowId,
     },
+    /// 7: an attempt log entry (?L) whose hook has no envelope in `hooks`
+    /// (the log goes with the envelope: retention, a drop, a purge, a
+    /// hand-over).
+    AttemptLogWithoutEnvelope {
+        /// The row the entry is of.
+        row: RowId,
+        /// Its attempt number.
+        attempt: u32,
+    },
+    /// 8: an attempt log entry of a row that exists, numbered above the
+    /// row's `logged_attempts` (the next attempt would write over it).
+    AttemptLogAhead {
+        /// The row.
+        row: RowId,
+        /// The entry's attempt number.
+        attempt: u32,
+        /// The row's `logged_attempts`.
+        logged: u32,
+    },
     /// 6: a hook (or delivery row) stored above the seq high-water mark.
     /// Not among [`check_store`]'s: the pure builders' model stores have no
     /// mark (the Writer alone writes it); [`seq_above_high_water`] checks it,
@@ -248,7 +267,7 @@ pub fn seq_above_high_water(read: &impl Read) -> Result<Option<SeqAboveHighWater
         }))
 }
 
-/// Checks invariants 1 to 5 of docs/design.md section 4 over everything `read` sees
+/// Checks invariants 1 to 5, 7 and 8 of docs/design.md section 4 over everything `read` sees
 /// (pass a snapshot for a consistent answer) and returns every violation found,
 /// not just the first: empty when the store is consistent. Sentinels are
 /// skipped. Counters checked per tenant: pending, bytes, in_flight, dead,
@@ -382,6 +401,7 @@ pub fn check_store(read: &impl Read) -> Result<CheckReport, QueueError> {
     }
     c.rows(&rows);
     c.lanes(&rows);
+    c.attempt_log(&rows);
     c.counters();
     c.active();
     let census = c.census(rows.len());
@@ -442,6 +462,8 @@ struct Checker {
     counters: BTreeMap<(TenantOrd, CounterField), i64>,
     hooks: BTreeSet<(TenantOrd, u64)>,
     lane_seqs: BTreeMap<(TenantOrd, LaneId), u64>,
+    /// Every ?L entry: its row and attempt number.
+    attempts: Vec<(RowId, u32)>,
 }
 
 /// The counter fields whose value is a function of the keys (the `_total`
@@ -594,8 +616,33 @@ impl Checker {
                 let val = LaneSeqValue::decode(v).map_err(s)?;
                 self.lane_seqs.insert((key.tenant, key.lane), val.last);
             }
+            Family::AttemptLog => {
+                let key = AttemptLogKey::decode(k).map_err(s)?;
+                AttemptRecord::decode(v).map_err(s)?;
+                self.attempts
+                    .push((RowId::new(key.tenant, key.seq, key.sink), key.attempt));
+            }
         }
         Ok(())
+    }
+
+    /// Invariants 7 and 8.
+    fn attempt_log(&mut self, rows: &BTreeMap<RowId, DeliveryRow>) {
+        for &(row, attempt) in &self.attempts {
+            if !self.hooks.contains(&(row.tenant, row.seq.0)) {
+                self.out
+                    .push(Violation::AttemptLogWithoutEnvelope { row, attempt });
+            }
+            if let Some(r) = rows.get(&row)
+                && attempt > r.logged_attempts
+            {
+                self.out.push(Violation::AttemptLogAhead {
+                    row,
+                    attempt,
+                    logged: r.logged_attempts,
+                });
+            }
+        }
     }
 
     /// Invariants 1 and 5, and the kind of each ?D/?F entry against its row.

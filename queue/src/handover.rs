@@ -460,8 +460,8 @@ pub fn adopt(
 }
 
 /// The old node's side, once the owner committed a page: deletes the
-/// page's hooks (`seqs`: envelope, archive entry, rows and their ?X, ?Q,
-/// the hook's own ?K) and the dedupe records `dedupe` the page carried
+/// page's hooks (`seqs`: envelope, archive entry, attempt log, rows and
+/// their ?X, ?Q, the hook's own ?K) and the dedupe records `dedupe` the page carried
 /// without their hook, with the counters they held. Only dead letters are
 /// deleted (a hook with another row is left whole: [`handover_page`]
 /// refused it).
@@ -511,6 +511,10 @@ pub fn handed_over(
         };
         let env = Envelope::decode(&raw)?;
         batch.delete(Cf::Hooks, hk.to_vec());
+        // The attempt log stays behind and goes with the envelope
+        // (docs/design.md section 3, "The attempt log"): the owner stores the
+        // hook under a seq of its own, and its rows start a log of their own.
+        crate::attempt_log::delete_hook_log(read, &mut batch, tenant, seq)?;
         batch.delete(
             Cf::Archive,
             archive_key(tenant, env.received_at_ms, seq).to_vec(),

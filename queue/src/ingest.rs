@@ -90,6 +90,7 @@ pub(crate) fn rows_ops(
             ordering_key: r.lane.as_ref().and_then(|a| a.ordering_key.clone()),
             // Given at the row's first promotion (`ankusa_lanes::promote`).
             lane_seq: None,
+            logged_attempts: 0,
         };
         batch.put(
             Cf::Deliveries,

@@ -3,7 +3,7 @@
 //!
 //! # What it owns
 //! Every write of cf `hooks`, `deliveries`, `archive` and of the index families
-//! ?D, ?F, ?A, ?X, ?Q, ?K (the lane families ?O, ?H, ?P through
+//! ?D, ?F, ?A, ?X, ?Q, ?K, ?L (the lane families ?O, ?H, ?P through
 //! [`ankusa_lanes`]), and the counters 1..=12 (docs/design.md section 3), which every
 //! builder moves in the same batch for the tenant and the node aggregate
 //! ([`ankusa_lanes::count`]).
@@ -28,6 +28,9 @@
 //! 5. A delivery row's envelope exists in `hooks`.
 //! 6. No hook or delivery row is stored above the seq high-water mark (the
 //!    Writer gives out seqs above it: [`seq_above_high_water`]).
+//! 7. An attempt log entry (?L) has its hook's envelope in `hooks`.
+//! 8. An attempt log entry of a row that exists is numbered at most the
+//!    row's `logged_attempts`.
 //!
 //! # Decisions where docs/design.md and ADR 0004 are silent
 //! - A row's size ([`hook_size`]) is the length of its stored envelope.
@@ -68,6 +71,13 @@
 //!   (its `_total` fields) from the aggregate and deletes them.
 //! - [`replay`] is [`new_ops`] without the dedupe record: an archive replay's
 //!   copy takes no part in dedupe, so the provider's own record stays as it is.
+//! - The attempt log ([`attempt_log`]) is written by the outcome's own
+//!   transition ([`retry_logged`], [`delivered_logged`],
+//!   [`dead_letter_logged`], [`orphan_logged`]); the builders without the
+//!   suffix write none (the model tests', the fixtures'). A revive keeps the
+//!   row's log and its count: the revived row's attempts follow its earlier
+//!   ones. A hook's log outlives its delivered rows and goes with its
+//!   envelope; a hand-over does not carry it (the owner's seqs are its own).
 //!
 //! # Errors
 //! Operating errors (the engine failed, a stored value does not decode, a row is
@@ -85,6 +95,7 @@ pub use ankusa_lanes::{LaneAssignment, RowId, count, mutation};
 
 mod admin;
 mod admission;
+pub mod attempt_log;
 mod check;
 pub mod handover;
 mod ingest;
@@ -103,6 +114,7 @@ pub use admin::{
     init_store, oldest_due, purge_tenant, retention, sweep_markers, sweep_markers_recheck,
 };
 pub use admission::{hook_size, is_purging, live_dedupe};
+pub use attempt_log::{LogAttempt, hook_attempts, row_attempts};
 pub use check::{
     Census, CheckReport, CounterFix, SeqAboveHighWater, Violation, check_invariants, check_store,
     counter_fix_batch, seq_above_high_water,
@@ -117,8 +129,8 @@ pub use pause::{
 pub use purge::{clear_purge, purge_phase, purge_tenant_page, read_purges, set_purge};
 pub use registry::{Registry, register, register_numbered};
 pub use transitions::{
-    claim, dead_letter, dead_letter_attempted, delivered, orphan, park, recover_inflight, retry,
-    revive,
+    claim, dead_letter, dead_letter_attempted, dead_letter_logged, delivered, delivered_logged,
+    orphan, orphan_logged, park, recover_inflight, retry, retry_logged, revive,
 };
 pub use unconfigured::pending_rows;
 

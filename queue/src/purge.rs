@@ -25,7 +25,9 @@
 //! 6. lane markers (?P), then any ?H left (none in a consistent store).
 //! 7. delivery rows in no index (none in a consistent store), dedupe records
 //!    (?K), envelopes (`hooks`), archive entries (`archive`): range deletes
-//!    of what the page read.
+//!    of what the page read. A page of envelopes also range-deletes the
+//!    attempt log (?L) of the seqs it spans, so no entry outlives its
+//!    envelope (invariant 7).
 //! 8. the last page: the tenant's ?A, every counter of the tenant subtracted
 //!    from the node aggregate and the tenant's ?C range deleted (so the
 //!    `_total` fields leave the aggregate too), and a range delete of every
@@ -39,10 +41,10 @@ use std::collections::BTreeMap;
 use ankusa_engine::{Batch, Cf, Direction, KeyRange, Read, scan_pages};
 use ankusa_keys::meta::{MetaKey, decode_purge, encode_purge, purge_key, purges_range};
 use ankusa_keys::{
-    CounterField, DeadLetterKey, DeliveryRow, DueKey, DueKind, DueValue, Family, InFlightKey,
-    InFlightValue, LaneHeadKey, LaneMarkerKey, LaneMemberKey, LaneMemberValue, QuarantinedKey,
-    TenantOrd, active_key, archive_tenant_range, deliveries_tenant_range, delivery_key,
-    hooks_tenant_range, tenant_range,
+    CounterField, DeadLetterKey, DeliveryRow, DueKey, DueKind, DueValue, Family, HookKey,
+    InFlightKey, InFlightValue, LaneHeadKey, LaneMarkerKey, LaneMemberKey, LaneMemberValue,
+    QuarantinedKey, TenantOrd, active_key, archive_tenant_range, attempt_log_hooks_range,
+    deliveries_tenant_range, delivery_key, hooks_tenant_range, tenant_range,
 };
 use ankusa_lanes::{Member, count};
 
@@ -263,6 +265,18 @@ pub fn purge_tenant_page(
         && let Some((last, _)) = entries.last()
     {
         batch.delete_range(cf, KeyRange::new(range.start.clone(), after(last)));
+        // The attempt log of the envelopes this page deletes: every ?L entry
+        // of the seqs from the page's first envelope to its last (the span
+        // holds no other hook, and a consistent store has no entry without
+        // its envelope: invariant 7). An earlier page's envelopes are gone
+        // with their log; the last page's range delete of the tenant takes
+        // whatever a store broken otherwise still has.
+        if phase == HOOKS
+            && let Some((first, _)) = entries.first()
+        {
+            let (first, last) = (HookKey::decode(first)?.seq, HookKey::decode(last)?.seq);
+            batch.delete_range(Cf::Index, attempt_log_hooks_range(tenant, first, last));
+        }
     }
     page.next = Some(match entries.last() {
         Some((last, _)) if entries.len() == limit => Cursor {

@@ -10,6 +10,7 @@ use ankusa_keys::{
 use ankusa_lanes::mutation::{self, Mutation};
 use ankusa_lanes::{Member, count};
 
+use crate::attempt_log::{LogAttempt, log_into};
 use crate::{Cursor, Origin, Page, QueueError, RowId};
 
 /// The delivery row of `id`, decoded.
@@ -104,6 +105,26 @@ pub fn retry(
     error: &str,
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
+    retry_logged(read, row, due_ms, error, now_ms, None)
+}
+
+/// [`retry`], with the attempt that ended here in the row's attempt log when
+/// `log` is given (docs/design.md section 3, "The attempt log"): its ?L entry
+/// and the delete of the entry `log.keep` attempts back in the same batch,
+/// and the row's logged_attempts +1.
+///
+/// Precondition: as [`retry`]. Keeps invariants 1-4, 7 and 8.
+///
+/// # Errors
+/// As [`retry`].
+pub fn retry_logged(
+    read: &impl Read,
+    row: RowId,
+    due_ms: u64,
+    error: &str,
+    now_ms: u64,
+    log: Option<LogAttempt<'_>>,
+) -> Result<Batch, QueueError> {
     let id = row;
     debug_assert!(due_ms >= now_ms, "{id} retried into the past");
     let fv = read_in_flight(read, id)?;
@@ -125,6 +146,9 @@ pub fn retry(
     row.state = RowState::Due;
     row.attempts = row.attempts.saturating_add(1);
     row.last_error = Some(error.to_owned());
+    if let Some(log) = log {
+        log_into(&mut batch, id, &mut row, log);
+    }
     put_row(&mut batch, id, &row);
     count(&mut batch, id.tenant, CounterField::InFlight, -1);
     count(&mut batch, id.tenant, CounterField::RetriesTotal, 1);
@@ -189,13 +213,34 @@ pub fn park(read: &impl Read, due: DueKey, due_ms: u64, now_ms: u64) -> Result<B
 /// [`QueueError::NotInState`] when `row` is not in ?F; [`QueueError::MissingRow`];
 /// engine and decode errors.
 pub fn delivered(read: &impl Read, row: RowId, now_ms: u64) -> Result<Batch, QueueError> {
+    delivered_logged(read, row, now_ms, None)
+}
+
+/// [`delivered`], with the delivering attempt in the row's attempt log when
+/// `log` is given (docs/design.md section 3, "The attempt log"): the row goes,
+/// its log stays until its hook's envelope goes (retention), so the
+/// destination's answer to the delivery can still be read.
+///
+/// Precondition: as [`delivered`]. Keeps invariants 1-3, 7 and 8.
+///
+/// # Errors
+/// As [`delivered`].
+pub fn delivered_logged(
+    read: &impl Read,
+    row: RowId,
+    now_ms: u64,
+    log: Option<LogAttempt<'_>>,
+) -> Result<Batch, QueueError> {
     let id = row;
     let fv = read_in_flight(read, id)?;
-    let row = read_row(read, id)?;
+    let mut row = read_row(read, id)?;
     debug_assert_eq!(row.state, RowState::InFlight, "delivered {id}: row state");
     let mut batch = Batch::new();
     batch.delete(Cf::Index, in_flight_key(id.tenant, id.seq, id.sink));
     batch.delete(Cf::Deliveries, delivery_key(id.tenant, id.seq, id.sink));
+    if let Some(log) = log {
+        log_into(&mut batch, id, &mut row, log);
+    }
     count(&mut batch, id.tenant, CounterField::Pending, -1);
     count(
         &mut batch,
@@ -225,6 +270,8 @@ pub(crate) struct DeadLetterOf<'a> {
     pub(crate) tolerant: bool,
     /// The attempt that ended here ran: count it and keep its error.
     pub(crate) attempted: bool,
+    /// The attempt that ended here, for the row's attempt log.
+    pub(crate) log: Option<LogAttempt<'a>>,
 }
 
 /// Appends the dead-letter of `id` to `batch` (see [`dead_letter`]).
@@ -240,6 +287,7 @@ pub(crate) fn dead_into(
         now_ms,
         tolerant,
         attempted,
+        log,
     } = of;
     let decoded = read_row(read, id);
     let stored = match decoded {
@@ -290,6 +338,7 @@ pub(crate) fn dead_into(
         lane: None,
         ordering_key: None,
         lane_seq: None,
+        logged_attempts: 0,
     });
     debug_assert!(
         stored.is_none()
@@ -307,6 +356,9 @@ pub(crate) fn dead_into(
         // The attempt that ended here ran: count it, and keep its error.
         row.attempts = row.attempts.saturating_add(1);
         row.last_error = Some(reason.to_owned());
+    }
+    if let Some(log) = log {
+        log_into(batch, id, &mut row, log);
     }
     batch.put(
         Cf::Index,
@@ -367,6 +419,7 @@ pub fn dead_letter(
             now_ms,
             tolerant: false,
             attempted: false,
+            log: None,
         },
     )?;
     Ok(batch)
@@ -388,6 +441,25 @@ pub fn dead_letter_attempted(
     reason: &str,
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
+    dead_letter_logged(read, row, reason, now_ms, None)
+}
+
+/// [`dead_letter_attempted`], with the attempt that ended here in the row's
+/// attempt log when `log` is given (docs/design.md section 3, "The attempt
+/// log"); the dead row keeps its log until it is dropped or its hook's
+/// envelope goes.
+///
+/// Precondition: `row` is in ?F. Keeps invariants 1-3, 7 and 8.
+///
+/// # Errors
+/// As [`dead_letter`].
+pub fn dead_letter_logged(
+    read: &impl Read,
+    row: RowId,
+    reason: &str,
+    now_ms: u64,
+    log: Option<LogAttempt<'_>>,
+) -> Result<Batch, QueueError> {
     let mut batch = Batch::new();
     dead_into(
         read,
@@ -399,6 +471,7 @@ pub fn dead_letter_attempted(
             now_ms,
             tolerant: false,
             attempted: true,
+            log,
         },
     )?;
     Ok(batch)
@@ -421,6 +494,28 @@ pub fn orphan(
     reason: &str,
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
+    orphan_logged(read, row, from, reason, now_ms, None)
+}
+
+/// [`orphan`], with the attempt that ended here (a sink that answered that
+/// the hook's source is gone) in the row's attempt log when `log` is given
+/// (docs/design.md section 3, "The attempt log").
+///
+/// Precondition: `row` is in `from`. Keeps invariants 1-3, 7 and 8, except
+/// for a row that does not decode: rewritten from its index entry, its log
+/// count starts again, and the checker reports its earlier entries above it
+/// (invariant 8), as it reports the lane it can no longer release.
+///
+/// # Errors
+/// As [`orphan`].
+pub fn orphan_logged(
+    read: &impl Read,
+    row: RowId,
+    from: Origin,
+    reason: &str,
+    now_ms: u64,
+    log: Option<LogAttempt<'_>>,
+) -> Result<Batch, QueueError> {
     let mut batch = Batch::new();
     dead_into(
         read,
@@ -432,6 +527,7 @@ pub fn orphan(
             now_ms,
             tolerant: true,
             attempted: false,
+            log,
         },
     )?;
     Ok(batch)

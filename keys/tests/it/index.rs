@@ -242,7 +242,62 @@ index_family!(
     |k: &CounterKey| (k.tenant.0, k.field.as_u8())
 );
 
+index_family!(
+    attempt_log,
+    Family::AttemptLog,
+    AttemptLogKey,
+    true,
+    (
+        tenant(),
+        seq(),
+        sink(),
+        prop_oneof![1..25u32, Just(u32::MAX), any::<u32>()]
+    )
+        .prop_map(|(tenant, seq, sink, attempt)| AttemptLogKey {
+            tenant,
+            seq,
+            sink,
+            attempt
+        }),
+    |k: &AttemptLogKey| (k.tenant.0, k.seq.0, k.sink.0, k.attempt)
+);
+
 proptest! {
+    /// A row's attempt log is its own prefix, inside its hook's; a hook's is
+    /// inside the range of any span of hooks that holds its seq, and no
+    /// other hook's or tenant's entry is in them.
+    #[test]
+    fn attempt_log_ranges_hold_exactly_the_row_and_the_hook(
+        t in tenant(), seq in seq(), sink in sink(), other in sink(), n in any::<u32>(), m in any::<u32>(),
+        first in seq(), last in seq()
+    ) {
+        let key = attempt_log_key(t, seq, sink, n);
+        let row = attempt_log_row_range(t, seq, sink);
+        let hook = attempt_log_hook_range(t, seq);
+        prop_assert!(row.contains(&key));
+        prop_assert!(hook.contains(&key));
+        prop_assert!(row.contains(&attempt_log_key(t, seq, sink, 0)));
+        prop_assert!(row.contains(&attempt_log_key(t, seq, sink, u32::MAX)));
+        prop_assert_eq!(row.contains(&attempt_log_key(t, seq, other, m)), other == sink);
+        prop_assert!(hook.contains(&attempt_log_key(t, seq, other, m)));
+        prop_assert!(tenant_range(Family::AttemptLog, t).start <= hook.start);
+        prop_assert!(hook.end <= tenant_range(Family::AttemptLog, t).end);
+        if let Some(next) = seq.0.checked_add(1) {
+            prop_assert!(!hook.contains(&attempt_log_key(t, Seq(next), SinkIx(0), 0)));
+        }
+        if let Some(prev) = seq.0.checked_sub(1) {
+            prop_assert!(!hook.contains(&attempt_log_key(t, Seq(prev), SinkIx(u16::MAX), u32::MAX)));
+        }
+        if t.0 < TenantOrd::LAST.0 {
+            prop_assert!(!hook.contains(&attempt_log_key(TenantOrd(t.0 + 1), seq, sink, n)));
+        }
+        // A span of hooks: exactly the seqs first..=last.
+        let span = attempt_log_hooks_range(t, first, last);
+        prop_assert_eq!(span.contains(&key), first <= seq && seq <= last);
+        prop_assert_eq!(span.is_empty(), first > last);
+        prop_assert!(!span.contains(&dead_letter_key(t, seq, sink)));
+    }
+
     /// A held ?D key (docs/design.md section 5, "Pause") keeps its due time,
     /// is in the tenant's held range and in no due range of a real clock, and
     /// the live and held ranges split the tenant's ?D range between them.
@@ -344,6 +399,7 @@ proptest! {
             (ankusa_engine::Cf::Index, quarantined_key(t, seq).to_vec()),
             (ankusa_engine::Cf::Index, dedupe_key(t, SourceId(1), b"id")),
             (ankusa_engine::Cf::Index, counter_key(t, CounterField::Pending).to_vec()),
+            (ankusa_engine::Cf::Index, attempt_log_key(t, seq, sink, 3).to_vec()),
             (ankusa_engine::Cf::Hooks, hook_key(t, seq).to_vec()),
             (ankusa_engine::Cf::Deliveries, delivery_key(t, seq, sink).to_vec()),
             (ankusa_engine::Cf::Archive, archive_key(t, 5, seq).to_vec()),
@@ -372,6 +428,7 @@ fn family_bytes_are_the_designs() {
         (Family::Dedupe, b'K'),
         (Family::Counter, b'C'),
         (Family::LaneSeq, b'S'),
+        (Family::AttemptLog, b'L'),
     ];
     assert_eq!(Family::ALL.len(), table.len());
     for (family, byte) in table {

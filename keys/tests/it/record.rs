@@ -1,6 +1,6 @@
-//! The versioned values: envelope and delivery row.
+//! The versioned values: envelope, delivery row and attempt record.
 
-use ankusa_keys::record::{DELIVERY_ROW_VERSION, ENVELOPE_VERSION};
+use ankusa_keys::record::{ATTEMPT_RECORD_VERSION, DELIVERY_ROW_VERSION, ENVELOPE_VERSION};
 use ankusa_keys::*;
 use proptest::collection::vec;
 use proptest::option;
@@ -59,6 +59,7 @@ fn row() -> impl Strategy<Value = DeliveryRow> {
         option::of(lane()),
         option::of(vec(any::<u8>(), 0..=ORDERING_KEY_MAX_BYTES)),
         option::of(u64s()),
+        prop_oneof![Just(0u32), 1..25u32, any::<u32>()],
     )
         .prop_map(
             |(
@@ -70,6 +71,7 @@ fn row() -> impl Strategy<Value = DeliveryRow> {
                 lane,
                 ordering_key,
                 lane_seq,
+                logged_attempts,
             )| {
                 DeliveryRow {
                     state,
@@ -80,6 +82,38 @@ fn row() -> impl Strategy<Value = DeliveryRow> {
                     lane,
                     ordering_key,
                     lane_seq,
+                    logged_attempts,
+                }
+            },
+        )
+}
+
+fn attempt() -> impl Strategy<Value = AttemptRecord> {
+    (
+        u64s(),
+        u64s(),
+        prop_oneof![
+            Just("delivered".to_owned()),
+            Just("retry".to_owned()),
+            "[a-z_]{0,12}"
+        ],
+        option::of(prop_oneof![Just(200u16), Just(503), any::<u16>()]),
+        option::of(".{0,40}"),
+        vec((bytes(16), bytes(32)), 0..4),
+        bytes(256),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(at_ms, duration_ms, outcome, status, error, headers, body, body_truncated)| {
+                AttemptRecord {
+                    at_ms,
+                    duration_ms,
+                    outcome,
+                    status,
+                    error,
+                    headers,
+                    body,
+                    body_truncated,
                 }
             },
         )
@@ -155,7 +189,7 @@ proptest! {
     }
 
     #[test]
-    fn row_skips_unknown_fields(r in row(), tag in 9..=u8::MAX, data in bytes(40)) {
+    fn row_skips_unknown_fields(r in row(), tag in 10..=u8::MAX, data in bytes(40)) {
         prop_assert_eq!(DeliveryRow::decode(&with_unknown_fields(&r.encode(), tag, &data)), Ok(r));
     }
 
@@ -169,6 +203,35 @@ proptest! {
             Err(ValueError::Truncated { what: "delivery row" })
         };
         prop_assert_eq!(DeliveryRow::decode(&bytes[..cut]), expected);
+    }
+
+    #[test]
+    fn attempt_round_trips(a in attempt()) {
+        let bytes = a.encode();
+        prop_assert_eq!(bytes[0], ATTEMPT_RECORD_VERSION);
+        let decoded = AttemptRecord::decode(&bytes);
+        prop_assert_eq!(decoded.as_ref(), Ok(&a));
+        prop_assert_eq!(decoded.map(|d| d.encode()), Ok(bytes));
+    }
+
+    #[test]
+    fn attempt_skips_unknown_fields(a in attempt(), tag in 9..=u8::MAX, data in bytes(40)) {
+        prop_assert_eq!(AttemptRecord::decode(&with_unknown_fields(&a.encode(), tag, &data)), Ok(a));
+    }
+
+    #[test]
+    fn attempt_refuses_a_truncated_value(a in attempt(), cut in any::<Index>()) {
+        let bytes = a.encode();
+        let cut = cut.index(bytes.len());
+        let expected = if cut == 0 {
+            Err(ValueError::UnknownVersion { what: "attempt record", found: None, supported: ATTEMPT_RECORD_VERSION })
+        } else {
+            Err(ValueError::Truncated { what: "attempt record" })
+        };
+        prop_assert_eq!(AttemptRecord::decode(&bytes[..cut]), expected);
+        let mut longer = bytes.clone();
+        longer.push(0);
+        prop_assert_eq!(AttemptRecord::decode(&longer), Err(ValueError::TrailingBytes { what: "attempt record" }));
     }
 
     #[test]
@@ -195,6 +258,7 @@ fn a_row_has_a_stable_layout() {
         lane: Some(LaneId([7; 16])),
         ordering_key: Some(b"cus_1".to_vec()),
         lane_seq: Some(258),
+        logged_attempts: 0,
     };
     let mut fields = ROW_FIELDS.to_vec();
     fields.push((6, &[7; 16]));
@@ -217,9 +281,18 @@ fn a_row_has_a_stable_layout() {
         DeliveryRow::decode(&value(1, &fields[..fields.len() - 1])),
         Ok(DeliveryRow {
             lane_seq: None,
-            ..row
+            ..row.clone()
         })
     );
+    // The attempt log's count is tag 9, written only when above 0, so a row
+    // of a relay that keeps no log is byte for byte what it was before.
+    let logged = DeliveryRow {
+        logged_attempts: 21,
+        ..row
+    };
+    fields.push((9, &[0, 0, 0, 21]));
+    assert_eq!(logged.encode(), value(1, &fields));
+    assert_eq!(DeliveryRow::decode(&value(1, &fields)), Ok(logged));
 }
 
 #[test]
@@ -282,6 +355,14 @@ fn a_row_with_bad_fields_is_refused() {
         })
     ));
     assert!(with((7, &[b'k'; ORDERING_KEY_MAX_BYTES])).is_ok());
+    assert!(matches!(
+        with((9, &[0; 2])),
+        Err(ValueError::InvalidField {
+            field: "logged_attempts",
+            ..
+        })
+    ));
+    assert_eq!(with((9, &[0, 0, 0, 1])).map(|r| r.logged_attempts), Ok(1));
     let bad_state = value(1, &[(1, &[4]), (2, &[0; 4]), (3, &[0; 4])]);
     assert!(matches!(
         DeliveryRow::decode(&bad_state),
@@ -309,6 +390,7 @@ fn encoding_an_overlong_ordering_key_panics() {
         lane: None,
         ordering_key: Some(vec![0; ORDERING_KEY_MAX_BYTES + 1]),
         lane_seq: None,
+        logged_attempts: 0,
     };
     let _ = row.encode();
 }
@@ -475,4 +557,93 @@ fn peeking_the_source_refuses_what_has_none() {
         Envelope::peek_source(&[ENVELOPE_VERSION, 1, 0]),
         Err(ValueError::Truncated { .. })
     ));
+}
+
+#[test]
+fn an_attempt_has_a_stable_layout() {
+    let a = AttemptRecord {
+        at_ms: 1_700_000_000_000,
+        duration_ms: 12,
+        outcome: "retry".into(),
+        status: Some(503),
+        error: Some("HTTP 503".into()),
+        headers: vec![(b"retry-after".to_vec(), b"5".to_vec())],
+        body: b"busy".to_vec(),
+        body_truncated: true,
+    };
+    let header = [&11u32.to_be_bytes()[..], b"retry-after", b"5"].concat();
+    let fields: Vec<(u8, &[u8])> = vec![
+        (1, &[0, 0, 1, 0x8b, 0xcf, 0xe5, 0x68, 0]),
+        (2, &[0, 0, 0, 0, 0, 0, 0, 12]),
+        (3, b"retry"),
+        (4, &[1, 0xf7]),
+        (5, b"HTTP 503"),
+        (6, &header),
+        (7, b"busy"),
+        (8, &[1]),
+    ];
+    assert_eq!(a.encode(), value(1, &fields));
+    // A delivery with no answer kept: the three required fields only.
+    let bare = AttemptRecord {
+        at_ms: 1,
+        duration_ms: 0,
+        outcome: "delivered".into(),
+        ..AttemptRecord::default()
+    };
+    assert_eq!(
+        bare.encode(),
+        value(
+            1,
+            &[
+                (1, &[0, 0, 0, 0, 0, 0, 0, 1]),
+                (2, &[0; 8]),
+                (3, b"delivered")
+            ]
+        )
+    );
+    for missing in [1u8, 2, 3] {
+        let without: Vec<(u8, &[u8])> = fields
+            .iter()
+            .copied()
+            .filter(|(t, _)| *t != missing)
+            .collect();
+        let field = ["at_ms", "duration_ms", "outcome"][usize::from(missing - 1)];
+        assert_eq!(
+            AttemptRecord::decode(&value(1, &without)),
+            Err(ValueError::MissingField {
+                what: "attempt record",
+                field
+            })
+        );
+    }
+    let with = |extra: (u8, &'static [u8])| {
+        let mut f = fields.clone();
+        f.push(extra);
+        f.sort_by_key(|(t, _)| *t);
+        AttemptRecord::decode(&value(1, &f))
+    };
+    assert_eq!(
+        with((4, &[0, 200])),
+        Err(ValueError::DuplicateField {
+            what: "attempt record",
+            field: "status"
+        })
+    );
+    let mut zero_flag = fields.clone();
+    zero_flag[7] = (8, &[0]);
+    assert!(matches!(
+        AttemptRecord::decode(&value(1, &zero_flag)),
+        Err(ValueError::InvalidField {
+            field: "body_truncated",
+            ..
+        })
+    ));
+    assert_eq!(
+        AttemptRecord::decode(&value(2, &fields)),
+        Err(ValueError::UnknownVersion {
+            what: "attempt record",
+            found: Some(2),
+            supported: 1
+        })
+    );
 }

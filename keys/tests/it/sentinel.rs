@@ -27,6 +27,9 @@ fn every_scanned_family_has_one_sentinel() {
         assert!(!is_sentinel(Cf::Hooks, &s));
     }
     assert_eq!(family_sentinel(Family::Counter), None);
+    // The attempt log is read within a hook's or a row's prefix only.
+    assert_eq!(family_sentinel(Family::AttemptLog), None);
+    assert!(!is_sentinel(Cf::Index, &[b'L'; 19]));
     for (cf, len) in [(Cf::Hooks, 12), (Cf::Deliveries, 14), (Cf::Archive, 20)] {
         let keys: Vec<&Vec<u8>> = all
             .iter()

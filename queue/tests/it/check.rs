@@ -51,6 +51,7 @@ fn check_invariants_reports_every_planted_inconsistency() {
             lane: None,
             ordering_key: None,
             lane_seq: None,
+            logged_attempts: 0,
         }
         .encode(),
     );
@@ -394,6 +395,7 @@ fn seq_above_high_water_finds_the_highest_stored_seq_above_the_mark() {
             lane: None,
             ordering_key: None,
             lane_seq: None,
+            logged_attempts: 0,
         }
         .encode(),
     );

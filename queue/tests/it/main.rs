@@ -7,6 +7,7 @@
 mod support;
 
 mod admission;
+mod attempt_log;
 mod check;
 mod claim_retry_park;
 mod dead_letter;
