@@ -52,6 +52,11 @@ pub struct DeliveryCtx {
     /// The content type the provider sent (the stored `content-type` header),
     /// if any; adapters that carry one pass it unchanged.
     pub content_type: Option<String>,
+    /// Most bytes of the destination's answer body a sink reports in
+    /// [`crate::Sink::attempt`] (`node.attempt_log.max_body_bytes`, 0 when
+    /// the relay keeps no attempt log; docs/design.md section 3, "The
+    /// attempt log").
+    pub response_body_max_bytes: usize,
 }
 
 impl DeliveryCtx {
@@ -152,6 +157,7 @@ mod tests {
             ordered,
             received_at_ms: 1_700_000_000_000,
             content_type: None,
+            response_body_max_bytes: 4096,
         }
     }
 

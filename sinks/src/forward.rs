@@ -712,6 +712,7 @@ mod tests {
             ordered: false,
             received_at_ms: 0,
             content_type: None,
+            response_body_max_bytes: 0,
         };
         let sent = ForwardHeaders::All.select(&TEST, &hook, &ctx, Room::UNLIMITED);
         assert_eq!(sent.len(), 3);

@@ -67,7 +67,7 @@ use async_trait::async_trait;
 pub use ankusa_keys::{Envelope, SinkIx};
 pub use ctx::{DeliveryCtx, uuid_text};
 pub use error::{OptionProblems, SinkError};
-pub use outcome::Outcome;
+pub use outcome::{Attempted, Outcome, Response};
 
 /// A sink's options as written in its source's sink entry, after core removed
 /// the options it reads itself (`ordered`, `ordering_key`; docs/design.md section 7).
@@ -93,6 +93,17 @@ pub trait Sink: Send + Sync {
     /// Delivers one hook. Never panics on anything the hook contains; maps
     /// every error of its client to an [`Outcome`].
     async fn deliver(&self, hook: &Envelope, ctx: &DeliveryCtx) -> Outcome;
+
+    /// Delivers one hook as [`Sink::deliver`] does and also says what the
+    /// destination answered, for the row's attempt log (docs/design.md
+    /// section 6, "What the destination answered"). The pipeline calls this
+    /// one. The default reports no answer: a broker's error text travels in
+    /// the outcome's reason. The HTTP sink reports its answer's status,
+    /// headers and the first [`DeliveryCtx::response_body_max_bytes`] of its
+    /// body.
+    async fn attempt(&self, hook: &Envelope, ctx: &DeliveryCtx) -> Attempted {
+        self.deliver(hook, ctx).await.into()
+    }
 
     /// Makes every delivery that returned [`Outcome::Ok`] since the last flush
     /// durable at the destination. The default does nothing: a sink whose

@@ -109,3 +109,49 @@ impl Outcome {
         matches!(status, 408 | 425 | 429 | 500..=599)
     }
 }
+
+/// What the destination answered to one attempt, as far as the attempt log
+/// keeps it (docs/design.md section 6, "What the destination answered"): the
+/// HTTP sink gives one for every answer it read; the broker sinks give none
+/// (their error text is the outcome's reason).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Response {
+    /// The HTTP status.
+    pub status: u16,
+    /// The answer's headers, in the order received: lower-case name, value
+    /// bytes; at most [`Response::MAX_HEADERS`], each value cut to
+    /// [`Response::MAX_HEADER_VALUE_BYTES`].
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The first bytes of the answer's body, at most
+    /// [`crate::DeliveryCtx::response_body_max_bytes`].
+    pub body: Vec<u8>,
+    /// The body had more than `body` holds (or the sink stopped reading it).
+    pub body_truncated: bool,
+}
+
+impl Response {
+    /// Most headers of an answer a [`Response`] keeps (the first ones).
+    pub const MAX_HEADERS: usize = 64;
+    /// Most bytes of one header value a [`Response`] keeps.
+    pub const MAX_HEADER_VALUE_BYTES: usize = 1024;
+}
+
+/// One finished [`crate::Sink::attempt`]: its outcome and, when the sink has
+/// one, what the destination answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempted {
+    /// The outcome, as [`crate::Sink::deliver`] gives it.
+    pub outcome: Outcome,
+    /// The destination's answer; `None` when there was none to read (a
+    /// timeout, a refused connection) or the sink reports none.
+    pub response: Option<Response>,
+}
+
+impl From<Outcome> for Attempted {
+    fn from(outcome: Outcome) -> Attempted {
+        Attempted {
+            outcome,
+            response: None,
+        }
+    }
+}

@@ -34,6 +34,16 @@
 //! | with `auth.oauth2`: 401 | the token is renewed and the hook posted once more in the same attempt; that answer is the outcome |
 //! | 1xx/3xx (redirects are not followed: a POST turned into a GET would lose the hook) | `Permanent` |
 //!
+//! # The answer, for the attempt log
+//! [`Sink::attempt`](crate::Sink::attempt) also reports what the endpoint
+//! answered ([`Response`](crate::Response)): the status, the first 64 headers
+//! (each value cut to 1 KiB) and the first
+//! [`DeliveryCtx::response_body_max_bytes`](crate::DeliveryCtx::response_body_max_bytes)
+//! of the body (at most [`DRAIN_MAX_BYTES`], what it reads anyway), with
+//! `body_truncated` when there was more. A timeout or a failed connection
+//! has no answer. The pipeline keeps it in the row's attempt log
+//! (docs/design.md section 3, "The attempt log").
+//!
 //! The pipeline resolves an `HttpStatus` with the sink entry's retry policy
 //! ([`Outcome::resolve_status`](crate::Outcome::resolve_status); docs/design.md
 //! section 5, "Retry policy"). By default ([`Outcome::retried_by_default`](crate::Outcome::retried_by_default))
@@ -81,5 +91,5 @@ pub mod tls;
 pub use auth::Auth;
 pub use config::{DEFAULT_TIMEOUT_MS, HttpSinkConfig};
 pub use signing::Signing;
-pub use sink::{HttpSink, classify, client, install_crypto_provider, retry_after};
+pub use sink::{DRAIN_MAX_BYTES, HttpSink, classify, client, install_crypto_provider, retry_after};
 pub use tls::TlsOptions;

@@ -14,10 +14,12 @@ use super::auth::Auth;
 use super::config::HttpSinkConfig;
 use super::oauth2::{Token, Tokens};
 use super::signing::Signing;
-use crate::{DeliveryCtx, Envelope, Outcome, Sink, SinkError, meta};
+use crate::{Attempted, DeliveryCtx, Envelope, Outcome, Response, Sink, SinkError, meta};
 
-/// How much of an answer's body is read so its connection can be reused.
-const DRAIN_MAX_BYTES: usize = 64 * 1024;
+/// How much of an answer's body is read so its connection can be reused;
+/// also the most the attempt log can keep of it
+/// (`node.attempt_log.max_body_bytes` is at most this).
+pub const DRAIN_MAX_BYTES: usize = 64 * 1024;
 /// How much of a rejection's body goes into the outcome's reason.
 const EXCERPT_MAX_CHARS: usize = 200;
 
@@ -45,6 +47,10 @@ struct Answer {
     location: Option<HeaderValue>,
     /// The start of the body (up to 64 KiB).
     body: Vec<u8>,
+    /// Whether `body` is all of it (the stream ended before the bound).
+    ended: bool,
+    /// The answer's headers as the attempt log keeps them ([`answer_headers`]).
+    headers: Vec<(String, Vec<u8>)>,
 }
 
 /// Installs ring as the process's rustls crypto provider unless one is
@@ -176,54 +182,103 @@ impl HttpSink {
 #[async_trait]
 impl Sink for HttpSink {
     async fn deliver(&self, hook: &Envelope, ctx: &DeliveryCtx) -> Outcome {
+        self.attempt(hook, ctx).await.outcome
+    }
+
+    async fn attempt(&self, hook: &Envelope, ctx: &DeliveryCtx) -> Attempted {
         let timestamp_s = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let headers = self.request_headers(hook, ctx, timestamp_s);
         let Some(tokens) = &self.tokens else {
             return match self.post(headers, hook).await {
-                Ok(answer) => outcome(answer),
-                Err(o) => o,
+                Ok(answer) => attempted(answer, ctx),
+                Err(o) => o.into(),
             };
         };
         // `auth.oauth2` (module docs of `oauth2`): a 401 forgets the token
         // and the hook is posted once more, in this attempt, with a new one.
         let token = match tokens.get().await {
             Ok(t) => t,
-            Err(o) => return o,
+            Err(o) => return o.into(),
         };
         let answer = match self.post(bearer(headers.clone(), &token), hook).await {
             Ok(a) => a,
-            Err(o) => return o,
+            Err(o) => return o.into(),
         };
         if answer.status != StatusCode::UNAUTHORIZED {
-            return outcome(answer);
+            return attempted(answer, ctx);
         }
         tokens.forget(&token).await;
         let token = match tokens.get().await {
             Ok(t) => t,
-            Err(o) => return o,
+            Err(o) => return o.into(),
         };
         match self.post(bearer(headers, &token), hook).await {
             Ok(a) => {
-                let mut o = outcome(a);
+                let mut done = attempted(a, ctx);
                 if let Outcome::HttpStatus {
                     status: 401,
                     reason,
                     ..
-                } = &mut o
+                } = &mut done.outcome
                 {
                     reason.push_str(" (again with a new OAuth2 token)");
                 }
-                o
+                done
             }
-            Err(o) => o,
+            Err(o) => o.into(),
         }
     }
 
     fn kind(&self) -> &'static str {
         "http"
     }
+}
+
+/// An answer as the attempt reports it: its outcome and, for the attempt log,
+/// the status, the headers and the first
+/// [`DeliveryCtx::response_body_max_bytes`] of the body (docs/design.md
+/// section 3, "The attempt log").
+fn attempted(answer: Answer, ctx: &DeliveryCtx) -> Attempted {
+    let outcome = outcome(&answer);
+    let Answer {
+        status,
+        mut body,
+        ended,
+        headers,
+        ..
+    } = answer;
+    let keep = ctx.response_body_max_bytes.min(DRAIN_MAX_BYTES);
+    let body_truncated = body.len() > keep || !ended;
+    body.truncate(keep);
+    Attempted {
+        outcome,
+        response: Some(Response {
+            status: status.as_u16(),
+            headers,
+            body,
+            body_truncated,
+        }),
+    }
+}
+
+/// The headers of an answer as the attempt log keeps them: the first
+/// [`Response::MAX_HEADERS`], each value cut to
+/// [`Response::MAX_HEADER_VALUE_BYTES`], so one answer cannot make the log's
+/// entry large.
+fn answer_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+    headers
+        .iter()
+        .take(Response::MAX_HEADERS)
+        .map(|(n, v)| {
+            let v = v.as_bytes();
+            (
+                n.as_str().to_owned(),
+                v[..v.len().min(Response::MAX_HEADER_VALUE_BYTES)].to_vec(),
+            )
+        })
+        .collect()
 }
 
 /// `headers` with `authorization: Bearer <token>`.
@@ -248,14 +303,21 @@ impl HttpSink {
         let status = response.status();
         let retry_after = response.headers().get(RETRY_AFTER).cloned();
         let location = response.headers().get(reqwest::header::LOCATION).cloned();
-        // Read (part of) the answer: an excerpt for a rejection's reason, and
-        // a drained body lets the connection go back to the pool. A failure
-        // while reading changes nothing: the status has been given.
+        let headers = answer_headers(response.headers());
+        // Read (part of) the answer: an excerpt for a rejection's reason and
+        // the attempt log, and a drained body lets the connection go back to
+        // the pool. A failure while reading changes nothing: the status has
+        // been given.
         let mut body = Vec::new();
+        let mut ended = false;
         while body.len() < DRAIN_MAX_BYTES {
             match response.chunk().await {
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-                Ok(None) | Err(_) => break,
+                Ok(None) => {
+                    ended = true;
+                    break;
+                }
+                Err(_) => break,
             }
         }
         Ok(Answer {
@@ -263,20 +325,22 @@ impl HttpSink {
             retry_after,
             location,
             body,
+            ended,
+            headers,
         })
     }
 }
 
 /// The outcome of a receiver's answer ([`classify`], and the target of a
 /// redirect that was not followed).
-fn outcome(answer: Answer) -> Outcome {
+fn outcome(answer: &Answer) -> Outcome {
     let mut outcome = classify(
         answer.status,
         answer.retry_after.as_ref().map(HeaderValue::as_bytes),
         &answer.body,
         SystemTime::now(),
     );
-    if let (Outcome::Permanent { reason }, Some(loc)) = (&mut outcome, answer.location)
+    if let (Outcome::Permanent { reason }, Some(loc)) = (&mut outcome, &answer.location)
         && answer.status.is_redirection()
     {
         reason.push_str(&format!(

@@ -303,3 +303,19 @@ fn config_from_options() {
         "2 problems: unknown sink option `fsync` (valid: path); sink option `path` is required"
     );
 }
+
+/// A sink without an answer to give (every adapter but HTTP) reports none
+/// from `attempt`: the default of the trait, the outcome of `deliver`.
+#[tokio::test]
+async fn attempt_reports_no_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = open(&dir.path().join("out.ndjson")).await;
+    let a = s.attempt(&hook(b"{}"), &ctx()).await;
+    assert_eq!(
+        a,
+        ankusa_sinks::Attempted {
+            outcome: Outcome::Ok,
+            response: None
+        }
+    );
+}

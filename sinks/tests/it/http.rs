@@ -890,3 +890,133 @@ fn the_example_files_http_sinks_load() {
         ]
     );
 }
+
+/// What the endpoint answered, for the attempt log (docs/design.md section
+/// 6, "What the destination answered"): a receiver answering 503 with a
+/// body twice, then 200, gives the three statuses, bodies and headers, and
+/// the same outcomes as `deliver`.
+#[tokio::test]
+async fn each_attempt_reports_the_answers_status_headers_and_body() {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let server = Server::start(move |_| {
+        let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n < 2 {
+            Reply::status(503)
+                .header("retry-after", "7")
+                .header("x-request-id", &format!("req-{n}"))
+                .body(&format!("overloaded, try {n}"))
+        } else {
+            Reply::status(200)
+                .header("x-request-id", "req-2")
+                .body("{\"received\":true}")
+        }
+    })
+    .await;
+    let s = sink(server.url("/in"));
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(s.attempt(&hook(b"{}"), &ctx()).await);
+    }
+    let summary: Vec<(u16, String, bool, Option<String>)> = got
+        .iter()
+        .map(|a| {
+            let r = a.response.as_ref().expect("an answer");
+            let id = r
+                .headers
+                .iter()
+                .find(|(n, _)| n == "x-request-id")
+                .map(|(_, v)| String::from_utf8(v.clone()).expect("utf-8"));
+            (
+                r.status,
+                String::from_utf8(r.body.clone()).expect("utf-8"),
+                r.body_truncated,
+                id,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (503, "overloaded, try 0".into(), false, Some("req-0".into())),
+            (503, "overloaded, try 1".into(), false, Some("req-1".into())),
+            (
+                200,
+                "{\"received\":true}".into(),
+                false,
+                Some("req-2".into())
+            ),
+        ]
+    );
+    let retry_after = got[0]
+        .response
+        .as_ref()
+        .and_then(|r| r.headers.iter().find(|(n, _)| n == "retry-after"))
+        .map(|(_, v)| v.clone());
+    assert_eq!(retry_after, Some(b"7".to_vec()));
+    assert_eq!(
+        got[0].outcome,
+        Outcome::HttpStatus {
+            status: 503,
+            reason: "HTTP 503 Service Unavailable: overloaded, try 0".into(),
+            after: Some(Duration::from_secs(7)),
+        }
+    );
+    assert_eq!(got[2].outcome, Outcome::Ok);
+    assert_eq!(server.requests().len(), 3);
+}
+
+/// A 1 MiB answer is kept as its first 4 KiB (the context's limit), marked
+/// truncated; a limit of 0 keeps no body; a refused connection has no
+/// answer.
+#[tokio::test]
+async fn a_large_answer_is_kept_as_its_first_bytes() {
+    let big: String = (0..(1 << 20))
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let body = big.clone();
+    let server = Server::start(move |_| Reply::status(500).body(&body)).await;
+    let s = sink(server.url("/big"));
+    let a = s.attempt(&hook(b"{}"), &ctx()).await;
+    let r = a.response.expect("an answer");
+    assert_eq!(r.status, 500);
+    assert_eq!(r.body.len(), 4096);
+    assert_eq!(r.body, big.as_bytes()[..4096].to_vec());
+    assert!(r.body_truncated);
+    assert!(
+        matches!(a.outcome, Outcome::HttpStatus { status: 500, .. }),
+        "{:?}",
+        a.outcome
+    );
+    let mut none = ctx();
+    none.response_body_max_bytes = 0;
+    let r = s
+        .attempt(&hook(b"{}"), &none)
+        .await
+        .response
+        .expect("an answer");
+    assert_eq!((r.status, r.body.len(), r.body_truncated), (500, 0, true));
+    // An empty body is all there: not truncated.
+    let empty = Server::start(|_| Reply::status(204)).await;
+    let r = sink(empty.url("/"))
+        .attempt(&hook(b"{}"), &ctx())
+        .await
+        .response
+        .expect("an answer");
+    assert_eq!((r.status, r.body.len(), r.body_truncated), (204, 0, false));
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    let a = sink(format!("http://{addr}/"))
+        .attempt(&hook(b"{}"), &ctx())
+        .await;
+    assert_eq!(a.response, None);
+    assert!(
+        matches!(a.outcome, Outcome::Retry { .. }),
+        "{:?}",
+        a.outcome
+    );
+}

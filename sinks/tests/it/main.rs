@@ -75,6 +75,7 @@ pub fn ctx() -> DeliveryCtx {
         ordered: false,
         received_at_ms: 1_764_500_000_123,
         content_type: Some("application/json".into()),
+        response_body_max_bytes: 4096,
     }
 }
 
