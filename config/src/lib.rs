@@ -99,11 +99,11 @@ use std::path::Path;
 pub use error::{ConfigError, Problem, Scope};
 pub use model::RateLimit;
 pub use model::{
-    Breaker, Challenge, Cluster, Config, Dedupe, Dispatch, FileSink, FilterCondition, FilterTest,
-    HeaderAction, HeaderPolicy, HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner, KeyInput,
-    KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Order, OrderingKey, Otel, Retention,
-    Retry, SignatureEncoding, SinkEntry, SinkKind, SinkRetry, Source, StoreBackend, Tenant,
-    TenantBinding, TypedOptions, Verification,
+    AttemptLog, Breaker, Challenge, Cluster, Config, Dedupe, Dispatch, FileSink, FilterCondition,
+    FilterTest, HeaderAction, HeaderPolicy, HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner,
+    KeyInput, KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Order, OrderingKey, Otel,
+    Retention, Retry, SignatureEncoding, SinkEntry, SinkKind, SinkRetry, Source, StoreBackend,
+    Tenant, TenantBinding, TypedOptions, Verification,
 };
 pub use secret::{EnvLookup, Secret, SecretOrigin, process_env, redact_url, secret_param};
 pub use sink::CORE_KEYS as SINK_CORE_KEYS;
@@ -135,6 +135,10 @@ pub mod defaults {
     pub const NODE_MAX_PENDING: u64 = 1_000_000;
     /// `node.max_pending_bytes`: 1 GiB.
     pub const NODE_MAX_PENDING_BYTES: u64 = 1 << 30;
+    /// `node.attempt_log.max_attempts`.
+    pub const ATTEMPT_LOG_MAX_ATTEMPTS: u32 = 20;
+    /// `node.attempt_log.max_body_bytes`: 4 KiB.
+    pub const ATTEMPT_LOG_MAX_BODY_BYTES: u32 = 4096;
     /// `node.otel.filter`: the `ingest` and `delivery` spans (debug level,
     /// targets `ankusa_edge::...` and `ankusa_pipeline::...`).
     pub const OTEL_FILTER: &str = "ankusa=debug";
@@ -217,6 +221,11 @@ pub mod limits {
     pub const MAX_PENDING: u64 = 1_000_000_000;
     /// `node.max_pending_bytes` and `tenants[].max_pending_bytes`: 1 TiB.
     pub const MAX_PENDING_BYTES: u64 = 1 << 40;
+    /// `node.attempt_log.max_attempts`: 1,000 attempts per row.
+    pub const ATTEMPT_LOG_MAX_ATTEMPTS: u32 = 1_000;
+    /// `node.attempt_log.max_body_bytes`: 64 KiB, what the HTTP sink reads
+    /// of an answer to drain its connection.
+    pub const ATTEMPT_LOG_MAX_BODY_BYTES: u32 = 64 * 1024;
     /// `listeners.body_limit_bytes`: 256 MiB (a body is held in memory
     /// whole while it is verified and committed).
     pub const BODY_LIMIT_BYTES: u64 = 256 << 20;

@@ -107,6 +107,38 @@ pub struct Node {
     /// the file has no `otel` (the standard `OTEL_EXPORTER_OTLP_ENDPOINT`
     /// still turns the export on in a binary built with it).
     pub otel: Option<Otel>,
+    /// `node.attempt_log`: what the store keeps of each delivery attempt.
+    pub attempt_log: AttemptLog,
+}
+
+/// `node.attempt_log`: every attempt of every delivery row kept with its
+/// time, duration, outcome and the destination's answer, the last
+/// `max_attempts` per row, until retention removes the hook
+/// (docs/design.md section 3, "The attempt log"). Read at start: a reload
+/// refuses a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttemptLog {
+    /// `enabled`: keep the log. Default true. Off, attempts write nothing to
+    /// it (what was written stays until retention).
+    pub enabled: bool,
+    /// `max_attempts`: the attempts kept per row, the newest. Default 20,
+    /// 1 to [`crate::limits::ATTEMPT_LOG_MAX_ATTEMPTS`].
+    pub max_attempts: u32,
+    /// `max_body_bytes`: the first bytes of an HTTP answer's body kept.
+    /// Default 4,096; 0 keeps none; at most
+    /// [`crate::limits::ATTEMPT_LOG_MAX_BODY_BYTES`] (what the HTTP sink
+    /// reads of an answer).
+    pub max_body_bytes: u32,
+}
+
+impl Default for AttemptLog {
+    fn default() -> Self {
+        AttemptLog {
+            enabled: true,
+            max_attempts: crate::defaults::ATTEMPT_LOG_MAX_ATTEMPTS,
+            max_body_bytes: crate::defaults::ATTEMPT_LOG_MAX_BODY_BYTES,
+        }
+    }
 }
 
 /// `node.otel`: OpenTelemetry export of the `ingest` and `delivery` spans

@@ -47,6 +47,15 @@ pub(crate) struct RawNode {
     pub max_pending_bytes: Option<u64>,
     pub log_format: Option<RawLogFormat>,
     pub otel: Option<RawOtel>,
+    pub attempt_log: RawAttemptLog,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawAttemptLog {
+    pub enabled: Option<bool>,
+    pub max_attempts: Option<u32>,
+    pub max_body_bytes: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

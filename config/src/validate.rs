@@ -10,7 +10,7 @@ use crate::defaults as d;
 use crate::error::{ConfigError, Problems, Scope};
 use crate::limits as max;
 use crate::model::{
-    Breaker, Challenge, Cluster, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy,
+    AttemptLog, Breaker, Challenge, Cluster, Config, Dedupe, Dispatch, HeaderAction, HeaderPolicy,
     HmacAlgorithm, JsonPath, KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Otel,
     Retention, Retry, SignatureEncoding, SinkKind, Source, StoreBackend, Tenant, TenantBinding,
     TypedOptions, Verification,
@@ -285,6 +285,32 @@ fn node(raw: &RawConfig, p: &mut Problems) -> Node {
         Some(RawLogFormat::Json) => LogFormat::Json,
     };
     let otel = n.otel.as_ref().map(|o| otel(o, p));
+    let attempt_log = AttemptLog {
+        enabled: n.attempt_log.enabled.unwrap_or(true),
+        max_attempts: bounded(
+            n.attempt_log.max_attempts,
+            d::ATTEMPT_LOG_MAX_ATTEMPTS,
+            max::ATTEMPT_LOG_MAX_ATTEMPTS,
+            &scope,
+            "attempt_log.max_attempts",
+            p,
+        ),
+        // 0 keeps no body: not refused.
+        max_body_bytes: match n.attempt_log.max_body_bytes {
+            Some(v) if v > max::ATTEMPT_LOG_MAX_BODY_BYTES => {
+                above(
+                    &scope,
+                    "attempt_log.max_body_bytes",
+                    v,
+                    max::ATTEMPT_LOG_MAX_BODY_BYTES,
+                    p,
+                );
+                d::ATTEMPT_LOG_MAX_BODY_BYTES
+            }
+            Some(v) => v,
+            None => d::ATTEMPT_LOG_MAX_BODY_BYTES,
+        },
+    };
     Node {
         name,
         data_dir,
@@ -293,6 +319,7 @@ fn node(raw: &RawConfig, p: &mut Problems) -> Node {
         max_pending_bytes,
         log_format,
         otel,
+        attempt_log,
     }
 }
 

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use ankusa_config::{
-    Breaker, Dedupe, Dispatch, FileSink, HeaderAction, HeaderPolicy, HmacAlgorithm, HttpSink,
-    JsonPath, KeyFn, KeySource, Listeners, LogFormat, Node, Order, OrderingKey, Retry,
+    AttemptLog, Breaker, Dedupe, Dispatch, FileSink, HeaderAction, HeaderPolicy, HmacAlgorithm,
+    HttpSink, JsonPath, KeyFn, KeySource, Listeners, LogFormat, Node, Order, OrderingKey, Retry,
     SignatureEncoding, SinkKind, StoreBackend, Tenant, TenantBinding, TypedOptions, Verification,
     defaults,
 };
@@ -31,6 +31,11 @@ fn an_almost_empty_file_takes_every_default() {
             max_pending_bytes: 1 << 30,
             log_format: LogFormat::Text,
             otel: None,
+            attempt_log: AttemptLog {
+                enabled: true,
+                max_attempts: 20,
+                max_body_bytes: 4096,
+            },
         }
     );
     assert_eq!(

@@ -55,6 +55,14 @@ fn the_example_file_loads_into_the_model_it_documents() {
     assert_eq!(c.node.name, "relay-1");
     assert_eq!(c.node.store, StoreBackend::RocksDb);
     assert_eq!(
+        c.node.attempt_log,
+        ankusa_config::AttemptLog {
+            enabled: true,
+            max_attempts: 20,
+            max_body_bytes: 4096,
+        }
+    );
+    assert_eq!(
         c.listeners.ingest,
         "127.0.0.1:8080".parse::<SocketAddr>().expect("addr")
     );

@@ -47,6 +47,18 @@ fn table() -> Vec<Bounded> {
             max::MAX_PENDING_BYTES,
         ),
         b(
+            "node: {attempt_log: {max_attempts: N}}",
+            "node",
+            "attempt_log.max_attempts",
+            u(max::ATTEMPT_LOG_MAX_ATTEMPTS),
+        ),
+        b(
+            "node: {attempt_log: {max_body_bytes: N}}",
+            "node",
+            "attempt_log.max_body_bytes",
+            u(max::ATTEMPT_LOG_MAX_BODY_BYTES),
+        ),
+        b(
             "listeners: {body_limit_bytes: N}",
             "listeners",
             "body_limit_bytes",
@@ -292,7 +304,7 @@ fn every_bounded_option_is_refused_by_name_above_its_bound_and_accepted_at_it() 
         );
         n += 1;
     }
-    assert_eq!(n, 35);
+    assert_eq!(n, 37);
 }
 
 #[test]
@@ -551,5 +563,25 @@ fn a_url_in_an_error_has_no_credentials_or_secret_parameters() {
     assert_eq!(
         got,
         "source \"stripe\", sink \"web\" (http): option \"url\": \"ftp://u:***@h/x?token=***&v=1\" is not an http:// or https:// URL"
+    );
+}
+
+/// `node.attempt_log.max_body_bytes: 0` keeps no body: accepted (the only
+/// bounded option where 0 means something); `max_attempts: 0` is refused;
+/// `enabled: false` loads.
+#[test]
+fn an_attempt_log_keeping_no_body_loads_and_one_keeping_no_attempt_does_not() {
+    let c = ok("node: {attempt_log: {enabled: false, max_body_bytes: 0}}\nsources: []\n");
+    assert_eq!(
+        c.node.attempt_log,
+        ankusa_config::AttemptLog {
+            enabled: false,
+            max_attempts: 20,
+            max_body_bytes: 0,
+        }
+    );
+    assert_eq!(
+        one("node: {attempt_log: {max_attempts: 0}}"),
+        "node: option \"attempt_log.max_attempts\": must be greater than 0"
     );
 }

@@ -22,7 +22,7 @@ fn an_unknown_option_is_named_with_its_position() {
     let (message, line, column) = yaml_error("node:\n  name: a\n  data_dri: /x\n");
     assert_eq!(
         message,
-        "node: unknown field `data_dri`, expected one of `name`, `data_dir`, `store`, `max_pending`, `max_pending_bytes`, `log_format`, `otel` at line 3 column 3"
+        "node: unknown field `data_dri`, expected one of `name`, `data_dir`, `store`, `max_pending`, `max_pending_bytes`, `log_format`, `otel`, `attempt_log` at line 3 column 3"
     );
     assert_eq!((line, column), (Some(3), Some(3)));
 
