@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use ankusa_keys::{Envelope, SinkIx, SourceId};
 use ankusa_queue::RowId;
-use ankusa_sinks::{DeliveryCtx, Outcome};
+use ankusa_sinks::{DeliveryCtx, Outcome, Response};
 use tokio::sync::mpsc;
 use tracing::{Instrument, warn};
 
@@ -34,6 +34,11 @@ pub(crate) struct Done {
     pub(crate) kind: &'static str,
     /// How long the sink call took (zero for a `Done` not from a call).
     pub(crate) elapsed: Duration,
+    /// When the call was launched, unix ms on the pipeline's clock: the
+    /// attempt's time in the row's attempt log.
+    pub(crate) at_ms: u64,
+    /// What the destination answered (`Sink::attempt`), for the attempt log.
+    pub(crate) response: Option<Response>,
     /// The hook's `received_at`, unix ms (ingest-to-delivery latency).
     pub(crate) received_at_ms: u64,
     /// The attempt's `delivery` span ([`delivery_span`]); the committer
@@ -56,6 +61,7 @@ pub(crate) struct Call {
     span: tracing::Span,
     /// The sink entry's transform, run on the body before the sink call.
     transform: Option<Transform>,
+    at_ms: u64,
 }
 
 /// The `delivery` span of one attempt (debug level, target
@@ -85,8 +91,16 @@ fn delivery_span(kind: &'static str, ctx: &DeliveryCtx) -> tracing::Span {
     )
 }
 
-/// Takes the sink slot and window room of a claimed row and makes its call.
-pub(crate) fn launch(s: Start, routes: &Routes, slots: &mut Slots) -> Call {
+/// Takes the sink slot and window room of a claimed row and makes its call,
+/// launched at `now_ms` (the attempt log's time of the attempt); the sink
+/// reports at most `response_body_max_bytes` of the answer's body.
+pub(crate) fn launch(
+    s: Start,
+    routes: &Routes,
+    slots: &mut Slots,
+    now_ms: u64,
+    response_body_max_bytes: usize,
+) -> Call {
     let tenant_name = routes
         .tenants
         .get(&s.row_id.tenant)
@@ -123,6 +137,7 @@ pub(crate) fn launch(s: Start, routes: &Routes, slots: &mut Slots) -> Call {
         ordered,
         received_at_ms: s.envelope.received_at_ms,
         content_type,
+        response_body_max_bytes,
     };
     let span = delivery_span(s.route.sink.kind(), &ctx);
     let transform = routes.transforms.get(&(s.key.1, s.key.2)).cloned();
@@ -139,6 +154,7 @@ pub(crate) fn launch(s: Start, routes: &Routes, slots: &mut Slots) -> Call {
         size: s.size,
         trial: s.trial,
         span,
+        at_ms: now_ms,
     }
 }
 
@@ -155,6 +171,8 @@ impl Call {
             trial: self.trial,
             kind: self.route.sink.kind(),
             elapsed: Duration::ZERO,
+            at_ms: self.at_ms,
+            response: None,
             received_at_ms: self.ctx.received_at_ms,
             span: self.span,
         }
@@ -169,11 +187,11 @@ pub(crate) fn spawn(call: Call, tx: &mpsc::UnboundedSender<Done>) {
     tokio::spawn(async move {
         let started = Instant::now();
         let mut call = call;
-        let outcome = match call.transform.take() {
+        let attempted = match call.transform.take() {
             None => {
                 call.route
                     .sink
-                    .deliver(&call.envelope, &call.ctx)
+                    .attempt(&call.envelope, &call.ctx)
                     .instrument(span)
                     .await
             }
@@ -183,16 +201,17 @@ pub(crate) fn spawn(call: Call, tx: &mpsc::UnboundedSender<Done>) {
                 Ok(transformed) => {
                     call.route
                         .sink
-                        .deliver(&transformed, &call.ctx)
+                        .attempt(&transformed, &call.ctx)
                         .instrument(span)
                         .await
                 }
-                Err(outcome) => outcome,
+                Err(outcome) => outcome.into(),
             },
         };
         let elapsed = started.elapsed();
-        let mut done = call.finish(outcome);
+        let mut done = call.finish(attempted.outcome);
         done.elapsed = elapsed;
+        done.response = attempted.response;
         let _ = tx.send(done);
     });
 }

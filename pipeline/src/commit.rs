@@ -4,15 +4,17 @@
 //! 0004 4.5: a release reads the lane's next member in the same step as it
 //! writes, with no other lane work between) and committed as one
 //! `Buffered` batch: a group commit, while the calls of other rows go on.
-//! The breakers are decided here too. The stage's own state is the buffer of
+//! The breakers are decided here too. Each attempt's entry of the row's
+//! attempt log (docs/design.md section 3, "The attempt log") goes in with
+//! its transition, built from the call's `Done`. The stage's own state is the buffer of
 //! delivered rows ([`Committer`]); it frees the call slots ([`Slots`]) and
 //! decides the breakers ([`BreakerBook`]) it is handed.
 
 use ankusa_engine::{Batch, Cf, Kv};
-use ankusa_keys::{DeliveryRow, delivery_key};
+use ankusa_keys::{AttemptRecord, DeliveryRow, delivery_key};
 use ankusa_queue::metrics::AttemptOutcome;
-use ankusa_queue::{Origin, QueueError, RowId};
-use ankusa_sinks::Outcome;
+use ankusa_queue::{LogAttempt, Origin, QueueError, RowId};
+use ankusa_sinks::{Outcome, Response};
 use rand::Rng;
 use tracing::{debug, info, warn};
 
@@ -56,9 +58,10 @@ impl Committer {
         // The delivered rows' (kind, received_at), for the ingest-to-delivery
         // latency once their batch is written (the buffer is kept).
         let mut delivered = std::mem::take(&mut self.delivered);
-        for d in done {
+        for mut d in done {
             st.slots.free(d.key, d.size);
-            let built = outcome_batch(env, st, &d, now, &mut rng);
+            let response = d.response.take();
+            let built = outcome_batch(env, st, &d, response, now, &mut rng);
             match built {
                 Ok((b, outcome)) => {
                     batch.extend(b);
@@ -104,16 +107,69 @@ impl Committer {
     }
 }
 
+/// The reason an outcome carries, for the attempt log's `error`: what the
+/// sink said (a broker's error text, `HTTP 503 ...: <excerpt>`); `None` for
+/// a delivery.
+fn reason_of(outcome: &Outcome) -> Option<&str> {
+    match outcome {
+        Outcome::Ok => None,
+        Outcome::Retry { reason, .. }
+        | Outcome::Permanent { reason }
+        | Outcome::SinkGone { reason }
+        | Outcome::SourceGone { reason }
+        | Outcome::HttpStatus { reason, .. } => Some(reason),
+    }
+}
+
+/// The attempt log's entry of a finished call that ended as `ended`, when
+/// the log is on (docs/design.md section 3, "The attempt log").
+fn attempt_record<K: Kv>(
+    env: &Env<K>,
+    d: &Done,
+    response: Option<&Response>,
+    ended: AttemptOutcome,
+) -> Option<AttemptRecord> {
+    if !env.attempt_log.enabled {
+        return None;
+    }
+    let max_body = env.attempt_log.max_body_bytes;
+    Some(AttemptRecord {
+        at_ms: d.at_ms,
+        duration_ms: u64::try_from(d.elapsed.as_millis()).unwrap_or(u64::MAX),
+        outcome: ended.label().to_owned(),
+        status: response.map(|r| r.status),
+        error: reason_of(&d.outcome).map(str::to_owned),
+        headers: response.map_or_else(Vec::new, |r| {
+            r.headers
+                .iter()
+                .map(|(n, v)| (n.as_bytes().to_vec(), v.clone()))
+                .collect()
+        }),
+        body: response.map_or_else(Vec::new, |r| r.body[..r.body.len().min(max_body)].to_vec()),
+        body_truncated: response.is_some_and(|r| r.body_truncated || r.body.len() > max_body),
+    })
+}
+
+/// `record` for a transition's attempt log, keeping `keep` attempts.
+fn log_of(record: &Option<AttemptRecord>, keep: u32) -> Option<LogAttempt<'_>> {
+    record.as_ref().map(|record| LogAttempt { record, keep })
+}
+
 /// The row transition of one finished call, and how the attempt ended
-/// (`ankusa_dispatch_attempts_total`'s outcome).
+/// (`ankusa_dispatch_attempts_total`'s outcome), with the attempt's entry of
+/// the row's attempt log in the same batch.
 fn outcome_batch<K: Kv>(
     env: &Env<K>,
     st: &mut Decide<'_>,
     d: &Done,
+    response: Option<Response>,
     now: u64,
     rng: &mut impl Rng,
 ) -> Result<(Batch, AttemptOutcome), QueueError> {
     let kv = &*env.kv;
+    let keep = env.attempt_log.max_attempts;
+    let record = |ended| attempt_record(env, d, response.as_ref(), ended);
+
     // The sink entry's retry policy decides an HTTP status (retry,
     // permanent, sink gone) and a retry's next attempt (docs/design.md
     // section 5, "Retry policy").
@@ -134,7 +190,8 @@ fn outcome_batch<K: Kv>(
         && let Some(reason) = st.retire.reason(d.key.1)
     {
         warn!(row = %d.row, "an attempt of a retired source failed: dead-lettered");
-        let batch = ankusa_queue::dead_letter_attempted(kv, d.row, reason, now)?;
+        let r = record(AttemptOutcome::Retired);
+        let batch = ankusa_queue::dead_letter_logged(kv, d.row, reason, now, log_of(&r, keep))?;
         st.retire.count_dead(d.key.1);
         return Ok((batch, AttemptOutcome::Retired));
     }
@@ -144,8 +201,9 @@ fn outcome_batch<K: Kv>(
                 info!(row = %d.row, "breaker closed: the trial delivery succeeded");
             }
             debug!(row = %d.row, "delivered");
+            let r = record(AttemptOutcome::Delivered);
             Ok((
-                ankusa_queue::delivered(kv, d.row, now)?,
+                ankusa_queue::delivered_logged(kv, d.row, now, log_of(&r, keep))?,
                 AttemptOutcome::Delivered,
             ))
         }
@@ -156,56 +214,65 @@ fn outcome_batch<K: Kv>(
             let attempts = d.attempts_before + 1;
             let Some(due) = policy.next_attempt(attempts, *after, first, now, rng) else {
                 warn!(row = %d.row, %reason, "retry horizon passed: dead-lettered");
-                let b = ankusa_queue::dead_letter_attempted(
+                let r = record(AttemptOutcome::HorizonPassed);
+                let b = ankusa_queue::dead_letter_logged(
                     kv,
                     d.row,
                     &format!("retry horizon passed: {reason}"),
                     now,
+                    log_of(&r, keep),
                 )?;
                 return Ok((b, AttemptOutcome::HorizonPassed));
             };
             let delay = due.saturating_sub(now);
             warn!(row = %d.row, attempt = attempts, delay_ms = delay, %reason, "delivery failed; will retry");
             wake_at(st.wake, due);
+            let r = record(AttemptOutcome::Retry);
             Ok((
-                ankusa_queue::retry(kv, d.row, due, reason, now)?,
+                ankusa_queue::retry_logged(kv, d.row, due, reason, now, log_of(&r, keep))?,
                 AttemptOutcome::Retry,
             ))
         }
         Outcome::Permanent { reason } => {
             breaker.answered();
             warn!(row = %d.row, %reason, "permanent failure: dead-lettered");
+            let r = record(AttemptOutcome::Permanent);
             Ok((
-                ankusa_queue::dead_letter_attempted(
+                ankusa_queue::dead_letter_logged(
                     kv,
                     d.row,
                     &format!("permanent: {reason}"),
                     now,
+                    log_of(&r, keep),
                 )?,
                 AttemptOutcome::Permanent,
             ))
         }
         Outcome::SinkGone { reason } => {
             warn!(row = %d.row, %reason, "sink gone: dead-lettered");
+            let r = record(AttemptOutcome::SinkGone);
             Ok((
-                ankusa_queue::dead_letter_attempted(
+                ankusa_queue::dead_letter_logged(
                     kv,
                     d.row,
                     &format!("sink gone: {reason}"),
                     now,
+                    log_of(&r, keep),
                 )?,
                 AttemptOutcome::SinkGone,
             ))
         }
         Outcome::SourceGone { reason } => {
             warn!(row = %d.row, %reason, "source gone: dead-lettered as an orphan");
+            let r = record(AttemptOutcome::SourceGone);
             Ok((
-                ankusa_queue::orphan(
+                ankusa_queue::orphan_logged(
                     kv,
                     d.row,
                     Origin::InFlight,
                     &format!("source gone: {reason}"),
                     now,
+                    log_of(&r, keep),
                 )?,
                 AttemptOutcome::SourceGone,
             ))

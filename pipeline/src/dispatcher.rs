@@ -115,6 +115,11 @@ impl<K: Kv> Dispatcher<K> {
         self.fencing = Some(fencing);
     }
 
+    /// Takes the attempt log's configuration.
+    pub(crate) fn set_attempt_log(&mut self, config: crate::AttemptLogConfig) {
+        self.env.attempt_log = config;
+    }
+
     /// Takes the Writer's due floor.
     pub(crate) fn set_due_floor(&mut self, floor: Arc<AtomicU64>) {
         self.due_floor = Some(floor);
@@ -444,8 +449,9 @@ impl<K: Kv> Dispatcher<K> {
                     self.breakers.entry(s.key).trial_in_flight = true;
                     info!(row = %s.row_id, "breaker half-open: one trial delivery");
                 }
+                let body_max = self.env.attempt_log.response_body_max_bytes();
                 self.calls
-                    .push(launch(s, &self.env.routes, &mut self.slots));
+                    .push(launch(s, &self.env.routes, &mut self.slots, now, body_max));
             }
         }
         Ok(())

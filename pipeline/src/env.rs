@@ -8,19 +8,20 @@ use std::sync::Arc;
 use ankusa_engine::{Batch, Durability, Kv};
 
 use crate::breaker::BreakerPolicy;
-use crate::{DispatchConfig, PipelineError, RetryPolicy, Routes};
+use crate::{AttemptLogConfig, DispatchConfig, PipelineError, RetryPolicy, Routes};
 
 /// Pages of `dispatch.batch` due entries a tenant visit reads at most.
 pub(crate) const SCAN_PAGES: usize = 8;
 
-/// The store, the routing table, the dispatch, retry and breaker
-/// configuration and the pipeline's clock.
+/// The store, the routing table, the dispatch, retry, breaker and attempt
+/// log configuration and the pipeline's clock.
 pub(crate) struct Env<K: Kv> {
     pub(crate) kv: Arc<K>,
     pub(crate) routes: Arc<Routes>,
     pub(crate) dispatch: DispatchConfig,
     pub(crate) retry: RetryPolicy,
     pub(crate) breaker: BreakerPolicy,
+    pub(crate) attempt_log: AttemptLogConfig,
     pub(crate) clock: Arc<dyn Fn() -> u64 + Send + Sync>,
 }
 

@@ -175,6 +175,36 @@ impl Default for DispatchConfig {
     }
 }
 
+/// What the pipeline keeps of each attempt in the row's attempt log
+/// (docs/design.md section 3, "The attempt log"; `node.attempt_log`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttemptLogConfig {
+    /// Keep the log. Off, no attempt writes to it.
+    pub enabled: bool,
+    /// The newest attempts kept per row (at least 1).
+    pub max_attempts: u32,
+    /// The first bytes of an HTTP answer's body kept (0: none).
+    pub max_body_bytes: usize,
+}
+
+impl Default for AttemptLogConfig {
+    /// On, 20 attempts, 4 KiB of each body: the configuration's defaults.
+    fn default() -> Self {
+        AttemptLogConfig {
+            enabled: true,
+            max_attempts: 20,
+            max_body_bytes: 4096,
+        }
+    }
+}
+
+impl AttemptLogConfig {
+    /// What a sink reports of an answer's body: nothing when the log is off.
+    pub(crate) fn response_body_max_bytes(&self) -> usize {
+        if self.enabled { self.max_body_bytes } else { 0 }
+    }
+}
+
 /// Where a source's sink entry delivers.
 #[derive(Clone)]
 pub struct Route {
@@ -376,6 +406,7 @@ impl<K: Kv> Pipeline<K> {
                         dispatch,
                         retry,
                         breaker,
+                        attempt_log: AttemptLogConfig::default(),
                         clock,
                     },
                     dispatcher::Shared {
@@ -414,6 +445,16 @@ impl<K: Kv> Pipeline<K> {
     #[must_use]
     pub fn due_floor(mut self, floor: Arc<std::sync::atomic::AtomicU64>) -> Self {
         self.dispatcher.set_due_floor(floor);
+        self
+    }
+
+    /// Takes what the row's attempt log keeps of each attempt
+    /// (`node.attempt_log`; docs/design.md section 3, "The attempt log").
+    /// Without it, [`AttemptLogConfig::default`]: on, 20 attempts a row, 4 KiB
+    /// of each answer's body.
+    #[must_use]
+    pub fn attempt_log(mut self, config: AttemptLogConfig) -> Self {
+        self.dispatcher.set_attempt_log(config);
         self
     }
 

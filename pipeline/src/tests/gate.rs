@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use ankusa_engine::memory::MemoryKv;
-use ankusa_engine::{Kv, OpStats};
+use ankusa_engine::{Kv, OpStats, Read};
 use ankusa_keys::{CounterField, Envelope, SinkIx, SourceId, TenantOrd};
 use ankusa_queue::writer::{IngestRequest, Writer, WriterConfig};
 use ankusa_queue::{NewRow, check_invariants, lanes};
@@ -53,33 +53,48 @@ impl Sink for Answered {
 /// One case: `keys` ordering keys of an ordered sink (`None`: unordered);
 /// `idle_sibling`: the tenant has a second source, with a sink of its own, that
 /// gets no hooks (in a load run such an entry, never saturated, made every
-/// visit read 8 pages and 125 envelopes per hook delivered).
+/// visit read 8 pages and 125 envelopes per hook delivered); `attempt_log`:
+/// the row's attempt log is kept (`node.attempt_log.enabled`, docs/design.md
+/// section 3, "The attempt log"). The calls answer `Ok` with no answer to
+/// keep (as a broker sink does), so a kept attempt costs its ?L entry's
+/// bytes and no operation: an HTTP answer adds its headers and body.
 struct Case {
     name: &'static str,
     keys: Option<u64>,
     idle_sibling: bool,
+    attempt_log: bool,
 }
 
-const CASES: [Case; 4] = [
+const CASES: [Case; 5] = [
     Case {
         name: "unordered",
         keys: None,
         idle_sibling: false,
+        attempt_log: true,
     },
     Case {
         name: "unordered_idle_sibling",
         keys: None,
         idle_sibling: true,
+        attempt_log: true,
     },
     Case {
         name: "ordered_1000_keys",
         keys: Some(1000),
         idle_sibling: false,
+        attempt_log: true,
     },
     Case {
         name: "one_hot_key",
         keys: Some(1),
         idle_sibling: false,
+        attempt_log: true,
+    },
+    Case {
+        name: "unordered_no_attempt_log",
+        keys: None,
+        idle_sibling: false,
+        attempt_log: false,
     },
 ];
 
@@ -163,7 +178,13 @@ async fn run(case: &Case) -> (OpStats, OpStats, u64) {
         BreakerPolicy::default(),
         || CLOCK_MS,
     );
-    let mut d = pipeline.lane_rows(lane_rows).dispatcher;
+    let mut d = pipeline
+        .lane_rows(lane_rows)
+        .attempt_log(crate::AttemptLogConfig {
+            enabled: case.attempt_log,
+            ..crate::AttemptLogConfig::default()
+        })
+        .dispatcher;
     d.set_low_water_reset(std::time::Duration::MAX);
     d.start_up().expect("start");
     let before = kv.stats();
@@ -194,6 +215,22 @@ async fn run(case: &Case) -> (OpStats, OpStats, u64) {
     );
     let violations = check_invariants(&*kv).expect("check");
     assert!(violations.is_empty(), "{}: {violations:?}", case.name);
+    // One attempt kept per delivered hook, or none.
+    let logged = kv
+        .scan(
+            ankusa_engine::Cf::Index,
+            &ankusa_keys::tenant_range(ankusa_keys::Family::AttemptLog, TENANT),
+            ankusa_engine::Direction::Forward,
+            usize::try_from(HOOKS).expect("small") + 1,
+        )
+        .expect("scan")
+        .len() as u64;
+    assert_eq!(
+        logged,
+        if case.attempt_log { HOOKS } else { 0 },
+        "{}: the attempt log",
+        case.name
+    );
     (ingest, dispatch, visits)
 }
 

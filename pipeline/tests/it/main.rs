@@ -4,6 +4,7 @@
 
 mod support;
 
+mod attempt_log;
 mod concurrency;
 mod faults;
 mod fencing;
