@@ -384,6 +384,64 @@ pub struct Hook {
     pub replay_of: Option<u64>,
     /// Why it is held in quarantine (`None`: not held).
     pub quarantined: Option<String>,
+    /// The attempt log of each of its rows that has one, in sink order: the
+    /// rows it still has and the delivered ones, whose log outlives them
+    /// until retention (docs/design.md section 3, "The attempt log").
+    pub attempt_log: Vec<RowAttempts>,
+}
+
+/// The attempt log of one delivery row of a [`Hook`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowAttempts {
+    /// Row id `<tenant>.<seq>.<sink index>`.
+    pub id: String,
+    /// The sink entry's index.
+    pub sink_index: u16,
+    /// The sink entry's name (`None` when no longer configured).
+    pub sink: Option<String>,
+    /// The row's state as in [`Delivery::state`], or `delivered` when the
+    /// row is gone (delivered: only a delivery deletes a row and keeps its
+    /// log).
+    pub state: String,
+    /// Its newest attempts (at most `node.attempt_log.max_attempts`), oldest
+    /// first.
+    pub attempts: Vec<Attempt>,
+}
+
+/// One attempt of a delivery row, from its attempt log.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Its number in the row's log, 1 for the first (a revive does not
+    /// start it again).
+    pub attempt: u32,
+    /// When it started, unix ms.
+    pub at_ms: u64,
+    /// `at_ms` as RFC 3339.
+    pub at: Option<String>,
+    /// How long the sink call took, ms.
+    pub duration_ms: u64,
+    /// How it ended, as `ankusa_dispatch_attempts_total` counts it:
+    /// `delivered`, `retry`, `horizon_passed`, `permanent`, `sink_gone`,
+    /// `source_gone`, `retired`.
+    pub outcome: String,
+    /// The HTTP status answered (`None`: no HTTP answer, e.g. a timeout or
+    /// a broker sink).
+    pub status: Option<u16>,
+    /// What went wrong, as the sink said it (a broker's error text,
+    /// `timed out after 10000 ms`); `None` for a delivery.
+    pub error: Option<String>,
+    /// The answer's headers, in the order received.
+    pub response_headers: Vec<Header>,
+    /// The first bytes of the answer's body as text, lossily decoded (a
+    /// byte sequence that is not UTF-8 shows as U+FFFD); `None` when no
+    /// body was kept.
+    pub response_body: Option<String>,
+    /// The same bytes, base64, when they are not UTF-8 (the text above
+    /// differs from them); `None` otherwise.
+    pub response_body_base64: Option<String>,
+    /// The answer's body had more than was kept
+    /// (`node.attempt_log.max_body_bytes`).
+    pub response_body_truncated: bool,
 }
 
 /// `GET /v1/dead-letters/{id}`: one dead letter.

@@ -1,6 +1,6 @@
 //! The read-only routes (docs/design.md section 5, "Admin API"): tenants with
 //! their maintained counters, sources with their sinks and breakers, and one
-//! hook with every delivery row.
+//! hook with every delivery row and each row's attempt log.
 
 use ankusa_config::{KeySource, Order, OrderingKey, Source, TenantBinding, Verification};
 use ankusa_engine::{Cf, Direction, Kv};
@@ -8,10 +8,10 @@ use std::collections::BTreeSet;
 
 use ankusa_keys::meta::{PauseTarget, decode_name, tenant_by_ord_key, tenant_ords_range};
 use ankusa_keys::{
-    CounterField, DeadLetterValue, DeliveryKey, DeliveryRow, DueKey, Envelope, QuarantinedValue,
-    RowState, Seq, SinkIx, SourceId, TenantOrd, archive_time_range, counter_key, dead_letter_key,
-    deliveries_of_hook_range, due_key, held_due_ms, held_due_range, live_due_range,
-    quarantined_key,
+    AttemptRecord, CounterField, DeadLetterValue, DeliveryKey, DeliveryRow, DueKey, Envelope,
+    QuarantinedValue, RowState, Seq, SinkIx, SourceId, TenantOrd, archive_time_range, counter_key,
+    dead_letter_key, deliveries_of_hook_range, due_key, held_due_ms, held_due_range,
+    live_due_range, quarantined_key,
 };
 use ankusa_queue::RowId;
 
@@ -22,8 +22,8 @@ use super::api::{
 };
 use super::pause::pause_info;
 use crate::api_types::{
-    self, Breaker, BreakerState, Counters, DeadInfo, Dedupe, Delivery, Header, Hook, KeySpec, Page,
-    Sink, SourceTenant, Tenant, TenantList,
+    self, Attempt, Breaker, BreakerState, Counters, DeadInfo, Dedupe, Delivery, Header, Hook,
+    KeySpec, Page, RowAttempts, Sink, SourceTenant, Tenant, TenantList,
 };
 use crate::context::read_envelope;
 
@@ -503,15 +503,8 @@ pub(crate) fn hook_view<K: Kv>(
             held.contains(sink),
         )?);
     }
-    let headers: Vec<Header> = env
-        .headers
-        .iter()
-        .map(|(n, v)| Header {
-            name: String::from_utf8_lossy(n).into_owned(),
-            value: utf8(v),
-            value_base64: b64(v),
-        })
-        .collect();
+    let headers: Vec<Header> = env.headers.iter().map(|(n, v)| header(n, v)).collect();
+    let attempt_log = attempt_log_view(state, tenant, source.as_deref(), ord, seq, &decoded)?;
     // A quarantined hook has no rows yet: say why, or the operator sees a
     // hook that goes nowhere.
     let quarantined = match state.kv.get(Cf::Index, &quarantined_key(ord, seq))? {
@@ -540,7 +533,87 @@ pub(crate) fn hook_view<K: Kv>(
         deliveries,
         replay_of: env.replay_of.map(|s| s.0),
         quarantined,
+        attempt_log,
     })
+}
+
+/// A header as the API shows it: its name, its value as text when it is
+/// UTF-8, and base64.
+fn header(name: &[u8], value: &[u8]) -> Header {
+    Header {
+        name: String::from_utf8_lossy(name).into_owned(),
+        value: utf8(value),
+        value_base64: b64(value),
+    }
+}
+
+/// The attempt log of each row of hook `seq` that has one (docs/design.md
+/// section 3, "The attempt log"): the newest `node.attempt_log.max_attempts`
+/// of each, oldest first; `rows` are the hook's rows still in the store, a
+/// logged row not among them was delivered.
+fn attempt_log_view<K: Kv>(
+    state: &AdminState<K>,
+    tenant: &str,
+    source: Option<&str>,
+    ord: TenantOrd,
+    seq: Seq,
+    rows: &[(SinkIx, DeliveryRow)],
+) -> Result<Vec<RowAttempts>, ApiError> {
+    let keep = state.config.load().node.attempt_log.max_attempts as usize;
+    let logs = ankusa_queue::hook_attempts(&*state.kv, ord, seq, keep)?;
+    Ok(logs
+        .into_iter()
+        .map(|(sink, entries)| {
+            let row_state = rows
+                .iter()
+                .find(|(s, _)| *s == sink)
+                .map_or("delivered", |(_, r)| match r.state {
+                    RowState::Due => "due",
+                    RowState::InFlight => "in_flight",
+                    RowState::Member => "lane_member",
+                    RowState::Dead => "dead",
+                });
+            RowAttempts {
+                id: row_id_text(tenant, RowId::new(ord, seq, sink)),
+                sink_index: sink.0,
+                sink: state.sink_name(source, sink),
+                state: row_state.to_owned(),
+                attempts: entries
+                    .into_iter()
+                    .map(|(n, a)| attempt_view(n, a))
+                    .collect(),
+            }
+        })
+        .collect())
+}
+
+/// One attempt as the API shows it: the body as lossy text, and as base64
+/// too when it is not UTF-8.
+fn attempt_view(attempt: u32, a: AttemptRecord) -> Attempt {
+    let (response_body, response_body_base64) = if a.body.is_empty() {
+        (None, None)
+    } else {
+        match std::str::from_utf8(&a.body) {
+            Ok(text) => (Some(text.to_owned()), None),
+            Err(_) => (
+                Some(String::from_utf8_lossy(&a.body).into_owned()),
+                Some(b64(&a.body)),
+            ),
+        }
+    };
+    Attempt {
+        attempt,
+        at_ms: a.at_ms,
+        at: rfc3339(a.at_ms),
+        duration_ms: a.duration_ms,
+        outcome: a.outcome,
+        status: a.status,
+        error: a.error,
+        response_headers: a.headers.iter().map(|(n, v)| header(n, v)).collect(),
+        response_body,
+        response_body_base64,
+        response_body_truncated: a.body_truncated,
+    }
 }
 
 /// `GET /v1/tenants/{tenant}/hooks/{seq}`.
@@ -784,6 +857,147 @@ mod tests {
         assert!(
             states.as_array().unwrap().iter().any(|v| v == "held"),
             "{states}"
+        );
+    }
+
+    /// The attempt log of a hook's rows: a delivered row (gone from
+    /// `deliveries`) keeps its attempts, shown `delivered`; a row still due
+    /// shows its state; a body that is not UTF-8 is text (lossy) and base64.
+    #[test]
+    fn the_hook_view_lists_each_rows_attempts_a_delivered_one_too() {
+        use ankusa_keys::AttemptRecord;
+        use ankusa_queue::{LogAttempt, RowId};
+        let s = state();
+        let kv = &*s.kv;
+        let ord = s.registry.load().tenants["default"];
+        let src = s.registry.load().sources["demo"];
+        ingest(kv, ord, src, 1, NOW);
+        ingest(kv, ord, src, 2, NOW);
+        let rec = |at_ms: u64, status: u16, outcome: &str, body: &[u8]| AttemptRecord {
+            at_ms,
+            duration_ms: 15,
+            outcome: outcome.into(),
+            status: Some(status),
+            error: (status >= 400).then(|| format!("HTTP {status}")),
+            headers: vec![(b"x-request-id".to_vec(), b"abc".to_vec())],
+            body: body.to_vec(),
+            body_truncated: status == 503,
+        };
+        let due = |seq: u64, due_ms: u64| DueKey {
+            tenant: ord,
+            due_ms,
+            seq: Seq(seq),
+            sink: SinkIx(0),
+        };
+        let row = |seq: u64| RowId::new(ord, Seq(seq), SinkIx(0));
+        for seq in [1, 2] {
+            commit(kv, ankusa_queue::claim(kv, due(seq, NOW), NOW).unwrap());
+            let r = rec(NOW, 503, "retry", b"\xffbusy");
+            commit(
+                kv,
+                ankusa_queue::retry_logged(
+                    kv,
+                    row(seq),
+                    NOW + 10,
+                    "HTTP 503",
+                    NOW,
+                    Some(LogAttempt {
+                        record: &r,
+                        keep: 20,
+                    }),
+                )
+                .unwrap(),
+            );
+        }
+        commit(
+            kv,
+            ankusa_queue::claim(kv, due(1, NOW + 10), NOW + 10).unwrap(),
+        );
+        let r = rec(NOW + 10, 200, "delivered", b"ok");
+        commit(
+            kv,
+            ankusa_queue::delivered_logged(
+                kv,
+                row(1),
+                NOW + 10,
+                Some(LogAttempt {
+                    record: &r,
+                    keep: 20,
+                }),
+            )
+            .unwrap(),
+        );
+        let h = get_hook(&s, "default", Seq(1), Query::parse(None).unwrap()).unwrap();
+        assert!(h.deliveries.is_empty(), "the delivered row is gone");
+        assert_eq!(h.attempt_log.len(), 1);
+        let l = &h.attempt_log[0];
+        assert_eq!(
+            (
+                l.id.as_str(),
+                l.sink_index,
+                l.sink.as_deref(),
+                l.state.as_str()
+            ),
+            ("default.1.0", 0, Some("deliveries"), "delivered")
+        );
+        let got: Vec<_> = l
+            .attempts
+            .iter()
+            .map(|a| {
+                (
+                    a.attempt,
+                    a.at_ms,
+                    a.duration_ms,
+                    a.outcome.as_str(),
+                    a.status,
+                    a.error.as_deref(),
+                    a.response_body.as_deref(),
+                    a.response_body_base64.as_deref(),
+                    a.response_body_truncated,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    1,
+                    NOW,
+                    15,
+                    "retry",
+                    Some(503),
+                    Some("HTTP 503"),
+                    Some("\u{fffd}busy"),
+                    Some("/2J1c3k="),
+                    true
+                ),
+                (
+                    2,
+                    NOW + 10,
+                    15,
+                    "delivered",
+                    Some(200),
+                    None,
+                    Some("ok"),
+                    None,
+                    false
+                ),
+            ]
+        );
+        assert_eq!(l.attempts[0].at.as_deref(), Some("2023-11-14T22:13:20Z"));
+        assert_eq!(l.attempts[0].response_headers[0].name, "x-request-id");
+        assert_eq!(
+            l.attempts[0].response_headers[0].value.as_deref(),
+            Some("abc")
+        );
+        let h = get_hook(&s, "default", Seq(2), Query::parse(None).unwrap()).unwrap();
+        assert_eq!(
+            (
+                h.attempt_log.len(),
+                h.attempt_log[0].state.as_str(),
+                h.attempt_log[0].attempts.len()
+            ),
+            (1, "due", 1)
         );
     }
 }

@@ -52,6 +52,8 @@ const TYPES: &[(&str, Through)] = &[
     ("Delivery", through::<api_types::Delivery>),
     ("Header", through::<api_types::Header>),
     ("Hook", through::<api_types::Hook>),
+    ("RowAttempts", through::<api_types::RowAttempts>),
+    ("Attempt", through::<api_types::Attempt>),
     ("DeadLetter", through::<api_types::DeadLetter>),
     ("DeadLetterList", through::<api_types::DeadLetterList>),
     ("Revived", through::<api_types::Revived>),
@@ -308,6 +310,25 @@ fn hook(quarantined: bool) -> Value {
         ]) },
         "replay_of": if quarantined { Value::Null } else { json!(7) },
         "quarantined": if quarantined { json!("invalid signature") } else { Value::Null },
+        "attempt_log": if quarantined { json!([]) } else { json!([
+            {"id": "acme.42.0", "sink_index": 0, "sink": "web", "state": "dead", "attempts": [
+                {"attempt": 4, "at_ms": 1_700_000_000_100u64, "at": "2023-11-14T22:13:20.1Z", "duration_ms": 12,
+                 "outcome": "retry", "status": 503, "error": "HTTP 503 Service Unavailable: busy",
+                 "response_headers": [
+                     {"name": "retry-after", "value": "5", "value_base64": "NQ=="}
+                 ],
+                 "response_body": "busy", "response_body_base64": null, "response_body_truncated": false},
+                {"attempt": 5, "at_ms": 1_700_000_100_000u64, "at": null, "duration_ms": 0,
+                 "outcome": "permanent", "status": 400, "error": "HTTP 400",
+                 "response_headers": [], "response_body": "\u{fffd}", "response_body_base64": "/w==",
+                 "response_body_truncated": true}
+            ]},
+            {"id": "acme.42.2", "sink_index": 2, "sink": null, "state": "delivered", "attempts": [
+                {"attempt": 1, "at_ms": 1_700_000_000_100u64, "at": "2023-11-14T22:13:20.1Z", "duration_ms": 10_000,
+                 "outcome": "delivered", "status": null, "error": null, "response_headers": [],
+                 "response_body": null, "response_body_base64": null, "response_body_truncated": false}
+            ]}
+        ]) },
     })
 }
 
@@ -432,6 +453,17 @@ fn samples() -> BTreeMap<&'static str, Vec<Value>> {
         "Header",
         hooks[0]["headers"].as_array().cloned().unwrap_or_default(),
     );
+    let logs = hooks[0]["attempt_log"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    s.insert(
+        "Attempt",
+        logs.iter()
+            .flat_map(|l| l["attempts"].as_array().cloned().unwrap_or_default())
+            .collect(),
+    );
+    s.insert("RowAttempts", logs);
     s.insert(
         "QuarantinedHook",
         vec![json!({"reason": "invalid signature", "hook": hooks[1]})],

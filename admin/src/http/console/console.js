@@ -295,6 +295,7 @@
         el(
           'td',
           { class: 'buttons' },
+          button('Attempts', 'attempts', (ev) => showAttempts(ev.currentTarget, d)),
           button('Revive', 'revive', (ev) => act(ev.currentTarget, 'POST', `/v1/dead-letters/${enc(d.id)}/revive`, (r) => `Revived ${r.id}: ${r.state === 'lane_member' ? 'queued in its ordering lane' : 'due now'}.`)),
           button(
             'Drop',
@@ -308,6 +309,55 @@
       ),
     );
     $('dead').tBodies[0].replaceChildren(...(rows.length ? rows : [emptyRow(9, 'No dead letters.')]));
+  }
+
+  /** One attempt of a row's attempt log as a table row. */
+  function attemptRow(a) {
+    const headers = a.response_headers.map((h) => `${h.name}: ${h.value === null ? `(base64) ${h.value_base64}` : h.value}`).join('\n');
+    let body = a.response_body === null ? '–' : a.response_body;
+    if (a.response_body_truncated) body += ' …(cut)';
+    return el(
+      'tr',
+      { data: { attempt: a.attempt } },
+      el('td', { class: 'num' }, String(a.attempt)),
+      el('td', null, when(a.at_ms)),
+      el('td', { class: 'num', data: { field: 'duration' } }, `${num(a.duration_ms)} ms`),
+      el('td', { data: { field: 'outcome' } }, tag(a.outcome === 'delivered' ? 'ok' : a.outcome === 'retry' ? 'info' : 'bad', a.outcome)),
+      el('td', { class: 'num', data: { field: 'status' } }, a.status === null ? '–' : String(a.status)),
+      el('td', { class: 'clip', title: a.error || null, data: { field: 'error' } }, a.error === null ? '–' : a.error),
+      el('td', { data: { field: 'headers' } }, headers ? el('pre', { class: 'answer' }, headers) : '–'),
+      el('td', { data: { field: 'body' } }, a.response_body === null ? '–' : el('pre', { class: 'answer', title: a.response_body_base64 ? `base64: ${a.response_body_base64}` : null }, body)),
+    );
+  }
+
+  /**
+   * Shows the attempt log of dead letter `d` (its hook's view,
+   * GET /v1/tenants/{tenant}/hooks/{seq}): each attempt's time, duration,
+   * outcome, status, error and the receiver's answer. Read once, when asked:
+   * the refresh does not replace it.
+   */
+  async function showAttempts(btn, d) {
+    btn.disabled = true;
+    try {
+      const hook = await call('GET', `/v1/tenants/${enc(d.tenant)}/hooks/${enc(d.seq)}`);
+      const log = hook.attempt_log.find((l) => l.id === d.id);
+      const attempts = log ? log.attempts : [];
+      $('attempts-row').textContent = d.id;
+      $('attempts-hint').textContent = attempts.length
+        ? `the last ${num(attempts.length)} of ${num(d.attempts)} (node.attempt_log.max_attempts), oldest first`
+        : 'no attempt kept (the relay keeps no attempt log, or none ran)';
+      $('attempts').tBodies[0].replaceChildren(...(attempts.length ? attempts.map(attemptRow) : [emptyRow(8, 'No attempts.')]));
+      $('attempts-section').hidden = false;
+      showError(null);
+    } catch (e) {
+      if (e.status === 401) {
+        askToken(`The admin API refused the token: ${e.message}. Enter it again.`);
+        return;
+      }
+      showError(e.message);
+    } finally {
+      btn.disabled = false;
+    }
   }
 
   function renderQuarantine(items, tenants) {
@@ -507,6 +557,9 @@
       refresh();
     });
     $('refresh').addEventListener('click', () => refresh());
+    $('attempts-close').addEventListener('click', () => {
+      $('attempts-section').hidden = true;
+    });
     $('signout').addEventListener('click', () => askToken(null));
     // Without a stored token the first call goes without one: a relay with no
     // admin_token (loopback only) answers it, one with a token says 401 and
