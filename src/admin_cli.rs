@@ -1002,7 +1002,60 @@ async fn hooks_show(
             &rows,
         );
     }
+    print_attempt_log(&h);
     Ok(())
+}
+
+/// Each row's attempt log (docs/design.md section 3, "The attempt log"):
+/// one line per attempt, the receiver's answer cut to one line (`--json`
+/// has all of it: headers, the body kept, base64 when it is not UTF-8).
+fn print_attempt_log(h: &Hook) {
+    for log in &h.attempt_log {
+        println!(
+            "attempts of {} (sink {}, {}):",
+            log.id,
+            opt(&log.sink),
+            log.state
+        );
+        let rows: Vec<Vec<String>> = log
+            .attempts
+            .iter()
+            .map(|a| {
+                let answer = a.response_body.as_deref().map(one_line).unwrap_or_default();
+                vec![
+                    a.attempt.to_string(),
+                    a.at.clone().unwrap_or_else(|| a.at_ms.to_string()),
+                    format!("{} ms", a.duration_ms),
+                    a.outcome.clone(),
+                    a.status.map_or("-".into(), |s| s.to_string()),
+                    match (&a.error, answer.is_empty()) {
+                        (Some(e), _) => e.clone(),
+                        (None, false) => answer,
+                        (None, true) => "-".into(),
+                    },
+                ]
+            })
+            .collect();
+        table(
+            &["#", "AT", "DURATION", "OUTCOME", "STATUS", "ERROR / ANSWER"],
+            &rows,
+        );
+    }
+}
+
+/// `text` on one line of at most 100 characters: control characters and
+/// runs of whitespace as one space.
+fn one_line(text: &str) -> String {
+    let mut out = text
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    if let Some((i, _)) = out.char_indices().nth(100) {
+        out.truncate(i);
+        out.push('…');
+    }
+    out
 }
 
 /// The line of a hook's request: its source, when, method, path and query.

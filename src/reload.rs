@@ -8,7 +8,7 @@
 //! 1. loads the file as `serve` and `check-config` do (every problem: 422);
 //! 2. refuses what cannot change live, each named (409): the listeners,
 //!    `node.data_dir`, `node.store`, `node.name`, the log format, the OTel
-//!    export, `listeners.body_budget_bytes`, `retention`, turning the admin
+//!    export, `node.attempt_log`, `listeners.body_budget_bytes`, `retention`, turning the admin
 //!    token on or off, and sinks that need more file descriptors than the
 //!    start kept for them;
 //! 3. registers new tenants and sources, gives every sink entry the slot its
@@ -508,6 +508,11 @@ fn fixed_changes(old: &Config, new: &Config) -> Vec<String> {
         o.otel != n.otel,
         "node.otel",
         "the export is set up at start",
+    );
+    fixed(
+        o.attempt_log != n.attempt_log,
+        "node.attempt_log",
+        "the pipeline takes it at start",
     );
     fixed(
         old.retention != new.retention,

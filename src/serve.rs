@@ -820,9 +820,15 @@ async fn run<K: Kv>(
         built.breaker,
         now_ms,
     );
+    let attempt_log = cfg.node.attempt_log;
     let pipeline = pipeline
         .due_floor(writer_handle.due_floor())
-        .lane_rows(writer_handle.lane_rows());
+        .lane_rows(writer_handle.lane_rows())
+        .attempt_log(ankusa_pipeline::AttemptLogConfig {
+            enabled: attempt_log.enabled,
+            max_attempts: attempt_log.max_attempts,
+            max_body_bytes: attempt_log.max_body_bytes as usize,
+        });
     let pipeline = match &member {
         Some(m) => {
             let m = Arc::clone(m);

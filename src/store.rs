@@ -399,6 +399,18 @@ fn describe(v: &Violation, names: &Registry) -> String {
             "row {} has no envelope in cf hooks (invariant 5)",
             row(*r, names)
         ),
+        Violation::AttemptLogWithoutEnvelope { row: r, attempt } => format!(
+            "attempt {attempt} of row {} is in the attempt log (?L) but its hook has no envelope in cf hooks (invariant 7)",
+            row(*r, names)
+        ),
+        Violation::AttemptLogAhead {
+            row: r,
+            attempt,
+            logged,
+        } => format!(
+            "attempt {attempt} of row {} is in the attempt log (?L) but the row counts {logged} logged attempts (invariant 8)",
+            row(*r, names)
+        ),
         Violation::SeqAboveHighWater(v) => format!(
             "{} stores hook seq {} above the seq high-water mark {}: new hooks would overwrite stored ones (invariant 6)",
             tenant(v.tenant, names),

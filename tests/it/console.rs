@@ -6,8 +6,9 @@
 //! (a wrong one is refused and asked again), shows the tenant's counters as
 //! the API has them, the sources with a runtime pause whose reason holds
 //! markup (shown as text), the dead letter, a quarantined hook, a replay
-//! job and live rates from `/metrics`; a click on the dead letter's Revive
-//! button (the sink now answers 200) delivers the hook.
+//! job and live rates from `/metrics`; a click on the dead letter's Attempts
+//! button shows its attempt log (the 422), and one on its Revive button (the
+//! sink now answers 200) delivers the hook.
 //!
 //! Without `chromium` and `chromedriver` on PATH the test prints a banner
 //! saying it did not run and passes (`.ci/run` installs both:
@@ -791,6 +792,41 @@ async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser
             .as_deref(),
             Some("source paused")
         );
+
+        // The dead letter's attempt log, with a click: its one attempt,
+        // refused with 422, and the receiver's answer (docs/design.md
+        // section 3, "The attempt log").
+        eventually("a click on Attempts", async || {
+            b.click(
+                &b.find(&format!("#dead {dl} button[data-action='attempts']"))
+                    .await?,
+            )
+            .await
+        })
+        .await;
+        let shown = eventually("the attempts shown", async || {
+            let row_shown = text(b, "#attempts-section:not([hidden]) #attempts-row").await;
+            let status = text(
+                b,
+                "#attempts tbody tr[data-attempt='1'] td[data-field='status']",
+            )
+            .await;
+            let outcome = text(
+                b,
+                "#attempts tbody tr[data-attempt='1'] td[data-field='outcome']",
+            )
+            .await;
+            match (row_shown, status, outcome) {
+                (Some(r), Some(s), Some(o)) => Ok((r, s, o)),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        assert_eq!(
+            shown,
+            (row.clone(), "422".to_owned(), "permanent".to_owned())
+        );
+        assert_eq!(count(b, "#attempts tbody tr").await, 1);
 
         // Revive with a click: the sink now takes it.
         fixed.store(true, Ordering::SeqCst);

@@ -12,6 +12,7 @@ mod sink;
 
 mod admin_access;
 mod admin_input;
+mod attempt_log;
 mod backup;
 mod bounds;
 mod breaker;

@@ -84,6 +84,8 @@ pub enum Reply {
     HoldThen(u16),
     /// This status after this long.
     Delay(Duration, u16),
+    /// This status with this body (`text/plain`).
+    Body(u16, String),
 }
 
 pub type Script = Arc<dyn Fn(&Req) -> Reply + Send + Sync>;
@@ -350,8 +352,13 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>>
         )
     };
     let script = Arc::clone(&st.script.read().expect("lock"));
+    let mut body = Bytes::new();
     let (status, retry_after) = match script(&r) {
         Reply::Status(s) => (s, None),
+        Reply::Body(s, text) => {
+            body = Bytes::from(text);
+            (s, None)
+        }
         Reply::RetryAfter(s, v) => (s, Some(v)),
         Reply::Delay(d, s) => {
             tokio::time::sleep(d).await;
@@ -373,7 +380,10 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Full<Bytes>>
     if let Some(v) = retry_after {
         resp = resp.header("retry-after", v);
     }
-    resp.body(Full::new(Bytes::new())).expect("response")
+    if !body.is_empty() {
+        resp = resp.header("content-type", "text/plain");
+    }
+    resp.body(Full::new(body)).expect("response")
 }
 
 /// The name the sink tracks open requests under: `<tenant>/<source>:<ordering
