@@ -1,7 +1,8 @@
 //! The bench gate of ADR 0004 (Consequences; docs/design.md section 2,
 //! "Operation counts"): engine operations per hook on the ingest path (the
 //! Writer) and the dispatch path (the dispatcher's steps) for (a) no ordered
-//! sink, with and without an idle second source in the tenant, (b) one
+//! sink, with and without an idle second source in the tenant, and with the
+//! attempt log off (docs/design.md section 3, "The attempt log"), (b) one
 //! ordered source over many keys, (c) one hot key, compared
 //! exactly with the checked-in baseline `pipeline/gate/baseline.txt`. Any
 //! change fails: an increase is a regression to fix; a decrease is recorded
