@@ -150,6 +150,7 @@ sources:
             last_error: None,
             lane: None,
             ordering_key: None,
+            lane_seq: None,
             logged_attempts: 0,
         }
         .encode(),
