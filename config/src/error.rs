@@ -64,7 +64,7 @@ impl ConfigError {
 /// The parser names this crate's private types (`expected struct
 /// RawSource`); a user wrote a mapping: say so.
 fn plain_type_names(message: &str) -> String {
-    const NAMES: [(&str, &str); 15] = [
+    const NAMES: [(&str, &str); 17] = [
         (
             "struct RawConfig",
             "a mapping of top-level sections (node, listeners, tenants, sources, ...)",
@@ -92,6 +92,14 @@ fn plain_type_names(message: &str) -> String {
         ("struct RawVerification", "a mapping (a verification)"),
         ("struct RawDedupe", "a mapping (a dedupe key)"),
         ("struct RawChallenge", "a mapping (a challenge)"),
+        (
+            "struct RawNotify",
+            "a mapping (the notify section: destinations, dead_letter_window_ms, dead_letter_samples, sink_failing_after_ms, tenant_bounds_percent, max_pending)",
+        ),
+        (
+            "struct RawDestination",
+            "a mapping (a notify destination: name, url, format, headers, timeout_ms, events)",
+        ),
     ];
     let mut out = message.to_owned();
     for (from, to) in NAMES {

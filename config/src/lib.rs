@@ -4,7 +4,8 @@
 //! # What it owns
 //! - The file's schema: `node`, `listeners`, `store_headers`, `dispatch`,
 //!   `retry`, `breaker`, `tenants`, `sources` (each source: path, tenant or
-//!   TenantPath, verification, dedupe, store_headers override, sinks).
+//!   TenantPath, verification, dedupe, store_headers override, sinks),
+//!   `cluster`, `notify` (the relay's own notifications: [`Notify`]).
 //!   `config/ankusa.example.yaml` documents every option, its default and its
 //!   unit (durations end `_ms`, sizes `_bytes`).
 //! - Validation: an invalid file never starts the node. Every problem found is
@@ -83,10 +84,19 @@
 //!   on a source with `verification: none` is refused (no signature can fail).
 //! - `retention.keep_ms` counts from a hook's receipt (the archive is by
 //!   receipt time), not from its delivery.
+//! - `notify` adds an internal tenant ([`NOTIFY_TENANT`]) and one internal
+//!   source per destination to [`Config::tenants`] and [`Config::sources`],
+//!   after the file's, so the store registers them and the pipeline delivers
+//!   them like any other (docs/design.md section 5, "Notifications"). Their
+//!   names start with `_`, which a configured name cannot ([`is_internal`]);
+//!   the edge serves no route for them. `notify` with `cluster` is refused
+//!   (planned, not built). A destination's `name` is required: its queued
+//!   notifications follow it, as a sink entry's rows follow its name.
 #![deny(missing_docs, clippy::unwrap_used)]
 
 mod error;
 mod model;
+mod notify;
 mod raw;
 mod secret;
 pub(crate) mod sink;
@@ -104,6 +114,10 @@ pub use model::{
     KeyInput, KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Order, OrderingKey, Otel,
     Retention, Retry, SignatureEncoding, SinkEntry, SinkKind, SinkRetry, Source, StoreBackend,
     Tenant, TenantBinding, TypedOptions, Verification,
+};
+pub use notify::{
+    NOTIFY_TENANT, Notify, NotifyDestination, NotifyEvent, NotifyFormat, is_internal,
+    notify_source_name,
 };
 pub use secret::{EnvLookup, Secret, SecretOrigin, process_env, redact_url, secret_param};
 pub use sink::CORE_KEYS as SINK_CORE_KEYS;
@@ -201,6 +215,18 @@ pub mod defaults {
     pub const CLUSTER_HOLD_MS: u64 = 4_000;
     /// `cluster.name`.
     pub const CLUSTER_NAME: &str = "ankusa";
+    /// `notify.dead_letter_window_ms`: one `dead_lettered` summary per sink
+    /// a minute at most.
+    pub const NOTIFY_DEAD_LETTER_WINDOW_MS: u64 = 60_000;
+    /// `notify.dead_letter_samples`: the dead letters a summary names.
+    pub const NOTIFY_DEAD_LETTER_SAMPLES: u32 = 5;
+    /// `notify.sink_failing_after_ms`: 5 minutes of failed attempts.
+    pub const NOTIFY_SINK_FAILING_AFTER_MS: u64 = 300_000;
+    /// `notify.tenant_bounds_percent`.
+    pub const NOTIFY_TENANT_BOUNDS_PERCENT: u32 = 80;
+    /// `notify.max_pending`: notifications queued at once (the internal
+    /// tenant's `max_pending`).
+    pub const NOTIFY_MAX_PENDING: u64 = 10_000;
 }
 
 /// The upper bound of every numeric option, in the option's unit, checked at
@@ -275,6 +301,19 @@ pub mod limits {
     /// `max_message_bytes` of an sqs sink: 1 MiB, SQS's own limit (the sinks
     /// crate checks its lower bound, 1,024).
     pub const SQS_MAX_MESSAGE_BYTES: u64 = 1 << 20;
+    /// A sink entry's `auto_pause_after_ms`: 1 s at least (a blip must not
+    /// pause a sink), 30 days at most.
+    pub const AUTO_PAUSE_AFTER_MS: (u64, u64) = (1_000, 30 * 24 * 3_600_000);
+    /// `notify.sink_failing_after_ms`: as `auto_pause_after_ms`.
+    pub const NOTIFY_SINK_FAILING_AFTER_MS: (u64, u64) = AUTO_PAUSE_AFTER_MS;
+    /// `notify.dead_letter_window_ms`: 1 s to 24 h.
+    pub const NOTIFY_DEAD_LETTER_WINDOW_MS: (u64, u64) = (1_000, 24 * 3_600_000);
+    /// `notify.dead_letter_samples`: 20 (a summary is one chat message).
+    pub const NOTIFY_DEAD_LETTER_SAMPLES: u32 = 20;
+    /// `notify.max_pending`: 1,000,000 notifications.
+    pub const NOTIFY_MAX_PENDING: u64 = 1_000_000;
+    /// `notify.destinations`: 16.
+    pub const NOTIFY_DESTINATIONS: usize = 16;
 }
 
 /// The parts of a configuration file every node of a cluster must have

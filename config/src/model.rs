@@ -36,6 +36,12 @@ pub struct Config {
     /// (docs/design.md section 11); `None`, the default, is a standalone
     /// relay.
     pub cluster: Option<Cluster>,
+    /// `notify`: the relay's own notifications (docs/design.md section 5,
+    /// "Notifications"); `None` without destinations. Its destinations are
+    /// delivered through the internal tenant and sources this configuration
+    /// also holds (`tenants` and `sources` end with them:
+    /// [`crate::is_internal`]).
+    pub notify: Option<crate::Notify>,
 }
 
 impl Config {
@@ -47,6 +53,12 @@ impl Config {
     /// The tenant named `name`.
     pub fn tenant(&self, name: &str) -> Option<&Tenant> {
         self.tenants.iter().find(|t| t.name == name)
+    }
+
+    /// The sources the file configures, without the internal ones the
+    /// relay adds for itself (the notify destinations: [`crate::is_internal`]).
+    pub fn configured_sources(&self) -> impl Iterator<Item = &Source> {
+        self.sources.iter().filter(|s| !crate::is_internal(&s.name))
     }
 }
 
@@ -886,6 +898,12 @@ pub struct SinkEntry {
     /// the body this sink gets (docs/design.md section 6, "Transforms").
     /// `None`: the body as received.
     pub transform: Option<std::sync::Arc<ankusa_transform::Program>>,
+    /// `auto_pause_after_ms`: a sink entry whose every attempt has failed
+    /// for this long is paused by the pipeline, as the admin API's pause
+    /// does (docs/design.md section 5, "Pause" and "Notifications"). From
+    /// [`crate::limits::AUTO_PAUSE_AFTER_MS`]'s least to its most; `None`
+    /// (the default): never.
+    pub auto_pause_after_ms: Option<u64>,
 }
 
 /// A sink entry's `rate_limit` (docs/design.md section 5, "Rate limit"):

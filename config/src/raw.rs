@@ -24,6 +24,33 @@ pub(crate) struct RawConfig {
     pub tenants: Option<Vec<RawTenant>>,
     pub sources: Vec<RawSource>,
     pub cluster: Option<RawCluster>,
+    pub notify: Option<RawNotify>,
+}
+
+/// `notify`: where the relay sends its own notifications (docs/design.md
+/// section 5, "Notifications"). Event names and formats are strings, checked
+/// by validation, so a wrong one is named with the destination's index
+/// instead of failing the whole section's parse.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawNotify {
+    pub destinations: Vec<RawDestination>,
+    pub dead_letter_window_ms: Option<u64>,
+    pub dead_letter_samples: Option<u32>,
+    pub sink_failing_after_ms: Option<u64>,
+    pub tenant_bounds_percent: Option<u32>,
+    pub max_pending: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RawDestination {
+    pub name: Option<String>,
+    pub url: Option<String>,
+    pub format: Option<String>,
+    pub headers: Option<serde_yaml_ng::Mapping>,
+    pub timeout_ms: Option<u64>,
+    pub events: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -38,7 +38,7 @@ pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
 
 /// The keys of a sink entry that core reads itself (docs/design.md section
 /// 7); every other key is the adapter's own option.
-pub const CORE_KEYS: [&str; 9] = [
+pub const CORE_KEYS: [&str; 10] = [
     "type",
     "name",
     "ordered",
@@ -48,6 +48,7 @@ pub const CORE_KEYS: [&str; 9] = [
     "filter",
     "rate_limit",
     "transform",
+    "auto_pause_after_ms",
 ];
 const KEY_FORMS: &str = "{header: NAME} or {json: a.b.c}";
 
@@ -127,6 +128,9 @@ pub(crate) fn entry(
         }
     };
     let rate_limit = raw.get("rate_limit").and_then(|v| rate_limit(v, &scope, p));
+    let auto_pause_after_ms = raw
+        .get("auto_pause_after_ms")
+        .and_then(|v| auto_pause_after(v, &scope, p));
     let filter = match raw.get("filter") {
         None => Vec::new(),
         Some(v) => filter(ctx, v, &scope, p),
@@ -211,7 +215,30 @@ pub(crate) fn entry(
         typed,
         filter,
         transform,
+        auto_pause_after_ms,
     })
+}
+
+/// `auto_pause_after_ms` (docs/design.md section 5, "Notifications"): whole
+/// milliseconds within [`crate::limits::AUTO_PAUSE_AFTER_MS`]. Under a
+/// second a blip would pause a sink; past the most, a unit mistake (a sink
+/// failing every attempt for a month is a pause that came too late).
+fn auto_pause_after(v: &Value, scope: &Scope, p: &mut Problems) -> Option<u64> {
+    let (least, most) = crate::limits::AUTO_PAUSE_AFTER_MS;
+    match v.as_u64() {
+        Some(n) if (least..=most).contains(&n) => Some(n),
+        _ => {
+            p.push(
+                scope,
+                "auto_pause_after_ms",
+                format!(
+                    "must be whole milliseconds from {least} (1 s) to {most} (30 days): how long every attempt must fail before the sink is paused, found {}",
+                    show(Some(v))
+                ),
+            );
+            None
+        }
+    }
 }
 
 /// The numeric options of the sinks' own that have an upper bound

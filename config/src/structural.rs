@@ -14,7 +14,7 @@ use crate::secret::EnvLookup;
 use crate::{SourceCheck, validate};
 
 /// The top-level sections, for [`Scope::Section`].
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "node",
     "listeners",
     "store_headers",
@@ -24,6 +24,7 @@ const SECTIONS: [&str; 9] = [
     "retention",
     "tenants",
     "sources",
+    "notify",
 ];
 
 /// Every problem of `text`, which the parser refused with `first`.

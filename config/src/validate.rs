@@ -52,8 +52,8 @@ pub(crate) fn config(
     let retry = retry(&raw, &mut p);
     let breaker = breaker(&raw, &mut p);
     let retention = retention(&raw, &mut p);
-    let tenants = tenants(&raw, &mut p);
-    let sources = sources(
+    let mut tenants = tenants(&raw, &mut p);
+    let mut sources = sources(
         &raw.sources,
         &tenants,
         &store_headers,
@@ -67,6 +67,14 @@ pub(crate) fn config(
         .cluster
         .as_ref()
         .map(|c| cluster(c, &node, &listeners, &mut p));
+    // The relay's own notifications: their internal tenant and sources come
+    // after the file's (docs/design.md section 5, "Notifications").
+    let notify = raw.notify.as_ref().and_then(|n| {
+        let built = crate::notify::notify(n, raw.cluster.is_some(), &retry, env, &mut p)?;
+        tenants.push(built.tenant);
+        sources.extend(built.sources);
+        Some(built.notify)
+    });
 
     if !p.0.is_empty() {
         scrub_env_values(&mut p.0, &read.borrow());
@@ -83,6 +91,7 @@ pub(crate) fn config(
         tenants,
         sources,
         cluster,
+        notify,
     })
 }
 

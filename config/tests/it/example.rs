@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use ankusa_config::{
-    Config, DEFAULT_YAML, Dedupe, FileSink, HeaderAction, KeySource, OnInvalidSignature, Order,
-    OrderingKey, Retention, SinkKind, SinkRetry, StoreBackend, TenantBinding, TypedOptions,
-    Verification,
+    Config, DEFAULT_YAML, Dedupe, FileSink, HeaderAction, KeySource, NotifyEvent, NotifyFormat,
+    OnInvalidSignature, Order, OrderingKey, Retention, SinkKind, SinkRetry, StoreBackend,
+    TenantBinding, TypedOptions, Verification,
 };
 use serde_yaml_ng::Value;
 
@@ -84,7 +84,13 @@ fn the_example_file_loads_into_the_model_it_documents() {
             .iter()
             .map(|t| (t.name.as_str(), t.max_pending))
             .collect::<Vec<_>>(),
-        [("default", 100_000), ("acme", 100_000), ("globex", 20_000)]
+        [
+            ("default", 100_000),
+            ("acme", 100_000),
+            ("globex", 20_000),
+            // The notifications' internal tenant, bound by notify.max_pending.
+            ("_ankusa", 10_000)
+        ]
     );
     assert_eq!(
         c.sources
@@ -97,6 +103,9 @@ fn the_example_file_loads_into_the_model_it_documents() {
             ("shopify", "/hooks/shopify"),
             ("billing", "/hooks/billing"),
             ("partner", "/hooks/partner"),
+            // One internal source per notify destination.
+            ("_notify-ops-chat", "/_ankusa/notify/ops-chat"),
+            ("_notify-incidents", "/_ankusa/notify/incidents"),
         ]
     );
     assert_eq!(
@@ -298,6 +307,55 @@ fn the_example_file_loads_into_the_model_it_documents() {
     );
     assert_eq!(pa.on_invalid_signature, OnInvalidSignature::Reject);
     assert!(!gh.quarantine && !gh.paused);
+
+    // Auto-pause: the ci sink only; a core option the sink does not see.
+    assert_eq!(gh.sinks[0].auto_pause_after_ms, Some(600_000));
+    assert!(gh.sinks[0].options.get("auto_pause_after_ms").is_none());
+    assert_eq!(gh.sinks[1].auto_pause_after_ms, None);
+
+    // Notifications: two destinations, each delivered by an internal
+    // source's http sink named after it.
+    let n = c.notify.as_ref().expect("notify");
+    assert_eq!(
+        n.destinations
+            .iter()
+            .map(|d| (d.name.as_str(), d.source.as_str(), d.format, d.events.len()))
+            .collect::<Vec<_>>(),
+        [
+            ("ops-chat", "_notify-ops-chat", NotifyFormat::Slack, 6),
+            ("incidents", "_notify-incidents", NotifyFormat::Json, 2)
+        ]
+    );
+    assert_eq!(
+        n.wanting(NotifyEvent::SinkAutoPaused)
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>(),
+        ["ops-chat", "incidents"]
+    );
+    assert_eq!(
+        (
+            n.dead_letter_window_ms,
+            n.dead_letter_samples,
+            n.sink_failing_after_ms,
+            n.tenant_bounds_percent,
+            n.max_pending
+        ),
+        (60_000, 5, 300_000, 80, 10_000)
+    );
+    let inc = c.source("_notify-incidents").expect("incidents' source");
+    assert_eq!(inc.tenant, TenantBinding::Fixed("_ankusa".into()));
+    let TypedOptions::Http(h) = &inc.sinks[0].typed else {
+        panic!("http expected")
+    };
+    assert_eq!(
+        (inc.sinks[0].name.as_str(), h.url.as_str(), h.timeout_ms),
+        (
+            "incidents",
+            "https://incidents.internal.example/ankusa",
+            5000
+        )
+    );
+    assert_eq!(h.headers["x-team"].expose(), "relay-ops");
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod example;
 mod filter;
 mod helpers;
 mod limits;
+mod notify;
 mod ops;
 mod rejections;
 mod retry;
