@@ -22,6 +22,8 @@ use crate::PipelineError;
 use crate::breaker::BreakerBook;
 use crate::calls::Done;
 use crate::env::{Env, wake_at};
+use crate::events::{PipelineEvent, PipelineEvents};
+use crate::failing::{FailingSinks, quiet_ms};
 use crate::retire::Retirements;
 use crate::slots::Slots;
 
@@ -34,12 +36,15 @@ pub(crate) struct Committer {
 
 /// The state of other stages a commit changes: the slots it frees, the
 /// breakers it decides, the retirements it counts, the wake time of the rows
-/// it reschedules.
+/// it reschedules, the failing runs it extends or ends, and the reports it
+/// makes for notifications (docs/design.md section 5, "Notifications").
 pub(crate) struct Decide<'a> {
     pub(crate) slots: &'a mut Slots,
     pub(crate) breakers: &'a mut BreakerBook,
     pub(crate) retire: &'a mut Retirements,
     pub(crate) wake: &'a mut Option<u64>,
+    pub(crate) failing: &'a mut FailingSinks,
+    pub(crate) events: &'a PipelineEvents,
 }
 
 impl Committer {
@@ -86,6 +91,7 @@ impl Committer {
                 Err(e) => return Err(e.into()),
             }
         }
+        st.failing.publish(st.events);
         st.breakers.publish(|source, sink| {
             env.routes
                 .sinks
@@ -181,6 +187,21 @@ fn outcome_batch<K: Kv>(
         _ => now,
     };
     let outcome = policy.resolve(d.outcome.clone(), first, now);
+    // The entry's failing run (docs/design.md section 5, "Notifications"):
+    // a delivery ends it, any other answer of the sink extends it.
+    let entry = (d.key.1, d.key.2);
+    if st.retire.reason(d.key.1).is_none() {
+        match &outcome {
+            Outcome::Ok => st.failing.answered(entry),
+            Outcome::Retry { reason, .. }
+            | Outcome::Permanent { reason }
+            | Outcome::SinkGone { reason } => {
+                st.failing
+                    .failed(entry, now, reason, quiet_ms(&policy, &env.breaker));
+            }
+            Outcome::SourceGone { .. } | Outcome::HttpStatus { .. } => {}
+        }
+    }
     let breaker = st.breakers.entry(d.key);
     if d.trial {
         breaker.trial_in_flight = false;
@@ -199,6 +220,7 @@ fn outcome_batch<K: Kv>(
         Outcome::Ok => {
             if breaker.answered() {
                 info!(row = %d.row, "breaker closed: the trial delivery succeeded");
+                st.events.push(closed(d, now));
             }
             debug!(row = %d.row, "delivered");
             let r = record(AttemptOutcome::Delivered);
@@ -208,20 +230,30 @@ fn outcome_batch<K: Kv>(
             ))
         }
         Outcome::Retry { reason, after } => {
+            // Reported when it opens, not when a failed half-open trial
+            // opens it again: it never closed in between.
+            let was_open = breaker.open;
             if breaker.failed(d.site, d.trial, &env.breaker, now) {
                 warn!(row = %d.row, failures = breaker.failures, lanes = breaker.sites.len(), open_ms = env.breaker.open_ms, "breaker open for this sink");
+            }
+            if breaker.open && !was_open {
+                st.events.push(PipelineEvent::BreakerOpened {
+                    tenant: d.key.0,
+                    source: d.key.1,
+                    sink: d.key.2,
+                    failures: breaker.failures,
+                    open_until_ms: breaker.open_until_ms,
+                    last_error: reason.clone(),
+                    at_ms: now,
+                });
             }
             let attempts = d.attempts_before + 1;
             let Some(due) = policy.next_attempt(attempts, *after, first, now, rng) else {
                 warn!(row = %d.row, %reason, "retry horizon passed: dead-lettered");
                 let r = record(AttemptOutcome::HorizonPassed);
-                let b = ankusa_queue::dead_letter_logged(
-                    kv,
-                    d.row,
-                    &format!("retry horizon passed: {reason}"),
-                    now,
-                    log_of(&r, keep),
-                )?;
+                let why = format!("retry horizon passed: {reason}");
+                let b = ankusa_queue::dead_letter_logged(kv, d.row, &why, now, log_of(&r, keep))?;
+                st.events.dead_lettered(d.key.1, d.row, &why);
                 return Ok((b, AttemptOutcome::HorizonPassed));
             };
             let delay = due.saturating_sub(now);
@@ -234,33 +266,23 @@ fn outcome_batch<K: Kv>(
             ))
         }
         Outcome::Permanent { reason } => {
-            breaker.answered();
+            if breaker.answered() {
+                st.events.push(closed(d, now));
+            }
             warn!(row = %d.row, %reason, "permanent failure: dead-lettered");
             let r = record(AttemptOutcome::Permanent);
-            Ok((
-                ankusa_queue::dead_letter_logged(
-                    kv,
-                    d.row,
-                    &format!("permanent: {reason}"),
-                    now,
-                    log_of(&r, keep),
-                )?,
-                AttemptOutcome::Permanent,
-            ))
+            let why = format!("permanent: {reason}");
+            let b = ankusa_queue::dead_letter_logged(kv, d.row, &why, now, log_of(&r, keep))?;
+            st.events.dead_lettered(d.key.1, d.row, &why);
+            Ok((b, AttemptOutcome::Permanent))
         }
         Outcome::SinkGone { reason } => {
             warn!(row = %d.row, %reason, "sink gone: dead-lettered");
             let r = record(AttemptOutcome::SinkGone);
-            Ok((
-                ankusa_queue::dead_letter_logged(
-                    kv,
-                    d.row,
-                    &format!("sink gone: {reason}"),
-                    now,
-                    log_of(&r, keep),
-                )?,
-                AttemptOutcome::SinkGone,
-            ))
+            let why = format!("sink gone: {reason}");
+            let b = ankusa_queue::dead_letter_logged(kv, d.row, &why, now, log_of(&r, keep))?;
+            st.events.dead_lettered(d.key.1, d.row, &why);
+            Ok((b, AttemptOutcome::SinkGone))
         }
         Outcome::SourceGone { reason } => {
             warn!(row = %d.row, %reason, "source gone: dead-lettered as an orphan");
@@ -278,6 +300,16 @@ fn outcome_batch<K: Kv>(
             ))
         }
         Outcome::HttpStatus { .. } => unreachable!("resolved by the retry policy above"),
+    }
+}
+
+/// The report of `d`'s breaker closing at `now`.
+fn closed(d: &Done, now: u64) -> PipelineEvent {
+    PipelineEvent::BreakerClosed {
+        tenant: d.key.0,
+        source: d.key.1,
+        sink: d.key.2,
+        at_ms: now,
     }
 }
 

@@ -13,13 +13,15 @@ use ankusa_engine::{Durability, Kv};
 use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{SinkIx, SourceId, TenantOrd};
 use ankusa_queue::writer::LaneRows;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::PipelineError;
 use crate::breaker::{BreakerBook, PipelineStatus};
 use crate::calls::{Call, Done, launch};
 use crate::commit::{Committer, Decide};
 use crate::env::Env;
+use crate::events::{PipelineEvent, PipelineEvents};
+use crate::failing::FailingSinks;
 use crate::handle::{Control, ControlError, PauseBook, Retirement};
 use crate::held::HeldBacklogs;
 use crate::limit::Limiter;
@@ -50,6 +52,12 @@ pub(crate) struct Dispatcher<K: Kv> {
     retire: Retirements,
     /// The committer's state ([`crate::commit`]).
     committer: Committer,
+    /// The sink entries whose every attempt is failing ([`crate::failing`]):
+    /// the committer extends and ends their runs, and an entry with an
+    /// `auto_pause_after_ms` is paused once its run lasts that long.
+    failing: FailingSinks,
+    /// What the pipeline reports for notifications ([`crate::events`]).
+    events: PipelineEvents,
     /// Tenants no visit touches ([`crate::PipelineHandle::quiesce`]: being
     /// purged).
     quiet: BTreeSet<TenantOrd>,
@@ -78,6 +86,7 @@ pub(crate) struct Shared {
     pub(crate) status: PipelineStatus,
     pub(crate) limiters: HashMap<(SourceId, SinkIx), (crate::limit::RateLimit, Limiter)>,
     pub(crate) tenant_routes: HashMap<TenantOrd, Vec<(SourceId, SinkIx)>>,
+    pub(crate) events: PipelineEvents,
 }
 
 impl<K: Kv> Dispatcher<K> {
@@ -92,6 +101,8 @@ impl<K: Kv> Dispatcher<K> {
             held: HeldBacklogs::default(),
             retire: Retirements::default(),
             committer: Committer::default(),
+            failing: FailingSinks::default(),
+            events: shared.events,
             quiet: BTreeSet::new(),
             fencing: None,
             ready: shared.ready,
@@ -293,6 +304,55 @@ impl<K: Kv> Dispatcher<K> {
         Ok(())
     }
 
+    /// Pauses each sink entry whose every attempt has failed for its
+    /// `auto_pause_after_ms` (docs/design.md section 5, "Pause" and
+    /// "Notifications"): the same runtime pause as the admin API's, committed
+    /// `Sync` to `meta` with a reason that says why, so it survives a restart
+    /// and is lifted by a resume like any other. Its run ends with the pause:
+    /// after a resume the entry must fail that long again.
+    fn auto_pause(&mut self) -> Result<(), PipelineError> {
+        let now = self.now();
+        for (key, run, after_ms) in self.failing.due_for_pause(&self.env.routes.auto_pause, now) {
+            self.failing.answered(key);
+            if self.pauses.is_paused(key.0, key.1) {
+                continue;
+            }
+            let Some(route) = self.env.routes.sinks.get(&key) else {
+                continue;
+            };
+            let (source_name, sink_name) = (route.source_name.clone(), route.sink_name.clone());
+            let reason = format!(
+                "auto-paused: every attempt failed for {} (last error: {})",
+                seconds(after_ms),
+                run.last_error
+            );
+            let target = PauseTarget::Sink(key.0, key.1);
+            self.env.kv.write(
+                ankusa_queue::set_pause(target, now, &reason),
+                Durability::Sync,
+            )?;
+            self.pauses
+                .apply(target, Some(reason.clone()), now, &self.env.routes);
+            warn!(
+                source = %source_name,
+                sink = %sink_name,
+                failing_since_ms = run.since_ms,
+                attempts = run.attempts,
+                %reason,
+                "sink auto-paused: resume it with the admin API (ankusa resume) once it is fixed; its hooks are kept meanwhile"
+            );
+            self.events.push(PipelineEvent::SinkAutoPaused {
+                source: key.0,
+                sink: key.1,
+                failing_since_ms: run.since_ms,
+                reason,
+                at_ms: now,
+            });
+        }
+        self.failing.publish(&self.events);
+        Ok(())
+    }
+
     /// A reload's new routes and settings (docs/design.md section 5,
     /// "Reload"): each stage takes what it derives from them (the tenants'
     /// sink entries, the rate limiters, the configuration's pauses); the
@@ -378,8 +438,11 @@ impl<K: Kv> Dispatcher<K> {
                     breakers: &mut self.breakers,
                     retire: &mut self.retire,
                     wake: &mut self.next_wake_ms,
+                    failing: &mut self.failing,
+                    events: &self.events,
                 },
             )?;
+            self.auto_pause()?;
         }
         if visit {
             if let Some(floor) = &self.due_floor {
@@ -437,6 +500,7 @@ impl<K: Kv> Dispatcher<K> {
                     retire: &mut self.retire,
                     wake: &mut self.next_wake_ms,
                     claims: &claims,
+                    events: &self.events,
                 },
                 tenant,
                 now,
@@ -455,5 +519,25 @@ impl<K: Kv> Dispatcher<K> {
             }
         }
         Ok(())
+    }
+}
+
+/// `ms` in seconds as a reason says it: `600 s`, `1.5 s`.
+fn seconds(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        let text = format!("{:.3}", ms as f64 / 1000.0);
+        format!("{} s", text.trim_end_matches('0'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_pause_reason_says_seconds() {
+        assert_eq!(super::seconds(600_000), "600 s");
+        assert_eq!(super::seconds(1_500), "1.5 s");
+        assert_eq!(super::seconds(1_250), "1.25 s");
     }
 }

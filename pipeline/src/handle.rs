@@ -31,6 +31,10 @@ pub struct PipelineHandle {
     pub(crate) book: Arc<Mutex<PauseBook>>,
     /// What the admin API reads of the breakers (read-only).
     pub status: PipelineStatus,
+    /// What the pipeline reports for the relay's notifications (breakers
+    /// opened and closed, dead letters, failing and auto-paused sink entries:
+    /// docs/design.md section 5, "Notifications").
+    pub events: crate::events::PipelineEvents,
 }
 
 /// What [`PipelineHandle::retire`] reports about a source's retirement.

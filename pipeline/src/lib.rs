@@ -19,7 +19,16 @@
 //!   become row transitions built against the live engine (ADR 0004 4.5) and
 //!   one `Buffered` batch; a lane's release in it promotes the next member,
 //!   which the scan of the same step claims. The retry policy ([`retry`])
-//!   decides retries and dead letters; the breakers count failures here.
+//!   decides retries and dead letters; the breakers count failures here,
+//!   and so do the failing runs of the sink entries ([`failing`]), which
+//!   pause an entry with an `auto_pause_after_ms` once every attempt failed
+//!   that long.
+//!
+//! What the stages report for the relay's notifications (breakers opened
+//! and closed, dead letters counted per sink entry, failing and auto-paused
+//! entries) is recorded in [`PipelineEvents`] ([`events`]), in memory and
+//! bounded, for `ankusa serve` to read (docs/design.md section 5,
+//! "Notifications"): the pipeline never waits on it.
 //!
 //! Each stage is a type that owns its state behind private fields and a
 //! small method surface: the scan's [`scan::Scanner`] (with its
@@ -39,17 +48,18 @@
 //! `tests::module_graph` checks that it is the code's:
 //!
 //! ```text
-//! dispatcher -> breaker, calls, commit, env, handle, held, limit, pauses, retire, scan, slots, sweep
-//! commit -> breaker, calls, env, retire, slots
+//! dispatcher -> breaker, calls, commit, env, events, failing, handle, held, limit, pauses, retire, scan, slots, sweep
+//! commit -> breaker, calls, env, events, failing, retire, slots
 //! calls -> breaker, scan, slots, transform
-//! scan -> breaker, cursor, env, held, pauses, retire, slots
+//! scan -> breaker, cursor, env, events, held, pauses, retire, slots
 //! held -> breaker, cursor, env, pauses
 //! pauses -> cursor, env, handle
 //! sweep -> env
 //! slots -> breaker, limit
 //! env -> breaker
-//! handle -> breaker
-//! breaker, cursor, limit, retention, retire, retry, transform -> (none)
+//! handle -> breaker, events
+//! failing -> events
+//! breaker, cursor, events, limit, retention, retire, retry, transform -> (none)
 //! ```
 //!
 //! The engine work of the stages (every store read and commit) runs in one
@@ -107,6 +117,8 @@ mod commit;
 mod cursor;
 mod dispatcher;
 mod env;
+mod events;
+mod failing;
 mod handle;
 mod held;
 mod limit;
@@ -122,6 +134,9 @@ mod tests;
 mod transform;
 
 pub use breaker::{BreakerCounts, BreakerPolicy, BreakerState, PipelineStatus};
+pub use events::{
+    DEAD_LETTER_SAMPLES_KEPT, DeadLetterTally, FailingRun, PipelineEvent, PipelineEvents,
+};
 pub use handle::{
     ControlError, ExclusiveWork, PauseStatus, PipelineHandle, Reconfiguration, Retirement,
 };
@@ -258,6 +273,10 @@ pub struct Routes {
     /// "Transforms"): each call runs it on the stored body before the sink
     /// gets the hook. An entry not here gets the body as received.
     pub transforms: HashMap<(SourceId, SinkIx), Transform>,
+    /// The sink entries with an `auto_pause_after_ms`: paused once every
+    /// attempt has failed that long, ms (docs/design.md section 5,
+    /// "Notifications"); an entry not here is never paused by the pipeline.
+    pub auto_pause: HashMap<(SourceId, SinkIx), u64>,
 }
 
 /// Which of a tenant's due rows this node may claim: every tenant's, always,
@@ -388,6 +407,7 @@ impl<K: Kv> Pipeline<K> {
             })
             .collect();
         let tenant_routes = tenant_routes_of(&routes);
+        let events = events::PipelineEvents::default();
         let handle = PipelineHandle {
             wake: Arc::clone(&wake),
             shutdown: Arc::new(shutdown_tx),
@@ -396,6 +416,7 @@ impl<K: Kv> Pipeline<K> {
             control,
             book: Arc::clone(&book),
             status: status.clone(),
+            events: events.clone(),
         };
         (
             Pipeline {
@@ -416,6 +437,7 @@ impl<K: Kv> Pipeline<K> {
                         status,
                         limiters,
                         tenant_routes,
+                        events,
                     },
                 ),
                 wake,

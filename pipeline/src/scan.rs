@@ -17,6 +17,7 @@ use tracing::{debug, warn};
 use crate::breaker::{BreakerBook, BreakerKey, Site};
 use crate::cursor::{Cursors, Entries};
 use crate::env::{Env, SCAN_PAGES, wake_at};
+use crate::events::PipelineEvents;
 use crate::held::{HeldBacklogs, OVERFLOW_SKIPPED};
 use crate::pauses::Pauses;
 use crate::retire::Retirements;
@@ -71,6 +72,10 @@ pub(crate) struct VisitStages<'a> {
     /// [`crate::TenantClaims::AllBut`]): the rows of ordered sink entries
     /// (of the listed lanes only, for `AllBut`) are left due, unclaimed.
     pub(crate) claims: &'a crate::TenantClaims,
+    /// The notifications' reports: the rows a visit dead-letters past their
+    /// retry horizon are counted there (docs/design.md section 5,
+    /// "Notifications").
+    pub(crate) events: &'a PipelineEvents,
 }
 
 /// What a visit hands on: the rows it claimed, and whether it stopped at its
@@ -118,8 +123,9 @@ struct Visit {
     /// saturated is what makes a saturated entry's backlog worth holding back.
     recent: Option<Entries>,
     start_bytes: u64,
-    /// Rows claimed only to be dead-lettered: their retry horizon passed.
-    horizon: Vec<RowId>,
+    /// Rows claimed only to be dead-lettered: their retry horizon passed
+    /// (with their source, for the notifications' count).
+    horizon: Vec<(RowId, SourceId)>,
     /// Per half-open breaker, the best trial candidate the scan met among
     /// rows of lanes that failed in the breaker's current run (the lane that
     /// failed last ranks worst): taken as the trial only if no row of another
@@ -322,7 +328,7 @@ impl Scanner {
         Self::deferred_trials(env, st, &mut v)?;
         // Stopped at the claim budget, not at the end of what is due.
         let more = v.starts.len() + v.parks.len() >= env.page_len();
-        let starts = write_decisions(env, st.wake, v)?;
+        let starts = write_decisions(env, st.wake, st.events, v)?;
         Ok(Visited { starts, more })
     }
 
@@ -746,7 +752,7 @@ impl Scanner {
                 .dead_at_claim(first, dk.due_ms, v.now)
         {
             v.claims.extend(ankusa_queue::claim(kv, dk, v.now)?);
-            v.horizon.push(row_id);
+            v.horizon.push((row_id, source));
             return Ok(Flow::Next);
         }
         if open && !half_open {
@@ -896,6 +902,7 @@ impl Scanner {
 fn write_decisions<K: Kv>(
     env: &Env<K>,
     wake: &mut Option<u64>,
+    events: &PipelineEvents,
     v: Visit,
 ) -> Result<Vec<Start>, PipelineError> {
     let Visit {
@@ -910,7 +917,7 @@ fn write_decisions<K: Kv>(
     } = v;
     env.write(joined(joined(dead, holds), claims))?;
     let mut after = Batch::new();
-    for row_id in &horizon {
+    for (row_id, source) in &horizon {
         warn!(row = %row_id, "retry horizon passed before the next attempt: dead-lettered");
         after.extend(ankusa_queue::dead_letter(
             &*env.kv,
@@ -919,6 +926,7 @@ fn write_decisions<K: Kv>(
             "retry horizon passed",
             now,
         )?);
+        events.dead_lettered(*source, *row_id, "retry horizon passed");
     }
     for (dk, until) in &parks {
         after.extend(ankusa_queue::park(&*env.kv, *dk, *until, now)?);

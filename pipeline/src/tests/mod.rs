@@ -32,6 +32,7 @@ mod lane_sweep;
 mod low_water;
 mod module_graph;
 mod moved_source;
+mod notify;
 
 const TENANT: TenantOrd = TenantOrd(1);
 const SOURCE: SourceId = SourceId(1);
