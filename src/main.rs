@@ -32,6 +32,7 @@ mod cluster_cli;
 mod fixture;
 mod limits;
 mod migrate;
+mod notifications;
 mod notify;
 mod open;
 mod reload;
@@ -542,11 +543,29 @@ fn main() -> ExitCode {
         }),
         Command::CheckConfig { file } => match serve::load(Some(&file)) {
             Ok(c) => {
+                // The file's own sources and tenants, not the internal ones
+                // its notify destinations add (docs/design.md section 5,
+                // "Notifications").
+                let tenants = c
+                    .tenants
+                    .iter()
+                    .filter(|t| !ankusa_config::is_internal(&t.name))
+                    .count();
+                let notify = c.notify.as_ref().map_or_else(String::new, |n| {
+                    format!(
+                        ", {}",
+                        count(
+                            n.destinations.len(),
+                            "notify destination",
+                            "notify destinations"
+                        )
+                    )
+                });
                 println!(
-                    "{}: ok ({}, {})",
+                    "{}: ok ({}, {}{notify})",
                     file.display(),
-                    count(c.sources.len(), "source", "sources"),
-                    count(c.tenants.len(), "tenant", "tenants")
+                    count(c.configured_sources().count(), "source", "sources"),
+                    count(tenants, "tenant", "tenants")
                 );
                 ExitCode::SUCCESS
             }

@@ -812,6 +812,7 @@ async fn run<K: Kv>(
 
     let (writer, writer_handle) = Writer::new(Arc::clone(&kv), WriterConfig::default(), now_ms)?;
     let retention_writer = writer_handle.clone();
+    let notify_writer = writer_handle.clone();
     let (pipeline, pipeline_handle) = Pipeline::new(
         Arc::clone(&kv),
         built.routes,
@@ -909,6 +910,15 @@ async fn run<K: Kv>(
         admin_state.cluster_gauges = Box::new(move || g.gauges());
     }
     admin_state.writer = writer_metrics;
+    let notify_stats = Arc::new(crate::notifications::NotifyStats::default());
+    admin_state.notify = {
+        let (stats, events, ctx) = (
+            Arc::clone(&notify_stats),
+            pipeline_handle.events.clone(),
+            Arc::clone(&admin_state.ctx),
+        );
+        Box::new(move || crate::notifications::metrics(&stats, &events, &ctx))
+    };
     admin_state.version = env!("CARGO_PKG_VERSION");
     admin_state.delivery = pipeline_handle.status.delivery();
     let status = pipeline_handle.status.clone();
@@ -1053,6 +1063,24 @@ async fn run<K: Kv>(
         let wake = pipeline_handle.clone();
         tokio::spawn(Arc::clone(m).run(Box::new(move || wake.wake()), Arc::clone(&node_store)));
     }
+    // The relay's own notifications (docs/design.md section 5,
+    // "Notifications"): committed through the Writer like hooks, so the task
+    // stops with the ingest listener (it holds a Writer handle).
+    let notify_task = tokio::spawn(
+        crate::notifications::Notifier {
+            kv: Arc::clone(&kv),
+            writer: notify_writer,
+            ctx: Arc::clone(&admin_hold.ctx),
+            events: pipeline_handle.events.clone(),
+            stats: notify_stats,
+            wake: {
+                let wake = pipeline_handle.clone();
+                Box::new(move || wake.wake())
+            },
+            clock: now_ms,
+        }
+        .run(shutdown_rx.clone()),
+    );
     // The retention sweep stops with the ingest listener: it holds a Writer
     // handle, and the Writer stops only when every handle is gone.
     let retention_task = tokio::spawn(ankusa_pipeline::retention::run(
@@ -1184,6 +1212,9 @@ async fn run<K: Kv>(
         Ok(Ok(())) => {}
         Ok(Err(e)) => error!("the retention sweep failed: {e}"),
         Err(e) => error!("the retention sweep stopped: {e}"),
+    }
+    if let Err(e) = notify_task.await {
+        error!("the notifier stopped: {e}");
     }
     // The edge's Writer handle goes with the edge; the Writer finishes its
     // queue and stops.

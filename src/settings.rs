@@ -95,6 +95,9 @@ impl Pipelined {
                         .transforms
                         .insert(key, Transform::new(Arc::clone(program), hmac_header));
                 }
+                if let Some(ms) = e.auto_pause_after_ms {
+                    routes.auto_pause.insert(key, ms);
+                }
                 let sink = match previous.and_then(|p| kept_sink(p, s, e, key)) {
                     Some(sink) => sink,
                     None => crate::sinks::build(&s.name, e).await?,
@@ -155,8 +158,18 @@ fn kept_sink(
 }
 
 /// One start-up line for a sink entry: the path it takes hooks at, its kind,
-/// name and destination, and what the configuration turned on.
+/// name and destination, and what the configuration turned on. A notify
+/// destination's line names its scheme and host only: a chat webhook's URL
+/// carries its secret in the path (docs/design.md section 5,
+/// "Notifications").
 fn destination(s: &Source, e: &SinkEntry) -> String {
+    if ankusa_config::is_internal(&s.name) {
+        let host = match &e.typed {
+            ankusa_config::TypedOptions::Http(h) => url_host(&h.url),
+            _ => String::new(),
+        };
+        return format!("notify {} -> {} {host}/...", e.name, e.kind.as_str());
+    }
     let paused = if s.paused || e.paused {
         " [paused]"
     } else {
@@ -196,6 +209,14 @@ fn destination(s: &Source, e: &SinkEntry) -> String {
         e.name,
         describe(s, e)
     )
+}
+
+/// `scheme://host[:port]` of `url`, nothing of its path, query or userinfo.
+fn url_host(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    format!("{scheme}://{host}")
 }
 
 /// One start-up line's tail for a sink entry: where it delivers and, for an

@@ -310,6 +310,18 @@ pub fn refusal(found: &[Unconfigured]) -> String {
          in the dead-letter queue)."
             .to_owned(),
     );
+    // A notify destination's queued notifications (docs/design.md section
+    // 5, "Notifications"): its internal source cannot be written back.
+    if found
+        .iter()
+        .any(|u| ankusa_config::is_internal(&u.source_name))
+    {
+        lines.push(
+            "A source named _notify-NAME holds the queued notifications of the notify destination NAME: \
+             put the destination back in notify.destinations (its deliveries then go on), or drop them as above."
+                .to_owned(),
+        );
+    }
     lines.join("\n")
 }
 

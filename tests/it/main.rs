@@ -42,6 +42,7 @@ mod migrate;
 mod moved_source;
 #[cfg(feature = "nats")]
 mod nats;
+mod notify;
 mod ordering;
 #[cfg(feature = "otel")]
 mod otel;

@@ -128,9 +128,16 @@ pub struct Sink {
 impl Sink {
     /// A sink answering every request with `script(request)`.
     pub async fn start(script: impl Fn(&Req) -> Reply + Send + Sync + 'static) -> Sink {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the sink");
+        Sink::start_at("127.0.0.1:0".parse().expect("address"), script).await
+    }
+
+    /// [`Sink::start`] on `addr` (a destination that comes up where the
+    /// relay has been failing to reach it).
+    pub async fn start_at(
+        addr: SocketAddr,
+        script: impl Fn(&Req) -> Reply + Send + Sync + 'static,
+    ) -> Sink {
+        let listener = TcpListener::bind(addr).await.expect("bind the sink");
         let addr = listener.local_addr().expect("sink address");
         let (release, _) = watch::channel(false);
         let state = Arc::new(State {

@@ -376,6 +376,11 @@ impl<K: Kv> Collector for StoreCollector<K> {
             let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
             c.encode(m)?;
         }
+        for (name, help, v) in (self.state.notify)() {
+            let c = ConstCounter::new(v);
+            let m = encoder.encode_descriptor(name, help, None, c.metric_type())?;
+            c.encode(m)?;
+        }
         for (name, help, v) in (self.state.cluster_gauges)() {
             let g = ConstGauge::new(v);
             let m = encoder.encode_descriptor(name, help, None, g.metric_type())?;

@@ -324,6 +324,10 @@ pub struct AdminState<K: Kv> {
     /// The cluster runtime's gauges (name, help, value): empty for a
     /// standalone relay.
     pub cluster_gauges: Box<dyn Fn() -> Vec<(&'static str, &'static str, i64)> + Send + Sync>,
+    /// The relay's notifications' counters (docs/design.md section 5,
+    /// "Notifications"), each as (name without `_total`, help, value): the
+    /// relay wires its notifier's; the default has none.
+    pub notify: Box<dyn Fn() -> Vec<(&'static str, &'static str, u64)> + Send + Sync>,
     /// Most admin connections open at once (default
     /// [`MAX_ADMIN_CONNECTIONS`]; the relay derives it from its
     /// file-descriptor limit).
@@ -370,6 +374,7 @@ impl<K: Kv> AdminState<K> {
             forwarded_headers_dropped: Box::new(Vec::<(&'static str, u64)>::new),
             cluster: Box::new(Vec::new),
             cluster_gauges: Box::new(Vec::new),
+            notify: Box::new(Vec::new),
             max_connections: MAX_ADMIN_CONNECTIONS,
             connections: limits::ConnStats::default(),
             delivery: Arc::new(DeliveryMetrics::default()),

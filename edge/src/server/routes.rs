@@ -456,7 +456,9 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
         })
     };
     let mut out = Vec::new();
-    for s in &config.sources {
+    // The relay's own sources (its notifications: docs/design.md section 5,
+    // "Notifications") take no hook from the network.
+    for s in config.configured_sources() {
         let missing = |what: &str| RouteError::Unsupported {
             source_name: s.name.clone(),
             option: what.into(),
@@ -476,6 +478,7 @@ pub fn build_routes(config: &Config, registry: &Registry) -> Result<Vec<SourceRo
                 config
                     .tenants
                     .iter()
+                    .filter(|t| !ankusa_config::is_internal(&t.name))
                     .filter_map(|t| Some((t.name.clone(), tenant_route(&t.name)?)))
                     .collect(),
             ),
