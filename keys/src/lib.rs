@@ -44,12 +44,12 @@ pub use error::{KeyError, ValueError};
 pub use ids::{LaneId, Seq, SinkIx, SourceId, TenantOrd};
 pub use index::{
     ActiveKey, AttemptLogKey, CounterField, CounterKey, DeadLetterKey, DedupeKey, DueKey, Family,
-    HELD_DUE_BIT, InFlightKey, LaneHeadKey, LaneMarkerKey, LaneMemberKey, LaneSeqKey, QuarantinedKey,
-    active_key, attempt_log_hook_range, attempt_log_hooks_range, attempt_log_key,
+    HELD_DUE_BIT, InFlightKey, LaneHeadKey, LaneMarkerKey, LaneMemberKey, LaneSeqKey,
+    QuarantinedKey, active_key, attempt_log_hook_range, attempt_log_hooks_range, attempt_log_key,
     attempt_log_row_range, counter_key, dead_letter_key, dedupe_key, dedupe_source_range, due_key,
     due_range_until, family_range, held_due_ms, held_due_range, in_flight_key, lane_head_key,
-    lane_marker_key, lane_member_key, lane_members_range, lane_seq_key, live_due_range, quarantined_key,
-    tenant_range,
+    lane_marker_key, lane_member_key, lane_members_range, lane_seq_key, live_due_range,
+    quarantined_key, tenant_range,
 };
 pub use meta::{
     FORMAT_KEY, MIGRATION_KEY, MetaKey, MigrationProgress, NODE_ID_KEY, ORIGIN_KEY,

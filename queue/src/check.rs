@@ -9,9 +9,9 @@ use ankusa_keys::{
     ActiveKey, AttemptLogKey, AttemptRecord, CounterField, CounterKey, DeadLetterKey,
     DeadLetterValue, DedupeKey, DedupeValue, DeliveryKey, DeliveryRow, DueKey, DueKind, DueValue,
     Family, HookKey, InFlightKey, InFlightValue, LaneHeadKey, LaneHeadValue, LaneId, LaneMarkerKey,
-    LaneMemberKey, LaneMemberValue, LaneSeqKey, LaneSeqValue, QuarantinedKey, QuarantinedValue, RowState, Seq, TenantOrd,
-    counter_key, decode_counter_value, decode_empty_value, deliveries_range, family_range,
-    hooks_range, is_sentinel,
+    LaneMemberKey, LaneMemberValue, LaneSeqKey, LaneSeqValue, QuarantinedKey, QuarantinedValue,
+    RowState, Seq, TenantOrd, counter_key, decode_counter_value, decode_empty_value,
+    deliveries_range, family_range, hooks_range, is_sentinel,
 };
 
 use crate::{QueueError, RowId};
