@@ -15,7 +15,7 @@ uses it (Python 3.8+, standard library only):
   recorded); answer 200 and do nothing.
 - n > last + 1: numbers last+1 .. n-1 are missing. Ankusa never reorders a
   key, so a missing number is a hook that was dead-lettered while its key
-  moved on (`dead_letter: release`) or purged; process n, remember the gap.
+  moved on (a dead head releases its key) or purged; process n, remember the gap.
   When an operator revives the missing hook it arrives with its own (lower)
   number: it fills the gap and is processed then.
 - any other lower number: the key's numbers started again (in a cluster,
@@ -30,7 +30,8 @@ transaction as the effect of the hook; this one keeps them in memory.
     curl localhost:9000/report               # per key: last, missing, duplicates, restarts, arrivals
 
 `--fail N` answers 503 to the first attempt of every Nth lane position, to
-watch a retry carry the same number again.
+watch a retry carry the same number again (a refused attempt is not
+recorded: `ankusa hooks show ID` lists it, with its number's delivery).
 """
 
 import argparse

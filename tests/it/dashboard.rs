@@ -1093,8 +1093,17 @@ async fn a_real_prometheus_scraping_the_relay_answers_every_panel_and_evaluates_
     // Every panel answers series, each with the labels its legend shows.
     let d = dashboard();
     let mut wrong = Vec::new();
+    let no_sample = sampleless();
     for p in panels(&d) {
         for t in p["targets"].as_array().into_iter().flatten() {
+            // A family the scripted run writes no sample of has no series
+            // to answer (`sampleless`: its own test checks it).
+            if no_sample
+                .iter()
+                .any(|f| t["expr"].as_str().unwrap_or_default().contains(f.as_str()))
+            {
+                continue;
+            }
             let place = format!(
                 "panel {:?} ({})",
                 p["title"].as_str().unwrap_or("?"),

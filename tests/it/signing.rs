@@ -494,7 +494,7 @@ sources:
     let expected = [
         r#"source "billing", sink "orders" (http): option "signing.secrets[1]": is not a Standard Webhooks secret: expected whsec_ followed by (padded, standard) base64"#,
         r#"source "billing", sink "orders" (http): option "signing.secrets[2]": environment variable ANKUSA_SIGNING_TEST_UNSET is not set"#,
-        r#"source "billing", sink "empty" (http): option "signing.secrets": is empty: name at least one whsec_ secret"#,
+        r#"source "billing", sink "empty" (http): option "signing.secrets": is empty: name at least one whsec_ (HMAC) or whsk_ (Ed25519) secret"#,
         r#"source "billing", sink "empty" (http): option "headers.webhook-timestamp": is written by the sink's signing (type standard_webhooks) and cannot be configured"#,
         r#"source "billing", sink "clash" (http): option "headers.Webhook-Id": is written by the sink's signing (type standard_webhooks) and cannot be configured"#,
         r#"source "billing", sink "plain" (http): option "signing.secrets": type hmac signs with one `secret`"#,
