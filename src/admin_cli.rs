@@ -1301,16 +1301,24 @@ async fn retire_source(
     start_job(api, json_out, body, wait).await
 }
 
-/// Who pauses a sink entry: `config`, `api` (the runtime control), its
-/// `source (...)`, or `-`.
+/// Who pauses a sink entry: `config`, `api` (the runtime control), `auto`
+/// (the runtime control, by the entry's `auto_pause_after_ms`: its reason
+/// says so), its `source (...)`, or `-`.
 fn paused_by(source: &PauseInfo, sink: &PauseInfo) -> String {
     let by = |p: &PauseInfo| {
         let mut who = Vec::new();
         if p.by_config {
             who.push("config");
         }
-        if p.by_runtime.is_some() {
-            who.push("api");
+        match &p.by_runtime {
+            Some(r)
+                if r.reason
+                    .starts_with(ankusa_pipeline::AUTO_PAUSE_REASON_PREFIX) =>
+            {
+                who.push("auto");
+            }
+            Some(_) => who.push("api"),
+            None => {}
         }
         who.join("+")
     };

@@ -322,7 +322,8 @@ impl<K: Kv> Dispatcher<K> {
             };
             let (source_name, sink_name) = (route.source_name.clone(), route.sink_name.clone());
             let reason = format!(
-                "auto-paused: every attempt failed for {} (last error: {})",
+                "{}every attempt failed for {} (last error: {})",
+                crate::AUTO_PAUSE_REASON_PREFIX,
                 seconds(after_ms),
                 run.last_error
             );

@@ -626,6 +626,11 @@ async fn engine<K: Kv, T: Send + 'static>(
 /// with the edge's drain it stays inside Kubernetes' default 30 s grace).
 pub const SHUTDOWN_WAIT_MS: u64 = 10_000;
 
+/// How the reason of a pause the pipeline makes itself begins (a sink entry
+/// whose every attempt failed for its `auto_pause_after_ms`; docs/design.md
+/// section 5, "Pause"): `ankusa sources` shows such a pause as `auto`.
+pub const AUTO_PAUSE_REASON_PREFIX: &str = "auto-paused: ";
+
 /// Reads a tenant counter field, for metrics and tests.
 ///
 /// # Errors
