@@ -71,6 +71,7 @@ pub(crate) fn config(
     // after the file's (docs/design.md section 5, "Notifications").
     let notify = raw.notify.as_ref().and_then(|n| {
         let built = crate::notify::notify(n, raw.cluster.is_some(), &retry, env, &mut p)?;
+        notify_not_to_itself(&built.sources, &listeners, &mut p);
         tenants.push(built.tenant);
         sources.extend(built.sources);
         Some(built.notify)
@@ -1452,4 +1453,84 @@ fn check_path(path: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A notify destination may not be one of the relay's own listeners: a
+/// notification posted to its ingest would be a hook whose dead letters
+/// notify again, without end, and one posted to its admin API would act on
+/// it (docs/design.md section 5, "Notifications"). The URL's host is compared
+/// when it is an IP address or `localhost`; a listener on `0.0.0.0` or `::`
+/// is every address of the machine.
+fn notify_not_to_itself(
+    sources: &[crate::model::Source],
+    listeners: &crate::model::Listeners,
+    p: &mut Problems,
+) {
+    for (i, s) in sources.iter().enumerate() {
+        for e in &s.sinks {
+            let Some(url) = e.options.get("url").and_then(serde_yaml_ng::Value::as_str) else {
+                continue;
+            };
+            let Some((host, port)) = url_host_port(url) else {
+                continue;
+            };
+            for (which, addr) in [("ingest", listeners.ingest), ("admin", listeners.admin)] {
+                let same_host = match host {
+                    Host::Loopback => addr.ip().is_loopback() || addr.ip().is_unspecified(),
+                    Host::Ip(ip) => {
+                        ip == addr.ip()
+                            || addr.ip().is_unspecified()
+                            || (ip.is_loopback() && addr.ip().is_loopback())
+                    }
+                };
+                if same_host && port == addr.port() {
+                    p.push(
+                        &crate::error::Scope::Section("notify"),
+                        format!("destinations[{i}].url"),
+                        format!(
+                            "is the relay's own {which} listener ({addr}): its notifications would come back to it"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The host of a URL, as far as a listener comparison needs it.
+enum Host {
+    Loopback,
+    Ip(std::net::IpAddr),
+}
+
+/// `http(s)://host[:port]/...` as (host, port), the scheme's port when none
+/// is written; `None` for a host name other than `localhost`.
+fn url_host_port(url: &str) -> Option<(Host, u16)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, after) = v6.split_once(']')?;
+        (h, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse().ok()?,
+        None => default,
+    };
+    let host = if host.eq_ignore_ascii_case("localhost") {
+        Host::Loopback
+    } else {
+        Host::Ip(host.parse().ok()?)
+    };
+    Some((host, port))
 }

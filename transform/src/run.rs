@@ -29,10 +29,22 @@ impl Program {
     /// [`RunError`]: every one but [`RunError::Unavailable`] says the hook
     /// cannot go through this program ([`RunError::is_permanent`]).
     pub async fn run(self: &Arc<Self>, body: Vec<u8>) -> Result<Vec<u8>, RunError> {
-        let permit = Arc::clone(&RUNS)
-            .acquire_owned()
-            .await
-            .map_err(|e| RunError::Unavailable(e.to_string()))?;
+        // A turn waited for no longer than the run itself may take: a run
+        // whose built-in operation outlasts its deadline keeps its permit
+        // until it ends, and the hooks behind it must not wait on it without
+        // end. No turn in time is a retry of the row, not a dead letter.
+        let wait_turn = Duration::from_millis(self.limits.timeout_ms.saturating_add(GRACE_MS));
+        let permit = match tokio::time::timeout(wait_turn, Arc::clone(&RUNS).acquire_owned()).await
+        {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => return Err(RunError::Unavailable(e.to_string())),
+            Err(_) => {
+                return Err(RunError::Unavailable(format!(
+                    "no free run slot within {} ms (every slot is held by a run past its deadline)",
+                    wait_turn.as_millis()
+                )));
+            }
+        };
         let (tx, rx) = oneshot::channel();
         let program = Arc::clone(self);
         std::thread::Builder::new()

@@ -168,3 +168,24 @@ fn a_deep_value_built_until_the_deadline_is_dropped_within_the_stack() {
         Err(RunError::Timeout(MAX_TIMEOUT_MS))
     );
 }
+
+/// A body carrying a deep JSON text in a string (an SNS envelope's
+/// `Message`, say) is refused by `fromjson` before jaq's parser, which
+/// recurses once per level, could overflow the run's stack; a shallow one
+/// parses as jq's does.
+#[test]
+fn fromjson_refuses_a_text_nested_deeper_than_the_bound() {
+    let deep = format!("{}{}", "[".repeat(1_000_000), "]".repeat(1_000_000));
+    let body = serde_json::json!({"Message": deep}).to_string();
+    assert!(
+        matches!(run(".Message | fromjson", &body), Err(RunError::Program(m)) if m.contains("nests 1000000 deep")),
+        "{:?}",
+        run(".Message | fromjson", &body)
+    );
+    let body = serde_json::json!({"Message": "{\"type\":\"a\",\"s\":\"[[[\"}"}).to_string();
+    assert_eq!(
+        run(".Message | fromjson | .type", &body),
+        Ok("\"a\"".to_owned())
+    );
+    assert_eq!(super::funs::nesting(b"[{\"a\":[1]}, \"[[[[\\\"\"]"), 3);
+}

@@ -223,3 +223,35 @@ fn auto_pause_after_ms_is_a_core_option_within_its_bounds() {
         )));
     }
 }
+
+/// A destination that is one of the relay's own listeners is refused: its
+/// notifications would come back to it as hooks (the ingest: dead letters
+/// that notify again without end) or act on it (the admin API). Another port
+/// of the machine, or a host name, is not compared.
+#[test]
+fn a_destination_on_the_relays_own_listener_is_refused() {
+    for (url, which, addr) in [
+        (
+            "http://127.0.0.1:8080/hooks/stripe",
+            "ingest",
+            "127.0.0.1:8080",
+        ),
+        ("http://localhost:8081/v1/reload", "admin", "127.0.0.1:8081"),
+        ("http://[::1]:8080/x", "ingest", "127.0.0.1:8080"),
+    ] {
+        assert_eq!(
+            one(&with_notify(&format!(
+                "  destinations: [{{name: self, url: '{url}', events: [dead_lettered]}}]\n"
+            ))),
+            format!(
+                "notify: option \"destinations[0].url\": is the relay's own {which} listener ({addr}): its notifications would come back to it"
+            ),
+            "{url}"
+        );
+    }
+    for url in ["http://127.0.0.1:9000/x", "https://relay.example:8080/x"] {
+        ok(&with_notify(&format!(
+            "  destinations: [{{name: other, url: '{url}', events: [dead_lettered]}}]\n"
+        )));
+    }
+}

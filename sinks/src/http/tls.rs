@@ -276,9 +276,17 @@ fn load(
 /// The bytes of the file `path` of `option`, bounded.
 fn read(option: &str, path: &Path) -> Result<Vec<u8>, SinkError> {
     let shown = path.display();
-    let len = std::fs::metadata(path)
-        .map_err(|e| SinkError::invalid(option, format!("cannot read {shown}: {e}")))?
-        .len();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| SinkError::invalid(option, format!("cannot read {shown}: {e}")))?;
+    // A FIFO or a device (`/dev/zero`) has no length to bound and would
+    // block or fill memory at load: only a regular file is a PEM file.
+    if !meta.is_file() {
+        return Err(SinkError::invalid(
+            option,
+            format!("{shown} is not a regular file (a PEM file of certificates or a key)"),
+        ));
+    }
+    let len = meta.len();
     if len > MAX_FILE_BYTES {
         return Err(SinkError::invalid(
             option,
@@ -287,7 +295,22 @@ fn read(option: &str, path: &Path) -> Result<Vec<u8>, SinkError> {
             ),
         ));
     }
-    std::fs::read(path).map_err(|e| SinkError::invalid(option, format!("cannot read {shown}: {e}")))
+    // Read at most one byte past the bound, should the file grow meanwhile.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| {
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_FILE_BYTES + 1), &mut bytes)
+        })
+        .map_err(|e| SinkError::invalid(option, format!("cannot read {shown}: {e}")))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(SinkError::invalid(
+            option,
+            format!(
+                "{shown} is more than {MAX_FILE_BYTES} bytes: more than a PEM file of certificates or a key"
+            ),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// The certificates of a PEM file (other sections are skipped), at least one.

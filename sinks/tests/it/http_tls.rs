@@ -289,6 +289,22 @@ fn file_problems_are_refused_at_load_naming_the_option() {
             "tls.client_cert: cannot read {m}: No such file or directory (os error 2)"
         )]
     );
+    // A FIFO (it would block the load) and a directory are no PEM files.
+    let fifo = dir.join("ca.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    for not_a_file in [fifo.clone(), dir.to_path_buf()] {
+        assert_eq!(
+            problems(json!({"url": "https://h/", "tls": {"ca": not_a_file}})),
+            [format!(
+                "tls.ca: {} is not a regular file (a PEM file of certificates or a key)",
+                not_a_file.display()
+            )]
+        );
+    }
     assert_eq!(
         problems(json!({"url": "https://h/", "tls": {"ca": not_pem}})),
         [format!(
