@@ -1,28 +1,84 @@
-//! A run on its own thread (docs/design.md section 6, "Transforms"): a
-//! thread with a [`STACK_BYTES`] stack per run, at most as many at once as
-//! the machine has cores, its answer awaited with a deadline.
+//! A run on a thread of the transform pool (docs/design.md section 6,
+//! "Transforms"): as many threads as runs may go at once (one per core, at
+//! least 2), each with a [`STACK_BYTES`] stack, made once and reused; a
+//! run's answer awaited with a deadline.
+//!
+//! A thread per run, made and detached at each delivery, crashed the relay
+//! once in about a million runs (a fault inside `pthread_detach` while the
+//! 512 MiB stack of a thread that had just ended was being unmapped), and
+//! mapping such a stack per hook cost delivery rate: the pool makes each
+//! stack once.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, oneshot};
 
 use crate::{GRACE_MS, Program, RunError, STACK_BYTES};
 
-/// The runs that may go at once: one per core, at least 2. A run holds its
-/// permit until its thread ends, so a run whose caller stopped waiting
-/// (after a built-in operation outlasted the deadline) still counts.
-static RUNS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| {
-    let cores = std::thread::available_parallelism().map_or(2, usize::from);
-    Arc::new(Semaphore::new(cores.max(2)))
+/// A run handed to the pool.
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// How many runs may go at once: one per core, at least 2.
+fn slots() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, usize::from)
+        .max(2)
+}
+
+/// The runs that may go at once, one per pool thread. A run holds its
+/// permit until it ends on its thread, so a run whose caller stopped waiting
+/// (after a built-in operation outlasted the deadline) still counts, and a
+/// run given a permit always finds a thread free.
+static RUNS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(slots())));
+
+/// The pool's queue: its threads take runs from it in turn. `Err` when not
+/// one thread could be made (every run is then refused, and retried).
+static POOL: LazyLock<Result<Mutex<Sender<Job>>, String>> = LazyLock::new(|| {
+    let (tx, rx) = channel::<Job>();
+    let rx = Arc::new(Mutex::new(rx));
+    let mut made = 0;
+    let mut last_error = String::new();
+    for i in 0..slots() {
+        let rx = Arc::clone(&rx);
+        match std::thread::Builder::new()
+            .name(format!("ankusa-transform-{i}"))
+            .stack_size(STACK_BYTES)
+            .spawn(move || work(&rx))
+        {
+            Ok(_) => made += 1,
+            Err(e) => last_error = e.to_string(),
+        }
+    }
+    if made == 0 {
+        Err(format!("no thread for the transform pool: {last_error}"))
+    } else {
+        Ok(Mutex::new(tx))
+    }
 });
+
+/// A pool thread: runs jobs until the queue is gone (never, in a relay).
+fn work(rx: &Mutex<Receiver<Job>>) {
+    loop {
+        let job = match rx.lock() {
+            Ok(rx) => rx.recv(),
+            Err(poisoned) => poisoned.into_inner().recv(),
+        };
+        match job {
+            // A job catches its own unwinding (`Program::eval`).
+            Ok(job) => job(),
+            Err(_) => return,
+        }
+    }
+}
 
 impl Program {
     /// Runs the program on `body` (the stored body, as received): its one
     /// output as compact JSON, the body to deliver.
     ///
     /// Waits for a turn (at most one run per core at once), then runs on a
-    /// thread of its own and answers within `timeout_ms` + [`GRACE_MS`] of
+    /// thread of the pool and answers within `timeout_ms` + [`GRACE_MS`] of
     /// the program's start, whatever the program does.
     ///
     /// # Errors
@@ -47,17 +103,23 @@ impl Program {
         };
         let (tx, rx) = oneshot::channel();
         let program = Arc::clone(self);
-        std::thread::Builder::new()
-            .name("ankusa-transform".to_owned())
-            .stack_size(STACK_BYTES)
-            .spawn(move || {
-                let answer = program.eval(&body);
-                // The caller may have stopped waiting; the answer is then
-                // nobody's.
-                let _ = tx.send(answer);
-                drop(permit);
-            })
-            .map_err(|e| RunError::Unavailable(format!("no thread for the run: {e}")))?;
+        let job: Job = Box::new(move || {
+            let answer = program.eval(&body);
+            // The caller may have stopped waiting; the answer is then
+            // nobody's.
+            let _ = tx.send(answer);
+            drop(permit);
+        });
+        let queue = POOL
+            .as_ref()
+            .map_err(|e| RunError::Unavailable(e.clone()))?;
+        queue
+            .lock()
+            .map_err(|_| {
+                RunError::Unavailable("the transform pool's queue is poisoned".to_owned())
+            })?
+            .send(job)
+            .map_err(|_| RunError::Unavailable("the transform pool has no thread".to_owned()))?;
         let wait = Duration::from_millis(self.limits.timeout_ms.saturating_add(GRACE_MS));
         match tokio::time::timeout(wait, rx).await {
             Ok(Ok(answer)) => answer,
