@@ -6,6 +6,7 @@
 #
 #   benches/load/e2e.sh                          # every cell, 20 s each
 #   DURATION=60 CELLS="baseline unordered" RATE=2000 benches/load/e2e.sh   # a soak at 2000 hooks/s
+#   CELLS="unordered unordered-jq unordered-nolog" benches/load/e2e.sh   # a transform's, the attempt log's cost
 #
 # Cells (CELLS, in this order by default):
 #   baseline     plain-hyper, the same posting, at CONNS and 256 connections
@@ -16,6 +17,12 @@
 #                ONE_KEY_SLOW_HOOKS hooks posted as fast as CONNS connections go
 #   onekey       source `ordered`, one key, the receiver answering at once,
 #                ONE_KEY_HOOKS hooks
+# Not run unless named in CELLS (what a feature costs, beside the plain cell):
+#   unordered-jq, ordered-jq        the cell with an identity transform,
+#                `transform: {jq: '.'}`, on the sinks (the body delivered is
+#                jaq's compact output of the body received: the same bytes)
+#   unordered-nolog, ordered-nolog  the cell with `node.attempt_log.enabled:
+#                false` (the defaults keep the attempt log)
 # Each relay cell gets a fresh relay and store (RocksDB, or STORE=fjall) in a
 # temp dir under /var/tmp: one tenant with large bounds, sources without
 # verification or dedupe; ankusa-load waits until every acked hook has arrived
@@ -24,12 +31,13 @@
 # is stopped when it ends (also on error or Ctrl-C) and the temp dir removed
 # (KEEP=1 keeps it: configs, relay logs, each cell's JSON line).
 #
-# Knobs (environment): DURATION (20, seconds), CONNS (64), CELLS (all five),
-# STORE (rocksdb | fjall), RATE (empty: closed loop; hooks/s for baseline,
-# unordered and ordered), KEYS (1000), BODY_BYTES (2048), ONE_KEY_HOOKS (3000),
-# ONE_KEY_SLOW_HOOKS (500), DRAIN_TIMEOUT (120), BIN_DIR, RUST_LOG (info), KEEP,
-# FAULT (receiver | relay-kill: below), SINK_CONCURRENCY (empty: the relay's
-# default `dispatch.sink_concurrency`, 8; else written to the config).
+# Knobs (environment): DURATION (20, seconds), CONNS (64), CELLS (the first
+# five), STORE (rocksdb | fjall), RATE (empty: closed loop; hooks/s for
+# baseline, unordered, ordered and their -jq and -nolog cells), KEYS (1000),
+# BODY_BYTES (2048), ONE_KEY_HOOKS (3000), ONE_KEY_SLOW_HOOKS (500),
+# DRAIN_TIMEOUT (120), BIN_DIR, RUST_LOG (info), KEEP, FAULT (receiver |
+# relay-kill: below), SINK_CONCURRENCY (empty: the relay's default
+# `dispatch.sink_concurrency`, 8; else written to the config).
 #
 # Binaries: $BIN_DIR/ankusa, $BIN_DIR/plain-hyper and $BIN_DIR/ankusa-load, built with
 #   . .ci/env.sh && CARGO_TARGET_DIR=/var/cache/ankusa/bench-target \
@@ -63,7 +71,7 @@ BASELINE_CONNS=$(printf '%s\n' "$CONNS" 256 | awk '!seen[$0]++' | tr '\n' ' ')
 case $FAULT in ''|receiver|relay-kill) ;; *) echo "e2e.sh: FAULT is receiver or relay-kill, not $FAULT" >&2; exit 2 ;; esac
 case $STORE in rocksdb|fjall) ;; *) echo "e2e.sh: STORE is rocksdb or fjall, not $STORE" >&2; exit 2 ;; esac
 for cell in $CELLS; do
-  case $cell in baseline|unordered|ordered|onekey-20ms|onekey) ;; *) echo "e2e.sh: unknown cell $cell (CELLS)" >&2; exit 2 ;; esac
+  case $cell in baseline|unordered|ordered|onekey-20ms|onekey|unordered-jq|ordered-jq|unordered-nolog|ordered-nolog) ;; *) echo "e2e.sh: unknown cell $cell (CELLS)" >&2; exit 2 ;; esac
 done
 for b in ankusa plain-hyper ankusa-load; do
   [ -x "$BIN_DIR/$b" ] || { echo "e2e.sh: $BIN_DIR/$b missing (see the build command at the top)" >&2; exit 2; }
@@ -89,15 +97,25 @@ trap 'exit 130' INT TERM
 
 # Writes $1/ankusa.yaml: ingest on $INGEST, admin on $ADMIN, two sources whose
 # HTTP sinks deliver to ankusa-load's receiver on $SINK: `unordered`, and
-# `ordered` (ordered on x-entity-id, the tool's key header).
+# `ordered` (ordered on x-entity-id, the tool's key header). $2, a cell's
+# variant: `jq` (an identity transform on both sinks) or `nolog` (the attempt
+# log off); empty for neither.
 write_config() {
+  local transform='' nolog=''
+  case ${2:-} in
+    jq) transform="
+        transform: {jq: '.'}" ;;
+    nolog) nolog="
+  attempt_log:
+    enabled: false" ;;
+  esac
   cat > "$1/ankusa.yaml" <<YAML
 node:
   name: e2e
   data_dir: $1/data
   store: $STORE
   max_pending: 100000000
-  max_pending_bytes: 1000000000000
+  max_pending_bytes: 1000000000000$nolog
 ${SINK_CONCURRENCY:+dispatch:
   sink_concurrency: $SINK_CONCURRENCY
 }listeners:
@@ -113,7 +131,7 @@ sources:
     tenant: load
     sinks:
       - type: http
-        url: http://127.0.0.1:$SINK/unordered
+        url: http://127.0.0.1:$SINK/unordered$transform
   - name: ordered
     path: /hooks/ordered
     tenant: load
@@ -122,7 +140,7 @@ sources:
         url: http://127.0.0.1:$SINK/ordered
         ordered: true
         ordering_key:
-          header: x-entity-id
+          header: x-entity-id$transform
 YAML
 }
 
@@ -173,9 +191,11 @@ start_relay() {
 # Runs relay cell $1 with a fresh relay; its JSON line goes to $WORK/$1.json
 # and its exit code to $WORK/$1.rc.
 run_cell() {
-  local cell=$1 dir="$WORK/$1" relay rc=0 path=/hooks/ordered
+  local cell=$1 dir="$WORK/$1" relay rc=0 path=/hooks/ordered kind=$1 variant=''
   local args=()
-  case $cell in
+  # unordered-jq: the unordered cell's load, variant jq of the config (write_config).
+  case $kind in *-jq|*-nolog) variant=${kind##*-}; kind=${kind%-*} ;; esac
+  case $kind in
     unordered) path=/hooks/unordered; args=(--keys "$KEYS" --duration-s "$DURATION" "${RATE_ARGS[@]}") ;;
     ordered) args=(--keys "$KEYS" --duration-s "$DURATION" "${RATE_ARGS[@]}") ;;
     onekey-20ms) args=(--keys 1 --sink-delay-ms 20 --hooks "$ONE_KEY_SLOW_HOOKS") ;;
@@ -186,7 +206,7 @@ run_cell() {
   [ "$FAULT" = receiver ] && args+=(--sink-outage-at-s "$half" --sink-outage-s 2)
   mkdir -p "$dir"
   INGEST=$(free_port); ADMIN=$(free_port); SINK=$(free_port)
-  write_config "$dir"
+  write_config "$dir" "$variant"
   "$BIN_DIR/ankusa" check-config "$dir/ankusa.yaml" >/dev/null
   start_relay "$dir"
   relay=$RELAY
