@@ -62,12 +62,7 @@ notify:
         ),
     ))
     .await;
-    for i in 0..3 {
-        relay
-            .post("/hooks/s", &[], format!("{{\"i\":{i}}}"))
-            .await
-            .id();
-    }
+    post_hooks(&relay, 3).await;
     let opened = until("breaker_opened told", WAIT, async || {
         of(&notes_at(&notes, "/in"), "breaker_opened")
             .first()
@@ -169,12 +164,7 @@ notify:
         ),
     ))
     .await;
-    for i in 0..30 {
-        relay
-            .post("/hooks/s", &[], format!("{{\"i\":{i}}}"))
-            .await
-            .id();
-    }
+    post_hooks(&relay, 30).await;
     let summaries = until("30 dead letters summarised", WAIT, async || {
         let n = notes_at(&notes, "/in");
         let total: u64 = n.iter().filter_map(|s| s["count"].as_u64()).sum();
@@ -269,15 +259,7 @@ notify:
         ),
     ))
     .await;
-    let mut ids = Vec::new();
-    for i in 0..5 {
-        ids.push(
-            relay
-                .post("/hooks/s", &[], format!("{{\"i\":{i}}}"))
-                .await
-                .id(),
-        );
-    }
+    let mut ids = post_hooks(&relay, 5).await;
     let api = Admin::new(&relay, None);
     let reason = until("the sink auto-paused", WAIT, async || {
         let src = api
@@ -549,4 +531,18 @@ notify:
         out.contains(": ok (1 source, 1 tenant, 2 notify destinations)"),
         "{out}"
     );
+}
+
+/// Posts `n` hooks `{"i": 0..n}` to source `s`, each answered 200: their ids.
+async fn post_hooks(relay: &Relay, n: usize) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        ids.push(
+            relay
+                .post("/hooks/s", &[], format!("{{\"i\":{i}}}"))
+                .await
+                .id(),
+        );
+    }
+    ids
 }
