@@ -822,6 +822,7 @@ async fn tenants(api: &Api, json_out: bool) -> Result<(), Fail> {
                 c.quarantined.to_string(),
                 c.lanes.to_string(),
                 c.lanes_blocked.to_string(),
+                c.lanes_held.to_string(),
                 c.lane_members.to_string(),
                 t.oldest_due_age_ms
                     .map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1000.0)),
@@ -839,6 +840,7 @@ async fn tenants(api: &Api, json_out: bool) -> Result<(), Fail> {
             "QUARANTINED",
             "LANES",
             "BLOCKED",
+            "HELD",
             "MEMBERS",
             "OLDEST_DUE",
             "BOUNDS",

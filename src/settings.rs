@@ -98,6 +98,9 @@ impl Pipelined {
                 if let Some(ms) = e.auto_pause_after_ms {
                     routes.auto_pause.insert(key, ms);
                 }
+                if e.dead_letter == ankusa_config::DeadLetterLane::Hold {
+                    routes.held.insert(key);
+                }
                 let sink = match previous.and_then(|p| kept_sink(p, s, e, key)) {
                     Some(sink) => sink,
                     None => crate::sinks::build(&s.name, e).await?,

@@ -106,6 +106,11 @@ pub struct Counters {
     pub lanes_blocked: i64,
     /// Rows waiting behind a lane's head.
     pub lane_members: i64,
+    /// Lanes held by a dead-lettered head until it is revived or dropped
+    /// (`dead_letter: hold`, ADR 0004 section 8). Absent from an older
+    /// relay's answer: 0.
+    #[serde(default)]
+    pub lanes_held: i64,
 }
 
 /// `GET /v1/tenants/{tenant}`: one tenant the store knows.
@@ -329,7 +334,8 @@ pub struct Delivery {
     pub ordering_key: Option<String>,
     /// The ordering key, base64.
     pub ordering_key_base64: Option<String>,
-    /// `head` or `member` of its lane.
+    /// `head` or `member` of its lane, or `held`: a dead letter that holds
+    /// its lane (`dead_letter: hold`, ADR 0004 section 8).
     pub lane_position: Option<String>,
     /// When and why it died.
     pub dead: Option<DeadInfo>,
@@ -484,7 +490,8 @@ pub struct Revived {
     pub id: String,
     /// Always `true`.
     pub revived: bool,
-    /// `due`, or `lane_member` behind its lane's head.
+    /// `due`, `lane_member` behind its lane's head, or `lane_head`: the
+    /// head of a held lane, delivered first (ADR 0004 section 8).
     pub state: String,
 }
 

@@ -296,13 +296,15 @@ fn refuse_purging<K: Kv>(state: &Context<K>, row: RowId) -> Result<(), JobError>
 
 /// Revives one row (`queue::revive`, ADR 0004 section 4.8) and wakes the
 /// pipeline; `id` is the row's id as the operator wrote it (for messages).
-/// Answers whether the revived row is a lane member (else it is due).
+/// Answers where the revived row is: `lane_member` (behind its lane's
+/// head), `lane_head` (the head of a held lane, which goes first: ADR 0004
+/// section 8) or `due`.
 ///
 /// # Errors
 /// A conflict for a row not in the DLQ (nothing changes), of a tenant being
 /// purged, or whose source or sink entry is no longer configured; a store
 /// failure.
-pub fn revive<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Result<bool, JobError> {
+pub fn revive<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Result<&'static str, JobError> {
     let _writes = state.writes.blocking_lock();
     refuse_purging(state, row)?;
     refuse_unconfigured(state, row, id)?;
@@ -313,12 +315,15 @@ pub fn revive<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Result<bool, J
     };
     state.commit(batch)?;
     state.wake();
-    let laned = state
+    let revived = state
         .kv
         .get(Cf::Deliveries, &delivery_key(row.tenant, row.seq, row.sink))?
-        .and_then(|raw| DeliveryRow::decode(&raw).ok())
-        .is_some_and(|r| r.lane.is_some());
-    Ok(laned)
+        .and_then(|raw| DeliveryRow::decode(&raw).ok());
+    Ok(match revived {
+        Some(r) if r.state == ankusa_keys::RowState::Member => "lane_member",
+        Some(r) if r.lane.is_some() => "lane_head",
+        _ => "due",
+    })
 }
 
 /// Drops one row (`queue::drop_dead`); `id` as in [`revive`].
@@ -329,7 +334,7 @@ pub fn revive<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Result<bool, J
 pub fn drop_one<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Result<(), JobError> {
     let _writes = state.writes.blocking_lock();
     refuse_purging(state, row)?;
-    let batch = match ankusa_queue::drop_dead(&*state.kv, &[row]) {
+    let batch = match ankusa_queue::drop_dead(&*state.kv, &[row], state.now()) {
         Ok(b) => b,
         Err(QueueError::NotInDlq { .. }) => return Err(not_dead(id)),
         Err(e) => return Err(e.into()),

@@ -109,11 +109,11 @@ use std::path::Path;
 pub use error::{ConfigError, Problem, Scope};
 pub use model::RateLimit;
 pub use model::{
-    AttemptLog, Breaker, Challenge, Cluster, Config, Dedupe, Dispatch, FileSink, FilterCondition,
-    FilterTest, HeaderAction, HeaderPolicy, HmacAlgorithm, HttpSink, JsonPath, KeyFn, KeyFnInner,
-    KeyInput, KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Order, OrderingKey, Otel,
-    Retention, Retry, SignatureEncoding, SinkEntry, SinkKind, SinkRetry, Source, StoreBackend,
-    Tenant, TenantBinding, TypedOptions, Verification,
+    AttemptLog, Breaker, Challenge, Cluster, Config, DeadLetterLane, Dedupe, Dispatch, FileSink,
+    FilterCondition, FilterTest, HeaderAction, HeaderPolicy, HmacAlgorithm, HttpSink, JsonPath,
+    KeyFn, KeyFnInner, KeyInput, KeySource, Listeners, LogFormat, Node, OnInvalidSignature, Order,
+    OrderingKey, Otel, Retention, Retry, SignatureEncoding, SinkEntry, SinkKind, SinkRetry, Source,
+    StoreBackend, Tenant, TenantBinding, TypedOptions, Verification,
 };
 pub use notify::{
     NOTIFY_TENANT, Notify, NotifyDestination, NotifyEvent, NotifyFormat, is_internal,

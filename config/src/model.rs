@@ -904,6 +904,34 @@ pub struct SinkEntry {
     /// [`crate::limits::AUTO_PAUSE_AFTER_MS`]'s least to its most; `None`
     /// (the default): never.
     pub auto_pause_after_ms: Option<u64>,
+    /// `dead_letter: release | hold` (ADR 0004 section 8): what a
+    /// dead-lettered lane head does to its key's later hooks. Only on an
+    /// ordered entry; [`DeadLetterLane::Release`] by default.
+    pub dead_letter: DeadLetterLane,
+}
+
+/// An ordered sink entry's `dead_letter` option (ADR 0004 section 8).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DeadLetterLane {
+    /// `release` (the default): a dead-lettered head leaves its lane and the
+    /// key's next hook is delivered; a revive of the dead letter runs after
+    /// the key's later hooks.
+    #[default]
+    Release,
+    /// `hold`: the key's later hooks wait behind the dead-lettered head
+    /// (other keys flow) until an operator revives it (it goes first) or
+    /// drops it.
+    Hold,
+}
+
+impl DeadLetterLane {
+    /// The option's value as written in the file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterLane::Release => "release",
+            DeadLetterLane::Hold => "hold",
+        }
+    }
 }
 
 /// A sink entry's `rate_limit` (docs/design.md section 5, "Rate limit"):

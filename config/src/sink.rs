@@ -10,8 +10,8 @@ use serde_yaml_ng::{Mapping, Value};
 use crate::defaults as d;
 use crate::error::{Problems, Scope};
 use crate::model::{
-    FileSink, FilterCondition, FilterTest, HeaderAction, HeaderPolicy, HttpSink, KeySource, Order,
-    OrderingKey, RateLimit, Retry, SinkEntry, SinkKind, SinkRetry, TypedOptions,
+    DeadLetterLane, FileSink, FilterCondition, FilterTest, HeaderAction, HeaderPolicy, HttpSink,
+    KeySource, Order, OrderingKey, RateLimit, Retry, SinkEntry, SinkKind, SinkRetry, TypedOptions,
 };
 use crate::secret::{self, EnvLookup, Secret, SecretOrigin};
 use crate::validate::{check_header_name, check_name, json_path};
@@ -38,7 +38,7 @@ pub(crate) fn scope_of(source_name: &str, sink: &str, kind: &str) -> Scope {
 
 /// The keys of a sink entry that core reads itself (docs/design.md section
 /// 7); every other key is the adapter's own option.
-pub const CORE_KEYS: [&str; 10] = [
+pub const CORE_KEYS: [&str; 11] = [
     "type",
     "name",
     "ordered",
@@ -49,6 +49,7 @@ pub const CORE_KEYS: [&str; 10] = [
     "rate_limit",
     "transform",
     "auto_pause_after_ms",
+    "dead_letter",
 ];
 const KEY_FORMS: &str = "{header: NAME} or {json: a.b.c}";
 
@@ -131,6 +132,9 @@ pub(crate) fn entry(
     let auto_pause_after_ms = raw
         .get("auto_pause_after_ms")
         .and_then(|v| auto_pause_after(v, &scope, p));
+    let dead_letter = raw.get("dead_letter").map_or(DeadLetterLane::Release, |v| {
+        dead_letter(v, order.is_ordered(), &scope, p)
+    });
     let filter = match raw.get("filter") {
         None => Vec::new(),
         Some(v) => filter(ctx, v, &scope, p),
@@ -216,7 +220,36 @@ pub(crate) fn entry(
         filter,
         transform,
         auto_pause_after_ms,
+        dead_letter,
     })
+}
+
+/// `dead_letter: release | hold` (ADR 0004 section 8): only on an ordered
+/// entry, whose lanes it is about.
+fn dead_letter(v: &Value, ordered: bool, scope: &Scope, p: &mut Problems) -> DeadLetterLane {
+    let mode = match v.as_str() {
+        Some("release") => DeadLetterLane::Release,
+        Some("hold") => DeadLetterLane::Hold,
+        _ => {
+            p.push(
+                scope,
+                "dead_letter",
+                format!(
+                    "must be release (a dead-lettered hook frees its ordering key) or hold (the key's later hooks wait until it is revived or dropped), found {}",
+                    show(Some(v))
+                ),
+            );
+            return DeadLetterLane::Release;
+        }
+    };
+    if !ordered && mode == DeadLetterLane::Hold {
+        p.push(
+            scope,
+            "dead_letter",
+            "hold requires ordered: true (it holds an ordering key's lane; an unordered sink has none)",
+        );
+    }
+    mode
 }
 
 /// `auto_pause_after_ms` (docs/design.md section 5, "Notifications"): whole

@@ -63,6 +63,9 @@ pub(crate) fn config(
         &mut p,
     );
     sink_paths_outside(&node.data_dir, &sources, &mut p);
+    if raw.cluster.is_some() {
+        held_lanes_not_in_cluster(&sources, &mut p);
+    }
     let cluster = raw
         .cluster
         .as_ref()
@@ -94,6 +97,25 @@ pub(crate) fn config(
         cluster,
         notify,
     })
+}
+
+/// `dead_letter: hold` with `cluster` (ADR 0004 section 8): refused. A held
+/// lane waits for an operator, and a node's drain of a tenant it no longer
+/// owns (a planned move, a failover: docs/design.md section 11) ends only
+/// when every row of the tenant there is delivered or dead: a held lane's
+/// members would keep it from ending.
+fn held_lanes_not_in_cluster(sources: &[Source], p: &mut Problems) {
+    for s in sources {
+        for e in &s.sinks {
+            if e.dead_letter == crate::model::DeadLetterLane::Hold {
+                p.push(
+                    &crate::sink::scope_of(&s.name, &e.name, e.kind.as_str()),
+                    "dead_letter",
+                    "hold in cluster mode is planned, not built (a held lane's waiting hooks would keep a tenant's move or failover drain from finishing): use release, or remove the cluster section",
+                );
+            }
+        }
+    }
 }
 
 /// `cluster` (docs/design.md section 11): a node id, at least one etcd

@@ -51,8 +51,8 @@ pub enum KeyError {
         /// The ordinal found.
         ord: u32,
     },
-    /// A counter key whose field byte is not one of 1..=12.
-    #[error("counter field {0} is unknown (fields are 1..=12)")]
+    /// A counter key whose field byte is not one of 1..=13.
+    #[error("counter field {0} is unknown (fields are 1..=13)")]
     UnknownCounterField(u8),
     /// A name in a meta registry key that is not UTF-8.
     #[error("{what} key holds a name that is not UTF-8")]

@@ -832,11 +832,15 @@ pub enum CounterField {
     LanesBlocked = 11,
     /// Lane members (?O).
     LaneMembers = 12,
+    /// Held lanes: lane heads in ?X that their ?H still names, holding their
+    /// key's later hooks until revived or dropped (ADR 0004 section 8,
+    /// `dead_letter: hold`).
+    LanesHeld = 13,
 }
 
 impl CounterField {
-    /// Every field, in field order (1..=12).
-    pub const ALL: [CounterField; 12] = [
+    /// Every field, in field order (1..=13).
+    pub const ALL: [CounterField; 13] = [
         CounterField::Pending,
         CounterField::Bytes,
         CounterField::InFlight,
@@ -849,9 +853,10 @@ impl CounterField {
         CounterField::Lanes,
         CounterField::LanesBlocked,
         CounterField::LaneMembers,
+        CounterField::LanesHeld,
     ];
 
-    /// The field byte (1..=12).
+    /// The field byte (1..=13).
     pub const fn as_u8(self) -> u8 {
         self as u8
     }
@@ -859,7 +864,7 @@ impl CounterField {
     /// The field whose byte is `byte`.
     ///
     /// # Errors
-    /// [`KeyError::UnknownCounterField`] outside 1..=12.
+    /// [`KeyError::UnknownCounterField`] outside 1..=13.
     pub fn from_u8(byte: u8) -> Result<CounterField, KeyError> {
         CounterField::ALL
             .into_iter()
@@ -882,6 +887,7 @@ impl CounterField {
             CounterField::Lanes => "lanes",
             CounterField::LanesBlocked => "lanes_blocked",
             CounterField::LaneMembers => "lane_members",
+            CounterField::LanesHeld => "lanes_held",
         }
     }
 }

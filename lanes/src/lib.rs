@@ -7,14 +7,17 @@
 //! - Every write of ?O, ?H and ?P: the member put of ingest and revive (ADR
 //!   4.1, 4.8), promote (4.2), the blocked-head bookkeeping (4.3), release
 //!   (4.4), the sweep and its recheck (4.6), and the lane parts of a tenant
-//!   purge (whole, or page by page) and of `dead_letter_source` (4.9).
+//!   purge (whole, or page by page) and of `dead_letter_source` (4.9); the
+//!   held lane of `dead_letter: hold` (section 8): [`hold_head`],
+//!   [`revive_held_head`], [`release_held_head`].
 //! - [`count`]: the counter add every builder of `lanes` and `queue` uses, which
 //!   moves a tenant's field and the node aggregate in the same batch.
 //!
 //! # Invariants it keeps (docs/design.md section 4, invariant 2)
 //! - Every ?O member has an ?H or a ?P for its lane.
-//! - Every ?H names exactly one row, and that row is in ?D or ?F.
-//! - A lane has at most one row in ?D or ?F (its head).
+//! - Every ?H names exactly one row, and that row is in ?D or ?F, or in ?X
+//!   when its sink holds dead heads (a held lane, ADR 0004 section 8).
+//! - A lane has at most one row in ?D or ?F (its head); a held lane has none.
 //!
 //! The checker of these lives in `ankusa_queue::check_invariants` with the
 //! others, because it needs the row families too.
@@ -478,6 +481,96 @@ pub fn release_ops(
     }
 }
 
+// ---- section 8: a held lane ----------------------------------------------
+
+/// What a dead-lettered lane head does to its lane (ADR 0004 section 8): the
+/// sink entry's `dead_letter` option.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OnDeadHead {
+    /// The head leaves its lane, whose next member is promoted (ADR 4.4): a
+    /// poison hook does not stop its key, and a revived one runs after the
+    /// key's later hooks.
+    #[default]
+    Release,
+    /// The head keeps its lane while it is a dead letter: ?H still names it
+    /// (its row is in ?X), so the key's later hooks wait behind it until an
+    /// operator revives it ([`revive_held_head`]: it goes first) or drops it
+    /// ([`release_held_head`]).
+    Hold,
+}
+
+/// True when `row`, a dead letter of `lane`, is its lane's head: the lane is
+/// held (ADR 0004 section 8). One point read of ?H.
+///
+/// # Errors
+/// Engine and decode errors.
+pub fn holds_lane(read: &impl Read, row: RowId, lane: LaneId) -> Result<bool, LaneError> {
+    Ok(head(read, row.tenant, lane)? == Some(row))
+}
+
+/// ADR 0004 section 8: the head of a lane is dead-lettered under
+/// [`OnDeadHead::Hold`]: ?H stays (naming the row the caller moves to ?X),
+/// lanes_held +1, and nothing is promoted; the lane's members and its marker
+/// stay (the sweep sees the head and leaves them).
+///
+/// Precondition: ?H names the row, which the same batch moves from ?D/?F to
+/// ?X. Keeps invariant 2 (a head in ?X is a held lane's).
+pub fn hold_head(batch: &mut Batch, tenant: TenantOrd) {
+    count(batch, tenant, CounterField::LanesHeld, 1);
+}
+
+/// ADR 0004 section 8: the revive of a held lane's head: it goes back to ?D
+/// as its lane's head, first attempt (kind 2, due `now_ms`), before every
+/// member of its lane; with the tenant's ?A, lanes_held −1. ?H stays. The
+/// caller deletes ?X, moves dead/pending, and rewrites the row to `Due` (its
+/// lane position stays: a receiver sees the number it may have seen).
+///
+/// Precondition: ?H of the row's lane names `row` (see [`holds_lane`]) and
+/// the row is in ?X. Keeps invariant 2.
+pub fn revive_held_head(batch: &mut Batch, row: RowId, size: u32, now_ms: u64) {
+    batch.put(
+        Cf::Index,
+        due_key(row.tenant, now_ms, row.seq, row.sink),
+        DueValue {
+            size,
+            kind: DueKind::HeadFirst,
+        }
+        .encode(),
+    );
+    batch.put(Cf::Index, active_key(row.tenant), EMPTY_VALUE);
+    count(batch, row.tenant, CounterField::LanesHeld, -1);
+}
+
+/// ADR 0004 section 8: a held lane's head leaves the store (dropped from the
+/// DLQ): the release of ADR 4.4 (the lane's first member is promoted, or ?H
+/// goes), lanes_held −1. The caller deletes the row and its ?X.
+///
+/// Read from the live engine, as [`release_ops`].
+///
+/// Precondition: ?H of `lane` names `row`, which is in ?X. Keeps invariant 2.
+///
+/// # Errors
+/// As [`release_ops`].
+pub fn release_held_head(
+    read: &impl Read,
+    batch: &mut Batch,
+    row: RowId,
+    lane: LaneId,
+    now_ms: u64,
+) -> Result<(), LaneError> {
+    count(batch, row.tenant, CounterField::LanesHeld, -1);
+    release_ops(read, batch, row, lane, now_ms)
+}
+
+/// ADR 0004 section 8, a tenant purge page: a held lane's head leaves with
+/// its row (the caller deletes the row and its ?X in the same batch): ?H
+/// goes, lanes −1, lanes_held −1. As [`remove_head`], the lane has no member
+/// left.
+pub fn remove_held_head(batch: &mut Batch, tenant: TenantOrd, lane: LaneId) {
+    count(batch, tenant, CounterField::LanesHeld, -1);
+    remove_head(batch, tenant, lane);
+}
+
 // ---- 4.6: sweep -----------------------------------------------------------
 
 /// What [`sweep`] built.
@@ -656,12 +749,13 @@ pub const LANE_FAMILIES: [Family; 4] = [
     Family::LaneSeq,
 ];
 
-/// The counter fields lanes owns (ADR 0004 section 3): lanes, lanes_blocked,
-/// lane_members.
-pub const LANE_FIELDS: [CounterField; 3] = [
+/// The counter fields lanes owns (ADR 0004 sections 3 and 8): lanes,
+/// lanes_blocked, lane_members, lanes_held.
+pub const LANE_FIELDS: [CounterField; 4] = [
     CounterField::Lanes,
     CounterField::LanesBlocked,
     CounterField::LaneMembers,
+    CounterField::LanesHeld,
 ];
 
 /// ADR 4.9, `purge_tenant` part: range-deletes `tenant`'s ?O, ?H, ?P and ?S. The

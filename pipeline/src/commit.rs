@@ -12,6 +12,7 @@
 
 use ankusa_engine::{Batch, Cf, Kv};
 use ankusa_keys::{AttemptRecord, DeliveryRow, delivery_key};
+use ankusa_lanes::OnDeadHead;
 use ankusa_queue::metrics::AttemptOutcome;
 use ankusa_queue::{LogAttempt, Origin, QueueError, RowId};
 use ankusa_sinks::{Outcome, Response};
@@ -180,6 +181,9 @@ fn outcome_batch<K: Kv>(
     // permanent, sink gone) and a retry's next attempt (docs/design.md
     // section 5, "Retry policy").
     let policy = env.routes.retry_policy(d.key.1, d.key.2, env.retry);
+    // A dead-lettered head of a `dead_letter: hold` entry holds its lane
+    // (ADR 0004 section 8); every row such an entry has in flight is a head.
+    let on_dead = env.routes.on_dead_head(d.key.1, d.key.2);
     let first = match d.outcome {
         Outcome::Retry { .. } | Outcome::HttpStatus { .. } => {
             first_attempt_ms(kv, d.row)?.unwrap_or(now)
@@ -212,7 +216,15 @@ fn outcome_batch<K: Kv>(
     {
         warn!(row = %d.row, "an attempt of a retired source failed: dead-lettered");
         let r = record(AttemptOutcome::Retired);
-        let batch = ankusa_queue::dead_letter_logged(kv, d.row, reason, now, log_of(&r, keep))?;
+        // A retired source's lanes are released: nothing comes after them.
+        let batch = ankusa_queue::dead_letter_logged(
+            kv,
+            d.row,
+            reason,
+            now,
+            log_of(&r, keep),
+            OnDeadHead::Release,
+        )?;
         st.retire.count_dead(d.key.1);
         return Ok((batch, AttemptOutcome::Retired));
     }
@@ -250,9 +262,17 @@ fn outcome_batch<K: Kv>(
             let attempts = d.attempts_before + 1;
             let Some(due) = policy.next_attempt(attempts, *after, first, now, rng) else {
                 warn!(row = %d.row, %reason, "retry horizon passed: dead-lettered");
+                held(d, on_dead);
                 let r = record(AttemptOutcome::HorizonPassed);
                 let why = format!("retry horizon passed: {reason}");
-                let b = ankusa_queue::dead_letter_logged(kv, d.row, &why, now, log_of(&r, keep))?;
+                let b = ankusa_queue::dead_letter_logged(
+                    kv,
+                    d.row,
+                    &why,
+                    now,
+                    log_of(&r, keep),
+                    on_dead,
+                )?;
                 st.events.dead_lettered(d.key.1, d.row, &why);
                 return Ok((b, AttemptOutcome::HorizonPassed));
             };
@@ -270,17 +290,21 @@ fn outcome_batch<K: Kv>(
                 st.events.push(closed(d, now));
             }
             warn!(row = %d.row, %reason, "permanent failure: dead-lettered");
+            held(d, on_dead);
             let r = record(AttemptOutcome::Permanent);
             let why = format!("permanent: {reason}");
-            let b = ankusa_queue::dead_letter_logged(kv, d.row, &why, now, log_of(&r, keep))?;
+            let b =
+                ankusa_queue::dead_letter_logged(kv, d.row, &why, now, log_of(&r, keep), on_dead)?;
             st.events.dead_lettered(d.key.1, d.row, &why);
             Ok((b, AttemptOutcome::Permanent))
         }
         Outcome::SinkGone { reason } => {
             warn!(row = %d.row, %reason, "sink gone: dead-lettered");
+            held(d, on_dead);
             let r = record(AttemptOutcome::SinkGone);
             let why = format!("sink gone: {reason}");
-            let b = ankusa_queue::dead_letter_logged(kv, d.row, &why, now, log_of(&r, keep))?;
+            let b =
+                ankusa_queue::dead_letter_logged(kv, d.row, &why, now, log_of(&r, keep), on_dead)?;
             st.events.dead_lettered(d.key.1, d.row, &why);
             Ok((b, AttemptOutcome::SinkGone))
         }
@@ -300,6 +324,13 @@ fn outcome_batch<K: Kv>(
             ))
         }
         Outcome::HttpStatus { .. } => unreachable!("resolved by the retry policy above"),
+    }
+}
+
+/// Says so when `d`'s dead letter holds its lane (ADR 0004 section 8).
+fn held(d: &Done, on_dead: OnDeadHead) {
+    if on_dead == OnDeadHead::Hold {
+        warn!(row = %d.row, "lane held: this hook's ordering key delivers nothing more until the dead letter is revived (it goes first) or dropped (dead_letter: hold)");
     }
 }
 

@@ -106,6 +106,7 @@ use std::time::Duration;
 use ankusa_engine::{EngineError, Kv, Read};
 use ankusa_keys::meta::PauseTarget;
 use ankusa_keys::{CounterField, LaneId, SinkIx, SourceId, TenantOrd, counter_key};
+use ankusa_lanes::OnDeadHead;
 use ankusa_queue::{PauseMap, QueueError};
 use ankusa_sinks::Sink;
 use tokio::sync::{Notify, mpsc, watch};
@@ -277,6 +278,10 @@ pub struct Routes {
     /// attempt has failed that long, ms (docs/design.md section 5,
     /// "Notifications"); an entry not here is never paused by the pipeline.
     pub auto_pause: HashMap<(SourceId, SinkIx), u64>,
+    /// The ordered sink entries with `dead_letter: hold` (ADR 0004 section
+    /// 7): a lane head they dead-letter keeps its lane held until it is
+    /// revived or dropped. An entry not here releases the lane.
+    pub held: BTreeSet<(SourceId, SinkIx)>,
 }
 
 /// Which of a tenant's due rows this node may claim: every tenant's, always,
@@ -324,6 +329,16 @@ impl Routes {
         global: RetryPolicy,
     ) -> RetryPolicy {
         self.retry.get(&(source, sink)).copied().unwrap_or(global)
+    }
+
+    /// What a lane head of sink entry `sink` of `source` does to its lane
+    /// when it is dead-lettered (ADR 0004 section 8).
+    pub(crate) fn on_dead_head(&self, source: SourceId, sink: SinkIx) -> OnDeadHead {
+        if self.held.contains(&(source, sink)) {
+            OnDeadHead::Hold
+        } else {
+            OnDeadHead::Release
+        }
     }
 }
 

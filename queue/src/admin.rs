@@ -262,6 +262,7 @@ pub fn dead_letter_sinks(
                     tolerant: false,
                     attempted: false,
                     log: None,
+                    on_dead_head: ankusa_lanes::OnDeadHead::Release,
                 },
             )?;
             page.moved += 1;
@@ -412,8 +413,12 @@ pub fn expire_dedupe(
 /// without its archive entry and dedupe record (they cannot be found), which
 /// retention tolerates. A row given twice is dropped once.
 ///
-/// Lane state is not touched: a dead row is in no lane family (ADR 0004
-/// section 3: a row of a lane is a member, the head, or in ?X).
+/// Lane state is not touched, except for the head of a held lane (ADR 0004
+/// section 8: a dead row whose lane's ?H names it): its lane is released
+/// ([`ankusa_lanes::release_held_head`], reading the lane's first member
+/// from `read`: pass the live engine), so the key's next hook is promoted,
+/// due `now_ms`. Any other dead row is in no lane family (ADR 0004 section
+/// 3: a row of a lane is a member, the head, or in ?X).
 ///
 /// A quarantined hook records no ?K ([`crate::quarantine`]), so a released
 /// one that dies and is dropped finds either no record or another hook's
@@ -430,7 +435,7 @@ pub fn expire_dedupe(
 /// [`QueueError::NotInDlq`] for the first row of `rows` that is not in ?X
 /// (nothing is built then); [`QueueError::MissingRow`]; engine and decode
 /// errors.
-pub fn drop_dead(read: &impl Read, rows: &[RowId]) -> Result<Batch, QueueError> {
+pub fn drop_dead(read: &impl Read, rows: &[RowId], now_ms: u64) -> Result<Batch, QueueError> {
     let rows: BTreeSet<RowId> = rows.iter().copied().collect();
     let mut batch = Batch::new();
     let mut hooks: BTreeMap<(TenantOrd, Seq), usize> = BTreeMap::new();
@@ -451,6 +456,11 @@ pub fn drop_dead(read: &impl Read, rows: &[RowId]) -> Result<Batch, QueueError> 
         batch.delete(Cf::Index, xkey);
         batch.delete(Cf::Deliveries, delivery_key(id.tenant, id.seq, id.sink));
         delete_row_log(read, &mut batch, id)?;
+        if let Some(lane) = row.lane
+            && ankusa_lanes::holds_lane(read, id, lane)?
+        {
+            ankusa_lanes::release_held_head(read, &mut batch, id, lane, now_ms)?;
+        }
         count(&mut batch, id.tenant, CounterField::Dead, -1);
         count(
             &mut batch,

@@ -77,7 +77,8 @@ pub enum Violation {
         /// The row's lane field.
         row_lane: Option<LaneId>,
     },
-    /// 2: an ?H whose named row is not in ?D or ?F (or is in another lane).
+    /// 2: an ?H whose named row is not in ?D or ?F, nor in ?X (a held lane,
+    /// ADR 0004 section 8), or is in another lane.
     HeadNotLive {
         /// The tenant.
         tenant: TenantOrd,
@@ -271,9 +272,9 @@ pub fn seq_above_high_water(read: &impl Read) -> Result<Option<SeqAboveHighWater
 /// (pass a snapshot for a consistent answer) and returns every violation found,
 /// not just the first: empty when the store is consistent. Sentinels are
 /// skipped. Counters checked per tenant: pending, bytes, in_flight, dead,
-/// dead_bytes, quarantined, lanes, lanes_blocked, lane_members (the `_total`
+/// dead_bytes, quarantined, lanes, lanes_blocked, lane_members, lanes_held (the `_total`
 /// fields are monotonic and have no keys); the aggregate is checked against the
-/// sum over tenants for all twelve.
+/// sum over tenants for all thirteen.
 ///
 /// Reads the whole store in pages; holds one entry per row in memory.
 ///
@@ -341,7 +342,7 @@ pub struct CounterFix {
 /// Runs the checker of [`check_invariants`] and also returns what the store
 /// holds ([`Census`]) and the counter values the keys call for
 /// ([`CounterFix`]): per tenant, each keyed field (pending, bytes, in_flight,
-/// dead, dead_bytes, quarantined, lanes, lanes_blocked, lane_members) is its
+/// dead, dead_bytes, quarantined, lanes, lanes_blocked, lane_members, lanes_held) is its
 /// keys' count or byte sum, and the `_total` fields keep their stored value
 /// (they have no keys); the aggregate of every field is the sum of the
 /// tenants' values once fixed. Reads as [`check_invariants`] does.
@@ -468,7 +469,7 @@ struct Checker {
 
 /// The counter fields whose value is a function of the keys (the `_total`
 /// fields are monotonic and are checked only in the aggregate).
-const KEYED_FIELDS: [CounterField; 9] = [
+const KEYED_FIELDS: [CounterField; 10] = [
     CounterField::Pending,
     CounterField::Bytes,
     CounterField::InFlight,
@@ -478,6 +479,7 @@ const KEYED_FIELDS: [CounterField; 9] = [
     CounterField::Lanes,
     CounterField::LanesBlocked,
     CounterField::LaneMembers,
+    CounterField::LanesHeld,
 ];
 
 fn s<E: std::fmt::Display>(e: E) -> String {
@@ -725,13 +727,28 @@ impl Checker {
                 }
             }
         }
+        let mut held: Vec<TenantOrd> = Vec::new();
         for (&(tenant, lane), &head) in &self.heads {
             let is_live = live
                 .get(&(tenant, lane))
                 .is_some_and(|rs| rs.contains(&head));
-            if !is_live {
+            // A held lane (ADR 0004 section 8): its head is a dead letter of
+            // the lane, and the lane has no row in ?D or ?F (a live row of
+            // it is reported below as not its head).
+            let is_held = !is_live
+                && rows.get(&head).is_some_and(|r| r.lane == Some(lane))
+                && self
+                    .places
+                    .get(&head)
+                    .is_some_and(|ps| ps.iter().any(|p| p.place == RowState::Dead));
+            if is_held {
+                held.push(tenant);
+            } else if !is_live {
                 self.out.push(Violation::HeadNotLive { tenant, lane, head });
             }
+        }
+        for tenant in held {
+            self.tally(tenant).add(CounterField::LanesHeld, 1);
         }
         // Lane positions: at most the lane's ?S, and each given once.
         let mut given: BTreeMap<(TenantOrd, LaneId, u64), Vec<RowId>> = BTreeMap::new();

@@ -4,7 +4,7 @@
 //! # What it owns
 //! Every write of cf `hooks`, `deliveries`, `archive` and of the index families
 //! ?D, ?F, ?A, ?X, ?Q, ?K, ?L (the lane families ?O, ?H, ?P through
-//! [`ankusa_lanes`]), and the counters 1..=12 (docs/design.md section 3), which every
+//! [`ankusa_lanes`]), and the counters 1..=13 (docs/design.md section 3), which every
 //! builder moves in the same batch for the tenant and the node aggregate
 //! ([`ankusa_lanes::count`]).
 //!

@@ -20,7 +20,9 @@
 //!    in_flight −1; a lane head also its ?H (lanes −1).
 //! 3. due rows (?D, the held band included): the ?D entry, the row; pending
 //!    −1, bytes −size; a blocked head lanes_blocked −1; a head its ?H.
-//! 4. dead letters (?X): the entry, the row; dead −1, dead_bytes −size.
+//! 4. dead letters (?X): the entry, the row; dead −1, dead_bytes −size; the
+//!    head of a held lane (ADR 0004 section 8) its ?H (lanes −1, lanes_held
+//!    −1).
 //! 5. quarantined hooks (?Q): the entry; quarantined −1.
 //! 6. lane markers (?P), then any ?H left (none in a consistent store).
 //! 7. delivery rows in no index (none in a consistent store), dedupe records
@@ -240,6 +242,11 @@ pub fn purge_tenant_page(
                 count(batch, tenant, CounterField::Dead, -1);
                 if let Some(r) = &row {
                     count(batch, tenant, CounterField::DeadBytes, -i64::from(r.size));
+                    if let Some(lane) = r.lane
+                        && ankusa_lanes::holds_lane(read, id, lane)?
+                    {
+                        ankusa_lanes::remove_held_head(batch, tenant, lane);
+                    }
                 }
                 page.moved += 1;
             }

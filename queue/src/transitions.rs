@@ -8,7 +8,7 @@ use ankusa_keys::{
     delivery_key, due_key, family_range, in_flight_key, lane_member_key,
 };
 use ankusa_lanes::mutation::{self, Mutation};
-use ankusa_lanes::{Member, count};
+use ankusa_lanes::{Member, OnDeadHead, count};
 
 use crate::attempt_log::{LogAttempt, log_into};
 use crate::{Cursor, Origin, Page, QueueError, RowId};
@@ -272,6 +272,8 @@ pub(crate) struct DeadLetterOf<'a> {
     pub(crate) attempted: bool,
     /// The attempt that ended here, for the row's attempt log.
     pub(crate) log: Option<LogAttempt<'a>>,
+    /// What a lane head's death does to its lane (ADR 0004 section 8).
+    pub(crate) on_dead_head: OnDeadHead,
 }
 
 /// Appends the dead-letter of `id` to `batch` (see [`dead_letter`]).
@@ -288,6 +290,7 @@ pub(crate) fn dead_into(
         tolerant,
         attempted,
         log,
+        on_dead_head,
     } = of;
     let decoded = read_row(read, id);
     let stored = match decoded {
@@ -384,7 +387,10 @@ pub(crate) fn dead_into(
     if let (true, Some(lane)) = (is_head, row.lane)
         && !mutation::active(Mutation::DeadLetterSkipsRelease)
     {
-        ankusa_lanes::release_ops(read, batch, id, lane, now_ms)?;
+        match on_dead_head {
+            OnDeadHead::Release => ankusa_lanes::release_ops(read, batch, id, lane, now_ms)?,
+            OnDeadHead::Hold => ankusa_lanes::hold_head(batch, id.tenant),
+        }
     }
     Ok(())
 }
@@ -420,6 +426,7 @@ pub fn dead_letter(
             tolerant: false,
             attempted: false,
             log: None,
+            on_dead_head: OnDeadHead::Release,
         },
     )?;
     Ok(batch)
@@ -441,13 +448,15 @@ pub fn dead_letter_attempted(
     reason: &str,
     now_ms: u64,
 ) -> Result<Batch, QueueError> {
-    dead_letter_logged(read, row, reason, now_ms, None)
+    dead_letter_logged(read, row, reason, now_ms, None, OnDeadHead::Release)
 }
 
 /// [`dead_letter_attempted`], with the attempt that ended here in the row's
 /// attempt log when `log` is given (docs/design.md section 3, "The attempt
 /// log"); the dead row keeps its log until it is dropped or its hook's
-/// envelope goes.
+/// envelope goes. A lane head releases its lane under
+/// [`OnDeadHead::Release`], and keeps it held under [`OnDeadHead::Hold`]
+/// (ADR 0004 section 8: ?H stays, naming the dead row; lanes_held +1).
 ///
 /// Precondition: `row` is in ?F. Keeps invariants 1-3, 7 and 8.
 ///
@@ -459,6 +468,7 @@ pub fn dead_letter_logged(
     reason: &str,
     now_ms: u64,
     log: Option<LogAttempt<'_>>,
+    on_dead_head: OnDeadHead,
 ) -> Result<Batch, QueueError> {
     let mut batch = Batch::new();
     dead_into(
@@ -472,6 +482,7 @@ pub fn dead_letter_logged(
             tolerant: false,
             attempted: true,
             log,
+            on_dead_head,
         },
     )?;
     Ok(batch)
@@ -528,6 +539,7 @@ pub fn orphan_logged(
             tolerant: true,
             attempted: false,
             log,
+            on_dead_head: OnDeadHead::Release,
         },
     )?;
     Ok(batch)
@@ -538,7 +550,10 @@ pub fn orphan_logged(
 /// first_attempt_at, so the retry horizon starts again at its next claim).
 /// Unlaned: ?D kind 0 due `now_ms` + ?A, state `Due`. Laned: a member + ?P
 /// ([`ankusa_lanes::member_put`]), state `Member`: it runs after the lane's
-/// current head and every earlier member.
+/// current head and every earlier member. The head of a held lane (ADR 0004
+/// section 8: its ?H names it) goes back as the head instead, before every
+/// member: ?D kind 2 due `now_ms` + ?A, state `Due`, lanes_held −1
+/// ([`ankusa_lanes::revive_held_head`]).
 ///
 /// Precondition: none (the ?X read decides). Keeps invariants 1-4.
 ///
@@ -575,6 +590,10 @@ pub fn revive(read: &impl Read, row: RowId, now_ms: u64) -> Result<Batch, QueueE
         .lane
         .filter(|_| !mutation::active(Mutation::ReviveIgnoresLane));
     match lane {
+        Some(lane) if ankusa_lanes::holds_lane(read, id, lane)? => {
+            row.state = RowState::Due;
+            ankusa_lanes::revive_held_head(&mut batch, id, row.size, now_ms);
+        }
         Some(lane) => {
             row.state = RowState::Member;
             ankusa_lanes::member_put(&mut batch, id, lane, row.size);

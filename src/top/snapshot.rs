@@ -267,6 +267,8 @@ pub struct Tenant {
     pub lanes: i64,
     /// Lanes whose head is waiting for a retry.
     pub lanes_blocked: i64,
+    /// Lanes held by a dead letter until it is revived or dropped.
+    pub lanes_held: i64,
     /// Rows delivered since the store was made (monotonic).
     pub delivered_total: i64,
     /// Age of the oldest due row not held by a pause, ms; `None` when no
@@ -328,6 +330,7 @@ impl Snapshot {
                 quarantined: t.counters.quarantined,
                 lanes: t.counters.lanes,
                 lanes_blocked: t.counters.lanes_blocked,
+                lanes_held: t.counters.lanes_held,
                 delivered_total: t.counters.delivered_total,
                 oldest_due_age_ms: t.oldest_due_age_ms,
             })
@@ -544,6 +547,7 @@ ankusa_build_info{version="0.1.0"} 1
                 quarantined: 3,
                 lanes: 2,
                 lanes_blocked: 1,
+                lanes_held: 0,
                 delivered_total: 40,
                 oldest_due_age_ms: Some(2500),
             }]

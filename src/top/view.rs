@@ -94,6 +94,8 @@ pub struct Node {
     pub lanes: Option<f64>,
     /// `ankusa_dispatch_lanes_blocked`.
     pub lanes_blocked: Option<f64>,
+    /// `ankusa_dispatch_lanes_held`.
+    pub lanes_held: Option<f64>,
     /// `ankusa_dispatch_lane_members`.
     pub lane_members: Option<f64>,
     /// `ankusa_dlq_dead`.
@@ -176,6 +178,8 @@ pub struct TenantRow {
     pub lanes: i64,
     /// Lanes whose head waits for a retry.
     pub lanes_blocked: i64,
+    /// Lanes held by a dead letter until it is revived or dropped.
+    pub lanes_held: i64,
     /// Dead letters.
     pub dead: i64,
     /// Hooks held in quarantine.
@@ -244,6 +248,7 @@ impl View {
             in_flight: m.value("ankusa_dispatch_in_flight"),
             lanes: m.value("ankusa_dispatch_lanes"),
             lanes_blocked: m.value("ankusa_dispatch_lanes_blocked"),
+            lanes_held: m.value("ankusa_dispatch_lanes_held"),
             lane_members: m.value("ankusa_dispatch_lane_members"),
             dead: m.value("ankusa_dlq_dead"),
             quarantined: m.value("ankusa_quarantined"),
@@ -373,6 +378,7 @@ impl View {
                     in_flight: t.in_flight,
                     lanes: t.lanes,
                     lanes_blocked: t.lanes_blocked,
+                    lanes_held: t.lanes_held,
                     dead: t.dead,
                     quarantined: t.quarantined,
                     oldest_due_age_ms: t.oldest_due_age_ms,
@@ -443,12 +449,13 @@ const DELIVERY_COLS: [Col; 10] = [
     ("DEAD", 9),
     ("OPEN BRK", 8),
 ];
-const TENANT_COLS: [Col; 9] = [
+const TENANT_COLS: [Col; 10] = [
     ("TENANT", 16),
     ("PENDING", 9),
     ("IN FLIGHT", 9),
     ("LANES", 7),
     ("BLOCKED", 7),
+    ("HELD", 5),
     ("DEAD", 9),
     ("QUARANTINED", 11),
     ("OLDEST DUE", 10),
@@ -542,9 +549,10 @@ pub fn render(view: &View, frame: &mut Frame) {
         })),
     );
     let lanes = format!(
-        "lanes: {} busy  {} blocked  {} members   sinks: {} paused  {} open breakers",
+        "lanes: {} busy  {} blocked  {} held  {} members   sinks: {} paused  {} open breakers",
         fmt_gauge(n.lanes),
         fmt_gauge(n.lanes_blocked),
+        fmt_gauge(n.lanes_held),
         fmt_gauge(n.lane_members),
         fmt_gauge(n.paused),
         fmt_gauge(n.open_breakers),
@@ -618,6 +626,7 @@ pub fn render(view: &View, frame: &mut Frame) {
                     t.in_flight.to_string(),
                     t.lanes.to_string(),
                     t.lanes_blocked.to_string(),
+                    t.lanes_held.to_string(),
                     t.dead.to_string(),
                     t.quarantined.to_string(),
                     fmt_age_ms(t.oldest_due_age_ms),
@@ -743,6 +752,7 @@ mod tests {
             quarantined: 0,
             lanes: 3,
             lanes_blocked: 1,
+            lanes_held: 1,
             delivered_total,
             oldest_due_age_ms: oldest,
         }
@@ -791,6 +801,7 @@ ankusa_dispatch_attempts_total{sink="file",outcome="delivered"} 7
 ankusa_dispatch_in_flight 1
 ankusa_dispatch_lanes 3
 ankusa_dispatch_lanes_blocked 1
+ankusa_dispatch_lanes_held 1
 ankusa_dispatch_lane_members 4
 ankusa_dlq_dead 3
 ankusa_quarantined 0
@@ -831,6 +842,7 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
                 in_flight: Some(1.0),
                 lanes: Some(3.0),
                 lanes_blocked: Some(1.0),
+                lanes_held: Some(1.0),
                 lane_members: Some(4.0),
                 dead: Some(3.0),
                 quarantined: Some(0.0),

@@ -248,7 +248,7 @@ sources:
             "source \"billing\", sink \"c\" (file): option \"ordering_key\": \"k\" is a plain string",
             "source \"billing\", sink \"r\" (redis): option \"url\": ",
             "source \"events\": option \"tenant\": unknown tenant \"nobody\"",
-            "source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties, forward_headers; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform, auto_pause_after_ms)",
+            "source \"events\", sink \"k\" (kafka): option \"lingr_ms\": unknown option of a kafka sink (its options: brokers, topic, key, timeout_ms, properties, forward_headers; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform, auto_pause_after_ms, dead_letter)",
         ];
         let mut at = 0;
         for e in expected {

@@ -564,6 +564,7 @@ async fn the_console_shows_the_relay_and_revives_a_dead_letter_in_a_real_browser
             "retries_total",
             "lanes",
             "lanes_blocked",
+            "lanes_held",
         ];
         let shown = eventually("the tenant's counters equal the API's", async || {
             let t = api.tenant("acme").await;

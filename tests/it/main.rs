@@ -30,6 +30,7 @@ mod dump;
 mod faults;
 mod filter;
 mod hangup;
+mod held_lane;
 #[cfg(feature = "kafka")]
 mod kafka;
 mod keyed;

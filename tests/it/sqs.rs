@@ -270,7 +270,7 @@ fn sqs_sinks_are_checked_by_their_adapter() {
         ),
         (
             format!("{{type: sqs, name: orders, queue_url: '{q}', visibility: 30}}"),
-            "option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, forward_headers; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform, auto_pause_after_ms)",
+            "option \"visibility\": unknown option of a sqs sink (its options: queue_url, region, endpoint_url, timeout_ms, body_encoding, max_message_bytes, forward_headers; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform, auto_pause_after_ms, dead_letter)",
         ),
     ] {
         let file = dir.join("bad.yaml");

@@ -166,11 +166,11 @@ pub(crate) fn revive<K: Kv>(
 ) -> Result<Revived, ApiError> {
     q.finish()?;
     let row = parse_row_id(&state.registry.load(), id)?;
-    let laned = dlq::revive(state, row, id)?;
+    let at = dlq::revive(state, row, id)?;
     Ok(Revived {
         id: id.to_owned(),
         revived: true,
-        state: if laned { "lane_member" } else { "due" }.to_owned(),
+        state: at.to_owned(),
     })
 }
 

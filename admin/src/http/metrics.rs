@@ -104,6 +104,12 @@ const STORE_METRICS: &[(&str, &str, CounterField, bool)] = &[
         CounterField::LaneMembers,
         false,
     ),
+    (
+        "ankusa_dispatch_lanes_held",
+        "Ordering lanes held by a dead-lettered head until it is revived or dropped (dead_letter: hold)",
+        CounterField::LanesHeld,
+        false,
+    ),
 ];
 
 impl<K: Kv> Collector for StoreCollector<K> {

@@ -43,6 +43,7 @@ pub(crate) fn counter_mut(c: &mut Counters, field: CounterField) -> &mut i64 {
         CounterField::Lanes => &mut c.lanes,
         CounterField::LanesBlocked => &mut c.lanes_blocked,
         CounterField::LaneMembers => &mut c.lane_members,
+        CounterField::LanesHeld => &mut c.lanes_held,
     }
 }
 
@@ -355,11 +356,18 @@ fn row_view<K: Kv>(
     } else {
         None
     };
-    // ADR 0004 section 3: a laned row in ?D/?F is its lane's head (a held
-    // head too), in ?O a member; a dead row is in no lane.
+    // ADR 0004 section 3: a laned row in ?D/?F is its lane's head (one a
+    // pause holds too), in ?O a member; a dead row is in no lane, but for
+    // the head of a held lane (section 8), which its ?H still names.
     let lane = match (row.lane, row.state) {
         (Some(_), RowState::Due | RowState::InFlight) => Some("head"),
         (Some(_), RowState::Member) => Some("member"),
+        (Some(lane), RowState::Dead)
+            if ankusa_queue::lanes::holds_lane(&*state.kv, id, lane)
+                .map_err(ApiError::store)? =>
+        {
+            Some("held")
+        }
         _ => None,
     };
     Ok(Delivery {

@@ -73,7 +73,7 @@ pub(super) fn step<K: Kv>(state: &Context<K>, mut job: Job) -> Result<Next, JobE
             }
         }
         JobKind::Drop if !rows.is_empty() => {
-            batch.extend(ankusa_queue::drop_dead(&*state.kv, &rows)?);
+            batch.extend(ankusa_queue::drop_dead(&*state.kv, &rows, now)?);
         }
         _ => {}
     }

@@ -368,7 +368,7 @@ fn samples() -> BTreeMap<&'static str, Vec<Value>> {
     let counters = json!({
         "pending": 5, "pending_bytes": 600, "in_flight": 2, "dead": 1, "dead_bytes": 120,
         "quarantined": 3, "delivered_total": 40, "dead_lettered_total": 4, "retries_total": 9,
-        "lanes": 2, "lanes_blocked": 1, "lane_members": 3,
+        "lanes": 2, "lanes_blocked": 1, "lane_members": 3, "lanes_held": 1,
     });
     let tenants = vec![
         json!({"name": "acme", "ordinal": 1, "configured": true, "max_pending": 100_000, "max_pending_bytes": 1_073_741_824u64,

@@ -480,3 +480,67 @@ impl CloneForTest for ankusa_config::ConfigError {
         }
     }
 }
+
+/// ADR 0004 section 8: `dead_letter: release | hold` on an ordered entry;
+/// `release` by default.
+#[test]
+fn dead_letter_takes_release_or_hold_on_an_ordered_sink() {
+    use ankusa_config::DeadLetterLane;
+    for (option, want) in [
+        ("", DeadLetterLane::Release),
+        (", dead_letter: release", DeadLetterLane::Release),
+        (", dead_letter: hold", DeadLetterLane::Hold),
+    ] {
+        let c = ok(&with_sink(&format!(
+            "{{type: http, name: orders, url: 'http://h/x', ordered: true, ordering_key: {{json: id}}{option}}}"
+        )));
+        let e = &c.sources[0].sinks[0];
+        assert_eq!(e.dead_letter, want, "{option}");
+        assert!(!e.options.contains_key("dead_letter"), "a core option");
+    }
+    // `release` needs no lane; `hold` does.
+    let c = ok(&with_sink(
+        "{type: http, name: orders, url: 'http://h/x', dead_letter: release}",
+    ));
+    assert_eq!(c.sources[0].sinks[0].dead_letter, DeadLetterLane::Release);
+    assert_eq!(
+        one(&with_sink(
+            "{type: http, name: orders, url: 'http://h/x', dead_letter: hold}"
+        )),
+        "source \"stripe\", sink \"orders\" (http): option \"dead_letter\": hold requires ordered: true \
+         (it holds an ordering key's lane; an unordered sink has none)"
+    );
+    assert_eq!(
+        one(&with_sink(
+            "{type: http, name: orders, url: 'http://h/x', ordered: true, dead_letter: keep}"
+        )),
+        "source \"stripe\", sink \"orders\" (http): option \"dead_letter\": must be release (a \
+         dead-lettered hook frees its ordering key) or hold (the key's later hooks wait until it is \
+         revived or dropped), found \"keep\""
+    );
+}
+
+/// ADR 0004 section 8: a held lane would keep a cluster node's drain of a
+/// moved tenant from ending: refused with `cluster`, by name.
+#[test]
+fn dead_letter_hold_is_refused_in_a_cluster() {
+    let yaml = format!(
+        "{}cluster: {{node_id: n1, etcd: ['http://127.0.0.1:2379'], advertise: '127.0.0.1:8080'}}\n",
+        with_sink(
+            "{type: http, name: orders, url: 'http://h/x', ordered: true, dead_letter: hold}"
+        )
+    );
+    let p = problems(crate::helpers::load(&yaml));
+    assert!(
+        p.iter().any(|m| m.starts_with(
+            "source \"stripe\", sink \"orders\" (http): option \"dead_letter\": hold in cluster mode is planned, not built"
+        )),
+        "{p:#?}"
+    );
+    // `release` is fine there.
+    let yaml = yaml.replace("dead_letter: hold", "dead_letter: release");
+    assert_eq!(
+        ok(&yaml).sources[0].sinks[0].dead_letter,
+        ankusa_config::DeadLetterLane::Release
+    );
+}

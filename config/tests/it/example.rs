@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use ankusa_config::{
-    Config, DEFAULT_YAML, Dedupe, FileSink, HeaderAction, KeySource, NotifyEvent, NotifyFormat,
-    OnInvalidSignature, Order, OrderingKey, Retention, SinkKind, SinkRetry, StoreBackend,
-    TenantBinding, TypedOptions, Verification,
+    Config, DEFAULT_YAML, DeadLetterLane, Dedupe, FileSink, HeaderAction, KeySource, NotifyEvent,
+    NotifyFormat, OnInvalidSignature, Order, OrderingKey, Retention, SinkKind, SinkRetry,
+    StoreBackend, TenantBinding, TypedOptions, Verification,
 };
 use serde_yaml_ng::Value;
 
@@ -239,6 +239,12 @@ fn the_example_file_loads_into_the_model_it_documents() {
     assert_eq!(
         (orders.transform.as_ref(), st.sinks[1].transform.as_ref()),
         (None, None)
+    );
+
+    // Billing's lanes hold behind a dead letter; the orders queue's release.
+    assert_eq!(
+        (invoices.dead_letter, orders.dead_letter),
+        (DeadLetterLane::Hold, DeadLetterLane::Release)
     );
 
     // TenantPath: Shopify, ordered by a header the instance policy keeps.

@@ -178,7 +178,7 @@ fn http_sink_options() {
         one(&sink(
             "{type: http, name: h, url: 'http://h/', urll: 'http://h/'}"
         )),
-        "source \"a\", sink \"h\" (http): option \"urll\": unknown option of a http sink (its options: url, timeout_ms, headers, signing, tls, auth; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform, auto_pause_after_ms)"
+        "source \"a\", sink \"h\" (http): option \"urll\": unknown option of a http sink (its options: url, timeout_ms, headers, signing, tls, auth; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform, auto_pause_after_ms, dead_letter)"
     );
     let p = problems(load(&sink("{type: http, name: h, urll: 'http://h/'}")));
     assert_eq!(
@@ -260,7 +260,7 @@ fn file_sink_options() {
     );
     assert_eq!(
         one(&sink("{type: file, name: f, path: x, fsync: always}")),
-        "source \"a\", sink \"f\" (file): option \"fsync\": unknown option of a file sink (its options: path; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform, auto_pause_after_ms)"
+        "source \"a\", sink \"f\" (file): option \"fsync\": unknown option of a file sink (its options: path; every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform, auto_pause_after_ms, dead_letter)"
     );
 }
 

@@ -462,24 +462,25 @@ fn counter_fields_are_the_designs() {
         "lanes",
         "lanes_blocked",
         "lane_members",
+        "lanes_held",
     ];
-    assert_eq!(CounterField::ALL.len(), 12);
+    assert_eq!(CounterField::ALL.len(), 13);
     for (i, field) in CounterField::ALL.into_iter().enumerate() {
         assert_eq!(usize::from(field.as_u8()), i + 1);
         assert_eq!(field.name(), names[i]);
         assert_eq!(CounterField::from_u8(field.as_u8()), Ok(field));
     }
-    for byte in [0u8, 13, 14, 0x7f, 0xff] {
+    for byte in [0u8, 14, 15, 0x7f, 0xff] {
         assert_eq!(
             CounterField::from_u8(byte),
             Err(KeyError::UnknownCounterField(byte))
         );
     }
     let mut key = counter_key(TenantOrd(7), CounterField::LaneMembers).to_vec();
-    key[5] = 13;
+    key[5] = 14;
     assert_eq!(
         CounterKey::decode(&key),
-        Err(KeyError::UnknownCounterField(13))
+        Err(KeyError::UnknownCounterField(14))
     );
     assert_eq!(
         counter_key(TenantOrd(0x0102_0304), CounterField::Bytes),

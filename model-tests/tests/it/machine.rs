@@ -385,7 +385,34 @@ impl<'k, K: Kv> Machine<'k, K> {
                     Why::Horizon => "retry horizon: 24h since first attempt",
                     Why::Permanent => "permanent: 400 Bad Request",
                     Why::SinkGone => "sink gone: queue deleted",
+                    Why::Held => "permanent: 422 Unprocessable Entity",
                 };
+                if why == Why::Held {
+                    // A `dead_letter: hold` entry (ADR 0004 section 8): the
+                    // attempt ended here, and a head keeps its lane.
+                    if self.model.row(&id).lane.is_some() {
+                        self.hit("dead head: lane held");
+                        if self
+                            .model
+                            .lane_key(&id)
+                            .is_some_and(|l| self.model.release_plan(&l))
+                        {
+                            self.hit("dead head: lane held with members behind it");
+                        }
+                    }
+                    let b = queue::dead_letter_logged(
+                        self.kv,
+                        rid(&id),
+                        reason,
+                        now,
+                        None,
+                        lanes::OnDeadHead::Hold,
+                    )
+                    .map_err(err("dead_letter_logged"))?;
+                    self.write("dead_letter_logged", b)?;
+                    self.model.dead_holding(&id, reason);
+                    return Ok(());
+                }
                 let promote = self.release_plan(&id);
                 self.hit(if promote {
                     "dead head: release promotes"
@@ -428,6 +455,9 @@ impl<'k, K: Kv> Machine<'k, K> {
                 let Some(id) = Self::pick(&dead, p) else {
                     return Ok(());
                 };
+                if self.model.holds_lane(&id) {
+                    self.hit("revive of a held head");
+                }
                 let b = queue::revive(self.kv, rid(&id), now).map_err(err("revive"))?;
                 self.write("revive", b)?;
                 self.model.revive(&id);
@@ -512,14 +542,17 @@ impl<'k, K: Kv> Machine<'k, K> {
                 let Some(id) = Self::pick(&dead, p) else {
                     return Ok(());
                 };
-                let b = queue::drop_dead(self.kv, &[rid(&id)]).map_err(err("drop_dead"))?;
+                if self.model.holds_lane(&id) {
+                    self.hit("drop of a held head releases its lane");
+                }
+                let b = queue::drop_dead(self.kv, &[rid(&id)], now).map_err(err("drop_dead"))?;
                 self.write("drop_dead", b)?;
                 self.hit("drop_dead");
                 if self.model.drop_dead(&id) {
                     self.hit("drop_dead deletes the envelope");
                 }
                 // Gone for good: a second drop and a revive are refused.
-                match queue::drop_dead(self.kv, &[rid(&id)]) {
+                match queue::drop_dead(self.kv, &[rid(&id)], now) {
                     Err(queue::QueueError::NotInDlq { .. }) => {}
                     other => {
                         return Err(format!(
@@ -923,6 +956,10 @@ fn machine_reaches_every_transition_and_race() {
         "orphan from ?D",
         "revive",
         "revive behind a later head",
+        "dead head: lane held",
+        "dead head: lane held with members behind it",
+        "revive of a held head",
+        "drop of a held head releases its lane",
         "drop_dead",
         "drop_dead deletes the envelope",
         "restart with rows in flight",

@@ -118,7 +118,7 @@ impl Model {
         }
     }
 
-    fn lane_key(&self, id: &RowId) -> Option<LaneKey> {
+    pub fn lane_key(&self, id: &RowId) -> Option<LaneKey> {
         self.rows.get(id).and_then(|r| r.lane).map(|l| (id.0, l))
     }
 
@@ -363,9 +363,43 @@ impl Model {
         }
     }
 
+    /// ADR 0004 section 8: a claimed row dead-lettered by a `dead_letter:
+    /// hold` entry (its attempt counted): to ?X; a head keeps its lane, whose
+    /// members wait behind it.
+    pub fn dead_holding(&mut self, id: &RowId, reason: &str) {
+        *self.dead_total.entry(id.0).or_default() += 1;
+        let now = self.now;
+        let row = self.row_mut(id);
+        row.state = MState::Dead;
+        row.attempts += 1;
+        row.dead = Some((now, reason.to_owned()));
+        let lane = row.lane.map(|l| (id.0, l));
+        self.behind.remove(id);
+        if let Some(lane) = lane
+            && self.reclaim.get(&lane) == Some(id)
+        {
+            self.reclaim.remove(&lane);
+        }
+    }
+
+    /// True when `id` is a dead letter that holds its lane (the lane's head).
+    pub fn holds_lane(&self, id: &RowId) -> bool {
+        self.rows.get(id).is_some_and(|r| r.state == MState::Dead)
+            && self
+                .lane_key(id)
+                .and_then(|l| self.lanes.get(&l))
+                .is_some_and(|l| l.head == Some(*id))
+    }
+
     /// `queue::drop_dead`: the dead row goes; its hook's envelope goes with
-    /// its last row. True when the envelope went.
+    /// its last row; a held lane's head releases its lane (ADR 0004 section
+    /// 7). True when the envelope went.
     pub fn drop_dead(&mut self, id: &RowId) -> bool {
+        if self.holds_lane(id) {
+            let lane = self.lane_key(id).expect("a held head's lane");
+            let promote = self.release_plan(&lane);
+            self.release(&lane, promote);
+        }
         self.rows.remove(id);
         self.revived.remove(id);
         self.behind.remove(id);
@@ -377,11 +411,24 @@ impl Model {
     /// one as ?D kind 0 due now.
     pub fn revive(&mut self, id: &RowId) {
         let now = self.now;
+        let held = self.holds_lane(id);
         let lane = self.lane_key(id);
-        self.revived.insert(*id);
+        if !held {
+            // A held lane's head is delivered in its lane's order; any
+            // other revived row runs after its key's later hooks.
+            self.revived.insert(*id);
+        }
         let row = self.row_mut(id);
         row.attempts = 0;
         row.first_attempt_ms = None;
+        if held {
+            // ADR 0004 section 8: the held lane's head goes first again.
+            row.state = MState::Due {
+                due_ms: now,
+                kind: DueKind::HeadFirst,
+            };
+            return;
+        }
         match lane {
             Some(lane) => {
                 let l = self.lanes.entry(lane).or_default();

@@ -55,6 +55,9 @@ pub enum Why {
     Horizon,
     Permanent,
     SinkGone,
+    /// A permanent failure of a `dead_letter: hold` entry: a head keeps its
+    /// lane held (ADR 0004 section 8).
+    Held,
 }
 
 /// A writer that commits between two steps of the pipeline's lane work.
@@ -92,6 +95,7 @@ impl fmt::Debug for Why {
             Why::Horizon => "Horizon",
             Why::Permanent => "Permanent",
             Why::SinkGone => "SinkGone",
+            Why::Held => "Held",
         };
         write!(f, "Why::{name}")
     }
@@ -223,7 +227,8 @@ fn why() -> impl Strategy<Value = Why> {
         Just(Why::Policy),
         Just(Why::Horizon),
         Just(Why::Permanent),
-        Just(Why::SinkGone)
+        Just(Why::SinkGone),
+        Just(Why::Held)
     ]
 }
 

@@ -58,7 +58,14 @@ fn attempt(
     let batch = match end {
         End::Retry => retry_logged(kv, id, now + 1, &format!("HTTP {status}"), now, log),
         End::Delivered => delivered_logged(kv, id, now, log),
-        End::Dead => dead_letter_logged(kv, id, &format!("permanent: HTTP {status}"), now, log),
+        End::Dead => dead_letter_logged(
+            kv,
+            id,
+            &format!("permanent: HTTP {status}"),
+            now,
+            log,
+            ankusa_lanes::OnDeadHead::Release,
+        ),
     }
     .expect("outcome");
     commit(kv, batch.clone());
@@ -312,18 +319,18 @@ fn drop_removes_the_dead_rows_log_and_with_the_hook_every_rows() {
         20,
     );
     // Dropping one of hook 2's rows: that row's log goes, the other's stays.
-    commit(&kv, drop_dead(&kv, &[id(T1, 2, S0)]).expect("drop"));
+    commit(&kv, drop_dead(&kv, &[id(T1, 2, S0)], NOW).expect("drop"));
     clean(&kv);
     assert_eq!(
         entries(&kv, T1),
         vec![(1, 0, 1), (1, 1, 1), (2, 1, 1), (2, 1, 2)]
     );
     // Dropping hook 1's last row: the hook goes, with S0's delivery log.
-    commit(&kv, drop_dead(&kv, &[id(T1, 1, S1)]).expect("drop"));
+    commit(&kv, drop_dead(&kv, &[id(T1, 1, S1)], NOW).expect("drop"));
     clean(&kv);
     assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
     assert_eq!(entries(&kv, T1), vec![(2, 1, 1), (2, 1, 2)]);
-    commit(&kv, drop_dead(&kv, &[id(T1, 2, S1)]).expect("drop"));
+    commit(&kv, drop_dead(&kv, &[id(T1, 2, S1)], NOW).expect("drop"));
     clean(&kv);
     assert!(entries(&kv, T1).is_empty());
 }
@@ -575,7 +582,7 @@ proptest::proptest! {
                 }
                 Step::Drop { row: i } => {
                     if let Some(r) = pick(i) && has(&kv, Cf::Index, &dead_letter_key(T1, r.seq, r.sink)) {
-                        commit(&kv, drop_dead(&kv, &[r]).expect("drop"));
+                        commit(&kv, drop_dead(&kv, &[r], NOW).expect("drop"));
                     }
                 }
                 Step::Retention => {

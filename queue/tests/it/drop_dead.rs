@@ -9,7 +9,11 @@ fn drop_dead_of_a_hooks_last_row_deletes_the_row_its_envelope_archive_and_dedupe
     let size = i64::from(ingest_dedupe(&kv, 1, "evt_1", &[plain(S0)]));
     kill(&kv, 1, S0);
     clean(&kv);
-    let d = commit_delta(&kv, T1, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
+    let d = commit_delta(
+        &kv,
+        T1,
+        drop_dead(&kv, &[id(T1, 1, S0)], NOW).expect("drop"),
+    );
     assert_eq!(d, map(&[(F::Dead, -1), (F::DeadBytes, -size)]));
     assert!(keys(&kv, Family::DeadLetter, T1).is_empty());
     assert!(row(&kv, id(T1, 1, S0)).is_none());
@@ -18,7 +22,7 @@ fn drop_dead_of_a_hooks_last_row_deletes_the_row_its_envelope_archive_and_dedupe
     assert!(!has(&kv, Cf::Index, &dedupe_key(T1, SRC, b"evt_1")));
     clean(&kv);
     // Gone: a second drop, and a revive, are refused and build nothing.
-    let err = drop_dead(&kv, &[id(T1, 1, S0)]).expect_err("not in the DLQ");
+    let err = drop_dead(&kv, &[id(T1, 1, S0)], NOW).expect_err("not in the DLQ");
     assert!(matches!(err, QueueError::NotInDlq { row } if row == id(T1, 1, S0)));
     assert!(matches!(
         revive(&kv, id(T1, 1, S0), NOW),
@@ -31,7 +35,11 @@ fn drop_dead_keeps_the_envelope_while_another_row_of_the_hook_is_left() {
     let kv = store();
     let size = i64::from(ingest_dedupe(&kv, 1, "evt_1", &[plain(S0), plain(S1)]));
     kill(&kv, 1, S0);
-    let d = commit_delta(&kv, T1, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
+    let d = commit_delta(
+        &kv,
+        T1,
+        drop_dead(&kv, &[id(T1, 1, S0)], NOW).expect("drop"),
+    );
     assert_eq!(d, map(&[(F::Dead, -1), (F::DeadBytes, -size)]));
     // Row S1 is still due: its envelope, archive entry and dedupe record stay.
     assert!(has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
@@ -41,7 +49,7 @@ fn drop_dead_keeps_the_envelope_while_another_row_of_the_hook_is_left() {
     clean(&kv);
     // S1 dies too and is dropped: now the hook goes.
     kill(&kv, 1, S1);
-    commit(&kv, drop_dead(&kv, &[id(T1, 1, S1)]).expect("drop"));
+    commit(&kv, drop_dead(&kv, &[id(T1, 1, S1)], NOW).expect("drop"));
     assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
     assert!(!has(&kv, Cf::Index, &dedupe_key(T1, SRC, b"evt_1")));
     assert_eq!(counters(&kv, T1).get(&F::Dead), None);
@@ -57,7 +65,7 @@ fn drop_dead_of_every_row_of_a_hook_in_one_batch_deletes_the_hook_once() {
     kill(&kv, 1, S1);
     kill(&kv, 2, S0);
     // Both rows of hook 1 (one given twice), not hook 2's.
-    let b = drop_dead(&kv, &[id(T1, 1, S1), id(T1, 1, S0), id(T1, 1, S1)]).expect("drop");
+    let b = drop_dead(&kv, &[id(T1, 1, S1), id(T1, 1, S0), id(T1, 1, S1)], NOW).expect("drop");
     let d = commit_delta(&kv, T1, b);
     assert_eq!(d, map(&[(F::Dead, -2), (F::DeadBytes, -2 * size)]));
     assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
@@ -76,7 +84,7 @@ fn drop_dead_refuses_a_batch_with_a_row_not_in_the_dlq_and_builds_nothing() {
     ingest(&kv, T1, 1, &[plain(S0)]);
     ingest(&kv, T1, 2, &[plain(S0)]);
     kill(&kv, 1, S0);
-    let err = drop_dead(&kv, &[id(T1, 1, S0), id(T1, 2, S0)]).expect_err("row 2 is due");
+    let err = drop_dead(&kv, &[id(T1, 1, S0), id(T1, 2, S0)], NOW).expect_err("row 2 is due");
     assert!(matches!(err, QueueError::NotInDlq { row } if row == id(T1, 2, S0)));
     assert_eq!(keys(&kv, Family::DeadLetter, T1).len(), 1);
     clean(&kv);
@@ -89,7 +97,7 @@ fn drop_dead_leaves_a_dedupe_record_that_names_a_later_hook() {
     kill(&kv, 1, S0);
     // The record expired and the provider's id came again as hook 2.
     ingest_dedupe(&kv, 2, "evt_1", &[plain(S0)]);
-    commit(&kv, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
+    commit(&kv, drop_dead(&kv, &[id(T1, 1, S0)], NOW).expect("drop"));
     assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
     let v = kv
         .get(Cf::Index, &dedupe_key(T1, SRC, b"evt_1"))
@@ -113,7 +121,7 @@ fn drop_dead_of_a_dead_lane_head_leaves_the_lane_to_its_next_member() {
     );
     assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
     let before = counters(&kv, T1);
-    commit(&kv, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
+    commit(&kv, drop_dead(&kv, &[id(T1, 1, S0)], NOW).expect("drop"));
     let d = delta(&before, &counters(&kv, T1));
     assert_eq!(
         d.keys().copied().collect::<Vec<_>>(),
@@ -135,7 +143,11 @@ fn drop_dead_keeps_the_hook_of_a_row_held_by_a_pause() {
     commit(&kv, hold(&kv, dk(T1, NOW, 1, S1)).expect("hold"));
     kill(&kv, 1, S0);
     clean(&kv);
-    let d = commit_delta(&kv, T1, drop_dead(&kv, &[id(T1, 1, S0)]).expect("drop"));
+    let d = commit_delta(
+        &kv,
+        T1,
+        drop_dead(&kv, &[id(T1, 1, S0)], NOW).expect("drop"),
+    );
     assert_eq!(d, map(&[(F::Dead, -1), (F::DeadBytes, -size)]));
     assert!(has(&kv, Cf::Hooks, &hook_key(T1, Seq(1))));
     assert!(has(&kv, Cf::Archive, &archive_key(T1, NOW - 10, Seq(1))));
@@ -167,7 +179,7 @@ fn drop_dead_of_a_released_quarantined_hook_keeps_the_genuine_hooks_dedupe_recor
     );
     kill(&kv, 2, S0);
     clean(&kv);
-    commit(&kv, drop_dead(&kv, &[id(T1, 2, S0)]).expect("drop"));
+    commit(&kv, drop_dead(&kv, &[id(T1, 2, S0)], NOW).expect("drop"));
     assert!(!has(&kv, Cf::Hooks, &hook_key(T1, Seq(2))));
     assert!(!has(
         &kv,

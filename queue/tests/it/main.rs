@@ -14,6 +14,7 @@ mod dead_letter;
 mod delivered;
 mod drop_dead;
 mod handover;
+mod held_lane;
 mod ingest;
 mod markers;
 #[cfg(feature = "mutations")]

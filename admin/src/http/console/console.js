@@ -209,11 +209,12 @@
         numCell('retries_total', c.retries_total),
         numCell('lanes', c.lanes),
         numCell('lanes_blocked', c.lanes_blocked, c.lanes_blocked > 0 ? 'warn' : null),
+        numCell('lanes_held', c.lanes_held, c.lanes_held > 0 ? 'bad' : null),
         el('td', { class: 'num', data: { field: 'oldest_due_age' }, title: t.oldest_due_at_ms === null ? null : iso(t.oldest_due_at_ms) }, age(t.oldest_due_age_ms)),
         el('td', { data: { field: 'bounds' } }, bounds.length ? bounds.join(' · ') : 'none'),
       );
     });
-    $('tenants').tBodies[0].replaceChildren(...(rows.length ? rows : [emptyRow(12, 'No tenants yet.')]));
+    $('tenants').tBodies[0].replaceChildren(...(rows.length ? rows : [emptyRow(13, 'No tenants yet.')]));
   }
 
   function pauseCell(target, sourcePaused) {
