@@ -119,7 +119,10 @@ pub use notify::{
     NOTIFY_TENANT, Notify, NotifyDestination, NotifyEvent, NotifyFormat, is_internal,
     notify_source_name,
 };
-pub use secret::{EnvLookup, Secret, SecretOrigin, process_env, redact_url, secret_param};
+pub use secret::{
+    EnvLookup, Secret, SecretOrigin, process_env, redact_url, resolve as resolve_secret,
+    secret_param,
+};
 pub use sink::CORE_KEYS as SINK_CORE_KEYS;
 
 /// A check the load runs on each source once it parsed, for what other layers

@@ -66,9 +66,13 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Why a secret reference could not be resolved (turned into a
-/// [`crate::Problem`] by the caller, who knows the option).
-pub(crate) fn resolve(raw: &str, env: EnvLookup<'_>) -> Result<Secret, String> {
+/// A secret as the configuration writes it: `env:NAME` (the variable's
+/// value, looked up in `env`) or the text itself. The error says why it
+/// cannot be resolved (no such variable, an empty value, ...) without
+/// quoting a value; the config's loader turns it into a [`crate::Problem`]
+/// naming the option, `ankusa send --resign` into an error naming its
+/// argument.
+pub fn resolve(raw: &str, env: EnvLookup<'_>) -> Result<Secret, String> {
     let secret = match raw.strip_prefix("env:") {
         Some(name) => {
             if name.is_empty()
