@@ -14,6 +14,8 @@
 //! - [`filter`]: whether a sink takes a hook at all (its `filter`), decided
 //!   with the ordering keys: a sink whose filter fails gets no row.
 //! - [`slack`]: the `url_verification` handshake the edge answers itself.
+//! - [`sign`]: the provider's side of each verified scheme (the signature a
+//!   provider writes), for `ankusa send --resign` and the fuzz targets.
 //! - [`KeySpec`] and [`ParsedBody`]: where a key comes from, and the one lazy
 //!   JSON decode that dedupe, every ordering key and every filter of a hook
 //!   share.
@@ -48,6 +50,7 @@ mod keyspec;
 pub mod ordering;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod sign;
 pub mod slack;
 pub mod verify;
 

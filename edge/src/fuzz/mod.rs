@@ -54,13 +54,11 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::verify::{BASE64, mac, twilio_params};
 use crate::{
     DEFAULT_TOLERANCE_MS, Header, HmacAlgorithm, HmacHeader, JSON_KEY_MAX_BYTES, KeySpec,
     ParsedBody, Secret, SignatureEncoding, Verified, Verifier, VerifyError, dedupe, filter, hex,
-    ordering, slack,
+    ordering, sign, slack,
 };
-use base64::Engine as _;
 
 #[cfg(feature = "server")]
 mod request;
@@ -365,33 +363,26 @@ impl Scheme {
     /// first non-empty `webhook-id` (else `svix-id`, else `msg_fuzz`).
     pub fn sign(self, case: &mut Case, ts: u64, twilio_url: &str) {
         let secret = self.secrets().remove(0);
-        let key = secret.key();
-        let ts = ts.to_string();
         let body = case.body.clone();
-        let sha256 = |parts: &[&[u8]]| mac(HmacAlgorithm::Sha256, key, parts);
         match self {
             Scheme::GitHub => {
-                let tag = hex::encode(&sha256(&[&body]));
-                case.put_first("X-Hub-Signature-256", format!("sha256={tag}").into_bytes());
+                case.put_first("X-Hub-Signature-256", sign::github(&secret, &body).into());
             }
             Scheme::Hmac => {
-                let tag = hex::encode(&mac(HmacAlgorithm::Sha1, key, &[&body]));
-                case.put_first("X-Hub-Signature", format!("sha1={tag}").into_bytes());
+                case.put_first("X-Hub-Signature", sign::github_sha1(&secret, &body).into());
             }
             Scheme::Shopify => {
                 case.put_first(
                     "X-Shopify-Hmac-Sha256",
-                    BASE64.encode(sha256(&[&body])).into_bytes(),
+                    sign::shopify(&secret, &body).into(),
                 );
             }
             Scheme::Stripe => {
-                let tag = hex::encode(&sha256(&[ts.as_bytes(), b".", &body]));
-                case.put_first("Stripe-Signature", format!("t={ts},v1={tag}").into_bytes());
+                case.put_first("Stripe-Signature", sign::stripe(&secret, ts, &body).into());
             }
             Scheme::Slack => {
-                let tag = hex::encode(&sha256(&[b"v0:", ts.as_bytes(), b":", &body]));
-                case.put_first("X-Slack-Signature", format!("v0={tag}").into_bytes());
-                case.put_first("X-Slack-Request-Timestamp", ts.into_bytes());
+                case.put_first("X-Slack-Signature", sign::slack(&secret, ts, &body).into());
+                case.put_first("X-Slack-Request-Timestamp", ts.to_string().into());
             }
             Scheme::StandardWebhooks => {
                 let id = ["webhook-id", "svix-id"]
@@ -403,20 +394,14 @@ impl Scheme {
                             .map(|(_, v)| v.clone())
                     })
                     .unwrap_or_else(|| b"msg_fuzz".to_vec());
-                let tag = BASE64.encode(sha256(&[&id, b".", ts.as_bytes(), b".", &body]));
-                case.put_first("webhook-signature", format!("v1,{tag}").into_bytes());
-                case.put_first("webhook-timestamp", ts.into_bytes());
+                let signature = sign::standard_webhooks(&secret, &id, ts, &body);
+                case.put_first("webhook-signature", signature.into());
+                case.put_first("webhook-timestamp", ts.to_string().into());
                 case.put_first("webhook-id", id);
             }
             Scheme::Twilio => {
-                let params = twilio_params(&body);
-                let mut parts: Vec<&[u8]> = vec![twilio_url.as_bytes()];
-                for (k, v) in &params {
-                    parts.push(k);
-                    parts.push(v);
-                }
-                let tag = mac(HmacAlgorithm::Sha1, key, &parts);
-                case.put_first("X-Twilio-Signature", BASE64.encode(tag).into_bytes());
+                let signature = sign::twilio(&secret, twilio_url, &body);
+                case.put_first("X-Twilio-Signature", signature.into());
             }
         }
     }

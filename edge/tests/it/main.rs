@@ -5,5 +5,6 @@
 mod corpus;
 mod fuzz;
 mod keys;
+mod sign;
 mod slack;
 mod verify;
