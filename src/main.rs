@@ -113,6 +113,21 @@ enum Command {
         /// The most one request may take, in milliseconds.
         #[arg(long, default_value_t = send::DEFAULT_TIMEOUT_MS)]
         timeout_ms: u64,
+        /// Sign every file again before it is posted, with this secret for
+        /// its scheme and the current time (the corpus's timestamps are
+        /// years old, so a source that checks freshness refuses them as
+        /// stored). SCHEME is github, stripe, shopify, slack or
+        /// standard_webhooks (the config's verification types), or twilio;
+        /// SECRET is the secret itself or env:NAME. Repeat the option for
+        /// each scheme, e.g. `--resign stripe=whsec_... --resign
+        /// github=env:GH_SECRET`. Each file's scheme is found from its
+        /// signature headers; its timestamp becomes now and its signature is
+        /// computed over the exact body (headers keep their order and
+        /// names; Twilio signs the URL posted to). A signed file whose scheme
+        /// has no --resign is an error, and nothing is sent; files without a
+        /// signature header are sent as stored.
+        #[arg(long, value_name = "SCHEME=SECRET")]
+        resign: Vec<String>,
     },
     /// A stopped relay's store: `store check DATA_DIR` runs the invariant
     /// checker on it, `store migrate DATA_DIR` brings it to this ankusa's
@@ -430,12 +445,14 @@ fn main() -> ExitCode {
             path,
             keep_going,
             timeout_ms,
+            resign,
         } => send::main(&send::Args {
             files: &files,
             url: &url,
             path: path.as_deref(),
             keep_going,
             timeout_ms,
+            resign: &resign,
         }),
         Command::Tenants { conn } => admin_cli::main(&conn, admin_cli::Command::Tenants),
         Command::Top(args) => top::main(&args),

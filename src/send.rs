@@ -12,10 +12,25 @@
 //! `N sent, M not accepted` (not accepted: an answer other than 2xx), plus how
 //! many files were skipped or could not be sent. Exit status: 0 when every
 //! file was posted and accepted, 1 otherwise.
+//!
+//! `--resign SCHEME=SECRET` (one per scheme, named as the config's
+//! `verification.type`, or `twilio`; SECRET the text or `env:NAME`, as the
+//! config reads secrets) signs each file again just before it
+//! is posted, so a source that checks freshness, or one with a secret of its
+//! own, accepts the corpus: the file's scheme is found from its signature
+//! headers ([`ankusa_edge::sign::Scheme::detect`]), its timestamp becomes
+//! now and its signature is computed over the exact body with that secret
+//! ([`ankusa_edge::sign::resign`]: values change, headers keep their order
+//! and names). A malformed `--resign` stops the run before any file is read;
+//! a signed file whose scheme has no `--resign` (when any is given) is a
+//! load error naming the file and the option, so nothing is posted. Files
+//! with no signature header (Salesforce) are posted as stored.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use ankusa_edge::sign::{self, Scheme};
 use anyhow::{Context, anyhow};
 use serde::Deserialize;
 
@@ -35,7 +50,8 @@ fn post() -> String {
 /// A file ready to post: where, how, and what.
 struct Request {
     method: reqwest::Method,
-    path: String,
+    /// The full URL: `--url` and the path.
+    target: String,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
@@ -56,6 +72,58 @@ pub struct Args<'a> {
     /// The most one request may take, milliseconds (no answer by then: not
     /// sent).
     pub timeout_ms: u64,
+    /// The `--resign` values, `SCHEME=SECRET` each (module docs); empty:
+    /// every file is posted as stored.
+    pub resign: &'a [String],
+}
+
+/// The secrets of `--resign`, one per scheme.
+type Keys = BTreeMap<Scheme, ankusa_edge::Secret>;
+
+/// Reads the `--resign` values (module docs). The error names the value by
+/// its scheme (never quoting a secret) and says what is wrong.
+fn resign_keys(values: &[String]) -> Result<Keys, String> {
+    let schemes = || {
+        Scheme::ALL
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut keys = Keys::new();
+    for (i, value) in values.iter().enumerate() {
+        let Some((name, text)) = value.split_once('=') else {
+            return Err(match Scheme::from_name(value) {
+                Some(_) => format!(
+                    "--resign {value}: no secret; expected {value}=SECRET (or {value}=env:NAME)"
+                ),
+                // Not quoted: it may be a secret given without its scheme.
+                None => format!(
+                    "--resign value {} of {}: expected SCHEME=SECRET (SCHEME one of {}), found no '='",
+                    i + 1,
+                    values.len(),
+                    schemes()
+                ),
+            });
+        };
+        let scheme = Scheme::from_name(name).ok_or_else(|| {
+            format!(
+                "--resign {name}=...: unknown scheme {name:?}; one of {}",
+                schemes()
+            )
+        })?;
+        let secret = ankusa_config::resolve_secret(text, &ankusa_config::process_env)
+            .map_err(|m| format!("--resign {name}=...: {m}"))?;
+        let key = scheme
+            .secret(secret.expose())
+            .map_err(|e| format!("--resign {name}=...: {e}"))?;
+        if keys.insert(scheme, key).is_some() {
+            return Err(format!(
+                "--resign {name}=... is given twice: one secret per scheme"
+            ));
+        }
+    }
+    Ok(keys)
 }
 
 pub fn main(args: &Args<'_>) -> ExitCode {
@@ -81,10 +149,17 @@ pub fn main(args: &Args<'_>) -> ExitCode {
         eprintln!("ankusa send: --path {p:?} does not start with '/'");
         return ExitCode::FAILURE;
     }
+    let keys = match resign_keys(args.resign) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("ankusa send: {e}; nothing sent");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut loaded = Vec::with_capacity(args.files.len());
     let mut unreadable = 0usize;
     for f in args.files {
-        match load(f, args.path) {
+        match load(f, args, &keys) {
             Ok(_) => loaded.push(f),
             Err(e) => {
                 eprintln!("ankusa send: {}: {e:#}", f.display());
@@ -131,8 +206,9 @@ pub fn main(args: &Args<'_>) -> ExitCode {
         for (i, f) in loaded.into_iter().enumerate() {
             // Read again: the file was checked above; one that changed since
             // is reported like any other error.
-            let posted = match load(f, args.path) {
-                Ok(req) => send_one(&client, args.url, req).await,
+            // ... and signed again now (with --resign), just before it goes.
+            let posted = match load(f, args, &keys) {
+                Ok(req) => send_one(&client, req).await,
                 Err(e) => Err(e),
             };
             match posted {
@@ -169,12 +245,14 @@ pub fn main(args: &Args<'_>) -> ExitCode {
     })
 }
 
-/// Reads and parses one corpus file; the error says what was wrong with it.
-fn load(file: &Path, path: Option<&str>) -> anyhow::Result<Request> {
+/// Reads and parses one corpus file and, when `keys` has any, signs it again
+/// at the current time; the error says what was wrong with it.
+fn load(file: &Path, args: &Args<'_>, keys: &Keys) -> anyhow::Result<Request> {
     let text = std::fs::read_to_string(file).context("cannot read it")?;
     let hook: CorpusFile =
         serde_json::from_str(&text).context("not a corpus file (fixtures/corpus/README.md)")?;
-    let path = path
+    let path = args
+        .path
         .map(str::to_owned)
         .or(hook.path_hint)
         .ok_or_else(|| anyhow!("the file has no path_hint; pass --path"))?;
@@ -189,20 +267,61 @@ fn load(file: &Path, path: Option<&str>) -> anyhow::Result<Request> {
         reqwest::header::HeaderValue::from_str(value)
             .map_err(|_| anyhow!("the value of header {name} is not a valid header value"))?;
     }
+    let target = format!("{}{path}", args.url.trim_end_matches('/'));
+    let mut headers = hook.headers;
+    let body = hook.body.into_bytes();
+    if !keys.is_empty() {
+        resign(&mut headers, &body, keys, &target)?;
+    }
     Ok(Request {
         method,
-        path,
-        headers: hook.headers,
-        body: hook.body.into_bytes(),
+        target,
+        headers,
+        body,
     })
+}
+
+/// Signs a file's request again with the `--resign` secret of its scheme at
+/// the current time (module docs); a file with no signature header is left
+/// as it is.
+fn resign(
+    headers: &mut [(String, String)],
+    body: &[u8],
+    keys: &Keys,
+    target: &str,
+) -> anyhow::Result<()> {
+    let list: Vec<ankusa_edge::Header<'_>> = headers
+        .iter()
+        .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+        .collect();
+    let Some(scheme) = Scheme::detect(&list) else {
+        return Ok(());
+    };
+    let key = keys.get(&scheme).ok_or_else(|| {
+        let header = scheme
+            .signature_headers()
+            .iter()
+            .find(|name| ankusa_edge::first_header(&list, name).is_some())
+            .unwrap_or(&"");
+        anyhow!(
+            "signed with {} ({header}), but no --resign {}=SECRET was given",
+            scheme.name(),
+            scheme.name()
+        )
+    })?;
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("the clock is before 1970")?
+        .as_secs();
+    sign::resign(scheme, headers, body, key, now_s, target)
+        .with_context(|| format!("cannot re-sign it as {}", scheme.name()))
 }
 
 async fn send_one(
     client: &reqwest::Client,
-    url: &str,
     hook: Request,
 ) -> anyhow::Result<(reqwest::StatusCode, String)> {
-    let target = format!("{}{}", url.trim_end_matches('/'), hook.path);
+    let target = hook.target;
     let mut req = client.request(hook.method, &target);
     for (name, value) in &hook.headers {
         // The client sets these from the connection and the body.
