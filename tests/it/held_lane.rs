@@ -13,15 +13,10 @@ use serde_json::json;
 
 use crate::admin::{Admin, cli};
 use crate::relay::{Relay, config};
+use crate::revive::index_of;
 use crate::sink::{Reply, Sink, until};
 
 const LONG: Duration = Duration::from_secs(120);
-
-fn index_of(r: &crate::sink::Req) -> u64 {
-    r.json()["i"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("request {} has no i", r.n))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_lane_waits_for_its_dead_head_and_a_revive_delivers_it_first() {

@@ -15,7 +15,7 @@ use crate::sink::{Reply, Sink, lane, until};
 
 const LONG: Duration = Duration::from_secs(120);
 
-fn index_of(r: &crate::sink::Req) -> u64 {
+pub(crate) fn index_of(r: &crate::sink::Req) -> u64 {
     r.json()["i"]
         .as_u64()
         .unwrap_or_else(|| panic!("request {} has no i", r.n))
