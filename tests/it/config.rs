@@ -307,7 +307,7 @@ sources:
     std::fs::write(&file, &bad).expect("write");
     let (status, out) = run_cli(&[OsStr::new("check-config"), file.as_os_str()], dir);
     assert!(!status.success(), "{out}");
-    let every = "every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform, auto_pause_after_ms";
+    let every = "every sink: type, name, ordered, ordering_key, paused, retry, filter, rate_limit, transform, auto_pause_after_ms, dead_letter";
     let expected = [
         "source \"billing\", sink \"r\" (redis): option \"stream\": must not be empty".to_owned(),
         format!("source \"billing\", sink \"r\" (redis): option \"strem\": unknown option of a redis sink (its options: url, mode, stream, channel, maxlen, timeout_ms, forward_headers; {every})"),
