@@ -1039,7 +1039,7 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
                 "ankusa top  http://127.0.0.1:8081  every 1 s  (q, Esc: quit)",
                 "relay: live",
                 "rows:  pending 13  in flight 1  dead 3  quarantined 0  oldest due 2.5s",
-                "lanes: 3 busy  1 blocked  4 members   sinks: 1 paused  1 open breakers",
+                "lanes: 3 busy  1 blocked  1 held  4 members   sinks: 1 paused  1 open breakers",
                 "per s: accepted 10.0  delivered 7.0  retries 2.0  dead-lettered 0.5",
                 "",
                 "SOURCE              REQ/S    2XX/S    4XX/S    5XX/S       2XX       4XX       5XX",
@@ -1051,10 +1051,10 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
                 "file             1      1      2.0      0.0      0.0        11         0         0        0",
                 "http             2      0      5.0      2.0      0.5       110         7         3        1",
                 "",
-                "TENANT             PENDING IN FLIGHT   LANES BLOCKED      DEAD QUARANTINED OLDEST DUE  DELIV/S",
-                "acme                    12         1       3       1         2           0       2.5s      5.0",
-                "beta                     0         1       3       1         2           0          -      0.0",
-                "new                      1         1       3       1         2           0       0.0s      2.0",
+                "TENANT             PENDING IN FLIGHT   LANES BLOCKED  HELD      DEAD QUARANTINED OLDEST DUE  DELIV/S",
+                "acme                    12         1       3       1     1         2           0       2.5s      5.0",
+                "beta                     0         1       3       1     1         2           0          -      0.0",
+                "new                      1         1       3       1     1         2           0       0.0s      2.0",
             ]
         );
         // The styles: the title and the column heads bold, the link green.
@@ -1087,7 +1087,7 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
                 "ankusa top  http://127.0.0.1:8081  every 250 ms",
                 "relay: NO ANSWER for 3.2s (the figures are from the last answer)",
                 "rows:  pending 13  in flight 1  dead 3  quarantined 0  oldest due 2.5s",
-                "lanes: 3 busy  1 blocked  4 members   sinks: 1 paused  1 open breakers",
+                "lanes: 3 busy  1 blocked  1 held  4 members   sinks: 1 paused  1 open breakers",
                 "per s: accepted 10.0  delivered 7.0  retries 2.0  dead-lettered 0.5",
                 "cannot reach the admin listener",
                 "SOURCE              REQ/S    2XX/S    4XX/S    5XX/S       2XX       4XX       5XX",
@@ -1116,7 +1116,7 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
                 "ankusa top    every 0 s",
                 "relay: live",
                 "rows:  pending 13  in flight 1  de",
-                "lanes: 3 busy  1 blocked  4 member",
+                "lanes: 3 busy  1 blocked  1 held  ",
                 "per s: accepted 10.0  delivered 7.",
                 "",
                 "SOURCE              REQ/S    2XX/S",
@@ -1138,6 +1138,6 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
             text.starts_with("ankusa top  http://a  every 1500 ms\nrelay: live\n"),
             "{text}"
         );
-        assert!(text.ends_with("acme                    12         1       3       1         2           0       2.5s      5.0\n"), "{text}");
+        assert!(text.ends_with("acme                    12         1       3       1     1         2           0       2.5s      5.0\n"), "{text}");
     }
 }

@@ -146,7 +146,7 @@ sources:
         format!("ankusa top  {admin}  every 300 ms"),
         "relay: live".into(),
         "rows:  pending 3  in flight 0  dead 1  quarantined 0  oldest due 0.0s".into(),
-        "lanes: 1 busy  1 blocked  1 members   sinks: 1 paused  1 open breakers".into(),
+        "lanes: 1 busy  1 blocked  0 held  1 members   sinks: 1 paused  1 open breakers".into(),
         "per s: accepted 0.0  delivered 0.0  retries 0.0  dead-lettered 0.0".into(),
         String::new(),
         "SOURCE              REQ/S    2XX/S    4XX/S    5XX/S       2XX       4XX       5XX".into(),
@@ -161,9 +161,9 @@ sources:
         "file             1      0      0.0      0.0      0.0         2         0         0        0".into(),
         "http             4      1      0.0      0.0      0.0         3         1         1        1".into(),
         String::new(),
-        "TENANT             PENDING IN FLIGHT   LANES BLOCKED      DEAD QUARANTINED OLDEST DUE  DELIV/S".into(),
-        "acme                     0         0       0       0         1           0          -      0.0".into(),
-        "beta                     3         0       1       1         0           0       0.0s      0.0".into(),
+        "TENANT             PENDING IN FLIGHT   LANES BLOCKED  HELD      DEAD QUARANTINED OLDEST DUE  DELIV/S".into(),
+        "acme                     0         0       0       0     0         1           0          -      0.0".into(),
+        "beta                     3         0       1       1     0         0           0       0.0s      0.0".into(),
     ];
     assert_eq!(out.lines().collect::<Vec<_>>(), expected, "{out}");
 
