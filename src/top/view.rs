@@ -1116,7 +1116,7 @@ ankusa_dispatch_breakers{sink="file",state="open"} 0
                 "ankusa top    every 0 s",
                 "relay: live",
                 "rows:  pending 13  in flight 1  de",
-                "lanes: 3 busy  1 blocked  1 held  ",
+                "lanes: 3 busy  1 blocked  1 held",
                 "per s: accepted 10.0  delivered 7.",
                 "",
                 "SOURCE              REQ/S    2XX/S",
