@@ -37,7 +37,8 @@ pub enum Mutation {
     /// Breaks invariant 2 for a lane without a head (an ?O with no ?H and no ?P).
     MemberPutSkipsMarker,
     /// `queue::dead_letter` / `orphan` of a lane head skip `release_ops`. Breaks
-    /// invariant 2: ?H names a row in ?X (and its members wait forever).
+    /// invariants 2 and 3: ?H names a row in ?X that lanes_held does not count
+    /// (a held lane no `hold` entry made), and its members wait forever.
     DeadLetterSkipsRelease,
     /// `queue::revive` of a laned row re-enters it as ?D kind 0 instead of a
     /// member + ?P. Breaks invariant 2 when the lane is busy (two rows of one

@@ -739,9 +739,12 @@ impl Model {
                     m.head, m.members, m.marker
                 ));
             }
-            // ADR 0004 section 3: at most one row of a lane in ?D/?F, and it is the head.
+            // ADR 0004 section 3: at most one row of a lane in ?D/?F, and it
+            // is the head; a held lane (section 8) has none, its head in ?X.
             let busy = v.lane_busy_rows(lane);
-            if busy.len() > 1 || busy.first().copied() != s_head {
+            let held = s_head.is_some_and(|h| v.dead.contains_key(&h));
+            let expected = if held { None } else { s_head };
+            if busy.len() > 1 || busy.first().copied() != expected {
                 return Err(format!(
                     "lane {lane:?}: rows in ?D/?F {busy:?}, head {s_head:?}"
                 ));

@@ -62,7 +62,8 @@ fn sweep_that_drops_a_live_marker_is_seen_in_its_plan() {
 }
 
 // Mutation::DeadLetterSkipsRelease, shrunk to 5 steps.
-// What: an orphaned head left ?H naming a row in ?X (HeadNotLive).
+// What: an orphaned head left ?H naming a row in ?X that lanes_held does not
+// count (a held lane nobody held: CounterMismatch of lanes_held).
 // Why: the dead-letter path skipped release_ops; a poison head would hold its key forever.
 #[test]
 fn orphaned_head_must_release_its_lane() {
@@ -75,7 +76,7 @@ fn orphaned_head_must_release_its_lane() {
             SweepLanes(1, 1, None),
             Orphan(0),
         ],
-        "HeadNotLive",
+        "field: LanesHeld, stored: 0, expected: 1",
     );
 }
 
