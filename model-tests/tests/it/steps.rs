@@ -224,13 +224,13 @@ pub fn hook() -> impl Strategy<Value = Hook> {
 
 fn why() -> impl Strategy<Value = Why> {
     // A held lane (ADR 0004 section 8) is weighted up: its revive and drop
-    // come only after a held head, so they need it often to be reached.
+    // come only after a held head.
     prop_oneof![
         1 => Just(Why::Policy),
         1 => Just(Why::Horizon),
         1 => Just(Why::Permanent),
         1 => Just(Why::SinkGone),
-        4 => Just(Why::Held)
+        2 => Just(Why::Held)
     ]
 }
 
