@@ -37,7 +37,7 @@ fn counters(kv: &MemoryKv, tenant: TenantOrd) -> Vec<i64> {
         .collect()
 }
 
-fn purge_after(steps: &[Step], limit: usize) -> Result<(), String> {
+pub(crate) fn purge_after(steps: &[Step], limit: usize) -> Result<(), String> {
     let kv = MemoryKv::new();
     Machine::new(&kv)?.run(steps, |_, _| {})?;
     let (t1, t2) = (TenantOrd(1), TenantOrd(2));

@@ -160,3 +160,27 @@ fn a_marker_beside_a_head_is_harmless() {
     let _planted = mutation::scoped(Mutation::PromoteKeepsMarker);
     run_memory(&steps).unwrap_or_else(|e| panic!("benign mutation flagged: {e}"));
 }
+
+// Found while adding `dead_letter: hold` (ADR 0004 section 8), shrunk to 5
+// and 4 steps (machine and equivalence; the paged purge, limit 1).
+// What: the model's check wanted every lane head in ?D/?F; a held head is in ?X.
+// Why pinned: a held lane must pass the check, the machine and a paged purge.
+#[test]
+fn a_held_head_stays_its_lanes_head_from_the_dlq() {
+    let held = [
+        Ingest(h(1, 1, 0, 0b1111, 10)),
+        SweepLanes(1, 1, None),
+        Ingest(h(1, 1, 0, 0b1111, 10)),
+        Claim(0),
+        Dead(0, Why::Held),
+    ];
+    run_memory(&held).unwrap_or_else(|e| panic!("a held lane fails the machine: {e}"));
+    let purged = [
+        Group(h(1, 1, 0, 0b1111, 10), h(2, 1, 0, 0b1111, 10)),
+        SweepLanes(1, 1, None),
+        Claim(0),
+        Dead(0, Why::Held),
+    ];
+    crate::purge::purge_after(&purged, 1)
+        .unwrap_or_else(|e| panic!("a held lane fails the paged purge: {e}"));
+}

@@ -125,9 +125,8 @@ fn a_revived_held_head_goes_first_with_its_lane_position_then_the_rest_in_order(
     );
     clean(&kv);
     // Delivered in order: 1, then 2, then 3, positions 1, 2, 3.
-    let mut at = NOW + 10;
     let mut positions = Vec::new();
-    for seq in [1, 2, 3] {
+    for (at, seq) in (NOW + 10..).zip([1, 2, 3]) {
         assert_eq!(head_of(&kv, T1, lane), Some(id(T1, seq, S0)));
         let due = keys(&kv, Family::Due, T1)
             .into_iter()
@@ -137,7 +136,6 @@ fn a_revived_held_head_goes_first_with_its_lane_position_then_the_rest_in_order(
         commit(&kv, claim(&kv, due, at).expect("claim"));
         positions.push(row(&kv, id(T1, seq, S0)).expect("row").lane_seq);
         commit(&kv, delivered(&kv, id(T1, seq, S0), at).expect("deliver"));
-        at += 1;
     }
     assert_eq!(positions, vec![Some(1), Some(2), Some(3)]);
     assert_eq!(head_of(&kv, T1, lane), None);
