@@ -314,10 +314,18 @@ async fn a_slow_key_delays_neither_another_key_nor_another_tenant() {
         last_other < all_slow[1].n,
         "another key waited for the slow key's retry"
     );
+    // One request of a lane at a time. The slow lane's first attempt is
+    // the exception the receiver can see: the relay gave it up at its
+    // timeout and closed the connection, but on a busy machine the receiver
+    // may notice the close only after the retry arrived. Its order is the
+    // attempt sequence and the retry time checked above.
+    let slow_lane = lane("default", "a", "slow");
+    let open = sink.max_open();
     assert!(
-        sink.max_open().values().all(|m| *m == 1),
-        "two requests of one lane at once: {:?}",
-        sink.max_open()
+        open.iter()
+            .filter(|(l, _)| **l != slow_lane)
+            .all(|(_, m)| *m == 1),
+        "two requests of one lane at once: {open:?}"
     );
     assert!(
         relay.log().contains("timed out after 1500 ms"),

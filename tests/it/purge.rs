@@ -196,6 +196,7 @@ async fn a_tenant_purge_leaves_nothing_of_the_tenant_and_the_aggregate_equal_to_
         "lanes",
         "lanes_blocked",
         "lane_members",
+        "lanes_held",
     ]
     .into_iter()
     .map(|f| (f.to_owned(), json!(0)))
