@@ -869,6 +869,13 @@ async fn sources(api: &Api, json_out: bool) -> Result<(), Fail> {
                 None if sink.ordered => "keyless lane".into(),
                 None => "-".into(),
             };
+            // A held lane's dead letter waits for an operator (ADR 0004
+            // section 8): say so beside the key.
+            let order = if sink.dead_letter == "hold" {
+                format!("{order} (hold)")
+            } else {
+                order
+            };
             let breakers: Vec<String> = sink
                 .breakers
                 .iter()

@@ -113,6 +113,10 @@ pub struct Counters {
     pub lanes_held: i64,
 }
 
+fn release() -> String {
+    "release".to_owned()
+}
+
 /// `GET /v1/tenants/{tenant}`: one tenant the store knows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tenant {
@@ -247,6 +251,10 @@ pub struct Sink {
     /// Where its ordering key is read (`None`: unordered, or one keyless
     /// lane).
     pub ordering_key: Option<KeySpec>,
+    /// What a dead-lettered lane head does to its key: `release` or `hold`
+    /// (ADR 0004 section 8). Absent from an older relay's answer: `release`.
+    #[serde(default = "release")]
+    pub dead_letter: String,
     /// Its breaker for each tenant of the source.
     pub breakers: Vec<Breaker>,
     /// What pauses the entry itself.

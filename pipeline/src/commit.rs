@@ -262,7 +262,7 @@ fn outcome_batch<K: Kv>(
             let attempts = d.attempts_before + 1;
             let Some(due) = policy.next_attempt(attempts, *after, first, now, rng) else {
                 warn!(row = %d.row, %reason, "retry horizon passed: dead-lettered");
-                held(d, on_dead);
+                held(env, d, on_dead);
                 let r = record(AttemptOutcome::HorizonPassed);
                 let why = format!("retry horizon passed: {reason}");
                 let b = ankusa_queue::dead_letter_logged(
@@ -290,7 +290,7 @@ fn outcome_batch<K: Kv>(
                 st.events.push(closed(d, now));
             }
             warn!(row = %d.row, %reason, "permanent failure: dead-lettered");
-            held(d, on_dead);
+            held(env, d, on_dead);
             let r = record(AttemptOutcome::Permanent);
             let why = format!("permanent: {reason}");
             let b =
@@ -300,7 +300,7 @@ fn outcome_batch<K: Kv>(
         }
         Outcome::SinkGone { reason } => {
             warn!(row = %d.row, %reason, "sink gone: dead-lettered");
-            held(d, on_dead);
+            held(env, d, on_dead);
             let r = record(AttemptOutcome::SinkGone);
             let why = format!("sink gone: {reason}");
             let b =
@@ -327,10 +327,18 @@ fn outcome_batch<K: Kv>(
     }
 }
 
-/// Says so when `d`'s dead letter holds its lane (ADR 0004 section 8).
-fn held(d: &Done, on_dead: OnDeadHead) {
+/// Says so when `d`'s dead letter holds its lane (ADR 0004 section 8),
+/// with the row's id as `ankusa dlq revive` and `drop` take it
+/// (`<tenant>.<seq>.<sink index>`).
+fn held<K: Kv>(env: &Env<K>, d: &Done, on_dead: OnDeadHead) {
     if on_dead == OnDeadHead::Hold {
-        warn!(row = %d.row, "lane held: this hook's ordering key delivers nothing more until the dead letter is revived (it goes first) or dropped (dead_letter: hold)");
+        let tenant = env
+            .routes
+            .tenants
+            .get(&d.row.tenant)
+            .map_or_else(|| d.row.tenant.0.to_string(), Clone::clone);
+        let id = format!("{tenant}.{}.{}", d.row.seq.0, d.row.sink.0);
+        warn!(row = %d.row, dead_letter = %id, "lane held: this hook's ordering key delivers nothing more until the dead letter is revived (it goes first) or dropped (dead_letter: hold)");
     }
 }
 

@@ -139,6 +139,10 @@ sources:
         .position(|c| *c == "HELD")
         .expect("HELD column");
     assert_eq!(line[held_at], "1", "{out}");
+    // `ankusa sources` says the entry holds.
+    let (code, out, err) = cli(&["sources", "--admin", &admin], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("header:x-entity-id (hold)"), "{out}");
     assert_eq!(
         sink.delivered().iter().map(index_of).collect::<Vec<_>>(),
         vec![3],
@@ -232,8 +236,8 @@ sources:
         "the dropped hook was never delivered"
     );
     assert!(
-        relay.log().contains("lane held"),
-        "each hold is logged: {}",
+        relay.log().contains("lane held") && relay.log().contains(&format!("dead_letter={row}")),
+        "each hold is logged with the id dlq revive takes: {}",
         relay.log()
     );
     relay.sigterm();

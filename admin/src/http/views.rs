@@ -249,6 +249,7 @@ fn source_view<K: Kv>(
                 index: e.index,
                 ordered,
                 ordering_key: key,
+                dead_letter: e.dead_letter.as_str().to_owned(),
                 breakers,
                 pause: pause_info(e.paused, sink_runtime),
                 paused: source_paused || e.paused || sink_runtime.is_some(),

@@ -389,9 +389,9 @@ fn samples() -> BTreeMap<&'static str, Vec<Value>> {
     ];
     let sinks = vec![
         json!({"name": "web", "type": "http", "index": 0, "ordered": true, "ordering_key": {"json": "data.customer"},
-               "breakers": breakers, "pause": pause(true), "paused": true}),
+               "dead_letter": "hold", "breakers": breakers, "pause": pause(true), "paused": true}),
         json!({"name": "log", "type": "file", "index": 1, "ordered": false, "ordering_key": null,
-               "breakers": [], "pause": pause(false), "paused": true}),
+               "dead_letter": "release", "breakers": [], "pause": pause(false), "paused": true}),
     ];
     let sources = vec![
         json!({"name": "orders", "path": "/hooks/orders", "tenant": {"fixed": "acme"}, "verification": "stripe",

@@ -263,7 +263,7 @@
           cells.push(
             el('td', { data: { field: 'sink' } }, k.name),
             el('td', null, k.type),
-            el('td', null, k.ordered ? `ordered by ${keySpec(k.ordering_key)}` : 'unordered'),
+            el('td', null, k.ordered ? `ordered by ${keySpec(k.ordering_key)}${k.dead_letter === 'hold' ? ', dead_letter: hold' : ''}` : 'unordered'),
             el('td', { data: { field: 'pause' } }, pauseCell(k, s.paused)),
             el('td', { data: { field: 'breakers' } }, breakerCell(k.breakers)),
           );
