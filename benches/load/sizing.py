@@ -4,11 +4,13 @@
 Each cell starts a relay on a fresh store (RocksDB, or STORE=fjall) in a temp
 dir under /var/tmp, posts HOOKS hooks of one body size to one source with one
 HTTP sink (unordered, or ordered on x-entity-id over KEYS keys), and measures
-the store directory with `du` in three states, each twice: "live" (the relay
-running, right after the phase: the WAL holds what the memtables hold) and
-"flushed" (after a stop and a start on the same store: RocksDB's open replays
-the WAL and flushes it to SST files, then deletes it; measured once the set of
-files has been still for SETTLE_S seconds):
+the store directory with `du` in three states, each three ways: "live" (the
+relay running, right after the phase; apparent sizes, as RocksDB preallocates
+its WAL, 1.1 x the 64 MiB memtable, and its MANIFEST), "stopped" (after a
+stop: what the WAL and the SST files hold, nothing flushed at close) and
+"flushed" (then a start on the same store, whose open flushes the WAL it
+replays to SST files and deletes it, the files left still for SETTLE_S
+seconds, and a stop):
 
   pending    the sink entry `paused: true` (the hooks committed, none delivered)
   delivered  the pause lifted and a receiver answering 200: every hook
@@ -18,7 +20,8 @@ files has been still for SETTLE_S seconds):
              compact-on-deletion collector; nothing else forces a compaction)
 
 Per hook = (du after - du of the empty store) / HOOKS, with du's allocated
-bytes (`du -B1`). The relay's own figures (/metrics: ankusa_queue_pending_bytes,
+bytes (`du -B1`) of the stopped store, RocksDB's info logs (LOG*, which grow
+with each start) left out of both. The relay's own figures (/metrics: ankusa_queue_pending_bytes,
 ankusa_engine_written_bytes) are taken at each live point, and after the
 delivered and the retained states the stopped store is exported (`ankusa store
 export`) and the dump's records are summed per column family and index family:
@@ -422,31 +425,37 @@ def store_dir(dirpath):
 
 
 def du(path):
-    """Allocated bytes (du -B1) of the tree, and a split: table files (SST /
-    fjall segments), WAL/journal, RocksDB's info logs, the rest."""
+    """du of the store: allocated bytes (`du -B1`) and apparent bytes (`du
+    -b`), each split into table files (RocksDB's SST files, fjall's
+    segments), WAL (RocksDB's *.log; fjall's journals), RocksDB's info logs
+    (LOG, LOG.old.*: they grow with restarts and time, not hooks) and the rest
+    (MANIFEST, OPTIONS, ...)."""
     total = int(subprocess.run(["du", "-s", "-B1", path], capture_output=True, text=True,
                                check=True).stdout.split()[0])
     apparent = int(subprocess.run(["du", "-s", "-b", path], capture_output=True, text=True,
                                   check=True).stdout.split()[0])
-    split = {"sst": 0, "wal": 0, "infolog": 0, "other": 0}
-    files = 0
+    out = {"du": total, "apparent": apparent, "files": 0}
+    for kind in ("sst", "wal", "infolog", "other"):
+        out[kind] = 0
+        out[kind + "_apparent"] = 0
     for dp, _dn, fns in os.walk(path):
         for fn in fns:
             try:
                 st = os.lstat(os.path.join(dp, fn))
             except FileNotFoundError:
                 continue
-            files += 1
-            b = st.st_blocks * 512
+            out["files"] += 1
             if fn.endswith(".sst"):
-                split["sst"] += b
+                kind = "sst"
             elif fn.endswith(".log") or "journal" in dp:
-                split["wal"] += b
+                kind = "wal"
             elif fn.startswith("LOG"):
-                split["infolog"] += b
+                kind = "infolog"
             else:
-                split["other"] += b
-    return {"du": total, "apparent": apparent, "files": files, **split}
+                kind = "other"
+            out[kind] += st.st_blocks * 512
+            out[kind + "_apparent"] += st.st_size
+    return out
 
 
 def tables(path):
@@ -478,18 +487,20 @@ def settle(path):
     return False
 
 
-def compactions(path):
-    """Flushes and compactions RocksDB's info logs record (LOG and LOG.old.*)."""
-    flushes = comps = 0
+def rocksdb_events(path):
+    """What RocksDB's info logs (LOG and LOG.old.*) record so far: SST files
+    written (flushes, recovery flushes and compactions), compactions, opens;
+    and the last compaction's LSM shape (files per level)."""
+    ev = {"table_file_creation": 0, "compaction_finished": 0, "recovery_finished": 0,
+          "flush_finished": 0}
     for fn in os.listdir(path):
         if fn.startswith("LOG"):
             with open(os.path.join(path, fn), errors="replace") as f:
                 for line in f:
-                    if '"event": "flush_finished"' in line:
-                        flushes += 1
-                    elif '"event": "compaction_finished"' in line:
-                        comps += 1
-    return {"flushes": flushes, "compactions": comps}
+                    m = re.search(r'"event": "([a-z_]+)"', line)
+                    if m and m.group(1) in ev:
+                        ev[m.group(1)] += 1
+    return ev
 
 
 CF_NAMES = ["meta", "hooks", "deliveries", "index", "archive"]
@@ -584,14 +595,35 @@ def parse_cell(name):
     return (size, mode, "nolog" in parts[2:], "down" in parts[2:])
 
 
-def measure(relay, dirpath, live):
+def measure(relay, dirpath):
+    """du of the running relay's store, and its /metrics."""
     d = du(store_dir(dirpath))
-    if live:
-        m = relay.metrics()
-        d["metrics"] = {k: metric(m, k) for k in (
-            "ankusa_queue_pending", "ankusa_queue_pending_bytes", "ankusa_engine_written_bytes_total",
-            "ankusa_dispatch_delivered_total", "ankusa_retention_hooks_deleted_total",
-            "ankusa_dispatch_attempts_total", "ankusa_dispatch_retries_total")}
+    m = relay.metrics()
+    d["metrics"] = {k: metric(m, k) for k in (
+        "ankusa_queue_pending", "ankusa_queue_pending_bytes", "ankusa_engine_written_bytes_total",
+        "ankusa_dispatch_delivered_total", "ankusa_retention_hooks_deleted_total",
+        "ankusa_dispatch_attempts_total", "ankusa_dispatch_retries_total")}
+    return d
+
+
+def stopped(dirpath):
+    """du of the stopped store (RocksDB trims its preallocated WAL and
+    MANIFEST at close), and RocksDB's events so far."""
+    d = du(store_dir(dirpath))
+    if STORE == "rocksdb":
+        d["events"] = rocksdb_events(store_dir(dirpath))
+    return d
+
+
+def restart_flushed(relay, dirpath, phase):
+    """A start on the stopped store (RocksDB's open flushes the WAL it
+    replays to SST files and deletes it), the files left still for SETTLE_S
+    (flushes and compactions done), a stop: du of the stopped store."""
+    relay.start(phase)
+    settled = settle(store_dir(dirpath))
+    relay.stop()
+    d = stopped(dirpath)
+    d["settled"] = settled
     return d
 
 
@@ -610,86 +642,88 @@ def run_cell(work, name):
     res = {"cell": name, "store": STORE, "hooks": HOOKS, "body_bytes": SIZES[size], "mode": mode,
            "attempt_log": not nolog, "receiver_down_s": DOWN_S if down else 0}
     bodies = Bodies(size)
+    # With -down the receiver is not up yet: the sink is not paused, its
+    # calls fail (connection refused) until the receiver comes up.
+    first = "delivered" if down else "pending"
     try:
-        first = "delivered" if down else "pending"
         relay.start(first)
         time.sleep(2)
-        res["empty"] = measure(relay, dirpath, True)
+        res["empty_live"] = measure(relay, dirpath)
+        relay.stop()
+        res["empty"] = stopped(dirpath)
+        relay.start(first)
         t = post_all(ports["ingest"], bodies, HOOKS, seed=zlib.crc32(name.encode()) & 0xFFFF)
         res["post_s"] = round(t, 1)
         log(f"{name}: {HOOKS} hooks accepted in {t:.1f} s")
         if down:
-            # The receiver refuses connections: the relay retries, its
-            # breaker opens and parks the rows; attempts go to the log.
             time.sleep(DOWN_S)
-        res["pending_live"] = measure(relay, dirpath, True)
+        res["pending_live"] = measure(relay, dirpath)
         relay.stop()
-        res["pending_stopped"] = du(store_dir(dirpath))
+        res["pending_stopped"] = stopped(dirpath)
         res["pending_dump"] = dump_stats(dirpath, "pending")
-        relay.start(first)
-        res["pending_flushed_settled"] = settle(store_dir(dirpath))
-        res["pending_flushed"] = measure(relay, dirpath, True)
-        # Delivered: the pause lifted, a receiver answering 200.
+        res["pending_flushed"] = restart_flushed(relay, dirpath, first)
+        # Delivered: the pause lifted (or the receiver back), answering 200.
         recv.up()
-        if first != "delivered":
-            relay.stop()
-            relay.start("delivered")
+        relay.start("delivered")
         wait_until("every hook delivered",
                    lambda: metric(relay.metrics(), "ankusa_queue_pending") == 0 and recv.count >= HOOKS,
                    3600)
         time.sleep(2)
         res["received"] = recv.count
-        res["delivered_live"] = measure(relay, dirpath, True)
+        res["delivered_live"] = measure(relay, dirpath)
         relay.stop()
-        relay.start("delivered")
-        res["delivered_flushed_settled"] = settle(store_dir(dirpath))
-        res["delivered_flushed"] = measure(relay, dirpath, True)
-        relay.stop()
-        if STORE == "rocksdb":
-            res["delivered_log"] = compactions(store_dir(dirpath))
+        res["delivered_stopped"] = stopped(dirpath)
+        res["delivered_flushed"] = restart_flushed(relay, dirpath, "delivered")
         res["delivered_dump"] = dump_stats(dirpath, "delivered")
-        # Retained: retention at 1 s deletes every hook (received minutes ago).
+        # Retention done: keep_ms 1 s deletes every hook (received minutes ago).
         relay.start("retained")
         wait_until("retention to delete every hook",
                    lambda: metric(relay.metrics(), "ankusa_retention_hooks_deleted_total") >= HOOKS, 1800)
         res["retained_live_settled"] = settle(store_dir(dirpath))
-        res["retained_live"] = measure(relay, dirpath, True)
+        res["retained_live"] = measure(relay, dirpath)
         relay.stop()
-        relay.start("retained")
-        res["retained_flushed_settled"] = settle(store_dir(dirpath))
-        res["retained_flushed"] = measure(relay, dirpath, True)
-        relay.stop()
-        if STORE == "rocksdb":
-            res["retained_log"] = compactions(store_dir(dirpath))
+        res["retained_stopped"] = stopped(dirpath)
+        res["retained_flushed"] = restart_flushed(relay, dirpath, "retained")
         res["retained_dump"] = dump_stats(dirpath, "retained")
     finally:
         relay.stop()
         recv.down()
         if not os.environ.get("KEEP"):
             shutil.rmtree(os.path.join(dirpath, "data"), ignore_errors=True)
-    e = res["empty"]["du"]
-    for k in ("pending_live", "pending_flushed", "delivered_live", "delivered_flushed",
-              "retained_live", "retained_flushed"):
-        res[k + "_per_hook"] = round((res[k]["du"] - e) / HOOKS, 1)
+    # Per hook: the stopped store's du less the empty store's, info logs left
+    # out of both; live: apparent sizes (a live RocksDB store preallocates its
+    # WAL and MANIFEST), less the empty live store's.
+    e = res["empty"]["du"] - res["empty"]["infolog"]
+    for k in ("pending", "delivered", "retained"):
+        for st in ("stopped", "flushed"):
+            d = res[f"{k}_{st}"]
+            res[f"{k}_{st}_per_hook"] = round((d["du"] - d["infolog"] - e) / HOOKS, 1)
+        d, el = res[f"{k}_live"], res["empty_live"]
+        res[f"{k}_live_per_hook"] = round(
+            (d["apparent"] - d["infolog_apparent"] - el["apparent"] + el["infolog_apparent"]) / HOOKS, 1)
+    for k in ("pending", "delivered", "retained"):
+        dd = res[f"{k}_dump"]
+        res[f"{k}_logical_per_hook"] = round(
+            sum(v["key_bytes"] + v["value_bytes"] for v in dd.values()) / HOOKS, 1)
     return res
 
 
 def table(results):
     print()
-    print(f"store: {STORE}, hooks per cell: {HOOKS}, keys: {KEYS}; bytes per hook = (du - du empty) / hooks; "
-          "live: relay running, flushed: after a restart (WAL flushed to SST files)")
+    print(f"store: {STORE}, hooks per cell: {HOOKS}, keys: {KEYS}. Bytes per hook: stopped and flushed = "
+          "(du -B1 of the stopped store - the empty store's) / hooks, RocksDB's info logs left out; "
+          "flushed = after a start (the WAL flushed to SST files), compactions done, and a stop; "
+          "live = the running store's apparent size less the empty one's; logical = the dump's keys + values")
     print()
-    print("| cell | body | pending live | pending flushed | delivered live | delivered flushed | "
-          "retention done, live | retention done, flushed | /metrics pending_bytes per hook | "
-          "logical bytes per hook (dump, delivered) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| cell | body | pending: live / stopped / flushed / logical | delivered: live / stopped / flushed / logical"
+          " | retention done: live / stopped / flushed / logical | /metrics pending_bytes per hook |")
+    print("|---|---:|---:|---:|---:|---:|")
     for r in results:
         pb = r["pending_live"]["metrics"]["ankusa_queue_pending_bytes"] / r["hooks"]
-        logical = sum(v["key_bytes"] + v["value_bytes"] for v in r["delivered_dump"].values()) / r["hooks"]
-        print(f"| {r['cell']} | {r['body_bytes']} | {r['pending_live_per_hook']:,.0f} | "
-              f"{r['pending_flushed_per_hook']:,.0f} | {r['delivered_live_per_hook']:,.0f} | "
-              f"{r['delivered_flushed_per_hook']:,.0f} | {r['retained_live_per_hook']:,.0f} | "
-              f"{r['retained_flushed_per_hook']:,.0f} | {pb:,.0f} | {logical:,.0f} |")
+        cols = []
+        for k in ("pending", "delivered", "retained"):
+            cols.append(" / ".join(f"{r[f'{k}_{st}_per_hook']:,.0f}" for st in ("live", "stopped", "flushed", "logical")))
+        print(f"| {r['cell']} | {r['body_bytes']} | " + " | ".join(cols) + f" | {pb:,.0f} |")
 
 
 def main():
