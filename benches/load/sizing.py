@@ -69,6 +69,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 import zlib
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -244,7 +245,7 @@ class Bodies:
                 algo, hexd = value.split("=", 1)
                 value = algo + "=" + "".join(rng.choice("0123456789abcdef") for _ in range(len(hexd)))
             elif ln == "x-github-delivery":
-                value = str(__import__("uuid").UUID(int=rng.getrandbits(128), version=4))
+                value = str(uuid.UUID(int=rng.getrandbits(128), version=4))
             hs.append((name, value))
         hs.append(("x-entity-id", f"key-{rng.randrange(KEYS)}"))
         return out, hs
