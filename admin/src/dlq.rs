@@ -313,17 +313,27 @@ pub fn revive<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Result<&'stati
         Err(QueueError::NotInDlq { .. }) => return Err(not_dead(id)),
         Err(e) => return Err(e.into()),
     };
-    state.commit(batch)?;
-    state.wake();
-    let revived = state
+    // Where it goes, read before the commit: once woken, the pipeline may
+    // claim or deliver it before a read after. Only the admin API (under
+    // this lock) moves a held lane's head (ADR 0004 section 8).
+    let lane = state
         .kv
         .get(Cf::Deliveries, &delivery_key(row.tenant, row.seq, row.sink))?
-        .and_then(|raw| DeliveryRow::decode(&raw).ok());
-    Ok(match revived {
-        Some(r) if r.state == ankusa_keys::RowState::Member => "lane_member",
-        Some(r) if r.lane.is_some() => "lane_head",
-        _ => "due",
-    })
+        .and_then(|raw| DeliveryRow::decode(&raw).ok())
+        .and_then(|r| r.lane);
+    let at = match lane {
+        Some(lane)
+            if ankusa_queue::lanes::holds_lane(&*state.kv, row, lane)
+                .map_err(QueueError::from)? =>
+        {
+            "lane_head"
+        }
+        Some(_) => "lane_member",
+        None => "due",
+    };
+    state.commit(batch)?;
+    state.wake();
+    Ok(at)
 }
 
 /// Drops one row (`queue::drop_dead`); `id` as in [`revive`].
