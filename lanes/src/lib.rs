@@ -545,7 +545,14 @@ pub fn revive_held_head(batch: &mut Batch, row: RowId, size: u32, now_ms: u64) {
 /// DLQ): the release of ADR 4.4 (the lane's first member is promoted, or ?H
 /// goes), lanes_held −1. The caller deletes the row and its ?X.
 ///
-/// Read from the live engine, as [`release_ops`].
+/// Read from the live engine. Unlike [`release_ops`], whose caller is the
+/// pipeline (its sweep never runs between the read and the commit, ADR
+/// 4.5), the drop is the admin API's, so a sweep may run in between: a
+/// member a writer commits after the read comes with its ?P, which that
+/// sweep deletes because ?H is still there. So a release that found no
+/// member puts the ?P back (and the tenant's ?A): after the commit the
+/// lane has no head and a marker, and the next sweep promotes such a
+/// member, or deletes the marker when there is none.
 ///
 /// Precondition: ?H of `lane` names `row`, which is in ?X. Keeps invariant 2.
 ///
@@ -559,7 +566,16 @@ pub fn release_held_head(
     now_ms: u64,
 ) -> Result<(), LaneError> {
     count(batch, row.tenant, CounterField::LanesHeld, -1);
-    release_ops(read, batch, row, lane, now_ms)
+    match first_member(read, row.tenant, lane)? {
+        Some(m) => promote_inner(read, batch, &m, now_ms, true),
+        None => {
+            batch.delete(Cf::Index, lane_head_key(row.tenant, lane));
+            count(batch, row.tenant, CounterField::Lanes, -1);
+            batch.put(Cf::Index, lane_marker_key(row.tenant, lane), EMPTY_VALUE);
+            batch.put(Cf::Index, active_key(row.tenant), EMPTY_VALUE);
+            Ok(())
+        }
+    }
 }
 
 /// ADR 0004 section 8, a tenant purge page: a held lane's head leaves with

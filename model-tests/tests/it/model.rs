@@ -399,6 +399,11 @@ impl Model {
             let lane = self.lane_key(id).expect("a held head's lane");
             let promote = self.release_plan(&lane);
             self.release(&lane, promote);
+            if !promote {
+                // The drop puts the marker back (`lanes::release_held_head`:
+                // a sweep may have deleted a racing member's).
+                self.lanes.entry(lane).or_default().marker = true;
+            }
         }
         self.rows.remove(id);
         self.revived.remove(id);

@@ -265,3 +265,36 @@ fn the_checker_counts_held_lanes_and_finds_a_wrong_count() {
         "{v:?}"
     );
 }
+
+/// A drop of a held head runs in the admin API, so the pipeline's sweep may
+/// run between its read (no member yet) and its commit: a member a writer
+/// commits in between, whose ?P that sweep deletes (?H is still there),
+/// must not be stranded. The drop puts the marker back; the next sweep
+/// promotes the member.
+#[test]
+fn a_member_arriving_while_a_held_head_is_dropped_is_promoted_after_the_drop() {
+    let kv = store();
+    let lane = lane_of(S0, "k");
+    ingest(&kv, T1, 1, &[laned(S0, "k")]);
+    sweep(&kv, T1, NOW);
+    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(
+        &kv,
+        dead_letter_logged(&kv, id(T1, 1, S0), "permanent", NOW, None, OnDeadHead::Hold)
+            .expect("dead"),
+    );
+    // The drop reads the lane: no member.
+    let drop = drop_dead(&kv, &[id(T1, 1, S0)], NOW + 1).expect("drop");
+    // A writer commits hook 2 of the key (?O and ?P); a sweep sees the held
+    // head and deletes the marker.
+    ingest(&kv, T1, 2, &[laned(S0, "k")]);
+    assert_eq!(sweep(&kv, T1, NOW + 1), 0);
+    // The drop commits.
+    commit(&kv, drop);
+    clean(&kv);
+    assert_eq!(head_of(&kv, T1, lane), None);
+    // The next sweep promotes hook 2.
+    assert_eq!(sweep(&kv, T1, NOW + 2), 1);
+    assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 2, S0)));
+    clean(&kv);
+}
