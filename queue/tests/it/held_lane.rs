@@ -47,6 +47,20 @@ fn held_k(kv: &MemoryKv) -> LaneId {
     lane
 }
 
+/// One hook of key "k" on sink 0, claimed and dead-lettered by a `hold`
+/// entry, nothing behind it. Returns its lane.
+fn held_alone(kv: &MemoryKv) -> LaneId {
+    ingest(kv, T1, 1, &[laned(S0, "k")]);
+    sweep(kv, T1, NOW);
+    commit(kv, claim(kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
+    commit(
+        kv,
+        dead_letter_logged(kv, id(T1, 1, S0), "permanent", NOW, None, OnDeadHead::Hold)
+            .expect("dead"),
+    );
+    lane_of(S0, "k")
+}
+
 #[test]
 fn a_held_head_keeps_its_key_waiting_while_another_key_flows() {
     let kv = store();
@@ -173,15 +187,7 @@ fn dropping_a_held_head_releases_its_lane_to_the_next_hook() {
 #[test]
 fn dropping_the_held_head_of_a_lane_with_nothing_behind_it_frees_the_lane() {
     let kv = store();
-    let lane = lane_of(S0, "k");
-    ingest(&kv, T1, 1, &[laned(S0, "k")]);
-    sweep(&kv, T1, NOW);
-    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
-    commit(
-        &kv,
-        dead_letter_logged(&kv, id(T1, 1, S0), "permanent", NOW, None, OnDeadHead::Hold)
-            .expect("dead"),
-    );
+    let lane = held_alone(&kv);
     assert_eq!(head_of(&kv, T1, lane), Some(id(T1, 1, S0)));
     commit(
         &kv,
@@ -274,15 +280,7 @@ fn the_checker_counts_held_lanes_and_finds_a_wrong_count() {
 #[test]
 fn a_member_arriving_while_a_held_head_is_dropped_is_promoted_after_the_drop() {
     let kv = store();
-    let lane = lane_of(S0, "k");
-    ingest(&kv, T1, 1, &[laned(S0, "k")]);
-    sweep(&kv, T1, NOW);
-    commit(&kv, claim(&kv, dk(T1, NOW, 1, S0), NOW).expect("claim"));
-    commit(
-        &kv,
-        dead_letter_logged(&kv, id(T1, 1, S0), "permanent", NOW, None, OnDeadHead::Hold)
-            .expect("dead"),
-    );
+    let lane = held_alone(&kv);
     // The drop reads the lane: no member.
     let drop = drop_dead(&kv, &[id(T1, 1, S0)], NOW + 1).expect("drop");
     // A writer commits hook 2 of the key (?O and ?P); a sweep sees the held
