@@ -466,17 +466,29 @@ pub fn release_ops(
         Some(head_row),
         "release of {head_row}, which is not the head of lane {lane}"
     );
+    release_inner(read, batch, tenant, lane, now_ms).map(|_| ())
+}
+
+/// The release of [`release_ops`]: promotes the lane's first member (true)
+/// or deletes ?H (false).
+fn release_inner(
+    read: &impl Read,
+    batch: &mut Batch,
+    tenant: TenantOrd,
+    lane: LaneId,
+    now_ms: u64,
+) -> Result<bool, LaneError> {
     let next = if mutation::active(Mutation::ReleaseSkipsNextMember) {
         None
     } else {
         first_member(read, tenant, lane)?
     };
     match next {
-        Some(m) => promote_inner(read, batch, &m, now_ms, true),
+        Some(m) => promote_inner(read, batch, &m, now_ms, true).map(|()| true),
         None => {
             batch.delete(Cf::Index, lane_head_key(tenant, lane));
             count(batch, tenant, CounterField::Lanes, -1);
-            Ok(())
+            Ok(false)
         }
     }
 }
@@ -566,16 +578,11 @@ pub fn release_held_head(
     now_ms: u64,
 ) -> Result<(), LaneError> {
     count(batch, row.tenant, CounterField::LanesHeld, -1);
-    match first_member(read, row.tenant, lane)? {
-        Some(m) => promote_inner(read, batch, &m, now_ms, true),
-        None => {
-            batch.delete(Cf::Index, lane_head_key(row.tenant, lane));
-            count(batch, row.tenant, CounterField::Lanes, -1);
-            batch.put(Cf::Index, lane_marker_key(row.tenant, lane), EMPTY_VALUE);
-            batch.put(Cf::Index, active_key(row.tenant), EMPTY_VALUE);
-            Ok(())
-        }
+    if !release_inner(read, batch, row.tenant, lane, now_ms)? {
+        batch.put(Cf::Index, lane_marker_key(row.tenant, lane), EMPTY_VALUE);
+        batch.put(Cf::Index, active_key(row.tenant), EMPTY_VALUE);
     }
+    Ok(())
 }
 
 /// ADR 0004 section 8, a tenant purge page: a held lane's head leaves with

@@ -880,23 +880,19 @@ fn one_lane_walks_through_every_ordering_case() {
         Delivered(0, None),
     ];
     let kv = ankusa_engine::memory::MemoryKv::new();
-    let mut m = Machine::new(&kv).expect("new store");
-    m.run(&steps, |_, _| {}).expect("the sequence runs clean");
-    for what in [
-        "claim of a blocked head",
-        "dead head: release promotes",
-        "revive behind a later head",
-        "claim of a head recovered by a restart",
-        "claim of a head with a revived member behind it",
-        "claim of a row revived behind a later head",
-        "delivered: release promotes",
-    ] {
-        assert!(
-            m.stats.contains_key(what),
-            "never reached: {what}; saw {:?}",
-            m.stats
-        );
-    }
+    let m = walk(
+        &kv,
+        &steps,
+        &[
+            "claim of a blocked head",
+            "dead head: release promotes",
+            "revive behind a later head",
+            "claim of a head recovered by a restart",
+            "claim of a head with a revived member behind it",
+            "claim of a row revived behind a later head",
+            "delivered: release promotes",
+        ],
+    );
     // Seqs 1 (revived), 2, 3 and the racing writer's 4 all delivered to sink
     // 0; what is left is the writer's row for sink 1 (its own lane's head).
     assert_eq!(m.model.delivered_total.get(&1), Some(&4));
@@ -908,6 +904,25 @@ fn one_lane_walks_through_every_ordering_case() {
         View::read(&kv).heads.values().copied().collect::<Vec<_>>(),
         vec![(1, 4, 1)]
     );
+}
+
+/// Runs `steps` on a new store in `kv`, clean, and asserts the machine
+/// reached each of `reached` on the way.
+fn walk<'a>(
+    kv: &'a ankusa_engine::memory::MemoryKv,
+    steps: &[Step],
+    reached: &[&str],
+) -> Machine<'a, ankusa_engine::memory::MemoryKv> {
+    let mut m = Machine::new(kv).expect("new store");
+    m.run(steps, |_, _| {}).expect("the sequence runs clean");
+    for what in reached {
+        assert!(
+            m.stats.contains_key(what),
+            "never reached: {what}; saw {:?}",
+            m.stats
+        );
+    }
+    m
 }
 
 /// ADR 0004 section 8 in one lane: a head dead-lettered by a `hold` entry
@@ -938,20 +953,16 @@ fn a_held_lane_walks_through_hold_revive_and_drop() {
         Delivered(0, None),
     ];
     let kv = ankusa_engine::memory::MemoryKv::new();
-    let mut m = Machine::new(&kv).expect("new store");
-    m.run(&steps, |_, _| {}).expect("the sequence runs clean");
-    for what in [
-        "dead head: lane held",
-        "dead head: lane held with members behind it",
-        "revive of a held head",
-        "drop of a held head releases its lane",
-    ] {
-        assert!(
-            m.stats.contains_key(what),
-            "never reached: {what}; saw {:?}",
-            m.stats
-        );
-    }
+    walk(
+        &kv,
+        &steps,
+        &[
+            "dead head: lane held",
+            "dead head: lane held with members behind it",
+            "revive of a held head",
+            "drop of a held head releases its lane",
+        ],
+    );
     assert_eq!(
         queue::check_invariants(&kv).expect("check"),
         Vec::new(),
