@@ -150,6 +150,11 @@ enum Command {
         /// The YAML configuration.
         file: PathBuf,
     },
+    /// A transform worker process (docs/design.md section 6, "Transforms"):
+    /// the relay starts these itself and talks to them over stdin and
+    /// stdout. Not for operators.
+    #[command(hide = true)]
+    TransformWorker,
     /// Every tenant: pending, dead, lanes, the oldest due hook's age, bounds.
     #[command(after_help = admin_cli::EXIT_CODES)]
     Tenants {
@@ -427,18 +432,22 @@ fn main() -> ExitCode {
         }
     }
     match cli.command {
+        Command::TransformWorker => transform_worker(),
         Command::Serve {
             config,
             drop_unconfigured,
             log_format,
             takeover,
             takeover_hold,
-        } => serve::main(
-            config,
-            drop_unconfigured,
-            log_format,
-            takeover.then(|| std::time::Duration::from_secs(takeover_hold)),
-        ),
+        } => {
+            use_transform_workers();
+            serve::main(
+                config,
+                drop_unconfigured,
+                log_format,
+                takeover.then(|| std::time::Duration::from_secs(takeover_hold)),
+            )
+        }
         Command::Send {
             files,
             url,
@@ -597,4 +606,46 @@ fn main() -> ExitCode {
 /// `1 tenant`, `2 tenants`.
 fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Runs the relay's transforms in worker processes of this executable
+/// (docs/design.md section 6, "Transforms"), so a program that overflows a
+/// stack or an allocation ends a worker, not the relay. `/proc/self/exe`
+/// where there is one: it starts the file this process runs even after an
+/// upgrade replaced it on disk (a worker must be the relay's own version).
+fn use_transform_workers() {
+    let proc_exe = PathBuf::from("/proc/self/exe");
+    let program = if proc_exe.exists() {
+        proc_exe
+    } else {
+        match std::env::current_exe() {
+            Ok(p) => p,
+            // No path to start: the runs stay on threads of the relay.
+            Err(_) => return,
+        }
+    };
+    ankusa_transform::use_worker_processes(ankusa_transform::WorkerCommand {
+        program,
+        args: vec!["transform-worker".into()],
+    });
+}
+
+/// `ankusa transform-worker`: bounds its address space
+/// ([`ankusa_transform::worker::ADDRESS_SPACE_BYTES`]), then serves the
+/// relay that started it until its stdin ends.
+fn transform_worker() -> ExitCode {
+    let bytes = libc::rlim_t::try_from(ankusa_transform::worker::ADDRESS_SPACE_BYTES)
+        .unwrap_or(libc::RLIM_INFINITY);
+    let limit = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: setrlimit reads the struct it is given and changes only this
+    // process's limit; called before the worker makes any thread. A failure
+    // leaves the limit as it was (the worker then runs unbounded, as the
+    // relay's threads would).
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_AS, &limit);
+    }
+    ankusa_transform::worker::main()
 }

@@ -16,7 +16,7 @@
 //! than one output, a bound is passed) is [`Outcome::Permanent`] with reason
 //! `transform: <why>`: the row is dead-lettered, the next hooks go on. It is
 //! counted (`ankusa_transform_failed_total{source,sink}`) and logged. A run
-//! that could not start (no thread) is a retry.
+//! that could not start (no thread, no worker process) is a retry.
 
 use std::sync::Arc;
 

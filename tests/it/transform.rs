@@ -4,7 +4,8 @@
 //! (checked with the Standard Webhooks authors' own library) and without
 //! Stripe's signature; a replay and a revive after a reload run the new
 //! program; `POST /v1/transform/test` and `ankusa transform test` answer
-//! the output for a sample, or the failure.
+//! the output for a sample, or the failure; a run that aborts its worker
+//! process costs its hook, not the relay.
 
 use std::time::Duration;
 
@@ -214,6 +215,103 @@ async fn a_replay_and_a_revive_after_a_reload_run_the_new_program() {
             r#"{"v":2,"id":"a"}"#
         ]
     );
+}
+
+/// The transform worker processes of the relay `pid` (its children started
+/// as `ankusa transform-worker`).
+fn workers(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // The parent's pid is the 4th field, after the name in parentheses.
+            let parent = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok());
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            parent == Some(pid) && cmdline.split(|b| *b == 0).any(|a| a == b"transform-worker")
+        })
+        .collect()
+}
+
+/// A program that asks for more memory than there is in one operation
+/// aborts the process it runs in. It runs in a worker process, so that is
+/// the worker: the hook is dead-lettered naming the signal, the next hook
+/// is delivered through a new worker, the test endpoint answers the same
+/// failure as a 422, and the relay never stops. The workers are bounded to
+/// 4 GiB of address space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_aborts_its_worker_dead_letters_its_hook_and_the_relay_goes_on() {
+    let sink = Sink::ok().await;
+    let program = r#"if .big then "xx" * 1000000000000000 else {id} end"#;
+    let mut relay = Relay::start(&orders_config(&sink, program)).await;
+    let api = Admin::new(&relay, None);
+    let json_type = ("content-type", "application/json");
+    relay
+        .post("/hooks/orders", &[json_type], br#"{"id":"a"}"#.to_vec())
+        .await;
+    until("the first delivery", WAIT, async || {
+        (bodies(&sink) == [r#"{"id":"a"}"#]).then_some(())
+    })
+    .await;
+    let pid = relay.pid();
+    let first = workers(pid);
+    assert!(!first.is_empty(), "no transform worker under the relay {pid}");
+    for w in &first {
+        let limits = std::fs::read_to_string(format!("/proc/{w}/limits")).unwrap_or_default();
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with("Max address space"))
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(
+            line.split_whitespace().skip(3).take(2).collect::<Vec<_>>(),
+            ["4294967296", "4294967296"],
+            "{line}"
+        );
+    }
+
+    relay
+        .post("/hooks/orders", &[json_type], br#"{"big":true}"#.to_vec())
+        .await;
+    let dead = until("the dead letter", WAIT, async || {
+        api.dead("source=orders").await.into_iter().next()
+    })
+    .await;
+    let reason = dead["reason"].as_str().expect("reason");
+    assert!(
+        reason.starts_with("permanent: transform: the run ended its transform worker process (SIGABRT)"),
+        "{reason}"
+    );
+    relay
+        .post("/hooks/orders", &[json_type], br#"{"id":"b"}"#.to_vec())
+        .await;
+    until("the hook after the abort", WAIT, async || {
+        (bodies(&sink) == [r#"{"id":"a"}"#, r#"{"id":"b"}"#]).then_some(())
+    })
+    .await;
+    assert!(relay.running(), "the relay stopped");
+    assert_eq!(
+        relay
+            .metric("ankusa_transform_failed_total{source=\"orders\",sink_name=\"web\"}")
+            .await,
+        1.0
+    );
+
+    let (status, v) = test_call(&relay, "source=orders&sink=web", br#"{"big":true}"#).await;
+    assert_eq!(status, 422, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("(SIGABRT)")),
+        "{v}"
+    );
+    let (status, v) = test_call(&relay, "source=orders&sink=web", br#"{"id":"c"}"#).await;
+    assert_eq!((status, &v["body"]), (200, &json!(r#"{"id":"c"}"#)), "{v}");
+    assert!(relay.running(), "the relay stopped");
+    assert_eq!(sink.delivered().len(), 2);
 }
 
 /// `POST /v1/transform/test` with a raw sample: the answer, validated

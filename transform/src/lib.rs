@@ -7,9 +7,16 @@
 //!   jq language, its standard library and JSON values; src/funs.rs says
 //!   what a transform may not call). A program that does not compile is a
 //!   [`CompileError`] with jaq's words and the place in the program.
-//! - [`Program::run`] (feature `run`): one run on its own thread, bounded,
-//!   and its [`RunError`]s. The run reads the body as JSON, takes the
-//!   program's one output and writes it as compact JSON.
+//! - [`Program::run`] (feature `run`): one run, bounded, and its
+//!   [`RunError`]s. The run reads the body as JSON, takes the program's one
+//!   output and writes it as compact JSON. Where it runs:
+//!   - in a **worker process** ([`worker`], src/process.rs) when the
+//!     executable said how to start one ([`use_worker_processes`]; the
+//!     `ankusa` binary always does): a few built-in operations cannot be
+//!     bounded from inside a run (below), and what they do to the process
+//!     they run in then happens to a worker, never to the relay;
+//!   - else on a thread of a pool in the caller's process (a library user,
+//!     the crates' own tests).
 //! - The failure counters of `/metrics` ([`metrics`]).
 //!
 //! # The bounds of a run
@@ -34,14 +41,23 @@
 //! - **memory**: what a run holds is what it built step by step within its
 //!   time bound, freed when it ends (the values of a stopped run are
 //!   dropped as its thread unwinds). One operation can allocate in one go,
-//!   without a step between: `"x" * N` makes a string of N bytes. A program
-//!   that repeats a string by a count read from the payload is the
-//!   operator's to bound (`"x" * ([.n, 100] | min)`);
+//!   without a step between: `"x" * N` makes a string of N bytes;
+//! - **what no step sees**: a few built-in operations recurse over a value
+//!   without a step between (printing it with `tojson` or in a message,
+//!   comparing or sorting it, dropping it), so a value the program nested
+//!   hundreds of thousands of levels deep can overflow any stack; and an
+//!   allocation that fails (`"xx" * 1e15`) aborts the process. Both abort
+//!   the process the run is in: a worker process, which the relay replaces,
+//!   dead-lettering the hook ([`RunError::Failed`], naming the signal). A
+//!   worker's address space is bounded ([`worker::ADDRESS_SPACE_BYTES`]),
+//!   so a large allocation fails at once instead of taking the machine's
+//!   memory. A run whose worker does not answer by `timeout_ms` +
+//!   [`GRACE_MS`] is a timeout, and that worker is killed;
 //! - **at once**: at most as many runs as the machine has cores
 //!   (`available_parallelism`, at least 2) run at a time; the others wait
 //!   their turn, and a run's time counts from its start.
 //!
-//! The bounds rely on unwinding (a stopped run unwinds its thread): the
+//! The step bounds rely on unwinding (a stopped run unwinds its thread): the
 //! workspace builds with `panic = "unwind"`, Cargo's default, and this crate
 //! refuses to build otherwise.
 #![deny(missing_docs, clippy::unwrap_used)]
@@ -61,7 +77,14 @@ mod funs;
 mod json;
 pub mod metrics;
 #[cfg(feature = "run")]
+mod process;
+#[cfg(feature = "run")]
 mod run;
+mod wire;
+pub mod worker;
+
+#[cfg(feature = "run")]
+pub use process::{WorkerCommand, use_worker_processes};
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -95,7 +118,7 @@ pub const STACK_BYTES: usize = 512 << 20;
 pub const STACK_BUDGET_BYTES: usize = 64 << 20;
 
 /// The bounds of a program's runs (docs/design.md section 6, "Transforms").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Limits {
     /// How long a run may take, from the program's start, ms: 1 to
     /// [`MAX_TIMEOUT_MS`].
@@ -178,11 +201,14 @@ pub enum RunError {
     /// `halt` or `halt_error`.
     #[error("the program halted (halt or halt_error, exit code {0})")]
     Halted(i32),
-    /// jaq itself failed (a panic inside it, caught on the run's thread).
+    /// jaq itself failed (a panic inside it, caught on the run's thread), or
+    /// the run aborted its worker process (a stack overflow or an
+    /// allocation that failed, named by its signal).
     #[error("the program's run failed: {0}")]
     Failed(String),
-    /// The run could not start (no thread could be made): the machine's
-    /// condition, not the hook's, so a delivery retries.
+    /// The run could not start (no thread could be made, no worker process
+    /// started): the machine's condition, not the hook's, so a delivery
+    /// retries.
     #[error("the transform could not start: {0}")]
     Unavailable(String),
 }
