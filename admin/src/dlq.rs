@@ -255,27 +255,35 @@ pub fn scan<K: Kv>(
 /// reason): refused with 409, nothing changed. A row whose envelope is gone
 /// is left to `queue::revive`, which refuses it.
 fn refuse_unconfigured<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Result<(), JobError> {
+    match unconfigured(state, row)? {
+        None => Ok(()),
+        Some(what) => Err(JobError::Conflict(format!(
+            "row {id} cannot be revived: its {what} is no longer in the configuration (it would be dead-lettered again at once)"
+        ))),
+    }
+}
+
+/// What of a dead row's route is no longer configured (`sink entry`, or
+/// `source "NAME"`); `None` when both are, or when its envelope is gone
+/// (`queue::revive` refuses that row itself). A revive job skips such rows
+/// as a single revive refuses them.
+pub(crate) fn unconfigured<K: Kv>(
+    state: &Context<K>,
+    row: RowId,
+) -> Result<Option<String>, JobError> {
     let Some(raw) = state.kv.get(Cf::Hooks, &hook_key(row.tenant, row.seq))? else {
-        return Ok(());
+        return Ok(None);
     };
     let Ok(env) = Envelope::decode(&raw) else {
-        return Ok(());
+        return Ok(None);
     };
     let (registry, config) = (state.registry.load(), state.config.load());
     let name = registry.source_name(env.source);
-    let configured = name
-        .and_then(|n| config.source(n))
-        .is_some_and(|s| s.sinks.iter().any(|e| e.index == row.sink.0));
-    if configured {
-        return Ok(());
-    }
-    Err(JobError::Conflict(format!(
-        "row {id} cannot be revived: its {} is no longer in the configuration (it would be dead-lettered again at once)",
-        match name.and_then(|n| config.source(n)) {
-            Some(_) => "sink entry".to_owned(),
-            None => format!("source {:?}", name.unwrap_or("?")),
-        }
-    )))
+    Ok(match name.and_then(|n| config.source(n)) {
+        Some(s) if s.sinks.iter().any(|e| e.index == row.sink.0) => None,
+        Some(_) => Some("sink entry".to_owned()),
+        None => Some(format!("source {:?}", name.unwrap_or("?"))),
+    })
 }
 
 fn not_dead(id: &str) -> JobError {

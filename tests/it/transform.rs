@@ -258,7 +258,10 @@ async fn a_run_that_aborts_its_worker_dead_letters_its_hook_and_the_relay_goes_o
     .await;
     let pid = relay.pid();
     let first = workers(pid);
-    assert!(!first.is_empty(), "no transform worker under the relay {pid}");
+    assert!(
+        !first.is_empty(),
+        "no transform worker under the relay {pid}"
+    );
     for w in &first {
         let limits = std::fs::read_to_string(format!("/proc/{w}/limits")).unwrap_or_default();
         let line = limits
@@ -282,7 +285,9 @@ async fn a_run_that_aborts_its_worker_dead_letters_its_hook_and_the_relay_goes_o
     .await;
     let reason = dead["reason"].as_str().expect("reason");
     assert!(
-        reason.starts_with("permanent: transform: the run ended its transform worker process (SIGABRT)"),
+        reason.starts_with(
+            "permanent: transform: the run ended its transform worker process (SIGABRT)"
+        ),
         "{reason}"
     );
     relay

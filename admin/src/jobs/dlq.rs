@@ -49,14 +49,21 @@ pub(super) fn step<K: Kv>(state: &Context<K>, mut job: Job) -> Result<Next, JobE
     let found = dlq::scan(state, &job.filter, &from, JOB_STEP_ENTRIES, usize::MAX)?;
     let now = (state.clock)();
     let mut batch = Batch::new();
-    // Rows of a tenant being purged are left to the purge.
+    // Rows of a tenant being purged are left to the purge. A revive skips
+    // the rows whose source or sink entry is no longer configured, as a
+    // single revive refuses them: they would only die again at once, with
+    // their reason lost (a drop takes them).
     let purging = ankusa_queue::read_purges(&*state.kv)?;
-    let rows: Vec<_> = found
-        .matched
-        .iter()
-        .map(|d| d.row)
-        .filter(|r| !purging.contains_key(&r.tenant))
-        .collect();
+    let mut rows = Vec::with_capacity(found.matched.len());
+    for d in &found.matched {
+        if purging.contains_key(&d.row.tenant) {
+            continue;
+        }
+        if job.kind == JobKind::Revive && dlq::unconfigured(state, d.row)?.is_some() {
+            continue;
+        }
+        rows.push(d.row);
+    }
     job.skipped += (found.matched.len() - rows.len()) as u64;
     match job.kind {
         JobKind::Revive => {

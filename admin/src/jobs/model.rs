@@ -122,7 +122,9 @@ pub struct Job {
     pub done: u64,
     /// What it examined and could not act on (a replay: an archive entry
     /// whose envelope is gone, a hook still in quarantine; a release: a hook
-    /// whose source is no longer configured).
+    /// whose source is no longer configured; a revive: a row whose source or
+    /// sink entry is no longer configured; a revive or drop: a row of a
+    /// tenant being purged).
     #[serde(default)]
     pub skipped: u64,
     /// What it expects to examine, from the maintained counters when it was

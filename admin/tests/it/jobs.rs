@@ -24,6 +24,12 @@ fn commit(kv: &MemoryKv, b: Batch) {
 /// The demo's store (tenant `default`, source `demo`) with `n` hooks of the
 /// source, one row each for sink 0, dead-lettered.
 pub(crate) fn store_with_dead_letters(n: u64) -> (MemoryKv, ankusa_queue::Registry) {
+    store_with_dead_letters_of(n, &[0])
+}
+
+/// [`store_with_dead_letters`] with one row per hook for each of `sinks`
+/// (sink entry indexes of source `demo`; the demo configures only 0).
+fn store_with_dead_letters_of(n: u64, sinks: &[u16]) -> (MemoryKv, ankusa_queue::Registry) {
     let kv = MemoryKv::new();
     commit(&kv, ankusa_queue::init_store());
     let (b, registry) = ankusa_queue::register(&kv, ["default"], ["demo"]).expect("register");
@@ -50,15 +56,14 @@ pub(crate) fn store_with_dead_letters(n: u64) -> (MemoryKv, ankusa_queue::Regist
             envelope: &env,
             dedupe_expires_at_ms: 0,
         };
-        ankusa_queue::new_ops(
-            &mut b,
-            &hook,
-            &[NewRow {
-                sink: SinkIx(0),
+        let rows: Vec<NewRow> = sinks
+            .iter()
+            .map(|&s| NewRow {
+                sink: SinkIx(s),
                 lane: None,
-            }],
-            NOW,
-        );
+            })
+            .collect();
+        ankusa_queue::new_ops(&mut b, &hook, &rows, NOW);
         commit(&kv, b);
     }
     let mut cursor = None;
@@ -167,6 +172,49 @@ async fn a_revive_job_revives_every_dead_letter_of_its_filter() {
     assert_eq!(
         refused.unwrap_err(),
         JobError::Conflict("job 1 is done: only a running job can be cancelled".into())
+    );
+}
+
+/// A revive job skips the dead letters of a sink entry that is no longer
+/// configured (a single revive refuses them: they would die again at once,
+/// their reason lost) and counts them as skipped; a drop job takes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revive_job_skips_rows_of_an_unconfigured_sink_entry_and_a_drop_takes_them() {
+    let (kv, registry) = store_with_dead_letters_of(40, &[0, 3]);
+    let ctx = context(kv, registry);
+    let ord = ctx.registry.load().tenants["default"];
+    assert_eq!(counter(&ctx, ord, CounterField::Dead), 80);
+    let revive = create(&ctx, JobKind::Revive, DlqFilter::default(), None)
+        .await
+        .expect("created");
+    let revive = tokio::time::timeout(Duration::from_secs(60), finished(&ctx, revive.id))
+        .await
+        .expect("the job ends");
+    assert_eq!(
+        (revive.state, revive.done, revive.examined, revive.skipped),
+        (JobState::Done, 40, 80, 40)
+    );
+    assert_eq!(counter(&ctx, ord, CounterField::Dead), 40);
+    assert_eq!(counter(&ctx, ord, CounterField::Pending), 40);
+    let left =
+        ankusa_admin::dlq::scan(&ctx, &DlqFilter::default(), &[], 1000, usize::MAX).expect("scan");
+    assert_eq!(left.matched.len(), 40);
+    assert!(left.matched.iter().all(|d| d.row.sink == SinkIx(3)));
+
+    let drop = create(&ctx, JobKind::Drop, DlqFilter::default(), None)
+        .await
+        .expect("created");
+    let drop = tokio::time::timeout(Duration::from_secs(60), finished(&ctx, drop.id))
+        .await
+        .expect("the job ends");
+    assert_eq!(
+        (drop.state, drop.done, drop.skipped),
+        (JobState::Done, 40, 0)
+    );
+    assert_eq!(counter(&ctx, ord, CounterField::Dead), 0);
+    assert_eq!(
+        ankusa_queue::check_invariants(&*ctx.kv).expect("check"),
+        vec![]
     );
 }
 
