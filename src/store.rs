@@ -210,8 +210,14 @@ fn run<K: Kv>(kv: &K, backend: Backend, dir: &Path, repair: bool) -> Result<bool
 fn print_report(what: &str, report: &CheckReport, names: &Registry) -> bool {
     if report.violations.is_empty() {
         let c = &report.census;
+        // Held lanes (ADR 0004 section 8) are named only when there are any.
+        let held = if c.lanes_held > 0 {
+            format!(" ({} held)", c.lanes_held)
+        } else {
+            String::new()
+        };
         println!(
-            "{what}: clean ({}, {}; {} ({} in flight, {}), {}, {} dead, {} quarantined)",
+            "{what}: clean ({}, {}; {} ({} in flight, {}), {}{held}, {} dead, {} quarantined)",
             plural(c.tenants as usize, "tenant", "tenants"),
             plural(c.hooks as usize, "hook", "hooks"),
             plural(c.pending as usize, "pending row", "pending rows"),

@@ -318,6 +318,9 @@ pub struct Census {
     pub lane_members: u64,
     /// Lane heads (?H).
     pub lanes: u64,
+    /// Of them, held lanes: a head that is a dead letter of its lane
+    /// (ADR 0004 section 8).
+    pub lanes_held: u64,
     /// Rows in ?X.
     pub dead: u64,
     /// Hooks in ?Q.
@@ -866,6 +869,7 @@ impl Checker {
             in_flight: sum(CounterField::InFlight),
             lane_members: sum(CounterField::LaneMembers),
             lanes: sum(CounterField::Lanes),
+            lanes_held: sum(CounterField::LanesHeld),
             dead: sum(CounterField::Dead),
             quarantined: sum(CounterField::Quarantined),
         }

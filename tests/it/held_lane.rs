@@ -47,30 +47,17 @@ sources:
     ))
     .await;
     let api = Admin::new(&relay, None);
-    let post = |i: u64, key: &'static str| {
-        let relay = &relay;
-        async move {
-            relay
-                .post(
-                    "/hooks/orders",
-                    &[("content-type", "application/json"), ("x-entity-id", key)],
-                    format!("{{\"i\":{i}}}"),
-                )
-                .await
-                .id()
-        }
-    };
 
     // Hook 0 dies as its lane's head; its key's hooks 1 and 2 come after.
-    post(0, "cust-9").await;
+    post(&relay, 0, "cust-9").await;
     until("hook 0 dead-lettered", LONG, async || {
         (api.tenant("default").await["counters"]["dead"] == 1).then_some(())
     })
     .await;
-    post(1, "cust-9").await;
-    post(2, "cust-9").await;
+    post(&relay, 1, "cust-9").await;
+    post(&relay, 2, "cust-9").await;
     // Another key flows past the held lane.
-    post(3, "cust-1").await;
+    post(&relay, 3, "cust-1").await;
     until("hook 3 of another key delivered", LONG, async || {
         sink.delivered()
             .iter()
@@ -148,6 +135,21 @@ sources:
         vec![3],
         "nothing of the held key was delivered"
     );
+    // `store check` of the stopped store counts the held lane; a restart
+    // keeps it held.
+    relay.sigterm();
+    assert!(relay.wait_exit(LONG).await.success());
+    let (status, out) = crate::store::store_check(&relay.data_dir(), &[]);
+    assert_eq!(status.code(), Some(0), "store check: {out}");
+    assert!(
+        out.contains("2 lane members), 1 busy lane (1 held), 1 dead,"),
+        "{out}"
+    );
+    relay.restart().await;
+    assert_eq!(
+        api.tenant("default").await["counters"]["lanes_held"].as_i64(),
+        Some(1)
+    );
 
     // Revive: hook 0 goes first, then 1 and 2, with positions 1, 2, 3.
     refuse.store(false, Ordering::SeqCst);
@@ -190,12 +192,12 @@ sources:
     // A drop: hook 10 (key cust-5) dies and holds its lane, 11 waits; the
     // drop lets 11 go on without it.
     refuse.store(true, Ordering::SeqCst);
-    post(10, "cust-5").await;
+    post(&relay, 10, "cust-5").await;
     until("hook 10 dead-lettered", LONG, async || {
         (api.tenant("default").await["counters"]["lanes_held"] == 1).then_some(())
     })
     .await;
-    post(11, "cust-5").await;
+    post(&relay, 11, "cust-5").await;
     until("hook 11 waiting as a member", LONG, async || {
         (api.tenant("default").await["counters"]["lane_members"] == 1).then_some(())
     })
@@ -244,4 +246,16 @@ sources:
     assert!(relay.wait_exit(LONG).await.success());
     let (status, out) = crate::store::store_check(&relay.data_dir(), &[]);
     assert_eq!(status.code(), Some(0), "store check: {out}");
+}
+
+/// Posts hook `i` of ordering key `key` to source `orders`: its id.
+async fn post(relay: &Relay, i: u64, key: &str) -> String {
+    relay
+        .post(
+            "/hooks/orders",
+            &[("content-type", "application/json"), ("x-entity-id", key)],
+            format!("{{\"i\":{i}}}"),
+        )
+        .await
+        .id()
 }

@@ -147,6 +147,7 @@ fn check_store_counts_the_keys_and_fixes_every_drifted_counter() {
             in_flight: 0,
             lane_members: 1,
             lanes: 1,
+            lanes_held: 0,
             dead: 0,
             quarantined: 0,
         }

@@ -257,6 +257,8 @@ fn the_checker_counts_held_lanes_and_finds_a_wrong_count() {
     let kv = store();
     held_k(&kv);
     clean(&kv);
+    let census = check_store(&kv.snapshot()).expect("check").census;
+    assert_eq!((census.lanes, census.lanes_held), (2, 1), "{census:?}");
     // A lanes_held that disagrees with the store's held heads is reported.
     let mut b = Batch::new();
     ankusa_lanes::count(&mut b, T1, F::LanesHeld, 1);
