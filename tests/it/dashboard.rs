@@ -481,6 +481,7 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests_cover_every_alert() {
             "AnkusaBacklogStale",
             "AnkusaBacklogGrowing",
             "AnkusaLanesBlocked",
+            "AnkusaLanesHeld",
             "AnkusaDeadLetterSpike",
             "AnkusaBreakerOpen",
             "AnkusaIngestUnavailable"
