@@ -24,7 +24,8 @@
 //!   margin being 30 s or a tenth of the lifetime, whichever is less (a
 //!   token of an hour is renewed at 59:30, one of 60 s at 54 s), so a
 //!   delivery never starts with a token about to lapse. Without `expires_in`
-//!   it is kept until a receiver refuses it.
+//!   (or with one under a second: 0, a fraction, a negative, which would
+//!   mean a fetch per delivery) it is kept until a receiver refuses it.
 //! - One fetch at a time: a delivery that needs a token holds the sink's
 //!   token lock while it fetches, and the deliveries that asked meanwhile
 //!   wait for that fetch and take its result, success or failure. No
@@ -330,13 +331,17 @@ fn token_of(body: &[u8]) -> Result<(HeaderValue, Option<Duration>), String> {
     }
     let lifetime = match json.get("expires_in") {
         None | Some(serde_json::Value::Null) => None,
-        Some(serde_json::Value::Number(n)) => n.as_u64().or_else(|| {
-            // A fraction of a second, or a negative: expired at once.
-            n.as_f64().map(|f| if f > 0.0 { f as u64 } else { 0 })
-        }),
+        Some(serde_json::Value::Number(n)) => n
+            .as_u64()
+            .or_else(|| n.as_f64().map(|f| if f > 0.0 { f as u64 } else { 0 })),
         Some(serde_json::Value::String(s)) => s.trim().parse::<u64>().ok(),
         Some(_) => None,
     }
+    // Under a second (0, a fraction, a negative) is no lifetime a token can
+    // be used in: taken as none given, so the token is kept until a receiver
+    // refuses it (a 401 renews it within the attempt) instead of a fetch
+    // per delivery.
+    .filter(|&secs| secs > 0)
     .map(Duration::from_secs);
     let mut header = HeaderValue::from_str(&format!("Bearer {token}"))
         .map_err(|_| "answered an access_token that is not a legal header value".to_owned())?;
@@ -383,10 +388,10 @@ mod tests {
             Some(Duration::from_secs(59))
         );
         assert_eq!(l(br#"{"access_token":"t"}"#), None);
-        assert_eq!(
-            l(br#"{"access_token":"t","expires_in":-5}"#),
-            Some(Duration::ZERO)
-        );
+        assert_eq!(l(br#"{"access_token":"t","expires_in":-5}"#), None);
+        assert_eq!(l(br#"{"access_token":"t","expires_in":0}"#), None);
+        assert_eq!(l(br#"{"access_token":"t","expires_in":0.5}"#), None);
+        assert_eq!(l(br#"{"access_token":"t","expires_in":"0"}"#), None);
         assert_eq!(
             l(br#"{"access_token":"t","expires_in":2.5}"#),
             Some(Duration::from_secs(2))
