@@ -1058,24 +1058,27 @@ fn order(
             Order::Ordered { key: None }
         }
         Ok(k) => {
-            let headers: Vec<&String> = match &k {
-                OrderingKey::Header(h) => vec![h],
+            // Each header place, with the option that names it: a list's
+            // place by its index.
+            let headers: Vec<(String, &String)> = match &k {
+                OrderingKey::Header(h) => vec![("ordering_key".to_owned(), h)],
                 OrderingKey::FirstOf(places) => places
                     .iter()
-                    .filter_map(|k| match k {
-                        OrderingKey::Header(h) => Some(h),
+                    .enumerate()
+                    .filter_map(|(i, k)| match k {
+                        OrderingKey::Header(h) => Some((format!("ordering_key[{i}]"), h)),
                         _ => None,
                     })
                     .collect(),
                 _ => Vec::new(),
             };
-            for h in headers {
+            for (option, h) in headers {
                 let action = ctx.store_headers.action(h);
                 if action != HeaderAction::Keep {
                     let (whose, verb) = policy_words(ctx, action);
                     p.push(
                         scope,
-                        "ordering_key",
+                        option,
                         format!(
                             "header \"{h}\" is not kept by the store: {whose} {verb} it, so a replay could not resolve the same key (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.{h}: keep"
                         ),

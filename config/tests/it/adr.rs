@@ -337,7 +337,8 @@ fn an_ordering_key_list_is_its_places_in_order() {
         c.sources[0].sinks[0].order.key(),
         Some(&OrderingKey::Header("x-entity-id".into()))
     );
-    // A header place must be kept by the store like a single header key.
+    // A header place must be kept by the store like a single header key;
+    // the problem names the place by its index.
     let yaml = format!(
         "store_headers:\n  headers:\n    x-entity-id: drop\n{}",
         with_sink(
@@ -346,7 +347,7 @@ fn an_ordering_key_list_is_its_places_in_order() {
     );
     assert_eq!(
         one(&yaml),
-        "source \"stripe\", sink \"orders\" (http): option \"ordering_key\": header \"x-entity-id\" is \
+        "source \"stripe\", sink \"orders\" (http): option \"ordering_key[1]\": header \"x-entity-id\" is \
          not kept by the store: the instance store_headers policy drops it, so a replay could not \
          resolve the same key (docs/adr-0004-ordering-lanes.md section 2); set store_headers headers.x-entity-id: keep"
     );
