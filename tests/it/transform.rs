@@ -286,7 +286,7 @@ async fn a_run_that_aborts_its_worker_dead_letters_its_hook_and_the_relay_goes_o
     let reason = dead["reason"].as_str().expect("reason");
     assert!(
         reason.starts_with(
-            "permanent: transform: the run ended its transform worker process (SIGABRT)"
+            "permanent: transform: the program's run failed: its transform worker process ended (SIGABRT): "
         ),
         "{reason}"
     );

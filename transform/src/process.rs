@@ -185,16 +185,16 @@ async fn end(mut worker: Worker, kill: bool) -> Option<ExitStatus> {
 fn ended_words(status: Option<ExitStatus>, why: &str) -> String {
     match status {
         Some(s) if killed(s) => format!(
-            "the run ended its transform worker process ({}): an operation overflowed the \
+            "its transform worker process ended ({}): an operation overflowed the \
              stack or failed to allocate, such as printing, sorting or comparing a value \
              nested hundreds of thousands of levels deep, or making a string too large",
             describe(s)
         ),
         Some(s) => format!(
-            "the transform worker process ended without an answer ({}): {why}",
+            "its transform worker process ended without an answer ({}): {why}",
             describe(s)
         ),
-        None => format!("the transform worker process gave no answer: {why}"),
+        None => format!("its transform worker process gave no answer: {why}"),
     }
 }
 
