@@ -122,10 +122,14 @@ fn start(command: &WorkerCommand) -> Result<Worker, RunError> {
         .stdout(Stdio::piped())
         // What an aborting worker prints is not the relay's log (the
         // relay says why in the run's error); its environment holds the
-        // relay's secrets, which a worker never needs.
+        // relay's secrets, which a worker never needs. The loader's search
+        // path stays: the executable may need it to start at all.
         .stderr(Stdio::null())
         .env_clear()
         .kill_on_drop(true);
+    if let Some(path) = std::env::var_os("LD_LIBRARY_PATH") {
+        cmd.env("LD_LIBRARY_PATH", path);
+    }
     // Its own process group: a Ctrl-C at the relay's terminal is the
     // relay's to act on (it drains, and its runs still need workers).
     #[cfg(unix)]
