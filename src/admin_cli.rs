@@ -1363,6 +1363,14 @@ fn nothing_matched(id: u64, kind: JobKind) -> String {
     }
 }
 
+/// What a revive job that revived nothing but skipped rows says: they
+/// matched, and why they stay.
+fn revive_skipped(id: u64, skipped: u64) -> String {
+    format!(
+        "job {id} revived nothing: the {skipped} it matched are dead letters of a source or sink entry no longer in the configuration (they would die again at once); `ankusa dlq list` shows them (SINK -), `ankusa dlq drop ID --yes` or a drop by --source or --reason removes them"
+    )
+}
+
 /// Starts a job and prints it (or waits for it).
 async fn start_job(api: &Api, json_out: bool, body: JobRequest, wait: bool) -> Result<(), Fail> {
     let path = "/v1/jobs";
@@ -1383,7 +1391,11 @@ async fn start_job(api: &Api, json_out: bool, body: JobRequest, wait: bool) -> R
         if !wait {
             println!("follow it with: ankusa jobs {id} --wait");
         } else if job.state == JobState::Done && job.done == 0 {
-            eprintln!("{}", nothing_matched(id, job.kind));
+            if job.kind == JobKind::Revive && job.skipped > 0 {
+                eprintln!("{}", revive_skipped(id, job.skipped));
+            } else {
+                eprintln!("{}", nothing_matched(id, job.kind));
+            }
         }
     }
     job_outcome(&job)

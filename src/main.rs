@@ -129,10 +129,11 @@ enum Command {
         #[arg(long, value_name = "SCHEME=SECRET")]
         resign: Vec<String>,
     },
-    /// A stopped relay's store: `store check DATA_DIR` runs the invariant
-    /// checker on it, `store migrate DATA_DIR` brings it to this ankusa's
-    /// store format, `store export` and `store import` move it between
-    /// backends through a backend-neutral dump.
+    /// The store: `store check DATA_DIR` runs the invariant checker on a
+    /// stopped relay's store, `store migrate DATA_DIR` brings it to this
+    /// ankusa's store format, `store export` and `store import` move it
+    /// between backends through a backend-neutral dump, and `store backup
+    /// FILE` writes that dump of a running relay's store.
     #[command(subcommand)]
     Store(StoreCmd),
     /// Write the store fixture of a store format (a dump of a scripted
@@ -627,13 +628,21 @@ fn use_transform_workers() {
     ankusa_transform::use_worker_processes(ankusa_transform::WorkerCommand {
         program,
         args: vec!["transform-worker".into()],
+        arg0: Some("ankusa".into()),
     });
 }
 
-/// `ankusa transform-worker`: bounds its address space
+/// `ankusa transform-worker`: names itself `ankusa` (started as
+/// `/proc/self/exe`, its process name would be `exe`: `ps -C ankusa` and
+/// `pgrep ankusa` find it so), bounds its address space
 /// ([`ankusa_transform::worker::ADDRESS_SPACE_BYTES`]), then serves the
 /// relay that started it until its stdin ends.
 fn transform_worker() -> ExitCode {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16
+    // bytes, which this is; it renames this (the main) thread only.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"ankusa".as_ptr());
+    }
     let bytes = libc::rlim_t::try_from(ankusa_transform::worker::ADDRESS_SPACE_BYTES)
         .unwrap_or(libc::RLIM_INFINITY);
     let limit = libc::rlimit {

@@ -258,7 +258,7 @@ fn refuse_unconfigured<K: Kv>(state: &Context<K>, row: RowId, id: &str) -> Resul
     match unconfigured(state, row)? {
         None => Ok(()),
         Some(what) => Err(JobError::Conflict(format!(
-            "row {id} cannot be revived: its {what} is no longer in the configuration (it would be dead-lettered again at once)"
+            "row {id} cannot be revived: its {what} is no longer in the configuration (it would be dead-lettered again at once); `ankusa dlq drop {id} --yes` removes it (the head of a held lane: that releases its lane)"
         ))),
     }
 }

@@ -1,6 +1,8 @@
 //! Dead letters through the admin API: a dead lane head found by every
 //! filter and revived behind the lane's current head (ADR 0004 section 4.8),
-//! and a bulk revive job that survives a SIGKILL and revives each row once.
+//! a bulk revive job that survives a SIGKILL and revives each row once, and
+//! dead letters of a sink entry removed from the configuration, which a
+//! revive leaves where they are and a drop takes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::admin::{Admin, two_sources};
+use crate::admin::{Admin, cli, two_sources};
 use crate::relay::{Relay, client};
 use crate::sink::{Reply, Sink, lane, until};
 
@@ -401,4 +403,95 @@ async fn a_bulk_revive_job_survives_a_sigkill_and_revives_each_row_once() {
     let violations =
         ankusa_queue::check_invariants(&ankusa_engine::Kv::snapshot(&kv)).expect("check");
     assert!(violations.is_empty(), "{violations:#?}");
+}
+
+fn removed_sink_config(ok: &Sink, refusing: Option<&Sink>) -> String {
+    let mut sinks = format!("      - {{type: http, name: web, url: '{}'}}\n", ok.url());
+    if let Some(r) = refusing {
+        sinks.push_str(&format!(
+            "      - {{type: http, name: boom, url: '{}'}}\n",
+            r.url()
+        ));
+    }
+    crate::relay::config(
+        "rocksdb",
+        &format!(
+            "tenants: [{{name: default}}]\nsources:\n  - name: orders\n    tenant: default\n    sinks:\n{sinks}"
+        ),
+    )
+}
+
+/// Dead letters of a sink entry that is no longer configured would die again
+/// at once: a single revive is refused (409) naming the way out, a revive job
+/// revives nothing, counts them as skipped and says why (not "matched
+/// nothing"), and a drop takes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_of_a_removed_sink_are_not_revived_and_a_drop_takes_them() {
+    let ok = Sink::ok().await;
+    let refusing = Sink::start(|_| Reply::Status(400)).await;
+    let mut relay = Relay::start(&removed_sink_config(&ok, Some(&refusing))).await;
+    let api = Admin::new(&relay, None);
+    for i in 0..2 {
+        relay
+            .post(
+                "/hooks/orders",
+                &[("content-type", "application/json")],
+                format!("{{\"i\":{i}}}"),
+            )
+            .await;
+    }
+    let dead = until("both rows of boom dead-lettered", LONG, async || {
+        let dead = api.dead("source=orders").await;
+        (dead.len() == 2 && ok.delivered().len() == 2).then_some(dead)
+    })
+    .await;
+    relay.rewrite_config(&removed_sink_config(&ok, None));
+    api.ok("POST", "/v1/reload", "/v1/reload", None).await;
+
+    let row = dead[0]["id"].as_str().expect("id").to_owned();
+    let (status, e) = api
+        .call(
+            "POST",
+            "/v1/dead-letters/{id}/revive",
+            &format!("/v1/dead-letters/{row}/revive"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 409, "{e}");
+    let message = e["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("its sink entry is no longer in the configuration")
+            && message.contains(&format!("`ankusa dlq drop {row} --yes`")),
+        "{message}"
+    );
+
+    let admin = format!("http://{}", relay.admin);
+    let (code, out, err) = cli(
+        &[
+            "dlq", "revive", "--tenant", "default", "--wait", "--admin", &admin,
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("revived nothing: the 2 it matched are dead letters of a source or sink entry no longer in the configuration"),
+        "{err}"
+    );
+    assert!(!err.contains("matched nothing"), "{err}");
+    assert_eq!(api.dead("source=orders").await.len(), 2);
+
+    let (code, out, err) = cli(
+        &[
+            "dlq", "drop", "--source", "orders", "--yes", "--wait", "--admin", &admin,
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    until("the dead letters dropped", LONG, async || {
+        api.dead("source=orders").await.is_empty().then_some(())
+    })
+    .await;
+    // Each boom row was tried once, then never again.
+    assert_eq!(refusing.request_count(), 2);
+    assert_eq!(ok.delivered().len(), 2);
 }

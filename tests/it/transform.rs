@@ -263,6 +263,15 @@ async fn a_run_that_aborts_its_worker_dead_letters_its_hook_and_the_relay_goes_o
         "no transform worker under the relay {pid}"
     );
     for w in &first {
+        // `ps` shows it as `ankusa transform-worker`, `ps -C ankusa` finds it.
+        assert_eq!(
+            std::fs::read(format!("/proc/{w}/cmdline")).unwrap_or_default(),
+            b"ankusa\0transform-worker\0"
+        );
+        assert_eq!(
+            std::fs::read_to_string(format!("/proc/{w}/comm")).unwrap_or_default(),
+            "ankusa\n"
+        );
         let limits = std::fs::read_to_string(format!("/proc/{w}/limits")).unwrap_or_default();
         let line = limits
             .lines()
@@ -284,6 +293,19 @@ async fn a_run_that_aborts_its_worker_dead_letters_its_hook_and_the_relay_goes_o
     })
     .await;
     let reason = dead["reason"].as_str().expect("reason");
+    // The log line names the row as `ankusa dlq revive` takes it.
+    let id = dead["id"].as_str().expect("id");
+    until("the dead letter's log line", WAIT, async || {
+        relay
+            .log()
+            .lines()
+            .any(|l| {
+                l.contains("permanent failure: dead-lettered")
+                    && l.contains(&format!("dead_letter={id}"))
+            })
+            .then_some(())
+    })
+    .await;
     assert!(
         reason.starts_with(
             "permanent: transform: the program's run failed: its transform worker process ended (SIGABRT): "

@@ -40,6 +40,9 @@ pub struct WorkerCommand {
     pub program: PathBuf,
     /// Its arguments (`["transform-worker"]`).
     pub args: Vec<OsString>,
+    /// The name it is started under (its `argv[0]`, what `ps` shows):
+    /// `ankusa` rather than `/proc/self/exe`; `None` keeps `program`.
+    pub arg0: Option<OsString>,
 }
 
 static COMMAND: OnceLock<WorkerCommand> = OnceLock::new();
@@ -134,6 +137,10 @@ fn start(command: &WorkerCommand) -> Result<Worker, RunError> {
     // relay's to act on (it drains, and its runs still need workers).
     #[cfg(unix)]
     cmd.process_group(0);
+    #[cfg(unix)]
+    if let Some(name) = &command.arg0 {
+        cmd.arg0(name);
+    }
     let mut child = cmd.spawn().map_err(|e| {
         RunError::Unavailable(format!(
             "cannot start a transform worker ({}): {e}",
@@ -242,6 +249,7 @@ mod tests {
         WorkerCommand {
             program: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()],
+            arg0: None,
         }
     }
 
@@ -310,6 +318,7 @@ mod tests {
         let command = WorkerCommand {
             program: "/nonexistent/ankusa".into(),
             args: vec![],
+            arg0: Some("ankusa".into()),
         };
         match run(&program(100), b"{}", &command).await {
             Err(e @ RunError::Unavailable(_)) => {

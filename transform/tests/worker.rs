@@ -19,6 +19,7 @@ fn main() -> ExitCode {
     assert!(use_worker_processes(WorkerCommand {
         program: exe,
         args: vec!["transform-worker".into()],
+        arg0: None,
     }));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
