@@ -214,7 +214,7 @@ fn outcome_batch<K: Kv>(
     if !matches!(d.outcome, Outcome::Ok)
         && let Some(reason) = st.retire.reason(d.key.1)
     {
-        warn!(row = %d.row, dead_letter = %dlq_id(env, d.row), "an attempt of a retired source failed: dead-lettered");
+        warn!(row = %d.row, dead_letter = %env.dlq_id(d.row), "an attempt of a retired source failed: dead-lettered");
         let r = record(AttemptOutcome::Retired);
         // A retired source's lanes are released: nothing comes after them.
         let batch = ankusa_queue::dead_letter_logged(
@@ -261,7 +261,7 @@ fn outcome_batch<K: Kv>(
             }
             let attempts = d.attempts_before + 1;
             let Some(due) = policy.next_attempt(attempts, *after, first, now, rng) else {
-                warn!(row = %d.row, dead_letter = %dlq_id(env, d.row), %reason, "retry horizon passed: dead-lettered");
+                warn!(row = %d.row, dead_letter = %env.dlq_id(d.row), %reason, "retry horizon passed: dead-lettered");
                 held(env, d, on_dead);
                 let r = record(AttemptOutcome::HorizonPassed);
                 let why = format!("retry horizon passed: {reason}");
@@ -289,7 +289,7 @@ fn outcome_batch<K: Kv>(
             if breaker.answered() {
                 st.events.push(closed(d, now));
             }
-            warn!(row = %d.row, dead_letter = %dlq_id(env, d.row), %reason, "permanent failure: dead-lettered");
+            warn!(row = %d.row, dead_letter = %env.dlq_id(d.row), %reason, "permanent failure: dead-lettered");
             held(env, d, on_dead);
             let r = record(AttemptOutcome::Permanent);
             let why = format!("permanent: {reason}");
@@ -299,7 +299,7 @@ fn outcome_batch<K: Kv>(
             Ok((b, AttemptOutcome::Permanent))
         }
         Outcome::SinkGone { reason } => {
-            warn!(row = %d.row, dead_letter = %dlq_id(env, d.row), %reason, "sink gone: dead-lettered");
+            warn!(row = %d.row, dead_letter = %env.dlq_id(d.row), %reason, "sink gone: dead-lettered");
             held(env, d, on_dead);
             let r = record(AttemptOutcome::SinkGone);
             let why = format!("sink gone: {reason}");
@@ -327,22 +327,11 @@ fn outcome_batch<K: Kv>(
     }
 }
 
-/// `row`'s id as `ankusa dlq revive` and `drop` take it
-/// (`<tenant>.<seq>.<sink index>`), for the log lines of a dead letter.
-pub(crate) fn dlq_id<K: Kv>(env: &Env<K>, row: RowId) -> String {
-    let tenant = env
-        .routes
-        .tenants
-        .get(&row.tenant)
-        .map_or_else(|| row.tenant.0.to_string(), Clone::clone);
-    format!("{tenant}.{}.{}", row.seq.0, row.sink.0)
-}
-
 /// Says so when `d`'s dead letter holds its lane (ADR 0004 section 8),
 /// with the row's id as the dead-letter line gives it.
 fn held<K: Kv>(env: &Env<K>, d: &Done, on_dead: OnDeadHead) {
     if on_dead == OnDeadHead::Hold {
-        let id = dlq_id(env, d.row);
+        let id = env.dlq_id(d.row);
         warn!(row = %d.row, dead_letter = %id, "lane held: this hook's ordering key delivers nothing more until the dead letter is revived (it goes first) or dropped (dead_letter: hold)");
     }
 }

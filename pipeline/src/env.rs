@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use ankusa_engine::{Batch, Durability, Kv};
+use ankusa_queue::RowId;
 
 use crate::breaker::BreakerPolicy;
 use crate::{AttemptLogConfig, DispatchConfig, PipelineError, RetryPolicy, Routes};
@@ -34,6 +35,17 @@ impl<K: Kv> Env<K> {
     /// `dispatch.batch`, at least 1: a page of due entries, a sweep budget.
     pub(crate) fn page_len(&self) -> usize {
         self.dispatch.batch.max(1)
+    }
+
+    /// `row`'s id as `ankusa dlq revive` and `drop` take it
+    /// (`<tenant>.<seq>.<sink index>`), for the log lines of a dead letter.
+    pub(crate) fn dlq_id(&self, row: RowId) -> String {
+        let tenant = self
+            .routes
+            .tenants
+            .get(&row.tenant)
+            .map_or_else(|| row.tenant.0.to_string(), Clone::clone);
+        format!("{tenant}.{}.{}", row.seq.0, row.sink.0)
     }
 
     /// Writes `batch` `Buffered` (every batch the pipeline writes but admin

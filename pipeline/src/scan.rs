@@ -918,7 +918,7 @@ fn write_decisions<K: Kv>(
     env.write(joined(joined(dead, holds), claims))?;
     let mut after = Batch::new();
     for (row_id, source) in &horizon {
-        warn!(row = %row_id, dead_letter = %crate::commit::dlq_id(env, *row_id), "retry horizon passed before the next attempt: dead-lettered");
+        warn!(row = %row_id, dead_letter = %env.dlq_id(*row_id), "retry horizon passed before the next attempt: dead-lettered");
         after.extend(ankusa_queue::dead_letter(
             &*env.kv,
             *row_id,
