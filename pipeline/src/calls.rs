@@ -41,6 +41,11 @@ pub(crate) struct Done {
     pub(crate) response: Option<Response>,
     /// The hook's `received_at`, unix ms (ingest-to-delivery latency).
     pub(crate) received_at_ms: u64,
+    /// Whether the sink was called: not when the entry's transform failed
+    /// or could not run (src/transform.rs). An outcome without a call says
+    /// nothing of the sink: neither its breaker nor its failing run
+    /// (notifications, auto-pause) counts it.
+    pub(crate) sink_called: bool,
     /// The attempt's `delivery` span ([`delivery_span`]); the committer
     /// records its `outcome` and `duration_ms`, and it closes when this
     /// `Done` is dropped. `Span::none()` when the filter leaves it off.
@@ -174,6 +179,7 @@ impl Call {
             at_ms: self.at_ms,
             response: None,
             received_at_ms: self.ctx.received_at_ms,
+            sink_called: true,
             span: self.span,
         }
     }
@@ -187,6 +193,7 @@ pub(crate) fn spawn(call: Call, tx: &mpsc::UnboundedSender<Done>) {
     tokio::spawn(async move {
         let started = Instant::now();
         let mut call = call;
+        let mut sink_called = true;
         let attempted = match call.transform.take() {
             None => {
                 call.route
@@ -205,11 +212,15 @@ pub(crate) fn spawn(call: Call, tx: &mpsc::UnboundedSender<Done>) {
                         .instrument(span)
                         .await
                 }
-                Err(outcome) => outcome.into(),
+                Err(outcome) => {
+                    sink_called = false;
+                    outcome.into()
+                }
             },
         };
         let elapsed = started.elapsed();
         let mut done = call.finish(attempted.outcome);
+        done.sink_called = sink_called;
         done.elapsed = elapsed;
         done.response = attempted.response;
         let _ = tx.send(done);

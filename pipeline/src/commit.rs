@@ -194,7 +194,7 @@ fn outcome_batch<K: Kv>(
     // The entry's failing run (docs/design.md section 5, "Notifications"):
     // a delivery ends it, any other answer of the sink extends it.
     let entry = (d.key.1, d.key.2);
-    if st.retire.reason(d.key.1).is_none() {
+    if st.retire.reason(d.key.1).is_none() && d.sink_called {
         match &outcome {
             Outcome::Ok => st.failing.answered(entry),
             Outcome::Retry { reason, .. }
@@ -245,7 +245,8 @@ fn outcome_batch<K: Kv>(
             // Reported when it opens, not when a failed half-open trial
             // opens it again: it never closed in between.
             let was_open = breaker.open;
-            if breaker.failed(d.site, d.trial, &env.breaker, now) {
+            // A transform that could not run is no failure of the sink.
+            if d.sink_called && breaker.failed(d.site, d.trial, &env.breaker, now) {
                 warn!(row = %d.row, failures = breaker.failures, lanes = breaker.sites.len(), open_ms = env.breaker.open_ms, "breaker open for this sink");
             }
             if breaker.open && !was_open {
@@ -286,7 +287,7 @@ fn outcome_batch<K: Kv>(
             ))
         }
         Outcome::Permanent { reason } => {
-            if breaker.answered() {
+            if d.sink_called && breaker.answered() {
                 st.events.push(closed(d, now));
             }
             warn!(row = %d.row, dead_letter = %env.dlq_id(d.row), %reason, "permanent failure: dead-lettered");

@@ -16,7 +16,9 @@
 //! than one output, a bound is passed) is [`Outcome::Permanent`] with reason
 //! `transform: <why>`: the row is dead-lettered, the next hooks go on. It is
 //! counted (`ankusa_transform_failed_total{source,sink}`) and logged. A run
-//! that could not start (no thread, no worker process) is a retry.
+//! that could not start (no free run slot, no thread, no worker process) is
+//! a retry, not counted there, and since the sink was not called, neither
+//! its breaker nor its failing run counts it (src/calls.rs, `Done`).
 
 use std::sync::Arc;
 
@@ -96,24 +98,34 @@ pub(crate) async fn apply(
             })
         }
         Err(e) => {
-            ankusa_transform::metrics::record_failure(&ctx.source, &ctx.sink_name);
             let reason = format!("transform: {e}");
-            warn!(
-                source = %ctx.source,
-                sink = %ctx.sink_name,
-                tenant = %ctx.tenant,
-                seq = ctx.seq.0,
-                error = %e,
-                "the sink entry's transform failed",
-            );
-            Err(if e.is_permanent() {
-                Outcome::Permanent { reason }
+            if e.is_permanent() {
+                // Counted as `ankusa_transform_failed_total` documents it: a
+                // delivery dead-lettered by its transform.
+                ankusa_transform::metrics::record_failure(&ctx.source, &ctx.sink_name);
+                warn!(
+                    source = %ctx.source,
+                    sink = %ctx.sink_name,
+                    tenant = %ctx.tenant,
+                    seq = ctx.seq.0,
+                    error = %e,
+                    "the sink entry's transform failed",
+                );
+                Err(Outcome::Permanent { reason })
             } else {
-                Outcome::Retry {
+                warn!(
+                    source = %ctx.source,
+                    sink = %ctx.sink_name,
+                    tenant = %ctx.tenant,
+                    seq = ctx.seq.0,
+                    error = %e,
+                    "the sink entry's transform could not run; the delivery is retried",
+                );
+                Err(Outcome::Retry {
                     reason,
                     after: None,
-                }
-            })
+                })
+            }
         }
     }
 }

@@ -341,6 +341,47 @@ async fn a_run_that_aborts_its_worker_dead_letters_its_hook_and_the_relay_goes_o
     assert_eq!(sink.delivered().len(), 2);
 }
 
+/// A worker deep in one long built-in operation (parsing and printing a
+/// 4-million-digit integer: minutes in a debug build) when the relay is
+/// SIGKILLed ends with it, instead of running on as an orphan: it reads its
+/// stdin's end only between runs, so it is killed with its parent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_busy_when_the_relay_is_killed_ends_with_it() {
+    let sink = Sink::ok().await;
+    let mut relay = Relay::start(&config(
+        "rocksdb",
+        &format!(
+            "sources:\n  - name: orders\n    sinks:\n      - {{type: http, name: web, url: '{}', transform: {{timeout_ms: 1000, jq: '\"9\" * 4000000 | tonumber | tostring | length'}}}}\n",
+            sink.url()
+        ),
+    ))
+    .await;
+    relay
+        .post(
+            "/hooks/orders",
+            &[("content-type", "application/json")],
+            br#"{"id":"a"}"#.to_vec(),
+        )
+        .await;
+    let pid = relay.pid();
+    // A worker is started for the run, when the run starts.
+    let busy = until("a worker under the relay", WAIT, async || {
+        let w = workers(pid);
+        (!w.is_empty()).then_some(w)
+    })
+    .await;
+    relay.kill();
+    until("the worker gone with the relay", WAIT, async || {
+        busy.iter()
+            .all(|w| {
+                std::fs::read_to_string(format!("/proc/{w}/stat"))
+                    .map_or(true, |s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+            })
+            .then_some(())
+    })
+    .await;
+}
+
 /// `POST /v1/transform/test` with a raw sample: the answer, validated
 /// against the OpenAPI document.
 async fn test_call(relay: &Relay, query: &str, sample: &[u8]) -> (u16, Value) {

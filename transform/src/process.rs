@@ -8,12 +8,16 @@
 //! - no answer in time: the worker is killed (a built-in operation that
 //!   outlasts the deadline ends with it) and the run is a
 //!   [`RunError::Timeout`];
-//! - the worker's stdout ends (it aborted: a stack overflow, an allocation
-//!   that failed): the run is a [`RunError::Failed`] naming the signal,
-//!   which dead-letters the hook. A worker that had served runs before is
-//!   not trusted with the blame (it may have been killed from outside while
-//!   idle): the run is tried once more on a new one, and only a new
-//!   worker's end is the hook's.
+//! - the worker's stdout ends: when a worker started for this run aborted
+//!   (SIGABRT, SIGSEGV, ...: a stack overflow, an allocation that failed),
+//!   the run is a [`RunError::Failed`] naming the signal, which
+//!   dead-letters the hook. Any other end is not the program's doing: a
+//!   worker that had served runs before may have been killed while idle,
+//!   and a SIGKILL or SIGTERM comes from outside. The run is tried on a new
+//!   worker, and when a second new one also ends so, it is a
+//!   [`RunError::Unavailable`], a retry of the row;
+//! - no answer in time from a worker stopped from outside (SIGSTOP): it
+//!   is killed and the run is a [`RunError::Unavailable`] too;
 //! - a worker that cannot be started: [`RunError::Unavailable`], a retry of
 //!   the row.
 //!
@@ -79,10 +83,14 @@ pub(crate) async fn run(
     let request = wire::request(program.text(), program.limits(), body);
     let wait = Duration::from_millis(program.limits.timeout_ms.saturating_add(GRACE_MS));
     let mut idle = take_idle(command);
+    let mut started = 0;
     loop {
         let (mut worker, fresh) = match idle.take() {
             Some(w) => (w, false),
-            None => (start(command)?, true),
+            None => {
+                started += 1;
+                (start(command)?, true)
+            }
         };
         match tokio::time::timeout(wait, exchange(&mut worker, &request, program)).await {
             Ok(Ok(answer)) => {
@@ -90,15 +98,33 @@ pub(crate) async fn run(
                 return answer;
             }
             Err(_) => {
+                // A worker stopped from outside (SIGSTOP) ran nothing: the
+                // time is not the program's.
+                let stopped = worker.child.id().is_some_and(is_stopped);
                 end(worker, true).await;
+                if stopped {
+                    return Err(RunError::Unavailable(
+                        "its transform worker process was stopped (SIGSTOP) under the run; it was killed and the run is retried".to_owned(),
+                    ));
+                }
                 return Err(RunError::Timeout(program.limits.timeout_ms));
             }
             Ok(Err(why)) => {
                 let status = end(worker, false).await;
-                if fresh {
+                // A new worker that aborted under the run: the program did
+                // it (a stack overflow, a failed allocation).
+                if fresh && status.is_some_and(aborted) {
                     return Err(RunError::Failed(ended_words(status, &why)));
                 }
-                // A worker that served before: try once on a new one.
+                // Anything else (an idle worker gone, a kill from outside)
+                // is not the program's: once more on a new worker, then a
+                // retry of the row.
+                if started >= 2 {
+                    return Err(RunError::Unavailable(format!(
+                        "{}; not the program's doing (a kill from outside?), so the run is retried",
+                        ended_words(status, &why)
+                    )));
+                }
             }
         }
     }
@@ -195,7 +221,7 @@ async fn end(mut worker: Worker, kill: bool) -> Option<ExitStatus> {
 /// The words of a run whose worker ended under it.
 fn ended_words(status: Option<ExitStatus>, why: &str) -> String {
     match status {
-        Some(s) if killed(s) => format!(
+        Some(s) if aborted(s) => format!(
             "its transform worker process ended ({}): an operation overflowed the \
              stack or failed to allocate, such as printing, sorting or comparing a value \
              nested hundreds of thousands of levels deep, or making a string too large",
@@ -209,15 +235,30 @@ fn ended_words(status: Option<ExitStatus>, why: &str) -> String {
     }
 }
 
+/// Whether `status` is a process's own abort: SIGABRT (a stack overflow, a
+/// failed allocation), SIGSEGV, SIGBUS, SIGILL or SIGFPE. A SIGKILL or
+/// SIGTERM comes from outside (an operator, the OOM killer).
 #[cfg(unix)]
-fn killed(status: ExitStatus) -> bool {
+fn aborted(status: ExitStatus) -> bool {
     use std::os::unix::process::ExitStatusExt as _;
-    status.signal().is_some()
+    matches!(status.signal(), Some(4 | 6 | 7 | 8 | 11))
 }
 
 #[cfg(not(unix))]
-fn killed(_: ExitStatus) -> bool {
+fn aborted(_: ExitStatus) -> bool {
     false
+}
+
+/// Whether process `pid` is stopped (SIGSTOP, or a tracer's stop), read
+/// from `/proc/PID/stat`'s state; `false` where that cannot be read.
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(") ")?;
+            rest.chars().next()
+        })
+        .is_some_and(|state| matches!(state, 'T' | 't'))
 }
 
 #[cfg(unix)]
@@ -296,6 +337,35 @@ mod tests {
             Err(RunError::Failed(words)) => {
                 assert!(words.contains("SIGABRT"), "{words}");
                 assert!(words.contains("transform worker process"), "{words}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_worker_killed_from_outside_under_a_run_is_not_the_programs_doing() {
+        match run(&program(100), b"{}", &sh("kill -KILL $$")).await {
+            Err(e @ RunError::Unavailable(_)) => {
+                assert!(!e.is_permanent());
+                let words = e.to_string();
+                assert!(words.contains("SIGKILL"), "{words}");
+                assert!(words.contains("not the program's doing"), "{words}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match run(&program(100), b"{}", &sh("exit 3")).await {
+            Err(RunError::Unavailable(words)) => {
+                assert!(words.contains("exit status 3"), "{words}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_worker_stopped_from_outside_is_killed_and_the_run_retried() {
+        match run(&program(1), b"{}", &sh("kill -STOP $$")).await {
+            Err(e @ RunError::Unavailable(_)) => {
+                assert!(e.to_string().contains("SIGSTOP"), "{e}");
             }
             other => panic!("{other:?}"),
         }

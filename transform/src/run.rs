@@ -96,7 +96,7 @@ impl Program {
             Ok(Err(e)) => return Err(RunError::Unavailable(e.to_string())),
             Err(_) => {
                 return Err(RunError::Unavailable(format!(
-                    "no free run slot within {} ms (every slot is held by a run past its deadline)",
+                    "no free run slot within {} ms (every slot is busy with other runs, of this or other sink entries)",
                     wait_turn.as_millis()
                 )));
             }

@@ -34,11 +34,39 @@ const KEPT_PROGRAMS: usize = 64;
 /// make: it forbids `unsafe`).
 pub const ADDRESS_SPACE_BYTES: u64 = 4 << 30;
 
+/// How often a worker looks whether the relay that started it is still
+/// its parent.
+const PARENT_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The worker's `main`: serves stdin and stdout on a thread with a
 /// [`STACK_BYTES`] stack (the stack the run's bounds assume) until stdin
 /// ends. Exit status 0 at the end of stdin, 2 on a malformed request or a
 /// failed write (the relay is then gone or broken).
+///
+/// It also ends, whatever it runs, once the relay that started it is gone
+/// (its parent changes): stdin's end is read only between runs, and a run
+/// may go on long past its deadline inside one built-in operation, which
+/// the relay, being gone, can no longer kill.
 pub fn main() -> ExitCode {
+    #[cfg(unix)]
+    {
+        let parent = std::os::unix::process::parent_id();
+        if parent == 1 {
+            // Started by a relay already gone (adopted by init).
+            return ExitCode::SUCCESS;
+        }
+        let _ = std::thread::Builder::new()
+            .name("ankusa-transform-parent".to_owned())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(PARENT_CHECK);
+                    if std::os::unix::process::parent_id() != parent {
+                        std::process::exit(0);
+                    }
+                }
+            });
+    }
     let served = std::thread::Builder::new()
         .name("ankusa-transform-worker".to_owned())
         .stack_size(STACK_BYTES)
