@@ -634,8 +634,7 @@ fn use_transform_workers() {
 
 /// `ankusa transform-worker`: names itself `ankusa` (started as
 /// `/proc/self/exe`, its process name would be `exe`: `ps -C ankusa` and
-/// `pgrep ankusa` find it so), asks to be killed with the relay, bounds its
-/// address space
+/// `pgrep ankusa` find it so), bounds its address space
 /// ([`ankusa_transform::worker::ADDRESS_SPACE_BYTES`]), then serves the
 /// relay that started it until its stdin ends.
 fn transform_worker() -> ExitCode {
@@ -643,14 +642,6 @@ fn transform_worker() -> ExitCode {
     // bytes, which this is; it renames this (the main) thread only.
     unsafe {
         libc::prctl(libc::PR_SET_NAME, c"ankusa".as_ptr());
-    }
-    // Killed when the relay's thread that started it ends (the relay's
-    // end, or a SIGKILL of it): a worker stopped (SIGSTOP) or deep in one
-    // long operation then ends too. The worker also watches its parent
-    // itself (`ankusa_transform::worker::main`).
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number; no memory is passed.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
     let bytes = libc::rlim_t::try_from(ankusa_transform::worker::ADDRESS_SPACE_BYTES)
         .unwrap_or(libc::RLIM_INFINITY);

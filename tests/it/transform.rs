@@ -374,8 +374,9 @@ async fn a_worker_busy_when_the_relay_is_killed_ends_with_it() {
     until("the worker gone with the relay", WAIT, async || {
         busy.iter()
             .all(|w| {
-                std::fs::read_to_string(format!("/proc/{w}/stat"))
-                    .map_or(true, |s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+                std::fs::read_to_string(format!("/proc/{w}/stat")).map_or(true, |s| {
+                    s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'))
+                })
             })
             .then_some(())
     })

@@ -36,7 +36,7 @@
 //! - **output**: [`Limits::max_output_bytes`] (default 1 MiB), counted while
 //!   the output is written; a program with more than one output is stopped
 //!   at its second, one with none fails;
-//! - **input**: the body is read with serde_json, whose nesting bound (128)
+//! - **input**: the body is read with serde_json, whose nesting bound (at most 127 levels)
 //!   keeps a deep body off the stack; a body that is not JSON fails;
 //! - **memory**: what a run holds is what it built step by step within its
 //!   time bound, freed when it ends (the values of a stopped run are

@@ -44,9 +44,11 @@ const PARENT_CHECK: std::time::Duration = std::time::Duration::from_millis(200);
 /// failed write (the relay is then gone or broken).
 ///
 /// It also ends, whatever it runs, once the relay that started it is gone
-/// (its parent changes): stdin's end is read only between runs, and a run
-/// may go on long past its deadline inside one built-in operation, which
-/// the relay, being gone, can no longer kill.
+/// (its parent changes, looked at every 200 ms): stdin's end is read only
+/// between runs, and a run may go on long past its deadline inside one
+/// built-in operation, which the relay, being gone, can no longer kill.
+/// (Not `PR_SET_PDEATHSIG`: it fires when the relay's *thread* that started
+/// the worker ends, and tokio ends idle threads.)
 pub fn main() -> ExitCode {
     #[cfg(unix)]
     {
