@@ -6,7 +6,8 @@
 //! the program: `source=S&sink=K` (the entry's, with its bounds), or
 //! `program=` (with `timeout_ms` and `max_output_bytes`, default 100 ms and
 //! 1 MiB). A run that fails answers 422 `transform_failed` with the reason a
-//! delivery would be dead-lettered with.
+//! delivery would be dead-lettered with; one that could not start now (the
+//! run slots busy, a worker that could not start) 429 `transform_busy`.
 
 use std::sync::Arc;
 
@@ -81,6 +82,14 @@ pub(super) fn test<K: Kv>(
             program: program.text().to_owned(),
             bytes: out.len() as u64,
             body: String::from_utf8_lossy(&out).into_owned(),
+        }),
+        // A run that could not start now (every run slot busy, a worker
+        // that could not start or was killed from outside) says nothing of
+        // the program: try again, as a delivery would be retried.
+        Err(e) if !e.is_permanent() => Err(ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "transform_busy",
+            message: format!("transform: {e}; try again"),
         }),
         Err(e) => Err(ApiError {
             status: StatusCode::UNPROCESSABLE_ENTITY,
