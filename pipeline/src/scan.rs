@@ -656,7 +656,7 @@ impl Scanner {
             } else {
                 "source gone: not configured"
             };
-            warn!(%row_id, reason, "dead-lettering a row nobody can deliver");
+            warn!(row = %row_id, dead_letter = %env.dlq_id(row_id), reason, "dead-lettering a row nobody can deliver");
             v.dead.extend(ankusa_queue::dead_letter(
                 kv,
                 row_id,

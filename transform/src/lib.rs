@@ -206,10 +206,11 @@ pub enum RunError {
     /// allocation that failed, named by its signal).
     #[error("the program's run failed: {0}")]
     Failed(String),
-    /// The run could not start (no thread could be made, no worker process
-    /// started): the machine's condition, not the hook's, so a delivery
-    /// retries.
-    #[error("the transform could not start: {0}")]
+    /// The run could not start or finish for a cause outside the program
+    /// (no free run slot, no thread, no worker process started, a worker
+    /// killed or stopped from outside): the machine's condition, not the
+    /// hook's, so a delivery retries.
+    #[error("the transform could not run: {0}")]
     Unavailable(String),
 }
 

@@ -265,9 +265,16 @@ fn is_stopped(pid: u32) -> bool {
 fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt as _;
     match (status.signal(), status.code()) {
+        (Some(1), _) => "SIGHUP".to_owned(),
+        (Some(2), _) => "SIGINT".to_owned(),
+        (Some(4), _) => "SIGILL".to_owned(),
         (Some(6), _) => "SIGABRT".to_owned(),
+        (Some(7), _) => "SIGBUS".to_owned(),
+        (Some(8), _) => "SIGFPE".to_owned(),
         (Some(9), _) => "SIGKILL".to_owned(),
         (Some(11), _) => "SIGSEGV".to_owned(),
+        (Some(13), _) => "SIGPIPE".to_owned(),
+        (Some(15), _) => "SIGTERM".to_owned(),
         (Some(n), _) => format!("signal {n}"),
         (None, Some(c)) => format!("exit status {c}"),
         (None, None) => status.to_string(),

@@ -89,7 +89,7 @@ pub(super) fn test<K: Kv>(
         Err(e) if !e.is_permanent() => Err(ApiError {
             status: StatusCode::TOO_MANY_REQUESTS,
             code: "transform_busy",
-            message: format!("transform: {e}; try again"),
+            message: format!("transform: {e} (try the test again)"),
         }),
         Err(e) => Err(ApiError {
             status: StatusCode::UNPROCESSABLE_ENTITY,
