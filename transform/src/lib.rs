@@ -55,7 +55,9 @@
 //!   [`GRACE_MS`] is a timeout, and that worker is killed;
 //! - **at once**: at most as many runs as the machine has cores
 //!   (`available_parallelism`, at least 2) run at a time; the others wait
-//!   their turn, and a run's time counts from its start.
+//!   their turn, given to the sink entries in turn (src/turns.rs: one
+//!   entry's slow programs do not hold back another's), and a run's time
+//!   counts from its start.
 //!
 //! The step bounds rely on unwinding (a stopped run unwinds its thread): the
 //! workspace builds with `panic = "unwind"`, Cargo's default, and this crate
@@ -80,6 +82,8 @@ pub mod metrics;
 mod process;
 #[cfg(feature = "run")]
 mod run;
+#[cfg(feature = "run")]
+mod turns;
 mod wire;
 pub mod worker;
 

@@ -13,8 +13,9 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::oneshot;
 
+use crate::turns::Turns;
 use crate::{GRACE_MS, Program, RunError, STACK_BYTES};
 
 /// A run handed to the pool.
@@ -27,11 +28,12 @@ fn slots() -> usize {
         .max(2)
 }
 
-/// The runs that may go at once, one per pool thread. A run holds its
-/// permit until it ends on its thread, so a run whose caller stopped waiting
-/// (after a built-in operation outlasted the deadline) still counts, and a
-/// run given a permit always finds a thread free.
-static RUNS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(slots())));
+/// The runs that may go at once, one per pool thread, in turns by sink
+/// entry (src/turns.rs). A run holds its turn until it ends on its thread,
+/// so a run whose caller stopped waiting (after a built-in operation
+/// outlasted the deadline) still counts, and a run given a turn always finds
+/// a thread free.
+static RUNS: LazyLock<Arc<Turns>> = LazyLock::new(|| Turns::new(slots()));
 
 /// The pool's queue: its threads take runs from it in turn. `Err` when not
 /// one thread could be made (every run is then refused, and retried).
@@ -90,10 +92,15 @@ impl Program {
         // until it ends, and the hooks behind it must not wait on it without
         // end. No turn in time is a retry of the row, not a dead letter.
         let wait_turn = Duration::from_millis(self.limits.timeout_ms.saturating_add(GRACE_MS));
-        let permit = match tokio::time::timeout(wait_turn, Arc::clone(&RUNS).acquire_owned()).await
-        {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => return Err(RunError::Unavailable(e.to_string())),
+        // The entry is its compiled program: one per sink entry.
+        let entry = Arc::as_ptr(self) as usize;
+        let permit = match tokio::time::timeout(wait_turn, RUNS.take(entry)).await {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                return Err(RunError::Unavailable(
+                    "the run slots' turns are gone".to_owned(),
+                ));
+            }
             Err(_) => {
                 return Err(RunError::Unavailable(format!(
                     "no free run slot within {} ms (every slot is busy with other runs, of this or other sink entries)",
