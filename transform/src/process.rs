@@ -130,12 +130,20 @@ pub(crate) async fn run(
     }
 }
 
+/// An idle worker of `command` that is still running. One that ended while
+/// idle (killed from outside) is reaped here and left out, so it neither
+/// lingers as a zombie nor costs a run its first try.
 fn take_idle(command: &WorkerCommand) -> Option<Worker> {
     let mut idle = IDLE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let at = idle.iter().rposition(|w| w.command == *command)?;
-    Some(idle.swap_remove(at))
+    while let Some(at) = idle.iter().rposition(|w| w.command == *command) {
+        let mut worker = idle.swap_remove(at);
+        if matches!(worker.child.try_wait(), Ok(None)) {
+            return Some(worker);
+        }
+    }
+    None
 }
 
 fn give_back(worker: Worker) {
