@@ -1126,7 +1126,12 @@ async fn dlq_list(
                 opt(&d.sink),
                 opt(&d.dead_at),
                 opt(&d.attempts),
-                d.reason.clone(),
+                // The head of a held lane: its key waits for this row.
+                if d.holds_lane {
+                    format!("(holds its lane) {}", d.reason)
+                } else {
+                    d.reason.clone()
+                },
             ]
         })
         .collect();

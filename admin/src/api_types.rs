@@ -489,6 +489,11 @@ pub struct DeadLetter {
     pub size_bytes: Option<u32>,
     /// The ordering key as UTF-8 text.
     pub ordering_key: Option<String>,
+    /// Whether it is the head of a held lane (`dead_letter: hold`, ADR 0004
+    /// section 8): its key's later hooks wait for its revive (it goes
+    /// first) or drop.
+    #[serde(default)]
+    pub holds_lane: bool,
 }
 
 /// `POST /v1/dead-letters/{id}/revive`.

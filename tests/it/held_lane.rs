@@ -83,6 +83,7 @@ sources:
     assert_eq!(relay.metrics().await["ankusa_dispatch_lanes_held"], 1.0);
     let dead = api.dead("").await;
     assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["holds_lane"], true, "{dead:?}");
     let row = dead[0]["id"].as_str().expect("id").to_owned();
     assert!(
         dead[0]["reason"]
@@ -126,6 +127,14 @@ sources:
         .position(|c| *c == "HELD")
         .expect("HELD column");
     assert_eq!(line[held_at], "1", "{out}");
+    // `ankusa dlq list` marks the row its key waits for.
+    let (code, out, err) = cli(&["dlq", "list", "--admin", &admin], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with(&row) && l.contains("(holds its lane) permanent")),
+        "{out}"
+    );
     // `ankusa sources` says the entry holds.
     let (code, out, err) = cli(&["sources", "--admin", &admin], None);
     assert_eq!(code, 0, "{err}");

@@ -65,7 +65,15 @@ fn dead_view<K: Kv>(
         Some(raw) => DeliveryRow::decode(&raw).ok(),
         None => None,
     };
+    // One ?H read for a laned row: whether it holds its lane.
+    let holds_lane = match row.as_ref().and_then(|r| r.lane) {
+        Some(lane) => {
+            ankusa_queue::lanes::holds_lane(&*state.kv, d.row, lane).map_err(ApiError::store)?
+        }
+        None => false,
+    };
     Ok(DeadLetter {
+        holds_lane,
         id: row_id_text(&tenant, d.row),
         seq: d.row.seq.0,
         sink_index: d.row.sink.0,

@@ -405,10 +405,10 @@ fn samples() -> BTreeMap<&'static str, Vec<Value>> {
         json!({"id": "acme.42.0", "tenant": "acme", "seq": 42, "sink_index": 0, "sink": "web", "source": "orders",
                "idempotency_key": "01890a5d-ac96-774b-bcce-b302099a8057", "dead_at_ms": 1_700_000_100_000u64,
                "dead_at": "2023-11-14T22:15:00Z", "reason": "permanent: HTTP 400", "attempts": 5,
-               "last_error": "HTTP 400", "size_bytes": 120, "ordering_key": "cust-7"}),
+               "last_error": "HTTP 400", "size_bytes": 120, "ordering_key": "cust-7", "holds_lane": true}),
         json!({"id": "acme.43.2", "tenant": "acme", "seq": 43, "sink_index": 2, "sink": null, "source": null,
                "idempotency_key": null, "dead_at_ms": 1_700_000_100_000u64, "dead_at": null,
-               "reason": "retired", "attempts": null, "last_error": null, "size_bytes": null, "ordering_key": null}),
+               "reason": "retired", "attempts": null, "last_error": null, "size_bytes": null, "ordering_key": null, "holds_lane": false}),
     ];
     let jobs = vec![
         job("revive", "running"),
