@@ -771,6 +771,12 @@ async fn transform(api: &Api, json_out: bool, cmd: TransformCmd) -> Result<(), F
         std::fs::read(&file)
             .map_err(|e| Fail::Usage(format!("cannot read {}: {e}", file.display())))?
     };
+    if looks_like_a_corpus_file(&sample) {
+        eprintln!(
+            "note: {} looks like a corpus file of fixtures/corpus/ (provider, headers, body): the sample is the hook's raw body, its \"body\" field (e.g. jq -r .body FILE | ankusa transform test ... -)",
+            file.display()
+        );
+    }
     let mut query: Vec<(&str, String)> = Vec::new();
     for (name, value) in [
         ("source", source),
@@ -799,6 +805,15 @@ async fn transform(api: &Api, json_out: bool, cmd: TransformCmd) -> Result<(), F
     let t: ankusa_admin::api_types::TransformTested = api.read(&method, path, &v)?;
     println!("{}", t.body);
     Ok(())
+}
+
+/// Whether `sample` is a corpus file (a JSON object with `provider`,
+/// `headers` and a string `body`) rather than a hook's body: a sample
+/// easily passed by mistake, which a program then runs on without error.
+fn looks_like_a_corpus_file(sample: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(sample).is_ok_and(|v| {
+        v.get("provider").is_some() && v.get("headers").is_some() && v["body"].is_string()
+    })
 }
 
 /// `ankusa tenants`: every tenant, its counters and bounds.

@@ -480,5 +480,28 @@ async fn the_test_endpoint_and_cli_answer_the_output_or_the_failure() {
         err.contains("422 transform_failed: transform: boom"),
         "{err}"
     );
+    assert!(!err.contains("corpus file"), "{err}");
+    // A corpus file given by mistake (its `body` is the sample) is named.
+    let corpus = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/corpus/stripe/invoice_paid.json"
+    );
+    let (code, _, err) = cli(
+        &[
+            "transform",
+            "test",
+            "--program",
+            ".",
+            corpus,
+            "--admin",
+            &admin,
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("looks like a corpus file of fixtures/corpus/"),
+        "{err}"
+    );
     assert!(sink.requests().is_empty(), "a test sent something");
 }
