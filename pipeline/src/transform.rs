@@ -99,28 +99,26 @@ pub(crate) async fn apply(
         }
         Err(e) => {
             let reason = format!("transform: {e}");
-            if e.is_permanent() {
+            let permanent = e.is_permanent();
+            warn!(
+                source = %ctx.source,
+                sink = %ctx.sink_name,
+                tenant = %ctx.tenant,
+                seq = ctx.seq.0,
+                error = %e,
+                "{}",
+                if permanent {
+                    "the sink entry's transform failed"
+                } else {
+                    "the sink entry's transform could not run; the delivery is retried"
+                },
+            );
+            if permanent {
                 // Counted as `ankusa_transform_failed_total` documents it: a
                 // delivery dead-lettered by its transform.
                 ankusa_transform::metrics::record_failure(&ctx.source, &ctx.sink_name);
-                warn!(
-                    source = %ctx.source,
-                    sink = %ctx.sink_name,
-                    tenant = %ctx.tenant,
-                    seq = ctx.seq.0,
-                    error = %e,
-                    "the sink entry's transform failed",
-                );
                 Err(Outcome::Permanent { reason })
             } else {
-                warn!(
-                    source = %ctx.source,
-                    sink = %ctx.sink_name,
-                    tenant = %ctx.tenant,
-                    seq = ctx.seq.0,
-                    error = %e,
-                    "the sink entry's transform could not run; the delivery is retried",
-                );
                 Err(Outcome::Retry {
                     reason,
                     after: None,
