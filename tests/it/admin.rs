@@ -102,6 +102,17 @@ impl Admin {
         v
     }
 
+    /// `POST /v1/dead-letters/{row}/revive`: status and JSON body.
+    pub(crate) async fn revive(&self, row: &str) -> (u16, Value) {
+        self.call(
+            "POST",
+            "/v1/dead-letters/{id}/revive",
+            &format!("/v1/dead-letters/{row}/revive"),
+            None,
+        )
+        .await
+    }
+
     pub(crate) async fn dead(&self, query: &str) -> Vec<Value> {
         let v = self
             .ok(

@@ -210,14 +210,7 @@ async fn a_dead_lane_head_is_listed_by_every_filter_and_revived_behind_the_curre
         "{t}"
     );
     // A second revive is refused and changes nothing.
-    let (status, e) = api
-        .call(
-            "POST",
-            "/v1/dead-letters/{id}/revive",
-            &format!("/v1/dead-letters/{row}/revive"),
-            None,
-        )
-        .await;
+    let (status, e) = api.revive(&row).await;
     assert_eq!(status, 409);
     assert_eq!(e["error"]["code"], "conflict");
     assert!(
@@ -449,14 +442,7 @@ async fn dead_letters_of_a_removed_sink_are_not_revived_and_a_drop_takes_them() 
     api.ok("POST", "/v1/reload", "/v1/reload", None).await;
 
     let row = dead[0]["id"].as_str().expect("id").to_owned();
-    let (status, e) = api
-        .call(
-            "POST",
-            "/v1/dead-letters/{id}/revive",
-            &format!("/v1/dead-letters/{row}/revive"),
-            None,
-        )
-        .await;
+    let (status, e) = api.revive(&row).await;
     assert_eq!(status, 409, "{e}");
     let message = e["error"]["message"].as_str().expect("message");
     assert!(
